@@ -1,0 +1,180 @@
+/*
+ * vkh2o/model.h — checkpoints (safetensors shards and sharded directories), the MLA layer
+ * config, and one layer's weights on the host. No device needed; errors go to vkh2o_error.
+ * Included by vkh2o.h; do not include directly.
+ *
+ * Threads: a vkh2o_safetensors / vkh2o_checkpoint may be read from several threads at once
+ * (lookups do not mutate it); open/close are not concurrent with anything.
+ */
+#ifndef VKH2O_MODEL_H
+#define VKH2O_MODEL_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum vkh2o_dtype {
+    VKH2O_DTYPE_UNKNOWN = 0,
+    VKH2O_DTYPE_F32,
+    VKH2O_DTYPE_F16,
+    VKH2O_DTYPE_BF16,
+    VKH2O_DTYPE_F8_E4M3,
+    VKH2O_DTYPE_F64,
+    VKH2O_DTYPE_I8,
+    VKH2O_DTYPE_U8,
+    VKH2O_DTYPE_I16,
+    VKH2O_DTYPE_I32,
+    VKH2O_DTYPE_I64,
+    VKH2O_DTYPE_BOOL,
+} vkh2o_dtype;
+
+/* "F32", "BF16", ... (safetensors spelling); "?" for unknown. */
+VKH2O_API const char* vkh2o_dtype_name(vkh2o_dtype dt);
+/* Bytes per element, 0 for unknown. */
+VKH2O_API size_t vkh2o_dtype_size(vkh2o_dtype dt);
+
+#define VKH2O_MAX_DIMS 8
+
+/* A tensor inside a mapped file (data points into the mapping; it lives as long as the
+ * safetensors/checkpoint object), or owned by a vkh2o_mla_host_weights. */
+typedef struct vkh2o_tensor_view {
+    const char* name;
+    const char* file;            /* path of the file it came from */
+    vkh2o_dtype dtype;
+    uint32_t ndim;
+    uint64_t shape[VKH2O_MAX_DIMS];
+    uint64_t numel;
+    const void* data;
+    uint64_t nbytes;
+} vkh2o_tensor_view;
+
+/* ---- one safetensors file, mmap'd and validated before any use ---- */
+typedef struct vkh2o_safetensors vkh2o_safetensors;
+
+/* Opens and validates a file: header length sane and inside the file, JSON well formed,
+ * dtypes known, shape x element size == span, spans inside the data section and not
+ * overlapping, no overflow. Results: OK, IO, FORMAT, DTYPE, OUT_OF_HOST_MEMORY. */
+VKH2O_API vkh2o_result vkh2o_safetensors_open(const char* path, vkh2o_safetensors** out, vkh2o_error* err);
+VKH2O_API void vkh2o_safetensors_close(vkh2o_safetensors* st);
+VKH2O_API uint32_t vkh2o_safetensors_count(const vkh2o_safetensors* st);
+/* i-th tensor in header order. Results: OK, INVALID_ARGUMENT. */
+VKH2O_API vkh2o_result vkh2o_safetensors_at(const vkh2o_safetensors* st, uint32_t i, vkh2o_tensor_view* out);
+/* Results: OK, MISSING_TENSOR. */
+VKH2O_API vkh2o_result vkh2o_safetensors_find(const vkh2o_safetensors* st, const char* name,
+                                              vkh2o_tensor_view* out, vkh2o_error* err);
+/* Value of a __metadata__ string entry, or NULL. */
+VKH2O_API const char* vkh2o_safetensors_metadata(const vkh2o_safetensors* st, const char* key);
+
+/* ---- writing (tools: vkh2o-mkshard, vkh2o-demo --out) ----
+ * Writes to "<path>.tmp.<pid>" and renames over path only once complete, so a failure never
+ * leaves a half-written file. Tensors are written in the order given. */
+typedef struct vkh2o_tensor_write {
+    const char* name;
+    vkh2o_dtype dtype;
+    uint32_t ndim;
+    uint64_t shape[VKH2O_MAX_DIMS];
+    const void* data;     /* numel x dtype size bytes; NULL with fill_fn set */
+    /* optional generator: writes `count` elements starting at element `first` into dst */
+    void (*fill_fn)(void* dst, uint64_t first, uint64_t count, void* user);
+    void* fill_user;
+} vkh2o_tensor_write;
+
+VKH2O_API vkh2o_result vkh2o_safetensors_write(const char* path, const vkh2o_tensor_write* tensors, uint32_t count,
+                                               const char* const* metadata_kv /* key,value,...,NULL */,
+                                               vkh2o_error* err);
+
+/* ---- a checkpoint: one .safetensors file, or a directory with model.safetensors.index.json
+ * (or with a single *.safetensors). Files are opened lazily when a tensor in them is asked for. */
+typedef struct vkh2o_checkpoint vkh2o_checkpoint;
+VKH2O_API vkh2o_result vkh2o_checkpoint_open(const char* path, vkh2o_checkpoint** out, vkh2o_error* err);
+VKH2O_API void vkh2o_checkpoint_close(vkh2o_checkpoint* ck);
+/* Results: OK, MISSING_TENSOR (message names the file/index and the tensor), IO, FORMAT. */
+VKH2O_API vkh2o_result vkh2o_checkpoint_find(vkh2o_checkpoint* ck, const char* name,
+                                             vkh2o_tensor_view* out, vkh2o_error* err);
+/* The path given to open. */
+VKH2O_API const char* vkh2o_checkpoint_path(const vkh2o_checkpoint* ck);
+
+/* ---- the MLA layer config ---- */
+typedef enum vkh2o_rope_scaling {
+    VKH2O_ROPE_NONE = 0,
+    VKH2O_ROPE_YARN = 1,
+} vkh2o_rope_scaling;
+
+typedef struct vkh2o_mla_config {
+    uint32_t num_layers;                 /* 61 for Kimi K2.6 (informational) */
+    uint32_t hidden_size;                /* 7168 */
+    uint32_t num_heads;                  /* 64 */
+    uint32_t q_lora_rank;                /* 1536; 0 = a plain q_proj (HF q_lora_rank: null) */
+    uint32_t kv_lora_rank;               /* 512 */
+    uint32_t qk_nope_head_dim;           /* 128 */
+    uint32_t qk_rope_head_dim;           /* 64 */
+    uint32_t v_head_dim;                 /* 128 */
+    float rope_theta;                    /* 50000 */
+    vkh2o_rope_scaling rope_scaling;     /* YARN */
+    float yarn_factor;                   /* 32 */
+    uint32_t original_max_position_embeddings; /* 4096 */
+    float beta_fast, beta_slow;          /* 1, 1 */
+    float mscale, mscale_all_dim;        /* 1, 1 */
+    bool rope_interleave;                /* true: DeepSeek-V3/Kimi rotate (x[2i], x[2i+1]) pairs */
+    float rms_norm_eps;                  /* for input_layernorm; the q/kv norms always use 1e-6 */
+    bool attention_bias;                 /* must be false (not supported) */
+} vkh2o_mla_config;
+
+/* Kimi K2.6 layer-0 values (the defaults of the seed documents). */
+VKH2O_API void vkh2o_mla_config_kimi_k26(vkh2o_mla_config* cfg);
+/* Reads an HF config.json (DeepseekV3 / Kimi; "rope_scaling" or "rope_parameters", possibly
+ * nested under "text_config"). Missing keys keep the values already in *cfg.
+ * Results: OK, IO, FORMAT, INVALID_ARGUMENT (a value out of range). */
+VKH2O_API vkh2o_result vkh2o_mla_config_from_json(const char* path, vkh2o_mla_config* cfg, vkh2o_error* err);
+/* Checks internal consistency. Results: OK, INVALID_ARGUMENT. */
+VKH2O_API vkh2o_result vkh2o_mla_config_validate(const vkh2o_mla_config* cfg, vkh2o_error* err);
+VKH2O_API uint32_t vkh2o_mla_qk_head_dim(const vkh2o_mla_config* cfg);     /* nope + rope */
+/* Softmax scale: qk_head_dim^-0.5 x (0.1 mscale_all_dim ln(factor) + 1)^2 with yarn. */
+VKH2O_API float vkh2o_mla_softmax_scale(const vkh2o_mla_config* cfg);
+/* Number of parameters of one attention layer (with the two RMSNorm weights). */
+VKH2O_API uint64_t vkh2o_mla_param_count(const vkh2o_mla_config* cfg);
+
+/* ---- one layer's weights on the host ----
+ * Weight tensors as HF names them under model.layers.{L}.self_attn. (nn.Linear layout [out, in]).
+ * Dtype of each: BF16, F16 or F32 as in the file; F8_E4M3 with <name>_scale_inv is dequantised
+ * on load to BF16 (owned buffer). */
+typedef enum vkh2o_mla_weight {
+    VKH2O_W_Q_A_PROJ = 0,        /* [q_lora_rank, hidden] */
+    VKH2O_W_Q_A_LAYERNORM,       /* [q_lora_rank] */
+    VKH2O_W_Q_B_PROJ,            /* [heads*(nope+rope), q_lora_rank] */
+    VKH2O_W_Q_PROJ,              /* [heads*(nope+rope), hidden] when q_lora_rank == 0 */
+    VKH2O_W_KV_A_PROJ,           /* kv_a_proj_with_mqa [kv_lora_rank+rope, hidden] */
+    VKH2O_W_KV_A_LAYERNORM,      /* [kv_lora_rank] */
+    VKH2O_W_KV_B_PROJ,           /* [heads*(nope+v), kv_lora_rank] */
+    VKH2O_W_O_PROJ,              /* [hidden, heads*v] */
+    VKH2O_W_INPUT_LAYERNORM,     /* model.layers.{L}.input_layernorm.weight [hidden], optional */
+    VKH2O_W_COUNT
+} vkh2o_mla_weight;
+
+/* "q_a_proj", "q_a_layernorm", ... */
+VKH2O_API const char* vkh2o_mla_weight_short_name(vkh2o_mla_weight w);
+
+typedef struct vkh2o_mla_host_weights vkh2o_mla_host_weights;
+
+typedef enum vkh2o_load_flags {
+    VKH2O_LOAD_INPUT_LAYERNORM = 1u << 0,   /* also require input_layernorm (decoder order) */
+} vkh2o_load_flags;
+
+/* Finds and checks the layer's tensors (only those are touched: mmap, no full read).
+ * Results: OK, MISSING_TENSOR, SHAPE, DTYPE, FORMAT, IO, OUT_OF_HOST_MEMORY; the message names
+ * the file, the tensor and the problem. The checkpoint must outlive the weights. */
+VKH2O_API vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const vkh2o_mla_config* cfg,
+                                                   uint32_t layer, uint32_t flags,
+                                                   vkh2o_mla_host_weights** out, vkh2o_error* err);
+/* Wraps caller-owned arrays (tests, synthetic data): views[w].data == NULL means absent.
+ * The arrays must outlive the object. Shapes are checked as on load. */
+VKH2O_API vkh2o_result vkh2o_mla_host_weights_wrap(const vkh2o_mla_config* cfg, const vkh2o_tensor_view views[VKH2O_W_COUNT],
+                                                   vkh2o_mla_host_weights** out, vkh2o_error* err);
+VKH2O_API void vkh2o_mla_host_weights_free(vkh2o_mla_host_weights* hw);
+/* The view of weight w (data NULL when absent: q_proj with LoRA, etc.). */
+VKH2O_API const vkh2o_tensor_view* vkh2o_mla_host_weight(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,144 @@
+/* Private declarations shared across src/ files (never installed). */
+#ifndef VKH2O_INTERNAL_H
+#define VKH2O_INTERNAL_H
+
+#include "volk.h"
+#include "vkh2o.h"
+
+#include <stdarg.h>
+
+#if defined(__GNUC__)
+#define VKH2O_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define VKH2O_PRINTF(a, b)
+#endif
+
+#define VKH2O_MAX_BINDINGS 12
+#define VKH2O_PUSH_MAX 128u
+#define VKH2O_MAX_TIMESTAMPS 256u
+
+typedef struct vkh2o_kernel vkh2o_kernel;
+
+/* A storage-buffer binding: a range of a VkBuffer (range <= maxStorageBufferRange). */
+typedef struct vkh2o_binding {
+    VkBuffer buffer;
+    VkDeviceSize offset;
+    VkDeviceSize range;
+} vkh2o_binding;
+
+typedef struct desc_pool_node {
+    VkDescriptorPool pool;
+    struct desc_pool_node* next;
+} desc_pool_node;
+
+struct vkh2o_context {
+    VkInstance instance;
+    VkPhysicalDevice phys;
+    VkDevice device;
+    VkQueue queue;
+    uint32_t queue_family;
+    bool owns_instance, owns_device;
+    struct VolkDeviceTable vk;
+    VkDebugUtilsMessengerEXT messenger;
+    uint32_t validation_messages;
+    uint32_t flags;
+    vkh2o_device_caps caps;
+    VkPhysicalDeviceMemoryProperties mem_props;
+
+    VkCommandPool cmd_pool;
+    VkCommandBuffer cmd;          /* the one-shot command buffer of vkh2o_begin/submit_wait */
+    VkFence fence;
+    bool recording;
+    VkQueryPool ts_pool;
+    uint32_t ts_used;
+    uint64_t ts_values[VKH2O_MAX_TIMESTAMPS];
+
+    vkh2o_kernel* kernels;        /* cache of pipelines by (shader, bindings, spec constants) */
+    desc_pool_node* desc_pools;   /* arena for devices without push descriptors */
+    bool arena_foreign;           /* arena sets were recorded into a caller's command buffer */
+
+    vkh2o_log_fn log;
+    void* user_data;
+    char last_error[2048];
+};
+
+struct vkh2o_buffer {
+    vkh2o_context* ctx;
+    VkBuffer buffer;
+    VkDeviceMemory memory;
+    uint64_t size;
+    void* mapped;                 /* non-NULL when host-visible */
+};
+
+/* ---- errors and logging (result.c) ---- */
+void vkh2o_log(vkh2o_context* ctx, vkh2o_log_level level, const char* fmt, ...) VKH2O_PRINTF(3, 4);
+/* Records the message as ctx's last error, logs it, returns r. ctx may be NULL. */
+vkh2o_result vkh2o_fail(vkh2o_context* ctx, vkh2o_result r, const char* fmt, ...) VKH2O_PRINTF(3, 4);
+/* Maps a VkResult to a vkh2o_result and records "<what>: VK_ERROR_...". */
+vkh2o_result vkh2o_vk_fail(vkh2o_context* ctx, VkResult vr, const char* what);
+const char* vkh2o_vk_result_string(VkResult vr);
+/* Fills err (may be NULL) and returns r. */
+vkh2o_result vkh2o_error_set(vkh2o_error* err, vkh2o_result r, const char* fmt, ...) VKH2O_PRINTF(3, 4);
+#define VKH2O_CHECK(expr) do { vkh2o_result r_ = (expr); if (r_ != VKH2O_OK) return r_; } while (0)
+
+/* ---- buffers (buffer.c) ---- */
+static inline vkh2o_binding vkh2o_bind(const vkh2o_buffer* b)
+{
+    vkh2o_binding x = { b->buffer, 0, b->size };
+    return x;
+}
+static inline vkh2o_binding vkh2o_bind_range(const vkh2o_buffer* b, VkDeviceSize offset, VkDeviceSize range)
+{
+    vkh2o_binding x = { b->buffer, offset, range };
+    return x;
+}
+
+/* ---- kernels (pipeline.c) ----
+ * A kernel is one embedded shader compiled into a pipeline with given specialisation
+ * constants (constant_id 0..nspec-1, 4-byte values; id 0 is the workgroup size x by house
+ * rule), using set 0 bindings 0..nbindings-1 (all storage buffers) and up to 128 bytes of
+ * push constants. Kernels are cached in the context and live as long as it. */
+vkh2o_result vkh2o_kernel_get(vkh2o_context* ctx, const char* shader, uint32_t nbindings,
+                              const uint32_t* spec, uint32_t nspec, vkh2o_kernel** out);
+/* Records bind + push + dispatch. Descriptors are pushed (VK_KHR_push_descriptor) or, without
+ * it, allocated from the context's arena (freed at submit_wait of the one-shot buffer, or kept
+ * until the context dies when recorded into a caller's buffer). */
+vkh2o_result vkh2o_dispatch(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_kernel* k,
+                            const vkh2o_binding* bindings, uint32_t nbindings,
+                            const void* push, uint32_t push_size,
+                            uint32_t gx, uint32_t gy, uint32_t gz);
+/* Compute/transfer writes before -> compute/transfer reads and writes after. */
+void vkh2o_barrier(vkh2o_context* ctx, VkCommandBuffer cb);
+/* Marks that dispatches go into a command buffer the context does not own. */
+void vkh2o_note_foreign_cb(vkh2o_context* ctx, VkCommandBuffer cb);
+/* Number of embedded shaders and their names (vkh2o-info, tests). */
+uint32_t vkh2o_shader_count(void);
+const char* vkh2o_shader_name(uint32_t i);
+
+/* ---- one-shot submission (context.c) ----
+ * begin: resets and begins the context's command buffer (and its timestamp pool);
+ * submit_wait: ends, submits, waits (finite timeout -> VKH2O_ERROR_TIMEOUT), reads timestamps. */
+vkh2o_result vkh2o_begin(vkh2o_context* ctx, VkCommandBuffer* cb);
+vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb);
+/* Writes a timestamp after all prior work; returns its index, or UINT32_MAX if timestamps are
+ * unsupported or the pool is full. Only on the one-shot command buffer. */
+uint32_t vkh2o_timestamp(vkh2o_context* ctx, VkCommandBuffer cb);
+/* Milliseconds between two timestamps of the last submit_wait; negative if unavailable. */
+double vkh2o_timestamp_ms(const vkh2o_context* ctx, uint32_t a, uint32_t b);
+
+/* ---- dtype helpers (dtype.c) ---- */
+float vkh2o_bf16_to_f32(uint16_t h);
+uint16_t vkh2o_f32_to_bf16(float f);          /* round to nearest even; NaN stays NaN */
+float vkh2o_f16_to_f32(uint16_t h);
+uint16_t vkh2o_f32_to_f16(float f);           /* round to nearest even, overflow -> inf */
+float vkh2o_f8e4m3_to_f32(uint8_t b);         /* OCP E4M3FN: no inf, 0x7f/0xff NaN */
+uint8_t vkh2o_f32_to_f8e4m3(float f);         /* round to nearest even, saturate at 448 */
+/* Element i of a 16/32-bit float tensor as float (F32, F16, BF16). */
+float vkh2o_load_elem(vkh2o_dtype dt, const void* data, uint64_t i);
+
+/* ---- small utilities ---- */
+static inline uint32_t vkh2o_div_up(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+/* Environment flag: "1", "true", "yes", "on" (case-insensitive). */
+bool vkh2o_env_flag(const char* name);
+
+#endif
