@@ -131,6 +131,10 @@ VKH2O_API vkh2o_result vkh2o_mla_config_validate(const vkh2o_mla_config* cfg, vk
 VKH2O_API uint32_t vkh2o_mla_qk_head_dim(const vkh2o_mla_config* cfg);     /* nope + rope */
 /* Softmax scale: qk_head_dim^-0.5 x (0.1 mscale_all_dim ln(factor) + 1)^2 with yarn. */
 VKH2O_API float vkh2o_mla_softmax_scale(const vkh2o_mla_config* cfg);
+/* RoPE frequencies for the qk_rope part (HF semantics, YaRN when rope_scaling is yarn):
+ * inv_freq has qk_rope_head_dim/2 entries; *attention_factor multiplies cos and sin
+ * (mscale(factor, mscale) / mscale(factor, mscale_all_dim) for yarn, 1 otherwise). */
+VKH2O_API void vkh2o_mla_rope_params(const vkh2o_mla_config* cfg, float* inv_freq, float* attention_factor);
 /* Number of parameters of one attention layer (with the two RMSNorm weights). */
 VKH2O_API uint64_t vkh2o_mla_param_count(const vkh2o_mla_config* cfg);
 

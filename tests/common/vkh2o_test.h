@@ -1,0 +1,58 @@
+/* Test harness shared by every cmocka suite. */
+#ifndef VKH2O_TEST_H
+#define VKH2O_TEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "internal.h"
+
+/* ---- the device ----
+ * vt_ctx(): the process-wide test context, created on first use with the Khronos validation
+ * layer on (VKH2O_CONTEXT_VALIDATION). Without a device it calls skip(), unless the environment
+ * has VKH2O_REQUIRE_DEVICE=1, where it fails. Prints the device name once.
+ * Environment VKH2O_TEST_BASELINE=1 creates it with VKH2O_CONTEXT_BASELINE_ONLY. */
+vkh2o_context* vt_ctx(void);
+/* Asserts that the validation layer reported no WARNING/ERROR since the context was made.
+ * Call at the end of every GPU test (vt_teardown does it too). */
+void vt_check_validation(void);
+/* cmocka group teardown: checks validation and destroys the context. */
+int vt_group_teardown(void** state);
+/* A fresh context with given flags (validation always on); the caller destroys it. */
+vkh2o_context* vt_ctx_new(uint32_t flags);
+
+/* ---- random numbers (splitmix64 / xoshiro-style; deterministic per seed) ---- */
+typedef struct vt_rng { uint64_t s[4]; } vt_rng;
+void vt_rng_seed(vt_rng* r, uint64_t seed);
+uint64_t vt_u64(vt_rng* r);
+uint32_t vt_u32_below(vt_rng* r, uint32_t n);       /* uniform in [0, n) */
+float vt_uniform(vt_rng* r);                         /* [0, 1) */
+float vt_normal(vt_rng* r);                          /* standard normal */
+void vt_fill_normal(vt_rng* r, float* x, size_t n, float scale);
+/* Seed for a test: VKH2O_TEST_SEED if set, else a fresh one from the clock; printed. */
+uint64_t vt_seed(const char* test_name);
+
+/* ---- device buffers with guard words ----
+ * vt_buffer(bytes): a device buffer of bytes + VT_GUARD_BYTES, all poisoned with VT_POISON
+ * (a NaN pattern). vt_check_guard(buf, bytes) asserts the guard tail is untouched. */
+#define VT_POISON 0x7fbadbadu
+#define VT_GUARD_BYTES 256u
+vkh2o_buffer* vt_buffer(size_t bytes);
+void vt_poison(vkh2o_buffer* b);
+void vt_check_guard(vkh2o_buffer* b, size_t bytes);
+vkh2o_buffer* vt_upload_f32(const float* x, size_t n);      /* + guard */
+void vt_download_f32(vkh2o_buffer* b, float* x, size_t n);
+
+/* ---- comparisons ----
+ * Normalised MSE: sum (got-ref)^2 / max(sum ref^2, tiny). Any NaN/inf in got fails. Prints
+ * the figure with the label. */
+double vt_nmse_f(const float* got, const float* ref, size_t n);
+void vt_assert_nmse(const char* label, const float* got, const float* ref, size_t n, double bound);
+/* max |got-ref| / max(|ref|_inf, tiny) */
+double vt_max_rel(const float* got, const float* ref, size_t n);
+void vt_assert_finite(const char* label, const float* x, size_t n);
+
+#endif
