@@ -1,0 +1,192 @@
+/* Device buffers: device-local storage, mapped directly where the memory is host-visible
+ * (CPU and integrated devices), staged through a temporary host buffer elsewhere. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGING_CHUNK (16ull << 20)
+
+static int find_memory_type(const vkh2o_context* ctx, uint32_t bits, VkMemoryPropertyFlags want)
+{
+    for (uint32_t i = 0; i < ctx->mem_props.memoryTypeCount; i++)
+        if ((bits & (1u << i)) && (ctx->mem_props.memoryTypes[i].propertyFlags & want) == want)
+            return (int)i;
+    return -1;
+}
+
+static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vkh2o_buffer** out)
+{
+    *out = NULL;
+    if (bytes == 0)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "buffer of 0 bytes");
+    vkh2o_buffer* b = calloc(1, sizeof *b);
+    if (!b)
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    b->ctx = ctx;
+    b->size = bytes;
+    VkBufferCreateInfo bi = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = bytes,
+                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE };
+    VkResult vr = ctx->vk.vkCreateBuffer(ctx->device, &bi, NULL, &b->buffer);
+    if (vr != VK_SUCCESS) {
+        free(b);
+        return vr == VK_ERROR_OUT_OF_DEVICE_MEMORY
+                   ? vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_DEVICE_MEMORY, "device out of memory creating a buffer of %llu bytes",
+                                (unsigned long long)bytes)
+                   : vkh2o_vk_fail(ctx, vr, "vkCreateBuffer");
+    }
+    VkMemoryRequirements req;
+    ctx->vk.vkGetBufferMemoryRequirements(ctx->device, b->buffer, &req);
+    const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    int type = -1;
+    if (host)
+        type = find_memory_type(ctx, req.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+    if (type < 0 && (host || ctx->caps.unified_memory))
+        type = find_memory_type(ctx, req.memoryTypeBits, hv | (host ? 0 : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT));
+    if (type < 0 && !host)
+        type = find_memory_type(ctx, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+    if (type < 0 && !host)
+        type = find_memory_type(ctx, req.memoryTypeBits, 0);
+    if (type < 0) {
+        vkh2o_buffer_destroy(b);
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "no suitable memory type for a %llu-byte buffer", (unsigned long long)bytes);
+    }
+    uint32_t heap = ctx->mem_props.memoryTypes[type].heapIndex;
+    if (req.size > ctx->mem_props.memoryHeaps[heap].size) {
+        vkh2o_buffer_destroy(b);
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_DEVICE_MEMORY,
+                          "device out of memory: a buffer of %llu bytes exceeds the %llu-byte memory heap",
+                          (unsigned long long)bytes, (unsigned long long)ctx->mem_props.memoryHeaps[heap].size);
+    }
+    VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
+                                .memoryTypeIndex = (uint32_t)type };
+    vr = ctx->vk.vkAllocateMemory(ctx->device, &ai, NULL, &b->memory);
+    if (vr != VK_SUCCESS) {
+        vkh2o_buffer_destroy(b);
+        if (vr == VK_ERROR_OUT_OF_DEVICE_MEMORY || vr == VK_ERROR_OUT_OF_HOST_MEMORY)
+            return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_DEVICE_MEMORY, "device out of memory allocating %llu bytes (%s)",
+                              (unsigned long long)bytes, vkh2o_vk_result_string(vr));
+        return vkh2o_vk_fail(ctx, vr, "vkAllocateMemory");
+    }
+    vr = ctx->vk.vkBindBufferMemory(ctx->device, b->buffer, b->memory, 0);
+    if (vr != VK_SUCCESS) {
+        vkh2o_buffer_destroy(b);
+        return vkh2o_vk_fail(ctx, vr, "vkBindBufferMemory");
+    }
+    if (ctx->mem_props.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
+        vr = ctx->vk.vkMapMemory(ctx->device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped);
+        if (vr != VK_SUCCESS)
+            b->mapped = NULL;
+        if (!(ctx->mem_props.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT))
+            b->mapped = NULL;   /* we never flush/invalidate: use staging instead */
+    }
+    *out = b;
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_buffer_create(vkh2o_context* ctx, uint64_t bytes, vkh2o_buffer** out)
+{
+    if (!ctx || !out)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    return raw_create(ctx, bytes, false, out);
+}
+
+void vkh2o_buffer_destroy(vkh2o_buffer* b)
+{
+    if (!b)
+        return;
+    vkh2o_context* ctx = b->ctx;
+    if (b->mapped)
+        ctx->vk.vkUnmapMemory(ctx->device, b->memory);
+    if (b->buffer)
+        ctx->vk.vkDestroyBuffer(ctx->device, b->buffer, NULL);
+    if (b->memory)
+        ctx->vk.vkFreeMemory(ctx->device, b->memory, NULL);
+    free(b);
+}
+
+uint64_t vkh2o_buffer_size(const vkh2o_buffer* b) { return b ? b->size : 0; }
+VkBuffer vkh2o_buffer_vk(const vkh2o_buffer* b) { return b ? b->buffer : VK_NULL_HANDLE; }
+
+static vkh2o_result check_range(const vkh2o_buffer* b, uint64_t offset, uint64_t bytes, const char* what)
+{
+    if (!b)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    if (offset > b->size || bytes > b->size - offset)
+        return vkh2o_fail(b->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "%s: range [%llu, +%llu) outside a %llu-byte buffer", what,
+                          (unsigned long long)offset, (unsigned long long)bytes, (unsigned long long)b->size);
+    return VKH2O_OK;
+}
+
+/* copy between the staging buffer and b, direction given by `to_device` */
+static vkh2o_result staged_copy(vkh2o_buffer* b, uint64_t offset, void* host, uint64_t bytes, bool to_device)
+{
+    vkh2o_context* ctx = b->ctx;
+    uint64_t chunk = bytes < STAGING_CHUNK ? bytes : STAGING_CHUNK;
+    vkh2o_buffer* st;
+    VKH2O_CHECK(raw_create(ctx, chunk, true, &st));
+    if (!st->mapped) {
+        vkh2o_buffer_destroy(st);
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "no host-visible coherent memory for staging");
+    }
+    vkh2o_result r = VKH2O_OK;
+    for (uint64_t done = 0; done < bytes && r == VKH2O_OK; done += chunk) {
+        uint64_t n = bytes - done < chunk ? bytes - done : chunk;
+        if (to_device)
+            memcpy(st->mapped, (const char*)host + done, n);
+        VkCommandBuffer cb;
+        if ((r = vkh2o_begin(ctx, &cb)) != VKH2O_OK)
+            break;
+        VkBufferCopy region = { .srcOffset = to_device ? 0 : offset + done, .dstOffset = to_device ? offset + done : 0, .size = n };
+        ctx->vk.vkCmdCopyBuffer(cb, to_device ? st->buffer : b->buffer, to_device ? b->buffer : st->buffer, 1, &region);
+        if ((r = vkh2o_submit_wait(ctx, cb)) != VKH2O_OK)
+            break;
+        if (!to_device)
+            memcpy((char*)host + done, st->mapped, n);
+    }
+    vkh2o_buffer_destroy(st);
+    return r;
+}
+
+vkh2o_result vkh2o_buffer_upload(vkh2o_buffer* b, uint64_t offset, const void* src, uint64_t bytes)
+{
+    VKH2O_CHECK(check_range(b, offset, bytes, "vkh2o_buffer_upload"));
+    if (bytes == 0)
+        return VKH2O_OK;
+    if (!src)
+        return vkh2o_fail(b->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_buffer_upload: NULL source");
+    if (b->mapped) {
+        memcpy((char*)b->mapped + offset, src, bytes);
+        return VKH2O_OK;
+    }
+    return staged_copy(b, offset, (void*)src, bytes, true);
+}
+
+vkh2o_result vkh2o_buffer_download(vkh2o_buffer* b, uint64_t offset, void* dst, uint64_t bytes)
+{
+    VKH2O_CHECK(check_range(b, offset, bytes, "vkh2o_buffer_download"));
+    if (bytes == 0)
+        return VKH2O_OK;
+    if (!dst)
+        return vkh2o_fail(b->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_buffer_download: NULL destination");
+    if (b->mapped) {
+        memcpy(dst, (const char*)b->mapped + offset, bytes);
+        return VKH2O_OK;
+    }
+    return staged_copy(b, offset, dst, bytes, false);
+}
+
+vkh2o_result vkh2o_buffer_fill(vkh2o_buffer* b, uint64_t offset, uint64_t bytes, uint32_t word)
+{
+    VKH2O_CHECK(check_range(b, offset, bytes, "vkh2o_buffer_fill"));
+    if ((offset | bytes) & 3u)
+        return vkh2o_fail(b->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_buffer_fill: offset and size must be multiples of 4");
+    if (bytes == 0)
+        return VKH2O_OK;
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(b->ctx, &cb));
+    b->ctx->vk.vkCmdFillBuffer(cb, b->buffer, offset, bytes, word);
+    return vkh2o_submit_wait(b->ctx, cb);
+}

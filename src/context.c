@@ -1,0 +1,513 @@
+/* Vulkan instance/device (own or adopted), capabilities, the one-shot command buffer. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VALIDATION_LAYER "VK_LAYER_KHRONOS_validation"
+/* Generous: a Kimi-sized forward on a CPU device takes seconds; a real hang takes forever. */
+#define SUBMIT_TIMEOUT_NS (20ull * 60ull * 1000000000ull)
+
+static bool loader_ready(void)
+{
+    /* volkInitialize opens the loader; repeated calls are cheap and keep it open. */
+    return volkGetInstanceVersion() != 0 || volkInitialize() == VK_SUCCESS;
+}
+
+static VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBitsEXT sev,
+                                               VkDebugUtilsMessageTypeFlagsEXT type,
+                                               const VkDebugUtilsMessengerCallbackDataEXT* data,
+                                               void* user)
+{
+    vkh2o_context* ctx = user;
+    vkh2o_log_level level = VKH2O_LOG_DEBUG;
+    if (sev & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT)
+        level = VKH2O_LOG_ERROR;
+    else if (sev & VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT)
+        level = VKH2O_LOG_WARNING;
+    else if (sev & VK_DEBUG_UTILS_MESSAGE_SEVERITY_INFO_BIT_EXT)
+        level = VKH2O_LOG_INFO;
+    if (level >= VKH2O_LOG_WARNING)
+        ctx->validation_messages++;
+    vkh2o_log(ctx, level, "vulkan: %s", data && data->pMessage ? data->pMessage : "(no message)");
+    return VK_FALSE;
+}
+
+static bool has_layer(const char* name)
+{
+    uint32_t n = 0;
+    if (vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    VkLayerProperties* p = calloc(n, sizeof *p);
+    bool found = false;
+    if (p && vkEnumerateInstanceLayerProperties(&n, p) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n; i++)
+            found |= !strcmp(p[i].layerName, name);
+    free(p);
+    return found;
+}
+
+static bool has_instance_ext(const char* name)
+{
+    uint32_t n = 0;
+    if (vkEnumerateInstanceExtensionProperties(NULL, &n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    VkExtensionProperties* p = calloc(n, sizeof *p);
+    bool found = false;
+    if (p && vkEnumerateInstanceExtensionProperties(NULL, &n, p) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n; i++)
+            found |= !strcmp(p[i].extensionName, name);
+    free(p);
+    return found;
+}
+
+static bool has_device_ext(VkPhysicalDevice pd, const char* name)
+{
+    uint32_t n = 0;
+    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    VkExtensionProperties* p = calloc(n, sizeof *p);
+    bool found = false;
+    if (p && vkEnumerateDeviceExtensionProperties(pd, NULL, &n, p) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n; i++)
+            found |= !strcmp(p[i].extensionName, name);
+    free(p);
+    return found;
+}
+
+static int compute_family(VkPhysicalDevice pd)
+{
+    uint32_t n = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
+    VkQueueFamilyProperties q[32];
+    if (n > 32)
+        n = 32;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, q);
+    for (uint32_t i = 0; i < n; i++)
+        if (q[i].queueFlags & VK_QUEUE_COMPUTE_BIT)
+            return (int)i;
+    return -1;
+}
+
+static void copy_str(char* dst, size_t cap, const char* src)
+{
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+/* Everything the library may use, read once. `family` is the queue family used (-1: none). */
+static void query_caps(VkPhysicalDevice pd, int family, vkh2o_device_caps* c, VkPhysicalDeviceMemoryProperties* mp)
+{
+    memset(c, 0, sizeof *c);
+    VkPhysicalDeviceSubgroupProperties sub = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES };
+    VkPhysicalDeviceDriverProperties drv = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, .pNext = &sub };
+    VkPhysicalDeviceProperties2 p2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &drv };
+    vkGetPhysicalDeviceProperties2(pd, &p2);
+    const VkPhysicalDeviceProperties* p = &p2.properties;
+    copy_str(c->device_name, sizeof c->device_name, p->deviceName);
+    copy_str(c->driver_name, sizeof c->driver_name, drv.driverName);
+    copy_str(c->driver_info, sizeof c->driver_info, drv.driverInfo);
+    c->vendor_id = p->vendorID;
+    c->device_id = p->deviceID;
+    c->api_version = p->apiVersion;
+    c->driver_version = p->driverVersion;
+    c->device_type = p->deviceType;
+    c->subgroup_size = sub.subgroupSize ? sub.subgroupSize : 1;
+    c->subgroup_arithmetic = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                             (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+    c->max_storage_buffer_range = p->limits.maxStorageBufferRange;
+    c->max_shared_memory = p->limits.maxComputeSharedMemorySize;
+    c->max_workgroup_invocations = p->limits.maxComputeWorkGroupInvocations;
+    for (int i = 0; i < 3; i++)
+        c->max_workgroup_count[i] = p->limits.maxComputeWorkGroupCount[i];
+    c->timestamp_period_ns = p->limits.timestampPeriod;
+
+    VkPhysicalDevice8BitStorageFeatures s8 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES };
+    VkPhysicalDevice16BitStorageFeatures s16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES, .pNext = &s8 };
+    VkPhysicalDeviceShaderFloat16Int8Features f16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, .pNext = &s16 };
+    VkPhysicalDeviceFeatures2 f2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16 };
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    c->shader_float16 = f16.shaderFloat16;
+    c->storage_16bit = s16.storageBuffer16BitAccess;
+    c->storage_8bit = s8.storageBuffer8BitAccess;
+    c->push_descriptor = has_device_ext(pd, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+
+    vkGetPhysicalDeviceMemoryProperties(pd, mp);
+    for (uint32_t h = 0; h < mp->memoryHeapCount; h++)
+        if ((mp->memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && mp->memoryHeaps[h].size > c->device_local_bytes)
+            c->device_local_bytes = mp->memoryHeaps[h].size;
+    c->unified_memory = p->deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ||
+                        p->deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU;
+
+    if (family >= 0) {
+        uint32_t n = 0;
+        vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
+        VkQueueFamilyProperties q[32];
+        if (n > 32)
+            n = 32;
+        vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, q);
+        c->timestamps = (uint32_t)family < n && q[family].timestampValidBits > 0 && p->limits.timestampPeriod > 0;
+    }
+}
+
+static int type_rank(VkPhysicalDeviceType t)
+{
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 4;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 3;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 1;
+    default: return 0;
+    }
+}
+
+static VkResult make_instance(bool validation, bool debug_utils, VkInstance* out)
+{
+    const char* layers[1] = { VALIDATION_LAYER };
+    const char* exts[2];
+    uint32_t next = 0;
+    if (debug_utils)
+        exts[next++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    VkApplicationInfo app = { .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "vkh2o",
+                              .pEngineName = "vkh2o", .apiVersion = VK_API_VERSION_1_2 };
+    VkInstanceCreateInfo ci = { .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app,
+                                .enabledLayerCount = validation ? 1 : 0, .ppEnabledLayerNames = layers,
+                                .enabledExtensionCount = next, .ppEnabledExtensionNames = exts };
+    return vkCreateInstance(&ci, NULL, out);
+}
+
+vkh2o_result vkh2o_enumerate_devices(vkh2o_device_caps* caps, uint32_t max, uint32_t* count)
+{
+    if (!count)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    *count = 0;
+    if (!loader_ready())
+        return VKH2O_ERROR_NO_DEVICE;
+    VkInstance inst;
+    if (make_instance(false, false, &inst) != VK_SUCCESS)
+        return VKH2O_ERROR_NO_DEVICE;
+    volkLoadInstanceOnly(inst);
+    uint32_t n = 0;
+    vkEnumeratePhysicalDevices(inst, &n, NULL);
+    VkPhysicalDevice pds[16];
+    if (n > 16)
+        n = 16;
+    vkEnumeratePhysicalDevices(inst, &n, pds);
+    for (uint32_t i = 0; i < n && i < max && caps; i++) {
+        VkPhysicalDeviceMemoryProperties mp;
+        query_caps(pds[i], compute_family(pds[i]), &caps[i], &mp);
+    }
+    *count = n;
+    vkDestroyInstance(inst, NULL);
+    return VKH2O_OK;
+}
+
+static vkh2o_result pick_device(vkh2o_context* ctx, uint32_t select)
+{
+    uint32_t n = 0;
+    VkResult vr = vkEnumeratePhysicalDevices(ctx->instance, &n, NULL);
+    if (vr != VK_SUCCESS || n == 0)
+        return vkh2o_fail(ctx, VKH2O_ERROR_NO_DEVICE, "no Vulkan physical device found (%s)", vkh2o_vk_result_string(vr));
+    VkPhysicalDevice pds[16];
+    if (n > 16)
+        n = 16;
+    vkEnumeratePhysicalDevices(ctx->instance, &n, pds);
+    const char* env = getenv("VKH2O_DEVICE");
+    if (select == 0 && env && *env) {
+        char* end;
+        long v = strtol(env, &end, 10);
+        if (*end || v < 0)
+            return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "VKH2O_DEVICE='%s' is not a device index", env);
+        select = VKH2O_DEVICE_INDEX(v);
+    }
+    if (select) {
+        uint32_t i = select - 1;
+        if (i >= n)
+            return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "device index %u out of range (%u devices)", i, n);
+        VkPhysicalDeviceProperties p;
+        vkGetPhysicalDeviceProperties(pds[i], &p);
+        if (p.apiVersion < VK_API_VERSION_1_2)
+            return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "device %u (%s) supports only Vulkan %u.%u; 1.2 is needed",
+                              i, p.deviceName, VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion));
+        if (compute_family(pds[i]) < 0)
+            return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "device %u (%s) has no compute queue", i, p.deviceName);
+        ctx->phys = pds[i];
+        return VKH2O_OK;
+    }
+    int best = -1, best_rank = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        VkPhysicalDeviceProperties p;
+        vkGetPhysicalDeviceProperties(pds[i], &p);
+        if (p.apiVersion < VK_API_VERSION_1_2 || compute_family(pds[i]) < 0)
+            continue;
+        int r = type_rank(p.deviceType);
+        if (r > best_rank) {
+            best_rank = r;
+            best = (int)i;
+        }
+    }
+    if (best < 0)
+        return vkh2o_fail(ctx, VKH2O_ERROR_NO_DEVICE, "none of the %u Vulkan devices supports Vulkan 1.2 compute", n);
+    ctx->phys = pds[best];
+    return VKH2O_OK;
+}
+
+static vkh2o_result create_device(vkh2o_context* ctx)
+{
+    int fam = compute_family(ctx->phys);
+    ctx->queue_family = (uint32_t)fam;
+    bool baseline = ctx->flags & VKH2O_CONTEXT_BASELINE_ONLY;
+
+    VkPhysicalDevice8BitStorageFeatures s8 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES };
+    VkPhysicalDevice16BitStorageFeatures s16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES, .pNext = &s8 };
+    VkPhysicalDeviceShaderFloat16Int8Features f16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, .pNext = &s16 };
+    VkPhysicalDeviceFeatures2 avail = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16 };
+    vkGetPhysicalDeviceFeatures2(ctx->phys, &avail);
+
+    /* Enable only what is present; the caps say what was enabled. */
+    VkPhysicalDevice8BitStorageFeatures e8 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES,
+        .storageBuffer8BitAccess = !baseline && s8.storageBuffer8BitAccess };
+    VkPhysicalDevice16BitStorageFeatures e16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES, .pNext = &e8,
+        .storageBuffer16BitAccess = !baseline && s16.storageBuffer16BitAccess };
+    VkPhysicalDeviceShaderFloat16Int8Features ef16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, .pNext = &e16,
+        .shaderFloat16 = !baseline && f16.shaderFloat16, .shaderInt8 = !baseline && f16.shaderInt8 };
+    VkPhysicalDeviceFeatures2 en = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &ef16 };
+
+    const char* exts[2];
+    uint32_t next = 0;
+    bool push = !baseline && has_device_ext(ctx->phys, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    if (push)
+        exts[next++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
+
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = ctx->queue_family,
+                                    .queueCount = 1, .pQueuePriorities = &prio };
+    VkDeviceCreateInfo dci = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &en, .queueCreateInfoCount = 1,
+                               .pQueueCreateInfos = &qci, .enabledExtensionCount = next, .ppEnabledExtensionNames = exts };
+    VkResult vr = vkCreateDevice(ctx->phys, &dci, NULL, &ctx->device);
+    if (vr != VK_SUCCESS)
+        return vkh2o_vk_fail(ctx, vr, "vkCreateDevice");
+    ctx->owns_device = true;
+    query_caps(ctx->phys, fam, &ctx->caps, &ctx->mem_props);
+    ctx->caps.shader_float16 = ef16.shaderFloat16;
+    ctx->caps.storage_16bit = e16.storageBuffer16BitAccess;
+    ctx->caps.storage_8bit = e8.storageBuffer8BitAccess;
+    ctx->caps.push_descriptor = push;
+    return VKH2O_OK;
+}
+
+static vkh2o_result init_common(vkh2o_context* ctx)
+{
+    volkLoadDeviceTable(&ctx->vk, ctx->device);
+    if (!ctx->queue)
+        ctx->vk.vkGetDeviceQueue(ctx->device, ctx->queue_family, 0, &ctx->queue);
+    VkCommandPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                    .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                    .queueFamilyIndex = ctx->queue_family };
+    VkResult vr = ctx->vk.vkCreateCommandPool(ctx->device, &pci, NULL, &ctx->cmd_pool);
+    if (vr != VK_SUCCESS)
+        return vkh2o_vk_fail(ctx, vr, "vkCreateCommandPool");
+    VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = ctx->cmd_pool,
+                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
+    vr = ctx->vk.vkAllocateCommandBuffers(ctx->device, &ai, &ctx->cmd);
+    if (vr != VK_SUCCESS)
+        return vkh2o_vk_fail(ctx, vr, "vkAllocateCommandBuffers");
+    VkFenceCreateInfo fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
+    vr = ctx->vk.vkCreateFence(ctx->device, &fci, NULL, &ctx->fence);
+    if (vr != VK_SUCCESS)
+        return vkh2o_vk_fail(ctx, vr, "vkCreateFence");
+    if (ctx->caps.timestamps) {
+        VkQueryPoolCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                      .queryCount = VKH2O_MAX_TIMESTAMPS };
+        if (ctx->vk.vkCreateQueryPool(ctx->device, &qci, NULL, &ctx->ts_pool) != VK_SUCCESS)
+            ctx->caps.timestamps = false;
+    }
+    return VKH2O_OK;
+}
+
+static bool adopting(const vkh2o_context_desc* d)
+{
+    return d->instance || d->physical_device || d->device || d->queue;
+}
+
+vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context** out)
+{
+    if (!out)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    *out = NULL;
+    vkh2o_context_desc zero = { 0 };
+    if (!desc)
+        desc = &zero;
+    vkh2o_context* ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+    ctx->log = desc->log;
+    ctx->user_data = desc->user_data;
+    ctx->flags = desc->flags;
+    if (vkh2o_env_flag("VKH2O_VALIDATION"))
+        ctx->flags |= VKH2O_CONTEXT_VALIDATION;
+    vkh2o_result r = VKH2O_OK;
+
+    if (!loader_ready()) {
+        r = vkh2o_fail(ctx, VKH2O_ERROR_NO_DEVICE, "the Vulkan loader (libvulkan.so.1) could not be loaded");
+        goto fail;
+    }
+    if (adopting(desc)) {
+        if (!desc->instance || !desc->physical_device || !desc->device || !desc->queue) {
+            r = vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                           "adopting an application's device needs instance, physical_device, device and queue together");
+            goto fail;
+        }
+        ctx->instance = desc->instance;
+        ctx->phys = desc->physical_device;
+        ctx->device = desc->device;
+        ctx->queue = desc->queue;
+        ctx->queue_family = desc->queue_family;
+        volkLoadInstanceOnly(ctx->instance);
+        VkPhysicalDeviceProperties p;
+        vkGetPhysicalDeviceProperties(ctx->phys, &p);
+        if (p.apiVersion < VK_API_VERSION_1_2) {
+            r = vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "adopted device %s is below Vulkan 1.2", p.deviceName);
+            goto fail;
+        }
+        query_caps(ctx->phys, (int)ctx->queue_family, &ctx->caps, &ctx->mem_props);
+        /* We cannot know which optional features the app enabled: assume none of them. */
+        ctx->caps.shader_float16 = ctx->caps.storage_16bit = ctx->caps.storage_8bit = false;
+        ctx->caps.push_descriptor = false;
+    } else {
+        bool validation = ctx->flags & VKH2O_CONTEXT_VALIDATION;
+        if (validation && !has_layer(VALIDATION_LAYER)) {
+            r = vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                           "validation requested but %s is not installed (Debian: vulkan-validationlayers)", VALIDATION_LAYER);
+            goto fail;
+        }
+        bool dbg = validation && has_instance_ext(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+        VkResult vr = make_instance(validation, dbg, &ctx->instance);
+        if (vr != VK_SUCCESS) {
+            r = vr == VK_ERROR_INCOMPATIBLE_DRIVER ? vkh2o_fail(ctx, VKH2O_ERROR_NO_DEVICE, "no Vulkan driver found (vkCreateInstance: %s)", vkh2o_vk_result_string(vr))
+                                                    : vkh2o_vk_fail(ctx, vr, "vkCreateInstance");
+            goto fail;
+        }
+        ctx->owns_instance = true;
+        volkLoadInstanceOnly(ctx->instance);
+        if (dbg) {
+            VkDebugUtilsMessengerCreateInfoEXT mci = {
+                .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+                .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+                .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                               VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+                .pfnUserCallback = debug_cb, .pUserData = ctx };
+            vkCreateDebugUtilsMessengerEXT(ctx->instance, &mci, NULL, &ctx->messenger);
+        }
+        if ((r = pick_device(ctx, desc->device_select)) != VKH2O_OK)
+            goto fail;
+        if ((r = create_device(ctx)) != VKH2O_OK)
+            goto fail;
+    }
+    if ((r = init_common(ctx)) != VKH2O_OK)
+        goto fail;
+    vkh2o_log(ctx, VKH2O_LOG_INFO, "vkh2o: device %s (%s), subgroup %u, push descriptors %s",
+              ctx->caps.device_name, ctx->caps.driver_name, ctx->caps.subgroup_size, ctx->caps.push_descriptor ? "yes" : "no");
+    *out = ctx;
+    return VKH2O_OK;
+fail:
+    vkh2o_context_destroy(ctx);
+    return r;
+}
+
+void vkh2o_kernels_destroy(vkh2o_context* ctx);  /* pipeline.c */
+
+void vkh2o_context_destroy(vkh2o_context* ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->device && ctx->vk.vkQueueWaitIdle && ctx->queue)
+        ctx->vk.vkQueueWaitIdle(ctx->queue);
+    if (ctx->device && ctx->vk.vkDestroyPipeline)
+        vkh2o_kernels_destroy(ctx);
+    if (ctx->ts_pool)
+        ctx->vk.vkDestroyQueryPool(ctx->device, ctx->ts_pool, NULL);
+    if (ctx->fence)
+        ctx->vk.vkDestroyFence(ctx->device, ctx->fence, NULL);
+    if (ctx->cmd_pool)
+        ctx->vk.vkDestroyCommandPool(ctx->device, ctx->cmd_pool, NULL);
+    /* a device that failed half-way has no table yet: fetch vkDestroyDevice from the instance */
+    if (ctx->owns_device && ctx->device) {
+        PFN_vkDestroyDevice destroy = ctx->vk.vkDestroyDevice
+            ? ctx->vk.vkDestroyDevice : (PFN_vkDestroyDevice)vkGetDeviceProcAddr(ctx->device, "vkDestroyDevice");
+        destroy(ctx->device, NULL);
+    }
+    if (ctx->messenger)
+        vkDestroyDebugUtilsMessengerEXT(ctx->instance, ctx->messenger, NULL);
+    if (ctx->owns_instance && ctx->instance)
+        vkDestroyInstance(ctx->instance, NULL);
+    free(ctx);
+}
+
+const vkh2o_device_caps* vkh2o_context_caps(const vkh2o_context* ctx) { return &ctx->caps; }
+uint32_t vkh2o_context_validation_messages(const vkh2o_context* ctx) { return ctx ? ctx->validation_messages : 0; }
+VkDevice vkh2o_context_device(const vkh2o_context* ctx) { return ctx->device; }
+
+void vkh2o_arena_reset(vkh2o_context* ctx);  /* pipeline.c */
+
+vkh2o_result vkh2o_begin(vkh2o_context* ctx, VkCommandBuffer* cb)
+{
+    if (ctx->recording)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_begin: the one-shot command buffer is already recording");
+    VkResult vr = ctx->vk.vkResetCommandBuffer(ctx->cmd, 0);
+    if (vr != VK_SUCCESS)
+        return vkh2o_vk_fail(ctx, vr, "vkResetCommandBuffer");
+    VkCommandBufferBeginInfo bi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT };
+    vr = ctx->vk.vkBeginCommandBuffer(ctx->cmd, &bi);
+    if (vr != VK_SUCCESS)
+        return vkh2o_vk_fail(ctx, vr, "vkBeginCommandBuffer");
+    ctx->recording = true;
+    ctx->ts_used = 0;
+    if (ctx->ts_pool)
+        ctx->vk.vkCmdResetQueryPool(ctx->cmd, ctx->ts_pool, 0, VKH2O_MAX_TIMESTAMPS);
+    *cb = ctx->cmd;
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb)
+{
+    if (!ctx->recording || cb != ctx->cmd)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_submit_wait: not the recording one-shot command buffer");
+    ctx->recording = false;
+    VkResult vr = ctx->vk.vkEndCommandBuffer(cb);
+    if (vr != VK_SUCCESS)
+        return vkh2o_vk_fail(ctx, vr, "vkEndCommandBuffer");
+    VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb };
+    vr = ctx->vk.vkQueueSubmit(ctx->queue, 1, &si, ctx->fence);
+    if (vr != VK_SUCCESS)
+        return vkh2o_vk_fail(ctx, vr, "vkQueueSubmit");
+    vr = ctx->vk.vkWaitForFences(ctx->device, 1, &ctx->fence, VK_TRUE, SUBMIT_TIMEOUT_NS);
+    ctx->vk.vkResetFences(ctx->device, 1, &ctx->fence);
+    if (vr != VK_SUCCESS)
+        return vkh2o_vk_fail(ctx, vr, "vkWaitForFences (the device did not finish the submitted work)");
+    vkh2o_arena_reset(ctx);
+    if (ctx->ts_pool && ctx->ts_used) {
+        vr = ctx->vk.vkGetQueryPoolResults(ctx->device, ctx->ts_pool, 0, ctx->ts_used, sizeof ctx->ts_values,
+                                           ctx->ts_values, sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+        if (vr != VK_SUCCESS)
+            ctx->ts_used = 0;
+    }
+    return VKH2O_OK;
+}
+
+uint32_t vkh2o_timestamp(vkh2o_context* ctx, VkCommandBuffer cb)
+{
+    if (!ctx->ts_pool || cb != ctx->cmd || ctx->ts_used >= VKH2O_MAX_TIMESTAMPS)
+        return UINT32_MAX;
+    uint32_t i = ctx->ts_used++;
+    ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, ctx->ts_pool, i);
+    return i;
+}
+
+double vkh2o_timestamp_ms(const vkh2o_context* ctx, uint32_t a, uint32_t b)
+{
+    if (a >= ctx->ts_used || b >= ctx->ts_used || !ctx->caps.timestamps)
+        return -1.0;
+    return (double)(ctx->ts_values[b] - ctx->ts_values[a]) * ctx->caps.timestamp_period_ns * 1e-6;
+}
