@@ -66,15 +66,21 @@ VKH2O_API vkh2o_result vkh2o_safetensors_find(const vkh2o_safetensors* st, const
 VKH2O_API const char* vkh2o_safetensors_metadata(const vkh2o_safetensors* st, const char* key);
 
 /* ---- writing (tools: vkh2o-mkshard, vkh2o-demo --out) ----
- * Writes to "<path>.tmp.<pid>" and renames over path only once complete, so a failure never
- * leaves a half-written file. Tensors are written in the order given. */
+ * Writes to "<path>.tmp.<pid>" (created exclusively, synced) and renames over path only once
+ * complete, so a failure never leaves a half-written file or a temporary behind. Tensors are
+ * written in the order given; the header is space-padded so the data section is 8-aligned.
+ * Results: OK, INVALID_ARGUMENT (bad name/dtype/shape, duplicate name, metadata key without a
+ * value), IO, OUT_OF_HOST_MEMORY. */
 typedef struct vkh2o_tensor_write {
     const char* name;
     vkh2o_dtype dtype;
     uint32_t ndim;
     uint64_t shape[VKH2O_MAX_DIMS];
-    const void* data;     /* numel x dtype size bytes; NULL with fill_fn set */
-    /* optional generator: writes `count` elements starting at element `first` into dst */
+    const void* data;     /* numel x dtype size bytes; NULL with fill_fn set, or NULL with
+                           * fill_fn NULL for an all-zero tensor (written as a file hole, so a
+                           * multi-GB placeholder costs no time and, where supported, no disk) */
+    /* optional generator: writes `count` elements starting at element `first` into dst; called
+     * in increasing order of `first` with chunks of a few MiB */
     void (*fill_fn)(void* dst, uint64_t first, uint64_t count, void* user);
     void* fill_user;
 } vkh2o_tensor_write;
@@ -123,8 +129,14 @@ typedef struct vkh2o_mla_config {
 /* Kimi K2.6 layer-0 values (the defaults of the seed documents). */
 VKH2O_API void vkh2o_mla_config_kimi_k26(vkh2o_mla_config* cfg);
 /* Reads an HF config.json (DeepseekV3 / Kimi; "rope_scaling" or "rope_parameters", possibly
- * nested under "text_config"). Missing keys keep the values already in *cfg.
- * Results: OK, IO, FORMAT, INVALID_ARGUMENT (a value out of range). */
+ * nested under "text_config", which is looked at before the top level). Missing keys keep the
+ * values already in *cfg, except as HF reads them: q_lora_rank null -> 0 (plain q_proj);
+ * rope_interleave absent -> true; no rope_scaling/rope_parameters (or null, or type "default")
+ * -> no scaling; inside a yarn object absent keys take HF's defaults (beta_fast 32, beta_slow 1,
+ * mscale 0, mscale_all_dim 0, original_max_position_embeddings = max_position_embeddings).
+ * The result is validated; *cfg is changed only on success.
+ * Results: OK, IO, FORMAT (bad JSON, a value of the wrong type), INVALID_ARGUMENT (a value out
+ * of range or unsupported); the message names the file and the key. */
 VKH2O_API vkh2o_result vkh2o_mla_config_from_json(const char* path, vkh2o_mla_config* cfg, vkh2o_error* err);
 /* Checks internal consistency. Results: OK, INVALID_ARGUMENT. */
 VKH2O_API vkh2o_result vkh2o_mla_config_validate(const vkh2o_mla_config* cfg, vkh2o_error* err);

@@ -1,0 +1,361 @@
+/* The MLA layer config: Kimi K2.6 defaults, HF config.json parsing, validation, and the
+ * derived numbers (softmax scale, YaRN RoPE frequencies, parameter count) with the exact
+ * semantics of HF transformers' DeepseekV3 (modeling_deepseek_v3 + rope_utils). */
+#include "model_internal.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONFIG_MAX_BYTES (16u << 20)
+/* Dimension limits: generous for any real MLA model, small enough that every product the
+ * library forms (heads x head_dim x rank) fits in 32 bits. */
+#define MAX_DIM 65536u
+#define MAX_HEADS 1024u
+
+void vkh2o_mla_config_kimi_k26(vkh2o_mla_config* cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->num_layers = 61;
+    cfg->hidden_size = 7168;
+    cfg->num_heads = 64;
+    cfg->q_lora_rank = 1536;
+    cfg->kv_lora_rank = 512;
+    cfg->qk_nope_head_dim = 128;
+    cfg->qk_rope_head_dim = 64;
+    cfg->v_head_dim = 128;
+    cfg->rope_theta = 50000.0f;
+    cfg->rope_scaling = VKH2O_ROPE_YARN;
+    cfg->yarn_factor = 32.0f;
+    cfg->original_max_position_embeddings = 4096;
+    cfg->beta_fast = 1.0f;
+    cfg->beta_slow = 1.0f;
+    cfg->mscale = 1.0f;
+    cfg->mscale_all_dim = 1.0f;
+    cfg->rope_interleave = true;
+    /* DeepSeek-V3's and Kimi K2's config.json say 1e-6 (the same value the q/kv norms use). */
+    cfg->rms_norm_eps = 1e-6f;
+    cfg->attention_bias = false;
+}
+
+uint32_t vkh2o_mla_qk_head_dim(const vkh2o_mla_config* cfg)
+{
+    return cfg->qk_nope_head_dim + cfg->qk_rope_head_dim;
+}
+
+/* HF yarn_get_mscale / get_mscale */
+static double yarn_mscale(double scale, double m)
+{
+    return scale <= 1.0 ? 1.0 : 0.1 * m * log(scale) + 1.0;
+}
+
+float vkh2o_mla_softmax_scale(const vkh2o_mla_config* cfg)
+{
+    double s = 1.0 / sqrt((double)vkh2o_mla_qk_head_dim(cfg));
+    if (cfg->rope_scaling == VKH2O_ROPE_YARN && cfg->mscale_all_dim != 0.0f) {
+        double m = yarn_mscale(cfg->yarn_factor, cfg->mscale_all_dim);
+        s *= m * m;
+    }
+    return (float)s;
+}
+
+void vkh2o_mla_rope_params(const vkh2o_mla_config* cfg, float* inv_freq, float* attention_factor)
+{
+    const uint32_t dim = cfg->qk_rope_head_dim, half = dim / 2;
+    const double base = cfg->rope_theta;
+    if (cfg->rope_scaling != VKH2O_ROPE_YARN) {
+        for (uint32_t i = 0; i < half; i++)
+            inv_freq[i] = (float)(1.0 / pow(base, (2.0 * i) / dim));
+        if (attention_factor)
+            *attention_factor = 1.0f;
+        return;
+    }
+    const double factor = cfg->yarn_factor;
+    double af;
+    if (cfg->mscale != 0.0f && cfg->mscale_all_dim != 0.0f)
+        af = yarn_mscale(factor, cfg->mscale) / yarn_mscale(factor, cfg->mscale_all_dim);
+    else
+        af = yarn_mscale(factor, 1.0);
+    /* find_correction_range with truncate=True */
+    const double two_pi = 2.0 * 3.14159265358979323846;
+    const double omp = cfg->original_max_position_embeddings;
+    double corr_fast = dim * log(omp / (cfg->beta_fast * two_pi)) / (2.0 * log(base));
+    double corr_slow = dim * log(omp / (cfg->beta_slow * two_pi)) / (2.0 * log(base));
+    double low = floor(corr_fast), high = ceil(corr_slow);
+    if (low < 0.0)
+        low = 0.0;
+    if (high > dim - 1.0)
+        high = dim - 1.0;
+    if (low == high)
+        high += 0.001;   /* HF: prevent a division by zero in the ramp */
+    for (uint32_t i = 0; i < half; i++) {
+        double pos_freq = pow(base, (2.0 * i) / dim);
+        double inv_extra = 1.0 / pos_freq;
+        double inv_inter = 1.0 / (factor * pos_freq);
+        double ramp = (i - low) / (high - low);
+        ramp = ramp < 0.0 ? 0.0 : ramp > 1.0 ? 1.0 : ramp;
+        double extra = 1.0 - ramp;
+        inv_freq[i] = (float)(inv_inter * (1.0 - extra) + inv_extra * extra);
+    }
+    if (attention_factor)
+        *attention_factor = (float)af;
+}
+
+uint64_t vkh2o_mla_param_count(const vkh2o_mla_config* c)
+{
+    uint64_t H = c->num_heads, D = c->hidden_size, qk = vkh2o_mla_qk_head_dim(c);
+    uint64_t n = 0;
+    if (c->q_lora_rank)
+        n += (uint64_t)c->q_lora_rank * D + c->q_lora_rank + H * qk * c->q_lora_rank;
+    else
+        n += H * qk * D;
+    n += ((uint64_t)c->kv_lora_rank + c->qk_rope_head_dim) * D + c->kv_lora_rank;
+    n += H * ((uint64_t)c->qk_nope_head_dim + c->v_head_dim) * c->kv_lora_rank;
+    n += D * H * c->v_head_dim;
+    return n;
+}
+
+static bool finite_pos(float x)
+{
+    return isfinite(x) && x > 0.0f;
+}
+
+vkh2o_result vkh2o_mla_config_validate(const vkh2o_mla_config* c, vkh2o_error* err)
+{
+#define BAD(...) return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, __VA_ARGS__)
+    if (!c)
+        BAD("mla config: NULL");
+    if (c->hidden_size == 0 || c->hidden_size > MAX_DIM)
+        BAD("mla config: hidden_size %u out of range [1, %u]", c->hidden_size, MAX_DIM);
+    if (c->num_heads == 0 || c->num_heads > MAX_HEADS)
+        BAD("mla config: num_heads %u out of range [1, %u]", c->num_heads, MAX_HEADS);
+    if (c->q_lora_rank > MAX_DIM)
+        BAD("mla config: q_lora_rank %u out of range [0, %u]", c->q_lora_rank, MAX_DIM);
+    if (c->kv_lora_rank == 0 || c->kv_lora_rank > MAX_DIM)
+        BAD("mla config: kv_lora_rank %u out of range [1, %u]", c->kv_lora_rank, MAX_DIM);
+    if (c->qk_nope_head_dim == 0 || c->qk_nope_head_dim > 4096)
+        BAD("mla config: qk_nope_head_dim %u out of range [1, 4096]", c->qk_nope_head_dim);
+    if (c->qk_rope_head_dim == 0 || c->qk_rope_head_dim > 4096 || c->qk_rope_head_dim % 2)
+        BAD("mla config: qk_rope_head_dim %u must be even and in [2, 4096]", c->qk_rope_head_dim);
+    if (c->v_head_dim == 0 || c->v_head_dim > 4096)
+        BAD("mla config: v_head_dim %u out of range [1, 4096]", c->v_head_dim);
+    if (!finite_pos(c->rope_theta) || c->rope_theta <= 1.0f)
+        BAD("mla config: rope_theta %g must be finite and > 1", (double)c->rope_theta);
+    if (!finite_pos(c->rms_norm_eps) || c->rms_norm_eps >= 1.0f)
+        BAD("mla config: rms_norm_eps %g must be in (0, 1)", (double)c->rms_norm_eps);
+    if (c->attention_bias)
+        BAD("mla config: attention_bias = true is not supported (DeepSeek-V3/Kimi have none)");
+    if (c->rope_scaling != VKH2O_ROPE_NONE && c->rope_scaling != VKH2O_ROPE_YARN)
+        BAD("mla config: unknown rope_scaling %d", (int)c->rope_scaling);
+    if (c->rope_scaling == VKH2O_ROPE_YARN) {
+        if (!isfinite(c->yarn_factor) || c->yarn_factor < 1.0f)
+            BAD("mla config: yarn factor %g must be finite and >= 1", (double)c->yarn_factor);
+        if (c->original_max_position_embeddings == 0)
+            BAD("mla config: original_max_position_embeddings must be > 0 with yarn");
+        if (!finite_pos(c->beta_fast) || !finite_pos(c->beta_slow))
+            BAD("mla config: yarn beta_fast %g and beta_slow %g must be finite and > 0", (double)c->beta_fast,
+                (double)c->beta_slow);
+        if (!isfinite(c->mscale) || c->mscale < 0.0f || !isfinite(c->mscale_all_dim) || c->mscale_all_dim < 0.0f)
+            BAD("mla config: yarn mscale %g and mscale_all_dim %g must be finite and >= 0", (double)c->mscale,
+                (double)c->mscale_all_dim);
+    }
+#undef BAD
+    return VKH2O_OK;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * config.json
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct json_src {
+    const char* path;
+    const cJSON* text;      /* "text_config" when present (looked at first) */
+    const cJSON* root;
+} json_src;
+
+static const cJSON* get(const json_src* s, const char* key)
+{
+    const cJSON* v = s->text ? cJSON_GetObjectItemCaseSensitive(s->text, key) : NULL;
+    return v ? v : cJSON_GetObjectItemCaseSensitive(s->root, key);
+}
+
+/* where: "" or "rope_scaling." for messages */
+static vkh2o_result read_u32(const json_src* s, const cJSON* v, const char* where, const char* key, uint32_t min,
+                             uint32_t* out, vkh2o_error* err)
+{
+    if (!v)
+        return VKH2O_OK;
+    if (!cJSON_IsNumber(v))
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"%s%s\" is not a number", s->path, where, key);
+    double d = v->valuedouble;
+    if (d != floor(d) || d < (double)min || d > (double)UINT32_MAX)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "%s: \"%s%s\" = %g is not an integer in [%u, %u]",
+                               s->path, where, key, d, min, UINT32_MAX);
+    *out = (uint32_t)d;
+    return VKH2O_OK;
+}
+
+static vkh2o_result read_f32(const json_src* s, const cJSON* v, const char* where, const char* key, float* out,
+                             vkh2o_error* err)
+{
+    if (!v)
+        return VKH2O_OK;
+    if (!cJSON_IsNumber(v))
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"%s%s\" is not a number", s->path, where, key);
+    double d = v->valuedouble;
+    if (!isfinite(d) || fabs(d) > 3.0e38)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "%s: \"%s%s\" = %g is out of float range", s->path,
+                               where, key, d);
+    *out = (float)d;
+    return VKH2O_OK;
+}
+
+static vkh2o_result read_bool(const json_src* s, const cJSON* v, const char* key, bool* out, vkh2o_error* err)
+{
+    if (!v)
+        return VKH2O_OK;
+    if (!cJSON_IsBool(v))
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"%s\" is not true/false", s->path, key);
+    *out = cJSON_IsTrue(v);
+    return VKH2O_OK;
+}
+
+/* One rope_scaling / rope_parameters object. Inside a yarn object, absent keys take HF's
+ * defaults (rope_utils._compute_yarn_parameters), not the values already in cfg. */
+static vkh2o_result read_rope(const json_src* s, const cJSON* rs, const char* where, uint32_t max_pos,
+                              vkh2o_mla_config* cfg, vkh2o_error* err)
+{
+    char w[64];
+    snprintf(w, sizeof w, "%s.", where);
+    if (cJSON_IsNull(rs))
+        return VKH2O_OK;
+    if (!cJSON_IsObject(rs))
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"%s\" is not an object or null", s->path, where);
+    VKH2O_CHECK(read_f32(s, cJSON_GetObjectItemCaseSensitive(rs, "rope_theta"), w, "rope_theta", &cfg->rope_theta, err));
+    const cJSON* ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    const char* tkey = "rope_type";
+    if (!ty) {
+        ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
+        tkey = "type";
+    }
+    if (ty && !cJSON_IsString(ty))
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"%s%s\" is not a string", s->path, w, tkey);
+    const char* type = ty ? ty->valuestring : "default";
+    if (!strcmp(type, "default")) {
+        cfg->rope_scaling = VKH2O_ROPE_NONE;
+        return VKH2O_OK;
+    }
+    if (strcmp(type, "yarn") != 0)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                               "%s: \"%s%s\" = '%s' is not supported (yarn or default)", s->path, w, tkey, type);
+    const cJSON* fac = cJSON_GetObjectItemCaseSensitive(rs, "factor");
+    if (!fac)
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"%sfactor\" is required with yarn", s->path, w);
+    if (cJSON_GetObjectItemCaseSensitive(rs, "attention_factor"))
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                               "%s: \"%sattention_factor\" (an explicit override) is not supported", s->path, w);
+    const cJSON* tr = cJSON_GetObjectItemCaseSensitive(rs, "truncate");
+    if (tr && !cJSON_IsTrue(tr))
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "%s: \"%struncate\" other than true is not supported",
+                               s->path, w);
+    cfg->rope_scaling = VKH2O_ROPE_YARN;
+    cfg->beta_fast = 32.0f;
+    cfg->beta_slow = 1.0f;
+    cfg->mscale = 0.0f;
+    cfg->mscale_all_dim = 0.0f;
+    if (max_pos)
+        cfg->original_max_position_embeddings = max_pos;
+    VKH2O_CHECK(read_f32(s, fac, w, "factor", &cfg->yarn_factor, err));
+    VKH2O_CHECK(read_u32(s, cJSON_GetObjectItemCaseSensitive(rs, "original_max_position_embeddings"), w,
+                         "original_max_position_embeddings", 1, &cfg->original_max_position_embeddings, err));
+    static const char* fkeys[] = { "beta_fast", "beta_slow", "mscale", "mscale_all_dim" };
+    float* fdst[] = { &cfg->beta_fast, &cfg->beta_slow, &cfg->mscale, &cfg->mscale_all_dim };
+    for (int i = 0; i < 4; i++) {
+        const cJSON* v = cJSON_GetObjectItemCaseSensitive(rs, fkeys[i]);
+        if (cJSON_IsNull(v))
+            continue;   /* HF: None -> default */
+        VKH2O_CHECK(read_f32(s, v, w, fkeys[i], fdst[i], err));
+    }
+    return VKH2O_OK;
+}
+
+static vkh2o_result parse_config(const json_src* s, vkh2o_mla_config* cfg, vkh2o_error* err)
+{
+    static const struct {
+        const char* key;
+        size_t off;
+        uint32_t min;
+    } u32_keys[] = {
+        { "hidden_size", offsetof(vkh2o_mla_config, hidden_size), 1 },
+        { "num_attention_heads", offsetof(vkh2o_mla_config, num_heads), 1 },
+        { "kv_lora_rank", offsetof(vkh2o_mla_config, kv_lora_rank), 1 },
+        { "qk_nope_head_dim", offsetof(vkh2o_mla_config, qk_nope_head_dim), 1 },
+        { "qk_rope_head_dim", offsetof(vkh2o_mla_config, qk_rope_head_dim), 2 },
+        { "v_head_dim", offsetof(vkh2o_mla_config, v_head_dim), 1 },
+        { "num_hidden_layers", offsetof(vkh2o_mla_config, num_layers), 1 },
+    };
+    for (size_t i = 0; i < sizeof u32_keys / sizeof u32_keys[0]; i++)
+        VKH2O_CHECK(read_u32(s, get(s, u32_keys[i].key), "", u32_keys[i].key, u32_keys[i].min,
+                             (uint32_t*)((char*)cfg + u32_keys[i].off), err));
+    const cJSON* ql = get(s, "q_lora_rank");
+    if (cJSON_IsNull(ql))
+        cfg->q_lora_rank = 0;   /* a plain q_proj (DeepSeek-V2-Lite style) */
+    else
+        VKH2O_CHECK(read_u32(s, ql, "", "q_lora_rank", 1, &cfg->q_lora_rank, err));
+    VKH2O_CHECK(read_f32(s, get(s, "rope_theta"), "", "rope_theta", &cfg->rope_theta, err));
+    VKH2O_CHECK(read_f32(s, get(s, "rms_norm_eps"), "", "rms_norm_eps", &cfg->rms_norm_eps, err));
+    VKH2O_CHECK(read_bool(s, get(s, "attention_bias"), "attention_bias", &cfg->attention_bias, err));
+    cfg->rope_interleave = true;   /* HF DeepseekV3Config's default */
+    VKH2O_CHECK(read_bool(s, get(s, "rope_interleave"), "rope_interleave", &cfg->rope_interleave, err));
+
+    uint32_t max_pos = 0;
+    VKH2O_CHECK(read_u32(s, get(s, "max_position_embeddings"), "", "max_position_embeddings", 1, &max_pos, err));
+    /* The file decides the scaling: no rope_scaling/rope_parameters (or null) means plain RoPE. */
+    const cJSON* rs = get(s, "rope_scaling");
+    const cJSON* rp = get(s, "rope_parameters");
+    cfg->rope_scaling = VKH2O_ROPE_NONE;
+    if (rs)
+        VKH2O_CHECK(read_rope(s, rs, "rope_scaling", max_pos, cfg, err));
+    if (rp)   /* transformers v5 spelling; wins when both are present */
+        VKH2O_CHECK(read_rope(s, rp, "rope_parameters", max_pos, cfg, err));
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_mla_config_from_json(const char* path, vkh2o_mla_config* cfg, vkh2o_error* err)
+{
+    if (!path || !cfg)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_config_from_json: NULL argument");
+    char* text = NULL;
+    size_t len = 0;
+    VKH2O_CHECK(vkh2o_read_small_file(path, CONFIG_MAX_BYTES, &text, &len, err));
+    cJSON* root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!root)
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: not valid JSON", path);
+    vkh2o_result r;
+    if (!cJSON_IsObject(root)) {
+        r = vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: not a JSON object", path);
+    } else {
+        json_src s = { path, NULL, root };
+        const cJSON* tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+        if (tc && !cJSON_IsObject(tc)) {
+            r = vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"text_config\" is not an object", path);
+        } else {
+            s.text = tc;
+            vkh2o_mla_config tmp = *cfg;   /* *cfg untouched on failure */
+            r = parse_config(&s, &tmp, err);
+            if (r == VKH2O_OK) {
+                vkh2o_error inner = { 0 };
+                r = vkh2o_mla_config_validate(&tmp, &inner);
+                if (r != VKH2O_OK)
+                    vkh2o_error_set(err, r, "%s: %s", path, inner.message);
+            }
+            if (r == VKH2O_OK)
+                *cfg = tmp;
+        }
+    }
+    cJSON_Delete(root);
+    return r;
+}

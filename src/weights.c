@@ -1,0 +1,295 @@
+/* One MLA layer's weights on the host: views into a checkpoint's mappings (BF16/F16/F32, no
+ * copy), FP8 E4M3 block-quantised weights dequantised to owned BF16 buffers, or wrapped
+ * caller arrays. Every shape is checked against the config before anyone reads the data. */
+#include "model_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FP8_BLOCK 128u   /* DeepSeek-V3 weight_block_size [128, 128] */
+
+struct vkh2o_mla_host_weights {
+    vkh2o_tensor_view v[VKH2O_W_COUNT];
+    void* owned[VKH2O_W_COUNT];         /* dequantised buffers */
+};
+
+static const char* short_names[VKH2O_W_COUNT] = {
+    "q_a_proj", "q_a_layernorm", "q_b_proj", "q_proj", "kv_a_proj_with_mqa",
+    "kv_a_layernorm", "kv_b_proj", "o_proj", "input_layernorm",
+};
+
+const char* vkh2o_mla_weight_short_name(vkh2o_mla_weight w)
+{
+    return (unsigned)w < VKH2O_W_COUNT ? short_names[w] : "?";
+}
+
+static bool is_norm(vkh2o_mla_weight w)
+{
+    return w == VKH2O_W_Q_A_LAYERNORM || w == VKH2O_W_KV_A_LAYERNORM || w == VKH2O_W_INPUT_LAYERNORM;
+}
+
+/* Expected shape; returns ndim, 0 when the weight is not part of this config. */
+static uint32_t expected_shape(const vkh2o_mla_config* c, vkh2o_mla_weight w, uint64_t shape[2])
+{
+    uint64_t H = c->num_heads, D = c->hidden_size, qk = (uint64_t)c->qk_nope_head_dim + c->qk_rope_head_dim;
+    switch (w) {
+    case VKH2O_W_Q_A_PROJ:
+        shape[0] = c->q_lora_rank, shape[1] = D;
+        return c->q_lora_rank ? 2 : 0;
+    case VKH2O_W_Q_A_LAYERNORM:
+        shape[0] = c->q_lora_rank;
+        return c->q_lora_rank ? 1 : 0;
+    case VKH2O_W_Q_B_PROJ:
+        shape[0] = H * qk, shape[1] = c->q_lora_rank;
+        return c->q_lora_rank ? 2 : 0;
+    case VKH2O_W_Q_PROJ:
+        shape[0] = H * qk, shape[1] = D;
+        return c->q_lora_rank ? 0 : 2;
+    case VKH2O_W_KV_A_PROJ:
+        shape[0] = (uint64_t)c->kv_lora_rank + c->qk_rope_head_dim, shape[1] = D;
+        return 2;
+    case VKH2O_W_KV_A_LAYERNORM:
+        shape[0] = c->kv_lora_rank;
+        return 1;
+    case VKH2O_W_KV_B_PROJ:
+        shape[0] = H * ((uint64_t)c->qk_nope_head_dim + c->v_head_dim), shape[1] = c->kv_lora_rank;
+        return 2;
+    case VKH2O_W_O_PROJ:
+        shape[0] = D, shape[1] = H * c->v_head_dim;
+        return 2;
+    case VKH2O_W_INPUT_LAYERNORM:
+        shape[0] = D;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static const char* shape_why(vkh2o_mla_weight w)
+{
+    switch (w) {
+    case VKH2O_W_Q_A_PROJ: return "[q_lora_rank, hidden_size]";
+    case VKH2O_W_Q_A_LAYERNORM: return "[q_lora_rank]";
+    case VKH2O_W_Q_B_PROJ: return "[num_heads*(qk_nope+qk_rope), q_lora_rank]";
+    case VKH2O_W_Q_PROJ: return "[num_heads*(qk_nope+qk_rope), hidden_size]";
+    case VKH2O_W_KV_A_PROJ: return "[kv_lora_rank+qk_rope, hidden_size]";
+    case VKH2O_W_KV_A_LAYERNORM: return "[kv_lora_rank]";
+    case VKH2O_W_KV_B_PROJ: return "[num_heads*(qk_nope+v_head_dim), kv_lora_rank]";
+    case VKH2O_W_O_PROJ: return "[hidden_size, num_heads*v_head_dim]";
+    case VKH2O_W_INPUT_LAYERNORM: return "[hidden_size]";
+    default: return "";
+    }
+}
+
+static vkh2o_result check_shape(const vkh2o_mla_config* c, vkh2o_mla_weight w, const vkh2o_tensor_view* v,
+                                vkh2o_error* err)
+{
+    uint64_t want[2];
+    uint32_t nd = expected_shape(c, w, want);
+    bool ok = v->ndim == nd;
+    for (uint32_t i = 0; ok && i < nd; i++)
+        ok = v->shape[i] == want[i];
+    if (ok)
+        return VKH2O_OK;
+    char got_s[160], want_s[64];
+    return vkh2o_error_set(err, VKH2O_ERROR_SHAPE, "%s: tensor '%s': shape %s but the config needs %s %s",
+                           v->file ? v->file : "(memory)", v->name ? v->name : short_names[w],
+                           vkh2o_shape_str(got_s, sizeof got_s, v->ndim, v->shape),
+                           vkh2o_shape_str(want_s, sizeof want_s, nd, want), shape_why(w));
+}
+
+static bool float_dtype(vkh2o_dtype dt)
+{
+    return dt == VKH2O_DTYPE_BF16 || dt == VKH2O_DTYPE_F16 || dt == VKH2O_DTYPE_F32;
+}
+
+void vkh2o_mla_host_weights_free(vkh2o_mla_host_weights* hw)
+{
+    if (!hw)
+        return;
+    for (int i = 0; i < VKH2O_W_COUNT; i++)
+        free(hw->owned[i]);
+    free(hw);
+}
+
+const vkh2o_tensor_view* vkh2o_mla_host_weight(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w)
+{
+    return hw && (unsigned)w < VKH2O_W_COUNT ? &hw->v[w] : NULL;
+}
+
+/* w[r][c] = fp8[r][c] * scale_inv[r / 128][c / 128], rounded to BF16. Edge blocks are partial. */
+static vkh2o_result dequant_fp8(vkh2o_mla_host_weights* hw, vkh2o_mla_weight w, const vkh2o_tensor_view* q,
+                                const vkh2o_tensor_view* s, vkh2o_error* err)
+{
+    uint64_t rows = q->shape[0], cols = q->shape[1];
+    uint64_t sc = s->shape[1];
+    uint16_t* out = malloc(q->numel ? q->numel * sizeof *out : 1);
+    if (!out)
+        return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY,
+                               "%s: tensor '%s': out of host memory for its %llu-element BF16 copy", q->file, q->name,
+                               (unsigned long long)q->numel);
+    const uint8_t* src = q->data;
+    float lut[256];
+    for (int i = 0; i < 256; i++)
+        lut[i] = vkh2o_f8e4m3_to_f32((uint8_t)i);
+    for (uint64_t r = 0; r < rows; r++) {
+        const uint64_t srow = (r / FP8_BLOCK) * sc;
+        for (uint64_t c0 = 0; c0 < cols; c0 += FP8_BLOCK) {
+            float scale = vkh2o_load_elem(s->dtype, s->data, srow + c0 / FP8_BLOCK);
+            uint64_t c1 = c0 + FP8_BLOCK < cols ? c0 + FP8_BLOCK : cols;
+            for (uint64_t c = c0; c < c1; c++)
+                out[r * cols + c] = vkh2o_f32_to_bf16(lut[src[r * cols + c]] * scale);
+        }
+    }
+    hw->owned[w] = out;
+    hw->v[w] = *q;
+    hw->v[w].dtype = VKH2O_DTYPE_BF16;
+    hw->v[w].data = out;
+    hw->v[w].nbytes = q->numel * sizeof *out;
+    return VKH2O_OK;
+}
+
+static vkh2o_result load_one(vkh2o_checkpoint* ck, const vkh2o_mla_config* cfg, vkh2o_mla_weight w,
+                             const char* name, vkh2o_mla_host_weights* hw, vkh2o_error* err)
+{
+    vkh2o_tensor_view v;
+    VKH2O_CHECK(vkh2o_checkpoint_find(ck, name, &v, err));
+    VKH2O_CHECK(check_shape(cfg, w, &v, err));
+    if (float_dtype(v.dtype)) {
+        hw->v[w] = v;
+        return VKH2O_OK;
+    }
+    if (v.dtype != VKH2O_DTYPE_F8_E4M3 || is_norm(w))
+        return vkh2o_error_set(err, VKH2O_ERROR_DTYPE, "%s: tensor '%s': dtype %s is not supported here (%s)", v.file,
+                               v.name, vkh2o_dtype_name(v.dtype),
+                               is_norm(w) ? "norm weights: BF16, F16 or F32" : "BF16, F16, F32 or F8_E4M3 + _scale_inv");
+    char sname[600];   /* names are built in 512-byte buffers */
+    snprintf(sname, sizeof sname, "%s_scale_inv", name);
+    vkh2o_tensor_view s;
+    vkh2o_error inner = { 0 };
+    if (vkh2o_checkpoint_find(ck, sname, &s, &inner) != VKH2O_OK)
+        return vkh2o_error_set(err, VKH2O_ERROR_MISSING_TENSOR,
+                               "%s: tensor '%s' is F8_E4M3 but its block scales '%s' are missing (%s)", v.file, v.name,
+                               sname, inner.message);
+    uint64_t want[2] = { (v.shape[0] + FP8_BLOCK - 1) / FP8_BLOCK, (v.shape[1] + FP8_BLOCK - 1) / FP8_BLOCK };
+    if (s.ndim != 2 || s.shape[0] != want[0] || s.shape[1] != want[1]) {
+        char a[160], b[64], c[64];
+        return vkh2o_error_set(err, VKH2O_ERROR_SHAPE,
+                               "%s: tensor '%s': shape %s but F8_E4M3 weight '%s' %s with 128x128 blocks needs %s",
+                               s.file, s.name, vkh2o_shape_str(a, sizeof a, s.ndim, s.shape), v.name,
+                               vkh2o_shape_str(b, sizeof b, v.ndim, v.shape), vkh2o_shape_str(c, sizeof c, 2, want));
+    }
+    if (!float_dtype(s.dtype))
+        return vkh2o_error_set(err, VKH2O_ERROR_DTYPE, "%s: tensor '%s': scale dtype %s (expected F32)", s.file, s.name,
+                               vkh2o_dtype_name(s.dtype));
+    return dequant_fp8(hw, w, &v, &s, err);
+}
+
+vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const vkh2o_mla_config* cfg, uint32_t layer,
+                                         uint32_t flags, vkh2o_mla_host_weights** out, vkh2o_error* err)
+{
+    if (out)
+        *out = NULL;
+    if (!ck || !cfg || !out)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_host_weights_load: NULL argument");
+    VKH2O_CHECK(vkh2o_mla_config_validate(cfg, err));
+
+    /* "model.layers.L." (DeepseekV3ForCausalLM) or "language_model.model.layers.L." (the Kimi
+     * K2.6 multimodal wrapper): probe with kv_a_proj_with_mqa, which every MLA layer has. */
+    static const char* prefixes[] = { "model.layers", "language_model.model.layers" };
+    char name[512], probe[2][512];
+    int pi = -1;
+    for (int i = 0; i < 2 && pi < 0; i++) {
+        snprintf(probe[i], sizeof probe[i], "%s.%u.self_attn.kv_a_proj_with_mqa.weight", prefixes[i], layer);
+        vkh2o_tensor_view v;
+        vkh2o_error e = { 0 };
+        vkh2o_result r = vkh2o_checkpoint_find(ck, probe[i], &v, &e);
+        if (r == VKH2O_OK)
+            pi = i;
+        else if (r != VKH2O_ERROR_MISSING_TENSOR)
+            return vkh2o_error_set(err, r, "%s", e.message);
+    }
+    if (pi < 0)
+        return vkh2o_error_set(err, VKH2O_ERROR_MISSING_TENSOR,
+                               "%s: layer %u not found: neither '%s' nor '%s' is in the checkpoint",
+                               vkh2o_checkpoint_path(ck), layer, probe[0], probe[1]);
+
+    vkh2o_mla_host_weights* hw = calloc(1, sizeof *hw);
+    if (!hw)
+        return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    vkh2o_result r = VKH2O_OK;
+    for (int w = 0; w < VKH2O_W_COUNT && r == VKH2O_OK; w++) {
+        uint64_t shp[2];
+        if (!expected_shape(cfg, (vkh2o_mla_weight)w, shp))
+            continue;
+        if (w == VKH2O_W_INPUT_LAYERNORM) {
+            snprintf(name, sizeof name, "%s.%u.input_layernorm.weight", prefixes[pi], layer);
+            if (!(flags & VKH2O_LOAD_INPUT_LAYERNORM)) {
+                /* optional: take it when it is there, stay silent when it is not */
+                vkh2o_tensor_view v;
+                if (vkh2o_checkpoint_find(ck, name, &v, NULL) != VKH2O_OK)
+                    continue;
+            }
+        } else {
+            snprintf(name, sizeof name, "%s.%u.self_attn.%s.weight", prefixes[pi], layer, short_names[w]);
+        }
+        r = load_one(ck, cfg, (vkh2o_mla_weight)w, name, hw, err);
+    }
+    if (r != VKH2O_OK) {
+        vkh2o_mla_host_weights_free(hw);
+        return r;
+    }
+    *out = hw;
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_mla_host_weights_wrap(const vkh2o_mla_config* cfg, const vkh2o_tensor_view views[VKH2O_W_COUNT],
+                                         vkh2o_mla_host_weights** out, vkh2o_error* err)
+{
+    if (out)
+        *out = NULL;
+    if (!cfg || !views || !out)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_host_weights_wrap: NULL argument");
+    VKH2O_CHECK(vkh2o_mla_config_validate(cfg, err));
+    for (int w = 0; w < VKH2O_W_COUNT; w++) {
+        uint64_t shp[2];
+        const vkh2o_tensor_view* v = &views[w];
+        bool needed = expected_shape(cfg, (vkh2o_mla_weight)w, shp) != 0 && w != VKH2O_W_INPUT_LAYERNORM;
+        if (!v->data) {
+            if (needed)
+                return vkh2o_error_set(err, VKH2O_ERROR_MISSING_TENSOR, "(memory): weight '%s' is required by the config",
+                                       short_names[w]);
+            continue;
+        }
+        if (!expected_shape(cfg, (vkh2o_mla_weight)w, shp))
+            return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                                   "(memory): weight '%s' given but the config does not use it (q_lora_rank %u)",
+                                   short_names[w], cfg->q_lora_rank);
+        VKH2O_CHECK(check_shape(cfg, (vkh2o_mla_weight)w, v, err));
+        if (!float_dtype(v->dtype))
+            return vkh2o_error_set(err, VKH2O_ERROR_DTYPE, "(memory): weight '%s': dtype %s (BF16, F16 or F32 only)",
+                                   short_names[w], vkh2o_dtype_name(v->dtype));
+        uint64_t numel = v->ndim == 2 ? v->shape[0] * v->shape[1] : v->shape[0];
+        bool unset = v->numel == 0 && v->nbytes == 0;   /* the caller may leave both to us */
+        if (!unset && (v->numel != numel || v->nbytes != numel * vkh2o_dtype_size(v->dtype)))
+            return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                                   "(memory): weight '%s': numel %llu / nbytes %llu disagree with its shape and dtype",
+                                   short_names[w], (unsigned long long)v->numel, (unsigned long long)v->nbytes);
+    }
+    vkh2o_mla_host_weights* hw = calloc(1, sizeof *hw);
+    if (!hw)
+        return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    memcpy(hw->v, views, sizeof hw->v);
+    for (int w = 0; w < VKH2O_W_COUNT; w++) {
+        vkh2o_tensor_view* v = &hw->v[w];
+        if (!v->data)
+            continue;
+        if (!v->name)
+            v->name = short_names[w];
+        v->numel = v->ndim == 2 ? v->shape[0] * v->shape[1] : v->shape[0];
+        v->nbytes = v->numel * vkh2o_dtype_size(v->dtype);
+    }
+    *out = hw;
+    return VKH2O_OK;
+}
