@@ -1,0 +1,277 @@
+/* Weights on the device (chunked under the binding limit) and the weight matmul recording. */
+#include "matmul_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Specialisation constant ids of shaders/matmul.comp. */
+enum matmul_spec {
+    MATMUL_SPEC_WG = 0,
+    MATMUL_SPEC_TM,
+    MATMUL_SPEC_TN,
+    MATMUL_SPEC_WDTYPE,
+    MATMUL_SPEC_TRANSPOSED,
+    MATMUL_SPEC_COUNT
+};
+
+/* Push constants of shaders/matmul.comp, same order. */
+struct matmul_push {
+    uint32_t M, N, K;
+    uint32_t x_stride, y_stride;
+    uint32_t x_batch_stride, y_batch_stride;
+    uint32_t w_stride;
+    int32_t w_row0;
+    uint32_t w_batch_rows;
+    uint32_t chunk_rows;
+    uint32_t n_base;
+    uint32_t accumulate;
+    float alpha;
+};
+_Static_assert(sizeof(struct matmul_push) <= VKH2O_PUSH_MAX, "matmul push constants too large");
+
+/* Host bytes converted per upload call: bounds the temporary copy for padded rows. */
+#define UPLOAD_SLAB_BYTES (16u << 20)
+
+static bool is_16bit(vkh2o_dtype dt) { return dt == VKH2O_DTYPE_BF16 || dt == VKH2O_DTYPE_F16; }
+
+static uint64_t env_binding_limit(void)
+{
+    const char* s = getenv("VKH2O_MAX_BINDING_BYTES");
+    if (!s || !*s) return 0;
+    char* end = NULL;
+    unsigned long long v = strtoull(s, &end, 0);
+    return (end && *end == '\0') ? (uint64_t)v : 0;
+}
+
+void vkh2o_weight_free(vkh2o_dev_weight* w)
+{
+    if (!w) return;
+    for (uint32_t c = 0; c < VKH2O_WEIGHT_MAX_CHUNKS; c++)
+        vkh2o_buffer_destroy(w->chunk[c]);
+    memset(w, 0, sizeof *w);
+}
+
+/* Copies rows [r0, r0+n) of the view into the chunk at row (r0 - first), padding each row to
+ * the stride (the pad element is zero). */
+static vkh2o_result upload_rows(vkh2o_context* ctx, const vkh2o_tensor_view* v, vkh2o_dev_weight* w,
+                                vkh2o_buffer* buf, uint32_t first, uint32_t r0, uint32_t n, void* tmp)
+{
+    const size_t es = vkh2o_dtype_size(w->dtype);
+    const uint64_t src_row = (uint64_t)w->cols * es, dst_row = (uint64_t)w->row_stride * es;
+    const uint8_t* src = (const uint8_t*)v->data + (uint64_t)r0 * src_row;
+    uint64_t dst_off = (uint64_t)(r0 - first) * dst_row;
+    if (src_row == dst_row) return vkh2o_buffer_upload(buf, dst_off, src, (uint64_t)n * src_row);
+    uint8_t* t = tmp;
+    for (uint32_t r = 0; r < n; r++) {
+        memcpy(t + r * dst_row, src + r * src_row, src_row);
+        memset(t + r * dst_row + src_row, 0, dst_row - src_row);
+    }
+    (void)ctx;
+    return vkh2o_buffer_upload(buf, dst_off, t, (uint64_t)n * dst_row);
+}
+
+vkh2o_result vkh2o_weight_upload_limit(vkh2o_context* ctx, const vkh2o_tensor_view* v,
+                                       uint64_t max_binding_bytes, vkh2o_dev_weight* out)
+{
+    if (out) memset(out, 0, sizeof *out);
+    if (!ctx || !v || !out)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_weight_upload: NULL argument");
+    const char* name = v->name ? v->name : "(unnamed)";
+    if (v->dtype != VKH2O_DTYPE_F32 && !is_16bit(v->dtype))
+        return vkh2o_fail(ctx, VKH2O_ERROR_DTYPE, "weight %s: dtype %s is not F32, F16 or BF16",
+                          name, vkh2o_dtype_name(v->dtype));
+    if (v->ndim != 1 && v->ndim != 2)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "weight %s: %u dimensions, expected 1 or 2",
+                          name, v->ndim);
+    const uint64_t rows = v->ndim == 2 ? v->shape[0] : 1, cols = v->shape[v->ndim - 1];
+    const size_t es = vkh2o_dtype_size(v->dtype);
+    if (rows == 0 || cols == 0 || rows > UINT32_MAX || cols > UINT32_MAX / 2)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "weight %s: shape %llu x %llu not supported",
+                          name, (unsigned long long)rows, (unsigned long long)cols);
+    if (!v->data || v->nbytes < rows * cols * es)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "weight %s: %s (%llu bytes for %llu x %llu %s)",
+                          name, v->data ? "data too short" : "no data", (unsigned long long)v->nbytes,
+                          (unsigned long long)rows, (unsigned long long)cols, vkh2o_dtype_name(v->dtype));
+
+    vkh2o_dev_weight w = { .dtype = v->dtype, .rows = (uint32_t)rows, .cols = (uint32_t)cols };
+    w.row_stride = is_16bit(v->dtype) ? (uint32_t)((cols + 1) & ~(uint64_t)1) : (uint32_t)cols;
+    const uint64_t row_bytes = (uint64_t)w.row_stride * es;
+    uint64_t limit = vkh2o_context_caps(ctx)->max_storage_buffer_range;
+    if (max_binding_bytes && max_binding_bytes < limit) limit = max_binding_bytes;
+    if (row_bytes > limit)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "weight %s: one row (%llu bytes) exceeds the binding limit %llu",
+                          name, (unsigned long long)row_bytes, (unsigned long long)limit);
+    uint64_t rpc = limit / row_bytes;
+    if (rpc > rows) rpc = rows;
+    const uint64_t nchunks = (rows + rpc - 1) / rpc;
+    if (nchunks > VKH2O_WEIGHT_MAX_CHUNKS)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "weight %s: %llu x %llu %s needs %llu chunks of <= %llu bytes (at most %u)",
+                          name, (unsigned long long)rows, (unsigned long long)cols, vkh2o_dtype_name(v->dtype),
+                          (unsigned long long)nchunks, (unsigned long long)limit, VKH2O_WEIGHT_MAX_CHUNKS);
+    /* balance the chunks so the last one is not a sliver */
+    rpc = (rows + nchunks - 1) / nchunks;
+    w.nchunks = (uint32_t)nchunks;
+    w.rows_per_chunk = (uint32_t)rpc;
+
+    uint32_t slab_rows = (uint32_t)(UPLOAD_SLAB_BYTES / row_bytes);
+    if (slab_rows == 0) slab_rows = 1;
+    void* tmp = NULL;
+    if (row_bytes != cols * es) {
+        tmp = malloc((size_t)((slab_rows < rpc ? slab_rows : rpc) * row_bytes));
+        if (!tmp) return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "weight %s: staging copy", name);
+    }
+    vkh2o_result r = VKH2O_OK;
+    for (uint32_t c = 0; c < w.nchunks && r == VKH2O_OK; c++) {
+        const uint32_t first = c * w.rows_per_chunk;
+        const uint32_t n = (uint32_t)(rows - first < rpc ? rows - first : rpc);
+        r = vkh2o_buffer_create(ctx, (uint64_t)n * row_bytes, &w.chunk[c]);
+        for (uint32_t r0 = first; r == VKH2O_OK && r0 < first + n; r0 += slab_rows) {
+            const uint32_t cnt = first + n - r0 < slab_rows ? first + n - r0 : slab_rows;
+            r = upload_rows(ctx, v, &w, w.chunk[c], first, r0, cnt, tmp);
+        }
+    }
+    free(tmp);
+    if (r != VKH2O_OK) {
+        vkh2o_weight_free(&w);
+        return r;
+    }
+    *out = w;
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_weight_upload(vkh2o_context* ctx, const vkh2o_tensor_view* v, vkh2o_dev_weight* out)
+{
+    return vkh2o_weight_upload_limit(ctx, v, env_binding_limit(), out);
+}
+
+vkh2o_result vkh2o_weight_upload_f32(vkh2o_context* ctx, const vkh2o_tensor_view* v, vkh2o_dev_weight* out)
+{
+    if (out) memset(out, 0, sizeof *out);
+    if (!ctx || !v || !out)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_weight_upload_f32: NULL argument");
+    if (v->dtype == VKH2O_DTYPE_F32 || !is_16bit(v->dtype) || !v->data || v->numel == 0 ||
+        v->nbytes < v->numel * 2)
+        return vkh2o_weight_upload(ctx, v, out);   /* as is, or the same argument errors */
+    float* f = malloc((size_t)v->numel * sizeof(float));
+    if (!f) return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "weight %s: widening copy", v->name ? v->name : "");
+    for (uint64_t i = 0; i < v->numel; i++) f[i] = vkh2o_load_elem(v->dtype, v->data, i);
+    vkh2o_tensor_view wv = *v;
+    wv.dtype = VKH2O_DTYPE_F32;
+    wv.data = f;
+    wv.nbytes = v->numel * sizeof(float);
+    vkh2o_result r = vkh2o_weight_upload(ctx, &wv, out);
+    free(f);
+    return r;
+}
+
+/* Tile shape per device and problem. CPU devices (lavapipe): register blocking, many outputs
+ * per invocation; for decode-sized M the m-block shrinks to M so no work is wasted. */
+static void choose_tiles(const vkh2o_device_caps* caps, uint32_t M, bool transposed, uint32_t spec[MATMUL_SPEC_COUNT])
+{
+    uint32_t tm = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
+    uint32_t tn = 8, wg = 64;
+    if (caps->device_type != VK_PHYSICAL_DEVICE_TYPE_CPU) {
+        /* GPUs: smaller register blocks, more invocations in flight */
+        tm = tm > 4 ? 4 : tm;
+        tn = 4;
+        wg = 64;
+    }
+    (void)transposed;
+    spec[MATMUL_SPEC_WG] = wg;
+    spec[MATMUL_SPEC_TM] = tm;
+    spec[MATMUL_SPEC_TN] = tn;
+}
+
+static bool binding_fits(vkh2o_binding b, uint32_t batch, uint32_t batch_stride, uint32_t rows,
+                         uint32_t row_stride, uint32_t cols)
+{
+    if (b.range == VK_WHOLE_SIZE) return true;
+    const uint64_t last = (uint64_t)(batch - 1) * batch_stride + (uint64_t)(rows - 1) * row_stride + cols;
+    return last * sizeof(float) <= b.range;
+}
+
+vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* w,
+                              vkh2o_binding x, vkh2o_binding y, const vkh2o_matmul_args* a)
+{
+    if (!ctx || !w || !a || cb == VK_NULL_HANDLE)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: NULL argument");
+    if (w->nchunks == 0 || w->nchunks > VKH2O_WEIGHT_MAX_CHUNKS)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: weight not uploaded");
+    const uint32_t M = a->M, N = a->N, K = a->K, batch = a->batch ? a->batch : 1;
+    if (M == 0 || N == 0 || K == 0)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: empty shape M=%u N=%u K=%u", M, N, K);
+    const uint32_t xs = a->x_stride ? a->x_stride : K, ys = a->y_stride ? a->y_stride : N;
+    if (xs < K || ys < N)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: row strides x=%u y=%u below K=%u / N=%u",
+                          xs, ys, K, N);
+    const uint32_t want_cols = a->w_transposed ? N : K, used_rows = a->w_transposed ? K : N;
+    if (w->cols != want_cols)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "vkh2o_cmd_matmul: weight has %u columns, expected %u (%s=%u%s)", w->cols, want_cols,
+                          a->w_transposed ? "N" : "K", want_cols, a->w_transposed ? ", transposed" : "");
+    if (batch > 1 && a->w_batch_stride % w->cols != 0)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "vkh2o_cmd_matmul: weight batch stride %u is not a multiple of the row length %u",
+                          a->w_batch_stride, w->cols);
+    const uint32_t batch_rows = batch > 1 ? a->w_batch_stride / w->cols : 0;
+    const uint64_t row_end = (uint64_t)a->w_row_offset + (uint64_t)(batch - 1) * batch_rows + used_rows;
+    if (row_end > w->rows)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "vkh2o_cmd_matmul: weight rows up to %llu used, the weight has %u",
+                          (unsigned long long)row_end, w->rows);
+    if (!binding_fits(x, batch, a->x_batch_stride, M, xs, K) || !binding_fits(y, batch, a->y_batch_stride, M, ys, N))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "vkh2o_cmd_matmul: X or Y binding too small for M=%u N=%u K=%u batch=%u and the strides",
+                          M, N, K, batch);
+    const vkh2o_device_caps* caps = vkh2o_context_caps(ctx);
+
+    uint32_t spec[MATMUL_SPEC_COUNT];
+    choose_tiles(caps, M, a->w_transposed, spec);
+    spec[MATMUL_SPEC_WDTYPE] = w->dtype == VKH2O_DTYPE_F32 ? 0 : w->dtype == VKH2O_DTYPE_BF16 ? 1 : 2;
+    spec[MATMUL_SPEC_TRANSPOSED] = a->w_transposed ? 1 : 0;
+    const uint32_t wg = spec[MATMUL_SPEC_WG], tm = spec[MATMUL_SPEC_TM], tn = spec[MATMUL_SPEC_TN];
+    const uint32_t gy = vkh2o_div_up(M, tm);
+    if (gy > caps->max_workgroup_count[1] || batch > caps->max_workgroup_count[2])
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "vkh2o_cmd_matmul: M=%u batch=%u exceed the dispatch limits",
+                          M, batch);
+    vkh2o_kernel* k = NULL;
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, "matmul", 3, spec, MATMUL_SPEC_COUNT, &k));
+
+    struct matmul_push pc = {
+        .M = M, .N = N, .K = K, .x_stride = xs, .y_stride = ys,
+        .x_batch_stride = a->x_batch_stride, .y_batch_stride = a->y_batch_stride,
+        .w_stride = w->row_stride, .w_batch_rows = batch_rows,
+        .accumulate = a->accumulate ? 1u : 0u, .alpha = a->alpha != 0.0f ? a->alpha : 1.0f,
+    };
+    bool dispatched = false;
+    for (uint32_t c = 0; c < w->nchunks; c++) {
+        const int64_t first = (int64_t)c * w->rows_per_chunk;
+        const int64_t crows = (int64_t)w->rows - first < w->rows_per_chunk ? (int64_t)w->rows - first
+                                                                            : (int64_t)w->rows_per_chunk;
+        /* does any batch's row range [r, r + used_rows) meet [first, first + crows)? */
+        bool touches = false;
+        for (uint32_t b = 0; b < batch && !touches; b++) {
+            const int64_t r = (int64_t)a->w_row_offset + (int64_t)b * batch_rows;
+            touches = r < first + crows && r + used_rows > first;
+        }
+        if (!touches) continue;
+        pc.w_row0 = (int32_t)((int64_t)a->w_row_offset - first);
+        pc.chunk_rows = (uint32_t)crows;
+        /* outputs this dispatch covers: a single untransposed batch needs only its rows' n */
+        uint32_t n_lo = 0, n_hi = N;
+        if (!a->w_transposed && batch == 1) {
+            const int64_t lo = first - a->w_row_offset, hi = first + crows - a->w_row_offset;
+            n_lo = lo > 0 ? (uint32_t)lo : 0;
+            n_hi = hi < N ? (uint32_t)hi : N;
+        }
+        pc.n_base = n_lo;
+        const uint32_t gx = vkh2o_div_up(vkh2o_div_up(n_hi - n_lo, tn), wg);
+        /* transposed chunks split K: later chunks read-modify-write the same Y */
+        if (dispatched && a->w_transposed) vkh2o_barrier(ctx, cb);
+        const vkh2o_binding b[3] = { x, vkh2o_weight_binding(w, c), y };
+        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, gx, gy, batch));
+        dispatched = true;
+    }
+    return VKH2O_OK;
+}

@@ -1,0 +1,425 @@
+/* Conformance of the weight matmul (shaders/matmul.comp via vkh2o_cmd_matmul) against the
+ * double-accumulating reference (tests/ref/ref_matmul.c), and device-weight upload.
+ *
+ * Error bound: the reference widens the same rounded BF16/F16/F32 weights exactly, so the only
+ * difference is the shader's fp32 accumulation (fma chain over k, then alpha, then + Y) and
+ * the final rounding. With random-sign terms the rounding errors add in quadrature, so the
+ * normalised MSE is about K u^2 (u = 2^-24). Asserted for every dtype alike:
+ *   - every output: |got - ref| <= (K + 3) u (|alpha| sum_k |x_k w_k| + |Y_old|)
+ *     (the worst-case bound of fp32 summation; see check_elementwise), and NaN never passes;
+ *   - cases with >= 32 outputs: nmse <= 16 (K + 2) u^2   (K = 7168: 6e-11; K = 300: 1e-12).
+ * Positions the op must not write (row/batch stride gaps, guard words) are checked bitwise. */
+#include "vkh2o_test.h"
+#include "ref_matmul.h"
+#include "matmul_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double nmse_bound(uint32_t K)
+{
+    const double u = ldexp(1.0, -24);
+    return 16.0 * (K + 2.0) * u * u;
+}
+
+/* Elementwise worst case of fp32 summation (Higham's gamma_n): |got - ref| <=
+ * (K + 3) u (|alpha| sum_k |x_k w_k| + |y_old|), +3 for alpha, the add of Y and the final
+ * rounding. Holds for any data, including cancelling sums that make NMSE of a few outputs
+ * meaningless. */
+static void check_elementwise(const char* label, vkh2o_dtype dt, const void* wh, uint32_t w_cols,
+                              const float* x, const float* y0, const float* got, const float* ref,
+                              const vkh2o_matmul_args* a)
+{
+    const double u = ldexp(1.0, -24);
+    const uint32_t batch = a->batch ? a->batch : 1;
+    const uint32_t xs = a->x_stride ? a->x_stride : a->K, ys = a->y_stride ? a->y_stride : a->N;
+    const uint64_t brows = batch > 1 ? a->w_batch_stride / w_cols : 0;
+    const double alpha = a->alpha != 0.0f ? fabs((double)a->alpha) : 1.0;
+    for (uint32_t b = 0; b < batch; b++)
+        for (uint32_t m = 0; m < a->M; m++)
+            for (uint32_t n = 0; n < a->N; n++) {
+                const float* xr = x + (size_t)b * a->x_batch_stride + (size_t)m * xs;
+                const size_t yi = (size_t)b * a->y_batch_stride + (size_t)m * ys + n;
+                double mag = 0.0;
+                for (uint32_t k = 0; k < a->K; k++) {
+                    const uint64_t r = a->w_row_offset + b * brows + (a->w_transposed ? k : n);
+                    const uint64_t c = a->w_transposed ? n : k;
+                    mag += fabs((double)xr[k] * vkh2o_load_elem(dt, wh, r * w_cols + c));
+                }
+                const double tol = (a->K + 3.0) * u * (alpha * mag + (a->accumulate ? fabs((double)y0[yi]) : 0.0)) + 1e-30;
+                const double err = fabs((double)got[yi] - (double)ref[yi]);
+                if (!(err <= tol))
+                    fail_msg("%s: Y[b=%u][m=%u][n=%u] = %.9g, reference %.9g, error %.3g > bound %.3g",
+                             label, b, m, n, (double)got[yi], (double)ref[yi], err, tol);
+            }
+}
+
+/* Host weight: rows x cols of dtype dt, standard normal scaled by 1/sqrt(cols), rounded. */
+static void* make_weight(vt_rng* rng, vkh2o_dtype dt, uint32_t rows, uint32_t cols)
+{
+    const size_t n = (size_t)rows * cols;
+    const float scale = 1.0f / sqrtf((float)cols);
+    void* w = malloc(n * vkh2o_dtype_size(dt));
+    assert_non_null(w);
+    for (size_t i = 0; i < n; i++) {
+        const float v = vt_normal(rng) * scale;
+        if (dt == VKH2O_DTYPE_F32) ((float*)w)[i] = v;
+        else if (dt == VKH2O_DTYPE_BF16) ((uint16_t*)w)[i] = vkh2o_f32_to_bf16(v);
+        else ((uint16_t*)w)[i] = vkh2o_f32_to_f16(v);
+    }
+    return w;
+}
+
+static vkh2o_tensor_view view_2d(const char* name, vkh2o_dtype dt, const void* data, uint32_t rows, uint32_t cols)
+{
+    vkh2o_tensor_view v = { .name = name, .file = "test", .dtype = dt, .ndim = 2,
+                            .shape = { rows, cols }, .numel = (uint64_t)rows * cols, .data = data };
+    v.nbytes = v.numel * vkh2o_dtype_size(dt);
+    return v;
+}
+
+/* Floats an operand spans: (batch-1)*batch_stride + (rows-1)*row_stride + cols. */
+static size_t span_floats(uint32_t batch, uint32_t batch_stride, uint32_t rows, uint32_t row_stride, uint32_t cols)
+{
+    return (size_t)(batch - 1) * batch_stride + (size_t)(rows - 1) * row_stride + cols;
+}
+
+/*
+ * One case: a w_rows x w_cols weight of dtype dt (uploaded with the given binding limit, 0 =
+ * the device's), random X over its whole span, Y poisoned (or random when accumulating);
+ * runs the op, compares written outputs to the reference and everything else bitwise.
+ * Returns the number of chunks the weight had.
+ */
+static uint32_t run_case(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_t w_cols,
+                         const vkh2o_matmul_args* a, uint64_t limit)
+{
+    vkh2o_context* ctx = vt_ctx();
+    const uint32_t batch = a->batch ? a->batch : 1;
+    const uint32_t xs = a->x_stride ? a->x_stride : a->K, ys = a->y_stride ? a->y_stride : a->N;
+    char label[200];
+    snprintf(label, sizeof label, "matmul %s M=%u N=%u K=%u batch=%u%s%s alpha=%g rows=%u off=%u limit=%llu",
+             vkh2o_dtype_name(dt), a->M, a->N, a->K, batch, a->w_transposed ? " transposed" : "",
+             a->accumulate ? " accumulate" : "", (double)a->alpha, w_rows, a->w_row_offset,
+             (unsigned long long)limit);
+
+    void* wh = make_weight(rng, dt, w_rows, w_cols);
+    vkh2o_tensor_view v = view_2d("test.weight", dt, wh, w_rows, w_cols);
+    vkh2o_dev_weight w;
+    assert_int_equal(vkh2o_weight_upload_limit(ctx, &v, limit, &w), VKH2O_OK);
+
+    const size_t nx = span_floats(batch, a->x_batch_stride, a->M, xs, a->K);
+    const size_t ny = span_floats(batch, a->y_batch_stride, a->M, ys, a->N);
+    float* x = malloc(nx * sizeof(float));
+    float* y0 = malloc(ny * sizeof(float));
+    float* ref = malloc(ny * sizeof(float));
+    float* got = malloc(ny * sizeof(float));
+    assert_true(x && y0 && ref && got);
+    vt_fill_normal(rng, x, nx, 1.0f);
+    if (a->accumulate) {
+        vt_fill_normal(rng, y0, ny, 1.0f);
+    } else {
+        const uint32_t poison = VT_POISON;
+        for (size_t i = 0; i < ny; i++) memcpy(&y0[i], &poison, 4);
+    }
+
+    vkh2o_buffer* xb = vt_upload_f32(x, nx);
+    vkh2o_buffer* yb = vt_buffer(ny * sizeof(float));
+    if (a->accumulate) assert_int_equal(vkh2o_buffer_upload(yb, 0, y0, ny * sizeof(float)), VKH2O_OK);
+
+    VkCommandBuffer cb;
+    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+    assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, vkh2o_bind_range(xb, 0, nx * sizeof(float)),
+                                      vkh2o_bind_range(yb, 0, ny * sizeof(float)), a), VKH2O_OK);
+    assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
+    vt_download_f32(yb, got, ny);
+    vt_check_guard(yb, ny * sizeof(float));
+
+    memcpy(ref, y0, ny * sizeof(float));
+    ref_matmul(dt, wh, w_rows, w_cols, x, ref, a);
+
+    /* gather the outputs; every other float must be untouched */
+    const size_t nout = (size_t)batch * a->M * a->N;
+    float* go = malloc(nout * sizeof(float));
+    float* ro = malloc(nout * sizeof(float));
+    char* is_out = calloc(ny, 1);
+    assert_true(go && ro && is_out);
+    size_t o = 0;
+    for (uint32_t b = 0; b < batch; b++)
+        for (uint32_t m = 0; m < a->M; m++)
+            for (uint32_t n = 0; n < a->N; n++) {
+                const size_t i = (size_t)b * a->y_batch_stride + (size_t)m * ys + n;
+                is_out[i] = 1;
+                go[o] = got[i];
+                ro[o++] = ref[i];
+            }
+    for (size_t i = 0; i < ny; i++)
+        if (!is_out[i] && memcmp(&got[i], &y0[i], 4) != 0)
+            fail_msg("%s: float %zu outside the outputs was written", label, i);
+    check_elementwise(label, dt, wh, w_cols, x, y0, got, ref, a);
+    /* NMSE is a statistic: meaningful over many outputs only */
+    if (nout >= 32) vt_assert_nmse(label, go, ro, nout, nmse_bound(a->K));
+
+    const uint32_t nchunks = w.nchunks;
+    free(go); free(ro); free(is_out);
+    free(x); free(y0); free(ref); free(got); free(wh);
+    vkh2o_buffer_destroy(xb);
+    vkh2o_buffer_destroy(yb);
+    vkh2o_weight_free(&w);
+    return nchunks;
+}
+
+static const vkh2o_dtype dtypes[] = { VKH2O_DTYPE_F32, VKH2O_DTYPE_BF16, VKH2O_DTYPE_F16 };
+
+/* Plain Y = X W^T over odd shapes: M covers every register-block height (1, 2-4, 8). */
+static void test_shapes(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("matmul_shapes"));
+    static const uint32_t Ms[] = { 1, 3, 17, 64 }, Ns[] = { 1, 5, 33, 130 }, Ks[] = { 1, 7, 64, 129, 300 };
+    for (size_t d = 0; d < 3; d++)
+        for (size_t i = 0; i < 4; i++)
+            for (size_t j = 0; j < 4; j++)
+                for (size_t k = 0; k < 5; k++) {
+                    vkh2o_matmul_args a = { .M = Ms[i], .N = Ns[j], .K = Ks[k] };
+                    run_case(&rng, dtypes[d], Ns[j], Ks[k], &a, 0);
+                }
+    vt_check_validation();
+}
+
+/* Row strides, alpha, accumulate, a row offset, and the transposed layout. */
+static void test_strides_alpha_accumulate(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("matmul_strides"));
+    for (size_t d = 0; d < 3; d++) {
+        for (int t = 0; t < 2; t++) {
+            for (int acc = 0; acc < 2; acc++) {
+                const uint32_t M = 19, N = 37, K = 45;
+                vkh2o_matmul_args a = { .M = M, .N = N, .K = K, .x_stride = K + 3, .y_stride = N + 5,
+                                        .w_row_offset = 6, .w_transposed = t, .accumulate = acc,
+                                        .alpha = acc ? -0.75f : 0.5f };
+                /* transposed: W is [rows >= off + K, N]; else [rows >= off + N, K] */
+                run_case(&rng, dtypes[d], (t ? K : N) + 6 + 4, t ? N : K, &a, 0);
+            }
+        }
+    }
+    vt_check_validation();
+}
+
+/* The MLA absorption forms on a kv_b_proj-like weight [H*(nope+v), kv_lora]:
+ *   q_lat[h] = q_nope[h] . W_uk[h]   (transposed, rows h*(nope+v) + [0, nope))
+ *   out[h]   = o_lat[h] . W_uv[h]^T  (rows h*(nope+v) + nope + [0, v))
+ * with X/Y interleaved by head as in [S, H, dim] activations, whole and chunked (chunks
+ * straddling head boundaries). */
+static void test_batched_absorption(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("matmul_batched"));
+    const uint32_t H = 5, nope = 7, vd = 6, rope = 3, lora = 33, S = 11;
+    const uint32_t rows = H * (nope + vd);
+    for (size_t d = 0; d < 3; d++) {
+        const size_t es = vkh2o_dtype_size(dtypes[d]);
+        const uint32_t stride = dtypes[d] == VKH2O_DTYPE_F32 ? lora : lora + 1;   /* padded 16-bit rows */
+        const uint64_t limits[] = { 0, (uint64_t)5 * stride * es, (uint64_t)7 * stride * es };
+        for (size_t l = 0; l < 3; l++) {
+            /* q_nope [S, H, nope+rope] -> q_lat [S, H, lora] */
+            vkh2o_matmul_args uk = { .M = S, .N = lora, .K = nope, .batch = H,
+                                     .x_stride = H * (nope + rope), .x_batch_stride = nope + rope,
+                                     .y_stride = H * lora, .y_batch_stride = lora,
+                                     .w_batch_stride = (nope + vd) * lora, .w_transposed = true };
+            uint32_t nc = run_case(&rng, dtypes[d], rows, lora, &uk, limits[l]);
+            if (l > 0) assert_true(nc > 1);
+            /* o_lat [H, S, lora] (head-major) -> out [S, H*v] */
+            vkh2o_matmul_args uv = { .M = S, .N = vd, .K = lora, .batch = H,
+                                     .x_stride = lora, .x_batch_stride = S * lora,
+                                     .y_stride = H * vd, .y_batch_stride = vd,
+                                     .w_batch_stride = (nope + vd) * lora, .w_row_offset = nope,
+                                     .alpha = 1.5f };
+            nc = run_case(&rng, dtypes[d], rows, lora, &uv, limits[l]);
+            if (l > 0) assert_true(nc > 1);
+            uv.accumulate = true;
+            run_case(&rng, dtypes[d], rows, lora, &uv, limits[l]);
+        }
+    }
+    vt_check_validation();
+}
+
+/* Weights split into chunks by a small binding limit: plain, transposed (K split across
+ * chunks, accumulated), with a row offset, and the limit taken from VKH2O_MAX_BINDING_BYTES. */
+static void test_chunked(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("matmul_chunked"));
+    for (size_t d = 0; d < 3; d++) {
+        const size_t es = vkh2o_dtype_size(dtypes[d]);
+        const uint32_t M = 9, N = 70, K = 53;
+        const uint32_t kpad = dtypes[d] == VKH2O_DTYPE_F32 ? K : K + 1, npad = dtypes[d] == VKH2O_DTYPE_F32 ? N : N;
+        vkh2o_matmul_args a = { .M = M, .N = N, .K = K };
+        assert_int_equal(run_case(&rng, dtypes[d], N, K, &a, (uint64_t)7 * kpad * es), 10);
+        a.w_row_offset = 3;
+        a.accumulate = true;
+        assert_true(run_case(&rng, dtypes[d], N + 8, K, &a, (uint64_t)13 * kpad * es) > 1);
+        vkh2o_matmul_args t = { .M = M, .N = N, .K = K, .w_transposed = true, .alpha = 2.0f };
+        assert_int_equal(run_case(&rng, dtypes[d], K, N, &t, (uint64_t)6 * npad * es), 9);
+        t.w_row_offset = 2;
+        t.accumulate = true;
+        assert_true(run_case(&rng, dtypes[d], K + 5, N, &t, (uint64_t)6 * npad * es) > 1);
+
+        /* the environment override used by vkh2o_weight_upload */
+        char lim[32];
+        snprintf(lim, sizeof lim, "%llu", (unsigned long long)(8 * kpad * es));
+        setenv("VKH2O_MAX_BINDING_BYTES", lim, 1);
+        void* wh = make_weight(&rng, dtypes[d], N, K);
+        vkh2o_tensor_view v = view_2d("env.weight", dtypes[d], wh, N, K);
+        vkh2o_dev_weight w;
+        assert_int_equal(vkh2o_weight_upload(vt_ctx(), &v, &w), VKH2O_OK);
+        unsetenv("VKH2O_MAX_BINDING_BYTES");
+        assert_int_equal(w.nchunks, 9);
+        assert_int_equal(w.rows_per_chunk, 8);
+        assert_int_equal(w.rows, N);
+        assert_int_equal(w.cols, K);
+        vkh2o_weight_free(&w);
+        free(wh);
+    }
+    vt_check_validation();
+}
+
+/* Kimi q_a_proj at decode size: M = 2, N = 1536, K = 7168, BF16. */
+static void test_kimi_q_a_proj(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("matmul_kimi_q_a_proj"));
+    vkh2o_matmul_args a = { .M = 2, .N = 1536, .K = 7168 };
+    run_case(&rng, VKH2O_DTYPE_BF16, 1536, 7168, &a, 0);
+    vt_check_validation();
+}
+
+/* The documented chunk layout: padded 16-bit rows with a zero pad element, balanced chunks. */
+static void test_upload_layout(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("matmul_layout"));
+    const uint32_t rows = 11, cols = 5;
+    uint16_t* wh = make_weight(&rng, VKH2O_DTYPE_BF16, rows, cols);
+    vkh2o_tensor_view v = view_2d("layout.weight", VKH2O_DTYPE_BF16, wh, rows, cols);
+    vkh2o_dev_weight w;
+    assert_int_equal(vkh2o_weight_upload_limit(ctx, &v, 4 * 6 * 2, &w), VKH2O_OK);
+    assert_int_equal(w.dtype, VKH2O_DTYPE_BF16);
+    assert_int_equal(w.row_stride, 6);
+    assert_int_equal(w.nchunks, 3);
+    assert_int_equal(w.rows_per_chunk, 4);
+    for (uint32_t c = 0; c < w.nchunks; c++) {
+        const uint32_t n = c + 1 < w.nchunks ? 4 : rows - 4 * c;
+        assert_int_equal(vkh2o_buffer_size(w.chunk[c]), (uint64_t)n * 6 * 2);
+        uint16_t got[4 * 6];
+        assert_int_equal(vkh2o_buffer_download(w.chunk[c], 0, got, (uint64_t)n * 6 * 2), VKH2O_OK);
+        for (uint32_t r = 0; r < n; r++) {
+            for (uint32_t k = 0; k < cols; k++) assert_int_equal(got[r * 6 + k], wh[(4 * c + r) * cols + k]);
+            assert_int_equal(got[r * 6 + 5], 0);
+        }
+    }
+    vkh2o_weight_free(&w);
+    for (uint32_t c = 0; c < VKH2O_WEIGHT_MAX_CHUNKS; c++) assert_null(w.chunk[c]);
+
+    /* 1-D norm weight widened to F32 */
+    vkh2o_tensor_view n1 = { .name = "norm", .dtype = VKH2O_DTYPE_BF16, .ndim = 1, .shape = { 9 },
+                             .numel = 9, .data = wh, .nbytes = 18 };
+    assert_int_equal(vkh2o_weight_upload_f32(ctx, &n1, &w), VKH2O_OK);
+    assert_int_equal(w.dtype, VKH2O_DTYPE_F32);
+    assert_int_equal(w.rows, 1);
+    assert_int_equal(w.cols, 9);
+    float f[9];
+    assert_int_equal(vkh2o_buffer_download(w.chunk[0], 0, f, sizeof f), VKH2O_OK);
+    for (int i = 0; i < 9; i++) assert_true(f[i] == vkh2o_bf16_to_f32(wh[i]));
+    vkh2o_weight_free(&w);
+    free(wh);
+    vt_check_validation();
+}
+
+/* Exact result codes of the argument checks. */
+static void test_errors(void** state)
+{
+    (void)state;
+    uint16_t data[64] = { 0 };
+    vkh2o_dev_weight w;
+    vkh2o_tensor_view v = view_2d("e.weight", VKH2O_DTYPE_BF16, data, 4, 8);
+    /* no device needed */
+    assert_int_equal(vkh2o_weight_upload(NULL, &v, &w), VKH2O_ERROR_INVALID_ARGUMENT);
+    vkh2o_weight_free(NULL);
+    vkh2o_dev_weight zero = { 0 };
+    vkh2o_weight_free(&zero);
+
+    vkh2o_context* ctx = vt_ctx();
+    vkh2o_tensor_view bad = v;
+    bad.dtype = VKH2O_DTYPE_I8;
+    assert_int_equal(vkh2o_weight_upload(ctx, &bad, &w), VKH2O_ERROR_DTYPE);
+    assert_int_equal(w.nchunks, 0);
+    bad = v;
+    bad.ndim = 3;
+    assert_int_equal(vkh2o_weight_upload(ctx, &bad, &w), VKH2O_ERROR_INVALID_ARGUMENT);
+    bad = v;
+    bad.nbytes = 10;
+    assert_int_equal(vkh2o_weight_upload(ctx, &bad, &w), VKH2O_ERROR_INVALID_ARGUMENT);
+    bad = v;
+    bad.data = NULL;
+    assert_int_equal(vkh2o_weight_upload(ctx, &bad, &w), VKH2O_ERROR_INVALID_ARGUMENT);
+    /* a row over the limit; more than 16 chunks */
+    assert_int_equal(vkh2o_weight_upload_limit(ctx, &v, 8, &w), VKH2O_ERROR_UNSUPPORTED);
+    vkh2o_tensor_view tall = view_2d("tall.weight", VKH2O_DTYPE_BF16, data, 32, 2);
+    assert_int_equal(vkh2o_weight_upload_limit(ctx, &tall, 4, &w), VKH2O_ERROR_UNSUPPORTED);
+    assert_int_equal(vkh2o_weight_upload_limit(ctx, &tall, 8, &w), VKH2O_OK);
+    assert_int_equal(w.nchunks, 16);
+    vkh2o_weight_free(&w);
+
+    assert_int_equal(vkh2o_weight_upload(ctx, &v, &w), VKH2O_OK);   /* [4, 8] */
+    vkh2o_buffer* xb = vt_buffer(64 * sizeof(float));
+    vkh2o_buffer* yb = vt_buffer(64 * sizeof(float));
+    const vkh2o_binding xbind = vkh2o_bind_range(xb, 0, 64 * sizeof(float));
+    const vkh2o_binding ybind = vkh2o_bind_range(yb, 0, 64 * sizeof(float));
+    VkCommandBuffer cb;
+    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+    vkh2o_matmul_args a = { .M = 2, .N = 4, .K = 8 };
+    assert_int_equal(vkh2o_cmd_matmul(ctx, cb, NULL, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
+    a.K = 7;   /* weight has 8 columns */
+    assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
+    a = (vkh2o_matmul_args){ .M = 2, .N = 4, .K = 8, .w_row_offset = 1 };   /* rows 1..4 of 4 */
+    assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
+    a = (vkh2o_matmul_args){ .M = 0, .N = 4, .K = 8 };
+    assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
+    a = (vkh2o_matmul_args){ .M = 2, .N = 4, .K = 8, .x_stride = 5 };
+    assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
+    a = (vkh2o_matmul_args){ .M = 2, .N = 2, .K = 8, .batch = 2, .w_batch_stride = 12 };   /* not whole rows */
+    assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
+    a = (vkh2o_matmul_args){ .M = 9, .N = 4, .K = 8 };   /* X needs 72 floats, has 64 */
+    assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
+    a = (vkh2o_matmul_args){ .M = 2, .N = 6, .K = 4, .w_transposed = true };   /* [K,N] needs 6 columns */
+    assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
+    vkh2o_buffer_destroy(xb);
+    vkh2o_buffer_destroy(yb);
+    vkh2o_weight_free(&w);
+    vt_check_validation();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_upload_layout),
+        cmocka_unit_test(test_shapes),
+        cmocka_unit_test(test_strides_alpha_accumulate),
+        cmocka_unit_test(test_batched_absorption),
+        cmocka_unit_test(test_chunked),
+        cmocka_unit_test(test_kimi_q_a_proj),
+    };
+    return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
+}
