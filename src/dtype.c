@@ -66,6 +66,8 @@ uint8_t vkh2o_f32_to_f8e4m3(float f)
     float a = fabsf(f);
     if (a >= 448.0f)
         return sign | 0x7e;                         /* saturate (E4M3FN has no inf) */
+    if (a == 0.0f)
+        return sign;
     int e;
     frexpf(a, &e);                                  /* a = m * 2^e, m in [0.5, 1) */
     int exp = e - 1 + 7;                            /* biased exponent of 1.mmm form */

@@ -1,0 +1,87 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+bool cli_parse_u64(const char* tool, const char* flag, const char* s, uint64_t lo, uint64_t hi, uint64_t* out)
+{
+    char* end = NULL;
+    errno = 0;
+    unsigned long long v = s && *s && *s != '-' ? strtoull(s, &end, 0) : 0;
+    if (!s || !*s || *s == '-' || errno || !end || *end || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s: '%s' is not an integer in [%llu, %llu]\n", tool, flag, s ? s : "(missing)",
+                (unsigned long long)lo, (unsigned long long)hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_u32(const char* tool, const char* flag, const char* s, uint32_t lo, uint32_t hi, uint32_t* out)
+{
+    uint64_t v;
+    if (!cli_parse_u64(tool, flag, s, lo, hi, &v))
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+bool cli_parse_f64(const char* tool, const char* flag, const char* s, double lo, double hi, double* out)
+{
+    char* end = NULL;
+    errno = 0;
+    double v = s ? strtod(s, &end) : NAN;
+    if (!s || !*s || errno || !end || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "%s: %s: '%s' is not a number in [%g, %g]\n", tool, flag, s ? s : "(missing)", lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void cli_progress_begin(cli_progress* p, const char* label, uint64_t total, bool quiet)
+{
+    p->label = label;
+    p->total = total;
+    p->t0 = cli_now();
+    p->last_draw = 0;
+    p->enabled = !quiet && isatty(STDERR_FILENO);
+}
+
+void cli_progress_update(cli_progress* p, uint64_t done)
+{
+    if (!p->enabled)
+        return;
+    double now = cli_now();
+    if (now - p->last_draw < 0.1 && done < p->total)
+        return;
+    p->last_draw = now;
+    double el = now - p->t0, rate = el > 0 ? (double)done / el : 0;
+    double eta = rate > 0 && p->total > done ? (double)(p->total - done) / rate : 0;
+    fprintf(stderr, "\r\033[K%s  %llu/%llu  %.1f/s  ETA %d:%02d", p->label, (unsigned long long)done,
+            (unsigned long long)p->total, rate, (int)eta / 60, (int)eta % 60);
+    fflush(stderr);
+}
+
+void cli_progress_end(cli_progress* p)
+{
+    if (p->enabled)
+        fprintf(stderr, "\r\033[K");
+}
+
+void cli_log(vkh2o_log_level level, const char* message, void* user_data)
+{
+    if (level >= VKH2O_LOG_WARNING)
+        fprintf(stderr, "%s: %s%s\n", user_data ? (const char*)user_data : "vkh2o",
+                level == VKH2O_LOG_ERROR ? "error: " : "warning: ", message);
+}

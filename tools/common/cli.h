@@ -1,0 +1,36 @@
+/* Small helpers shared by the command-line tools: strict number parsing, progress lines. */
+#ifndef VKH2O_CLI_H
+#define VKH2O_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Parse a whole decimal/hex string into range [lo, hi]; on failure print
+ * "<tool>: <flag>: '<s>' is not an integer in [lo, hi]" to stderr and return false. */
+bool cli_parse_u64(const char* tool, const char* flag, const char* s, uint64_t lo, uint64_t hi, uint64_t* out);
+bool cli_parse_u32(const char* tool, const char* flag, const char* s, uint32_t lo, uint32_t hi, uint32_t* out);
+bool cli_parse_f64(const char* tool, const char* flag, const char* s, double lo, double hi, double* out);
+
+/* Progress on a terminal: "label  123/1000  456.7/s  ETA 0:02" redrawn in place on stderr,
+ * only when stderr is a terminal and not quiet; silent otherwise. */
+typedef struct cli_progress {
+    const char* label;
+    uint64_t total;
+    double t0;
+    double last_draw;
+    bool enabled;
+} cli_progress;
+void cli_progress_begin(cli_progress* p, const char* label, uint64_t total, bool quiet);
+void cli_progress_update(cli_progress* p, uint64_t done);
+void cli_progress_end(cli_progress* p);
+
+/* Monotonic seconds. */
+double cli_now(void);
+
+/* Log callback for vkh2o contexts: WARNING/ERROR to stderr with the tool's name as prefix
+ * (user_data is the tool name). */
+#include "vkh2o.h"
+void cli_log(vkh2o_log_level level, const char* message, void* user_data);
+
+#endif

@@ -1,0 +1,105 @@
+/* vkh2o-info: the Vulkan devices vkh2o sees, what it would choose, and what it will use. */
+#include "cli.h"
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char* type_name(VkPhysicalDeviceType t)
+{
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "CPU";
+    default: return "other";
+    }
+}
+
+static void print_caps(const vkh2o_device_caps* c)
+{
+    printf("    type                    %s\n", type_name(c->device_type));
+    printf("    driver                  %s %s\n", c->driver_name, c->driver_info);
+    printf("    Vulkan                  %u.%u.%u\n", VK_API_VERSION_MAJOR(c->api_version), VK_API_VERSION_MINOR(c->api_version),
+           VK_API_VERSION_PATCH(c->api_version));
+    printf("    subgroup size           %u (arithmetic %s)\n", c->subgroup_size, c->subgroup_arithmetic ? "yes" : "no");
+    printf("    shaderFloat16           %s\n", c->shader_float16 ? "yes" : "no");
+    printf("    16-bit / 8-bit storage  %s / %s\n", c->storage_16bit ? "yes" : "no", c->storage_8bit ? "yes" : "no");
+    printf("    push descriptors        %s\n", c->push_descriptor ? "yes" : "no");
+    printf("    maxStorageBufferRange   %llu MiB\n", (unsigned long long)(c->max_storage_buffer_range >> 20));
+    printf("    shared memory           %u KiB\n", c->max_shared_memory >> 10);
+    printf("    max workgroup size      %u\n", c->max_workgroup_invocations);
+    printf("    device-local memory     %llu MiB%s\n", (unsigned long long)(c->device_local_bytes >> 20),
+           c->unified_memory ? " (unified with the host)" : "");
+    printf("    timestamps              %s (%.3g ns/tick)\n", c->timestamps ? "yes" : "no", c->timestamp_period_ns);
+}
+
+static void usage(FILE* f)
+{
+    fprintf(f, "usage: vkh2o-info [--device N] [--validation] [--shaders] [--help]\n"
+               "Lists the Vulkan 1.2 devices vkh2o sees and the one it chooses by default\n"
+               "(discrete > integrated > virtual > CPU; environment VKH2O_DEVICE=N overrides),\n"
+               "then creates a context on it and prints what it enabled.\n"
+               "  --device N     create the context on device N instead\n"
+               "  --validation   enable the Khronos validation layer\n"
+               "  --shaders      also list the embedded compute shaders\n");
+}
+
+int main(int argc, char** argv)
+{
+    uint32_t select = 0, flags = 0;
+    bool shaders = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            uint32_t d;
+            if (!cli_parse_u32("vkh2o-info", "--device", argv[++i], 0, 63, &d))
+                return 2;
+            select = VKH2O_DEVICE_INDEX(d);
+        } else if (!strcmp(argv[i], "--validation")) {
+            flags |= VKH2O_CONTEXT_VALIDATION;
+        } else if (!strcmp(argv[i], "--shaders")) {
+            shaders = true;
+        } else {
+            fprintf(stderr, "vkh2o-info: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    vkh2o_device_caps list[16];
+    uint32_t n = 0;
+    if (vkh2o_enumerate_devices(list, 16, &n) != VKH2O_OK || n == 0) {
+        fprintf(stderr, "vkh2o-info: no Vulkan device found (is a driver installed? Debian: mesa-vulkan-drivers)\n");
+        return 1;
+    }
+    printf("vkh2o %d.%d.%d: %u Vulkan device%s\n", VKH2O_VERSION_MAJOR, VKH2O_VERSION_MINOR, VKH2O_VERSION_PATCH, n, n == 1 ? "" : "s");
+    for (uint32_t i = 0; i < n && i < 16; i++) {
+        printf("  [%u] %s\n", i, list[i].device_name);
+        print_caps(&list[i]);
+    }
+    vkh2o_context* ctx;
+    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = select, .flags = flags,
+                                                                 .log = cli_log, .user_data = "vkh2o-info" }, &ctx);
+    if (r != VKH2O_OK) {
+        fprintf(stderr, "vkh2o-info: could not create a context: %s\n", vkh2o_result_string(r));
+        return 1;
+    }
+    const vkh2o_device_caps* c = vkh2o_context_caps(ctx);
+    printf("chosen: %s\n", c->device_name);
+    printf("  enabled: shaderFloat16 %s, 16-bit storage %s, 8-bit storage %s, push descriptors %s, timestamps %s\n",
+           c->shader_float16 ? "yes" : "no", c->storage_16bit ? "yes" : "no", c->storage_8bit ? "yes" : "no",
+           c->push_descriptor ? "yes" : "no", c->timestamps ? "yes" : "no");
+    printf("  kernel tiles: %s\n", c->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU ? "register-blocked (CPU device)"
+                                                                                 : "shared-memory tiles (GPU)");
+    if (shaders) {
+        printf("embedded shaders (%u):", vkh2o_shader_count());
+        for (uint32_t i = 0; i < vkh2o_shader_count(); i++)
+            printf(" %s", vkh2o_shader_name(i));
+        printf("\n");
+    }
+    uint32_t msgs = vkh2o_context_validation_messages(ctx);
+    vkh2o_context_destroy(ctx);
+    return msgs ? 1 : 0;
+}
