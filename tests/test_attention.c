@@ -1,0 +1,240 @@
+/* Conformance of the three attention passes (shaders/attn_lse, attn_pv, attn_reduce via
+ * vkh2o_cmd_attention / vkh2o_cmd_attention_mass) against ref_attention (double, P
+ * materialised), over odd S, T, H, D, DV, strided and shared-key layouts, causal offsets, and
+ * several tilings (the CPU default and the GPU-style one-query-per-invocation tiling).
+ *
+ * Error bounds (inputs ~ N(0,1) scaled so scores are O(1..8); u = 2^-24):
+ *  - a score is an fp32 dot of D terms: error ~ sqrt(D) u |q||k| scale, i.e. a relative error
+ *    of P of a few 1e-6 at most for D = 192 with sharp softmax; P.V adds T more fp32 terms.
+ *    Asserted: nmse(o) <= 1e-10 and nmse(P) <= 1e-10 (observed 1e-14 .. 6e-13).
+ *  - the mass sums up to H * S probabilities in fp32: nmse(scores) <= 1e-11 (observed <= 1e-13), and
+ *    |sum scores - H * S| <= 1e-4 H * S (every visible row sums to 1).
+ *  - Determinism: a second run gives the same bits for o, scores and P.
+ * Outputs are poisoned, guard words checked, masked probabilities must be exactly 0. */
+#include "vkh2o_test.h"
+#include "mla_internal.h"
+#include "ref_mla.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct attn_case {
+    uint32_t S, T, H, D, DV;
+    int32_t causal_off;        /* INT32_MIN: T - S (prefill after T - S cached keys) */
+    bool shared_kv;            /* k_hs = v_hs = 0 (the latent layout) */
+    bool probs, accumulate;
+    float qscale;              /* sharpness */
+    vkh2o_attn_tuning tune;    /* all zero: the device default */
+} attn_case;
+
+static void run_case(const attn_case* c, vt_rng* rng)
+{
+    vkh2o_context* ctx = vt_ctx();
+    vkh2o_attn_tuning t = c->tune.local ? c->tune : vkh2o_attn_tuning_default(ctx);
+    const uint32_t S = c->S, T = c->T, H = c->H, D = c->D, DV = c->DV;
+    vkh2o_attn_args a = { .S = S, .T = T, .H = H, .D = D, .DV = DV,
+                          .causal_off = c->causal_off == INT32_MIN ? (int32_t)(T - S) : c->causal_off,
+                          .scale = 1.0f / sqrtf((float)D), .accumulate_scores = c->accumulate };
+    /* strided layouts with gaps: q [S][H][D + 1] + 2 per token; k, v per token (shared) or per head */
+    a.q_hs = D + 1, a.q_ts = H * a.q_hs + 2;
+    a.k_hs = c->shared_kv ? 0 : D, a.k_ts = c->shared_kv ? D + 3 : H * D;
+    a.v_hs = c->shared_kv ? 0 : DV + 2, a.v_ts = c->shared_kv ? DV : H * (DV + 2);
+    a.o_hs = DV, a.o_ts = H * DV + 1;
+    const size_t nq = (size_t)S * a.q_ts, nk = (size_t)T * a.k_ts, nv = (size_t)T * a.v_ts, no = (size_t)S * a.o_ts;
+    const size_t np = (size_t)H * S * T;
+    float* q = malloc(nq * 4);
+    float* k = malloc(nk * 4);
+    float* v = malloc(nv * 4);
+    float* o_ref = calloc(no, 4);
+    float* m_ref = malloc(T * 4);
+    float* p_ref = malloc(np * 4);
+    float* o_got = malloc(no * 4);
+    float* m_got = malloc(T * 4);
+    float* p_got = malloc(np * 4);
+    float* m0 = malloc(T * 4);
+    assert_true(q && k && v && o_ref && m_ref && p_ref && o_got && m_got && p_got && m0);
+    vt_fill_normal(rng, q, nq, c->qscale);
+    vt_fill_normal(rng, k, nk, 1.0f);
+    vt_fill_normal(rng, v, nv, 1.0f);
+    for (uint32_t j = 0; j < T; j++)
+        m0[j] = (float)vt_u32_below(rng, 100);
+
+    ref_attn_args ra = { .S = S, .T = T, .H = H, .D = D, .DV = DV, .causal_off = a.causal_off, .scale = a.scale,
+                         .q_ts = a.q_ts, .q_hs = a.q_hs, .k_ts = a.k_ts, .k_hs = a.k_hs, .v_ts = a.v_ts,
+                         .v_hs = a.v_hs, .o_ts = a.o_ts, .o_hs = a.o_hs };
+    ref_attention(&ra, q, k, v, o_ref, m_ref, p_ref);
+    if (c->accumulate)
+        for (uint32_t j = 0; j < T; j++)
+            m_ref[j] += m0[j];
+
+    vkh2o_buffer* bq = vt_upload_f32(q, nq);
+    vkh2o_buffer* bk = vt_upload_f32(k, nk);
+    vkh2o_buffer* bv = vt_upload_f32(v, nv);
+    vkh2o_buffer* bo = vt_buffer(no * 4);
+    vkh2o_buffer* bm = vt_buffer(T * 4);
+    vkh2o_buffer* bl = vt_buffer((size_t)H * S * 4);
+    const uint64_t npart = vkh2o_attn_part_floats(&t, S, T, H);
+    vkh2o_buffer* bpart = vt_buffer(npart * 4);
+    vkh2o_buffer* bp = c->probs ? vt_buffer(np * 4) : NULL;
+    vkh2o_attn_bufs b = { .q = vkh2o_bind_range(bq, 0, nq * 4), .k = vkh2o_bind_range(bk, 0, nk * 4),
+                          .v = vkh2o_bind_range(bv, 0, nv * 4), .o = vkh2o_bind_range(bo, 0, no * 4),
+                          .lse = vkh2o_bind_range(bl, 0, (uint64_t)H * S * 4),
+                          .part = vkh2o_bind_range(bpart, 0, npart * 4), .scores = vkh2o_bind_range(bm, 0, T * 4) };
+    if (bp)
+        b.probs = vkh2o_bind_range(bp, 0, np * 4);
+
+    char label[160];
+    snprintf(label, sizeof label, "S=%u T=%u H=%u D=%u DV=%u off=%d%s%s tile %u/%u/%u/%u", S, T, H, D, DV, a.causal_off,
+             c->shared_kv ? " shared" : "", c->accumulate ? " acc" : "", t.local, t.rq, t.rk, t.hg);
+    printf("# attention %s\n", label);
+    for (int run = 0; run < 2; run++) {
+        vt_poison(bo);
+        if (bp)
+            vt_poison(bp);
+        if (c->accumulate)
+            assert_int_equal(vkh2o_buffer_upload(bm, 0, m0, T * 4), VKH2O_OK);
+        else
+            vt_poison(bm);
+        VkCommandBuffer cb;
+        assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+        assert_int_equal(vkh2o_cmd_attention(ctx, cb, &t, &a, &b), VKH2O_OK);
+        vkh2o_barrier(ctx, cb);
+        assert_int_equal(vkh2o_cmd_attention_mass(ctx, cb, &t, &a, &b), VKH2O_OK);
+        assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
+        if (run == 0) {
+            vt_download_f32(bo, o_got, no);
+            vt_download_f32(bm, m_got, T);
+            if (bp)
+                vt_download_f32(bp, p_got, np);
+        } else {
+            /* bit-for-bit the same as the first run */
+            float* again = malloc((no > np ? no : np) * 4 + T * 4);
+            vt_download_f32(bo, again, no);
+            assert_memory_equal(again, o_got, no * 4);
+            vt_download_f32(bm, again, T);
+            assert_memory_equal(again, m_got, T * 4);
+            if (bp) {
+                vt_download_f32(bp, again, np);
+                assert_memory_equal(again, p_got, np * 4);
+            }
+            free(again);
+        }
+    }
+    vt_check_guard(bo, no * 4);
+    vt_check_guard(bm, T * 4);
+    vt_check_guard(bpart, npart * 4);
+    if (bp)
+        vt_check_guard(bp, np * 4);
+
+    /* o: the gap after each token row is never written */
+    for (uint32_t i = 0; i < S; i++) {
+        uint32_t w;
+        memcpy(&w, &o_got[(size_t)i * a.o_ts + H * DV], 4);
+        assert_int_equal(w, VT_POISON);
+        o_got[(size_t)i * a.o_ts + H * DV] = 0.0f;
+    }
+    vt_assert_nmse("  o", o_got, o_ref, no, 1e-10);
+    vt_assert_nmse("  scores", m_got, m_ref, T, 1e-11);
+    double sum = 0.0, expect = 0.0;
+    for (uint32_t j = 0; j < T; j++)
+        sum += m_got[j] - (c->accumulate ? m0[j] : 0.0f);
+    for (uint32_t i = 0; i < S; i++)
+        expect += (int64_t)i + a.causal_off >= 0 ? H : 0;   /* rows that see at least one key */
+    printf("#   sum of scores %.6f, expected %.0f\n", sum, expect);
+    assert_true(fabs(sum - expect) <= 1e-4 * (expect > 1 ? expect : 1));
+    if (bp) {
+        vt_assert_nmse("  probs", p_got, p_ref, np, 1e-10);
+        for (size_t e = 0; e < np; e++)
+            if (p_ref[e] == 0.0f)
+                assert_true(p_got[e] == 0.0f);
+    }
+    vkh2o_buffer* bufs[] = { bq, bk, bv, bo, bm, bl, bpart, bp };
+    for (size_t i = 0; i < 8; i++)
+        vkh2o_buffer_destroy(bufs[i]);
+    free(q); free(k); free(v); free(o_ref); free(m_ref); free(p_ref); free(o_got); free(m_got); free(p_got); free(m0);
+}
+
+static const vkh2o_attn_tuning DEF = { 0, 0, 0, 0 };
+static const vkh2o_attn_tuning GPU = { 64, 1, 8, 8 };
+static const vkh2o_attn_tuning ODD = { 16, 3, 5, 2 };
+static const vkh2o_attn_tuning ONE = { 8, 1, 1, 1 };
+
+static void test_causal(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("attention causal"));
+    const attn_case cases[] = {
+        { 1, 1, 1, 16, 12, INT32_MIN, false, true, false, 1.0f, DEF },
+        { 3, 3, 3, 24, 12, INT32_MIN, false, true, false, 1.0f, DEF },
+        { 17, 17, 3, 24, 12, INT32_MIN, false, true, false, 4.0f, DEF },
+        { 17, 17, 5, 7, 5, INT32_MIN, false, true, true, 1.0f, ODD },
+        { 100, 100, 2, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF },
+        { 100, 100, 3, 40, 33, INT32_MIN, false, true, false, 8.0f, GPU },
+        { 33, 33, 9, 16, 8, INT32_MIN, false, true, false, 1.0f, ONE },
+        { 3, 3, 64, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF },   /* Kimi heads and dims */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_case(&cases[i], &rng);
+    vt_check_validation();
+}
+
+/* The cache uses: new queries after cached keys, no mask, shared (latent) keys and values. */
+static void test_offsets_and_shared(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("attention offsets"));
+    const attn_case cases[] = {
+        { 5, 23, 3, 24, 12, INT32_MIN, false, true, true, 1.0f, DEF },   /* prefill after 18 cached */
+        { 1, 50, 4, 16, 16, INT32_MIN, false, true, false, 2.0f, DEF },  /* decode */
+        { 7, 7, 2, 16, 8, 100, false, true, false, 1.0f, ODD },          /* no mask */
+        { 9, 9, 3, 16, 8, -3, false, true, false, 1.0f, ODD },           /* first rows see nothing */
+        { 6, 31, 5, 40, 24, INT32_MIN, true, true, false, 1.0f, DEF },   /* latent: shared K/V rows */
+        { 6, 31, 5, 40, 24, INT32_MIN, true, true, false, 1.0f, GPU },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_case(&cases[i], &rng);
+    vt_check_validation();
+}
+
+static void test_errors(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    vkh2o_attn_tuning t = vkh2o_attn_tuning_default(ctx);
+    vkh2o_buffer* small = vt_buffer(64);
+    vkh2o_buffer* big = vt_buffer(1 << 16);
+    vkh2o_binding s = vkh2o_bind_range(small, 0, 64), g = vkh2o_bind_range(big, 0, 1 << 16);
+    vkh2o_attn_args a = { .S = 4, .T = 4, .H = 2, .D = 8, .DV = 8, .scale = 1.0f, .q_ts = 16, .q_hs = 8, .k_ts = 16,
+                          .k_hs = 8, .v_ts = 16, .v_hs = 8, .o_ts = 16, .o_hs = 8 };
+    vkh2o_attn_bufs b = { g, g, g, g, g, g, g, { 0 } };
+    b.q = s;   /* 16 floats for 4 x 2 x 8 */
+    assert_int_equal(vkh2o_cmd_attention(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_INVALID_ARGUMENT);
+    b.q = g;
+    b.probs = s;   /* 16 floats for H S T = 32 */
+    assert_int_equal(vkh2o_cmd_attention(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_INVALID_ARGUMENT);
+    b.probs = (vkh2o_binding){ 0 };
+    b.scores = (vkh2o_binding){ 0 };
+    assert_int_equal(vkh2o_cmd_attention_mass(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_INVALID_ARGUMENT);
+    a.S = 0;
+    assert_int_equal(vkh2o_cmd_attention(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_INVALID_ARGUMENT);
+    a.S = 4;
+    t.rq = 0;
+    assert_int_equal(vkh2o_cmd_attention(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_INVALID_ARGUMENT);
+    vkh2o_buffer_destroy(small);
+    vkh2o_buffer_destroy(big);
+    vt_check_validation();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_causal),
+        cmocka_unit_test(test_offsets_and_shared),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
+}
