@@ -1,0 +1,746 @@
+/*
+ * vkh2o-mkshard: writes a synthetic DeepSeek-V3 / Kimi checkpoint (MLA attention layers with
+ * the real HF names and shapes, plus a config.json in HF spelling), deterministic for a seed.
+ * Used by tests, benchmarks and the demo when the real 600 GB checkpoint is not at hand.
+ *
+ * Weight values (all from a counter-based generator, so any element can be recomputed):
+ *   projections   N(0, 1) x gain / sqrt(in_features)
+ *   norm weights  1 + 0.1 N(0, 1)
+ * gain is 1 except for the parts that form attention logits: q_b_proj (or q_proj), the k_nope
+ * rows of kv_b_proj and the k_pe rows of kv_a_proj_with_mqa get g = sqrt(T / (scale sqrt(qk)))
+ * with T = 2.5, so that for unit-variance hidden states q and k entries have variance g^2 and
+ * the logits q.k x softmax_scale have a standard deviation of about T. That makes each
+ * query's attention distribution heavy-tailed (exp(2.5 z) across keys), so H2O has real
+ * heavy hitters to find; `--stats S` measures it on the written layer (see --help).
+ */
+#include "cli.h"
+#include "internal.h"
+#include "ref_mla.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TOOL "vkh2o-mkshard"
+#define LOGIT_STD 2.5
+#define VOCAB 163840u
+#define FP8_BLOCK 128u
+
+typedef struct preset {
+    const char* name;
+    uint32_t hidden, heads, q_lora, kv_lora, nope, rope, v;
+} preset;
+
+static const preset presets[] = {
+    { "kimi", 7168, 64, 1536, 512, 128, 64, 128 },   /* Kimi K2.6 layer shapes */
+    { "small", 200, 4, 96, 72, 32, 16, 24 },          /* odd sizes: not multiples of 16 or 64 */
+    { "tiny", 64, 2, 24, 16, 8, 8, 8 },               /* unit tests */
+};
+
+enum kind { K_PROJ, K_NORM, K_EMBED, K_SCALE };
+
+typedef struct gen_tensor {
+    char name[192];
+    enum kind kind;
+    vkh2o_mla_weight w;
+    vkh2o_dtype dtype;
+    uint64_t rows, cols;        /* cols = 1 for 1-D */
+    uint32_t ndim;
+    double base;                /* 1 / sqrt(in_features) */
+    double gain;                /* for rows selected by gain_rows */
+    uint64_t key;               /* generator stream */
+    const vkh2o_mla_config* cfg;
+    float* scales;              /* fp8: [ceil(rows/128), ceil(cols/128)] (owned by the K_PROJ entry) */
+    struct gen_tensor* of;      /* K_SCALE: the weight it belongs to */
+    int shard;                  /* 0 or 1 with --sharded */
+} gen_tensor;
+
+/* ---- counter-based normal generator ---- */
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static double normal_at(uint64_t key, uint64_t i)
+{
+    uint64_t a = mix64(key ^ mix64(2 * i)), b = mix64(key ^ mix64(2 * i + 1));
+    double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53;   /* (0, 1] */
+    double u2 = (double)(b >> 11) * 0x1.0p-53;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
+}
+
+static uint64_t name_key(uint64_t seed, const char* name)
+{
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (const char* p = name; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    return mix64(seed ^ mix64(h));
+}
+
+/* Whether row r of the weight carries the logit gain. */
+static bool gain_row(const gen_tensor* t, uint64_t r)
+{
+    const vkh2o_mla_config* c = t->cfg;
+    switch (t->w) {
+    case VKH2O_W_Q_B_PROJ:
+    case VKH2O_W_Q_PROJ:
+        return true;
+    case VKH2O_W_KV_A_PROJ:
+        return r >= c->kv_lora_rank;                               /* the k_pe rows */
+    case VKH2O_W_KV_B_PROJ:
+        return r % (c->qk_nope_head_dim + c->v_head_dim) < c->qk_nope_head_dim;   /* k_nope rows */
+    default:
+        return false;
+    }
+}
+
+/* The value before any rounding. */
+static float value_at(const gen_tensor* t, uint64_t i)
+{
+    double z = normal_at(t->key, i);
+    if (t->kind == K_NORM)
+        return (float)(1.0 + 0.1 * z);
+    uint64_t r = i / t->cols;
+    return (float)(z * t->base * (gain_row(t, r) ? t->gain : 1.0));
+}
+
+static float fp8_scale_at(const gen_tensor* t, uint64_t i)
+{
+    uint64_t r = i / t->cols, c = i % t->cols, sc = (t->cols + FP8_BLOCK - 1) / FP8_BLOCK;
+    return t->scales[(r / FP8_BLOCK) * sc + c / FP8_BLOCK];
+}
+
+/* What the file holds for element i, widened back to float (fp8: the dequantised value). */
+static float stored_at(const gen_tensor* t, uint64_t i)
+{
+    float v = value_at(t, i);
+    switch (t->dtype) {
+    case VKH2O_DTYPE_BF16: return vkh2o_bf16_to_f32(vkh2o_f32_to_bf16(v));
+    case VKH2O_DTYPE_F16: return vkh2o_f16_to_f32(vkh2o_f32_to_f16(v));
+    case VKH2O_DTYPE_F8_E4M3: {
+        float s = fp8_scale_at(t, i);
+        return vkh2o_f8e4m3_to_f32(vkh2o_f32_to_f8e4m3(v / s)) * s;
+    }
+    default: return v;
+    }
+}
+
+/* ---- writing ---- */
+typedef struct progress_state {
+    cli_progress bar;
+    uint64_t done;
+} progress_state;
+static progress_state g_prog;
+
+static void fill(void* dst, uint64_t first, uint64_t count, void* user)
+{
+    const gen_tensor* t = user;
+    for (uint64_t k = 0; k < count; k++) {
+        uint64_t i = first + k;
+        float v = value_at(t, i);
+        switch (t->dtype) {
+        case VKH2O_DTYPE_BF16: ((uint16_t*)dst)[k] = vkh2o_f32_to_bf16(v); break;
+        case VKH2O_DTYPE_F16: ((uint16_t*)dst)[k] = vkh2o_f32_to_f16(v); break;
+        case VKH2O_DTYPE_F8_E4M3: ((uint8_t*)dst)[k] = vkh2o_f32_to_f8e4m3(v / fp8_scale_at(t, i)); break;
+        default: ((float*)dst)[k] = v; break;
+        }
+    }
+    g_prog.done += count * vkh2o_dtype_size(t->dtype);
+    cli_progress_update(&g_prog.bar, g_prog.done);
+}
+
+/* DeepSeek's block quantisation: scale_inv = amax(block) / 448, so each block uses the full
+ * E4M3 range. Needs one pass over the values. */
+static int compute_scales(gen_tensor* t)
+{
+    uint64_t sr = (t->rows + FP8_BLOCK - 1) / FP8_BLOCK, sc = (t->cols + FP8_BLOCK - 1) / FP8_BLOCK;
+    t->scales = calloc(sr * sc, sizeof(float));
+    if (!t->scales)
+        return -1;
+    for (uint64_t r = 0; r < t->rows; r++)
+        for (uint64_t c = 0; c < t->cols; c++) {
+            float a = fabsf(value_at(t, r * t->cols + c));
+            float* s = &t->scales[(r / FP8_BLOCK) * sc + c / FP8_BLOCK];
+            if (a > *s)
+                *s = a;
+        }
+    for (uint64_t i = 0; i < sr * sc; i++)
+        t->scales[i] = t->scales[i] > 0.0f ? t->scales[i] / 448.0f : 1.0f;
+    return 0;
+}
+
+static void shape_of(const vkh2o_mla_config* c, vkh2o_mla_weight w, uint64_t* rows, uint64_t* cols, uint32_t* nd)
+{
+    uint64_t H = c->num_heads, D = c->hidden_size, qk = (uint64_t)c->qk_nope_head_dim + c->qk_rope_head_dim;
+    *cols = 1;
+    *nd = 2;
+    switch (w) {
+    case VKH2O_W_Q_A_PROJ: *rows = c->q_lora_rank, *cols = D; break;
+    case VKH2O_W_Q_A_LAYERNORM: *rows = c->q_lora_rank, *nd = 1; break;
+    case VKH2O_W_Q_B_PROJ: *rows = H * qk, *cols = c->q_lora_rank; break;
+    case VKH2O_W_Q_PROJ: *rows = H * qk, *cols = D; break;
+    case VKH2O_W_KV_A_PROJ: *rows = (uint64_t)c->kv_lora_rank + c->qk_rope_head_dim, *cols = D; break;
+    case VKH2O_W_KV_A_LAYERNORM: *rows = c->kv_lora_rank, *nd = 1; break;
+    case VKH2O_W_KV_B_PROJ: *rows = H * ((uint64_t)c->qk_nope_head_dim + c->v_head_dim), *cols = c->kv_lora_rank; break;
+    case VKH2O_W_O_PROJ: *rows = D, *cols = H * c->v_head_dim; break;
+    default: *rows = D, *nd = 1; break;   /* input_layernorm */
+    }
+}
+
+typedef struct opts {
+    const char* out;
+    const char* config_out;
+    const preset* pre;
+    vkh2o_dtype dtype;
+    uint32_t layers;
+    uint64_t seed;
+    bool embedding, sharded, quiet, force, no_q_lora, verify;
+    uint32_t stats;
+} opts;
+
+static void usage(FILE* f)
+{
+    fprintf(f,
+            "usage: " TOOL " --out PATH [options]\n"
+            "Writes synthetic MLA attention layers (HF DeepseekV3 names and shapes) to a safetensors\n"
+            "file, plus config.json beside it. Deterministic for a seed.\n"
+            "\n"
+            "  --out PATH          output .safetensors file (with --sharded: a new directory)\n"
+            "  --preset NAME       kimi (7168 hidden, 64 heads, the real Kimi K2.6 shapes),\n"
+            "                      small (200 hidden, 4 heads, q_lora 96, kv_lora 72, nope 32, rope 16, v 24),\n"
+            "                      tiny (64 hidden, 2 heads, q_lora 24, kv_lora 16, nope 8, rope 8, v 8);\n"
+            "                      default small\n"
+            "  --dtype T           bf16 (default), f16, f32, or fp8 (F8_E4M3 with 128x128 block\n"
+            "                      weight_scale_inv tensors, DeepSeek style; norms stay BF16)\n"
+            "  --layers N          number of layers (default 1)\n"
+            "  --seed N            generator seed (default 1)\n"
+            "  --no-q-lora         a plain q_proj instead of q_a_proj/q_a_layernorm/q_b_proj\n"
+            "  --embedding         also write model.embed_tokens.weight [163840, hidden] (zeros, BF16)\n"
+            "                      first in the file, to show a layer load reads only its own bytes\n"
+            "  --sharded           write a directory: two shards + model.safetensors.index.json\n"
+            "  --config-out FILE   where to write config.json (default: beside the output)\n"
+            "  --force             overwrite existing outputs\n"
+            "  --verify            reopen the output and check every element of every layer\n"
+            "  --stats S           run layer 0 (CPU double reference) on S random unit-variance\n"
+            "                      tokens and print the attention-mass spread (H2O's scores)\n"
+            "  --quiet             no progress and no summary\n"
+            "  --help              this text\n"
+            "\n"
+            "Values: projections N(0,1)/sqrt(in); the logit-forming parts (q_b/q_proj, k_nope rows of\n"
+            "kv_b_proj, k_pe rows of kv_a_proj_with_mqa) scaled by g = sqrt(%.1f / (softmax_scale *\n"
+            "sqrt(qk_head_dim))) so attention logits have a spread of about %.1f; norms 1 + 0.1 N(0,1).\n"
+            "Exit status: 0 done, 1 failed, 2 bad usage or output exists.\n",
+            LOGIT_STD, LOGIT_STD);
+}
+
+static bool exists(const char* p)
+{
+    struct stat sb;
+    return lstat(p, &sb) == 0;
+}
+
+static char* dir_of(const char* path)
+{
+    const char* s = strrchr(path, '/');
+    if (!s)
+        return strdup(".");
+    if (s == path)
+        return strdup("/");
+    char* d = strndup(path, (size_t)(s - path));
+    return d;
+}
+
+static void make_config(const opts* o, vkh2o_mla_config* c)
+{
+    vkh2o_mla_config_kimi_k26(c);   /* rope, yarn and eps values: Kimi K2.6 */
+    c->num_layers = o->layers;
+    c->hidden_size = o->pre->hidden;
+    c->num_heads = o->pre->heads;
+    c->q_lora_rank = o->no_q_lora ? 0 : o->pre->q_lora;
+    c->kv_lora_rank = o->pre->kv_lora;
+    c->qk_nope_head_dim = o->pre->nope;
+    c->qk_rope_head_dim = o->pre->rope;
+    c->v_head_dim = o->pre->v;
+}
+
+/* config.json in HF DeepseekV3 spelling, written to a temporary and renamed. */
+static int write_config(const char* path, const opts* o, const vkh2o_mla_config* c)
+{
+    cJSON* j = cJSON_CreateObject();
+    cJSON* arch = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("DeepseekV3ForCausalLM"));
+    cJSON_AddStringToObject(j, "model_type", "deepseek_v3");
+    cJSON_AddStringToObject(j, "vkh2o_generator", TOOL);
+    cJSON_AddStringToObject(j, "vkh2o_preset", o->pre->name);
+    cJSON_AddNumberToObject(j, "vkh2o_seed", (double)o->seed);
+    cJSON_AddNumberToObject(j, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(j, "num_attention_heads", c->num_heads);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", c->num_heads);
+    cJSON_AddNumberToObject(j, "num_hidden_layers", c->num_layers);
+    if (c->q_lora_rank)
+        cJSON_AddNumberToObject(j, "q_lora_rank", c->q_lora_rank);
+    else
+        cJSON_AddNullToObject(j, "q_lora_rank");
+    cJSON_AddNumberToObject(j, "kv_lora_rank", c->kv_lora_rank);
+    cJSON_AddNumberToObject(j, "qk_nope_head_dim", c->qk_nope_head_dim);
+    cJSON_AddNumberToObject(j, "qk_rope_head_dim", c->qk_rope_head_dim);
+    cJSON_AddNumberToObject(j, "v_head_dim", c->v_head_dim);
+    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(j, "rms_norm_eps", c->rms_norm_eps);
+    cJSON_AddBoolToObject(j, "attention_bias", false);
+    cJSON_AddBoolToObject(j, "rope_interleave", c->rope_interleave);
+    cJSON_AddNumberToObject(j, "max_position_embeddings",
+                            (double)c->original_max_position_embeddings * c->yarn_factor);
+    cJSON_AddNumberToObject(j, "vocab_size", VOCAB);
+    cJSON_AddStringToObject(j, "torch_dtype", o->dtype == VKH2O_DTYPE_F32 ? "float32"
+                                              : o->dtype == VKH2O_DTYPE_F16 ? "float16" : "bfloat16");
+    cJSON* rs = cJSON_AddObjectToObject(j, "rope_scaling");
+    cJSON_AddStringToObject(rs, "type", "yarn");
+    cJSON_AddNumberToObject(rs, "factor", c->yarn_factor);
+    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->original_max_position_embeddings);
+    cJSON_AddNumberToObject(rs, "beta_fast", c->beta_fast);
+    cJSON_AddNumberToObject(rs, "beta_slow", c->beta_slow);
+    cJSON_AddNumberToObject(rs, "mscale", c->mscale);
+    cJSON_AddNumberToObject(rs, "mscale_all_dim", c->mscale_all_dim);
+    if (o->dtype == VKH2O_DTYPE_F8_E4M3) {
+        cJSON* q = cJSON_AddObjectToObject(j, "quantization_config");
+        cJSON_AddStringToObject(q, "quant_method", "fp8");
+        cJSON_AddStringToObject(q, "fmt", "e4m3");
+        cJSON_AddStringToObject(q, "activation_scheme", "dynamic");
+        cJSON* bs = cJSON_AddArrayToObject(q, "weight_block_size");
+        cJSON_AddItemToArray(bs, cJSON_CreateNumber(FP8_BLOCK));
+        cJSON_AddItemToArray(bs, cJSON_CreateNumber(FP8_BLOCK));
+    }
+    char* text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) {
+        fprintf(stderr, TOOL ": out of memory\n");
+        return -1;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%.4000s.tmp.%ld", path, (long)getpid());
+    FILE* f = fopen(tmp, "wx");
+    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    ok = f && fclose(f) == 0 && ok;
+    ok = ok && rename(tmp, path) == 0;
+    if (!ok) {
+        fprintf(stderr, TOOL ": %s: cannot write: %s\n", path, strerror(errno));
+        unlink(tmp);
+    }
+    free(text);
+    return ok ? 0 : -1;
+}
+
+static int write_index(const char* path, gen_tensor* ts, uint32_t n, const char* const files[2])
+{
+    cJSON* j = cJSON_CreateObject();
+    cJSON* md = cJSON_AddObjectToObject(j, "metadata");
+    double total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        total += (double)(ts[i].rows * ts[i].cols * vkh2o_dtype_size(ts[i].dtype));
+    cJSON_AddNumberToObject(md, "total_size", total);
+    cJSON* wm = cJSON_AddObjectToObject(j, "weight_map");
+    for (uint32_t i = 0; i < n; i++)
+        cJSON_AddStringToObject(wm, ts[i].name, files[ts[i].shard]);
+    char* text = cJSON_Print(j);
+    cJSON_Delete(j);
+    FILE* f = text ? fopen(path, "wx") : NULL;
+    bool ok = f && fputs(text, f) >= 0;
+    ok = f && fclose(f) == 0 && ok;
+    if (!ok)
+        fprintf(stderr, TOOL ": %s: cannot write: %s\n", path, strerror(errno));
+    free(text);
+    return ok ? 0 : -1;
+}
+
+/* Reopens what was written and compares every element of every layer with the generator. */
+static int verify(const opts* o, const char* ck_path, const char* cfg_path, const vkh2o_mla_config* want,
+                  gen_tensor* ts, uint32_t n)
+{
+    vkh2o_error e = { 0 };
+    vkh2o_mla_config c;
+    memset(&c, 0, sizeof c);
+    if (vkh2o_mla_config_from_json(cfg_path, &c, &e) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": verify: %s\n", e.message);
+        return -1;
+    }
+    bool same = c.num_layers == want->num_layers && c.hidden_size == want->hidden_size &&
+                c.num_heads == want->num_heads && c.q_lora_rank == want->q_lora_rank &&
+                c.kv_lora_rank == want->kv_lora_rank && c.qk_nope_head_dim == want->qk_nope_head_dim &&
+                c.qk_rope_head_dim == want->qk_rope_head_dim && c.v_head_dim == want->v_head_dim &&
+                c.rope_theta == want->rope_theta && c.rope_scaling == want->rope_scaling &&
+                c.yarn_factor == want->yarn_factor &&
+                c.original_max_position_embeddings == want->original_max_position_embeddings &&
+                c.beta_fast == want->beta_fast && c.beta_slow == want->beta_slow && c.mscale == want->mscale &&
+                c.mscale_all_dim == want->mscale_all_dim && c.rope_interleave == want->rope_interleave &&
+                c.rms_norm_eps == want->rms_norm_eps && c.attention_bias == want->attention_bias;
+    if (!same) {
+        fprintf(stderr, TOOL ": verify: %s does not read back as the config written\n", cfg_path);
+        return -1;
+    }
+    vkh2o_checkpoint* ck = NULL;
+    if (vkh2o_checkpoint_open(ck_path, &ck, &e) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": verify: %s\n", e.message);
+        return -1;
+    }
+    uint64_t checked = 0;
+    int rc = 0;
+    for (uint32_t L = 0; L < o->layers && rc == 0; L++) {
+        vkh2o_mla_host_weights* hw = NULL;
+        if (vkh2o_mla_host_weights_load(ck, &c, L, VKH2O_LOAD_INPUT_LAYERNORM, &hw, &e) != VKH2O_OK) {
+            fprintf(stderr, TOOL ": verify: %s\n", e.message);
+            rc = -1;
+            break;
+        }
+        for (uint32_t i = 0; i < n && rc == 0; i++) {
+            gen_tensor* t = &ts[i];
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "model.layers.%u.", L);
+            if (t->kind == K_SCALE || t->kind == K_EMBED || strncmp(t->name, prefix, strlen(prefix)) != 0)
+                continue;
+            const vkh2o_tensor_view* v = vkh2o_mla_host_weight(hw, t->w);
+            if (!v->data || v->numel != t->rows * t->cols) {
+                fprintf(stderr, TOOL ": verify: %s missing or misshaped\n", t->name);
+                rc = -1;
+                break;
+            }
+            for (uint64_t k = 0; k < v->numel; k++) {
+                float want_v = stored_at(t, k);
+                if (v->dtype == VKH2O_DTYPE_BF16 && t->dtype == VKH2O_DTYPE_F8_E4M3)
+                    want_v = vkh2o_bf16_to_f32(vkh2o_f32_to_bf16(want_v));   /* dequantised to BF16 */
+                float got = vkh2o_load_elem(v->dtype, v->data, k);
+                if (!(got == want_v)) {
+                    fprintf(stderr, TOOL ": verify: %s[%llu] = %g, generator says %g\n", t->name,
+                            (unsigned long long)k, (double)got, (double)want_v);
+                    rc = -1;
+                    break;
+                }
+            }
+            checked += v->numel;
+        }
+        vkh2o_mla_host_weights_free(hw);
+    }
+    vkh2o_checkpoint_close(ck);
+    if (rc == 0 && !o->quiet)
+        printf("verify: OK, %u layer(s), %llu elements equal to the generator\n", o->layers,
+               (unsigned long long)checked);
+    return rc;
+}
+
+static int cmp_float(const void* a, const void* b)
+{
+    float x = *(const float*)a, y = *(const float*)b;
+    return (x > y) - (x < y);
+}
+
+/* Attention mass of layer 0 over S random tokens, with the CPU reference. */
+static int stats(const opts* o, const char* ck_path, const vkh2o_mla_config* c)
+{
+    vkh2o_error e = { 0 };
+    vkh2o_checkpoint* ck = NULL;
+    vkh2o_mla_host_weights* hw = NULL;
+    if (vkh2o_checkpoint_open(ck_path, &ck, &e) != VKH2O_OK ||
+        vkh2o_mla_host_weights_load(ck, c, 0, 0, &hw, &e) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": stats: %s\n", e.message);
+        vkh2o_checkpoint_close(ck);
+        return -1;
+    }
+    uint32_t S = o->stats;
+    float* x = malloc((size_t)S * c->hidden_size * sizeof(float));
+    float* out = malloc((size_t)S * c->hidden_size * sizeof(float));
+    float* mass = malloc((size_t)S * sizeof(float));
+    float* sorted = malloc((size_t)S * sizeof(float));
+    int rc = -1;
+    if (x && out && mass && sorted) {
+        uint64_t key = name_key(o->seed, "stats.hidden");
+        for (size_t i = 0; i < (size_t)S * c->hidden_size; i++)
+            x[i] = (float)normal_at(key, i);
+        double t0 = cli_now();
+        if (ref_mla_forward(c, hw, x, S, 0, out, mass, NULL, NULL) == 0) {
+            double sum = 0, sq = 0;
+            for (uint32_t i = 0; i < S; i++)
+                sum += mass[i], sq += (double)mass[i] * mass[i];
+            double mean = sum / S, sd = sqrt(fmax(sq / S - mean * mean, 0.0));
+            memcpy(sorted, mass, S * sizeof(float));
+            qsort(sorted, S, sizeof(float), cmp_float);
+            printf("stats: layer 0, S=%u, %u heads (%.1f s): attention mass min %.3f  median %.3f  max %.3f  "
+                   "mean %.3f  std %.3f\n",
+                   S, c->num_heads, cli_now() - t0, sorted[0], sorted[S / 2], sorted[S - 1], mean, sd);
+            /* the same H2O split as the seed demo: 4 sinks, 32 recent, budget 64 of the middle */
+            if (S > 100) {
+                uint32_t mid = S - 36, keep = 64;
+                float* m = malloc(mid * sizeof(float));
+                if (m) {
+                    memcpy(m, mass + 4, mid * sizeof(float));
+                    qsort(m, mid, sizeof(float), cmp_float);
+                    double kept = 0, ev = 0;
+                    for (uint32_t i = 0; i < mid; i++) {
+                        if (i >= mid - keep)
+                            kept += m[i];
+                        else
+                            ev += m[i];
+                    }
+                    printf("stats: heavy hitters kept (top 64 of %u middle) mean %.3f, evicted mean %.3f, ratio %.2fx\n",
+                           mid, kept / keep, ev / (mid - keep), (kept / keep) / (ev / (mid - keep)));
+                    free(m);
+                }
+            }
+            rc = 0;
+        } else {
+            fprintf(stderr, TOOL ": stats: out of memory\n");
+        }
+    } else {
+        fprintf(stderr, TOOL ": stats: out of memory\n");
+    }
+    free(x);
+    free(out);
+    free(mass);
+    free(sorted);
+    vkh2o_mla_host_weights_free(hw);
+    vkh2o_checkpoint_close(ck);
+    return rc;
+}
+
+int main(int argc, char** argv)
+{
+    opts o = { .pre = &presets[1], .dtype = VKH2O_DTYPE_BF16, .layers = 1, .seed = 1 };
+    enum { O_PRESET = 256, O_DTYPE, O_LAYERS, O_SEED, O_EMB, O_SHARDED, O_CFG, O_QUIET, O_FORCE, O_NOQ, O_VERIFY,
+           O_STATS, O_HELP, O_OUT };
+    static const struct option lo[] = {
+        { "out", required_argument, 0, O_OUT },         { "preset", required_argument, 0, O_PRESET },
+        { "dtype", required_argument, 0, O_DTYPE },     { "layers", required_argument, 0, O_LAYERS },
+        { "seed", required_argument, 0, O_SEED },       { "embedding", no_argument, 0, O_EMB },
+        { "sharded", no_argument, 0, O_SHARDED },       { "config-out", required_argument, 0, O_CFG },
+        { "quiet", no_argument, 0, O_QUIET },           { "force", no_argument, 0, O_FORCE },
+        { "no-q-lora", no_argument, 0, O_NOQ },         { "verify", no_argument, 0, O_VERIFY },
+        { "stats", required_argument, 0, O_STATS },     { "help", no_argument, 0, O_HELP },
+        { 0, 0, 0, 0 },
+    };
+    opterr = 0;
+    for (int ch; (ch = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+        switch (ch) {
+        case O_OUT: o.out = optarg; break;
+        case O_PRESET:
+            o.pre = NULL;
+            for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+                if (!strcmp(optarg, presets[i].name))
+                    o.pre = &presets[i];
+            if (!o.pre) {
+                fprintf(stderr, TOOL ": --preset: '%s' is not one of kimi, small, tiny\n", optarg);
+                return 2;
+            }
+            break;
+        case O_DTYPE:
+            if (!strcmp(optarg, "bf16")) o.dtype = VKH2O_DTYPE_BF16;
+            else if (!strcmp(optarg, "f16")) o.dtype = VKH2O_DTYPE_F16;
+            else if (!strcmp(optarg, "f32")) o.dtype = VKH2O_DTYPE_F32;
+            else if (!strcmp(optarg, "fp8")) o.dtype = VKH2O_DTYPE_F8_E4M3;
+            else {
+                fprintf(stderr, TOOL ": --dtype: '%s' is not one of bf16, f16, f32, fp8\n", optarg);
+                return 2;
+            }
+            break;
+        case O_LAYERS:
+            if (!cli_parse_u32(TOOL, "--layers", optarg, 1, 1000, &o.layers))
+                return 2;
+            break;
+        case O_SEED:
+            if (!cli_parse_u64(TOOL, "--seed", optarg, 0, UINT64_MAX, &o.seed))
+                return 2;
+            break;
+        case O_STATS:
+            if (!cli_parse_u32(TOOL, "--stats", optarg, 1, 65536, &o.stats))
+                return 2;
+            break;
+        case O_EMB: o.embedding = true; break;
+        case O_SHARDED: o.sharded = true; break;
+        case O_CFG: o.config_out = optarg; break;
+        case O_QUIET: o.quiet = true; break;
+        case O_FORCE: o.force = true; break;
+        case O_NOQ: o.no_q_lora = true; break;
+        case O_VERIFY: o.verify = true; break;
+        case O_HELP: usage(stdout); return 0;
+        default:
+            if (optopt)
+                fprintf(stderr, TOOL ": option needs a value or is unknown: %s\n", argv[optind - 1]);
+            else
+                fprintf(stderr, TOOL ": unknown option: %s\n", argv[optind - 1]);
+            fprintf(stderr, "run '" TOOL " --help' for usage\n");
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, TOOL ": unexpected argument '%s' (run '" TOOL " --help')\n", argv[optind]);
+        return 2;
+    }
+    if (!o.out || !o.out[0]) {
+        fprintf(stderr, TOOL ": --out PATH is required (run '" TOOL " --help')\n");
+        return 2;
+    }
+
+    vkh2o_mla_config cfg;
+    make_config(&o, &cfg);
+    vkh2o_error e = { 0 };
+    if (vkh2o_mla_config_validate(&cfg, &e) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": %s\n", e.message);
+        return 2;
+    }
+
+    /* outputs: never replace anything without --force */
+    char* dir = o.sharded ? strdup(o.out) : dir_of(o.out);
+    char cfg_path[4200], files_path[2][4200], index_path[4200];
+    static const char* const shard_names[2] = { "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors" };
+    if (o.config_out)
+        snprintf(cfg_path, sizeof cfg_path, "%s", o.config_out);
+    else
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    snprintf(index_path, sizeof index_path, "%s/model.safetensors.index.json", dir);
+    for (int i = 0; i < 2; i++)
+        snprintf(files_path[i], sizeof files_path[i], "%s/%s", dir, shard_names[i]);
+    const char* check[4] = { o.out, cfg_path, NULL, NULL };
+    if (o.sharded)
+        check[0] = files_path[0], check[2] = files_path[1], check[3] = index_path;
+    for (int i = 0; i < 4 && !o.force; i++) {
+        if (check[i] && exists(check[i])) {
+            fprintf(stderr, TOOL ": %s already exists; use --force to overwrite it\n", check[i]);
+            free(dir);
+            return 2;
+        }
+    }
+    if (o.sharded) {
+        struct stat sb;
+        if (stat(dir, &sb) == 0 ? !S_ISDIR(sb.st_mode) : mkdir(dir, 0755) != 0) {
+            fprintf(stderr, TOOL ": %s: cannot create directory: %s\n", dir,
+                    errno ? strerror(errno) : "a file is in the way");
+            free(dir);
+            return 1;
+        }
+        if (o.force)
+            unlink(index_path);   /* written with O_EXCL below */
+    }
+
+    /* the tensor list */
+    uint32_t cap = o.layers * 2 * VKH2O_W_COUNT + 1, n = 0;
+    gen_tensor* ts = calloc(cap, sizeof *ts);
+    if (!ts) {
+        fprintf(stderr, TOOL ": out of memory\n");
+        return 1;
+    }
+    if (o.embedding) {
+        gen_tensor* t = &ts[n++];
+        snprintf(t->name, sizeof t->name, "model.embed_tokens.weight");
+        t->kind = K_EMBED;
+        t->dtype = VKH2O_DTYPE_BF16;
+        t->rows = VOCAB, t->cols = cfg.hidden_size, t->ndim = 2;
+        t->shard = 0;
+    }
+    double gain = sqrt(LOGIT_STD / (vkh2o_mla_softmax_scale(&cfg) * sqrt((double)vkh2o_mla_qk_head_dim(&cfg))));
+    int rc = 0;
+    for (uint32_t L = 0; L < o.layers && rc == 0; L++) {
+        for (int w = 0; w < VKH2O_W_COUNT; w++) {
+            bool lora = cfg.q_lora_rank != 0;
+            if ((!lora && (w == VKH2O_W_Q_A_PROJ || w == VKH2O_W_Q_A_LAYERNORM || w == VKH2O_W_Q_B_PROJ)) ||
+                (lora && w == VKH2O_W_Q_PROJ))
+                continue;
+            gen_tensor* t = &ts[n++];
+            t->w = (vkh2o_mla_weight)w;
+            t->cfg = &cfg;
+            shape_of(&cfg, t->w, &t->rows, &t->cols, &t->ndim);
+            bool norm = w == VKH2O_W_Q_A_LAYERNORM || w == VKH2O_W_KV_A_LAYERNORM || w == VKH2O_W_INPUT_LAYERNORM;
+            t->kind = norm ? K_NORM : K_PROJ;
+            t->dtype = norm && o.dtype == VKH2O_DTYPE_F8_E4M3 ? VKH2O_DTYPE_BF16 : o.dtype;
+            if (w == VKH2O_W_INPUT_LAYERNORM)
+                snprintf(t->name, sizeof t->name, "model.layers.%u.input_layernorm.weight", L);
+            else
+                snprintf(t->name, sizeof t->name, "model.layers.%u.self_attn.%s.weight", L,
+                         vkh2o_mla_weight_short_name(t->w));
+            t->key = name_key(o.seed, t->name);
+            t->base = 1.0 / sqrt((double)t->cols);
+            t->gain = gain;
+            bool q_side = w == VKH2O_W_Q_A_PROJ || w == VKH2O_W_Q_A_LAYERNORM || w == VKH2O_W_Q_B_PROJ ||
+                          w == VKH2O_W_Q_PROJ || w == VKH2O_W_INPUT_LAYERNORM;
+            t->shard = q_side ? 0 : 1;
+            if (t->dtype == VKH2O_DTYPE_F8_E4M3) {
+                if (compute_scales(t) != 0) {
+                    fprintf(stderr, TOOL ": out of memory\n");
+                    rc = 1;
+                    break;
+                }
+                gen_tensor* s = &ts[n++];
+                snprintf(s->name, sizeof s->name, "%.170s_scale_inv", t->name);
+                s->kind = K_SCALE;
+                s->dtype = VKH2O_DTYPE_F32;
+                s->rows = (t->rows + FP8_BLOCK - 1) / FP8_BLOCK;
+                s->cols = (t->cols + FP8_BLOCK - 1) / FP8_BLOCK;
+                s->ndim = 2;
+                s->of = t;
+                s->shard = 1;   /* with --sharded: away from its weight, as real checkpoints may be */
+            }
+        }
+    }
+
+    uint64_t total_bytes = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (ts[i].kind != K_EMBED)
+            total_bytes += ts[i].rows * ts[i].cols * vkh2o_dtype_size(ts[i].dtype);
+    cli_progress_begin(&g_prog.bar, "generating", total_bytes, o.quiet);
+    double t0 = cli_now();
+    for (int shard = 0; shard < (o.sharded ? 2 : 1) && rc == 0; shard++) {
+        vkh2o_tensor_write* wr = calloc(n, sizeof *wr);
+        uint32_t m = 0;
+        for (uint32_t i = 0; wr && i < n; i++) {
+            gen_tensor* t = &ts[i];
+            if (o.sharded && t->shard != shard)
+                continue;
+            vkh2o_tensor_write* x = &wr[m++];
+            x->name = t->name;
+            x->dtype = t->dtype;
+            x->ndim = t->ndim;
+            x->shape[0] = t->rows;
+            x->shape[1] = t->cols;
+            if (t->kind == K_SCALE)
+                x->data = t->of->scales;
+            else if (t->kind != K_EMBED)
+                x->fill_fn = fill, x->fill_user = t;
+            /* K_EMBED: data and fill_fn NULL -> zeros, written as a hole */
+        }
+        char preset_md[32], seed_md[32];
+        snprintf(preset_md, sizeof preset_md, "%s", o.pre->name);
+        snprintf(seed_md, sizeof seed_md, "%llu", (unsigned long long)o.seed);
+        const char* md[] = { "format", "pt", "generator", TOOL, "preset", preset_md, "seed", seed_md, NULL };
+        const char* path = o.sharded ? files_path[shard] : o.out;
+        if (!wr || vkh2o_safetensors_write(path, wr, m, md, &e) != VKH2O_OK) {
+            fprintf(stderr, TOOL ": %s\n", wr ? e.message : "out of memory");
+            rc = 1;
+        }
+        free(wr);
+    }
+    cli_progress_end(&g_prog.bar);
+    if (rc == 0 && o.sharded)
+        rc = write_index(index_path, ts, n, shard_names) ? 1 : 0;
+    if (rc == 0)
+        rc = write_config(cfg_path, &o, &cfg) ? 1 : 0;
+    if (rc == 0 && !o.quiet)
+        printf("wrote %s: %u tensor(s), %u layer(s) of preset %s, %s, %.1f MB of weights in %.1f s; config %s\n",
+               o.out, n, o.layers, o.pre->name, vkh2o_dtype_name(o.dtype), total_bytes / 1e6, cli_now() - t0,
+               cfg_path);
+    if (rc == 0 && o.verify)
+        rc = verify(&o, o.out, cfg_path, &cfg, ts, n) ? 1 : 0;
+    if (rc == 0 && o.stats)
+        rc = stats(&o, o.out, &cfg) ? 1 : 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (ts[i].kind == K_PROJ)
+            free(ts[i].scales);
+    free(ts);
+    free(dir);
+    return rc;
+}
