@@ -1,0 +1,517 @@
+/* The KV cache with H2O eviction: desc validation, device buffers, the fused decode step
+ * (shaders/h2o_step.comp), prefill (top-k + compaction) and host readbacks. */
+#include "cache_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the mock RNG (mirrors shaders/h2o_common.glsl bit for bit) ---- */
+
+uint32_t vkh2o_hash32(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+uint32_t vkh2o_mock_base(uint32_t seed, uint32_t layer, uint32_t pos, uint32_t stream)
+{
+    uint32_t h = vkh2o_hash32(seed + 0x68e31da4u);
+    h = vkh2o_hash32(h ^ (layer * 0x85ebca6bu + 0x1b873593u));
+    h = vkh2o_hash32(h ^ pos);
+    return vkh2o_hash32(h ^ ((stream + 1u) * 0x27d4eb2fu));
+}
+
+float vkh2o_mock_value(uint32_t base, uint32_t i)
+{
+    return (float)(vkh2o_hash32(base + i * 0x9e3779b9u) >> 21) * (1.0f / 1024.0f) - 1.0f;
+}
+
+/* ---- desc ---- */
+
+static vkh2o_cache_desc desc_resolved(const vkh2o_cache_desc* d)
+{
+    vkh2o_cache_desc r = *d;
+    if (!r.num_layers)
+        r.num_layers = 1;
+    if (r.storage == VKH2O_DTYPE_UNKNOWN)
+        r.storage = VKH2O_DTYPE_F16;
+    if (r.layout == VKH2O_CACHE_LATENT && !r.qk_rope_dim)
+        r.qk_rope_dim = 64;
+    uint64_t cap = (uint64_t)r.n_sink + r.budget + r.n_recent;
+    if (!r.capacity && cap < UINT32_MAX)
+        r.capacity = (uint32_t)cap + 1;
+    if (!r.max_prefill)
+        r.max_prefill = r.capacity;
+    return r;
+}
+
+static uint64_t row_floats_a(const vkh2o_cache_desc* d)
+{
+    return d->layout == VKH2O_CACHE_LATENT ? d->kv_lora_rank : (uint64_t)d->num_heads * (d->qk_nope_dim + d->qk_rope_dim);
+}
+
+static uint64_t row_floats_b(const vkh2o_cache_desc* d)
+{
+    return d->layout == VKH2O_CACHE_LATENT ? d->qk_rope_dim : (uint64_t)d->num_heads * d->v_dim;
+}
+
+vkh2o_result vkh2o_cache_desc_validate(const vkh2o_cache_desc* desc, vkh2o_error* err)
+{
+    if (!desc)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: NULL");
+    vkh2o_cache_desc d = desc_resolved(desc);
+    if (d.layout != VKH2O_CACHE_EXPANDED && d.layout != VKH2O_CACHE_LATENT)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: unknown layout %d", (int)d.layout);
+    if (d.policy != VKH2O_POLICY_H2O && d.policy != VKH2O_POLICY_STREAMING && d.policy != VKH2O_POLICY_RANDOM)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: unknown policy %d", (int)d.policy);
+    if (d.score_mode != VKH2O_SCORE_SUM && d.score_mode != VKH2O_SCORE_MEAN)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: unknown score mode %d", (int)d.score_mode);
+    if (d.storage != VKH2O_DTYPE_F16 && d.storage != VKH2O_DTYPE_F32)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: storage must be F16 or F32, not %s",
+                               vkh2o_dtype_name(d.storage));
+    if (!d.num_heads)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: num_heads is 0");
+    if (!d.qk_nope_dim && !d.qk_rope_dim)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: qk_nope_dim + qk_rope_dim is 0");
+    if (!d.v_dim)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: v_dim is 0");
+    if (d.layout == VKH2O_CACHE_LATENT && !d.kv_lora_rank)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: kv_lora_rank is 0 with the latent layout");
+    if (d.layout == VKH2O_CACHE_LATENT && d.kv_b_proj && !d.qk_nope_dim)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: kv_b_proj needs qk_nope_dim > 0");
+    if (d.layout == VKH2O_CACHE_EXPANDED && d.kv_b_proj)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: kv_b_proj is only for the latent layout");
+    if (d.num_heads > 512)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: %u heads (at most 512)", d.num_heads);
+    if (!(d.scale >= 0.0f) || isinf(d.scale))
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: scale %g is not a finite value >= 0", d.scale);
+    uint64_t wa = row_floats_a(&d), wb = row_floats_b(&d);
+    if (d.storage == VKH2O_DTYPE_F16 && ((wa & 1) || (wb & 1) || (d.layout == VKH2O_CACHE_EXPANDED && ((d.qk_nope_dim + d.qk_rope_dim) & 1))))
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                               "cache desc: fp16 storage needs even row widths (K %llu, V %llu floats per token; per-head qk %u)",
+                               (unsigned long long)wa, (unsigned long long)wb, d.qk_nope_dim + d.qk_rope_dim);
+    uint64_t cap = (uint64_t)d.n_sink + d.budget + d.n_recent;
+    if (d.budget == 0 && d.policy != VKH2O_POLICY_STREAMING)
+        return vkh2o_error_set(err, VKH2O_ERROR_BUDGET, "cache desc: budget is 0 with the %s policy (only streaming keeps no heavy hitters)",
+                               d.policy == VKH2O_POLICY_H2O ? "h2o" : "random");
+    if (cap == 0)
+        return vkh2o_error_set(err, VKH2O_ERROR_BUDGET, "cache desc: n_sink + budget + n_recent is 0");
+    if (cap >= UINT32_MAX / 2)
+        return vkh2o_error_set(err, VKH2O_ERROR_BUDGET, "cache desc: n_sink + budget + n_recent = %llu is too large",
+                               (unsigned long long)cap);
+    if ((uint64_t)d.n_sink + d.n_recent > d.capacity)
+        return vkh2o_error_set(err, VKH2O_ERROR_BUDGET, "cache desc: n_sink %u + n_recent %u exceed the capacity %u",
+                               d.n_sink, d.n_recent, d.capacity);
+    if (cap + 1 > d.capacity)
+        return vkh2o_error_set(err, VKH2O_ERROR_BUDGET,
+                               "cache desc: capacity %u < cap %llu + 1 (n_sink %u + budget %u + n_recent %u, plus the appended token)",
+                               d.capacity, (unsigned long long)cap, d.n_sink, d.budget, d.n_recent);
+    /* every index the shaders form must fit in 32 bits */
+    uint64_t slots = (uint64_t)d.num_layers * d.capacity;
+    if (slots * (wa > wb ? wa : wb) >= (1ull << 32) || (uint64_t)d.num_heads * d.capacity * d.num_layers >= (1ull << 32) ||
+        d.max_prefill > (1u << 30))
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: %u layers x %u slots x %llu floats is too large",
+                               d.num_layers, d.capacity, (unsigned long long)(wa > wb ? wa : wb));
+    if (d.history_steps && (uint64_t)d.history_steps * d.num_layers * 2 >= (1ull << 28))
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: history of %u steps is too long", d.history_steps);
+    return VKH2O_OK;
+}
+
+uint32_t vkh2o_cache_desc_cap(const vkh2o_cache_desc* desc)
+{
+    return desc ? desc->n_sink + desc->budget + desc->n_recent : 0;
+}
+
+uint64_t vkh2o_cache_bytes(const vkh2o_cache_desc* desc, uint64_t tokens)
+{
+    if (!desc)
+        return 0;
+    vkh2o_cache_desc d = desc_resolved(desc);
+    uint64_t elem = d.storage == VKH2O_DTYPE_F32 ? 4 : 2;
+    return (uint64_t)d.num_layers * tokens * (row_floats_a(&d) + row_floats_b(&d)) * elem;
+}
+
+/* ---- create / destroy ---- */
+
+static vkh2o_result make_buffer(vkh2o_context* ctx, uint64_t bytes, const char* what, vkh2o_buffer** out)
+{
+    if (bytes < 16)
+        bytes = 16;
+    if (bytes > ctx->caps.max_storage_buffer_range)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "kv cache: the %s buffer needs %llu bytes, over the device's maxStorageBufferRange %llu "
+                          "(fewer layers per cache object, or a smaller capacity)",
+                          what, (unsigned long long)bytes, (unsigned long long)ctx->caps.max_storage_buffer_range);
+    return vkh2o_buffer_create(ctx, bytes, out);
+}
+
+vkh2o_result vkh2o_kv_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc, vkh2o_kv_cache** out)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !out)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_kv_cache_create: NULL argument");
+    vkh2o_error e = { 0 };
+    vkh2o_result r = vkh2o_cache_desc_validate(desc, &e);
+    if (r != VKH2O_OK)
+        return vkh2o_fail(ctx, r, "%s", e.message);
+    vkh2o_kv_cache* c = calloc(1, sizeof *c);
+    if (!c)
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
+    c->ctx = ctx;
+    c->desc = desc_resolved(desc);
+    const float* kvb_host = c->desc.kv_b_proj;
+    c->desc.kv_b_proj = NULL;
+    vkh2o_cache_desc* d = &c->desc;
+    bool lat = d->layout == VKH2O_CACHE_LATENT;
+    bool f16 = d->storage == VKH2O_DTYPE_F16;
+    uint32_t H = d->num_heads, L = d->num_layers;
+    c->cap = d->n_sink + d->budget + d->n_recent;
+    c->dqk = d->qk_nope_dim + d->qk_rope_dim;
+    c->absorb = lat && kvb_host;
+    c->a_width = (uint32_t)row_floats_a(d);
+    c->b_width = (uint32_t)row_floats_b(d);
+    c->a_words = f16 ? c->a_width / 2 : c->a_width;
+    c->b_words = f16 ? c->b_width / 2 : c->b_width;
+    c->q_width = (lat && !c->absorb) ? d->kv_lora_rank + d->qk_rope_dim : c->dqk;
+    c->out_width = (lat && !c->absorb) ? d->kv_lora_rank : d->v_dim;
+    c->scale = d->scale > 0.0f ? d->scale : 1.0f / sqrtf((float)c->dqk);
+    /* scratch per layer: probabilities [H][capacity], q [H][q_width], and for the latent
+     * layout q_abs and the latent output [H][kv_lora] each (h2o_step.comp) */
+    c->scratch_per_layer = H * d->capacity + H * c->q_width + (lat ? 2u * H * d->kv_lora_rank : 0u);
+
+    uint64_t slots = (uint64_t)L * d->capacity;
+    uint64_t state_words = (uint64_t)L * VKH2O_ST_WORDS + (uint64_t)d->history_steps * L * 2;
+    if ((r = make_buffer(ctx, slots * c->a_words * 4, "K / c_kv rows", &c->rows_a)) != VKH2O_OK ||
+        (r = make_buffer(ctx, slots * c->b_words * 4, "V / k_pe rows", &c->rows_b)) != VKH2O_OK ||
+        (r = make_buffer(ctx, slots * 4, "scores", &c->scores)) != VKH2O_OK ||
+        (r = make_buffer(ctx, slots * 4, "positions", &c->positions)) != VKH2O_OK ||
+        (r = make_buffer(ctx, slots * 4, "keys", &c->keys)) != VKH2O_OK ||
+        (r = make_buffer(ctx, state_words * 4, "state", &c->state)) != VKH2O_OK ||
+        (r = make_buffer(ctx, (uint64_t)L * c->scratch_per_layer * 4, "scratch", &c->scratch)) != VKH2O_OK ||
+        (r = make_buffer(ctx, 16, "dummy", &c->dummy)) != VKH2O_OK ||
+        (r = make_buffer(ctx, (uint64_t)d->max_prefill * 4, "prefill index", &c->idx)) != VKH2O_OK ||
+        (r = make_buffer(ctx, vkh2o_topk_work_bytes(d->max_prefill), "top-k workspace", &c->work)) != VKH2O_OK)
+        goto fail;
+    if (c->absorb) {
+        uint64_t n = (uint64_t)H * (d->qk_nope_dim + d->v_dim) * d->kv_lora_rank;
+        if ((r = make_buffer(ctx, n * 4, "kv_b_proj", &c->kv_b)) != VKH2O_OK ||
+            (r = vkh2o_buffer_upload(c->kv_b, 0, kvb_host, n * 4)) != VKH2O_OK)
+            goto fail;
+    }
+    if ((r = vkh2o_kv_cache_reset(c)) != VKH2O_OK)
+        goto fail;
+
+    /* Workgroup: few invocations on CPU devices (a workgroup is one thread with SIMD lanes),
+     * wide on GPUs; the per-head reduction array H x WG floats stays within 16 KiB. */
+    uint32_t wg = ctx->caps.device_type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 64u : 256u;
+    while (wg > 8 && H * wg > 4096)
+        wg /= 2;
+    uint32_t spec[H2O_SPEC_COUNT] = {
+        [H2O_SPEC_WG] = wg, [H2O_SPEC_H] = H, [H2O_SPEC_LAYOUT] = lat, [H2O_SPEC_F16] = f16,
+        [H2O_SPEC_DN] = d->qk_nope_dim, [H2O_SPEC_DR] = d->qk_rope_dim, [H2O_SPEC_DV] = d->v_dim,
+        [H2O_SPEC_KVL] = lat ? d->kv_lora_rank : 2, [H2O_SPEC_ABSORB] = c->absorb,
+        [H2O_SPEC_CAPACITY] = d->capacity, [H2O_SPEC_NSINK] = d->n_sink, [H2O_SPEC_NRECENT] = d->n_recent,
+        [H2O_SPEC_CAP] = c->cap, [H2O_SPEC_POLICY] = d->policy, [H2O_SPEC_MODE] = d->score_mode,
+        [H2O_SPEC_RED] = H * wg,
+    };
+    if ((r = vkh2o_kernel_get(ctx, "h2o_step", 12, spec, H2O_SPEC_COUNT, &c->step_kernel)) != VKH2O_OK)
+        goto fail;
+    *out = c;
+    return VKH2O_OK;
+fail:
+    vkh2o_kv_cache_destroy(c);
+    return r;
+}
+
+void vkh2o_kv_cache_destroy(vkh2o_kv_cache* c)
+{
+    if (!c)
+        return;
+    vkh2o_buffer* bufs[] = { c->rows_a, c->rows_b, c->scores, c->positions, c->keys, c->state,
+                             c->scratch, c->kv_b, c->dummy, c->idx, c->work };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        vkh2o_buffer_destroy(bufs[i]);
+    free(c);
+}
+
+const vkh2o_cache_desc* vkh2o_kv_cache_desc(const vkh2o_kv_cache* c)
+{
+    return c ? &c->desc : NULL;
+}
+
+vkh2o_cache_widths vkh2o_kv_cache_widths(const vkh2o_kv_cache* c)
+{
+    vkh2o_cache_widths w = { 0 };
+    if (c) {
+        w.q_width = c->q_width;
+        w.out_width = c->out_width;
+        w.a_width = c->a_width;
+        w.b_width = c->b_width;
+    }
+    return w;
+}
+
+vkh2o_result vkh2o_kv_cache_reset(vkh2o_kv_cache* c)
+{
+    if (!c)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    /* zero scores too: a reader of an empty cache sees no stale values */
+    VKH2O_CHECK(vkh2o_buffer_fill(c->state, 0, vkh2o_buffer_size(c->state), 0));
+    VKH2O_CHECK(vkh2o_buffer_fill(c->scores, 0, vkh2o_buffer_size(c->scores), 0));
+    return vkh2o_buffer_fill(c->positions, 0, vkh2o_buffer_size(c->positions), 0);
+}
+
+/* ---- decode step ---- */
+
+/* float offset of a (buffer, byte offset) input that must hold `floats` floats */
+static vkh2o_result check_input(vkh2o_kv_cache* c, const char* name, const vkh2o_buffer* b, uint64_t offset,
+                                uint64_t floats, uint32_t* off_floats)
+{
+    if (!b)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache step: buffer %s is NULL (or use VKH2O_STEP_MOCK)", name);
+    if (offset & 3)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache: offset %llu of %s is not a multiple of 4",
+                          (unsigned long long)offset, name);
+    if (offset + floats * 4 > vkh2o_buffer_size(b) || offset / 4 >= (1ull << 32))
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "kv cache: %s needs %llu floats from byte %llu, the buffer has %llu bytes", name,
+                          (unsigned long long)floats, (unsigned long long)offset, (unsigned long long)vkh2o_buffer_size(b));
+    *off_floats = (uint32_t)(offset / 4);
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_cmd_cache_step(vkh2o_kv_cache* c, VkCommandBuffer cb, const vkh2o_cache_step* s)
+{
+    if (!c || !cb || !s)
+        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_cache_step: NULL argument");
+    const vkh2o_cache_desc* d = &c->desc;
+    if (s->layer_first >= d->num_layers)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache step: layer %u of %u", s->layer_first, d->num_layers);
+    uint32_t count = s->layer_count ? s->layer_count : d->num_layers - s->layer_first;
+    if ((uint64_t)s->layer_first + count > d->num_layers)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache step: layers [%u, %u) of %u", s->layer_first,
+                          s->layer_first + count, d->num_layers);
+    if (s->flags & ~(uint32_t)(VKH2O_STEP_MOCK | VKH2O_STEP_RECORD_KEYS))
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache step: unknown flags 0x%x", s->flags);
+    bool mock = s->flags & VKH2O_STEP_MOCK;
+    uint32_t H = d->num_heads;
+    struct h2o_step_push pc = {
+        .layer_first = s->layer_first, .nlayers = d->num_layers, .position = s->position, .step = s->step,
+        .flags = (mock ? 1u : 0u) | ((s->flags & VKH2O_STEP_RECORD_KEYS) ? 2u : 0u) | (s->out ? 4u : 0u),
+        .seed = d->seed, .history_steps = d->history_steps, .scale = c->scale,
+    };
+    vkh2o_binding dummy = vkh2o_bind(c->dummy);
+    vkh2o_binding q = dummy, a = dummy, b = dummy, o = dummy;
+    if (!mock) {
+        VKH2O_CHECK(check_input(c, "q", s->q, s->q_offset, (uint64_t)count * H * c->q_width, &pc.q_off));
+        VKH2O_CHECK(check_input(c, "a (K / c_kv)", s->a, s->a_offset, (uint64_t)count * c->a_width, &pc.a_off));
+        VKH2O_CHECK(check_input(c, "b (V / k_pe)", s->b, s->b_offset, (uint64_t)count * c->b_width, &pc.b_off));
+        q = vkh2o_bind(s->q);
+        a = vkh2o_bind(s->a);
+        b = vkh2o_bind(s->b);
+    }
+    if (s->out) {
+        VKH2O_CHECK(check_input(c, "out", s->out, s->out_offset, (uint64_t)count * H * c->out_width, &pc.out_off));
+        o = vkh2o_bind(s->out);
+    }
+    vkh2o_binding bind[12] = {
+        vkh2o_bind(c->state), vkh2o_bind(c->rows_a), vkh2o_bind(c->rows_b), vkh2o_bind(c->scores),
+        vkh2o_bind(c->positions), vkh2o_bind(c->scratch), q, a, b, o,
+        c->kv_b ? vkh2o_bind(c->kv_b) : dummy, vkh2o_bind(c->keys),
+    };
+    VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->step_kernel, bind, 12, &pc, sizeof pc, count, 1, 1));
+    vkh2o_barrier(c->ctx, cb);
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_run_cache_steps(vkh2o_kv_cache* c, const vkh2o_cache_step* first, uint32_t nsteps)
+{
+    if (!c || !first)
+        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_cache_steps: NULL argument");
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(c->ctx, &cb));
+    vkh2o_cache_step s = *first;
+    for (uint32_t i = 0; i < nsteps; i++, s.position++, s.step++) {
+        vkh2o_result r = vkh2o_cmd_cache_step(c, cb, &s);
+        if (r != VKH2O_OK) {
+            (void)vkh2o_submit_wait(c->ctx, cb);   /* end the recording; the error stays r */
+            return r;
+        }
+    }
+    return vkh2o_submit_wait(c->ctx, cb);
+}
+
+/* ---- prefill: top-k on the prompt's mass, then gathers into the cache ---- */
+
+vkh2o_result vkh2o_cmd_cache_prefill(vkh2o_kv_cache* c, VkCommandBuffer cb, const vkh2o_cache_prefill* p)
+{
+    if (!c || !cb || !p)
+        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_cache_prefill: NULL argument");
+    const vkh2o_cache_desc* d = &c->desc;
+    vkh2o_context* ctx = c->ctx;
+    uint32_t S = p->seq_len, l = p->layer;
+    if (l >= d->num_layers)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache prefill: layer %u of %u", l, d->num_layers);
+    if (S == 0 || S > d->max_prefill)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache prefill: seq_len %u not in [1, max_prefill %u]", S,
+                          d->max_prefill);
+    uint32_t a_off, b_off, m_off;
+    VKH2O_CHECK(check_input(c, "a (K / c_kv)", p->a, p->a_offset, (uint64_t)S * c->a_width, &a_off));
+    VKH2O_CHECK(check_input(c, "b (V / k_pe)", p->b, p->b_offset, (uint64_t)S * c->b_width, &b_off));
+    VKH2O_CHECK(check_input(c, "mass", p->mass, p->mass_offset, S, &m_off));
+
+    uint32_t begin = d->n_sink < S ? d->n_sink : S;
+    uint32_t end = S > d->n_recent ? S - d->n_recent : 0;
+    if (end < begin)
+        end = begin;
+    vkh2o_topk_args t = {
+        .scores = vkh2o_bind(p->mass), .score_off = m_off, .n = S, .begin = begin, .end = end, .k = d->budget,
+        .out = vkh2o_bind(c->idx), .work = vkh2o_bind(c->work), .policy = d->policy, .score_mode = d->score_mode,
+        .pos_base = 0, .cur = S - 1, .seed = d->seed, .layer = l,
+    };
+    VKH2O_CHECK(vkh2o_cmd_topk(ctx, cb, &t));
+    vkh2o_barrier(ctx, cb);
+    uint32_t kept = vkh2o_topk_count(&t);
+    bool f16 = d->storage == VKH2O_DTYPE_F16;
+    uint32_t slot0 = l * d->capacity;
+    vkh2o_compact_args g = {
+        .idx = vkh2o_bind(c->idx), .count = kept, .src = vkh2o_bind(p->a), .dst = vkh2o_bind(c->rows_a),
+        .row_words = c->a_words, .src_stride = c->a_width, .dst_stride = c->a_words,
+        .src_off = a_off, .dst_off = slot0 * c->a_words,
+        .mode = f16 ? VKH2O_COMPACT_F32_TO_F16 : VKH2O_COMPACT_COPY,
+    };
+    VKH2O_CHECK(vkh2o_cmd_compact(ctx, cb, &g));
+    g.src = vkh2o_bind(p->b);
+    g.dst = vkh2o_bind(c->rows_b);
+    g.row_words = c->b_words;
+    g.src_stride = c->b_width;
+    g.dst_stride = c->b_words;
+    g.src_off = b_off;
+    g.dst_off = slot0 * c->b_words;
+    VKH2O_CHECK(vkh2o_cmd_compact(ctx, cb, &g));
+    g.src = vkh2o_bind(p->mass);
+    g.dst = vkh2o_bind(c->scores);
+    g.row_words = g.src_stride = g.dst_stride = 1;
+    g.src_off = m_off;
+    g.dst_off = slot0;
+    g.mode = VKH2O_COMPACT_COPY;
+    VKH2O_CHECK(vkh2o_cmd_compact(ctx, cb, &g));
+    g.dst = vkh2o_bind(c->positions);
+    g.mode = VKH2O_COMPACT_POSITIONS;
+    g.base = 0;
+    VKH2O_CHECK(vkh2o_cmd_compact(ctx, cb, &g));
+    /* the layer's statistics restart with the prompt */
+    uint32_t st[VKH2O_ST_WORDS] = {
+        [VKH2O_ST_LEN] = kept, [VKH2O_ST_MAX_LEN] = kept, [VKH2O_ST_EVENTS] = kept < S,
+        [VKH2O_ST_EVICTED] = S - kept, [VKH2O_ST_LAST] = S - kept,
+    };
+    ctx->vk.vkCmdUpdateBuffer(cb, c->state->buffer, (VkDeviceSize)l * VKH2O_ST_WORDS * 4, sizeof st, st);
+    vkh2o_barrier(ctx, cb);
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_run_cache_prefill(vkh2o_kv_cache* c, const vkh2o_cache_prefill* p)
+{
+    if (!c)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(c->ctx, &cb));
+    vkh2o_result r = vkh2o_cmd_cache_prefill(c, cb, p);
+    vkh2o_result r2 = vkh2o_submit_wait(c->ctx, cb);
+    return r != VKH2O_OK ? r : r2;
+}
+
+/* ---- readbacks ---- */
+
+vkh2o_result vkh2o_kv_cache_stats_read(vkh2o_kv_cache* c, vkh2o_cache_stats* out, uint32_t count)
+{
+    if (!c || !out || count == 0 || count > c->desc.num_layers)
+        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_kv_cache_stats_read: %u layers requested",
+                          count);
+    uint32_t* w = malloc((size_t)count * VKH2O_ST_WORDS * 4);
+    if (!w)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
+    vkh2o_result r = vkh2o_buffer_download(c->state, 0, w, (uint64_t)count * VKH2O_ST_WORDS * 4);
+    for (uint32_t l = 0; r == VKH2O_OK && l < count; l++) {
+        const uint32_t* s = w + l * VKH2O_ST_WORDS;
+        out[l] = (vkh2o_cache_stats){
+            .len = s[VKH2O_ST_LEN], .max_len = s[VKH2O_ST_MAX_LEN], .steps = s[VKH2O_ST_STEPS],
+            .evict_events = s[VKH2O_ST_EVENTS], .evicted_tokens = s[VKH2O_ST_EVICTED], .last_evicted = s[VKH2O_ST_LAST],
+        };
+    }
+    free(w);
+    return r;
+}
+
+vkh2o_result vkh2o_kv_cache_history(vkh2o_kv_cache* c, uint32_t first, uint32_t n, uint32_t* len_out, uint32_t* evicted_out)
+{
+    if (!c)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    uint32_t hs = c->desc.history_steps, L = c->desc.num_layers;
+    if (!hs || n > hs || !len_out || !evicted_out)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache history: %u steps asked, %u kept (desc.history_steps)", n, hs);
+    uint32_t* w = malloc((size_t)hs * L * 2 * 4);
+    if (!w)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
+    vkh2o_result r = vkh2o_buffer_download(c->state, (uint64_t)L * VKH2O_ST_WORDS * 4, w, (uint64_t)hs * L * 2 * 4);
+    for (uint32_t s = 0; r == VKH2O_OK && s < n; s++)
+        for (uint32_t l = 0; l < L; l++) {
+            const uint32_t* e = w + ((size_t)((first + s) % hs) * L + l) * 2;
+            len_out[(size_t)s * L + l] = e[0];
+            evicted_out[(size_t)s * L + l] = e[1];
+        }
+    free(w);
+    return r;
+}
+
+static vkh2o_result read_rows(vkh2o_kv_cache* c, vkh2o_buffer* buf, uint32_t layer, uint32_t len, uint32_t width,
+                              uint32_t words, float* out)
+{
+    if (!out || !len)
+        return VKH2O_OK;
+    size_t n = (size_t)len * words;
+    uint32_t* w = malloc(n * 4);
+    if (!w)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
+    vkh2o_result r = vkh2o_buffer_download(buf, (uint64_t)layer * c->desc.capacity * words * 4, w, n * 4);
+    if (r == VKH2O_OK) {
+        if (c->desc.storage == VKH2O_DTYPE_F16) {
+            for (size_t i = 0; i < (size_t)len * width; i++)
+                out[i] = vkh2o_f16_to_f32((uint16_t)(w[i / 2] >> (16 * (i & 1))));
+        } else {
+            memcpy(out, w, n * 4);
+        }
+    }
+    free(w);
+    return r;
+}
+
+vkh2o_result vkh2o_kv_cache_read(vkh2o_kv_cache* c, uint32_t layer, vkh2o_cache_snapshot* snap)
+{
+    if (!c || !snap || layer >= c->desc.num_layers)
+        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_kv_cache_read: bad layer or NULL snapshot");
+    uint32_t st[VKH2O_ST_WORDS];
+    VKH2O_CHECK(vkh2o_buffer_download(c->state, (uint64_t)layer * VKH2O_ST_WORDS * 4, st, sizeof st));
+    uint32_t len = st[VKH2O_ST_LEN];
+    if (len > c->desc.capacity)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_VULKAN, "kv cache: layer %u reports %u tokens > capacity %u", layer, len,
+                          c->desc.capacity);
+    snap->len = len;
+    uint64_t base = (uint64_t)layer * c->desc.capacity * 4;
+    if (snap->positions && len)
+        VKH2O_CHECK(vkh2o_buffer_download(c->positions, base, snap->positions, (uint64_t)len * 4));
+    if (snap->scores && len)
+        VKH2O_CHECK(vkh2o_buffer_download(c->scores, base, snap->scores, (uint64_t)len * 4));
+    VKH2O_CHECK(read_rows(c, c->rows_a, layer, len, c->a_width, c->a_words, snap->a));
+    VKH2O_CHECK(read_rows(c, c->rows_b, layer, len, c->b_width, c->b_words, snap->b));
+    snap->keys_len = st[VKH2O_ST_KEYS_LEN] <= c->desc.capacity ? st[VKH2O_ST_KEYS_LEN] : 0;
+    if (snap->keys && snap->keys_len)
+        VKH2O_CHECK(vkh2o_buffer_download(c->keys, base, snap->keys, (uint64_t)snap->keys_len * 4));
+    return VKH2O_OK;
+}
