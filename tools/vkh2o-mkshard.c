@@ -676,7 +676,9 @@ int main(int argc, char** argv)
                     break;
                 }
                 gen_tensor* s = &ts[n++];
-                snprintf(s->name, sizeof s->name, "%.170s_scale_inv", t->name);
+                char wname[sizeof t->name];
+                memcpy(wname, t->name, sizeof wname);
+                snprintf(s->name, sizeof s->name, "%.170s_scale_inv", wname);
                 s->kind = K_SCALE;
                 s->dtype = VKH2O_DTYPE_F32;
                 s->rows = (t->rows + FP8_BLOCK - 1) / FP8_BLOCK;
