@@ -1,0 +1,227 @@
+/* Quantised KV cache: block selection (all / score / quest / random) against the CPU, exactly,
+ * and the mixed-precision split decode attention against a CPU reference that dequantises the
+ * same bytes (tight) and against the full-precision data (looser). */
+#include "vkh2o_test.h"
+#include "kvquant_internal.h"
+#include "ref_kvquant.h"
+#include "test_kvquant_common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const tq_case cases[] = {
+    { "latent H8 d80/64 B16", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 8, .kv_lora_rank = 64, .qk_rope_head_dim = 16,
+                                .block_size = 16, .max_tokens = 400, .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 389 },
+    { "latent H12 (2 head chunks) d40/32 B16", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 12, .kv_lora_rank = 32, .qk_rope_head_dim = 8,
+                                .block_size = 16, .max_tokens = 256, .sink_blocks = 2, .recent_blocks = 1,
+                                .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 200 },
+    { "latent H5 odd d43/37 B7 per-token G8", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 5, .kv_lora_rank = 37, .qk_rope_head_dim = 6,
+                                .block_size = 7, .group_size = 8, .k_grouping = VKH2O_QGROUP_PER_TOKEN, .max_tokens = 160,
+                                .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 150 },
+    { "expanded H3 K32 V20 B8", { .layout = VKH2O_QLAYOUT_EXPANDED, .num_heads = 3, .qk_nope_head_dim = 24, .qk_rope_head_dim = 8,
+                                  .v_head_dim = 20, .block_size = 8, .group_size = 16, .max_tokens = 160,
+                                  .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 150 },
+    { "latent one partial block", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 16, .qk_rope_head_dim = 4,
+                                    .block_size = 16, .max_tokens = 64, .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 11 },
+};
+
+/* nmse(GPU, CPU on the same dequantised bytes): float accumulation over <= 400 tokens x <= 80
+ * channels against double; observed ~1e-13. */
+#define TIGHT_NMSE 1e-9
+/* nmse against the full-precision data (all blocks attended). The data are multiples of 1/64,
+ * exact in fp16, so the FP16 cache is as tight as above; INT8/INT4 blocks: quantisation noise of
+ * at most half a step per element (INT4: 1/14 of the group max), averaged by the softmax. */
+#define FULL_NMSE_FP16 1e-9
+#define FULL_NMSE_QUANT 2e-2
+
+static void run_case(const tq_case* tc, uint64_t seed)
+{
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, seed);
+    vkh2o_qcache* qc = NULL;
+    assert_int_equal(vkh2o_qcache_create(ctx, &tc->d, &qc), VKH2O_OK);
+    uint32_t T = tc->tokens, H = qc->d.num_heads, kvh = qc->shape.kv_heads, dk = qc->shape.d_k, dv = qc->shape.d_v;
+    uint32_t B = qc->d.block_size;
+    tq_data data;
+    tq_data_random(&rng, qc, T, true, &data);
+    float* q = malloc(sizeof(float) * H * dk);
+    for (uint32_t i = 0; i < H * dk; i++) {
+        float x = roundf(vt_normal(&rng) * 8.0f) / 8.0f;
+        q[i] = x > 2.0f ? 2.0f : (x < -2.0f ? -2.0f : x);
+    }
+    vkh2o_buffer* qb = vt_upload_f32(q, (size_t)H * dk);
+    vkh2o_buffer* out = vt_buffer(sizeof(float) * H * dv);
+    float* got = malloc(sizeof(float) * H * dv);
+    float* want = malloc(sizeof(float) * H * dv);
+    float* full = malloc(sizeof(float) * H * dv);
+    uint8_t* use = calloc(T, 1);
+    uint8_t* use_all = malloc(T);
+    memset(use_all, 1, T);
+    double scale = (double)(1.0f / sqrtf((float)dk));
+    ref_kvq_attention(q, data.k, data.v, use_all, T, H, kvh, dk, dv, scale, full);
+
+    vkh2o_qpolicy pols[] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_BALANCED, VKH2O_QPOLICY_AGGRESSIVE };
+    for (int pi = 0; pi < 3; pi++) {
+        assert_int_equal(vkh2o_qcache_prefill_host(qc, data.k, data.v, data.imp, T), VKH2O_OK);
+        assert_int_equal(vkh2o_qcache_route(qc, pols[pi]), VKH2O_OK);
+        tq_snap s;
+        tq_snapshot(qc, &s);
+        float* kd = calloc(data.nk, sizeof(float));
+        float* vd = data.v ? calloc(data.nv, sizeof(float)) : NULL;
+        tq_dequant_all(&s, kd, vd);
+        uint32_t nb = s.blocks, R = kvq_routable(&qc->d, nb);
+        float* sums = calloc(nb, sizeof(float));
+        assert_int_equal(vkh2o_qcache_read_blocks(qc, NULL, NULL, NULL, NULL, sums, NULL), VKH2O_OK);
+        double* fk_score = calloc(nb, sizeof(double));
+        double* fk_quest = calloc(nb, sizeof(double));
+        uint32_t* uk = calloc(nb, sizeof(uint32_t));
+        uint64_t rseed = vt_u64(&rng);
+        for (uint32_t b = 0; b < nb; b++) {
+            fk_score[b] = sums[b];
+            uk[b] = kvq_hash(b, (uint32_t)rseed, (uint32_t)(rseed >> 32));
+            /* quest bounds from the FP16 values written (the data, exact in fp16) */
+            float* mn = malloc(sizeof(float) * kvh * dk);
+            float* mx = malloc(sizeof(float) * kvh * dk);
+            for (uint32_t h = 0; h < kvh; h++)
+                for (uint32_t c = 0; c < dk; c++) {
+                    float lo = INFINITY, hi = -INFINITY;
+                    for (uint32_t t = b * B; t < T && t < (b + 1) * B; t++) {
+                        float x = data.k[((size_t)t * kvh + h) * dk + c];
+                        lo = x < lo ? x : lo;
+                        hi = x > hi ? x : hi;
+                    }
+                    mn[h * dk + c] = lo;
+                    mx[h * dk + c] = hi;
+                }
+            fk_quest[b] = ref_kvq_quest_bound(q, H, kvh, dk, mn, mx);
+            free(mn);
+            free(mx);
+        }
+        struct { vkh2o_qselector sel; uint32_t budget, bps; } runs[] = {
+            { VKH2O_QSELECT_ALL, 0, 0 }, { VKH2O_QSELECT_ALL, 0, 1 }, { VKH2O_QSELECT_SCORE, R / 3, 0 },
+            { VKH2O_QSELECT_QUEST, R / 3, 2 }, { VKH2O_QSELECT_RANDOM, R / 3, 0 }, { VKH2O_QSELECT_SCORE, 0, 0 },
+            { VKH2O_QSELECT_QUEST, R + 5, 0 },
+        };
+        for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
+            vkh2o_qattn_desc ad = { .selector = runs[ri].sel, .budget_blocks = runs[ri].budget, .seed = rseed,
+                                    .blocks_per_split = runs[ri].bps };
+            vt_poison(out);
+            uint32_t sel_tokens = 0;
+            assert_int_equal(vkh2o_run_qcache_attend(qc, qb, out, &ad, &sel_tokens), VKH2O_OK);
+            vt_download_f32(out, got, (size_t)H * dv);
+            vt_check_guard(out, sizeof(float) * H * dv);
+            /* the selection, exactly */
+            uint32_t* gl = malloc(4ull * (nb + 1));
+            assert_int_equal(vkh2o_buffer_download(qc->list, 0, gl, 4ull * (nb + 1)), VKH2O_OK);
+            uint32_t* wl = malloc(4ull * (nb + 1));
+            uint32_t wn = ref_kvq_select(nb, s.prec, qc->d.sink_blocks, qc->d.recent_blocks, (int)ad.selector, ad.budget_blocks,
+                                         ad.selector == VKH2O_QSELECT_QUEST ? fk_quest : fk_score, uk, wl);
+            assert_int_equal(gl[0], wn);
+            for (uint32_t i = 0; i < wn; i++)
+                if (gl[1 + i] != wl[i])
+                    fail_msg("%s %s: selected block #%u is %u, CPU %u", vkh2o_qpolicy_name(pols[pi]),
+                             vkh2o_qselector_name(ad.selector), i, gl[1 + i], wl[i]);
+            /* sinks and recents always attended (never evicted, never skipped) */
+            uint32_t fixed = 0;
+            for (uint32_t i = 0; i < wn; i++)
+                if (wl[i] < qc->d.sink_blocks || wl[i] + qc->d.recent_blocks >= nb)
+                    fixed++;
+            uint32_t want_fixed = nb - R;
+            assert_int_equal(fixed, want_fixed);
+            memset(use, 0, T);
+            uint32_t ntok = 0;
+            for (uint32_t i = 0; i < wn; i++)
+                for (uint32_t t = wl[i] * B; t < T && t < (wl[i] + 1) * B; t++, ntok++)
+                    use[t] = 1;
+            assert_int_equal(sel_tokens, ntok);
+            ref_kvq_attention(q, kd, vd, use, T, H, kvh, dk, dv, scale, want);
+            char label[160];
+            snprintf(label, sizeof label, "%s %s k=%u bps=%u (%u blocks, %u tokens) vs CPU same bytes", vkh2o_qpolicy_name(pols[pi]),
+                     vkh2o_qselector_name(ad.selector), ad.budget_blocks, ad.blocks_per_split, wn, ntok);
+            vt_assert_nmse(label, got, want, (size_t)H * dv, TIGHT_NMSE);
+            if (ad.selector == VKH2O_QSELECT_ALL) {
+                snprintf(label, sizeof label, "%s all vs full precision", vkh2o_qpolicy_name(pols[pi]));
+                bool evicts = s.blocks > 0 && qc->count[VKH2O_QPREC_EVICTED] > 0;
+                if (!evicts)
+                    vt_assert_nmse(label, got, full, (size_t)H * dv, pols[pi] == VKH2O_QPOLICY_FP16 ? FULL_NMSE_FP16 : FULL_NMSE_QUANT);
+                else
+                    printf("# %s: nmse %.3g (evicting policy, no bound)\n", label, vt_nmse_f(got, full, (size_t)H * dv));
+            }
+            free(gl);
+            free(wl);
+        }
+        free(fk_score); free(fk_quest); free(uk); free(sums);
+        free(kd); free(vd);
+        tq_snap_free(&s);
+    }
+    free(q); free(got); free(want); free(full); free(use); free(use_all);
+    vkh2o_buffer_destroy(qb);
+    vkh2o_buffer_destroy(out);
+    tq_data_free(&data);
+    vkh2o_qcache_destroy(qc);
+}
+
+static void test_attention(void** state)
+{
+    (void)state;
+    uint64_t seed = vt_seed("kvquant_attention");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        printf("# case %s, %u tokens\n", cases[i].name, cases[i].tokens);
+        run_case(&cases[i], seed + i);
+    }
+    vt_check_validation();
+}
+
+/* The cmd_ path records into the caller's command buffer and gives the same result. */
+static void test_cmd_recording(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    uint64_t seed = vt_seed("kvquant_cmd");
+    vt_rng rng;
+    vt_rng_seed(&rng, seed);
+    vkh2o_qcache* qc = NULL;
+    assert_int_equal(vkh2o_qcache_create(ctx, &(vkh2o_qcache_desc){ .num_heads = 4, .kv_lora_rank = 32, .qk_rope_head_dim = 8,
+                                                                    .max_tokens = 100 }, &qc), VKH2O_OK);
+    tq_data data;
+    tq_data_random(&rng, qc, 99, false, &data);
+    assert_int_equal(vkh2o_qcache_prefill_host(qc, data.k, NULL, data.imp, 99), VKH2O_OK);
+    assert_int_equal(vkh2o_qcache_route(qc, VKH2O_QPOLICY_BALANCED), VKH2O_OK);
+    float q[4 * 40];
+    vt_fill_normal(&rng, q, 4 * 40, 1.0f);
+    vkh2o_buffer* qb = vt_upload_f32(q, 4 * 40);
+    vkh2o_buffer* o1 = vt_buffer(4 * 32 * 4);
+    vkh2o_buffer* o2 = vt_buffer(4 * 32 * 4);
+    vkh2o_qattn_desc ad = { .selector = VKH2O_QSELECT_SCORE, .budget_blocks = 1 };
+    assert_int_equal(vkh2o_run_qcache_attend(qc, qb, o1, &ad, NULL), VKH2O_OK);
+    VkCommandBuffer cb;
+    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+    assert_int_equal(vkh2o_cmd_qcache_attend(qc, cb, qb, o2, &ad), VKH2O_OK);
+    assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
+    float a[128], b[128];
+    vt_download_f32(o1, a, 128);
+    vt_download_f32(o2, b, 128);
+    vt_assert_finite("run", a, 128);
+    /* the same dispatches: bit-identical (deterministic combine, no atomics) */
+    assert_memory_equal(a, b, sizeof a);
+    vt_check_guard(o1, 4 * 32 * 4);
+    vt_check_guard(o2, 4 * 32 * 4);
+    vkh2o_buffer_destroy(qb);
+    vkh2o_buffer_destroy(o1);
+    vkh2o_buffer_destroy(o2);
+    tq_data_free(&data);
+    vkh2o_qcache_destroy(qc);
+    vt_check_validation();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_cmd_recording),
+    };
+    return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
+}
