@@ -1,0 +1,662 @@
+/*
+ * vkh2o-quant: the quantised KV cache's quality/size table and decode benchmark.
+ *
+ * Builds a cache (random data of the Kimi latent shape by default: c_kv 512 + k_pe 64, 64
+ * heads, 4096 tokens, heavy-tailed importance from simulated past attention) and prints one row
+ * per policy / selector: device bytes and % saved, K and V error (MSE, max-abs, cosine) against
+ * the fp32 data, and the decode attention output's relative error and cosine against the FP16
+ * cache attending to every block. Ablations: "precision" (the same score-selected blocks at
+ * FP16 / INT8 / INT4) and "selection" (score vs quest vs random at the same token budget).
+ * Then the analytical model for Kimi (61 layers, 32K context) and the expected-shape checks.
+ * --bench: decode attention over a 32K-token latent cache, FP16 vs balanced, GPU timestamps.
+ */
+#include "cli.h"
+#include "outfile.h"
+#include "kvquant_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOOL "vkh2o-quant"
+
+typedef struct opts {
+    uint32_t tokens, block, group, heads, seed, device, bench_tokens, reps;
+    double budget;
+    vkh2o_qlayout layout;
+    bool heads_set, quiet, bench;
+    const char *csv, *json, *weights;
+} opts;
+
+static void usage(FILE* f)
+{
+    fprintf(f,
+            "usage: " TOOL " [options]\n"
+            "Quantised KV cache: bytes saved vs quantisation and attention error per routing policy and\n"
+            "block selector, on random data of the Kimi latent shape (default) or --bench.\n"
+            "  --tokens N         cache length (default 4096)\n"
+            "  --block B          tokens per block (default 16)\n"
+            "  --group G          channels per quantisation group, per-token grouping (default 32)\n"
+            "  --layout L         latent | expanded (default latent: c_kv 512 + k_pe 64 per token)\n"
+            "  --heads H          query heads (default 64 latent, 8 expanded: per-head K/V)\n"
+            "  --budget F         selection budget, fraction of the routable blocks (default 0.25)\n"
+            "  --seed S           random data seed (default 1)\n"
+            "  --device N         Vulkan device index (see vkh2o-info)\n"
+            "  --csv FILE         write the table as CSV\n"
+            "  --json FILE        write the table as a JSON array, one object per row\n"
+            "  --bench            decode attention over a 32K-token latent cache: FP16 vs balanced\n"
+            "  --bench-tokens N   cache length of --bench (default 32768)\n"
+            "  --reps N           timed repetitions per --bench figure (default 5; the median is shown)\n"
+            "  --weights FILE     not available in this build (see the note printed)\n"
+            "  --quiet            only the table\n"
+            "  --help\n"
+            "Policies (fractions of routable blocks by importance rank): conservative 50%% FP16 / 50%% INT8;\n"
+            "balanced 25/50/25 FP16/INT8/INT4; aggressive 10/30/40 FP16/INT8/INT4 + 20%% evicted;\n"
+            "uniform-int8; uniform-int4. Sink (1) and recent (2) blocks stay FP16.\n");
+}
+
+static int parse(int argc, char** argv, opts* o)
+{
+    *o = (opts){ .tokens = 4096, .block = 16, .group = 32, .heads = 64, .seed = 1, .bench_tokens = 32768, .reps = 5,
+                 .budget = 0.25, .layout = VKH2O_QLAYOUT_LATENT };
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+#define U32(flag, field, lo, hi)                                                                \
+    if (!strcmp(a, flag)) {                                                                     \
+        if (!v) { fprintf(stderr, TOOL ": %s needs a value\n", flag); return 2; }               \
+        if (!cli_parse_u32(TOOL, flag, v, lo, hi, &o->field)) return 2;                        \
+        i++;                                                                                    \
+        continue;                                                                               \
+    }
+        U32("--tokens", tokens, 1, 1u << 20)
+        U32("--block", block, 0, 1u << 20)
+        U32("--group", group, 0, 1u << 20)
+        U32("--seed", seed, 0, UINT32_MAX)
+        U32("--device", device, 0, 63)
+        U32("--bench-tokens", bench_tokens, 64, 1u << 20)
+        U32("--reps", reps, 1, 1000)
+#undef U32
+        if (!strcmp(a, "--heads")) {
+            if (!v) { fprintf(stderr, TOOL ": --heads needs a value\n"); return 2; }
+            if (!cli_parse_u32(TOOL, a, v, 1, 1024, &o->heads)) return 2;
+            o->heads_set = true;
+            i++;
+        } else if (!strcmp(a, "--budget")) {
+            if (!v) { fprintf(stderr, TOOL ": --budget needs a value\n"); return 2; }
+            if (!cli_parse_f64(TOOL, a, v, 0.0, 1.0, &o->budget)) return 2;
+            i++;
+        } else if (!strcmp(a, "--layout")) {
+            if (!v || (strcmp(v, "latent") && strcmp(v, "expanded"))) {
+                fprintf(stderr, TOOL ": --layout: '%s' is not one of latent expanded\n", v ? v : "");
+                return 2;
+            }
+            o->layout = strcmp(v, "latent") ? VKH2O_QLAYOUT_EXPANDED : VKH2O_QLAYOUT_LATENT;
+            i++;
+        } else if ((!strcmp(a, "--csv") || !strcmp(a, "--json") || !strcmp(a, "--weights"))) {
+            if (!v) { fprintf(stderr, TOOL ": %s needs a value\n", a); return 2; }
+            if (!strcmp(a, "--csv")) o->csv = v;
+            else if (!strcmp(a, "--json")) o->json = v;
+            else o->weights = v;
+            i++;
+        } else if (!strcmp(a, "--bench")) {
+            o->bench = true;
+        } else if (!strcmp(a, "--quiet")) {
+            o->quiet = true;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else {
+            fprintf(stderr, TOOL ": unknown option or missing value: '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!o->heads_set && o->layout == VKH2O_QLAYOUT_EXPANDED)
+        o->heads = 8;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- random data */
+
+static uint64_t rng_state;
+static uint64_t rnd_u64(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rnd_uniform(void) { return ((double)(rnd_u64() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static float rnd_normal(void)
+{
+    double u1 = rnd_uniform(), u2 = rnd_uniform();
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+typedef struct dataset {
+    uint32_t T, H, kvh, dk, dv;
+    float *k, *v, *imp, *q;       /* k [T][kvh][dk], v [T][kvh][dv] or NULL, imp [T], q [H][dk] */
+    size_t nk, nv;
+} dataset;
+
+/*
+ * Keys: per-channel scaled noise (a log-normal channel scale gives outlier channels, as the
+ * normed c_kv has) plus a salience a_t times a shared direction u; a_t is heavy-tailed (Pareto,
+ * alpha 1.5, capped), large for the 4 sink tokens. Queries: lambda (u + 0.5 xi_h) with xi_h a
+ * per-head random direction, so attention concentrates on salient tokens. Importance: the
+ * attention mass of 4 simulated past decode steps (8 heads each), as H2O accumulates it.
+ */
+static void make_queries(const dataset* d, const float* u, float lambda, float* q)
+{
+    for (uint32_t h = 0; h < d->H; h++) {
+        double n2 = 0;
+        float* row = q + (size_t)h * d->dk;
+        for (uint32_t c = 0; c < d->dk; c++) {
+            row[c] = rnd_normal();
+            n2 += (double)row[c] * row[c];
+        }
+        float inv = (float)(1.0 / sqrt(n2));
+        for (uint32_t c = 0; c < d->dk; c++)
+            row[c] = lambda * (u[c] + 0.5f * row[c] * inv);
+    }
+}
+
+static void make_dataset(const opts* o, const vkh2o_qcache_desc* rd, float scale, uint32_t T, bool fast_importance, dataset* d)
+{
+    vkh2o_qshape s = vkh2o_qcache_shape(rd);
+    *d = (dataset){ .T = T, .H = rd->num_heads, .kvh = s.kv_heads, .dk = s.d_k, .dv = s.d_v };
+    d->nk = (size_t)T * d->kvh * d->dk;
+    d->nv = s.v_in_k ? 0 : (size_t)T * d->kvh * d->dv;
+    d->k = malloc(sizeof(float) * d->nk);
+    d->v = d->nv ? malloc(sizeof(float) * d->nv) : NULL;
+    d->imp = calloc(T, sizeof(float));
+    d->q = malloc(sizeof(float) * d->H * d->dk);
+    rng_state = 0x5eed0000ull + o->seed;
+    float* w = malloc(sizeof(float) * d->dk);
+    float* u = malloc(sizeof(float) * d->dk);
+    double un = 0;
+    for (uint32_t c = 0; c < d->dk; c++) {
+        w[c] = expf(0.5f * rnd_normal());
+        u[c] = rnd_normal();
+        un += (double)u[c] * u[c];
+    }
+    for (uint32_t c = 0; c < d->dk; c++)
+        u[c] = (float)(u[c] / sqrt(un));
+    float* a = malloc(sizeof(float) * T);
+    for (uint32_t t = 0; t < T; t++) {
+        double p = pow(rnd_uniform(), -1.0 / 1.5) - 1.0;
+        a[t] = t < 4 ? 3.0f : (float)(p > 4.0 ? 4.0 : p);
+    }
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t h = 0; h < d->kvh; h++) {
+            float* row = d->k + ((size_t)t * d->kvh + h) * d->dk;
+            for (uint32_t c = 0; c < d->dk; c++)
+                row[c] = w[c] * rnd_normal() + a[t] * 4.0f * u[c] * sqrtf((float)d->dk) / 4.0f;
+        }
+    for (size_t i = 0; i < d->nv; i++)
+        d->v[i] = rnd_normal();
+    /* lambda: the salience term of a score is about scale * lambda * a_t * sqrt(dk) */
+    float lambda = 2.0f / (scale * sqrtf((float)d->dk));
+    if (fast_importance) {
+        for (uint32_t t = 0; t < T; t++)
+            d->imp[t] = expf(2.0f * a[t]) * (float)(0.5 + rnd_uniform());
+    } else {
+        float* pq = malloc(sizeof(float) * d->H * d->dk);
+        double* sc = malloc(sizeof(double) * T);
+        for (int step = 0; step < 4; step++) {
+            make_queries(d, u, lambda, pq);
+            for (uint32_t h = 0; h < d->H; h += (d->H >= 8 ? d->H / 8 : 1)) {
+                uint32_t kh = h / (d->H / d->kvh);
+                double mx = -INFINITY, sum = 0;
+                for (uint32_t t = 0; t < T; t++) {
+                    const float* row = d->k + ((size_t)t * d->kvh + kh) * d->dk;
+                    double dot = 0;
+                    for (uint32_t c = 0; c < d->dk; c++)
+                        dot += (double)pq[(size_t)h * d->dk + c] * row[c];
+                    sc[t] = dot * scale;
+                    mx = sc[t] > mx ? sc[t] : mx;
+                }
+                for (uint32_t t = 0; t < T; t++)
+                    sum += (sc[t] = exp(sc[t] - mx));
+                for (uint32_t t = 0; t < T; t++)
+                    d->imp[t] += (float)(sc[t] / sum);
+            }
+        }
+        free(pq);
+        free(sc);
+    }
+    make_queries(d, u, lambda, d->q);
+    free(w);
+    free(u);
+    free(a);
+}
+
+static void free_dataset(dataset* d)
+{
+    free(d->k);
+    free(d->v);
+    free(d->imp);
+    free(d->q);
+}
+
+/* ---------------------------------------------------------------- rows */
+
+typedef struct row {
+    const char* ablation;        /* "policy", "precision", "selection" */
+    vkh2o_qpolicy policy;
+    int selector;                /* -1: all blocks (JSON null) */
+    uint32_t budget_blocks, tokens_attended;
+    uint64_t bytes, read_bytes;
+    double saved_pct;
+    vkh2o_qmetrics km, vm;
+    double attn_rel_err, attn_cos, gpu_ms, flops;
+    double model_bytes, model_saved_pct, model_flops;   /* Kimi, 61 layers, 32K context */
+} row;
+
+typedef struct runner {
+    vkh2o_context* ctx;
+    vkh2o_qcache* qc;
+    dataset data;
+    vkh2o_buffer *kb, *vb, *ib, *qb, *ob;
+    float* ref_out;              /* FP16 cache, all blocks */
+    uint64_t fp16_bytes;
+    float scale;
+} runner;
+
+static int check(vkh2o_context* ctx, vkh2o_result r, const char* what)
+{
+    if (r == VKH2O_OK)
+        return 0;
+    fprintf(stderr, TOOL ": %s: %s (%s)\n", what, vkh2o_result_string(r), vkh2o_last_error(ctx));
+    return -1;
+}
+
+/* Attention with timestamps; fills out (host) and the GPU milliseconds. */
+static int attend(runner* R, const vkh2o_qattn_desc* ad, float* out, double* ms)
+{
+    VkCommandBuffer cb;
+    if (check(R->ctx, vkh2o_begin(R->ctx, &cb), "begin"))
+        return -1;
+    uint32_t t0 = vkh2o_timestamp(R->ctx, cb);
+    vkh2o_result r = kvq_record_attend(R->qc, cb, R->qb, R->ob, ad);
+    uint32_t t1 = vkh2o_timestamp(R->ctx, cb);
+    vkh2o_result r2 = vkh2o_submit_wait(R->ctx, cb);
+    if (check(R->ctx, r != VKH2O_OK ? r : r2, "decode attention"))
+        return -1;
+    *ms = vkh2o_timestamp_ms(R->ctx, t0, t1);
+    if (out && check(R->ctx, vkh2o_buffer_download(R->ob, 0, out, sizeof(float) * R->data.H * R->data.dv), "download"))
+        return -1;
+    return 0;
+}
+
+static int build(runner* R, vkh2o_qpolicy p)
+{
+    if (check(R->ctx, vkh2o_qcache_prefill(R->qc, R->kb, R->vb, R->ib, R->data.T), "prefill"))
+        return -1;
+    return check(R->ctx, vkh2o_qcache_route(R->qc, p), "route");
+}
+
+/* Attended tokens and the bytes their blocks occupy (read by the attention). */
+static int selection_stats(runner* R, uint32_t* tokens, uint64_t* bytes)
+{
+    vkh2o_qcache* qc = R->qc;
+    uint32_t nb = qc->blocks;
+    uint32_t* list = malloc(4ull * (nb + 1));
+    uint32_t* prec = malloc(4ull * nb);
+    uint32_t* cnt = malloc(4ull * nb);
+    int rc = -1;
+    if (!check(R->ctx, vkh2o_buffer_download(qc->list, 0, list, 4ull * (nb + 1)), "list") &&
+        !check(R->ctx, vkh2o_qcache_read_blocks(qc, prec, NULL, NULL, cnt, NULL, NULL), "blocks")) {
+        *tokens = 0;
+        *bytes = 0;
+        for (uint32_t i = 0; i < list[0]; i++) {
+            *tokens += cnt[list[1 + i]];
+            *bytes += vkh2o_qcache_slot_bytes(&qc->d, (vkh2o_qprec)prec[list[1 + i]]);
+        }
+        rc = 0;
+    }
+    free(list);
+    free(prec);
+    free(cnt);
+    return rc;
+}
+
+static void compare(const float* got, const float* ref, size_t n, double* rel, double* cs)
+{
+    double e = 0, r2 = 0, g2 = 0, dot = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - ref[i];
+        e += d * d;
+        r2 += (double)ref[i] * ref[i];
+        g2 += (double)got[i] * got[i];
+        dot += (double)got[i] * ref[i];
+    }
+    *rel = r2 > 0 ? sqrt(e / r2) : sqrt(e);
+    *cs = r2 > 0 && g2 > 0 ? dot / sqrt(r2 * g2) : 0;
+}
+
+static int measure(runner* R, const char* ablation, vkh2o_qpolicy p, int selector, uint32_t budget, row* out)
+{
+    vkh2o_qcache* qc = R->qc;
+    if (build(R, p))
+        return -1;
+    *out = (row){ .ablation = ablation, .policy = p, .selector = selector, .budget_blocks = selector < 0 ? 0 : budget };
+    vkh2o_qcache_stats st;
+    vkh2o_qcache_get_stats(qc, &st);
+    out->bytes = st.allocated_bytes;
+    out->saved_pct = 100.0 * (1.0 - (double)st.allocated_bytes / (double)R->fp16_bytes);
+    if (check(R->ctx, vkh2o_qcache_metrics(qc, R->kb, R->vb, &out->km, &out->vm), "metrics"))
+        return -1;
+    vkh2o_qattn_desc ad = { .scale = R->scale, .selector = selector < 0 ? VKH2O_QSELECT_ALL : (vkh2o_qselector)selector,
+                            .budget_blocks = budget, .seed = 0x51ec7u };
+    size_t n = (size_t)R->data.H * R->data.dv;
+    float* o = malloc(sizeof(float) * n);
+    int rc = attend(R, &ad, o, &out->gpu_ms);
+    if (!rc)
+        rc = selection_stats(R, &out->tokens_attended, &out->read_bytes);
+    if (!rc)
+        compare(o, R->ref_out, n, &out->attn_rel_err, &out->attn_cos);
+    out->flops = vkh2o_qattn_flops(&qc->d, out->tokens_attended);
+    free(o);
+    /* the analytical model at Kimi scale: 61 layers, 32K tokens, this desc's block/group sizes */
+    vkh2o_qcache_desc kd = qc->d;
+    kd.max_tokens = 32768;
+    kd.num_heads = 64;
+    kd.kv_lora_rank = 512;
+    kd.qk_rope_head_dim = 64;
+    kd.qk_nope_head_dim = 128;
+    kd.v_head_dim = 128;
+    kd.flags = 0;
+    uint32_t c[4], c16[4];
+    vkh2o_qpolicy_counts(&kd, p, 32768, c);
+    vkh2o_qpolicy_counts(&kd, VKH2O_QPOLICY_FP16, 32768, c16);
+    out->model_bytes = 61.0 * (double)vkh2o_qcache_bytes_model(&kd, c);
+    out->model_saved_pct = 100.0 * (1.0 - (double)vkh2o_qcache_bytes_model(&kd, c) / (double)vkh2o_qcache_bytes_model(&kd, c16));
+    uint32_t nb = 2048, fixed = nb - kvq_routable(&kd, nb);
+    uint64_t blocks = selector < 0 ? nb - c[3] : fixed + (uint64_t)(budget * (double)kvq_routable(&kd, nb) /
+                                                                       (double)(kvq_routable(&qc->d, qc->blocks) ? kvq_routable(&qc->d, qc->blocks) : 1));
+    if (blocks > nb - c[3])
+        blocks = nb - c[3];
+    out->model_flops = 61.0 * vkh2o_qattn_flops(&kd, blocks * kd.block_size);
+    return rc;
+}
+
+static const char* sel_name(int s) { return s < 0 ? "all" : vkh2o_qselector_name((vkh2o_qselector)s); }
+
+static void print_rows(const row* rows, int n)
+{
+    printf("%-9s %-13s %-6s %6s %11s %7s %10s %8s %9s %10s %8s %9s %10s %9s %8s\n", "ablation", "policy", "select",
+           "tokens", "bytes", "saved%", "k_mse", "k_max", "k_cos", "v_mse", "v_max", "v_cos", "attn_rel", "attn_cos", "gpu_ms");
+    for (int i = 0; i < n; i++) {
+        const row* r = &rows[i];
+        printf("%-9s %-13s %-6s %6u %11llu %7.2f %10.3e %8.4f %9.6f %10.3e %8.4f %9.6f %10.3e %9.6f %8.3f\n", r->ablation,
+               vkh2o_qpolicy_name(r->policy), sel_name(r->selector), r->tokens_attended, (unsigned long long)r->bytes,
+               r->saved_pct, r->km.mse, r->km.max_abs, r->km.cosine, r->vm.mse, r->vm.max_abs, r->vm.cosine, r->attn_rel_err,
+               r->attn_cos, r->gpu_ms);
+    }
+}
+
+static bool write_csv(const char* path, const row* rows, int n)
+{
+    outfile f;
+    if (!outfile_open(&f, TOOL, path))
+        return false;
+    fprintf(f.f, "ablation,policy,selector,budget_blocks,tokens_attended,bytes,saved_pct,read_bytes,k_mse,k_max_abs,k_cos,"
+                 "v_mse,v_max_abs,v_cos,attn_rel_err,attn_cos,gpu_ms,flops,model_bytes_61l_32k,model_saved_pct,model_flops_61l_32k\n");
+    for (int i = 0; i < n; i++) {
+        const row* r = &rows[i];
+        fprintf(f.f, "%s,%s,%s,%u,%u,%llu,%.4f,%llu,%.6e,%.6e,%.8f,%.6e,%.6e,%.8f,%.6e,%.8f,%.4f,%.6e,%.6e,%.4f,%.6e\n",
+                r->ablation, vkh2o_qpolicy_name(r->policy), r->selector < 0 ? "" : sel_name(r->selector), r->budget_blocks,
+                r->tokens_attended, (unsigned long long)r->bytes, r->saved_pct, (unsigned long long)r->read_bytes, r->km.mse,
+                r->km.max_abs, r->km.cosine, r->vm.mse, r->vm.max_abs, r->vm.cosine, r->attn_rel_err, r->attn_cos, r->gpu_ms,
+                r->flops, r->model_bytes, r->model_saved_pct, r->model_flops);
+    }
+    return outfile_close(&f, TOOL, true);
+}
+
+static bool write_json(const char* path, const row* rows, int n, const char* layout)
+{
+    outfile f;
+    if (!outfile_open(&f, TOOL, path))
+        return false;
+    fprintf(f.f, "[\n");
+    for (int i = 0; i < n; i++) {
+        const row* r = &rows[i];
+        char sel[32];
+        if (r->selector < 0)
+            snprintf(sel, sizeof sel, "null");
+        else
+            snprintf(sel, sizeof sel, "\"%s\"", sel_name(r->selector));
+        fprintf(f.f,
+                "  {\"ablation\": \"%s\", \"policy\": \"%s\", \"selector\": %s, \"layout\": \"%s\", \"budget_blocks\": %u, "
+                "\"tokens_attended\": %u, \"bytes\": %llu, \"saved_pct\": %.6f, \"read_bytes\": %llu, "
+                "\"k_mse\": %.9g, \"k_max_abs\": %.9g, \"k_cos\": %.9g, \"v_mse\": %.9g, \"v_max_abs\": %.9g, \"v_cos\": %.9g, "
+                "\"attn_rel_err\": %.9g, \"attn_cos\": %.9g, \"gpu_ms\": %.6g, \"flops\": %.9g, "
+                "\"model_bytes_61l_32k\": %.9g, \"model_saved_pct\": %.6f, \"model_flops_61l_32k\": %.9g}%s\n",
+                r->ablation, vkh2o_qpolicy_name(r->policy), sel, layout, r->budget_blocks, r->tokens_attended,
+                (unsigned long long)r->bytes, r->saved_pct, (unsigned long long)r->read_bytes, r->km.mse, r->km.max_abs,
+                r->km.cosine, r->vm.mse, r->vm.max_abs, r->vm.cosine, r->attn_rel_err, r->attn_cos,
+                r->gpu_ms < 0 ? 0.0 : r->gpu_ms, r->flops, r->model_bytes, r->model_saved_pct, r->model_flops,
+                i + 1 < n ? "," : "");
+    }
+    fprintf(f.f, "]\n");
+    return outfile_close(&f, TOOL, true);
+}
+
+static int setup(runner* R, vkh2o_context* ctx, const opts* o, uint32_t T, bool fast_importance)
+{
+    memset(R, 0, sizeof *R);
+    R->ctx = ctx;
+    vkh2o_qcache_desc desc = { .layout = o->layout, .num_heads = o->heads, .block_size = o->block, .group_size = o->group,
+                               .max_tokens = T, .flags = VKH2O_QCACHE_QUEST_BOUNDS };
+    vkh2o_error err = { 0 };
+    vkh2o_qcache_desc rd;
+    if (vkh2o_qcache_desc_resolve(&desc, &rd, &err) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": %s\n", err.message);
+        return -1;
+    }
+    vkh2o_mla_config cfg;
+    vkh2o_mla_config_kimi_k26(&cfg);
+    R->scale = vkh2o_mla_softmax_scale(&cfg);
+    make_dataset(o, &rd, R->scale, T, fast_importance, &R->data);
+    dataset* d = &R->data;
+    if (check(ctx, vkh2o_qcache_create(ctx, &desc, &R->qc), "cache"))
+        return -1;
+    vkh2o_result r = vkh2o_buffer_create(ctx, sizeof(float) * d->nk, &R->kb);
+    if (r == VKH2O_OK && d->nv)
+        r = vkh2o_buffer_create(ctx, sizeof(float) * d->nv, &R->vb);
+    if (r == VKH2O_OK)
+        r = vkh2o_buffer_create(ctx, sizeof(float) * T, &R->ib);
+    if (r == VKH2O_OK)
+        r = vkh2o_buffer_create(ctx, sizeof(float) * d->H * d->dk, &R->qb);
+    if (r == VKH2O_OK)
+        r = vkh2o_buffer_create(ctx, sizeof(float) * d->H * d->dv, &R->ob);
+    if (r == VKH2O_OK)
+        r = vkh2o_buffer_upload(R->kb, 0, d->k, sizeof(float) * d->nk);
+    if (r == VKH2O_OK && d->nv)
+        r = vkh2o_buffer_upload(R->vb, 0, d->v, sizeof(float) * d->nv);
+    if (r == VKH2O_OK)
+        r = vkh2o_buffer_upload(R->ib, 0, d->imp, sizeof(float) * T);
+    if (r == VKH2O_OK)
+        r = vkh2o_buffer_upload(R->qb, 0, d->q, sizeof(float) * d->H * d->dk);
+    return check(ctx, r, "buffers");
+}
+
+static void teardown(runner* R)
+{
+    vkh2o_buffer_destroy(R->kb);
+    vkh2o_buffer_destroy(R->vb);
+    vkh2o_buffer_destroy(R->ib);
+    vkh2o_buffer_destroy(R->qb);
+    vkh2o_buffer_destroy(R->ob);
+    vkh2o_qcache_destroy(R->qc);
+    free(R->ref_out);
+    free_dataset(&R->data);
+}
+
+static int cmp_double(const void* a, const void* b)
+{
+    double x = *(const double*)a, y = *(const double*)b;
+    return x < y ? -1 : x > y;
+}
+
+static int bench(vkh2o_context* ctx, const opts* o)
+{
+    opts bo = *o;
+    bo.layout = VKH2O_QLAYOUT_LATENT;
+    uint32_t heads_list[2] = { o->heads, 1 };
+    int nh = o->heads_set ? 1 : 2;
+    printf("bench: decode attention over a %u-token latent cache (c_kv 512 + k_pe 64, block %u), GPU timestamps, median of %u\n",
+           o->bench_tokens, o->block ? o->block : 16, o->reps);
+    for (int hi = 0; hi < nh; hi++) {
+        bo.heads = heads_list[hi];
+        runner R;
+        if (setup(&R, ctx, &bo, o->bench_tokens, true)) {
+            teardown(&R);
+            return -1;
+        }
+        double ms[2] = { 0, 0 };
+        uint64_t bytes[2] = { 0, 0 };
+        vkh2o_qpolicy pols[2] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_BALANCED };
+        for (int p = 0; p < 2; p++) {
+            if (build(&R, pols[p])) {
+                teardown(&R);
+                return -1;
+            }
+            vkh2o_qcache_stats st;
+            vkh2o_qcache_get_stats(R.qc, &st);
+            bytes[p] = st.pool_bytes[0] + st.pool_bytes[1] + st.pool_bytes[2];
+            vkh2o_qattn_desc ad = { .scale = R.scale, .selector = VKH2O_QSELECT_ALL };
+            double t[1000], dummy;
+            if (attend(&R, &ad, NULL, &dummy)) {   /* warm-up: pipelines, scratch */
+                teardown(&R);
+                return -1;
+            }
+            for (uint32_t i = 0; i < o->reps; i++)
+                if (attend(&R, &ad, NULL, &t[i])) {
+                    teardown(&R);
+                    return -1;
+                }
+            qsort(t, o->reps, sizeof(double), cmp_double);
+            ms[p] = t[o->reps / 2];
+        }
+        double gb = (double)bytes[0] / 1e9;
+        printf("  heads %-3u FP16     %8.3f ms  (pools %.1f MB, %.2f GB/s, %.1f GFLOP/s)\n", bo.heads, ms[0], bytes[0] / 1e6,
+               gb / (ms[0] / 1e3), vkh2o_qattn_flops(&R.qc->d, o->bench_tokens) / (ms[0] * 1e6));
+        printf("  heads %-3u balanced %8.3f ms  (pools %.1f MB)  ratio balanced/FP16 = %.3f\n", bo.heads, ms[1],
+               bytes[1] / 1e6, ms[1] / ms[0]);
+        teardown(&R);
+    }
+    return 0;
+}
+
+int main(int argc, char** argv)
+{
+    opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc;
+    if (o.weights) {
+        fprintf(stderr, TOOL ": --weights is not implemented in this build (random-data mode only); "
+                        "run without --weights\n");
+        return 2;
+    }
+    vkh2o_error err = { 0 };
+    vkh2o_qcache_desc probe = { .layout = o.layout, .num_heads = o.heads, .block_size = o.block, .group_size = o.group,
+                                .max_tokens = o.tokens }, rd;
+    if (vkh2o_qcache_desc_resolve(&probe, &rd, &err) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": %s\n", err.message);
+        return 2;
+    }
+    vkh2o_context* ctx = NULL;
+    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o.device), .log = cli_log,
+                                                                 .user_data = (void*)TOOL }, &ctx);
+    if (r != VKH2O_OK) {
+        fprintf(stderr, TOOL ": no usable Vulkan device: %s\n", vkh2o_result_string(r));
+        return 1;
+    }
+    if (!o.quiet)
+        printf("device: %s\n", vkh2o_context_caps(ctx)->device_name);
+    if (o.bench) {
+        rc = bench(ctx, &o) ? 1 : 0;
+        vkh2o_context_destroy(ctx);
+        return rc;
+    }
+
+    runner R;
+    row rows[32];
+    int n = 0;
+    rc = 1;
+    if (setup(&R, ctx, &o, o.tokens, false))
+        goto done;
+    const dataset* d = &R.data;
+    if (!o.quiet)
+        printf("random data: %s layout, %u tokens, %u heads, K row %u, V row %u, block %u, group %u (K per channel, V per token)\n",
+               o.layout == VKH2O_QLAYOUT_LATENT ? "latent" : "expanded", d->T, d->H, d->dk, d->dv, R.qc->d.block_size,
+               R.qc->d.group_size);
+    /* reference: the FP16 cache, every block */
+    if (build(&R, VKH2O_QPOLICY_FP16))
+        goto done;
+    {
+        vkh2o_qcache_stats st;
+        vkh2o_qcache_get_stats(R.qc, &st);
+        R.fp16_bytes = st.allocated_bytes;
+        R.ref_out = malloc(sizeof(float) * d->H * d->dv);
+        double ms;
+        if (attend(&R, &(vkh2o_qattn_desc){ .scale = R.scale }, R.ref_out, &ms))
+            goto done;
+    }
+    uint32_t routable = kvq_routable(&R.qc->d, R.qc->blocks);
+    uint32_t budget = (uint32_t)(o.budget * routable + 0.5);
+    for (int p = 0; p < VKH2O_QPOLICY_COUNT; p++)
+        if (measure(&R, "policy", (vkh2o_qpolicy)p, -1, 0, &rows[n++]))
+            goto done;
+    vkh2o_qpolicy prec_pols[3] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_UNIFORM_INT8, VKH2O_QPOLICY_UNIFORM_INT4 };
+    for (int i = 0; i < 3; i++)
+        if (measure(&R, "precision", prec_pols[i], VKH2O_QSELECT_SCORE, budget, &rows[n++]))
+            goto done;
+    vkh2o_qpolicy sel_pols[2] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_BALANCED };
+    for (int i = 0; i < 2; i++)
+        for (int s = VKH2O_QSELECT_SCORE; s <= VKH2O_QSELECT_RANDOM; s++)
+            if (measure(&R, "selection", sel_pols[i], s, budget, &rows[n++]))
+                goto done;
+    print_rows(rows, n);
+
+    if (!o.quiet) {
+        printf("\nselection budget: %u of %u routable blocks (+ %u sink/recent); attn_* against the FP16 cache attending to all\n",
+               budget, routable, R.qc->blocks - routable);
+        printf("\nanalytical model, Kimi K2 latent cache (576 numbers/token), 61 layers, 32768 tokens, block %u:\n",
+               R.qc->d.block_size);
+        printf("  %-13s %12s %8s %16s\n", "policy", "bytes", "saved%", "attn FLOP/step");
+        for (int i = 0; i < VKH2O_QPOLICY_COUNT; i++)
+            printf("  %-13s %12.4g %8.2f %16.4g\n", vkh2o_qpolicy_name(rows[i].policy), rows[i].model_bytes,
+                   rows[i].model_saved_pct, rows[i].model_flops);
+        printf("  score/quest/random selection at the same budget: %.4g FLOP/step\n", rows[VKH2O_QPOLICY_COUNT].model_flops);
+        /* the expected shape, checked not assumed */
+        printf("\nexpected shape:\n");
+        const row* pc = &rows[VKH2O_QPOLICY_CONSERVATIVE];
+        const row* pb = &rows[VKH2O_QPOLICY_BALANCED];
+        const row* pa = &rows[VKH2O_QPOLICY_AGGRESSIVE];
+        bool mono = pc->attn_rel_err < pb->attn_rel_err && pb->attn_rel_err < pa->attn_rel_err;
+        printf("  %-58s %s (%.3e < %.3e < %.3e)\n", "error grows conservative -> balanced -> aggressive",
+               mono ? "holds" : "CONTRADICTED", pc->attn_rel_err, pb->attn_rel_err, pa->attn_rel_err);
+        const row* r16 = &rows[VKH2O_QPOLICY_COUNT], *r8 = r16 + 1, *r4 = r16 + 2;
+        bool prec = r16->attn_rel_err < r8->attn_rel_err && r8->attn_rel_err < r4->attn_rel_err;
+        printf("  %-58s %s (%.3e < %.3e < %.3e)\n", "same blocks: FP16 beats INT8 beats INT4", prec ? "holds" : "CONTRADICTED",
+               r16->attn_rel_err, r8->attn_rel_err, r4->attn_rel_err);
+        const row* ss = r4 + 1, *sq = r4 + 2, *sr = r4 + 3;
+        printf("  %-58s %s (score %.3e, quest %.3e, random %.3e)\n", "same token count: score-selected beats random",
+               ss->attn_rel_err < sr->attn_rel_err ? "holds" : "CONTRADICTED", ss->attn_rel_err, sq->attn_rel_err,
+               sr->attn_rel_err);
+    }
+    rc = 0;
+    if (o.csv && !write_csv(o.csv, rows, n))
+        rc = 1;
+    if (o.json && !write_json(o.json, rows, n, o.layout == VKH2O_QLAYOUT_LATENT ? "latent" : "expanded"))
+        rc = 1;
+done:
+    teardown(&R);
+    vkh2o_context_destroy(ctx);
+    return rc;
+}
