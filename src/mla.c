@@ -130,6 +130,16 @@ uint64_t vkh2o_attn_part_floats(const vkh2o_attn_tuning* t, uint32_t S, uint32_t
     return (uint64_t)vkh2o_div_up(H, t->hg) * vkh2o_div_up(S, t->rq) * T;
 }
 
+double vkh2o_mla_forward_flops(const vkh2o_mla_config* c, uint32_t S)
+{
+    const double H = c->num_heads, D = c->hidden_size, qk = c->qk_nope_head_dim + c->qk_rope_head_dim,
+                 dv = c->v_head_dim, lq = c->q_lora_rank, lkv = c->kv_lora_rank, s = S;
+    double proj = lq ? D * lq + lq * H * qk : D * H * qk;
+    proj += D * (lkv + c->qk_rope_head_dim) + lkv * H * (c->qk_nope_head_dim + dv) + H * dv * D;
+    double pairs = s * (s + 1) / 2;                      /* causal (query, key) pairs */
+    return 2.0 * s * proj + 2.0 * H * pairs * (qk + dv);
+}
+
 static bool binding_holds(vkh2o_binding b, uint64_t floats)
 {
     return b.buffer && b.range != 0 && (b.range == VK_WHOLE_SIZE || b.range >= floats * sizeof(float));

@@ -133,4 +133,19 @@ vkh2o_result vkh2o_cmd_mla_project(vkh2o_mla_layer* layer, VkCommandBuffer cb, v
 vkh2o_result vkh2o_cmd_mla_o_proj(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_binding o,
                                   vkh2o_binding out, uint32_t S);
 
+/* ---- benchmarks (tools/vkh2o-bench "forward" row) ----
+ * A Kimi-shaped layer from random weights needs only the public API plus the test reference's
+ * generator (tests/ref/ref_mla.h, linked into every tool):
+ *
+ *   vkh2o_mla_config cfg; vkh2o_mla_config_kimi_k26(&cfg);
+ *   ref_mla_weights w; ref_mla_random_weights(&cfg, VKH2O_DTYPE_BF16, seed, &w);   (~200 MB)
+ *   vkh2o_mla_host_weights* hw; vkh2o_mla_host_weights_wrap(&cfg, w.views, &hw, &err);
+ *   vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S }, &layer);
+ *   vkh2o_run_mla_forward(layer, hidden, S, 0, out, scores, &timings);   (per-stage GPU ms)
+ *   vkh2o_mla_layer_destroy(layer); vkh2o_mla_host_weights_free(hw); ref_mla_weights_free(&w);
+ *
+ * Work of one forward (multiply-adds x 2): vkh2o_mla_forward_flops(). Environment
+ * VKH2O_ATTN_TUNING="local,rq,rk,hg" tries other attention tilings. */
+double vkh2o_mla_forward_flops(const vkh2o_mla_config* cfg, uint32_t S);
+
 #endif

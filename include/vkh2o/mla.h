@@ -52,9 +52,11 @@ typedef struct vkh2o_mla_layer_desc {
  * Projection weights stay in their 16-bit form (BF16/F16 words widened in the shaders) or F32;
  * the two norm weights are widened to F32. cfg and hw are only read during the call (hw may be
  * freed afterwards). ctx must outlive the layer.
- * Results: OK, INVALID_ARGUMENT (NULL argument, config invalid, attention_bias, max_seq_len
- * beyond the binding limit, a weight missing), SHAPE, DTYPE, UNSUPPORTED (a weight too large
- * to bind even in row chunks), OUT_OF_DEVICE_MEMORY, OUT_OF_HOST_MEMORY, VULKAN.
+ * Results: OK, INVALID_ARGUMENT (NULL argument, config invalid, attention_bias, unknown flags,
+ * max_seq_len beyond the binding limit), MISSING_TENSOR (hw lacks a weight the config needs,
+ * e.g. q_proj when q_lora_rank is 0), SHAPE (a weight's shape disagrees with cfg), DTYPE,
+ * UNSUPPORTED (a weight too large to bind even in row chunks), OUT_OF_DEVICE_MEMORY,
+ * OUT_OF_HOST_MEMORY, VULKAN.
  * *out is NULL on failure; vkh2o_last_error(ctx) names the problem.
  */
 VKH2O_API vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* cfg,
