@@ -306,6 +306,16 @@ static void test_create_errors(void** state)
     assert_int_equal(vkh2o_run_mla_forward(NULL, x, 1, 0, y, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_mla_layer_destroy(L);
     vkh2o_mla_layer_destroy(NULL);
+
+    /* work count of the benchmark: hand-counted tiny layer (projections 16 MACs, one causal
+     * pair of qk 3 + v 1) and the Kimi layer at S = 256 (about 53 GFLOP) */
+    vkh2o_mla_config t = c;
+    t.hidden_size = 2, t.num_heads = 1, t.q_lora_rank = 0, t.kv_lora_rank = 1, t.qk_nope_head_dim = 1;
+    t.qk_rope_head_dim = 2, t.v_head_dim = 1;
+    assert_true(vkh2o_mla_forward_flops(&t, 1) == 40.0);
+    vkh2o_mla_config_kimi_k26(&t);
+    double kf = vkh2o_mla_forward_flops(&t, 256);
+    assert_true(kf > 52e9 && kf < 54e9);
     vkh2o_mla_host_weights_free(hw);
     ref_mla_weights_free(&w);
     vt_check_validation();
