@@ -7,7 +7,8 @@
 // Register blocking: an invocation owns one token (scores for HC heads) and NC value channels
 // for HC heads (CPU devices vectorise across invocations, so the query loads are uniform).
 // spec: 0 WG (tile tokens, <= 128), 1..8 layout (kvq_common.glsl), 9 HC (<= 16), 10 QPK
-//       (query heads per KV head), 11 NC (= ceil(DV / WG))
+//       (query heads per KV head), 11 NC (value channels per invocation: ceil(DV / WG), rounded
+//       up to a multiple of 8 on the 8-wide path)
 #extension GL_GOOGLE_include_directive : require
 #include "kvq_common.glsl"
 
@@ -30,6 +31,8 @@ layout(push_constant) uniform Push {
 } pc;
 
 KVQ_DEFINE_LOAD(load_el, pool16, pool8, pool4)
+KVQ_DEFINE_LOAD8(load8, pool16, pool8, pool4)
+
 
 shared float p_sh[2048];      // [WG][HC] scores, then probabilities
 shared float alpha_sh[16];
@@ -48,6 +51,9 @@ void main()
     uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     uint h0 = kvh * QPK + chunk * HC;
     uint nh = min(HC, QPK - chunk * HC);
+    // 8-wide path when both rows are multiples of 8 channels (Kimi: 576, 512, 192, 128); a local,
+    // not a global spec-constant expression, which glslang emits inside a function block
+    bool FAST8 = (DK % 8u) == 0u && (DV % 8u) == 0u;
     uint nsel = list[0];
     uint b0 = min(nsel, split * pc.bps), b1 = min(nsel, b0 + pc.bps);
     uint npos = (b1 - b0) * B;
@@ -70,10 +76,23 @@ void main()
             valid = t < meta[mb + META_COUNT];
             if (valid) {
                 uint base = meta[mb + META_SLOT] * slot_words(p) + kvh * (ks_words(p) + vs_words(p));
-                for (uint c = 0u; c < DK; c++) {
-                    float x = load_el(p, base, DK, KGROUP, t, c);
-                    for (uint hh = 0u; hh < HC; hh++)
-                        acc[hh] += q[min(h0 + hh, pc.heads - 1u) * DK + c] * x;
+                if (FAST8) {
+                    for (uint c = 0u; c < DK; c += 8u) {
+                        float x[8];
+                        load8(p, base, DK, KGROUP, t, c, x);
+                        for (uint hh = 0u; hh < HC; hh++) {
+                            uint qb = min(h0 + hh, pc.heads - 1u) * DK + c;
+                            float a = acc[hh];
+                            for (uint i = 0u; i < 8u; i++) a += q[qb + i] * x[i];
+                            acc[hh] = a;
+                        }
+                    }
+                } else {
+                    for (uint c = 0u; c < DK; c++) {
+                        float x = load_el(p, base, DK, KGROUP, t, c);
+                        for (uint hh = 0u; hh < HC; hh++)
+                            acc[hh] += q[min(h0 + hh, pc.heads - 1u) * DK + c] * x;
+                    }
                 }
             }
         }
@@ -117,11 +136,24 @@ void main()
             uint t0 = max(ts, jb * B) - jb * B, t1 = min(ts + nt, jb * B + B) - jb * B;
             for (uint tt = t0; tt < min(t1, cnt); tt++) {
                 uint jj = jb * B + tt - ts;
-                for (uint ci = 0u; ci < NC; ci++) {
-                    uint c = lid + ci * wg;
-                    if (c < DV) {
-                        float v = load_el(p, vbase, vd, vgrp, tt, c);
-                        for (uint hh = 0u; hh < HC; hh++) o[ci * HC + hh] += p_sh[jj * HC + hh] * v;
+                if (FAST8) {
+                    // invocation owns channels [8 (lid + g wg), +8) for g < NC / 8
+                    for (uint g = 0u; g < NC / 8u; g++) {
+                        uint c0 = 8u * (lid + g * wg);
+                        if (c0 < DV) {
+                            float x[8];
+                            load8(p, vbase, vd, vgrp, tt, c0, x);
+                            for (uint i = 0u; i < 8u; i++)
+                                for (uint hh = 0u; hh < HC; hh++) o[(8u * g + i) * HC + hh] += p_sh[jj * HC + hh] * x[i];
+                        }
+                    }
+                } else {
+                    for (uint ci = 0u; ci < NC; ci++) {
+                        uint c = lid + ci * wg;
+                        if (c < DV) {
+                            float v = load_el(p, vbase, vd, vgrp, tt, c);
+                            for (uint hh = 0u; hh < HC; hh++) o[ci * HC + hh] += p_sh[jj * HC + hh] * v;
+                        }
                     }
                 }
             }
@@ -134,7 +166,7 @@ void main()
         uint pb = (split * pc.heads + h0 + hh) * stride;
         if (lid == 0u) { part[pb] = m_sh[hh]; part[pb + 1u] = l_sh[hh]; }
         for (uint ci = 0u; ci < NC; ci++) {
-            uint c = lid + ci * wg;
+            uint c = FAST8 ? 8u * (lid + (ci / 8u) * wg) + (ci % 8u) : lid + ci * wg;
             if (c < DV) part[pb + 2u + c] = o[ci * HC + hh];
         }
     }

@@ -120,4 +120,58 @@ int kvq_quant(float x, float s, uint p)
         return float(q) * ((si & 1u) != 0u ? sc.y : sc.x);                                   \
     }
 
+// Defines `void NAME(uint p, uint base, uint d, uint grp, uint t, uint c0, out float x[8])`: the 8
+// elements (t, c0..c0+7) when d and c0 are multiples of 8: FP16 4 words, INT8 2, INT4 1 (fewer
+// bytes, fewer loads), scales per 8 channels when G is a multiple of 8 (per-token grouping).
+#define KVQ_DEFINE_LOAD8(NAME, P16, P8, P4)                                                  \
+    void NAME(uint p, uint base, uint d, uint grp, uint t, uint c0, out float x[8])          \
+    {                                                                                        \
+        uint e = t * d + c0;                                                                 \
+        if (p == PREC_FP16) {                                                                \
+            uint w0 = base + (e >> 1);                                                       \
+            for (uint i = 0u; i < 4u; i++) {                                                 \
+                vec2 h = unpackHalf2x16(P16[w0 + i]);                                        \
+                x[2u * i] = h.x;                                                             \
+                x[2u * i + 1u] = h.y;                                                        \
+            }                                                                                \
+        } else {                                                                             \
+        uint dw = kvq_data_words(p, d);                                                      \
+        float s[8];                                                                          \
+        if (grp == 1u && (G & 7u) == 0u) {                                                   \
+            uint si = kvq_scale_index(grp, d, t, c0);                                        \
+            uint sw = p == PREC_INT8 ? P8[base + dw + (si >> 1)] : P4[base + dw + (si >> 1)]; \
+            vec2 sc = unpackHalf2x16(sw);                                                    \
+            float s0 = (si & 1u) != 0u ? sc.y : sc.x;                                        \
+            for (uint i = 0u; i < 8u; i++) s[i] = s0;                                        \
+        } else if (grp == 2u) {                                                              \
+            for (uint i = 0u; i < 4u; i++) {                                                 \
+                uint sw = p == PREC_INT8 ? P8[base + dw + (c0 >> 1) + i]                     \
+                                         : P4[base + dw + (c0 >> 1) + i];                    \
+                vec2 sc = unpackHalf2x16(sw);                                                \
+                s[2u * i] = sc.x;                                                            \
+                s[2u * i + 1u] = sc.y;                                                       \
+            }                                                                                \
+        } else {                                                                             \
+            for (uint i = 0u; i < 8u; i++) {                                                 \
+                uint si = kvq_scale_index(grp, d, t, c0 + i);                                \
+                uint sw = p == PREC_INT8 ? P8[base + dw + (si >> 1)] : P4[base + dw + (si >> 1)]; \
+                vec2 sc = unpackHalf2x16(sw);                                                \
+                s[i] = (si & 1u) != 0u ? sc.y : sc.x;                                        \
+            }                                                                                \
+        }                                                                                    \
+        if (p == PREC_INT8) {                                                                \
+            uint w0 = base + (e >> 2);                                                       \
+            for (uint i = 0u; i < 2u; i++) {                                                 \
+                int w = int(P8[w0 + i]);                                                     \
+                for (uint j = 0u; j < 4u; j++)                                               \
+                    x[4u * i + j] = float(bitfieldExtract(w, int(8u * j), 8)) * s[4u * i + j]; \
+            }                                                                                \
+        } else {                                                                             \
+            int w = int(P4[base + (e >> 3)]);                                                \
+            for (uint j = 0u; j < 8u; j++)                                                   \
+                x[j] = float(bitfieldExtract(w, int(4u * j), 4)) * s[j];                     \
+        }                                                                                    \
+        }                                                                                    \
+    }
+
 #endif

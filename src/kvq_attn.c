@@ -109,7 +109,8 @@ vkh2o_result kvq_record_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o
     kvq_layout_spec(qc, wg, spec);
     spec[KVQ_SPEC_HC] = hc;
     spec[KVQ_SPEC_QPK] = qpk;
-    spec[KVQ_SPEC_NC] = vkh2o_div_up(qc->shape.d_v, wg);
+    bool fast8 = qc->shape.d_k % 8 == 0 && qc->shape.d_v % 8 == 0;
+    spec[KVQ_SPEC_NC] = fast8 ? 8 * vkh2o_div_up(qc->shape.d_v, 8 * wg) : vkh2o_div_up(qc->shape.d_v, wg);
     vkh2o_kernel *ka, *kc;
     VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_attn", 7, spec, KVQ_SPEC_ATTN_COUNT, &ka));
     struct kvq_attn_push pa = { .scale = a->scale > 0 ? a->scale : 1.0f / sqrtf((float)qc->shape.d_k),
