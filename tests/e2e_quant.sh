@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# vkh2o-quant end to end: a short random-data run writes CSV and JSON; the JSON has the
+# required keys, one "policy" row per policy, the ablation rows, sane values, and the expected
+# shape (bytes fall conservative -> balanced -> aggressive; attention error grows with them).
+# A contradicted error ordering is reported (the tool prints CONTRADICTED) but only a byte
+# ordering or a malformed table fails the test. Also: bad flags are rejected with exit code 2.
+set -euo pipefail
+BUILD="${1:-${VKH2O_BUILD_DIR:-build}}"
+TOOL="$BUILD/vkh2o-quant"
+[ -x "$TOOL" ] || { echo "missing $TOOL"; exit 1; }
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+
+"$TOOL" --tokens 384 --heads 8 --seed 7 --csv "$TMP/q.csv" --json "$TMP/q.json" | tee "$TMP/out.txt"
+
+python3 - "$TMP/q.json" "$TMP/q.csv" <<'PY'
+import csv, json, math, sys
+rows = json.load(open(sys.argv[1]))
+assert isinstance(rows, list) and rows, "JSON is not a non-empty array"
+keys = ["policy", "selector", "bytes", "saved_pct", "k_mse", "v_mse", "k_cos", "v_cos", "attn_rel_err", "attn_cos"]
+for r in rows:
+    for k in keys:
+        assert k in r, f"row {r.get('policy')} lacks {k}"
+    assert r["selector"] in (None, "score", "quest", "random"), r["selector"]
+    for k in keys[2:]:
+        assert isinstance(r[k], (int, float)) and math.isfinite(r[k]), (k, r[k])
+    assert 0.0 <= r["attn_rel_err"] < 1.0 and 0.9 < r["attn_cos"] <= 1.0 + 1e-6, r
+    assert 0.9 < r["k_cos"] <= 1.0 + 1e-6 and 0.9 < r["v_cos"] <= 1.0 + 1e-6, r
+pol = {r["policy"]: r for r in rows if r["ablation"] == "policy"}
+want = ["fp16", "conservative", "balanced", "aggressive", "uniform-int8", "uniform-int4"]
+assert sorted(pol) == sorted(want), f"policy rows {sorted(pol)}"
+assert len([r for r in rows if r["ablation"] == "policy"]) == len(want), "one row per policy"
+for p in want:
+    assert pol[p]["selector"] is None
+assert pol["fp16"]["saved_pct"] == 0 and pol["fp16"]["attn_rel_err"] == 0
+# bytes strictly fall with memory pressure, errors of K grow
+b = [pol[p]["bytes"] for p in ["fp16", "conservative", "balanced", "aggressive"]]
+assert b[0] > b[1] > b[2] > b[3], f"bytes not monotonic: {b}"
+assert pol["uniform-int8"]["k_mse"] < pol["uniform-int4"]["k_mse"]
+assert pol["fp16"]["k_mse"] < pol["uniform-int8"]["k_mse"]
+prec = [r for r in rows if r["ablation"] == "precision"]
+sel = [r for r in rows if r["ablation"] == "selection"]
+assert [r["policy"] for r in prec] == ["fp16", "uniform-int8", "uniform-int4"], prec
+# precision alone (same selected blocks, against FP16 with that selection): FP16 exact, INT8 < INT4
+assert prec[0]["attn_rel_err_same_sel"] == 0, prec[0]
+assert prec[1]["attn_rel_err_same_sel"] < prec[2]["attn_rel_err_same_sel"], prec
+assert {r["selector"] for r in sel} == {"score", "quest", "random"}
+# the same token budget across the selection rows of one policy
+for p in {r["policy"] for r in sel}:
+    toks = {r["tokens_attended"] for r in sel if r["policy"] == p}
+    assert len(toks) == 1, f"{p}: selectors attended different token counts {toks}"
+e = [pol[p]["attn_rel_err"] for p in ["conservative", "balanced", "aggressive"]]
+print("attention error conservative/balanced/aggressive:", e,
+      "monotonic" if e[0] < e[1] < e[2] else "NOT monotonic (reported, not failed)")
+n_csv = sum(1 for _ in csv.DictReader(open(sys.argv[2])))
+assert n_csv == len(rows), f"CSV has {n_csv} rows, JSON {len(rows)}"
+print(f"ok: {len(rows)} rows")
+PY
+
+grep -q "expected shape" "$TMP/out.txt"
+
+# bad arguments: exit code 2 and a message
+set +e
+"$TOOL" --block 1 > /dev/null 2> "$TMP/err.txt"; rc=$?
+set -e
+[ "$rc" -eq 2 ] || { echo "--block 1: exit $rc, want 2"; exit 1; }
+grep -q "block_size 1 out of range" "$TMP/err.txt"
+set +e
+"$TOOL" --group 0x10000 > /dev/null 2> "$TMP/err.txt"; rc=$?
+set -e
+[ "$rc" -eq 2 ] || { echo "--group 65536: exit $rc, want 2"; exit 1; }
+set +e
+"$TOOL" --layout diagonal > /dev/null 2>&1; rc=$?
+set -e
+[ "$rc" -eq 2 ] || { echo "--layout diagonal: exit $rc, want 2"; exit 1; }
+"$TOOL" --help | grep -q "uniform-int4"
+echo "e2e_quant: ok"
