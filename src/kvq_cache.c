@@ -216,6 +216,10 @@ static vkh2o_result via_host(vkh2o_qcache* qc, const float* k, const float* v, c
         return qc ? vkh2o_fail(qc->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "qcache: missing host data or n = 0")
                   : VKH2O_ERROR_INVALID_ARGUMENT;
     vkh2o_context* ctx = qc->ctx;
+    uint64_t held = fn == vkh2o_qcache_prefill ? 0 : qc->tokens;
+    if (held + n > qc->d.max_tokens)
+        return vkh2o_fail(ctx, VKH2O_ERROR_BUDGET, "qcache: %llu + %u tokens exceed max_tokens %u", (unsigned long long)held, n,
+                          qc->d.max_tokens);
     uint64_t kb = 4ull * n * qc->shape.kv_heads * qc->shape.d_k, vb = 4ull * n * qc->shape.kv_heads * qc->shape.d_v;
     vkh2o_buffer *kd = NULL, *vd = NULL, *id = NULL;
     vkh2o_result r = vkh2o_buffer_create(ctx, kb, &kd);

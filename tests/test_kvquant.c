@@ -352,7 +352,7 @@ static void test_append_reroute_metrics(void** state)
                                                       data.imp + n, step), VKH2O_OK);
             n += step;
         }
-        assert_int_equal(vkh2o_qcache_append_host(qc, data.k, data.v, data.imp, qc->d.max_tokens), VKH2O_ERROR_BUDGET);
+        assert_int_equal(vkh2o_qcache_append_host(qc, data.k, data.v, data.imp, qc->d.max_tokens - total + 1), VKH2O_ERROR_BUDGET);
         for (size_t i = (size_t)t0 * kvh * dk; i < data.nk; i++)
             kcur[i] = ref_kvq_f16(data.k[i]);
         for (size_t i = (size_t)t0 * kvh * dv; vcur && i < data.nv; i++)
