@@ -9,6 +9,9 @@
  * Query i sees key j iff j <= i + causal_off and j < T (causal_off = T - S for a prefill whose
  * queries are the last S of the T keys; >= T - 1 for no mask).
  */
+#extension GL_EXT_control_flow_attributes : require
+#define UNR 8u
+
 layout(push_constant) uniform Push {
     uint S;
     uint T;
@@ -43,7 +46,25 @@ void score_block(uint h, uint i0, uint j0)
     for (uint r = 0u; r < RQ; ++r)
         for (uint c = 0u; c < RK; ++c)
             s_blk[r][c] = 0.0;
-    for (uint d = 0u; d < D; ++d) {
+    /* Unrolled by UNR: llvmpipe (lavapipe) ends every loop of an invocation once 65535 loop
+     * iterations have run in total (LP_MAX_TGSI_LOOP_ITERATIONS, shared by all loops), silently.
+     * Fewer counted iterations per key block keep long rows inside that budget; the host also
+     * caps the work per invocation (vkh2o_attn_hg). */
+    uint d = 0u;
+    for (; d + UNR <= D; d += UNR) {
+        [[unroll]] for (uint u = 0u; u < UNR; ++u) {
+            float qv[RQ];
+            float kv[RK];
+            for (uint r = 0u; r < RQ; ++r)
+                qv[r] = q[qb[r] + d + u];
+            for (uint c = 0u; c < RK; ++c)
+                kv[c] = k[kb[c] + d + u];
+            for (uint r = 0u; r < RQ; ++r)
+                for (uint c = 0u; c < RK; ++c)
+                    s_blk[r][c] += qv[r] * kv[c];
+        }
+    }
+    for (; d < D; ++d) {
         float qv[RQ];
         float kv[RK];
         for (uint r = 0u; r < RQ; ++r)

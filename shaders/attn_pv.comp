@@ -85,7 +85,21 @@ void main()
             uint vb[RK];
             for (uint c = 0u; c < RK; ++c)
                 vb[c] = min(j0 + c, pc.T - 1u) * pc.v_ts + h * pc.v_hs;
-            for (uint d = 0u; d < DV; ++d) {
+            uint d = 0u;
+            for (; d + UNR <= DV; d += UNR) {
+                [[unroll]] for (uint u = 0u; u < UNR; ++u) {
+                    float vv[RK];
+                    for (uint c = 0u; c < RK; ++c)
+                        vv[c] = v[vb[c] + d + u];
+                    for (uint r = 0u; r < RQ; ++r) {
+                        float a = acc[r][d + u];
+                        for (uint c = 0u; c < RK; ++c)
+                            a += p[r][c] * vv[c];
+                        acc[r][d + u] = a;
+                    }
+                }
+            }
+            for (; d < DV; ++d) {
                 float vv[RK];
                 for (uint c = 0u; c < RK; ++c)
                     vv[c] = v[vb[c] + d];

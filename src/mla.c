@@ -42,6 +42,10 @@ enum { LSE_SPEC_WG, LSE_SPEC_D, LSE_SPEC_RQ, LSE_SPEC_RK, LSE_SPEC_COUNT };
 enum { PV_SPEC_WG, PV_SPEC_D, PV_SPEC_RQ, PV_SPEC_RK, PV_SPEC_DV, PV_SPEC_HG, PV_SPEC_PROBS, PV_SPEC_COUNT };
 enum { REDUCE_SPEC_WG, REDUCE_SPEC_RQ, REDUCE_SPEC_COUNT };
 
+/* llvmpipe ends all loops of an invocation after 65535 iterations in total; keep a margin for
+ * the few loops outside the key tiles. */
+#define CPU_LOOP_BUDGET 60000u
+
 static bool is_cpu(const vkh2o_context* ctx)
 {
     return vkh2o_context_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
@@ -117,17 +121,34 @@ vkh2o_attn_tuning vkh2o_attn_tuning_default(const vkh2o_context* ctx)
      * Kimi shape, S = 256), and 8 heads per P.V invocation to keep the partial-mass buffer
      * small. Elsewhere: one query per invocation so the P.V accumulator (DV floats) stays in
      * registers. */
-    vkh2o_attn_tuning t = is_cpu(ctx) ? (vkh2o_attn_tuning){ 32, 8, 8, 8 } : (vkh2o_attn_tuning){ 64, 1, 8, 8 };
+    const uint32_t budget = is_cpu(ctx) ? CPU_LOOP_BUDGET : 0;
+    vkh2o_attn_tuning t = is_cpu(ctx) ? (vkh2o_attn_tuning){ 32, 8, 8, 8, budget } : (vkh2o_attn_tuning){ 64, 1, 8, 8, budget };
     const char* env = getenv("VKH2O_ATTN_TUNING");
     unsigned l, q, k, h;
     if (env && sscanf(env, "%u,%u,%u,%u", &l, &q, &k, &h) == 4 && l && q && k && h && l <= 1024 && q <= 16 && k <= 64)
-        t = (vkh2o_attn_tuning){ l, q, k, h };
+        t = (vkh2o_attn_tuning){ l, q, k, h, budget };
     return t;
 }
 
-uint64_t vkh2o_attn_part_floats(const vkh2o_attn_tuning* t, uint32_t S, uint32_t T, uint32_t H)
+/* Loop iterations one key tile costs an invocation: the score loop over D and the P.V loop over
+ * DV, both unrolled by 8 with a scalar tail (shaders/attn_common.glsl), plus the tile loop. */
+static uint64_t tile_iterations(uint32_t D, uint32_t DV)
 {
-    return (uint64_t)vkh2o_div_up(H, t->hg) * vkh2o_div_up(S, t->rq) * T;
+    return D / 8 + D % 8 + DV / 8 + DV % 8 + 2;
+}
+
+uint32_t vkh2o_attn_hg(const vkh2o_attn_tuning* t, uint32_t T, uint32_t D, uint32_t DV)
+{
+    if (!t->loop_budget)
+        return t->hg;
+    uint64_t per_head = (uint64_t)vkh2o_div_up(T, t->rk) * tile_iterations(D, DV) + 1;
+    uint64_t hg = t->loop_budget / per_head;
+    return hg < 1 ? 1 : hg < t->hg ? (uint32_t)hg : t->hg;
+}
+
+uint64_t vkh2o_attn_part_floats(const vkh2o_attn_tuning* t, uint32_t S, uint32_t T, uint32_t H, uint32_t D, uint32_t DV)
+{
+    return (uint64_t)vkh2o_div_up(H, vkh2o_attn_hg(t, T, D, DV)) * vkh2o_div_up(S, t->rq) * T;
 }
 
 double vkh2o_mla_forward_flops(const vkh2o_mla_config* c, uint32_t S)
@@ -157,12 +178,16 @@ static vkh2o_result attn_check(vkh2o_context* ctx, const vkh2o_attn_tuning* t, c
     if (!t || !a || !b || a->S == 0 || a->T == 0 || a->H == 0 || a->D == 0 || a->DV == 0 || !t->local || !t->rq ||
         !t->rk || !t->hg)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "attention: empty shape or tuning");
+    if (t->loop_budget && (uint64_t)vkh2o_div_up(a->T, t->rk) * tile_iterations(a->D, a->DV) + 1 > t->loop_budget)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "attention: %u keys of width %u/%u exceed what one invocation may loop over on this device "
+                          "(%u iterations; llvmpipe ends longer loops silently)", a->T, a->D, a->DV, t->loop_budget);
     if (!binding_holds(b->q, extent(a->S, a->q_ts, a->H, a->q_hs, a->D)) ||
         !binding_holds(b->k, extent(a->T, a->k_ts, a->H, a->k_hs, a->D)) ||
         !binding_holds(b->v, extent(a->T, a->v_ts, a->H, a->v_hs, a->DV)) ||
         !binding_holds(b->o, extent(a->S, a->o_ts, a->H, a->o_hs, a->DV)) ||
         !binding_holds(b->lse, (uint64_t)a->H * a->S) ||
-        !binding_holds(b->part, vkh2o_attn_part_floats(t, a->S, a->T, a->H)))
+        !binding_holds(b->part, vkh2o_attn_part_floats(t, a->S, a->T, a->H, a->D, a->DV)))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "attention: a binding is too small for S=%u T=%u H=%u D=%u DV=%u", a->S, a->T, a->H, a->D, a->DV);
     if (b->probs.buffer && !binding_holds(b->probs, (uint64_t)a->H * a->S * a->T))
@@ -174,7 +199,8 @@ static vkh2o_result attn_check(vkh2o_context* ctx, const vkh2o_attn_tuning* t, c
 static struct attn_push attn_push_of(const vkh2o_attn_tuning* t, const vkh2o_attn_args* a)
 {
     struct attn_push pc = { a->S, a->T, a->H, a->causal_off, a->q_ts, a->q_hs, a->k_ts, a->k_hs,
-                            a->v_ts, a->v_hs, a->o_ts, a->o_hs, a->scale, vkh2o_div_up(a->H, t->hg) };
+                            a->v_ts, a->v_hs, a->o_ts, a->o_hs, a->scale,
+                            vkh2o_div_up(a->H, vkh2o_attn_hg(t, a->T, a->D, a->DV)) };
     return pc;
 }
 
@@ -202,7 +228,7 @@ vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const v
     pspec[PV_SPEC_RQ] = t->rq;
     pspec[PV_SPEC_RK] = t->rk;
     pspec[PV_SPEC_DV] = a->DV;
-    pspec[PV_SPEC_HG] = t->hg;
+    pspec[PV_SPEC_HG] = vkh2o_attn_hg(t, a->T, a->D, a->DV);
     pspec[PV_SPEC_PROBS] = b->probs.buffer ? 1 : 0;
     vkh2o_kernel* kpv;
     VKH2O_CHECK(vkh2o_kernel_get(ctx, "attn_pv", 7, pspec, PV_SPEC_COUNT, &kpv));
@@ -221,7 +247,8 @@ vkh2o_result vkh2o_cmd_attention_mass(vkh2o_context* ctx, VkCommandBuffer cb, co
     spec[REDUCE_SPEC_RQ] = t->rq;
     vkh2o_kernel* k;
     VKH2O_CHECK(vkh2o_kernel_get(ctx, "attn_reduce", 2, spec, REDUCE_SPEC_COUNT, &k));
-    struct attn_reduce_push pc = { a->S, a->T, a->causal_off, vkh2o_div_up(a->H, t->hg), a->accumulate_scores ? 1u : 0u };
+    struct attn_reduce_push pc = { a->S, a->T, a->causal_off, vkh2o_div_up(a->H, vkh2o_attn_hg(t, a->T, a->D, a->DV)),
+                                   a->accumulate_scores ? 1u : 0u };
     vkh2o_binding bb[2] = { b->part, b->scores };
     return vkh2o_dispatch(ctx, cb, k, bb, 2, &pc, sizeof pc, vkh2o_div_up(a->T, t->local), 1, 1);
 }
@@ -262,7 +289,9 @@ static uint32_t seq_limit(const vkh2o_mla_config* c, const vkh2o_attn_tuning* t,
     for (size_t i = 0; i < sizeof per_tok / sizeof per_tok[0]; i++)
         if (per_tok[i] && range / (per_tok[i] * 4) < s)
             s = range / (per_tok[i] * 4);
-    while (s > 0 && vkh2o_attn_part_floats(t, (uint32_t)s, (uint32_t)s, c->num_heads) * 4 > range)
+    uint32_t dqk = (uint32_t)qk, dv = c->v_head_dim;
+    while (s > 0 && (vkh2o_attn_part_floats(t, (uint32_t)s, (uint32_t)s, c->num_heads, dqk, dv) * 4 > range ||
+                     (t->loop_budget && (uint64_t)vkh2o_div_up((uint32_t)s, t->rk) * tile_iterations(dqk, dv) + 1 > t->loop_budget)))
         s--;
     return (uint32_t)s;
 }
@@ -378,7 +407,7 @@ vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* 
     if (r == VKH2O_OK)
         r = alloc_f32(ctx, S * H, &L->lse);
     if (r == VKH2O_OK)
-        r = alloc_f32(ctx, vkh2o_attn_part_floats(&tune, max_seq, max_seq, (uint32_t)H), &L->part);
+        r = alloc_f32(ctx, vkh2o_attn_part_floats(&tune, max_seq, max_seq, (uint32_t)H, (uint32_t)qk, (uint32_t)dv), &L->part);
     if (r == VKH2O_OK)
         r = alloc_f32(ctx, vkh2o_rope_table_floats((uint32_t)rope), &st->rope_table);
     if (r == VKH2O_OK) {
@@ -553,7 +582,7 @@ static vkh2o_result record_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const
     vkh2o_attn_bufs b = { .q = rows(st->q, (uint64_t)S * H * qk), .k = rows(st->k, (uint64_t)S * H * qk),
                           .v = rows(st->v, (uint64_t)S * H * dv), .o = rows(st->o, (uint64_t)S * H * dv),
                           .lse = rows(L->lse, (uint64_t)H * S),
-                          .part = rows(L->part, vkh2o_attn_part_floats(&st->tuning, S, S, H)) };
+                          .part = rows(L->part, vkh2o_attn_part_floats(&st->tuning, S, S, H, qk, dv)) };
     if (io->scores)
         b.scores = vkh2o_bind_range(io->scores, 0, (uint64_t)S * sizeof(float));
     if (io->probs)

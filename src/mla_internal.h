@@ -68,7 +68,15 @@ typedef struct vkh2o_attn_tuning {
     uint32_t rq;      /* queries per invocation */
     uint32_t rk;      /* keys per score tile */
     uint32_t hg;      /* heads per invocation of the P.V pass (partials = ceil(H/hg) per block) */
+    /* Most loop iterations one invocation may run (0: no limit). llvmpipe (lavapipe) silently
+     * leaves every loop of an invocation once 65535 iterations have run in total
+     * (LP_MAX_TGSI_LOOP_ITERATIONS), so on CPU devices the P.V pass takes fewer heads per
+     * invocation for long rows (vkh2o_attn_hg) and a shape that cannot fit is refused. */
+    uint32_t loop_budget;
 } vkh2o_attn_tuning;
+/* Heads per P.V invocation in effect for T keys of width D / DV: t->hg, lowered to stay within
+ * t->loop_budget. */
+uint32_t vkh2o_attn_hg(const vkh2o_attn_tuning* t, uint32_t T, uint32_t D, uint32_t DV);
 /* Per device type: register blocking on CPU devices, small tiles elsewhere. Environment
  * VKH2O_ATTN_TUNING="local,rq,rk,hg" overrides (benchmarks). */
 vkh2o_attn_tuning vkh2o_attn_tuning_default(const vkh2o_context* ctx);
@@ -87,7 +95,7 @@ typedef struct vkh2o_attn_bufs {
     vkh2o_binding probs;      /* .buffer VK_NULL_HANDLE: not written */
 } vkh2o_attn_bufs;
 
-uint64_t vkh2o_attn_part_floats(const vkh2o_attn_tuning* t, uint32_t S, uint32_t T, uint32_t H);
+uint64_t vkh2o_attn_part_floats(const vkh2o_attn_tuning* t, uint32_t S, uint32_t T, uint32_t H, uint32_t D, uint32_t DV);
 /* Passes 1 and 2 (lse, barrier, P.V + partial mass). No barrier after. */
 vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_attn_tuning* t,
                                  const vkh2o_attn_args* a, const vkh2o_attn_bufs* b);

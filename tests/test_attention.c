@@ -75,7 +75,7 @@ static void run_case(const attn_case* c, vt_rng* rng)
     vkh2o_buffer* bo = vt_buffer(no * 4);
     vkh2o_buffer* bm = vt_buffer(T * 4);
     vkh2o_buffer* bl = vt_buffer((size_t)H * S * 4);
-    const uint64_t npart = vkh2o_attn_part_floats(&t, S, T, H);
+    const uint64_t npart = vkh2o_attn_part_floats(&t, S, T, H, D, DV);
     vkh2o_buffer* bpart = vt_buffer(npart * 4);
     vkh2o_buffer* bp = c->probs ? vt_buffer(np * 4) : NULL;
     vkh2o_attn_bufs b = { .q = vkh2o_bind_range(bq, 0, nq * 4), .k = vkh2o_bind_range(bk, 0, nk * 4),
@@ -87,7 +87,7 @@ static void run_case(const attn_case* c, vt_rng* rng)
 
     char label[160];
     snprintf(label, sizeof label, "S=%u T=%u H=%u D=%u DV=%u off=%d%s%s tile %u/%u/%u/%u", S, T, H, D, DV, a.causal_off,
-             c->shared_kv ? " shared" : "", c->accumulate ? " acc" : "", t.local, t.rq, t.rk, t.hg);
+             c->shared_kv ? " shared" : "", c->accumulate ? " acc" : "", t.local, t.rq, t.rk, vkh2o_attn_hg(&t, T, D, DV));
     printf("# attention %s\n", label);
     for (int run = 0; run < 2; run++) {
         vt_poison(bo);
@@ -156,10 +156,11 @@ static void run_case(const attn_case* c, vt_rng* rng)
     free(q); free(k); free(v); free(o_ref); free(m_ref); free(p_ref); free(o_got); free(m_got); free(p_got); free(m0);
 }
 
-static const vkh2o_attn_tuning DEF = { 0, 0, 0, 0 };
-static const vkh2o_attn_tuning GPU = { 64, 1, 8, 8 };
-static const vkh2o_attn_tuning ODD = { 16, 3, 5, 2 };
-static const vkh2o_attn_tuning ONE = { 8, 1, 1, 1 };
+static const vkh2o_attn_tuning DEF = { 0, 0, 0, 0, 0 };
+static const vkh2o_attn_tuning LOOPY = { 32, 8, 8, 8, 1000 };
+static const vkh2o_attn_tuning GPU = { 64, 1, 8, 8, 0 };
+static const vkh2o_attn_tuning ODD = { 16, 3, 5, 2, 0 };
+static const vkh2o_attn_tuning ONE = { 8, 1, 1, 1, 0 };
 
 static void test_causal(void** state)
 {
@@ -175,6 +176,12 @@ static void test_causal(void** state)
         { 100, 100, 3, 40, 33, INT32_MIN, false, true, false, 8.0f, GPU },
         { 33, 33, 9, 16, 8, INT32_MIN, false, true, false, 1.0f, ONE },
         { 3, 3, 64, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF },   /* Kimi heads and dims */
+        /* the Kimi demo's shape, and a row longer than llvmpipe's per-invocation loop limit
+         * would allow without the per-device head grouping (rows past ~1500 keys) */
+        { 256, 256, 64, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF },
+        { 1600, 1600, 1, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF },
+        /* a small loop budget forces fewer heads per P.V invocation than asked (hg 8 -> 2) */
+        { 300, 300, 6, 40, 24, INT32_MIN, false, true, false, 1.0f, LOOPY },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(&cases[i], &rng);
@@ -224,6 +231,12 @@ static void test_errors(void** state)
     a.S = 4;
     t.rq = 0;
     assert_int_equal(vkh2o_cmd_attention(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_INVALID_ARGUMENT);
+    /* rows too long for the per-invocation loop budget even at one head per invocation are
+     * refused rather than silently cut short */
+    t = vkh2o_attn_tuning_default(ctx);
+    t.loop_budget = 3;
+    assert_int_equal(vkh2o_cmd_attention(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_UNSUPPORTED);
+    assert_non_null(strstr(vkh2o_last_error(ctx), "loop"));
     vkh2o_buffer_destroy(small);
     vkh2o_buffer_destroy(big);
     vt_check_validation();
