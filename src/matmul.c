@@ -4,17 +4,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Specialisation constant ids of shaders/matmul.comp. */
+/* Specialisation constant ids of shaders/matmul.comp (0-5) and matmul_tiled.comp (0-4, 6-7
+ * renumbered 5-6 there: WG_M, BK). The first five mean the same in both. */
 enum matmul_spec {
     MATMUL_SPEC_WG = 0,
     MATMUL_SPEC_TM,
     MATMUL_SPEC_TN,
     MATMUL_SPEC_WDTYPE,
     MATMUL_SPEC_TRANSPOSED,
+    MATMUL_SPEC_XVEC,          /* matmul.comp: X rows 16-byte aligned, read as vec4 */
     MATMUL_SPEC_COUNT
 };
+enum matmul_tiled_spec {
+    MATMUL_TILED_SPEC_WG_M = 5,
+    MATMUL_TILED_SPEC_BK,
+    MATMUL_TILED_SPEC_COUNT
+};
+#define MATMUL_MAX_SPEC 8
 
-/* Push constants of shaders/matmul.comp, same order. */
+/* Push constants of shaders/matmul.comp and matmul_tiled.comp, same order. */
 struct matmul_push {
     uint32_t M, N, K;
     uint32_t x_stride, y_stride;
@@ -52,7 +60,7 @@ void vkh2o_weight_free(vkh2o_dev_weight* w)
 }
 
 /* Copies rows [r0, r0+n) of the view into the chunk at row (r0 - first), padding each row to
- * the stride (the pad element is zero). */
+ * the stride (pad elements are zero). */
 static vkh2o_result upload_rows(vkh2o_context* ctx, const vkh2o_tensor_view* v, vkh2o_dev_weight* w,
                                 vkh2o_buffer* buf, uint32_t first, uint32_t r0, uint32_t n, void* tmp)
 {
@@ -94,7 +102,8 @@ vkh2o_result vkh2o_weight_upload_limit(vkh2o_context* ctx, const vkh2o_tensor_vi
                           (unsigned long long)rows, (unsigned long long)cols, vkh2o_dtype_name(v->dtype));
 
     vkh2o_dev_weight w = { .dtype = v->dtype, .rows = (uint32_t)rows, .cols = (uint32_t)cols };
-    w.row_stride = is_16bit(v->dtype) ? (uint32_t)((cols + 1) & ~(uint64_t)1) : (uint32_t)cols;
+    /* rows start on 16 bytes: the matmul reads weights as uvec4 */
+    w.row_stride = is_16bit(v->dtype) ? (uint32_t)((cols + 7) & ~(uint64_t)7) : (uint32_t)((cols + 3) & ~(uint64_t)3);
     const uint64_t row_bytes = (uint64_t)w.row_stride * es;
     uint64_t limit = vkh2o_context_caps(ctx)->max_storage_buffer_range;
     if (max_binding_bytes && max_binding_bytes < limit) limit = max_binding_bytes;
@@ -165,22 +174,50 @@ vkh2o_result vkh2o_weight_upload_f32(vkh2o_context* ctx, const vkh2o_tensor_view
     return r;
 }
 
-/* Tile shape per device and problem. CPU devices (lavapipe): register blocking, many outputs
- * per invocation; for decode-sized M the m-block shrinks to M so no work is wasted. */
-static void choose_tiles(const vkh2o_device_caps* caps, uint32_t M, bool transposed, uint32_t spec[MATMUL_SPEC_COUNT])
+/* The kernel for one call: shader, specialisation and the block of Y one workgroup covers. */
+typedef struct matmul_plan {
+    const char* shader;
+    uint32_t spec[MATMUL_MAX_SPEC];
+    uint32_t nspec;
+    uint32_t block_m, block_n;
+} matmul_plan;
+
+/* CPU devices (lavapipe): register blocking, no shared memory (shared tiles and barriers
+ * cost far more than registers there); many outputs per invocation so each per-invocation
+ * uvec4 weight load feeds TM x 8 FMAs and each broadcast X load TN; for decode-sized M the
+ * block height shrinks to M so no work is wasted. GPUs: shared-memory tiles of 64 x 64 (16 x 64 for
+ * small M) with 4 x 4 (1 x 4) outputs per invocation. */
+static void plan_matmul(const vkh2o_device_caps* caps, uint32_t M, uint32_t path, matmul_plan* pl)
 {
-    uint32_t tm = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
-    uint32_t tn = 8, wg = 64;
-    if (caps->device_type != VK_PHYSICAL_DEVICE_TYPE_CPU) {
-        /* GPUs: smaller register blocks, more invocations in flight */
-        tm = tm > 4 ? 4 : tm;
-        tn = 4;
-        wg = 64;
+    memset(pl, 0, sizeof *pl);
+    if (path == VKH2O_MATMUL_PATH_AUTO)
+        path = caps->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU ? VKH2O_MATMUL_PATH_REGISTER : VKH2O_MATMUL_PATH_TILED;
+    if (path == VKH2O_MATMUL_PATH_REGISTER) {
+        /* 8 x 16 measured 25 GFLOP/s at 256 x 1536 x 7168 BF16 on lavapipe (2 cores); 16 x 16
+         * is ~15% faster but takes ~4x longer (seconds) to compile per variant */
+        const uint32_t tm = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
+        const uint32_t tn = 16, wg = 64;
+        pl->shader = "matmul";
+        pl->spec[MATMUL_SPEC_WG] = wg;
+        pl->spec[MATMUL_SPEC_TM] = tm;
+        pl->spec[MATMUL_SPEC_TN] = tn;
+        pl->nspec = MATMUL_SPEC_COUNT;
+        pl->block_m = tm;
+        pl->block_n = tn * wg;
+    } else {
+        const uint32_t wg = caps->max_workgroup_invocations >= 256 ? 256 : 128;
+        const uint32_t wg_m = wg == 256 ? 16 : 8;
+        const uint32_t tm = M <= wg_m ? 1 : 4, tn = 4;
+        pl->shader = "matmul_tiled";
+        pl->spec[MATMUL_SPEC_WG] = wg;
+        pl->spec[MATMUL_SPEC_TM] = tm;
+        pl->spec[MATMUL_SPEC_TN] = tn;
+        pl->spec[MATMUL_TILED_SPEC_WG_M] = wg_m;
+        pl->spec[MATMUL_TILED_SPEC_BK] = 16;
+        pl->nspec = MATMUL_TILED_SPEC_COUNT;
+        pl->block_m = wg_m * tm;
+        pl->block_n = (wg / wg_m) * tn;
     }
-    (void)transposed;
-    spec[MATMUL_SPEC_WG] = wg;
-    spec[MATMUL_SPEC_TM] = tm;
-    spec[MATMUL_SPEC_TN] = tn;
 }
 
 static bool binding_fits(vkh2o_binding b, uint32_t batch, uint32_t batch_stride, uint32_t rows,
@@ -226,17 +263,20 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
                           M, N, K, batch);
     const vkh2o_device_caps* caps = vkh2o_context_caps(ctx);
 
-    uint32_t spec[MATMUL_SPEC_COUNT];
-    choose_tiles(caps, M, a->w_transposed, spec);
-    spec[MATMUL_SPEC_WDTYPE] = w->dtype == VKH2O_DTYPE_F32 ? 0 : w->dtype == VKH2O_DTYPE_BF16 ? 1 : 2;
-    spec[MATMUL_SPEC_TRANSPOSED] = a->w_transposed ? 1 : 0;
-    const uint32_t wg = spec[MATMUL_SPEC_WG], tm = spec[MATMUL_SPEC_TM], tn = spec[MATMUL_SPEC_TN];
-    const uint32_t gy = vkh2o_div_up(M, tm);
+    if (a->path > VKH2O_MATMUL_PATH_TILED)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: unknown path %u", a->path);
+    matmul_plan pl;
+    plan_matmul(caps, M, a->path, &pl);
+    pl.spec[MATMUL_SPEC_WDTYPE] = w->dtype == VKH2O_DTYPE_F32 ? 0 : w->dtype == VKH2O_DTYPE_BF16 ? 1 : 2;
+    pl.spec[MATMUL_SPEC_TRANSPOSED] = a->w_transposed ? 1 : 0;
+    if (pl.nspec == MATMUL_SPEC_COUNT)
+        pl.spec[MATMUL_SPEC_XVEC] = xs % 4 == 0 && (batch == 1 || a->x_batch_stride % 4 == 0) && x.offset % 16 == 0;
+    const uint32_t gy = vkh2o_div_up(M, pl.block_m);
     if (gy > caps->max_workgroup_count[1] || batch > caps->max_workgroup_count[2])
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "vkh2o_cmd_matmul: M=%u batch=%u exceed the dispatch limits",
                           M, batch);
     vkh2o_kernel* k = NULL;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "matmul", 3, spec, MATMUL_SPEC_COUNT, &k));
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, pl.shader, 3, pl.spec, pl.nspec, &k));
 
     struct matmul_push pc = {
         .M = M, .N = N, .K = K, .x_stride = xs, .y_stride = ys,
@@ -266,7 +306,7 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
             n_hi = hi < N ? (uint32_t)hi : N;
         }
         pc.n_base = n_lo;
-        const uint32_t gx = vkh2o_div_up(vkh2o_div_up(n_hi - n_lo, tn), wg);
+        const uint32_t gx = vkh2o_div_up(n_hi - n_lo, pl.block_n);
         /* transposed chunks split K: later chunks read-modify-write the same Y */
         if (dispatched && a->w_transposed) vkh2o_barrier(ctx, cb);
         const vkh2o_binding b[3] = { x, vkh2o_weight_binding(w, c), y };

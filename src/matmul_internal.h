@@ -12,18 +12,18 @@
  * that any binding stays <= maxStorageBufferRange (rows are split into chunks).
  *
  * Layout of a chunk: rows [c * rows_per_chunk, min(rows, (c+1) * rows_per_chunk)) of the
- * matrix, row r of the chunk at element r * row_stride. For 16-bit dtypes row_stride is cols
- * rounded up to even (the pad element is zero), so every row starts on a 32-bit word: element
- * (r, k) of a chunk is 16-bit half (k & 1) (low half first) of uint word
- * (r * row_stride + k) / 2. For F32, row_stride == cols. A 1-D tensor (norm weights) is one
- * row of cols elements. */
+ * matrix, row r of the chunk at element r * row_stride. row_stride is cols rounded up to a
+ * multiple of 8 for 16-bit dtypes and of 4 for F32, so every row starts on 16 bytes (the
+ * matmul reads uvec4); pad elements are zero. 16-bit element (r, k) of a chunk is half
+ * (k & 1) (low half first) of uint word (r * row_stride + k) / 2. A 1-D tensor (norm
+ * weights) is one row of cols elements. */
 typedef struct vkh2o_dev_weight {
     vkh2o_dtype dtype;              /* F32, F16 or BF16 */
     uint32_t rows, cols;
     uint32_t nchunks;
     uint32_t rows_per_chunk;
     vkh2o_buffer* chunk[VKH2O_WEIGHT_MAX_CHUNKS];
-    uint32_t row_stride;            /* elements between rows in a chunk (cols, even for 16-bit) */
+    uint32_t row_stride;            /* elements between rows in a chunk (>= cols, 16 bytes multiple) */
 } vkh2o_dev_weight;
 
 /* Uploads a 2-D (or 1-D) BF16/F16/F32 tensor as is (no widening). Rows are chunked so that a
@@ -47,6 +47,14 @@ static inline vkh2o_binding vkh2o_weight_binding(const vkh2o_dev_weight* w, uint
     return vkh2o_bind(w->chunk[c]);
 }
 
+/* Which kernel vkh2o_cmd_matmul uses. AUTO: register blocking on CPU devices, shared-memory
+ * tiles on GPUs; the others force one (tests run both on any device). */
+typedef enum vkh2o_matmul_path {
+    VKH2O_MATMUL_PATH_AUTO = 0,
+    VKH2O_MATMUL_PATH_REGISTER = 1,   /* shaders/matmul.comp */
+    VKH2O_MATMUL_PATH_TILED = 2,      /* shaders/matmul_tiled.comp */
+} vkh2o_matmul_path;
+
 typedef struct vkh2o_matmul_args {
     uint32_t M, N, K;          /* Y[M,N] = X[M,K] . W^T  (W is [N,K]) */
     uint32_t batch;            /* 0/1 = single; >1: z-batched, see strides (elements) */
@@ -56,6 +64,7 @@ typedef struct vkh2o_matmul_args {
     bool w_transposed;         /* W given as [K,N] (row k) instead of [N,K] */
     bool accumulate;           /* Y += instead of Y = */
     float alpha;               /* 0 = 1 */
+    uint32_t path;             /* vkh2o_matmul_path; 0 = automatic */
 } vkh2o_matmul_args;
 /*
  * Records Y = alpha X W^T (+Y). X, Y fp32 bindings (offsets/ranges as given). Handles chunked
@@ -67,7 +76,8 @@ typedef struct vkh2o_matmul_args {
  * w->cols must equal K (N when transposed). X row m of batch b starts at float
  * b * x_batch_stride + m * x_stride of the binding, likewise Y.
  * Results: OK, INVALID_ARGUMENT (shapes/strides inconsistent, rows outside the weight, a
- * binding too small for the strides), plus whatever kernel creation / dispatch returns.
+ * binding too small for the strides, unknown path), UNSUPPORTED (M or batch beyond the
+ * device's workgroup-count limits), plus whatever kernel creation / dispatch returns.
  */
 vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* w,
                               vkh2o_binding x, vkh2o_binding y, const vkh2o_matmul_args* a);

@@ -1,4 +1,5 @@
-/* Conformance of the weight matmul (shaders/matmul.comp via vkh2o_cmd_matmul) against the
+/* Conformance of the weight matmul (shaders/matmul.comp and matmul_tiled.comp, both run on
+ * every case whatever the device, via vkh2o_cmd_matmul) against the
  * double-accumulating reference (tests/ref/ref_matmul.c), and device-weight upload.
  *
  * Error bound: the reference widens the same rounded BF16/F16/F32 weights exactly, so the only
@@ -124,48 +125,55 @@ static uint32_t run_case(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_t 
         for (size_t i = 0; i < ny; i++) memcpy(&y0[i], &poison, 4);
     }
 
-    vkh2o_buffer* xb = vt_upload_f32(x, nx);
-    vkh2o_buffer* yb = vt_buffer(ny * sizeof(float));
-    if (a->accumulate) assert_int_equal(vkh2o_buffer_upload(yb, 0, y0, ny * sizeof(float)), VKH2O_OK);
-
-    VkCommandBuffer cb;
-    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
-    assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, vkh2o_bind_range(xb, 0, nx * sizeof(float)),
-                                      vkh2o_bind_range(yb, 0, ny * sizeof(float)), a), VKH2O_OK);
-    assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
-    vt_download_f32(yb, got, ny);
-    vt_check_guard(yb, ny * sizeof(float));
-
     memcpy(ref, y0, ny * sizeof(float));
     ref_matmul(dt, wh, w_rows, w_cols, x, ref, a);
-
-    /* gather the outputs; every other float must be untouched */
+    vkh2o_buffer* xb = vt_upload_f32(x, nx);
     const size_t nout = (size_t)batch * a->M * a->N;
     float* go = malloc(nout * sizeof(float));
     float* ro = malloc(nout * sizeof(float));
     char* is_out = calloc(ny, 1);
     assert_true(go && ro && is_out);
-    size_t o = 0;
-    for (uint32_t b = 0; b < batch; b++)
-        for (uint32_t m = 0; m < a->M; m++)
-            for (uint32_t n = 0; n < a->N; n++) {
-                const size_t i = (size_t)b * a->y_batch_stride + (size_t)m * ys + n;
-                is_out[i] = 1;
-                go[o] = got[i];
-                ro[o++] = ref[i];
-            }
-    for (size_t i = 0; i < ny; i++)
-        if (!is_out[i] && memcmp(&got[i], &y0[i], 4) != 0)
-            fail_msg("%s: float %zu outside the outputs was written", label, i);
-    check_elementwise(label, dt, wh, w_cols, x, y0, got, ref, a);
-    /* NMSE is a statistic: meaningful over many outputs only */
-    if (nout >= 32) vt_assert_nmse(label, go, ro, nout, nmse_bound(a->K));
+
+    /* both kernels, whatever the device would pick */
+    for (uint32_t path = VKH2O_MATMUL_PATH_REGISTER; path <= VKH2O_MATMUL_PATH_TILED; path++) {
+        char plabel[240];
+        snprintf(plabel, sizeof plabel, "%s %s", label, path == VKH2O_MATMUL_PATH_REGISTER ? "register" : "tiled");
+        vkh2o_matmul_args pa = *a;
+        pa.path = path;
+        vkh2o_buffer* yb = vt_buffer(ny * sizeof(float));
+        if (a->accumulate) assert_int_equal(vkh2o_buffer_upload(yb, 0, y0, ny * sizeof(float)), VKH2O_OK);
+
+        VkCommandBuffer cb;
+        assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+        assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, vkh2o_bind_range(xb, 0, nx * sizeof(float)),
+                                          vkh2o_bind_range(yb, 0, ny * sizeof(float)), &pa), VKH2O_OK);
+        assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
+        vt_download_f32(yb, got, ny);
+        vt_check_guard(yb, ny * sizeof(float));
+        vkh2o_buffer_destroy(yb);
+
+        /* gather the outputs; every other float must be untouched */
+        size_t o = 0;
+        for (uint32_t b = 0; b < batch; b++)
+            for (uint32_t m = 0; m < a->M; m++)
+                for (uint32_t n = 0; n < a->N; n++) {
+                    const size_t i = (size_t)b * a->y_batch_stride + (size_t)m * ys + n;
+                    is_out[i] = 1;
+                    go[o] = got[i];
+                    ro[o++] = ref[i];
+                }
+        for (size_t i = 0; i < ny; i++)
+            if (!is_out[i] && memcmp(&got[i], &y0[i], 4) != 0)
+                fail_msg("%s: float %zu outside the outputs was written", plabel, i);
+        check_elementwise(plabel, dt, wh, w_cols, x, y0, got, ref, a);
+        /* NMSE is a statistic: meaningful over many outputs only */
+        if (nout >= 32) vt_assert_nmse(plabel, go, ro, nout, nmse_bound(a->K));
+    }
 
     const uint32_t nchunks = w.nchunks;
     free(go); free(ro); free(is_out);
     free(x); free(y0); free(ref); free(got); free(wh);
     vkh2o_buffer_destroy(xb);
-    vkh2o_buffer_destroy(yb);
     vkh2o_weight_free(&w);
     return nchunks;
 }
@@ -224,7 +232,7 @@ static void test_batched_absorption(void** state)
     const uint32_t rows = H * (nope + vd);
     for (size_t d = 0; d < 3; d++) {
         const size_t es = vkh2o_dtype_size(dtypes[d]);
-        const uint32_t stride = dtypes[d] == VKH2O_DTYPE_F32 ? lora : lora + 1;   /* padded 16-bit rows */
+        const uint32_t stride = dtypes[d] == VKH2O_DTYPE_F32 ? 36 : 40;   /* rows padded to 16 bytes */
         const uint64_t limits[] = { 0, (uint64_t)5 * stride * es, (uint64_t)7 * stride * es };
         for (size_t l = 0; l < 3; l++) {
             /* q_nope [S, H, nope+rope] -> q_lat [S, H, lora] */
@@ -259,7 +267,8 @@ static void test_chunked(void** state)
     for (size_t d = 0; d < 3; d++) {
         const size_t es = vkh2o_dtype_size(dtypes[d]);
         const uint32_t M = 9, N = 70, K = 53;
-        const uint32_t kpad = dtypes[d] == VKH2O_DTYPE_F32 ? K : K + 1, npad = dtypes[d] == VKH2O_DTYPE_F32 ? N : N;
+        /* rows padded to 16 bytes */
+        const uint32_t kpad = dtypes[d] == VKH2O_DTYPE_F32 ? 56 : 56, npad = dtypes[d] == VKH2O_DTYPE_F32 ? 72 : 72;
         vkh2o_matmul_args a = { .M = M, .N = N, .K = K };
         assert_int_equal(run_case(&rng, dtypes[d], N, K, &a, (uint64_t)7 * kpad * es), 10);
         a.w_row_offset = 3;
@@ -301,7 +310,7 @@ static void test_kimi_q_a_proj(void** state)
     vt_check_validation();
 }
 
-/* The documented chunk layout: padded 16-bit rows with a zero pad element, balanced chunks. */
+/* The documented chunk layout: rows padded to 16 bytes with zeros, balanced chunks. */
 static void test_upload_layout(void** state)
 {
     (void)state;
@@ -312,19 +321,19 @@ static void test_upload_layout(void** state)
     uint16_t* wh = make_weight(&rng, VKH2O_DTYPE_BF16, rows, cols);
     vkh2o_tensor_view v = view_2d("layout.weight", VKH2O_DTYPE_BF16, wh, rows, cols);
     vkh2o_dev_weight w;
-    assert_int_equal(vkh2o_weight_upload_limit(ctx, &v, 4 * 6 * 2, &w), VKH2O_OK);
+    assert_int_equal(vkh2o_weight_upload_limit(ctx, &v, 4 * 8 * 2, &w), VKH2O_OK);
     assert_int_equal(w.dtype, VKH2O_DTYPE_BF16);
-    assert_int_equal(w.row_stride, 6);
+    assert_int_equal(w.row_stride, 8);
     assert_int_equal(w.nchunks, 3);
     assert_int_equal(w.rows_per_chunk, 4);
     for (uint32_t c = 0; c < w.nchunks; c++) {
         const uint32_t n = c + 1 < w.nchunks ? 4 : rows - 4 * c;
-        assert_int_equal(vkh2o_buffer_size(w.chunk[c]), (uint64_t)n * 6 * 2);
-        uint16_t got[4 * 6];
-        assert_int_equal(vkh2o_buffer_download(w.chunk[c], 0, got, (uint64_t)n * 6 * 2), VKH2O_OK);
+        assert_int_equal(vkh2o_buffer_size(w.chunk[c]), (uint64_t)n * 8 * 2);
+        uint16_t got[4 * 8];
+        assert_int_equal(vkh2o_buffer_download(w.chunk[c], 0, got, (uint64_t)n * 8 * 2), VKH2O_OK);
         for (uint32_t r = 0; r < n; r++) {
-            for (uint32_t k = 0; k < cols; k++) assert_int_equal(got[r * 6 + k], wh[(4 * c + r) * cols + k]);
-            assert_int_equal(got[r * 6 + 5], 0);
+            for (uint32_t k = 0; k < cols; k++) assert_int_equal(got[r * 8 + k], wh[(4 * c + r) * cols + k]);
+            for (uint32_t k = cols; k < 8; k++) assert_int_equal(got[r * 8 + k], 0);
         }
     }
     vkh2o_weight_free(&w);
@@ -349,7 +358,7 @@ static void test_upload_layout(void** state)
 static void test_errors(void** state)
 {
     (void)state;
-    uint16_t data[64] = { 0 };
+    uint16_t data[256] = { 0 };
     vkh2o_dev_weight w;
     vkh2o_tensor_view v = view_2d("e.weight", VKH2O_DTYPE_BF16, data, 4, 8);
     /* no device needed */
@@ -374,9 +383,9 @@ static void test_errors(void** state)
     assert_int_equal(vkh2o_weight_upload(ctx, &bad, &w), VKH2O_ERROR_INVALID_ARGUMENT);
     /* a row over the limit; more than 16 chunks */
     assert_int_equal(vkh2o_weight_upload_limit(ctx, &v, 8, &w), VKH2O_ERROR_UNSUPPORTED);
-    vkh2o_tensor_view tall = view_2d("tall.weight", VKH2O_DTYPE_BF16, data, 32, 2);
-    assert_int_equal(vkh2o_weight_upload_limit(ctx, &tall, 4, &w), VKH2O_ERROR_UNSUPPORTED);
-    assert_int_equal(vkh2o_weight_upload_limit(ctx, &tall, 8, &w), VKH2O_OK);
+    vkh2o_tensor_view tall = view_2d("tall.weight", VKH2O_DTYPE_BF16, data, 32, 8);
+    assert_int_equal(vkh2o_weight_upload_limit(ctx, &tall, 16, &w), VKH2O_ERROR_UNSUPPORTED);
+    assert_int_equal(vkh2o_weight_upload_limit(ctx, &tall, 32, &w), VKH2O_OK);
     assert_int_equal(w.nchunks, 16);
     vkh2o_weight_free(&w);
 
@@ -402,6 +411,8 @@ static void test_errors(void** state)
     a = (vkh2o_matmul_args){ .M = 9, .N = 4, .K = 8 };   /* X needs 72 floats, has 64 */
     assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
     a = (vkh2o_matmul_args){ .M = 2, .N = 6, .K = 4, .w_transposed = true };   /* [K,N] needs 6 columns */
+    assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
+    a = (vkh2o_matmul_args){ .M = 2, .N = 4, .K = 8, .path = 3 };
     assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
     vkh2o_buffer_destroy(xb);

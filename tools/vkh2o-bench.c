@@ -1,0 +1,314 @@
+/*
+ * vkh2o-bench: throughput of vkh2o's kernels on a device against a CPU baseline.
+ *
+ * The bench is a table of measurements {name, device, median_ms, gflops}. Each benchmark is
+ * a function in `benches[]` below that runs its work and adds rows with bench_add(); adding
+ * a benchmark (e.g. the whole-layer forward at Kimi shape) is one function and one entry.
+ */
+#include "cli.h"
+#include "internal.h"
+#include "matmul_internal.h"
+#include "ref_matmul.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TOOL "vkh2o-bench"
+#define BENCH_MAX_ROWS 64
+
+typedef struct bench_row {
+    char name[96];           /* contains "matmul" or "forward" */
+    char device[256];        /* the device name, or "cpu: ..." */
+    double median_ms;
+    double gflops;           /* 0 when not meaningful */
+    uint32_t runs;
+    const char* timing;      /* "gpu-timestamps", "wall" */
+    double speedup;          /* vs the CPU row of the same work, 0 = none */
+} bench_row;
+
+typedef struct bench_env {
+    vkh2o_context* ctx;
+    const vkh2o_device_caps* caps;
+    uint32_t seq_len;
+    uint32_t runs;
+    bool quick;
+    bool progress;           /* stderr is a terminal and --json is off */
+    bench_row rows[BENCH_MAX_ROWS];
+    uint32_t nrows;
+} bench_env;
+
+/* Adds a measurement; returns it so the caller can fill speedup/timing. */
+static bench_row* bench_add(bench_env* env, const char* name, const char* device, double median_ms,
+                            double gflops, uint32_t runs, const char* timing)
+{
+    if (env->nrows >= BENCH_MAX_ROWS) return NULL;
+    bench_row* r = &env->rows[env->nrows++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    snprintf(r->device, sizeof r->device, "%s", device);
+    r->median_ms = median_ms;
+    r->gflops = gflops;
+    r->runs = runs;
+    r->timing = timing;
+    return r;
+}
+
+static void note(const bench_env* env, const char* fmt, const char* what)
+{
+    if (env->progress) fprintf(stderr, fmt, what);
+}
+
+static int cmp_double(const void* a, const void* b)
+{
+    const double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double* v, uint32_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float rand_normal(void)
+{
+    /* xorshift64* + Box-Muller: reproducible inputs, quality is irrelevant here */
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        rng_state ^= rng_state >> 12;
+        rng_state ^= rng_state << 25;
+        rng_state ^= rng_state >> 27;
+        u[i] = ((rng_state * 0x2545f4914f6cdd1dull) >> 11) * (1.0 / 9007199254740992.0);
+    }
+    return (float)(sqrt(-2.0 * log(u[0] + 1e-300)) * cos(6.283185307179586 * u[1]));
+}
+
+/*
+ * Device time of Y = X W^T: one warm-up, then `runs` submissions, each timed by GPU timestamps
+ * around the dispatches when the device has them, else by wall time around submit+wait.
+ */
+static vkh2o_result time_matmul(bench_env* env, const vkh2o_dev_weight* w, vkh2o_buffer* xb, vkh2o_buffer* yb,
+                                const vkh2o_matmul_args* a, double* median_ms, const char** timing)
+{
+    vkh2o_context* ctx = env->ctx;
+    double* t = calloc(env->runs, sizeof *t);
+    if (!t) return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+    vkh2o_result r = VKH2O_OK;
+    bool ts = env->caps->timestamps;
+    for (uint32_t i = 0; i <= env->runs && r == VKH2O_OK; i++) {
+        VkCommandBuffer cb;
+        if ((r = vkh2o_begin(ctx, &cb)) != VKH2O_OK) break;
+        const uint32_t t0 = vkh2o_timestamp(ctx, cb);
+        const double w0 = cli_now();
+        r = vkh2o_cmd_matmul(ctx, cb, w, vkh2o_bind(xb), vkh2o_bind(yb), a);
+        const uint32_t t1 = vkh2o_timestamp(ctx, cb);
+        const vkh2o_result rs = vkh2o_submit_wait(ctx, cb);
+        if (r == VKH2O_OK) r = rs;
+        const double wall = (cli_now() - w0) * 1e3;
+        const double gpu = (t0 != UINT32_MAX && t1 != UINT32_MAX) ? vkh2o_timestamp_ms(ctx, t0, t1) : -1.0;
+        if (gpu < 0.0) ts = false;
+        if (i > 0) t[i - 1] = ts ? gpu : wall;     /* run 0 is the warm-up */
+    }
+    if (r == VKH2O_OK) {
+        *median_ms = median(t, env->runs);
+        *timing = ts ? "gpu-timestamps" : "wall";
+    }
+    free(t);
+    return r;
+}
+
+/* One projection matmul shape on the device (BF16 weights) and, optionally, on the CPU. */
+static vkh2o_result bench_matmul_shape(bench_env* env, const char* label, uint32_t M, uint32_t N, uint32_t K,
+                                       bool with_cpu)
+{
+    vkh2o_context* ctx = env->ctx;
+    const double flop = 2.0 * M * N * K;
+    char name[96];
+    snprintf(name, sizeof name, "matmul %s %ux%ux%u bf16", label, M, N, K);
+    note(env, "%s: preparing\n", name);
+
+    uint16_t* wh = malloc((size_t)N * K * sizeof(uint16_t));
+    float* x = malloc((size_t)M * K * sizeof(float));
+    float* yd = malloc((size_t)M * N * sizeof(float));
+    float* yc = with_cpu ? malloc((size_t)M * N * sizeof(float)) : NULL;
+    if (!wh || !x || !yd || (with_cpu && !yc)) {
+        free(wh); free(x); free(yd); free(yc);
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: host buffers for %s", name);
+    }
+    const float ws = 1.0f / sqrtf((float)K);
+    for (size_t i = 0; i < (size_t)N * K; i++) wh[i] = vkh2o_f32_to_bf16(rand_normal() * ws);
+    for (size_t i = 0; i < (size_t)M * K; i++) x[i] = rand_normal();
+
+    vkh2o_tensor_view v = { .name = "bench.weight", .file = "random", .dtype = VKH2O_DTYPE_BF16, .ndim = 2,
+                            .shape = { N, K }, .numel = (uint64_t)N * K, .data = wh,
+                            .nbytes = (uint64_t)N * K * sizeof(uint16_t) };
+    vkh2o_dev_weight w = { 0 };
+    vkh2o_buffer *xb = NULL, *yb = NULL;
+    vkh2o_result r = vkh2o_weight_upload(ctx, &v, &w);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, (uint64_t)M * K * sizeof(float), &xb);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, (uint64_t)M * N * sizeof(float), &yb);
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(xb, 0, x, (uint64_t)M * K * sizeof(float));
+
+    double dev_ms = 0.0;
+    const char* timing = "wall";
+    const vkh2o_matmul_args a = { .M = M, .N = N, .K = K };
+    if (r == VKH2O_OK) {
+        note(env, "%s: device runs\n", name);
+        r = time_matmul(env, &w, xb, yb, &a, &dev_ms, &timing);
+    }
+    if (r == VKH2O_OK) r = vkh2o_buffer_download(yb, 0, yd, (uint64_t)M * N * sizeof(float));
+    bench_row* dev_row = NULL;
+    if (r == VKH2O_OK) dev_row = bench_add(env, name, env->caps->device_name, dev_ms, flop / (dev_ms * 1e6), env->runs, timing);
+
+    if (r == VKH2O_OK && with_cpu) {
+        note(env, "%s: CPU baseline (one run)\n", name);
+        const double t0 = cli_now();
+        ref_matmul_bf16_fast(wh, N, K, x, yc, M);
+        const double cpu_ms = (cli_now() - t0) * 1e3;
+        bench_add(env, name, "cpu: fp32 blocked loop, 1 thread", cpu_ms, flop / (cpu_ms * 1e6), 1, "wall");
+        if (dev_row) dev_row->speedup = cpu_ms / dev_ms;
+        /* the two must agree, or the figures mean nothing */
+        double e = 0.0, s = 0.0;
+        for (size_t i = 0; i < (size_t)M * N; i++) {
+            e += ((double)yd[i] - yc[i]) * ((double)yd[i] - yc[i]);
+            s += (double)yc[i] * yc[i];
+        }
+        const double nmse = e / (s > 0 ? s : 1e-300);
+        if (!(nmse < 1e-8))
+            r = vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "bench: %s: device result differs from the CPU (nmse %.3g)", name, nmse);
+    }
+    vkh2o_buffer_destroy(xb);
+    vkh2o_buffer_destroy(yb);
+    vkh2o_weight_free(&w);
+    free(wh); free(x); free(yd); free(yc);
+    return r;
+}
+
+/* The Kimi K2 q_a_proj shape: hidden 7168 -> q_lora 1536, prefill (M = seq_len) and decode. */
+static vkh2o_result bench_matmul(bench_env* env)
+{
+    if (env->quick) {
+        VKH2O_CHECK(bench_matmul_shape(env, "proj-quick", env->seq_len, 256, 1024, true));
+        return bench_matmul_shape(env, "proj-quick-decode", 1, 256, 1024, false);
+    }
+    VKH2O_CHECK(bench_matmul_shape(env, "q_a_proj", env->seq_len, 1536, 7168, true));
+    return bench_matmul_shape(env, "q_a_proj-decode", 1, 1536, 7168, false);
+}
+
+/* Benchmarks in order. The whole-layer forward at Kimi shape plugs in here as another entry
+ * (a function that records its timing with bench_add(env, "forward ...", ...)). */
+typedef vkh2o_result (*bench_fn)(bench_env* env);
+static const struct { const char* name; bench_fn fn; } benches[] = {
+    { "matmul", bench_matmul },
+};
+
+static void print_text(const bench_env* env)
+{
+    printf("%-44s %-40s %12s %10s %s\n", "measurement", "device", "median ms", "GFLOP/s", "");
+    for (uint32_t i = 0; i < env->nrows; i++) {
+        const bench_row* r = &env->rows[i];
+        printf("%-44s %-40.40s %12.3f %10.2f  (%u run%s, %s)", r->name, r->device, r->median_ms, r->gflops, r->runs,
+               r->runs == 1 ? "" : "s", r->timing);
+        if (r->speedup > 0) printf("  %.1fx the CPU", r->speedup);
+        printf("\n");
+    }
+}
+
+static int print_json(const bench_env* env)
+{
+    cJSON* arr = cJSON_CreateArray();
+    if (!arr) return 1;
+    for (uint32_t i = 0; i < env->nrows; i++) {
+        const bench_row* r = &env->rows[i];
+        cJSON* o = cJSON_CreateObject();
+        if (!o) { cJSON_Delete(arr); return 1; }
+        cJSON_AddStringToObject(o, "name", r->name);
+        cJSON_AddStringToObject(o, "device", r->device);
+        cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
+        cJSON_AddNumberToObject(o, "gflops", r->gflops);
+        cJSON_AddNumberToObject(o, "runs", r->runs);
+        cJSON_AddStringToObject(o, "timing", r->timing);
+        if (r->speedup > 0) cJSON_AddNumberToObject(o, "speedup_vs_cpu", r->speedup);
+        cJSON_AddItemToArray(arr, o);
+    }
+    char* s = cJSON_Print(arr);
+    cJSON_Delete(arr);
+    if (!s) return 1;
+    printf("%s\n", s);
+    cJSON_free(s);
+    return 0;
+}
+
+static void usage(FILE* f)
+{
+    fprintf(f, "usage: " TOOL " [--device N] [--seq-len S] [--runs R] [--json] [--quick] [--help]\n"
+               "Times vkh2o kernels on a Vulkan device (median of R runs after a warm-up, GPU\n"
+               "timestamps when the device has them, else wall time) and the same work on the CPU.\n"
+               "  --device N    use physical device N (default: the automatic choice, env VKH2O_DEVICE)\n"
+               "  --seq-len S   tokens of the prefill measurements (default 256)\n"
+               "  --runs R      timed runs per measurement (default 5)\n"
+               "  --json        print a JSON array, one object per measurement\n"
+               "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu)\n"
+               "  --quick       small shapes (seconds on a CPU device; for tests)\n");
+}
+
+int main(int argc, char** argv)
+{
+    bench_env env = { .seq_len = 256, .runs = 5 };
+    uint32_t select = 0;
+    bool json = false, seq_given = false;
+    for (int i = 1; i < argc; i++) {
+        const char* o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "--device") || !strcmp(o, "--seq-len") || !strcmp(o, "--runs")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, TOOL ": %s needs a value\n", o);
+                return 2;
+            }
+            uint32_t v;
+            const bool dev = !strcmp(o, "--device"), seq = !strcmp(o, "--seq-len");
+            if (!cli_parse_u32(TOOL, o, argv[++i], dev ? 0 : 1, dev ? 63 : seq ? 65536 : 1000, &v)) return 2;
+            if (dev) select = VKH2O_DEVICE_INDEX(v);
+            else if (seq) { env.seq_len = v; seq_given = true; }
+            else env.runs = v;
+        } else if (!strcmp(o, "--json")) {
+            json = true;
+        } else if (!strcmp(o, "--quick")) {
+            env.quick = true;
+        } else {
+            fprintf(stderr, TOOL ": unknown option '%s'\n", o);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (env.quick && !seq_given) env.seq_len = 16;
+    env.progress = !json && isatty(2);
+
+    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = select, .log = cli_log,
+                                                                 .user_data = (void*)TOOL }, &env.ctx);
+    if (r != VKH2O_OK) {
+        fprintf(stderr, TOOL ": no device: %s\n", vkh2o_result_string(r));
+        return 1;
+    }
+    env.caps = vkh2o_context_caps(env.ctx);
+    if (!json) printf("device: %s (%s)\n", env.caps->device_name, env.caps->driver_info);
+    int rc = 0;
+    for (size_t b = 0; b < sizeof benches / sizeof benches[0]; b++) {
+        r = benches[b].fn(&env);
+        if (r != VKH2O_OK) {
+            fprintf(stderr, TOOL ": %s: %s: %s\n", benches[b].name, vkh2o_result_string(r), vkh2o_last_error(env.ctx));
+            rc = 1;
+        }
+    }
+    if (json) { if (print_json(&env)) rc = 1; }
+    else print_text(&env);
+    vkh2o_context_destroy(env.ctx);
+    return rc;
+}
