@@ -14,10 +14,13 @@
  *      or fill .instance/.physical_device/.device/.queue/.queue_family to adopt the app's.
  *   2. vkh2o_checkpoint_open(path, &ck, &err)                     -- a shard or a directory
  *      vkh2o_mla_config_kimi_k26(&cfg) or vkh2o_mla_config_from_json(...)
- *      vkh2o_mla_host_weights_load(ck, &cfg, layer, &hw, &err)
+ *      vkh2o_mla_host_weights_load(ck, &cfg, layer, 0, &hw, &err)
  *   3. vkh2o_mla_layer_create(ctx, &cfg, hw, &desc, &layer)        -- uploads the weights
- *   4. vkh2o_run_mla_forward(layer, hidden, seq_len, out, scores)  -- or vkh2o_cmd_* to record
- *   5. destroy in reverse order; every destroy accepts NULL.
+ *   4. vkh2o_run_mla_forward(layer, hidden, seq_len, pos0, out, scores, &timings)
+ *      (or vkh2o_cmd_mla_forward to record into your own command buffer)
+ *   5. vkh2o_kv_cache_create + vkh2o_cmd_cache_prefill / vkh2o_cmd_cache_step for H2O eviction;
+ *      vkh2o_qcache_* for the quantised cache (vkh2o/kvquant.h)
+ *   6. destroy in reverse order; every destroy accepts NULL.
  *
  * Conventions
  *   - Fallible calls return vkh2o_result (VKH2O_OK = 0, failures negative) and give objects

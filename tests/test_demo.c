@@ -1,0 +1,424 @@
+/* End-to-end tests of vkh2o-demo on small synthetic shards made by vkh2o-mkshard: the report's
+ * invariants, CSV / JSON / safetensors / SVG outputs, sharded checkpoints, --input and
+ * --normed-input, and every bad-input case with its message and exit code. */
+#include "vkh2o_test.h"
+#include "ref_mla.h"
+
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+static char g_dir[600];     /* scratch directory of this run */
+static char g_bin[512];   /* short enough for the paths built from it */     /* build directory with the tools */
+
+static const char* path(const char* name)
+{
+    static char buf[8][2048];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+static char* slurp(const char* p)
+{
+    FILE* f = fopen(p, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char* s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = 0;
+    fclose(f);
+    return s;
+}
+
+static bool exists(const char* p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* Runs build/<tool> with args (NULL-terminated); stdout and stderr go to files. Returns the
+ * exit status. */
+static int run(const char* tool, const char* const* args)
+{
+    char exe[1024];
+    snprintf(exe, sizeof exe, "%s/%s", g_bin, tool);
+    const char* argv[64];
+    int n = 0;
+    argv[n++] = exe;
+    for (int i = 0; args[i] && n < 62; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, path("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, path("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int rc = posix_spawn(&pid, exe, &fa, NULL, (char* const*)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    assert_int_equal(rc, 0);
+    int status = 0;
+    assert_true(waitpid(pid, &status, 0) == pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+static void expect_fail(const char* const* args, int code, const char* const* needles)
+{
+    int rc = run("vkh2o-demo", args);
+    char* err = slurp(path("stderr.txt"));
+    assert_non_null(err);
+    printf("#   exit %d: %s", rc, err);
+    assert_int_equal(rc, code);
+    for (int i = 0; needles && needles[i]; i++)
+        if (!strstr(err, needles[i]))
+            fail_msg("stderr does not name '%s'", needles[i]);
+    free(err);
+}
+
+static void mkshard(const char* out, const char* preset, const char* dtype, const char* extra)
+{
+    const char* args[] = { "--out", out, "--preset", preset, "--dtype", dtype, "--quiet", "--force", extra, NULL };
+    assert_int_equal(run("vkh2o-mkshard", args), 0);
+}
+
+static int setup(void** state)
+{
+    const char* b = getenv("VKH2O_BUILD_DIR");
+    snprintf(g_bin, sizeof g_bin, "%s", b ? b : ".");
+    snprintf(g_dir, sizeof g_dir, "%s/test_demo.%ld", g_bin, (long)getpid());
+    mkdir(g_dir, 0755);
+    return 0;
+}
+
+static int teardown(void** state)
+{
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+typedef struct csv_row { uint32_t idx; double score; bool kept; char cat[16]; } csv_row;
+
+static uint32_t read_csv(const char* p, csv_row* rows, uint32_t max)
+{
+    char* s = slurp(p);
+    assert_non_null(s);
+    char* line = strtok(s, "\n");
+    assert_string_equal(line, "token_idx,attention_score,kept,category");
+    uint32_t n = 0;
+    while ((line = strtok(NULL, "\n")) && n < max) {
+        char kept[8];
+        assert_int_equal(sscanf(line, "%u,%lf,%7[^,],%15s", &rows[n].idx, &rows[n].score, kept, rows[n].cat), 4);
+        rows[n].kept = !strcmp(kept, "True");
+        assert_true(rows[n].kept || !strcmp(kept, "False"));
+        n++;
+    }
+    free(s);
+    return n;
+}
+
+static cJSON* read_json(const char* p)
+{
+    char* s = slurp(p);
+    assert_non_null(s);
+    cJSON* j = cJSON_Parse(s);
+    free(s);
+    assert_non_null(j);
+    return j;
+}
+
+static double jnum(const cJSON* o, const char* a, const char* b)
+{
+    const cJSON* x = cJSON_GetObjectItemCaseSensitive(o, a);
+    if (b)
+        x = cJSON_GetObjectItemCaseSensitive(x, b);
+    assert_true(cJSON_IsNumber(x));
+    return x->valuedouble;
+}
+
+/* Runs the demo over one shard and checks the report's invariants. */
+static void check_run(const char* weights, uint32_t S, uint32_t sink, uint32_t budget, uint32_t recent, const char* layout)
+{
+    char s_s[16], s_b[16], s_k[16], s_r[16];
+    snprintf(s_s, sizeof s_s, "%u", S);
+    snprintf(s_b, sizeof s_b, "%u", budget);
+    snprintf(s_k, sizeof s_k, "%u", sink);
+    snprintf(s_r, sizeof s_r, "%u", recent);
+    const char* args[] = { "--weights", weights, "--seq-len", s_s, "--budget", s_b, "--n-sink", s_k, "--n-recent", s_r,
+                           "--layout", layout, "--runs", "1", "--check", "--csv", path("r.csv"), "--json", path("r.json"),
+                           "--plot", path("r.svg"), NULL };
+    int rc = run("vkh2o-demo", args);
+    char* out = slurp(path("stdout.txt"));
+    if (rc != 0) {
+        char* err = slurp(path("stderr.txt"));
+        fail_msg("vkh2o-demo exited %d: %s\n%s", rc, out, err);
+    }
+    cJSON* j = read_json(path("r.json"));
+    const double heads = jnum(j, "config", "num_heads");
+    const double mean = jnum(j, "score", "mean");
+    printf("#   %s S=%u sink=%u budget=%u recent=%u %s: mean %.6f (heads %.0f)\n", weights, S, sink, budget, recent, layout, mean, heads);
+    /* the mass of each query sums to 1 per head: the mean score is the number of heads */
+    assert_true(fabs(mean - heads) <= 1e-4 * heads);
+    uint32_t cap = sink + budget + recent;
+    uint32_t kept = (uint32_t)jnum(j, "kept", "total");
+    assert_int_equal(kept, S > cap ? cap : S);
+    assert_int_equal((uint32_t)jnum(j, "evicted", NULL), S - kept);
+    const cJSON* chk = cJSON_GetObjectItemCaseSensitive(j, "check");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(chk, "kept_agree")));
+    assert_true(jnum(j, "check", "output_max_rel_err") < 1e-4);
+    assert_true(jnum(j, "check", "score_max_rel_err") < 1e-4);
+    assert_true(jnum(j, "kv_bytes", "after") * S == jnum(j, "kv_bytes", "before") * kept);
+
+    csv_row* rows = calloc(S + 1, sizeof *rows);
+    assert_int_equal(read_csv(path("r.csv"), rows, S + 1), S);
+    uint32_t n_heavy = 0, n_kept = 0;
+    double heavy_min = INFINITY, evicted_max = -INFINITY;
+    for (uint32_t i = 0; i < S; i++) {
+        assert_int_equal(rows[i].idx, i);
+        const char* want = i < sink ? "sink" : i + recent >= S ? "recent" : NULL;
+        if (want)
+            assert_string_equal(rows[i].cat, want);
+        else
+            assert_true(!strcmp(rows[i].cat, "heavy") || !strcmp(rows[i].cat, "evicted"));
+        assert_true(rows[i].kept == (strcmp(rows[i].cat, "evicted") != 0));
+        n_kept += rows[i].kept;
+        if (!strcmp(rows[i].cat, "heavy")) {
+            n_heavy++;
+            heavy_min = fmin(heavy_min, rows[i].score);
+        } else if (!strcmp(rows[i].cat, "evicted")) {
+            evicted_max = fmax(evicted_max, rows[i].score);
+        }
+    }
+    assert_int_equal(n_kept, kept);
+    assert_int_equal(n_heavy, (uint32_t)jnum(j, "kept", "heavy"));
+    /* the heavy hitters are the heaviest middle tokens (CSV scores have 6 decimals) */
+    if (n_heavy && evicted_max > -INFINITY)
+        assert_true(heavy_min >= evicted_max - 1e-6);
+    /* stdout states the same counts */
+    char line[96];
+    snprintf(line, sizeof line, "kept %u", kept);
+    assert_non_null(strstr(out, line));
+    char* svg = slurp(path("r.svg"));
+    assert_non_null(svg);
+    assert_true(!strncmp(svg, "<svg", 4) && strstr(svg, "</svg>"));
+    free(svg);
+    free(rows);
+    free(out);
+    cJSON_Delete(j);
+}
+
+static void test_dtypes(void** state)
+{
+    vt_ctx();
+    const char* dtypes[] = { "bf16", "f16", "f32", "fp8" };
+    for (int d = 0; d < 4; d++) {
+        char name[64];
+        snprintf(name, sizeof name, "tiny_%s.safetensors", dtypes[d]);
+        mkshard(path(name), "tiny", dtypes[d], NULL);
+        check_run(path(name), 45, 3, 10, 7, d % 2 ? "latent" : "expanded");
+    }
+    /* small preset, odd sizes; a sequence that fits the cap (nothing evicted) */
+    mkshard(path("small.safetensors"), "small", "bf16", NULL);
+    check_run(path("small.safetensors"), 77, 4, 20, 9, "latent");
+    check_run(path("small.safetensors"), 30, 4, 20, 9, "expanded");
+    /* more sinks and recents than tokens */
+    check_run(path("small.safetensors"), 5, 4, 2, 9, "expanded");
+}
+
+static void test_sharded_and_outputs(void** state)
+{
+    vt_ctx();
+    const char* args[] = { "--out", path("ckpt"), "--preset", "small", "--sharded", "--quiet", "--force", NULL };
+    assert_int_equal(run("vkh2o-mkshard", args), 0);
+    assert_true(exists(path("ckpt/model.safetensors.index.json")));
+    check_run(path("ckpt"), 33, 2, 8, 5, "expanded");
+
+    /* --input: the test's own hidden states; --out must equal the CPU reference */
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("demo --input"));
+    vkh2o_error err = { 0 };
+    vkh2o_checkpoint* ck;
+    assert_int_equal(vkh2o_checkpoint_open(path("ckpt"), &ck, &err), VKH2O_OK);
+    vkh2o_mla_config cfg;
+    vkh2o_mla_config_kimi_k26(&cfg);
+    assert_int_equal(vkh2o_mla_config_from_json(path("ckpt/config.json"), &cfg, &err), VKH2O_OK);
+    vkh2o_mla_host_weights* hw;
+    assert_int_equal(vkh2o_mla_host_weights_load(ck, &cfg, 0, VKH2O_LOAD_INPUT_LAYERNORM, &hw, &err), VKH2O_OK);
+    const uint32_t S = 21, D = cfg.hidden_size;
+    float* x = malloc((size_t)S * D * 4);
+    vt_fill_normal(&rng, x, (size_t)S * D, 1.0f);
+    vkh2o_tensor_write tw = { .name = "hidden_states", .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { S, D }, .data = x };
+    assert_int_equal(vkh2o_safetensors_write(path("in.safetensors"), &tw, 1, NULL, &err), VKH2O_OK);
+    for (int normed = 0; normed < 2; normed++) {
+        const char* a2[] = { "--weights", path("ckpt"), "--input", path("in.safetensors"), "--budget", "4", "--n-sink", "2",
+                             "--n-recent", "3", "--runs", "1", "--out", path("o.safetensors"), "--quiet",
+                             normed ? "--normed-input" : NULL, NULL };
+        assert_int_equal(run("vkh2o-demo", a2), 0);
+        /* the reference, with input_layernorm applied the same way when asked */
+        float* xin = malloc((size_t)S * D * 4);
+        memcpy(xin, x, (size_t)S * D * 4);
+        if (normed) {
+            const vkh2o_tensor_view* w = vkh2o_mla_host_weight(hw, VKH2O_W_INPUT_LAYERNORM);
+            float* wf = malloc(D * 4);
+            for (uint32_t c = 0; c < D; c++)
+                wf[c] = vkh2o_load_elem(w->dtype, w->data, c);
+            ref_rmsnorm(x, S, D, D, wf, cfg.rms_norm_eps, xin, D);
+            free(wf);
+        }
+        float* ref = malloc((size_t)S * D * 4);
+        float* mass = malloc(S * 4);
+        assert_int_equal(ref_mla_forward(&cfg, hw, xin, S, 0, ref, mass, NULL, NULL), 0);
+        vkh2o_safetensors* st;
+        assert_int_equal(vkh2o_safetensors_open(path("o.safetensors"), &st, &err), VKH2O_OK);
+        vkh2o_tensor_view o, sc;
+        assert_int_equal(vkh2o_safetensors_find(st, "attn_output", &o, &err), VKH2O_OK);
+        assert_int_equal(vkh2o_safetensors_find(st, "attention_score", &sc, &err), VKH2O_OK);
+        assert_int_equal(o.dtype, VKH2O_DTYPE_F32);
+        assert_int_equal(o.ndim, 2);
+        assert_int_equal(o.shape[0], S);
+        assert_int_equal(o.shape[1], D);
+        assert_int_equal(sc.shape[0], S);
+        /* f32 activations and accumulation against the double reference on the same weights */
+        vt_assert_nmse(normed ? "--out attn_output (normed input)" : "--out attn_output", o.data, ref, (size_t)S * D, 1e-9);
+        vt_assert_nmse("--out attention_score", sc.data, mass, S, 1e-10);
+        vkh2o_safetensors_close(st);
+        free(ref);
+        free(mass);
+        free(xin);
+    }
+    free(x);
+    vkh2o_mla_host_weights_free(hw);
+    vkh2o_checkpoint_close(ck);
+}
+
+static void test_bad_inputs(void** state)
+{
+    vt_ctx();
+    vkh2o_error err = { 0 };
+    mkshard(path("good.safetensors"), "tiny", "bf16", NULL);
+    char csv[1024];
+    snprintf(csv, sizeof csv, "%s", path("never.csv"));
+
+    /* not a safetensors file */
+    FILE* f = fopen(path("text.safetensors"), "w");
+    fputs("this is not a safetensors file at all, just some text\n", f);
+    fclose(f);
+    {
+        const char* a[] = { "--weights", path("text.safetensors"), "--config", path("config.json"), "--csv", csv, NULL };
+        const char* n[] = { "text.safetensors", NULL };
+        expect_fail(a, 1, n);
+    }
+    /* truncated: the header is intact, the data is cut short */
+    {
+        char* whole;
+        FILE* g = fopen(path("good.safetensors"), "rb");
+        fseek(g, 0, SEEK_END);
+        long len = ftell(g);
+        fseek(g, 0, SEEK_SET);
+        whole = malloc((size_t)len);
+        assert_int_equal(fread(whole, 1, (size_t)len, g), (size_t)len);
+        fclose(g);
+        g = fopen(path("trunc.safetensors"), "wb");
+        fwrite(whole, 1, (size_t)len / 2, g);
+        fclose(g);
+        free(whole);
+        const char* a[] = { "--weights", path("trunc.safetensors"), "--config", path("config.json"), "--csv", csv, NULL };
+        const char* n[] = { "trunc.safetensors", NULL };
+        expect_fail(a, 1, n);
+    }
+    /* a layer that is not in the file */
+    {
+        const char* a[] = { "--weights", path("good.safetensors"), "--layer", "7", "--csv", csv, NULL };
+        const char* n[] = { "good.safetensors", "model.layers.7", NULL };
+        expect_fail(a, 1, n);
+    }
+    /* a missing tensor: the shard without kv_b_proj */
+    {
+        vkh2o_safetensors* st;
+        assert_int_equal(vkh2o_safetensors_open(path("good.safetensors"), &st, &err), VKH2O_OK);
+        uint32_t n = vkh2o_safetensors_count(st), m = 0;
+        vkh2o_tensor_write* tw = calloc(n, sizeof *tw);
+        for (uint32_t i = 0; i < n; i++) {
+            vkh2o_tensor_view v;
+            assert_int_equal(vkh2o_safetensors_at(st, i, &v), VKH2O_OK);
+            if (strstr(v.name, "kv_b_proj"))
+                continue;
+            tw[m] = (vkh2o_tensor_write){ .name = v.name, .dtype = v.dtype, .ndim = v.ndim, .data = v.data };
+            memcpy(tw[m].shape, v.shape, sizeof v.shape);
+            m++;
+        }
+        assert_int_equal(m, n - 1);
+        assert_int_equal(vkh2o_safetensors_write(path("nokvb.safetensors"), tw, m, NULL, &err), VKH2O_OK);
+        free(tw);
+        vkh2o_safetensors_close(st);
+        const char* a[] = { "--weights", path("nokvb.safetensors"), "--config", path("config.json"), "--csv", csv, NULL };
+        const char* nd[] = { "nokvb.safetensors", "model.layers.0.self_attn.kv_b_proj.weight", NULL };
+        expect_fail(a, 1, nd);
+    }
+    /* shapes that do not match the config: the tiny shard read with the small preset's config */
+    {
+        mkdir(path("other"), 0755);
+        mkshard(path("other/small.safetensors"), "small", "bf16", NULL);
+        const char* a[] = { "--weights", path("good.safetensors"), "--config", path("other/config.json"), "--csv", csv, NULL };
+        const char* n[] = { "good.safetensors", "model.layers.0.self_attn.", "shape", NULL };
+        expect_fail(a, 1, n);
+    }
+    /* bad flags */
+    {
+        const char* a1[] = { "--weights", path("good.safetensors"), "--budget", "0", NULL };
+        const char* n1[] = { "--budget", NULL };
+        expect_fail(a1, 2, n1);
+        const char* a2[] = { "--weights", path("good.safetensors"), "--layout", "sideways", NULL };
+        const char* n2[] = { "sideways", NULL };
+        expect_fail(a2, 2, n2);
+        const char* a3[] = { "--frobnicate", NULL };
+        const char* n3[] = { "--frobnicate", NULL };
+        expect_fail(a3, 2, n3);
+        const char* a4[] = { "--weights", path("good.safetensors"), "--seq-len", "-3", NULL };
+        const char* n4[] = { "--seq-len", NULL };
+        expect_fail(a4, 2, n4);
+        const char* a5[] = { "--weights", path("missing.safetensors"), NULL };
+        const char* n5[] = { "missing.safetensors", NULL };
+        expect_fail(a5, 1, n5);
+    }
+    /* an output that is an input of the run is refused and left untouched */
+    {
+        struct stat before, after;
+        assert_int_equal(stat(path("good.safetensors"), &before), 0);
+        const char* a[] = { "--weights", path("good.safetensors"), "--out", path("good.safetensors"), NULL };
+        const char* n[] = { "good.safetensors", "input", NULL };
+        expect_fail(a, 2, n);
+        assert_int_equal(stat(path("good.safetensors"), &after), 0);
+        assert_int_equal(before.st_size, after.st_size);
+        assert_true(before.st_mtime == after.st_mtime);
+    }
+    /* no failed run left an output behind */
+    assert_false(exists(csv));
+    char cmd[900];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -q '\\.tmp\\.'", g_dir);
+    assert_int_not_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dtypes),
+        cmocka_unit_test(test_sharded_and_outputs),
+        cmocka_unit_test(test_bad_inputs),
+    };
+    return cmocka_run_group_tests_name("demo", tests, setup, teardown) | vt_group_teardown(NULL);
+}

@@ -1,0 +1,27 @@
+/* The H2O step of vkh2o-demo: kept set from the prefill attention mass, on the GPU through the
+ * KV cache (prefill + one eviction), and the CPU selection used by --check. */
+#ifndef VKH2O_DEMO_H2O_H
+#define VKH2O_DEMO_H2O_H
+#include "vkh2o.h"
+
+typedef enum demo_layout { DEMO_LAYOUT_EXPANDED = 0, DEMO_LAYOUT_LATENT = 1 } demo_layout;
+typedef enum demo_category { DEMO_SINK = 0, DEMO_RECENT = 1, DEMO_HEAVY = 2, DEMO_EVICTED = 3 } demo_category;
+
+typedef struct demo_h2o_result {
+    double select_ms, compact_ms;          /* GPU time (wall time where there are no timestamps) */
+    uint64_t bytes_before, bytes_after;    /* KV-cache bytes of the chosen layout, fp16 storage */
+} demo_h2o_result;
+
+/* CPU: sinks = first n_sink, recent = last n_recent (not overlapping the sinks), heavy = the
+ * `budget` largest scores in between (ties: lower position), the rest evicted. When the middle
+ * holds at most `budget` tokens every token is kept. */
+void demo_h2o_select_cpu(const float* score, uint32_t S, uint32_t n_sink, uint32_t budget, uint32_t n_recent,
+                         demo_category* cat);
+
+/* GPU: builds a KV cache of `layout` from the layer's last forward (K/V or c_kv/k_pe of its S
+ * tokens) with the attention mass as the scores, evicts once down to n_sink + budget + n_recent,
+ * reads the kept positions back and fills cat. Returns 0, or prints an error and returns -1. */
+int demo_h2o_run(vkh2o_context* ctx, vkh2o_mla_layer* layer, const vkh2o_mla_config* cfg, const float* score, uint32_t S,
+                 uint32_t n_sink, uint32_t budget, uint32_t n_recent, demo_layout layout, demo_category* cat,
+                 demo_h2o_result* res);
+#endif

@@ -1,0 +1,778 @@
+/*
+ * vkh2o-demo: the Kimi K2.6 layer-0 H2O demo (seed walkthrough 002), end to end on the GPU.
+ * Loads one layer's attention weights from a checkpoint shard (mmap: only that layer's bytes
+ * are read), runs one causal forward over S synthetic tokens, reduces each token's attention
+ * mass over heads and queries, selects the H2O kept set (sinks + heavy hitters + recent) and
+ * compacts a KV cache of the chosen layout to it, then reports.
+ */
+#include "cli.h"
+#include "demo_h2o.h"
+#include "outfile.h"
+#include "internal.h"
+#include "ref_mla.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+#define TOOL "vkh2o-demo"
+
+typedef struct opts {
+    const char* weights;
+    const char* config;
+    const char* input;
+    const char* csv;
+    const char* json;
+    const char* out;
+    const char* plot;
+    const char* cache_dir;
+    uint32_t layer, seq_len, budget, n_sink, n_recent, runs, device;
+    bool seq_len_given, device_given, normed_input, check, quiet;
+    uint64_t seed;
+    demo_layout layout;
+} opts;
+
+static void usage(FILE* f)
+{
+    fprintf(f,
+        "usage: vkh2o-demo [--weights FILE|DIR] [options]\n"
+        "The Kimi K2.6 layer-0 H2O eviction demo: one causal forward of an MLA layer over S tokens\n"
+        "on the GPU, each token's attention mass (summed over heads and queries), the H2O kept set\n"
+        "(n_sink first + budget heaviest middle + n_recent last tokens) and a KV cache compacted to it.\n"
+        "\n"
+        "  --weights FILE|DIR  a .safetensors shard, or a checkpoint directory with\n"
+        "                      model.safetensors.index.json. Without it, a synthetic Kimi-shaped bf16\n"
+        "                      shard is made once with vkh2o-mkshard in the cache directory and reused.\n"
+        "  --config FILE       HF config.json (default: config.json beside the weights if present,\n"
+        "                      else the Kimi K2.6 values)\n"
+        "  --layer L           model.layers.L (default 0)\n"
+        "  --seq-len S         tokens (default 256; taken from --input when given)\n"
+        "  --budget N          heavy-hitter slots in the middle (default 64)\n"
+        "  --n-sink N          first tokens always kept (default 4)\n"
+        "  --n-recent N        last tokens always kept (default 32)\n"
+        "  --seed N            seed of the standard-normal synthetic input (default 0)\n"
+        "  --input FILE        read tensor 'hidden_states' (F32 [seq, hidden]) from a safetensors file\n"
+        "  --normed-input      apply the layer's input_layernorm first (decoder order)\n"
+        "  --layout L          KV cache layout: expanded (per head K/V) or latent (c_kv + k_pe); default expanded\n"
+        "  --device N          Vulkan device index (default: the best one; see vkh2o-info)\n"
+        "  --runs N            timed forward runs after one warm-up (default 5; the median is reported)\n"
+        "  --csv FILE          one row per token: token_idx,attention_score,kept,category\n"
+        "  --json FILE         the summary as JSON\n"
+        "  --out FILE          safetensors with attn_output (F32 [seq, hidden]) and attention_score (F32 [seq])\n"
+        "  --plot FILE         SVG of score against token index, coloured by category\n"
+        "  --check             also run the CPU reference (double) and compare\n"
+        "  --cache-dir DIR     where the synthetic shard lives (default $VKH2O_CACHE_DIR,\n"
+        "                      $XDG_CACHE_HOME/vkh2o or ~/.cache/vkh2o)\n"
+        "  --quiet             only errors and the final result line\n"
+        "  --help              this text\n"
+        "Output files are written to a temporary name and renamed when complete.\n");
+}
+
+static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
+{
+    *o = (opts){ .seq_len = 256, .budget = 64, .n_sink = 4, .n_recent = 32, .runs = 5, .layout = DEMO_LAYOUT_EXPANDED };
+    *exit_code = 2;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+#define STR_OPT(name, field) else if (!strcmp(a, name)) { if (!v) { goto missing; } o->field = v; i++; }
+#define U32_OPT(name, field, lo, hi) else if (!strcmp(a, name)) { if (!v) { goto missing; } \
+            if (!cli_parse_u32(TOOL, name, v, lo, hi, &o->field)) { return false; } i++; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            *exit_code = 0;
+            return false;
+        }
+        STR_OPT("--weights", weights)
+        STR_OPT("--config", config)
+        STR_OPT("--input", input)
+        STR_OPT("--csv", csv)
+        STR_OPT("--json", json)
+        STR_OPT("--out", out)
+        STR_OPT("--plot", plot)
+        STR_OPT("--cache-dir", cache_dir)
+        U32_OPT("--layer", layer, 0, 100000)
+        U32_OPT("--budget", budget, 0, 1u << 24)
+        U32_OPT("--n-sink", n_sink, 0, 1u << 24)
+        U32_OPT("--n-recent", n_recent, 0, 1u << 24)
+        U32_OPT("--runs", runs, 1, 1000)
+        else if (!strcmp(a, "--seq-len")) {
+            if (!v) goto missing;
+            if (!cli_parse_u32(TOOL, a, v, 1, 1u << 20, &o->seq_len)) return false;
+            o->seq_len_given = true;
+            i++;
+        } else if (!strcmp(a, "--device")) {
+            if (!v) goto missing;
+            if (!cli_parse_u32(TOOL, a, v, 0, 63, &o->device)) return false;
+            o->device_given = true;
+            i++;
+        } else if (!strcmp(a, "--seed")) {
+            if (!v) goto missing;
+            if (!cli_parse_u64(TOOL, a, v, 0, UINT64_MAX, &o->seed)) return false;
+            i++;
+        } else if (!strcmp(a, "--layout")) {
+            if (!v) goto missing;
+            if (!strcmp(v, "expanded")) o->layout = DEMO_LAYOUT_EXPANDED;
+            else if (!strcmp(v, "latent")) o->layout = DEMO_LAYOUT_LATENT;
+            else { fprintf(stderr, "%s: --layout: '%s' is not expanded or latent\n", TOOL, v); return false; }
+            i++;
+        } else if (!strcmp(a, "--normed-input")) o->normed_input = true;
+        else if (!strcmp(a, "--check")) o->check = true;
+        else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) o->quiet = true;
+        else {
+            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", TOOL, a);
+            return false;
+        }
+        continue;
+    missing:
+        fprintf(stderr, "%s: %s needs a value\n", TOOL, a);
+        return false;
+    }
+    if (o->budget == 0) {
+        fprintf(stderr, "%s: --budget 0 keeps no heavy hitters: that is the streaming policy, not H2O (use budget >= 1)\n", TOOL);
+        return false;
+    }
+    return true;
+}
+
+/* ---------- the synthetic shard ---------- */
+
+static int mkdir_p(const char* path)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char* p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static bool file_exists(const char* p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* Makes (once) a synthetic Kimi-shaped shard with the vkh2o-mkshard beside this program. */
+static bool synthetic_shard(const opts* o, char* path, size_t cap)
+{
+    char dir[4096];
+    const char* env;
+    if (o->cache_dir)
+        snprintf(dir, sizeof dir, "%s", o->cache_dir);
+    else if ((env = getenv("VKH2O_CACHE_DIR")) && *env)
+        snprintf(dir, sizeof dir, "%s", env);
+    else if ((env = getenv("XDG_CACHE_HOME")) && *env)
+        snprintf(dir, sizeof dir, "%s/vkh2o", env);
+    else if ((env = getenv("HOME")) && *env)
+        snprintf(dir, sizeof dir, "%s/.cache/vkh2o", env);
+    else
+        snprintf(dir, sizeof dir, "/tmp/vkh2o-cache");
+    size_t dl = strlen(dir);
+    if (dl + 64 >= cap) {
+        fprintf(stderr, "%s: cache directory path too long\n", TOOL);
+        return false;
+    }
+    strcat(dir, "/kimi-k26-synthetic-bf16");
+    snprintf(path, cap, "%s/model-00001-of-000064.safetensors", dir);
+    if (file_exists(path)) {
+        if (!o->quiet)
+            printf("weights:       SYNTHETIC Kimi-shaped bf16 shard (vkh2o-mkshard, cached): %s\n", path);
+        return true;
+    }
+    if (mkdir_p(dir) != 0) {
+        fprintf(stderr, "%s: cannot create the cache directory %s: %s\n", TOOL, dir, strerror(errno));
+        return false;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
+    if (n <= 0) {
+        fprintf(stderr, "%s: cannot locate vkh2o-mkshard (readlink /proc/self/exe failed)\n", TOOL);
+        return false;
+    }
+    exe[n] = 0;
+    char* slash = strrchr(exe, '/');
+    snprintf(slash ? slash + 1 : exe, sizeof exe - (size_t)(slash ? slash + 1 - exe : 0), "vkh2o-mkshard");
+    if (!o->quiet)
+        printf("weights:       none given: making a SYNTHETIC Kimi-shaped bf16 shard once with %s\n"
+               "               in %s (random weights, real tensor names and shapes; not real Kimi weights)\n", exe, dir);
+    fflush(stdout);
+    char* argv[] = { exe, "--out", path, "--preset", "kimi", "--dtype", "bf16", "--seed", "0",
+                     o->quiet ? "--quiet" : NULL, NULL };
+    pid_t pid;
+    int rc = posix_spawn(&pid, exe, NULL, NULL, argv, environ);
+    if (rc != 0) {
+        fprintf(stderr, "%s: cannot run %s: %s\n", TOOL, exe, strerror(rc));
+        return false;
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "%s: %s failed (status %d)\n", TOOL, exe, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        return false;
+    }
+    return file_exists(path);
+}
+
+/* ---------- input ---------- */
+
+static float* load_input(const opts* o, const vkh2o_mla_config* cfg, uint32_t* S)
+{
+    if (!o->input) {
+        float* x = malloc((size_t)*S * cfg->hidden_size * sizeof *x);
+        if (!x)
+            return NULL;
+        /* seeded standard normal (Box-Muller on splitmix64), like the seed's torch.randn */
+        uint64_t st = o->seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+        size_t n = (size_t)*S * cfg->hidden_size;
+        for (size_t i = 0; i < n; i += 2) {
+            uint64_t z1 = (st += 0x9e3779b97f4a7c15ull), z2 = (st += 0x9e3779b97f4a7c15ull);
+            z1 = (z1 ^ (z1 >> 30)) * 0xbf58476d1ce4e5b9ull; z1 = (z1 ^ (z1 >> 27)) * 0x94d049bb133111ebull; z1 ^= z1 >> 31;
+            z2 = (z2 ^ (z2 >> 30)) * 0xbf58476d1ce4e5b9ull; z2 = (z2 ^ (z2 >> 27)) * 0x94d049bb133111ebull; z2 ^= z2 >> 31;
+            double u1 = ((double)(z1 >> 11) + 0.5) / 9007199254740992.0, u2 = (double)(z2 >> 11) / 9007199254740992.0;
+            double r = sqrt(-2.0 * log(u1));
+            x[i] = (float)(r * cos(6.283185307179586 * u2));
+            if (i + 1 < n)
+                x[i + 1] = (float)(r * sin(6.283185307179586 * u2));
+        }
+        return x;
+    }
+    vkh2o_error err = { 0 };
+    vkh2o_safetensors* st;
+    if (vkh2o_safetensors_open(o->input, &st, &err) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+        return NULL;
+    }
+    vkh2o_tensor_view v;
+    float* x = NULL;
+    if (vkh2o_safetensors_find(st, "hidden_states", &v, &err) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+    } else if (v.dtype != VKH2O_DTYPE_F32) {
+        fprintf(stderr, "%s: %s: tensor 'hidden_states' is %s, expected F32\n", TOOL, o->input, vkh2o_dtype_name(v.dtype));
+    } else if (!(v.ndim == 2 || (v.ndim == 3 && v.shape[0] == 1)) || v.shape[v.ndim - 1] != cfg->hidden_size ||
+               v.shape[v.ndim - 2] == 0 || v.shape[v.ndim - 2] > (1u << 20)) {
+        fprintf(stderr, "%s: %s: tensor 'hidden_states' has shape [", TOOL, o->input);
+        for (uint32_t d = 0; d < v.ndim; d++)
+            fprintf(stderr, "%s%llu", d ? ", " : "", (unsigned long long)v.shape[d]);
+        fprintf(stderr, "], expected [seq, %u] (hidden_size of the config)\n", cfg->hidden_size);
+    } else {
+        if (o->seq_len_given && o->seq_len != v.shape[v.ndim - 2] && !o->quiet)
+            fprintf(stderr, "%s: note: --seq-len %u ignored: --input has %llu tokens\n", TOOL, o->seq_len,
+                    (unsigned long long)v.shape[v.ndim - 2]);
+        *S = (uint32_t)v.shape[v.ndim - 2];
+        x = malloc(v.nbytes);
+        if (x)
+            memcpy(x, v.data, v.nbytes);
+    }
+    vkh2o_safetensors_close(st);
+    return x;
+}
+
+/* RMSNorm with the layer's input_layernorm on the host (double accumulation). */
+static void input_layernorm(float* x, uint32_t S, uint32_t D, const vkh2o_tensor_view* w, float eps)
+{
+    for (uint32_t s = 0; s < S; s++) {
+        float* r = x + (size_t)s * D;
+        double ss = 0;
+        for (uint32_t c = 0; c < D; c++)
+            ss += (double)r[c] * r[c];
+        double inv = 1.0 / sqrt(ss / D + eps);
+        for (uint32_t c = 0; c < D; c++)
+            r[c] = (float)(r[c] * inv * vkh2o_load_elem(w->dtype, w->data, c));
+    }
+}
+
+/* ---------- statistics ---------- */
+
+static int cmp_desc(const void* a, const void* b)
+{
+    float x = *(const float*)a, y = *(const float*)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static double median(double* v, uint32_t n)
+{
+    for (uint32_t i = 1; i < n; i++)
+        for (uint32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n ? (n & 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0;
+}
+
+static const char* cat_name(demo_category c)
+{
+    switch (c) {
+    case DEMO_SINK: return "sink";
+    case DEMO_RECENT: return "recent";
+    case DEMO_HEAVY: return "heavy";
+    default: return "evicted";
+    }
+}
+
+typedef struct stats {
+    double min, max, mean, std;
+    uint32_t n_sink, n_heavy, n_recent, n_evicted, middle;
+    double heavy_mean, evicted_mean, ratio;
+    float top[10];
+    uint32_t ntop;
+    float cutoff;   /* score of the lightest heavy hitter kept */
+} stats;
+
+static void compute_stats(const float* score, const demo_category* cat, uint32_t S, stats* st)
+{
+    memset(st, 0, sizeof *st);
+    st->min = INFINITY;
+    st->max = -INFINITY;
+    double sum = 0, hs = 0, es = 0;
+    for (uint32_t i = 0; i < S; i++) {
+        sum += score[i];
+        if (score[i] < st->min) st->min = score[i];
+        if (score[i] > st->max) st->max = score[i];
+    }
+    st->mean = sum / S;
+    double var = 0;
+    for (uint32_t i = 0; i < S; i++)
+        var += (score[i] - st->mean) * (score[i] - st->mean);
+    st->std = S > 1 ? sqrt(var / (S - 1)) : 0;   /* unbiased, as torch.std */
+    float* heavy = malloc(S * sizeof *heavy);
+    uint32_t nh = 0;
+    st->cutoff = INFINITY;
+    for (uint32_t i = 0; i < S; i++) {
+        switch (cat[i]) {
+        case DEMO_SINK: st->n_sink++; break;
+        case DEMO_RECENT: st->n_recent++; break;
+        case DEMO_HEAVY:
+            st->n_heavy++;
+            hs += score[i];
+            if (heavy) heavy[nh++] = score[i];
+            if (score[i] < st->cutoff) st->cutoff = score[i];
+            break;
+        default: st->n_evicted++; es += score[i]; break;
+        }
+    }
+    st->middle = S - st->n_sink - st->n_recent;
+    st->heavy_mean = st->n_heavy ? hs / st->n_heavy : 0;
+    st->evicted_mean = st->n_evicted ? es / st->n_evicted : 0;
+    st->ratio = st->evicted_mean > 0 ? st->heavy_mean / st->evicted_mean : 0;
+    if (heavy) {
+        qsort(heavy, nh, sizeof *heavy, cmp_desc);
+        st->ntop = nh < 10 ? nh : 10;
+        memcpy(st->top, heavy, st->ntop * sizeof *heavy);
+        free(heavy);
+    }
+}
+
+/* ---------- outputs ---------- */
+
+static bool write_csv(const char* path, const float* score, const demo_category* cat, uint32_t S)
+{
+    outfile of;
+    if (!outfile_open(&of, TOOL, path))
+        return false;
+    fprintf(of.f, "token_idx,attention_score,kept,category\n");
+    for (uint32_t i = 0; i < S; i++)
+        fprintf(of.f, "%u,%.6f,%s,%s\n", i, score[i], cat[i] == DEMO_EVICTED ? "False" : "True", cat_name(cat[i]));
+    return outfile_close(&of, TOOL, true);
+}
+
+static bool write_svg(const char* path, const float* score, const demo_category* cat, uint32_t S, const stats* st,
+                      const opts* o)
+{
+    outfile of;
+    if (!outfile_open(&of, TOOL, path))
+        return false;
+    const double W = 960, H = 420, L = 70, R = 20, T = 40, B = 50;
+    double ymax = st->max > 0 ? st->max * 1.05 : 1;
+    FILE* f = of.f;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">Attention mass per token (sum over heads and queries), H2O: %u sink + %u heavy + %u recent kept of %u</text>\n",
+            L, st->n_sink, st->n_heavy, st->n_recent, S);
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, H - B, W - R, H - B);
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, T, L, H - B);
+    for (int k = 0; k <= 4; k++) {
+        double v = ymax * k / 4, y = H - B - (H - B - T) * k / 4;
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.1f</text>\n", L - 6, y + 4, v);
+        fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, W - R, y);
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">token index (0..%u)</text>\n", (L + W - R) / 2, H - 12, S - 1);
+    const char* colour[4] = { "#1f77b4", "#2ca02c", "#d62728", "#bbbbbb" };   /* sink recent heavy evicted */
+    double bw = (W - L - R) / S;
+    for (uint32_t i = 0; i < S; i++) {
+        double h = (H - B - T) * (score[i] / ymax);
+        fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>%u: %.3f %s</title></rect>\n",
+                L + i * bw, H - B - h, bw > 1.5 ? bw - 0.5 : bw, h, colour[cat[i]], i, score[i], cat_name(cat[i]));
+    }
+    if (isfinite(st->cutoff) && st->n_evicted) {
+        double y = H - B - (H - B - T) * (st->cutoff / ymax);
+        fprintf(f, "<line x1=\"%.0f\" y1=\"%.2f\" x2=\"%.0f\" y2=\"%.2f\" stroke=\"#d62728\" stroke-dasharray=\"6,4\"/>\n", L, y, W - R, y);
+        fprintf(f, "<text x=\"%.0f\" y=\"%.2f\" text-anchor=\"end\" fill=\"#d62728\">budget %u cut-off %.2f</text>\n", W - R - 4, y - 4,
+                o->budget, st->cutoff);
+    }
+    const char* names[4] = { "sink", "recent", "heavy", "evicted" };
+    for (int c = 0; c < 4; c++) {
+        fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"12\" height=\"12\" fill=\"%s\"/>", W - R - 330 + 85 * c, T - 2.0, colour[c]);
+        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", W - R - 314 + 85 * c, T + 9.0, names[c]);
+    }
+    fprintf(f, "</svg>\n");
+    return outfile_close(&of, TOOL, true);
+}
+
+int main(int argc, char** argv)
+{
+    double t_start = cli_now();
+    opts o;
+    int exit_code;
+    if (!parse_args(argc, argv, &o, &exit_code))
+        return exit_code;
+    char synth[4096];
+    bool synthetic = false;
+    if (!o.weights) {
+        if (!synthetic_shard(&o, synth, sizeof synth))
+            return 1;
+        o.weights = synth;
+        synthetic = true;
+    }
+    /* nothing the user gave is overwritten */
+    const char* outs[4] = { o.csv, o.json, o.out, o.plot };
+    const char* ins[3] = { o.weights, o.config, o.input };
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 3; b++)
+            if (outs[a] && ins[b] && (same_file(outs[a], ins[b]) || !strcmp(outs[a], ins[b]))) {
+                fprintf(stderr, "%s: refusing to write %s: it is an input of this run\n", TOOL, outs[a]);
+                return 2;
+            }
+
+    /* config */
+    vkh2o_error err = { 0 };
+    vkh2o_mla_config cfg;
+    vkh2o_mla_config_kimi_k26(&cfg);
+    char cfg_path[4200] = "";
+    if (o.config) {
+        snprintf(cfg_path, sizeof cfg_path, "%s", o.config);
+    } else {
+        struct stat sw;
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s", o.weights);
+        if (stat(o.weights, &sw) == 0 && S_ISDIR(sw.st_mode))
+            snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o.weights);
+        else
+            snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dirname(tmp));
+        if (!file_exists(cfg_path))
+            cfg_path[0] = 0;
+    }
+    if (cfg_path[0] && vkh2o_mla_config_from_json(cfg_path, &cfg, &err) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+        return 1;
+    }
+    if (vkh2o_mla_config_validate(&cfg, &err) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+        return 1;
+    }
+
+    /* device */
+    vkh2o_context* ctx;
+    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = o.device_given ? VKH2O_DEVICE_INDEX(o.device) : 0,
+                                                                 .log = cli_log, .user_data = TOOL }, &ctx);
+    if (r != VKH2O_OK) {
+        fprintf(stderr, "%s: no usable Vulkan device (%s)%s\n", TOOL, vkh2o_result_string(r),
+                r == VKH2O_ERROR_NO_DEVICE ? ": install a driver (Debian: mesa-vulkan-drivers for lavapipe)" : "");
+        return 1;
+    }
+    const vkh2o_device_caps* caps = vkh2o_context_caps(ctx);
+    int rc = 1;
+    vkh2o_checkpoint* ck = NULL;
+    vkh2o_mla_host_weights* hw = NULL;
+    vkh2o_mla_layer* layer = NULL;
+    float *hidden = NULL, *out = NULL, *score = NULL, *ref_out = NULL, *ref_score = NULL;
+    demo_category* cat = NULL;
+
+    if (!o.quiet) {
+        printf("device:        %s (%s %s)\n", caps->device_name, caps->driver_name, caps->driver_info);
+        printf("config:        %uL  hidden=%u  heads=%u  qk_dim=%u  v_dim=%u  kv_lora_rank=%u  q_lora_rank=%u  (%s)\n",
+               cfg.num_layers, cfg.hidden_size, cfg.num_heads, vkh2o_mla_qk_head_dim(&cfg), cfg.v_head_dim, cfg.kv_lora_rank,
+               cfg.q_lora_rank, cfg_path[0] ? cfg_path : "Kimi K2.6 defaults");
+    }
+    double t_load0 = cli_now();
+    if (vkh2o_checkpoint_open(o.weights, &ck, &err) != VKH2O_OK ||
+        vkh2o_mla_host_weights_load(ck, &cfg, o.layer, o.normed_input ? VKH2O_LOAD_INPUT_LAYERNORM : 0, &hw, &err) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+        goto done;
+    }
+    if (!o.quiet) {
+        printf("weights:       %s%s, layer %u\n", o.weights, synthetic ? " (SYNTHETIC)" : "", o.layer);
+        for (int w = 0; w < VKH2O_W_COUNT; w++) {
+            const vkh2o_tensor_view* v = vkh2o_mla_host_weight(hw, (vkh2o_mla_weight)w);
+            if (!v || !v->data)
+                continue;
+            printf("  %-58s %-5s [", v->name, vkh2o_dtype_name(v->dtype));
+            for (uint32_t d = 0; d < v->ndim; d++)
+                printf("%s%llu", d ? ", " : "", (unsigned long long)v->shape[d]);
+            printf("]\n");
+        }
+        uint64_t pc = vkh2o_mla_param_count(&cfg);
+        printf("layer params:  %llu,%03llu,%03llu\n", (unsigned long long)(pc / 1000000), (unsigned long long)(pc / 1000 % 1000),
+               (unsigned long long)(pc % 1000));
+    }
+
+    uint32_t S = o.seq_len;
+    hidden = load_input(&o, &cfg, &S);
+    if (!hidden)
+        goto done;
+    if (o.normed_input)
+        input_layernorm(hidden, S, cfg.hidden_size, vkh2o_mla_host_weight(hw, VKH2O_W_INPUT_LAYERNORM), cfg.rms_norm_eps);
+
+    if ((r = vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S }, &layer)) != VKH2O_OK) {
+        fprintf(stderr, "%s: cannot create the layer on %s: %s\n", TOOL, caps->device_name, vkh2o_last_error(ctx));
+        goto done;
+    }
+    double t_load = cli_now() - t_load0;
+    size_t D = cfg.hidden_size;
+    out = malloc((size_t)S * D * sizeof *out);
+    score = malloc((size_t)S * sizeof *score);
+    cat = malloc((size_t)S * sizeof *cat);
+    if (!out || !score || !cat) {
+        fprintf(stderr, "%s: out of host memory\n", TOOL);
+        goto done;
+    }
+    /* forward: one warm-up, then o.runs timed runs */
+    double* t_fwd = calloc(o.runs, sizeof *t_fwd);
+    double *t_proj = calloc(o.runs, sizeof(double)), *t_attn = calloc(o.runs, sizeof(double)), *t_mass = calloc(o.runs, sizeof(double)),
+           *t_oproj = calloc(o.runs, sizeof(double));
+    bool gpu_time = true;
+    cli_progress prog;
+    cli_progress_begin(&prog, "forward runs", o.runs + 1, o.quiet);
+    for (uint32_t run = 0; run <= o.runs; run++) {
+        vkh2o_mla_timings tm;
+        double t0 = cli_now();
+        if ((r = vkh2o_run_mla_forward(layer, hidden, S, 0, out, score, &tm)) != VKH2O_OK) {
+            cli_progress_end(&prog);
+            fprintf(stderr, "%s: forward failed: %s\n", TOOL, vkh2o_last_error(ctx));
+            goto done;
+        }
+        double wall = (cli_now() - t0) * 1e3;
+        cli_progress_update(&prog, run + 1);
+        if (run == 0)
+            continue;
+        if (tm.total_ms < 0)
+            gpu_time = false;
+        t_fwd[run - 1] = tm.total_ms >= 0 ? tm.total_ms : wall;
+        t_proj[run - 1] = tm.project_ms;
+        t_attn[run - 1] = tm.attention_ms;
+        t_mass[run - 1] = tm.mass_ms;
+        t_oproj[run - 1] = tm.o_proj_ms;
+    }
+    cli_progress_end(&prog);
+    double fwd_ms = median(t_fwd, o.runs), proj_ms = median(t_proj, o.runs), attn_ms = median(t_attn, o.runs),
+           mass_ms = median(t_mass, o.runs), oproj_ms = median(t_oproj, o.runs);
+    free(t_fwd); free(t_proj); free(t_attn); free(t_mass); free(t_oproj);
+
+    /* H2O on the GPU: select the kept set from the attention mass and compact a KV cache of the
+     * chosen layout to it */
+    demo_h2o_result hr;
+    if (demo_h2o_run(ctx, layer, &cfg, score, S, o.n_sink, o.budget, o.n_recent, o.layout, cat, &hr) != 0)
+        goto done;
+
+    stats st;
+    compute_stats(score, cat, S, &st);
+    uint32_t kept = st.n_sink + st.n_heavy + st.n_recent;
+
+    /* --check: the CPU reference in double */
+    double out_err = -1, score_err = -1;
+    bool kept_agree = true;
+    uint32_t kept_diff = 0;
+    if (o.check) {
+        ref_out = malloc((size_t)S * D * sizeof *ref_out);
+        ref_score = malloc((size_t)S * sizeof *ref_score);
+        if (!ref_out || !ref_score || ref_mla_forward(&cfg, hw, hidden, S, 0, ref_out, ref_score, NULL, NULL) != 0) {
+            fprintf(stderr, "%s: --check: out of host memory for the reference\n", TOOL);
+            goto done;
+        }
+        double mo = 0, so = 0, me = 0, se = 0;
+        for (size_t i = 0; i < (size_t)S * D; i++) {
+            me = fmax(me, fabs((double)out[i] - ref_out[i]));
+            mo = fmax(mo, fabs((double)ref_out[i]));
+        }
+        for (uint32_t i = 0; i < S; i++) {
+            se = fmax(se, fabs((double)score[i] - ref_score[i]));
+            so = fmax(so, fabs((double)ref_score[i]));
+        }
+        out_err = me / (mo > 0 ? mo : 1);
+        score_err = se / (so > 0 ? so : 1);
+        demo_category* ref_cat = malloc((size_t)S * sizeof *ref_cat);
+        if (!ref_cat)
+            goto done;
+        demo_h2o_select_cpu(ref_score, S, o.n_sink, o.budget, o.n_recent, ref_cat);
+        for (uint32_t i = 0; i < S; i++)
+            kept_diff += (ref_cat[i] == DEMO_EVICTED) != (cat[i] == DEMO_EVICTED);
+        kept_agree = kept_diff == 0;
+        free(ref_cat);
+    }
+
+    if (!o.quiet) {
+        printf("seq_len:       %u   budget: %u   n_sink: %u   n_recent: %u   layout: %s\n", S, o.budget, o.n_sink, o.n_recent,
+               o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
+        printf("\nattn_out shape:        [1, %u, %u]\n", S, cfg.hidden_size);
+        printf("score per token:       shape=(%u,)\n", S);
+        printf("  score range:         [%.3f, %.3f]\n", st.min, st.max);
+        printf("  score mean:          %.3f   (heads = %u: the mass of every query sums to 1 per head)\n", st.mean, cfg.num_heads);
+        printf("  score std:           %.3f\n", st.std);
+        printf("\nH2O eviction policy applied:\n");
+        printf("  kept      %4u of %u tokens (%.1f%%)\n", kept, S, 100.0 * kept / S);
+        if (st.n_sink)
+            printf("  sinks     %4u (indices 0..%u)\n", st.n_sink, st.n_sink - 1);
+        else
+            printf("  sinks        0\n");
+        printf("  heavy     %4u of %u middle tokens chosen\n", st.n_heavy, st.middle);
+        printf("  recent    %4u (last %u)\n", st.n_recent, st.n_recent);
+        printf("  evicted   %4u (%.1f%%)%s\n", st.n_evicted, 100.0 * st.n_evicted / S,
+               st.n_evicted ? "" : "   (the sequence fits the cap: nothing to evict)");
+        if (st.ntop) {
+            printf("\ntop %u heavy-hitter scores:\n ", st.ntop);
+            for (uint32_t i = 0; i < st.ntop; i++)
+                printf(" %7.2f%s", st.top[i], i % 5 == 4 && i + 1 < st.ntop ? "\n " : "");
+            printf("\n");
+        }
+        printf("\nmean score of heavy-hitters kept:  %.3f\n", st.heavy_mean);
+        printf("mean score of evicted tokens:      %.3f\n", st.evicted_mean);
+        if (st.n_evicted)
+            printf("heavy / evicted score ratio:       %.2fx\n", st.ratio);
+        printf("\ntimings (%s, median of %u runs after a warm-up):\n", gpu_time ? "GPU timestamps" : "wall clock", o.runs);
+        printf("  forward        %9.3f ms   (projections %.3f, attention %.3f, o_proj %.3f)\n", fwd_ms, proj_ms, attn_ms, oproj_ms);
+        printf("  score (mass)   %9.3f ms\n", mass_ms);
+        printf("  select (top-k) %9.3f ms\n", hr.select_ms);
+        printf("  compact        %9.3f ms\n", hr.compact_ms);
+        printf("  load + upload  %9.3f ms\n", t_load * 1e3);
+        printf("KV cache (%s, fp16): %llu bytes before eviction, %llu after (%.1f%%)\n",
+               o.layout == DEMO_LAYOUT_LATENT ? "latent: c_kv + k_pe per token" : "expanded: per-head K and V",
+               (unsigned long long)hr.bytes_before, (unsigned long long)hr.bytes_after,
+               hr.bytes_before ? 100.0 * hr.bytes_after / hr.bytes_before : 0.0);
+        if (o.check)
+            printf("check vs CPU reference (double): output max rel err %.3e, score max rel err %.3e, kept sets %s\n", out_err,
+                   score_err, kept_agree ? "agree" : "DIFFER");
+    }
+
+    /* outputs */
+    bool ok = true;
+    if (o.csv)
+        ok &= write_csv(o.csv, score, cat, S);
+    if (o.plot)
+        ok &= write_svg(o.plot, score, cat, S, &st, &o);
+    if (o.out) {
+        vkh2o_tensor_write tw[2] = {
+            { .name = "attn_output", .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { S, cfg.hidden_size }, .data = out },
+            { .name = "attention_score", .dtype = VKH2O_DTYPE_F32, .ndim = 1, .shape = { S }, .data = score },
+        };
+        const char* meta[] = { "producer", "vkh2o-demo", NULL };
+        if (vkh2o_safetensors_write(o.out, tw, 2, meta, &err) != VKH2O_OK) {
+            fprintf(stderr, "%s: %s\n", TOOL, err.message);
+            ok = false;
+        }
+    }
+    if (o.json) {
+        cJSON* j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "device", caps->device_name);
+        cJSON_AddStringToObject(j, "driver", caps->driver_name);
+        cJSON_AddStringToObject(j, "weights", o.weights);
+        cJSON_AddBoolToObject(j, "synthetic_weights", synthetic);
+        cJSON_AddNumberToObject(j, "layer", o.layer);
+        cJSON* jc = cJSON_AddObjectToObject(j, "config");
+        cJSON_AddNumberToObject(jc, "num_layers", cfg.num_layers);
+        cJSON_AddNumberToObject(jc, "hidden_size", cfg.hidden_size);
+        cJSON_AddNumberToObject(jc, "num_heads", cfg.num_heads);
+        cJSON_AddNumberToObject(jc, "qk_dim", vkh2o_mla_qk_head_dim(&cfg));
+        cJSON_AddNumberToObject(jc, "v_dim", cfg.v_head_dim);
+        cJSON_AddNumberToObject(jc, "kv_lora_rank", cfg.kv_lora_rank);
+        cJSON_AddNumberToObject(jc, "q_lora_rank", cfg.q_lora_rank);
+        cJSON_AddNumberToObject(j, "layer_params", (double)vkh2o_mla_param_count(&cfg));
+        cJSON_AddNumberToObject(j, "seq_len", S);
+        cJSON_AddNumberToObject(j, "budget", o.budget);
+        cJSON_AddNumberToObject(j, "n_sink", o.n_sink);
+        cJSON_AddNumberToObject(j, "n_recent", o.n_recent);
+        cJSON_AddStringToObject(j, "layout", o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
+        cJSON* js = cJSON_AddObjectToObject(j, "score");
+        cJSON_AddNumberToObject(js, "min", st.min);
+        cJSON_AddNumberToObject(js, "max", st.max);
+        cJSON_AddNumberToObject(js, "mean", st.mean);
+        cJSON_AddNumberToObject(js, "std", st.std);
+        cJSON* jk = cJSON_AddObjectToObject(j, "kept");
+        cJSON_AddNumberToObject(jk, "total", kept);
+        cJSON_AddNumberToObject(jk, "sink", st.n_sink);
+        cJSON_AddNumberToObject(jk, "heavy", st.n_heavy);
+        cJSON_AddNumberToObject(jk, "recent", st.n_recent);
+        cJSON_AddNumberToObject(j, "evicted", st.n_evicted);
+        cJSON_AddNumberToObject(j, "middle", st.middle);
+        float top[10];
+        memcpy(top, st.top, sizeof top);
+        cJSON_AddItemToObject(j, "top_heavy_scores", cJSON_CreateFloatArray(top, (int)st.ntop));
+        cJSON_AddNumberToObject(j, "heavy_mean", st.heavy_mean);
+        cJSON_AddNumberToObject(j, "evicted_mean", st.evicted_mean);
+        cJSON_AddNumberToObject(j, "heavy_evicted_ratio", st.ratio);
+        cJSON* jt = cJSON_AddObjectToObject(j, "timings_ms");
+        cJSON_AddStringToObject(jt, "clock", gpu_time ? "gpu" : "wall");
+        cJSON_AddNumberToObject(jt, "forward", fwd_ms);
+        cJSON_AddNumberToObject(jt, "projections", proj_ms);
+        cJSON_AddNumberToObject(jt, "attention", attn_ms);
+        cJSON_AddNumberToObject(jt, "o_proj", oproj_ms);
+        cJSON_AddNumberToObject(jt, "score", mass_ms);
+        cJSON_AddNumberToObject(jt, "select", hr.select_ms);
+        cJSON_AddNumberToObject(jt, "compact", hr.compact_ms);
+        cJSON_AddNumberToObject(jt, "load", t_load * 1e3);
+        cJSON* jb = cJSON_AddObjectToObject(j, "kv_bytes");
+        cJSON_AddNumberToObject(jb, "before", (double)hr.bytes_before);
+        cJSON_AddNumberToObject(jb, "after", (double)hr.bytes_after);
+        if (o.check) {
+            cJSON* jx = cJSON_AddObjectToObject(j, "check");
+            cJSON_AddNumberToObject(jx, "output_max_rel_err", out_err);
+            cJSON_AddNumberToObject(jx, "score_max_rel_err", score_err);
+            cJSON_AddBoolToObject(jx, "kept_agree", kept_agree);
+            cJSON_AddNumberToObject(jx, "kept_differ", kept_diff);
+        }
+        char* text = cJSON_Print(j);
+        outfile of;
+        if (text && outfile_open(&of, TOOL, o.json)) {
+            fprintf(of.f, "%s\n", text);
+            ok &= outfile_close(&of, TOOL, true);
+        } else {
+            ok = false;
+        }
+        free(text);
+        cJSON_Delete(j);
+    }
+    if (!ok)
+        goto done;
+    printf("%s: %u tokens, kept %u (%u sink + %u heavy + %u recent), evicted %u; forward %.3f ms; heavy/evicted %.2fx; %.2f s total\n",
+           TOOL, S, kept, st.n_sink, st.n_heavy, st.n_recent, st.n_evicted, fwd_ms, st.ratio, cli_now() - t_start);
+    rc = 0;
+    if (o.check && (!(out_err >= 0 && out_err < 1e-2) || !(score_err >= 0 && score_err < 1e-2))) {
+        fprintf(stderr, "%s: --check FAILED: the GPU result is off the CPU reference beyond 1e-2\n", TOOL);
+        rc = 1;
+    }
+done:
+    free(hidden);
+    free(out);
+    free(score);
+    free(cat);
+    free(ref_out);
+    free(ref_score);
+    vkh2o_mla_layer_destroy(layer);
+    vkh2o_mla_host_weights_free(hw);
+    vkh2o_checkpoint_close(ck);
+    vkh2o_context_destroy(ctx);
+    return rc;
+}
