@@ -138,6 +138,46 @@ uint64_t vkh2o_cache_bytes(const vkh2o_cache_desc* desc, uint64_t tokens)
 
 /* ---- create / destroy ---- */
 
+#define LOOP_BUDGET 60000u   /* below llvmpipe's 65535 loop iterations per invocation */
+
+/* Upper bound of the loop iterations one invocation of h2o_step.comp runs in one step at full
+ * capacity with workgroup size wg: every loop of the shader, constant-trip loops included,
+ * eviction of as many tokens as the capacity allows and compaction of every row. */
+static uint64_t step_loop_iterations(const vkh2o_kv_cache* c, uint32_t wg, uint32_t parts)
+{
+    const vkh2o_cache_desc* d = &c->desc;
+    bool lat = d->layout == VKH2O_CACHE_LATENT;
+    uint64_t H = d->num_heads, n = d->capacity, dqk = c->dqk, kvl = d->kv_lora_rank, dr = d->qk_rope_dim;
+    uint64_t dv = d->v_dim, dn = d->qk_nope_dim;
+    bool v8 = lat ? (kvl % 8 == 0 && dr % 8 == 0) : (dqk % 8 == 0 && dv % 8 == 0);
+#define UP(a) (((a) + wg - 1) / wg)
+#define UPP(a) (((a) + parts - 1) / parts)
+    uint64_t it = 8;
+    it += UP(c->a_words) + UP(c->b_words) + UP(H * c->q_width) + 3;
+    if (c->absorb)
+        it += UP(H * kvl) * (1 + dn) + 1;
+    it += 2 * H + 2;
+    uint64_t chunks = lat ? kvl / 8 + dr / 8 + 2 : dqk / 8 + 1;
+    uint64_t elems = lat ? kvl + dr + 2 : dqk + 1;
+    it += v8 ? UPP(n) * (1 + H * (1 + chunks)) : UP(H * n) * (1 + elems);
+    it += 2 * (wg + 1);                                   /* max and sum reductions */
+    it += v8 ? UPP(n) * (1 + H) : UP(H * n);              /* exponentials */
+    it += UPP(n) * (1 + H);                               /* mass */
+    uint64_t od = lat ? kvl : dv;
+    it += (v8 ? UPP(H * od / 8) * (2 + n / 4 + 4) : UP(H * od) * (1 + n)) + 1;
+    if (c->absorb)
+        it += UP(H * dv) * (1 + kvl) + 1;
+    it += UP(n) + 1;                                      /* keys */
+    uint64_t nev = n - c->cap, m = n - d->n_sink - d->n_recent;
+    it += nev * (UP(m) * (1 + nev) + wg + nev + 2) + 1;  /* selection */
+    uint64_t cols = v8 ? c->a_words / 4 + c->b_words / 4 + 2 : c->a_words + c->b_words + 2;
+    it += UPP(cols) * (1 + n) + 1;                        /* compaction */
+#undef UP
+#undef UPP
+    return it + it / 10 + 64;
+}
+
+
 static vkh2o_result make_buffer(vkh2o_context* ctx, uint64_t bytes, const char* what, vkh2o_buffer** out)
 {
     if (bytes < 16)
@@ -181,9 +221,11 @@ vkh2o_result vkh2o_kv_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* d
     c->q_width = (lat && !c->absorb) ? d->kv_lora_rank + d->qk_rope_dim : c->dqk;
     c->out_width = (lat && !c->absorb) ? d->kv_lora_rank : d->v_dim;
     c->scale = d->scale > 0.0f ? d->scale : 1.0f / sqrtf((float)c->dqk);
-    /* scratch per layer: probabilities [H][capacity], q [H][q_width], and for the latent
-     * layout q_abs and the latent output [H][kv_lora] each (h2o_step.comp) */
-    c->scratch_per_layer = H * d->capacity + H * c->q_width + (lat ? 2u * H * d->kv_lora_rank : 0u);
+    /* scratch per layer (mirrors SC_SIZE): probabilities [H][capacity rounded up to 4], q [H][q_width], and for the latent
+     * layout q_abs and the latent output [H][kv_lora] each, and the output [H][out_width] when
+     * the caller wants none (h2o_step.comp) */
+    uint32_t capp = (d->capacity + 3u) & ~3u;
+    c->scratch_per_layer = (H * capp + H * c->q_width + (lat ? 2u * H * d->kv_lora_rank : 0u) + H * c->out_width + 3u) & ~3u;
 
     uint64_t slots = (uint64_t)L * d->capacity;
     uint64_t state_words = (uint64_t)L * VKH2O_ST_WORDS + (uint64_t)d->history_steps * L * 2;
@@ -208,16 +250,36 @@ vkh2o_result vkh2o_kv_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* d
         goto fail;
 
     /* Workgroup: few invocations on CPU devices (a workgroup is one thread with SIMD lanes),
-     * wide on GPUs; the per-head reduction array H x WG floats stays within 16 KiB. */
-    uint32_t wg = ctx->caps.device_type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 64u : 256u;
+     * wide on GPUs; the per-head reduction array H x WG floats stays within 16 KiB.
+     * llvmpipe (lavapipe) stops every loop of an invocation once 65535 loop iterations have
+     * run in it (gallivm's loop limiter, counted over the whole invocation): on CPU devices the
+     * workgroup grows until one step fits, and a dispatch runs only as many mock steps as fit. */
+    bool cpu = ctx->caps.device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    uint32_t wg = cpu ? 64u : 256u;
     while (wg > 8 && H * wg > 4096)
         wg /= 2;
+    c->max_steps_per_dispatch = UINT32_MAX;
+    if (cpu) {
+        uint32_t maxwg = ctx->caps.max_workgroup_invocations;
+        while (step_loop_iterations(c, wg, wg) > LOOP_BUDGET && wg * 2 <= maxwg && H * wg * 2 <= 4096)
+            wg *= 2;
+        uint64_t it = step_loop_iterations(c, wg, wg);
+        if (it > LOOP_BUDGET) {
+            r = vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                           "kv cache: one decode step at capacity %u with %u heads needs ~%llu loop iterations per "
+                           "invocation; this CPU device (llvmpipe) stops loops after 65535",
+                           d->capacity, H, (unsigned long long)it);
+            goto fail;
+        }
+        c->max_steps_per_dispatch = (uint32_t)(LOOP_BUDGET / it);
+    }
+    c->wg = wg;
     uint32_t spec[H2O_SPEC_COUNT] = {
         [H2O_SPEC_WG] = wg, [H2O_SPEC_H] = H, [H2O_SPEC_LAYOUT] = lat, [H2O_SPEC_F16] = f16,
         [H2O_SPEC_DN] = d->qk_nope_dim, [H2O_SPEC_DR] = d->qk_rope_dim, [H2O_SPEC_DV] = d->v_dim,
         [H2O_SPEC_KVL] = lat ? d->kv_lora_rank : 2, [H2O_SPEC_ABSORB] = c->absorb,
         [H2O_SPEC_CAPACITY] = d->capacity, [H2O_SPEC_NSINK] = d->n_sink, [H2O_SPEC_NRECENT] = d->n_recent,
-        [H2O_SPEC_CAP] = c->cap, [H2O_SPEC_POLICY] = d->policy, [H2O_SPEC_MODE] = d->score_mode,
+        [H2O_SPEC_CAP] = c->cap, [H2O_SPEC_POLMODE] = (uint32_t)d->policy | (uint32_t)d->score_mode << 4,
         [H2O_SPEC_RED] = H * wg,
     };
     if ((r = vkh2o_kernel_get(ctx, "h2o_step", 12, spec, H2O_SPEC_COUNT, &c->step_kernel)) != VKH2O_OK)
@@ -300,11 +362,16 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_kv_cache* c, VkCommandBuffer cb, const v
     if (s->flags & ~(uint32_t)(VKH2O_STEP_MOCK | VKH2O_STEP_RECORD_KEYS))
         return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache step: unknown flags 0x%x", s->flags);
     bool mock = s->flags & VKH2O_STEP_MOCK;
+    uint32_t nsteps = s->nsteps ? s->nsteps : 1;
+    if (nsteps > 1 && !mock)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache step: nsteps %u > 1 needs VKH2O_STEP_MOCK", nsteps);
+    if ((uint64_t)s->position + nsteps > UINT32_MAX)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache step: position %u + %u steps overflows", s->position, nsteps);
     uint32_t H = d->num_heads;
     struct h2o_step_push pc = {
         .layer_first = s->layer_first, .nlayers = d->num_layers, .position = s->position, .step = s->step,
         .flags = (mock ? 1u : 0u) | ((s->flags & VKH2O_STEP_RECORD_KEYS) ? 2u : 0u) | (s->out ? 4u : 0u),
-        .seed = d->seed, .history_steps = d->history_steps, .scale = c->scale,
+        .seed = d->seed, .history_steps = d->history_steps, .scale = c->scale, .nsteps = nsteps,
     };
     vkh2o_binding dummy = vkh2o_bind(c->dummy);
     vkh2o_binding q = dummy, a = dummy, b = dummy, o = dummy;
@@ -319,14 +386,25 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_kv_cache* c, VkCommandBuffer cb, const v
     if (s->out) {
         VKH2O_CHECK(check_input(c, "out", s->out, s->out_offset, (uint64_t)count * H * c->out_width, &pc.out_off));
         o = vkh2o_bind(s->out);
+    } else {
+        /* the shader always writes an output (a branch around it costs more on CPU devices):
+         * layer i of the range writes at out_off + i * H * out_width, so aim that at the
+         * scratch's output areas, which are scratch_per_layer apart */
+        o = vkh2o_bind(c->scratch);
+        pc.out_off = UINT32_MAX;
     }
     vkh2o_binding bind[12] = {
         vkh2o_bind(c->state), vkh2o_bind(c->rows_a), vkh2o_bind(c->rows_b), vkh2o_bind(c->scores),
         vkh2o_bind(c->positions), vkh2o_bind(c->scratch), q, a, b, o,
         c->kv_b ? vkh2o_bind(c->kv_b) : dummy, vkh2o_bind(c->keys),
     };
-    VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->step_kernel, bind, 12, &pc, sizeof pc, count, 1, 1));
-    vkh2o_barrier(c->ctx, cb);
+    for (uint32_t done = 0; done < nsteps; done += pc.nsteps) {
+        pc.nsteps = nsteps - done < c->max_steps_per_dispatch ? nsteps - done : c->max_steps_per_dispatch;
+        pc.position = s->position + done;
+        pc.step = s->step + done;
+        VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->step_kernel, bind, 12, &pc, sizeof pc, count, 1, 1));
+        vkh2o_barrier(c->ctx, cb);
+    }
     return VKH2O_OK;
 }
 
@@ -337,7 +415,9 @@ vkh2o_result vkh2o_run_cache_steps(vkh2o_kv_cache* c, const vkh2o_cache_step* fi
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(c->ctx, &cb));
     vkh2o_cache_step s = *first;
-    for (uint32_t i = 0; i < nsteps; i++, s.position++, s.step++) {
+    uint32_t per = (first->flags & VKH2O_STEP_MOCK) && first->nsteps ? first->nsteps : 1;
+    for (uint32_t i = 0; i < nsteps; i += s.nsteps, s.position += s.nsteps, s.step += s.nsteps) {
+        s.nsteps = nsteps - i < per ? nsteps - i : per;
         vkh2o_result r = vkh2o_cmd_cache_step(c, cb, &s);
         if (r != VKH2O_OK) {
             (void)vkh2o_submit_wait(c->ctx, cb);   /* end the recording; the error stays r */

@@ -108,13 +108,14 @@ enum {
 enum {
     H2O_SPEC_WG = 0, H2O_SPEC_H, H2O_SPEC_LAYOUT, H2O_SPEC_F16, H2O_SPEC_DN, H2O_SPEC_DR,
     H2O_SPEC_DV, H2O_SPEC_KVL, H2O_SPEC_ABSORB, H2O_SPEC_CAPACITY, H2O_SPEC_NSINK,
-    H2O_SPEC_NRECENT, H2O_SPEC_CAP, H2O_SPEC_POLICY, H2O_SPEC_MODE, H2O_SPEC_RED, H2O_SPEC_COUNT
+    H2O_SPEC_NRECENT, H2O_SPEC_CAP, H2O_SPEC_POLMODE, H2O_SPEC_RED, H2O_SPEC_COUNT
 };
 
 struct h2o_step_push {
     uint32_t layer_first, nlayers, position, step, flags, seed, history_steps;
     float scale;
     uint32_t q_off, a_off, b_off, out_off;
+    uint32_t nsteps;
 };
 _Static_assert(sizeof(struct h2o_step_push) <= VKH2O_PUSH_MAX, "h2o_step push constants");
 
@@ -141,6 +142,8 @@ struct vkh2o_kv_cache {
     vkh2o_buffer* idx;                 /* prefill: kept indices */
     vkh2o_buffer* work;                /* prefill: top-k workspace */
     vkh2o_kernel* step_kernel;
+    uint32_t wg;                       /* h2o_step workgroup size */
+    uint32_t max_steps_per_dispatch;   /* mock steps per dispatch (CPU devices: loop limiter) */
 };
 
 #endif

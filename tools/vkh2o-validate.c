@@ -20,6 +20,7 @@
 #define BATCH 50u           /* steps per submission = the progress interval of the seed */
 
 typedef struct opts {
+    uint32_t per_dispatch;
     uint32_t steps, budget, n_sink, n_recent, layers, heads, qk_dim, v_dim, kv_lora, seed, device;
     vkh2o_cache_layout layout;
     vkh2o_evict_policy policy;
@@ -54,6 +55,8 @@ static void usage(FILE* f)
             "  --seed N           mock data and random-policy seed (0)\n"
             "  --out-csv FILE     per-step CSV: step, size per layer, events so far, evicted, wall time\n"
             "  --device N         Vulkan device index (see vkh2o-info)\n"
+            "  --steps-per-dispatch N  mock steps each dispatch runs (1-50, default 50): every layer's\n"
+            "                     workgroup loops over the steps; 1 = one dispatch (all layers) per step\n"
             "  --check            compare the cache with a CPU simulation after every step (slow)\n"
             "  --no-output        skip the attention output P.V (mass and eviction only)\n"
             "  --validation       enable the Khronos validation layer\n"
@@ -80,7 +83,8 @@ static bool parse_choice(const char* flag, const char* s, const char* const* nam
 static int parse_args(int argc, char** argv, opts* o)
 {
     *o = (opts){ .steps = 1000, .budget = 64, .n_sink = 4, .n_recent = 16, .layers = 4, .heads = 4, .qk_dim = 192,
-                 .v_dim = 128, .kv_lora = 512, .storage = VKH2O_DTYPE_F16, .model = "kimi", .context = 32768 };
+                 .v_dim = 128, .kv_lora = 512, .storage = VKH2O_DTYPE_F16, .model = "kimi", .context = 32768,
+                 .per_dispatch = BATCH };
     strcpy(o->budgets, "64,4096");
     static const char* const layouts[] = { "expanded", "latent" };
     static const char* const policies[] = { "h2o", "streaming", "random" };
@@ -109,6 +113,7 @@ static int parse_args(int argc, char** argv, opts* o)
         U32("--seed", seed, 0, UINT32_MAX)
         U32("--device", device, 0, 63)
         U32("--context", context, 1, 1u << 30)
+        U32("--steps-per-dispatch", per_dispatch, 1, BATCH)
 #undef U32
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -458,7 +463,9 @@ int main(int argc, char** argv)
            "n_sink=%u budget=%u n_recent=%u seed=%u\n",
            o->layers, o->heads, o->qk_dim, o->v_dim, lat ? "" : "", lname[lat], o->storage == VKH2O_DTYPE_F16 ? "fp16" : "fp32",
            pname[o->policy], o->mode ? "mean" : "sum", o->n_sink, o->budget, o->n_recent, o->seed);
-    printf("[B1] device: %s%s\n", vkh2o_context_caps(R.ctx)->device_name, o->check ? "  (--check: one submission per step)" : "");
+    printf("[B1] device: %s; %u step%s per dispatch, %u per submission%s\n", vkh2o_context_caps(R.ctx)->device_name,
+           o->check ? 1 : o->per_dispatch, (o->check ? 1 : o->per_dispatch) == 1 ? "" : "s", o->check ? 1 : BATCH,
+           o->check ? " (--check)" : "");
     printf("[B1] running %u simulated generation steps...\n\n", o->steps);
     fflush(stdout);
 
@@ -488,10 +495,12 @@ int main(int argc, char** argv)
             rc = fail_vk(&R, res, "recording");
             goto out2;
         }
-        for (uint32_t s = step; s <= last && res == VKH2O_OK; s++) {
-            vkh2o_cache_step cs = { .position = s, .step = s, .out = R.out,
+        for (uint32_t s = step; s <= last && res == VKH2O_OK;) {
+            uint32_t k = last - s + 1 < o->per_dispatch ? last - s + 1 : o->per_dispatch;
+            vkh2o_cache_step cs = { .position = s, .step = s, .nsteps = k, .out = R.out,
                                     .flags = VKH2O_STEP_MOCK | (o->check ? VKH2O_STEP_RECORD_KEYS : 0) };
             res = vkh2o_cmd_cache_step(R.cache, cb, &cs);
+            s += k;
         }
         vkh2o_result r2 = vkh2o_submit_wait(R.ctx, cb);
         if (res == VKH2O_OK)

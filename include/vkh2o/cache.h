@@ -142,12 +142,17 @@ typedef enum vkh2o_step_flags {
  * [offset + i * heads * width floats] (a/b: i * a_width / b_width floats). Without
  * VKH2O_STEP_MOCK, q, a and b are required; out is optional (NULL: not written).
  * `step` indexes the statistics history (any counter the caller likes, e.g. the step number).
+ * nsteps (0 = 1): with VKH2O_STEP_MOCK, run that many consecutive steps (positions position,
+ * position + 1, ...; history entries step, step + 1, ...) inside the one dispatch: each layer's
+ * workgroup loops over them, so the per-dispatch cost is paid once. Real decoding feeds each
+ * step's inputs from the previous one and uses nsteps = 1.
  */
 typedef struct vkh2o_cache_step {
     uint32_t layer_first, layer_count;
     uint32_t position;
     uint32_t step;
     uint32_t flags;
+    uint32_t nsteps;
     vkh2o_buffer* q;    uint64_t q_offset;
     vkh2o_buffer* a;    uint64_t a_offset;
     vkh2o_buffer* b;    uint64_t b_offset;
@@ -177,7 +182,9 @@ typedef struct vkh2o_cache_prefill {
 } vkh2o_cache_prefill;
 VKH2O_API vkh2o_result vkh2o_cmd_cache_prefill(vkh2o_kv_cache* c, VkCommandBuffer cb, const vkh2o_cache_prefill* p);
 
-/* Submit-and-wait conveniences on the context's queue (CLI, tests). */
+/* Submit-and-wait conveniences on the context's queue (CLI, tests). run_cache_steps records
+ * nsteps steps from *first (positions and step counters advancing), as dispatches of
+ * first->nsteps steps each with VKH2O_STEP_MOCK, else one dispatch per step (same inputs). */
 VKH2O_API vkh2o_result vkh2o_run_cache_steps(vkh2o_kv_cache* c, const vkh2o_cache_step* first, uint32_t nsteps);
 VKH2O_API vkh2o_result vkh2o_run_cache_prefill(vkh2o_kv_cache* c, const vkh2o_cache_prefill* p);
 
