@@ -23,9 +23,10 @@
  *
  * Grid: x covers [n_base, n_base + groups_x * WG * TN), y covers M in steps of TM, z = batch.
  * Batch z uses chunk rows w_row0 + z * w_batch_rows + [0, N or K); rows outside
- * [0, chunk_rows) belong to other chunks (other dispatches). When TRANSPOSED, a chunk sees
- * only part of K: the first chunk covering a batch writes (or accumulates if asked), later
- * ones accumulate (the caller's dispatches are separated by barriers).
+ * [row_lo, row_hi) belong to other dispatches (other chunks, or, on CPU devices, other
+ * segments of a long K, see src/matmul.c). When TRANSPOSED, a dispatch sees only part of K:
+ * the first covering a batch writes (or accumulates if asked), later ones accumulate (the
+ * caller's dispatches are separated by barriers).
  */
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TM = 8;
@@ -51,7 +52,7 @@ layout(push_constant) uniform Push {
     uint w_stride;        /* elements between chunk rows */
     int w_row0;           /* chunk row of batch 0's first weight row (negative: earlier chunk) */
     uint w_batch_rows;
-    uint chunk_rows;
+    uint row_lo, row_hi;  /* chunk rows this dispatch may use */
     uint n_base;
     uint accumulate;
     float alpha;
@@ -111,9 +112,9 @@ void main()
     const uint n0 = p.n_base + gl_GlobalInvocationID.x * TN;
     const int rb = p.w_row0 + int(z * p.w_batch_rows);
     const uint span = TRANSPOSED != 0u ? p.K : p.N;
-    /* the part of this batch's rows that lies in the chunk */
-    const uint lo = uint(clamp(-rb, 0, int(span)));
-    const uint hi = uint(clamp(int(p.chunk_rows) - rb, 0, int(span)));
+    /* the part of this batch's rows that this dispatch owns */
+    const uint lo = uint(clamp(int(p.row_lo) - rb, 0, int(span)));
+    const uint hi = uint(clamp(int(p.row_hi) - rb, 0, int(span)));
     if (lo >= hi) return;
 
     const uint n_lo = TRANSPOSED != 0u ? 0u : lo;

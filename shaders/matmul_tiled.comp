@@ -39,7 +39,7 @@ layout(push_constant) uniform Push {
     uint w_stride;
     int w_row0;
     uint w_batch_rows;
-    uint chunk_rows;
+    uint row_lo, row_hi;  /* chunk rows this dispatch may use */
     uint n_base;
     uint accumulate;
     float alpha;
@@ -63,8 +63,8 @@ void main()
     const uint ty = tid % WG_M, tx = tid / WG_M;
     const int rb = p.w_row0 + int(z * p.w_batch_rows);
     const uint span = TRANSPOSED != 0u ? p.K : p.N;
-    const uint lo = uint(clamp(-rb, 0, int(span)));
-    const uint hi = uint(clamp(int(p.chunk_rows) - rb, 0, int(span)));
+    const uint lo = uint(clamp(int(p.row_lo) - rb, 0, int(span)));
+    const uint hi = uint(clamp(int(p.row_hi) - rb, 0, int(span)));
     /* uniform per workgroup: safe to leave before any barrier */
     if (lo >= hi) return;
     const uint n_lo = TRANSPOSED != 0u ? 0u : lo;

@@ -30,12 +30,16 @@ struct matmul_push {
     uint32_t w_stride;
     int32_t w_row0;
     uint32_t w_batch_rows;
-    uint32_t chunk_rows;
+    uint32_t row_lo, row_hi;
     uint32_t n_base;
     uint32_t accumulate;
     float alpha;
 };
 _Static_assert(sizeof(struct matmul_push) <= VKH2O_PUSH_MAX, "matmul push constants too large");
+
+/* llvmpipe (lavapipe) silently ends every loop of an invocation after 65535 iterations in
+ * total (docs/HACKING.md); on CPU devices one dispatch stays below this many. */
+#define CPU_LOOP_BUDGET 60000u
 
 /* Host bytes converted per upload call: bounds the temporary copy for padded rows. */
 #define UPLOAD_SLAB_BYTES (16u << 20)
@@ -180,6 +184,9 @@ typedef struct matmul_plan {
     uint32_t spec[MATMUL_MAX_SPEC];
     uint32_t nspec;
     uint32_t block_m, block_n;
+    /* CPU loop budget (0 = none): most K one dispatch may take (transposed: more K is split
+     * over dispatches; untransposed: refused), given the k-loop's iterations per element */
+    uint32_t max_k;
 } matmul_plan;
 
 /* CPU devices (lavapipe): register blocking, no shared memory (shared tiles and barriers
@@ -204,6 +211,9 @@ static void plan_matmul(const vkh2o_device_caps* caps, uint32_t M, uint32_t path
         pl->nspec = MATMUL_SPEC_COUNT;
         pl->block_m = tm;
         pl->block_n = tn * wg;
+        /* untransposed: one iteration per uvec4 (4 or 8 k) plus a tail < 8; transposed: one
+         * per k. Counted conservatively as one per 4 k + 8 (inner loops are unrolled). */
+        pl->max_k = CPU_LOOP_BUDGET;
     } else {
         const uint32_t wg = caps->max_workgroup_invocations >= 256 ? 256 : 128;
         const uint32_t wg_m = wg == 256 ? 16 : 8;
@@ -217,7 +227,10 @@ static void plan_matmul(const vkh2o_device_caps* caps, uint32_t M, uint32_t path
         pl->nspec = MATMUL_TILED_SPEC_COUNT;
         pl->block_m = wg_m * tm;
         pl->block_n = (wg / wg_m) * tn;
+        /* per BK-deep tile: the X and W staging loops (<= 4 each) and the BK-step product */
+        pl->max_k = CPU_LOOP_BUDGET / 32u * 16u;
     }
+    if (caps->device_type != VK_PHYSICAL_DEVICE_TYPE_CPU) pl->max_k = 0;
 }
 
 static bool binding_fits(vkh2o_binding b, uint32_t batch, uint32_t batch_stride, uint32_t rows,
@@ -271,6 +284,14 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
     pl.spec[MATMUL_SPEC_TRANSPOSED] = a->w_transposed ? 1 : 0;
     if (pl.nspec == MATMUL_SPEC_COUNT)
         pl.spec[MATMUL_SPEC_XVEC] = xs % 4 == 0 && (batch == 1 || a->x_batch_stride % 4 == 0) && x.offset % 16 == 0;
+    /* untransposed rows hold all of K; the register kernel's loop runs K / 4 + 8 at most */
+    const uint64_t k_iters = pl.nspec == MATMUL_SPEC_COUNT ? (uint64_t)K / 4 + 8 : K;
+    if (pl.max_k && !a->w_transposed && k_iters > pl.max_k)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "vkh2o_cmd_matmul: K=%u is beyond what one invocation of %s may loop over on this CPU "
+                          "device (llvmpipe ends loops after 65535 iterations)", K, pl.shader);
+    /* transposed: K is split into row segments of at most seg dispatches each */
+    const uint32_t seg = (pl.max_k && a->w_transposed) ? pl.max_k : UINT32_MAX;
     const uint32_t gy = vkh2o_div_up(M, pl.block_m);
     if (gy > caps->max_workgroup_count[1] || batch > caps->max_workgroup_count[2])
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "vkh2o_cmd_matmul: M=%u batch=%u exceed the dispatch limits",
@@ -289,29 +310,33 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
         const int64_t first = (int64_t)c * w->rows_per_chunk;
         const int64_t crows = (int64_t)w->rows - first < w->rows_per_chunk ? (int64_t)w->rows - first
                                                                             : (int64_t)w->rows_per_chunk;
-        /* does any batch's row range [r, r + used_rows) meet [first, first + crows)? */
-        bool touches = false;
-        for (uint32_t b = 0; b < batch && !touches; b++) {
-            const int64_t r = (int64_t)a->w_row_offset + (int64_t)b * batch_rows;
-            touches = r < first + crows && r + used_rows > first;
-        }
-        if (!touches) continue;
         pc.w_row0 = (int32_t)((int64_t)a->w_row_offset - first);
-        pc.chunk_rows = (uint32_t)crows;
-        /* outputs this dispatch covers: a single untransposed batch needs only its rows' n */
-        uint32_t n_lo = 0, n_hi = N;
-        if (!a->w_transposed && batch == 1) {
-            const int64_t lo = first - a->w_row_offset, hi = first + crows - a->w_row_offset;
-            n_lo = lo > 0 ? (uint32_t)lo : 0;
-            n_hi = hi < N ? (uint32_t)hi : N;
+        for (int64_t s0 = 0; s0 < crows; s0 += seg) {
+            const int64_t s1 = crows - s0 < seg ? crows : s0 + seg;
+            /* does any batch's row range [r, r + used_rows) meet the chunk rows [s0, s1)? */
+            bool touches = false;
+            for (uint32_t b = 0; b < batch && !touches; b++) {
+                const int64_t r = (int64_t)pc.w_row0 + (int64_t)b * batch_rows;
+                touches = r < s1 && r + used_rows > s0;
+            }
+            if (!touches) continue;
+            pc.row_lo = (uint32_t)s0;
+            pc.row_hi = (uint32_t)s1;
+            /* outputs this dispatch covers: a single untransposed batch needs only its rows' n */
+            uint32_t n_lo = 0, n_hi = N;
+            if (!a->w_transposed && batch == 1) {
+                const int64_t lo = s0 - pc.w_row0, hi = s1 - pc.w_row0;
+                n_lo = lo > 0 ? (uint32_t)lo : 0;
+                n_hi = hi < N ? (uint32_t)hi : N;
+            }
+            pc.n_base = n_lo;
+            const uint32_t gx = vkh2o_div_up(n_hi - n_lo, pl.block_n);
+            /* transposed dispatches split K: later ones read-modify-write the same Y */
+            if (dispatched && a->w_transposed) vkh2o_barrier(ctx, cb);
+            const vkh2o_binding b[3] = { x, vkh2o_weight_binding(w, c), y };
+            VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, gx, gy, batch));
+            dispatched = true;
         }
-        pc.n_base = n_lo;
-        const uint32_t gx = vkh2o_div_up(n_hi - n_lo, pl.block_n);
-        /* transposed chunks split K: later chunks read-modify-write the same Y */
-        if (dispatched && a->w_transposed) vkh2o_barrier(ctx, cb);
-        const vkh2o_binding b[3] = { x, vkh2o_weight_binding(w, c), y };
-        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, gx, gy, batch));
-        dispatched = true;
     }
     return VKH2O_OK;
 }

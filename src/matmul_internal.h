@@ -77,7 +77,8 @@ typedef struct vkh2o_matmul_args {
  * b * x_batch_stride + m * x_stride of the binding, likewise Y.
  * Results: OK, INVALID_ARGUMENT (shapes/strides inconsistent, rows outside the weight, a
  * binding too small for the strides, unknown path), UNSUPPORTED (M or batch beyond the
- * device's workgroup-count limits), plus whatever kernel creation / dispatch returns.
+ * device's workgroup-count limits; on CPU devices an untransposed K beyond llvmpipe's loop
+ * limit: K > ~240000 register-blocked, > 30000 tiled), plus whatever kernel creation / dispatch returns.
  */
 vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* w,
                               vkh2o_binding x, vkh2o_binding y, const vkh2o_matmul_args* a);
