@@ -8,7 +8,9 @@
 #include "cli.h"
 #include "internal.h"
 #include "matmul_internal.h"
+#include "mla_internal.h"
 #include "ref_matmul.h"
+#include "ref_mla.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -200,11 +202,92 @@ static vkh2o_result bench_matmul(bench_env* env)
     return bench_matmul_shape(env, "q_a_proj-decode", 1, 1536, 7168, false);
 }
 
-/* Benchmarks in order. The whole-layer forward at Kimi shape plugs in here as another entry
- * (a function that records its timing with bench_add(env, "forward ...", ...)). */
+/* One MLA layer forward (projections, RoPE, attention with the attention mass, o_proj) from
+ * random BF16 weights: the Kimi K2.6 layer at --seq-len tokens, or with --quick a small layer
+ * of the same structure. Median of the runs after a warm-up, from the forward's own GPU
+ * timestamps (vkh2o_mla_timings.total_ms) or wall time; per-stage medians as extra rows. */
+static vkh2o_result bench_forward(bench_env* env)
+{
+    vkh2o_context* ctx = env->ctx;
+    vkh2o_mla_config cfg;
+    vkh2o_mla_config_kimi_k26(&cfg);
+    const char* label = "kimi-k2.6";
+    if (env->quick) {
+        cfg.hidden_size = 256;
+        cfg.num_heads = 4;
+        cfg.q_lora_rank = 96;
+        cfg.kv_lora_rank = 64;
+        cfg.qk_nope_head_dim = 32;
+        cfg.qk_rope_head_dim = 16;
+        cfg.v_head_dim = 32;
+        label = "small";
+    }
+    const uint32_t S = env->seq_len;
+    char name[96];
+    snprintf(name, sizeof name, "forward %s layer S=%u bf16", label, S);
+    note(env, "%s: random weights and upload\n", name);
+
+    ref_mla_weights rw;
+    if (ref_mla_random_weights(&cfg, VKH2O_DTYPE_BF16, 0x5eed, &rw) != 0)
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: random weights for %s", name);
+    vkh2o_error err = { 0 };
+    vkh2o_mla_host_weights* hw = NULL;
+    vkh2o_mla_layer* layer = NULL;
+    vkh2o_result r = vkh2o_mla_host_weights_wrap(&cfg, rw.views, &hw, &err);
+    if (r != VKH2O_OK) r = vkh2o_fail(ctx, r, "bench: %s", err.message);
+    if (r == VKH2O_OK) r = vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S }, &layer);
+    vkh2o_mla_host_weights_free(hw);
+    ref_mla_weights_free(&rw);
+
+    float* hidden = malloc((size_t)S * cfg.hidden_size * sizeof(float));
+    float* out = malloc((size_t)S * cfg.hidden_size * sizeof(float));
+    double* t[5];
+    for (int i = 0; i < 5; i++) t[i] = calloc(env->runs, sizeof(double));
+    if (r == VKH2O_OK && (!hidden || !out || !t[0] || !t[1] || !t[2] || !t[3] || !t[4]))
+        r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: host buffers for %s", name);
+    bool ts = env->caps->timestamps;
+    for (size_t i = 0; r == VKH2O_OK && i < (size_t)S * cfg.hidden_size; i++) hidden[i] = rand_normal();
+    for (uint32_t i = 0; r == VKH2O_OK && i <= env->runs; i++) {
+        note(env, i ? "%s: run\n" : "%s: warm-up\n", name);
+        vkh2o_mla_timings tm;
+        const double w0 = cli_now();
+        r = vkh2o_run_mla_forward(layer, hidden, S, 0, out, NULL, &tm);
+        const double wall = (cli_now() - w0) * 1e3;
+        if (tm.total_ms < 0.0) ts = false;
+        if (r == VKH2O_OK && i > 0) {
+            t[0][i - 1] = ts ? tm.total_ms : wall;
+            t[1][i - 1] = tm.project_ms;
+            t[2][i - 1] = tm.attention_ms;
+            t[3][i - 1] = tm.mass_ms;
+            t[4][i - 1] = tm.o_proj_ms;
+        }
+    }
+    if (r == VKH2O_OK) {
+        const double ms = median(t[0], env->runs);
+        bench_add(env, name, env->caps->device_name, ms, vkh2o_mla_forward_flops(&cfg, S) / (ms * 1e6), env->runs,
+                  ts ? "gpu-timestamps" : "wall (upload + download included)");
+        if (ts) {
+            static const char* stage[4] = { "projections", "attention", "attention mass", "o_proj" };
+            for (int k = 0; k < 4; k++) {
+                char sn[96];
+                snprintf(sn, sizeof sn, "forward %s stage: %s", label, stage[k]);
+                bench_add(env, sn, env->caps->device_name, median(t[k + 1], env->runs), 0.0, env->runs, "gpu-timestamps");
+            }
+        }
+    }
+    for (int i = 0; i < 5; i++) free(t[i]);
+    free(hidden);
+    free(out);
+    vkh2o_mla_layer_destroy(layer);
+    return r;
+}
+
+/* Benchmarks in order. Another measurement is one more entry: a function that runs its work
+ * and records rows with bench_add(env, "<name with matmul/forward>", device, ms, gflops, ...). */
 typedef vkh2o_result (*bench_fn)(bench_env* env);
 static const struct { const char* name; bench_fn fn; } benches[] = {
     { "matmul", bench_matmul },
+    { "forward", bench_forward },
 };
 
 static void print_text(const bench_env* env)
@@ -250,11 +333,14 @@ static void usage(FILE* f)
                "Times vkh2o kernels on a Vulkan device (median of R runs after a warm-up, GPU\n"
                "timestamps when the device has them, else wall time) and the same work on the CPU.\n"
                "  --device N    use physical device N (default: the automatic choice, env VKH2O_DEVICE)\n"
-               "  --seq-len S   tokens of the prefill measurements (default 256)\n"
+               "  --seq-len S   tokens of the prefill matmul and the layer forward (default 256)\n"
                "  --runs R      timed runs per measurement (default 5)\n"
                "  --json        print a JSON array, one object per measurement\n"
                "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu)\n"
-               "  --quick       small shapes (seconds on a CPU device; for tests)\n");
+               "  --quick       small shapes and a small layer, S=16 (seconds on a CPU device; for tests)\n"
+               "Measurements: the q_a_proj matmul (S x 1536 x 7168, BF16) on the device and as a\n"
+               "single-thread fp32 CPU loop, its decode form (M = 1), and one Kimi K2.6 MLA layer\n"
+               "forward at S tokens (random BF16 weights) with its per-stage GPU times.\n");
 }
 
 int main(int argc, char** argv)
