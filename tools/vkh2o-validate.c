@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "internal.h"
 #include "ref_h2o.h"
+#include "cache_internal.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -21,6 +22,7 @@
 
 typedef struct opts {
     uint32_t per_dispatch;
+    uint32_t bench_topk;
     uint32_t steps, budget, n_sink, n_recent, layers, heads, qk_dim, v_dim, kv_lora, seed, device;
     vkh2o_cache_layout layout;
     vkh2o_evict_policy policy;
@@ -58,9 +60,11 @@ static void usage(FILE* f)
             "  --steps-per-dispatch N  mock steps each dispatch runs (1-50, default 50): every layer's\n"
             "                     workgroup loops over the steps; 1 = one dispatch (all layers) per step\n"
             "  --check            compare the cache with a CPU simulation after every step (slow)\n"
-            "  --no-output        skip the attention output P.V (mass and eviction only)\n"
+            "  --no-output        do not read the attention output back (it is computed anyway)\n"
             "  --validation       enable the Khronos validation layer\n"
             "  --quiet            no progress lines\n"
+            "  --bench-topk N     time the standalone top-k (radix select + scatter) over N scores\n"
+            "                     (k = N/32, the cache's sink/recent ranges) and check it\n"
             "  --memory           print the memory table instead (with --model kimi|deepseek-v3,\n"
             "                     --context N (32768), --budgets a,b,... (64,4096), --n-sink, --n-recent)\n"
             "  --help\n");
@@ -114,6 +118,7 @@ static int parse_args(int argc, char** argv, opts* o)
         U32("--device", device, 0, 63)
         U32("--context", context, 1, 1u << 30)
         U32("--steps-per-dispatch", per_dispatch, 1, BATCH)
+        U32("--bench-topk", bench_topk, 1, 1u << 26)
 #undef U32
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -218,6 +223,77 @@ static int memory_table(const opts* o)
     printf("(The seed's ~10.2 GB at budget 4096 counts the 4096 heavy hitters alone: %.2f GB expanded fp16.)\n",
            gb(vkh2o_cache_bytes(&x, 4096)));
     return 0;
+}
+
+/* ---- --bench-topk ---- */
+
+static int cmp_double(const void* a, const void* b)
+{
+    double x = *(const double*)a, y = *(const double*)b;
+    return x < y ? -1 : x > y;
+}
+
+static int bench_topk(const opts* o)
+{
+    vkh2o_context* ctx = NULL;
+    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o->device),
+                                                                 .log = cli_log, .user_data = TOOL }, &ctx);
+    if (r != VKH2O_OK) {
+        fprintf(stderr, TOOL ": no usable Vulkan device: %s\n", vkh2o_result_string(r));
+        return 1;
+    }
+    uint32_t n = o->bench_topk, k = n / 32 ? n / 32 : 1;
+    uint32_t begin = n > o->n_sink + o->n_recent ? o->n_sink : 0, end = n > o->n_sink + o->n_recent ? n - o->n_recent : n;
+    float* x = malloc((size_t)n * 4);
+    double* v = malloc((size_t)n * sizeof *v);
+    uint32_t* want = malloc((size_t)n * 4);
+    uint32_t* got = malloc((size_t)n * 4);
+    uint32_t base = vkh2o_mock_base(o->seed, 0, 0, 5);
+    for (uint32_t i = 0; i < n; i++) {
+        x[i] = (vkh2o_mock_value(base, i) + 1.0f) * 0.5f;   /* [0, 1), with duplicates */
+        v[i] = x[i];
+    }
+    uint32_t nw = ref_topk_keep(v, n, begin, end, k, want);
+    vkh2o_buffer *bs = NULL, *bo = NULL, *bw = NULL;
+    int rc = 1;
+    double t[11];
+    if ((r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bs)) != VKH2O_OK || (r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bo)) != VKH2O_OK ||
+        (r = vkh2o_buffer_create(ctx, vkh2o_topk_work_bytes(end - begin), &bw)) != VKH2O_OK ||
+        (r = vkh2o_buffer_upload(bs, 0, x, (uint64_t)n * 4)) != VKH2O_OK)
+        goto done;
+    vkh2o_topk_args a = { .scores = vkh2o_bind(bs), .n = n, .begin = begin, .end = end, .k = k, .out = vkh2o_bind(bo),
+                          .work = vkh2o_bind(bw) };
+    for (int i = 0; i < 11; i++) {
+        VkCommandBuffer cb;
+        if ((r = vkh2o_begin(ctx, &cb)) != VKH2O_OK)
+            goto done;
+        double t0 = cli_now();
+        r = vkh2o_cmd_topk(ctx, cb, &a);
+        vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
+        t[i] = (cli_now() - t0) * 1e3;
+        if (r != VKH2O_OK || (r = r2) != VKH2O_OK)
+            goto done;
+    }
+    if ((r = vkh2o_buffer_download(bo, 0, got, (uint64_t)nw * 4)) != VKH2O_OK)
+        goto done;
+    bool ok = !memcmp(got, want, (size_t)nw * 4);
+    qsort(t + 1, 10, sizeof t[0], cmp_double);    /* the first run includes pipeline creation */
+    printf("[topk] %u scores, candidates [%u, %u), k=%u on %s: median %.3f ms, best %.3f ms per selection "
+           "(record + submit + wait, 10 runs)\n", n, begin, end, k, vkh2o_context_caps(ctx)->device_name, (t[5] + t[6]) / 2, t[1]);
+    printf("[topk] %s: kept set %s the CPU reference (%u indices)\n", ok ? "PASS" : "FAIL", ok ? "matches" : "differs from", nw);
+    rc = ok ? 0 : 1;
+done:
+    if (r != VKH2O_OK)
+        fprintf(stderr, TOOL ": top-k: %s: %s\n", vkh2o_result_string(r), vkh2o_last_error(ctx));
+    vkh2o_buffer_destroy(bs);
+    vkh2o_buffer_destroy(bo);
+    vkh2o_buffer_destroy(bw);
+    vkh2o_context_destroy(ctx);
+    free(x);
+    free(v);
+    free(want);
+    free(got);
+    return rc;
 }
 
 /* ---- the run ---- */
@@ -378,6 +454,8 @@ int main(int argc, char** argv)
     opts* o = &R.o;
     if (o->memory)
         return memory_table(o);
+    if (o->bench_topk)
+        return bench_topk(o);
 
     bool lat = o->layout == VKH2O_CACHE_LATENT;
     uint32_t rope = o->qk_dim > 64 ? 64 : o->qk_dim / 2;
@@ -463,9 +541,11 @@ int main(int argc, char** argv)
            "n_sink=%u budget=%u n_recent=%u seed=%u\n",
            o->layers, o->heads, o->qk_dim, o->v_dim, lat ? "" : "", lname[lat], o->storage == VKH2O_DTYPE_F16 ? "fp16" : "fp32",
            pname[o->policy], o->mode ? "mean" : "sum", o->n_sink, o->budget, o->n_recent, o->seed);
-    printf("[B1] device: %s; %u step%s per dispatch, %u per submission%s\n", vkh2o_context_caps(R.ctx)->device_name,
-           o->check ? 1 : o->per_dispatch, (o->check ? 1 : o->per_dispatch) == 1 ? "" : "s", o->check ? 1 : BATCH,
-           o->check ? " (--check)" : "");
+    uint32_t per = o->check ? 1 : o->per_dispatch;
+    if (per > R.cache->max_steps_per_dispatch)
+        per = R.cache->max_steps_per_dispatch;
+    printf("[B1] device: %s; %u step%s per dispatch, %u per submission%s\n", vkh2o_context_caps(R.ctx)->device_name, per,
+           per == 1 ? "" : "s", o->check ? 1 : BATCH, o->check ? " (--check)" : "");
     printf("[B1] running %u simulated generation steps...\n\n", o->steps);
     fflush(stdout);
 
