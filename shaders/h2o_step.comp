@@ -209,6 +209,43 @@ float dot8b(uint qs, uint w, uint n8)
     return s;
 }
 
+// dots of 8n floats of scratch (from qs) with the rows a / b of 4 tokens (words w0..w3): each q
+// value is loaded once for the 4 tokens (every load is lane by lane on CPU devices)
+float dq(float q0, float q1, float q2, float q3, float q4, float q5, float q6, float q7, float v[8])
+{
+    return q0 * v[0] + q1 * v[1] + q2 * v[2] + q3 * v[3] + q4 * v[4] + q5 * v[5] + q6 * v[6] + q7 * v[7];
+}
+vec4 dot8a_x4(uint qs, uint w0, uint w1, uint w2, uint w3, uint n8)
+{
+    vec4 s = vec4(0.0);
+    float v[8];
+    for (uint c = 0u; c < n8; c++) {
+        uint q = qs + c * 8u, o = c * 8u / EPW;
+        float q0 = sc[q], q1 = sc[q + 1u], q2 = sc[q + 2u], q3 = sc[q + 3u];
+        float q4 = sc[q + 4u], q5 = sc[q + 5u], q6 = sc[q + 6u], q7 = sc[q + 7u];
+        load8a(w0 + o, v); s.x += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
+        load8a(w1 + o, v); s.y += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
+        load8a(w2 + o, v); s.z += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
+        load8a(w3 + o, v); s.w += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
+    }
+    return s;
+}
+vec4 dot8b_x4(uint qs, uint w0, uint w1, uint w2, uint w3, uint n8)
+{
+    vec4 s = vec4(0.0);
+    float v[8];
+    for (uint c = 0u; c < n8; c++) {
+        uint q = qs + c * 8u, o = c * 8u / EPW;
+        float q0 = sc[q], q1 = sc[q + 1u], q2 = sc[q + 2u], q3 = sc[q + 3u];
+        float q4 = sc[q + 4u], q5 = sc[q + 5u], q6 = sc[q + 6u], q7 = sc[q + 7u];
+        load8b(w0 + o, v); s.x += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
+        load8b(w1 + o, v); s.y += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
+        load8b(w2 + o, v); s.z += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
+        load8b(w3 + o, v); s.w += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
+    }
+    return s;
+}
+
 void step_once(const uint position, const uint stepi)
 {
     const uint tid = gl_LocalInvocationID.x;
@@ -283,22 +320,29 @@ void step_once(const uint position, const uint stepi)
     for (uint h = 0u; h < H; h++) red[h * WG + tid] = -3.0e38;
     barrier();
     if (V8) {
-        // an invocation per token, all heads: q is read at uniform addresses (broadcast).
-        // Loops stay uniform (lanes past the end redo token n - 1 and write the same value):
-        // llvmpipe turns uniform loads under divergent control flow into per-lane gathers.
-        for (uint t = PT; t < n; t += NP) {
+        // an invocation per 4 consecutive tokens, all heads (q loaded once per 4 tokens)
+        for (uint t0 = 4u * PT; t0 < n; t0 += 4u * NP) {
+            const uint t1 = min(t0 + 1u, n - 1u), t2 = min(t0 + 2u, n - 1u), t3 = min(t0 + 3u, n - 1u);
             for (uint h = 0u; h < H; h++) {
-                float s;
+                vec4 s4;
                 if (LAT) {
                     uint qa = ABSORB == 1u ? scb + SC_QA + h * KVL : scb + SC_Q + h * QW;
                     uint qp = scb + SC_Q + h * QW + (ABSORB == 1u ? DN : KVL);
-                    s = dot8a(qa, abase0 + t * AW, KVL / 8u) + dot8b(qp, bbase0 + t * BW, DR / 8u);
+                    s4 = dot8a_x4(qa, abase0 + t0 * AW, abase0 + t1 * AW, abase0 + t2 * AW, abase0 + t3 * AW, KVL / 8u)
+                       + dot8b_x4(qp, bbase0 + t0 * BW, bbase0 + t1 * BW, bbase0 + t2 * BW, bbase0 + t3 * BW, DR / 8u);
                 } else {
-                    s = dot8a(scb + SC_Q + h * QW, abase0 + t * AW + h * DQK / EPW, DQK / 8u);
+                    uint ho = h * DQK / EPW;
+                    s4 = dot8a_x4(scb + SC_Q + h * QW, abase0 + t0 * AW + ho, abase0 + t1 * AW + ho, abase0 + t2 * AW + ho,
+                                  abase0 + t3 * AW + ho, DQK / 8u);
                 }
-                s *= p.scale;
-                sc[scb + h * CAPP + t] = s;
-                red[h * NP + PT] = max(red[h * NP + PT], s);
+                s4 *= p.scale;
+                // tokens past the end repeat token n - 1: same value, harmless for the max
+                uint pb = scb + h * CAPP;
+                sc[pb + t0] = s4.x;
+                sc[pb + t1] = s4.y;
+                sc[pb + t2] = s4.z;
+                sc[pb + t3] = s4.w;
+                red[h * NP + PT] = max(red[h * NP + PT], max(max(s4.x, s4.y), max(s4.z, s4.w)));
             }
         }
     } else {
@@ -329,11 +373,13 @@ void step_once(const uint position, const uint stepi)
     for (uint h = 0u; h < H; h++) red[h * WG + tid] = 0.0;
     barrier();
     if (V8) {
-        for (uint t = PT; t < n; t += NP)
+        for (uint t0 = 4u * PT; t0 < n; t0 += 4u * NP)
             for (uint h = 0u; h < H; h++) {
-                float e = exp(sc[scb + h * CAPP + t] - sh_m[h]);
-                red[h * NP + PT] += e;
-                sc[scb + h * CAPP + t] = e;
+                for (uint t = t0; t < min(t0 + 4u, n); t++) {
+                    float e = exp(sc[scb + h * CAPP + t] - sh_m[h]);
+                    red[h * NP + PT] += e;
+                    sc[scb + h * CAPP + t] = e;
+                }
             }
     } else {
         for (uint i = tid; i < H * n; i += WG) {

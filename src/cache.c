@@ -159,9 +159,9 @@ static uint64_t step_loop_iterations(const vkh2o_kv_cache* c, uint32_t wg, uint3
     it += 2 * H + 2;
     uint64_t chunks = lat ? kvl / 8 + dr / 8 + 2 : dqk / 8 + 1;
     uint64_t elems = lat ? kvl + dr + 2 : dqk + 1;
-    it += v8 ? UPP(n) * (1 + H * (1 + chunks)) : UP(H * n) * (1 + elems);
+    it += v8 ? UPP((n + 3) / 4) * (1 + H * (2 + chunks)) : UP(H * n) * (1 + elems);
     it += 2 * (wg + 1);                                   /* max and sum reductions */
-    it += v8 ? UPP(n) * (1 + H) : UP(H * n);              /* exponentials */
+    it += v8 ? UPP((n + 3) / 4) * (1 + H * 5) : UP(H * n); /* exponentials */
     it += UPP(n) * (1 + H);                               /* mass */
     uint64_t od = lat ? kvl : dv;
     it += (v8 ? UPP(H * od / 8) * (2 + n / 4 + 4) : UP(H * od) * (1 + n)) + 1;
