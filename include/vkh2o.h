@@ -158,6 +158,7 @@ typedef struct vkh2o_device_caps {
     uint32_t max_shared_memory;
     uint32_t max_workgroup_invocations;
     uint32_t max_workgroup_count[3];
+    uint32_t max_texel_buffer_elements;
     uint64_t device_local_bytes;   /* size of the largest device-local heap */
     bool timestamps;               /* timestamp queries on the compute queue */
     float timestamp_period_ns;

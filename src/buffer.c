@@ -27,7 +27,7 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
     b->size = bytes;
     VkBufferCreateInfo bi = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = bytes,
                               .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT,
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE };
     VkResult vr = ctx->vk.vkCreateBuffer(ctx->device, &bi, NULL, &b->buffer);
     if (vr != VK_SUCCESS) {
@@ -98,6 +98,12 @@ void vkh2o_buffer_destroy(vkh2o_buffer* b)
     if (!b)
         return;
     vkh2o_context* ctx = b->ctx;
+    for (buffer_view_node* v = b->views; v;) {
+        buffer_view_node* n = v->next;
+        ctx->vk.vkDestroyBufferView(ctx->device, v->view, NULL);
+        free(v);
+        v = n;
+    }
     if (b->mapped)
         ctx->vk.vkUnmapMemory(ctx->device, b->memory);
     if (b->buffer)
@@ -189,4 +195,52 @@ vkh2o_result vkh2o_buffer_fill(vkh2o_buffer* b, uint64_t offset, uint64_t bytes,
     VKH2O_CHECK(vkh2o_begin(b->ctx, &cb));
     b->ctx->vk.vkCmdFillBuffer(cb, b->buffer, offset, bytes, word);
     return vkh2o_submit_wait(b->ctx, cb);
+}
+
+static uint32_t format_bytes(VkFormat f)
+{
+    switch (f) {
+    case VK_FORMAT_R32_UINT: case VK_FORMAT_R32_SFLOAT: return 4;
+    case VK_FORMAT_R32G32_UINT: case VK_FORMAT_R32G32_SFLOAT: return 8;
+    case VK_FORMAT_R32G32B32A32_UINT: case VK_FORMAT_R32G32B32A32_SFLOAT: return 16;
+    default: return 0;
+    }
+}
+
+vkh2o_result vkh2o_bind_texel(vkh2o_buffer* b, VkFormat format, VkDeviceSize offset, VkDeviceSize range, vkh2o_binding* out)
+{
+    VKH2O_CHECK(check_range(b, offset, range, "vkh2o_bind_texel"));
+    vkh2o_context* ctx = b->ctx;
+    uint32_t fb = format_bytes(format);
+    if (!fb)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "vkh2o_bind_texel: format %d is not one of the 32-bit uint/float formats", (int)format);
+    if (range == 0 || range % fb || offset % 256u)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "vkh2o_bind_texel: range %llu must be a positive multiple of %u and offset %llu a multiple of 256",
+                          (unsigned long long)range, fb, (unsigned long long)offset);
+    if (range / fb > ctx->caps.max_texel_buffer_elements)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_bind_texel: %llu texels exceed the device limit %u",
+                          (unsigned long long)(range / fb), ctx->caps.max_texel_buffer_elements);
+    for (buffer_view_node* v = b->views; v; v = v->next)
+        if (v->format == format && v->offset == offset && v->range == range) {
+            *out = (vkh2o_binding){ b->buffer, offset, range, v->view };
+            return VKH2O_OK;
+        }
+    buffer_view_node* n = calloc(1, sizeof *n);
+    if (!n)
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    VkBufferViewCreateInfo ci = { .sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO, .buffer = b->buffer, .format = format,
+                                  .offset = offset, .range = range };
+    VkResult vr = ctx->vk.vkCreateBufferView(ctx->device, &ci, NULL, &n->view);
+    if (vr != VK_SUCCESS) {
+        free(n);
+        return vkh2o_vk_fail(ctx, vr, "vkCreateBufferView");
+    }
+    n->format = format;
+    n->offset = offset;
+    n->range = range;
+    n->next = b->views;
+    b->views = n;
+    *out = (vkh2o_binding){ b->buffer, offset, range, n->view };
+    return VKH2O_OK;
 }

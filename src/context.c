@@ -121,6 +121,7 @@ static void query_caps(VkPhysicalDevice pd, int family, vkh2o_device_caps* c, Vk
     for (int i = 0; i < 3; i++)
         c->max_workgroup_count[i] = p->limits.maxComputeWorkGroupCount[i];
     c->timestamp_period_ns = p->limits.timestampPeriod;
+    c->max_texel_buffer_elements = p->limits.maxTexelBufferElements;
 
     VkPhysicalDevice8BitStorageFeatures s8 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES };
     VkPhysicalDevice16BitStorageFeatures s16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES, .pNext = &s8 };

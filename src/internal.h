@@ -19,11 +19,13 @@
 
 typedef struct vkh2o_kernel vkh2o_kernel;
 
-/* A storage-buffer binding: a range of a VkBuffer (range <= maxStorageBufferRange). */
+/* A binding: a range of a VkBuffer as a storage buffer (range <= maxStorageBufferRange), or,
+ * with view set, a uniform texel buffer (kernels made with vkh2o_kernel_get_texel). */
 typedef struct vkh2o_binding {
     VkBuffer buffer;
     VkDeviceSize offset;
     VkDeviceSize range;
+    VkBufferView view;
 } vkh2o_binding;
 
 typedef struct desc_pool_node {
@@ -62,12 +64,20 @@ struct vkh2o_context {
     char last_error[2048];
 };
 
+typedef struct buffer_view_node {
+    VkBufferView view;
+    VkFormat format;
+    VkDeviceSize offset, range;
+    struct buffer_view_node* next;
+} buffer_view_node;
+
 struct vkh2o_buffer {
     vkh2o_context* ctx;
     VkBuffer buffer;
     VkDeviceMemory memory;
     uint64_t size;
     void* mapped;                 /* non-NULL when host-visible */
+    buffer_view_node* views;      /* texel views, created on demand, freed with the buffer */
 };
 
 /* ---- errors and logging (result.c) ---- */
@@ -84,14 +94,22 @@ vkh2o_result vkh2o_error_set(vkh2o_error* err, vkh2o_result r, const char* fmt, 
 /* ---- buffers (buffer.c) ---- */
 static inline vkh2o_binding vkh2o_bind(const vkh2o_buffer* b)
 {
-    vkh2o_binding x = { b->buffer, 0, b->size };
+    vkh2o_binding x = { b->buffer, 0, b->size, VK_NULL_HANDLE };
     return x;
 }
 static inline vkh2o_binding vkh2o_bind_range(const vkh2o_buffer* b, VkDeviceSize offset, VkDeviceSize range)
 {
-    vkh2o_binding x = { b->buffer, offset, range };
+    vkh2o_binding x = { b->buffer, offset, range, VK_NULL_HANDLE };
     return x;
 }
+
+/* A uniform-texel-buffer binding of [offset, offset + range) of b read as `format` (e.g.
+ * VK_FORMAT_R32G32B32A32_UINT). The view is created once and cached in the buffer. Texel reads
+ * go through the sampler's gather path, which llvmpipe vectorises, unlike storage-buffer loads
+ * (one lane at a time there). range must be <= maxTexelBufferElements texels.
+ * Results: OK, INVALID_ARGUMENT (range, alignment), UNSUPPORTED (format), VULKAN. */
+vkh2o_result vkh2o_bind_texel(vkh2o_buffer* b, VkFormat format, VkDeviceSize offset, VkDeviceSize range,
+                              vkh2o_binding* out);
 
 /* ---- kernels (pipeline.c) ----
  * A kernel is one embedded shader compiled into a pipeline with given specialisation
@@ -100,6 +118,10 @@ static inline vkh2o_binding vkh2o_bind_range(const vkh2o_buffer* b, VkDeviceSize
  * push constants. Kernels are cached in the context and live as long as it. */
 vkh2o_result vkh2o_kernel_get(vkh2o_context* ctx, const char* shader, uint32_t nbindings,
                               const uint32_t* spec, uint32_t nspec, vkh2o_kernel** out);
+/* As vkh2o_kernel_get, with the bindings whose bit is set in texel_mask declared as uniform texel
+ * buffers (GLSL: `layout(set = 0, binding = i) uniform usamplerBuffer name;`, texelFetch). */
+vkh2o_result vkh2o_kernel_get_texel(vkh2o_context* ctx, const char* shader, uint32_t nbindings, uint32_t texel_mask,
+                                    const uint32_t* spec, uint32_t nspec, vkh2o_kernel** out);
 /* Records bind + push + dispatch. Descriptors are pushed (VK_KHR_push_descriptor) or, without
  * it, allocated from the context's arena (freed at submit_wait of the one-shot buffer, or kept
  * until the context dies when recorded into a caller's buffer). */

@@ -12,7 +12,7 @@
 
 struct vkh2o_kernel {
     const char* name;
-    uint32_t nbindings, nspec;
+    uint32_t nbindings, nspec, texel_mask;
     uint32_t spec[MAX_SPEC];
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout layout;
@@ -63,12 +63,23 @@ void vkh2o_kernels_destroy(vkh2o_context* ctx)
 vkh2o_result vkh2o_kernel_get(vkh2o_context* ctx, const char* shader, uint32_t nbindings,
                               const uint32_t* spec, uint32_t nspec, vkh2o_kernel** out)
 {
+    return vkh2o_kernel_get_texel(ctx, shader, nbindings, 0, spec, nspec, out);
+}
+
+static VkDescriptorType binding_type(uint32_t texel_mask, uint32_t i)
+{
+    return (texel_mask >> i) & 1u ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+}
+
+vkh2o_result vkh2o_kernel_get_texel(vkh2o_context* ctx, const char* shader, uint32_t nbindings, uint32_t texel_mask,
+                                    const uint32_t* spec, uint32_t nspec, vkh2o_kernel** out)
+{
     *out = NULL;
     if (nbindings > VKH2O_MAX_BINDINGS || nspec > MAX_SPEC)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s': %u bindings / %u spec constants is too many",
                           shader, nbindings, nspec);
     for (vkh2o_kernel* k = ctx->kernels; k; k = k->next)
-        if (!strcmp(k->name, shader) && k->nbindings == nbindings && k->nspec == nspec &&
+        if (!strcmp(k->name, shader) && k->nbindings == nbindings && k->nspec == nspec && k->texel_mask == texel_mask &&
             (nspec == 0 || !memcmp(k->spec, spec, nspec * sizeof *spec))) {
             *out = k;
             return VKH2O_OK;
@@ -82,13 +93,14 @@ vkh2o_result vkh2o_kernel_get(vkh2o_context* ctx, const char* shader, uint32_t n
     k->name = shader_registry[si].name;
     k->nbindings = nbindings;
     k->nspec = nspec;
+    k->texel_mask = texel_mask;
     if (nspec)
         memcpy(k->spec, spec, nspec * sizeof *spec);
     k->push_desc = ctx->caps.push_descriptor;
 
     VkDescriptorSetLayoutBinding b[VKH2O_MAX_BINDINGS];
     for (uint32_t i = 0; i < nbindings; i++)
-        b[i] = (VkDescriptorSetLayoutBinding){ .binding = i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+        b[i] = (VkDescriptorSetLayoutBinding){ .binding = i, .descriptorType = binding_type(texel_mask, i),
                                                .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT };
     VkDescriptorSetLayoutCreateInfo dl = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
         .flags = k->push_desc ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0,
@@ -160,9 +172,10 @@ static vkh2o_result arena_alloc(vkh2o_context* ctx, VkDescriptorSetLayout layout
         desc_pool_node* n = calloc(1, sizeof *n);
         if (!n)
             return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-        VkDescriptorPoolSize ps = { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = ARENA_SETS_PER_POOL * VKH2O_MAX_BINDINGS };
+        VkDescriptorPoolSize ps[2] = { { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = ARENA_SETS_PER_POOL * VKH2O_MAX_BINDINGS },
+                                       { .type = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, .descriptorCount = ARENA_SETS_PER_POOL * 4 } };
         VkDescriptorPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = ARENA_SETS_PER_POOL,
-                                           .poolSizeCount = 1, .pPoolSizes = &ps };
+                                           .poolSizeCount = 2, .pPoolSizes = ps };
         VkResult vr = ctx->vk.vkCreateDescriptorPool(ctx->device, &pci, NULL, &n->pool);
         if (vr != VK_SUCCESS) {
             free(n);
@@ -193,7 +206,19 @@ vkh2o_result vkh2o_dispatch(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_kernel
         return VKH2O_OK;   /* nothing to do; an empty dispatch is legal but pointless */
     VkDescriptorBufferInfo bi[VKH2O_MAX_BINDINGS];
     VkWriteDescriptorSet w[VKH2O_MAX_BINDINGS];
+    VkBufferView views[VKH2O_MAX_BINDINGS];
     for (uint32_t i = 0; i < nbindings; i++) {
+        if ((k->texel_mask >> i) & 1u) {
+            if (!bindings[i].view)
+                return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s' binding %u is a texel buffer: bind it with vkh2o_bind_texel",
+                                  k->name, i);
+            views[i] = bindings[i].view;
+            w[i] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstBinding = i, .descriptorCount = 1,
+                                           .descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, .pTexelBufferView = &views[i] };
+            continue;
+        }
+        if (bindings[i].view)
+            return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s' binding %u is a storage buffer, given a texel view", k->name, i);
         if (bindings[i].range > ctx->caps.max_storage_buffer_range || bindings[i].range == 0 || !bindings[i].buffer)
             return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                               "kernel '%s' binding %u: range %llu bytes (device limit %llu, must be > 0)", k->name, i,

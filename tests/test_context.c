@@ -142,7 +142,7 @@ static void test_kernel_errors(void** state)
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
     vkh2o_binding one[1] = { vkh2o_bind(b) };
     assert_int_equal(vkh2o_dispatch(ctx, cb, k, one, 1, NULL, 0, 1, 1, 1), VKH2O_ERROR_INVALID_ARGUMENT);
-    vkh2o_binding big[2] = { vkh2o_bind(b), { vkh2o_buffer_vk(b), 0, vkh2o_context_caps(ctx)->max_storage_buffer_range + 4 } };
+    vkh2o_binding big[2] = { vkh2o_bind(b), { vkh2o_buffer_vk(b), 0, vkh2o_context_caps(ctx)->max_storage_buffer_range + 4, VK_NULL_HANDLE } };
     assert_int_equal(vkh2o_dispatch(ctx, cb, k, big, 2, NULL, 0, 1, 1, 1), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_non_null(strstr(vkh2o_last_error(ctx), "device limit"));
     struct axpby_push pc = { 0 };
@@ -213,6 +213,68 @@ static void test_validation_canary(void** state)
     assert_true(vkh2o_context_validation_messages(ctx) > 0);
     vkh2o_buffer_destroy(b);
     vkh2o_context_destroy(ctx);
+}
+
+/* The texel-buffer binding path (shaders/read_probe.comp in both modes) against a CPU sum;
+ * exact (integer arithmetic). Odd counts: per_inv not a multiple of the unroll, n_inv not a
+ * multiple of the workgroup, a view at a non-zero offset. */
+static void test_texel_probe(void** state)
+{
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("read_probe"));
+    const uint32_t shapes[][2] = { { 1, 1 }, { 7, 3 }, { 64, 65 }, { 13, 200 } };
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        uint32_t per_inv = shapes[s][0], n_inv = shapes[s][1];
+        const uint32_t off_words = 64;   /* the view starts 256 bytes in */
+        size_t words = (size_t)per_inv * n_inv * 4 + off_words;
+        uint32_t* h = malloc(words * 4);
+        for (size_t i = 0; i < words; i++)
+            h[i] = (uint32_t)vt_u64(&rng);
+        vkh2o_buffer* src;
+        assert_int_equal(vkh2o_buffer_create(ctx, words * 4, &src), VKH2O_OK);
+        assert_int_equal(vkh2o_buffer_upload(src, 0, h, words * 4), VKH2O_OK);
+        vkh2o_buffer* out = vt_buffer(n_inv * 4);
+        uint32_t* got = malloc(n_inv * 4);
+        for (uint32_t mode = 0; mode < 2; mode++) {
+            vt_poison(out);
+            uint32_t spec[2] = { 32, mode };
+            vkh2o_kernel* k;
+            assert_int_equal(vkh2o_kernel_get_texel(ctx, "read_probe", 3, 1u << 1, spec, 2, &k), VKH2O_OK);
+            vkh2o_binding b[3];
+            b[0] = vkh2o_bind_range(src, off_words * 4, (words - off_words) * 4);
+            assert_int_equal(vkh2o_bind_texel(src, VK_FORMAT_R32G32B32A32_UINT, off_words * 4, (words - off_words) * 4, &b[1]),
+                             VKH2O_OK);
+            b[2] = vkh2o_bind_range(out, 0, n_inv * 4);
+            uint32_t pc[2] = { per_inv, n_inv };
+            VkCommandBuffer cb;
+            assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+            assert_int_equal(vkh2o_dispatch(ctx, cb, k, b, 3, pc, sizeof pc, vkh2o_div_up(n_inv, 32), 1, 1), VKH2O_OK);
+            assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
+            assert_int_equal(vkh2o_buffer_download(out, 0, got, n_inv * 4), VKH2O_OK);
+            for (uint32_t g = 0; g < n_inv; g++) {
+                uint32_t want = 0;
+                for (uint32_t w = 0; w < per_inv * 4; w++)
+                    want += h[off_words + (size_t)g * per_inv * 4 + w];
+                assert_int_equal(got[g], want);
+            }
+            vt_check_guard(out, n_inv * 4);
+            /* a storage binding where a texel view is declared is refused */
+            vkh2o_binding wrong[3] = { b[0], b[0], b[2] };
+            assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+            assert_int_equal(vkh2o_dispatch(ctx, cb, k, wrong, 3, pc, sizeof pc, 1, 1, 1), VKH2O_ERROR_INVALID_ARGUMENT);
+            assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
+        }
+        vkh2o_binding tb;
+        assert_int_equal(vkh2o_bind_texel(src, VK_FORMAT_R32G32B32A32_UINT, 4, 16, &tb), VKH2O_ERROR_INVALID_ARGUMENT);
+        assert_int_equal(vkh2o_bind_texel(src, VK_FORMAT_R8_UINT, 0, 16, &tb), VKH2O_ERROR_UNSUPPORTED);
+        printf("#   read_probe per_inv=%u n_inv=%u: both paths exact\n", per_inv, n_inv);
+        vkh2o_buffer_destroy(src);
+        vkh2o_buffer_destroy(out);
+        free(h);
+        free(got);
+    }
+    vt_check_validation();
 }
 
 static void test_bad_desc(void** state)
@@ -308,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_axpby_shapes),
         cmocka_unit_test(test_kernel_errors),
         cmocka_unit_test(test_baseline_arena),
+        cmocka_unit_test(test_texel_probe),
         cmocka_unit_test(test_validation_canary),
         cmocka_unit_test(test_bad_desc),
         cmocka_unit_test(test_adopt),

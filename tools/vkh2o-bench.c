@@ -27,6 +27,7 @@ typedef struct bench_row {
     char device[256];        /* the device name, or "cpu: ..." */
     double median_ms;
     double gflops;           /* 0 when not meaningful */
+    double gbps;             /* bytes read per second / 1e9, for the memory rows (0 elsewhere) */
     uint32_t runs;
     const char* timing;      /* "gpu-timestamps", "wall" */
     double speedup;          /* vs the CPU row of the same work, 0 = none */
@@ -282,12 +283,71 @@ static vkh2o_result bench_forward(bench_env* env)
     return r;
 }
 
+/* Read bandwidth of the two binding paths (shaders/read_probe.comp): a storage buffer read as
+ * uvec4 and the same bytes as a uniform texel buffer (texelFetch). On llvmpipe storage loads go
+ * one lane at a time while texel fetches use the vectorised gather. */
+static vkh2o_result bench_read(bench_env* env)
+{
+    vkh2o_context* ctx = env->ctx;
+    const uint64_t bytes = env->quick ? (8ull << 20) : (64ull << 20);
+    const uint32_t per_inv = 256, n_inv = (uint32_t)(bytes / 16 / per_inv);
+    vkh2o_buffer *src = NULL, *out = NULL;
+    vkh2o_result r = vkh2o_buffer_create(ctx, bytes, &src);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, (uint64_t)n_inv * 4, &out);
+    if (r == VKH2O_OK) r = vkh2o_buffer_fill(src, 0, bytes, 0x01010101u);
+    char names[2][96];
+    snprintf(names[0], sizeof names[0], "read %llu MiB: storage buffer (uvec4)", (unsigned long long)(bytes >> 20));
+    snprintf(names[1], sizeof names[1], "read %llu MiB: uniform texel buffer (rgba32ui)", (unsigned long long)(bytes >> 20));
+    for (uint32_t mode = 0; mode < 2 && r == VKH2O_OK; mode++) {
+        uint32_t spec[2] = { 64, mode };
+        vkh2o_kernel* k;
+        vkh2o_binding b[3];
+        if ((r = vkh2o_kernel_get_texel(ctx, "read_probe", 3, 1u << 1, spec, 2, &k)) != VKH2O_OK) break;
+        b[0] = vkh2o_bind(src);
+        if ((r = vkh2o_bind_texel(src, VK_FORMAT_R32G32B32A32_UINT, 0, bytes, &b[1])) != VKH2O_OK) break;
+        b[2] = vkh2o_bind(out);
+        uint32_t pc[2] = { per_inv, n_inv };
+        double t[64];
+        uint32_t runs = env->runs < 64 ? env->runs : 64;
+        for (uint32_t run = 0; run <= runs && r == VKH2O_OK; run++) {
+            VkCommandBuffer cb;
+            if ((r = vkh2o_begin(ctx, &cb)) != VKH2O_OK) break;
+            uint32_t t0 = vkh2o_timestamp(ctx, cb);
+            r = vkh2o_dispatch(ctx, cb, k, b, 3, pc, sizeof pc, vkh2o_div_up(n_inv, 64), 1, 1);
+            uint32_t t1 = vkh2o_timestamp(ctx, cb);
+            double w0 = cli_now();
+            vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
+            if (r == VKH2O_OK) r = r2;
+            double ms = vkh2o_timestamp_ms(ctx, t0, t1);
+            if (ms < 0) ms = (cli_now() - w0) * 1e3;
+            if (run) t[run - 1] = ms;
+        }
+        if (r != VKH2O_OK) break;
+        /* every word is 0x01010101: each invocation's sum is known */
+        uint32_t first;
+        if ((r = vkh2o_buffer_download(out, 0, &first, 4)) != VKH2O_OK) break;
+        if (first != per_inv * 4u * 0x01010101u) {
+            fprintf(stderr, "%s: read probe (%s) returned a wrong sum\n", TOOL, mode ? "texel" : "storage");
+            r = VKH2O_ERROR_VULKAN;
+            break;
+        }
+        double ms = median(t, runs);
+        bench_row* row = bench_add(env, names[mode], env->caps->device_name, ms, 0.0, runs,
+                                   env->caps->timestamps ? "gpu-timestamps" : "wall");
+        if (row) row->gbps = (double)bytes / (ms * 1e6);
+    }
+    vkh2o_buffer_destroy(src);
+    vkh2o_buffer_destroy(out);
+    return r;
+}
+
 /* Benchmarks in order. Another measurement is one more entry: a function that runs its work
  * and records rows with bench_add(env, "<name with matmul/forward>", device, ms, gflops, ...). */
 typedef vkh2o_result (*bench_fn)(bench_env* env);
 static const struct { const char* name; bench_fn fn; } benches[] = {
     { "matmul", bench_matmul },
     { "forward", bench_forward },
+    { "read", bench_read },
 };
 
 static void print_text(const bench_env* env)
@@ -298,6 +358,7 @@ static void print_text(const bench_env* env)
         printf("%-44s %-40.40s %12.3f %10.2f  (%u run%s, %s)", r->name, r->device, r->median_ms, r->gflops, r->runs,
                r->runs == 1 ? "" : "s", r->timing);
         if (r->speedup > 0) printf("  %.1fx the CPU", r->speedup);
+        if (r->gbps > 0) printf("  %.2f GB/s", r->gbps);
         printf("\n");
     }
 }
@@ -317,6 +378,7 @@ static int print_json(const bench_env* env)
         cJSON_AddNumberToObject(o, "runs", r->runs);
         cJSON_AddStringToObject(o, "timing", r->timing);
         if (r->speedup > 0) cJSON_AddNumberToObject(o, "speedup_vs_cpu", r->speedup);
+        if (r->gbps > 0) cJSON_AddNumberToObject(o, "gbps", r->gbps);
         cJSON_AddItemToArray(arr, o);
     }
     char* s = cJSON_Print(arr);
@@ -336,11 +398,12 @@ static void usage(FILE* f)
                "  --seq-len S   tokens of the prefill matmul and the layer forward (default 256)\n"
                "  --runs R      timed runs per measurement (default 5)\n"
                "  --json        print a JSON array, one object per measurement\n"
-               "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu)\n"
+               "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu, gbps)\n"
                "  --quick       small shapes and a small layer, S=16 (seconds on a CPU device; for tests)\n"
                "Measurements: the q_a_proj matmul (S x 1536 x 7168, BF16) on the device and as a\n"
                "single-thread fp32 CPU loop, its decode form (M = 1), and one Kimi K2.6 MLA layer\n"
-               "forward at S tokens (random BF16 weights) with its per-stage GPU times.\n");
+               "forward at S tokens (random BF16 weights) with its per-stage GPU times, and the read\n"
+               "bandwidth of storage buffers vs uniform texel buffers (GB/s).\n");
 }
 
 int main(int argc, char** argv)
