@@ -98,6 +98,12 @@ int kvq_quant(float x, float s, uint p)
     return q;
 }
 
+// The 4 signed bytes of a word (byte 0 first) and the 4 low / high signed nibbles (nibble 0 first),
+// by shifting each field to the top and back (arithmetic shift sign-extends).
+ivec4 kvq_i8x4(int w) { return ivec4(w << 24, w << 16, w << 8, w) >> 24; }
+ivec4 kvq_i4x4_lo(int w) { return ivec4(w << 28, w << 24, w << 20, w << 16) >> 28; }
+ivec4 kvq_i4x4_hi(int w) { return ivec4(w << 12, w << 8, w << 4, w) >> 28; }
+
 // Defines `float NAME(uint p, uint base, uint d, uint grp, uint t, uint c)`: element (t, c) of a
 // section of d channels starting at word `base` of the pool of precision p.
 #define KVQ_DEFINE_LOAD(NAME, P16, P8, P4)                                                   \

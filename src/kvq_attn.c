@@ -10,6 +10,8 @@
 #define COMBINE_WG 64u
 #define METRICS_WG 64u
 
+static uint64_t div_up64(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
 static vkh2o_binding bind_or_dummy(const vkh2o_qcache* qc, const vkh2o_buffer* b)
 {
     return vkh2o_bind(b ? b : qc->dummy);
@@ -43,6 +45,11 @@ static vkh2o_result check_attn(vkh2o_qcache* qc, const vkh2o_buffer* q, const vk
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "qcache attend: output buffer smaller than [%u, %u] f32",
                           qc->d.num_heads, qc->shape.d_v);
     VKH2O_CHECK(kvq_scratch(ctx, &qc->list, 4ull * (1 + qc->max_blocks)));
+    VKH2O_CHECK(kvq_scratch(ctx, &qc->rank, 4ull * qc->max_blocks));
+    if (qc->blocks > KVQ_MAX_BLOCKS && vkh2o_context_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "qcache attend: %u blocks exceed the %u a CPU device can rank within its loop budget "
+                          "(use a larger block_size)", qc->blocks, KVQ_MAX_BLOCKS);
     if (a->selector == VKH2O_QSELECT_QUEST)
         VKH2O_CHECK(kvq_scratch(ctx, &qc->keys, 4ull * qc->max_blocks));
     return VKH2O_OK;
@@ -64,16 +71,141 @@ vkh2o_result kvq_record_select(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o
     }
     vkh2o_kernel* ks;
     kvq_layout_spec(qc, KVQ_SELECT_WG, spec);
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_select", 3, spec, KVQ_SPEC_LAYOUT_COUNT, &ks));
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_select", 4, spec, KVQ_SPEC_LAYOUT_COUNT, &ks));
     struct kvq_select_push pc = {
         qc->blocks, qc->d.sink_blocks, qc->d.recent_blocks, (uint32_t)a->selector, a->budget_blocks,
-        (uint32_t)a->seed, (uint32_t)(a->seed >> 32),
+        (uint32_t)a->seed, (uint32_t)(a->seed >> 32), 0,
     };
-    vkh2o_binding b[3] = { vkh2o_bind(qc->meta), bind_or_dummy(qc, a->selector == VKH2O_QSELECT_QUEST ? qc->keys : NULL),
-                           vkh2o_bind(qc->list) };
-    VKH2O_CHECK(vkh2o_dispatch(ctx, cb, ks, b, 3, &pc, sizeof pc, 1, 1, 1));
+    vkh2o_binding b[4] = { vkh2o_bind(qc->meta), bind_or_dummy(qc, a->selector == VKH2O_QSELECT_QUEST ? qc->keys : NULL),
+                           vkh2o_bind(qc->rank), vkh2o_bind(qc->list) };
+    if (qc->blocks) {
+        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, ks, b, 4, &pc, sizeof pc, vkh2o_div_up(qc->blocks, KVQ_SELECT_WG), 1, 1));
+        vkh2o_barrier(ctx, cb);
+    }
+    pc.phase = 1;
+    VKH2O_CHECK(vkh2o_dispatch(ctx, cb, ks, b, 4, &pc, sizeof pc, 1, 1, 1));
     vkh2o_barrier(ctx, cb);
     return VKH2O_OK;
+}
+
+uint32_t kvq_wide_layout(const vkh2o_qcache* qc)
+{
+    const vkh2o_qshape* sh = &qc->shape;
+    if (sh->d_k % 8 || sh->d_v % 8)
+        return 0;
+    const kvq_section* secs[2] = { &qc->sec_k, &qc->sec_v };
+    for (int i = 0; i < 2; i++)
+        for (int p = 0; p < 3; p++)
+            if (secs[i]->data_words[p] % 4 || secs[i]->words[p] % 4)
+                return 0;
+    bool per_token = qc->d.k_grouping == VKH2O_QGROUP_PER_TOKEN ||
+                     (!sh->v_in_k && qc->d.v_grouping == VKH2O_QGROUP_PER_TOKEN);
+    return per_token && qc->d.group_size % 8 ? 0 : 1;
+}
+
+static uint32_t largest_divisor(uint32_t b, uint32_t most)
+{
+    for (uint32_t p = most; p > 1; p /= 2)
+        if (b % p == 0)
+            return p;
+    return 1;
+}
+
+/* Loop iterations per invocation (worst case) of each pass; see the shaders' budget notes. */
+static void plan_iters(const vkh2o_qcache* qc, kvq_attn_plan* pl)
+{
+    uint32_t B = qc->d.block_size;
+    pl->iters_score = pl->wide ? qc->shape.d_k / 8 : qc->shape.d_k;
+    pl->iters_softmax = 2 * vkh2o_div_up(pl->bps * B, 4) + 2;
+    pl->iters_pv = pl->bps * (1 + vkh2o_div_up(B, pl->pt)) + 1;
+    pl->iters_combine = 3 * pl->splits;
+}
+
+vkh2o_result kvq_plan_attend(vkh2o_qcache* qc, const vkh2o_qattn_desc* a, kvq_attn_plan* pl)
+{
+    vkh2o_context* ctx = qc->ctx;
+    const vkh2o_device_caps* caps = vkh2o_context_caps(ctx);
+    bool cpu = caps->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    uint32_t H = qc->d.num_heads, kvh = qc->shape.kv_heads, qpk = H / kvh, B = qc->d.block_size;
+    uint32_t dv = qc->shape.d_v;
+    memset(pl, 0, sizeof *pl);
+    /* CPU devices: big register tiles (every load is a per-lane loop there, so each loaded element
+     * should feed many FMAs); GPUs: small tiles, many invocations. */
+    pl->wide = kvq_wide_layout(qc);
+    pl->tm = qpk < (cpu ? 8u : 4u) ? qpk : (cpu ? 8u : 4u);
+    pl->pt = largest_divisor(B, cpu ? 8 : 4);
+    pl->tc = pl->wide && cpu ? 16 : 8;
+    pl->ht = vkh2o_div_up(qpk, pl->tm);
+    pl->ct = vkh2o_div_up(dv, pl->tc);
+    pl->wg_score = 64;
+    pl->wg_softmax = 64;
+    uint32_t per_split = pl->ct * pl->ht;
+    pl->wg_pv = per_split >= 64 ? 64 : (uint32_t)vkh2o_div_up(per_split, 8) * 8;
+    pl->wg_combine = cpu ? 64 : 128;
+    pl->ncc = vkh2o_div_up(dv, pl->wg_combine);
+    pl->max_sel = max_selected(qc, a);
+    uint32_t nsel = pl->max_sel ? pl->max_sel : 1;
+    uint64_t npos = (uint64_t)nsel * B;
+    pl->nps = (uint32_t)((npos + 3) / 4 * 4);
+
+    /* splits: enough workgroups to fill the device, within the loop budget of every pass, a
+     * multiple of 4 positions each (kvq_softmax reads vec4) */
+    uint32_t align = 4 / (B % 4 == 0 ? 4 : B % 2 == 0 ? 2 : 1);
+    uint32_t bps_max = (KVQ_LOOP_BUDGET - 2) / (1 + vkh2o_div_up(B, pl->pt));
+    uint32_t soft_max = (KVQ_LOOP_BUDGET / 2 - 2) * 4 / B;
+    if (soft_max < bps_max)
+        bps_max = soft_max;
+    bps_max = bps_max / align * align;
+    uint32_t bps_min = vkh2o_div_up(nsel, KVQ_MAX_SPLITS);
+    bps_min = vkh2o_div_up(bps_min, align) * align;
+    uint32_t bps = a->blocks_per_split;
+    if (bps == 0) {
+        uint32_t target = cpu ? 32 : 512;
+        uint32_t wgs = vkh2o_div_up(per_split, pl->wg_pv) * kvh;
+        uint32_t splits = wgs >= target ? 1 : target / wgs;
+        bps = vkh2o_div_up(nsel, splits);
+    }
+    bps = vkh2o_div_up(bps, align) * align;
+    if (bps < bps_min)
+        bps = bps_min;
+    if (bps > bps_max)
+        bps = bps_max;
+    if (bps_max == 0 || bps < bps_min)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "qcache attend: %u selected blocks of %u tokens cannot be split within the device's loop "
+                          "budget (at most %u splits of at most %u blocks)", nsel, B, KVQ_MAX_SPLITS, bps_max);
+    pl->bps = bps;
+    pl->splits = vkh2o_div_up(nsel, bps);
+    plan_iters(qc, pl);
+
+    uint64_t score_bytes = 4ull * H * pl->nps;
+    if (score_bytes > caps->max_storage_buffer_range)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "qcache attend: scores of %u heads x %llu positions (%llu bytes) exceed maxStorageBufferRange",
+                          H, (unsigned long long)npos, (unsigned long long)score_bytes);
+    uint64_t part_bytes = 4ull * pl->splits * H * (dv + 2);
+    if (part_bytes > caps->max_storage_buffer_range)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "qcache attend: split partials of %llu bytes exceed maxStorageBufferRange",
+                          (unsigned long long)part_bytes);
+    uint64_t score_groups = div_up64((uint64_t)pl->ht * (npos / pl->pt), pl->wg_score);
+    uint64_t soft_groups = div_up64((uint64_t)H * pl->splits, pl->wg_softmax);
+    if (score_groups > caps->max_workgroup_count[0] || soft_groups > caps->max_workgroup_count[0] ||
+        pl->splits > caps->max_workgroup_count[2] || H > caps->max_workgroup_count[0])
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "qcache attend: %llu score workgroups exceed the device's dispatch limit",
+                          (unsigned long long)score_groups);
+    return VKH2O_OK;
+}
+
+static void attn_tile_spec(const vkh2o_qcache* qc, const kvq_attn_plan* pl, uint32_t wg, uint32_t* spec)
+{
+    kvq_layout_spec(qc, wg, spec);
+    spec[KVQ_SPEC_TM] = pl->tm;
+    spec[KVQ_SPEC_PT] = pl->pt;
+    spec[KVQ_SPEC_QPK] = qc->d.num_heads / qc->shape.kv_heads;
+    spec[KVQ_SPEC_WIDE] = pl->wide;
+    spec[KVQ_SPEC_HT] = pl->ht;
+    spec[KVQ_SPEC_TC] = pl->tc;
+    spec[KVQ_SPEC_CT] = pl->ct;
 }
 
 vkh2o_result kvq_record_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_buffer* q, vkh2o_buffer* out,
@@ -83,53 +215,56 @@ vkh2o_result kvq_record_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o
     VKH2O_CHECK(check_attn(qc, q, out, a));
     if (!out)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "qcache attend: missing output buffer");
-    const vkh2o_device_caps* caps = vkh2o_context_caps(ctx);
-    bool cpu = caps->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    uint32_t H = qc->d.num_heads, kvh = qc->shape.kv_heads, qpk = H / kvh;
-    uint32_t wg = cpu ? 64 : 128;
-    uint32_t hc = qpk < 8 ? qpk : 8;
-    uint32_t chunks = vkh2o_div_up(qpk, hc);
-    uint32_t nsel = max_selected(qc, a);
-    uint32_t bps = a->blocks_per_split;
-    if (bps == 0) {
-        /* enough workgroups to fill the device, each split at least a few blocks */
-        uint32_t target = cpu ? 64 : 512;
-        uint32_t per = kvh * chunks;
-        uint32_t splits = per >= target ? 1 : target / per;
-        bps = vkh2o_div_up(nsel ? nsel : 1, splits);
-        uint32_t min_bps = vkh2o_div_up(64, qc->d.block_size);
-        if (bps < min_bps)
-            bps = min_bps;
-    }
-    uint32_t splits = nsel ? vkh2o_div_up(nsel, bps) : 1;
-    VKH2O_CHECK(kvq_scratch(ctx, &qc->part, 4ull * splits * H * (qc->shape.d_v + 2)));
+    kvq_attn_plan pl;
+    VKH2O_CHECK(kvq_plan_attend(qc, a, &pl));
+    uint32_t H = qc->d.num_heads, kvh = qc->shape.kv_heads, B = qc->d.block_size;
+    VKH2O_CHECK(kvq_scratch(ctx, &qc->part, 4ull * pl.splits * H * (qc->shape.d_v + 2)));
+    VKH2O_CHECK(kvq_scratch(ctx, &qc->scores, 4ull * H * pl.nps));
     VKH2O_CHECK(kvq_record_select(qc, cb, q, a));
 
-    uint32_t spec[KVQ_SPEC_ATTN_COUNT];
-    kvq_layout_spec(qc, wg, spec);
-    spec[KVQ_SPEC_HC] = hc;
-    spec[KVQ_SPEC_QPK] = qpk;
-    bool fast8 = qc->shape.d_k % 8 == 0 && qc->shape.d_v % 8 == 0;
-    spec[KVQ_SPEC_NC] = fast8 ? 8 * vkh2o_div_up(qc->shape.d_v, 8 * wg) : vkh2o_div_up(qc->shape.d_v, wg);
-    vkh2o_kernel *ka, *kc;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_attn", 7, spec, KVQ_SPEC_ATTN_COUNT, &ka));
-    struct kvq_attn_push pa = { .scale = a->scale > 0 ? a->scale : 1.0f / sqrtf((float)qc->shape.d_k),
-                                .splits = splits, .bps = bps, .heads = H };
+    uint32_t spec[KVQ_SPEC_PV_COUNT];
+    vkh2o_kernel *ks, *ksm, *kp, *kc;
+    attn_tile_spec(qc, &pl, pl.wg_score, spec);
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_score", 7, spec, KVQ_SPEC_SCORE_COUNT, &ks));
+    attn_tile_spec(qc, &pl, pl.wg_pv, spec);
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_pv", 7, spec, KVQ_SPEC_PV_COUNT, &kp));
+    kvq_layout_spec(qc, pl.wg_softmax, spec);
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_softmax", 3, spec, KVQ_SPEC_LAYOUT_COUNT, &ksm));
+    kvq_layout_spec(qc, pl.wg_combine, spec);
+    spec[KVQ_SPEC_NCC] = pl.ncc;
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_combine", 2, spec, KVQ_SPEC_COMBINE_COUNT, &kc));
+
+    vkh2o_binding pools[3];
+    for (int p = 0; p < 3; p++)
+        pools[p] = bind_or_dummy(qc, qc->pool[p]);
+
+    struct kvq_score_push ps = { .scale = a->scale > 0 ? a->scale : 1.0f / sqrtf((float)qc->shape.d_k), .nps = pl.nps,
+                                 .heads = H };
+    struct kvq_pv_push pp = { .nps = pl.nps, .heads = H, .bps = pl.bps };
     for (int p = 0; p < 3; p++) {
-        pa.ks_words[p] = qc->sec_k.words[p];
-        pa.vs_words[p] = qc->sec_v.words[p];
-        pa.slot_words[p] = qc->slot_words[p];
+        ps.ks_words[p] = pp.ks_words[p] = qc->sec_k.words[p];
+        ps.vs_words[p] = pp.vs_words[p] = qc->sec_v.words[p];
+        ps.slot_words[p] = pp.slot_words[p] = qc->slot_words[p];
     }
-    vkh2o_binding b[7] = {
-        vkh2o_bind(qc->meta), vkh2o_bind(qc->list), vkh2o_bind(q), bind_or_dummy(qc, qc->pool[0]),
-        bind_or_dummy(qc, qc->pool[1]), bind_or_dummy(qc, qc->pool[2]), vkh2o_bind(qc->part),
-    };
-    VKH2O_CHECK(vkh2o_dispatch(ctx, cb, ka, b, 7, &pa, sizeof pa, chunks, kvh, splits));
+    uint64_t ntiles = (uint64_t)pl.max_sel * B / pl.pt;
+    vkh2o_binding bs[7] = { vkh2o_bind(qc->meta), vkh2o_bind(qc->list), vkh2o_bind(q), pools[0], pools[1], pools[2],
+                            vkh2o_bind(qc->scores) };
+    if (ntiles)
+        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, ks, bs, 7, &ps, sizeof ps,
+                                   (uint32_t)div_up64(ntiles * pl.ht, pl.wg_score), kvh, 1));
     vkh2o_barrier(ctx, cb);
 
-    kvq_layout_spec(qc, COMBINE_WG, spec);
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_combine", 2, spec, KVQ_SPEC_LAYOUT_COUNT, &kc));
-    struct kvq_combine_push pcmb = { splits, H };
+    struct kvq_softmax_push psm = { pl.nps, H, pl.splits, pl.bps * B };
+    vkh2o_binding bsm[3] = { vkh2o_bind(qc->list), vkh2o_bind(qc->scores), vkh2o_bind(qc->part) };
+    VKH2O_CHECK(vkh2o_dispatch(ctx, cb, ksm, bsm, 3, &psm, sizeof psm, vkh2o_div_up(H * pl.splits, pl.wg_softmax), 1, 1));
+    vkh2o_barrier(ctx, cb);
+
+    vkh2o_binding bp[7] = { vkh2o_bind(qc->meta), vkh2o_bind(qc->list), vkh2o_bind(qc->scores), pools[0], pools[1], pools[2],
+                            vkh2o_bind(qc->part) };
+    VKH2O_CHECK(vkh2o_dispatch(ctx, cb, kp, bp, 7, &pp, sizeof pp, vkh2o_div_up(pl.ct * pl.ht, pl.wg_pv), kvh, pl.splits));
+    vkh2o_barrier(ctx, cb);
+
+    struct kvq_combine_push pcmb = { pl.splits, H };
     vkh2o_binding bc[2] = { vkh2o_bind(qc->part), vkh2o_bind(out) };
     VKH2O_CHECK(vkh2o_dispatch(ctx, cb, kc, bc, 2, &pcmb, sizeof pcmb, H, 1, 1));
     vkh2o_barrier(ctx, cb);

@@ -87,7 +87,7 @@ void vkh2o_qcache_destroy(vkh2o_qcache* qc)
     if (!qc)
         return;
     vkh2o_buffer* bufs[] = { qc->meta, qc->imp, qc->minmax, qc->pool[0], qc->pool[1], qc->pool[2],
-                             qc->keys, qc->list, qc->part, qc->dummy, qc->mpart };
+                             qc->keys, qc->list, qc->part, qc->dummy, qc->mpart, qc->scores, qc->rank };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         vkh2o_buffer_destroy(bufs[i]);
     free(qc);
@@ -365,7 +365,8 @@ void vkh2o_qcache_get_stats(const vkh2o_qcache* qc, vkh2o_qcache_stats* out)
     out->meta_bytes = vkh2o_buffer_size(qc->meta) + vkh2o_buffer_size(qc->imp) + vkh2o_buffer_size(qc->minmax);
     out->allocated_bytes = out->meta_bytes + out->pool_bytes[0] + out->pool_bytes[1] + out->pool_bytes[2];
     out->scratch_bytes = vkh2o_buffer_size(qc->keys) + vkh2o_buffer_size(qc->list) + vkh2o_buffer_size(qc->part) +
-                         vkh2o_buffer_size(qc->dummy) + vkh2o_buffer_size(qc->mpart);
+                         vkh2o_buffer_size(qc->dummy) + vkh2o_buffer_size(qc->mpart) +
+                         vkh2o_buffer_size(qc->scores) + vkh2o_buffer_size(qc->rank);
 }
 
 vkh2o_result vkh2o_qcache_read_blocks(vkh2o_qcache* qc, uint32_t* prec, uint32_t* slot, uint32_t* first,

@@ -33,12 +33,29 @@ enum kvq_spec {
     KVQ_SPEC_VGROUP = 7,
     KVQ_SPEC_VINK = 8,     /* latent: V is the first DV channels of the K row */
     KVQ_SPEC_LAYOUT_COUNT = 9,
-    /* kvq_attn only */
-    KVQ_SPEC_HC = 9,       /* query heads per workgroup (register blocked) */
-    KVQ_SPEC_QPK = 10,     /* query heads per KV head */
-    KVQ_SPEC_NC = 11,      /* value channels per invocation: ceil(DV / WG) */
-    KVQ_SPEC_ATTN_COUNT = 12,
+    /* kvq_score / kvq_pv (register tiles) */
+    KVQ_SPEC_TM = 9,       /* query heads per invocation */
+    KVQ_SPEC_PT = 10,      /* positions (tokens) per invocation step; divides B */
+    KVQ_SPEC_QPK = 11,     /* query heads per KV head */
+    KVQ_SPEC_WIDE = 12,    /* 1: 8-channel loads (layout aligned, see kvq_wide_layout) */
+    KVQ_SPEC_HT = 13,      /* head tiles per KV head: ceil(QPK / TM) */
+    KVQ_SPEC_SCORE_COUNT = 14,
+    KVQ_SPEC_TC = 14,      /* kvq_pv: value channels per invocation */
+    KVQ_SPEC_CT = 15,      /* kvq_pv: channel tiles ceil(DV / TC) */
+    KVQ_SPEC_PV_COUNT = 16,
+    /* kvq_combine */
+    KVQ_SPEC_NCC = 9,      /* channels per invocation: ceil(DV / WG) */
+    KVQ_SPEC_COMBINE_COUNT = 10,
 };
+
+/* llvmpipe (lavapipe) silently ends every loop of an invocation once 65535 loop iterations have
+ * run in total (all loops together; fully unrolled loops do not count). Every kvq shader bounds
+ * the iterations one invocation can run below this budget at the largest shapes accepted. */
+#define KVQ_LOOP_BUDGET 60000u
+/* Most blocks the selection and routing rank on CPU devices (n / 8 iterations per block). */
+#define KVQ_MAX_BLOCKS 262144u
+/* Largest number of splits of one decode attention (kvq_combine walks them 3 times). */
+#define KVQ_MAX_SPLITS 4096u
 
 /* Per-tensor section sizes in 32-bit words. */
 typedef struct kvq_section {
@@ -66,8 +83,10 @@ struct vkh2o_qcache {
 
     /* scratch for attention (grown on demand) */
     vkh2o_buffer* keys;         /* [max_blocks] f32 quest bounds */
-    vkh2o_buffer* list;         /* [1 + max_blocks] u32 selected blocks */
+    vkh2o_buffer* list;         /* [1 + max_blocks] u32: count, selected blocks by (precision, index) */
     vkh2o_buffer* part;         /* partial softmax state per split and head */
+    vkh2o_buffer* scores;       /* [heads][nps] scores, then unnormalised probabilities */
+    vkh2o_buffer* rank;         /* [max_blocks] u32 per-block selection / routing flags */
     vkh2o_buffer* dummy;        /* bound where a pool is absent */
     vkh2o_buffer* mpart;        /* metrics partials */
     uint32_t last_selected_blocks;
@@ -100,7 +119,23 @@ static inline uint32_t kvq_hash(uint32_t b, uint32_t seed_lo, uint32_t seed_hi)
  * selected blocks in *max_sel. */
 vkh2o_result kvq_record_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_buffer* q, vkh2o_buffer* out,
                                const vkh2o_qattn_desc* desc);
-/* Records only the selection (tests): list buffer gets [count, blocks...]. */
+/* Tile shapes and split of one decode attention (also used by tests to check loop budgets). */
+typedef struct kvq_attn_plan {
+    uint32_t tm, pt, ht, tc, ct, wide;
+    uint32_t wg_score, wg_softmax, wg_pv, wg_combine, ncc;
+    uint32_t max_sel;           /* most blocks the selection can return */
+    uint32_t nps;               /* scores row stride */
+    uint32_t bps, splits;
+    uint32_t iters_score, iters_softmax, iters_pv, iters_combine;   /* per invocation, worst case */
+} kvq_attn_plan;
+/* Plans an attention; UNSUPPORTED (with a message) when no split fits the loop budget, the
+ * scores buffer or the dispatch limits. */
+vkh2o_result kvq_plan_attend(vkh2o_qcache* qc, const vkh2o_qattn_desc* desc, kvq_attn_plan* pl);
+/* 1 when every section and scale area starts on 16 bytes and rows are multiples of 8 channels
+ * (and per-token groups multiples of 8), so the attention may load 8 channels at once. */
+uint32_t kvq_wide_layout(const vkh2o_qcache* qc);
+/* Records only the selection (tests): list buffer gets [count, blocks...], the blocks ordered by
+ * precision (FP16, INT8, INT4) and ascending within a precision. */
 vkh2o_result kvq_record_select(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_buffer* q, const vkh2o_qattn_desc* desc);
 /* Grows a scratch buffer to at least bytes (destroying the old one). */
 vkh2o_result kvq_scratch(vkh2o_context* ctx, vkh2o_buffer** b, uint64_t bytes);
@@ -133,16 +168,28 @@ _Static_assert(sizeof(struct kvq_qbound_push) <= 128, "");
 
 struct kvq_select_push {
     uint32_t n_blocks, n_sink, n_recent, mode, k, seed_lo, seed_hi;
+    uint32_t phase;             /* 0 rank/flag per block, 1 compact into the list */
 };
 _Static_assert(sizeof(struct kvq_select_push) <= 128, "");
 
-struct kvq_attn_push {
+struct kvq_score_push {
     float scale;
-    uint32_t splits, bps;       /* number of splits, selected blocks per split */
+    uint32_t nps;               /* row stride of the scores buffer (multiple of 4) */
     uint32_t heads;
     uint32_t ks_words[3], vs_words[3], slot_words[3];
 };
-_Static_assert(sizeof(struct kvq_attn_push) <= 128, "");
+_Static_assert(sizeof(struct kvq_score_push) <= 128, "");
+
+struct kvq_softmax_push {
+    uint32_t nps, heads, splits, spp;   /* spp: positions per split (bps * B, multiple of 4) */
+};
+_Static_assert(sizeof(struct kvq_softmax_push) <= 128, "");
+
+struct kvq_pv_push {
+    uint32_t nps, heads, bps;
+    uint32_t ks_words[3], vs_words[3], slot_words[3];
+};
+_Static_assert(sizeof(struct kvq_pv_push) <= 128, "");
 
 struct kvq_combine_push {
     uint32_t splits, heads;

@@ -23,6 +23,8 @@ static const tq_case cases[] = {
     { "expanded H3 K32 V20 B8", { .layout = VKH2O_QLAYOUT_EXPANDED, .num_heads = 3, .qk_nope_head_dim = 24, .qk_rope_head_dim = 8,
                                   .v_head_dim = 20, .block_size = 8, .group_size = 16, .max_tokens = 160,
                                   .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 150 },
+    { "latent Kimi H64 d576/512 B16", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 64, .max_tokens = 300,
+                                    .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 291 },
     { "latent one partial block", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 16, .qk_rope_head_dim = 4,
                                     .block_size = 16, .max_tokens = 64, .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 11 },
 };
@@ -119,11 +121,20 @@ static void run_case(const tq_case* tc, uint64_t seed)
             uint32_t* wl = malloc(4ull * (nb + 1));
             uint32_t wn = ref_kvq_select(nb, s.prec, qc->d.sink_blocks, qc->d.recent_blocks, (int)ad.selector, ad.budget_blocks,
                                          ad.selector == VKH2O_QSELECT_QUEST ? fk_quest : fk_score, uk, wl);
+            /* the device list is ordered by precision (FP16, INT8, INT4), ascending within one */
+            uint32_t* wsorted = malloc(4ull * (nb + 1));
+            uint32_t ns = 0;
+            for (uint32_t p = 0; p < 3; p++)
+                for (uint32_t i = 0; i < wn; i++)
+                    if (s.prec[wl[i]] == p)
+                        wsorted[ns++] = wl[i];
+            assert_int_equal(ns, wn);
             assert_int_equal(gl[0], wn);
             for (uint32_t i = 0; i < wn; i++)
-                if (gl[1 + i] != wl[i])
+                if (gl[1 + i] != wsorted[i])
                     fail_msg("%s %s: selected block #%u is %u, CPU %u", vkh2o_qpolicy_name(pols[pi]),
-                             vkh2o_qselector_name(ad.selector), i, gl[1 + i], wl[i]);
+                             vkh2o_qselector_name(ad.selector), i, gl[1 + i], wsorted[i]);
+            free(wsorted);
             /* sinks and recents always attended (never evicted, never skipped) */
             uint32_t fixed = 0;
             for (uint32_t i = 0; i < wn; i++)

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 
 #define TOOL "vkh2o-quant"
@@ -518,14 +519,48 @@ static int cmp_double(const void* a, const void* b)
     return x < y ? -1 : x > y;
 }
 
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec + 1e-6 * ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec);
+}
+
+/* One bench figure: median GPU-timestamp time of reps steps, and the process CPU time per step
+ * (on a CPU device like lavapipe the "GPU" is this process's threads: the CPU time shows how
+ * much of the wall time was contention from other processes). */
+static int bench_one(runner* R, vkh2o_qpolicy pol, uint32_t reps, double* ms, double* cpu_ms, uint64_t* bytes)
+{
+    if (build(R, pol))
+        return -1;
+    vkh2o_qcache_stats st;
+    vkh2o_qcache_get_stats(R->qc, &st);
+    *bytes = st.pool_bytes[0] + st.pool_bytes[1] + st.pool_bytes[2];
+    vkh2o_qattn_desc ad = { .scale = R->scale, .selector = VKH2O_QSELECT_ALL };
+    double t[1000], dummy;
+    if (attend(R, &ad, NULL, &dummy))   /* warm-up: pipelines, scratch */
+        return -1;
+    double c0 = cpu_seconds();
+    for (uint32_t i = 0; i < reps; i++)
+        if (attend(R, &ad, NULL, &t[i]))
+            return -1;
+    *cpu_ms = (cpu_seconds() - c0) * 1e3 / reps;
+    qsort(t, reps, sizeof(double), cmp_double);
+    *ms = t[reps / 2];
+    return 0;
+}
+
 static int bench(vkh2o_context* ctx, const opts* o)
 {
     opts bo = *o;
     bo.layout = VKH2O_QLAYOUT_LATENT;
     uint32_t heads_list[2] = { o->heads, 1 };
     int nh = o->heads_set ? 1 : 2;
-    printf("bench: decode attention over a %u-token latent cache (c_kv 512 + k_pe 64, block %u), GPU timestamps, median of %u\n",
+    printf("bench: decode attention over a %u-token latent cache (c_kv 512 + k_pe 64, block %u), all blocks attended;\n"
+           "       time = median of %u GPU-timestamp runs; cpu = process CPU time per step (contention check)\n",
            o->bench_tokens, o->block ? o->block : 16, o->reps);
+    printf("  %-5s %-9s %10s %10s %9s %10s %10s %10s\n", "heads", "policy", "ms", "cpu_ms", "pool_MB", "GB/s", "GFLOP/s",
+           "vs_fp16");
     for (int hi = 0; hi < nh; hi++) {
         bo.heads = heads_list[hi];
         runner R;
@@ -533,36 +568,18 @@ static int bench(vkh2o_context* ctx, const opts* o)
             teardown(&R);
             return -1;
         }
-        double ms[2] = { 0, 0 };
-        uint64_t bytes[2] = { 0, 0 };
         vkh2o_qpolicy pols[2] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_BALANCED };
+        double ms[2], cpu[2];
+        uint64_t bytes[2];
         for (int p = 0; p < 2; p++) {
-            if (build(&R, pols[p])) {
+            if (bench_one(&R, pols[p], o->reps, &ms[p], &cpu[p], &bytes[p])) {
                 teardown(&R);
                 return -1;
             }
-            vkh2o_qcache_stats st;
-            vkh2o_qcache_get_stats(R.qc, &st);
-            bytes[p] = st.pool_bytes[0] + st.pool_bytes[1] + st.pool_bytes[2];
-            vkh2o_qattn_desc ad = { .scale = R.scale, .selector = VKH2O_QSELECT_ALL };
-            double t[1000], dummy;
-            if (attend(&R, &ad, NULL, &dummy)) {   /* warm-up: pipelines, scratch */
-                teardown(&R);
-                return -1;
-            }
-            for (uint32_t i = 0; i < o->reps; i++)
-                if (attend(&R, &ad, NULL, &t[i])) {
-                    teardown(&R);
-                    return -1;
-                }
-            qsort(t, o->reps, sizeof(double), cmp_double);
-            ms[p] = t[o->reps / 2];
+            double flops = vkh2o_qattn_flops(&R.qc->d, o->bench_tokens);
+            printf("  %-5u %-9s %10.3f %10.3f %9.1f %10.2f %10.2f %10.3f\n", bo.heads, vkh2o_qpolicy_name(pols[p]), ms[p], cpu[p],
+                   bytes[p] / 1e6, bytes[p] / 1e9 / (ms[p] / 1e3), flops / (ms[p] * 1e6), ms[p] / ms[0]);
         }
-        double gb = (double)bytes[0] / 1e9;
-        printf("  heads %-3u FP16     %8.3f ms  (pools %.1f MB, %.2f GB/s, %.1f GFLOP/s)\n", bo.heads, ms[0], bytes[0] / 1e6,
-               gb / (ms[0] / 1e3), vkh2o_qattn_flops(&R.qc->d, o->bench_tokens) / (ms[0] * 1e6));
-        printf("  heads %-3u balanced %8.3f ms  (pools %.1f MB)  ratio balanced/FP16 = %.3f\n", bo.heads, ms[1],
-               bytes[1] / 1e6, ms[1] / ms[0]);
         teardown(&R);
     }
     return 0;

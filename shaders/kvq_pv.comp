@@ -1,0 +1,172 @@
+#version 450
+// Mixed-precision decode attention, pass 3 of 3: per split, o[h][c] = sum_j P[h][j] V_j[c] over
+// the split's selected blocks, reading each block's values in place in its precision
+// (dequantised in registers; latent: V is the first DV channels of the key row). Writes the
+// split's unnormalised output into its partial record (m and l come from kvq_softmax).
+// Register blocking: an invocation owns TM heads x TC value channels and walks the split's
+// tokens PT at a time, so each loaded value element feeds TM FMAs and each probability TC.
+// Invocations of a workgroup share the split, so every block's precision is uniform across a
+// SIMD batch; loads are as wide as the layout allows (see kvq_score.comp).
+// Loop budget: per invocation bps * (1 + B / PT) + 3 iterations (the host bounds bps).
+// spec: 0 WG, 1..8 layout (kvq_common.glsl), 9 TM, 10 PT (divides B), 11 QPK, 12 WIDE, 13 HT,
+//       14 TC (channels per invocation; a multiple of 8 when WIDE), 15 CT (= ceil(DV / TC))
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#include "kvq_common.glsl"
+
+layout(constant_id = 9) const uint TM = 8;
+layout(constant_id = 10) const uint PT = 8;
+layout(constant_id = 11) const uint QPK = 64;
+layout(constant_id = 12) const uint WIDE = 1;
+layout(constant_id = 13) const uint HT = 8;
+layout(constant_id = 14) const uint TC = 16;
+layout(constant_id = 15) const uint CT = 32;
+
+layout(set = 0, binding = 0) readonly buffer Meta { uint meta[]; };
+layout(set = 0, binding = 1) readonly buffer List { uint list[]; };
+layout(set = 0, binding = 2) readonly buffer P { float prob[]; };
+layout(set = 0, binding = 2) readonly buffer P4 { vec4 prob4[]; };
+layout(set = 0, binding = 3) readonly buffer Pool16 { uint pool16[]; };
+layout(set = 0, binding = 3) readonly buffer Pool16v { uvec4 pool16v[]; };
+layout(set = 0, binding = 4) readonly buffer Pool8 { uint pool8[]; };
+layout(set = 0, binding = 4) readonly buffer Pool8v2 { uvec2 pool8v2[]; };
+layout(set = 0, binding = 4) readonly buffer Pool8v { uvec4 pool8v[]; };
+layout(set = 0, binding = 5) readonly buffer Pool4 { uint pool4[]; };
+layout(set = 0, binding = 5) readonly buffer Pool4v { uvec4 pool4v[]; };
+layout(set = 0, binding = 6) writeonly buffer Part { float part[]; };
+
+layout(push_constant) uniform Push {
+    uint nps;                  // row stride of P (multiple of 4)
+    uint heads, bps;
+    uint ks0, ks1, ks2, vs0, vs1, vs2, sw0, sw1, sw2;
+} pc;
+
+KVQ_DEFINE_LOAD(load_el, pool16, pool8, pool4)
+
+uint ks_words(uint p) { return p == 0u ? pc.ks0 : (p == 1u ? pc.ks1 : pc.ks2); }
+uint vs_words(uint p) { return p == 0u ? pc.vs0 : (p == 1u ? pc.vs1 : pc.vs2); }
+uint slot_words(uint p) { return p == 0u ? pc.sw0 : (p == 1u ? pc.sw1 : pc.sw2); }
+
+float o[TM][TC];               // the invocation's outputs (registers)
+uint hq[TM];
+uint c0, kvh;
+const uint vd = VINK != 0u ? DK : DV;        // row length of the stored value section
+const uint vgrp = VINK != 0u ? KGROUP : VGROUP;
+
+// o += P V over one block of precision p (p is a constant at every call, so each precision is
+// its own straight-line code)
+void block_pv(uint p, uint li)
+{
+    uint mb = list[1u + li] * META_WORDS;
+    uint count = meta[mb + META_COUNT];
+    uint base = meta[mb + META_SLOT] * slot_words(p) + kvh * (ks_words(p) + vs_words(p));
+    uint vbase = VINK != 0u ? base : base + ks_words(p);
+    uint dw = kvq_data_words(p, vd);
+    uint jb = li * B;
+    // per-channel scales of this invocation's channels (shared by the block's tokens)
+    float sc[TC];
+    [[unroll]] for (uint c = 0u; c < TC; c++) sc[c] = 1.0;
+    if (WIDE != 0u && p != PREC_FP16 && vgrp == 2u) {
+        [[unroll]] for (uint g = 0u; g < TC; g += 8u) {
+            uint wi = (vbase + dw + ((c0 + g) >> 1)) >> 2;
+            uvec4 sw = p == PREC_INT8 ? pool8v[wi] : pool4v[wi];
+            vec2 s0 = unpackHalf2x16(sw.x), s1 = unpackHalf2x16(sw.y), s2 = unpackHalf2x16(sw.z), s3 = unpackHalf2x16(sw.w);
+            sc[g] = s0.x; sc[g + 1u] = s0.y; sc[g + 2u] = s1.x; sc[g + 3u] = s1.y;
+            sc[g + 4u] = s2.x; sc[g + 5u] = s2.y; sc[g + 6u] = s3.x; sc[g + 7u] = s3.y;
+        }
+    }
+    for (uint t0 = 0u; t0 < count; t0 += PT) {
+        float pr[TM][PT];
+        [[unroll]] for (uint h = 0u; h < TM; h++) {
+            uint row = hq[h] * pc.nps + jb + t0;
+            if ((PT & 3u) == 0u) {
+                [[unroll]] for (uint n = 0u; n < PT; n += 4u) {
+                    vec4 v = prob4[(row + n) >> 2];
+                    pr[h][n] = v.x; pr[h][n + 1u] = v.y; pr[h][n + 2u] = v.z; pr[h][n + 3u] = v.w;
+                }
+            } else {
+                [[unroll]] for (uint n = 0u; n < PT; n++) pr[h][n] = prob[row + n];
+            }
+        }
+        // tokens past count have probability 0 and zero data (finite), so they add nothing
+        [[unroll]] for (uint n = 0u; n < PT; n++) {
+            uint t = t0 + n;
+            float x[TC];
+            if (WIDE != 0u) {
+                [[unroll]] for (uint g = 0u; g < TC; g += 8u) {
+                    uint c = c0 + g;
+                    uint e = t * vd + c;
+                    vec4 xa = vec4(0.0), xb = vec4(0.0);
+                    if (c < DV) {
+                        if (p == PREC_FP16) {
+                            uvec4 w = pool16v[(vbase + (e >> 1)) >> 2];
+                            xa = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+                            xb = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
+                        } else {
+                            ivec4 ia, ib;
+                            if (p == PREC_INT8) {
+                                uvec2 w = pool8v2[(vbase + (e >> 2)) >> 1];
+                                ia = kvq_i8x4(int(w.x));
+                                ib = kvq_i8x4(int(w.y));
+                            } else {
+                                int w = int(pool4[vbase + (e >> 3)]);
+                                ia = kvq_i4x4_lo(w);
+                                ib = kvq_i4x4_hi(w);
+                            }
+                            xa = vec4(ia);
+                            xb = vec4(ib);
+                            if (vgrp == 1u) {   // per token: one scale per 8 channels (G % 8 == 0)
+                                uint si = t * ((vd + G - 1u) / G) + c / G;
+                                uint sw = p == PREC_INT8 ? pool8[vbase + dw + (si >> 1)] : pool4[vbase + dw + (si >> 1)];
+                                vec2 s2 = unpackHalf2x16(sw);
+                                float s0 = (si & 1u) != 0u ? s2.y : s2.x;
+                                xa *= s0;
+                                xb *= s0;
+                            } else {
+                                xa *= vec4(sc[g], sc[g + 1u], sc[g + 2u], sc[g + 3u]);
+                                xb *= vec4(sc[g + 4u], sc[g + 5u], sc[g + 6u], sc[g + 7u]);
+                            }
+                        }
+                    }
+                    x[g] = xa.x; x[g + 1u] = xa.y; x[g + 2u] = xa.z; x[g + 3u] = xa.w;
+                    x[g + 4u] = xb.x; x[g + 5u] = xb.y; x[g + 6u] = xb.z; x[g + 7u] = xb.w;
+                }
+            } else {
+                [[unroll]] for (uint c = 0u; c < TC; c++)
+                    x[c] = c0 + c < DV ? load_el(p, vbase, vd, vgrp, t, c0 + c) : 0.0;
+            }
+            [[unroll]] for (uint h = 0u; h < TM; h++)
+                [[unroll]] for (uint c = 0u; c < TC; c++) o[h][c] += pr[h][n] * x[c];
+        }
+    }
+}
+
+uint prec_of(uint li) { return meta[list[1u + li] * META_WORDS + META_PREC]; }
+
+void main()
+{
+    uint gid = gl_GlobalInvocationID.x;
+    uint ct = gid % CT, ht = gid / CT;
+    if (ht >= HT) return;
+    kvh = gl_WorkGroupID.y;
+    uint split = gl_WorkGroupID.z;
+    uint nsel = list[0];
+    uint b0 = min(nsel, split * pc.bps), b1 = min(nsel, b0 + pc.bps);
+    c0 = ct * TC;
+    [[unroll]] for (uint h = 0u; h < TM; h++) hq[h] = kvh * QPK + min(ht * TM + h, QPK - 1u);
+    [[unroll]] for (uint h = 0u; h < TM; h++)
+        [[unroll]] for (uint c = 0u; c < TC; c++) o[h][c] = 0.0;
+
+    // the list holds the FP16 blocks first, then INT8, then INT4 (kvq_select): one loop each
+    uint li = b0;
+    for (; li < b1 && prec_of(li) == PREC_FP16; li++) block_pv(PREC_FP16, li);
+    for (; li < b1 && prec_of(li) == PREC_INT8; li++) block_pv(PREC_INT8, li);
+    for (; li < b1; li++) block_pv(PREC_INT4, li);
+
+    [[unroll]] for (uint h = 0u; h < TM; h++) {
+        if (ht * TM + h >= QPK) continue;
+        uint pb = (split * pc.heads + hq[h]) * (DV + 2u) + 2u;
+        [[unroll]] for (uint c = 0u; c < TC; c++)
+            if (c0 + c < DV) part[pb + c0 + c] = o[h][c];
+    }
+}

@@ -1,0 +1,157 @@
+#version 450
+// Mixed-precision decode attention, pass 1 of 3: scaled scores S[h][j] = scale * q_h . K_j for
+// every position j = i * B + t of the selected blocks (list entry i, token t; -inf past the
+// block's token count). Each block is read in place in its precision (FP16 / packed INT8 /
+// packed INT4 with fp16 group scales), dequantised in registers.
+// Register blocking: an invocation owns TM query heads x PT positions of one block (PT divides
+// B), so every loaded key element feeds TM FMAs and every query element PT. On lavapipe every
+// buffer load is a per-lane loop whatever the address, so loads are as wide as the layout
+// allows (WIDE: FP16 uvec4, INT8 uvec2, INT4 one word per 8 channels, 8 per-channel scales per
+// uvec4) and invocations of a SIMD batch share the block (head tiles vary fastest), so the
+// precision branch is uniform there.
+// Loop budget (llvmpipe's 65535 iterations per invocation): DK / 8 + 2 (WIDE) or DK iterations.
+// spec: 0 WG, 1..8 layout (kvq_common.glsl), 9 TM (heads per invocation), 10 PT (positions per
+//       invocation, divides B), 11 QPK (query heads per KV head), 12 WIDE, 13 HT (head tiles
+//       per KV head = ceil(QPK / TM))
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#include "kvq_common.glsl"
+
+layout(constant_id = 9) const uint TM = 8;
+layout(constant_id = 10) const uint PT = 8;
+layout(constant_id = 11) const uint QPK = 64;
+layout(constant_id = 12) const uint WIDE = 1;
+layout(constant_id = 13) const uint HT = 8;
+
+layout(set = 0, binding = 0) readonly buffer Meta { uint meta[]; };
+layout(set = 0, binding = 1) readonly buffer List { uint list[]; };
+layout(set = 0, binding = 2) readonly buffer Q { float q[]; };
+layout(set = 0, binding = 2) readonly buffer Q4 { vec4 q4[]; };
+layout(set = 0, binding = 3) readonly buffer Pool16 { uint pool16[]; };
+layout(set = 0, binding = 3) readonly buffer Pool16v { uvec4 pool16v[]; };
+layout(set = 0, binding = 4) readonly buffer Pool8 { uint pool8[]; };
+layout(set = 0, binding = 4) readonly buffer Pool8v2 { uvec2 pool8v2[]; };
+layout(set = 0, binding = 4) readonly buffer Pool8v { uvec4 pool8v[]; };
+layout(set = 0, binding = 5) readonly buffer Pool4 { uint pool4[]; };
+layout(set = 0, binding = 5) readonly buffer Pool4v { uvec4 pool4v[]; };
+layout(set = 0, binding = 6) writeonly buffer S { float s_out[]; };
+layout(set = 0, binding = 6) writeonly buffer S4 { vec4 s_out4[]; };
+
+layout(push_constant) uniform Push {
+    float scale;
+    uint nps;                  // row stride of S (multiple of 4)
+    uint heads;
+    uint ks0, ks1, ks2, vs0, vs1, vs2, sw0, sw1, sw2;
+} pc;
+
+KVQ_DEFINE_LOAD(load_el, pool16, pool8, pool4)
+
+#define NEG_INF uintBitsToFloat(0xff800000u)
+
+uint ks_words(uint p) { return p == 0u ? pc.ks0 : (p == 1u ? pc.ks1 : pc.ks2); }
+uint vs_words(uint p) { return p == 0u ? pc.vs0 : (p == 1u ? pc.vs1 : pc.vs2); }
+uint slot_words(uint p) { return p == 0u ? pc.sw0 : (p == 1u ? pc.sw1 : pc.sw2); }
+
+float acc[TM][PT];             // the invocation's scores (registers)
+uint hq[TM];
+
+// acc += q . K over the block's PT tokens from t0, in precision p (a constant at every call)
+void score_wide(uint p, uint base, uint t0)
+{
+    uint dw = kvq_data_words(p, DK);
+    uint ng = (DK + G - 1u) / G;
+    for (uint c0 = 0u; c0 < DK; c0 += 8u) {
+        vec4 qa[TM], qb[TM];
+        [[unroll]] for (uint h = 0u; h < TM; h++) {
+            uint qi = (hq[h] * DK + c0) >> 2;
+            qa[h] = q4[qi];
+            qb[h] = q4[qi + 1u];
+        }
+        // per-channel scales of these 8 channels (shared by the block's tokens)
+        vec4 sa = vec4(1.0), sb = vec4(1.0);
+        if (p != PREC_FP16 && KGROUP == 2u) {
+            uvec4 sw = p == PREC_INT8 ? pool8v[(base + dw + (c0 >> 1)) >> 2] : pool4v[(base + dw + (c0 >> 1)) >> 2];
+            sa = vec4(unpackHalf2x16(sw.x), unpackHalf2x16(sw.y));
+            sb = vec4(unpackHalf2x16(sw.z), unpackHalf2x16(sw.w));
+        }
+        [[unroll]] for (uint n = 0u; n < PT; n++) {
+            uint t = t0 + n;
+            uint e = t * DK + c0;
+            vec4 xa, xb;
+            if (p == PREC_FP16) {
+                uvec4 w = pool16v[(base + (e >> 1)) >> 2];
+                xa = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+                xb = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
+            } else {
+                vec4 ta = sa, tb = sb;
+                if (KGROUP == 1u) {   // per token: one scale per 8 channels (G % 8 == 0)
+                    uint si = t * ng + c0 / G;
+                    uint sw = p == PREC_INT8 ? pool8[base + dw + (si >> 1)] : pool4[base + dw + (si >> 1)];
+                    vec2 sc = unpackHalf2x16(sw);
+                    ta = vec4((si & 1u) != 0u ? sc.y : sc.x);
+                    tb = ta;
+                }
+                ivec4 ia, ib;
+                if (p == PREC_INT8) {
+                    uvec2 w = pool8v2[(base + (e >> 2)) >> 1];
+                    ia = kvq_i8x4(int(w.x));
+                    ib = kvq_i8x4(int(w.y));
+                } else {
+                    int w = int(pool4[base + (e >> 3)]);
+                    ia = kvq_i4x4_lo(w);
+                    ib = kvq_i4x4_hi(w);
+                }
+                xa = vec4(ia) * ta;
+                xb = vec4(ib) * tb;
+            }
+            [[unroll]] for (uint h = 0u; h < TM; h++) acc[h][n] += dot(qa[h], xa) + dot(qb[h], xb);
+        }
+    }
+}
+
+void main()
+{
+    uint gid = gl_GlobalInvocationID.x;
+    uint ht = gid % HT, ptile = gid / HT;
+    uint kvh = gl_WorkGroupID.y;
+    uint nsel = list[0];
+    uint j0 = ptile * PT;
+    uint li = j0 / B;
+    if (li >= nsel) return;
+    uint t0 = j0 - li * B;
+    uint mb = list[1u + li] * META_WORDS;
+    uint p = meta[mb + META_PREC];
+    uint count = meta[mb + META_COUNT];
+    uint base = meta[mb + META_SLOT] * slot_words(p) + kvh * (ks_words(p) + vs_words(p));
+    [[unroll]] for (uint h = 0u; h < TM; h++) hq[h] = kvh * QPK + min(ht * TM + h, QPK - 1u);
+    [[unroll]] for (uint h = 0u; h < TM; h++)
+        [[unroll]] for (uint n = 0u; n < PT; n++) acc[h][n] = 0.0;
+
+    if (WIDE != 0u) {
+        // one straight-line loop per precision; an invocation runs one of them
+        if (p == PREC_FP16) score_wide(PREC_FP16, base, t0);
+        else if (p == PREC_INT8) score_wide(PREC_INT8, base, t0);
+        else score_wide(PREC_INT4, base, t0);
+    } else {
+        for (uint c = 0u; c < DK; c++) {
+            float qv[TM];
+            [[unroll]] for (uint h = 0u; h < TM; h++) qv[h] = q[hq[h] * DK + c];
+            [[unroll]] for (uint n = 0u; n < PT; n++) {
+                float x = load_el(p, base, DK, KGROUP, t0 + n, c);
+                [[unroll]] for (uint h = 0u; h < TM; h++) acc[h][n] += qv[h] * x;
+            }
+        }
+    }
+
+    [[unroll]] for (uint h = 0u; h < TM; h++) {
+        if (ht * TM + h >= QPK) continue;
+        uint row = hq[h] * pc.nps + j0;
+        float v[PT];
+        [[unroll]] for (uint n = 0u; n < PT; n++) v[n] = t0 + n < count ? acc[h][n] * pc.scale : NEG_INF;
+        if ((PT & 3u) == 0u) {
+            [[unroll]] for (uint n = 0u; n < PT; n += 4u) s_out4[(row + n) >> 2] = vec4(v[n], v[n + 1u], v[n + 2u], v[n + 3u]);
+        } else {
+            [[unroll]] for (uint n = 0u; n < PT; n++) s_out[row + n] = v[n];
+        }
+    }
+}
