@@ -4,6 +4,9 @@
 // phase 0: one workgroup per (block, KV head, tensor K/V): the block's partial sums.
 // phase 1: one workgroup per tensor: the partials summed in a fixed order (no atomics).
 // Partials are 8 words: sse, max_abs, dot, ref2, got2 (float bits), count (uint), 0, 0.
+// Loop budget (llvmpipe: 65535 iterations per invocation in total): phase 0 count*d/WG <= 16384
+// (B <= 512, d <= 2048, WG = 64); phase 1 blocks*kv_heads/WG, where the partials buffer (64 bytes
+// each) is at most maxStorageBufferRange: 128 MiB / 64 / 64 = 32768 on lavapipe.
 // spec: 0 WG (power of two, <= 256), 1..8 layout (kvq_common.glsl)
 #extension GL_GOOGLE_include_directive : require
 #include "kvq_common.glsl"

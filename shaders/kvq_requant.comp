@@ -3,8 +3,12 @@
 // precision is unchanged, otherwise re-quantises the current (already lossy) values of the
 // old slot to the new, lower precision: fp16 scale per group, packed INT8/INT4 words.
 // One workgroup per (block, KV head). Evicted blocks are dropped.
+// Loop budget (llvmpipe ends an invocation's loops after 65535 iterations in total): per section
+// at most B*d/WG (scales: groups x G or channels x B) + (B*d/per)/WG (packing, the per-word loop
+// unrolled) + ceil(scales/2)/WG; with B <= 512, d <= 2048 and WG = 128 under 2 x 12.5K.
 // spec: 0 WG, 1..8 layout (kvq_common.glsl)
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "kvq_common.glsl"
 
 layout(set = 0, binding = 0) readonly buffer MetaOld { uint meta_old[]; };
@@ -68,7 +72,8 @@ void requant(uint po, uint src, uint pn, uint dst, uint d, uint grp, uint count)
     uint per = pn == PREC_INT8 ? 4u : 8u, bits = 32u / per, mask = (1u << bits) - 1u;
     for (uint w = lid; w < dw; w += gl_WorkGroupSize.x) {
         uint word = 0u;
-        for (uint i = 0u; i < per; i++) {
+        [[unroll]] for (uint i = 0u; i < 8u; i++) {
+            if (i >= per) break;
             uint e = w * per + i;
             uint t = e / d, c = e - t * d;
             if (t < count) {

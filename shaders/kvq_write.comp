@@ -4,6 +4,9 @@
 // key min/max of each touched block (quest bounds). In imp_only mode it only adds to the
 // tokens' importance and refreshes the block sums/maxima.
 // One workgroup per (touched block, KV head).
+// Loop budget (llvmpipe: 65535 iterations per invocation in total): with WG = 64, B <= 512 and
+// d <= 2048 at most B*d/2/WG per section (8192), B (block statistics, invocation 0) and
+// ceil(DK/WG)*B (quest bounds, 16384): under 34K.
 // spec: 0 WG, 1..8 layout (kvq_common.glsl)
 #extension GL_GOOGLE_include_directive : require
 #include "kvq_common.glsl"

@@ -50,8 +50,8 @@ static vkh2o_result check_attn(vkh2o_qcache* qc, const vkh2o_buffer* q, const vk
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                           "qcache attend: %u blocks exceed the %u a CPU device can rank within its loop budget "
                           "(use a larger block_size)", qc->blocks, KVQ_MAX_BLOCKS);
-    if (a->selector == VKH2O_QSELECT_QUEST)
-        VKH2O_CHECK(kvq_scratch(ctx, &qc->keys, 4ull * qc->max_blocks));
+    if (a->selector == VKH2O_QSELECT_QUEST)   /* keys, then the per-head-group partial keys */
+        VKH2O_CHECK(kvq_scratch(ctx, &qc->keys, 4ull * qc->max_blocks * (1 + vkh2o_div_up(qc->d.num_heads, 16))));
     return VKH2O_OK;
 }
 
@@ -64,9 +64,16 @@ vkh2o_result kvq_record_select(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o
         vkh2o_kernel* kq;
         kvq_layout_spec(qc, QBOUND_WG, spec);
         VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_qbound", 3, spec, KVQ_SPEC_LAYOUT_COUNT, &kq));
-        struct kvq_qbound_push pc = { qc->blocks, qc->d.num_heads };
+        /* heads per invocation: HGQ * ceil(DK / 8) loop iterations stay far below the budget */
+        uint32_t hgq = 16, groups = vkh2o_div_up(qc->d.num_heads, hgq);
+        struct kvq_qbound_push pc = { qc->blocks, qc->d.num_heads, hgq, 0 };
         vkh2o_binding b[3] = { vkh2o_bind(qc->minmax), vkh2o_bind(q), vkh2o_bind(qc->keys) };
-        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, kq, b, 3, &pc, sizeof pc, vkh2o_div_up(qc->blocks, QBOUND_WG), 1, 1));
+        if (qc->blocks) {
+            VKH2O_CHECK(vkh2o_dispatch(ctx, cb, kq, b, 3, &pc, sizeof pc, vkh2o_div_up(qc->blocks, QBOUND_WG), groups, 1));
+            vkh2o_barrier(ctx, cb);
+            pc.phase = 1;
+            VKH2O_CHECK(vkh2o_dispatch(ctx, cb, kq, b, 3, &pc, sizeof pc, vkh2o_div_up(qc->blocks, QBOUND_WG), 1, 1));
+        }
         vkh2o_barrier(ctx, cb);
     }
     vkh2o_kernel* ks;
@@ -156,7 +163,11 @@ vkh2o_result kvq_plan_attend(vkh2o_qcache* qc, const vkh2o_qattn_desc* a, kvq_at
     if (soft_max < bps_max)
         bps_max = soft_max;
     bps_max = bps_max / align * align;
-    uint32_t bps_min = vkh2o_div_up(nsel, KVQ_MAX_SPLITS);
+    /* at most KVQ_MAX_SPLITS splits, and as many as the partials buffer can hold */
+    uint64_t split_cap = caps->max_storage_buffer_range / (4ull * H * (dv + 2));
+    if (split_cap > KVQ_MAX_SPLITS)
+        split_cap = KVQ_MAX_SPLITS;
+    uint32_t bps_min = split_cap ? (uint32_t)div_up64(nsel, split_cap) : UINT32_MAX / 2;
     bps_min = vkh2o_div_up(bps_min, align) * align;
     uint32_t bps = a->blocks_per_split;
     if (bps == 0) {

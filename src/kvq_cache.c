@@ -6,7 +6,7 @@
 #include <string.h>
 
 #define WRITE_WG 64u
-#define REQUANT_WG 64u
+#define REQUANT_WG 128u
 
 static vkh2o_result make_buffer(vkh2o_qcache* qc, uint64_t bytes, const char* what, vkh2o_buffer** out)
 {
@@ -276,6 +276,10 @@ vkh2o_result vkh2o_qcache_route(vkh2o_qcache* qc, vkh2o_qpolicy policy)
     if (qc->blocks == 0)
         return VKH2O_OK;
     uint32_t nb = qc->blocks, th[3];
+    if (nb > KVQ_MAX_BLOCKS && vkh2o_context_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "qcache route: %u blocks exceed the %u a CPU device can rank within its loop budget "
+                          "(use a larger block_size)", nb, KVQ_MAX_BLOCKS);
     kvq_policy_thresholds(policy, kvq_routable(&qc->d, nb), th);
 
     /* 1. ranks, precisions and slots on the GPU; only the four counts come back */
@@ -294,9 +298,13 @@ vkh2o_result vkh2o_qcache_route(vkh2o_qcache* qc, vkh2o_qpolicy policy)
     if (r == VKH2O_OK)
         r = vkh2o_kernel_get(ctx, "kvq_requant", 8, spec, KVQ_SPEC_LAYOUT_COUNT, &k_req);
     if (r == VKH2O_OK && (r = vkh2o_begin(ctx, &cb)) == VKH2O_OK) {
-        struct kvq_route_push pc = { nb, qc->d.sink_blocks, qc->d.recent_blocks, th[0], th[1], th[2] };
+        struct kvq_route_push pc = { nb, qc->d.sink_blocks, qc->d.recent_blocks, th[0], th[1], th[2], 0 };
         vkh2o_binding b[3] = { vkh2o_bind(qc->meta), vkh2o_bind(meta_new), vkh2o_bind(counts) };
-        r = vkh2o_dispatch(ctx, cb, k_route, b, 3, &pc, sizeof pc, 1, 1, 1);
+        r = vkh2o_dispatch(ctx, cb, k_route, b, 3, &pc, sizeof pc, vkh2o_div_up(nb, KVQ_ROUTE_WG), 1, 1);
+        vkh2o_barrier(ctx, cb);
+        pc.phase = 1;
+        if (r == VKH2O_OK)
+            r = vkh2o_dispatch(ctx, cb, k_route, b, 3, &pc, sizeof pc, 1, 1, 1);
         vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
         if (r == VKH2O_OK)
             r = r2;

@@ -158,11 +158,12 @@ _Static_assert(sizeof(struct kvq_requant_push) <= 128, "");
 struct kvq_route_push {
     uint32_t n_blocks, n_sink, n_recent;
     uint32_t th16, th8, th4;
+    uint32_t phase;             /* 0 rank and precision per block, 1 slots and counts */
 };
 _Static_assert(sizeof(struct kvq_route_push) <= 128, "");
 
 struct kvq_qbound_push {
-    uint32_t n_blocks, heads;
+    uint32_t n_blocks, heads, hgq, phase;   /* hgq: heads per invocation in phase 0 */
 };
 _Static_assert(sizeof(struct kvq_qbound_push) <= 128, "");
 

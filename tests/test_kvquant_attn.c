@@ -186,6 +186,144 @@ static void test_attention(void** state)
     vt_check_validation();
 }
 
+/* Long contexts: llvmpipe silently ends an invocation's loops after 65535 iterations, so every
+ * pass must split its work. 32768 tokens, mixed precision, the fewest splits the planner allows
+ * (the longest per-invocation loops) and the automatic split: routing exactly as the CPU, the
+ * output against the CPU on the same bytes, and the probabilities summing to 1 per head (channel 0
+ * of every key row is 1, so out[h][0] = sum_t p_t up to that constant's quantisation, <= 2.5e-4
+ * relative for INT4). Block size 2 gives 16384 blocks (the rank loops) and 2-token PV steps. */
+static void test_long_context(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    uint64_t seed = vt_seed("kvquant_long");
+    static const tq_case longs[] = {
+        { "latent H2 d80/64 B16 (8-wide loads)", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 2, .kv_lora_rank = 64,
+                                                    .qk_rope_head_dim = 16, .block_size = 16, .max_tokens = 32768 }, 32768 },
+        { "latent H3 d43/37 B2 (scalar loads)", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 3, .kv_lora_rank = 37,
+                                                  .qk_rope_head_dim = 6, .block_size = 2, .max_tokens = 32768 }, 32767 },
+    };
+    for (size_t ci = 0; ci < sizeof longs / sizeof longs[0]; ci++) {
+        const tq_case* tc = &longs[ci];
+        printf("# case %s, %u tokens\n", tc->name, tc->tokens);
+        vt_rng rng;
+        vt_rng_seed(&rng, seed + ci);
+        vkh2o_qcache* qc = NULL;
+        assert_int_equal(vkh2o_qcache_create(ctx, &tc->d, &qc), VKH2O_OK);
+        uint32_t T = tc->tokens, H = qc->d.num_heads, dk = qc->shape.d_k, dv = qc->shape.d_v, B = qc->d.block_size;
+        tq_data data;
+        tq_data_random(&rng, qc, T, true, &data);
+        for (uint32_t t = 0; t < T; t++)
+            data.k[(size_t)t * dk] = 1.0f;
+        float* q = malloc(sizeof(float) * H * dk);
+        for (uint32_t i = 0; i < H * dk; i++)
+            q[i] = roundf(vt_normal(&rng) * 4.0f) / 32.0f;
+        vkh2o_buffer* qb = vt_upload_f32(q, (size_t)H * dk);
+        vkh2o_buffer* out = vt_buffer(sizeof(float) * H * dv);
+        float* got = malloc(sizeof(float) * H * dv);
+        float* want = malloc(sizeof(float) * H * dv);
+        uint8_t* use = malloc(T);
+        memset(use, 1, T);
+        assert_int_equal(vkh2o_qcache_prefill_host(qc, data.k, NULL, data.imp, T), VKH2O_OK);
+        assert_int_equal(vkh2o_qcache_route(qc, VKH2O_QPOLICY_BALANCED), VKH2O_OK);
+        tq_snap s;
+        tq_snapshot(qc, &s);
+        /* routing of all blocks exactly as the CPU */
+        uint32_t nb = s.blocks, th[3];
+        float* sums = calloc(nb, sizeof(float));
+        uint32_t* fp16 = calloc(nb, sizeof(uint32_t));
+        uint32_t* want_prec = calloc(nb, sizeof(uint32_t));
+        assert_int_equal(vkh2o_qcache_read_blocks(qc, NULL, NULL, NULL, NULL, sums, NULL), VKH2O_OK);
+        kvq_policy_thresholds(VKH2O_QPOLICY_BALANCED, kvq_routable(&qc->d, nb), th);
+        ref_kvq_route(nb, sums, fp16, qc->d.sink_blocks, qc->d.recent_blocks, th, want_prec);
+        for (uint32_t b = 0; b < nb; b++)
+            if (s.prec[b] != want_prec[b])
+                fail_msg("block %u of %u routed to %u, CPU %u", b, nb, s.prec[b], want_prec[b]);
+        float* kd = calloc(data.nk, sizeof(float));
+        tq_dequant_all(&s, kd, NULL);
+        double scale = (double)(1.0f / sqrtf((float)dk));
+        ref_kvq_attention(q, kd, NULL, use, T, H, 1, dk, dv, scale, want);
+        uint32_t bps_list[2] = { 0, 1u << 30 };
+        for (int bi = 0; bi < 2; bi++) {
+            vkh2o_qattn_desc ad = { .selector = VKH2O_QSELECT_ALL, .blocks_per_split = bps_list[bi] };
+            kvq_attn_plan pl;
+            assert_int_equal(kvq_plan_attend(qc, &ad, &pl), VKH2O_OK);
+            printf("#   bps %u: %u splits of %u blocks; loop iterations per invocation: score %u, softmax %u, pv %u, "
+                   "combine %u\n", ad.blocks_per_split, pl.splits, pl.bps, pl.iters_score, pl.iters_softmax, pl.iters_pv,
+                   pl.iters_combine);
+            assert_true(pl.iters_score <= KVQ_LOOP_BUDGET && pl.iters_softmax <= KVQ_LOOP_BUDGET &&
+                        pl.iters_pv <= KVQ_LOOP_BUDGET && pl.iters_combine <= KVQ_LOOP_BUDGET);
+            vt_poison(out);
+            uint32_t sel = 0;
+            assert_int_equal(vkh2o_run_qcache_attend(qc, qb, out, &ad, &sel), VKH2O_OK);
+            assert_int_equal(sel, T);
+            vt_download_f32(out, got, (size_t)H * dv);
+            vt_check_guard(out, sizeof(float) * H * dv);
+            vt_assert_nmse("long context vs CPU same bytes", got, want, (size_t)H * dv, TIGHT_NMSE);
+            for (uint32_t h = 0; h < H; h++)
+                if (!(fabsf(got[h * dv] - 1.0f) <= 1e-3f))
+                    fail_msg("head %u: probabilities sum to %.6f, not 1", h, (double)got[h * dv]);
+            /* a selection over the 16K-block range: top half by importance */
+            ad.selector = VKH2O_QSELECT_SCORE;
+            ad.budget_blocks = kvq_routable(&qc->d, nb) / 2;
+            assert_int_equal(vkh2o_run_qcache_attend(qc, qb, out, &ad, &sel), VKH2O_OK);
+            uint32_t n_list = 0;
+            assert_int_equal(vkh2o_buffer_download(qc->list, 0, &n_list, 4), VKH2O_OK);
+            assert_int_equal(n_list, nb - kvq_routable(&qc->d, nb) + ad.budget_blocks);
+        }
+        (void)B;
+        free(sums); free(fp16); free(want_prec); free(kd);
+        tq_snap_free(&s);
+        free(q); free(got); free(want); free(use);
+        vkh2o_buffer_destroy(qb);
+        vkh2o_buffer_destroy(out);
+        tq_data_free(&data);
+        vkh2o_qcache_destroy(qc);
+    }
+    vt_check_validation();
+}
+
+/* The planner keeps every pass inside the loop budget at the largest shapes, or refuses. */
+static void test_plan_budget(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    struct { vkh2o_qcache_desc d; uint32_t blocks; vkh2o_result want; } shapes[] = {
+        { { .num_heads = 64, .max_tokens = 131072 }, 8192, VKH2O_OK },
+        { { .num_heads = 1, .block_size = 2, .max_tokens = 262144 }, 131072, VKH2O_OK },
+        { { .num_heads = 1024, .kv_lora_rank = 1024, .qk_rope_head_dim = 1024, .block_size = 512, .max_tokens = 16384 }, 32,
+          VKH2O_OK },
+        { { .layout = VKH2O_QLAYOUT_EXPANDED, .num_heads = 128, .block_size = 3, .max_tokens = 60000 }, 20000, VKH2O_OK },
+        /* 1024 heads x 40000 positions of scores: more than one storage buffer may hold */
+        { { .num_heads = 1024, .kv_lora_rank = 64, .qk_rope_head_dim = 8, .max_tokens = 40000 }, 2500,
+          VKH2O_ERROR_UNSUPPORTED },
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        vkh2o_qcache* qc = NULL;
+        assert_int_equal(vkh2o_qcache_create(ctx, &shapes[i].d, &qc), VKH2O_OK);
+        qc->blocks = shapes[i].blocks;   /* planning only reads the block count */
+        uint32_t bps_list[3] = { 0, 1, 1u << 30 };
+        for (int bi = 0; bi < 3; bi++) {
+            vkh2o_qattn_desc ad = { .blocks_per_split = bps_list[bi] };
+            kvq_attn_plan pl;
+            vkh2o_result r = kvq_plan_attend(qc, &ad, &pl);
+            printf("# shape %zu bps %u: %s, %u splits x %u blocks, iterations score %u softmax %u pv %u combine %u\n", i,
+                   bps_list[bi], vkh2o_result_string(r), pl.splits, pl.bps, pl.iters_score, pl.iters_softmax, pl.iters_pv,
+                   pl.iters_combine);
+            assert_int_equal(r, shapes[i].want);
+            if (r == VKH2O_OK) {
+                assert_true(pl.iters_score <= KVQ_LOOP_BUDGET && pl.iters_softmax <= KVQ_LOOP_BUDGET &&
+                            pl.iters_pv <= KVQ_LOOP_BUDGET && pl.iters_combine <= KVQ_LOOP_BUDGET);
+                assert_true((uint64_t)pl.splits * pl.bps >= shapes[i].blocks);
+                assert_true(pl.splits <= KVQ_MAX_SPLITS);
+            }
+        }
+        qc->blocks = 0;
+        vkh2o_qcache_destroy(qc);
+    }
+    vt_check_validation();
+}
+
 /* The cmd_ path records into the caller's command buffer and gives the same result. */
 static void test_cmd_recording(void** state)
 {
@@ -233,6 +371,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_cmd_recording),
+        cmocka_unit_test(test_long_context),
+        cmocka_unit_test(test_plan_budget),
     };
     return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
 }
