@@ -20,6 +20,14 @@ enum matmul_tiled_spec {
     MATMUL_TILED_SPEC_BK,
     MATMUL_TILED_SPEC_COUNT
 };
+/* shaders/matmul_texel.comp: matmul.comp's six, then */
+enum matmul_texel_spec {
+    MATMUL_TEXEL_SPEC_XTEX = 6,   /* X read from the texel binding 3 */
+    MATMUL_TEXEL_SPEC_COUNT
+};
+/* bindings of matmul_texel.comp: X storage, W texel, Y, X texel */
+#define MATMUL_TEXEL_BINDINGS 4u
+#define MATMUL_TEXEL_MASK ((1u << 1) | (1u << 3))
 #define MATMUL_MAX_SPEC 8
 
 /* Push constants of shaders/matmul.comp and matmul_tiled.comp, same order. */
@@ -184,6 +192,7 @@ typedef struct matmul_plan {
     uint32_t spec[MATMUL_MAX_SPEC];
     uint32_t nspec;
     uint32_t block_m, block_n;
+    bool register_blocked;      /* matmul.comp or matmul_texel.comp (spec 0-5 shared) */
     /* CPU loop budget (0 = none): most K one dispatch may take (transposed: more K is split
      * over dispatches; untransposed: refused), given the k-loop's iterations per element */
     uint32_t max_k;
@@ -197,18 +206,18 @@ typedef struct matmul_plan {
 static void plan_matmul(const vkh2o_device_caps* caps, uint32_t M, uint32_t path, matmul_plan* pl)
 {
     memset(pl, 0, sizeof *pl);
-    if (path == VKH2O_MATMUL_PATH_AUTO)
-        path = caps->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU ? VKH2O_MATMUL_PATH_REGISTER : VKH2O_MATMUL_PATH_TILED;
-    if (path == VKH2O_MATMUL_PATH_REGISTER) {
+    if (path == VKH2O_MATMUL_PATH_REGISTER || path == VKH2O_MATMUL_PATH_TEXEL) {
         /* 8 x 16 measured 25 GFLOP/s at 256 x 1536 x 7168 BF16 on lavapipe (2 cores); 16 x 16
          * is ~15% faster but takes ~4x longer (seconds) to compile per variant */
         const uint32_t tm = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
         const uint32_t tn = 16, wg = 64;
-        pl->shader = "matmul";
+        const bool texel = path == VKH2O_MATMUL_PATH_TEXEL;
+        pl->shader = texel ? "matmul_texel" : "matmul";
         pl->spec[MATMUL_SPEC_WG] = wg;
         pl->spec[MATMUL_SPEC_TM] = tm;
         pl->spec[MATMUL_SPEC_TN] = tn;
-        pl->nspec = MATMUL_SPEC_COUNT;
+        pl->nspec = texel ? MATMUL_TEXEL_SPEC_COUNT : MATMUL_SPEC_COUNT;
+        pl->register_blocked = true;
         pl->block_m = tm;
         pl->block_n = tn * wg;
         /* untransposed: one iteration per uvec4 (4 or 8 k) plus a tail < 8; transposed: one
@@ -275,17 +284,46 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
                           "vkh2o_cmd_matmul: X or Y binding too small for M=%u N=%u K=%u batch=%u and the strides",
                           M, N, K, batch);
     const vkh2o_device_caps* caps = vkh2o_context_caps(ctx);
-
-    if (a->path > VKH2O_MATMUL_PATH_TILED)
+    if (a->path >= VKH2O_MATMUL_PATH_COUNT)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: unknown path %u", a->path);
+    if (a->x_buffer && a->x_buffer->buffer != x.buffer)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: x_buffer is not the buffer X binds");
+    /* the texel path views each whole chunk: every one must fit the device's texel limit */
+    bool chunks_fit_texels = true;
+    for (uint32_t c = 0; c < w->nchunks; c++)
+        chunks_fit_texels = chunks_fit_texels && vkh2o_buffer_size(w->chunk[c]) / 16u <= caps->max_texel_buffer_elements;
+    uint32_t path = a->path;
+    if (path == VKH2O_MATMUL_PATH_AUTO) {
+        if (caps->device_type != VK_PHYSICAL_DEVICE_TYPE_CPU) path = VKH2O_MATMUL_PATH_TILED;
+        else path = chunks_fit_texels ? VKH2O_MATMUL_PATH_TEXEL : VKH2O_MATMUL_PATH_REGISTER;
+    }
+    if (path == VKH2O_MATMUL_PATH_TEXEL && !chunks_fit_texels)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "vkh2o_cmd_matmul: a weight chunk exceeds the device's %u texels per texel buffer",
+                          caps->max_texel_buffer_elements);
     matmul_plan pl;
-    plan_matmul(caps, M, a->path, &pl);
+    plan_matmul(caps, M, path, &pl);
     pl.spec[MATMUL_SPEC_WDTYPE] = w->dtype == VKH2O_DTYPE_F32 ? 0 : w->dtype == VKH2O_DTYPE_BF16 ? 1 : 2;
     pl.spec[MATMUL_SPEC_TRANSPOSED] = a->w_transposed ? 1 : 0;
-    if (pl.nspec == MATMUL_SPEC_COUNT)
-        pl.spec[MATMUL_SPEC_XVEC] = xs % 4 == 0 && (batch == 1 || a->x_batch_stride % 4 == 0) && x.offset % 16 == 0;
+    const bool texel = path == VKH2O_MATMUL_PATH_TEXEL;
+    /* X through texels: a view of the buffer from x.offset to its end (one cached view per
+     * buffer and offset, whatever M), when that covers every float read */
+    vkh2o_binding x_tex = { 0 };
+    if (texel && a->x_buffer && x.offset % 256u == 0) {
+        const uint64_t need = (uint64_t)(batch - 1) * a->x_batch_stride + (uint64_t)(M - 1) * xs + K;
+        uint64_t range = (vkh2o_buffer_size(a->x_buffer) - x.offset) & ~(uint64_t)15;
+        const uint64_t max_range = (uint64_t)caps->max_texel_buffer_elements * 16u;
+        if (range > max_range) range = max_range;
+        if ((need * sizeof(float) + 15u) / 16u * 16u <= range)
+            VKH2O_CHECK(vkh2o_bind_texel(a->x_buffer, VK_FORMAT_R32G32B32A32_UINT, x.offset, range, &x_tex));
+    }
+    if (pl.register_blocked) {
+        const uint64_t x_align = x_tex.view ? 256u : 16u;
+        pl.spec[MATMUL_SPEC_XVEC] = xs % 4 == 0 && (batch == 1 || a->x_batch_stride % 4 == 0) && x.offset % x_align == 0;
+    }
+    if (texel) pl.spec[MATMUL_TEXEL_SPEC_XTEX] = x_tex.view ? 1u : 0u;
     /* untransposed rows hold all of K; the register kernel's loop runs K / 4 + 8 at most */
-    const uint64_t k_iters = pl.nspec == MATMUL_SPEC_COUNT ? (uint64_t)K / 4 + 8 : K;
+    const uint64_t k_iters = pl.register_blocked ? (uint64_t)K / 4 + 8 : K;
     if (pl.max_k && !a->w_transposed && k_iters > pl.max_k)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                           "vkh2o_cmd_matmul: K=%u is beyond what one invocation of %s may loop over on this CPU "
@@ -297,7 +335,10 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "vkh2o_cmd_matmul: M=%u batch=%u exceed the dispatch limits",
                           M, batch);
     vkh2o_kernel* k = NULL;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, pl.shader, 3, pl.spec, pl.nspec, &k));
+    if (texel)
+        VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, pl.shader, MATMUL_TEXEL_BINDINGS, MATMUL_TEXEL_MASK, pl.spec, pl.nspec, &k));
+    else
+        VKH2O_CHECK(vkh2o_kernel_get(ctx, pl.shader, 3, pl.spec, pl.nspec, &k));
 
     struct matmul_push pc = {
         .M = M, .N = N, .K = K, .x_stride = xs, .y_stride = ys,
@@ -333,8 +374,13 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
             const uint32_t gx = vkh2o_div_up(n_hi - n_lo, pl.block_n);
             /* transposed dispatches split K: later ones read-modify-write the same Y */
             if (dispatched && a->w_transposed) vkh2o_barrier(ctx, cb);
-            const vkh2o_binding b[3] = { x, vkh2o_weight_binding(w, c), y };
-            VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, gx, gy, batch));
+            vkh2o_binding b[MATMUL_TEXEL_BINDINGS] = { x, vkh2o_weight_binding(w, c), y, { 0 } };
+            if (texel) {
+                VKH2O_CHECK(vkh2o_bind_texel(w->chunk[c], VK_FORMAT_R32G32B32A32_UINT, 0, vkh2o_buffer_size(w->chunk[c]), &b[1]));
+                /* unread when X is a storage buffer, but a texel view must be bound */
+                b[3] = x_tex.view ? x_tex : b[1];
+            }
+            VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, texel ? MATMUL_TEXEL_BINDINGS : 3, &pc, sizeof pc, gx, gy, batch));
             dispatched = true;
         }
     }

@@ -47,12 +47,16 @@ static inline vkh2o_binding vkh2o_weight_binding(const vkh2o_dev_weight* w, uint
     return vkh2o_bind(w->chunk[c]);
 }
 
-/* Which kernel vkh2o_cmd_matmul uses. AUTO: register blocking on CPU devices, shared-memory
- * tiles on GPUs; the others force one (tests run both on any device). */
+/* Which kernel vkh2o_cmd_matmul uses. AUTO: register blocking with texel-buffer reads on CPU
+ * devices (storage reads when a chunk exceeds the texel limit), shared-memory tiles on GPUs;
+ * the others force one (tests run all on any device). */
 typedef enum vkh2o_matmul_path {
     VKH2O_MATMUL_PATH_AUTO = 0,
-    VKH2O_MATMUL_PATH_REGISTER = 1,   /* shaders/matmul.comp */
+    VKH2O_MATMUL_PATH_REGISTER = 1,   /* shaders/matmul.comp: storage-buffer reads */
     VKH2O_MATMUL_PATH_TILED = 2,      /* shaders/matmul_tiled.comp */
+    VKH2O_MATMUL_PATH_TEXEL = 3,      /* shaders/matmul_texel.comp: register blocking, W (and X
+                                         when x_buffer allows) read as uniform texel buffers */
+    VKH2O_MATMUL_PATH_COUNT
 } vkh2o_matmul_path;
 
 typedef struct vkh2o_matmul_args {
@@ -65,6 +69,9 @@ typedef struct vkh2o_matmul_args {
     bool accumulate;           /* Y += instead of Y = */
     float alpha;               /* 0 = 1 */
     uint32_t path;             /* vkh2o_matmul_path; 0 = automatic */
+    /* Optional: the buffer x binds. With it the texel path reads X through a texel view of the
+     * buffer (needs x.offset a multiple of 256); without it X is read as a storage buffer. */
+    vkh2o_buffer* x_buffer;
 } vkh2o_matmul_args;
 /*
  * Records Y = alpha X W^T (+Y). X, Y fp32 bindings (offsets/ranges as given). Handles chunked
@@ -76,9 +83,11 @@ typedef struct vkh2o_matmul_args {
  * w->cols must equal K (N when transposed). X row m of batch b starts at float
  * b * x_batch_stride + m * x_stride of the binding, likewise Y.
  * Results: OK, INVALID_ARGUMENT (shapes/strides inconsistent, rows outside the weight, a
- * binding too small for the strides, unknown path), UNSUPPORTED (M or batch beyond the
- * device's workgroup-count limits; on CPU devices an untransposed K beyond llvmpipe's loop
- * limit: K > ~240000 register-blocked, > 30000 tiled), plus whatever kernel creation / dispatch returns.
+ * binding too small for the strides, x_buffer not the buffer of x, unknown path), UNSUPPORTED
+ * (M or batch beyond the device's workgroup-count limits; on CPU devices an untransposed K
+ * beyond llvmpipe's loop limit: K > ~240000 register-blocked, > 30000 tiled; the texel path
+ * forced on a chunk larger than maxTexelBufferElements texels), plus whatever kernel creation
+ * / dispatch returns.
  */
 vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* w,
                               vkh2o_binding x, vkh2o_binding y, const vkh2o_matmul_args* a);

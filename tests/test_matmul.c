@@ -1,5 +1,6 @@
-/* Conformance of the weight matmul (shaders/matmul.comp and matmul_tiled.comp, both run on
- * every case whatever the device, via vkh2o_cmd_matmul) against the
+/* Conformance of the weight matmul (shaders/matmul.comp, matmul_texel.comp with X read as a
+ * storage buffer and as texels, and matmul_tiled.comp: all run on every case whatever the
+ * device, via vkh2o_cmd_matmul) against the
  * double-accumulating reference (tests/ref/ref_matmul.c), and device-weight upload.
  *
  * Error bound: the reference widens the same rounded BF16/F16/F32 weights exactly, so the only
@@ -92,19 +93,22 @@ static size_t span_floats(uint32_t batch, uint32_t batch_stride, uint32_t rows, 
  * Returns the number of chunks the weight had.
  */
 #define PATH_BIT(p) (1u << (p))
-#define ALL_PATHS (PATH_BIT(VKH2O_MATMUL_PATH_REGISTER) | PATH_BIT(VKH2O_MATMUL_PATH_TILED))
+#define ALL_PATHS (PATH_BIT(VKH2O_MATMUL_PATH_REGISTER) | PATH_BIT(VKH2O_MATMUL_PATH_TILED) | PATH_BIT(VKH2O_MATMUL_PATH_TEXEL))
 
-static uint32_t run_case_paths(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_t w_cols,
-                               const vkh2o_matmul_args* a, uint64_t limit, uint32_t paths)
+/* X sits x_off floats into its buffer (the binding's offset); x_tight: the buffer ends where X
+ * does (no guard slack), so a texel view of it may not cover X when its size is not a multiple
+ * of 16 bytes and the texel path must read X as a storage buffer instead. */
+static uint32_t run_case_x(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_t w_cols,
+                           const vkh2o_matmul_args* a, uint64_t limit, uint32_t paths, uint32_t x_off, bool x_tight)
 {
     vkh2o_context* ctx = vt_ctx();
     const uint32_t batch = a->batch ? a->batch : 1;
     const uint32_t xs = a->x_stride ? a->x_stride : a->K, ys = a->y_stride ? a->y_stride : a->N;
     char label[200];
-    snprintf(label, sizeof label, "matmul %s M=%u N=%u K=%u batch=%u%s%s alpha=%g rows=%u off=%u limit=%llu",
+    snprintf(label, sizeof label, "matmul %s M=%u N=%u K=%u batch=%u%s%s alpha=%g rows=%u off=%u limit=%llu x_off=%u%s",
              vkh2o_dtype_name(dt), a->M, a->N, a->K, batch, a->w_transposed ? " transposed" : "",
              a->accumulate ? " accumulate" : "", (double)a->alpha, w_rows, a->w_row_offset,
-             (unsigned long long)limit);
+             (unsigned long long)limit, x_off, x_tight ? " tight" : "");
 
     void* wh = make_weight(rng, dt, w_rows, w_cols);
     vkh2o_tensor_view v = view_2d("test.weight", dt, wh, w_rows, w_cols);
@@ -129,26 +133,38 @@ static uint32_t run_case_paths(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uin
     memcpy(ref, y0, ny * sizeof(float));
     ref_matmul(dt, wh, w_rows, w_cols, x, ref, a);
     double* tol = elementwise_bounds(dt, wh, w_cols, x, y0, ny, a);
-    vkh2o_buffer* xb = vt_upload_f32(x, nx);
+    vkh2o_buffer* xb = NULL;
+    if (x_tight) assert_int_equal(vkh2o_buffer_create(ctx, (x_off + nx) * sizeof(float), &xb), VKH2O_OK);
+    else xb = vt_buffer((x_off + nx) * sizeof(float));
+    assert_int_equal(vkh2o_buffer_upload(xb, x_off * sizeof(float), x, nx * sizeof(float)), VKH2O_OK);
     const size_t nout = (size_t)batch * a->M * a->N;
     float* go = malloc(nout * sizeof(float));
     float* ro = malloc(nout * sizeof(float));
     char* is_out = calloc(ny, 1);
     assert_true(go && ro && is_out);
 
-    /* both kernels, whatever the device would pick */
-    for (uint32_t path = VKH2O_MATMUL_PATH_REGISTER; path <= VKH2O_MATMUL_PATH_TILED; path++) {
+    /* every kernel, whatever the device would pick; the texel kernel with X as a storage
+     * buffer (no x_buffer) and as texels (x_buffer given: the view covers the guard too) */
+    static const struct { uint32_t path; bool x_texel; const char* name; } variants[] = {
+        { VKH2O_MATMUL_PATH_REGISTER, false, "register" },
+        { VKH2O_MATMUL_PATH_TILED, false, "tiled" },
+        { VKH2O_MATMUL_PATH_TEXEL, false, "texel W" },
+        { VKH2O_MATMUL_PATH_TEXEL, true, "texel W+X" },
+    };
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+        const uint32_t path = variants[vi].path;
         if (!(paths & PATH_BIT(path))) continue;
         char plabel[240];
-        snprintf(plabel, sizeof plabel, "%s %s", label, path == VKH2O_MATMUL_PATH_REGISTER ? "register" : "tiled");
+        snprintf(plabel, sizeof plabel, "%s %s", label, variants[vi].name);
         vkh2o_matmul_args pa = *a;
         pa.path = path;
+        pa.x_buffer = variants[vi].x_texel ? xb : NULL;
         vkh2o_buffer* yb = vt_buffer(ny * sizeof(float));
         if (a->accumulate) assert_int_equal(vkh2o_buffer_upload(yb, 0, y0, ny * sizeof(float)), VKH2O_OK);
 
         VkCommandBuffer cb;
         assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
-        assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, vkh2o_bind_range(xb, 0, nx * sizeof(float)),
+        assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, vkh2o_bind_range(xb, x_off * sizeof(float), nx * sizeof(float)),
                                           vkh2o_bind_range(yb, 0, ny * sizeof(float)), &pa), VKH2O_OK);
         assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
         vt_download_f32(yb, got, ny);
@@ -186,6 +202,12 @@ static uint32_t run_case_paths(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uin
     vkh2o_buffer_destroy(xb);
     vkh2o_weight_free(&w);
     return nchunks;
+}
+
+static uint32_t run_case_paths(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_t w_cols,
+                               const vkh2o_matmul_args* a, uint64_t limit, uint32_t paths)
+{
+    return run_case_x(rng, dt, w_rows, w_cols, a, limit, paths, 0, false);
 }
 
 static uint32_t run_case(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_t w_cols,
@@ -315,6 +337,39 @@ static void test_chunked(void** state)
     vt_check_validation();
 }
 
+/* Where X sits for the texel kernel: at a 256-byte offset (a texel view there), at a 16-byte
+ * offset (the storage-buffer alignment; no texel view possible: X read as a storage buffer),
+ * and in a buffer that ends with X at a size not a multiple of 16 bytes (the view cannot cover
+ * the last floats: storage reads) or at a multiple (texels), with odd strides (scalar reads of
+ * X, from texels or storage) and batches; every dtype, plain and transposed, chunked. */
+static void test_x_placement(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("matmul_x_placement"));
+    for (size_t d = 0; d < 3; d++) {
+        const uint32_t paths = PATH_BIT(VKH2O_MATMUL_PATH_REGISTER) | PATH_BIT(VKH2O_MATMUL_PATH_TEXEL);
+        static const uint32_t offs[] = { 64, 4 };
+        for (size_t o = 0; o < 2; o++) {
+            vkh2o_matmul_args a = { .M = 11, .N = 21, .K = 40 };
+            run_case_x(&rng, dtypes[d], 21, 40, &a, 0, paths, offs[o], false);
+            vkh2o_matmul_args t = { .M = 5, .N = 24, .K = 13, .w_transposed = true, .x_stride = 15 };
+            run_case_x(&rng, dtypes[d], 13, 24, &t, 0, paths, offs[o], false);
+        }
+        /* tight buffers: 9 x 37 floats (not a multiple of 4), 8 x 36 (a multiple) */
+        vkh2o_matmul_args a = { .M = 9, .N = 19, .K = 37 };
+        run_case_x(&rng, dtypes[d], 19, 37, &a, 0, paths, 0, true);
+        a = (vkh2o_matmul_args){ .M = 8, .N = 19, .K = 36 };
+        run_case_x(&rng, dtypes[d], 19, 36, &a, 0, paths, 64, true);
+        /* batched with odd strides, chunked weight */
+        const size_t es = vkh2o_dtype_size(dtypes[d]);
+        vkh2o_matmul_args b = { .M = 6, .N = 9, .K = 17, .batch = 3, .x_stride = 19, .x_batch_stride = 6 * 19 + 1,
+                                .y_stride = 9, .y_batch_stride = 54, .w_batch_stride = 9 * 17 };
+        run_case_x(&rng, dtypes[d], 27, 17, &b, (uint64_t)5 * 24 * es, paths, 64, false);
+    }
+    vt_check_validation();
+}
+
 /* Long K against lavapipe's per-invocation loop limit (65535 iterations, then loops silently
  * end): a transposed weight of 70000 rows is split over dispatches on CPU devices and must
  * still sum every row; an untransposed K that one invocation cannot loop over is refused
@@ -331,7 +386,7 @@ static void test_long_k(void** state)
     /* register-blocked: 200000 / 8 iterations fit; tiled: refused on CPU devices */
     vkh2o_matmul_args u = { .M = 1, .N = 3, .K = 200000 };
     run_case_paths(&rng, VKH2O_DTYPE_BF16, 3, 200000, &u, 0,
-                   cpu ? PATH_BIT(VKH2O_MATMUL_PATH_REGISTER) : ALL_PATHS);
+                   cpu ? PATH_BIT(VKH2O_MATMUL_PATH_REGISTER) | PATH_BIT(VKH2O_MATMUL_PATH_TEXEL) : ALL_PATHS);
 
     const uint32_t K = 250000;
     uint16_t* wh = calloc(K, sizeof(uint16_t));
@@ -343,7 +398,7 @@ static void test_long_k(void** state)
     vkh2o_buffer* yb = vt_buffer(sizeof(float));
     VkCommandBuffer cb;
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
-    for (uint32_t path = VKH2O_MATMUL_PATH_REGISTER; path <= VKH2O_MATMUL_PATH_TILED; path++) {
+    for (uint32_t path = VKH2O_MATMUL_PATH_REGISTER; path < VKH2O_MATMUL_PATH_COUNT; path++) {
         vkh2o_matmul_args a = { .M = 1, .N = 1, .K = K, .path = path };
         assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, vkh2o_bind_range(xb, 0, (uint64_t)K * sizeof(float)),
                                           vkh2o_bind_range(yb, 0, sizeof(float)), &a),
@@ -470,7 +525,9 @@ static void test_errors(void** state)
     assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
     a = (vkh2o_matmul_args){ .M = 2, .N = 6, .K = 4, .w_transposed = true };   /* [K,N] needs 6 columns */
     assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
-    a = (vkh2o_matmul_args){ .M = 2, .N = 4, .K = 8, .path = 3 };
+    a = (vkh2o_matmul_args){ .M = 2, .N = 4, .K = 8, .path = VKH2O_MATMUL_PATH_COUNT };
+    assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
+    a = (vkh2o_matmul_args){ .M = 2, .N = 4, .K = 8, .path = VKH2O_MATMUL_PATH_TEXEL, .x_buffer = yb };   /* not X's */
     assert_int_equal(vkh2o_cmd_matmul(ctx, cb, &w, xbind, ybind, &a), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
     vkh2o_buffer_destroy(xb);
@@ -488,6 +545,7 @@ int main(void)
         cmocka_unit_test(test_strides_alpha_accumulate),
         cmocka_unit_test(test_batched_absorption),
         cmocka_unit_test(test_chunked),
+        cmocka_unit_test(test_x_placement),
         cmocka_unit_test(test_kimi_q_a_proj),
         cmocka_unit_test(test_long_k),
     };
