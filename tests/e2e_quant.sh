@@ -74,4 +74,41 @@ set +e
 set -e
 [ "$rc" -eq 2 ] || { echo "--layout diagonal: exit $rc, want 2"; exit 1; }
 "$TOOL" --help | grep -q "uniform-int4"
+
+# --weights: the cache built from a small synthetic MLA layer (vkh2o-mkshard): prefill forward,
+# decode steps appending their tokens, absorbed queries; the absorption check (FP16 cache through
+# W_uv against the layer's own forward) must agree to fp16 storage precision.
+MK="$BUILD/vkh2o-mkshard"
+[ -x "$MK" ] || { echo "missing $MK"; exit 1; }
+"$MK" --out "$TMP/small.safetensors" --preset small --seed 5 > /dev/null
+"$TOOL" --weights "$TMP/small.safetensors" --seq-len 96 --decode 3 --seed 3 --json "$TMP/w.json" | tee "$TMP/w.txt"
+grep -q "4 heads, kv_lora 72, rope 16" "$TMP/w.txt"
+python3 - "$TMP/w.json" "$TMP/w.txt" <<'PY'
+import json, math, re, sys
+rows = json.load(open(sys.argv[1]))
+txt = open(sys.argv[2]).read()
+m = re.search(r"absorption check: .* relative error ([0-9.e+-]+)", txt)
+assert m and float(m.group(1)) < 1e-2, "absorption check missing or too large"
+pol = {r["policy"]: r for r in rows if r["ablation"] == "policy"}
+assert len(pol) == 6 and pol["fp16"]["attn_rel_err"] == 0 and pol["fp16"]["saved_pct"] == 0
+for r in rows:
+    for k in ["bytes", "k_mse", "v_mse", "k_cos", "v_cos", "attn_rel_err", "attn_cos"]:
+        assert math.isfinite(r[k]), (k, r)
+    assert r["layout"] == "latent"
+# 96 prefill + 3 appended tokens, all attended by the "all" rows but the evicting one
+assert pol["balanced"]["tokens_attended"] == 99, pol["balanced"]
+b = [pol[p]["bytes"] for p in ["fp16", "conservative", "balanced", "aggressive"]]
+assert b[0] > b[1] > b[2] > b[3], b
+assert pol["uniform-int8"]["attn_rel_err"] < pol["uniform-int4"]["attn_rel_err"]
+print("weights ok:", {p: round(pol[p]["attn_rel_err"], 5) for p in pol})
+PY
+set +e
+"$TOOL" --weights "$TMP/none.safetensors" > /dev/null 2> "$TMP/err.txt"; rc=$?
+set -e
+[ "$rc" -eq 1 ] || { echo "--weights missing file: exit $rc, want 1"; exit 1; }
+grep -q "none.safetensors" "$TMP/err.txt"
+set +e
+"$TOOL" --weights "$TMP/small.safetensors" --bench > /dev/null 2>&1; rc=$?
+set -e
+[ "$rc" -eq 2 ] || { echo "--weights --bench: exit $rc, want 2"; exit 1; }
 echo "e2e_quant: ok"

@@ -8,26 +8,34 @@
  * cache attending to every block. Ablations: "precision" (the same score-selected blocks at
  * FP16 / INT8 / INT4) and "selection" (score vs quest vs random at the same token budget).
  * Then the analytical model for Kimi (61 layers, 32K context) and the expected-shape checks.
- * --bench: decode attention over a 32K-token latent cache, FP16 vs balanced, GPU timestamps.
+ * --weights: the same table on a cache built from a real MLA layer (prefill forward over S
+ * seeded-normal tokens, then D decode steps that append their token and attend with the
+ * absorbed query; errors over all steps), with a check of the absorption against the layer.
+ * --bench: decode attention over a 32K-token latent cache, FP16 vs balanced, 64 heads and 1
+ * head, GPU timestamps and process CPU time.
  */
 #include "cli.h"
 #include "outfile.h"
 #include "kvquant_internal.h"
+#include "mla_internal.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <libgen.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #define TOOL "vkh2o-quant"
 
 typedef struct opts {
     uint32_t tokens, block, group, heads, seed, device, bench_tokens, reps;
+    uint32_t layer, seq_len, decode;
     double budget;
     vkh2o_qlayout layout;
     bool heads_set, quiet, bench;
-    const char *csv, *json, *weights;
+    const char *csv, *json, *weights, *config;
 } opts;
 
 static void usage(FILE* f)
@@ -35,7 +43,8 @@ static void usage(FILE* f)
     fprintf(f,
             "usage: " TOOL " [options]\n"
             "Quantised KV cache: bytes saved vs quantisation and attention error per routing policy and\n"
-            "block selector, on random data of the Kimi latent shape (default) or --bench.\n"
+            "block selector, on random data of the Kimi latent shape (default), on a real layer\n"
+            "(--weights), or --bench.\n"
             "  --tokens N         cache length (default 4096)\n"
             "  --block B          tokens per block (default 16)\n"
             "  --group G          channels per quantisation group, per-token grouping (default 32)\n"
@@ -49,7 +58,14 @@ static void usage(FILE* f)
             "  --bench            decode attention over a 32K-token latent cache: FP16 vs balanced\n"
             "  --bench-tokens N   cache length of --bench (default 32768)\n"
             "  --reps N           timed repetitions per --bench figure (default 5; the median is shown)\n"
-            "  --weights FILE     not available in this build (see the note printed)\n"
+            "  --weights FILE|DIR build the cache from a real MLA layer of a safetensors checkpoint (latent\n"
+            "                     layout): prefill forward over seeded-normal tokens (importance = attention\n"
+            "                     mass), then decode steps, each appending its token and attending with\n"
+            "                     its absorbed query; errors are over all steps\n"
+            "  --config FILE      HF config.json (default: config.json beside the weights, else Kimi K2.6)\n"
+            "  --layer L          model.layers.L (default 0)\n"
+            "  --seq-len S        prefill tokens with --weights (default 512)\n"
+            "  --decode D         decode steps with --weights (default 16)\n"
             "  --quiet            only the table\n"
             "  --help\n"
             "Policies (fractions of routable blocks by importance rank): conservative 50%% FP16 / 50%% INT8;\n"
@@ -60,7 +76,7 @@ static void usage(FILE* f)
 static int parse(int argc, char** argv, opts* o)
 {
     *o = (opts){ .tokens = 4096, .block = 16, .group = 32, .heads = 64, .seed = 1, .bench_tokens = 32768, .reps = 5,
-                 .budget = 0.25, .layout = VKH2O_QLAYOUT_LATENT };
+                 .budget = 0.25, .layout = VKH2O_QLAYOUT_LATENT, .seq_len = 512, .decode = 16 };
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -78,6 +94,9 @@ static int parse(int argc, char** argv, opts* o)
         U32("--device", device, 0, 63)
         U32("--bench-tokens", bench_tokens, 64, 1u << 20)
         U32("--reps", reps, 1, 1000)
+        U32("--layer", layer, 0, 100000)
+        U32("--seq-len", seq_len, 1, 1u << 20)
+        U32("--decode", decode, 1, 4096)
 #undef U32
         if (!strcmp(a, "--heads")) {
             if (!v) { fprintf(stderr, TOOL ": --heads needs a value\n"); return 2; }
@@ -95,10 +114,11 @@ static int parse(int argc, char** argv, opts* o)
             }
             o->layout = strcmp(v, "latent") ? VKH2O_QLAYOUT_EXPANDED : VKH2O_QLAYOUT_LATENT;
             i++;
-        } else if ((!strcmp(a, "--csv") || !strcmp(a, "--json") || !strcmp(a, "--weights"))) {
+        } else if ((!strcmp(a, "--csv") || !strcmp(a, "--json") || !strcmp(a, "--weights") || !strcmp(a, "--config"))) {
             if (!v) { fprintf(stderr, TOOL ": %s needs a value\n", a); return 2; }
             if (!strcmp(a, "--csv")) o->csv = v;
             else if (!strcmp(a, "--json")) o->json = v;
+            else if (!strcmp(a, "--config")) o->config = v;
             else o->weights = v;
             i++;
         } else if (!strcmp(a, "--bench")) {
@@ -137,8 +157,11 @@ static float rnd_normal(void)
 
 typedef struct dataset {
     uint32_t T, H, kvh, dk, dv;
-    float *k, *v, *imp, *q;       /* k [T][kvh][dk], v [T][kvh][dv] or NULL, imp [T], q [H][dk] */
+    float *k, *v, *imp, *q;       /* k [T][kvh][dk], v [T][kvh][dv] or NULL, imp [T], q [steps][H][dk] */
     size_t nk, nv;
+    uint32_t T0;                  /* rows prefilled; with appends, row T0 + i is appended before step i */
+    uint32_t steps;               /* decode steps (queries) */
+    bool append;
 } dataset;
 
 /*
@@ -166,7 +189,7 @@ static void make_queries(const dataset* d, const float* u, float lambda, float* 
 static void make_dataset(const opts* o, const vkh2o_qcache_desc* rd, float scale, uint32_t T, bool fast_importance, dataset* d)
 {
     vkh2o_qshape s = vkh2o_qcache_shape(rd);
-    *d = (dataset){ .T = T, .H = rd->num_heads, .kvh = s.kv_heads, .dk = s.d_k, .dv = s.d_v };
+    *d = (dataset){ .T = T, .H = rd->num_heads, .kvh = s.kv_heads, .dk = s.d_k, .dv = s.d_v, .T0 = T, .steps = 1 };
     d->nk = (size_t)T * d->kvh * d->dk;
     d->nv = s.v_in_k ? 0 : (size_t)T * d->kvh * d->dv;
     d->k = malloc(sizeof(float) * d->nk);
@@ -275,6 +298,33 @@ static int check(vkh2o_context* ctx, vkh2o_result r, const char* what)
 }
 
 /* Attention with timestamps; fills out (host) and the GPU milliseconds. */
+static int attend(runner* R, const vkh2o_qattn_desc* ad, float* out, double* ms);
+
+/* The decode steps on a freshly built cache: before step i the dataset's row T0 + i is appended
+ * (weights mode), then its query attends. out: [steps][H][dv]; ms: summed GPU time. */
+static int attend_steps(runner* R, const vkh2o_qattn_desc* ad, float* out, double* ms)
+{
+    const dataset* d = &R->data;
+    *ms = 0;
+    for (uint32_t i = 0; i < d->steps; i++) {
+        if (d->append) {
+            uint32_t t = d->T0 + i;
+            if (check(R->ctx, vkh2o_qcache_append_host(R->qc, d->k + (size_t)t * d->kvh * d->dk,
+                                                       d->v ? d->v + (size_t)t * d->kvh * d->dv : NULL, d->imp + t, 1),
+                      "append"))
+                return -1;
+        }
+        if (d->steps > 1 &&
+            check(R->ctx, vkh2o_buffer_upload(R->qb, 0, d->q + (size_t)i * d->H * d->dk, sizeof(float) * d->H * d->dk), "query"))
+            return -1;
+        double t;
+        if (attend(R, ad, out ? out + (size_t)i * d->H * d->dv : NULL, &t))
+            return -1;
+        *ms += t;
+    }
+    return 0;
+}
+
 static int attend(runner* R, const vkh2o_qattn_desc* ad, float* out, double* ms)
 {
     VkCommandBuffer cb;
@@ -294,7 +344,7 @@ static int attend(runner* R, const vkh2o_qattn_desc* ad, float* out, double* ms)
 
 static int build(runner* R, vkh2o_qpolicy p)
 {
-    if (check(R->ctx, vkh2o_qcache_prefill(R->qc, R->kb, R->vb, R->ib, R->data.T), "prefill"))
+    if (check(R->ctx, vkh2o_qcache_prefill(R->qc, R->kb, R->vb, R->ib, R->data.T0), "prefill"))
         return -1;
     return check(R->ctx, vkh2o_qcache_route(R->qc, p), "route");
 }
@@ -343,13 +393,13 @@ static int measure(runner* R, const char* ablation, vkh2o_qpolicy p, int selecto
     vkh2o_qcache* qc = R->qc;
     vkh2o_qattn_desc ad = { .scale = R->scale, .selector = selector < 0 ? VKH2O_QSELECT_ALL : (vkh2o_qselector)selector,
                             .budget_blocks = budget, .seed = 0x51ec7u };
-    size_t n = (size_t)R->data.H * R->data.dv;
+    size_t n = (size_t)R->data.steps * R->data.H * R->data.dv;
     float* o = malloc(sizeof(float) * n);
     float* same = malloc(sizeof(float) * n);
     double ms_ref;
     if (selector < 0)
         memcpy(same, R->ref_out, sizeof(float) * n);
-    else if (build(R, VKH2O_QPOLICY_FP16) || attend(R, &ad, same, &ms_ref)) {
+    else if (build(R, VKH2O_QPOLICY_FP16) || attend_steps(R, &ad, same, &ms_ref)) {
         free(o);
         free(same);
         return -1;
@@ -364,9 +414,11 @@ static int measure(runner* R, const char* ablation, vkh2o_qpolicy p, int selecto
     vkh2o_qcache_get_stats(qc, &st);
     out->bytes = st.allocated_bytes;
     out->saved_pct = 100.0 * (1.0 - (double)st.allocated_bytes / (double)R->fp16_bytes);
-    int rc = check(R->ctx, vkh2o_qcache_metrics(qc, R->kb, R->vb, &out->km, &out->vm), "metrics");
-    if (!rc)
-        rc = attend(R, &ad, o, &out->gpu_ms);
+    int rc = attend_steps(R, &ad, o, &out->gpu_ms);
+    if (!rc)   /* after the steps: every token held, appended ones included */
+        rc = check(R->ctx, vkh2o_qcache_metrics(qc, R->kb, R->vb, &out->km, &out->vm), "metrics");
+    if (!rc && R->data.steps > 1)
+        out->gpu_ms /= R->data.steps;
     if (!rc)
         rc = selection_stats(R, &out->tokens_attended, &out->read_bytes);
     if (!rc) {
@@ -462,24 +514,13 @@ static bool write_json(const char* path, const row* rows, int n, const char* lay
     return outfile_close(&f, TOOL, true);
 }
 
-static int setup(runner* R, vkh2o_context* ctx, const opts* o, uint32_t T, bool fast_importance)
+/* The cache and the device copies of the dataset (k/v/importance for prefill and metrics, the
+ * first query). */
+static int setup_buffers(runner* R, vkh2o_context* ctx, const vkh2o_qcache_desc* desc)
 {
-    memset(R, 0, sizeof *R);
-    R->ctx = ctx;
-    vkh2o_qcache_desc desc = { .layout = o->layout, .num_heads = o->heads, .block_size = o->block, .group_size = o->group,
-                               .max_tokens = T, .flags = VKH2O_QCACHE_QUEST_BOUNDS };
-    vkh2o_error err = { 0 };
-    vkh2o_qcache_desc rd;
-    if (vkh2o_qcache_desc_resolve(&desc, &rd, &err) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s\n", err.message);
-        return -1;
-    }
-    vkh2o_mla_config cfg;
-    vkh2o_mla_config_kimi_k26(&cfg);
-    R->scale = vkh2o_mla_softmax_scale(&cfg);
-    make_dataset(o, &rd, R->scale, T, fast_importance, &R->data);
     dataset* d = &R->data;
-    if (check(ctx, vkh2o_qcache_create(ctx, &desc, &R->qc), "cache"))
+    uint32_t T = d->T;
+    if (check(ctx, vkh2o_qcache_create(ctx, desc, &R->qc), "cache"))
         return -1;
     vkh2o_result r = vkh2o_buffer_create(ctx, sizeof(float) * d->nk, &R->kb);
     if (r == VKH2O_OK && d->nv)
@@ -499,6 +540,236 @@ static int setup(runner* R, vkh2o_context* ctx, const opts* o, uint32_t T, bool 
     if (r == VKH2O_OK)
         r = vkh2o_buffer_upload(R->qb, 0, d->q, sizeof(float) * d->H * d->dk);
     return check(ctx, r, "buffers");
+}
+
+static int setup(runner* R, vkh2o_context* ctx, const opts* o, uint32_t T, bool fast_importance)
+{
+    memset(R, 0, sizeof *R);
+    R->ctx = ctx;
+    vkh2o_qcache_desc desc = { .layout = o->layout, .num_heads = o->heads, .block_size = o->block, .group_size = o->group,
+                               .max_tokens = T, .flags = VKH2O_QCACHE_QUEST_BOUNDS };
+    vkh2o_error err = { 0 };
+    vkh2o_qcache_desc rd;
+    if (vkh2o_qcache_desc_resolve(&desc, &rd, &err) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": %s\n", err.message);
+        return -1;
+    }
+    vkh2o_mla_config cfg;
+    vkh2o_mla_config_kimi_k26(&cfg);
+    R->scale = vkh2o_mla_softmax_scale(&cfg);
+    make_dataset(o, &rd, R->scale, T, fast_importance, &R->data);
+    return setup_buffers(R, ctx, &desc);
+}
+
+/* ---------------------------------------------------------------- --weights */
+
+static bool file_exists(const char* p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* One seeded-normal hidden row per token. */
+static float* normal_rows(uint32_t n, uint32_t D)
+{
+    float* x = malloc(sizeof(float) * (size_t)n * D);
+    if (x)
+        for (size_t i = 0; i < (size_t)n * D; i++)
+            x[i] = rnd_normal();
+    return x;
+}
+
+/*
+ * The cache from a real MLA layer (latent layout): a causal prefill forward over S seeded-normal
+ * tokens gives c_kv (normed) and k_pe (roped) per token and the attention mass per token (the
+ * importance); each of the D decode tokens is projected at position S + i, its latent row
+ * appended before its step, and its query absorbed on the host (double accumulation):
+ * q_lat[h] = [q_nope[h] . W_uk[h], q_pe[h]] with W_uk[h] = kv_b_proj rows h*(nope+v) + [0, nope).
+ * Check: the FP16 cache's output for the first decode token, through W_uv, against the layer's
+ * own forward over S+1 tokens (*check_rel).
+ */
+static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* check_rel)
+{
+    memset(R, 0, sizeof *R);
+    R->ctx = ctx;
+    *check_rel = -1;
+    vkh2o_error err = { 0 };
+    vkh2o_mla_config cfg;
+    vkh2o_mla_config_kimi_k26(&cfg);
+    char cfg_path[4200] = "";
+    if (o->config) {
+        snprintf(cfg_path, sizeof cfg_path, "%s", o->config);
+    } else {
+        struct stat sw;
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s", o->weights);
+        if (stat(o->weights, &sw) == 0 && S_ISDIR(sw.st_mode))
+            snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->weights);
+        else
+            snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dirname(tmp));
+        if (!file_exists(cfg_path))
+            cfg_path[0] = 0;
+    }
+    if ((cfg_path[0] && vkh2o_mla_config_from_json(cfg_path, &cfg, &err) != VKH2O_OK) ||
+        vkh2o_mla_config_validate(&cfg, &err) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": %s\n", err.message);
+        return -1;
+    }
+    uint32_t S = o->seq_len, D = o->decode, H = cfg.num_heads, nope = cfg.qk_nope_head_dim, rope = cfg.qk_rope_head_dim;
+    uint32_t vd = cfg.v_head_dim, L = cfg.kv_lora_rank, hid = cfg.hidden_size, qd = nope + rope;
+    vkh2o_checkpoint* ck = NULL;
+    vkh2o_mla_host_weights* hw = NULL;
+    vkh2o_mla_layer* layer = NULL;
+    float *hidden = NULL, *out = NULL, *wuk = NULL, *qrow = NULL;
+    vkh2o_buffer* hb = NULL;
+    int rc = -1;
+    if (vkh2o_checkpoint_open(o->weights, &ck, &err) != VKH2O_OK ||
+        vkh2o_mla_host_weights_load(ck, &cfg, o->layer, 0, &hw, &err) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": %s\n", err.message);
+        goto done;
+    }
+    const vkh2o_tensor_view* kvb = vkh2o_mla_host_weight(hw, VKH2O_W_KV_B_PROJ);
+    if (!kvb || !kvb->data || kvb->ndim != 2 || kvb->shape[0] != (uint64_t)H * (nope + vd) || kvb->shape[1] != L ||
+        (kvb->dtype != VKH2O_DTYPE_F32 && kvb->dtype != VKH2O_DTYPE_F16 && kvb->dtype != VKH2O_DTYPE_BF16)) {
+        fprintf(stderr, TOOL ": %s: kv_b_proj is not a [%u, %u] F32/F16/BF16 tensor (needed to absorb the query)\n",
+                o->weights, H * (nope + vd), L);
+        goto done;
+    }
+    if (check(ctx, vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S + 1 }, &layer), "layer"))
+        goto done;
+    if (!o->quiet)
+        printf("weights: %s, layer %u (%s): %u heads, kv_lora %u, rope %u, nope %u, v %u, hidden %u; prefill %u seeded-normal "
+               "tokens, %u decode steps\n", o->weights, o->layer, cfg_path[0] ? cfg_path : "Kimi K2.6 config", H, L, rope, nope,
+               vd, hid, S, D);
+    rng_state = 0x5eed0000ull + o->seed;
+    hidden = normal_rows(S + D, hid);
+    out = malloc(sizeof(float) * (size_t)(S + 1) * hid);
+    wuk = malloc(sizeof(float) * (size_t)H * nope * L);
+    qrow = malloc(sizeof(float) * (size_t)H * qd);
+    dataset* d = &R->data;
+    *d = (dataset){ .T = S + D, .H = H, .kvh = 1, .dk = L + rope, .dv = L, .T0 = S, .steps = D, .append = true };
+    d->nk = (size_t)d->T * d->dk;
+    d->k = malloc(sizeof(float) * d->nk);
+    d->imp = calloc(d->T, sizeof(float));
+    d->q = malloc(sizeof(float) * (size_t)D * H * d->dk);
+    if (!hidden || !out || !wuk || !qrow || !d->k || !d->imp || !d->q) {
+        fprintf(stderr, TOOL ": out of host memory\n");
+        goto done;
+    }
+    for (uint32_t h = 0; h < H; h++)
+        for (uint32_t j = 0; j < nope; j++)
+            for (uint32_t c = 0; c < L; c++)
+                wuk[((size_t)h * nope + j) * L + c] = vkh2o_load_elem(kvb->dtype, kvb->data, ((uint64_t)h * (nope + vd) + j) * L + c);
+
+    /* prefill: importance = attention mass per token; latent rows from the state */
+    if (check(ctx, vkh2o_run_mla_forward(layer, hidden, S, 0, out, d->imp, NULL), "prefill forward"))
+        goto done;
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(layer);
+    float* ckv = malloc(sizeof(float) * (size_t)S * L);
+    float* kpe = malloc(sizeof(float) * (size_t)S * rope);
+    vkh2o_result r = ckv && kpe ? vkh2o_buffer_download(st->ckv, 0, ckv, sizeof(float) * (size_t)S * L) : VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+    if (r == VKH2O_OK)
+        r = vkh2o_buffer_download(st->kpe, 0, kpe, sizeof(float) * (size_t)S * rope);
+    for (uint32_t t = 0; r == VKH2O_OK && t < S; t++) {
+        memcpy(d->k + (size_t)t * d->dk, ckv + (size_t)t * L, sizeof(float) * L);
+        memcpy(d->k + (size_t)t * d->dk + L, kpe + (size_t)t * rope, sizeof(float) * rope);
+    }
+    free(ckv);
+    free(kpe);
+    if (check(ctx, r, "prefill state"))
+        goto done;
+
+    /* decode tokens: project one at a time at position S + i */
+    if (check(ctx, vkh2o_buffer_create(ctx, sizeof(float) * hid, &hb), "buffer"))
+        goto done;
+    for (uint32_t i = 0; i < D; i++) {
+        VkCommandBuffer cb;
+        r = vkh2o_buffer_upload(hb, 0, hidden + (size_t)(S + i) * hid, sizeof(float) * hid);
+        if (r == VKH2O_OK && (r = vkh2o_begin(ctx, &cb)) == VKH2O_OK) {
+            r = vkh2o_cmd_mla_project(layer, cb, vkh2o_bind(hb), 1, S + i);
+            vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
+            r = r != VKH2O_OK ? r : r2;
+        }
+        float* krow = d->k + (size_t)(S + i) * d->dk;
+        if (r == VKH2O_OK)
+            r = vkh2o_buffer_download(st->ckv, 0, krow, sizeof(float) * L);
+        if (r == VKH2O_OK)
+            r = vkh2o_buffer_download(st->kpe, 0, krow + L, sizeof(float) * rope);
+        if (r == VKH2O_OK)
+            r = vkh2o_buffer_download(st->q, 0, qrow, sizeof(float) * (size_t)H * qd);
+        if (check(ctx, r, "decode projection"))
+            goto done;
+        float* ql = d->q + (size_t)i * H * d->dk;
+        for (uint32_t h = 0; h < H; h++) {
+            const float* qh = qrow + (size_t)h * qd;
+            for (uint32_t c = 0; c < L; c++) {
+                double a = 0;
+                for (uint32_t j = 0; j < nope; j++)
+                    a += (double)qh[j] * wuk[((size_t)h * nope + j) * L + c];
+                ql[(size_t)h * d->dk + c] = (float)a;
+            }
+            memcpy(ql + (size_t)h * d->dk + L, qh + nope, sizeof(float) * rope);
+        }
+    }
+    R->scale = st->scale;
+
+    vkh2o_qcache_desc desc = { 0 };
+    vkh2o_qcache_desc_from_mla(&cfg, VKH2O_QLAYOUT_LATENT, &desc);
+    desc.num_heads = H;
+    desc.block_size = o->block;
+    desc.group_size = o->group;
+    desc.max_tokens = S + D;
+    desc.flags = VKH2O_QCACHE_QUEST_BOUNDS;
+    if (setup_buffers(R, ctx, &desc))
+        goto done;
+
+    /* absorption check: FP16 cache over S + 1 tokens, first decode query, through W_uv, against
+     * the layer's forward over the same S + 1 tokens (its last row of o) */
+    if (build(R, VKH2O_QPOLICY_FP16) ||
+        check(ctx, vkh2o_qcache_append_host(R->qc, d->k + (size_t)S * d->dk, NULL, d->imp + S, 1), "append")) {
+        goto done;
+    }
+    {
+        float* lat = malloc(sizeof(float) * (size_t)H * L);
+        float* o_layer = malloc(sizeof(float) * (size_t)H * vd);
+        double ms;
+        r = lat && o_layer ? VKH2O_OK : VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+        if (r == VKH2O_OK && attend(R, &(vkh2o_qattn_desc){ .scale = R->scale }, lat, &ms))
+            r = VKH2O_ERROR_VULKAN;
+        if (r == VKH2O_OK)
+            r = vkh2o_run_mla_forward(layer, hidden, S + 1, 0, out, NULL, NULL);
+        if (r == VKH2O_OK)
+            r = vkh2o_buffer_download(st->o, 4ull * S * H * vd, o_layer, sizeof(float) * (size_t)H * vd);
+        if (r == VKH2O_OK) {
+            double e2 = 0, r2 = 0;
+            for (uint32_t h = 0; h < H; h++)
+                for (uint32_t j = 0; j < vd; j++) {
+                    double a = 0;
+                    for (uint32_t c = 0; c < L; c++)
+                        a += (double)lat[(size_t)h * L + c] *
+                             vkh2o_load_elem(kvb->dtype, kvb->data, ((uint64_t)h * (nope + vd) + nope + j) * L + c);
+                    double ref = o_layer[(size_t)h * vd + j];
+                    e2 += (a - ref) * (a - ref);
+                    r2 += ref * ref;
+                }
+            *check_rel = r2 > 0 ? sqrt(e2 / r2) : 0;
+        }
+        free(lat);
+        free(o_layer);
+        if (check(ctx, r, "absorption check"))
+            goto done;
+    }
+    rc = 0;
+done:
+    vkh2o_buffer_destroy(hb);
+    vkh2o_mla_layer_destroy(layer);
+    vkh2o_mla_host_weights_free(hw);
+    vkh2o_checkpoint_close(ck);
+    free(hidden);
+    free(out);
+    free(wuk);
+    free(qrow);
+    return rc;
 }
 
 static void teardown(runner* R)
@@ -591,9 +862,8 @@ int main(int argc, char** argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc;
-    if (o.weights) {
-        fprintf(stderr, TOOL ": --weights is not implemented in this build (random-data mode only); "
-                        "run without --weights\n");
+    if (o.weights && (o.bench || o.layout != VKH2O_QLAYOUT_LATENT)) {
+        fprintf(stderr, TOOL ": --weights builds a latent cache and cannot be combined with --bench or --layout expanded\n");
         return 2;
     }
     vkh2o_error err = { 0 };
@@ -622,10 +892,14 @@ int main(int argc, char** argv)
     row rows[32];
     int n = 0;
     rc = 1;
-    if (setup(&R, ctx, &o, o.tokens, false))
+    double check_rel = -1;
+    if (o.weights ? setup_weights(&R, ctx, &o, &check_rel) : setup(&R, ctx, &o, o.tokens, false))
         goto done;
     const dataset* d = &R.data;
-    if (!o.quiet)
+    if (o.weights && !o.quiet)
+        printf("absorption check: FP16 cache + absorbed query, through W_uv, vs the layer's own forward over %u tokens: "
+               "relative error %.3e\n", d->T0 + 1, check_rel);
+    else if (!o.quiet)
         printf("random data: %s layout, %u tokens, %u heads, K row %u, V row %u, block %u, group %u (K per channel, V per token)\n",
                o.layout == VKH2O_QLAYOUT_LATENT ? "latent" : "expanded", d->T, d->H, d->dk, d->dv, R.qc->d.block_size,
                R.qc->d.group_size);
@@ -636,9 +910,9 @@ int main(int argc, char** argv)
         vkh2o_qcache_stats st;
         vkh2o_qcache_get_stats(R.qc, &st);
         R.fp16_bytes = st.allocated_bytes;
-        R.ref_out = malloc(sizeof(float) * d->H * d->dv);
+        R.ref_out = malloc(sizeof(float) * d->steps * d->H * d->dv);
         double ms;
-        if (attend(&R, &(vkh2o_qattn_desc){ .scale = R.scale }, R.ref_out, &ms))
+        if (attend_steps(&R, &(vkh2o_qattn_desc){ .scale = R.scale }, R.ref_out, &ms))
             goto done;
     }
     uint32_t routable = kvq_routable(&R.qc->d, R.qc->blocks);
