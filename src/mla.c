@@ -271,6 +271,7 @@ struct vkh2o_mla_layer {
     /* host round trips of vkh2o_run_mla_forward, grown on demand */
     vkh2o_buffer *io_hidden, *io_out, *io_scores;
     uint32_t io_rows;
+    uint32_t matmul_path;    /* vkh2o_matmul_path of the projections (0: automatic) */
 };
 
 static vkh2o_result alloc_f32(vkh2o_context* ctx, uint64_t floats, vkh2o_buffer** out)
@@ -470,16 +471,33 @@ static vkh2o_result check_seq(vkh2o_mla_layer* L, uint32_t S, uint32_t pos0)
     return VKH2O_OK;
 }
 
-static vkh2o_result matmul(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_weight w, vkh2o_binding x,
-                           vkh2o_binding y, vkh2o_matmul_args a)
+/* The layer's own buffer that binding b binds, or NULL (a caller's buffer). */
+static vkh2o_buffer* own_buffer(const vkh2o_mla_layer* L, vkh2o_binding b)
 {
+    vkh2o_buffer* const own[] = { L->qa_n, L->st.ckv, L->st.o, L->io_hidden };
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+        if (own[i] && own[i]->buffer == b.buffer)
+            return own[i];
+    return NULL;
+}
+
+/* x_buf: the buffer x binds when known, so CPU devices may read X as texels (matmul.c) */
+static vkh2o_result matmul(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_weight w, vkh2o_binding x,
+                           vkh2o_buffer* x_buf, vkh2o_binding y, vkh2o_matmul_args a)
+{
+    a.path = L->matmul_path;
+    a.x_buffer = x_buf;
     return vkh2o_cmd_matmul(L->ctx, cb, &L->w[w], x, y, &a);
 }
 
-vkh2o_result vkh2o_cmd_mla_project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_binding hidden, uint32_t S, uint32_t pos0)
+void vkh2o_mla_layer_set_matmul_path(vkh2o_mla_layer* L, uint32_t path)
 {
-    if (!L || !cb)
-        return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_project: NULL argument");
+    if (L) L->matmul_path = path;
+}
+
+static vkh2o_result project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_binding hidden, vkh2o_buffer* hidden_buf,
+                            uint32_t S, uint32_t pos0)
+{
     VKH2O_CHECK(check_seq(L, S, pos0));
     vkh2o_context* ctx = L->ctx;
     const vkh2o_mla_state* st = &L->st;
@@ -494,9 +512,9 @@ vkh2o_result vkh2o_cmd_mla_project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o
 
     /* stage 1: the two down projections of hidden */
     if (lq)
-        VKH2O_CHECK(matmul(L, cb, VKH2O_W_Q_A_PROJ, hidden, rows(L->qa, (uint64_t)S * lq),
+        VKH2O_CHECK(matmul(L, cb, VKH2O_W_Q_A_PROJ, hidden, hidden_buf, rows(L->qa, (uint64_t)S * lq),
                            (vkh2o_matmul_args){ .M = S, .N = lq, .K = D }));
-    VKH2O_CHECK(matmul(L, cb, VKH2O_W_KV_A_PROJ, hidden, ckv_full, (vkh2o_matmul_args){ .M = S, .N = lkv + rope, .K = D }));
+    VKH2O_CHECK(matmul(L, cb, VKH2O_W_KV_A_PROJ, hidden, hidden_buf, ckv_full, (vkh2o_matmul_args){ .M = S, .N = lkv + rope, .K = D }));
     vkh2o_barrier(ctx, cb);
 
     /* stage 2: norms; kv's also ropes k_pe and broadcasts it into the rope part of every head of K */
@@ -516,14 +534,14 @@ vkh2o_result vkh2o_cmd_mla_project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o
     /* stage 3: up projections straight into the [S, H, .] layouts. kv_b_proj rows are
      * [k_nope | v] per head, so K's nope part and V are two head-batched matmuls. */
     if (lq)
-        VKH2O_CHECK(matmul(L, cb, VKH2O_W_Q_B_PROJ, rows(L->qa_n, (uint64_t)S * lq), q,
+        VKH2O_CHECK(matmul(L, cb, VKH2O_W_Q_B_PROJ, rows(L->qa_n, (uint64_t)S * lq), L->qa_n, q,
                            (vkh2o_matmul_args){ .M = S, .N = H * qk, .K = lq }));
     else
-        VKH2O_CHECK(matmul(L, cb, VKH2O_W_Q_PROJ, hidden, q, (vkh2o_matmul_args){ .M = S, .N = H * qk, .K = D }));
-    VKH2O_CHECK(matmul(L, cb, VKH2O_W_KV_B_PROJ, ckv, k,
+        VKH2O_CHECK(matmul(L, cb, VKH2O_W_Q_PROJ, hidden, hidden_buf, q, (vkh2o_matmul_args){ .M = S, .N = H * qk, .K = D }));
+    VKH2O_CHECK(matmul(L, cb, VKH2O_W_KV_B_PROJ, ckv, st->ckv, k,
                        (vkh2o_matmul_args){ .M = S, .N = nope, .K = lkv, .batch = H, .y_stride = H * qk,
                                             .y_batch_stride = qk, .w_batch_stride = (nope + dv) * lkv }));
-    VKH2O_CHECK(matmul(L, cb, VKH2O_W_KV_B_PROJ, ckv, v,
+    VKH2O_CHECK(matmul(L, cb, VKH2O_W_KV_B_PROJ, ckv, st->ckv, v,
                        (vkh2o_matmul_args){ .M = S, .N = dv, .K = lkv, .batch = H, .y_stride = H * dv,
                                             .y_batch_stride = dv, .w_batch_stride = (nope + dv) * lkv,
                                             .w_row_offset = nope }));
@@ -537,12 +555,19 @@ vkh2o_result vkh2o_cmd_mla_project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o
     return VKH2O_OK;
 }
 
+vkh2o_result vkh2o_cmd_mla_project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_binding hidden, uint32_t S, uint32_t pos0)
+{
+    if (!L || !cb)
+        return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_project: NULL argument");
+    return project(L, cb, hidden, own_buffer(L, hidden), S, pos0);
+}
+
 vkh2o_result vkh2o_cmd_mla_o_proj(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_binding o, vkh2o_binding out, uint32_t S)
 {
     if (!L || !cb || S == 0)
         return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_o_proj: bad argument");
     const vkh2o_mla_state* st = &L->st;
-    return matmul(L, cb, VKH2O_W_O_PROJ, o, out,
+    return matmul(L, cb, VKH2O_W_O_PROJ, o, own_buffer(L, o), out,
                   (vkh2o_matmul_args){ .M = S, .N = st->hidden, .K = st->heads * st->v_dim });
 }
 
@@ -572,7 +597,7 @@ static vkh2o_result record_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const
 
     if (ts)
         ts[0] = vkh2o_timestamp(ctx, cb);
-    VKH2O_CHECK(vkh2o_cmd_mla_project(L, cb, vkh2o_bind_range(io->hidden, 0, act), S, io->pos0));
+    VKH2O_CHECK(project(L, cb, vkh2o_bind_range(io->hidden, 0, act), io->hidden, S, io->pos0));
     if (ts)
         ts[1] = vkh2o_timestamp(ctx, cb);
 

@@ -141,6 +141,10 @@ vkh2o_result vkh2o_cmd_mla_project(vkh2o_mla_layer* layer, VkCommandBuffer cb, v
 vkh2o_result vkh2o_cmd_mla_o_proj(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_binding o,
                                   vkh2o_binding out, uint32_t S);
 
+/* The matmul kernel of the layer's projections (vkh2o_matmul_path; 0 = automatic, the
+ * default): tests run the forward on each, benchmarks compare them in one process. */
+void vkh2o_mla_layer_set_matmul_path(vkh2o_mla_layer* layer, uint32_t path);
+
 /* ---- benchmarks (tools/vkh2o-bench "forward" row) ----
  * A Kimi-shaped layer from random weights needs only the public API plus the test reference's
  * generator (tests/ref/ref_mla.h, linked into every tool):

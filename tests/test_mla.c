@@ -132,6 +132,24 @@ static void run_layer(const vkh2o_mla_config* cfg, vkh2o_dtype dt, uint32_t S, u
     assert_memory_equal(out, out2, (size_t)S * D * 4);
     assert_memory_equal(sc, sc2, S * 4);
 
+    /* each matmul kernel for the projections, whatever the device picks: the register-blocked
+     * kernel gives the same bits whether it reads storage or texel buffers (same fma order);
+     * all meet the reference bound */
+    float* paths_out[VKH2O_MATMUL_PATH_COUNT] = { NULL };
+    for (uint32_t path = VKH2O_MATMUL_PATH_REGISTER; path < VKH2O_MATMUL_PATH_COUNT; path++) {
+        paths_out[path] = malloc((size_t)S * D * 4);
+        assert_non_null(paths_out[path]);
+        vkh2o_mla_layer_set_matmul_path(f.layer, path);
+        assert_int_equal(vkh2o_run_mla_forward(f.layer, hidden, S, pos0, paths_out[path], sc2, NULL), VKH2O_OK);
+        char pl[160];
+        snprintf(pl, sizeof pl, "%s, matmul path %u", label, path);
+        vt_assert_nmse(pl, paths_out[path], ref, (size_t)S * D, out_bound);
+        vt_assert_nmse("  scores", sc2, sref, S, score_bound);
+    }
+    assert_memory_equal(paths_out[VKH2O_MATMUL_PATH_REGISTER], paths_out[VKH2O_MATMUL_PATH_TEXEL], (size_t)S * D * 4);
+    vkh2o_mla_layer_set_matmul_path(f.layer, VKH2O_MATMUL_PATH_AUTO);
+    for (uint32_t path = 0; path < VKH2O_MATMUL_PATH_COUNT; path++) free(paths_out[path]);
+
     free(parts.q); free(parts.k); free(parts.v); free(parts.ckv); free(parts.kpe);
     free(hidden); free(out); free(out2); free(ref); free(sc); free(sc2); free(sref);
     fixture_free(&f);

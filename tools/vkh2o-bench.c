@@ -23,7 +23,7 @@
 #define BENCH_MAX_ROWS 64
 
 typedef struct bench_row {
-    char name[96];           /* contains "matmul" or "forward" */
+    char name[128];          /* contains "matmul" or "forward" */
     char device[256];        /* the device name, or "cpu: ..." */
     double median_ms;
     double gflops;           /* 0 when not meaningful */
@@ -31,6 +31,7 @@ typedef struct bench_row {
     uint32_t runs;
     const char* timing;      /* "gpu-timestamps", "wall" */
     double speedup;          /* vs the CPU row of the same work, 0 = none */
+    double ratio;            /* speed vs the baseline form measured alongside (> 1: faster), 0 = none */
 } bench_row;
 
 typedef struct bench_env {
@@ -91,43 +92,65 @@ static float rand_normal(void)
     return (float)(sqrt(-2.0 * log(u[0] + 1e-300)) * cos(6.283185307179586 * u[1]));
 }
 
+/* The matmul kernels compared side by side: the automatic choice, then each CPU-device form. */
+typedef struct matmul_variant {
+    const char* label;
+    uint32_t path;
+    bool x_texel;            /* pass x_buffer: X read through a texel view on the texel path */
+} matmul_variant;
+static const matmul_variant matmul_variants[] = {
+    { "auto", VKH2O_MATMUL_PATH_AUTO, true },
+    { "register, storage reads", VKH2O_MATMUL_PATH_REGISTER, false },
+    { "register, texel W", VKH2O_MATMUL_PATH_TEXEL, false },
+    { "register, texel W+X", VKH2O_MATMUL_PATH_TEXEL, true },
+};
+#define MATMUL_VARIANTS (sizeof matmul_variants / sizeof matmul_variants[0])
+
 /*
- * Device time of Y = X W^T: one warm-up, then `runs` submissions, each timed by GPU timestamps
+ * Device time of Y = X W^T for each variant: one warm-up each, then `runs` rounds that run
+ * every variant once in turn (so a busy machine slows all alike), each timed by GPU timestamps
  * around the dispatches when the device has them, else by wall time around submit+wait.
+ * ms[v] gets variant v's median; y holds the result of the last variant.
  */
 static vkh2o_result time_matmul(bench_env* env, const vkh2o_dev_weight* w, vkh2o_buffer* xb, vkh2o_buffer* yb,
-                                const vkh2o_matmul_args* a, double* median_ms, const char** timing)
+                                const vkh2o_matmul_args* a, uint32_t nv, double* ms, const char** timing)
 {
     vkh2o_context* ctx = env->ctx;
-    double* t = calloc(env->runs, sizeof *t);
+    double* t = calloc((size_t)env->runs * nv, sizeof *t);
     if (!t) return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
     vkh2o_result r = VKH2O_OK;
     bool ts = env->caps->timestamps;
     for (uint32_t i = 0; i <= env->runs && r == VKH2O_OK; i++) {
-        VkCommandBuffer cb;
-        if ((r = vkh2o_begin(ctx, &cb)) != VKH2O_OK) break;
-        const uint32_t t0 = vkh2o_timestamp(ctx, cb);
-        const double w0 = cli_now();
-        r = vkh2o_cmd_matmul(ctx, cb, w, vkh2o_bind(xb), vkh2o_bind(yb), a);
-        const uint32_t t1 = vkh2o_timestamp(ctx, cb);
-        const vkh2o_result rs = vkh2o_submit_wait(ctx, cb);
-        if (r == VKH2O_OK) r = rs;
-        const double wall = (cli_now() - w0) * 1e3;
-        const double gpu = (t0 != UINT32_MAX && t1 != UINT32_MAX) ? vkh2o_timestamp_ms(ctx, t0, t1) : -1.0;
-        if (gpu < 0.0) ts = false;
-        if (i > 0) t[i - 1] = ts ? gpu : wall;     /* run 0 is the warm-up */
+        for (uint32_t v = 0; v < nv && r == VKH2O_OK; v++) {
+            vkh2o_matmul_args va = *a;
+            va.path = matmul_variants[v].path;
+            va.x_buffer = matmul_variants[v].x_texel ? xb : NULL;
+            VkCommandBuffer cb;
+            if ((r = vkh2o_begin(ctx, &cb)) != VKH2O_OK) break;
+            const uint32_t t0 = vkh2o_timestamp(ctx, cb);
+            const double w0 = cli_now();
+            r = vkh2o_cmd_matmul(ctx, cb, w, vkh2o_bind(xb), vkh2o_bind(yb), &va);
+            const uint32_t t1 = vkh2o_timestamp(ctx, cb);
+            const vkh2o_result rs = vkh2o_submit_wait(ctx, cb);
+            if (r == VKH2O_OK) r = rs;
+            const double wall = (cli_now() - w0) * 1e3;
+            const double gpu = (t0 != UINT32_MAX && t1 != UINT32_MAX) ? vkh2o_timestamp_ms(ctx, t0, t1) : -1.0;
+            if (gpu < 0.0) ts = false;
+            if (i > 0) t[(size_t)v * env->runs + i - 1] = ts ? gpu : wall;     /* round 0 is the warm-up */
+        }
     }
     if (r == VKH2O_OK) {
-        *median_ms = median(t, env->runs);
+        for (uint32_t v = 0; v < nv; v++) ms[v] = median(t + (size_t)v * env->runs, env->runs);
         *timing = ts ? "gpu-timestamps" : "wall";
     }
     free(t);
     return r;
 }
 
-/* One projection matmul shape on the device (BF16 weights) and, optionally, on the CPU. */
+/* One projection matmul shape on the device (BF16 weights) and, optionally, on the CPU. With
+ * variants, also the CPU-device kernel forms side by side (rows "... [form]"). */
 static vkh2o_result bench_matmul_shape(bench_env* env, const char* label, uint32_t M, uint32_t N, uint32_t K,
-                                       bool with_cpu)
+                                       bool with_cpu, bool variants)
 {
     vkh2o_context* ctx = env->ctx;
     const double flop = 2.0 * M * N * K;
@@ -157,16 +180,27 @@ static vkh2o_result bench_matmul_shape(bench_env* env, const char* label, uint32
     if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, (uint64_t)M * N * sizeof(float), &yb);
     if (r == VKH2O_OK) r = vkh2o_buffer_upload(xb, 0, x, (uint64_t)M * K * sizeof(float));
 
-    double dev_ms = 0.0;
+    double dev_ms[MATMUL_VARIANTS] = { 0 };
+    const uint32_t nv = variants ? (uint32_t)MATMUL_VARIANTS : 1u;
     const char* timing = "wall";
     const vkh2o_matmul_args a = { .M = M, .N = N, .K = K };
     if (r == VKH2O_OK) {
         note(env, "%s: device runs\n", name);
-        r = time_matmul(env, &w, xb, yb, &a, &dev_ms, &timing);
+        r = time_matmul(env, &w, xb, yb, &a, 1, dev_ms, &timing);   /* the automatic choice: its result is checked */
     }
     if (r == VKH2O_OK) r = vkh2o_buffer_download(yb, 0, yd, (uint64_t)M * N * sizeof(float));
+    if (r == VKH2O_OK && nv > 1) {
+        note(env, "%s: kernel forms side by side\n", name);
+        r = time_matmul(env, &w, xb, yb, &a, nv, dev_ms, &timing);
+    }
     bench_row* dev_row = NULL;
-    if (r == VKH2O_OK) dev_row = bench_add(env, name, env->caps->device_name, dev_ms, flop / (dev_ms * 1e6), env->runs, timing);
+    if (r == VKH2O_OK) dev_row = bench_add(env, name, env->caps->device_name, dev_ms[0], flop / (dev_ms[0] * 1e6), env->runs, timing);
+    for (uint32_t i = 1; r == VKH2O_OK && i < nv; i++) {
+        char vn[128];
+        snprintf(vn, sizeof vn, "%.80s [%.40s]", name, matmul_variants[i].label);
+        bench_row* row = bench_add(env, vn, env->caps->device_name, dev_ms[i], flop / (dev_ms[i] * 1e6), env->runs, timing);
+        if (row) row->ratio = dev_ms[1] / dev_ms[i];
+    }
 
     if (r == VKH2O_OK && with_cpu) {
         note(env, "%s: CPU baseline (one run)\n", name);
@@ -174,7 +208,7 @@ static vkh2o_result bench_matmul_shape(bench_env* env, const char* label, uint32
         ref_matmul_bf16_fast(wh, N, K, x, yc, M);
         const double cpu_ms = (cli_now() - t0) * 1e3;
         bench_add(env, name, "cpu: fp32 blocked loop, 1 thread", cpu_ms, flop / (cpu_ms * 1e6), 1, "wall");
-        if (dev_row) dev_row->speedup = cpu_ms / dev_ms;
+        if (dev_row) dev_row->speedup = cpu_ms / dev_ms[0];
         /* the two must agree, or the figures mean nothing */
         double e = 0.0, s = 0.0;
         for (size_t i = 0; i < (size_t)M * N; i++) {
@@ -196,11 +230,11 @@ static vkh2o_result bench_matmul_shape(bench_env* env, const char* label, uint32
 static vkh2o_result bench_matmul(bench_env* env)
 {
     if (env->quick) {
-        VKH2O_CHECK(bench_matmul_shape(env, "proj-quick", env->seq_len, 256, 1024, true));
-        return bench_matmul_shape(env, "proj-quick-decode", 1, 256, 1024, false);
+        VKH2O_CHECK(bench_matmul_shape(env, "proj-quick", env->seq_len, 256, 1024, true, true));
+        return bench_matmul_shape(env, "proj-quick-decode", 1, 256, 1024, false, false);
     }
-    VKH2O_CHECK(bench_matmul_shape(env, "q_a_proj", env->seq_len, 1536, 7168, true));
-    return bench_matmul_shape(env, "q_a_proj-decode", 1, 1536, 7168, false);
+    VKH2O_CHECK(bench_matmul_shape(env, "q_a_proj", env->seq_len, 1536, 7168, true, true));
+    return bench_matmul_shape(env, "q_a_proj-decode", 1, 1536, 7168, false, true);
 }
 
 /* One MLA layer forward (projections, RoPE, attention with the attention mass, o_proj) from
@@ -242,41 +276,59 @@ static vkh2o_result bench_forward(bench_env* env)
 
     float* hidden = malloc((size_t)S * cfg.hidden_size * sizeof(float));
     float* out = malloc((size_t)S * cfg.hidden_size * sizeof(float));
-    double* t[5];
-    for (int i = 0; i < 5; i++) t[i] = calloc(env->runs, sizeof(double));
-    if (r == VKH2O_OK && (!hidden || !out || !t[0] || !t[1] || !t[2] || !t[3] || !t[4]))
+    /* the automatic kernels, and (CPU devices) the projections' storage-read matmul, run
+     * alternately: t[v][stage][run] */
+    static const struct { uint32_t path; const char* label; } fv[2] = {
+        { VKH2O_MATMUL_PATH_AUTO, NULL },
+        { VKH2O_MATMUL_PATH_REGISTER, "storage-read matmul" },
+    };
+    const uint32_t nv = env->caps->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 2u : 1u;
+    double* t[2][5] = { { NULL } };
+    bool ok = true;
+    for (uint32_t v = 0; v < 2; v++)
+        for (int i = 0; i < 5; i++) ok = (t[v][i] = calloc(env->runs, sizeof(double))) != NULL && ok;
+    if (r == VKH2O_OK && (!hidden || !out || !ok))
         r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: host buffers for %s", name);
     bool ts = env->caps->timestamps;
     for (size_t i = 0; r == VKH2O_OK && i < (size_t)S * cfg.hidden_size; i++) hidden[i] = rand_normal();
     for (uint32_t i = 0; r == VKH2O_OK && i <= env->runs; i++) {
-        note(env, i ? "%s: run\n" : "%s: warm-up\n", name);
-        vkh2o_mla_timings tm;
-        const double w0 = cli_now();
-        r = vkh2o_run_mla_forward(layer, hidden, S, 0, out, NULL, &tm);
-        const double wall = (cli_now() - w0) * 1e3;
-        if (tm.total_ms < 0.0) ts = false;
-        if (r == VKH2O_OK && i > 0) {
-            t[0][i - 1] = ts ? tm.total_ms : wall;
-            t[1][i - 1] = tm.project_ms;
-            t[2][i - 1] = tm.attention_ms;
-            t[3][i - 1] = tm.mass_ms;
-            t[4][i - 1] = tm.o_proj_ms;
-        }
-    }
-    if (r == VKH2O_OK) {
-        const double ms = median(t[0], env->runs);
-        bench_add(env, name, env->caps->device_name, ms, vkh2o_mla_forward_flops(&cfg, S) / (ms * 1e6), env->runs,
-                  ts ? "gpu-timestamps" : "wall (upload + download included)");
-        if (ts) {
-            static const char* stage[4] = { "projections", "attention", "attention mass", "o_proj" };
-            for (int k = 0; k < 4; k++) {
-                char sn[96];
-                snprintf(sn, sizeof sn, "forward %s stage: %s", label, stage[k]);
-                bench_add(env, sn, env->caps->device_name, median(t[k + 1], env->runs), 0.0, env->runs, "gpu-timestamps");
+        for (uint32_t v = 0; v < nv && r == VKH2O_OK; v++) {
+            note(env, i ? "%s: run\n" : "%s: warm-up\n", name);
+            vkh2o_mla_layer_set_matmul_path(layer, fv[v].path);
+            vkh2o_mla_timings tm;
+            const double w0 = cli_now();
+            r = vkh2o_run_mla_forward(layer, hidden, S, 0, out, NULL, &tm);
+            const double wall = (cli_now() - w0) * 1e3;
+            if (tm.total_ms < 0.0) ts = false;
+            if (r == VKH2O_OK && i > 0) {
+                t[v][0][i - 1] = ts ? tm.total_ms : wall;
+                t[v][1][i - 1] = tm.project_ms;
+                t[v][2][i - 1] = tm.attention_ms;
+                t[v][3][i - 1] = tm.mass_ms;
+                t[v][4][i - 1] = tm.o_proj_ms;
             }
         }
     }
-    for (int i = 0; i < 5; i++) free(t[i]);
+    vkh2o_mla_layer_set_matmul_path(layer, VKH2O_MATMUL_PATH_AUTO);
+    for (uint32_t v = 0; r == VKH2O_OK && v < nv; v++) {
+        char vn[128], suffix[64] = "";
+        if (fv[v].label) snprintf(suffix, sizeof suffix, " [%s]", fv[v].label);
+        snprintf(vn, sizeof vn, "%s%s", name, suffix);
+        const double ms = median(t[v][0], env->runs);
+        bench_row* row = bench_add(env, vn, env->caps->device_name, ms, vkh2o_mla_forward_flops(&cfg, S) / (ms * 1e6),
+                                   env->runs, ts ? "gpu-timestamps" : "wall (upload + download included)");
+        if (row && v == 0 && nv > 1) row->ratio = median(t[1][0], env->runs) / ms;
+        if (ts) {
+            static const char* stage[4] = { "projections", "attention", "attention mass", "o_proj" };
+            for (int k = 0; k < 4; k++) {
+                char sn[128];
+                snprintf(sn, sizeof sn, "forward %s stage: %s%s", label, stage[k], suffix);
+                bench_add(env, sn, env->caps->device_name, median(t[v][k + 1], env->runs), 0.0, env->runs, "gpu-timestamps");
+            }
+        }
+    }
+    for (uint32_t v = 0; v < 2; v++)
+        for (int i = 0; i < 5; i++) free(t[v][i]);
     free(hidden);
     free(out);
     vkh2o_mla_layer_destroy(layer);
@@ -352,13 +404,14 @@ static const struct { const char* name; bench_fn fn; } benches[] = {
 
 static void print_text(const bench_env* env)
 {
-    printf("%-44s %-40s %12s %10s %s\n", "measurement", "device", "median ms", "GFLOP/s", "");
+    printf("%-60s %-34s %12s %10s %s\n", "measurement", "device", "median ms", "GFLOP/s", "");
     for (uint32_t i = 0; i < env->nrows; i++) {
         const bench_row* r = &env->rows[i];
-        printf("%-44s %-40.40s %12.3f %10.2f  (%u run%s, %s)", r->name, r->device, r->median_ms, r->gflops, r->runs,
+        printf("%-60s %-34.34s %12.3f %10.2f  (%u run%s, %s)", r->name, r->device, r->median_ms, r->gflops, r->runs,
                r->runs == 1 ? "" : "s", r->timing);
         if (r->speedup > 0) printf("  %.1fx the CPU", r->speedup);
         if (r->gbps > 0) printf("  %.2f GB/s", r->gbps);
+        if (r->ratio > 0) printf("  %.2fx the storage form", r->ratio);
         printf("\n");
     }
 }
@@ -379,6 +432,7 @@ static int print_json(const bench_env* env)
         cJSON_AddStringToObject(o, "timing", r->timing);
         if (r->speedup > 0) cJSON_AddNumberToObject(o, "speedup_vs_cpu", r->speedup);
         if (r->gbps > 0) cJSON_AddNumberToObject(o, "gbps", r->gbps);
+        if (r->ratio > 0) cJSON_AddNumberToObject(o, "ratio_vs_storage", r->ratio);
         cJSON_AddItemToArray(arr, o);
     }
     char* s = cJSON_Print(arr);
