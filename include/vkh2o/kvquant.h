@@ -1,7 +1,8 @@
 /*
  * vkh2o/kvquant.h — the quantised KV cache: blocks of tokens stored on the device in FP16,
  * packed INT8 or packed INT4 (or evicted), routed by importance, and read in place by one
- * mixed-precision decode-attention dispatch. Included by vkh2o.h; do not include directly.
+ * mixed-precision decode attention (score, softmax and P.V passes, each one dispatch that reads
+ * FP16, INT8 and INT4 blocks in place). Included by vkh2o.h; do not include directly.
  *
  * Model
  *   The cache holds tokens in blocks of B tokens (block_size, default 16). Two layouts:
@@ -179,7 +180,8 @@ VKH2O_API vkh2o_result vkh2o_qcache_add_importance(vkh2o_qcache* qc, const vkh2o
 /* Routes every block with the policy on the GPU (ranks, precisions, slots), reads back only
  * the per-precision counts, reallocates the pools to exactly those counts (+ headroom for
  * FP16), and re-quantises the demoted blocks on the GPU. Results: OK, INVALID_ARGUMENT,
- * OUT_OF_DEVICE_MEMORY, VULKAN. */
+ * OUT_OF_DEVICE_MEMORY, VULKAN, UNSUPPORTED (on a CPU device, more than 262144 blocks: use a
+ * larger block_size). */
 VKH2O_API vkh2o_result vkh2o_qcache_route(vkh2o_qcache* qc, vkh2o_qpolicy policy);
 
 typedef struct vkh2o_qcache_stats {
@@ -220,7 +222,11 @@ VKH2O_API bool vkh2o_qselector_parse(const char* name, vkh2o_qselector* out);
  *   scale          softmax scale (0 = d_k^-0.5)
  *   selector       which blocks; budget_blocks for score/quest/random (routable blocks, on top
  *                  of sinks and recents); seed for random
- *   blocks_per_split  0 = automatic (flash-decoding split size; the combine is deterministic)
+ *   blocks_per_split  0 = automatic (flash-decoding split size; the combine is deterministic).
+ *                  A given value is rounded up so a split holds a multiple of 4 token positions,
+ *                  and clamped so no shader invocation exceeds the loop budget of CPU devices
+ *                  (llvmpipe ends an invocation's loops after 65535 iterations) and there are at
+ *                  most 4096 splits.
  */
 typedef struct vkh2o_qattn_desc {
     float scale;
@@ -231,7 +237,9 @@ typedef struct vkh2o_qattn_desc {
 } vkh2o_qattn_desc;
 
 /* Records select + split attention + combine into cb (no submit). Buffers must stay alive
- * until cb has executed. Results: OK, INVALID_ARGUMENT, VULKAN. */
+ * until cb has executed. Results: OK, INVALID_ARGUMENT, VULKAN, OUT_OF_DEVICE_MEMORY,
+ * UNSUPPORTED (the scores [num_heads, selected tokens] or the split partials exceed
+ * maxStorageBufferRange, or on a CPU device more than 262144 blocks to rank). */
 VKH2O_API vkh2o_result vkh2o_cmd_qcache_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_buffer* q,
                                                vkh2o_buffer* out, const vkh2o_qattn_desc* desc);
 /* Submits and waits. *selected_tokens (may be NULL) receives the number of tokens attended. */
