@@ -1,44 +1,52 @@
 #version 450
 /*
- * One fused H2O decode step: one workgroup per layer does
- *   append (the new token's rows, score 0, its position)
+ * H2O decode steps, read side: one workgroup per layer runs p.nsteps consecutive steps of
+ *   append (score 0, position, and a map entry for the new token)
  *   -> attention of the new query over the cache (logits, softmax, P.V)
  *   -> attention mass (sum over heads of P[h, t]) added to every token's score
  *   -> if the cache holds more than cap tokens: select (the worst middle tokens by key, ties:
- *      the higher position goes) and compact in place, order preserved.
- * On lavapipe every dispatch costs ~45 us, so all of this is one dispatch for all layers.
- * Steps never read host memory: the cache length lives in the device state buffer.
+ *      the higher position goes) and compact scores, positions and the map, order preserved.
+ * The K/V (or c_kv/k_pe) rows are NOT moved here: the cache rows are read through uniform
+ * texel buffers (llvmpipe fetches texels with vector gathers but loads storage buffers one
+ * lane at a time, ~20 instructions per word), and a texel buffer must not be written in the
+ * dispatch that reads it. So slot t of a layer's logical cache holds map[t]:
+ *   map[t] <  CAPACITY   the row of cache slot map[t] as it was when the dispatch began
+ *   map[t] >= CAPACITY   the token appended by step j = map[t] - CAPACITY of this dispatch, read
+ *                        from its input (the f32 staging rows of binding 6, rounded to the
+ *                        storage type; with MOCK, the counter hash of its position)
+ * Surviving rows keep their order, so the old tokens are slots [0, nold) and the tokens of
+ * this dispatch the slots [nold, n). shaders/h2o_flush.comp, the next dispatch, moves the rows
+ * to their slots (from state word 7, the first slot that changed), so that between calls the
+ * rows are in slot order as cache_internal.h describes.
  *
  * Selection: a step appends one token, so a cache kept at <= cap holds at most cap + 1 and
  * evicts one token: the minimum of the keys (an argmin is the exact complement of the top-k).
  * More than one (a cache filled differently) loops the argmin, excluding earlier picks.
  *
- * CPU devices: llvmpipe (lavapipe 22.x) loads every storage-buffer word lane by lane (~20
- * instructions per 32-bit word and lane, uniform addresses included), so the shader is written
- * to load as few words as possible: K/V rows once per step as 16-byte vectors, probabilities 4
- * tokens per load. Subgroup-uniform partitions (all lanes of a subgroup on one token) measured
- * 7x slower there: the lanes then only repeat each other's loads.
- *
- * Compaction in place: kept row i moves to i - (evicted rows before i) <= i. Each invocation
- * owns whole columns (words) and walks the rows in increasing order, so a row is always read
- * before anything overwrites it, without barriers.
+ * CPU devices: few invocations (a workgroup is one thread looping over 8-lane batches, so
+ * every serial part runs once per batch), logits 4 tokens per invocation (q loaded once per 4
+ * tokens), probabilities 4 tokens per load, q and rows through texel fetches.
  *
  * Specialisation constants:
- *   0 WG         local_size_x            8 ABSORB    latent: 1 = q/out through kv_b (binding 10)
+ *   0 WG         local_size_x            8 ABSORB    latent: 1 = q/out through kv_b (binding 7)
  *   1 H          heads                   9 CAPACITY  slots per layer
  *   2 LAYOUT     0 expanded, 1 latent   10 NSINK
  *   3 F16        storage 1 = fp16       11 NRECENT
  *   4 DN         qk_nope (expanded: the 12 CAP       n_sink + budget + n_recent
  *                whole qk dim with DR=0) 13 POLMODE   policy | score mode << 4
  *   5 DR         qk_rope                14 RED       H * WG (shared reduction array)
- *   6 DV         v_dim                  15 RED       H * WG (shared reduction array)
+ *   6 DV         v_dim                  15 MOCK      1: inputs from the counter hash
  *   7 KVL        kv_lora_rank
- * Bindings: 0 state, 1 rows a, 2 rows b, 3 scores, 4 positions, 5 scratch, 6 q in, 7 a in,
- *           8 b in, 9 out, 10 kv_b (f32 [H*(DN+DV)][KVL]), 11 keys.
+ * Bindings: 0 state, 1 rows a (texel, R32G32B32A32_UINT), 2 rows b (texel, same), 3 scores,
+ *           4 positions, 5 scratch, 6 staging inputs (texel, R32G32B32A32_UINT), 7 kv_b (texel,
+ *           R32_UINT; f32 [H*(DN+DV)][KVL]), 8 out, 9 keys.
  * Layouts (per layer l, slot t): rows a word l*CAPACITY*AW + t*AW (AW = words per row);
  * scores/positions/keys l*CAPACITY + t; state: 8 words per layer, then the history.
+ * Staging (real steps, one step): three planes of f32, entry li (the layer's index in the
+ * range) of q at p.in_q + li*IQ4, of rows a at p.in_a + li*IA4, of rows b at p.in_b + li*IB4.
  */
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "h2o_common.glsl"
 
 layout(local_size_x_id = 0) in;
@@ -56,61 +64,65 @@ layout(constant_id = 11) const uint NRECENT = 16;
 layout(constant_id = 12) const uint CAP = 84;
 layout(constant_id = 13) const uint POLMODE = 0;   // policy | score mode << 4
 layout(constant_id = 14) const uint RED = 256;
+layout(constant_id = 15) const uint MOCK = 1;
 
 const uint WG = gl_WorkGroupSize.x;
 const uint POLICY = POLMODE & 15u;
 const uint MODE = POLMODE >> 4;
 const bool LAT = LAYOUT == 1u;
+const bool ABS = LAT && ABSORB == 1u;
 const uint DQK = DN + DR;
 // floats per token of rows a / b, and per head of q / out
 const uint AWF = LAT ? KVL : H * DQK;
 const uint BWF = LAT ? DR : H * DV;
-const uint AW = F16 == 1u ? AWF / 2u : AWF;
-const uint BW = F16 == 1u ? BWF / 2u : BWF;
 const uint QW = (LAT && ABSORB == 0u) ? KVL + DR : DQK;
 const uint OW = (LAT && ABSORB == 0u) ? KVL : DV;
-// scratch per layer: probs [H][CAPACITY], q [H][QW], q_abs [H][KVL], out_lat [H][KVL], out [H][OW]
+// staging entry strides (floats, multiples of 4: entries start on texels)
+const uint IQ4 = (H * QW + 3u) & ~3u;
+const uint IA4 = (AWF + 3u) & ~3u;
+const uint IB4 = (BWF + 3u) & ~3u;
+// scratch per layer: probs [H][CAPP], q_abs [H][KVL], out_lat [H][KVL] (absorbed latent),
+// out [H][OW] (when the caller wants no output), map [CAPP] (mirrored in src/cache.c)
 const uint CAPP = (CAPACITY + 3u) & ~3u;      // probability rows start on 16 bytes
-const uint SC_Q = H * CAPP;
-const uint SC_QA = SC_Q + H * QW;
-const uint SC_OL = SC_QA + (LAT ? H * KVL : 0u);
-const uint SC_OUT = SC_OL + (LAT ? H * KVL : 0u);   // [H][OW] when the caller wants no output
-const uint SC_SIZE = (SC_OUT + H * OW + 3u) & ~3u;
+const uint SC_QA = H * CAPP;
+const uint SC_OL = SC_QA + (ABS ? H * KVL : 0u);
+const uint SC_OUT = SC_OL + (ABS ? H * KVL : 0u);
+const uint SC_MAP = (SC_OUT + H * OW + 3u) & ~3u;   // on 16 bytes: read 4 entries at a time
+const uint SC_SIZE = (SC_MAP + CAPP + 3u) & ~3u;
 
 // every dim a multiple of 8: rows, heads and chunks of 8 floats start on 16-byte boundaries
 const bool V8 = (LAYOUT == 1u ? (KVL % 8u) + (DR % 8u) : (DQK % 8u) + (DV % 8u)) == 0u;
 const uint EPW = F16 == 1u ? 2u : 1u;         // floats per word
+// q chunks of 8 start on a texel of the staging (else fetched float by float)
+const bool QA4 = (QW % 4u) == 0u && (LAT ? (ABSORB == 1u ? DN % 4u : KVL % 4u) == 0u : true);
 
-const uint ST_WORDS = 8u;   // len, max_len, steps, events, evicted, last_evicted, keys_len, pad
+const uint ST_WORDS = 8u;   // len, max_len, steps, events, evicted, last_evicted, keys_len, flush_from
 
 layout(set = 0, binding = 0) buffer State { uint state[]; };
-layout(set = 0, binding = 1) buffer RowsA { uint ra[]; };
-layout(set = 0, binding = 2) buffer RowsB { uint rb[]; };
-// the same rows as 16-byte vectors: 8 fp16 (or 4 f32) per load, a quarter of the load
-// instructions (CPU devices emulate a divergent load lane by lane)
-layout(set = 0, binding = 1) buffer RowsA4 { uvec4 ra4[]; };
-layout(set = 0, binding = 2) buffer RowsB4 { uvec4 rb4[]; };
+layout(set = 0, binding = 1) uniform usamplerBuffer ra_t;
+layout(set = 0, binding = 2) uniform usamplerBuffer rb_t;
 layout(set = 0, binding = 3) buffer Scores { float scores[]; };
 layout(set = 0, binding = 4) buffer Pos { uint positions[]; };
 layout(set = 0, binding = 5) buffer Scratch { float sc[]; };
 layout(set = 0, binding = 5) buffer Scratch4 { vec4 sc4[]; };
-layout(set = 0, binding = 6) readonly buffer QIn { float q_in[]; };
-layout(set = 0, binding = 7) readonly buffer AIn { float a_in[]; };
-layout(set = 0, binding = 8) readonly buffer BIn { float b_in[]; };
-layout(set = 0, binding = 9) writeonly buffer Out { float out_f[]; };
-layout(set = 0, binding = 10) readonly buffer KvB { float kvb[]; };
-layout(set = 0, binding = 11) writeonly buffer Keys { uint keys[]; };
+layout(set = 0, binding = 5) buffer ScratchU { uint scu[]; };
+layout(set = 0, binding = 5) buffer ScratchU4 { uvec4 scu4[]; };
+layout(set = 0, binding = 6) uniform usamplerBuffer in_t;
+layout(set = 0, binding = 7) uniform usamplerBuffer kvb_t;
+layout(set = 0, binding = 8) writeonly buffer Out { float out_f[]; };
+layout(set = 0, binding = 9) writeonly buffer Keys { uint keys[]; };
 
 layout(push_constant) uniform Push {
     uint layer_first;
     uint nlayers;        // layers in the cache (history stride)
-    uint position;       // of the new token and the query
+    uint position;       // of the first step's new token and query
     uint step;
     uint flags;          // 1 mock, 2 record keys, 4 write out
     uint seed;
     uint history_steps;
     float scale;
-    uint q_off, a_off, b_off, out_off;   // floats, layer 0 of the range
+    uint in_q, in_a, in_b;   // staging planes (floats)
+    uint out_off;        // floats, layer 0 of the range; 0xffffffff: scratch
     uint nsteps;         // consecutive steps (mock only; 1 otherwise)
 } p;
 
@@ -121,285 +133,271 @@ shared uint sh_wkey[WG];
 shared uint sh_wslot[WG];
 shared uint sh_ev[64];
 shared uint sh_nev;
+shared uint sh_nold;     // old tokens (map < CAPACITY) in the logical cache
+shared uint sh_fc;       // first slot whose row changed in this dispatch
 
-// element j (< width floats) of a row stored from word base
-float load_a(uint base, uint j)
-{
-    if (F16 == 1u) { vec2 v = unpackHalf2x16(ra[base + (j >> 1)]); return (j & 1u) == 0u ? v.x : v.y; }
-    return uintBitsToFloat(ra[base + j]);
-}
-float load_b(uint base, uint j)
-{
-    if (F16 == 1u) { vec2 v = unpackHalf2x16(rb[base + (j >> 1)]); return (j & 1u) == 0u ? v.x : v.y; }
-    return uintBitsToFloat(rb[base + j]);
-}
+uint g_l, g_li, g_scb, g_abase, g_bbase;
 
-// dot of n floats of scratch (from qs) with row a starting at float j0 (n, j0 even for f16)
-float dot_a(uint qs, uint abase, uint j0, uint n)
+// ---- inputs of the tokens appended in this dispatch (and the queries) ----
+// stream s (0 q, 1 rows a, 2 rows b) of step j: a hash base (MOCK) or a staging float offset
+uint in_base(uint s, uint j)
 {
-    float s = 0.0;
-    if (F16 == 1u) {
-        uint w0 = abase + (j0 >> 1);
-        for (uint k = 0u; k < n / 2u; k++) {
-            vec2 v = unpackHalf2x16(ra[w0 + k]);
-            s += sc[qs + 2u * k] * v.x + sc[qs + 2u * k + 1u] * v.y;
-        }
+    if (MOCK == 1u) return mock_base(p.seed, g_l, p.position + j, s);
+    return (s == 0u ? p.in_q + g_li * IQ4 : (s == 1u ? p.in_a + g_li * IA4 : p.in_b + g_li * IB4));
+}
+float in1(uint base, uint i)
+{
+    if (MOCK == 1u) return mock_value(base, i);
+    uint f = base + i;
+    return uintBitsToFloat(texelFetch(in_t, int(f >> 2))[f & 3u]);
+}
+// 8 floats from element i (base + i a multiple of 4 unless !aligned)
+void in8(uint base, uint i, bool aligned, out float v[8])
+{
+    if (MOCK == 1u) {
+        [[unroll]] for (uint k = 0u; k < 8u; k++) v[k] = mock_value(base, i + k);
+    } else if (aligned) {
+        vec4 a = uintBitsToFloat(texelFetch(in_t, int((base + i) >> 2)));
+        vec4 b = uintBitsToFloat(texelFetch(in_t, int(((base + i) >> 2) + 1u)));
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
     } else {
-        for (uint k = 0u; k < n; k++) s += sc[qs + k] * uintBitsToFloat(ra[abase + j0 + k]);
+        [[unroll]] for (uint k = 0u; k < 8u; k++) v[k] = in1(base, i + k);
     }
-    return s;
 }
-float dot_b(uint qs, uint bbase, uint j0, uint n)
+// an appended row value as the cache stores it (mock values are multiples of 1/1024 in
+// [-1, 1): exact in fp16, so they need no rounding)
+float as_stored(float x)
 {
-    float s = 0.0;
-    if (F16 == 1u) {
-        uint w0 = bbase + (j0 >> 1);
-        for (uint k = 0u; k < n / 2u; k++) {
-            vec2 v = unpackHalf2x16(rb[w0 + k]);
-            s += sc[qs + 2u * k] * v.x + sc[qs + 2u * k + 1u] * v.y;
-        }
-    } else {
-        for (uint k = 0u; k < n; k++) s += sc[qs + k] * uintBitsToFloat(rb[bbase + j0 + k]);
-    }
-    return s;
+    if (F16 == 1u && MOCK == 0u) return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x;
+    return x;
 }
 
-// 8 floats of row a / b starting at word w (w a multiple of 4)
-void load8a(uint w, out float v[8])
+// ---- rows of a token: kind 0 = cache slot (texel rows), 1 = appended in this dispatch ----
+// address of element 0 of a token's row: kind 0 the float index into the rows buffer, kind 1
+// the input base of its step
+uint row_addr(uint kind, uint ab, uint t)
 {
+    uint m = scu[g_scb + SC_MAP + t];
+    if (kind == 0u) return (ab == 0u ? g_abase + m * AWF : g_bbase + m * BWF);
+    return in_base(ab + 1u, m - CAPACITY);
+}
+// row addresses of the old tokens min(t + k, te - 1), k < 4, t a multiple of 4: one 16-byte map
+// load for the 4 (storage loads are per lane on CPU devices)
+uvec4 row_addr4(uint ab, uint t, uint te)
+{
+    uvec4 m = scu4[(g_scb + SC_MAP + t) >> 2];
+    uvec4 mm = uvec4(m[min(t, te - 1u) - t], m[min(t + 1u, te - 1u) - t], m[min(t + 2u, te - 1u) - t], m[min(t + 3u, te - 1u) - t]);
+    return ab == 0u ? g_abase + mm * AWF : g_bbase + mm * BWF;
+}
+// element i of the row at addr
+float row1(uint kind, uint ab, uint addr, uint i)
+{
+    if (kind == 1u) return as_stored(in1(addr, i));
+    uint e = addr + i;
+    uint w = F16 == 1u ? e >> 1 : e;
+    uint x = ab == 0u ? texelFetch(ra_t, int(w >> 2))[w & 3u] : texelFetch(rb_t, int(w >> 2))[w & 3u];
+    if (F16 == 1u) { vec2 v = unpackHalf2x16(x); return (e & 1u) == 0u ? v.x : v.y; }
+    return uintBitsToFloat(x);
+}
+// 8 floats of the row at addr from element i (addr + i a multiple of 8)
+void row8(uint kind, uint ab, uint addr, uint i, out float v[8])
+{
+    if (kind == 1u) {
+        in8(addr, i, true, v);
+        if (F16 == 1u && MOCK == 0u)
+            [[unroll]] for (uint k = 0u; k < 8u; k += 2u) {
+                vec2 r = unpackHalf2x16(packHalf2x16(vec2(v[k], v[k + 1u])));
+                v[k] = r.x; v[k + 1u] = r.y;
+            }
+        return;
+    }
+    uint e = addr + i;
     if (F16 == 1u) {
-        uvec4 x = ra4[w >> 2];
+        uvec4 x = ab == 0u ? texelFetch(ra_t, int(e >> 3)) : texelFetch(rb_t, int(e >> 3));
         vec2 a = unpackHalf2x16(x.x), b = unpackHalf2x16(x.y), c = unpackHalf2x16(x.z), d = unpackHalf2x16(x.w);
         v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y; v[4] = c.x; v[5] = c.y; v[6] = d.x; v[7] = d.y;
     } else {
-        vec4 a = uintBitsToFloat(ra4[w >> 2]), b = uintBitsToFloat(ra4[(w >> 2) + 1u]);
+        vec4 a = uintBitsToFloat(ab == 0u ? texelFetch(ra_t, int(e >> 2)) : texelFetch(rb_t, int(e >> 2)));
+        vec4 b = uintBitsToFloat(ab == 0u ? texelFetch(ra_t, int((e >> 2) + 1u)) : texelFetch(rb_t, int((e >> 2) + 1u)));
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
     }
 }
-void load8b(uint w, out float v[8])
+
+// ---- the query: qsrc 0 = input stream 0 of this step (base qb), 1 = scratch (q_abs) ----
+void q8(uint qsrc, uint qb, uint i, out float v[8])
 {
-    if (F16 == 1u) {
-        uvec4 x = rb4[w >> 2];
-        vec2 a = unpackHalf2x16(x.x), b = unpackHalf2x16(x.y), c = unpackHalf2x16(x.z), d = unpackHalf2x16(x.w);
-        v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y; v[4] = c.x; v[5] = c.y; v[6] = d.x; v[7] = d.y;
+    if (qsrc == 1u) {
+        [[unroll]] for (uint k = 0u; k < 8u; k++) v[k] = sc[qb + i + k];
     } else {
-        vec4 a = uintBitsToFloat(rb4[w >> 2]), b = uintBitsToFloat(rb4[(w >> 2) + 1u]);
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        in8(qb, i, QA4, v);
     }
 }
-// dot of 8n floats of scratch (uniform index qs) with row a / b from word w
-float dot8a(uint qs, uint w, uint n8)
+float qv1(uint qsrc, uint qb, uint i)
 {
-    float s = 0.0, v[8];
+    return qsrc == 1u ? sc[qb + i] : in1(qb, i);
+}
+
+float dq(float q[8], float v[8])
+{
+    return q[0] * v[0] + q[1] * v[1] + q[2] * v[2] + q[3] * v[3] + q[4] * v[4] + q[5] * v[5] + q[6] * v[6] + q[7] * v[7];
+}
+// dots of 8*n8 query floats (from element qi) with the rows of 4 tokens (row addresses r0..r3,
+// from element ri): each q chunk is loaded once for the 4 tokens
+vec4 dot8_x4(uint qsrc, uint qb, uint qi, uint kind, uint ab, uvec4 r, uint ri, uint n8)
+{
+    vec4 s = vec4(0.0);
+    float q[8], v[8];
     for (uint c = 0u; c < n8; c++) {
-        load8a(w + c * 8u / EPW, v);
-        s += sc[qs + c * 8u] * v[0] + sc[qs + c * 8u + 1u] * v[1] + sc[qs + c * 8u + 2u] * v[2] + sc[qs + c * 8u + 3u] * v[3]
-           + sc[qs + c * 8u + 4u] * v[4] + sc[qs + c * 8u + 5u] * v[5] + sc[qs + c * 8u + 6u] * v[6] + sc[qs + c * 8u + 7u] * v[7];
+        q8(qsrc, qb, qi + c * 8u, q);
+        row8(kind, ab, r.x, ri + c * 8u, v); s.x += dq(q, v);
+        row8(kind, ab, r.y, ri + c * 8u, v); s.y += dq(q, v);
+        row8(kind, ab, r.z, ri + c * 8u, v); s.z += dq(q, v);
+        row8(kind, ab, r.w, ri + c * 8u, v); s.w += dq(q, v);
     }
     return s;
 }
-float dot8b(uint qs, uint w, uint n8)
+float dot1(uint qsrc, uint qb, uint qi, uint kind, uint ab, uint r, uint ri, uint n)
 {
-    float s = 0.0, v[8];
-    for (uint c = 0u; c < n8; c++) {
-        load8b(w + c * 8u / EPW, v);
-        s += sc[qs + c * 8u] * v[0] + sc[qs + c * 8u + 1u] * v[1] + sc[qs + c * 8u + 2u] * v[2] + sc[qs + c * 8u + 3u] * v[3]
-           + sc[qs + c * 8u + 4u] * v[4] + sc[qs + c * 8u + 5u] * v[5] + sc[qs + c * 8u + 6u] * v[6] + sc[qs + c * 8u + 7u] * v[7];
-    }
+    float s = 0.0;
+    for (uint k = 0u; k < n; k++) s += qv1(qsrc, qb, qi + k) * row1(kind, ab, r, ri + k);
     return s;
 }
 
-// dots of 8n floats of scratch (from qs) with the rows a / b of 4 tokens (words w0..w3): each q
-// value is loaded once for the 4 tokens (every load is lane by lane on CPU devices)
-float dq(float q0, float q1, float q2, float q3, float q4, float q5, float q6, float q7, float v[8])
-{
-    return q0 * v[0] + q1 * v[1] + q2 * v[2] + q3 * v[3] + q4 * v[4] + q5 * v[5] + q6 * v[6] + q7 * v[7];
-}
-vec4 dot8a_x4(uint qs, uint w0, uint w1, uint w2, uint w3, uint n8)
-{
-    vec4 s = vec4(0.0);
-    float v[8];
-    for (uint c = 0u; c < n8; c++) {
-        uint q = qs + c * 8u, o = c * 8u / EPW;
-        float q0 = sc[q], q1 = sc[q + 1u], q2 = sc[q + 2u], q3 = sc[q + 3u];
-        float q4 = sc[q + 4u], q5 = sc[q + 5u], q6 = sc[q + 6u], q7 = sc[q + 7u];
-        load8a(w0 + o, v); s.x += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
-        load8a(w1 + o, v); s.y += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
-        load8a(w2 + o, v); s.z += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
-        load8a(w3 + o, v); s.w += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
-    }
-    return s;
-}
-vec4 dot8b_x4(uint qs, uint w0, uint w1, uint w2, uint w3, uint n8)
-{
-    vec4 s = vec4(0.0);
-    float v[8];
-    for (uint c = 0u; c < n8; c++) {
-        uint q = qs + c * 8u, o = c * 8u / EPW;
-        float q0 = sc[q], q1 = sc[q + 1u], q2 = sc[q + 2u], q3 = sc[q + 3u];
-        float q4 = sc[q + 4u], q5 = sc[q + 5u], q6 = sc[q + 6u], q7 = sc[q + 7u];
-        load8b(w0 + o, v); s.x += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
-        load8b(w1 + o, v); s.y += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
-        load8b(w2 + o, v); s.z += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
-        load8b(w3 + o, v); s.w += dq(q0, q1, q2, q3, q4, q5, q6, q7, v);
-    }
-    return s;
-}
-
-void step_once(const uint position, const uint stepi)
+// logits of tokens [tb, te) (all of one kind) for every head into the probability rows, with
+// the per-invocation maxima in red
+void logits(uint kind, uint tb, uint te, uint qb)
 {
     const uint tid = gl_LocalInvocationID.x;
-    const uint PT = tid;        // partition of the hot loops (invocation tid of WG)
-    const uint NP = WG;
-    const uint li = gl_WorkGroupID.x;            // index in the range
-    const uint l = p.layer_first + li;
-    const bool mock = (p.flags & 1u) != 0u;
-    const uint st = l * ST_WORDS;
-    const uint len = state[st];
-    const uint n = len + 1u;
-    const uint slot = len;
-    const uint row0 = l * CAPACITY;              // first slot of the layer
-    const uint abase0 = row0 * AW;
-    const uint bbase0 = row0 * BW;
-    const uint scb = l * SC_SIZE;
-
-    // ---- append: rows of the new token, its score and position; q into scratch ----
-    {
-        uint mba = mock_base(p.seed, l, position, 1u);
-        uint mbb = mock_base(p.seed, l, position, 2u);
-        uint ain = p.a_off + li * AWF, bin = p.b_off + li * BWF;
-        for (uint w = tid; w < AW; w += WG) {
-            uint word;
-            if (F16 == 1u) {
-                vec2 v = mock ? vec2(mock_value(mba, 2u * w), mock_value(mba, 2u * w + 1u))
-                              : vec2(a_in[ain + 2u * w], a_in[ain + 2u * w + 1u]);
-                word = packHalf2x16(v);
-            } else {
-                word = floatBitsToUint(mock ? mock_value(mba, w) : a_in[ain + w]);
-            }
-            ra[abase0 + slot * AW + w] = word;
-        }
-        for (uint w = tid; w < BW; w += WG) {
-            uint word;
-            if (F16 == 1u) {
-                vec2 v = mock ? vec2(mock_value(mbb, 2u * w), mock_value(mbb, 2u * w + 1u))
-                              : vec2(b_in[bin + 2u * w], b_in[bin + 2u * w + 1u]);
-                word = packHalf2x16(v);
-            } else {
-                word = floatBitsToUint(mock ? mock_value(mbb, w) : b_in[bin + w]);
-            }
-            rb[bbase0 + slot * BW + w] = word;
-        }
-        uint mbq = mock_base(p.seed, l, position, 0u);
-        uint qin = p.q_off + li * H * QW;
-        for (uint i = tid; i < H * QW; i += WG)
-            sc[scb + SC_Q + i] = mock ? mock_value(mbq, i) : q_in[qin + i];
-        if (tid == 0u) {
-            scores[row0 + slot] = 0.0;
-            positions[row0 + slot] = position;
-        }
-    }
-    memoryBarrierBuffer();
-    barrier();
-
-    // ---- latent with absorption: q_abs[h] = q_nope[h] . W_uk[h] ----
-    if (LAT && ABSORB == 1u) {
-        for (uint i = tid; i < H * KVL; i += WG) {
-            uint h = i / KVL, j = i % KVL;
-            uint wrow = h * (DN + DV);
-            uint qs = scb + SC_Q + h * QW;
-            float s = 0.0;
-            for (uint k = 0u; k < DN; k++) s += sc[qs + k] * kvb[(wrow + k) * KVL + j];
-            sc[scb + SC_QA + i] = s;
-        }
-        memoryBarrierBuffer();
-        barrier();
-    }
-
-    // ---- logits and per-head maxima ----
-    for (uint h = 0u; h < H; h++) red[h * WG + tid] = -3.0e38;
-    barrier();
+    // query sources: expanded q[h] at h*QW; latent: the c_kv part (q_abs in scratch when
+    // absorbed) and the rope part
+    const uint qasrc = ABS ? 1u : 0u;
+    const uint qab = ABS ? g_scb + SC_QA : qb;
     if (V8) {
-        // an invocation per 4 consecutive tokens, all heads (q loaded once per 4 tokens)
-        for (uint t0 = 4u * PT; t0 < n; t0 += 4u * NP) {
-            const uint t1 = min(t0 + 1u, n - 1u), t2 = min(t0 + 2u, n - 1u), t3 = min(t0 + 3u, n - 1u);
+        for (uint t0 = tb + 4u * tid; t0 < te; t0 += 4u * WG) {
+            uvec4 tt = uvec4(t0, min(t0 + 1u, te - 1u), min(t0 + 2u, te - 1u), min(t0 + 3u, te - 1u));
+            uvec4 ra, rb = uvec4(0u);
+            if (kind == 0u) {
+                ra = row_addr4(0u, t0, te);
+                if (LAT) rb = row_addr4(1u, t0, te);
+            } else {
+                ra = uvec4(row_addr(kind, 0u, tt.x), row_addr(kind, 0u, tt.y), row_addr(kind, 0u, tt.z), row_addr(kind, 0u, tt.w));
+                if (LAT) rb = uvec4(row_addr(kind, 1u, tt.x), row_addr(kind, 1u, tt.y), row_addr(kind, 1u, tt.z), row_addr(kind, 1u, tt.w));
+            }
             for (uint h = 0u; h < H; h++) {
                 vec4 s4;
                 if (LAT) {
-                    uint qa = ABSORB == 1u ? scb + SC_QA + h * KVL : scb + SC_Q + h * QW;
-                    uint qp = scb + SC_Q + h * QW + (ABSORB == 1u ? DN : KVL);
-                    s4 = dot8a_x4(qa, abase0 + t0 * AW, abase0 + t1 * AW, abase0 + t2 * AW, abase0 + t3 * AW, KVL / 8u)
-                       + dot8b_x4(qp, bbase0 + t0 * BW, bbase0 + t1 * BW, bbase0 + t2 * BW, bbase0 + t3 * BW, DR / 8u);
+                    s4 = dot8_x4(qasrc, qab, h * (ABS ? KVL : QW), kind, 0u, ra, 0u, KVL / 8u)
+                       + dot8_x4(0u, qb, h * QW + (ABS ? DN : KVL), kind, 1u, rb, 0u, DR / 8u);
                 } else {
-                    uint ho = h * DQK / EPW;
-                    s4 = dot8a_x4(scb + SC_Q + h * QW, abase0 + t0 * AW + ho, abase0 + t1 * AW + ho, abase0 + t2 * AW + ho,
-                                  abase0 + t3 * AW + ho, DQK / 8u);
+                    s4 = dot8_x4(0u, qb, h * QW, kind, 0u, ra, h * DQK, DQK / 8u);
                 }
                 s4 *= p.scale;
-                // tokens past the end repeat token n - 1: same value, harmless for the max
-                uint pb = scb + h * CAPP;
-                sc[pb + t0] = s4.x;
-                sc[pb + t1] = s4.y;
-                sc[pb + t2] = s4.z;
-                sc[pb + t3] = s4.w;
-                red[h * NP + PT] = max(red[h * NP + PT], max(max(s4.x, s4.y), max(s4.z, s4.w)));
+                // tokens past the end repeat token te - 1: same value, harmless for the max
+                uint pb = g_scb + h * CAPP;
+                sc[pb + tt.x] = s4.x;
+                sc[pb + tt.y] = s4.y;
+                sc[pb + tt.z] = s4.z;
+                sc[pb + tt.w] = s4.w;
+                red[h * WG + tid] = max(red[h * WG + tid], max(max(s4.x, s4.y), max(s4.z, s4.w)));
             }
         }
     } else {
-        for (uint i = tid; i < H * n; i += WG) {
-            uint h = i / n, t = i % n;
+        const uint nt = te - tb;
+        for (uint i = tid; i < H * nt; i += WG) {
+            uint h = i / nt, t = tb + i % nt;
             float s;
             if (LAT) {
-                uint qa = ABSORB == 1u ? scb + SC_QA + h * KVL : scb + SC_Q + h * QW;
-                uint qp = scb + SC_Q + h * QW + (ABSORB == 1u ? DN : KVL);
-                s = dot_a(qa, abase0 + t * AW, 0u, KVL) + dot_b(qp, bbase0 + t * BW, 0u, DR);
+                s = dot1(qasrc, qab, h * (ABS ? KVL : QW), kind, 0u, row_addr(kind, 0u, t), 0u, KVL)
+                  + dot1(0u, qb, h * QW + (ABS ? DN : KVL), kind, 1u, row_addr(kind, 1u, t), 0u, DR);
             } else {
-                s = dot_a(scb + SC_Q + h * QW, abase0 + t * AW, h * DQK, DQK);
+                s = dot1(0u, qb, h * QW, kind, 0u, row_addr(kind, 0u, t), h * DQK, DQK);
             }
             s *= p.scale;
-            sc[scb + h * CAPP + t] = s;
-            red[h * NP + PT] = max(red[h * NP + PT], s);
+            sc[g_scb + h * CAPP + t] = s;
+            red[h * WG + tid] = max(red[h * WG + tid], s);
         }
     }
+}
+
+void step_once(const uint j)
+{
+    const uint tid = gl_LocalInvocationID.x;
+    const uint position = p.position + j;
+    const uint li = g_li, l = g_l, scb = g_scb;
+    const uint st = l * ST_WORDS;
+    const uint len = state[st];
+    const uint n = len + 1u;
+    const uint row0 = l * CAPACITY;              // first slot of the layer
+    const uint nold = sh_nold;
+    const uint qb = in_base(0u, j);
+
+    // ---- append: the new token's score, position and map entry ----
+    if (tid == 0u) {
+        scores[row0 + len] = 0.0;
+        positions[row0 + len] = position;
+        scu[scb + SC_MAP + len] = CAPACITY + j;
+    }
+
+    // ---- latent with absorption: q_abs[h] = q_nope[h] . W_uk[h] ----
+    if (ABS) {
+        for (uint i = tid; i < H * KVL; i += WG) {
+            uint h = i / KVL, jj = i % KVL;
+            uint wrow = h * (DN + DV);
+            float s = 0.0;
+            for (uint k = 0u; k < DN; k++)
+                s += in1(qb, h * QW + k) * uintBitsToFloat(texelFetch(kvb_t, int((wrow + k) * KVL + jj)).x);
+            sc[scb + SC_QA + i] = s;
+        }
+    }
+    for (uint h = 0u; h < H; h++) red[h * WG + tid] = -3.0e38;
+    memoryBarrierBuffer();
     barrier();
-    if (tid < H) {
+
+    // ---- logits and per-head maxima ----
+    logits(0u, 0u, nold, qb);
+    logits(1u, nold, n, qb);
+    memoryBarrierBuffer();
+    barrier();
+    for (uint h = tid; h < H; h += WG) {
         float m = -3.0e38;
-        for (uint k = 0u; k < NP; k++) m = max(m, red[tid * NP + k]);
-        sh_m[tid] = m;
+        for (uint k = 0u; k < WG; k++) m = max(m, red[h * WG + k]);
+        sh_m[h] = m;
     }
     barrier();
 
-    // ---- exponentials (each invocation rereads only its own logits) and the sums ----
+    // ---- exponentials and the sums, over slots partitioned independently of nold (the
+    // sums, so the scores, are the same however the steps are split into dispatches) ----
     for (uint h = 0u; h < H; h++) red[h * WG + tid] = 0.0;
-    barrier();
     if (V8) {
-        for (uint t0 = 4u * PT; t0 < n; t0 += 4u * NP)
+        for (uint t0 = 4u * tid; t0 < n; t0 += 4u * WG)
             for (uint h = 0u; h < H; h++) {
+                float z = 0.0;
                 for (uint t = t0; t < min(t0 + 4u, n); t++) {
                     float e = exp(sc[scb + h * CAPP + t] - sh_m[h]);
-                    red[h * NP + PT] += e;
+                    z += e;
                     sc[scb + h * CAPP + t] = e;
                 }
+                red[h * WG + tid] += z;
             }
     } else {
         for (uint i = tid; i < H * n; i += WG) {
             uint h = i / n, t = i % n;
             float e = exp(sc[scb + h * CAPP + t] - sh_m[h]);
             sc[scb + h * CAPP + t] = e;
-            red[h * NP + PT] += e;
+            red[h * WG + tid] += e;
         }
     }
     memoryBarrierBuffer();
     barrier();
-    if (tid < H) {
+    for (uint h = tid; h < H; h += WG) {
         float z = 0.0;
-        for (uint k = 0u; k < NP; k++) z += red[tid * NP + k];
-        sh_iz[tid] = 1.0 / z;
+        for (uint k = 0u; k < WG; k++) z += red[h * WG + k];
+        sh_iz[h] = 1.0 / z;
     }
     barrier();
 
     // ---- attention mass into the scores ----
-    for (uint t = PT; t < n; t += NP) {
+    for (uint t = tid; t < n; t += WG) {
         float mass = 0.0;
         for (uint h = 0u; h < H; h++) mass += sc[scb + h * CAPP + t] * sh_iz[h];
         scores[row0 + t] += mass;
@@ -411,69 +409,74 @@ void step_once(const uint position, const uint stepi)
     {
         uint ob = p.out_off == 0xffffffffu ? scb + SC_OUT : p.out_off + li * H * OW;
         const uint OD = LAT ? KVL : DV;     // floats per head of the first product
+        const uint vab = LAT ? 0u : 1u;     // rows a (c_kv) or b (V)
         if (V8) {
-            // an invocation per (head, 8 outputs), looping over the tokens; probabilities are
-            // read 4 tokens at a time (a per-lane load costs the same for 4 floats as for 1)
-            const uint NC = H * OD / 8u;
-            for (uint i = PT; i < NC; i += NP) {
-                const uint h = i / (OD / 8u), c = i % (OD / 8u);
+            // an invocation per (head, 8 * U outputs), looping over the tokens: each
+            // probability and row address is loaded once per 8 * U outputs; probabilities of
+            // the old tokens are read 4 at a time
+            const uint U = OD % 32u == 0u ? 4u : (OD % 16u == 0u ? 2u : 1u);
+            const uint NCH = OD / (8u * U);           // chunks per head
+            for (uint i = tid; i < H * NCH; i += WG) {
+                const uint h = i / NCH, c = i % NCH;
+                const uint vi = (LAT ? 0u : h * DV) + c * 8u * U;
                 float v[8];
-                vec4 o0 = vec4(0.0), o1 = vec4(0.0);
+                vec4 o[8];
+                [[unroll]] for (uint u = 0u; u < 2u * U; u++) o[u] = vec4(0.0);
                 const uint pb = scb + h * CAPP;
-                const uint vb = LAT ? abase0 + c * 8u / EPW : bbase0 + (h * DV + c * 8u) / EPW;
-                const uint vs = LAT ? AW : BW;
                 uint t = 0u;
-                for (; t + 4u <= n; t += 4u) {
+                for (; t + 4u <= nold; t += 4u) {
                     vec4 pr = sc4[(pb + t) >> 2];
-                    if (LAT) load8a(vb + t * vs, v); else load8b(vb + t * vs, v);
-                    o0 += pr.x * vec4(v[0], v[1], v[2], v[3]); o1 += pr.x * vec4(v[4], v[5], v[6], v[7]);
-                    if (LAT) load8a(vb + (t + 1u) * vs, v); else load8b(vb + (t + 1u) * vs, v);
-                    o0 += pr.y * vec4(v[0], v[1], v[2], v[3]); o1 += pr.y * vec4(v[4], v[5], v[6], v[7]);
-                    if (LAT) load8a(vb + (t + 2u) * vs, v); else load8b(vb + (t + 2u) * vs, v);
-                    o0 += pr.z * vec4(v[0], v[1], v[2], v[3]); o1 += pr.z * vec4(v[4], v[5], v[6], v[7]);
-                    if (LAT) load8a(vb + (t + 3u) * vs, v); else load8b(vb + (t + 3u) * vs, v);
-                    o0 += pr.w * vec4(v[0], v[1], v[2], v[3]); o1 += pr.w * vec4(v[4], v[5], v[6], v[7]);
+                    uvec4 ad = row_addr4(vab, t, nold);
+                    [[unroll]] for (uint u = 0u; u < U; u++) {
+                        row8(0u, vab, ad.x, vi + 8u * u, v);
+                        o[2u * u] += pr.x * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr.x * vec4(v[4], v[5], v[6], v[7]);
+                        row8(0u, vab, ad.y, vi + 8u * u, v);
+                        o[2u * u] += pr.y * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr.y * vec4(v[4], v[5], v[6], v[7]);
+                        row8(0u, vab, ad.z, vi + 8u * u, v);
+                        o[2u * u] += pr.z * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr.z * vec4(v[4], v[5], v[6], v[7]);
+                        row8(0u, vab, ad.w, vi + 8u * u, v);
+                        o[2u * u] += pr.w * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr.w * vec4(v[4], v[5], v[6], v[7]);
+                    }
+                }
+                for (; t < nold; t++) {
+                    float pr = sc[pb + t];
+                    uint ad = row_addr(0u, vab, t);
+                    [[unroll]] for (uint u = 0u; u < U; u++) {
+                        row8(0u, vab, ad, vi + 8u * u, v);
+                        o[2u * u] += pr * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr * vec4(v[4], v[5], v[6], v[7]);
+                    }
                 }
                 for (; t < n; t++) {
                     float pr = sc[pb + t];
-                    if (LAT) load8a(vb + t * vs, v); else load8b(vb + t * vs, v);
-                    o0 += pr * vec4(v[0], v[1], v[2], v[3]); o1 += pr * vec4(v[4], v[5], v[6], v[7]);
-                }
-                o0 *= sh_iz[h];
-                o1 *= sh_iz[h];
-                const uint oi = h * OD + c * 8u;
-                {
-                    if (LAT && ABSORB == 1u) {
-                        uint so = scb + SC_OL + oi;
-                        sc[so] = o0.x; sc[so + 1u] = o0.y; sc[so + 2u] = o0.z; sc[so + 3u] = o0.w;
-                        sc[so + 4u] = o1.x; sc[so + 5u] = o1.y; sc[so + 6u] = o1.z; sc[so + 7u] = o1.w;
-                    } else {
-                        uint so = ob + oi;
-                        out_f[so] = o0.x; out_f[so + 1u] = o0.y; out_f[so + 2u] = o0.z; out_f[so + 3u] = o0.w;
-                        out_f[so + 4u] = o1.x; out_f[so + 5u] = o1.y; out_f[so + 6u] = o1.z; out_f[so + 7u] = o1.w;
+                    uint ad = row_addr(1u, vab, t);
+                    [[unroll]] for (uint u = 0u; u < U; u++) {
+                        row8(1u, vab, ad, vi + 8u * u, v);
+                        o[2u * u] += pr * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr * vec4(v[4], v[5], v[6], v[7]);
                     }
                 }
-            }
-        } else if (!LAT) {
-            for (uint i = tid; i < H * DV; i += WG) {
-                uint h = i / DV, d = i % DV;
-                float o = 0.0;
-                uint pb = scb + h * CAPP;
-                for (uint t = 0u; t < n; t++) o += sc[pb + t] * load_b(bbase0 + t * BW, h * DV + d);
-                out_f[ob + i] = o * sh_iz[h];
+                const uint oi = h * OD + c * 8u * U;
+                [[unroll]] for (uint u = 0u; u < 2u * U; u++) {
+                    vec4 x = o[u] * sh_iz[h];
+                    uint so = (ABS ? scb + SC_OL : ob) + oi + 4u * u;
+                    if (ABS) { sc[so] = x.x; sc[so + 1u] = x.y; sc[so + 2u] = x.z; sc[so + 3u] = x.w; }
+                    else { out_f[so] = x.x; out_f[so + 1u] = x.y; out_f[so + 2u] = x.z; out_f[so + 3u] = x.w; }
+                }
             }
         } else {
-            for (uint i = tid; i < H * KVL; i += WG) {
-                uint h = i / KVL, j = i % KVL;
+            for (uint i = tid; i < H * OD; i += WG) {
+                uint h = i / OD, d = i % OD;
+                uint vi = LAT ? d : h * DV + d;
                 float o = 0.0;
                 uint pb = scb + h * CAPP;
-                for (uint t = 0u; t < n; t++) o += sc[pb + t] * load_a(abase0 + t * AW, j);
+                uint t = 0u;
+                for (; t < nold; t++) o += sc[pb + t] * row1(0u, vab, row_addr(0u, vab, t), vi);
+                for (; t < n; t++) o += sc[pb + t] * row1(1u, vab, row_addr(1u, vab, t), vi);
                 o *= sh_iz[h];
-                if (ABSORB == 1u) sc[scb + SC_OL + i] = o;
+                if (ABS) sc[scb + SC_OL + i] = o;
                 else out_f[ob + i] = o;
             }
         }
-        if (LAT && ABSORB == 1u) {
+        if (ABS) {
             memoryBarrierBuffer();
             barrier();
             for (uint i = tid; i < H * DV; i += WG) {
@@ -481,7 +484,7 @@ void step_once(const uint position, const uint stepi)
                 uint wrow = (h * (DN + DV) + DN + d) * KVL;
                 uint ol = scb + SC_OL + h * KVL;
                 float o = 0.0;
-                for (uint j = 0u; j < KVL; j++) o += sc[ol + j] * kvb[wrow + j];
+                for (uint k = 0u; k < KVL; k++) o += sc[ol + k] * uintBitsToFloat(texelFetch(kvb_t, int(wrow + k)).x);
                 out_f[ob + i] = o;
             }
         }
@@ -532,28 +535,20 @@ void step_once(const uint position, const uint stepi)
         barrier();
     }
 
-    // ---- compaction in place (column ownership; see the header) ----
+    // ---- compaction in place of scores, positions and the map (the rows move in
+    // h2o_flush.comp). Each invocation owns a column and walks the slots upwards: slot i
+    // moves to i - (evicted before i) <= i, always read before anything overwrites it ----
     const uint ne = sh_nev;
     if (ne > 0u) {
         const uint first = sh_ev[0];
-        // columns: 16-byte vectors when rows allow it, else words; then scores, positions
-        const uint CA = V8 ? AW / 4u : AW, CB = V8 ? BW / 4u : BW;
-        for (uint w = PT; w < CA + CB + 2u; w += NP) {
+        for (uint w = tid; w < 3u; w += WG) {
             uint k = 1u;
             for (uint i = first + 1u; i < n; i++) {
                 if (k < ne && sh_ev[k] == i) { k++; continue; }
                 uint d = i - k;
-                if (w < CA) {
-                    if (V8) ra4[(abase0 + d * AW) / 4u + w] = ra4[(abase0 + i * AW) / 4u + w];
-                    else ra[abase0 + d * AW + w] = ra[abase0 + i * AW + w];
-                } else if (w < CA + CB) {
-                    if (V8) rb4[(bbase0 + d * BW) / 4u + (w - CA)] = rb4[(bbase0 + i * BW) / 4u + (w - CA)];
-                    else rb[bbase0 + d * BW + (w - CA)] = rb[bbase0 + i * BW + (w - CA)];
-                } else if (w == CA + CB) {
-                    scores[row0 + d] = scores[row0 + i];
-                } else {
-                    positions[row0 + d] = positions[row0 + i];
-                }
+                if (w == 0u) scores[row0 + d] = scores[row0 + i];
+                else if (w == 1u) positions[row0 + d] = positions[row0 + i];
+                else scu[scb + SC_MAP + d] = scu[scb + SC_MAP + i];
             }
         }
     }
@@ -568,20 +563,41 @@ void step_once(const uint position, const uint stepi)
         state[st + 4u] += ne;
         state[st + 5u] = ne;
         if (p.history_steps > 0u) {
-            uint hb = p.nlayers * ST_WORDS + ((stepi % p.history_steps) * p.nlayers + l) * 2u;
+            uint hb = p.nlayers * ST_WORDS + (((p.step + j) % p.history_steps) * p.nlayers + l) * 2u;
             state[hb] = nl;
             state[hb + 1u] = ne;
         }
+        // evicted old tokens leave the old range; the first changed slot for the flush
+        uint gone_old = 0u;
+        for (uint e = 0u; e < ne; e++) gone_old += sh_ev[e] < nold ? 1u : 0u;
+        sh_nold = nold - gone_old;
+        if (ne > 0u) sh_fc = min(sh_fc, sh_ev[0]);
     }
 }
 
 void main()
 {
-    // mock runs may do several consecutive steps in one dispatch: a layer's workgroup is the
-    // only one touching that layer, so a workgroup barrier orders the steps
+    const uint tid = gl_LocalInvocationID.x;
+    g_li = gl_WorkGroupID.x;
+    g_l = p.layer_first + g_li;
+    g_scb = g_l * SC_SIZE;
+    g_abase = g_l * CAPACITY * AWF;
+    g_bbase = g_l * CAPACITY * BWF;
+    const uint len0 = state[g_l * ST_WORDS];
+    // the map starts as the identity over the rows present when the dispatch begins
+    for (uint t = tid; t < len0; t += WG) scu[g_scb + SC_MAP + t] = t;
+    if (tid == 0u) {
+        sh_nold = len0;
+        sh_fc = len0;
+    }
+    memoryBarrierBuffer();
+    barrier();
+    // a layer's workgroup is the only one touching that layer, so a workgroup barrier orders
+    // the steps
     for (uint s = 0u; s < p.nsteps; s++) {
-        step_once(p.position + s, p.step + s);
+        step_once(s);
         memoryBarrierBuffer();
         barrier();
     }
+    if (tid == 0u) state[g_l * ST_WORDS + 7u] = sh_fc;
 }

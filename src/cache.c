@@ -139,47 +139,50 @@ uint64_t vkh2o_cache_bytes(const vkh2o_cache_desc* desc, uint64_t tokens)
 /* ---- create / destroy ---- */
 
 #define LOOP_BUDGET 60000u   /* below llvmpipe's 65535 loop iterations per invocation */
+#define MAX_STEPS 64u        /* mock steps per dispatch at most (h2o_step's eviction list is 64) */
 
-/* Upper bound of the loop iterations one invocation of h2o_step.comp runs in one step at full
- * capacity with workgroup size wg: every loop of the shader, constant-trip loops included,
- * eviction of as many tokens as the capacity allows and compaction of every row. */
-static uint64_t step_loop_iterations(const vkh2o_kv_cache* c, uint32_t wg, uint32_t parts)
+/* Upper bound of the loop iterations one invocation of h2o_step.comp runs in a dispatch of k
+ * steps at full capacity with workgroup size wg: every loop of the shader, constant-trip loops
+ * included (the [[unroll]] ones excepted), eviction of as many tokens as the capacity allows. */
+static uint64_t step_loop_iterations(const vkh2o_kv_cache* c, uint32_t wg, uint32_t k)
 {
     const vkh2o_cache_desc* d = &c->desc;
     bool lat = d->layout == VKH2O_CACHE_LATENT;
     uint64_t H = d->num_heads, n = d->capacity, dqk = c->dqk, kvl = d->kv_lora_rank, dr = d->qk_rope_dim;
     uint64_t dv = d->v_dim, dn = d->qk_nope_dim;
     bool v8 = lat ? (kvl % 8 == 0 && dr % 8 == 0) : (dqk % 8 == 0 && dv % 8 == 0);
+    uint64_t nf = k < n ? k : n;                            /* tokens appended in the dispatch */
 #define UP(a) (((a) + wg - 1) / wg)
-#define UPP(a) (((a) + parts - 1) / parts)
-    uint64_t it = 8;
-    it += UP(c->a_words) + UP(c->b_words) + UP(H * c->q_width) + 3;
+    uint64_t it = 16;
     if (c->absorb)
         it += UP(H * kvl) * (1 + dn) + 1;
-    it += 2 * H + 2;
+    it += 3 * H + 3;                                      /* per-invocation reduction slots */
     uint64_t chunks = lat ? kvl / 8 + dr / 8 + 2 : dqk / 8 + 1;
     uint64_t elems = lat ? kvl + dr + 2 : dqk + 1;
-    it += v8 ? UPP((n + 3) / 4) * (1 + H * (2 + chunks)) : UP(H * n) * (1 + elems);
-    it += 2 * (wg + 1);                                   /* max and sum reductions */
-    it += v8 ? UPP((n + 3) / 4) * (1 + H * 5) : UP(H * n); /* exponentials */
-    it += UPP(n) * (1 + H);                               /* mass */
+    uint64_t groups = UP((n + 3) / 4) + 2;                /* 4-token groups, both kinds */
+    it += v8 ? groups * (1 + H * (2 + chunks)) : (UP(H * n) + 2) * (1 + elems);
+    uint64_t red = ((H + wg - 1) / wg) * (1 + wg) + 1;    /* max and sum reductions */
+    it += 2 * red;
+    it += v8 ? groups * (1 + H * 5) + 2 : UP(H * n) + 2;  /* exponentials */
+    it += UP(n) * (1 + H);                                /* mass */
     uint64_t od = lat ? kvl : dv;
-    it += (v8 ? UPP(H * od / 8) * (2 + n / 4 + 4) : UP(H * od) * (1 + n)) + 1;
+    it += (v8 ? UP(H * od / 8) * (4 + n / 4 + 3 + nf) : UP(H * od) * (2 + n)) + 1;
     if (c->absorb)
         it += UP(H * dv) * (1 + kvl) + 1;
     it += UP(n) + 1;                                      /* keys */
     uint64_t nev = n - c->cap, m = n - d->n_sink - d->n_recent;
+    if (nev > 64)
+        nev = 64;
     it += nev * (UP(m) * (1 + nev) + wg + nev + 2) + 1;  /* selection */
-    uint64_t cols = v8 ? c->a_words / 4 + c->b_words / 4 + 2 : c->a_words + c->b_words + 2;
-    it += UPP(cols) * (1 + n) + 1;                        /* compaction */
+    it += ((3 + wg - 1) / wg) * (1 + n) + nev + 2;        /* compaction of scores, positions, map */
+    uint64_t total = UP(n) + 2 + k * it;                  /* the map's identity, then the steps */
 #undef UP
-#undef UPP
-    return it + it / 10 + 64;
+    return total + total / 10 + 64;
 }
-
 
 static vkh2o_result make_buffer(vkh2o_context* ctx, uint64_t bytes, const char* what, vkh2o_buffer** out)
 {
+    bytes = (bytes + 15) & ~15ull;    /* texel views cover whole buffers of 16-byte texels */
     if (bytes < 16)
         bytes = 16;
     if (bytes > ctx->caps.max_storage_buffer_range)
@@ -221,11 +224,20 @@ vkh2o_result vkh2o_kv_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* d
     c->q_width = (lat && !c->absorb) ? d->kv_lora_rank + d->qk_rope_dim : c->dqk;
     c->out_width = (lat && !c->absorb) ? d->kv_lora_rank : d->v_dim;
     c->scale = d->scale > 0.0f ? d->scale : 1.0f / sqrtf((float)c->dqk);
-    /* scratch per layer (mirrors SC_SIZE): probabilities [H][capacity rounded up to 4], q [H][q_width], and for the latent
-     * layout q_abs and the latent output [H][kv_lora] each, and the output [H][out_width] when
-     * the caller wants none (h2o_step.comp) */
+    /* scratch per layer (mirrors SC_SIZE of h2o_step.comp): probabilities [H][capacity rounded
+     * up to 4], for the absorbed latent layout q_abs and the latent output [H][kv_lora] each, the
+     * output [H][out_width] when the caller wants none, and the slot map [capacity rounded up] */
     uint32_t capp = (d->capacity + 3u) & ~3u;
-    c->scratch_per_layer = (H * capp + H * c->q_width + (lat ? 2u * H * d->kv_lora_rank : 0u) + H * c->out_width + 3u) & ~3u;
+    c->sc_map = (H * capp + (c->absorb ? 2u * H * d->kv_lora_rank : 0u) + H * c->out_width + 3u) & ~3u;
+    c->scratch_per_layer = (c->sc_map + capp + 3u) & ~3u;
+    /* staging of real steps: planes q [L][H * q_width], a [L][a_width], b [L][b_width], entries
+     * rounded up to 4 floats (texels) */
+    c->iq4 = (H * c->q_width + 3u) & ~3u;
+    c->ia4 = (c->a_width + 3u) & ~3u;
+    c->ib4 = (c->b_width + 3u) & ~3u;
+    c->in_q = 0;
+    c->in_a = L * c->iq4;
+    c->in_b = L * (c->iq4 + c->ia4);
 
     uint64_t slots = (uint64_t)L * d->capacity;
     uint64_t state_words = (uint64_t)L * VKH2O_ST_WORDS + (uint64_t)d->history_steps * L * 2;
@@ -236,6 +248,7 @@ vkh2o_result vkh2o_kv_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* d
         (r = make_buffer(ctx, slots * 4, "keys", &c->keys)) != VKH2O_OK ||
         (r = make_buffer(ctx, state_words * 4, "state", &c->state)) != VKH2O_OK ||
         (r = make_buffer(ctx, (uint64_t)L * c->scratch_per_layer * 4, "scratch", &c->scratch)) != VKH2O_OK ||
+        (r = make_buffer(ctx, (uint64_t)L * (c->iq4 + c->ia4 + c->ib4) * 4, "input staging", &c->staging)) != VKH2O_OK ||
         (r = make_buffer(ctx, 16, "dummy", &c->dummy)) != VKH2O_OK ||
         (r = make_buffer(ctx, (uint64_t)d->max_prefill * 4, "prefill index", &c->idx)) != VKH2O_OK ||
         (r = make_buffer(ctx, vkh2o_topk_work_bytes(d->max_prefill), "top-k workspace", &c->work)) != VKH2O_OK)
@@ -248,42 +261,48 @@ vkh2o_result vkh2o_kv_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* d
     }
     if ((r = vkh2o_kv_cache_reset(c)) != VKH2O_OK)
         goto fail;
+    /* texel views (read-only in the dispatches that read them; see h2o_step.comp) */
+    VkFormat v4 = VK_FORMAT_R32G32B32A32_UINT;
+    if ((r = vkh2o_bind_texel(c->rows_a, v4, 0, vkh2o_buffer_size(c->rows_a), &c->tex_a)) != VKH2O_OK ||
+        (r = vkh2o_bind_texel(c->rows_b, v4, 0, vkh2o_buffer_size(c->rows_b), &c->tex_b)) != VKH2O_OK ||
+        (r = vkh2o_bind_texel(c->staging, v4, 0, vkh2o_buffer_size(c->staging), &c->tex_in)) != VKH2O_OK ||
+        (r = vkh2o_bind_texel(c->kv_b ? c->kv_b : c->dummy, VK_FORMAT_R32_UINT, 0,
+                              vkh2o_buffer_size(c->kv_b ? c->kv_b : c->dummy), &c->tex_kvb)) != VKH2O_OK)
+        goto fail;
 
-    /* Workgroup: few invocations on CPU devices (a workgroup is one thread with SIMD lanes),
-     * wide on GPUs; the per-head reduction array H x WG floats stays within 16 KiB.
-     * llvmpipe (lavapipe) stops every loop of an invocation once 65535 loop iterations have
-     * run in it (gallivm's loop limiter, counted over the whole invocation): on CPU devices the
-     * workgroup grows until one step fits, and a dispatch runs only as many mock steps as fit. */
+    /* Workgroup: CPU devices run a workgroup as one thread looping over 8-lane batches, and
+     * every serial part of a step (reductions, the argmin) once per batch: a single batch
+     * where it fits. llvmpipe (lavapipe) stops every loop of an invocation once 65535 loop
+     * iterations have run in it (gallivm's loop limiter, counted over the whole invocation):
+     * the workgroup grows until at least 8 steps fit a dispatch (or one, at the most
+     * invocations), and a dispatch runs only as many mock steps as fit. GPUs: wide workgroups;
+     * the per-head reduction array H x WG floats stays within 16 KiB. */
     bool cpu = ctx->caps.device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    uint32_t wg = cpu ? 64u : 256u;
+    uint32_t wg = cpu ? 8u : 256u;
     while (wg > 8 && H * wg > 4096)
         wg /= 2;
     c->max_steps_per_dispatch = UINT32_MAX;
+    c->flush_wg = 64;
     if (cpu) {
         uint32_t maxwg = ctx->caps.max_workgroup_invocations;
-        while (step_loop_iterations(c, wg, wg) > LOOP_BUDGET && wg * 2 <= maxwg && H * wg * 2 <= 4096)
+        for (;;) {
+            uint32_t k = MAX_STEPS;
+            while (k > 0 && step_loop_iterations(c, wg, k) > LOOP_BUDGET)
+                k--;
+            c->max_steps_per_dispatch = k;
+            if (k >= 8 || wg * 2 > maxwg || H * wg * 2 > 4096)
+                break;
             wg *= 2;
-        uint64_t it = step_loop_iterations(c, wg, wg);
-        if (it > LOOP_BUDGET) {
+        }
+        if (c->max_steps_per_dispatch == 0 || d->capacity + 16u > LOOP_BUDGET) {
             r = vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                            "kv cache: one decode step at capacity %u with %u heads needs ~%llu loop iterations per "
                            "invocation; this CPU device (llvmpipe) stops loops after 65535",
-                           d->capacity, H, (unsigned long long)it);
+                           d->capacity, H, (unsigned long long)step_loop_iterations(c, wg, 1));
             goto fail;
         }
-        c->max_steps_per_dispatch = (uint32_t)(LOOP_BUDGET / it);
     }
     c->wg = wg;
-    uint32_t spec[H2O_SPEC_COUNT] = {
-        [H2O_SPEC_WG] = wg, [H2O_SPEC_H] = H, [H2O_SPEC_LAYOUT] = lat, [H2O_SPEC_F16] = f16,
-        [H2O_SPEC_DN] = d->qk_nope_dim, [H2O_SPEC_DR] = d->qk_rope_dim, [H2O_SPEC_DV] = d->v_dim,
-        [H2O_SPEC_KVL] = lat ? d->kv_lora_rank : 2, [H2O_SPEC_ABSORB] = c->absorb,
-        [H2O_SPEC_CAPACITY] = d->capacity, [H2O_SPEC_NSINK] = d->n_sink, [H2O_SPEC_NRECENT] = d->n_recent,
-        [H2O_SPEC_CAP] = c->cap, [H2O_SPEC_POLMODE] = (uint32_t)d->policy | (uint32_t)d->score_mode << 4,
-        [H2O_SPEC_RED] = H * wg,
-    };
-    if ((r = vkh2o_kernel_get(ctx, "h2o_step", 12, spec, H2O_SPEC_COUNT, &c->step_kernel)) != VKH2O_OK)
-        goto fail;
     *out = c;
     return VKH2O_OK;
 fail:
@@ -296,7 +315,7 @@ void vkh2o_kv_cache_destroy(vkh2o_kv_cache* c)
     if (!c)
         return;
     vkh2o_buffer* bufs[] = { c->rows_a, c->rows_b, c->scores, c->positions, c->keys, c->state,
-                             c->scratch, c->kv_b, c->dummy, c->idx, c->work };
+                             c->scratch, c->staging, c->kv_b, c->dummy, c->idx, c->work };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         vkh2o_buffer_destroy(bufs[i]);
     free(c);
@@ -348,6 +367,50 @@ static vkh2o_result check_input(vkh2o_kv_cache* c, const char* name, const vkh2o
     return VKH2O_OK;
 }
 
+/* the step and flush kernels of real (mock = 0) or mock (1) inputs, made on first use */
+vkh2o_result vkh2o_cache_kernels(vkh2o_kv_cache* c, uint32_t mock)
+{
+    if (c->step_kernel[mock])
+        return VKH2O_OK;
+    const vkh2o_cache_desc* d = &c->desc;
+    bool lat = d->layout == VKH2O_CACHE_LATENT, f16 = d->storage == VKH2O_DTYPE_F16;
+    uint32_t H = d->num_heads;
+    uint32_t spec[H2O_SPEC_COUNT] = {
+        [H2O_SPEC_WG] = c->wg, [H2O_SPEC_H] = H, [H2O_SPEC_LAYOUT] = lat, [H2O_SPEC_F16] = f16,
+        [H2O_SPEC_DN] = d->qk_nope_dim, [H2O_SPEC_DR] = d->qk_rope_dim, [H2O_SPEC_DV] = d->v_dim,
+        [H2O_SPEC_KVL] = lat ? d->kv_lora_rank : 2, [H2O_SPEC_ABSORB] = c->absorb,
+        [H2O_SPEC_CAPACITY] = d->capacity, [H2O_SPEC_NSINK] = d->n_sink, [H2O_SPEC_NRECENT] = d->n_recent,
+        [H2O_SPEC_CAP] = c->cap, [H2O_SPEC_POLMODE] = (uint32_t)d->policy | (uint32_t)d->score_mode << 4,
+        [H2O_SPEC_RED] = H * c->wg, [H2O_SPEC_MOCK] = mock,
+    };
+    /* texel bindings: 1 rows a, 2 rows b, 6 staging, 7 kv_b */
+    VKH2O_CHECK(vkh2o_kernel_get_texel(c->ctx, "h2o_step", 10, (1u << 1) | (1u << 2) | (1u << 6) | (1u << 7), spec,
+                                       H2O_SPEC_COUNT, &c->step_kernel[mock]));
+    bool v4 = c->a_words % 4 == 0 && c->b_words % 4 == 0;
+    uint32_t fspec[H2O_FLUSH_SPEC_COUNT] = {
+        [H2O_FLUSH_SPEC_WG] = c->flush_wg, [H2O_FLUSH_SPEC_F16] = f16, [H2O_FLUSH_SPEC_AWF] = c->a_width,
+        [H2O_FLUSH_SPEC_BWF] = c->b_width, [H2O_FLUSH_SPEC_CAPACITY] = d->capacity, [H2O_FLUSH_SPEC_MOCK] = mock,
+        [H2O_FLUSH_SPEC_SC_SIZE] = c->scratch_per_layer, [H2O_FLUSH_SPEC_SC_MAP] = c->sc_map, [H2O_FLUSH_SPEC_V4] = v4,
+    };
+    return vkh2o_kernel_get_texel(c->ctx, "h2o_flush", 5, 1u << 2, fspec, H2O_FLUSH_SPEC_COUNT, &c->flush_kernel[mock]);
+}
+
+/* staging plane region of a real step's input: count copies of `floats` floats, layer i from
+ * byte src + i * floats * 4 to float plane + i * stride */
+static vkh2o_result copy_input(vkh2o_kv_cache* c, VkCommandBuffer cb, const vkh2o_buffer* src, uint64_t src_off,
+                               uint32_t count, uint32_t floats, uint32_t plane, uint32_t stride)
+{
+    VkBufferCopy* rg = malloc((size_t)count * sizeof *rg);
+    if (!rg)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
+    for (uint32_t i = 0; i < count; i++)
+        rg[i] = (VkBufferCopy){ .srcOffset = src_off + (uint64_t)i * floats * 4,
+                                .dstOffset = ((uint64_t)plane + (uint64_t)i * stride) * 4, .size = (uint64_t)floats * 4 };
+    c->ctx->vk.vkCmdCopyBuffer(cb, src->buffer, c->staging->buffer, count, rg);
+    free(rg);
+    return VKH2O_OK;
+}
+
 vkh2o_result vkh2o_cmd_cache_step(vkh2o_kv_cache* c, VkCommandBuffer cb, const vkh2o_cache_step* s)
 {
     if (!c || !cb || !s)
@@ -372,37 +435,51 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_kv_cache* c, VkCommandBuffer cb, const v
         .layer_first = s->layer_first, .nlayers = d->num_layers, .position = s->position, .step = s->step,
         .flags = (mock ? 1u : 0u) | ((s->flags & VKH2O_STEP_RECORD_KEYS) ? 2u : 0u) | (s->out ? 4u : 0u),
         .seed = d->seed, .history_steps = d->history_steps, .scale = c->scale, .nsteps = nsteps,
+        .in_q = c->in_q, .in_a = c->in_a, .in_b = c->in_b,
     };
-    vkh2o_binding dummy = vkh2o_bind(c->dummy);
-    vkh2o_binding q = dummy, a = dummy, b = dummy, o = dummy;
+    uint32_t q_off = 0, a_off = 0, b_off = 0;
+    vkh2o_binding o;
     if (!mock) {
-        VKH2O_CHECK(check_input(c, "q", s->q, s->q_offset, (uint64_t)count * H * c->q_width, &pc.q_off));
-        VKH2O_CHECK(check_input(c, "a (K / c_kv)", s->a, s->a_offset, (uint64_t)count * c->a_width, &pc.a_off));
-        VKH2O_CHECK(check_input(c, "b (V / k_pe)", s->b, s->b_offset, (uint64_t)count * c->b_width, &pc.b_off));
-        q = vkh2o_bind(s->q);
-        a = vkh2o_bind(s->a);
-        b = vkh2o_bind(s->b);
+        VKH2O_CHECK(check_input(c, "q", s->q, s->q_offset, (uint64_t)count * H * c->q_width, &q_off));
+        VKH2O_CHECK(check_input(c, "a (K / c_kv)", s->a, s->a_offset, (uint64_t)count * c->a_width, &a_off));
+        VKH2O_CHECK(check_input(c, "b (V / k_pe)", s->b, s->b_offset, (uint64_t)count * c->b_width, &b_off));
     }
     if (s->out) {
         VKH2O_CHECK(check_input(c, "out", s->out, s->out_offset, (uint64_t)count * H * c->out_width, &pc.out_off));
         o = vkh2o_bind(s->out);
     } else {
         /* the shader always writes an output (a branch around it costs more on CPU devices):
-         * layer i of the range writes at out_off + i * H * out_width, so aim that at the
-         * scratch's output areas, which are scratch_per_layer apart */
+         * aim it at the scratch's output areas (out_off ~0: the shader picks them) */
         o = vkh2o_bind(c->scratch);
         pc.out_off = UINT32_MAX;
     }
-    vkh2o_binding bind[12] = {
-        vkh2o_bind(c->state), vkh2o_bind(c->rows_a), vkh2o_bind(c->rows_b), vkh2o_bind(c->scores),
-        vkh2o_bind(c->positions), vkh2o_bind(c->scratch), q, a, b, o,
-        c->kv_b ? vkh2o_bind(c->kv_b) : dummy, vkh2o_bind(c->keys),
+    VKH2O_CHECK(vkh2o_cache_kernels(c, mock));
+    if (!mock) {
+        /* the inputs into the staging planes (texel reads in h2o_step / h2o_flush) */
+        VKH2O_CHECK(copy_input(c, cb, s->q, s->q_offset, count, H * c->q_width, c->in_q, c->iq4));
+        VKH2O_CHECK(copy_input(c, cb, s->a, s->a_offset, count, c->a_width, c->in_a, c->ia4));
+        VKH2O_CHECK(copy_input(c, cb, s->b, s->b_offset, count, c->b_width, c->in_b, c->ib4));
+        vkh2o_barrier(c->ctx, cb);
+    }
+    vkh2o_binding bind[10] = {
+        vkh2o_bind(c->state), c->tex_a, c->tex_b, vkh2o_bind(c->scores), vkh2o_bind(c->positions),
+        vkh2o_bind(c->scratch), c->tex_in, c->tex_kvb, o, vkh2o_bind(c->keys),
     };
+    vkh2o_binding fbind[5] = {
+        vkh2o_bind(c->state), vkh2o_bind(c->scratch), c->tex_in, vkh2o_bind(c->rows_a), vkh2o_bind(c->rows_b),
+    };
+    bool v4 = c->a_words % 4 == 0 && c->b_words % 4 == 0;
+    uint32_t cols = v4 ? c->a_words / 4 + c->b_words / 4 : c->a_words + c->b_words;
+    struct h2o_flush_push fp = { .layer_first = s->layer_first, .seed = d->seed, .in_a = c->in_a, .in_b = c->in_b };
     for (uint32_t done = 0; done < nsteps; done += pc.nsteps) {
         pc.nsteps = nsteps - done < c->max_steps_per_dispatch ? nsteps - done : c->max_steps_per_dispatch;
         pc.position = s->position + done;
         pc.step = s->step + done;
-        VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->step_kernel, bind, 12, &pc, sizeof pc, count, 1, 1));
+        VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->step_kernel[mock], bind, 10, &pc, sizeof pc, count, 1, 1));
+        vkh2o_barrier(c->ctx, cb);
+        fp.position = pc.position;
+        VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->flush_kernel[mock], fbind, 5, &fp, sizeof fp, count,
+                                   vkh2o_div_up(cols, c->flush_wg), 1));
         vkh2o_barrier(c->ctx, cb);
     }
     return VKH2O_OK;

@@ -98,26 +98,44 @@ vkh2o_result vkh2o_cmd_compact(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
  *   scores, positions, keys   element l * capacity + t
  *   state   8 u32 per layer (VKH2O_ST_*), then history [history_steps][num_layers][2]
  *           (len, evicted) of the step with index step % history_steps.
- * Tokens are kept in ascending position order at slots [0, len). */
+ * Tokens are kept in ascending position order at slots [0, len) between calls.
+ *
+ * A decode step records (shaders/h2o_step.comp, h2o_flush.comp):
+ *   [real inputs: copies of q, a, b into the staging planes, barrier]
+ *   h2o_step   one workgroup per layer, nsteps steps: attention reading the rows through
+ *              texel views, mass, selection, compaction of scores/positions/map; barrier
+ *   h2o_flush  moves the rows to their slots as the map says (storage writes); barrier
+ * so the rows are read through texel views only in dispatches that do not write them. */
 enum {
     VKH2O_ST_LEN = 0, VKH2O_ST_MAX_LEN, VKH2O_ST_STEPS, VKH2O_ST_EVENTS, VKH2O_ST_EVICTED,
-    VKH2O_ST_LAST, VKH2O_ST_KEYS_LEN, VKH2O_ST_PAD, VKH2O_ST_WORDS
+    VKH2O_ST_LAST, VKH2O_ST_KEYS_LEN, VKH2O_ST_FLUSH_FROM, VKH2O_ST_WORDS
 };
 
 /* Spec constant ids of shaders/h2o_step.comp */
 enum {
     H2O_SPEC_WG = 0, H2O_SPEC_H, H2O_SPEC_LAYOUT, H2O_SPEC_F16, H2O_SPEC_DN, H2O_SPEC_DR,
     H2O_SPEC_DV, H2O_SPEC_KVL, H2O_SPEC_ABSORB, H2O_SPEC_CAPACITY, H2O_SPEC_NSINK,
-    H2O_SPEC_NRECENT, H2O_SPEC_CAP, H2O_SPEC_POLMODE, H2O_SPEC_RED, H2O_SPEC_COUNT
+    H2O_SPEC_NRECENT, H2O_SPEC_CAP, H2O_SPEC_POLMODE, H2O_SPEC_RED, H2O_SPEC_MOCK, H2O_SPEC_COUNT
 };
 
 struct h2o_step_push {
     uint32_t layer_first, nlayers, position, step, flags, seed, history_steps;
     float scale;
-    uint32_t q_off, a_off, b_off, out_off;
+    uint32_t in_q, in_a, in_b, out_off;
     uint32_t nsteps;
 };
 _Static_assert(sizeof(struct h2o_step_push) <= VKH2O_PUSH_MAX, "h2o_step push constants");
+
+/* Spec constant ids of shaders/h2o_flush.comp */
+enum {
+    H2O_FLUSH_SPEC_WG = 0, H2O_FLUSH_SPEC_F16, H2O_FLUSH_SPEC_AWF, H2O_FLUSH_SPEC_BWF, H2O_FLUSH_SPEC_CAPACITY,
+    H2O_FLUSH_SPEC_MOCK, H2O_FLUSH_SPEC_SC_SIZE, H2O_FLUSH_SPEC_SC_MAP, H2O_FLUSH_SPEC_V4, H2O_FLUSH_SPEC_COUNT
+};
+
+struct h2o_flush_push {
+    uint32_t layer_first, position, seed, in_a, in_b;
+};
+_Static_assert(sizeof(struct h2o_flush_push) <= VKH2O_PUSH_MAX, "h2o_flush push constants");
 
 struct vkh2o_kv_cache {
     vkh2o_context* ctx;
@@ -127,7 +145,10 @@ struct vkh2o_kv_cache {
     uint32_t a_width, b_width;         /* floats per token */
     uint32_t a_words, b_words;         /* storage words per token */
     uint32_t q_width, out_width;       /* floats per head */
-    uint32_t scratch_per_layer;        /* floats */
+    uint32_t scratch_per_layer;        /* floats (mirrors SC_SIZE of h2o_step.comp) */
+    uint32_t sc_map;                   /* float offset of the map in a layer's scratch (SC_MAP) */
+    uint32_t in_q, in_a, in_b;         /* float offsets of the staging planes */
+    uint32_t iq4, ia4, ib4;            /* floats per staging entry (multiples of 4) */
     bool absorb;
     float scale;
     vkh2o_buffer* rows_a;
@@ -137,13 +158,21 @@ struct vkh2o_kv_cache {
     vkh2o_buffer* keys;
     vkh2o_buffer* state;
     vkh2o_buffer* scratch;
+    vkh2o_buffer* staging;             /* real steps: q, a, b of one step, all layers (f32) */
     vkh2o_buffer* kv_b;                /* latent with absorption; else NULL */
     vkh2o_buffer* dummy;               /* bound to unused bindings */
     vkh2o_buffer* idx;                 /* prefill: kept indices */
     vkh2o_buffer* work;                /* prefill: top-k workspace */
-    vkh2o_kernel* step_kernel;
+    vkh2o_binding tex_a, tex_b, tex_in, tex_kvb;   /* texel views of rows a/b, staging, kv_b */
+    vkh2o_kernel* step_kernel[2];      /* [mock] */
+    vkh2o_kernel* flush_kernel[2];
     uint32_t wg;                       /* h2o_step workgroup size */
+    uint32_t flush_wg;
     uint32_t max_steps_per_dispatch;   /* mock steps per dispatch (CPU devices: loop limiter) */
 };
+
+/* Builds the pipelines of the steps with real (mock 0) or mock (1) inputs now (they are
+ * otherwise built by the first step recorded: benchmarks call this before timing). */
+vkh2o_result vkh2o_cache_kernels(vkh2o_kv_cache* c, uint32_t mock);
 
 #endif

@@ -503,6 +503,11 @@ int main(int argc, char** argv)
         rc = fail_vk(&R, res, "creating the cache");
         goto out;
     }
+    /* the step pipelines are built before the clock starts */
+    if ((res = vkh2o_cache_kernels(R.cache, 1)) != VKH2O_OK) {
+        rc = fail_vk(&R, res, "building the step kernels");
+        goto out;
+    }
     vkh2o_cache_widths w = vkh2o_kv_cache_widths(R.cache);
     R.out_floats = o->layers * o->heads * w.out_width;
     if (!o->no_output && (res = vkh2o_buffer_create(R.ctx, (uint64_t)R.out_floats * 4, &R.out)) != VKH2O_OK) {
@@ -561,6 +566,7 @@ int main(int argc, char** argv)
         goto out2;
     }
     double t0 = cli_now();
+    double device_s = 0, submit_s = 0;   /* GPU time of the steps (timestamps); submit + wait */
     uint32_t step = 0;
     while (step < o->steps) {
         /* batches end at the progress steps 0, 50, 100, ...; --check submits every step */
@@ -575,6 +581,7 @@ int main(int argc, char** argv)
             rc = fail_vk(&R, res, "recording");
             goto out2;
         }
+        uint32_t ts0 = vkh2o_timestamp(R.ctx, cb);
         for (uint32_t s = step; s <= last && res == VKH2O_OK;) {
             uint32_t k = last - s + 1 < o->per_dispatch ? last - s + 1 : o->per_dispatch;
             vkh2o_cache_step cs = { .position = s, .step = s, .nsteps = k, .out = R.out,
@@ -582,7 +589,15 @@ int main(int argc, char** argv)
             res = vkh2o_cmd_cache_step(R.cache, cb, &cs);
             s += k;
         }
+        uint32_t ts1 = vkh2o_timestamp(R.ctx, cb);
+        double tsub = cli_now();
         vkh2o_result r2 = vkh2o_submit_wait(R.ctx, cb);
+        submit_s += cli_now() - tsub;
+        double dms = vkh2o_timestamp_ms(R.ctx, ts0, ts1);
+        if (dms >= 0)
+            device_s += dms * 1e-3;
+        else
+            device_s = -1e30;
         if (res == VKH2O_OK)
             res = r2;
         if (res == VKH2O_OK)
@@ -638,6 +653,9 @@ int main(int argc, char** argv)
     }
     printf("\n[B1] done: %u steps in %.3fs (%.1f steps/sec)%s\n", o->steps, secs, o->steps / secs,
            o->check ? "  [--check: per-step submission and CPU simulation included]" : "");
+    if (device_s > 0)
+        printf("[B1] device time of the steps %.3fs (%.1f steps/sec); submit + wait %.3fs\n", device_s, o->steps / device_s,
+               submit_s);
     printf("\n[B1] final state: max_cache=%u  expected_cap=%u  over_cap=%u\n", max_len, R.cap, R.over_cap);
 
     uint32_t post = o->steps > R.cap ? o->steps - R.cap : 0;
