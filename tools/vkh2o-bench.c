@@ -457,7 +457,10 @@ static void usage(FILE* f)
                "Measurements: the q_a_proj matmul (S x 1536 x 7168, BF16) on the device and as a\n"
                "single-thread fp32 CPU loop, its decode form (M = 1), and one Kimi K2.6 MLA layer\n"
                "forward at S tokens (random BF16 weights) with its per-stage GPU times, and the read\n"
-               "bandwidth of storage buffers vs uniform texel buffers (GB/s).\n");
+               "bandwidth of storage buffers vs uniform texel buffers (GB/s). Rows in [brackets] time\n"
+               "other kernel forms in the same rounds as the automatic one (ratio_vs_storage: speed\n"
+               "against the storage-read register-blocked matmul): the matmul with storage reads,\n"
+               "texel W, texel W+X, and on CPU devices the forward with the storage-read matmul.\n");
 }
 
 int main(int argc, char** argv)
