@@ -8,8 +8,12 @@
 // Invocations of a workgroup share the split, so every block's precision is uniform across a
 // SIMD batch; loads are as wide as the layout allows (see kvq_score.comp).
 // Loop budget: per invocation bps * (1 + B / PT) + 3 iterations (the host bounds bps).
-// spec: 0 WG, 1..8 layout (kvq_common.glsl), 9 TM, 10 PT (divides B), 11 QPK, 12 WIDE, 13 HT,
-//       14 TC (channels per invocation; a multiple of 8 when WIDE), 15 CT (= ceil(DV / TC))
+// WIDE == 2 (TEX): probabilities and pools are read through uniform texel views (bindings
+// 7..11, see kvq_pool.glsl), which llvmpipe gathers vectorised; the storage bindings stay bound.
+// spec: 0 WG, 1..8 layout (kvq_common.glsl), 9 TM, 10 PT (divides B), 11 QPK, 12 WIDE (0 per
+//       element, 1 8-wide, 2 8-wide texel reads), 13 HT, 14 TC (channels per invocation; a multiple of 8 when WIDE), 15 CT (= ceil(DV / TC))
+// bindings: 0 meta, 1 list, 2 P, 3 pool16, 4 pool8, 5 pool4, 6 partials (out), 7 P (texel,
+//           R32G32B32A32_SFLOAT), 8..11 pool views (kvq_pool.glsl)
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "kvq_common.glsl"
@@ -34,6 +38,10 @@ layout(set = 0, binding = 4) readonly buffer Pool8v { uvec4 pool8v[]; };
 layout(set = 0, binding = 5) readonly buffer Pool4 { uint pool4[]; };
 layout(set = 0, binding = 5) readonly buffer Pool4v { uvec4 pool4v[]; };
 layout(set = 0, binding = 6) writeonly buffer Part { float part[]; };
+layout(set = 0, binding = 7) uniform samplerBuffer p_t4;
+#include "kvq_pool.glsl"
+
+vec4 prob_vec(uint i) { if (TEX != 0u) return texelFetch(p_t4, int(i)); return prob4[i]; }
 
 layout(push_constant) uniform Push {
     uint nps;                  // row stride of P (multiple of 4)
@@ -69,7 +77,7 @@ void block_pv(uint p, uint li)
     if (WIDE != 0u && p != PREC_FP16 && vgrp == 2u) {
         [[unroll]] for (uint g = 0u; g < TC; g += 8u) {
             uint wi = (vbase + dw + ((c0 + g) >> 1)) >> 2;
-            uvec4 sw = p == PREC_INT8 ? pool8v[wi] : pool4v[wi];
+            uvec4 sw = p == PREC_INT8 ? p8_vec(wi) : p4_vec(wi);
             vec2 s0 = unpackHalf2x16(sw.x), s1 = unpackHalf2x16(sw.y), s2 = unpackHalf2x16(sw.z), s3 = unpackHalf2x16(sw.w);
             sc[g] = s0.x; sc[g + 1u] = s0.y; sc[g + 2u] = s1.x; sc[g + 3u] = s1.y;
             sc[g + 4u] = s2.x; sc[g + 5u] = s2.y; sc[g + 6u] = s3.x; sc[g + 7u] = s3.y;
@@ -81,7 +89,7 @@ void block_pv(uint p, uint li)
             uint row = hq[h] * pc.nps + jb + t0;
             if ((PT & 3u) == 0u) {
                 [[unroll]] for (uint n = 0u; n < PT; n += 4u) {
-                    vec4 v = prob4[(row + n) >> 2];
+                    vec4 v = prob_vec((row + n) >> 2);
                     pr[h][n] = v.x; pr[h][n + 1u] = v.y; pr[h][n + 2u] = v.z; pr[h][n + 3u] = v.w;
                 }
             } else {
@@ -99,17 +107,17 @@ void block_pv(uint p, uint li)
                     vec4 xa = vec4(0.0), xb = vec4(0.0);
                     if (c < DV) {
                         if (p == PREC_FP16) {
-                            uvec4 w = pool16v[(vbase + (e >> 1)) >> 2];
+                            uvec4 w = p16_vec((vbase + (e >> 1)) >> 2);
                             xa = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
                             xb = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
                         } else {
                             ivec4 ia, ib;
                             if (p == PREC_INT8) {
-                                uvec2 w = pool8v2[(vbase + (e >> 2)) >> 1];
+                                uvec2 w = p8_vec2((vbase + (e >> 2)) >> 1);
                                 ia = kvq_i8x4(int(w.x));
                                 ib = kvq_i8x4(int(w.y));
                             } else {
-                                int w = int(pool4[vbase + (e >> 3)]);
+                                int w = int(p4_word(vbase + (e >> 3)));
                                 ia = kvq_i4x4_lo(w);
                                 ib = kvq_i4x4_hi(w);
                             }
@@ -117,7 +125,7 @@ void block_pv(uint p, uint li)
                             xb = vec4(ib);
                             if (vgrp == 1u) {   // per token: one scale per 8 channels (G % 8 == 0)
                                 uint si = t * ((vd + G - 1u) / G) + c / G;
-                                uint sw = p == PREC_INT8 ? pool8[vbase + dw + (si >> 1)] : pool4[vbase + dw + (si >> 1)];
+                                uint sw = p == PREC_INT8 ? p8_word(vbase + dw + (si >> 1)) : p4_word(vbase + dw + (si >> 1));
                                 vec2 s2 = unpackHalf2x16(sw);
                                 float s0 = (si & 1u) != 0u ? s2.y : s2.x;
                                 xa *= s0;

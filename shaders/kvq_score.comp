@@ -10,9 +10,13 @@
 // uvec4) and invocations of a SIMD batch share the block (head tiles vary fastest), so the
 // precision branch is uniform there.
 // Loop budget (llvmpipe's 65535 iterations per invocation): DK / 8 + 2 (WIDE) or DK iterations.
+// WIDE == 2 (TEX): queries and pools are read through uniform texel views (bindings 7..11, see
+// kvq_pool.glsl), which llvmpipe gathers vectorised; the storage bindings stay bound (unread).
 // spec: 0 WG, 1..8 layout (kvq_common.glsl), 9 TM (heads per invocation), 10 PT (positions per
-//       invocation, divides B), 11 QPK (query heads per KV head), 12 WIDE, 13 HT (head tiles
-//       per KV head = ceil(QPK / TM))
+//       invocation, divides B), 11 QPK (query heads per KV head), 12 WIDE (0 per element,
+//       1 8-wide, 2 8-wide texel reads), 13 HT (head tiles per KV head = ceil(QPK / TM))
+// bindings: 0 meta, 1 list, 2 q, 3 pool16, 4 pool8, 5 pool4, 6 scores (out), 7 q (texel,
+//           R32G32B32A32_SFLOAT), 8..11 pool views (kvq_pool.glsl)
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "kvq_common.glsl"
@@ -36,6 +40,8 @@ layout(set = 0, binding = 5) readonly buffer Pool4 { uint pool4[]; };
 layout(set = 0, binding = 5) readonly buffer Pool4v { uvec4 pool4v[]; };
 layout(set = 0, binding = 6) writeonly buffer S { float s_out[]; };
 layout(set = 0, binding = 6) writeonly buffer S4 { vec4 s_out4[]; };
+layout(set = 0, binding = 7) uniform samplerBuffer q_t4;
+#include "kvq_pool.glsl"
 
 layout(push_constant) uniform Push {
     float scale;
@@ -45,6 +51,8 @@ layout(push_constant) uniform Push {
 } pc;
 
 KVQ_DEFINE_LOAD(load_el, pool16, pool8, pool4)
+
+vec4 q_vec(uint i) { if (TEX != 0u) return texelFetch(q_t4, int(i)); return q4[i]; }
 
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
@@ -64,13 +72,13 @@ void score_wide(uint p, uint base, uint t0)
         vec4 qa[TM], qb[TM];
         [[unroll]] for (uint h = 0u; h < TM; h++) {
             uint qi = (hq[h] * DK + c0) >> 2;
-            qa[h] = q4[qi];
-            qb[h] = q4[qi + 1u];
+            qa[h] = q_vec(qi);
+            qb[h] = q_vec(qi + 1u);
         }
         // per-channel scales of these 8 channels (shared by the block's tokens)
         vec4 sa = vec4(1.0), sb = vec4(1.0);
         if (p != PREC_FP16 && KGROUP == 2u) {
-            uvec4 sw = p == PREC_INT8 ? pool8v[(base + dw + (c0 >> 1)) >> 2] : pool4v[(base + dw + (c0 >> 1)) >> 2];
+            uvec4 sw = p == PREC_INT8 ? p8_vec((base + dw + (c0 >> 1)) >> 2) : p4_vec((base + dw + (c0 >> 1)) >> 2);
             sa = vec4(unpackHalf2x16(sw.x), unpackHalf2x16(sw.y));
             sb = vec4(unpackHalf2x16(sw.z), unpackHalf2x16(sw.w));
         }
@@ -79,25 +87,25 @@ void score_wide(uint p, uint base, uint t0)
             uint e = t * DK + c0;
             vec4 xa, xb;
             if (p == PREC_FP16) {
-                uvec4 w = pool16v[(base + (e >> 1)) >> 2];
+                uvec4 w = p16_vec((base + (e >> 1)) >> 2);
                 xa = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
                 xb = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
             } else {
                 vec4 ta = sa, tb = sb;
                 if (KGROUP == 1u) {   // per token: one scale per 8 channels (G % 8 == 0)
                     uint si = t * ng + c0 / G;
-                    uint sw = p == PREC_INT8 ? pool8[base + dw + (si >> 1)] : pool4[base + dw + (si >> 1)];
+                    uint sw = p == PREC_INT8 ? p8_word(base + dw + (si >> 1)) : p4_word(base + dw + (si >> 1));
                     vec2 sc = unpackHalf2x16(sw);
                     ta = vec4((si & 1u) != 0u ? sc.y : sc.x);
                     tb = ta;
                 }
                 ivec4 ia, ib;
                 if (p == PREC_INT8) {
-                    uvec2 w = pool8v2[(base + (e >> 2)) >> 1];
+                    uvec2 w = p8_vec2((base + (e >> 2)) >> 1);
                     ia = kvq_i8x4(int(w.x));
                     ib = kvq_i8x4(int(w.y));
                 } else {
-                    int w = int(pool4[base + (e >> 3)]);
+                    int w = int(p4_word(base + (e >> 3)));
                     ia = kvq_i4x4_lo(w);
                     ib = kvq_i4x4_hi(w);
                 }

@@ -128,6 +128,60 @@ static void plan_iters(const vkh2o_qcache* qc, kvq_attn_plan* pl)
     pl->iters_combine = 3 * pl->splits;
 }
 
+/* Texels a view of the whole buffer in format bytes fb would have (0 when absent). */
+static uint64_t view_texels(const vkh2o_buffer* b, uint32_t fb) { return b ? vkh2o_buffer_size(b) / fb : 0; }
+
+/* Resolves qc->read_path into pl->tex: texel views need the wide layout and every view (query,
+ * scores, pools in their formats) within maxTexelBufferElements. */
+static vkh2o_result plan_read_path(vkh2o_qcache* qc, kvq_attn_plan* pl)
+{
+    const vkh2o_device_caps* caps = vkh2o_context_caps(qc->ctx);
+    uint64_t lim = caps->max_texel_buffer_elements;
+    uint64_t q_texels = (uint64_t)qc->d.num_heads * qc->shape.d_k / 4;
+    uint64_t p_texels = (uint64_t)qc->d.num_heads * pl->nps / 4;
+    bool fits = pl->wide && q_texels <= lim && p_texels <= lim && view_texels(qc->pool[0], 16) <= lim &&
+                view_texels(qc->pool[1], 8) <= lim && view_texels(qc->pool[2], 4) <= lim;
+    switch (qc->read_path) {
+    case KVQ_READ_STORAGE:
+        pl->tex = 0;
+        break;
+    case KVQ_READ_TEXEL:
+        if (!fits)
+            return vkh2o_fail(qc->ctx, VKH2O_ERROR_UNSUPPORTED,
+                              "qcache attend: texel reads need the 8-channel layout (%s) and views within the device's %u "
+                              "texels", pl->wide ? "it has" : "it has not", caps->max_texel_buffer_elements);
+        pl->tex = 1;
+        break;
+    default:
+        pl->tex = fits && caps->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+        break;
+    }
+    return VKH2O_OK;
+}
+
+/* A texel view binding of kvq_score / kvq_pv: a view of the whole
+ * buffer when reading texels, else a one-texel view of the dummy (bound, unread). */
+static vkh2o_result bind_view(vkh2o_qcache* qc, bool tex, vkh2o_buffer* b, VkFormat f, uint32_t fb, vkh2o_binding* out)
+{
+    if (!tex || !b)
+        return vkh2o_bind_texel(qc->dummy, f, 0, fb, out);
+    return vkh2o_bind_texel(b, f, 0, vkh2o_buffer_size(b) / fb * fb, out);
+}
+
+/* Views 7..11 of kvq_score / kvq_pv: the first row_bytes (a multiple of 16) of row (query or P)
+ * as vec4 texels, then the pools. */
+static vkh2o_result bind_views(vkh2o_qcache* qc, bool tex, vkh2o_buffer* row, uint64_t row_bytes, vkh2o_binding* b)
+{
+    if (tex)
+        VKH2O_CHECK(vkh2o_bind_texel(row, VK_FORMAT_R32G32B32A32_SFLOAT, 0, row_bytes, &b[7]));
+    else
+        VKH2O_CHECK(bind_view(qc, false, row, VK_FORMAT_R32G32B32A32_SFLOAT, 16, &b[7]));
+    VKH2O_CHECK(bind_view(qc, tex, qc->pool[0], VK_FORMAT_R32G32B32A32_UINT, 16, &b[8]));
+    VKH2O_CHECK(bind_view(qc, tex, qc->pool[1], VK_FORMAT_R32G32_UINT, 8, &b[9]));
+    VKH2O_CHECK(bind_view(qc, tex, qc->pool[2], VK_FORMAT_R32G32B32A32_UINT, 16, &b[10]));
+    return bind_view(qc, tex, qc->pool[2], VK_FORMAT_R32_UINT, 4, &b[11]);
+}
+
 vkh2o_result kvq_plan_attend(vkh2o_qcache* qc, const vkh2o_qattn_desc* a, kvq_attn_plan* pl)
 {
     vkh2o_context* ctx = qc->ctx;
@@ -188,6 +242,7 @@ vkh2o_result kvq_plan_attend(vkh2o_qcache* qc, const vkh2o_qattn_desc* a, kvq_at
     pl->bps = bps;
     pl->splits = vkh2o_div_up(nsel, bps);
     plan_iters(qc, pl);
+    VKH2O_CHECK(plan_read_path(qc, pl));
 
     uint64_t score_bytes = 4ull * H * pl->nps;
     if (score_bytes > caps->max_storage_buffer_range)
@@ -213,7 +268,7 @@ static void attn_tile_spec(const vkh2o_qcache* qc, const kvq_attn_plan* pl, uint
     spec[KVQ_SPEC_TM] = pl->tm;
     spec[KVQ_SPEC_PT] = pl->pt;
     spec[KVQ_SPEC_QPK] = qc->d.num_heads / qc->shape.kv_heads;
-    spec[KVQ_SPEC_WIDE] = pl->wide;
+    spec[KVQ_SPEC_WIDE] = pl->wide ? (pl->tex ? 2 : 1) : 0;
     spec[KVQ_SPEC_HT] = pl->ht;
     spec[KVQ_SPEC_TC] = pl->tc;
     spec[KVQ_SPEC_CT] = pl->ct;
@@ -236,9 +291,10 @@ vkh2o_result kvq_record_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o
     uint32_t spec[KVQ_SPEC_PV_COUNT];
     vkh2o_kernel *ks, *ksm, *kp, *kc;
     attn_tile_spec(qc, &pl, pl.wg_score, spec);
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_score", 7, spec, KVQ_SPEC_SCORE_COUNT, &ks));
+    VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, "kvq_score", KVQ_ATTN_BINDINGS, KVQ_ATTN_TEXEL_MASK, spec,
+                                       KVQ_SPEC_SCORE_COUNT, &ks));
     attn_tile_spec(qc, &pl, pl.wg_pv, spec);
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_pv", 7, spec, KVQ_SPEC_PV_COUNT, &kp));
+    VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, "kvq_pv", KVQ_ATTN_BINDINGS, KVQ_ATTN_TEXEL_MASK, spec, KVQ_SPEC_PV_COUNT, &kp));
     kvq_layout_spec(qc, pl.wg_softmax, spec);
     VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_softmax", 3, spec, KVQ_SPEC_LAYOUT_COUNT, &ksm));
     kvq_layout_spec(qc, pl.wg_combine, spec);
@@ -258,10 +314,12 @@ vkh2o_result kvq_record_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o
         ps.slot_words[p] = pp.slot_words[p] = qc->slot_words[p];
     }
     uint64_t ntiles = (uint64_t)pl.max_sel * B / pl.pt;
-    vkh2o_binding bs[7] = { vkh2o_bind(qc->meta), vkh2o_bind(qc->list), vkh2o_bind(q), pools[0], pools[1], pools[2],
-                            vkh2o_bind(qc->scores) };
+    vkh2o_binding bs[KVQ_ATTN_BINDINGS] = { vkh2o_bind(qc->meta), vkh2o_bind(qc->list), vkh2o_bind(q), pools[0], pools[1],
+                                            pools[2], vkh2o_bind(qc->scores) };
+    /* the view is cached in the query buffer (its contents are only read) */
+    VKH2O_CHECK(bind_views(qc, pl.tex, (vkh2o_buffer*)q, 4ull * H * qc->shape.d_k, bs));
     if (ntiles)
-        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, ks, bs, 7, &ps, sizeof ps,
+        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, ks, bs, KVQ_ATTN_BINDINGS, &ps, sizeof ps,
                                    (uint32_t)div_up64(ntiles * pl.ht, pl.wg_score), kvh, 1));
     vkh2o_barrier(ctx, cb);
 
@@ -270,9 +328,10 @@ vkh2o_result kvq_record_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o
     VKH2O_CHECK(vkh2o_dispatch(ctx, cb, ksm, bsm, 3, &psm, sizeof psm, vkh2o_div_up(H * pl.splits, pl.wg_softmax), 1, 1));
     vkh2o_barrier(ctx, cb);
 
-    vkh2o_binding bp[7] = { vkh2o_bind(qc->meta), vkh2o_bind(qc->list), vkh2o_bind(qc->scores), pools[0], pools[1], pools[2],
-                            vkh2o_bind(qc->part) };
-    VKH2O_CHECK(vkh2o_dispatch(ctx, cb, kp, bp, 7, &pp, sizeof pp, vkh2o_div_up(pl.ct * pl.ht, pl.wg_pv), kvh, pl.splits));
+    vkh2o_binding bp[KVQ_ATTN_BINDINGS] = { vkh2o_bind(qc->meta), vkh2o_bind(qc->list), vkh2o_bind(qc->scores), pools[0],
+                                            pools[1], pools[2], vkh2o_bind(qc->part) };
+    VKH2O_CHECK(bind_views(qc, pl.tex, qc->scores, 4ull * H * pl.nps, bp));
+    VKH2O_CHECK(vkh2o_dispatch(ctx, cb, kp, bp, KVQ_ATTN_BINDINGS, &pp, sizeof pp, vkh2o_div_up(pl.ct * pl.ht, pl.wg_pv), kvh, pl.splits));
     vkh2o_barrier(ctx, cb);
 
     struct kvq_combine_push pcmb = { pl.splits, H };

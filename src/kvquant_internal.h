@@ -37,7 +37,8 @@ enum kvq_spec {
     KVQ_SPEC_TM = 9,       /* query heads per invocation */
     KVQ_SPEC_PT = 10,      /* positions (tokens) per invocation step; divides B */
     KVQ_SPEC_QPK = 11,     /* query heads per KV head */
-    KVQ_SPEC_WIDE = 12,    /* 1: 8-channel loads (layout aligned, see kvq_wide_layout) */
+    KVQ_SPEC_WIDE = 12,    /* 1: 8-channel loads (layout aligned, see kvq_wide_layout); 2: the same
+                            * through the texel views (bindings 7..11, kvq_pool.glsl) */
     KVQ_SPEC_HT = 13,      /* head tiles per KV head: ceil(QPK / TM) */
     KVQ_SPEC_SCORE_COUNT = 14,
     KVQ_SPEC_TC = 14,      /* kvq_pv: value channels per invocation */
@@ -56,6 +57,16 @@ enum kvq_spec {
 #define KVQ_MAX_BLOCKS 262144u
 /* Largest number of splits of one decode attention (kvq_combine walks them 3 times). */
 #define KVQ_MAX_SPLITS 4096u
+
+/* How kvq_score / kvq_pv read the query, probabilities and pools: AUTO picks texel views on
+ * CPU devices (llvmpipe gathers texels vectorised but loads storage buffers one lane at a
+ * time) when the layout is wide and every view fits the device's texel limit, storage
+ * elsewhere; TEXEL when it cannot be used is UNSUPPORTED. */
+typedef enum kvq_read_path {
+    KVQ_READ_AUTO = 0,
+    KVQ_READ_STORAGE = 1,
+    KVQ_READ_TEXEL = 2,
+} kvq_read_path;
 
 /* Per-tensor section sizes in 32-bit words. */
 typedef struct kvq_section {
@@ -90,6 +101,7 @@ struct vkh2o_qcache {
     vkh2o_buffer* dummy;        /* bound where a pool is absent */
     vkh2o_buffer* mpart;        /* metrics partials */
     uint32_t last_selected_blocks;
+    kvq_read_path read_path;    /* attention read path (tests and benchmarks set it) */
 };
 
 /* Section sizes of a tensor with d channels per token (public desc resolved). */
@@ -120,8 +132,13 @@ static inline uint32_t kvq_hash(uint32_t b, uint32_t seed_lo, uint32_t seed_hi)
 vkh2o_result kvq_record_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_buffer* q, vkh2o_buffer* out,
                                const vkh2o_qattn_desc* desc);
 /* Tile shapes and split of one decode attention (also used by tests to check loop budgets). */
+/* Bindings of kvq_score / kvq_pv: 7 storage bindings, then the q / P view and 4 pool views. */
+#define KVQ_ATTN_BINDINGS 12u
+#define KVQ_ATTN_TEXEL_MASK 0xf80u
+
 typedef struct kvq_attn_plan {
     uint32_t tm, pt, ht, tc, ct, wide;
+    uint32_t tex;               /* 1: texel reads (kvq_read_path resolved) */
     uint32_t wg_score, wg_softmax, wg_pv, wg_combine, ncc;
     uint32_t max_sel;           /* most blocks the selection can return */
     uint32_t nps;               /* scores row stride */

@@ -34,6 +34,7 @@ typedef struct opts {
     uint32_t layer, seq_len, decode;
     double budget;
     vkh2o_qlayout layout;
+    kvq_read_path bench_read;   /* AUTO: both paths side by side */
     bool heads_set, quiet, bench;
     const char *csv, *json, *weights, *config;
 } opts;
@@ -58,6 +59,8 @@ static void usage(FILE* f)
             "  --bench            decode attention over a 32K-token latent cache: FP16 vs balanced\n"
             "  --bench-tokens N   cache length of --bench (default 32768)\n"
             "  --reps N           timed repetitions per --bench figure (default 5; the median is shown)\n"
+            "  --bench-read R     both | storage | texel: how the attention reads the cache in --bench\n"
+            "                     (default both, side by side, steps alternating)\n"
             "  --weights FILE|DIR build the cache from a real MLA layer of a safetensors checkpoint (latent\n"
             "                     layout): prefill forward over seeded-normal tokens (importance = attention\n"
             "                     mass), then decode steps, each appending its token and attending with\n"
@@ -120,6 +123,13 @@ static int parse(int argc, char** argv, opts* o)
             else if (!strcmp(a, "--json")) o->json = v;
             else if (!strcmp(a, "--config")) o->config = v;
             else o->weights = v;
+            i++;
+        } else if (!strcmp(a, "--bench-read")) {
+            if (!v || (strcmp(v, "both") && strcmp(v, "storage") && strcmp(v, "texel"))) {
+                fprintf(stderr, TOOL ": --bench-read: '%s' is not one of both storage texel\n", v ? v : "");
+                return 2;
+            }
+            o->bench_read = !strcmp(v, "both") ? KVQ_READ_AUTO : !strcmp(v, "storage") ? KVQ_READ_STORAGE : KVQ_READ_TEXEL;
             i++;
         } else if (!strcmp(a, "--bench")) {
             o->bench = true;
@@ -797,10 +807,12 @@ static double cpu_seconds(void)
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec + 1e-6 * ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec);
 }
 
-/* One bench figure: median GPU-timestamp time of reps steps, and the process CPU time per step
- * (on a CPU device like lavapipe the "GPU" is this process's threads: the CPU time shows how
- * much of the wall time was contention from other processes). */
-static int bench_one(runner* R, vkh2o_qpolicy pol, uint32_t reps, double* ms, double* cpu_ms, uint64_t* bytes)
+/* Bench figures of one policy for each read path: median GPU-timestamp time of reps steps, and
+ * the process CPU time per step (on a CPU device like lavapipe the "GPU" is this process's
+ * threads: the CPU time shows how much of the wall time was contention from other processes).
+ * The paths' steps alternate, so load from other processes hits them alike. */
+static int bench_one(runner* R, vkh2o_qpolicy pol, uint32_t reps, uint32_t npaths, const kvq_read_path* paths,
+                     double* ms, double* cpu_ms, uint64_t* bytes)
 {
     if (build(R, pol))
         return -1;
@@ -808,17 +820,32 @@ static int bench_one(runner* R, vkh2o_qpolicy pol, uint32_t reps, double* ms, do
     vkh2o_qcache_get_stats(R->qc, &st);
     *bytes = st.pool_bytes[0] + st.pool_bytes[1] + st.pool_bytes[2];
     vkh2o_qattn_desc ad = { .scale = R->scale, .selector = VKH2O_QSELECT_ALL };
-    double t[1000], dummy;
-    if (attend(R, &ad, NULL, &dummy))   /* warm-up: pipelines, scratch */
-        return -1;
-    double c0 = cpu_seconds();
-    for (uint32_t i = 0; i < reps; i++)
-        if (attend(R, &ad, NULL, &t[i]))
+    double t[2][1000], dummy, cpu[2] = { 0, 0 };
+    for (uint32_t k = 0; k < npaths; k++) {
+        R->qc->read_path = paths[k];
+        if (attend(R, &ad, NULL, &dummy))   /* warm-up: pipelines, scratch */
             return -1;
-    *cpu_ms = (cpu_seconds() - c0) * 1e3 / reps;
-    qsort(t, reps, sizeof(double), cmp_double);
-    *ms = t[reps / 2];
+    }
+    for (uint32_t i = 0; i < reps; i++)
+        for (uint32_t k = 0; k < npaths; k++) {
+            R->qc->read_path = paths[k];
+            double c0 = cpu_seconds();
+            if (attend(R, &ad, NULL, &t[k][i]))
+                return -1;
+            cpu[k] += cpu_seconds() - c0;
+        }
+    for (uint32_t k = 0; k < npaths; k++) {
+        cpu_ms[k] = cpu[k] * 1e3 / reps;
+        qsort(t[k], reps, sizeof(double), cmp_double);
+        ms[k] = t[k][reps / 2];
+    }
+    R->qc->read_path = KVQ_READ_AUTO;
     return 0;
+}
+
+static const char* read_path_name(kvq_read_path p)
+{
+    return p == KVQ_READ_STORAGE ? "storage" : p == KVQ_READ_TEXEL ? "texel" : "auto";
 }
 
 static int bench(vkh2o_context* ctx, const opts* o)
@@ -827,11 +854,19 @@ static int bench(vkh2o_context* ctx, const opts* o)
     bo.layout = VKH2O_QLAYOUT_LATENT;
     uint32_t heads_list[2] = { o->heads, 1 };
     int nh = o->heads_set ? 1 : 2;
+    /* both read paths side by side unless one is asked for */
+    kvq_read_path paths[2] = { KVQ_READ_STORAGE, KVQ_READ_TEXEL };
+    uint32_t npaths = 2;
+    if (o->bench_read != KVQ_READ_AUTO) {
+        paths[0] = o->bench_read;
+        npaths = 1;
+    }
     printf("bench: decode attention over a %u-token latent cache (c_kv 512 + k_pe 64, block %u), all blocks attended;\n"
-           "       time = median of %u GPU-timestamp runs; cpu = process CPU time per step (contention check)\n",
+           "       time = median of %u GPU-timestamp runs; cpu = process CPU time per step (contention check);\n"
+           "       read = how kvq_score / kvq_pv read the cache (storage buffers or texel views), steps alternating\n",
            o->bench_tokens, o->block ? o->block : 16, o->reps);
-    printf("  %-5s %-9s %10s %10s %9s %10s %10s %10s\n", "heads", "policy", "ms", "cpu_ms", "pool_MB", "GB/s", "GFLOP/s",
-           "vs_fp16");
+    printf("  %-5s %-9s %-8s %10s %10s %9s %10s %10s %10s\n", "heads", "policy", "read", "ms", "cpu_ms", "pool_MB", "GB/s",
+           "GFLOP/s", "vs_fp16");
     for (int hi = 0; hi < nh; hi++) {
         bo.heads = heads_list[hi];
         runner R;
@@ -840,17 +875,19 @@ static int bench(vkh2o_context* ctx, const opts* o)
             return -1;
         }
         vkh2o_qpolicy pols[2] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_BALANCED };
-        double ms[2], cpu[2];
+        double ms[2][2], cpu[2][2];
         uint64_t bytes[2];
-        for (int p = 0; p < 2; p++) {
-            if (bench_one(&R, pols[p], o->reps, &ms[p], &cpu[p], &bytes[p])) {
+        for (int p = 0; p < 2; p++)
+            if (bench_one(&R, pols[p], o->reps, npaths, paths, ms[p], cpu[p], &bytes[p])) {
                 teardown(&R);
                 return -1;
             }
-            double flops = vkh2o_qattn_flops(&R.qc->d, o->bench_tokens);
-            printf("  %-5u %-9s %10.3f %10.3f %9.1f %10.2f %10.2f %10.3f\n", bo.heads, vkh2o_qpolicy_name(pols[p]), ms[p], cpu[p],
-                   bytes[p] / 1e6, bytes[p] / 1e9 / (ms[p] / 1e3), flops / (ms[p] * 1e6), ms[p] / ms[0]);
-        }
+        double flops = vkh2o_qattn_flops(&R.qc->d, o->bench_tokens);
+        for (uint32_t k = 0; k < npaths; k++)
+            for (int p = 0; p < 2; p++)
+                printf("  %-5u %-9s %-8s %10.3f %10.3f %9.1f %10.2f %10.2f %10.3f\n", bo.heads, vkh2o_qpolicy_name(pols[p]),
+                       read_path_name(paths[k]), ms[p][k], cpu[p][k], bytes[p] / 1e6, bytes[p] / 1e9 / (ms[p][k] / 1e3),
+                       flops / (ms[p][k] * 1e6), ms[p][k] / ms[0][k]);
         teardown(&R);
     }
     return 0;
