@@ -528,7 +528,7 @@ vkh2o_result vkh2o_cmd_cache_prefill(vkh2o_kv_cache* c, VkCommandBuffer cb, cons
     if (end < begin)
         end = begin;
     vkh2o_topk_args t = {
-        .scores = vkh2o_bind(p->mass), .score_off = m_off, .n = S, .begin = begin, .end = end, .k = d->budget,
+        .scores = vkh2o_bind(p->mass), .scores_buffer = p->mass, .score_off = m_off, .n = S, .begin = begin, .end = end, .k = d->budget,
         .out = vkh2o_bind(c->idx), .work = vkh2o_bind(c->work), .policy = d->policy, .score_mode = d->score_mode,
         .pos_base = 0, .cur = S - 1, .seed = d->seed, .layer = l,
     };

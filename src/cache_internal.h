@@ -44,12 +44,16 @@
  * work: a u32 scratch buffer of vkh2o_topk_work_bytes(end - begin) bytes; it is cleared by
  * the call (vkCmdFillBuffer) and must not be shared by calls in flight at once.
  * Cost: a fill and 8 dispatches (3 radix histogram passes on 11/11/10-bit digits, 3
- * one-workgroup resolves, a count and a scatter) with barriers between them.
+ * one-workgroup resolves, a count and a scatter) with barriers between them; the passes that
+ * read the scores (5) read them once each.
  * Results: OK, INVALID_ARGUMENT (begin > end > n, buffers too small), kernel errors. */
 #define VKH2O_TOPK_WORK_COUNT 6147u
 
 typedef struct vkh2o_topk_args {
     vkh2o_binding scores;     /* f32 */
+    vkh2o_buffer* scores_buffer;   /* optional: the buffer of `scores`; when set, the scores are
+                                      read through a texel view of it (shaders/topk_tex.comp;
+                                      several times faster on CPU devices) */
     uint32_t score_off;       /* floats */
     uint32_t n, begin, end, k;
     vkh2o_binding out;        /* u32 */

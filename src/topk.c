@@ -18,7 +18,7 @@ static void topk_shape(const vkh2o_context* ctx, uint32_t* wg, uint32_t* per)
      * elements each; GPUs want wide workgroups. */
     bool cpu = ctx && ctx->caps.device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     *wg = cpu ? 64u : 256u;
-    *per = cpu ? 32u : 8u;
+    *per = cpu ? 256u : 8u;   /* CPU: few workgroups, so few 2048-bin histogram flushes */
 }
 
 static uint32_t topk_chunks(const vkh2o_context* ctx, uint32_t candidates)
@@ -70,12 +70,23 @@ vkh2o_result vkh2o_cmd_topk(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_
 
     uint32_t wg, per;
     topk_shape(ctx, &wg, &per);
+    /* texel path: an R32_UINT view from the 256-byte boundary below the first score */
+    vkh2o_binding tex = { 0 };
+    uint32_t score_off = a->score_off;
+    if (a->scores_buffer) {
+        if (a->scores_buffer->buffer != a->scores.buffer)
+            return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_topk: scores_buffer is not the buffer of scores");
+        uint64_t first = a->scores.offset + (uint64_t)a->score_off * 4;
+        uint64_t view_off = first & ~255ull;
+        VKH2O_CHECK(vkh2o_bind_texel(a->scores_buffer, VK_FORMAT_R32_UINT, view_off, first - view_off + (uint64_t)a->n * 4, &tex));
+        score_off = (uint32_t)((first - view_off) / 4);
+    }
     struct topk_push pc = {
         .n = a->n, .begin = a->begin, .end = a->end, .k = a->k,
-        .score_off = a->score_off, .out_off = a->out_off, .pos_base = a->pos_base,
+        .score_off = score_off, .out_off = a->out_off, .pos_base = a->pos_base,
         .cur = a->cur, .seed = a->seed, .layer = a->layer,
     };
-    vkh2o_binding b[3] = { a->scores, a->work, a->out };
+    vkh2o_binding b[3] = { a->scores_buffer ? tex : a->scores, a->work, a->out };
     ctx->vk.vkCmdFillBuffer(cb, a->work.buffer, a->work.offset, 4ull * TOPK_HEADER_WORDS, 0u);
     vkh2o_barrier(ctx, cb);
     /* histogram p, resolve p (p = 0, 1, 2), count, scatter */
@@ -84,7 +95,10 @@ vkh2o_result vkh2o_cmd_topk(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_
         uint32_t phase = order[i];
         uint32_t spec[TOPK_SPEC_COUNT] = { wg, per, phase, a->policy, a->score_mode };
         vkh2o_kernel* k;
-        VKH2O_CHECK(vkh2o_kernel_get(ctx, "topk", 3, spec, TOPK_SPEC_COUNT, &k));
+        if (a->scores_buffer)
+            VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, "topk_tex", 3, 1u, spec, TOPK_SPEC_COUNT, &k));
+        else
+            VKH2O_CHECK(vkh2o_kernel_get(ctx, "topk", 3, spec, TOPK_SPEC_COUNT, &k));
         uint32_t groups = (phase >= 3 && phase <= 5) ? 1u : chunks;
         VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, groups, 1, 1));
         if (i + 1 < 8)

@@ -72,26 +72,41 @@ static void run_case(vt_rng* r, const tcase* t)
         .policy = t->policy, .score_mode = t->mode, .pos_base = pos_base, .cur = cur, .seed = seed, .layer = layer,
     };
     assert_int_equal(vkh2o_topk_count(&a), nw);
-    VkCommandBuffer cb;
-    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
-    assert_int_equal(vkh2o_cmd_topk(ctx, cb, &a), VKH2O_OK);
-    assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
     uint32_t* got = malloc(out_bytes);
-    assert_int_equal(vkh2o_buffer_download(ob, 0, got, out_bytes), VKH2O_OK);
-    for (uint32_t i = 0; i < off; i++)
-        assert_int_equal(got[i], VT_POISON);
-    for (uint32_t i = 0; i < nw; i++)
-        if (got[off + i] != want[i])
-            fail_msg("n %u [%u,%u) k %u %s policy %u mode %u: kept[%u] = %u, reference %u", t->n, t->begin, t->end, t->k,
-                     dist_name[t->d], t->policy, t->mode, i, got[off + i], want[i]);
-    for (uint32_t i = off + nw; i < t->n + off + 1; i++)
-        assert_int_equal(got[i], VT_POISON);
-    vt_check_guard(ob, out_bytes);
-    if (t->n) {
-        uint32_t count;
-        assert_int_equal(vkh2o_buffer_download(work, VKH2O_TOPK_WORK_COUNT * 4, &count, 4), VKH2O_OK);
-        assert_int_equal(count, nw);
+    /* both paths: scores from the storage binding, and through a texel view (scores_buffer) of
+     * a copy that starts 67 floats into its buffer (the view starts on the 256-byte boundary
+     * below) */
+    const uint32_t soff = 67;
+    float* xs = calloc((size_t)soff + t->n + 1, sizeof *xs);
+    memcpy(xs + soff, x, (size_t)t->n * sizeof *xs);
+    vkh2o_buffer* sb2 = vt_upload_f32(xs, soff + t->n);
+    for (int tex = 0; tex < 2; tex++) {
+        a.scores = tex ? vkh2o_bind(sb2) : vkh2o_bind(sb);
+        a.score_off = tex ? soff : 0;
+        a.scores_buffer = tex ? sb2 : NULL;
+        vt_poison(ob);
+        VkCommandBuffer cb;
+        assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+        assert_int_equal(vkh2o_cmd_topk(ctx, cb, &a), VKH2O_OK);
+        assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
+        assert_int_equal(vkh2o_buffer_download(ob, 0, got, out_bytes), VKH2O_OK);
+        for (uint32_t i = 0; i < off; i++)
+            assert_int_equal(got[i], VT_POISON);
+        for (uint32_t i = 0; i < nw; i++)
+            if (got[off + i] != want[i])
+                fail_msg("n %u [%u,%u) k %u %s policy %u mode %u %s: kept[%u] = %u, reference %u", t->n, t->begin, t->end,
+                         t->k, dist_name[t->d], t->policy, t->mode, tex ? "texel" : "storage", i, got[off + i], want[i]);
+        for (uint32_t i = off + nw; i < t->n + off + 1; i++)
+            assert_int_equal(got[i], VT_POISON);
+        vt_check_guard(ob, out_bytes);
+        if (t->n) {
+            uint32_t count;
+            assert_int_equal(vkh2o_buffer_download(work, VKH2O_TOPK_WORK_COUNT * 4, &count, 4), VKH2O_OK);
+            assert_int_equal(count, nw);
+        }
     }
+    free(xs);
+    vkh2o_buffer_destroy(sb2);
     free(got);
     free(want);
     free(val);
