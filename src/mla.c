@@ -122,16 +122,23 @@ vkh2o_attn_tuning vkh2o_attn_tuning_default(const vkh2o_context* ctx)
      * small. Elsewhere: one query per invocation so the P.V accumulator (DV floats) stays in
      * registers. */
     const uint32_t budget = is_cpu(ctx) ? CPU_LOOP_BUDGET : 0;
-    vkh2o_attn_tuning t = is_cpu(ctx) ? (vkh2o_attn_tuning){ 32, 8, 8, 8, budget } : (vkh2o_attn_tuning){ 64, 1, 8, 8, budget };
+    const uint32_t texel = is_cpu(ctx) ? 1 : 0;
+    vkh2o_attn_tuning t = is_cpu(ctx) ? (vkh2o_attn_tuning){ 32, 8, 8, 8, budget, texel }
+                                      : (vkh2o_attn_tuning){ 64, 1, 8, 8, budget, texel };
     const char* env = getenv("VKH2O_ATTN_TUNING");
     unsigned l, q, k, h;
     if (env && sscanf(env, "%u,%u,%u,%u", &l, &q, &k, &h) == 4 && l && q && k && h && l <= 1024 && q <= 16 && k <= 64)
-        t = (vkh2o_attn_tuning){ l, q, k, h, budget };
+        t = (vkh2o_attn_tuning){ l, q, k, h, budget, texel };
+    const char* tex = getenv("VKH2O_ATTN_TEXEL");
+    if (tex && (tex[0] == '0' || tex[0] == '1') && tex[1] == '\0')
+        t.texel = (uint32_t)(tex[0] - '0');
     return t;
 }
 
 /* Loop iterations one key tile costs an invocation: the score loop over D and the P.V loop over
- * DV, both unrolled by 8 with a scalar tail (shaders/attn_common.glsl), plus the tile loop. */
+ * DV, both unrolled by 8 with a scalar tail (shaders/attn_common.glsl, attn_pv.glsl), plus the
+ * tile loop. The texel variant (D, DV multiples of 4) runs D / 8 + (D % 8) / 4 and
+ * ceil(DV / 8) iterations, never more. */
 static uint64_t tile_iterations(uint32_t D, uint32_t DV)
 {
     return D / 8 + D % 8 + DV / 8 + DV % 8 + 2;
@@ -190,9 +197,62 @@ static vkh2o_result attn_check(vkh2o_context* ctx, const vkh2o_attn_tuning* t, c
         !binding_holds(b->part, vkh2o_attn_part_floats(t, a->S, a->T, a->H, a->D, a->DV)))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "attention: a binding is too small for S=%u T=%u H=%u D=%u DV=%u", a->S, a->T, a->H, a->D, a->DV);
+    if ((b->q_buffer && b->q_buffer->buffer != b->q.buffer) || (b->k_buffer && b->k_buffer->buffer != b->k.buffer) ||
+        (b->v_buffer && b->v_buffer->buffer != b->v.buffer))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "attention: q/k/v_buffer is not the buffer its binding binds");
     if (b->probs.buffer && !binding_holds(b->probs, (uint64_t)a->H * a->S * a->T))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "attention: probs binding holds less than H*S*T = %llu floats",
                           (unsigned long long)a->H * a->S * a->T);
+    return VKH2O_OK;
+}
+
+/* The texel view of binding x of buf for a row layout reading `need` floats from x.offset:
+ * from x.offset to the end of the buffer (one cached view per buffer and offset, whatever the
+ * shape). False (no view) when x.offset, the strides or the width break 16-byte texels or the
+ * view would exceed the device's texel limit. */
+static bool texel_fits(const vkh2o_context* ctx, const vkh2o_buffer* buf, vkh2o_binding x, uint32_t ts, uint32_t hs,
+                       uint32_t dim, uint64_t need, uint64_t* range)
+{
+    if (!buf || x.offset % 256u || ts % 4u || hs % 4u || dim % 4u || x.offset >= vkh2o_buffer_size(buf))
+        return false;
+    uint64_t r = (vkh2o_buffer_size(buf) - x.offset) & ~(uint64_t)15;
+    const uint64_t max_range = (uint64_t)vkh2o_context_caps(ctx)->max_texel_buffer_elements * 16u;
+    if (r > max_range)
+        r = max_range;
+    *range = r;
+    return need * sizeof(float) <= r;
+}
+
+/* Whether q, k and v can all be read through texel views; their view ranges if so. */
+static bool texel_plan(const vkh2o_context* ctx, const vkh2o_attn_tuning* t, const vkh2o_attn_args* a,
+                       const vkh2o_attn_bufs* b, uint64_t range[3])
+{
+    return t->texel && a->S && a->T && a->H &&
+           texel_fits(ctx, b->q_buffer, b->q, a->q_ts, a->q_hs, a->D, extent(a->S, a->q_ts, a->H, a->q_hs, a->D), &range[0]) &&
+           texel_fits(ctx, b->k_buffer, b->k, a->k_ts, a->k_hs, a->D, extent(a->T, a->k_ts, a->H, a->k_hs, a->D), &range[1]) &&
+           texel_fits(ctx, b->v_buffer, b->v, a->v_ts, a->v_hs, a->DV, extent(a->T, a->v_ts, a->H, a->v_hs, a->DV), &range[2]);
+}
+
+bool vkh2o_attn_uses_texels(const vkh2o_context* ctx, const vkh2o_attn_tuning* t, const vkh2o_attn_args* a,
+                            const vkh2o_attn_bufs* b)
+{
+    uint64_t range[3];
+    return ctx && t && a && b && texel_plan(ctx, t, a, b, range);
+}
+
+/* The q, k, v bindings of passes 1 and 2: texel views (rgba32ui) when texel_plan allows, else
+ * the storage bindings as given. */
+static vkh2o_result attn_inputs(vkh2o_context* ctx, const vkh2o_attn_tuning* t, const vkh2o_attn_args* a,
+                                const vkh2o_attn_bufs* b, bool* texel, vkh2o_binding in[3])
+{
+    in[0] = b->q, in[1] = b->k, in[2] = b->v;
+    uint64_t range[3];
+    *texel = texel_plan(ctx, t, a, b, range);
+    if (*texel) {
+        vkh2o_buffer* bufs[3] = { b->q_buffer, b->k_buffer, b->v_buffer };
+        for (int i = 0; i < 3; i++)
+            VKH2O_CHECK(vkh2o_bind_texel(bufs[i], VK_FORMAT_R32G32B32A32_UINT, in[i].offset, range[i], &in[i]));
+    }
     return VKH2O_OK;
 }
 
@@ -210,6 +270,9 @@ vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const v
     VKH2O_CHECK(attn_check(ctx, t, a, b));
     struct attn_push pc = attn_push_of(t, a);
     uint32_t nqb = vkh2o_div_up(a->S, t->rq);
+    bool texel;
+    vkh2o_binding in[3];
+    VKH2O_CHECK(attn_inputs(ctx, t, a, b, &texel, in));
 
     uint32_t lspec[LSE_SPEC_COUNT];
     lspec[LSE_SPEC_WG] = t->local;
@@ -217,8 +280,11 @@ vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const v
     lspec[LSE_SPEC_RQ] = t->rq;
     lspec[LSE_SPEC_RK] = t->rk;
     vkh2o_kernel* klse;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "attn_lse", 3, lspec, LSE_SPEC_COUNT, &klse));
-    vkh2o_binding lb[3] = { b->q, b->k, b->lse };
+    if (texel)
+        VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, "attn_lse_texel", 3, 0x3u, lspec, LSE_SPEC_COUNT, &klse));
+    else
+        VKH2O_CHECK(vkh2o_kernel_get(ctx, "attn_lse", 3, lspec, LSE_SPEC_COUNT, &klse));
+    vkh2o_binding lb[3] = { in[0], in[1], b->lse };
     VKH2O_CHECK(vkh2o_dispatch(ctx, cb, klse, lb, 3, &pc, sizeof pc, vkh2o_div_up(a->H * nqb, t->local), 1, 1));
     vkh2o_barrier(ctx, cb);
 
@@ -231,8 +297,11 @@ vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const v
     pspec[PV_SPEC_HG] = vkh2o_attn_hg(t, a->T, a->D, a->DV);
     pspec[PV_SPEC_PROBS] = b->probs.buffer ? 1 : 0;
     vkh2o_kernel* kpv;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "attn_pv", 7, pspec, PV_SPEC_COUNT, &kpv));
-    vkh2o_binding pb[7] = { b->q, b->k, b->v, b->lse, b->o, b->part, b->probs.buffer ? b->probs : b->part };
+    if (texel)
+        VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, "attn_pv_texel", 7, 0x7u, pspec, PV_SPEC_COUNT, &kpv));
+    else
+        VKH2O_CHECK(vkh2o_kernel_get(ctx, "attn_pv", 7, pspec, PV_SPEC_COUNT, &kpv));
+    vkh2o_binding pb[7] = { in[0], in[1], in[2], b->lse, b->o, b->part, b->probs.buffer ? b->probs : b->part };
     return vkh2o_dispatch(ctx, cb, kpv, pb, 7, &pc, sizeof pc, vkh2o_div_up(pc.n_hg * nqb, t->local), 1, 1);
 }
 
@@ -607,7 +676,8 @@ static vkh2o_result record_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const
     vkh2o_attn_bufs b = { .q = rows(st->q, (uint64_t)S * H * qk), .k = rows(st->k, (uint64_t)S * H * qk),
                           .v = rows(st->v, (uint64_t)S * H * dv), .o = rows(st->o, (uint64_t)S * H * dv),
                           .lse = rows(L->lse, (uint64_t)H * S),
-                          .part = rows(L->part, vkh2o_attn_part_floats(&st->tuning, S, S, H, qk, dv)) };
+                          .part = rows(L->part, vkh2o_attn_part_floats(&st->tuning, S, S, H, qk, dv)),
+                          .q_buffer = st->q, .k_buffer = st->k, .v_buffer = st->v };
     if (io->scores)
         b.scores = vkh2o_bind_range(io->scores, 0, (uint64_t)S * sizeof(float));
     if (io->probs)

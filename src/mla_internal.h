@@ -73,12 +73,18 @@ typedef struct vkh2o_attn_tuning {
      * (LP_MAX_TGSI_LOOP_ITERATIONS), so on CPU devices the P.V pass takes fewer heads per
      * invocation for long rows (vkh2o_attn_hg) and a shape that cannot fit is refused. */
     uint32_t loop_budget;
+    /* 1: passes 1 and 2 read q, k and v as uniform texel buffers (shaders/attn_lse_texel.comp,
+     * attn_pv_texel.comp; four floats per fetch, which llvmpipe gathers vectorised) when the
+     * buffers are known and the layout allows (vkh2o_attn_bufs); otherwise, and with 0, as
+     * storage buffers. Both give the same bits. */
+    uint32_t texel;
 } vkh2o_attn_tuning;
 /* Heads per P.V invocation in effect for T keys of width D / DV: t->hg, lowered to stay within
  * t->loop_budget. */
 uint32_t vkh2o_attn_hg(const vkh2o_attn_tuning* t, uint32_t T, uint32_t D, uint32_t DV);
-/* Per device type: register blocking on CPU devices, small tiles elsewhere. Environment
- * VKH2O_ATTN_TUNING="local,rq,rk,hg" overrides (benchmarks). */
+/* Per device type: register blocking (and texel reads) on CPU devices, small tiles elsewhere.
+ * Environment VKH2O_ATTN_TUNING="local,rq,rk,hg" and VKH2O_ATTN_TEXEL=0/1 override
+ * (benchmarks). */
 vkh2o_attn_tuning vkh2o_attn_tuning_default(const vkh2o_context* ctx);
 
 typedef struct vkh2o_attn_args {
@@ -93,10 +99,21 @@ typedef struct vkh2o_attn_bufs {
     vkh2o_binding q, k, v, o, lse, part;
     vkh2o_binding scores;     /* .buffer VK_NULL_HANDLE: vkh2o_cmd_attention_mass not used */
     vkh2o_binding probs;      /* .buffer VK_NULL_HANDLE: not written */
+    /* Optional: the buffers q, k and v bind (each NULL or the buffer of its binding). With all
+     * three and t->texel, the passes read them through texel views (one cached per buffer and
+     * offset) when every row starts on a 16-byte texel: D, DV, q_ts, q_hs, k_ts, k_hs, v_ts,
+     * v_hs multiples of 4 and the binding offsets multiples of 256 bytes, and the views fit the
+     * device's texel limit; otherwise they fall back to storage reads. */
+    vkh2o_buffer *q_buffer, *k_buffer, *v_buffer;
 } vkh2o_attn_bufs;
 
 uint64_t vkh2o_attn_part_floats(const vkh2o_attn_tuning* t, uint32_t S, uint32_t T, uint32_t H, uint32_t D, uint32_t DV);
-/* Passes 1 and 2 (lse, barrier, P.V + partial mass). No barrier after. */
+/* Passes 1 and 2 (lse, barrier, P.V + partial mass). No barrier after. Results: OK,
+ * INVALID_ARGUMENT (empty shape or tuning, a binding too small, q/k/v_buffer not the buffer
+ * of its binding), UNSUPPORTED (rows beyond the loop budget), kernel and dispatch errors. */
+/* Whether vkh2o_cmd_attention would read through texel views (tests, benchmarks). */
+bool vkh2o_attn_uses_texels(const vkh2o_context* ctx, const vkh2o_attn_tuning* t, const vkh2o_attn_args* a,
+                            const vkh2o_attn_bufs* b);
 vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_attn_tuning* t,
                                  const vkh2o_attn_args* a, const vkh2o_attn_bufs* b);
 /* Pass 3: scores from the partials (after a barrier that follows vkh2o_cmd_attention). */

@@ -1,7 +1,11 @@
 /* Conformance of the three attention passes (shaders/attn_lse, attn_pv, attn_reduce via
  * vkh2o_cmd_attention / vkh2o_cmd_attention_mass) against ref_attention (double, P
  * materialised), over odd S, T, H, D, DV, strided and shared-key layouts, causal offsets, and
- * several tilings (the CPU default and the GPU-style one-query-per-invocation tiling).
+ * several tilings (the CPU default and the GPU-style one-query-per-invocation tiling). Every
+ * case whose layout allows texel reads (attn_lse_texel / attn_pv_texel: D, DV and strides
+ * multiples of 4 floats, inputs bound at 256-byte offsets) runs with them and with storage
+ * reads, which must agree bit for bit; layouts that do not (odd D or DV, odd strides, a 64-byte
+ * offset) must fall back (vkh2o_attn_uses_texels, checked against the rule here).
  *
  * Error bounds (inputs ~ N(0,1) scaled so scores are O(1..8); u = 2^-24):
  *  - a score is an fp32 dot of D terms: error ~ sqrt(D) u |q||k| scale, i.e. a relative error
@@ -9,7 +13,8 @@
  *    Asserted: nmse(o) <= 1e-10 and nmse(P) <= 1e-10 (observed 1e-14 .. 6e-13).
  *  - the mass sums up to H * S probabilities in fp32: nmse(scores) <= 1e-11 (observed <= 1e-13), and
  *    |sum scores - H * S| <= 1e-4 H * S (every visible row sums to 1).
- *  - Determinism: a second run gives the same bits for o, scores and P.
+ *  - Determinism: a second run (storage reads, after texel reads where possible) gives the
+ *    same bits for o, scores and P.
  * Outputs are poisoned, guard words checked, masked probabilities must be exactly 0. */
 #include "vkh2o_test.h"
 #include "mla_internal.h"
@@ -20,15 +25,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Input layouts (q, k, v strides and binding offsets). */
+enum attn_layout {
+    GAPPY,     /* odd gaps: q [S][H][D + 1] + 2 per token, v rows DV + 2 (storage reads only) */
+    ALIGNED,   /* gaps of 4 floats, q/k/v bound at byte offset 256: texel reads when D, DV % 4 == 0 */
+    OFF64,     /* as ALIGNED but bound at byte offset 64: storage reads (texel views need 256) */
+    LATENT,    /* k and v in one buffer: key row [c_kv | k_pe] of D, value c_kv = its first DV */
+};
+
 typedef struct attn_case {
     uint32_t S, T, H, D, DV;
     int32_t causal_off;        /* INT32_MIN: T - S (prefill after T - S cached keys) */
-    bool shared_kv;            /* k_hs = v_hs = 0 (the latent layout) */
+    bool shared_kv;            /* k_hs = v_hs = 0: one key / value row for all heads */
     bool probs, accumulate;
     float qscale;              /* sharpness */
     vkh2o_attn_tuning tune;    /* all zero: the device default */
+    enum attn_layout layout;
 } attn_case;
 
+/* a buffer holding n floats of x at byte offset off (poisoned before it, guard after) */
+static vkh2o_buffer* upload_at(const float* x, size_t n, uint32_t off)
+{
+    vkh2o_buffer* b = vt_buffer(off + n * 4);
+    assert_int_equal(vkh2o_buffer_upload(b, off, x, n * 4), VKH2O_OK);
+    return b;
+}
+
+/* Runs the case twice: with texel reads and with storage reads when the layout allows texels
+ * (both must give the same bits), else twice with storage reads (the same bits again). */
 static void run_case(const attn_case* c, vt_rng* rng)
 {
     vkh2o_context* ctx = vt_ctx();
@@ -37,16 +61,31 @@ static void run_case(const attn_case* c, vt_rng* rng)
     vkh2o_attn_args a = { .S = S, .T = T, .H = H, .D = D, .DV = DV,
                           .causal_off = c->causal_off == INT32_MIN ? (int32_t)(T - S) : c->causal_off,
                           .scale = 1.0f / sqrtf((float)D), .accumulate_scores = c->accumulate };
-    /* strided layouts with gaps: q [S][H][D + 1] + 2 per token; k, v per token (shared) or per head */
-    a.q_hs = D + 1, a.q_ts = H * a.q_hs + 2;
-    a.k_hs = c->shared_kv ? 0 : D, a.k_ts = c->shared_kv ? D + 3 : H * D;
-    a.v_hs = c->shared_kv ? 0 : DV + 2, a.v_ts = c->shared_kv ? DV : H * (DV + 2);
+    const bool latent = c->layout == LATENT, gappy = c->layout == GAPPY;
+    const uint32_t off = c->layout == OFF64 ? 64 : gappy ? 0 : 256;
+    if (gappy) {
+        a.q_hs = D + 1, a.q_ts = H * a.q_hs + 2;
+        a.k_hs = c->shared_kv ? 0 : D, a.k_ts = c->shared_kv ? D + 3 : H * D;
+        a.v_hs = c->shared_kv ? 0 : DV + 2, a.v_ts = c->shared_kv ? DV : H * (DV + 2);
+    } else if (latent) {
+        /* the latent cache: one row per key, shared by all heads; the value is its head */
+        assert_true(DV <= D);
+        a.q_hs = D, a.q_ts = H * D + 4;
+        a.k_hs = a.v_hs = 0, a.k_ts = a.v_ts = D + 4;
+    } else {
+        a.q_hs = D + 4, a.q_ts = H * a.q_hs + 4;
+        a.k_hs = c->shared_kv ? 0 : D, a.k_ts = c->shared_kv ? D + 4 : H * D;
+        a.v_hs = c->shared_kv ? 0 : DV + 4, a.v_ts = c->shared_kv ? DV : H * (DV + 4);
+    }
     a.o_hs = DV, a.o_ts = H * DV + 1;
-    const size_t nq = (size_t)S * a.q_ts, nk = (size_t)T * a.k_ts, nv = (size_t)T * a.v_ts, no = (size_t)S * a.o_ts;
+    /* texel reads need 4-float rows, strides and 256-byte offsets (independent of the library) */
+    const bool expect_texel = !gappy && off % 256 == 0 && D % 4 == 0 && DV % 4 == 0;
+    const size_t nq = (size_t)S * a.q_ts, nk = (size_t)T * a.k_ts, nv = latent ? 0 : (size_t)T * a.v_ts,
+                 no = (size_t)S * a.o_ts;
     const size_t np = (size_t)H * S * T;
     float* q = malloc(nq * 4);
     float* k = malloc(nk * 4);
-    float* v = malloc(nv * 4);
+    float* v = latent ? NULL : malloc(nv * 4);
     float* o_ref = calloc(no, 4);
     float* m_ref = malloc(T * 4);
     float* p_ref = malloc(np * 4);
@@ -54,42 +93,52 @@ static void run_case(const attn_case* c, vt_rng* rng)
     float* m_got = malloc(T * 4);
     float* p_got = malloc(np * 4);
     float* m0 = malloc(T * 4);
-    assert_true(q && k && v && o_ref && m_ref && p_ref && o_got && m_got && p_got && m0);
+    assert_true(q && k && (v || latent) && o_ref && m_ref && p_ref && o_got && m_got && p_got && m0);
     vt_fill_normal(rng, q, nq, c->qscale);
     vt_fill_normal(rng, k, nk, 1.0f);
-    vt_fill_normal(rng, v, nv, 1.0f);
+    if (!latent)
+        vt_fill_normal(rng, v, nv, 1.0f);
     for (uint32_t j = 0; j < T; j++)
         m0[j] = (float)vt_u32_below(rng, 100);
 
     ref_attn_args ra = { .S = S, .T = T, .H = H, .D = D, .DV = DV, .causal_off = a.causal_off, .scale = a.scale,
                          .q_ts = a.q_ts, .q_hs = a.q_hs, .k_ts = a.k_ts, .k_hs = a.k_hs, .v_ts = a.v_ts,
                          .v_hs = a.v_hs, .o_ts = a.o_ts, .o_hs = a.o_hs };
-    ref_attention(&ra, q, k, v, o_ref, m_ref, p_ref);
+    ref_attention(&ra, q, k, latent ? k : v, o_ref, m_ref, p_ref);
     if (c->accumulate)
         for (uint32_t j = 0; j < T; j++)
             m_ref[j] += m0[j];
 
-    vkh2o_buffer* bq = vt_upload_f32(q, nq);
-    vkh2o_buffer* bk = vt_upload_f32(k, nk);
-    vkh2o_buffer* bv = vt_upload_f32(v, nv);
+    vkh2o_buffer* bq = upload_at(q, nq, off);
+    vkh2o_buffer* bk = upload_at(k, nk, off);
+    vkh2o_buffer* bv = latent ? NULL : upload_at(v, nv, off);
     vkh2o_buffer* bo = vt_buffer(no * 4);
     vkh2o_buffer* bm = vt_buffer(T * 4);
     vkh2o_buffer* bl = vt_buffer((size_t)H * S * 4);
     const uint64_t npart = vkh2o_attn_part_floats(&t, S, T, H, D, DV);
     vkh2o_buffer* bpart = vt_buffer(npart * 4);
     vkh2o_buffer* bp = c->probs ? vt_buffer(np * 4) : NULL;
-    vkh2o_attn_bufs b = { .q = vkh2o_bind_range(bq, 0, nq * 4), .k = vkh2o_bind_range(bk, 0, nk * 4),
-                          .v = vkh2o_bind_range(bv, 0, nv * 4), .o = vkh2o_bind_range(bo, 0, no * 4),
-                          .lse = vkh2o_bind_range(bl, 0, (uint64_t)H * S * 4),
-                          .part = vkh2o_bind_range(bpart, 0, npart * 4), .scores = vkh2o_bind_range(bm, 0, T * 4) };
+    vkh2o_attn_bufs b = { .q = vkh2o_bind_range(bq, off, nq * 4), .k = vkh2o_bind_range(bk, off, nk * 4),
+                          .v = latent ? vkh2o_bind_range(bk, off, nk * 4) : vkh2o_bind_range(bv, off, nv * 4),
+                          .o = vkh2o_bind_range(bo, 0, no * 4), .lse = vkh2o_bind_range(bl, 0, (uint64_t)H * S * 4),
+                          .part = vkh2o_bind_range(bpart, 0, npart * 4), .scores = vkh2o_bind_range(bm, 0, T * 4),
+                          .q_buffer = bq, .k_buffer = bk, .v_buffer = latent ? bk : bv };
     if (bp)
         b.probs = vkh2o_bind_range(bp, 0, np * 4);
+    vkh2o_attn_tuning tt = t, ts = t;
+    tt.texel = 1, ts.texel = 0;
+    assert_int_equal(vkh2o_attn_uses_texels(ctx, &tt, &a, &b), expect_texel);
+    assert_false(vkh2o_attn_uses_texels(ctx, &ts, &a, &b));
 
-    char label[160];
-    snprintf(label, sizeof label, "S=%u T=%u H=%u D=%u DV=%u off=%d%s%s tile %u/%u/%u/%u", S, T, H, D, DV, a.causal_off,
-             c->shared_kv ? " shared" : "", c->accumulate ? " acc" : "", t.local, t.rq, t.rk, vkh2o_attn_hg(&t, T, D, DV));
+    static const char* const layout_name[] = { "gappy", "aligned", "offset 64", "latent" };
+    char label[200];
+    snprintf(label, sizeof label, "S=%u T=%u H=%u D=%u DV=%u off=%d%s%s tile %u/%u/%u/%u %s%s", S, T, H, D, DV,
+             a.causal_off, c->shared_kv ? " shared" : "", c->accumulate ? " acc" : "", t.local, t.rq, t.rk,
+             vkh2o_attn_hg(&t, T, D, DV), layout_name[c->layout], expect_texel ? ", texel = storage" : "");
     printf("# attention %s\n", label);
     for (int run = 0; run < 2; run++) {
+        /* run 0 with texel reads where possible, run 1 with storage reads */
+        const vkh2o_attn_tuning* tr = run == 0 ? &tt : &ts;
         vt_poison(bo);
         if (bp)
             vt_poison(bp);
@@ -99,9 +148,9 @@ static void run_case(const attn_case* c, vt_rng* rng)
             vt_poison(bm);
         VkCommandBuffer cb;
         assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
-        assert_int_equal(vkh2o_cmd_attention(ctx, cb, &t, &a, &b), VKH2O_OK);
+        assert_int_equal(vkh2o_cmd_attention(ctx, cb, tr, &a, &b), VKH2O_OK);
         vkh2o_barrier(ctx, cb);
-        assert_int_equal(vkh2o_cmd_attention_mass(ctx, cb, &t, &a, &b), VKH2O_OK);
+        assert_int_equal(vkh2o_cmd_attention_mass(ctx, cb, tr, &a, &b), VKH2O_OK);
         assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
         if (run == 0) {
             vt_download_f32(bo, o_got, no);
@@ -109,7 +158,7 @@ static void run_case(const attn_case* c, vt_rng* rng)
             if (bp)
                 vt_download_f32(bp, p_got, np);
         } else {
-            /* bit-for-bit the same as the first run */
+            /* bit-for-bit the same as the first run (texel and storage reads sum in one order) */
             float* again = malloc((no > np ? no : np) * 4 + T * 4);
             vt_download_f32(bo, again, no);
             assert_memory_equal(again, o_got, no * 4);
@@ -122,6 +171,10 @@ static void run_case(const attn_case* c, vt_rng* rng)
             free(again);
         }
     }
+    vt_check_guard(bq, off + nq * 4);
+    vt_check_guard(bk, off + nk * 4);
+    if (bv)
+        vt_check_guard(bv, off + nv * 4);
     vt_check_guard(bo, no * 4);
     vt_check_guard(bm, T * 4);
     vt_check_guard(bpart, npart * 4);
@@ -156,11 +209,12 @@ static void run_case(const attn_case* c, vt_rng* rng)
     free(q); free(k); free(v); free(o_ref); free(m_ref); free(p_ref); free(o_got); free(m_got); free(p_got); free(m0);
 }
 
-static const vkh2o_attn_tuning DEF = { 0, 0, 0, 0, 0 };
-static const vkh2o_attn_tuning LOOPY = { 32, 8, 8, 8, 1000 };
-static const vkh2o_attn_tuning GPU = { 64, 1, 8, 8, 0 };
-static const vkh2o_attn_tuning ODD = { 16, 3, 5, 2, 0 };
-static const vkh2o_attn_tuning ONE = { 8, 1, 1, 1, 0 };
+/* (texel is set per run by run_case) */
+static const vkh2o_attn_tuning DEF = { 0, 0, 0, 0, 0, 0 };
+static const vkh2o_attn_tuning LOOPY = { 32, 8, 8, 8, 1000, 0 };
+static const vkh2o_attn_tuning GPU = { 64, 1, 8, 8, 0, 0 };
+static const vkh2o_attn_tuning ODD = { 16, 3, 5, 2, 0, 0 };
+static const vkh2o_attn_tuning ONE = { 8, 1, 1, 1, 0, 0 };
 
 static void test_causal(void** state)
 {
@@ -168,20 +222,23 @@ static void test_causal(void** state)
     vt_rng rng;
     vt_rng_seed(&rng, vt_seed("attention causal"));
     const attn_case cases[] = {
-        { 1, 1, 1, 16, 12, INT32_MIN, false, true, false, 1.0f, DEF },
-        { 3, 3, 3, 24, 12, INT32_MIN, false, true, false, 1.0f, DEF },
-        { 17, 17, 3, 24, 12, INT32_MIN, false, true, false, 4.0f, DEF },
-        { 17, 17, 5, 7, 5, INT32_MIN, false, true, true, 1.0f, ODD },
-        { 100, 100, 2, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF },
-        { 100, 100, 3, 40, 33, INT32_MIN, false, true, false, 8.0f, GPU },
-        { 33, 33, 9, 16, 8, INT32_MIN, false, true, false, 1.0f, ONE },
-        { 3, 3, 64, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF },   /* Kimi heads and dims */
+        { 1, 1, 1, 16, 12, INT32_MIN, false, true, false, 1.0f, DEF, ALIGNED },
+        { 3, 3, 3, 24, 12, INT32_MIN, false, true, false, 1.0f, DEF, GAPPY },
+        { 17, 17, 3, 24, 12, INT32_MIN, false, true, false, 4.0f, DEF, ALIGNED },
+        { 17, 17, 5, 7, 5, INT32_MIN, false, true, true, 1.0f, ODD, ALIGNED },      /* odd D: storage */
+        { 17, 17, 5, 12, 20, INT32_MIN, false, true, true, 1.0f, ODD, ALIGNED },    /* odd tiles, texels */
+        { 17, 17, 3, 16, 13, INT32_MIN, false, true, false, 1.0f, DEF, ALIGNED },   /* odd DV: storage */
+        { 100, 100, 2, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF, ALIGNED },
+        { 100, 100, 3, 40, 33, INT32_MIN, false, true, false, 8.0f, GPU, GAPPY },
+        { 100, 100, 3, 44, 36, INT32_MIN, false, true, false, 8.0f, GPU, ALIGNED },
+        { 33, 33, 9, 16, 8, INT32_MIN, false, true, false, 1.0f, ONE, OFF64 },
+        { 3, 3, 64, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF, GAPPY },   /* Kimi heads and dims */
         /* the Kimi demo's shape, and a row longer than llvmpipe's per-invocation loop limit
          * would allow without the per-device head grouping (rows past ~1500 keys) */
-        { 256, 256, 64, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF },
-        { 1600, 1600, 1, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF },
+        { 256, 256, 64, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF, ALIGNED },
+        { 1600, 1600, 1, 192, 128, INT32_MIN, false, false, false, 1.0f, DEF, ALIGNED },
         /* a small loop budget forces fewer heads per P.V invocation than asked (hg 8 -> 2) */
-        { 300, 300, 6, 40, 24, INT32_MIN, false, true, false, 1.0f, LOOPY },
+        { 300, 300, 6, 40, 24, INT32_MIN, false, true, false, 1.0f, LOOPY, ALIGNED },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(&cases[i], &rng);
@@ -195,12 +252,18 @@ static void test_offsets_and_shared(void** state)
     vt_rng rng;
     vt_rng_seed(&rng, vt_seed("attention offsets"));
     const attn_case cases[] = {
-        { 5, 23, 3, 24, 12, INT32_MIN, false, true, true, 1.0f, DEF },   /* prefill after 18 cached */
-        { 1, 50, 4, 16, 16, INT32_MIN, false, true, false, 2.0f, DEF },  /* decode */
-        { 7, 7, 2, 16, 8, 100, false, true, false, 1.0f, ODD },          /* no mask */
-        { 9, 9, 3, 16, 8, -3, false, true, false, 1.0f, ODD },           /* first rows see nothing */
-        { 6, 31, 5, 40, 24, INT32_MIN, true, true, false, 1.0f, DEF },   /* latent: shared K/V rows */
-        { 6, 31, 5, 40, 24, INT32_MIN, true, true, false, 1.0f, GPU },
+        { 5, 23, 3, 24, 12, INT32_MIN, false, true, true, 1.0f, DEF, ALIGNED },   /* prefill after 18 cached */
+        { 1, 50, 4, 16, 16, INT32_MIN, false, true, false, 2.0f, DEF, ALIGNED },  /* decode */
+        { 7, 7, 2, 16, 8, 100, false, true, false, 1.0f, ODD, ALIGNED },          /* no mask */
+        { 9, 9, 3, 16, 8, -3, false, true, false, 1.0f, ODD, GAPPY },             /* first rows see nothing */
+        { 9, 9, 3, 16, 8, -3, false, true, false, 1.0f, ODD, ALIGNED },
+        { 6, 31, 5, 40, 24, INT32_MIN, true, true, false, 1.0f, DEF, GAPPY },     /* shared K/V rows */
+        { 6, 31, 5, 40, 24, INT32_MIN, true, true, false, 1.0f, DEF, ALIGNED },
+        { 6, 31, 5, 40, 24, INT32_MIN, true, true, false, 1.0f, GPU, OFF64 },
+        /* the latent layout: keys [c_kv | k_pe], values c_kv read from the same rows */
+        { 6, 31, 5, 40, 32, INT32_MIN, true, true, false, 1.0f, DEF, LATENT },
+        { 6, 31, 5, 40, 32, INT32_MIN, true, true, false, 1.0f, GPU, LATENT },
+        { 4, 41, 16, 576, 512, INT32_MIN, true, false, true, 1.0f, DEF, LATENT },  /* Kimi's latent widths */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(&cases[i], &rng);
@@ -217,7 +280,7 @@ static void test_errors(void** state)
     vkh2o_binding s = vkh2o_bind_range(small, 0, 64), g = vkh2o_bind_range(big, 0, 1 << 16);
     vkh2o_attn_args a = { .S = 4, .T = 4, .H = 2, .D = 8, .DV = 8, .scale = 1.0f, .q_ts = 16, .q_hs = 8, .k_ts = 16,
                           .k_hs = 8, .v_ts = 16, .v_hs = 8, .o_ts = 16, .o_hs = 8 };
-    vkh2o_attn_bufs b = { g, g, g, g, g, g, g, { 0 } };
+    vkh2o_attn_bufs b = { g, g, g, g, g, g, g, { 0 }, NULL, NULL, NULL };
     b.q = s;   /* 16 floats for 4 x 2 x 8 */
     assert_int_equal(vkh2o_cmd_attention(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_INVALID_ARGUMENT);
     b.q = g;
@@ -226,6 +289,23 @@ static void test_errors(void** state)
     b.probs = (vkh2o_binding){ 0 };
     b.scores = (vkh2o_binding){ 0 };
     assert_int_equal(vkh2o_cmd_attention_mass(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_INVALID_ARGUMENT);
+    /* a q/k/v_buffer that is not the buffer of its binding */
+    b.k_buffer = small;
+    assert_int_equal(vkh2o_cmd_attention(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(vkh2o_last_error(ctx), "k/v_buffer"));
+    b.k_buffer = big;
+    b.v_buffer = small;
+    b.scores = g;
+    assert_int_equal(vkh2o_cmd_attention_mass(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(vkh2o_last_error(ctx), "k/v_buffer"));
+    b.v_buffer = NULL;
+    /* texel reads need every buffer: without q's, storage reads */
+    t.texel = 1;
+    b.k_buffer = big;
+    assert_false(vkh2o_attn_uses_texels(ctx, &t, &a, &b));
+    b.q_buffer = b.v_buffer = big;
+    assert_true(vkh2o_attn_uses_texels(ctx, &t, &a, &b));
+    b.q_buffer = b.k_buffer = b.v_buffer = NULL;
     a.S = 0;
     assert_int_equal(vkh2o_cmd_attention(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_INVALID_ARGUMENT);
     a.S = 4;
