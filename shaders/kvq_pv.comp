@@ -6,7 +6,8 @@
 // Register blocking: an invocation owns TM heads x TC value channels and walks the split's
 // tokens PT at a time, so each loaded value element feeds TM FMAs and each probability TC.
 // Invocations of a workgroup share the split, so every block's precision is uniform across a
-// SIMD batch; loads are as wide as the layout allows (see kvq_score.comp).
+// SIMD batch; loads are as wide as the layout allows (FP16 8 channels per uvec4, INT8 and INT4
+// 16 per uvec4 / uvec2 when W16, else 8).
 // Loop budget: per invocation bps * (1 + B / PT) + 3 iterations (the host bounds bps).
 // WIDE == 2 (TEX): probabilities and pools are read through uniform texel views (bindings
 // 7..11, see kvq_pool.glsl), which llvmpipe gathers vectorised; the storage bindings stay bound.
@@ -36,6 +37,7 @@ layout(set = 0, binding = 4) readonly buffer Pool8 { uint pool8[]; };
 layout(set = 0, binding = 4) readonly buffer Pool8v2 { uvec2 pool8v2[]; };
 layout(set = 0, binding = 4) readonly buffer Pool8v { uvec4 pool8v[]; };
 layout(set = 0, binding = 5) readonly buffer Pool4 { uint pool4[]; };
+layout(set = 0, binding = 5) readonly buffer Pool4v2 { uvec2 pool4v2[]; };
 layout(set = 0, binding = 5) readonly buffer Pool4v { uvec4 pool4v[]; };
 layout(set = 0, binding = 6) writeonly buffer Part { float part[]; };
 layout(set = 0, binding = 7) uniform samplerBuffer p_t4;
@@ -60,6 +62,9 @@ uint hq[TM];
 uint c0, kvh;
 const uint vd = VINK != 0u ? DK : DV;        // row length of the stored value section
 const uint vgrp = VINK != 0u ? KGROUP : VGROUP;
+// 16-channel INT8 / INT4 loads: chunks of 16 channels start on 16-channel boundaries of the row
+// and lie wholly below DV or wholly above it
+const bool W16 = TC % 16u == 0u && vd % 16u == 0u && DV % 16u == 0u;
 
 // o += P V over one block of precision p (p is a constant at every call, so each precision is
 // its own straight-line code)
@@ -100,11 +105,16 @@ void block_pv(uint p, uint li)
         [[unroll]] for (uint n = 0u; n < PT; n++) {
             uint t = t0 + n;
             float x[TC];
+            uvec4 w16 = uvec4(0u);
             if (WIDE != 0u) {
                 [[unroll]] for (uint g = 0u; g < TC; g += 8u) {
                     uint c = c0 + g;
                     uint e = t * vd + c;
                     vec4 xa = vec4(0.0), xb = vec4(0.0);
+                    // INT8 / INT4: 16 channels per load (uvec4 / uvec2) when aligned, kept for the
+                    // odd 8-channel half
+                    if (p != PREC_FP16 && W16 && (g & 8u) == 0u && c < DV)
+                        w16 = p == PREC_INT8 ? p8_vec((vbase + (e >> 2)) >> 2) : uvec4(p4_vec2((vbase + (e >> 3)) >> 1), 0u, 0u);
                     if (c < DV) {
                         if (p == PREC_FP16) {
                             uvec4 w = p16_vec((vbase + (e >> 1)) >> 2);
@@ -113,11 +123,11 @@ void block_pv(uint p, uint li)
                         } else {
                             ivec4 ia, ib;
                             if (p == PREC_INT8) {
-                                uvec2 w = p8_vec2((vbase + (e >> 2)) >> 1);
+                                uvec2 w = W16 ? ((g & 8u) == 0u ? w16.xy : w16.zw) : p8_vec2((vbase + (e >> 2)) >> 1);
                                 ia = kvq_i8x4(int(w.x));
                                 ib = kvq_i8x4(int(w.y));
                             } else {
-                                int w = int(p4_word(vbase + (e >> 3)));
+                                int w = int(W16 ? ((g & 8u) == 0u ? w16.x : w16.y) : p4_word(vbase + (e >> 3)));
                                 ia = kvq_i4x4_lo(w);
                                 ib = kvq_i4x4_hi(w);
                             }

@@ -6,10 +6,10 @@
 // Register blocking: an invocation owns TM query heads x PT positions of one block (PT divides
 // B), so every loaded key element feeds TM FMAs and every query element PT. On lavapipe every
 // buffer load is a per-lane loop whatever the address, so loads are as wide as the layout
-// allows (WIDE: FP16 uvec4, INT8 uvec2, INT4 one word per 8 channels, 8 per-channel scales per
-// uvec4) and invocations of a SIMD batch share the block (head tiles vary fastest), so the
+// allows (WIDE: one uvec4 of FP16 8, INT8 16, INT4 32 channels, 8 per-channel scales per uvec4) and invocations of a SIMD batch share the block (head tiles vary fastest), so the
 // precision branch is uniform there.
-// Loop budget (llvmpipe's 65535 iterations per invocation): DK / 8 + 2 (WIDE) or DK iterations.
+// Loop budget (llvmpipe's 65535 iterations per invocation): at most DK / 8 + 2 (WIDE) or DK
+// iterations.
 // WIDE == 2 (TEX): queries and pools are read through uniform texel views (bindings 7..11, see
 // kvq_pool.glsl), which llvmpipe gathers vectorised; the storage bindings stay bound (unread).
 // spec: 0 WG, 1..8 layout (kvq_common.glsl), 9 TM (heads per invocation), 10 PT (positions per
@@ -37,6 +37,7 @@ layout(set = 0, binding = 4) readonly buffer Pool8 { uint pool8[]; };
 layout(set = 0, binding = 4) readonly buffer Pool8v2 { uvec2 pool8v2[]; };
 layout(set = 0, binding = 4) readonly buffer Pool8v { uvec4 pool8v[]; };
 layout(set = 0, binding = 5) readonly buffer Pool4 { uint pool4[]; };
+layout(set = 0, binding = 5) readonly buffer Pool4v2 { uvec2 pool4v2[]; };
 layout(set = 0, binding = 5) readonly buffer Pool4v { uvec4 pool4v[]; };
 layout(set = 0, binding = 6) writeonly buffer S { float s_out[]; };
 layout(set = 0, binding = 6) writeonly buffer S4 { vec4 s_out4[]; };
@@ -63,56 +64,70 @@ uint slot_words(uint p) { return p == 0u ? pc.sw0 : (p == 1u ? pc.sw1 : pc.sw2);
 float acc[TM][PT];             // the invocation's scores (registers)
 uint hq[TM];
 
-// acc += q . K over the block's PT tokens from t0, in precision p (a constant at every call)
+// acc += q . K over the block's PT tokens from t0, in precision p (a constant at every call).
+// Channels go CW at a time: each token's key words of the chunk are one uvec4 (FP16 8, INT8 16,
+// INT4 32 channels; INT8 / INT4 fall back to 8 when DK is not a multiple of 16 / 32), used 8
+// channels at a time so only 8 channels of the TM queries are live.
 void score_wide(uint p, uint base, uint t0)
 {
     uint dw = kvq_data_words(p, DK);
     uint ng = (DK + G - 1u) / G;
-    for (uint c0 = 0u; c0 < DK; c0 += 8u) {
-        vec4 qa[TM], qb[TM];
-        [[unroll]] for (uint h = 0u; h < TM; h++) {
-            uint qi = (hq[h] * DK + c0) >> 2;
-            qa[h] = q_vec(qi);
-            qb[h] = q_vec(qi + 1u);
-        }
-        // per-channel scales of these 8 channels (shared by the block's tokens)
-        vec4 sa = vec4(1.0), sb = vec4(1.0);
-        if (p != PREC_FP16 && KGROUP == 2u) {
-            uvec4 sw = p == PREC_INT8 ? p8_vec((base + dw + (c0 >> 1)) >> 2) : p4_vec((base + dw + (c0 >> 1)) >> 2);
-            sa = vec4(unpackHalf2x16(sw.x), unpackHalf2x16(sw.y));
-            sb = vec4(unpackHalf2x16(sw.z), unpackHalf2x16(sw.w));
-        }
-        [[unroll]] for (uint n = 0u; n < PT; n++) {
-            uint t = t0 + n;
-            uint e = t * DK + c0;
-            vec4 xa, xb;
-            if (p == PREC_FP16) {
-                uvec4 w = p16_vec((base + (e >> 1)) >> 2);
-                xa = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
-                xb = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
-            } else {
-                vec4 ta = sa, tb = sb;
-                if (KGROUP == 1u) {   // per token: one scale per 8 channels (G % 8 == 0)
-                    uint si = t * ng + c0 / G;
-                    uint sw = p == PREC_INT8 ? p8_word(base + dw + (si >> 1)) : p4_word(base + dw + (si >> 1));
-                    vec2 sc = unpackHalf2x16(sw);
-                    ta = vec4((si & 1u) != 0u ? sc.y : sc.x);
-                    tb = ta;
-                }
-                ivec4 ia, ib;
-                if (p == PREC_INT8) {
-                    uvec2 w = p8_vec2((base + (e >> 2)) >> 1);
-                    ia = kvq_i8x4(int(w.x));
-                    ib = kvq_i8x4(int(w.y));
-                } else {
-                    int w = int(p4_word(base + (e >> 3)));
-                    ia = kvq_i4x4_lo(w);
-                    ib = kvq_i4x4_hi(w);
-                }
-                xa = vec4(ia) * ta;
-                xb = vec4(ib) * tb;
+    const uint CW = p == PREC_INT8 && DK % 16u == 0u ? 16u : (p == PREC_INT4 && DK % 32u == 0u ? 32u : 8u);
+    for (uint c1 = 0u; c1 < DK; c1 += CW) {
+        uvec4 kw[PT];
+        if (CW > 8u) {
+            [[unroll]] for (uint n = 0u; n < PT; n++) {
+                uint e = (t0 + n) * DK + c1;
+                kw[n] = p == PREC_INT8 ? p8_vec((base + (e >> 2)) >> 2) : p4_vec((base + (e >> 3)) >> 2);
             }
-            [[unroll]] for (uint h = 0u; h < TM; h++) acc[h][n] += dot(qa[h], xa) + dot(qb[h], xb);
+        }
+        [[unroll]] for (uint sub = 0u; sub < CW / 8u; sub++) {
+            uint c0 = c1 + 8u * sub;
+            vec4 qa[TM], qb[TM];
+            [[unroll]] for (uint h = 0u; h < TM; h++) {
+                uint qi = (hq[h] * DK + c0) >> 2;
+                qa[h] = q_vec(qi);
+                qb[h] = q_vec(qi + 1u);
+            }
+            // per-channel scales of these 8 channels (shared by the block's tokens)
+            vec4 sa = vec4(1.0), sb = vec4(1.0);
+            if (p != PREC_FP16 && KGROUP == 2u) {
+                uvec4 sw = p == PREC_INT8 ? p8_vec((base + dw + (c0 >> 1)) >> 2) : p4_vec((base + dw + (c0 >> 1)) >> 2);
+                sa = vec4(unpackHalf2x16(sw.x), unpackHalf2x16(sw.y));
+                sb = vec4(unpackHalf2x16(sw.z), unpackHalf2x16(sw.w));
+            }
+            [[unroll]] for (uint n = 0u; n < PT; n++) {
+                uint t = t0 + n;
+                uint e = t * DK + c0;
+                vec4 xa, xb;
+                if (p == PREC_FP16) {
+                    uvec4 w = p16_vec((base + (e >> 1)) >> 2);
+                    xa = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+                    xb = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
+                } else {
+                    vec4 ta = sa, tb = sb;
+                    if (KGROUP == 1u) {   // per token: one scale per 8 channels (G % 8 == 0)
+                        uint si = t * ng + c0 / G;
+                        uint sw = p == PREC_INT8 ? p8_word(base + dw + (si >> 1)) : p4_word(base + dw + (si >> 1));
+                        vec2 sc = unpackHalf2x16(sw);
+                        ta = vec4((si & 1u) != 0u ? sc.y : sc.x);
+                        tb = ta;
+                    }
+                    ivec4 ia, ib;
+                    if (p == PREC_INT8) {
+                        uvec2 w = CW > 8u ? (sub == 0u ? kw[n].xy : kw[n].zw) : p8_vec2((base + (e >> 2)) >> 1);
+                        ia = kvq_i8x4(int(w.x));
+                        ib = kvq_i8x4(int(w.y));
+                    } else {
+                        int w = int(CW > 8u ? kw[n][sub] : p4_word(base + (e >> 3)));
+                        ia = kvq_i4x4_lo(w);
+                        ib = kvq_i4x4_hi(w);
+                    }
+                    xa = vec4(ia) * ta;
+                    xb = vec4(ib) * tb;
+                }
+                [[unroll]] for (uint h = 0u; h < TM; h++) acc[h][n] += dot(qa[h], xa) + dot(qb[h], xb);
+            }
         }
     }
 }

@@ -140,7 +140,7 @@ static vkh2o_result plan_read_path(vkh2o_qcache* qc, kvq_attn_plan* pl)
     uint64_t q_texels = (uint64_t)qc->d.num_heads * qc->shape.d_k / 4;
     uint64_t p_texels = (uint64_t)qc->d.num_heads * pl->nps / 4;
     bool fits = pl->wide && q_texels <= lim && p_texels <= lim && view_texels(qc->pool[0], 16) <= lim &&
-                view_texels(qc->pool[1], 8) <= lim && view_texels(qc->pool[2], 4) <= lim;
+                view_texels(qc->pool[1], 16) <= lim && view_texels(qc->pool[2], 8) <= lim;
     switch (qc->read_path) {
     case KVQ_READ_STORAGE:
         pl->tex = 0;
@@ -148,8 +148,8 @@ static vkh2o_result plan_read_path(vkh2o_qcache* qc, kvq_attn_plan* pl)
     case KVQ_READ_TEXEL:
         if (!fits)
             return vkh2o_fail(qc->ctx, VKH2O_ERROR_UNSUPPORTED,
-                              "qcache attend: texel reads need the 8-channel layout (%s) and views within the device's %u "
-                              "texels", pl->wide ? "it has" : "it has not", caps->max_texel_buffer_elements);
+                              "qcache attend: texel reads need the 8-channel-aligned layout (%s) and every view within "
+                              "the device's %u texels", pl->wide ? "present" : "absent", caps->max_texel_buffer_elements);
         pl->tex = 1;
         break;
     default:
@@ -177,9 +177,9 @@ static vkh2o_result bind_views(vkh2o_qcache* qc, bool tex, vkh2o_buffer* row, ui
     else
         VKH2O_CHECK(bind_view(qc, false, row, VK_FORMAT_R32G32B32A32_SFLOAT, 16, &b[7]));
     VKH2O_CHECK(bind_view(qc, tex, qc->pool[0], VK_FORMAT_R32G32B32A32_UINT, 16, &b[8]));
-    VKH2O_CHECK(bind_view(qc, tex, qc->pool[1], VK_FORMAT_R32G32_UINT, 8, &b[9]));
+    VKH2O_CHECK(bind_view(qc, tex, qc->pool[1], VK_FORMAT_R32G32B32A32_UINT, 16, &b[9]));
     VKH2O_CHECK(bind_view(qc, tex, qc->pool[2], VK_FORMAT_R32G32B32A32_UINT, 16, &b[10]));
-    return bind_view(qc, tex, qc->pool[2], VK_FORMAT_R32_UINT, 4, &b[11]);
+    return bind_view(qc, tex, qc->pool[2], VK_FORMAT_R32G32_UINT, 8, &b[11]);
 }
 
 vkh2o_result kvq_plan_attend(vkh2o_qcache* qc, const vkh2o_qattn_desc* a, kvq_attn_plan* pl)

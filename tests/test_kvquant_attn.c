@@ -25,6 +25,14 @@ static const tq_case cases[] = {
                                   .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 150 },
     { "latent Kimi H64 d576/512 B16", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 64, .max_tokens = 300,
                                     .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 291 },
+    /* 8-wide layouts whose scales are per token (keys, and values of the expanded layout): the
+     * per-token scale reads of both read paths, 16/32-channel chunks (d_k 64, values 32) */
+    { "latent H4 d64/32 B8 K per-token G16 (wide)", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 32,
+                                .qk_rope_head_dim = 32, .block_size = 8, .group_size = 16, .k_grouping = VKH2O_QGROUP_PER_TOKEN,
+                                .max_tokens = 200, .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 197 },
+    { "expanded H4 K48 V32 B8 G16 (wide)", { .layout = VKH2O_QLAYOUT_EXPANDED, .num_heads = 4, .qk_nope_head_dim = 32,
+                                .qk_rope_head_dim = 16, .v_head_dim = 32, .block_size = 8, .group_size = 16, .max_tokens = 160,
+                                .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 141 },
     { "latent one partial block", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 16, .qk_rope_head_dim = 4,
                                     .block_size = 16, .max_tokens = 64, .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 11 },
 };
@@ -107,7 +115,23 @@ static void run_case(const tq_case* tc, uint64_t seed)
             { VKH2O_QSELECT_QUEST, R / 3, 2 }, { VKH2O_QSELECT_RANDOM, R / 3, 0 }, { VKH2O_QSELECT_SCORE, 0, 0 },
             { VKH2O_QSELECT_QUEST, R + 5, 0 },
         };
-        for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
+        /* every run through both read paths where the layout allows texel reads (8-wide), else
+         * storage only, texel refused */
+        bool wide = kvq_wide_layout(qc) != 0;
+        {
+            vkh2o_qattn_desc ad = { .selector = VKH2O_QSELECT_ALL };
+            kvq_attn_plan pl;
+            qc->read_path = KVQ_READ_AUTO;
+            assert_int_equal(kvq_plan_attend(qc, &ad, &pl), VKH2O_OK);
+            assert_int_equal(pl.tex, wide && vkh2o_context_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU);
+            qc->read_path = KVQ_READ_TEXEL;
+            if (!wide) {
+                assert_int_equal(vkh2o_run_qcache_attend(qc, qb, out, &ad, NULL), VKH2O_ERROR_UNSUPPORTED);
+            }
+        }
+        for (size_t rr = 0; rr < (wide ? 2u : 1u) * (sizeof runs / sizeof runs[0]); rr++) {
+            size_t ri = rr % (sizeof runs / sizeof runs[0]);
+            qc->read_path = rr / (sizeof runs / sizeof runs[0]) ? KVQ_READ_TEXEL : KVQ_READ_STORAGE;
             vkh2o_qattn_desc ad = { .selector = runs[ri].sel, .budget_blocks = runs[ri].budget, .seed = rseed,
                                     .blocks_per_split = runs[ri].bps };
             vt_poison(out);
@@ -150,11 +174,13 @@ static void run_case(const tq_case* tc, uint64_t seed)
             assert_int_equal(sel_tokens, ntok);
             ref_kvq_attention(q, kd, vd, use, T, H, kvh, dk, dv, scale, want);
             char label[160];
-            snprintf(label, sizeof label, "%s %s k=%u bps=%u (%u blocks, %u tokens) vs CPU same bytes", vkh2o_qpolicy_name(pols[pi]),
-                     vkh2o_qselector_name(ad.selector), ad.budget_blocks, ad.blocks_per_split, wn, ntok);
+            const char* path = qc->read_path == KVQ_READ_TEXEL ? "texel" : "storage";
+            snprintf(label, sizeof label, "%s %s k=%u bps=%u (%u blocks, %u tokens, %s reads) vs CPU same bytes",
+                     vkh2o_qpolicy_name(pols[pi]), vkh2o_qselector_name(ad.selector), ad.budget_blocks, ad.blocks_per_split, wn,
+                     ntok, path);
             vt_assert_nmse(label, got, want, (size_t)H * dv, TIGHT_NMSE);
             if (ad.selector == VKH2O_QSELECT_ALL) {
-                snprintf(label, sizeof label, "%s all vs full precision", vkh2o_qpolicy_name(pols[pi]));
+                snprintf(label, sizeof label, "%s all vs full precision (%s reads)", vkh2o_qpolicy_name(pols[pi]), path);
                 bool evicts = s.blocks > 0 && qc->count[VKH2O_QPREC_EVICTED] > 0;
                 if (!evicts)
                     vt_assert_nmse(label, got, full, (size_t)H * dv, pols[pi] == VKH2O_QPOLICY_FP16 ? FULL_NMSE_FP16 : FULL_NMSE_QUANT);
