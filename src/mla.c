@@ -564,6 +564,11 @@ void vkh2o_mla_layer_set_matmul_path(vkh2o_mla_layer* L, uint32_t path)
     if (L) L->matmul_path = path;
 }
 
+void vkh2o_mla_layer_set_attn_texel(vkh2o_mla_layer* L, bool texel)
+{
+    if (L) L->st.tuning.texel = texel ? 1u : 0u;
+}
+
 static vkh2o_result project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_binding hidden, vkh2o_buffer* hidden_buf,
                             uint32_t S, uint32_t pos0)
 {

@@ -161,6 +161,9 @@ vkh2o_result vkh2o_cmd_mla_o_proj(vkh2o_mla_layer* layer, VkCommandBuffer cb, vk
 /* The matmul kernel of the layer's projections (vkh2o_matmul_path; 0 = automatic, the
  * default): tests run the forward on each, benchmarks compare them in one process. */
 void vkh2o_mla_layer_set_matmul_path(vkh2o_mla_layer* layer, uint32_t path);
+/* Whether the layer's attention reads q, k, v through texel views (vkh2o_attn_tuning.texel; the
+ * default is the device's): both give the same bits, tests compare them. */
+void vkh2o_mla_layer_set_attn_texel(vkh2o_mla_layer* layer, bool texel);
 
 /* ---- benchmarks (tools/vkh2o-bench "forward" row) ----
  * A Kimi-shaped layer from random weights needs only the public API plus the test reference's

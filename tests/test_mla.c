@@ -132,6 +132,16 @@ static void run_layer(const vkh2o_mla_config* cfg, vkh2o_dtype dt, uint32_t S, u
     assert_memory_equal(out, out2, (size_t)S * D * 4);
     assert_memory_equal(sc, sc2, S * 4);
 
+    /* the attention reading q, k, v through texel views or storage buffers: the same bits
+     * (the layer's q/k/v rows allow texels: head dims multiples of 4) */
+    for (int texel = 0; texel < 2; texel++) {
+        vkh2o_mla_layer_set_attn_texel(f.layer, texel != 0);
+        assert_int_equal(vkh2o_run_mla_forward(f.layer, hidden, S, pos0, out2, sc2, NULL), VKH2O_OK);
+        assert_memory_equal(out, out2, (size_t)S * D * 4);
+        assert_memory_equal(sc, sc2, S * 4);
+    }
+    vkh2o_mla_layer_set_attn_texel(f.layer, vkh2o_attn_tuning_default(vt_ctx()).texel != 0);
+
     /* each matmul kernel for the projections, whatever the device picks: the register-blocked
      * kernel gives the same bits whether it reads storage or texel buffers (same fma order);
      * all meet the reference bound */
