@@ -111,4 +111,12 @@ set +e
 "$TOOL" --weights "$TMP/small.safetensors" --bench > /dev/null 2>&1; rc=$?
 set -e
 [ "$rc" -eq 2 ] || { echo "--weights --bench: exit $rc, want 2"; exit 1; }
+set +e
+"$TOOL" --bench --bench-read nope > /dev/null 2>&1; rc=$?
+set -e
+[ "$rc" -eq 2 ] || { echo "--bench-read nope: exit $rc, want 2"; exit 1; }
+# a small bench: both read paths side by side, 4 rows (fp16 and balanced per path)
+"$TOOL" --bench --bench-tokens 512 --heads 2 --reps 1 > "$TMP/bench.txt"
+[ "$(grep -cE '^ +2 +(fp16|balanced) +storage ' "$TMP/bench.txt")" -eq 2 ] || { cat "$TMP/bench.txt"; exit 1; }
+[ "$(grep -cE '^ +2 +(fp16|balanced) +texel ' "$TMP/bench.txt")" -eq 2 ] || { cat "$TMP/bench.txt"; exit 1; }
 echo "e2e_quant: ok"
