@@ -4,38 +4,26 @@
  * parameter count. CPU only. */
 #include "vkh2o_test.h"
 
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static char g_dir[1024];
 static char g_path[1200];
-
-static int rm_cb(const char* p, const struct stat* sb, int flag, struct FTW* f)
-{
-    (void)sb, (void)flag, (void)f;
-    return remove(p);
-}
 
 static int group_setup(void** state)
 {
     (void)state;
-    const char* b = getenv("VKH2O_BUILD_DIR");
-    snprintf(g_dir, sizeof g_dir, "%s/test_config.XXXXXX", b && *b ? b : ".");
-    if (!mkdtemp(g_dir))
+    if (!vt_scratch_make("test_config"))
         return -1;
-    snprintf(g_path, sizeof g_path, "%s/config.json", g_dir);
+    snprintf(g_path, sizeof g_path, "%s", vt_scratch_path("config.json"));
     return 0;
 }
 
 static int group_teardown(void** state)
 {
-    (void)state;
-    nftw(g_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-    return 0;
+    return vt_scratch_teardown(state);
 }
 
 static const char* write_json(const char* text)
@@ -334,7 +322,7 @@ static void test_from_json_bad(void** state)
     vkh2o_mla_config c;
     vkh2o_error e = { 0 };
     char missing[1300];
-    snprintf(missing, sizeof missing, "%s/absent.json", g_dir);
+    snprintf(missing, sizeof missing, "%s/absent.json", vt_scratch_dir());
     assert_int_equal(vkh2o_mla_config_from_json(missing, &c, &e), VKH2O_ERROR_IO);
     assert_msg_has(&e, missing);
 }

@@ -17,17 +17,9 @@
 
 extern char** environ;
 
-static char g_dir[600];     /* scratch directory of this run */
-static char g_bin[512];   /* short enough for the paths built from it */     /* build directory with the tools */
+static char g_bin[512];     /* build directory with the tools */
 
-static const char* path(const char* name)
-{
-    static char buf[8][2048];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define path vt_scratch_path
 
 static char* slurp(const char* p)
 {
@@ -99,16 +91,12 @@ static int setup(void** state)
 {
     const char* b = getenv("VKH2O_BUILD_DIR");
     snprintf(g_bin, sizeof g_bin, "%s", b ? b : ".");
-    snprintf(g_dir, sizeof g_dir, "%s/test_demo.%ld", g_bin, (long)getpid());
-    mkdir(g_dir, 0755);
-    return 0;
+    return vt_scratch_make("test_demo") ? 0 : -1;
 }
 
 static int teardown(void** state)
 {
-    char cmd[800];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return vt_scratch_teardown(state);
 }
 
 typedef struct csv_row { uint32_t idx; double score; bool kept; char cat[16]; } csv_row;
@@ -408,8 +396,8 @@ static void test_bad_inputs(void** state)
     }
     /* no failed run left an output behind */
     assert_false(exists(csv));
-    char cmd[900];
-    snprintf(cmd, sizeof cmd, "ls '%s' | grep -q '\\.tmp\\.'", g_dir);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -q '\\.tmp\\.'", vt_scratch_dir());
     assert_int_not_equal(system(cmd), 0);
 }
 

@@ -4,7 +4,6 @@
 #include "vkh2o_test.h"
 
 #include <dirent.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,37 +11,18 @@
 #include <unistd.h>
 
 /* ---- scratch directory under the build dir, removed at the end ---- */
-static char g_dir[1024];
-
-static int rm_cb(const char* p, const struct stat* sb, int flag, struct FTW* f)
-{
-    (void)sb, (void)flag, (void)f;
-    return remove(p);
-}
-
 static int group_setup(void** state)
 {
     (void)state;
-    const char* b = getenv("VKH2O_BUILD_DIR");
-    snprintf(g_dir, sizeof g_dir, "%s/test_safetensors.XXXXXX", b && *b ? b : ".");
-    return mkdtemp(g_dir) ? 0 : -1;
+    return vt_scratch_make("test_safetensors") ? 0 : -1;
 }
 
 static int group_teardown(void** state)
 {
-    (void)state;
-    nftw(g_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-    return 0;
+    return vt_scratch_teardown(state);
 }
 
-static const char* path_of(const char* name)
-{
-    static char buf[4][1200];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define path_of vt_scratch_path
 
 /* A raw file: 8-byte little-endian length `hlen`, then `hdr`, then `data_bytes` zero bytes. */
 static void write_raw(const char* path, uint64_t hlen, const char* hdr, size_t data_bytes)
@@ -149,11 +129,11 @@ static void test_roundtrip(void** state)
     };
     const char* md[] = { "format", "pt", "note", "vkh2o test", NULL };
     const char* p = path_of("roundtrip.safetensors");
-    uint32_t before = count_dir_entries(g_dir);
+    uint32_t before = count_dir_entries(vt_scratch_dir());
     vkh2o_error e = { 0 };
     assert_int_equal(vkh2o_safetensors_write(p, t, 6, md, &e), VKH2O_OK);
-    assert_int_equal(count_dir_entries(g_dir), before + 1);
-    assert_false(any_tmp_left(g_dir));
+    assert_int_equal(count_dir_entries(vt_scratch_dir()), before + 1);
+    assert_false(any_tmp_left(vt_scratch_dir()));
 
     /* the raw layout: 8-aligned data section, header padded with spaces */
     FILE* f = fopen(p, "rb");
@@ -243,7 +223,7 @@ static void test_roundtrip(void** state)
     assert_int_equal(vkh2o_safetensors_count(st), 1);
     assert_null(vkh2o_safetensors_metadata(st, "format"));
     vkh2o_safetensors_close(st);
-    assert_false(any_tmp_left(g_dir));
+    assert_false(any_tmp_left(vt_scratch_dir()));
     unlink(p);
 }
 
@@ -252,7 +232,7 @@ static void test_writer_refuses(void** state)
     (void)state;
     float x[4] = { 1, 2, 3, 4 };
     vkh2o_error e = { 0 };
-    uint32_t before = count_dir_entries(g_dir);
+    uint32_t before = count_dir_entries(vt_scratch_dir());
     const char* p = path_of("refused.safetensors");
 
     vkh2o_tensor_write dup[2] = {
@@ -275,7 +255,7 @@ static void test_writer_refuses(void** state)
     const char* md_bad[] = { "key", NULL };
     assert_int_equal(vkh2o_safetensors_write(p, dup, 1, md_bad, &e), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_safetensors_write(NULL, dup, 1, NULL, &e), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(count_dir_entries(g_dir), before);   /* nothing created */
+    assert_int_equal(count_dir_entries(vt_scratch_dir()), before);   /* nothing created */
 
     /* the destination is a directory: the rename fails at the very end -> IO, the directory
      * is untouched and the temporary is gone */
@@ -286,14 +266,14 @@ static void test_writer_refuses(void** state)
     struct stat sb;
     assert_int_equal(stat(dirp, &sb), 0);
     assert_true(S_ISDIR(sb.st_mode));
-    assert_false(any_tmp_left(g_dir));
+    assert_false(any_tmp_left(vt_scratch_dir()));
     rmdir(dirp);
 
     /* a directory that does not exist */
     const char* nod = path_of("no/such/dir/x.safetensors");
     assert_int_equal(vkh2o_safetensors_write(nod, dup, 1, NULL, &e), VKH2O_ERROR_IO);
     assert_msg_has(&e, nod);
-    assert_int_equal(count_dir_entries(g_dir), before);
+    assert_int_equal(count_dir_entries(vt_scratch_dir()), before);
 }
 
 /* ---- corrupt files ---- */
@@ -489,8 +469,8 @@ static void test_not_a_file(void** state)
     assert_int_equal(vkh2o_safetensors_open(p, &st, &e), VKH2O_ERROR_IO);
     assert_msg_has(&e, p);
     assert_null(st);
-    assert_int_equal(vkh2o_safetensors_open(g_dir, &st, &e), VKH2O_ERROR_IO);
-    assert_msg_has(&e, g_dir);
+    assert_int_equal(vkh2o_safetensors_open(vt_scratch_dir(), &st, &e), VKH2O_ERROR_IO);
+    assert_msg_has(&e, vt_scratch_dir());
     assert_int_equal(vkh2o_safetensors_open(NULL, &st, &e), VKH2O_ERROR_INVALID_ARGUMENT);
 }
 

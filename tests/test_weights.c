@@ -4,44 +4,24 @@
  * path with its exact code and a message naming the file and the tensor. CPU only. */
 #include "vkh2o_test.h"
 
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-static char g_dir[1024];
-
-static int rm_cb(const char* p, const struct stat* sb, int flag, struct FTW* f)
-{
-    (void)sb, (void)flag, (void)f;
-    return remove(p);
-}
-
 static int group_setup(void** state)
 {
     (void)state;
-    const char* b = getenv("VKH2O_BUILD_DIR");
-    snprintf(g_dir, sizeof g_dir, "%s/test_weights.XXXXXX", b && *b ? b : ".");
-    return mkdtemp(g_dir) ? 0 : -1;
+    return vt_scratch_make("test_weights") ? 0 : -1;
 }
 
 static int group_teardown(void** state)
 {
-    (void)state;
-    nftw(g_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-    return 0;
+    return vt_scratch_teardown(state);
 }
 
-static const char* path_of(const char* name)
-{
-    static char buf[4][1200];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define path_of vt_scratch_path
 
 static void assert_msg_has(const vkh2o_error* e, const char* s)
 {

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static vkh2o_context* g_ctx;
 static bool g_tried;
@@ -210,4 +213,55 @@ double vt_max_rel(const float* got, const float* ref, size_t n)
             scale = fabs((double)ref[i]);
     }
     return mx / (scale > 1e-300 ? scale : 1e-300);
+}
+
+/* ---- scratch directory ---- */
+static char g_scratch[1024];
+
+const char* vt_scratch_make(const char* name)
+{
+    const char* b = getenv("VKH2O_BUILD_DIR");
+    snprintf(g_scratch, sizeof g_scratch, "%s/%s.XXXXXX", b && *b ? b : ".", name);
+    if (!mkdtemp(g_scratch)) {
+        g_scratch[0] = 0;
+        return NULL;
+    }
+    return g_scratch;
+}
+
+const char* vt_scratch_dir(void) { return g_scratch; }
+
+const char* vt_scratch_path(const char* name)
+{
+    static char buf[8][1200];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_scratch, name);
+    return buf[k];
+}
+
+static int rm_entry(const char* p, const struct stat* sb, int flag, struct FTW* f)
+{
+    (void)sb, (void)flag, (void)f;
+    return remove(p);
+}
+
+void vt_scratch_remove(void)
+{
+    if (g_scratch[0])
+        nftw(g_scratch, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    g_scratch[0] = 0;
+}
+
+int vt_scratch_setup(void** state)
+{
+    (void)state;
+    return vt_scratch_make("vkh2o_test") ? 0 : -1;
+}
+
+int vt_scratch_teardown(void** state)
+{
+    (void)state;
+    vt_scratch_remove();
+    return 0;
 }

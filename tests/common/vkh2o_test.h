@@ -55,4 +55,16 @@ void vt_assert_nmse(const char* label, const float* got, const float* ref, size_
 double vt_max_rel(const float* got, const float* ref, size_t n);
 void vt_assert_finite(const char* label, const float* x, size_t n);
 
+/* ---- a scratch directory "<$VKH2O_BUILD_DIR or .>/<name>.XXXXXX" for file tests ----
+ * vt_scratch_make creates it (NULL on failure), vt_scratch_path(name) is "<dir>/<name>" (the
+ * last 8 results stay valid), vt_scratch_remove deletes the directory and everything in it. */
+const char* vt_scratch_make(const char* name);
+const char* vt_scratch_dir(void);
+const char* vt_scratch_path(const char* name);
+void vt_scratch_remove(void);
+/* cmocka group setup/teardown that make and remove a scratch directory named after the
+ * test program (argv[0] is not needed: the name is "vkh2o_test"). */
+int vt_scratch_setup(void** state);
+int vt_scratch_teardown(void** state);
+
 #endif
