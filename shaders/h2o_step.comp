@@ -294,10 +294,15 @@ void logits(uint kind, uint tb, uint te, uint qb)
                 s4 *= p.scale;
                 // tokens past the end repeat token te - 1: same value, harmless for the max
                 uint pb = g_scb + h * CAPP;
-                sc[pb + tt.x] = s4.x;
-                sc[pb + tt.y] = s4.y;
-                sc[pb + tt.z] = s4.z;
-                sc[pb + tt.w] = s4.w;
+                if (kind == 0u && t0 + 4u <= te) {
+                    // old tokens start at slot 0, so t0 is a multiple of 4: one 16-byte store
+                    sc4[(pb + t0) >> 2] = s4;
+                } else {
+                    sc[pb + tt.x] = s4.x;
+                    sc[pb + tt.y] = s4.y;
+                    sc[pb + tt.z] = s4.z;
+                    sc[pb + tt.w] = s4.w;
+                }
                 red[h * WG + tid] = max(red[h * WG + tid], max(max(s4.x, s4.y), max(s4.z, s4.w)));
             }
         }
@@ -369,14 +374,16 @@ void step_once(const uint j)
     // sums, so the scores, are the same however the steps are split into dispatches) ----
     for (uint h = 0u; h < H; h++) red[h * WG + tid] = 0.0;
     if (V8) {
+        // 4 slots per load (rows hold CAPP, a multiple of 4); slots >= n add nothing
         for (uint t0 = 4u * tid; t0 < n; t0 += 4u * WG)
             for (uint h = 0u; h < H; h++) {
-                float z = 0.0;
-                for (uint t = t0; t < min(t0 + 4u, n); t++) {
-                    float e = exp(sc[scb + h * CAPP + t] - sh_m[h]);
-                    z += e;
-                    sc[scb + h * CAPP + t] = e;
-                }
+                const uint i4 = (scb + h * CAPP + t0) >> 2;
+                vec4 e = exp(sc4[i4] - sh_m[h]);
+                float z = e.x;
+                if (t0 + 1u < n) z += e.y;
+                if (t0 + 2u < n) z += e.z;
+                if (t0 + 3u < n) z += e.w;
+                sc4[i4] = e;
                 red[h * WG + tid] += z;
             }
     } else {
