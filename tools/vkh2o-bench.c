@@ -40,6 +40,7 @@ typedef struct bench_env {
     uint32_t seq_len;
     uint32_t runs;
     bool quick;
+    bool read;               /* --read: also the memory read-bandwidth rows */
     bool progress;           /* stderr is a terminal and --json is off */
     bench_row rows[BENCH_MAX_ROWS];
     uint32_t nrows;
@@ -445,7 +446,7 @@ static int print_json(const bench_env* env)
 
 static void usage(FILE* f)
 {
-    fprintf(f, "usage: " TOOL " [--device N] [--seq-len S] [--runs R] [--json] [--quick] [--help]\n"
+    fprintf(f, "usage: " TOOL " [--device N] [--seq-len S] [--runs R] [--json] [--quick] [--read] [--help]\n"
                "Times vkh2o kernels on a Vulkan device (median of R runs after a warm-up, GPU\n"
                "timestamps when the device has them, else wall time) and the same work on the CPU.\n"
                "  --device N    use physical device N (default: the automatic choice, env VKH2O_DEVICE)\n"
@@ -454,10 +455,12 @@ static void usage(FILE* f)
                "  --json        print a JSON array, one object per measurement\n"
                "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu, gbps)\n"
                "  --quick       small shapes and a small layer, S=16 (seconds on a CPU device; for tests)\n"
+               "  --read        also measure the read bandwidth of storage vs texel buffers (rows named\n"
+               "                \"read ...\"; every other row's name contains matmul or forward)\n"
                "Measurements: the q_a_proj matmul (S x 1536 x 7168, BF16) on the device and as a\n"
                "single-thread fp32 CPU loop, its decode form (M = 1), and one Kimi K2.6 MLA layer\n"
-               "forward at S tokens (random BF16 weights) with its per-stage GPU times, and the read\n"
-               "bandwidth of storage buffers vs uniform texel buffers (GB/s). Rows in [brackets] time\n"
+               "forward at S tokens (random BF16 weights) with its per-stage GPU times, and with --read the\n"
+               "read bandwidth of storage buffers vs uniform texel buffers (GB/s). Rows in [brackets] time\n"
                "other kernel forms in the same rounds as the automatic one (ratio_vs_storage: speed\n"
                "against the storage-read register-blocked matmul): the matmul with storage reads,\n"
                "texel W, texel W+X, and on CPU devices the forward with the storage-read matmul.\n");
@@ -488,6 +491,8 @@ int main(int argc, char** argv)
             json = true;
         } else if (!strcmp(o, "--quick")) {
             env.quick = true;
+        } else if (!strcmp(o, "--read")) {
+            env.read = true;
         } else {
             fprintf(stderr, TOOL ": unknown option '%s'\n", o);
             usage(stderr);
@@ -507,6 +512,8 @@ int main(int argc, char** argv)
     if (!json) printf("device: %s (%s)\n", env.caps->device_name, env.caps->driver_info);
     int rc = 0;
     for (size_t b = 0; b < sizeof benches / sizeof benches[0]; b++) {
+        if (benches[b].fn == bench_read && !env.read)
+            continue;
         r = benches[b].fn(&env);
         if (r != VKH2O_OK) {
             fprintf(stderr, TOOL ": %s: %s: %s\n", benches[b].name, vkh2o_result_string(r), vkh2o_last_error(env.ctx));
