@@ -25,5 +25,5 @@ cmake --build "$tmp/app/build" >/dev/null
 "$tmp/app/build/app"
 PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig:$tmp/prefix/lib/x86_64-linux-gnu/pkgconfig" \
     cc "$tmp/app/main.c" -o "$tmp/app/pc" $(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig:$tmp/prefix/lib/x86_64-linux-gnu/pkgconfig" pkg-config --cflags --libs --static vkh2o)
-"$tmp/app/pc"
+LD_LIBRARY_PATH="$tmp/prefix/lib:$tmp/prefix/lib/x86_64-linux-gnu" "$tmp/app/pc"
 echo "install smoke test: ok"
