@@ -76,14 +76,21 @@ static bool has_device_ext(VkPhysicalDevice pd, const char* name)
     return found;
 }
 
-static int compute_family(VkPhysicalDevice pd)
+/* The device's queue families (at most 32). */
+static uint32_t queue_families(VkPhysicalDevice pd, VkQueueFamilyProperties q[32])
 {
     uint32_t n = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
-    VkQueueFamilyProperties q[32];
     if (n > 32)
         n = 32;
     vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, q);
+    return n;
+}
+
+static int compute_family(VkPhysicalDevice pd)
+{
+    VkQueueFamilyProperties q[32];
+    uint32_t n = queue_families(pd, q);
     for (uint32_t i = 0; i < n; i++)
         if (q[i].queueFlags & VK_QUEUE_COMPUTE_BIT)
             return (int)i;
@@ -141,12 +148,8 @@ static void query_caps(VkPhysicalDevice pd, int family, vkh2o_device_caps* c, Vk
                         p->deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU;
 
     if (family >= 0) {
-        uint32_t n = 0;
-        vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
         VkQueueFamilyProperties q[32];
-        if (n > 32)
-            n = 32;
-        vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, q);
+        uint32_t n = queue_families(pd, q);
         c->timestamps = (uint32_t)family < n && q[family].timestampValidBits > 0 && p->limits.timestampPeriod > 0;
     }
 }

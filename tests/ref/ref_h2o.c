@@ -96,6 +96,16 @@ static void softmax_rows(uint32_t H, uint32_t n, double* s /* [H][n] in: logits,
     }
 }
 
+/* mass[t] = sum over the H rows of p[h][t] (the attention mass of token t) */
+static void column_sums(uint32_t H, uint32_t n, const double* p, double* mass)
+{
+    for (uint32_t t = 0; t < n; t++) {
+        mass[t] = 0;
+        for (uint32_t h = 0; h < H; h++)
+            mass[t] += p[(size_t)h * n + t];
+    }
+}
+
 void ref_attn_expanded(uint32_t H, uint32_t dqk, uint32_t dv, uint32_t n, const float* q, const float* k,
                        const float* v, float scale, double* out, double* mass)
 {
@@ -108,11 +118,7 @@ void ref_attn_expanded(uint32_t H, uint32_t dqk, uint32_t dv, uint32_t n, const 
             p[(size_t)h * n + t] = s * scale;
         }
     softmax_rows(H, n, p);
-    for (uint32_t t = 0; t < n; t++) {
-        mass[t] = 0;
-        for (uint32_t h = 0; h < H; h++)
-            mass[t] += p[(size_t)h * n + t];
-    }
+    column_sums(H, n, p, mass);
     for (uint32_t h = 0; h < H; h++)
         for (uint32_t d = 0; d < dv; d++) {
             double o = 0;
@@ -137,11 +143,7 @@ void ref_attn_latent(uint32_t H, uint32_t kvl, uint32_t dr, uint32_t n, const do
             p[(size_t)h * n + t] = s * scale;
         }
     softmax_rows(H, n, p);
-    for (uint32_t t = 0; t < n; t++) {
-        mass[t] = 0;
-        for (uint32_t h = 0; h < H; h++)
-            mass[t] += p[(size_t)h * n + t];
-    }
+    column_sums(H, n, p, mass);
     for (uint32_t h = 0; h < H; h++)
         for (uint32_t j = 0; j < kvl; j++) {
             double o = 0;
