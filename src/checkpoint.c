@@ -120,13 +120,8 @@ static vkh2o_result add_file(vkh2o_checkpoint* ck, const char* dir, const char* 
 static vkh2o_result parse_index(vkh2o_checkpoint* ck, const char* dir, vkh2o_error* err)
 {
     const char* ip = ck->index_path;
-    char* text = NULL;
-    size_t len = 0;
-    VKH2O_CHECK(vkh2o_read_small_file(ip, INDEX_MAX_BYTES, &text, &len, err));
-    cJSON* root = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!root)
-        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: not valid JSON", ip);
+    cJSON* root;
+    VKH2O_CHECK(vkh2o_read_json_file(ip, INDEX_MAX_BYTES, &root, err));
     vkh2o_result r = VKH2O_OK;
     const cJSON* wm = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(wm)) {

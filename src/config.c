@@ -327,13 +327,8 @@ vkh2o_result vkh2o_mla_config_from_json(const char* path, vkh2o_mla_config* cfg,
 {
     if (!path || !cfg)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_config_from_json: NULL argument");
-    char* text = NULL;
-    size_t len = 0;
-    VKH2O_CHECK(vkh2o_read_small_file(path, CONFIG_MAX_BYTES, &text, &len, err));
-    cJSON* root = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!root)
-        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: not valid JSON", path);
+    cJSON* root;
+    VKH2O_CHECK(vkh2o_read_json_file(path, CONFIG_MAX_BYTES, &root, err));
     vkh2o_result r;
     if (!cJSON_IsObject(root)) {
         r = vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: not a JSON object", path);

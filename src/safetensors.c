@@ -72,7 +72,8 @@ const char* vkh2o_shape_str(char* buf, size_t size, uint32_t ndim, const uint64_
     return buf;
 }
 
-vkh2o_result vkh2o_read_small_file(const char* path, size_t max_bytes, char** out, size_t* len, vkh2o_error* err)
+/* Reads a whole small file into a NUL-terminated heap buffer (files above max_bytes: FORMAT). */
+static vkh2o_result read_small_file(const char* path, size_t max_bytes, char** out, size_t* len, vkh2o_error* err)
 {
     *out = NULL;
     FILE* f = fopen(path, "rb");
@@ -116,6 +117,19 @@ vkh2o_result vkh2o_read_small_file(const char* path, size_t max_bytes, char** ou
     *out = buf;
     if (len)
         *len = n;
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_read_json_file(const char* path, size_t max_bytes, cJSON** out, vkh2o_error* err)
+{
+    *out = NULL;
+    char* text = NULL;
+    size_t len = 0;
+    VKH2O_CHECK(read_small_file(path, max_bytes, &text, &len, err));
+    *out = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!*out)
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: not valid JSON", path);
     return VKH2O_OK;
 }
 
