@@ -312,7 +312,7 @@ static vkh2o_result bench_forward(bench_env* env)
     }
     vkh2o_mla_layer_set_matmul_path(layer, VKH2O_MATMUL_PATH_AUTO);
     for (uint32_t v = 0; r == VKH2O_OK && v < nv; v++) {
-        char vn[128], suffix[64] = "";
+        char vn[192], suffix[64] = "";
         if (fv[v].label) snprintf(suffix, sizeof suffix, " [%s]", fv[v].label);
         snprintf(vn, sizeof vn, "%s%s", name, suffix);
         const double ms = median(t[v][0], env->runs);
