@@ -2,6 +2,7 @@
 #include "vkh2o_test.h"
 #include "ref_core.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,9 @@ struct axpby_push { uint32_t n; float a; float b; };
 _Static_assert(sizeof(struct axpby_push) <= 128, "push constants");
 
 /* Runs axpby on ctx for n elements with workgroup size wg, compares with the reference.
- * Error bound: a*x+b*y in fp32 vs double rounded once: nmse <= 1e-13. */
+ * Error bound, per element: the shader rounds a*x, b*y and their sum in fp32 (or fuses them),
+ * the reference rounds the exact double result once, so |got - ref| <= 4u (|a x| + |b y|) with
+ * u = 2^-24. (A normalised-MSE bound cannot hold for one element whose terms cancel.) */
 static void run_axpby(vkh2o_context* ctx, uint32_t n, uint32_t wg, uint32_t groups, vt_rng* rng)
 {
     float* x = malloc(n * sizeof *x);
@@ -43,10 +46,24 @@ static void run_axpby(vkh2o_context* ctx, uint32_t n, uint32_t wg, uint32_t grou
     if (vkh2o_context_caps(ctx)->timestamps)
         assert_true(vkh2o_timestamp_ms(ctx, t0, t1) >= 0.0);
     assert_int_equal(vkh2o_buffer_download(by, 0, got, n * 4), VKH2O_OK);
+    float* mag = malloc(n * sizeof *mag);
+    for (uint32_t i = 0; i < n; i++)
+        mag[i] = fabsf(a * x[i]) + fabsf(b * y[i]);
     ref_axpby(n, a, x, b, y);
     char label[64];
     snprintf(label, sizeof label, "axpby n=%u wg=%u groups=%u", n, wg, groups);
-    vt_assert_nmse(label, got, y, n, 1e-13);
+    vt_assert_finite(label, got, n);
+    double worst = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        double bound = ldexp(4.0, -24) * mag[i];
+        double err = fabs((double)got[i] - y[i]);
+        if (err > bound)
+            fail_msg("%s: element %u off by %.3e, bound %.3e", label, i, err, bound);
+        if (mag[i] > 0 && err / mag[i] > worst)
+            worst = err / mag[i];
+    }
+    printf("#   %-40s n=%-9u max err/(|ax|+|by|) = %.2e (bound 2.4e-07)\n", label, n, worst);
+    free(mag);
     /* guard words after the n outputs are untouched */
     uint32_t guard[VT_GUARD_BYTES / 4];
     assert_int_equal(vkh2o_buffer_download(by, n * 4, guard, VT_GUARD_BYTES), VKH2O_OK);
