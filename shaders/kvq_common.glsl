@@ -42,6 +42,13 @@ uint kvq_scale_index(uint grp, uint d, uint t, uint c)
     return grp == 1u ? t * ((d + G - 1u) / G) + c / G : c;
 }
 
+// The work item of workgroup w of n: (w * k) mod n, a permutation when gcd(k, n) = 1 (the host
+// picks k near 0.618 n, or 1). lavapipe hands each of its threads one contiguous range of the
+// workgroups, and the selection list is sorted by precision (FP16 blocks cost most), so without it
+// one thread would get the FP16 blocks and the other the INT4 ones; the multiplicative stride
+// gives every contiguous range a fair mix. The host keeps n * k below 2^32.
+uint kvq_wg_perm(uint w, uint n, uint k) { return (w * k) % n; }
+
 // float -> IEEE binary16 bits, round to nearest even (not left to the driver's conversion,
 // whose rounding mode Vulkan leaves open); overflow -> inf, NaN -> quiet NaN
 uint f32_to_f16_rne(float f)

@@ -49,6 +49,7 @@ layout(push_constant) uniform Push {
     uint nps;                  // row stride of P (multiple of 4)
     uint heads, bps;
     uint ks0, ks1, ks2, vs0, vs1, vs2, sw0, sw1, sw2;
+    uint wperm;                // split permutation multiplier (kvq_common.glsl kvq_wg_perm)
 } pc;
 
 KVQ_DEFINE_LOAD(load_el, pool16, pool8, pool4)
@@ -65,6 +66,8 @@ const uint vgrp = VINK != 0u ? KGROUP : VGROUP;
 // 16-channel INT8 / INT4 loads: chunks of 16 channels start on 16-channel boundaries of the row
 // and lie wholly below DV or wholly above it
 const bool W16 = TC % 16u == 0u && vd % 16u == 0u && DV % 16u == 0u;
+// INT4: 32 channels per uvec4 load when chunks of 32 are aligned the same way
+const bool W32 = TC % 32u == 0u && vd % 32u == 0u && DV % 32u == 0u;
 
 // o += P V over one block of precision p (p is a constant at every call, so each precision is
 // its own straight-line code)
@@ -88,6 +91,12 @@ void block_pv(uint p, uint li)
             sc[g + 4u] = s2.x; sc[g + 5u] = s2.y; sc[g + 6u] = s3.x; sc[g + 7u] = s3.y;
         }
     }
+    // per-channel scales are folded out of the token sum: o += sc * sum_t p_t q_t (one multiply
+    // per channel and block instead of one per element)
+    const bool fold = WIDE != 0u && p != PREC_FP16 && vgrp == 2u && TM <= 2u;
+    float ob[TM][TC];
+    [[unroll]] for (uint h = 0u; h < TM; h++)
+        [[unroll]] for (uint c = 0u; c < TC; c++) ob[h][c] = 0.0;
     for (uint t0 = 0u; t0 < count; t0 += PT) {
         float pr[TM][PT];
         [[unroll]] for (uint h = 0u; h < TM; h++) {
@@ -105,7 +114,7 @@ void block_pv(uint p, uint li)
         [[unroll]] for (uint n = 0u; n < PT; n++) {
             uint t = t0 + n;
             float x[TC];
-            uvec4 w16 = uvec4(0u);
+            uvec4 w16 = uvec4(0u), w32 = uvec4(0u);
             if (WIDE != 0u) {
                 [[unroll]] for (uint g = 0u; g < TC; g += 8u) {
                     uint c = c0 + g;
@@ -113,7 +122,14 @@ void block_pv(uint p, uint li)
                     vec4 xa = vec4(0.0), xb = vec4(0.0);
                     // INT8 / INT4: 16 channels per load (uvec4 / uvec2) when aligned, kept for the
                     // odd 8-channel half
-                    if (p != PREC_FP16 && W16 && (g & 8u) == 0u && c < DV)
+                    // (the load kind is a constant per precision and chunk; spelled as plain
+                    // bools because glslang emits invalid SPIR-V for && chains of spec constants)
+                    bool load32 = p == PREC_INT4 && W32;
+                    bool load16 = p != PREC_FP16 && W16;
+                    if (load32) load16 = false;
+                    if (load32 && (g & 31u) == 0u && c < DV)
+                        w32 = p4_vec((vbase + (e >> 3)) >> 2);
+                    if (load16 && (g & 8u) == 0u && c < DV)
                         w16 = p == PREC_INT8 ? p8_vec((vbase + (e >> 2)) >> 2) : uvec4(p4_vec2((vbase + (e >> 3)) >> 1), 0u, 0u);
                     if (c < DV) {
                         if (p == PREC_FP16) {
@@ -127,7 +143,7 @@ void block_pv(uint p, uint li)
                                 ia = kvq_i8x4(int(w.x));
                                 ib = kvq_i8x4(int(w.y));
                             } else {
-                                int w = int(W16 ? ((g & 8u) == 0u ? w16.x : w16.y) : p4_word(vbase + (e >> 3)));
+                                int w = int(W32 ? w32[(g >> 3) & 3u] : W16 ? ((g & 8u) == 0u ? w16.x : w16.y) : p4_word(vbase + (e >> 3)));
                                 ia = kvq_i4x4_lo(w);
                                 ib = kvq_i4x4_hi(w);
                             }
@@ -140,7 +156,7 @@ void block_pv(uint p, uint li)
                                 float s0 = (si & 1u) != 0u ? s2.y : s2.x;
                                 xa *= s0;
                                 xb *= s0;
-                            } else {
+                            } else if (!fold) {
                                 xa *= vec4(sc[g], sc[g + 1u], sc[g + 2u], sc[g + 3u]);
                                 xb *= vec4(sc[g + 4u], sc[g + 5u], sc[g + 6u], sc[g + 7u]);
                             }
@@ -153,10 +169,18 @@ void block_pv(uint p, uint li)
                 [[unroll]] for (uint c = 0u; c < TC; c++)
                     x[c] = c0 + c < DV ? load_el(p, vbase, vd, vgrp, t, c0 + c) : 0.0;
             }
-            [[unroll]] for (uint h = 0u; h < TM; h++)
-                [[unroll]] for (uint c = 0u; c < TC; c++) o[h][c] += pr[h][n] * x[c];
+            if (fold) {
+                [[unroll]] for (uint h = 0u; h < TM; h++)
+                    [[unroll]] for (uint c = 0u; c < TC; c++) ob[h][c] += pr[h][n] * x[c];
+            } else {
+                [[unroll]] for (uint h = 0u; h < TM; h++)
+                    [[unroll]] for (uint c = 0u; c < TC; c++) o[h][c] += pr[h][n] * x[c];
+            }
         }
     }
+    if (fold)
+        [[unroll]] for (uint h = 0u; h < TM; h++)
+            [[unroll]] for (uint c = 0u; c < TC; c++) o[h][c] += ob[h][c] * sc[c];
 }
 
 uint prec_of(uint li) { return meta[list[1u + li] * META_WORDS + META_PREC]; }
@@ -167,7 +191,7 @@ void main()
     uint ct = gid % CT, ht = gid / CT;
     if (ht >= HT) return;
     kvh = gl_WorkGroupID.y;
-    uint split = gl_WorkGroupID.z;
+    uint split = kvq_wg_perm(gl_WorkGroupID.z, gl_NumWorkGroups.z, pc.wperm);
     uint nsel = list[0];
     uint b0 = min(nsel, split * pc.bps), b1 = min(nsel, b0 + pc.bps);
     c0 = ct * TC;

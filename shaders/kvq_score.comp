@@ -49,6 +49,7 @@ layout(push_constant) uniform Push {
     uint nps;                  // row stride of S (multiple of 4)
     uint heads;
     uint ks0, ks1, ks2, vs0, vs1, vs2, sw0, sw1, sw2;
+    uint wperm;                // workgroup permutation multiplier (kvq_common.glsl kvq_wg_perm)
 } pc;
 
 KVQ_DEFINE_LOAD(load_el, pool16, pool8, pool4)
@@ -62,6 +63,7 @@ uint vs_words(uint p) { return p == 0u ? pc.vs0 : (p == 1u ? pc.vs1 : pc.vs2); }
 uint slot_words(uint p) { return p == 0u ? pc.sw0 : (p == 1u ? pc.sw1 : pc.sw2); }
 
 float acc[TM][PT];             // the invocation's scores (registers)
+const bool QFOLD = TM < PT;
 uint hq[TM];
 
 // acc += q . K over the block's PT tokens from t0, in precision p (a constant at every call).
@@ -89,12 +91,22 @@ void score_wide(uint p, uint base, uint t0)
                 qa[h] = q_vec(qi);
                 qb[h] = q_vec(qi + 1u);
             }
-            // per-channel scales of these 8 channels (shared by the block's tokens)
+            // per-channel scales of these 8 channels (shared by the block's tokens); with fewer
+            // heads than tokens per invocation they are folded into the queries (TM x 8
+            // multiplies instead of PT x 8)
             vec4 sa = vec4(1.0), sb = vec4(1.0);
             if (p != PREC_FP16 && KGROUP == 2u) {
                 uvec4 sw = p == PREC_INT8 ? p8_vec((base + dw + (c0 >> 1)) >> 2) : p4_vec((base + dw + (c0 >> 1)) >> 2);
                 sa = vec4(unpackHalf2x16(sw.x), unpackHalf2x16(sw.y));
                 sb = vec4(unpackHalf2x16(sw.z), unpackHalf2x16(sw.w));
+                if (QFOLD) {
+                    [[unroll]] for (uint h = 0u; h < TM; h++) {
+                        qa[h] *= sa;
+                        qb[h] *= sb;
+                    }
+                    sa = vec4(1.0);
+                    sb = vec4(1.0);
+                }
             }
             [[unroll]] for (uint n = 0u; n < PT; n++) {
                 uint t = t0 + n;
@@ -123,8 +135,12 @@ void score_wide(uint p, uint base, uint t0)
                         ia = kvq_i4x4_lo(w);
                         ib = kvq_i4x4_hi(w);
                     }
-                    xa = vec4(ia) * ta;
-                    xb = vec4(ib) * tb;
+                    xa = vec4(ia);
+                    xb = vec4(ib);
+                    if (KGROUP == 1u || !QFOLD) {
+                        xa *= ta;
+                        xb *= tb;
+                    }
                 }
                 [[unroll]] for (uint h = 0u; h < TM; h++) acc[h][n] += dot(qa[h], xa) + dot(qb[h], xb);
             }
@@ -134,7 +150,7 @@ void score_wide(uint p, uint base, uint t0)
 
 void main()
 {
-    uint gid = gl_GlobalInvocationID.x;
+    uint gid = kvq_wg_perm(gl_WorkGroupID.x, gl_NumWorkGroups.x, pc.wperm) * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
     uint ht = gid % HT, ptile = gid / HT;
     uint kvh = gl_WorkGroupID.y;
     uint nsel = list[0];
@@ -152,9 +168,12 @@ void main()
 
     if (WIDE != 0u) {
         // one straight-line loop per precision; an invocation runs one of them
-        if (p == PREC_FP16) score_wide(PREC_FP16, base, t0);
-        else if (p == PREC_INT8) score_wide(PREC_INT8, base, t0);
-        else score_wide(PREC_INT4, base, t0);
+        // llvmpipe runs both sides of every branch (masked) and each loop body at least once,
+        // so the paths of the other precisions do run one chunk for every invocation: their
+        // addresses are pinned to the pools' first words (cached) instead of a random slot.
+        if (p == PREC_FP16) score_wide(PREC_FP16, p == PREC_FP16 ? base : 0u, p == PREC_FP16 ? t0 : 0u);
+        else if (p == PREC_INT8) score_wide(PREC_INT8, p == PREC_INT8 ? base : 0u, p == PREC_INT8 ? t0 : 0u);
+        else score_wide(PREC_INT4, p == PREC_INT4 ? base : 0u, p == PREC_INT4 ? t0 : 0u);
     } else {
         for (uint c = 0u; c < DK; c++) {
             float qv[TM];

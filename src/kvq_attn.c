@@ -124,7 +124,7 @@ static void plan_iters(const vkh2o_qcache* qc, kvq_attn_plan* pl)
     uint32_t B = qc->d.block_size;
     pl->iters_score = pl->wide ? qc->shape.d_k / 8 : qc->shape.d_k;
     pl->iters_softmax = 2 * vkh2o_div_up(pl->bps * B, 4) + 2;
-    pl->iters_pv = pl->bps * (1 + vkh2o_div_up(B, pl->pt)) + 1;
+    pl->iters_pv = pl->bps * (1 + vkh2o_div_up(B, pl->pt_pv)) + 1;
     pl->iters_combine = 3 * pl->splits;
 }
 
@@ -194,8 +194,13 @@ vkh2o_result kvq_plan_attend(vkh2o_qcache* qc, const vkh2o_qattn_desc* a, kvq_at
      * should feed many FMAs); GPUs: small tiles, many invocations. */
     pl->wide = kvq_wide_layout(qc);
     pl->tm = qpk < (cpu ? 8u : 4u) ? qpk : (cpu ? 8u : 4u);
-    pl->pt = largest_divisor(B, cpu ? 8 : 4);
-    pl->tc = pl->wide && cpu ? 16 : 8;
+    /* kvq_score with one head per invocation: a whole block of 16 tokens per invocation, so
+     * each query and scale load feeds twice the tokens; kvq_pv steps 8 (CPU) or 4 tokens */
+    pl->pt = largest_divisor(B, cpu ? (pl->tm == 1 ? 16 : 8) : 4);
+    pl->pt_pv = largest_divisor(B, cpu ? 8 : 4);
+    /* 32 channels when one or two heads share an invocation: an INT4 row chunk is then one
+     * 16-byte load (the loads, not the arithmetic, dominate at few heads per element) */
+    pl->tc = pl->wide && cpu ? (pl->tm <= 2 ? 32 : 16) : 8;
     pl->ht = vkh2o_div_up(qpk, pl->tm);
     pl->ct = vkh2o_div_up(dv, pl->tc);
     pl->wg_score = 64;
@@ -212,7 +217,7 @@ vkh2o_result kvq_plan_attend(vkh2o_qcache* qc, const vkh2o_qattn_desc* a, kvq_at
     /* splits: enough workgroups to fill the device, within the loop budget of every pass, a
      * multiple of 4 positions each (kvq_softmax reads vec4) */
     uint32_t align = 4 / (B % 4 == 0 ? 4 : B % 2 == 0 ? 2 : 1);
-    uint32_t bps_max = (KVQ_LOOP_BUDGET - 2) / (1 + vkh2o_div_up(B, pl->pt));
+    uint32_t bps_max = (KVQ_LOOP_BUDGET - 2) / (1 + vkh2o_div_up(B, pl->pt_pv));
     uint32_t soft_max = (KVQ_LOOP_BUDGET / 2 - 2) * 4 / B;
     if (soft_max < bps_max)
         bps_max = soft_max;
@@ -262,11 +267,31 @@ vkh2o_result kvq_plan_attend(vkh2o_qcache* qc, const vkh2o_qattn_desc* a, kvq_at
     return VKH2O_OK;
 }
 
-static void attn_tile_spec(const vkh2o_qcache* qc, const kvq_attn_plan* pl, uint32_t wg, uint32_t* spec)
+static uint32_t gcd_u32(uint32_t a, uint32_t b)
+{
+    while (b) {
+        uint32_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+uint32_t kvq_wg_perm_multiplier(uint32_t n)
+{
+    if (n <= 2 || n >= 65536)
+        return 1;
+    for (uint32_t k = (uint32_t)(0.6180339887 * n); k > 1; k--)
+        if (gcd_u32(k, n) == 1)
+            return k;
+    return 1;
+}
+
+static void attn_tile_spec(const vkh2o_qcache* qc, const kvq_attn_plan* pl, uint32_t wg, uint32_t pt, uint32_t* spec)
 {
     kvq_layout_spec(qc, wg, spec);
     spec[KVQ_SPEC_TM] = pl->tm;
-    spec[KVQ_SPEC_PT] = pl->pt;
+    spec[KVQ_SPEC_PT] = pt;
     spec[KVQ_SPEC_QPK] = qc->d.num_heads / qc->shape.kv_heads;
     spec[KVQ_SPEC_WIDE] = pl->wide ? (pl->tex ? 2 : 1) : 0;
     spec[KVQ_SPEC_HT] = pl->ht;
@@ -286,14 +311,18 @@ vkh2o_result kvq_record_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o
     uint32_t H = qc->d.num_heads, kvh = qc->shape.kv_heads, B = qc->d.block_size;
     VKH2O_CHECK(kvq_scratch(ctx, &qc->part, 4ull * pl.splits * H * (qc->shape.d_v + 2)));
     VKH2O_CHECK(kvq_scratch(ctx, &qc->scores, 4ull * H * pl.nps));
+    uint32_t nts = 0;
+#define MARK() (void)(qc->profile ? (qc->prof_ts[nts++] = vkh2o_timestamp(ctx, cb)) : 0)
+    MARK();
     VKH2O_CHECK(kvq_record_select(qc, cb, q, a));
+    MARK();
 
     uint32_t spec[KVQ_SPEC_PV_COUNT];
     vkh2o_kernel *ks, *ksm, *kp, *kc;
-    attn_tile_spec(qc, &pl, pl.wg_score, spec);
+    attn_tile_spec(qc, &pl, pl.wg_score, pl.pt, spec);
     VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, "kvq_score", KVQ_ATTN_BINDINGS, KVQ_ATTN_TEXEL_MASK, spec,
                                        KVQ_SPEC_SCORE_COUNT, &ks));
-    attn_tile_spec(qc, &pl, pl.wg_pv, spec);
+    attn_tile_spec(qc, &pl, pl.wg_pv, pl.pt_pv, spec);
     VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, "kvq_pv", KVQ_ATTN_BINDINGS, KVQ_ATTN_TEXEL_MASK, spec, KVQ_SPEC_PV_COUNT, &kp));
     kvq_layout_spec(qc, pl.wg_softmax, spec);
     VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_softmax", 3, spec, KVQ_SPEC_LAYOUT_COUNT, &ksm));
@@ -318,26 +347,33 @@ vkh2o_result kvq_record_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o
                                             pools[2], vkh2o_bind(qc->scores) };
     /* the view is cached in the query buffer (its contents are only read) */
     VKH2O_CHECK(bind_views(qc, pl.tex, (vkh2o_buffer*)q, 4ull * H * qc->shape.d_k, bs));
+    uint32_t score_groups = (uint32_t)div_up64(ntiles * pl.ht, pl.wg_score);
+    ps.wperm = kvq_wg_perm_multiplier(score_groups);
+    pp.wperm = kvq_wg_perm_multiplier(pl.splits);
     if (ntiles)
-        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, ks, bs, KVQ_ATTN_BINDINGS, &ps, sizeof ps,
-                                   (uint32_t)div_up64(ntiles * pl.ht, pl.wg_score), kvh, 1));
+        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, ks, bs, KVQ_ATTN_BINDINGS, &ps, sizeof ps, score_groups, kvh, 1));
     vkh2o_barrier(ctx, cb);
+    MARK();
 
     struct kvq_softmax_push psm = { pl.nps, H, pl.splits, pl.bps * B };
     vkh2o_binding bsm[3] = { vkh2o_bind(qc->list), vkh2o_bind(qc->scores), vkh2o_bind(qc->part) };
     VKH2O_CHECK(vkh2o_dispatch(ctx, cb, ksm, bsm, 3, &psm, sizeof psm, vkh2o_div_up(H * pl.splits, pl.wg_softmax), 1, 1));
     vkh2o_barrier(ctx, cb);
+    MARK();
 
     vkh2o_binding bp[KVQ_ATTN_BINDINGS] = { vkh2o_bind(qc->meta), vkh2o_bind(qc->list), vkh2o_bind(qc->scores), pools[0],
                                             pools[1], pools[2], vkh2o_bind(qc->part) };
     VKH2O_CHECK(bind_views(qc, pl.tex, qc->scores, 4ull * H * pl.nps, bp));
     VKH2O_CHECK(vkh2o_dispatch(ctx, cb, kp, bp, KVQ_ATTN_BINDINGS, &pp, sizeof pp, vkh2o_div_up(pl.ct * pl.ht, pl.wg_pv), kvh, pl.splits));
     vkh2o_barrier(ctx, cb);
+    MARK();
 
     struct kvq_combine_push pcmb = { pl.splits, H };
     vkh2o_binding bc[2] = { vkh2o_bind(qc->part), vkh2o_bind(out) };
     VKH2O_CHECK(vkh2o_dispatch(ctx, cb, kc, bc, 2, &pcmb, sizeof pcmb, H, 1, 1));
     vkh2o_barrier(ctx, cb);
+    MARK();
+#undef MARK
     return VKH2O_OK;
 }
 

@@ -68,6 +68,9 @@ typedef enum kvq_read_path {
     KVQ_READ_TEXEL = 2,
 } kvq_read_path;
 
+/* Timestamps of a profiled attention (kvq_record_attend): KVQ_PROF_MARKS - 1 passes. */
+#define KVQ_PROF_MARKS 6u
+
 /* Per-tensor section sizes in 32-bit words. */
 typedef struct kvq_section {
     uint32_t data_words[3];     /* by precision FP16, INT8, INT4 */
@@ -102,6 +105,10 @@ struct vkh2o_qcache {
     vkh2o_buffer* mpart;        /* metrics partials */
     uint32_t last_selected_blocks;
     kvq_read_path read_path;    /* attention read path (tests and benchmarks set it) */
+    /* per-pass timestamps of the last recorded attention when profile is set (benchmarks):
+     * before select, after select, score, softmax, pv, combine (UINT32_MAX: unavailable) */
+    bool profile;
+    uint32_t prof_ts[KVQ_PROF_MARKS];
 };
 
 /* Section sizes of a tensor with d channels per token (public desc resolved). */
@@ -131,6 +138,10 @@ static inline uint32_t kvq_hash(uint32_t b, uint32_t seed_lo, uint32_t seed_hi)
  * selected blocks in *max_sel. */
 vkh2o_result kvq_record_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_buffer* q, vkh2o_buffer* out,
                                const vkh2o_qattn_desc* desc);
+/* Multiplier k of the workgroup permutation w -> (w * k) mod n (kvq_common.glsl kvq_wg_perm):
+ * coprime with n and near 0.618 n, so every contiguous range of workgroups (what each lavapipe
+ * thread runs) maps to work spread over the whole range; 1 (identity) when n * n would overflow. */
+uint32_t kvq_wg_perm_multiplier(uint32_t n);
 /* Tile shapes and split of one decode attention (also used by tests to check loop budgets). */
 /* Bindings of kvq_score / kvq_pv: 7 storage bindings, then the q / P view and 4 pool views. */
 #define KVQ_ATTN_BINDINGS 12u
@@ -138,6 +149,7 @@ vkh2o_result kvq_record_attend(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o
 
 typedef struct kvq_attn_plan {
     uint32_t tm, pt, ht, tc, ct, wide;
+    uint32_t pt_pv;             /* kvq_pv's PT (pt is kvq_score's) */
     uint32_t tex;               /* 1: texel reads (kvq_read_path resolved) */
     uint32_t wg_score, wg_softmax, wg_pv, wg_combine, ncc;
     uint32_t max_sel;           /* most blocks the selection can return */
@@ -195,6 +207,7 @@ struct kvq_score_push {
     uint32_t nps;               /* row stride of the scores buffer (multiple of 4) */
     uint32_t heads;
     uint32_t ks_words[3], vs_words[3], slot_words[3];
+    uint32_t wperm;             /* workgroup permutation multiplier (kvq_wg_perm) */
 };
 _Static_assert(sizeof(struct kvq_score_push) <= 128, "");
 
@@ -206,6 +219,7 @@ _Static_assert(sizeof(struct kvq_softmax_push) <= 128, "");
 struct kvq_pv_push {
     uint32_t nps, heads, bps;
     uint32_t ks_words[3], vs_words[3], slot_words[3];
+    uint32_t wperm;             /* split permutation multiplier (kvq_wg_perm) */
 };
 _Static_assert(sizeof(struct kvq_pv_push) <= 128, "");
 

@@ -119,4 +119,34 @@ set -e
 "$TOOL" --bench --bench-tokens 512 --heads 2 --reps 1 > "$TMP/bench.txt"
 [ "$(grep -cE '^ +2 +(fp16|balanced) +storage ' "$TMP/bench.txt")" -eq 2 ] || { cat "$TMP/bench.txt"; exit 1; }
 [ "$(grep -cE '^ +2 +(fp16|balanced) +texel ' "$TMP/bench.txt")" -eq 2 ] || { cat "$TMP/bench.txt"; exit 1; }
+# the policies to time and the per-pass profile: fp16 first, then the listed ones, one profile line
+# each with five passes whose times add up to at most the step
+"$TOOL" --bench --bench-tokens 512 --heads 1 --reps 3 --bench-read texel --bench-policies uniform-int4,balanced \
+    --profile > "$TMP/bench2.txt"
+grep -qE '^ +1 +fp16 +texel ' "$TMP/bench2.txt" || { cat "$TMP/bench2.txt"; exit 1; }
+grep -qE '^ +1 +uniform-int4 +texel ' "$TMP/bench2.txt" || { cat "$TMP/bench2.txt"; exit 1; }
+grep -qE '^ +1 +balanced +texel ' "$TMP/bench2.txt" || { cat "$TMP/bench2.txt"; exit 1; }
+python3 - "$TMP/bench2.txt" <<'PY'
+import sys
+rows, prof = {}, {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) == 9 and f[0] == "1":
+        rows[f[1]] = float(f[3])
+    if f and f[0] == "profile":
+        passes = dict(zip(f[4::2], map(float, f[5::2])))
+        assert list(passes) == ["select", "score", "softmax", "pv", "combine"], passes
+        prof[f[2]] = sum(passes.values())
+assert set(rows) == set(prof) == {"fp16", "uniform-int4", "balanced"}, (rows, prof)
+for p in rows:
+    assert 0 < prof[p] <= rows[p] * 1.05 + 0.05, (p, prof[p], rows[p])
+print("bench profile ok")
+PY
+for bad in "nope" "balanced,balanced" ""; do
+    set +e
+    "$TOOL" --bench --bench-policies "$bad" > /dev/null 2> "$TMP/err.txt"; rc=$?
+    set -e
+    [ "$rc" -eq 2 ] || { echo "--bench-policies '$bad': exit $rc, want 2"; exit 1; }
+    grep -q "bench-policies" "$TMP/err.txt"
+done
 echo "e2e_quant: ok"

@@ -35,6 +35,11 @@ static const tq_case cases[] = {
                                 .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 141 },
     { "latent one partial block", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 16, .qk_rope_head_dim = 4,
                                     .block_size = 16, .max_tokens = 64, .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 11 },
+    /* one head (the bench's shape): on CPU devices 16-token score tiles with the key scales
+     * folded into the query, 32-channel PV tiles (INT4 rows as one 16-byte load) with the value
+     * scales folded out of the token sum, and permuted workgroups / splits */
+    { "latent Kimi H1 d576/512 B16 (one head)", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 1, .max_tokens = 1700,
+                                    .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 1693 },
 };
 
 /* nmse(GPU, CPU on the same dequantised bytes): float accumulation over <= 400 tokens x <= 80
@@ -350,6 +355,33 @@ static void test_plan_budget(void** state)
     vt_check_validation();
 }
 
+/* The workgroup permutation (kvq_wg_perm): (w * k) mod n visits every w of n exactly once, and k
+ * stays where n * k fits in 32 bits. */
+static void test_wg_perm(void** state)
+{
+    (void)state;
+    uint8_t* seen = malloc(70000);
+    for (uint32_t n = 1; n < 70000; n = n < 600 ? n + 1 : n * 3 / 2) {
+        uint32_t k = kvq_wg_perm_multiplier(n);
+        assert_true(k >= 1 && (k < n || n <= 2));
+        assert_true((uint64_t)n * k < (1ull << 32));
+        memset(seen, 0, n);
+        for (uint32_t w = 0; w < n; w++) {
+            uint32_t m = (uint32_t)(((uint64_t)w * k) % n);
+            if (seen[m]++)
+                fail_msg("n %u k %u: workgroups map to %u twice", n, k, m);
+        }
+        /* spread: the first half of the workgroups covers both halves of the work (n >= 8) */
+        if (n >= 8) {
+            uint32_t lo = 0;
+            for (uint32_t w = 0; w < n / 2; w++)
+                lo += ((uint64_t)w * k) % n < n / 2;
+            assert_true(lo >= n / 8 && lo <= n / 2 - n / 8);
+        }
+    }
+    free(seen);
+}
+
 /* The cmd_ path records into the caller's command buffer and gives the same result. */
 static void test_cmd_recording(void** state)
 {
@@ -399,6 +431,7 @@ int main(void)
         cmocka_unit_test(test_cmd_recording),
         cmocka_unit_test(test_long_context),
         cmocka_unit_test(test_plan_budget),
+        cmocka_unit_test(test_wg_perm),
     };
     return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
 }

@@ -35,9 +35,41 @@ typedef struct opts {
     double budget;
     vkh2o_qlayout layout;
     kvq_read_path bench_read;   /* AUTO: both paths side by side */
-    bool heads_set, quiet, bench;
+    bool heads_set, quiet, bench, profile;
+    uint32_t n_bench_pols;                     /* policies of --bench after fp16 */
+    vkh2o_qpolicy bench_pols[VKH2O_QPOLICY_COUNT];
     const char *csv, *json, *weights, *config;
 } opts;
+
+/* "balanced,uniform-int4": the --bench policies after fp16 (fp16 itself is skipped, repeats are
+ * refused). */
+static int parse_policy_list(const char* v, opts* o)
+{
+    char buf[256];
+    if (strlen(v) >= sizeof buf || !*v) {
+        fprintf(stderr, TOOL ": --bench-policies: '%s' is not a list of policies\n", v);
+        return -1;
+    }
+    strcpy(buf, v);
+    o->n_bench_pols = 0;
+    for (char* save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        vkh2o_qpolicy p;
+        if (!vkh2o_qpolicy_parse(t, &p)) {
+            fprintf(stderr, TOOL ": --bench-policies: unknown policy '%s' (fp16 conservative balanced aggressive "
+                            "uniform-int8 uniform-int4)\n", t);
+            return -1;
+        }
+        if (p == VKH2O_QPOLICY_FP16)
+            continue;
+        for (uint32_t i = 0; i < o->n_bench_pols; i++)
+            if (o->bench_pols[i] == p) {
+                fprintf(stderr, TOOL ": --bench-policies: '%s' is listed twice\n", t);
+                return -1;
+            }
+        o->bench_pols[o->n_bench_pols++] = p;
+    }
+    return 0;
+}
 
 static void usage(FILE* f)
 {
@@ -61,6 +93,9 @@ static void usage(FILE* f)
             "  --reps N           timed repetitions per --bench figure (default 5; the median is shown)\n"
             "  --bench-read R     both | storage | texel: how the attention reads the cache in --bench\n"
             "                     (default both, side by side, steps alternating)\n"
+            "  --bench-policies L comma-separated policies --bench times against fp16 (default balanced)\n"
+            "  --profile          with --bench: also the median GPU time of each pass of the step\n"
+            "                     (select, score, softmax, pv, combine)\n"
             "  --weights FILE|DIR build the cache from a real MLA layer of a safetensors checkpoint (latent\n"
             "                     layout): prefill forward over seeded-normal tokens (importance = attention\n"
             "                     mass), then decode steps, each appending its token and attending with\n"
@@ -79,7 +114,8 @@ static void usage(FILE* f)
 static int parse(int argc, char** argv, opts* o)
 {
     *o = (opts){ .tokens = 4096, .block = 16, .group = 32, .heads = 64, .seed = 1, .bench_tokens = 32768, .reps = 5,
-                 .budget = 0.25, .layout = VKH2O_QLAYOUT_LATENT, .seq_len = 512, .decode = 16 };
+                 .budget = 0.25, .layout = VKH2O_QLAYOUT_LATENT, .seq_len = 512, .decode = 16,
+                 .n_bench_pols = 1, .bench_pols = { VKH2O_QPOLICY_BALANCED } };
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -133,6 +169,12 @@ static int parse(int argc, char** argv, opts* o)
             i++;
         } else if (!strcmp(a, "--bench")) {
             o->bench = true;
+        } else if (!strcmp(a, "--bench-policies")) {
+            if (!v) { fprintf(stderr, TOOL ": --bench-policies needs a value\n"); return 2; }
+            if (parse_policy_list(v, o)) return 2;
+            i++;
+        } else if (!strcmp(a, "--profile")) {
+            o->profile = true;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = true;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -297,6 +339,8 @@ typedef struct runner {
     float* ref_out;              /* FP16 cache, all blocks */
     uint64_t fp16_bytes;
     float scale;
+    vkh2o_qcache_desc desc;                /* the cache's desc (bench makes one cache per policy) */
+    double pass_ms[KVQ_PROF_MARKS - 1];   /* per pass of the last attend when qc->profile */
 } runner;
 
 static int check(vkh2o_context* ctx, vkh2o_result r, const char* what)
@@ -347,6 +391,9 @@ static int attend(runner* R, const vkh2o_qattn_desc* ad, float* out, double* ms)
     if (check(R->ctx, r != VKH2O_OK ? r : r2, "decode attention"))
         return -1;
     *ms = vkh2o_timestamp_ms(R->ctx, t0, t1);
+    if (R->qc->profile)
+        for (uint32_t k = 0; k + 1 < KVQ_PROF_MARKS; k++)
+            R->pass_ms[k] = vkh2o_timestamp_ms(R->ctx, R->qc->prof_ts[k], R->qc->prof_ts[k + 1]);
     if (out && check(R->ctx, vkh2o_buffer_download(R->ob, 0, out, sizeof(float) * R->data.H * R->data.dv), "download"))
         return -1;
     return 0;
@@ -535,6 +582,7 @@ static int setup_buffers(runner* R, vkh2o_context* ctx, const vkh2o_qcache_desc*
 {
     dataset* d = &R->data;
     uint32_t T = d->T;
+    R->desc = *desc;
     if (check(ctx, vkh2o_qcache_create(ctx, desc, &R->qc), "cache"))
         return -1;
     vkh2o_result r = vkh2o_buffer_create(ctx, sizeof(float) * d->nk, &R->kb);
@@ -812,40 +860,72 @@ static double cpu_seconds(void)
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec + 1e-6 * ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec);
 }
 
-/* Bench figures of one policy for each read path: median GPU-timestamp time of reps steps, and
- * the process CPU time per step (on a CPU device like lavapipe the "GPU" is this process's
- * threads: the CPU time shows how much of the wall time was contention from other processes).
- * The paths' steps alternate, so load from other processes hits them alike. */
-static int bench_one(runner* R, vkh2o_qpolicy pol, uint32_t reps, uint32_t npaths, const kvq_read_path* paths,
-                     double* ms, double* cpu_ms, uint64_t* bytes)
+/* Bench figures of every (policy, read path): one cache per policy, built first; then the timed
+ * steps go round all (policy, path) pairs rep after rep, so load from other processes hits them
+ * alike and the ratios are side by side. ms: median GPU-timestamp time; cpu_ms: process CPU time
+ * per step (on a CPU device like lavapipe the "GPU" is this process's threads: the CPU time
+ * shows how much of the wall time was contention); pass: median time of each pass. */
+#define NPASS (KVQ_PROF_MARKS - 1)
+static const char* const pass_names[NPASS] = { "select", "score", "softmax", "pv", "combine" };
+#define NPOL VKH2O_QPOLICY_COUNT
+
+static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps, uint32_t npaths,
+                     const kvq_read_path* paths, bool profile, double ms[][2], double cpu_ms[][2], uint64_t* bytes,
+                     double pass[][2][NPASS])
 {
-    if (build(R, pol))
-        return -1;
-    vkh2o_qcache_stats st;
-    vkh2o_qcache_get_stats(R->qc, &st);
-    *bytes = st.pool_bytes[0] + st.pool_bytes[1] + st.pool_bytes[2];
+    static double t[NPOL][2][1000], tp[NPOL][2][NPASS][1000];
+    double cpu[NPOL][2] = { { 0 } }, dummy;
+    vkh2o_qcache* qcs[NPOL] = { R->qc };
+    vkh2o_qcache* own = R->qc;
+    int rc = -1;
+    for (int p = 1; p < np; p++)
+        if (check(R->ctx, vkh2o_qcache_create(R->ctx, &R->desc, &qcs[p]), "cache"))
+            goto done;
     vkh2o_qattn_desc ad = { .scale = R->scale, .selector = VKH2O_QSELECT_ALL };
-    double t[2][1000], dummy, cpu[2] = { 0, 0 };
-    for (uint32_t k = 0; k < npaths; k++) {
-        R->qc->read_path = paths[k];
-        if (attend(R, &ad, NULL, &dummy))   /* warm-up: pipelines, scratch */
-            return -1;
-    }
-    for (uint32_t i = 0; i < reps; i++)
+    for (int p = 0; p < np; p++) {
+        R->qc = qcs[p];
+        R->qc->profile = profile;
+        if (build(R, pols[p]))
+            goto done;
+        vkh2o_qcache_stats st;
+        vkh2o_qcache_get_stats(R->qc, &st);
+        bytes[p] = st.pool_bytes[0] + st.pool_bytes[1] + st.pool_bytes[2];
         for (uint32_t k = 0; k < npaths; k++) {
             R->qc->read_path = paths[k];
-            double c0 = cpu_seconds();
-            if (attend(R, &ad, NULL, &t[k][i]))
-                return -1;
-            cpu[k] += cpu_seconds() - c0;
+            if (attend(R, &ad, NULL, &dummy))   /* warm-up: pipelines, scratch */
+                goto done;
         }
-    for (uint32_t k = 0; k < npaths; k++) {
-        cpu_ms[k] = cpu[k] * 1e3 / reps;
-        qsort(t[k], reps, sizeof(double), cmp_double);
-        ms[k] = t[k][reps / 2];
     }
-    R->qc->read_path = KVQ_READ_AUTO;
-    return 0;
+    for (uint32_t i = 0; i < reps; i++)
+        for (int p = 0; p < np; p++)
+            for (uint32_t k = 0; k < npaths; k++) {
+                R->qc = qcs[p];
+                R->qc->read_path = paths[k];
+                double c0 = cpu_seconds();
+                if (attend(R, &ad, NULL, &t[p][k][i]))
+                    goto done;
+                cpu[p][k] += cpu_seconds() - c0;
+                for (uint32_t j = 0; j < NPASS; j++)
+                    tp[p][k][j][i] = R->pass_ms[j];
+            }
+    for (int p = 0; p < np; p++)
+        for (uint32_t k = 0; k < npaths; k++) {
+            cpu_ms[p][k] = cpu[p][k] * 1e3 / reps;
+            qsort(t[p][k], reps, sizeof(double), cmp_double);
+            ms[p][k] = t[p][k][reps / 2];
+            for (uint32_t j = 0; j < NPASS; j++) {
+                qsort(tp[p][k][j], reps, sizeof(double), cmp_double);
+                pass[p][k][j] = tp[p][k][j][reps / 2];
+            }
+        }
+    rc = 0;
+done:
+    R->qc = own;
+    own->read_path = KVQ_READ_AUTO;
+    own->profile = false;
+    for (int p = 1; p < np; p++)
+        vkh2o_qcache_destroy(qcs[p]);
+    return rc;
 }
 
 static const char* read_path_name(kvq_read_path p)
@@ -868,9 +948,10 @@ static int bench(vkh2o_context* ctx, const opts* o)
     }
     printf("bench: decode attention over a %u-token latent cache (c_kv 512 + k_pe 64, block %u), all blocks attended;\n"
            "       time = median of %u GPU-timestamp runs; cpu = process CPU time per step (contention check);\n"
-           "       read = how kvq_score / kvq_pv read the cache (storage buffers or texel views), steps alternating\n",
+           "       read = how kvq_score / kvq_pv read the cache (storage buffers or texel views);\n"
+           "       one cache per policy, steps alternating over every (policy, read) pair\n",
            o->bench_tokens, o->block ? o->block : 16, o->reps);
-    printf("  %-5s %-9s %-8s %10s %10s %9s %10s %10s %10s\n", "heads", "policy", "read", "ms", "cpu_ms", "pool_MB", "GB/s",
+    printf("  %-5s %-12s %-8s %10s %10s %9s %10s %10s %10s\n", "heads", "policy", "read", "ms", "cpu_ms", "pool_MB", "GB/s",
            "GFLOP/s", "vs_fp16");
     for (int hi = 0; hi < nh; hi++) {
         bo.heads = heads_list[hi];
@@ -879,20 +960,30 @@ static int bench(vkh2o_context* ctx, const opts* o)
             teardown(&R);
             return -1;
         }
-        vkh2o_qpolicy pols[2] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_BALANCED };
-        double ms[2][2], cpu[2][2];
-        uint64_t bytes[2];
-        for (int p = 0; p < 2; p++)
-            if (bench_one(&R, pols[p], o->reps, npaths, paths, ms[p], cpu[p], &bytes[p])) {
-                teardown(&R);
-                return -1;
-            }
+        vkh2o_qpolicy pols[VKH2O_QPOLICY_COUNT] = { VKH2O_QPOLICY_FP16 };
+        int np = 1;
+        for (uint32_t i = 0; i < o->n_bench_pols; i++)
+            pols[np++] = o->bench_pols[i];
+        double ms[NPOL][2], cpu[NPOL][2], pass[NPOL][2][NPASS];
+        uint64_t bytes[NPOL];
+        if (bench_all(&R, np, pols, o->reps, npaths, paths, o->profile, ms, cpu, bytes, pass)) {
+            teardown(&R);
+            return -1;
+        }
         double flops = vkh2o_qattn_flops(&R.qc->d, o->bench_tokens);
         for (uint32_t k = 0; k < npaths; k++)
-            for (int p = 0; p < 2; p++)
-                printf("  %-5u %-9s %-8s %10.3f %10.3f %9.1f %10.2f %10.2f %10.3f\n", bo.heads, vkh2o_qpolicy_name(pols[p]),
+            for (int p = 0; p < np; p++)
+                printf("  %-5u %-12s %-8s %10.3f %10.3f %9.1f %10.2f %10.2f %10.3f\n", bo.heads, vkh2o_qpolicy_name(pols[p]),
                        read_path_name(paths[k]), ms[p][k], cpu[p][k], bytes[p] / 1e6, bytes[p] / 1e9 / (ms[p][k] / 1e3),
                        flops / (ms[p][k] * 1e6), ms[p][k] / ms[0][k]);
+        if (o->profile)
+            for (uint32_t k = 0; k < npaths; k++)
+                for (int p = 0; p < np; p++) {
+                    printf("    profile %-3u %-12s %-8s", bo.heads, vkh2o_qpolicy_name(pols[p]), read_path_name(paths[k]));
+                    for (uint32_t j = 0; j < NPASS; j++)
+                        printf(" %s %.3f", pass_names[j], pass[p][k][j]);
+                    printf(" ms\n");
+                }
         teardown(&R);
     }
     return 0;
