@@ -102,6 +102,28 @@ assert b[0] > b[1] > b[2] > b[3], b
 assert pol["uniform-int8"]["attn_rel_err"] < pol["uniform-int4"]["attn_rel_err"]
 print("weights ok:", {p: round(pol[p]["attn_rel_err"], 5) for p in pol})
 PY
+# re-routing during decode: 48 appended tokens (3 blocks of 16) routed after every 16; every
+# block that aged out of the recent window is demoted, so uniform-int4 ends with only the sink (1)
+# and recent (2) blocks at FP16; routed only after the prefill, the aged blocks stay FP16
+for re in 16 0; do
+    "$TOOL" --weights "$TMP/small.safetensors" --seq-len 96 --decode 48 --seed 3 --route-every $re \
+        --json "$TMP/r$re.json" --quiet > /dev/null
+done
+python3 - "$TMP/r16.json" "$TMP/r0.json" <<'PY'
+import json, sys
+def pol(path):
+    return {r["policy"]: r for r in json.load(open(path)) if r["ablation"] == "policy"}
+a, b = pol(sys.argv[1]), pol(sys.argv[2])
+total = (96 + 48 + 15) // 16
+for p in (a, b):
+    for r in p.values():
+        assert r["blocks_fp16"] + r["blocks_int8"] + r["blocks_int4"] + r["blocks_evicted"] == total, r
+assert a["uniform-int4"]["blocks_fp16"] == 3 and a["uniform-int4"]["blocks_int4"] == total - 3, a["uniform-int4"]
+assert b["uniform-int4"]["blocks_fp16"] > 3, b["uniform-int4"]
+assert a["fp16"]["blocks_fp16"] == total
+assert a["uniform-int4"]["bytes"] < a["fp16"]["bytes"]
+print("re-route ok")
+PY
 set +e
 "$TOOL" --weights "$TMP/none.safetensors" > /dev/null 2> "$TMP/err.txt"; rc=$?
 set -e

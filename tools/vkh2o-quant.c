@@ -31,7 +31,7 @@
 
 typedef struct opts {
     uint32_t tokens, block, group, heads, seed, device, bench_tokens, reps;
-    uint32_t layer, seq_len, decode;
+    uint32_t layer, seq_len, decode, route_every;
     double budget;
     vkh2o_qlayout layout;
     kvq_read_path bench_read;   /* AUTO: both paths side by side */
@@ -104,6 +104,9 @@ static void usage(FILE* f)
             "  --layer L          model.layers.L (default 0)\n"
             "  --seq-len S        prefill tokens with --weights (default 512)\n"
             "  --decode D         decode steps with --weights (default 16)\n"
+            "  --route-every N    with --weights: route the cache again after every N appended tokens,\n"
+            "                     so aged-out recent blocks are demoted too (default 16; 0: only\n"
+            "                     after the prefill)\n"
             "  --quiet            only the table\n"
             "  --help\n"
             "Policies (fractions of routable blocks by importance rank): conservative 50%% FP16 / 50%% INT8;\n"
@@ -115,7 +118,7 @@ static int parse(int argc, char** argv, opts* o)
 {
     *o = (opts){ .tokens = 4096, .block = 16, .group = 32, .heads = 64, .seed = 1, .bench_tokens = 32768, .reps = 5,
                  .budget = 0.25, .layout = VKH2O_QLAYOUT_LATENT, .seq_len = 512, .decode = 16,
-                 .n_bench_pols = 1, .bench_pols = { VKH2O_QPOLICY_BALANCED } };
+                 .route_every = 16, .n_bench_pols = 1, .bench_pols = { VKH2O_QPOLICY_BALANCED } };
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -136,6 +139,7 @@ static int parse(int argc, char** argv, opts* o)
         U32("--layer", layer, 0, 100000)
         U32("--seq-len", seq_len, 1, 1u << 20)
         U32("--decode", decode, 1, 4096)
+        U32("--route-every", route_every, 0, 4096)
 #undef U32
         if (!strcmp(a, "--heads")) {
             if (!v) { fprintf(stderr, TOOL ": --heads needs a value\n"); return 2; }
@@ -214,7 +218,46 @@ typedef struct dataset {
     uint32_t T0;                  /* rows prefilled; with appends, row T0 + i is appended before step i */
     uint32_t steps;               /* decode steps (queries) */
     bool append;
+    float* step_mass;             /* append mode: [steps][T] the attention mass step i gives each
+                                   * token t <= T0 + i (summed over heads), or NULL */
 } dataset;
+
+/* The attention mass of every decode step over the tokens it sees (rows <= T0 + i), summed over
+ * heads, in double from the full-precision keys: what H2O accumulates into the importance. The
+ * same for every policy, so all of them route on the same importance trajectory. */
+static int compute_step_mass(dataset* d, float scale)
+{
+    d->step_mass = calloc((size_t)d->steps * d->T, sizeof(float));
+    double* sc = malloc(sizeof(double) * d->T);
+    if (!d->step_mass || !sc) {
+        free(sc);
+        return -1;
+    }
+    uint32_t qpk = d->H / d->kvh;
+    for (uint32_t i = 0; i < d->steps; i++) {
+        uint32_t n = d->T0 + i + 1;
+        float* m = d->step_mass + (size_t)i * d->T;
+        for (uint32_t h = 0; h < d->H; h++) {
+            const float* q = d->q + ((size_t)i * d->H + h) * d->dk;
+            double mx = -INFINITY, sum = 0;
+            for (uint32_t t = 0; t < n; t++) {
+                const float* k = d->k + ((size_t)t * d->kvh + h / qpk) * d->dk;
+                double a = 0;
+                for (uint32_t c = 0; c < d->dk; c++)
+                    a += (double)q[c] * k[c];
+                sc[t] = a * scale;
+                if (sc[t] > mx)
+                    mx = sc[t];
+            }
+            for (uint32_t t = 0; t < n; t++)
+                sum += sc[t] = exp(sc[t] - mx);
+            for (uint32_t t = 0; t < n; t++)
+                m[t] += (float)(sc[t] / sum);
+        }
+    }
+    free(sc);
+    return 0;
+}
 
 /*
  * Keys: per-channel scaled noise (a log-normal channel scale gives outlier channels, as the
@@ -314,6 +357,7 @@ static void free_dataset(dataset* d)
     free(d->v);
     free(d->imp);
     free(d->q);
+    free(d->step_mass);
 }
 
 /* ---------------------------------------------------------------- rows */
@@ -323,6 +367,7 @@ typedef struct row {
     vkh2o_qpolicy policy;
     int selector;                /* -1: all blocks (JSON null) */
     uint32_t budget_blocks, tokens_attended;
+    uint32_t blocks[4];          /* blocks by precision (FP16, INT8, INT4, evicted) after the steps */
     uint64_t bytes, read_bytes;
     double saved_pct;
     vkh2o_qmetrics km, vm;
@@ -336,10 +381,14 @@ typedef struct runner {
     vkh2o_qcache* qc;
     dataset data;
     vkh2o_buffer *kb, *vb, *ib, *qb, *ob;
+    vkh2o_buffer* mb;                      /* [T] one step's attention mass (append mode) */
     float* ref_out;              /* FP16 cache, all blocks */
     uint64_t fp16_bytes;
     float scale;
     vkh2o_qcache_desc desc;                /* the cache's desc (bench makes one cache per policy) */
+    vkh2o_qpolicy policy;                  /* of the last build */
+    uint32_t route_every;                  /* re-route after every N appended tokens (0: never) */
+    uint32_t routes;                       /* re-routes during the last attend_steps */
     double pass_ms[KVQ_PROF_MARKS - 1];   /* per pass of the last attend when qc->profile */
 } runner;
 
@@ -355,11 +404,16 @@ static int check(vkh2o_context* ctx, vkh2o_result r, const char* what)
 static int attend(runner* R, const vkh2o_qattn_desc* ad, float* out, double* ms);
 
 /* The decode steps on a freshly built cache: before step i the dataset's row T0 + i is appended
- * (weights mode), then its query attends. out: [steps][H][dv]; ms: summed GPU time. */
+ * (weights mode), and after every route_every appended tokens the cache is routed again with
+ * the build's policy (blocks that aged out of the recent window are demoted like the others;
+ * none is promoted); then its query attends, and the step's attention mass is added to the
+ * importance of the tokens it saw (H2O's accumulation). out: [steps][H][dv]; ms: summed GPU
+ * time of the attention (routing excluded). */
 static int attend_steps(runner* R, const vkh2o_qattn_desc* ad, float* out, double* ms)
 {
     const dataset* d = &R->data;
     *ms = 0;
+    R->routes = 0;
     for (uint32_t i = 0; i < d->steps; i++) {
         if (d->append) {
             uint32_t t = d->T0 + i;
@@ -367,6 +421,11 @@ static int attend_steps(runner* R, const vkh2o_qattn_desc* ad, float* out, doubl
                                                        d->v ? d->v + (size_t)t * d->kvh * d->dv : NULL, d->imp + t, 1),
                       "append"))
                 return -1;
+            if (R->route_every && (i + 1) % R->route_every == 0) {
+                if (check(R->ctx, vkh2o_qcache_route(R->qc, R->policy), "route"))
+                    return -1;
+                R->routes++;
+            }
         }
         if (d->steps > 1 &&
             check(R->ctx, vkh2o_buffer_upload(R->qb, 0, d->q + (size_t)i * d->H * d->dk, sizeof(float) * d->H * d->dk), "query"))
@@ -375,6 +434,12 @@ static int attend_steps(runner* R, const vkh2o_qattn_desc* ad, float* out, doubl
         if (attend(R, ad, out ? out + (size_t)i * d->H * d->dv : NULL, &t))
             return -1;
         *ms += t;
+        if (d->append && d->step_mass) {
+            uint32_t n = d->T0 + i + 1;
+            if (check(R->ctx, vkh2o_buffer_upload(R->mb, 0, d->step_mass + (size_t)i * d->T, sizeof(float) * n), "mass") ||
+                check(R->ctx, vkh2o_qcache_add_importance(R->qc, R->mb, 0, n), "importance"))
+                return -1;
+        }
     }
     return 0;
 }
@@ -401,6 +466,7 @@ static int attend(runner* R, const vkh2o_qattn_desc* ad, float* out, double* ms)
 
 static int build(runner* R, vkh2o_qpolicy p)
 {
+    R->policy = p;
     if (check(R->ctx, vkh2o_qcache_prefill(R->qc, R->kb, R->vb, R->ib, R->data.T0), "prefill"))
         return -1;
     return check(R->ctx, vkh2o_qcache_route(R->qc, p), "route");
@@ -467,10 +533,6 @@ static int measure(runner* R, const char* ablation, vkh2o_qpolicy p, int selecto
         free(same);
         return -1;
     }
-    vkh2o_qcache_stats st;
-    vkh2o_qcache_get_stats(qc, &st);
-    out->bytes = st.allocated_bytes;
-    out->saved_pct = 100.0 * (1.0 - (double)st.allocated_bytes / (double)R->fp16_bytes);
     /* untimed warm-up: lavapipe compiles a pipeline variant inside the first submission that
      * uses it, which would otherwise be counted in gpu_ms (seconds on a CPU device) */
     double warm_ms;
@@ -481,6 +543,12 @@ static int measure(runner* R, const char* ablation, vkh2o_qpolicy p, int selecto
         rc = check(R->ctx, vkh2o_qcache_metrics(qc, R->kb, R->vb, &out->km, &out->vm), "metrics");
     if (!rc && R->data.steps > 1)
         out->gpu_ms /= R->data.steps;
+    /* bytes at the end of the steps (after the last re-route), like the FP16 reference's */
+    vkh2o_qcache_stats st;
+    vkh2o_qcache_get_stats(qc, &st);
+    out->bytes = st.allocated_bytes;
+    out->saved_pct = 100.0 * (1.0 - (double)st.allocated_bytes / (double)R->fp16_bytes);
+    memcpy(out->blocks, st.blocks_by_prec, sizeof out->blocks);
     if (!rc)
         rc = selection_stats(R, &out->tokens_attended, &out->read_bytes);
     if (!rc) {
@@ -535,14 +603,16 @@ static bool write_csv(const char* path, const row* rows, int n)
     if (!outfile_open(&f, TOOL, path))
         return false;
     fprintf(f.f, "ablation,policy,selector,budget_blocks,tokens_attended,bytes,saved_pct,read_bytes,k_mse,k_max_abs,k_cos,"
-                 "v_mse,v_max_abs,v_cos,attn_rel_err,attn_cos,attn_rel_err_same_sel,attn_cos_same_sel,gpu_ms,flops,model_bytes_61l_32k,model_saved_pct,model_flops_61l_32k\n");
+                 "v_mse,v_max_abs,v_cos,attn_rel_err,attn_cos,attn_rel_err_same_sel,attn_cos_same_sel,gpu_ms,flops,model_bytes_61l_32k,model_saved_pct,model_flops_61l_32k,"
+                 "blocks_fp16,blocks_int8,blocks_int4,blocks_evicted\n");
     for (int i = 0; i < n; i++) {
         const row* r = &rows[i];
-        fprintf(f.f, "%s,%s,%s,%u,%u,%llu,%.4f,%llu,%.6e,%.6e,%.8f,%.6e,%.6e,%.8f,%.6e,%.8f,%.6e,%.8f,%.4f,%.6e,%.6e,%.4f,%.6e\n",
+        fprintf(f.f, "%s,%s,%s,%u,%u,%llu,%.4f,%llu,%.6e,%.6e,%.8f,%.6e,%.6e,%.8f,%.6e,%.8f,%.6e,%.8f,%.4f,%.6e,%.6e,%.4f,%.6e,%u,%u,%u,%u\n",
                 r->ablation, vkh2o_qpolicy_name(r->policy), r->selector < 0 ? "" : sel_name(r->selector), r->budget_blocks,
                 r->tokens_attended, (unsigned long long)r->bytes, r->saved_pct, (unsigned long long)r->read_bytes, r->km.mse,
                 r->km.max_abs, r->km.cosine, r->vm.mse, r->vm.max_abs, r->vm.cosine, r->attn_rel_err, r->attn_cos, r->attn_rel_same,
-                r->attn_cos_same, r->gpu_ms, r->flops, r->model_bytes, r->model_saved_pct, r->model_flops);
+                r->attn_cos_same, r->gpu_ms, r->flops, r->model_bytes, r->model_saved_pct, r->model_flops, r->blocks[0],
+                r->blocks[1], r->blocks[2], r->blocks[3]);
     }
     return outfile_close(&f, TOOL, true);
 }
@@ -565,12 +635,13 @@ static bool write_json(const char* path, const row* rows, int n, const char* lay
                 "\"tokens_attended\": %u, \"bytes\": %llu, \"saved_pct\": %.6f, \"read_bytes\": %llu, "
                 "\"k_mse\": %.9g, \"k_max_abs\": %.9g, \"k_cos\": %.9g, \"v_mse\": %.9g, \"v_max_abs\": %.9g, \"v_cos\": %.9g, "
                 "\"attn_rel_err\": %.9g, \"attn_cos\": %.9g, \"attn_rel_err_same_sel\": %.9g, \"attn_cos_same_sel\": %.9g, \"gpu_ms\": %.6g, \"flops\": %.9g, "
-                "\"model_bytes_61l_32k\": %.9g, \"model_saved_pct\": %.6f, \"model_flops_61l_32k\": %.9g}%s\n",
+                "\"model_bytes_61l_32k\": %.9g, \"model_saved_pct\": %.6f, \"model_flops_61l_32k\": %.9g, "
+                "\"blocks_fp16\": %u, \"blocks_int8\": %u, \"blocks_int4\": %u, \"blocks_evicted\": %u}%s\n",
                 r->ablation, vkh2o_qpolicy_name(r->policy), sel, layout, r->budget_blocks, r->tokens_attended,
                 (unsigned long long)r->bytes, r->saved_pct, (unsigned long long)r->read_bytes, r->km.mse, r->km.max_abs,
                 r->km.cosine, r->vm.mse, r->vm.max_abs, r->vm.cosine, r->attn_rel_err, r->attn_cos, r->attn_rel_same,
                 r->attn_cos_same, r->gpu_ms < 0 ? 0.0 : r->gpu_ms, r->flops, r->model_bytes, r->model_saved_pct, r->model_flops,
-                i + 1 < n ? "," : "");
+                r->blocks[0], r->blocks[1], r->blocks[2], r->blocks[3], i + 1 < n ? "," : "");
     }
     fprintf(f.f, "]\n");
     return outfile_close(&f, TOOL, true);
@@ -590,6 +661,8 @@ static int setup_buffers(runner* R, vkh2o_context* ctx, const vkh2o_qcache_desc*
         r = vkh2o_buffer_create(ctx, sizeof(float) * d->nv, &R->vb);
     if (r == VKH2O_OK)
         r = vkh2o_buffer_create(ctx, sizeof(float) * T, &R->ib);
+    if (r == VKH2O_OK)
+        r = vkh2o_buffer_create(ctx, sizeof(float) * T, &R->mb);
     if (r == VKH2O_OK)
         r = vkh2o_buffer_create(ctx, sizeof(float) * d->H * d->dk, &R->qb);
     if (r == VKH2O_OK)
@@ -702,8 +775,9 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
         goto done;
     if (!o->quiet)
         printf("weights: %s, layer %u (%s): %u heads, kv_lora %u, rope %u, nope %u, v %u, hidden %u; prefill %u seeded-normal "
-               "tokens, %u decode steps\n", o->weights, o->layer, cfg_path[0] ? cfg_path : "Kimi K2.6 config", H, L, rope, nope,
-               vd, hid, S, D);
+               "tokens, %u decode steps, routed after the prefill%s\n", o->weights, o->layer,
+               cfg_path[0] ? cfg_path : "Kimi K2.6 config", H, L, rope, nope, vd, hid, S, D,
+               o->route_every && o->route_every <= D ? " and after every --route-every appended tokens" : " only");
     rng_state = 0x5eed0000ull + o->seed;
     hidden = normal_rows(S + D, hid);
     out = malloc(sizeof(float) * (size_t)(S + 1) * hid);
@@ -822,6 +896,10 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
         if (check(ctx, r, "absorption check"))
             goto done;
     }
+    if (compute_step_mass(d, R->scale)) {
+        fprintf(stderr, TOOL ": out of host memory\n");
+        goto done;
+    }
     rc = 0;
 done:
     vkh2o_buffer_destroy(hb);
@@ -840,6 +918,7 @@ static void teardown(runner* R)
     vkh2o_buffer_destroy(R->kb);
     vkh2o_buffer_destroy(R->vb);
     vkh2o_buffer_destroy(R->ib);
+    vkh2o_buffer_destroy(R->mb);
     vkh2o_buffer_destroy(R->qb);
     vkh2o_buffer_destroy(R->ob);
     vkh2o_qcache_destroy(R->qc);
@@ -1028,6 +1107,7 @@ int main(int argc, char** argv)
     double check_rel = -1;
     if (o.weights ? setup_weights(&R, ctx, &o, &check_rel) : setup(&R, ctx, &o, o.tokens, false))
         goto done;
+    R.route_every = o.weights ? o.route_every : 0;
     const dataset* d = &R.data;
     if (o.weights && !o.quiet)
         printf("absorption check: FP16 cache + absorbed query, through W_uv, vs the layer's own forward over %u tokens: "
@@ -1040,13 +1120,13 @@ int main(int argc, char** argv)
     if (build(&R, VKH2O_QPOLICY_FP16))
         goto done;
     {
-        vkh2o_qcache_stats st;
-        vkh2o_qcache_get_stats(R.qc, &st);
-        R.fp16_bytes = st.allocated_bytes;
         R.ref_out = malloc(sizeof(float) * d->steps * d->H * d->dv);
         double ms;
         if (attend_steps(&R, &(vkh2o_qattn_desc){ .scale = R.scale }, R.ref_out, &ms))
             goto done;
+        vkh2o_qcache_stats st;
+        vkh2o_qcache_get_stats(R.qc, &st);
+        R.fp16_bytes = st.allocated_bytes;
     }
     uint32_t routable = kvq_routable(&R.qc->d, R.qc->blocks);
     uint32_t budget = (uint32_t)(o.budget * routable + 0.5);
