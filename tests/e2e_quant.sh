@@ -138,7 +138,13 @@ set +e
 set -e
 [ "$rc" -eq 2 ] || { echo "--bench-read nope: exit $rc, want 2"; exit 1; }
 # a small bench: both read paths side by side, 4 rows (fp16 and balanced per path)
-"$TOOL" --bench --bench-tokens 512 --heads 2 --reps 1 > "$TMP/bench.txt"
+"$TOOL" --bench --bench-tokens 512 --heads 2 --reps 1 --bench-read both > "$TMP/bench.txt"
+# by default the library's own read path only: texel views on a CPU device (lavapipe)
+"$TOOL" --bench --bench-tokens 512 --heads 2 --reps 1 > "$TMP/bench1.txt"
+[ "$(grep -cE '^ +2 +(fp16|balanced) +(storage|texel) ' "$TMP/bench1.txt")" -eq 2 ] || { cat "$TMP/bench1.txt"; exit 1; }
+if "$BUILD/vkh2o-info" 2>/dev/null | grep -q '^chosen: llvmpipe'; then
+    [ "$(grep -cE '^ +2 +(fp16|balanced) +texel ' "$TMP/bench1.txt")" -eq 2 ] || { cat "$TMP/bench1.txt"; exit 1; }
+fi
 [ "$(grep -cE '^ +2 +(fp16|balanced) +storage ' "$TMP/bench.txt")" -eq 2 ] || { cat "$TMP/bench.txt"; exit 1; }
 [ "$(grep -cE '^ +2 +(fp16|balanced) +texel ' "$TMP/bench.txt")" -eq 2 ] || { cat "$TMP/bench.txt"; exit 1; }
 # the policies to time and the per-pass profile: fp16 first, then the listed ones, one profile line

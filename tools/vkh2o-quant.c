@@ -34,7 +34,8 @@ typedef struct opts {
     uint32_t layer, seq_len, decode, route_every;
     double budget;
     vkh2o_qlayout layout;
-    kvq_read_path bench_read;   /* AUTO: both paths side by side */
+    kvq_read_path bench_read;   /* AUTO: the library's choice for the device */
+    bool bench_both;            /* --bench-read both: storage and texel side by side */
     bool heads_set, quiet, bench, profile;
     uint32_t n_bench_pols;                     /* policies of --bench after fp16 */
     vkh2o_qpolicy bench_pols[VKH2O_QPOLICY_COUNT];
@@ -91,8 +92,9 @@ static void usage(FILE* f)
             "  --bench            decode attention over a 32K-token latent cache: FP16 vs balanced\n"
             "  --bench-tokens N   cache length of --bench (default 32768)\n"
             "  --reps N           timed repetitions per --bench figure (default 5; the median is shown)\n"
-            "  --bench-read R     both | storage | texel: how the attention reads the cache in --bench\n"
-            "                     (default both, side by side, steps alternating)\n"
+            "  --bench-read R     auto | storage | texel | both: how the attention reads the cache in\n"
+            "                     --bench (default auto: the library's choice for the device, texel\n"
+            "                     views on a CPU device; both: storage and texel side by side)\n"
             "  --bench-policies L comma-separated policies --bench times against fp16 (default balanced)\n"
             "  --profile          with --bench: also the median GPU time of each pass of the step\n"
             "                     (select, score, softmax, pv, combine)\n"
@@ -165,11 +167,12 @@ static int parse(int argc, char** argv, opts* o)
             else o->weights = v;
             i++;
         } else if (!strcmp(a, "--bench-read")) {
-            if (!v || (strcmp(v, "both") && strcmp(v, "storage") && strcmp(v, "texel"))) {
-                fprintf(stderr, TOOL ": --bench-read: '%s' is not one of both storage texel\n", v ? v : "");
+            if (!v || (strcmp(v, "auto") && strcmp(v, "both") && strcmp(v, "storage") && strcmp(v, "texel"))) {
+                fprintf(stderr, TOOL ": --bench-read: '%s' is not one of auto both storage texel\n", v ? v : "");
                 return 2;
             }
-            o->bench_read = !strcmp(v, "both") ? KVQ_READ_AUTO : !strcmp(v, "storage") ? KVQ_READ_STORAGE : KVQ_READ_TEXEL;
+            o->bench_both = !strcmp(v, "both");
+            o->bench_read = !strcmp(v, "storage") ? KVQ_READ_STORAGE : !strcmp(v, "texel") ? KVQ_READ_TEXEL : KVQ_READ_AUTO;
             i++;
         } else if (!strcmp(a, "--bench")) {
             o->bench = true;
@@ -1018,10 +1021,10 @@ static int bench(vkh2o_context* ctx, const opts* o)
     bo.layout = VKH2O_QLAYOUT_LATENT;
     uint32_t heads_list[2] = { o->heads, 1 };
     int nh = o->heads_set ? 1 : 2;
-    /* both read paths side by side unless one is asked for */
+    /* one read path (the library's choice unless one is asked for) or both side by side */
     kvq_read_path paths[2] = { KVQ_READ_STORAGE, KVQ_READ_TEXEL };
     uint32_t npaths = 2;
-    if (o->bench_read != KVQ_READ_AUTO) {
+    if (!o->bench_both) {
         paths[0] = o->bench_read;
         npaths = 1;
     }
@@ -1050,15 +1053,24 @@ static int bench(vkh2o_context* ctx, const opts* o)
             return -1;
         }
         double flops = vkh2o_qattn_flops(&R.qc->d, o->bench_tokens);
+        /* the path auto resolved to (the plan of the FP16 cache, still built) */
+        const char* pname[2];
+        for (uint32_t k = 0; k < npaths; k++) {
+            pname[k] = read_path_name(paths[k]);
+            kvq_attn_plan pl;
+            if (paths[k] == KVQ_READ_AUTO &&
+                kvq_plan_attend(R.qc, &(vkh2o_qattn_desc){ .selector = VKH2O_QSELECT_ALL }, &pl) == VKH2O_OK)
+                pname[k] = pl.tex ? "texel" : "storage";
+        }
         for (uint32_t k = 0; k < npaths; k++)
             for (int p = 0; p < np; p++)
                 printf("  %-5u %-12s %-8s %10.3f %10.3f %9.1f %10.2f %10.2f %10.3f\n", bo.heads, vkh2o_qpolicy_name(pols[p]),
-                       read_path_name(paths[k]), ms[p][k], cpu[p][k], bytes[p] / 1e6, bytes[p] / 1e9 / (ms[p][k] / 1e3),
+                       pname[k], ms[p][k], cpu[p][k], bytes[p] / 1e6, bytes[p] / 1e9 / (ms[p][k] / 1e3),
                        flops / (ms[p][k] * 1e6), ms[p][k] / ms[0][k]);
         if (o->profile)
             for (uint32_t k = 0; k < npaths; k++)
                 for (int p = 0; p < np; p++) {
-                    printf("    profile %-3u %-12s %-8s", bo.heads, vkh2o_qpolicy_name(pols[p]), read_path_name(paths[k]));
+                    printf("    profile %-3u %-12s %-8s", bo.heads, vkh2o_qpolicy_name(pols[p]), pname[k]);
                     for (uint32_t j = 0; j < NPASS; j++)
                         printf(" %s %.3f", pass_names[j], pass[p][k][j]);
                     printf(" ms\n");
