@@ -563,12 +563,10 @@ static int measure(runner* R, const char* ablation, vkh2o_qpolicy p, int selecto
     free(same);
     /* the analytical model at Kimi scale: 61 layers, 32K tokens, this desc's block/group sizes */
     vkh2o_qcache_desc kd = qc->d;
+    vkh2o_mla_config kimi;
+    vkh2o_mla_config_kimi_k26(&kimi);
+    vkh2o_qcache_desc_from_mla(&kimi, qc->d.layout, &kd);
     kd.max_tokens = 32768;
-    kd.num_heads = 64;
-    kd.kv_lora_rank = 512;
-    kd.qk_rope_head_dim = 64;
-    kd.qk_nope_head_dim = 128;
-    kd.v_head_dim = 128;
     kd.flags = 0;
     uint32_t c[4], c16[4];
     vkh2o_qpolicy_counts(&kd, p, 32768, c);
