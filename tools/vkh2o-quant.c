@@ -9,10 +9,12 @@
  * FP16 / INT8 / INT4) and "selection" (score vs quest vs random at the same token budget).
  * Then the analytical model for Kimi (61 layers, 32K context) and the expected-shape checks.
  * --weights: the same table on a cache built from a real MLA layer (prefill forward over S
- * seeded-normal tokens, then D decode steps that append their token and attend with the
- * absorbed query; errors over all steps), with a check of the absorption against the layer.
- * --bench: decode attention over a 32K-token latent cache, FP16 vs balanced, 64 heads and 1
- * head, GPU timestamps and process CPU time.
+ * seeded-normal tokens, then D decode steps that append their token, re-route every N tokens,
+ * attend with the absorbed query and add their attention mass to the importance; errors over
+ * all steps), with a check of the absorption against the layer.
+ * --bench: decode attention over a 32K-token latent cache, FP16 vs balanced (or the listed
+ * policies), 64 heads and 1 head, one cache per policy with the steps alternating, GPU
+ * timestamps (per pass with --profile) and process CPU time.
  */
 #include "cli.h"
 #include "outfile.h"
@@ -89,7 +91,9 @@ static void usage(FILE* f)
             "  --device N         Vulkan device index (see vkh2o-info)\n"
             "  --csv FILE         write the table as CSV\n"
             "  --json FILE        write the table as a JSON array, one object per row\n"
-            "  --bench            decode attention over a 32K-token latent cache: FP16 vs balanced\n"
+            "  --bench            decode attention over a 32K-token latent cache, 64 heads and 1 head\n"
+            "                     (--heads H: only H): FP16 vs the --bench-policies, one cache per\n"
+            "                     policy, steps alternating\n"
             "  --bench-tokens N   cache length of --bench (default 32768)\n"
             "  --reps N           timed repetitions per --bench figure (default 5; the median is shown)\n"
             "  --bench-read R     auto | storage | texel | both: how the attention reads the cache in\n"
