@@ -702,6 +702,34 @@ static int setup(runner* R, vkh2o_context* ctx, const opts* o, uint32_t T, bool 
     return setup_buffers(R, ctx, &desc);
 }
 
+/* The table's rows, in order: every policy (all blocks), the precision ablation (FP16 / INT8 /
+ * INT4 on the same score-selected blocks), the selection ablation (score / quest / random for
+ * FP16 and balanced), with a progress line on a terminal. rows: room for 32. */
+static int measure_all(runner* R, uint32_t budget, bool quiet, row* rows, int* n)
+{
+    typedef struct { const char* ablation; vkh2o_qpolicy pol; int sel; } row_plan;
+    row_plan plan[VKH2O_QPOLICY_COUNT + 3 + 2 * 3];
+    int np = 0;
+    for (int p = 0; p < VKH2O_QPOLICY_COUNT; p++)
+        plan[np++] = (row_plan){ "policy", (vkh2o_qpolicy)p, -1 };
+    vkh2o_qpolicy prec_pols[3] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_UNIFORM_INT8, VKH2O_QPOLICY_UNIFORM_INT4 };
+    for (int i = 0; i < 3; i++)
+        plan[np++] = (row_plan){ "precision", prec_pols[i], VKH2O_QSELECT_SCORE };
+    vkh2o_qpolicy sel_pols[2] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_BALANCED };
+    for (int i = 0; i < 2; i++)
+        for (int s = VKH2O_QSELECT_SCORE; s <= VKH2O_QSELECT_RANDOM; s++)
+            plan[np++] = (row_plan){ "selection", sel_pols[i], s };
+    cli_progress prog;
+    cli_progress_begin(&prog, "rows", (uint64_t)np, quiet);
+    int rc = 0;
+    for (int i = 0; i < np && !rc; i++) {
+        rc = measure(R, plan[i].ablation, plan[i].pol, plan[i].sel, plan[i].sel < 0 ? 0 : budget, &rows[(*n)++]);
+        cli_progress_update(&prog, (uint64_t)i + 1);
+    }
+    cli_progress_end(&prog);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- --weights */
 
 static bool file_exists(const char* p)
@@ -954,13 +982,14 @@ static const char* const pass_names[NPASS] = { "select", "score", "softmax", "pv
 #define NPOL VKH2O_QPOLICY_COUNT
 
 static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps, uint32_t npaths,
-                     const kvq_read_path* paths, bool profile, double ms[][2], double cpu_ms[][2], uint64_t* bytes,
-                     double pass[][2][NPASS])
+                     const kvq_read_path* paths, bool profile, bool quiet, double ms[][2], double cpu_ms[][2],
+                     uint64_t* bytes, double pass[][2][NPASS])
 {
     static double t[NPOL][2][1000], tp[NPOL][2][NPASS][1000];
     double cpu[NPOL][2] = { { 0 } }, dummy;
     vkh2o_qcache* qcs[NPOL] = { R->qc };
     vkh2o_qcache* own = R->qc;
+    cli_progress prog = { .enabled = false };   /* begun before the timed steps */
     int rc = -1;
     for (int p = 1; p < np; p++)
         if (check(R->ctx, vkh2o_qcache_create(R->ctx, &R->desc, &qcs[p]), "cache"))
@@ -980,9 +1009,13 @@ static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps
                 goto done;
         }
     }
+    char label[48];
+    snprintf(label, sizeof label, "bench %u head%s", R->data.H, R->data.H == 1 ? "" : "s");
+    cli_progress_begin(&prog, label, (uint64_t)reps * np * npaths, quiet);
     for (uint32_t i = 0; i < reps; i++)
         for (int p = 0; p < np; p++)
             for (uint32_t k = 0; k < npaths; k++) {
+                cli_progress_update(&prog, ((uint64_t)i * np + p) * npaths + k);
                 R->qc = qcs[p];
                 R->qc->read_path = paths[k];
                 double c0 = cpu_seconds();
@@ -1004,6 +1037,7 @@ static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps
         }
     rc = 0;
 done:
+    cli_progress_end(&prog);
     R->qc = own;
     own->read_path = KVQ_READ_AUTO;
     own->profile = false;
@@ -1050,7 +1084,7 @@ static int bench(vkh2o_context* ctx, const opts* o)
             pols[np++] = o->bench_pols[i];
         double ms[NPOL][2], cpu[NPOL][2], pass[NPOL][2][NPASS];
         uint64_t bytes[NPOL];
-        if (bench_all(&R, np, pols, o->reps, npaths, paths, o->profile, ms, cpu, bytes, pass)) {
+        if (bench_all(&R, np, pols, o->reps, npaths, paths, o->profile, o->quiet, ms, cpu, bytes, pass)) {
             teardown(&R);
             return -1;
         }
@@ -1144,18 +1178,8 @@ int main(int argc, char** argv)
     }
     uint32_t routable = kvq_routable(&R.qc->d, R.qc->blocks);
     uint32_t budget = (uint32_t)(o.budget * routable + 0.5);
-    for (int p = 0; p < VKH2O_QPOLICY_COUNT; p++)
-        if (measure(&R, "policy", (vkh2o_qpolicy)p, -1, 0, &rows[n++]))
-            goto done;
-    vkh2o_qpolicy prec_pols[3] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_UNIFORM_INT8, VKH2O_QPOLICY_UNIFORM_INT4 };
-    for (int i = 0; i < 3; i++)
-        if (measure(&R, "precision", prec_pols[i], VKH2O_QSELECT_SCORE, budget, &rows[n++]))
-            goto done;
-    vkh2o_qpolicy sel_pols[2] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_BALANCED };
-    for (int i = 0; i < 2; i++)
-        for (int s = VKH2O_QSELECT_SCORE; s <= VKH2O_QSELECT_RANDOM; s++)
-            if (measure(&R, "selection", sel_pols[i], s, budget, &rows[n++]))
-                goto done;
+    if (measure_all(&R, budget, o.quiet, rows, &n))
+        goto done;
     print_rows(rows, n);
 
     if (!o.quiet) {
