@@ -139,8 +139,10 @@ set -e
 [ "$rc" -eq 2 ] || { echo "--bench-read nope: exit $rc, want 2"; exit 1; }
 # a small bench: both read paths side by side, 4 rows (fp16 and balanced per path)
 "$TOOL" --bench --bench-tokens 512 --heads 2 --reps 1 --bench-read both > "$TMP/bench.txt"
-# by default the library's own read path only: texel views on a CPU device (lavapipe)
-"$TOOL" --bench --bench-tokens 512 --heads 2 --reps 1 > "$TMP/bench1.txt"
+# by default the library's own read path only: texel views on a CPU device (lavapipe); stderr is
+# not a terminal here, so no progress line may appear on it
+"$TOOL" --bench --bench-tokens 512 --heads 2 --reps 1 > "$TMP/bench1.txt" 2> "$TMP/bench1.err"
+[ ! -s "$TMP/bench1.err" ] || { echo "progress or messages on a pipe:"; cat "$TMP/bench1.err"; exit 1; }
 [ "$(grep -cE '^ +2 +(fp16|balanced) +(storage|texel) ' "$TMP/bench1.txt")" -eq 2 ] || { cat "$TMP/bench1.txt"; exit 1; }
 if "$BUILD/vkh2o-info" 2>/dev/null | grep -q '^chosen: llvmpipe'; then
     [ "$(grep -cE '^ +2 +(fp16|balanced) +texel ' "$TMP/bench1.txt")" -eq 2 ] || { cat "$TMP/bench1.txt"; exit 1; }
