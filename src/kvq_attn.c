@@ -131,6 +131,14 @@ static void plan_iters(const vkh2o_qcache* qc, kvq_attn_plan* pl)
 /* Texels a view of the whole buffer in format bytes fb would have (0 when absent). */
 static uint64_t view_texels(const vkh2o_buffer* b, uint32_t fb) { return b ? vkh2o_buffer_size(b) / fb : 0; }
 
+/* CPU tile shapes and read path (qc->tiles, else the device type). */
+static bool cpu_tiles(const vkh2o_qcache* qc)
+{
+    if (qc->tiles != KVQ_TILES_AUTO)
+        return qc->tiles == KVQ_TILES_CPU;
+    return vkh2o_context_caps(qc->ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+
 /* Resolves qc->read_path into pl->tex: texel views need the wide layout and every view (query,
  * scores, pools in their formats) within maxTexelBufferElements. */
 static vkh2o_result plan_read_path(vkh2o_qcache* qc, kvq_attn_plan* pl)
@@ -153,7 +161,7 @@ static vkh2o_result plan_read_path(vkh2o_qcache* qc, kvq_attn_plan* pl)
         pl->tex = 1;
         break;
     default:
-        pl->tex = fits && caps->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+        pl->tex = fits && cpu_tiles(qc);
         break;
     }
     return VKH2O_OK;
@@ -186,7 +194,7 @@ vkh2o_result kvq_plan_attend(vkh2o_qcache* qc, const vkh2o_qattn_desc* a, kvq_at
 {
     vkh2o_context* ctx = qc->ctx;
     const vkh2o_device_caps* caps = vkh2o_context_caps(ctx);
-    bool cpu = caps->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    bool cpu = cpu_tiles(qc);
     uint32_t H = qc->d.num_heads, kvh = qc->shape.kv_heads, qpk = H / kvh, B = qc->d.block_size;
     uint32_t dv = qc->shape.d_v;
     memset(pl, 0, sizeof *pl);

@@ -71,6 +71,15 @@ typedef enum kvq_read_path {
 /* Timestamps of a profiled attention (kvq_record_attend): KVQ_PROF_MARKS - 1 passes. */
 #define KVQ_PROF_MARKS 6u
 
+/* Tile shapes of the decode attention: AUTO by the device type (register-blocked CPU tiles on a
+ * CPU device, small GPU tiles elsewhere); tests force GPU tiles on lavapipe so the shader
+ * variants a GPU runs are checked too. */
+typedef enum kvq_tiles {
+    KVQ_TILES_AUTO = 0,
+    KVQ_TILES_CPU = 1,
+    KVQ_TILES_GPU = 2,
+} kvq_tiles;
+
 /* Per-tensor section sizes in 32-bit words. */
 typedef struct kvq_section {
     uint32_t data_words[3];     /* by precision FP16, INT8, INT4 */
@@ -105,6 +114,7 @@ struct vkh2o_qcache {
     vkh2o_buffer* mpart;        /* metrics partials */
     uint32_t last_selected_blocks;
     kvq_read_path read_path;    /* attention read path (tests and benchmarks set it) */
+    kvq_tiles tiles;            /* attention tile shapes (tests set it) */
     /* per-pass timestamps of the last recorded attention when profile is set (benchmarks):
      * before select, after select, score, softmax, pv, combine (UINT32_MAX: unavailable) */
     bool profile;

@@ -121,12 +121,14 @@ static void run_case(const tq_case* tc, uint64_t seed)
             { VKH2O_QSELECT_QUEST, R + 5, 0 },
         };
         /* every run through both read paths where the layout allows texel reads (8-wide), else
-         * storage only, texel refused */
+         * storage only, texel refused; then once more with the tile shapes and read path a GPU
+         * gets (the device's own choice is the CPU one on lavapipe) */
         bool wide = kvq_wide_layout(qc) != 0;
         {
             vkh2o_qattn_desc ad = { .selector = VKH2O_QSELECT_ALL };
             kvq_attn_plan pl;
             qc->read_path = KVQ_READ_AUTO;
+            qc->tiles = KVQ_TILES_AUTO;
             assert_int_equal(kvq_plan_attend(qc, &ad, &pl), VKH2O_OK);
             assert_int_equal(pl.tex, wide && vkh2o_context_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU);
             qc->read_path = KVQ_READ_TEXEL;
@@ -134,9 +136,12 @@ static void run_case(const tq_case* tc, uint64_t seed)
                 assert_int_equal(vkh2o_run_qcache_attend(qc, qb, out, &ad, NULL), VKH2O_ERROR_UNSUPPORTED);
             }
         }
-        for (size_t rr = 0; rr < (wide ? 2u : 1u) * (sizeof runs / sizeof runs[0]); rr++) {
-            size_t ri = rr % (sizeof runs / sizeof runs[0]);
-            qc->read_path = rr / (sizeof runs / sizeof runs[0]) ? KVQ_READ_TEXEL : KVQ_READ_STORAGE;
+        const size_t nruns = sizeof runs / sizeof runs[0];
+        for (size_t rr = 0; rr < (wide ? 3u : 2u) * nruns; rr++) {
+            size_t ri = rr % nruns, mode = rr / nruns;
+            bool gpu_tiles = mode == (wide ? 2u : 1u);
+            qc->tiles = gpu_tiles ? KVQ_TILES_GPU : KVQ_TILES_AUTO;
+            qc->read_path = gpu_tiles ? KVQ_READ_AUTO : mode ? KVQ_READ_TEXEL : KVQ_READ_STORAGE;
             vkh2o_qattn_desc ad = { .selector = runs[ri].sel, .budget_blocks = runs[ri].budget, .seed = rseed,
                                     .blocks_per_split = runs[ri].bps };
             vt_poison(out);
@@ -179,7 +184,13 @@ static void run_case(const tq_case* tc, uint64_t seed)
             assert_int_equal(sel_tokens, ntok);
             ref_kvq_attention(q, kd, vd, use, T, H, kvh, dk, dv, scale, want);
             char label[160];
-            const char* path = qc->read_path == KVQ_READ_TEXEL ? "texel" : "storage";
+            const char* path = gpu_tiles ? "GPU tiles, storage" : qc->read_path == KVQ_READ_TEXEL ? "texel" : "storage";
+            if (gpu_tiles) {
+                kvq_attn_plan gp;
+                assert_int_equal(kvq_plan_attend(qc, &ad, &gp), VKH2O_OK);
+                assert_int_equal(gp.tex, 0);
+                assert_true(gp.tm <= 4 && gp.pt <= 4 && gp.tc == 8);
+            }
             snprintf(label, sizeof label, "%s %s k=%u bps=%u (%u blocks, %u tokens, %s reads) vs CPU same bytes",
                      vkh2o_qpolicy_name(pols[pi]), vkh2o_qselector_name(ad.selector), ad.budget_blocks, ad.blocks_per_split, wn,
                      ntok, path);
@@ -274,14 +285,16 @@ static void test_long_context(void** state)
         tq_dequant_all(&s, kd, NULL);
         double scale = (double)(1.0f / sqrtf((float)dk));
         ref_kvq_attention(q, kd, NULL, use, T, H, 1, dk, dv, scale, want);
-        uint32_t bps_list[2] = { 0, 1u << 30 };
-        for (int bi = 0; bi < 2; bi++) {
+        /* the automatic split, the fewest splits, and (first case) the GPU tiles' automatic split */
+        uint32_t bps_list[3] = { 0, 1u << 30, 0 };
+        for (int bi = 0; bi < (ci == 0 ? 3 : 2); bi++) {
+            qc->tiles = bi == 2 ? KVQ_TILES_GPU : KVQ_TILES_AUTO;
             vkh2o_qattn_desc ad = { .selector = VKH2O_QSELECT_ALL, .blocks_per_split = bps_list[bi] };
             kvq_attn_plan pl;
             assert_int_equal(kvq_plan_attend(qc, &ad, &pl), VKH2O_OK);
-            printf("#   bps %u: %u splits of %u blocks; loop iterations per invocation: score %u, softmax %u, pv %u, "
-                   "combine %u\n", ad.blocks_per_split, pl.splits, pl.bps, pl.iters_score, pl.iters_softmax, pl.iters_pv,
-                   pl.iters_combine);
+            printf("#   bps %u%s: %u splits of %u blocks; loop iterations per invocation: score %u, softmax %u, pv %u, "
+                   "combine %u\n", ad.blocks_per_split, bi == 2 ? " (GPU tiles)" : "", pl.splits, pl.bps, pl.iters_score,
+                   pl.iters_softmax, pl.iters_pv, pl.iters_combine);
             assert_true(pl.iters_score <= KVQ_LOOP_BUDGET && pl.iters_softmax <= KVQ_LOOP_BUDGET &&
                         pl.iters_pv <= KVQ_LOOP_BUDGET && pl.iters_combine <= KVQ_LOOP_BUDGET);
             vt_poison(out);
