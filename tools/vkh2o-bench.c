@@ -23,7 +23,7 @@
 #define BENCH_MAX_ROWS 64
 
 typedef struct bench_row {
-    char name[128];          /* contains "matmul" or "forward" */
+    char name[192];          /* contains "matmul" or "forward" */
     char device[256];        /* the device name, or "cpu: ..." */
     double median_ms;
     double gflops;           /* 0 when not meaningful */

@@ -128,12 +128,11 @@ static int parse(int argc, char** argv, opts* o)
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
-#define U32(flag, field, lo, hi)                                                                \
-    if (!strcmp(a, flag)) {                                                                     \
-        if (!v) { fprintf(stderr, TOOL ": %s needs a value\n", flag); return 2; }               \
-        if (!cli_parse_u32(TOOL, flag, v, lo, hi, &o->field)) return 2;                        \
-        i++;                                                                                    \
-        continue;                                                                               \
+#define U32(flag, field, lo, hi)                                                            \
+    {                                                                                       \
+        int r_ = cli_flag_u32(TOOL, argc, argv, &i, flag, lo, hi, &o->field);              \
+        if (r_ < 0) return 2;                                                               \
+        if (r_) continue;                                                                   \
     }
         U32("--tokens", tokens, 1, 1u << 20)
         U32("--block", block, 0, 1u << 20)

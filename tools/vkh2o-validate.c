@@ -102,11 +102,10 @@ static int parse_args(int argc, char** argv, opts* o)
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
         int c;
 #define U32(flag, field, lo, hi)                                                            \
-    if (!strcmp(a, flag)) {                                                                 \
-        if (!v) { fprintf(stderr, TOOL ": %s needs a value\n", flag); return 2; }           \
-        if (!cli_parse_u32(TOOL, flag, v, lo, hi, &o->field)) return 2;                    \
-        i++;                                                                                \
-        continue;                                                                           \
+    {                                                                                       \
+        int r_ = cli_flag_u32(TOOL, argc, argv, &i, flag, lo, hi, &o->field);              \
+        if (r_ < 0) return 2;                                                               \
+        if (r_) continue;                                                                   \
     }
         U32("--steps", steps, 1, 100000000)
         U32("--budget", budget, 0, 1u << 24)

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +19,20 @@ bool cli_parse_u64(const char* tool, const char* flag, const char* s, uint64_t l
     }
     *out = v;
     return true;
+}
+
+int cli_flag_u32(const char* tool, int argc, char** argv, int* i, const char* flag, uint32_t lo, uint32_t hi, uint32_t* out)
+{
+    if (strcmp(argv[*i], flag))
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "%s: %s needs a value\n", tool, flag);
+        return -1;
+    }
+    if (!cli_parse_u32(tool, flag, argv[*i + 1], lo, hi, out))
+        return -1;
+    ++*i;
+    return 1;
 }
 
 bool cli_parse_u32(const char* tool, const char* flag, const char* s, uint32_t lo, uint32_t hi, uint32_t* out)

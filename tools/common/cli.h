@@ -11,6 +11,10 @@
 bool cli_parse_u64(const char* tool, const char* flag, const char* s, uint64_t lo, uint64_t hi, uint64_t* out);
 bool cli_parse_u32(const char* tool, const char* flag, const char* s, uint32_t lo, uint32_t hi, uint32_t* out);
 bool cli_parse_f64(const char* tool, const char* flag, const char* s, double lo, double hi, double* out);
+/* A "--flag N" option at argv[*i]: 0 when argv[*i] is not flag; 1 when it is and argv[*i + 1]
+ * parsed into *out (then *i is advanced past the value); -1 when the value is missing or not an
+ * integer in [lo, hi] (the message is printed). */
+int cli_flag_u32(const char* tool, int argc, char** argv, int* i, const char* flag, uint32_t lo, uint32_t hi, uint32_t* out);
 
 /* Progress on a terminal: "label  123/1000  456.7/s  ETA 0:02" redrawn in place on stderr,
  * only when stderr is a terminal and not quiet; silent otherwise. */
