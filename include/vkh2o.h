@@ -109,6 +109,10 @@ typedef enum vkh2o_context_flags {
     VKH2O_CONTEXT_VALIDATION = 1u << 0,
     /* never take the faster paths that need optional features (tests of the baseline path) */
     VKH2O_CONTEXT_BASELINE_ONLY = 1u << 1,
+    /* choose the kernel shapes a GPU gets (workgroup sizes, register tiles, storage reads)
+     * even on a CPU device, to run the GPU variants on lavapipe (tests; also: environment
+     * VKH2O_GPU_SHAPES=1). The CPU device's loop-limit safeguards stay. */
+    VKH2O_CONTEXT_GPU_SHAPES = 1u << 2,
 } vkh2o_context_flags;
 
 /* Picks physical device i (0-based) in vkh2o_context_desc.device_select. */

@@ -3,6 +3,8 @@
 #   scripts/vkh2o.sh demo [demo flags]   install packages, build, run vkh2o-demo
 #   scripts/vkh2o.sh test                install packages, build, run the whole test suite
 #   scripts/vkh2o.sh test-sanitize       the same under AddressSanitizer + UBSan (build-asan/)
+#   scripts/vkh2o.sh test-gpu-shapes     the suite again with the kernel shapes a GPU gets
+#                                        (VKH2O_GPU_SHAPES=1: GPU variants run on lavapipe)
 #   scripts/vkh2o.sh deps | build        just the packages / just the build
 # Environment: BUILD_DIR (default build), JOBS (default: nproc), VKH2O_SKIP_APT=1 to skip apt.
 set -euo pipefail
@@ -49,6 +51,9 @@ case "$cmd" in
     test)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         run_tests "${BUILD_DIR:-build}" ;;
+    test-gpu-shapes)
+        deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
+        VKH2O_GPU_SHAPES=1 run_tests "${BUILD_DIR:-build}" ;;
     test-sanitize)
         deps; build "${BUILD_DIR:-build-asan}" -DCMAKE_BUILD_TYPE=Debug -DVKH2O_SANITIZE=ON -DVKH2O_BUILD_TOOLS=ON
         # leaks inside the Vulkan driver/loader/layer are not ours: suppress them by library
@@ -56,5 +61,5 @@ case "$cmd" in
         export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:allocator_may_return_null=1"
         export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
         run_tests "${BUILD_DIR:-build-asan}" ;;
-    *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
+    *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
 esac

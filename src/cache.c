@@ -277,20 +277,20 @@ vkh2o_result vkh2o_kv_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* d
      * the workgroup grows until at least 8 steps fit a dispatch (or one, at the most
      * invocations), and a dispatch runs only as many mock steps as fit. GPUs: wide workgroups;
      * the per-head reduction array H x WG floats stays within 16 KiB. */
-    bool cpu = ctx->caps.device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    uint32_t wg = cpu ? 8u : 256u;
+    bool cpu = vkh2o_is_cpu_device(ctx), cpu_shapes = vkh2o_cpu_shapes(ctx);
+    uint32_t wg = cpu_shapes ? 8u : 256u;
     while (wg > 8 && H * wg > 4096)
         wg /= 2;
     c->max_steps_per_dispatch = UINT32_MAX;
     c->flush_wg = 64;
-    if (cpu) {
+    if (cpu) {   /* the loop budget; CPU shapes grow the workgroup until 8 steps fit */
         uint32_t maxwg = ctx->caps.max_workgroup_invocations;
         for (;;) {
             uint32_t k = MAX_STEPS;
             while (k > 0 && step_loop_iterations(c, wg, k) > LOOP_BUDGET)
                 k--;
             c->max_steps_per_dispatch = k;
-            if (k >= 8 || wg * 2 > maxwg || H * wg * 2 > 4096)
+            if (!cpu_shapes || k >= 8 || wg * 2 > maxwg || H * wg * 2 > 4096)
                 break;
             wg *= 2;
         }

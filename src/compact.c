@@ -37,7 +37,7 @@ vkh2o_result vkh2o_cmd_compact(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
             return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_compact: source binding of %llu bytes holds no row",
                               (unsigned long long)a->src.range);
     }
-    bool cpu = ctx->caps.device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    bool cpu = vkh2o_cpu_shapes(ctx);
     uint32_t spec[COMPACT_SPEC_COUNT] = { cpu ? 64u : 128u, (uint32_t)a->mode };
     vkh2o_kernel* k;
     VKH2O_CHECK(vkh2o_kernel_get(ctx, "compact", 3, spec, COMPACT_SPEC_COUNT, &k));

@@ -350,6 +350,8 @@ vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context*
     ctx->flags = desc->flags;
     if (vkh2o_env_flag("VKH2O_VALIDATION"))
         ctx->flags |= VKH2O_CONTEXT_VALIDATION;
+    if (vkh2o_env_flag("VKH2O_GPU_SHAPES"))
+        ctx->flags |= VKH2O_CONTEXT_GPU_SHAPES;
     vkh2o_result r = VKH2O_OK;
 
     if (!loader_ready()) {

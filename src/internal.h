@@ -64,6 +64,19 @@ struct vkh2o_context {
     char last_error[2048];
 };
 
+/* The device is a CPU (lavapipe): its loop limit applies (safeguards, budgets). */
+static inline bool vkh2o_is_cpu_device(const vkh2o_context* ctx)
+{
+    return ctx->caps.device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+/* Kernel shapes for a CPU device (few wide-register invocations, texel reads) rather than a
+ * GPU's (wide workgroups, small tiles, storage reads); VKH2O_CONTEXT_GPU_SHAPES forces the GPU
+ * ones on a CPU device. */
+static inline bool vkh2o_cpu_shapes(const vkh2o_context* ctx)
+{
+    return vkh2o_is_cpu_device(ctx) && !(ctx->flags & VKH2O_CONTEXT_GPU_SHAPES);
+}
+
 typedef struct buffer_view_node {
     VkBufferView view;
     VkFormat format;

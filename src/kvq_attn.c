@@ -136,7 +136,7 @@ static bool cpu_tiles(const vkh2o_qcache* qc)
 {
     if (qc->tiles != KVQ_TILES_AUTO)
         return qc->tiles == KVQ_TILES_CPU;
-    return vkh2o_context_caps(qc->ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    return vkh2o_cpu_shapes(qc->ctx);
 }
 
 /* Resolves qc->read_path into pl->tex: texel views need the wide layout and every view (query,

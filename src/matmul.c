@@ -294,7 +294,7 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
         chunks_fit_texels = chunks_fit_texels && vkh2o_buffer_size(w->chunk[c]) / 16u <= caps->max_texel_buffer_elements;
     uint32_t path = a->path;
     if (path == VKH2O_MATMUL_PATH_AUTO) {
-        if (caps->device_type != VK_PHYSICAL_DEVICE_TYPE_CPU) path = VKH2O_MATMUL_PATH_TILED;
+        if (!vkh2o_cpu_shapes(ctx)) path = VKH2O_MATMUL_PATH_TILED;
         else path = chunks_fit_texels ? VKH2O_MATMUL_PATH_TEXEL : VKH2O_MATMUL_PATH_REGISTER;
     }
     if (path == VKH2O_MATMUL_PATH_TEXEL && !chunks_fit_texels)

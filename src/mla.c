@@ -85,7 +85,7 @@ vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rmsnorm: rope dim %u / positions %u + %u out of range",
                           a->rope, a->pos0, a->rows);
     uint32_t spec[RMSNORM_SPEC_COUNT];
-    spec[RMSNORM_SPEC_WG] = is_cpu(ctx) ? 64 : 128;
+    spec[RMSNORM_SPEC_WG] = vkh2o_cpu_shapes(ctx) ? 64 : 128;
     spec[RMSNORM_SPEC_ROPE] = a->rope;
     spec[RMSNORM_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
     vkh2o_kernel* k;
@@ -122,9 +122,9 @@ vkh2o_attn_tuning vkh2o_attn_tuning_default(const vkh2o_context* ctx)
      * small. Elsewhere: one query per invocation so the P.V accumulator (DV floats) stays in
      * registers. */
     const uint32_t budget = is_cpu(ctx) ? CPU_LOOP_BUDGET : 0;
-    const uint32_t texel = is_cpu(ctx) ? 1 : 0;
-    vkh2o_attn_tuning t = is_cpu(ctx) ? (vkh2o_attn_tuning){ 32, 8, 8, 8, budget, texel }
-                                      : (vkh2o_attn_tuning){ 64, 1, 8, 8, budget, texel };
+    const uint32_t texel = vkh2o_cpu_shapes(ctx) ? 1 : 0;
+    vkh2o_attn_tuning t = vkh2o_cpu_shapes(ctx) ? (vkh2o_attn_tuning){ 32, 8, 8, 8, budget, texel }
+                                                : (vkh2o_attn_tuning){ 64, 1, 8, 8, budget, texel };
     const char* env = getenv("VKH2O_ATTN_TUNING");
     unsigned l, q, k, h;
     if (env && sscanf(env, "%u,%u,%u,%u", &l, &q, &k, &h) == 4 && l && q && k && h && l <= 1024 && q <= 16 && k <= 64)

@@ -16,7 +16,7 @@ static void topk_shape(const vkh2o_context* ctx, uint32_t* wg, uint32_t* per)
 {
     /* CPU devices run a workgroup as one thread with SIMD lanes: few invocations, several
      * elements each; GPUs want wide workgroups. */
-    bool cpu = ctx && ctx->caps.device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    bool cpu = ctx && vkh2o_cpu_shapes(ctx);
     *wg = cpu ? 64u : 256u;
     *per = cpu ? 256u : 8u;   /* CPU: few workgroups, so few 2048-bin histogram flushes */
 }

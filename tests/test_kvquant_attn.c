@@ -130,7 +130,7 @@ static void run_case(const tq_case* tc, uint64_t seed)
             qc->read_path = KVQ_READ_AUTO;
             qc->tiles = KVQ_TILES_AUTO;
             assert_int_equal(kvq_plan_attend(qc, &ad, &pl), VKH2O_OK);
-            assert_int_equal(pl.tex, wide && vkh2o_context_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU);
+            assert_int_equal(pl.tex, wide && vkh2o_cpu_shapes(ctx));
             qc->read_path = KVQ_READ_TEXEL;
             if (!wide) {
                 assert_int_equal(vkh2o_run_qcache_attend(qc, qb, out, &ad, NULL), VKH2O_ERROR_UNSUPPORTED);

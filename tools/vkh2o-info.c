@@ -91,8 +91,9 @@ int main(int argc, char** argv)
     printf("  enabled: shaderFloat16 %s, 16-bit storage %s, 8-bit storage %s, push descriptors %s, timestamps %s\n",
            c->shader_float16 ? "yes" : "no", c->storage_16bit ? "yes" : "no", c->storage_8bit ? "yes" : "no",
            c->push_descriptor ? "yes" : "no", c->timestamps ? "yes" : "no");
-    printf("  kernel tiles: %s\n", c->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU ? "register-blocked (CPU device)"
-                                                                                 : "shared-memory tiles (GPU)");
+    printf("  kernel tiles: %s\n", vkh2o_cpu_shapes(ctx) ? "register-blocked (CPU device)"
+                                : vkh2o_is_cpu_device(ctx) ? "GPU shapes on a CPU device (VKH2O_GPU_SHAPES)"
+                                                           : "shared-memory tiles (GPU)");
     if (shaders) {
         printf("embedded shaders (%u):", vkh2o_shader_count());
         for (uint32_t i = 0; i < vkh2o_shader_count(); i++)

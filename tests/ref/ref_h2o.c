@@ -268,8 +268,8 @@ static void layer_attention(ref_h2o_sim* s, uint32_t l, const float* q, double* 
         ref_attn_expanded(H, c->dn + c->dr, c->dv, n, q, L->a, L->b, c->scale, L->out, mass);
         return;
     }
-    double* qa = malloc((size_t)H * c->kvl * sizeof *qa);
-    double* qp = malloc((size_t)H * (c->dr ? c->dr : 1) * sizeof *qp);
+    double* qa = calloc((size_t)H * c->kvl, sizeof *qa);
+    double* qp = calloc((size_t)H * (c->dr ? c->dr : 1), sizeof *qp);
     uint32_t pe0 = c->kv_b ? c->dn : c->kvl;
     if (c->kv_b) {
         ref_absorb_q(H, c->dn, c->dv, c->kvl, c->kv_b, q, s->q_width, qa);

@@ -148,7 +148,7 @@ int ref_mla_forward(const vkh2o_mla_config* cfg, const vkh2o_mla_host_weights* h
     double* qa = malloc(S * (lq ? lq : 1) * sizeof *qa);
     double* q = malloc(S * H * qk * sizeof *q);
     double* ckv = malloc(S * (lkv + rope) * sizeof *ckv);
-    double* ckv_n = malloc(S * lkv * sizeof *ckv_n);
+    double* ckv_n = calloc(S * lkv, sizeof *ckv_n);
     double* kv = malloc(S * H * (nope + dv) * sizeof *kv);
     double* o = malloc(S * H * dv * sizeof *o);
     double* y = malloc(S * D * sizeof *y);
