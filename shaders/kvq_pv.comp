@@ -110,6 +110,21 @@ void block_pv(uint p, uint li)
                 [[unroll]] for (uint n = 0u; n < PT; n++) pr[h][n] = prob[row + n];
             }
         }
+        // touch the lane's first 16 bytes of each of the PT rows before the arithmetic, so their
+        // cache misses overlap: an INT8 / INT4 row chunk is 1-2 lines for the 8 lanes of a SIMD
+        // batch, so one token's loads alone leave the memory system idle (measured on lavapipe:
+        // INT8 / INT4 P.V 10-13% faster, FP16 unchanged); the words are used only under a
+        // condition that never holds, so the compiler keeps the loads
+        if (WIDE != 0u) {
+            uint touch = 0u;
+            [[unroll]] for (uint n = 0u; n < PT; n++) {
+                uint e = (t0 + n) * vd + c0;
+                if (p == PREC_FP16) touch ^= p16_vec((vbase + (e >> 1)) >> 2).x;
+                else if (p == PREC_INT8) touch ^= p8_vec((vbase + (e >> 2)) >> 2).x;
+                else touch ^= p4_vec((vbase + (e >> 3)) >> 2).x;
+            }
+            if (pc.heads == 0xffffffffu) o[0][0] += float(touch);
+        }
         // tokens past count have probability 0 and zero data (finite), so they add nothing
         [[unroll]] for (uint n = 0u; n < PT; n++) {
             uint t = t0 + n;
