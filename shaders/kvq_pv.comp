@@ -114,8 +114,9 @@ void block_pv(uint p, uint li)
         // cache misses overlap: an INT8 / INT4 row chunk is 1-2 lines for the 8 lanes of a SIMD
         // batch, so one token's loads alone leave the memory system idle (measured on lavapipe:
         // INT8 / INT4 P.V 10-13% faster, FP16 unchanged); the words are used only under a
-        // condition that never holds, so the compiler keeps the loads
-        if (WIDE != 0u) {
+        // condition that never holds, so the compiler keeps the loads. Only with one or two heads
+        // per invocation: with more, each token's loads already carry enough arithmetic
+        if (WIDE != 0u && TM <= 2u) {
             uint touch = 0u;
             [[unroll]] for (uint n = 0u; n < PT; n++) {
                 uint e = (t0 + n) * vd + c0;
