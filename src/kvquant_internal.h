@@ -71,9 +71,10 @@ typedef enum kvq_read_path {
 /* Timestamps of a profiled attention (kvq_record_attend): KVQ_PROF_MARKS - 1 passes. */
 #define KVQ_PROF_MARKS 6u
 
-/* Tile shapes of the decode attention: AUTO by the device type (register-blocked CPU tiles on a
- * CPU device, small GPU tiles elsewhere); tests force GPU tiles on lavapipe so the shader
- * variants a GPU runs are checked too. */
+/* Tile shapes of the decode attention: AUTO as the context's shapes (vkh2o_cpu_shapes: register-
+ * blocked CPU tiles and texel reads on a CPU device, small GPU tiles elsewhere or with
+ * VKH2O_CONTEXT_GPU_SHAPES); test_kvquant_attn forces GPU tiles on one cache so the plain suite
+ * runs the GPU variants too. */
 typedef enum kvq_tiles {
     KVQ_TILES_AUTO = 0,
     KVQ_TILES_CPU = 1,
