@@ -394,7 +394,6 @@ typedef struct runner {
     vkh2o_qcache_desc desc;                /* the cache's desc (bench makes one cache per policy) */
     vkh2o_qpolicy policy;                  /* of the last build */
     uint32_t route_every;                  /* re-route after every N appended tokens (0: never) */
-    uint32_t routes;                       /* re-routes during the last attend_steps */
     double pass_ms[KVQ_PROF_MARKS - 1];   /* per pass of the last attend when qc->profile */
 } runner;
 
@@ -419,7 +418,6 @@ static int attend_steps(runner* R, const vkh2o_qattn_desc* ad, float* out, doubl
 {
     const dataset* d = &R->data;
     *ms = 0;
-    R->routes = 0;
     for (uint32_t i = 0; i < d->steps; i++) {
         if (d->append) {
             uint32_t t = d->T0 + i;
@@ -427,11 +425,9 @@ static int attend_steps(runner* R, const vkh2o_qattn_desc* ad, float* out, doubl
                                                        d->v ? d->v + (size_t)t * d->kvh * d->dv : NULL, d->imp + t, 1),
                       "append"))
                 return -1;
-            if (R->route_every && (i + 1) % R->route_every == 0) {
-                if (check(R->ctx, vkh2o_qcache_route(R->qc, R->policy), "route"))
-                    return -1;
-                R->routes++;
-            }
+            if (R->route_every && (i + 1) % R->route_every == 0 &&
+                check(R->ctx, vkh2o_qcache_route(R->qc, R->policy), "route"))
+                return -1;
         }
         if (d->steps > 1 &&
             check(R->ctx, vkh2o_buffer_upload(R->qb, 0, d->q + (size_t)i * d->H * d->dk, sizeof(float) * d->H * d->dk), "query"))
