@@ -138,12 +138,7 @@ uint32_t kvq_routable(const vkh2o_qcache_desc* d, uint32_t n_blocks);
 /* Hash key of the random selector (also the CPU reference's definition). */
 static inline uint32_t kvq_hash(uint32_t b, uint32_t seed_lo, uint32_t seed_hi)
 {
-    uint32_t x = b * 0x9e3779b9u ^ seed_lo;
-    x ^= seed_hi * 0x85ebca6bu;
-    x ^= x >> 16; x *= 0x7feb352du;
-    x ^= x >> 15; x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
+    return vkh2o_hash32((b * 0x9e3779b9u ^ seed_lo) ^ seed_hi * 0x85ebca6bu);
 }
 /* Records the select + attention + combine dispatches; returns the worst-case number of
  * selected blocks in *max_sel. */
