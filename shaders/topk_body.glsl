@@ -40,6 +40,18 @@ uint key_of(uint i)
     return select_key(POLICY, MODE, score_at(p.score_off + i), p.pos_base + i, p.cur, p.seed, p.layer);
 }
 
+// keys above T and equal to T among candidates [i0, i1)
+uvec2 count_gt_eq(uint i0, uint i1, uint T)
+{
+    uint gt = 0u, eq = 0u;
+    for (uint i = i0; i < i1; i++) {
+        uint key = key_of(i);
+        gt += key > T ? 1u : 0u;
+        eq += key == T ? 1u : 0u;
+    }
+    return uvec2(gt, eq);
+}
+
 uint digit_shift(uint pass) { return pass == 0u ? 21u : (pass == 1u ? 10u : 0u); }
 uint digit_mask(uint pass) { return pass == 2u ? 0x3ffu : 0x7ffu; }
 
@@ -112,16 +124,9 @@ void main()
     const uint need = ws[W_KREM];
 
     if (PHASE == 6u) {
-        uint gt = 0u, eq = 0u;
-        if (flag == 0u) {
-            for (uint i = i0; i < i1; i++) {
-                uint key = key_of(i);
-                gt += key > T ? 1u : 0u;
-                eq += key == T ? 1u : 0u;
-            }
-        }
-        sh_a[tid] = gt;
-        sh_b[tid] = eq;
+        uvec2 ge = flag == 0u ? count_gt_eq(i0, i1, T) : uvec2(0u);
+        sh_a[tid] = ge.x;
+        sh_b[tid] = ge.y;
         barrier();
         if (tid == 0u) {
             uint sg = 0u, se = 0u;
@@ -144,14 +149,9 @@ void main()
         for (uint i = i0; i < i1; i++) out_idx[p.out_off + i] = i;
         return;
     }
-    uint gt = 0u, eq = 0u;
-    for (uint i = i0; i < i1; i++) {
-        uint key = key_of(i);
-        gt += key > T ? 1u : 0u;
-        eq += key == T ? 1u : 0u;
-    }
-    sh_a[tid] = gt;
-    sh_b[tid] = eq;
+    uvec2 ge = count_gt_eq(i0, i1, T);
+    sh_a[tid] = ge.x;
+    sh_b[tid] = ge.y;
     if (tid == 0u) {
         uint sg = 0u, se = 0u;
         for (uint cc = 0u; cc < c; cc++) { sg += ws[W_CHUNK + 2u * cc]; se += ws[W_CHUNK + 2u * cc + 1u]; }
