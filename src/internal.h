@@ -135,6 +135,11 @@ vkh2o_result vkh2o_kernel_get(vkh2o_context* ctx, const char* shader, uint32_t n
  * buffers (GLSL: `layout(set = 0, binding = i) uniform usamplerBuffer name;`, texelFetch). */
 vkh2o_result vkh2o_kernel_get_texel(vkh2o_context* ctx, const char* shader, uint32_t nbindings, uint32_t texel_mask,
                                     const uint32_t* spec, uint32_t nspec, vkh2o_kernel** out);
+/* As vkh2o_kernel_get_texel for SPIR-V the caller owns (test-only shaders, which do not ship in
+ * the library): `shader` and `code` must outlive the context; the cache is keyed by the name. */
+vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, const uint32_t* code, size_t code_size,
+                                    uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec,
+                                    vkh2o_kernel** out);
 /* Records bind + push + dispatch. Descriptors are pushed (VK_KHR_push_descriptor) or, without
  * it, allocated from the context's arena (freed at submit_wait of the one-shot buffer, or kept
  * until the context dies when recorded into a caller's buffer). */

@@ -336,7 +336,7 @@ static vkh2o_result bench_forward(bench_env* env)
     return r;
 }
 
-/* Read bandwidth of the two binding paths (shaders/read_probe.comp): a storage buffer read as
+/* Read bandwidth of the two binding paths (shaders/core/read_probe.comp): a storage buffer read as
  * uvec4 and the same bytes as a uniform texel buffer (texelFetch). On llvmpipe storage loads go
  * one lane at a time while texel fetches use the vectorised gather. */
 static vkh2o_result bench_read(bench_env* env)

@@ -24,6 +24,11 @@ int vt_group_teardown(void** state);
 /* A fresh context with given flags (validation always on); the caller destroys it. */
 vkh2o_context* vt_ctx_new(uint32_t flags);
 
+/* A kernel from the test-only shaders (tests/<concept>/shaders/, not shipped in the library)
+ * or, failing that, the library's embedded ones. */
+vkh2o_result vt_kernel_get(vkh2o_context* ctx, const char* shader, uint32_t nbindings, const uint32_t* spec,
+                           uint32_t nspec, vkh2o_kernel** out);
+
 /* ---- random numbers (splitmix64 / xoshiro-style; deterministic per seed) ---- */
 typedef struct vt_rng { uint64_t s[4]; } vt_rng;
 void vt_rng_seed(vt_rng* r, uint64_t seed);

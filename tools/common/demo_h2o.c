@@ -1,6 +1,6 @@
 /* The H2O step of vkh2o-demo on the GPU: exact top-k of the prefill attention mass over the
- * middle tokens (shaders/topk.comp), then a stable gather of the kept K/V rows of the chosen
- * layout into fp16 cache storage (shaders/compact.comp), each timed on its own. */
+ * middle tokens (shaders/h2o/topk.comp), then a stable gather of the kept K/V rows of the chosen
+ * layout into fp16 cache storage (shaders/h2o/compact.comp), each timed on its own. */
 #include "demo_h2o.h"
 #include "cache_internal.h"
 #include "cli.h"

@@ -1,0 +1,200 @@
+/*
+ * The register-blocked weight matmul, Y = alpha X W^T (+ Y) for one weight chunk, shared by
+ * matmul.comp (X and W in storage buffers) and matmul_texel.comp (W, and optionally X, read
+ * through uniform texel buffers). Each invocation keeps a TM x TN block of outputs in
+ * registers and walks K once, with no shared memory and no barriers (on CPU devices like
+ * lavapipe, shared-memory tiles and barriers are far slower than registers). Invocations of a
+ * workgroup are adjacent in n, so the X values they read are the same for the whole workgroup
+ * (broadcast loads), and each weight load is one uvec4 (8 BF16/F16 or 4 F32 values of a row):
+ * per-invocation loads are what a CPU device pays for, so the fewer and wider the better.
+ *
+ * Specialisation constants (both shaders; matmul_texel.comp adds 6 XTEX):
+ *   0 WG          local_size_x
+ *   1 TM          output rows (m) per invocation
+ *   2 TN          output columns (n) per invocation (a multiple of 8)
+ *   3 WDTYPE      weight words: 0 F32, 1 BF16 pairs, 2 F16 pairs
+ *   4 TRANSPOSED  0: chunk rows are outputs n (W[N,K]); 1: rows are k (W[K,N])
+ *   5 XVEC        1: X rows start on 16 bytes (x_stride, x_batch_stride multiples of 4 and a
+ *                 16-byte aligned binding), so X is read as vec4
+ *
+ * Weights (vkh2o_dev_weight): row_stride is a multiple of 8 elements for 16-bit and 4 for F32,
+ * so every row starts on 16 bytes; the pad elements are zero. 16-bit element e of the chunk is
+ * half (e & 1) (low half first) of word e / 2.
+ *
+ * Grid: x covers [n_base, n_base + groups_x * WG * TN), y covers M in steps of TM, z = batch.
+ * Batch z uses chunk rows w_row0 + z * w_batch_rows + [0, N or K); rows outside
+ * [row_lo, row_hi) belong to other dispatches (other chunks, or, on CPU devices, other
+ * segments of a long K, see src/mla/matmul.c). When TRANSPOSED, a dispatch sees only part of K:
+ * the first covering a batch writes (or accumulates if asked), later ones accumulate (the
+ * caller's dispatches are separated by barriers).
+ */
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint TM = 8;
+layout(constant_id = 2) const uint TN = 16;
+layout(constant_id = 3) const uint WDTYPE = 1;
+layout(constant_id = 4) const uint TRANSPOSED = 0;
+layout(constant_id = 5) const uint XVEC = 0;
+
+/* elements per uvec4 of weights */
+const uint KV = WDTYPE == 0u ? 4u : 8u;
+
+layout(set = 0, binding = 2) buffer YBuf { float y[]; };   /* read back only when accumulating */
+
+layout(push_constant) uniform Push {
+    uint M, N, K;
+    uint x_stride, y_stride;
+    uint x_batch_stride, y_batch_stride;
+    uint w_stride;        /* elements between chunk rows */
+    int w_row0;           /* chunk row of batch 0's first weight row (negative: earlier chunk) */
+    uint w_batch_rows;
+    uint row_lo, row_hi;  /* chunk rows this dispatch may use */
+    uint n_base;
+    uint accumulate;
+    float alpha;
+} p;
+
+/* The operand loads, defined by the including shader after this file: storage buffers
+ * (matmul.comp) or uniform texel buffers (matmul_texel.comp). Indices count from the start of
+ * the binding: w_vec(i) is the i-th uvec4 of the weight chunk, w_word(j) its j-th uint word,
+ * x_vec(i) the i-th vec4 of X (XVEC only), x_at(i) its i-th float. */
+uvec4 w_vec(uint i);
+uint w_word(uint j);
+vec4 x_vec(uint i);
+float x_at(uint i);
+
+vec2 widen2(uint word)
+{
+    if (WDTYPE == 1u) return vec2(uintBitsToFloat(word << 16), uintBitsToFloat(word & 0xffff0000u));
+    return unpackHalf2x16(word);
+}
+
+/* element e of the chunk, widened */
+float weight_at(uint e)
+{
+    if (WDTYPE == 0u) return uintBitsToFloat(w_word(e));
+    const uint word = w_word(e >> 1);
+    const uint h = (e & 1u) != 0u ? word >> 16 : word & 0xffffu;
+    if (WDTYPE == 1u) return uintBitsToFloat(h << 16);
+    return unpackHalf2x16(h).x;
+}
+
+/* the KV weights of one uvec4, widened; only [0, KV) are meaningful */
+void widen8(uvec4 q, out float v[8])
+{
+    if (WDTYPE == 0u) {
+        v[0] = uintBitsToFloat(q.x); v[1] = uintBitsToFloat(q.y);
+        v[2] = uintBitsToFloat(q.z); v[3] = uintBitsToFloat(q.w);
+        v[4] = 0.0; v[5] = 0.0; v[6] = 0.0; v[7] = 0.0;
+    } else {
+        vec2 a = widen2(q.x), b = widen2(q.y), c = widen2(q.z), d = widen2(q.w);
+        v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
+        v[4] = c.x; v[5] = c.y; v[6] = d.x; v[7] = d.y;
+    }
+}
+
+/* X[row base xr][k .. k+KV) */
+void load_x(uint xr, uint k, out float v[8])
+{
+    if (XVEC != 0u) {
+        const vec4 a = x_vec((xr + k) >> 2);
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+        if (KV == 8u) {
+            const vec4 b = x_vec(((xr + k) >> 2) + 1u);
+            v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        } else {
+            v[4] = 0.0; v[5] = 0.0; v[6] = 0.0; v[7] = 0.0;
+        }
+    } else {
+        for (uint t = 0; t < 8u; t++) v[t] = t < KV ? x_at(xr + k + t) : 0.0;
+    }
+}
+
+void main()
+{
+    const uint z = gl_WorkGroupID.z;
+    const uint m0 = gl_WorkGroupID.y * TM;
+    const uint n0 = p.n_base + gl_GlobalInvocationID.x * TN;
+    const int rb = p.w_row0 + int(z * p.w_batch_rows);
+    const uint span = TRANSPOSED != 0u ? p.K : p.N;
+    /* the part of this batch's rows that this dispatch owns */
+    const uint lo = uint(clamp(int(p.row_lo) - rb, 0, int(span)));
+    const uint hi = uint(clamp(int(p.row_hi) - rb, 0, int(span)));
+    if (lo >= hi) return;
+
+    const uint n_lo = TRANSPOSED != 0u ? 0u : lo;
+    const uint n_hi = TRANSPOSED != 0u ? p.N : hi;
+    if (n0 >= n_hi || n0 + TN <= n_lo) return;
+
+    uint xrow[TM];
+    for (uint i = 0; i < TM; i++)
+        xrow[i] = z * p.x_batch_stride + min(m0 + i, p.M - 1u) * p.x_stride;
+
+    float acc[TM][TN];
+    for (uint i = 0; i < TM; i++)
+        for (uint j = 0; j < TN; j++)
+            acc[i][j] = 0.0;
+
+    if (TRANSPOSED == 0u) {
+        /* rows n: out-of-range columns read a valid row and are dropped at the store */
+        uint wrow[TN];
+        for (uint j = 0; j < TN; j++) {
+            const uint n = clamp(n0 + j, n_lo, n_hi - 1u);
+            wrow[j] = uint(rb + int(n)) * p.w_stride;
+        }
+        const uint kmain = p.K - p.K % KV;
+        for (uint k = 0; k < kmain; k += KV) {
+            float wv[TN][8];
+            for (uint j = 0; j < TN; j++)
+                widen8(w_vec((wrow[j] + k) / KV), wv[j]);
+            for (uint i = 0; i < TM; i++) {
+                float xv[8];
+                load_x(xrow[i], k, xv);
+                for (uint j = 0; j < TN; j++) {
+                    float s = acc[i][j];
+                    for (uint t = 0; t < KV; t++) s = fma(xv[t], wv[j][t], s);
+                    acc[i][j] = s;
+                }
+            }
+        }
+        for (uint k = kmain; k < p.K; k++) {
+            float wv[TN];
+            for (uint j = 0; j < TN; j++) wv[j] = weight_at(wrow[j] + k);
+            for (uint i = 0; i < TM; i++) {
+                const float xv = x_at(xrow[i] + k);
+                for (uint j = 0; j < TN; j++) acc[i][j] = fma(xv, wv[j], acc[i][j]);
+            }
+        }
+    } else {
+        /* rows k, columns n in groups of KV (n0 is a multiple of TN, hence of KV); groups past
+         * N are clamped to the row's last group and dropped at the store */
+        const uint glast = ((p.N - 1u) / KV) * KV;
+        for (uint k = lo; k < hi; k++) {
+            const uint rowbase = uint(rb + int(k)) * p.w_stride;
+            float wv[TN];
+            for (uint j = 0; j < TN; j += KV) {
+                float v[8];
+                widen8(w_vec((rowbase + min(n0 + j, glast)) / KV), v);
+                for (uint t = 0; t < KV; t++) wv[j + t] = v[t];
+            }
+            for (uint i = 0; i < TM; i++) {
+                const float xv = x_at(xrow[i] + k);
+                for (uint j = 0; j < TN; j++)
+                    acc[i][j] = fma(xv, wv[j], acc[i][j]);
+            }
+        }
+    }
+
+    const bool add = p.accumulate != 0u || (TRANSPOSED != 0u && lo > 0u);
+    for (uint i = 0; i < TM; i++) {
+        const uint m = m0 + i;
+        if (m >= p.M) break;
+        const uint yrow = z * p.y_batch_stride + m * p.y_stride;
+        for (uint j = 0; j < TN; j++) {
+            const uint n = n0 + j;
+            if (n < n_lo || n >= n_hi) continue;
+            float v = p.alpha * acc[i][j];
+            if (add) v += y[yrow + n];
+            y[yrow + n] = v;
+        }
+    }
+}

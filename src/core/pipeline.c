@@ -1,0 +1,266 @@
+/* Embedded SPIR-V registry, compute pipelines cached per (shader, bindings, spec constants),
+ * descriptor binding (push descriptors, or an arena of pools), dispatch and barriers. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "shader_registry.h"
+
+#define MAX_SPEC 16
+#define ARENA_SETS_PER_POOL 256u
+
+struct vkh2o_kernel {
+    const char* name;
+    uint32_t nbindings, nspec, texel_mask;
+    uint32_t spec[MAX_SPEC];
+    VkDescriptorSetLayout set_layout;
+    VkPipelineLayout layout;
+    VkPipeline pipeline;
+    bool push_desc;
+    struct vkh2o_kernel* next;
+};
+
+uint32_t vkh2o_shader_count(void) { return (uint32_t)(sizeof shader_registry / sizeof shader_registry[0]); }
+const char* vkh2o_shader_name(uint32_t i) { return i < vkh2o_shader_count() ? shader_registry[i].name : NULL; }
+
+static int find_shader(const char* name)
+{
+    for (uint32_t i = 0; i < vkh2o_shader_count(); i++)
+        if (!strcmp(shader_registry[i].name, name))
+            return (int)i;
+    return -1;
+}
+
+static void kernel_free(vkh2o_context* ctx, vkh2o_kernel* k)
+{
+    if (k->pipeline)
+        ctx->vk.vkDestroyPipeline(ctx->device, k->pipeline, NULL);
+    if (k->layout)
+        ctx->vk.vkDestroyPipelineLayout(ctx->device, k->layout, NULL);
+    if (k->set_layout)
+        ctx->vk.vkDestroyDescriptorSetLayout(ctx->device, k->set_layout, NULL);
+    free(k);
+}
+
+void vkh2o_kernels_destroy(vkh2o_context* ctx)
+{
+    for (vkh2o_kernel* k = ctx->kernels; k;) {
+        vkh2o_kernel* n = k->next;
+        kernel_free(ctx, k);
+        k = n;
+    }
+    ctx->kernels = NULL;
+    for (desc_pool_node* p = ctx->desc_pools; p;) {
+        desc_pool_node* n = p->next;
+        ctx->vk.vkDestroyDescriptorPool(ctx->device, p->pool, NULL);
+        free(p);
+        p = n;
+    }
+    ctx->desc_pools = NULL;
+}
+
+vkh2o_result vkh2o_kernel_get(vkh2o_context* ctx, const char* shader, uint32_t nbindings,
+                              const uint32_t* spec, uint32_t nspec, vkh2o_kernel** out)
+{
+    return vkh2o_kernel_get_texel(ctx, shader, nbindings, 0, spec, nspec, out);
+}
+
+static VkDescriptorType binding_type(uint32_t texel_mask, uint32_t i)
+{
+    return (texel_mask >> i) & 1u ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+}
+
+vkh2o_result vkh2o_kernel_get_texel(vkh2o_context* ctx, const char* shader, uint32_t nbindings, uint32_t texel_mask,
+                                    const uint32_t* spec, uint32_t nspec, vkh2o_kernel** out)
+{
+    int si = find_shader(shader);
+    if (si < 0) {
+        *out = NULL;
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "no embedded shader named '%s'", shader);
+    }
+    return vkh2o_kernel_get_spirv(ctx, shader_registry[si].name, shader_registry[si].code, shader_registry[si].size,
+                                  nbindings, texel_mask, spec, nspec, out);
+}
+
+vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, const uint32_t* code, size_t code_size,
+                                    uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec,
+                                    vkh2o_kernel** out)
+{
+    *out = NULL;
+    if (nbindings > VKH2O_MAX_BINDINGS || nspec > MAX_SPEC)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s': %u bindings / %u spec constants is too many",
+                          shader, nbindings, nspec);
+    for (vkh2o_kernel* k = ctx->kernels; k; k = k->next)
+        if (!strcmp(k->name, shader) && k->nbindings == nbindings && k->nspec == nspec && k->texel_mask == texel_mask &&
+            (nspec == 0 || !memcmp(k->spec, spec, nspec * sizeof *spec))) {
+            *out = k;
+            return VKH2O_OK;
+        }
+    vkh2o_kernel* k = calloc(1, sizeof *k);
+    if (!k)
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    k->name = shader;
+    k->nbindings = nbindings;
+    k->nspec = nspec;
+    k->texel_mask = texel_mask;
+    if (nspec)
+        memcpy(k->spec, spec, nspec * sizeof *spec);
+    k->push_desc = ctx->caps.push_descriptor;
+
+    VkDescriptorSetLayoutBinding b[VKH2O_MAX_BINDINGS];
+    for (uint32_t i = 0; i < nbindings; i++)
+        b[i] = (VkDescriptorSetLayoutBinding){ .binding = i, .descriptorType = binding_type(texel_mask, i),
+                                               .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT };
+    VkDescriptorSetLayoutCreateInfo dl = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+        .flags = k->push_desc ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0,
+        .bindingCount = nbindings, .pBindings = b };
+    VkResult vr = ctx->vk.vkCreateDescriptorSetLayout(ctx->device, &dl, NULL, &k->set_layout);
+    if (vr != VK_SUCCESS) {
+        kernel_free(ctx, k);
+        return vkh2o_vk_fail(ctx, vr, "vkCreateDescriptorSetLayout");
+    }
+    VkPushConstantRange pr = { .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = VKH2O_PUSH_MAX };
+    VkPipelineLayoutCreateInfo pl = { .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
+                                      .pSetLayouts = &k->set_layout, .pushConstantRangeCount = 1, .pPushConstantRanges = &pr };
+    vr = ctx->vk.vkCreatePipelineLayout(ctx->device, &pl, NULL, &k->layout);
+    if (vr != VK_SUCCESS) {
+        kernel_free(ctx, k);
+        return vkh2o_vk_fail(ctx, vr, "vkCreatePipelineLayout");
+    }
+    VkShaderModuleCreateInfo mi = { .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                    .codeSize = code_size, .pCode = code };
+    VkShaderModule mod;
+    vr = ctx->vk.vkCreateShaderModule(ctx->device, &mi, NULL, &mod);
+    if (vr != VK_SUCCESS) {
+        kernel_free(ctx, k);
+        return vkh2o_vk_fail(ctx, vr, "vkCreateShaderModule");
+    }
+    VkSpecializationMapEntry me[MAX_SPEC];
+    for (uint32_t i = 0; i < nspec; i++)
+        me[i] = (VkSpecializationMapEntry){ .constantID = i, .offset = 4 * i, .size = 4 };
+    VkSpecializationInfo sinfo = { .mapEntryCount = nspec, .pMapEntries = me, .dataSize = 4 * nspec, .pData = k->spec };
+    VkComputePipelineCreateInfo ci = { .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = { .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                   .module = mod, .pName = "main", .pSpecializationInfo = nspec ? &sinfo : NULL },
+        .layout = k->layout };
+    vr = ctx->vk.vkCreateComputePipelines(ctx->device, VK_NULL_HANDLE, 1, &ci, NULL, &k->pipeline);
+    ctx->vk.vkDestroyShaderModule(ctx->device, mod, NULL);
+    if (vr != VK_SUCCESS) {
+        kernel_free(ctx, k);
+        return vkh2o_vk_fail(ctx, vr, "vkCreateComputePipelines");
+    }
+    k->next = ctx->kernels;
+    ctx->kernels = k;
+    *out = k;
+    return VKH2O_OK;
+}
+
+void vkh2o_arena_reset(vkh2o_context* ctx)
+{
+    if (ctx->arena_foreign)
+        return;   /* sets may still be referenced by a caller's command buffer */
+    for (desc_pool_node* p = ctx->desc_pools; p; p = p->next)
+        ctx->vk.vkResetDescriptorPool(ctx->device, p->pool, 0);
+}
+
+void vkh2o_note_foreign_cb(vkh2o_context* ctx, VkCommandBuffer cb)
+{
+    if (cb != ctx->cmd)
+        ctx->arena_foreign = true;
+}
+
+static vkh2o_result arena_alloc(vkh2o_context* ctx, VkDescriptorSetLayout layout, VkDescriptorSet* set)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        for (desc_pool_node* p = ctx->desc_pools; p; p = p->next) {
+            VkDescriptorSetAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = p->pool,
+                                               .descriptorSetCount = 1, .pSetLayouts = &layout };
+            if (ctx->vk.vkAllocateDescriptorSets(ctx->device, &ai, set) == VK_SUCCESS)
+                return VKH2O_OK;
+        }
+        desc_pool_node* n = calloc(1, sizeof *n);
+        if (!n)
+            return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+        VkDescriptorPoolSize ps[2] = { { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = ARENA_SETS_PER_POOL * VKH2O_MAX_BINDINGS },
+                                       { .type = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, .descriptorCount = ARENA_SETS_PER_POOL * 4 } };
+        VkDescriptorPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = ARENA_SETS_PER_POOL,
+                                           .poolSizeCount = 2, .pPoolSizes = ps };
+        VkResult vr = ctx->vk.vkCreateDescriptorPool(ctx->device, &pci, NULL, &n->pool);
+        if (vr != VK_SUCCESS) {
+            free(n);
+            return vkh2o_vk_fail(ctx, vr, "vkCreateDescriptorPool");
+        }
+        n->next = ctx->desc_pools;
+        ctx->desc_pools = n;
+    }
+    return vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "could not allocate a descriptor set");
+}
+
+vkh2o_result vkh2o_dispatch(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_kernel* k,
+                            const vkh2o_binding* bindings, uint32_t nbindings,
+                            const void* push, uint32_t push_size,
+                            uint32_t gx, uint32_t gy, uint32_t gz)
+{
+    if (nbindings != k->nbindings)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s' takes %u bindings, got %u", k->name, k->nbindings, nbindings);
+    if (push_size > VKH2O_PUSH_MAX || (push_size & 3u))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s': push constants of %u bytes", k->name, push_size);
+    for (int i = 0; i < 3; i++) {
+        uint32_t g = i == 0 ? gx : i == 1 ? gy : gz;
+        if (g > ctx->caps.max_workgroup_count[i])
+            return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s': %u workgroups in dimension %d exceeds the device limit %u",
+                              k->name, g, i, ctx->caps.max_workgroup_count[i]);
+    }
+    if (gx == 0 || gy == 0 || gz == 0)
+        return VKH2O_OK;   /* nothing to do; an empty dispatch is legal but pointless */
+    VkDescriptorBufferInfo bi[VKH2O_MAX_BINDINGS];
+    VkWriteDescriptorSet w[VKH2O_MAX_BINDINGS];
+    VkBufferView views[VKH2O_MAX_BINDINGS];
+    for (uint32_t i = 0; i < nbindings; i++) {
+        if ((k->texel_mask >> i) & 1u) {
+            if (!bindings[i].view)
+                return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s' binding %u is a texel buffer: bind it with vkh2o_bind_texel",
+                                  k->name, i);
+            views[i] = bindings[i].view;
+            w[i] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstBinding = i, .descriptorCount = 1,
+                                           .descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, .pTexelBufferView = &views[i] };
+            continue;
+        }
+        if (bindings[i].view)
+            return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s' binding %u is a storage buffer, given a texel view", k->name, i);
+        if (bindings[i].range > ctx->caps.max_storage_buffer_range || bindings[i].range == 0 || !bindings[i].buffer)
+            return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                              "kernel '%s' binding %u: range %llu bytes (device limit %llu, must be > 0)", k->name, i,
+                              (unsigned long long)bindings[i].range, (unsigned long long)ctx->caps.max_storage_buffer_range);
+        bi[i] = (VkDescriptorBufferInfo){ .buffer = bindings[i].buffer, .offset = bindings[i].offset, .range = bindings[i].range };
+        w[i] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstBinding = i, .descriptorCount = 1,
+                                       .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &bi[i] };
+    }
+    vkh2o_note_foreign_cb(ctx, cb);
+    ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, k->pipeline);
+    if (k->push_desc) {
+        ctx->vk.vkCmdPushDescriptorSetKHR(cb, VK_PIPELINE_BIND_POINT_COMPUTE, k->layout, 0, nbindings, w);
+    } else {
+        VkDescriptorSet set;
+        VKH2O_CHECK(arena_alloc(ctx, k->set_layout, &set));
+        for (uint32_t i = 0; i < nbindings; i++)
+            w[i].dstSet = set;
+        ctx->vk.vkUpdateDescriptorSets(ctx->device, nbindings, w, 0, NULL);
+        ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, k->layout, 0, 1, &set, 0, NULL);
+    }
+    if (push_size)
+        ctx->vk.vkCmdPushConstants(cb, k->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
+    ctx->vk.vkCmdDispatch(cb, gx, gy, gz);
+    return VKH2O_OK;
+}
+
+void vkh2o_barrier(vkh2o_context* ctx, VkCommandBuffer cb)
+{
+    VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                            VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT };
+    ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                 VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+}

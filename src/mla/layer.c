@@ -1,0 +1,761 @@
+/* An MLA layer on the device: weights, scratch, and the prefill forward recording. */
+#include "mla_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- push constants (same field order as the GLSL blocks) ---- */
+struct rmsnorm_push {
+    uint32_t rows, n, x_stride, y_stride;
+    float eps;
+    uint32_t pos0, pe_stride, bc_heads, bc_tok_stride, bc_head_stride, bc_offset;
+};
+_Static_assert(sizeof(struct rmsnorm_push) <= 128, "push constants");
+
+struct rope_push {
+    uint32_t tokens, heads, tok_stride, head_stride, offset, pos0;
+};
+_Static_assert(sizeof(struct rope_push) <= 128, "push constants");
+
+struct attn_push {
+    uint32_t S, T, H;
+    int32_t causal_off;
+    uint32_t q_ts, q_hs, k_ts, k_hs, v_ts, v_hs, o_ts, o_hs;
+    float scale;
+    uint32_t n_hg;
+};
+_Static_assert(sizeof(struct attn_push) <= 128, "push constants");
+
+struct attn_reduce_push {
+    uint32_t S, T;
+    int32_t causal_off;
+    uint32_t n_hg, accumulate;
+};
+_Static_assert(sizeof(struct attn_reduce_push) <= 128, "push constants");
+
+/* spec constant ids (mirrors the comments at the top of each shader) */
+enum { RMSNORM_SPEC_WG, RMSNORM_SPEC_ROPE, RMSNORM_SPEC_INTERLEAVE, RMSNORM_SPEC_COUNT };
+enum { ROPE_SPEC_WG, ROPE_SPEC_ROPE, ROPE_SPEC_INTERLEAVE, ROPE_SPEC_COUNT };
+enum { LSE_SPEC_WG, LSE_SPEC_D, LSE_SPEC_RQ, LSE_SPEC_RK, LSE_SPEC_COUNT };
+enum { PV_SPEC_WG, PV_SPEC_D, PV_SPEC_RQ, PV_SPEC_RK, PV_SPEC_DV, PV_SPEC_HG, PV_SPEC_PROBS, PV_SPEC_COUNT };
+enum { REDUCE_SPEC_WG, REDUCE_SPEC_RQ, REDUCE_SPEC_COUNT };
+
+/* llvmpipe ends all loops of an invocation after 65535 iterations in total; keep a margin for
+ * the few loops outside the key tiles. */
+#define CPU_LOOP_BUDGET 60000u
+
+static bool is_cpu(const vkh2o_context* ctx)
+{
+    return vkh2o_context_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * RoPE table
+ * ---------------------------------------------------------------------------------------- */
+
+void vkh2o_rope_table_fill(const float* inv_freq, uint32_t rope, float attention_factor, float* table)
+{
+    uint32_t half = rope / 2;
+    for (uint32_t level = 0; level < 3; level++)
+        for (uint32_t b = 0; b < 256; b++)
+            for (uint32_t i = 0; i < half; i++) {
+                double angle = (double)b * ldexp(1.0, 8 * (int)level) * (double)inv_freq[i];
+                double f = level == 0 ? (double)attention_factor : 1.0;
+                float* e = table + 2 * (((size_t)level * 256 + b) * half + i);
+                e[0] = (float)(cos(angle) * f);
+                e[1] = (float)(sin(angle) * f);
+            }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Kernel recorders
+ * ---------------------------------------------------------------------------------------- */
+
+vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rmsnorm_args* a,
+                               vkh2o_binding x, vkh2o_binding w, vkh2o_binding table,
+                               vkh2o_binding y, vkh2o_binding pe, vkh2o_binding bc)
+{
+    if (!a || a->rows == 0 || a->n == 0 || a->x_stride < a->n + a->rope || a->y_stride < a->n)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rmsnorm: bad shape (rows %u, n %u, rope %u, strides %u/%u)",
+                          a ? a->rows : 0, a ? a->n : 0, a ? a->rope : 0, a ? a->x_stride : 0, a ? a->y_stride : 0);
+    if ((a->rope & 1u) || a->rope > VKH2O_ROPE_MAX_DIM ||
+        (a->rope && (uint64_t)a->pos0 + a->rows > VKH2O_ROPE_MAX_POSITION))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rmsnorm: rope dim %u / positions %u + %u out of range",
+                          a->rope, a->pos0, a->rows);
+    uint32_t spec[RMSNORM_SPEC_COUNT];
+    spec[RMSNORM_SPEC_WG] = vkh2o_cpu_shapes(ctx) ? 64 : 128;
+    spec[RMSNORM_SPEC_ROPE] = a->rope;
+    spec[RMSNORM_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
+    vkh2o_kernel* k;
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, "rmsnorm", 6, spec, RMSNORM_SPEC_COUNT, &k));
+    struct rmsnorm_push pc = { a->rows, a->n, a->x_stride, a->y_stride, a->eps, a->pos0, a->pe_stride,
+                               a->rope ? a->bc_heads : 0, a->bc_tok_stride, a->bc_head_stride, a->bc_offset };
+    vkh2o_binding b[6] = { x, w, table, y, pe, bc };
+    return vkh2o_dispatch(ctx, cb, k, b, 6, &pc, sizeof pc, a->rows, 1, 1);
+}
+
+vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rope_args* a,
+                            vkh2o_binding table, vkh2o_binding x)
+{
+    if (!a || a->tokens == 0 || a->heads == 0 || a->rope == 0 || (a->rope & 1u) || a->rope > VKH2O_ROPE_MAX_DIM ||
+        (uint64_t)a->pos0 + a->tokens > VKH2O_ROPE_MAX_POSITION)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rope: bad arguments (tokens %u, heads %u, rope %u, pos0 %u)",
+                          a ? a->tokens : 0, a ? a->heads : 0, a ? a->rope : 0, a ? a->pos0 : 0);
+    uint32_t spec[ROPE_SPEC_COUNT];
+    spec[ROPE_SPEC_WG] = 64;
+    spec[ROPE_SPEC_ROPE] = a->rope;
+    spec[ROPE_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
+    vkh2o_kernel* k;
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, "rope", 2, spec, ROPE_SPEC_COUNT, &k));
+    struct rope_push pc = { a->tokens, a->heads, a->tok_stride, a->head_stride, a->offset, a->pos0 };
+    vkh2o_binding b[2] = { table, x };
+    return vkh2o_dispatch(ctx, cb, k, b, 2, &pc, sizeof pc, vkh2o_div_up(a->tokens * a->heads, 64), 1, 1);
+}
+
+vkh2o_attn_tuning vkh2o_attn_tuning_default(const vkh2o_context* ctx)
+{
+    /* CPU (lavapipe): one SIMD lane per (head, 8 queries), 8x8 score tiles in registers (each
+     * loaded q/k element feeds 8 FMAs; 8x8 measured 1.6x faster than 4x8 and than 16x8 at the
+     * Kimi shape, S = 256), and 8 heads per P.V invocation to keep the partial-mass buffer
+     * small. Elsewhere: one query per invocation so the P.V accumulator (DV floats) stays in
+     * registers. */
+    const uint32_t budget = is_cpu(ctx) ? CPU_LOOP_BUDGET : 0;
+    const uint32_t texel = vkh2o_cpu_shapes(ctx) ? 1 : 0;
+    vkh2o_attn_tuning t = vkh2o_cpu_shapes(ctx) ? (vkh2o_attn_tuning){ 32, 8, 8, 8, budget, texel }
+                                                : (vkh2o_attn_tuning){ 64, 1, 8, 8, budget, texel };
+    const char* env = getenv("VKH2O_ATTN_TUNING");
+    unsigned l, q, k, h;
+    if (env && sscanf(env, "%u,%u,%u,%u", &l, &q, &k, &h) == 4 && l && q && k && h && l <= 1024 && q <= 16 && k <= 64)
+        t = (vkh2o_attn_tuning){ l, q, k, h, budget, texel };
+    const char* tex = getenv("VKH2O_ATTN_TEXEL");
+    if (tex && (tex[0] == '0' || tex[0] == '1') && tex[1] == '\0')
+        t.texel = (uint32_t)(tex[0] - '0');
+    return t;
+}
+
+/* Loop iterations one key tile costs an invocation: the score loop over D and the P.V loop over
+ * DV, both unrolled by 8 with a scalar tail (shaders/mla/attn_common.glsl, attn_pv.glsl), plus the
+ * tile loop. The texel variant (D, DV multiples of 4) runs D / 8 + (D % 8) / 4 and
+ * ceil(DV / 8) iterations, never more. */
+static uint64_t tile_iterations(uint32_t D, uint32_t DV)
+{
+    return D / 8 + D % 8 + DV / 8 + DV % 8 + 2;
+}
+
+uint32_t vkh2o_attn_hg(const vkh2o_attn_tuning* t, uint32_t T, uint32_t D, uint32_t DV)
+{
+    if (!t->loop_budget)
+        return t->hg;
+    uint64_t per_head = (uint64_t)vkh2o_div_up(T, t->rk) * tile_iterations(D, DV) + 1;
+    uint64_t hg = t->loop_budget / per_head;
+    return hg < 1 ? 1 : hg < t->hg ? (uint32_t)hg : t->hg;
+}
+
+uint64_t vkh2o_attn_part_floats(const vkh2o_attn_tuning* t, uint32_t S, uint32_t T, uint32_t H, uint32_t D, uint32_t DV)
+{
+    return (uint64_t)vkh2o_div_up(H, vkh2o_attn_hg(t, T, D, DV)) * vkh2o_div_up(S, t->rq) * T;
+}
+
+double vkh2o_mla_forward_flops(const vkh2o_mla_config* c, uint32_t S)
+{
+    const double H = c->num_heads, D = c->hidden_size, qk = c->qk_nope_head_dim + c->qk_rope_head_dim,
+                 dv = c->v_head_dim, lq = c->q_lora_rank, lkv = c->kv_lora_rank, s = S;
+    double proj = lq ? D * lq + lq * H * qk : D * H * qk;
+    proj += D * (lkv + c->qk_rope_head_dim) + lkv * H * (c->qk_nope_head_dim + dv) + H * dv * D;
+    double pairs = s * (s + 1) / 2;                      /* causal (query, key) pairs */
+    return 2.0 * s * proj + 2.0 * H * pairs * (qk + dv);
+}
+
+static bool binding_holds(vkh2o_binding b, uint64_t floats)
+{
+    return b.buffer && b.range != 0 && (b.range == VK_WHOLE_SIZE || b.range >= floats * sizeof(float));
+}
+
+/* furthest float index + 1 touched by rows [0, n) x heads [0, H) x dim, with strides */
+static uint64_t extent(uint32_t n, uint32_t ts, uint32_t H, uint32_t hs, uint32_t dim)
+{
+    return (uint64_t)(n - 1) * ts + (uint64_t)(H - 1) * hs + dim;
+}
+
+static vkh2o_result attn_check(vkh2o_context* ctx, const vkh2o_attn_tuning* t, const vkh2o_attn_args* a,
+                               const vkh2o_attn_bufs* b)
+{
+    if (!t || !a || !b || a->S == 0 || a->T == 0 || a->H == 0 || a->D == 0 || a->DV == 0 || !t->local || !t->rq ||
+        !t->rk || !t->hg)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "attention: empty shape or tuning");
+    if (t->loop_budget && (uint64_t)vkh2o_div_up(a->T, t->rk) * tile_iterations(a->D, a->DV) + 1 > t->loop_budget)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "attention: %u keys of width %u/%u exceed what one invocation may loop over on this device "
+                          "(%u iterations; llvmpipe ends longer loops silently)", a->T, a->D, a->DV, t->loop_budget);
+    if (!binding_holds(b->q, extent(a->S, a->q_ts, a->H, a->q_hs, a->D)) ||
+        !binding_holds(b->k, extent(a->T, a->k_ts, a->H, a->k_hs, a->D)) ||
+        !binding_holds(b->v, extent(a->T, a->v_ts, a->H, a->v_hs, a->DV)) ||
+        !binding_holds(b->o, extent(a->S, a->o_ts, a->H, a->o_hs, a->DV)) ||
+        !binding_holds(b->lse, (uint64_t)a->H * a->S) ||
+        !binding_holds(b->part, vkh2o_attn_part_floats(t, a->S, a->T, a->H, a->D, a->DV)))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "attention: a binding is too small for S=%u T=%u H=%u D=%u DV=%u", a->S, a->T, a->H, a->D, a->DV);
+    if ((b->q_buffer && b->q_buffer->buffer != b->q.buffer) || (b->k_buffer && b->k_buffer->buffer != b->k.buffer) ||
+        (b->v_buffer && b->v_buffer->buffer != b->v.buffer))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "attention: q/k/v_buffer is not the buffer its binding binds");
+    if (b->probs.buffer && !binding_holds(b->probs, (uint64_t)a->H * a->S * a->T))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "attention: probs binding holds less than H*S*T = %llu floats",
+                          (unsigned long long)a->H * a->S * a->T);
+    return VKH2O_OK;
+}
+
+/* The texel view of binding x of buf for a row layout reading `need` floats from x.offset:
+ * from x.offset to the end of the buffer (one cached view per buffer and offset, whatever the
+ * shape). False (no view) when x.offset, the strides or the width break 16-byte texels or the
+ * view would exceed the device's texel limit. */
+static bool texel_fits(const vkh2o_context* ctx, const vkh2o_buffer* buf, vkh2o_binding x, uint32_t ts, uint32_t hs,
+                       uint32_t dim, uint64_t need, uint64_t* range)
+{
+    if (!buf || x.offset % 256u || ts % 4u || hs % 4u || dim % 4u || x.offset >= vkh2o_buffer_size(buf))
+        return false;
+    uint64_t r = (vkh2o_buffer_size(buf) - x.offset) & ~(uint64_t)15;
+    const uint64_t max_range = (uint64_t)vkh2o_context_caps(ctx)->max_texel_buffer_elements * 16u;
+    if (r > max_range)
+        r = max_range;
+    *range = r;
+    return need * sizeof(float) <= r;
+}
+
+/* Whether q, k and v can all be read through texel views; their view ranges if so. */
+static bool texel_plan(const vkh2o_context* ctx, const vkh2o_attn_tuning* t, const vkh2o_attn_args* a,
+                       const vkh2o_attn_bufs* b, uint64_t range[3])
+{
+    return t->texel && a->S && a->T && a->H &&
+           texel_fits(ctx, b->q_buffer, b->q, a->q_ts, a->q_hs, a->D, extent(a->S, a->q_ts, a->H, a->q_hs, a->D), &range[0]) &&
+           texel_fits(ctx, b->k_buffer, b->k, a->k_ts, a->k_hs, a->D, extent(a->T, a->k_ts, a->H, a->k_hs, a->D), &range[1]) &&
+           texel_fits(ctx, b->v_buffer, b->v, a->v_ts, a->v_hs, a->DV, extent(a->T, a->v_ts, a->H, a->v_hs, a->DV), &range[2]);
+}
+
+bool vkh2o_attn_uses_texels(const vkh2o_context* ctx, const vkh2o_attn_tuning* t, const vkh2o_attn_args* a,
+                            const vkh2o_attn_bufs* b)
+{
+    uint64_t range[3];
+    return ctx && t && a && b && texel_plan(ctx, t, a, b, range);
+}
+
+/* The q, k, v bindings of passes 1 and 2: texel views (rgba32ui) when texel_plan allows, else
+ * the storage bindings as given. */
+static vkh2o_result attn_inputs(vkh2o_context* ctx, const vkh2o_attn_tuning* t, const vkh2o_attn_args* a,
+                                const vkh2o_attn_bufs* b, bool* texel, vkh2o_binding in[3])
+{
+    in[0] = b->q, in[1] = b->k, in[2] = b->v;
+    uint64_t range[3];
+    *texel = texel_plan(ctx, t, a, b, range);
+    if (*texel) {
+        vkh2o_buffer* bufs[3] = { b->q_buffer, b->k_buffer, b->v_buffer };
+        for (int i = 0; i < 3; i++)
+            VKH2O_CHECK(vkh2o_bind_texel(bufs[i], VK_FORMAT_R32G32B32A32_UINT, in[i].offset, range[i], &in[i]));
+    }
+    return VKH2O_OK;
+}
+
+static struct attn_push attn_push_of(const vkh2o_attn_tuning* t, const vkh2o_attn_args* a)
+{
+    struct attn_push pc = { a->S, a->T, a->H, a->causal_off, a->q_ts, a->q_hs, a->k_ts, a->k_hs,
+                            a->v_ts, a->v_hs, a->o_ts, a->o_hs, a->scale,
+                            vkh2o_div_up(a->H, vkh2o_attn_hg(t, a->T, a->D, a->DV)) };
+    return pc;
+}
+
+vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_attn_tuning* t,
+                                 const vkh2o_attn_args* a, const vkh2o_attn_bufs* b)
+{
+    VKH2O_CHECK(attn_check(ctx, t, a, b));
+    struct attn_push pc = attn_push_of(t, a);
+    uint32_t nqb = vkh2o_div_up(a->S, t->rq);
+    bool texel;
+    vkh2o_binding in[3];
+    VKH2O_CHECK(attn_inputs(ctx, t, a, b, &texel, in));
+
+    uint32_t lspec[LSE_SPEC_COUNT];
+    lspec[LSE_SPEC_WG] = t->local;
+    lspec[LSE_SPEC_D] = a->D;
+    lspec[LSE_SPEC_RQ] = t->rq;
+    lspec[LSE_SPEC_RK] = t->rk;
+    vkh2o_kernel* klse;
+    if (texel)
+        VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, "attn_lse_texel", 3, 0x3u, lspec, LSE_SPEC_COUNT, &klse));
+    else
+        VKH2O_CHECK(vkh2o_kernel_get(ctx, "attn_lse", 3, lspec, LSE_SPEC_COUNT, &klse));
+    vkh2o_binding lb[3] = { in[0], in[1], b->lse };
+    VKH2O_CHECK(vkh2o_dispatch(ctx, cb, klse, lb, 3, &pc, sizeof pc, vkh2o_div_up(a->H * nqb, t->local), 1, 1));
+    vkh2o_barrier(ctx, cb);
+
+    uint32_t pspec[PV_SPEC_COUNT];
+    pspec[PV_SPEC_WG] = t->local;
+    pspec[PV_SPEC_D] = a->D;
+    pspec[PV_SPEC_RQ] = t->rq;
+    pspec[PV_SPEC_RK] = t->rk;
+    pspec[PV_SPEC_DV] = a->DV;
+    pspec[PV_SPEC_HG] = vkh2o_attn_hg(t, a->T, a->D, a->DV);
+    pspec[PV_SPEC_PROBS] = b->probs.buffer ? 1 : 0;
+    vkh2o_kernel* kpv;
+    if (texel)
+        VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, "attn_pv_texel", 7, 0x7u, pspec, PV_SPEC_COUNT, &kpv));
+    else
+        VKH2O_CHECK(vkh2o_kernel_get(ctx, "attn_pv", 7, pspec, PV_SPEC_COUNT, &kpv));
+    vkh2o_binding pb[7] = { in[0], in[1], in[2], b->lse, b->o, b->part, b->probs.buffer ? b->probs : b->part };
+    return vkh2o_dispatch(ctx, cb, kpv, pb, 7, &pc, sizeof pc, vkh2o_div_up(pc.n_hg * nqb, t->local), 1, 1);
+}
+
+vkh2o_result vkh2o_cmd_attention_mass(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_attn_tuning* t,
+                                      const vkh2o_attn_args* a, const vkh2o_attn_bufs* b)
+{
+    VKH2O_CHECK(attn_check(ctx, t, a, b));
+    if (!binding_holds(b->scores, a->T))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "attention mass: scores binding holds less than T = %u floats", a->T);
+    uint32_t spec[REDUCE_SPEC_COUNT];
+    spec[REDUCE_SPEC_WG] = t->local;
+    spec[REDUCE_SPEC_RQ] = t->rq;
+    vkh2o_kernel* k;
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, "attn_reduce", 2, spec, REDUCE_SPEC_COUNT, &k));
+    struct attn_reduce_push pc = { a->S, a->T, a->causal_off, vkh2o_div_up(a->H, vkh2o_attn_hg(t, a->T, a->D, a->DV)),
+                                   a->accumulate_scores ? 1u : 0u };
+    vkh2o_binding bb[2] = { b->part, b->scores };
+    return vkh2o_dispatch(ctx, cb, k, bb, 2, &pc, sizeof pc, vkh2o_div_up(a->T, t->local), 1, 1);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The layer
+ * ---------------------------------------------------------------------------------------- */
+
+struct vkh2o_mla_layer {
+    vkh2o_context* ctx;
+    vkh2o_mla_config cfg;
+    uint32_t flags;
+    vkh2o_mla_state st;
+    vkh2o_dev_weight w[VKH2O_W_COUNT];
+    vkh2o_buffer* qa;        /* [S, q_lora] q_a_proj output */
+    vkh2o_buffer* qa_n;      /* [S, q_lora] normed */
+    vkh2o_buffer* ckv_full;  /* [S, kv_lora + rope] kv_a_proj_with_mqa output */
+    vkh2o_buffer* lse;       /* [H, S] */
+    vkh2o_buffer* part;      /* partial attention mass */
+    /* host round trips of vkh2o_run_mla_forward, grown on demand */
+    vkh2o_buffer *io_hidden, *io_out, *io_scores;
+    uint32_t io_rows;
+    uint32_t matmul_path;    /* vkh2o_matmul_path of the projections (0: automatic) */
+};
+
+static vkh2o_result alloc_f32(vkh2o_context* ctx, uint64_t floats, vkh2o_buffer** out)
+{
+    return vkh2o_buffer_create(ctx, (floats ? floats : 1) * sizeof(float), out);
+}
+
+/* Largest S whose scratch buffers each fit one binding (and 4096 at most), rounded down to a
+ * multiple of 64 when the binding limit is what bounds it. */
+static uint32_t seq_limit(const vkh2o_mla_config* c, const vkh2o_attn_tuning* t, uint64_t range, uint32_t cap)
+{
+    uint64_t qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+    uint64_t per_tok[] = { c->hidden_size, c->q_lora_rank, c->kv_lora_rank + c->qk_rope_head_dim,
+                           (uint64_t)c->num_heads * qk, (uint64_t)c->num_heads * c->v_head_dim };
+    uint64_t s = cap;
+    for (size_t i = 0; i < sizeof per_tok / sizeof per_tok[0]; i++)
+        if (per_tok[i] && range / (per_tok[i] * 4) < s)
+            s = range / (per_tok[i] * 4);
+    uint32_t dqk = (uint32_t)qk, dv = c->v_head_dim;
+    while (s > 0 && (vkh2o_attn_part_floats(t, (uint32_t)s, (uint32_t)s, c->num_heads, dqk, dv) * 4 > range ||
+                     (t->loop_budget && (uint64_t)vkh2o_div_up((uint32_t)s, t->rk) * tile_iterations(dqk, dv) + 1 > t->loop_budget)))
+        s--;
+    return (uint32_t)s;
+}
+
+static const vkh2o_mla_weight needed_lora[] = { VKH2O_W_Q_A_PROJ, VKH2O_W_Q_A_LAYERNORM, VKH2O_W_Q_B_PROJ,
+                                                VKH2O_W_KV_A_PROJ, VKH2O_W_KV_A_LAYERNORM, VKH2O_W_KV_B_PROJ,
+                                                VKH2O_W_O_PROJ };
+static const vkh2o_mla_weight needed_plain[] = { VKH2O_W_Q_PROJ, VKH2O_W_KV_A_PROJ, VKH2O_W_KV_A_LAYERNORM,
+                                                 VKH2O_W_KV_B_PROJ, VKH2O_W_O_PROJ };
+
+static vkh2o_result check_weight(vkh2o_context* ctx, const vkh2o_tensor_view* v, vkh2o_mla_weight w, uint64_t r,
+                                 uint64_t c)
+{
+    const char* name = vkh2o_mla_weight_short_name(w);
+    if (!v || !v->data)
+        return vkh2o_fail(ctx, VKH2O_ERROR_MISSING_TENSOR, "mla layer: weight %s is missing", name);
+    bool ok = c ? (v->ndim == 2 && v->shape[0] == r && v->shape[1] == c) : (v->ndim == 1 && v->shape[0] == r);
+    if (!ok)
+        return vkh2o_fail(ctx, VKH2O_ERROR_SHAPE, "mla layer: weight %s (%s) has the wrong shape for the config", name,
+                          v->file ? v->file : "?");
+    if (v->dtype != VKH2O_DTYPE_F32 && v->dtype != VKH2O_DTYPE_F16 && v->dtype != VKH2O_DTYPE_BF16)
+        return vkh2o_fail(ctx, VKH2O_ERROR_DTYPE, "mla layer: weight %s has dtype %s (F32, F16 or BF16 supported)", name,
+                          vkh2o_dtype_name(v->dtype));
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* cfg, const vkh2o_mla_host_weights* hw,
+                                    const vkh2o_mla_layer_desc* desc, vkh2o_mla_layer** out)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !cfg || !hw || !out)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_layer_create: NULL argument");
+    vkh2o_mla_layer_desc d = desc ? *desc : (vkh2o_mla_layer_desc){ 0 };
+    vkh2o_error err = { 0 };
+    if (vkh2o_mla_config_validate(cfg, &err) != VKH2O_OK)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla layer: %s", err.message);
+    if (cfg->attention_bias)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla layer: attention_bias is not supported");
+    if ((cfg->qk_rope_head_dim & 1u) || cfg->qk_rope_head_dim == 0 || cfg->qk_rope_head_dim > VKH2O_ROPE_MAX_DIM)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla layer: qk_rope_head_dim %u must be even, 2..%u",
+                          cfg->qk_rope_head_dim, VKH2O_ROPE_MAX_DIM);
+    if (d.flags & ~(uint32_t)VKH2O_MLA_WRITE_PROBS)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla layer: unknown flags 0x%x", d.flags);
+
+    const uint64_t H = cfg->num_heads, D = cfg->hidden_size, nope = cfg->qk_nope_head_dim,
+                   rope = cfg->qk_rope_head_dim, dv = cfg->v_head_dim, qk = nope + rope, lq = cfg->q_lora_rank,
+                   lkv = cfg->kv_lora_rank;
+    uint64_t shapes[VKH2O_W_COUNT][2] = {
+        [VKH2O_W_Q_A_PROJ] = { lq, D },          [VKH2O_W_Q_A_LAYERNORM] = { lq, 0 },
+        [VKH2O_W_Q_B_PROJ] = { H * qk, lq },     [VKH2O_W_Q_PROJ] = { H * qk, D },
+        [VKH2O_W_KV_A_PROJ] = { lkv + rope, D }, [VKH2O_W_KV_A_LAYERNORM] = { lkv, 0 },
+        [VKH2O_W_KV_B_PROJ] = { H * (nope + dv), lkv }, [VKH2O_W_O_PROJ] = { D, H * dv },
+    };
+    const vkh2o_mla_weight* need = lq ? needed_lora : needed_plain;
+    size_t nneed = lq ? sizeof needed_lora / sizeof *needed_lora : sizeof needed_plain / sizeof *needed_plain;
+    for (size_t i = 0; i < nneed; i++)
+        VKH2O_CHECK(check_weight(ctx, vkh2o_mla_host_weight(hw, need[i]), need[i], shapes[need[i]][0], shapes[need[i]][1]));
+
+    vkh2o_attn_tuning tune = vkh2o_attn_tuning_default(ctx);
+    uint64_t range = vkh2o_context_caps(ctx)->max_storage_buffer_range;
+    uint32_t limit = seq_limit(cfg, &tune, range, UINT32_MAX / 2);
+    uint32_t max_seq = d.max_seq_len;
+    if (max_seq == 0) {
+        max_seq = limit < 4096 ? limit / 64 * 64 : 4096;
+        if (max_seq == 0)
+            max_seq = limit;
+    }
+    if (max_seq == 0 || max_seq > limit)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla layer: max_seq_len %u exceeds %u, the longest sequence whose scratch fits one storage "
+                          "binding of %llu bytes on this device", d.max_seq_len, limit, (unsigned long long)range);
+
+    vkh2o_mla_layer* L = calloc(1, sizeof *L);
+    if (!L)
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "mla layer: out of host memory");
+    L->ctx = ctx;
+    L->cfg = *cfg;
+    L->flags = d.flags;
+    vkh2o_mla_state* st = &L->st;
+    st->max_seq_len = max_seq;
+    st->heads = (uint32_t)H, st->nope = (uint32_t)nope, st->rope = (uint32_t)rope, st->v_dim = (uint32_t)dv;
+    st->kv_lora = (uint32_t)lkv, st->q_lora = (uint32_t)lq, st->hidden = (uint32_t)D;
+    st->scale = vkh2o_mla_softmax_scale(cfg);
+    st->interleave = cfg->rope_interleave;
+    st->tuning = tune;
+
+    vkh2o_result r = VKH2O_OK;
+    for (size_t i = 0; i < nneed && r == VKH2O_OK; i++) {
+        const vkh2o_tensor_view* v = vkh2o_mla_host_weight(hw, need[i]);
+        bool norm = need[i] == VKH2O_W_Q_A_LAYERNORM || need[i] == VKH2O_W_KV_A_LAYERNORM;
+        r = norm ? vkh2o_weight_upload_f32(ctx, v, &L->w[need[i]]) : vkh2o_weight_upload(ctx, v, &L->w[need[i]]);
+    }
+    const uint64_t S = max_seq;
+    if (r == VKH2O_OK && lq)
+        r = alloc_f32(ctx, S * lq, &L->qa);
+    if (r == VKH2O_OK && lq)
+        r = alloc_f32(ctx, S * lq, &L->qa_n);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, S * (lkv + rope), &L->ckv_full);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, S * lkv, &st->ckv);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, S * rope, &st->kpe);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, S * H * qk, &st->q);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, S * H * qk, &st->k);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, S * H * dv, &st->v);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, S * H * dv, &st->o);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, S * H, &L->lse);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, vkh2o_attn_part_floats(&tune, max_seq, max_seq, (uint32_t)H, (uint32_t)qk, (uint32_t)dv), &L->part);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, vkh2o_rope_table_floats((uint32_t)rope), &st->rope_table);
+    if (r == VKH2O_OK) {
+        float inv_freq[VKH2O_ROPE_MAX_DIM / 2];
+        float af = 1.0f;
+        vkh2o_mla_rope_params(cfg, inv_freq, &af);
+        float* tab = malloc(vkh2o_rope_table_floats((uint32_t)rope) * sizeof *tab);
+        if (!tab) {
+            r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "mla layer: out of host memory");
+        } else {
+            vkh2o_rope_table_fill(inv_freq, (uint32_t)rope, af, tab);
+            r = vkh2o_buffer_upload(st->rope_table, 0, tab, vkh2o_rope_table_floats((uint32_t)rope) * sizeof *tab);
+            free(tab);
+        }
+    }
+    if (r != VKH2O_OK) {
+        vkh2o_mla_layer_destroy(L);
+        return r;
+    }
+    *out = L;
+    return VKH2O_OK;
+}
+
+void vkh2o_mla_layer_destroy(vkh2o_mla_layer* L)
+{
+    if (!L)
+        return;
+    for (int i = 0; i < VKH2O_W_COUNT; i++)
+        vkh2o_weight_free(&L->w[i]);
+    vkh2o_buffer* bufs[] = { L->qa, L->qa_n, L->ckv_full, L->lse, L->part, L->io_hidden, L->io_out, L->io_scores,
+                             L->st.q, L->st.k, L->st.v, L->st.ckv, L->st.kpe, L->st.o, L->st.rope_table };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        vkh2o_buffer_destroy(bufs[i]);
+    free(L);
+}
+
+uint32_t vkh2o_mla_layer_max_seq_len(const vkh2o_mla_layer* L) { return L ? L->st.max_seq_len : 0; }
+const vkh2o_mla_state* vkh2o_mla_layer_state(const vkh2o_mla_layer* L) { return &L->st; }
+
+const vkh2o_dev_weight* vkh2o_mla_layer_weight(const vkh2o_mla_layer* L, vkh2o_mla_weight w)
+{
+    if (!L || (int)w < 0 || w >= VKH2O_W_COUNT || L->w[w].nchunks == 0)
+        return NULL;
+    return &L->w[w];
+}
+
+static vkh2o_binding rows(const vkh2o_buffer* b, uint64_t floats)
+{
+    return vkh2o_bind_range(b, 0, floats * sizeof(float));
+}
+
+static vkh2o_result check_seq(vkh2o_mla_layer* L, uint32_t S, uint32_t pos0)
+{
+    if (S == 0 || S > L->st.max_seq_len)
+        return vkh2o_fail(L->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: seq_len %u outside 1..%u (the layer's max_seq_len)",
+                          S, L->st.max_seq_len);
+    if ((uint64_t)pos0 + S > VKH2O_ROPE_MAX_POSITION)
+        return vkh2o_fail(L->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: positions %u..%llu reach 2^24", pos0,
+                          (unsigned long long)pos0 + S - 1);
+    return VKH2O_OK;
+}
+
+/* The layer's own buffer that binding b binds, or NULL (a caller's buffer). */
+static vkh2o_buffer* own_buffer(const vkh2o_mla_layer* L, vkh2o_binding b)
+{
+    vkh2o_buffer* const own[] = { L->qa_n, L->st.ckv, L->st.o, L->io_hidden };
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+        if (own[i] && own[i]->buffer == b.buffer)
+            return own[i];
+    return NULL;
+}
+
+/* x_buf: the buffer x binds when known, so CPU devices may read X as texels (matmul.c) */
+static vkh2o_result matmul(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_weight w, vkh2o_binding x,
+                           vkh2o_buffer* x_buf, vkh2o_binding y, vkh2o_matmul_args a)
+{
+    a.path = L->matmul_path;
+    a.x_buffer = x_buf;
+    return vkh2o_cmd_matmul(L->ctx, cb, &L->w[w], x, y, &a);
+}
+
+void vkh2o_mla_layer_set_matmul_path(vkh2o_mla_layer* L, uint32_t path)
+{
+    if (L) L->matmul_path = path;
+}
+
+void vkh2o_mla_layer_set_attn_texel(vkh2o_mla_layer* L, bool texel)
+{
+    if (L) L->st.tuning.texel = texel ? 1u : 0u;
+}
+
+static vkh2o_result project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_binding hidden, vkh2o_buffer* hidden_buf,
+                            uint32_t S, uint32_t pos0)
+{
+    VKH2O_CHECK(check_seq(L, S, pos0));
+    vkh2o_context* ctx = L->ctx;
+    const vkh2o_mla_state* st = &L->st;
+    const uint32_t H = st->heads, nope = st->nope, rope = st->rope, dv = st->v_dim, qk = nope + rope,
+                   lq = st->q_lora, lkv = st->kv_lora, D = st->hidden;
+    if (!binding_holds(hidden, (uint64_t)S * D))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: hidden holds less than %u x %u floats", S, D);
+    vkh2o_binding q = rows(st->q, (uint64_t)S * H * qk), k = rows(st->k, (uint64_t)S * H * qk),
+                  v = rows(st->v, (uint64_t)S * H * dv), ckv_full = rows(L->ckv_full, (uint64_t)S * (lkv + rope)),
+                  ckv = rows(st->ckv, (uint64_t)S * lkv), kpe = rows(st->kpe, (uint64_t)S * rope),
+                  tab = vkh2o_bind(st->rope_table);
+
+    /* stage 1: the two down projections of hidden */
+    if (lq)
+        VKH2O_CHECK(matmul(L, cb, VKH2O_W_Q_A_PROJ, hidden, hidden_buf, rows(L->qa, (uint64_t)S * lq),
+                           (vkh2o_matmul_args){ .M = S, .N = lq, .K = D }));
+    VKH2O_CHECK(matmul(L, cb, VKH2O_W_KV_A_PROJ, hidden, hidden_buf, ckv_full, (vkh2o_matmul_args){ .M = S, .N = lkv + rope, .K = D }));
+    vkh2o_barrier(ctx, cb);
+
+    /* stage 2: norms; kv's also ropes k_pe and broadcasts it into the rope part of every head of K */
+    if (lq) {
+        vkh2o_rmsnorm_args na = { .rows = S, .n = lq, .x_stride = lq, .y_stride = lq, .eps = 1e-6f };
+        vkh2o_binding qa_n = rows(L->qa_n, (uint64_t)S * lq);
+        VKH2O_CHECK(vkh2o_cmd_rmsnorm(ctx, cb, &na, rows(L->qa, (uint64_t)S * lq), vkh2o_weight_binding(&L->w[VKH2O_W_Q_A_LAYERNORM], 0),
+                                      tab, qa_n, qa_n, qa_n));
+    }
+    vkh2o_rmsnorm_args ka = { .rows = S, .n = lkv, .x_stride = lkv + rope, .y_stride = lkv, .eps = 1e-6f, .rope = rope,
+                              .interleave = st->interleave, .pos0 = pos0, .pe_stride = rope, .bc_heads = H,
+                              .bc_tok_stride = H * qk, .bc_head_stride = qk, .bc_offset = nope };
+    VKH2O_CHECK(vkh2o_cmd_rmsnorm(ctx, cb, &ka, ckv_full, vkh2o_weight_binding(&L->w[VKH2O_W_KV_A_LAYERNORM], 0), tab,
+                                  ckv, kpe, k));
+    vkh2o_barrier(ctx, cb);
+
+    /* stage 3: up projections straight into the [S, H, .] layouts. kv_b_proj rows are
+     * [k_nope | v] per head, so K's nope part and V are two head-batched matmuls. */
+    if (lq)
+        VKH2O_CHECK(matmul(L, cb, VKH2O_W_Q_B_PROJ, rows(L->qa_n, (uint64_t)S * lq), L->qa_n, q,
+                           (vkh2o_matmul_args){ .M = S, .N = H * qk, .K = lq }));
+    else
+        VKH2O_CHECK(matmul(L, cb, VKH2O_W_Q_PROJ, hidden, hidden_buf, q, (vkh2o_matmul_args){ .M = S, .N = H * qk, .K = D }));
+    VKH2O_CHECK(matmul(L, cb, VKH2O_W_KV_B_PROJ, ckv, st->ckv, k,
+                       (vkh2o_matmul_args){ .M = S, .N = nope, .K = lkv, .batch = H, .y_stride = H * qk,
+                                            .y_batch_stride = qk, .w_batch_stride = (nope + dv) * lkv }));
+    VKH2O_CHECK(matmul(L, cb, VKH2O_W_KV_B_PROJ, ckv, st->ckv, v,
+                       (vkh2o_matmul_args){ .M = S, .N = dv, .K = lkv, .batch = H, .y_stride = H * dv,
+                                            .y_batch_stride = dv, .w_batch_stride = (nope + dv) * lkv,
+                                            .w_row_offset = nope }));
+    vkh2o_barrier(ctx, cb);
+
+    /* stage 4: RoPE of q_pe in place */
+    vkh2o_rope_args ra = { .tokens = S, .heads = H, .tok_stride = H * qk, .head_stride = qk, .offset = nope,
+                           .pos0 = pos0, .rope = rope, .interleave = st->interleave };
+    VKH2O_CHECK(vkh2o_cmd_rope(ctx, cb, &ra, tab, q));
+    vkh2o_barrier(ctx, cb);
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_cmd_mla_project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_binding hidden, uint32_t S, uint32_t pos0)
+{
+    if (!L || !cb)
+        return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_project: NULL argument");
+    return project(L, cb, hidden, own_buffer(L, hidden), S, pos0);
+}
+
+vkh2o_result vkh2o_cmd_mla_o_proj(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_binding o, vkh2o_binding out, uint32_t S)
+{
+    if (!L || !cb || S == 0)
+        return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_o_proj: bad argument");
+    const vkh2o_mla_state* st = &L->st;
+    return matmul(L, cb, VKH2O_W_O_PROJ, o, own_buffer(L, o), out,
+                  (vkh2o_matmul_args){ .M = S, .N = st->hidden, .K = st->heads * st->v_dim });
+}
+
+/* ts: 5 timestamp slots (start, after projections, after attention, after mass, end) or NULL */
+static vkh2o_result record_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_io* io, uint32_t* ts)
+{
+    vkh2o_context* ctx = L->ctx;
+    if (!io || !io->hidden || !io->out)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: hidden and out buffers are required");
+    const uint32_t S = io->seq_len;
+    VKH2O_CHECK(check_seq(L, S, io->pos0));
+    const vkh2o_mla_state* st = &L->st;
+    const uint32_t H = st->heads, qk = st->nope + st->rope, dv = st->v_dim, D = st->hidden;
+    const uint64_t act = (uint64_t)S * D * sizeof(float);
+    if (vkh2o_buffer_size(io->hidden) < act || vkh2o_buffer_size(io->out) < act)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: hidden/out buffers hold less than %u x %u floats", S, D);
+    if (io->scores && vkh2o_buffer_size(io->scores) < (uint64_t)S * sizeof(float))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: scores buffer holds less than %u floats", S);
+    uint64_t pbytes = (uint64_t)H * S * S * sizeof(float);
+    if (io->probs && !(L->flags & VKH2O_MLA_WRITE_PROBS))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: probs needs a layer created with VKH2O_MLA_WRITE_PROBS");
+    if (io->probs && (vkh2o_buffer_size(io->probs) < pbytes || pbytes > vkh2o_context_caps(ctx)->max_storage_buffer_range))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla forward: probs needs %llu bytes in one binding (buffer %llu, device limit %llu)",
+                          (unsigned long long)pbytes, (unsigned long long)vkh2o_buffer_size(io->probs),
+                          (unsigned long long)vkh2o_context_caps(ctx)->max_storage_buffer_range);
+
+    if (ts)
+        ts[0] = vkh2o_timestamp(ctx, cb);
+    VKH2O_CHECK(project(L, cb, vkh2o_bind_range(io->hidden, 0, act), io->hidden, S, io->pos0));
+    if (ts)
+        ts[1] = vkh2o_timestamp(ctx, cb);
+
+    vkh2o_attn_args a = { .S = S, .T = S, .H = H, .D = qk, .DV = dv, .causal_off = 0, .scale = st->scale,
+                          .q_ts = H * qk, .q_hs = qk, .k_ts = H * qk, .k_hs = qk, .v_ts = H * dv, .v_hs = dv,
+                          .o_ts = H * dv, .o_hs = dv, .accumulate_scores = io->accumulate_scores };
+    vkh2o_attn_bufs b = { .q = rows(st->q, (uint64_t)S * H * qk), .k = rows(st->k, (uint64_t)S * H * qk),
+                          .v = rows(st->v, (uint64_t)S * H * dv), .o = rows(st->o, (uint64_t)S * H * dv),
+                          .lse = rows(L->lse, (uint64_t)H * S),
+                          .part = rows(L->part, vkh2o_attn_part_floats(&st->tuning, S, S, H, qk, dv)),
+                          .q_buffer = st->q, .k_buffer = st->k, .v_buffer = st->v };
+    if (io->scores)
+        b.scores = vkh2o_bind_range(io->scores, 0, (uint64_t)S * sizeof(float));
+    if (io->probs)
+        b.probs = vkh2o_bind_range(io->probs, 0, pbytes);
+    VKH2O_CHECK(vkh2o_cmd_attention(ctx, cb, &st->tuning, &a, &b));
+    vkh2o_barrier(ctx, cb);
+    if (ts)
+        ts[2] = vkh2o_timestamp(ctx, cb);
+    if (io->scores)
+        VKH2O_CHECK(vkh2o_cmd_attention_mass(ctx, cb, &st->tuning, &a, &b));
+    if (ts)
+        ts[3] = vkh2o_timestamp(ctx, cb);
+    VKH2O_CHECK(vkh2o_cmd_mla_o_proj(L, cb, b.o, vkh2o_bind_range(io->out, 0, act), S));
+    vkh2o_barrier(ctx, cb);
+    if (ts)
+        ts[4] = vkh2o_timestamp(ctx, cb);
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_cmd_mla_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_io* io)
+{
+    if (!L || !cb)
+        return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_forward: NULL argument");
+    return record_forward(L, cb, io, NULL);
+}
+
+static vkh2o_result ensure_io(vkh2o_mla_layer* L, uint32_t S)
+{
+    if (L->io_rows >= S)
+        return VKH2O_OK;
+    vkh2o_buffer_destroy(L->io_hidden);
+    vkh2o_buffer_destroy(L->io_out);
+    vkh2o_buffer_destroy(L->io_scores);
+    L->io_hidden = L->io_out = L->io_scores = NULL;
+    L->io_rows = 0;
+    VKH2O_CHECK(alloc_f32(L->ctx, (uint64_t)S * L->st.hidden, &L->io_hidden));
+    VKH2O_CHECK(alloc_f32(L->ctx, (uint64_t)S * L->st.hidden, &L->io_out));
+    VKH2O_CHECK(alloc_f32(L->ctx, S, &L->io_scores));
+    L->io_rows = S;
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_run_mla_forward(vkh2o_mla_layer* L, const float* hidden, uint32_t S, uint32_t pos0, float* out,
+                                   float* scores, vkh2o_mla_timings* t)
+{
+    if (!L || !hidden || !out)
+        return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_forward: NULL argument");
+    VKH2O_CHECK(check_seq(L, S, pos0));
+    vkh2o_context* ctx = L->ctx;
+    VKH2O_CHECK(ensure_io(L, S));
+    const uint64_t act = (uint64_t)S * L->st.hidden * sizeof(float);
+    VKH2O_CHECK(vkh2o_buffer_upload(L->io_hidden, 0, hidden, act));
+    vkh2o_mla_io io = { .hidden = L->io_hidden, .out = L->io_out, .scores = scores ? L->io_scores : NULL,
+                        .seq_len = S, .pos0 = pos0 };
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
+    uint32_t ts[5];
+    vkh2o_result r = record_forward(L, cb, &io, ts);
+    if (r != VKH2O_OK) {
+        /* end the one-shot buffer cleanly; the recorded part is harmless */
+        vkh2o_submit_wait(ctx, cb);
+        return r;
+    }
+    VKH2O_CHECK(vkh2o_submit_wait(ctx, cb));
+    if (t) {
+        t->project_ms = vkh2o_timestamp_ms(ctx, ts[0], ts[1]);
+        t->attention_ms = vkh2o_timestamp_ms(ctx, ts[1], ts[2]);
+        t->mass_ms = vkh2o_timestamp_ms(ctx, ts[2], ts[3]);
+        t->o_proj_ms = vkh2o_timestamp_ms(ctx, ts[3], ts[4]);
+        t->total_ms = vkh2o_timestamp_ms(ctx, ts[0], ts[4]);
+    }
+    VKH2O_CHECK(vkh2o_buffer_download(L->io_out, 0, out, act));
+    if (scores)
+        VKH2O_CHECK(vkh2o_buffer_download(L->io_scores, 0, scores, (uint64_t)S * sizeof(float)));
+    return VKH2O_OK;
+}

@@ -1,0 +1,95 @@
+/* The weight matmul: weights on the device and Y = alpha X W^T (+Y) recording (matmul.c,
+ * shaders/mla/matmul.comp). Private to the library, tests and tools. */
+#ifndef VKH2O_MATMUL_INTERNAL_H
+#define VKH2O_MATMUL_INTERNAL_H
+
+#include "internal.h"
+
+#define VKH2O_WEIGHT_MAX_CHUNKS 16u
+
+/* A weight matrix on the device, nn.Linear layout W[N][K] (row n = output n), in its 16-bit
+ * form (BF16 or F16 words, widened in the shader) or F32. Stored in one or more VkBuffers so
+ * that any binding stays <= maxStorageBufferRange (rows are split into chunks).
+ *
+ * Layout of a chunk: rows [c * rows_per_chunk, min(rows, (c+1) * rows_per_chunk)) of the
+ * matrix, row r of the chunk at element r * row_stride. row_stride is cols rounded up to a
+ * multiple of 8 for 16-bit dtypes and of 4 for F32, so every row starts on 16 bytes (the
+ * matmul reads uvec4); pad elements are zero. 16-bit element (r, k) of a chunk is half
+ * (k & 1) (low half first) of uint word (r * row_stride + k) / 2. A 1-D tensor (norm
+ * weights) is one row of cols elements. */
+typedef struct vkh2o_dev_weight {
+    vkh2o_dtype dtype;              /* F32, F16 or BF16 */
+    uint32_t rows, cols;
+    uint32_t nchunks;
+    uint32_t rows_per_chunk;
+    vkh2o_buffer* chunk[VKH2O_WEIGHT_MAX_CHUNKS];
+    uint32_t row_stride;            /* elements between rows in a chunk (>= cols, 16 bytes multiple) */
+} vkh2o_dev_weight;
+
+/* Uploads a 2-D (or 1-D) BF16/F16/F32 tensor as is (no widening). Rows are chunked so that a
+ * chunk's bytes stay <= maxStorageBufferRange, or <= environment VKH2O_MAX_BINDING_BYTES when
+ * that is set and smaller (tests force chunking with it). *out is zeroed on failure.
+ * Results: OK, INVALID_ARGUMENT (NULL data, ndim not 1/2, empty, nbytes too small),
+ * DTYPE (not F32/F16/BF16), UNSUPPORTED (more than VKH2O_WEIGHT_MAX_CHUNKS chunks needed, or a
+ * single row larger than the binding limit), OUT_OF_DEVICE_MEMORY, VULKAN. */
+vkh2o_result vkh2o_weight_upload(vkh2o_context* ctx, const vkh2o_tensor_view* v, vkh2o_dev_weight* out);
+/* Same, with an explicit binding limit in bytes (0 = the device's); the env var is ignored. */
+vkh2o_result vkh2o_weight_upload_limit(vkh2o_context* ctx, const vkh2o_tensor_view* v,
+                                       uint64_t max_binding_bytes, vkh2o_dev_weight* out);
+/* Widens any F32/F16/BF16 tensor to F32 on the host and uploads it (norm weights, biases,
+ * absorbed products). Same results. */
+vkh2o_result vkh2o_weight_upload_f32(vkh2o_context* ctx, const vkh2o_tensor_view* v, vkh2o_dev_weight* out);
+/* Frees the buffers and zeroes *w. Accepts NULL and an all-zero weight. */
+void vkh2o_weight_free(vkh2o_dev_weight* w);
+/* Binding of chunk c (the whole buffer). */
+static inline vkh2o_binding vkh2o_weight_binding(const vkh2o_dev_weight* w, uint32_t c)
+{
+    return vkh2o_bind(w->chunk[c]);
+}
+
+/* Which kernel vkh2o_cmd_matmul uses. AUTO: register blocking with texel-buffer reads on CPU
+ * devices (storage reads when a chunk exceeds the texel limit), shared-memory tiles on GPUs;
+ * the others force one (tests run all on any device). */
+typedef enum vkh2o_matmul_path {
+    VKH2O_MATMUL_PATH_AUTO = 0,
+    VKH2O_MATMUL_PATH_REGISTER = 1,   /* shaders/mla/matmul.comp: storage-buffer reads */
+    VKH2O_MATMUL_PATH_TILED = 2,      /* shaders/mla/matmul_tiled.comp */
+    VKH2O_MATMUL_PATH_TEXEL = 3,      /* shaders/mla/matmul_texel.comp: register blocking, W (and X
+                                         when x_buffer allows) read as uniform texel buffers */
+    VKH2O_MATMUL_PATH_COUNT
+} vkh2o_matmul_path;
+
+typedef struct vkh2o_matmul_args {
+    uint32_t M, N, K;          /* Y[M,N] = X[M,K] . W^T  (W is [N,K]) */
+    uint32_t batch;            /* 0/1 = single; >1: z-batched, see strides (elements) */
+    uint32_t x_stride, y_stride;           /* row strides of X and Y in floats (0 = K / N) */
+    uint32_t x_batch_stride, y_batch_stride, w_batch_stride;  /* per batch, in elements */
+    uint32_t w_row_offset;     /* first weight row used (for per-head slices), elements of rows */
+    bool w_transposed;         /* W given as [K,N] (row k) instead of [N,K] */
+    bool accumulate;           /* Y += instead of Y = */
+    float alpha;               /* 0 = 1 */
+    uint32_t path;             /* vkh2o_matmul_path; 0 = automatic */
+    /* Optional: the buffer x binds. With it the texel path reads X through a texel view of the
+     * buffer (needs x.offset a multiple of 256); without it X is read as a storage buffer. */
+    vkh2o_buffer* x_buffer;
+} vkh2o_matmul_args;
+/*
+ * Records Y = alpha X W^T (+Y). X, Y fp32 bindings (offsets/ranges as given). Handles chunked
+ * weights. No barrier inside except between its own chunk dispatches if needed (transposed
+ * weights split along K over chunks accumulate into Y); the caller places barriers around it.
+ *
+ * Weight rows used by batch b: w_row_offset + b * (w_batch_stride / cols) + [0, N) (or
+ * [0, K) when w_transposed); w_batch_stride must be a multiple of w->cols (whole rows), and
+ * w->cols must equal K (N when transposed). X row m of batch b starts at float
+ * b * x_batch_stride + m * x_stride of the binding, likewise Y.
+ * Results: OK, INVALID_ARGUMENT (shapes/strides inconsistent, rows outside the weight, a
+ * binding too small for the strides, x_buffer not the buffer of x, unknown path), UNSUPPORTED
+ * (M or batch beyond the device's workgroup-count limits; on CPU devices an untransposed K
+ * beyond llvmpipe's loop limit: K > ~240000 register-blocked, > 30000 tiled; the texel path
+ * forced on a chunk larger than maxTexelBufferElements texels), plus whatever kernel creation
+ * / dispatch returns.
+ */
+vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* w,
+                              vkh2o_binding x, vkh2o_binding y, const vkh2o_matmul_args* a);
+
+#endif

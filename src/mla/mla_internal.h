@@ -1,0 +1,183 @@
+/*
+ * The MLA layer's private API (mla.c; shaders rmsnorm, rope, attn_lse, attn_pv, attn_reduce):
+ * generic recorders of its kernels, and access to a layer's device state for the KV-cache
+ * work (expanded and latent layouts, weight absorption), tests and tools.
+ *
+ * Recorders (vkh2o_cmd_*) put no barrier before their first dispatch or after their last;
+ * callers order them with vkh2o_barrier. All tensors are f32 unless said otherwise.
+ */
+#ifndef VKH2O_MLA_INTERNAL_H
+#define VKH2O_MLA_INTERNAL_H
+
+#include "internal.h"
+#include "matmul_internal.h"
+
+/* Positions handed to RoPE must stay below this (the table splits them into three bytes). */
+#define VKH2O_ROPE_MAX_POSITION (1u << 24)
+/* The longest rope part the shaders take (the reference holds rows on the stack). */
+#define VKH2O_ROPE_MAX_DIM 512u
+
+/* ---- RoPE table ----
+ * cos/sin of p * inv_freq[i] for p = a + 256 b + 65536 c, as three levels of 256 entries:
+ * table[2 * ((level * 256 + byte) * (rope/2) + i) + {0, 1}] = {cos, sin}(byte * 256^level * f_i),
+ * computed in double; level 0 is scaled by attention_factor. The shaders combine the three by
+ * complex products, so any position < 2^24 costs float rounding only. */
+static inline uint64_t vkh2o_rope_table_floats(uint32_t rope) { return 3ull * 256ull * rope; }
+void vkh2o_rope_table_fill(const float* inv_freq, uint32_t rope, float attention_factor, float* table);
+
+/* ---- RMSNorm (+ RoPE tail) : shaders/mla/rmsnorm.comp ----
+ * y[r * y_stride + c] = x[r * x_stride + c] / sqrt(mean x^2 + eps) * w[c], c < n, r < rows;
+ * when rope > 0 also pe[r * pe_stride + :] = RoPE_{pos0 + r}(x[r * x_stride + n + 0 .. rope-1])
+ * and, for h < bc_heads, bc[r * bc_tok_stride + h * bc_head_stride + bc_offset + :] = the same.
+ * Unused bindings (table/pe/bc without rope, bc without bc_heads) may be any valid binding.
+ * Results: OK, INVALID_ARGUMENT (zero sizes, odd rope, positions >= 2^24), kernel errors. */
+typedef struct vkh2o_rmsnorm_args {
+    uint32_t rows, n, x_stride, y_stride;
+    float eps;
+    uint32_t rope;            /* 0: plain RMSNorm */
+    bool interleave;
+    uint32_t pos0, pe_stride;
+    uint32_t bc_heads, bc_tok_stride, bc_head_stride, bc_offset;
+} vkh2o_rmsnorm_args;
+vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rmsnorm_args* a,
+                               vkh2o_binding x, vkh2o_binding w, vkh2o_binding table,
+                               vkh2o_binding y, vkh2o_binding pe, vkh2o_binding bc);
+
+/* ---- RoPE in place : shaders/mla/rope.comp ----
+ * x[s * tok_stride + h * head_stride + offset + 0 .. rope-1] rotated for position pos0 + s,
+ * s < tokens, h < heads. Results: OK, INVALID_ARGUMENT, kernel errors. */
+typedef struct vkh2o_rope_args {
+    uint32_t tokens, heads, tok_stride, head_stride, offset, pos0, rope;
+    bool interleave;
+} vkh2o_rope_args;
+vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rope_args* a,
+                            vkh2o_binding table, vkh2o_binding x);
+
+/* ---- attention with the attention mass : shaders/attn_lse, attn_pv, attn_reduce ----
+ * S queries, T keys, H heads; query i sees key j iff j <= i + causal_off (and j < T):
+ * causal_off = T - S when the queries are the last S of the T keys (prefill of S new tokens
+ * after T - S cached ones), >= T - 1 for no mask. Layouts in floats:
+ *   q[i * q_ts + h * q_hs + 0..D-1], k[j * k_ts + h * k_hs + ...], v[j * v_ts + h * v_hs + 0..DV-1],
+ *   o[i * o_ts + h * o_hs + ...]; k_hs = 0 / v_hs = 0 share one key / value row across heads
+ * (the latent layout: keys [c_kv | k_pe], values c_kv, D = kv_lora + rope, DV = kv_lora).
+ * Outputs: o (written), scores[j] = sum_h sum_i P[h, i, j] (T floats; written, or added when
+ * accumulate_scores), probs[(h * S + i) * T + j] (optional, masked entries 0).
+ * Scratch: lse (H * S floats), part (vkh2o_attn_part_floats floats). */
+typedef struct vkh2o_attn_tuning {
+    uint32_t local;   /* workgroup size of the three passes */
+    uint32_t rq;      /* queries per invocation */
+    uint32_t rk;      /* keys per score tile */
+    uint32_t hg;      /* heads per invocation of the P.V pass (partials = ceil(H/hg) per block) */
+    /* Most loop iterations one invocation may run (0: no limit). llvmpipe (lavapipe) silently
+     * leaves every loop of an invocation once 65535 iterations have run in total
+     * (LP_MAX_TGSI_LOOP_ITERATIONS), so on CPU devices the P.V pass takes fewer heads per
+     * invocation for long rows (vkh2o_attn_hg) and a shape that cannot fit is refused. */
+    uint32_t loop_budget;
+    /* 1: passes 1 and 2 read q, k and v as uniform texel buffers (shaders/mla/attn_lse_texel.comp,
+     * attn_pv_texel.comp; four floats per fetch, which llvmpipe gathers vectorised) when the
+     * buffers are known and the layout allows (vkh2o_attn_bufs); otherwise, and with 0, as
+     * storage buffers. Both give the same bits. */
+    uint32_t texel;
+} vkh2o_attn_tuning;
+/* Heads per P.V invocation in effect for T keys of width D / DV: t->hg, lowered to stay within
+ * t->loop_budget. */
+uint32_t vkh2o_attn_hg(const vkh2o_attn_tuning* t, uint32_t T, uint32_t D, uint32_t DV);
+/* Per device type: register blocking (and texel reads) on CPU devices, small tiles elsewhere.
+ * Environment VKH2O_ATTN_TUNING="local,rq,rk,hg" and VKH2O_ATTN_TEXEL=0/1 override
+ * (benchmarks). */
+vkh2o_attn_tuning vkh2o_attn_tuning_default(const vkh2o_context* ctx);
+
+typedef struct vkh2o_attn_args {
+    uint32_t S, T, H, D, DV;
+    int32_t causal_off;
+    float scale;
+    uint32_t q_ts, q_hs, k_ts, k_hs, v_ts, v_hs, o_ts, o_hs;
+    bool accumulate_scores;
+} vkh2o_attn_args;
+
+typedef struct vkh2o_attn_bufs {
+    vkh2o_binding q, k, v, o, lse, part;
+    vkh2o_binding scores;     /* .buffer VK_NULL_HANDLE: vkh2o_cmd_attention_mass not used */
+    vkh2o_binding probs;      /* .buffer VK_NULL_HANDLE: not written */
+    /* Optional: the buffers q, k and v bind (each NULL or the buffer of its binding). With all
+     * three and t->texel, the passes read them through texel views (one cached per buffer and
+     * offset) when every row starts on a 16-byte texel: D, DV, q_ts, q_hs, k_ts, k_hs, v_ts,
+     * v_hs multiples of 4 and the binding offsets multiples of 256 bytes, and the views fit the
+     * device's texel limit; otherwise they fall back to storage reads. */
+    vkh2o_buffer *q_buffer, *k_buffer, *v_buffer;
+} vkh2o_attn_bufs;
+
+uint64_t vkh2o_attn_part_floats(const vkh2o_attn_tuning* t, uint32_t S, uint32_t T, uint32_t H, uint32_t D, uint32_t DV);
+/* Passes 1 and 2 (lse, barrier, P.V + partial mass). No barrier after. Results: OK,
+ * INVALID_ARGUMENT (empty shape or tuning, a binding too small, q/k/v_buffer not the buffer
+ * of its binding), UNSUPPORTED (rows beyond the loop budget), kernel and dispatch errors. */
+/* Whether vkh2o_cmd_attention would read through texel views (tests, benchmarks). */
+bool vkh2o_attn_uses_texels(const vkh2o_context* ctx, const vkh2o_attn_tuning* t, const vkh2o_attn_args* a,
+                            const vkh2o_attn_bufs* b);
+vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_attn_tuning* t,
+                                 const vkh2o_attn_args* a, const vkh2o_attn_bufs* b);
+/* Pass 3: scores from the partials (after a barrier that follows vkh2o_cmd_attention). */
+vkh2o_result vkh2o_cmd_attention_mass(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_attn_tuning* t,
+                                      const vkh2o_attn_args* a, const vkh2o_attn_bufs* b);
+
+/* ---- a layer's device state ---- */
+
+/* Device buffers of the last projection (vkh2o_cmd_mla_project / vkh2o_cmd_mla_forward) of
+ * S tokens, each [max_seq_len, ...] of which the first S rows are valid, row-major f32:
+ *   q    [S, H, nope+rope]  roped query (q_pe rotated), head h at (s * H + h) * (nope+rope)
+ *   k    [S, H, nope+rope]  key: k_nope from kv_b_proj, roped k_pe copied into every head
+ *   v    [S, H, v]
+ *   ckv  [S, kv_lora]       c_kv after kv_a_layernorm (the latent cache entry)
+ *   kpe  [S, rope]          roped k_pe (the latent cache's rope part)
+ *   o    [S, H, v]          attention output before o_proj (after a forward)
+ * The buffers are overwritten by the next projection of the layer. */
+typedef struct vkh2o_mla_state {
+    vkh2o_buffer *q, *k, *v, *ckv, *kpe, *o;
+    vkh2o_buffer* rope_table;         /* the layer's RoPE table (vkh2o_rope_table_fill) */
+    uint32_t max_seq_len;
+    uint32_t heads, nope, rope, v_dim, kv_lora, q_lora, hidden;
+    float scale;                      /* softmax scale */
+    bool interleave;
+    vkh2o_attn_tuning tuning;
+} vkh2o_mla_state;
+const vkh2o_mla_state* vkh2o_mla_layer_state(const vkh2o_mla_layer* layer);
+
+/* The device weights (as uploaded: 16-bit or f32 nn.Linear [out, in], see matmul_internal.h):
+ * VKH2O_W_KV_B_PROJ [H * (nope + v), kv_lora] (head h: rows h*(nope+v) + [0, nope) are W_uk,
+ * + [nope, nope+v) W_uv), VKH2O_W_O_PROJ [hidden, H * v], the others likewise; the norm
+ * weights as f32 rows. NULL for an absent weight (q_proj with LoRA, ...). */
+const vkh2o_dev_weight* vkh2o_mla_layer_weight(const vkh2o_mla_layer* layer, vkh2o_mla_weight w);
+
+/* Records the projections of S tokens at positions pos0..: hidden [S, hidden_size] ->
+ * state q, k, v, ckv, kpe. Ends with a barrier. Results: as vkh2o_cmd_mla_forward. */
+vkh2o_result vkh2o_cmd_mla_project(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_binding hidden,
+                                   uint32_t S, uint32_t pos0);
+
+/* Records out [S, hidden] = o_proj(o) for o [S, H * v] (e.g. the state's o, or the cache
+ * attention's output). No barriers. */
+vkh2o_result vkh2o_cmd_mla_o_proj(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_binding o,
+                                  vkh2o_binding out, uint32_t S);
+
+/* The matmul kernel of the layer's projections (vkh2o_matmul_path; 0 = automatic, the
+ * default): tests run the forward on each, benchmarks compare them in one process. */
+void vkh2o_mla_layer_set_matmul_path(vkh2o_mla_layer* layer, uint32_t path);
+/* Whether the layer's attention reads q, k, v through texel views (vkh2o_attn_tuning.texel; the
+ * default is the device's): both give the same bits, tests compare them. */
+void vkh2o_mla_layer_set_attn_texel(vkh2o_mla_layer* layer, bool texel);
+
+/* ---- benchmarks (tools/vkh2o-bench "forward" row) ----
+ * A Kimi-shaped layer from random weights needs only the public API plus the test reference's
+ * generator (ref/ref_mla.h, linked into every tool):
+ *
+ *   vkh2o_mla_config cfg; vkh2o_mla_config_kimi_k26(&cfg);
+ *   ref_mla_weights w; ref_mla_random_weights(&cfg, VKH2O_DTYPE_BF16, seed, &w);   (~200 MB)
+ *   vkh2o_mla_host_weights* hw; vkh2o_mla_host_weights_wrap(&cfg, w.views, &hw, &err);
+ *   vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S }, &layer);
+ *   vkh2o_run_mla_forward(layer, hidden, S, 0, out, scores, &timings);   (per-stage GPU ms)
+ *   vkh2o_mla_layer_destroy(layer); vkh2o_mla_host_weights_free(hw); ref_mla_weights_free(&w);
+ *
+ * Work of one forward (multiply-adds x 2): vkh2o_mla_forward_flops(). Environment
+ * VKH2O_ATTN_TUNING="local,rq,rk,hg" tries other attention tilings. */
+double vkh2o_mla_forward_flops(const vkh2o_mla_config* cfg, uint32_t S);
+
+#endif
