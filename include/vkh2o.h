@@ -18,7 +18,7 @@
  *   3. vkh2o_mla_layer_create(ctx, &cfg, hw, &desc, &layer)        -- uploads the weights
  *   4. vkh2o_run_mla_forward(layer, hidden, seq_len, pos0, out, scores, &timings)
  *      (or vkh2o_cmd_mla_forward to record into your own command buffer)
- *   5. vkh2o_kv_cache_create + vkh2o_cmd_cache_prefill / vkh2o_cmd_cache_step for H2O eviction;
+ *   5. vkh2o_cache_create + vkh2o_cmd_cache_prefill / vkh2o_cmd_cache_step for H2O eviction;
  *      vkh2o_qcache_* for the quantised cache (vkh2o/kvquant.h)
  *   6. destroy in reverse order; every destroy accepts NULL.
  *
@@ -48,10 +48,22 @@
 #endif
 #include <vulkan/vulkan_core.h>
 
-#if defined(VKH2O_BUILDING) && defined(__GNUC__)
-#define VKH2O_API __attribute__((visibility("default")))
+/* VKH2O_API marks the exported functions. Windows DLLs: the build defines VKH2O_BUILDING and,
+ * for a shared library, VKH2O_SHARED (consumers of a shared build get VKH2O_SHARED from the
+ * CMake package / pkg-config), giving dllexport inside and dllimport outside. Elsewhere the
+ * library is built with hidden visibility and exports exactly these. */
+#if defined(_WIN32) || defined(__CYGWIN__)
+#  if defined(VKH2O_SHARED) && defined(VKH2O_BUILDING)
+#    define VKH2O_API __declspec(dllexport)
+#  elif defined(VKH2O_SHARED)
+#    define VKH2O_API __declspec(dllimport)
+#  else
+#    define VKH2O_API
+#  endif
+#elif defined(VKH2O_BUILDING) && defined(__GNUC__)
+#  define VKH2O_API __attribute__((visibility("default")))
 #else
-#define VKH2O_API
+#  define VKH2O_API
 #endif
 
 #ifdef __cplusplus
@@ -105,7 +117,7 @@ typedef void (*vkh2o_log_fn)(vkh2o_log_level level, const char* message, void* u
 
 typedef enum vkh2o_context_flags {
     /* enable VK_LAYER_KHRONOS_validation (also: environment VKH2O_VALIDATION=1); its messages
-     * go to the log callback and are counted (vkh2o_context_validation_messages) */
+     * go to the log callback and are counted (vkh2o_context_get_validation_messages) */
     VKH2O_CONTEXT_VALIDATION = 1u << 0,
     /* never take the faster paths that need optional features (tests of the baseline path) */
     VKH2O_CONTEXT_BASELINE_ONLY = 1u << 1,
@@ -175,12 +187,12 @@ typedef struct vkh2o_device_caps {
 VKH2O_API vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context** out);
 /* Waits for the device to go idle on the context's queue and frees everything it created. */
 VKH2O_API void vkh2o_context_destroy(vkh2o_context* ctx);
-VKH2O_API const vkh2o_device_caps* vkh2o_context_caps(const vkh2o_context* ctx);
+VKH2O_API const vkh2o_device_caps* vkh2o_context_get_caps(const vkh2o_context* ctx);
 /* The last failure's message on this context ("" if none). Valid until the next call. */
 VKH2O_API const char* vkh2o_last_error(const vkh2o_context* ctx);
 /* Number of validation-layer WARNING/ERROR messages seen so far (0 without validation). */
-VKH2O_API uint32_t vkh2o_context_validation_messages(const vkh2o_context* ctx);
-VKH2O_API VkDevice vkh2o_context_device(const vkh2o_context* ctx);
+VKH2O_API uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ctx);
+VKH2O_API VkDevice vkh2o_context_get_device(const vkh2o_context* ctx);
 
 /* Enumerate the Vulkan 1.2 devices the loader sees, for listings (vkh2o-info).
  * Fills at most max entries of caps and returns the total count in *count. */
@@ -196,9 +208,9 @@ typedef struct vkh2o_buffer vkh2o_buffer;
  * has such memory). Results: OK, INVALID_ARGUMENT (0 bytes), OUT_OF_DEVICE_MEMORY, VULKAN. */
 VKH2O_API vkh2o_result vkh2o_buffer_create(vkh2o_context* ctx, uint64_t bytes, vkh2o_buffer** out);
 VKH2O_API void vkh2o_buffer_destroy(vkh2o_buffer* buf);
-VKH2O_API uint64_t vkh2o_buffer_size(const vkh2o_buffer* buf);
+VKH2O_API uint64_t vkh2o_buffer_get_size(const vkh2o_buffer* buf);
 /* The underlying VkBuffer, to bind it in the app's own work (usage: storage, transfer). */
-VKH2O_API VkBuffer vkh2o_buffer_vk(const vkh2o_buffer* buf);
+VKH2O_API VkBuffer vkh2o_buffer_get_vk(const vkh2o_buffer* buf);
 /* Blocking copies between host memory and the buffer (staging where needed). The device
  * must not be using the buffer. Results: OK, INVALID_ARGUMENT (range outside), VULKAN. */
 VKH2O_API vkh2o_result vkh2o_buffer_upload(vkh2o_buffer* buf, uint64_t offset, const void* src, uint64_t bytes);

@@ -166,21 +166,21 @@ int ref_mla_forward(const vkh2o_mla_config* cfg, const vkh2o_mla_host_weights* h
 
     /* q = q_b_proj(q_a_layernorm(q_a_proj(h))) or q_proj(h) */
     if (lq) {
-        if (linear_d(vkh2o_mla_host_weight(hw, VKH2O_W_Q_A_PROJ), x, S, qa))
+        if (linear_d(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_Q_A_PROJ), x, S, qa))
             goto done;
-        rmsnorm_d(qa, S, lq, lq, vkh2o_mla_host_weight(hw, VKH2O_W_Q_A_LAYERNORM), eps);
-        if (linear_d(vkh2o_mla_host_weight(hw, VKH2O_W_Q_B_PROJ), qa, S, q))
+        rmsnorm_d(qa, S, lq, lq, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_Q_A_LAYERNORM), eps);
+        if (linear_d(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_Q_B_PROJ), qa, S, q))
             goto done;
-    } else if (linear_d(vkh2o_mla_host_weight(hw, VKH2O_W_Q_PROJ), x, S, q)) {
+    } else if (linear_d(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_Q_PROJ), x, S, q)) {
         goto done;
     }
     /* compressed kv: [c_kv | k_pe]; c_kv normed then expanded to k_nope, v */
-    if (linear_d(vkh2o_mla_host_weight(hw, VKH2O_W_KV_A_PROJ), x, S, ckv))
+    if (linear_d(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_A_PROJ), x, S, ckv))
         goto done;
     for (size_t s = 0; s < S; s++)
         memcpy(ckv_n + s * lkv, ckv + s * (lkv + rope), lkv * sizeof *ckv_n);
-    rmsnorm_d(ckv_n, S, lkv, lkv, vkh2o_mla_host_weight(hw, VKH2O_W_KV_A_LAYERNORM), eps);
-    if (linear_d(vkh2o_mla_host_weight(hw, VKH2O_W_KV_B_PROJ), ckv_n, S, kv))
+    rmsnorm_d(ckv_n, S, lkv, lkv, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_A_LAYERNORM), eps);
+    if (linear_d(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_B_PROJ), ckv_n, S, kv))
         goto done;
 
     /* RoPE, then query = [q_nope | q_pe], key = [k_nope | k_pe] (k_pe shared by all heads) */
@@ -221,7 +221,7 @@ int ref_mla_forward(const vkh2o_mla_config* cfg, const vkh2o_mla_host_weights* h
     ref_attention(&a, qf, kf, vf, of, mass, probs);
     for (size_t i = 0; i < S * H * dv; i++)
         o[i] = of[i];
-    if (linear_d(vkh2o_mla_host_weight(hw, VKH2O_W_O_PROJ), o, S, y))
+    if (linear_d(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_O_PROJ), o, S, y))
         goto done;
     for (size_t i = 0; i < S * D; i++)
         out[i] = (float)y[i];

@@ -272,7 +272,7 @@ static vkh2o_result bench_forward(bench_env* env)
     vkh2o_result r = vkh2o_mla_host_weights_wrap(&cfg, rw.views, &hw, &err);
     if (r != VKH2O_OK) r = vkh2o_fail(ctx, r, "bench: %s", err.message);
     if (r == VKH2O_OK) r = vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S }, &layer);
-    vkh2o_mla_host_weights_free(hw);
+    vkh2o_mla_host_weights_destroy(hw);
     ref_mla_weights_free(&rw);
 
     float* hidden = malloc((size_t)S * cfg.hidden_size * sizeof(float));
@@ -508,7 +508,7 @@ int main(int argc, char** argv)
         fprintf(stderr, TOOL ": no device: %s\n", vkh2o_result_string(r));
         return 1;
     }
-    env.caps = vkh2o_context_caps(env.ctx);
+    env.caps = vkh2o_context_get_caps(env.ctx);
     if (!json) printf("device: %s (%s)\n", env.caps->device_name, env.caps->driver_info);
     int rc = 0;
     for (size_t b = 0; b < sizeof benches / sizeof benches[0]; b++) {

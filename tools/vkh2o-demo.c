@@ -278,7 +278,7 @@ static float* load_input(const opts* o, const vkh2o_mla_config* cfg, uint32_t* S
         if (x)
             memcpy(x, v.data, v.nbytes);
     }
-    vkh2o_safetensors_close(st);
+    vkh2o_safetensors_destroy(st);
     return x;
 }
 
@@ -495,7 +495,7 @@ int main(int argc, char** argv)
                 r == VKH2O_ERROR_NO_DEVICE ? ": install a driver (Debian: mesa-vulkan-drivers for lavapipe)" : "");
         return 1;
     }
-    const vkh2o_device_caps* caps = vkh2o_context_caps(ctx);
+    const vkh2o_device_caps* caps = vkh2o_context_get_caps(ctx);
     int rc = 1;
     vkh2o_checkpoint* ck = NULL;
     vkh2o_mla_host_weights* hw = NULL;
@@ -518,7 +518,7 @@ int main(int argc, char** argv)
     if (!o.quiet) {
         printf("weights:       %s%s, layer %u\n", o.weights, synthetic ? " (SYNTHETIC)" : "", o.layer);
         for (int w = 0; w < VKH2O_W_COUNT; w++) {
-            const vkh2o_tensor_view* v = vkh2o_mla_host_weight(hw, (vkh2o_mla_weight)w);
+            const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, (vkh2o_mla_weight)w);
             if (!v || !v->data)
                 continue;
             printf("  %-58s %-5s [", v->name, vkh2o_dtype_name(v->dtype));
@@ -536,7 +536,7 @@ int main(int argc, char** argv)
     if (!hidden)
         goto done;
     if (o.normed_input)
-        input_layernorm(hidden, S, cfg.hidden_size, vkh2o_mla_host_weight(hw, VKH2O_W_INPUT_LAYERNORM), cfg.rms_norm_eps);
+        input_layernorm(hidden, S, cfg.hidden_size, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_INPUT_LAYERNORM), cfg.rms_norm_eps);
 
     if ((r = vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S }, &layer)) != VKH2O_OK) {
         fprintf(stderr, "%s: cannot create the layer on %s: %s\n", TOOL, caps->device_name, vkh2o_last_error(ctx));
@@ -783,8 +783,8 @@ done:
     free(ref_out);
     free(ref_score);
     vkh2o_mla_layer_destroy(layer);
-    vkh2o_mla_host_weights_free(hw);
-    vkh2o_checkpoint_close(ck);
+    vkh2o_mla_host_weights_destroy(hw);
+    vkh2o_checkpoint_destroy(ck);
     vkh2o_context_destroy(ctx);
     return rc;
 }

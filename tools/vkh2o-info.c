@@ -86,7 +86,7 @@ int main(int argc, char** argv)
         fprintf(stderr, "vkh2o-info: could not create a context: %s\n", vkh2o_result_string(r));
         return 1;
     }
-    const vkh2o_device_caps* c = vkh2o_context_caps(ctx);
+    const vkh2o_device_caps* c = vkh2o_context_get_caps(ctx);
     printf("chosen: %s\n", c->device_name);
     printf("  enabled: shaderFloat16 %s, 16-bit storage %s, 8-bit storage %s, push descriptors %s, timestamps %s\n",
            c->shader_float16 ? "yes" : "no", c->storage_16bit ? "yes" : "no", c->storage_8bit ? "yes" : "no",
@@ -100,7 +100,7 @@ int main(int argc, char** argv)
             printf(" %s", vkh2o_shader_name(i));
         printf("\n");
     }
-    uint32_t msgs = vkh2o_context_validation_messages(ctx);
+    uint32_t msgs = vkh2o_context_get_validation_messages(ctx);
     vkh2o_context_destroy(ctx);
     return msgs ? 1 : 0;
 }

@@ -411,7 +411,7 @@ static int verify(const opts* o, const char* ck_path, const char* cfg_path, cons
             snprintf(prefix, sizeof prefix, "model.layers.%u.", L);
             if (t->kind == K_SCALE || t->kind == K_EMBED || strncmp(t->name, prefix, strlen(prefix)) != 0)
                 continue;
-            const vkh2o_tensor_view* v = vkh2o_mla_host_weight(hw, t->w);
+            const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, t->w);
             if (!v->data || v->numel != t->rows * t->cols) {
                 fprintf(stderr, TOOL ": verify: %s missing or misshaped\n", t->name);
                 rc = -1;
@@ -431,9 +431,9 @@ static int verify(const opts* o, const char* ck_path, const char* cfg_path, cons
             }
             checked += v->numel;
         }
-        vkh2o_mla_host_weights_free(hw);
+        vkh2o_mla_host_weights_destroy(hw);
     }
-    vkh2o_checkpoint_close(ck);
+    vkh2o_checkpoint_destroy(ck);
     if (rc == 0 && !o->quiet)
         printf("verify: OK, %u layer(s), %llu elements equal to the generator\n", o->layers,
                (unsigned long long)checked);
@@ -455,7 +455,7 @@ static int stats(const opts* o, const char* ck_path, const vkh2o_mla_config* c)
     if (vkh2o_checkpoint_open(ck_path, &ck, &e) != VKH2O_OK ||
         vkh2o_mla_host_weights_load(ck, c, 0, 0, &hw, &e) != VKH2O_OK) {
         fprintf(stderr, TOOL ": stats: %s\n", e.message);
-        vkh2o_checkpoint_close(ck);
+        vkh2o_checkpoint_destroy(ck);
         return -1;
     }
     uint32_t S = o->stats;
@@ -509,8 +509,8 @@ static int stats(const opts* o, const char* ck_path, const vkh2o_mla_config* c)
     free(out);
     free(mass);
     free(sorted);
-    vkh2o_mla_host_weights_free(hw);
-    vkh2o_checkpoint_close(ck);
+    vkh2o_mla_host_weights_destroy(hw);
+    vkh2o_checkpoint_destroy(ck);
     return rc;
 }
 

@@ -35,7 +35,7 @@ typedef struct opts {
     uint32_t tokens, block, group, heads, seed, device, bench_tokens, reps;
     uint32_t layer, seq_len, decode, route_every;
     double budget;
-    vkh2o_qlayout layout;
+    vkh2o_kv_layout layout;
     kvq_read_path bench_read;   /* AUTO: the library's choice for the device */
     bool bench_both;            /* --bench-read both: storage and texel side by side */
     bool heads_set, quiet, bench, profile;
@@ -123,7 +123,7 @@ static void usage(FILE* f)
 static int parse(int argc, char** argv, opts* o)
 {
     *o = (opts){ .tokens = 4096, .block = 16, .group = 32, .heads = 64, .seed = 1, .bench_tokens = 32768, .reps = 5,
-                 .budget = 0.25, .layout = VKH2O_QLAYOUT_LATENT, .seq_len = 512, .decode = 16,
+                 .budget = 0.25, .layout = VKH2O_LAYOUT_LATENT, .seq_len = 512, .decode = 16,
                  .route_every = 16, .n_bench_pols = 1, .bench_pols = { VKH2O_QPOLICY_BALANCED } };
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
@@ -160,7 +160,7 @@ static int parse(int argc, char** argv, opts* o)
                 fprintf(stderr, TOOL ": --layout: '%s' is not one of latent expanded\n", v ? v : "");
                 return 2;
             }
-            o->layout = strcmp(v, "latent") ? VKH2O_QLAYOUT_EXPANDED : VKH2O_QLAYOUT_LATENT;
+            o->layout = strcmp(v, "latent") ? VKH2O_LAYOUT_EXPANDED : VKH2O_LAYOUT_LATENT;
             i++;
         } else if ((!strcmp(a, "--csv") || !strcmp(a, "--json") || !strcmp(a, "--weights") || !strcmp(a, "--config"))) {
             if (!v) { fprintf(stderr, TOOL ": %s needs a value\n", a); return 2; }
@@ -195,7 +195,7 @@ static int parse(int argc, char** argv, opts* o)
             return 2;
         }
     }
-    if (!o->heads_set && o->layout == VKH2O_QLAYOUT_EXPANDED)
+    if (!o->heads_set && o->layout == VKH2O_LAYOUT_EXPANDED)
         o->heads = 8;
     return 0;
 }
@@ -792,7 +792,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
         fprintf(stderr, TOOL ": %s\n", err.message);
         goto done;
     }
-    const vkh2o_tensor_view* kvb = vkh2o_mla_host_weight(hw, VKH2O_W_KV_B_PROJ);
+    const vkh2o_tensor_view* kvb = vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_B_PROJ);
     if (!kvb || !kvb->data || kvb->ndim != 2 || kvb->shape[0] != (uint64_t)H * (nope + vd) || kvb->shape[1] != L ||
         (kvb->dtype != VKH2O_DTYPE_F32 && kvb->dtype != VKH2O_DTYPE_F16 && kvb->dtype != VKH2O_DTYPE_BF16)) {
         fprintf(stderr, TOOL ": %s: kv_b_proj is not a [%u, %u] F32/F16/BF16 tensor (needed to absorb the query)\n",
@@ -879,7 +879,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     R->scale = st->scale;
 
     vkh2o_qcache_desc desc = { 0 };
-    vkh2o_qcache_desc_from_mla(&cfg, VKH2O_QLAYOUT_LATENT, &desc);
+    vkh2o_qcache_desc_from_mla(&cfg, VKH2O_LAYOUT_LATENT, &desc);
     desc.num_heads = H;
     desc.block_size = o->block;
     desc.group_size = o->group;
@@ -932,8 +932,8 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
 done:
     vkh2o_buffer_destroy(hb);
     vkh2o_mla_layer_destroy(layer);
-    vkh2o_mla_host_weights_free(hw);
-    vkh2o_checkpoint_close(ck);
+    vkh2o_mla_host_weights_destroy(hw);
+    vkh2o_checkpoint_destroy(ck);
     free(hidden);
     free(out);
     free(wuk);
@@ -1049,7 +1049,7 @@ static const char* read_path_name(kvq_read_path p)
 static int bench(vkh2o_context* ctx, const opts* o)
 {
     opts bo = *o;
-    bo.layout = VKH2O_QLAYOUT_LATENT;
+    bo.layout = VKH2O_LAYOUT_LATENT;
     uint32_t heads_list[2] = { o->heads, 1 };
     int nh = o->heads_set ? 1 : 2;
     /* one read path (the library's choice unless one is asked for) or both side by side */
@@ -1117,7 +1117,7 @@ int main(int argc, char** argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc;
-    if (o.weights && (o.bench || o.layout != VKH2O_QLAYOUT_LATENT)) {
+    if (o.weights && (o.bench || o.layout != VKH2O_LAYOUT_LATENT)) {
         fprintf(stderr, TOOL ": --weights builds a latent cache and cannot be combined with --bench or --layout expanded\n");
         return 2;
     }
@@ -1136,7 +1136,7 @@ int main(int argc, char** argv)
         return 1;
     }
     if (!o.quiet)
-        printf("device: %s\n", vkh2o_context_caps(ctx)->device_name);
+        printf("device: %s\n", vkh2o_context_get_caps(ctx)->device_name);
     if (o.bench) {
         rc = bench(ctx, &o) ? 1 : 0;
         vkh2o_context_destroy(ctx);
@@ -1157,7 +1157,7 @@ int main(int argc, char** argv)
                "relative error %.3e\n", d->T0 + 1, check_rel);
     else if (!o.quiet)
         printf("random data: %s layout, %u tokens, %u heads, K row %u, V row %u, block %u, group %u (K per channel, V per token)\n",
-               o.layout == VKH2O_QLAYOUT_LATENT ? "latent" : "expanded", d->T, d->H, d->dk, d->dv, R.qc->d.block_size,
+               o.layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded", d->T, d->H, d->dk, d->dv, R.qc->d.block_size,
                R.qc->d.group_size);
     /* reference: the FP16 cache, every block */
     if (build(&R, VKH2O_QPOLICY_FP16))
@@ -1209,7 +1209,7 @@ int main(int argc, char** argv)
     rc = 0;
     if (o.csv && !write_csv(o.csv, rows, n))
         rc = 1;
-    if (o.json && !write_json(o.json, rows, n, o.layout == VKH2O_QLAYOUT_LATENT ? "latent" : "expanded"))
+    if (o.json && !write_json(o.json, rows, n, o.layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded"))
         rc = 1;
 done:
     teardown(&R);

@@ -24,7 +24,7 @@ typedef struct opts {
     uint32_t per_dispatch;
     uint32_t bench_topk;
     uint32_t steps, budget, n_sink, n_recent, layers, heads, qk_dim, v_dim, kv_lora, seed, device;
-    vkh2o_cache_layout layout;
+    vkh2o_kv_layout layout;
     vkh2o_evict_policy policy;
     vkh2o_score_mode mode;
     vkh2o_dtype storage;
@@ -142,7 +142,7 @@ static int parse_args(int argc, char** argv, opts* o)
             int n = !strcmp(a, "--policy") ? 3 : 2;
             if (!parse_choice(a, v, names, n, &c))
                 return 2;
-            if (!strcmp(a, "--layout")) o->layout = (vkh2o_cache_layout)c;
+            if (!strcmp(a, "--layout")) o->layout = c == 0 ? VKH2O_LAYOUT_EXPANDED : VKH2O_LAYOUT_LATENT;
             else if (!strcmp(a, "--policy")) o->policy = (vkh2o_evict_policy)c;
             else if (!strcmp(a, "--score-mode")) o->mode = (vkh2o_score_mode)c;
             else o->storage = c == 0 ? VKH2O_DTYPE_F16 : VKH2O_DTYPE_F32;
@@ -208,7 +208,7 @@ static int memory_table(const opts* o)
         double v[4];
         for (int k = 0; k < 4; k++) {
             vkh2o_cache_desc x = d;
-            x.layout = k < 2 ? VKH2O_CACHE_EXPANDED : VKH2O_CACHE_LATENT;
+            x.layout = k < 2 ? VKH2O_LAYOUT_EXPANDED : VKH2O_LAYOUT_LATENT;
             x.storage = (k & 1) ? VKH2O_DTYPE_F32 : VKH2O_DTYPE_F16;
             v[k] = gb(vkh2o_cache_bytes(&x, rows[i].tokens));
         }
@@ -220,7 +220,7 @@ static int memory_table(const opts* o)
     printf("\nPer token and layer: expanded %" PRIu64 " bytes fp16, latent %" PRIu64 " bytes fp16 (%.1fx smaller).\n",
            vkh2o_cache_bytes(&x, 1) / d.num_layers,
            vkh2o_cache_bytes(&(vkh2o_cache_desc){ .num_layers = 61, .num_heads = d.num_heads, .qk_nope_dim = 128, .qk_rope_dim = 64,
-                                                  .v_dim = 128, .kv_lora_rank = 512, .layout = VKH2O_CACHE_LATENT }, 1) / d.num_layers,
+                                                  .v_dim = 128, .kv_lora_rank = 512, .layout = VKH2O_LAYOUT_LATENT }, 1) / d.num_layers,
            (double)(d.num_heads * 320) / 576.0);
     printf("(The seed's ~10.2 GB at budget 4096 counts the 4096 heavy hitters alone: %.2f GB expanded fp16.)\n",
            gb(vkh2o_cache_bytes(&x, 4096)));
@@ -291,7 +291,7 @@ static int bench_topk(const opts* o)
         med[tex] = (t[15] + t[16]) / 2;
         printf("[topk] %s: %u scores, candidates [%u, %u), k=%u on %s: median %.3f ms, best %.3f ms per selection "
                "(record + submit + wait, 30 runs)\n", tex ? "texel view" : "storage   ", n, begin, end, k,
-               vkh2o_context_caps(ctx)->device_name, med[tex], t[1]);
+               vkh2o_context_get_caps(ctx)->device_name, med[tex], t[1]);
         printf("[topk] %s: kept set %s the CPU reference (%u indices, %s path)\n", ok ? "PASS" : "FAIL",
                ok ? "matches" : "differs from", nw, tex ? "texel" : "storage");
     }
@@ -316,7 +316,7 @@ done:
 typedef struct run {
     opts o;
     vkh2o_context* ctx;
-    vkh2o_kv_cache* cache;
+    vkh2o_cache* cache;
     vkh2o_cache_desc desc;
     vkh2o_buffer* out;
     uint32_t cap, out_floats;
@@ -382,7 +382,7 @@ static vkh2o_result check_positions(run* r, uint32_t step, uint32_t* pos)
 {
     for (uint32_t l = 0; l < r->o.layers; l++) {
         vkh2o_cache_snapshot s = { .positions = pos };
-        VKH2O_CHECK(vkh2o_kv_cache_read(r->cache, l, &s));
+        VKH2O_CHECK(vkh2o_cache_read_snapshot(r->cache, l, &s));
         uint32_t ns = r->o.n_sink < s.len ? r->o.n_sink : s.len;
         for (uint32_t i = 0; i < ns; i++)
             if (pos[i] != i) {
@@ -405,7 +405,7 @@ static vkh2o_result check_step(run* r, uint32_t step)
 {
     ref_h2o_sim* sim = &r->sim;
     uint32_t cap_slots = r->desc.capacity;
-    vkh2o_cache_widths w = vkh2o_kv_cache_widths(r->cache);
+    vkh2o_cache_widths w = vkh2o_cache_get_widths(r->cache);
     uint32_t* pos = malloc(cap_slots * 4);
     uint32_t* keys = malloc(cap_slots * 4);
     float* sc = malloc(cap_slots * 4);
@@ -421,7 +421,7 @@ static vkh2o_result check_step(run* r, uint32_t step)
         goto done;
     for (uint32_t l = 0; l < r->o.layers && !r->check_failed; l++) {
         vkh2o_cache_snapshot s = { .positions = pos, .scores = sc, .a = a, .b = b, .keys = keys };
-        if ((res = vkh2o_kv_cache_read(r->cache, l, &s)) != VKH2O_OK)
+        if ((res = vkh2o_cache_read_snapshot(r->cache, l, &s)) != VKH2O_OK)
             goto done;
         bool tie_ok = true;
         /* f32 accumulation of the scores over the run vs double: relative 1e-4 covers the
@@ -472,7 +472,7 @@ int main(int argc, char** argv)
     if (o->bench_topk)
         return bench_topk(o);
 
-    bool lat = o->layout == VKH2O_CACHE_LATENT;
+    bool lat = o->layout == VKH2O_LAYOUT_LATENT;
     uint32_t rope = o->qk_dim > 64 ? 64 : o->qk_dim / 2;
     R.desc = (vkh2o_cache_desc){
         .num_layers = o->layers, .num_heads = o->heads, .qk_nope_dim = o->qk_dim - rope, .qk_rope_dim = rope,
@@ -514,7 +514,7 @@ int main(int argc, char** argv)
         return 1;
     }
     int rc = 0;
-    if ((res = vkh2o_kv_cache_create(R.ctx, &R.desc, &R.cache)) != VKH2O_OK) {
+    if ((res = vkh2o_cache_create(R.ctx, &R.desc, &R.cache)) != VKH2O_OK) {
         rc = fail_vk(&R, res, "creating the cache");
         goto out;
     }
@@ -523,7 +523,7 @@ int main(int argc, char** argv)
         rc = fail_vk(&R, res, "building the step kernels");
         goto out;
     }
-    vkh2o_cache_widths w = vkh2o_kv_cache_widths(R.cache);
+    vkh2o_cache_widths w = vkh2o_cache_get_widths(R.cache);
     R.out_floats = o->layers * o->heads * w.out_width;
     if (!o->no_output && (res = vkh2o_buffer_create(R.ctx, (uint64_t)R.out_floats * 4, &R.out)) != VKH2O_OK) {
         rc = fail_vk(&R, res, "creating the output buffer");
@@ -564,7 +564,7 @@ int main(int argc, char** argv)
     uint32_t per = o->check ? 1 : o->per_dispatch;
     if (per > R.cache->max_steps_per_dispatch)
         per = R.cache->max_steps_per_dispatch;
-    printf("[B1] device: %s; %u step%s per dispatch, %u per submission%s\n", vkh2o_context_caps(R.ctx)->device_name, per,
+    printf("[B1] device: %s; %u step%s per dispatch, %u per submission%s\n", vkh2o_context_get_caps(R.ctx)->device_name, per,
            per == 1 ? "" : "s", o->check ? 1 : BATCH, o->check ? " (--check)" : "");
     printf("[B1] running %u simulated generation steps...\n\n", o->steps);
     fflush(stdout);
@@ -616,7 +616,7 @@ int main(int argc, char** argv)
         if (res == VKH2O_OK)
             res = r2;
         if (res == VKH2O_OK)
-            res = vkh2o_kv_cache_history(R.cache, step, nb, hl, he);
+            res = vkh2o_cache_read_history(R.cache, step, nb, hl, he);
         if (res != VKH2O_OK) {
             rc = fail_vk(&R, res, "running the steps");
             goto out2;
@@ -633,7 +633,7 @@ int main(int argc, char** argv)
             goto out2;
         }
         if (last % BATCH == 0) {
-            if ((res = vkh2o_kv_cache_stats_read(R.cache, st, L)) != VKH2O_OK) {
+            if ((res = vkh2o_cache_read_stats(R.cache, st, L)) != VKH2O_OK) {
                 rc = fail_vk(&R, res, "reading statistics");
                 goto out2;
             }
@@ -656,7 +656,7 @@ int main(int argc, char** argv)
     }
     double secs = cli_now() - t0;
     cli_progress_end(&prog);
-    if ((res = vkh2o_kv_cache_stats_read(R.cache, st, L)) != VKH2O_OK) {
+    if ((res = vkh2o_cache_read_stats(R.cache, st, L)) != VKH2O_OK) {
         rc = fail_vk(&R, res, "reading statistics");
         goto out2;
     }
@@ -718,7 +718,7 @@ out:
     if (o->check)
         ref_h2o_sim_free(&R.sim);
     vkh2o_buffer_destroy(R.out);
-    vkh2o_kv_cache_destroy(R.cache);
+    vkh2o_cache_destroy(R.cache);
     vkh2o_context_destroy(R.ctx);
     free(R.kv_b);
     return rc;

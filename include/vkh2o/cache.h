@@ -2,7 +2,7 @@
  * vkh2o/cache.h — the KV cache with H2O heavy-hitter eviction, on the device.
  * Included by vkh2o.h; do not include directly.
  *
- * One vkh2o_kv_cache holds the caches of num_layers layers (all with the same shape and
+ * One vkh2o_cache holds the caches of num_layers layers (all with the same shape and
  * policy), so that a mock run can record one decode step for every layer as a single dispatch.
  * A real model calls the step per layer (layer_first/layer_count in vkh2o_cache_step).
  *
@@ -38,12 +38,16 @@
 extern "C" {
 #endif
 
-typedef struct vkh2o_kv_cache vkh2o_kv_cache;
+typedef struct vkh2o_cache vkh2o_cache;
 
-typedef enum vkh2o_cache_layout {
-    VKH2O_CACHE_EXPANDED = 0,
-    VKH2O_CACHE_LATENT = 1,
-} vkh2o_cache_layout;
+/* How a cache stores a token (shared by the H2O cache and the quantised cache of
+ * vkh2o/kvquant.h). 0 is each cache's default: EXPANDED for vkh2o_cache (HF DynamicCache's
+ * per-head K/V), LATENT for vkh2o_qcache (the MLA latent row). */
+typedef enum vkh2o_kv_layout {
+    VKH2O_LAYOUT_DEFAULT = 0,
+    VKH2O_LAYOUT_EXPANDED = 1,   /* per head K = [k_nope | k_pe] and V */
+    VKH2O_LAYOUT_LATENT = 2,     /* per token c_kv (normed) and k_pe, shared by all heads */
+} vkh2o_kv_layout;
 
 typedef enum vkh2o_evict_policy {
     VKH2O_POLICY_H2O = 0,        /* the budget middle tokens of largest score */
@@ -65,7 +69,7 @@ typedef enum vkh2o_score_mode {
  *   num_layers     1
  *   capacity       cap + 1 slots per layer (one slot for the token appended before eviction);
  *                  must be >= cap + 1
- *   layout         EXPANDED
+ *   layout         DEFAULT = EXPANDED
  *   storage        VKH2O_DTYPE_F16 (F16 or F32; rows are stored in this type, scores in f32)
  *   policy         H2O;  score_mode  SUM;  seed  0 (RANDOM policy and mock steps)
  *   qk_rope_dim    64 for the latent layout (expanded: may be 0, then qk = qk_nope_dim)
@@ -75,7 +79,7 @@ typedef enum vkh2o_score_mode {
  *                  the device at create; see the header comment
  *   max_prefill    capacity: the longest prompt vkh2o_cmd_cache_prefill accepts
  *   history_steps  0: per-step statistics (size, evicted) kept for the last history_steps
- *                  steps (vkh2o_kv_cache_history)
+ *                  steps (vkh2o_cache_read_history)
  * With F16 storage every row width (heads x dims, kv_lora_rank, qk_rope_dim) must be even.
  */
 typedef struct vkh2o_cache_desc {
@@ -83,7 +87,7 @@ typedef struct vkh2o_cache_desc {
     uint32_t num_heads;
     uint32_t qk_nope_dim, qk_rope_dim, v_dim;
     uint32_t kv_lora_rank;
-    vkh2o_cache_layout layout;
+    vkh2o_kv_layout layout;
     vkh2o_dtype storage;
     uint32_t n_sink, budget, n_recent;
     uint32_t capacity;
@@ -110,11 +114,11 @@ VKH2O_API uint64_t vkh2o_cache_bytes(const vkh2o_cache_desc* desc, uint64_t toke
 /* Creates an empty cache (all layers at length 0). Results: those of validate, plus
  * UNSUPPORTED (a tensor of all layers over the device's maxStorageBufferRange),
  * OUT_OF_DEVICE_MEMORY, VULKAN. The message is in vkh2o_last_error(ctx). */
-VKH2O_API vkh2o_result vkh2o_kv_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc, vkh2o_kv_cache** out);
-VKH2O_API void vkh2o_kv_cache_destroy(vkh2o_kv_cache* c);
-VKH2O_API const vkh2o_cache_desc* vkh2o_kv_cache_desc(const vkh2o_kv_cache* c);
+VKH2O_API vkh2o_result vkh2o_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc, vkh2o_cache** out);
+VKH2O_API void vkh2o_cache_destroy(vkh2o_cache* c);
+VKH2O_API const vkh2o_cache_desc* vkh2o_cache_get_desc(const vkh2o_cache* c);
 /* Empties every layer and zeroes the statistics (blocking; the device must be idle). */
-VKH2O_API vkh2o_result vkh2o_kv_cache_reset(vkh2o_kv_cache* c);
+VKH2O_API vkh2o_result vkh2o_cache_reset(vkh2o_cache* c);
 
 /* Floats per token and head of the step's inputs/outputs for this cache:
  *   q_width    expanded, or latent with kv_b_proj: qk_nope + qk_rope; latent without: kv_lora + rope
@@ -124,14 +128,14 @@ VKH2O_API vkh2o_result vkh2o_kv_cache_reset(vkh2o_kv_cache* c);
 typedef struct vkh2o_cache_widths {
     uint32_t q_width, out_width, a_width, b_width;
 } vkh2o_cache_widths;
-VKH2O_API vkh2o_cache_widths vkh2o_kv_cache_widths(const vkh2o_kv_cache* c);
+VKH2O_API vkh2o_cache_widths vkh2o_cache_get_widths(const vkh2o_cache* c);
 
 typedef enum vkh2o_step_flags {
     /* generate q and the new token's rows on the device from a counter-based hash of
      * (seed, layer, position) (vkh2o_mock_value), instead of reading q/a/b: no uploads per step */
     VKH2O_STEP_MOCK = 1u << 0,
     /* keep the selection keys of the step's candidates (before eviction) for
-     * vkh2o_kv_cache_read (checks of the selection against a reference) */
+     * vkh2o_cache_read_snapshot (checks of the selection against a reference) */
     VKH2O_STEP_RECORD_KEYS = 1u << 1,
 } vkh2o_step_flags;
 
@@ -162,7 +166,7 @@ typedef struct vkh2o_cache_step {
 /* Records one step (a single dispatch for all layers of the range) followed by a barrier. Never
  * submits. The buffers and the cache must outlive the command buffer's execution.
  * Results: OK, INVALID_ARGUMENT (layer range, missing or too small buffers), VULKAN. */
-VKH2O_API vkh2o_result vkh2o_cmd_cache_step(vkh2o_kv_cache* c, VkCommandBuffer cb, const vkh2o_cache_step* s);
+VKH2O_API vkh2o_result vkh2o_cmd_cache_step(vkh2o_cache* c, VkCommandBuffer cb, const vkh2o_cache_step* s);
 
 /*
  * Prefill one layer: sets the layer to the seq_len prompt tokens (positions 0..seq_len-1) with
@@ -180,13 +184,13 @@ typedef struct vkh2o_cache_prefill {
     vkh2o_buffer* b;     uint64_t b_offset;
     vkh2o_buffer* mass;  uint64_t mass_offset;
 } vkh2o_cache_prefill;
-VKH2O_API vkh2o_result vkh2o_cmd_cache_prefill(vkh2o_kv_cache* c, VkCommandBuffer cb, const vkh2o_cache_prefill* p);
+VKH2O_API vkh2o_result vkh2o_cmd_cache_prefill(vkh2o_cache* c, VkCommandBuffer cb, const vkh2o_cache_prefill* p);
 
 /* Submit-and-wait conveniences on the context's queue (CLI, tests). run_cache_steps records
  * nsteps steps from *first (positions and step counters advancing), as dispatches of
  * first->nsteps steps each with VKH2O_STEP_MOCK, else one dispatch per step (same inputs). */
-VKH2O_API vkh2o_result vkh2o_run_cache_steps(vkh2o_kv_cache* c, const vkh2o_cache_step* first, uint32_t nsteps);
-VKH2O_API vkh2o_result vkh2o_run_cache_prefill(vkh2o_kv_cache* c, const vkh2o_cache_prefill* p);
+VKH2O_API vkh2o_result vkh2o_run_cache_steps(vkh2o_cache* c, const vkh2o_cache_step* first, uint32_t nsteps);
+VKH2O_API vkh2o_result vkh2o_run_cache_prefill(vkh2o_cache* c, const vkh2o_cache_prefill* p);
 
 /* Statistics of one layer, kept on the device by the steps. */
 typedef struct vkh2o_cache_stats {
@@ -199,11 +203,11 @@ typedef struct vkh2o_cache_stats {
 } vkh2o_cache_stats;
 /* Reads the statistics of layers [0, count) into out[count] (blocking; the device must have
  * finished the recorded work). Results: OK, INVALID_ARGUMENT, VULKAN. */
-VKH2O_API vkh2o_result vkh2o_kv_cache_stats_read(vkh2o_kv_cache* c, vkh2o_cache_stats* out, uint32_t count);
+VKH2O_API vkh2o_result vkh2o_cache_read_stats(vkh2o_cache* c, vkh2o_cache_stats* out, uint32_t count);
 /* Per-step history (desc.history_steps > 0): for steps [first, first + n) (by the step field of
  * vkh2o_cache_step, modulo history_steps), len_out[s * num_layers + l] and
  * evicted_out[s * num_layers + l]. Blocking. Results: OK, INVALID_ARGUMENT. */
-VKH2O_API vkh2o_result vkh2o_kv_cache_history(vkh2o_kv_cache* c, uint32_t first, uint32_t n,
+VKH2O_API vkh2o_result vkh2o_cache_read_history(vkh2o_cache* c, uint32_t first, uint32_t n,
                                               uint32_t* len_out, uint32_t* evicted_out);
 
 /* A copy of one layer's contents (blocking). The caller provides arrays of at least
@@ -219,7 +223,7 @@ typedef struct vkh2o_cache_snapshot {
     uint32_t* keys;
     uint32_t keys_len;
 } vkh2o_cache_snapshot;
-VKH2O_API vkh2o_result vkh2o_kv_cache_read(vkh2o_kv_cache* c, uint32_t layer, vkh2o_cache_snapshot* snap);
+VKH2O_API vkh2o_result vkh2o_cache_read_snapshot(vkh2o_cache* c, uint32_t layer, vkh2o_cache_snapshot* snap);
 
 /* The mock data of VKH2O_STEP_MOCK (so that a CPU simulation reproduces it bit for bit):
  * element i of stream s (0: q, 1: rows a, 2: rows b) of layer `layer` at position `pos` is

@@ -64,11 +64,6 @@ extern "C" {
 
 typedef struct vkh2o_qcache vkh2o_qcache;
 
-typedef enum vkh2o_qlayout {
-    VKH2O_QLAYOUT_LATENT = 0,
-    VKH2O_QLAYOUT_EXPANDED = 1,
-} vkh2o_qlayout;
-
 typedef enum vkh2o_qprec {
     VKH2O_QPREC_FP16 = 0,
     VKH2O_QPREC_INT8 = 1,
@@ -108,7 +103,7 @@ typedef enum vkh2o_qcache_flags {
 
 /*
  * Desc; all zero is valid (Kimi K2 latent cache of 4096 tokens):
- *   layout            LATENT
+ *   layout            DEFAULT = LATENT
  *   num_heads         64 query heads (expanded: also the KV heads)
  *   kv_lora_rank      512          qk_rope_head_dim  64
  *   qk_nope_head_dim  128          v_head_dim        128   (expanded only)
@@ -123,7 +118,7 @@ typedef enum vkh2o_qcache_flags {
  * for PER_CHANNEL, key dim <= 2048; num_heads <= 1024.
  */
 typedef struct vkh2o_qcache_desc {
-    vkh2o_qlayout layout;
+    vkh2o_kv_layout layout;
     uint32_t num_heads;
     uint32_t kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim;
     uint32_t max_tokens;
@@ -136,7 +131,7 @@ typedef struct vkh2o_qcache_desc {
 } vkh2o_qcache_desc;
 
 /* Fills the head dims of desc from an MLA config (other fields untouched). */
-VKH2O_API void vkh2o_qcache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_qlayout layout, vkh2o_qcache_desc* desc);
+VKH2O_API void vkh2o_qcache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kv_layout layout, vkh2o_qcache_desc* desc);
 /* Validates desc and writes the defaults into *out (all fields resolved).
  * Results: OK, INVALID_ARGUMENT (message in err). */
 VKH2O_API vkh2o_result vkh2o_qcache_desc_resolve(const vkh2o_qcache_desc* desc, vkh2o_qcache_desc* out, vkh2o_error* err);

@@ -66,7 +66,7 @@ VKH2O_API vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_ml
  * Accepts NULL. */
 VKH2O_API void vkh2o_mla_layer_destroy(vkh2o_mla_layer* layer);
 /* The max_seq_len in effect (after defaults). */
-VKH2O_API uint32_t vkh2o_mla_layer_max_seq_len(const vkh2o_mla_layer* layer);
+VKH2O_API uint32_t vkh2o_mla_layer_get_max_seq_len(const vkh2o_mla_layer* layer);
 
 /*
  * Buffers of one forward (all f32, row-major, offset 0):

@@ -55,15 +55,15 @@ typedef struct vkh2o_safetensors vkh2o_safetensors;
  * dtypes known, shape x element size == span, spans inside the data section and not
  * overlapping, no overflow. Results: OK, IO, FORMAT, DTYPE, OUT_OF_HOST_MEMORY. */
 VKH2O_API vkh2o_result vkh2o_safetensors_open(const char* path, vkh2o_safetensors** out, vkh2o_error* err);
-VKH2O_API void vkh2o_safetensors_close(vkh2o_safetensors* st);
-VKH2O_API uint32_t vkh2o_safetensors_count(const vkh2o_safetensors* st);
+VKH2O_API void vkh2o_safetensors_destroy(vkh2o_safetensors* st);
+VKH2O_API uint32_t vkh2o_safetensors_get_count(const vkh2o_safetensors* st);
 /* i-th tensor in header order. Results: OK, INVALID_ARGUMENT. */
 VKH2O_API vkh2o_result vkh2o_safetensors_at(const vkh2o_safetensors* st, uint32_t i, vkh2o_tensor_view* out);
 /* Results: OK, MISSING_TENSOR. */
 VKH2O_API vkh2o_result vkh2o_safetensors_find(const vkh2o_safetensors* st, const char* name,
                                               vkh2o_tensor_view* out, vkh2o_error* err);
 /* Value of a __metadata__ string entry, or NULL. */
-VKH2O_API const char* vkh2o_safetensors_metadata(const vkh2o_safetensors* st, const char* key);
+VKH2O_API const char* vkh2o_safetensors_get_metadata(const vkh2o_safetensors* st, const char* key);
 
 /* ---- writing (tools: vkh2o-mkshard, vkh2o-demo --out) ----
  * Writes to "<path>.tmp.<pid>" (created exclusively, synced) and renames over path only once
@@ -93,12 +93,12 @@ VKH2O_API vkh2o_result vkh2o_safetensors_write(const char* path, const vkh2o_ten
  * (or with a single *.safetensors). Files are opened lazily when a tensor in them is asked for. */
 typedef struct vkh2o_checkpoint vkh2o_checkpoint;
 VKH2O_API vkh2o_result vkh2o_checkpoint_open(const char* path, vkh2o_checkpoint** out, vkh2o_error* err);
-VKH2O_API void vkh2o_checkpoint_close(vkh2o_checkpoint* ck);
+VKH2O_API void vkh2o_checkpoint_destroy(vkh2o_checkpoint* ck);
 /* Results: OK, MISSING_TENSOR (message names the file/index and the tensor), IO, FORMAT. */
 VKH2O_API vkh2o_result vkh2o_checkpoint_find(vkh2o_checkpoint* ck, const char* name,
                                              vkh2o_tensor_view* out, vkh2o_error* err);
 /* The path given to open. */
-VKH2O_API const char* vkh2o_checkpoint_path(const vkh2o_checkpoint* ck);
+VKH2O_API const char* vkh2o_checkpoint_get_path(const vkh2o_checkpoint* ck);
 
 /* ---- the MLA layer config ---- */
 typedef enum vkh2o_rope_scaling {
@@ -186,9 +186,9 @@ VKH2O_API vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const v
  * The arrays must outlive the object. Shapes are checked as on load. */
 VKH2O_API vkh2o_result vkh2o_mla_host_weights_wrap(const vkh2o_mla_config* cfg, const vkh2o_tensor_view views[VKH2O_W_COUNT],
                                                    vkh2o_mla_host_weights** out, vkh2o_error* err);
-VKH2O_API void vkh2o_mla_host_weights_free(vkh2o_mla_host_weights* hw);
+VKH2O_API void vkh2o_mla_host_weights_destroy(vkh2o_mla_host_weights* hw);
 /* The view of weight w (data NULL when absent: q_proj with LoRA, etc.). */
-VKH2O_API const vkh2o_tensor_view* vkh2o_mla_host_weight(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w);
+VKH2O_API const vkh2o_tensor_view* vkh2o_mla_host_weights_get_view(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w);
 
 #ifdef __cplusplus
 }

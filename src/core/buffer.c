@@ -113,8 +113,8 @@ void vkh2o_buffer_destroy(vkh2o_buffer* b)
     free(b);
 }
 
-uint64_t vkh2o_buffer_size(const vkh2o_buffer* b) { return b ? b->size : 0; }
-VkBuffer vkh2o_buffer_vk(const vkh2o_buffer* b) { return b ? b->buffer : VK_NULL_HANDLE; }
+uint64_t vkh2o_buffer_get_size(const vkh2o_buffer* b) { return b ? b->size : 0; }
+VkBuffer vkh2o_buffer_get_vk(const vkh2o_buffer* b) { return b ? b->buffer : VK_NULL_HANDLE; }
 
 static vkh2o_result check_range(const vkh2o_buffer* b, uint64_t offset, uint64_t bytes, const char* what)
 {

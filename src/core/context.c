@@ -450,9 +450,9 @@ void vkh2o_context_destroy(vkh2o_context* ctx)
     free(ctx);
 }
 
-const vkh2o_device_caps* vkh2o_context_caps(const vkh2o_context* ctx) { return &ctx->caps; }
-uint32_t vkh2o_context_validation_messages(const vkh2o_context* ctx) { return ctx ? ctx->validation_messages : 0; }
-VkDevice vkh2o_context_device(const vkh2o_context* ctx) { return ctx->device; }
+const vkh2o_device_caps* vkh2o_context_get_caps(const vkh2o_context* ctx) { return &ctx->caps; }
+uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ctx) { return ctx ? ctx->validation_messages : 0; }
+VkDevice vkh2o_context_get_device(const vkh2o_context* ctx) { return ctx->device; }
 
 void vkh2o_arena_reset(vkh2o_context* ctx);  /* pipeline.c */
 

@@ -40,7 +40,9 @@ static vkh2o_cache_desc desc_resolved(const vkh2o_cache_desc* d)
         r.num_layers = 1;
     if (r.storage == VKH2O_DTYPE_UNKNOWN)
         r.storage = VKH2O_DTYPE_F16;
-    if (r.layout == VKH2O_CACHE_LATENT && !r.qk_rope_dim)
+    if (r.layout == VKH2O_LAYOUT_DEFAULT)
+        r.layout = VKH2O_LAYOUT_EXPANDED;
+    if (r.layout == VKH2O_LAYOUT_LATENT && !r.qk_rope_dim)
         r.qk_rope_dim = 64;
     uint64_t cap = (uint64_t)r.n_sink + r.budget + r.n_recent;
     if (!r.capacity && cap < UINT32_MAX)
@@ -52,12 +54,12 @@ static vkh2o_cache_desc desc_resolved(const vkh2o_cache_desc* d)
 
 static uint64_t row_floats_a(const vkh2o_cache_desc* d)
 {
-    return d->layout == VKH2O_CACHE_LATENT ? d->kv_lora_rank : (uint64_t)d->num_heads * (d->qk_nope_dim + d->qk_rope_dim);
+    return d->layout == VKH2O_LAYOUT_LATENT ? d->kv_lora_rank : (uint64_t)d->num_heads * (d->qk_nope_dim + d->qk_rope_dim);
 }
 
 static uint64_t row_floats_b(const vkh2o_cache_desc* d)
 {
-    return d->layout == VKH2O_CACHE_LATENT ? d->qk_rope_dim : (uint64_t)d->num_heads * d->v_dim;
+    return d->layout == VKH2O_LAYOUT_LATENT ? d->qk_rope_dim : (uint64_t)d->num_heads * d->v_dim;
 }
 
 vkh2o_result vkh2o_cache_desc_validate(const vkh2o_cache_desc* desc, vkh2o_error* err)
@@ -65,7 +67,7 @@ vkh2o_result vkh2o_cache_desc_validate(const vkh2o_cache_desc* desc, vkh2o_error
     if (!desc)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: NULL");
     vkh2o_cache_desc d = desc_resolved(desc);
-    if (d.layout != VKH2O_CACHE_EXPANDED && d.layout != VKH2O_CACHE_LATENT)
+    if (d.layout != VKH2O_LAYOUT_EXPANDED && d.layout != VKH2O_LAYOUT_LATENT)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: unknown layout %d", (int)d.layout);
     if (d.policy != VKH2O_POLICY_H2O && d.policy != VKH2O_POLICY_STREAMING && d.policy != VKH2O_POLICY_RANDOM)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: unknown policy %d", (int)d.policy);
@@ -80,18 +82,18 @@ vkh2o_result vkh2o_cache_desc_validate(const vkh2o_cache_desc* desc, vkh2o_error
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: qk_nope_dim + qk_rope_dim is 0");
     if (!d.v_dim)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: v_dim is 0");
-    if (d.layout == VKH2O_CACHE_LATENT && !d.kv_lora_rank)
+    if (d.layout == VKH2O_LAYOUT_LATENT && !d.kv_lora_rank)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: kv_lora_rank is 0 with the latent layout");
-    if (d.layout == VKH2O_CACHE_LATENT && d.kv_b_proj && !d.qk_nope_dim)
+    if (d.layout == VKH2O_LAYOUT_LATENT && d.kv_b_proj && !d.qk_nope_dim)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: kv_b_proj needs qk_nope_dim > 0");
-    if (d.layout == VKH2O_CACHE_EXPANDED && d.kv_b_proj)
+    if (d.layout == VKH2O_LAYOUT_EXPANDED && d.kv_b_proj)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: kv_b_proj is only for the latent layout");
     if (d.num_heads > 512)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: %u heads (at most 512)", d.num_heads);
     if (!(d.scale >= 0.0f) || isinf(d.scale))
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: scale %g is not a finite value >= 0", d.scale);
     uint64_t wa = row_floats_a(&d), wb = row_floats_b(&d);
-    if (d.storage == VKH2O_DTYPE_F16 && ((wa & 1) || (wb & 1) || (d.layout == VKH2O_CACHE_EXPANDED && ((d.qk_nope_dim + d.qk_rope_dim) & 1))))
+    if (d.storage == VKH2O_DTYPE_F16 && ((wa & 1) || (wb & 1) || (d.layout == VKH2O_LAYOUT_EXPANDED && ((d.qk_nope_dim + d.qk_rope_dim) & 1))))
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
                                "cache desc: fp16 storage needs even row widths (K %llu, V %llu floats per token; per-head qk %u)",
                                (unsigned long long)wa, (unsigned long long)wb, d.qk_nope_dim + d.qk_rope_dim);
@@ -144,10 +146,10 @@ uint64_t vkh2o_cache_bytes(const vkh2o_cache_desc* desc, uint64_t tokens)
 /* Upper bound of the loop iterations one invocation of h2o_step.comp runs in a dispatch of k
  * steps at full capacity with workgroup size wg: every loop of the shader, constant-trip loops
  * included (the [[unroll]] ones excepted), eviction of as many tokens as the capacity allows. */
-static uint64_t step_loop_iterations(const vkh2o_kv_cache* c, uint32_t wg, uint32_t k)
+static uint64_t step_loop_iterations(const vkh2o_cache* c, uint32_t wg, uint32_t k)
 {
     const vkh2o_cache_desc* d = &c->desc;
-    bool lat = d->layout == VKH2O_CACHE_LATENT;
+    bool lat = d->layout == VKH2O_LAYOUT_LATENT;
     uint64_t H = d->num_heads, n = d->capacity, dqk = c->dqk, kvl = d->kv_lora_rank, dr = d->qk_rope_dim;
     uint64_t dv = d->v_dim, dn = d->qk_nope_dim;
     bool v8 = lat ? (kvl % 8 == 0 && dr % 8 == 0) : (dqk % 8 == 0 && dv % 8 == 0);
@@ -193,17 +195,17 @@ static vkh2o_result make_buffer(vkh2o_context* ctx, uint64_t bytes, const char* 
     return vkh2o_buffer_create(ctx, bytes, out);
 }
 
-vkh2o_result vkh2o_kv_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc, vkh2o_kv_cache** out)
+vkh2o_result vkh2o_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc, vkh2o_cache** out)
 {
     if (out)
         *out = NULL;
     if (!ctx || !out)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_kv_cache_create: NULL argument");
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cache_create: NULL argument");
     vkh2o_error e = { 0 };
     vkh2o_result r = vkh2o_cache_desc_validate(desc, &e);
     if (r != VKH2O_OK)
         return vkh2o_fail(ctx, r, "%s", e.message);
-    vkh2o_kv_cache* c = calloc(1, sizeof *c);
+    vkh2o_cache* c = calloc(1, sizeof *c);
     if (!c)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
     c->ctx = ctx;
@@ -211,7 +213,7 @@ vkh2o_result vkh2o_kv_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* d
     const float* kvb_host = c->desc.kv_b_proj;
     c->desc.kv_b_proj = NULL;
     vkh2o_cache_desc* d = &c->desc;
-    bool lat = d->layout == VKH2O_CACHE_LATENT;
+    bool lat = d->layout == VKH2O_LAYOUT_LATENT;
     bool f16 = d->storage == VKH2O_DTYPE_F16;
     uint32_t H = d->num_heads, L = d->num_layers;
     c->cap = d->n_sink + d->budget + d->n_recent;
@@ -259,15 +261,15 @@ vkh2o_result vkh2o_kv_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* d
             (r = vkh2o_buffer_upload(c->kv_b, 0, kvb_host, n * 4)) != VKH2O_OK)
             goto fail;
     }
-    if ((r = vkh2o_kv_cache_reset(c)) != VKH2O_OK)
+    if ((r = vkh2o_cache_reset(c)) != VKH2O_OK)
         goto fail;
     /* texel views (read-only in the dispatches that read them; see h2o_step.comp) */
     VkFormat v4 = VK_FORMAT_R32G32B32A32_UINT;
-    if ((r = vkh2o_bind_texel(c->rows_a, v4, 0, vkh2o_buffer_size(c->rows_a), &c->tex_a)) != VKH2O_OK ||
-        (r = vkh2o_bind_texel(c->rows_b, v4, 0, vkh2o_buffer_size(c->rows_b), &c->tex_b)) != VKH2O_OK ||
-        (r = vkh2o_bind_texel(c->staging, v4, 0, vkh2o_buffer_size(c->staging), &c->tex_in)) != VKH2O_OK ||
+    if ((r = vkh2o_bind_texel(c->rows_a, v4, 0, vkh2o_buffer_get_size(c->rows_a), &c->tex_a)) != VKH2O_OK ||
+        (r = vkh2o_bind_texel(c->rows_b, v4, 0, vkh2o_buffer_get_size(c->rows_b), &c->tex_b)) != VKH2O_OK ||
+        (r = vkh2o_bind_texel(c->staging, v4, 0, vkh2o_buffer_get_size(c->staging), &c->tex_in)) != VKH2O_OK ||
         (r = vkh2o_bind_texel(c->kv_b ? c->kv_b : c->dummy, VK_FORMAT_R32_UINT, 0,
-                              vkh2o_buffer_size(c->kv_b ? c->kv_b : c->dummy), &c->tex_kvb)) != VKH2O_OK)
+                              vkh2o_buffer_get_size(c->kv_b ? c->kv_b : c->dummy), &c->tex_kvb)) != VKH2O_OK)
         goto fail;
 
     /* Workgroup: CPU devices run a workgroup as one thread looping over 8-lane batches, and
@@ -306,11 +308,11 @@ vkh2o_result vkh2o_kv_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* d
     *out = c;
     return VKH2O_OK;
 fail:
-    vkh2o_kv_cache_destroy(c);
+    vkh2o_cache_destroy(c);
     return r;
 }
 
-void vkh2o_kv_cache_destroy(vkh2o_kv_cache* c)
+void vkh2o_cache_destroy(vkh2o_cache* c)
 {
     if (!c)
         return;
@@ -321,12 +323,12 @@ void vkh2o_kv_cache_destroy(vkh2o_kv_cache* c)
     free(c);
 }
 
-const vkh2o_cache_desc* vkh2o_kv_cache_desc(const vkh2o_kv_cache* c)
+const vkh2o_cache_desc* vkh2o_cache_get_desc(const vkh2o_cache* c)
 {
     return c ? &c->desc : NULL;
 }
 
-vkh2o_cache_widths vkh2o_kv_cache_widths(const vkh2o_kv_cache* c)
+vkh2o_cache_widths vkh2o_cache_get_widths(const vkh2o_cache* c)
 {
     vkh2o_cache_widths w = { 0 };
     if (c) {
@@ -338,20 +340,20 @@ vkh2o_cache_widths vkh2o_kv_cache_widths(const vkh2o_kv_cache* c)
     return w;
 }
 
-vkh2o_result vkh2o_kv_cache_reset(vkh2o_kv_cache* c)
+vkh2o_result vkh2o_cache_reset(vkh2o_cache* c)
 {
     if (!c)
         return VKH2O_ERROR_INVALID_ARGUMENT;
     /* zero scores too: a reader of an empty cache sees no stale values */
-    VKH2O_CHECK(vkh2o_buffer_fill(c->state, 0, vkh2o_buffer_size(c->state), 0));
-    VKH2O_CHECK(vkh2o_buffer_fill(c->scores, 0, vkh2o_buffer_size(c->scores), 0));
-    return vkh2o_buffer_fill(c->positions, 0, vkh2o_buffer_size(c->positions), 0);
+    VKH2O_CHECK(vkh2o_buffer_fill(c->state, 0, vkh2o_buffer_get_size(c->state), 0));
+    VKH2O_CHECK(vkh2o_buffer_fill(c->scores, 0, vkh2o_buffer_get_size(c->scores), 0));
+    return vkh2o_buffer_fill(c->positions, 0, vkh2o_buffer_get_size(c->positions), 0);
 }
 
 /* ---- decode step ---- */
 
 /* float offset of a (buffer, byte offset) input that must hold `floats` floats */
-static vkh2o_result check_input(vkh2o_kv_cache* c, const char* name, const vkh2o_buffer* b, uint64_t offset,
+static vkh2o_result check_input(vkh2o_cache* c, const char* name, const vkh2o_buffer* b, uint64_t offset,
                                 uint64_t floats, uint32_t* off_floats)
 {
     if (!b)
@@ -359,21 +361,21 @@ static vkh2o_result check_input(vkh2o_kv_cache* c, const char* name, const vkh2o
     if (offset & 3)
         return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache: offset %llu of %s is not a multiple of 4",
                           (unsigned long long)offset, name);
-    if (offset + floats * 4 > vkh2o_buffer_size(b) || offset / 4 >= (1ull << 32))
+    if (offset + floats * 4 > vkh2o_buffer_get_size(b) || offset / 4 >= (1ull << 32))
         return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "kv cache: %s needs %llu floats from byte %llu, the buffer has %llu bytes", name,
-                          (unsigned long long)floats, (unsigned long long)offset, (unsigned long long)vkh2o_buffer_size(b));
+                          (unsigned long long)floats, (unsigned long long)offset, (unsigned long long)vkh2o_buffer_get_size(b));
     *off_floats = (uint32_t)(offset / 4);
     return VKH2O_OK;
 }
 
 /* the step and flush kernels of real (mock = 0) or mock (1) inputs, made on first use */
-vkh2o_result vkh2o_cache_kernels(vkh2o_kv_cache* c, uint32_t mock)
+vkh2o_result vkh2o_cache_kernels(vkh2o_cache* c, uint32_t mock)
 {
     if (c->step_kernel[mock])
         return VKH2O_OK;
     const vkh2o_cache_desc* d = &c->desc;
-    bool lat = d->layout == VKH2O_CACHE_LATENT, f16 = d->storage == VKH2O_DTYPE_F16;
+    bool lat = d->layout == VKH2O_LAYOUT_LATENT, f16 = d->storage == VKH2O_DTYPE_F16;
     uint32_t H = d->num_heads;
     uint32_t spec[H2O_SPEC_COUNT] = {
         [H2O_SPEC_WG] = c->wg, [H2O_SPEC_H] = H, [H2O_SPEC_LAYOUT] = lat, [H2O_SPEC_F16] = f16,
@@ -397,7 +399,7 @@ vkh2o_result vkh2o_cache_kernels(vkh2o_kv_cache* c, uint32_t mock)
 
 /* staging plane region of a real step's input: count copies of `floats` floats, layer i from
  * byte src + i * floats * 4 to float plane + i * stride */
-static vkh2o_result copy_input(vkh2o_kv_cache* c, VkCommandBuffer cb, const vkh2o_buffer* src, uint64_t src_off,
+static vkh2o_result copy_input(vkh2o_cache* c, VkCommandBuffer cb, const vkh2o_buffer* src, uint64_t src_off,
                                uint32_t count, uint32_t floats, uint32_t plane, uint32_t stride)
 {
     VkBufferCopy* rg = malloc((size_t)count * sizeof *rg);
@@ -411,7 +413,7 @@ static vkh2o_result copy_input(vkh2o_kv_cache* c, VkCommandBuffer cb, const vkh2
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_cmd_cache_step(vkh2o_kv_cache* c, VkCommandBuffer cb, const vkh2o_cache_step* s)
+vkh2o_result vkh2o_cmd_cache_step(vkh2o_cache* c, VkCommandBuffer cb, const vkh2o_cache_step* s)
 {
     if (!c || !cb || !s)
         return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_cache_step: NULL argument");
@@ -485,7 +487,7 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_kv_cache* c, VkCommandBuffer cb, const v
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_run_cache_steps(vkh2o_kv_cache* c, const vkh2o_cache_step* first, uint32_t nsteps)
+vkh2o_result vkh2o_run_cache_steps(vkh2o_cache* c, const vkh2o_cache_step* first, uint32_t nsteps)
 {
     if (!c || !first)
         return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_cache_steps: NULL argument");
@@ -506,7 +508,7 @@ vkh2o_result vkh2o_run_cache_steps(vkh2o_kv_cache* c, const vkh2o_cache_step* fi
 
 /* ---- prefill: top-k on the prompt's mass, then gathers into the cache ---- */
 
-vkh2o_result vkh2o_cmd_cache_prefill(vkh2o_kv_cache* c, VkCommandBuffer cb, const vkh2o_cache_prefill* p)
+vkh2o_result vkh2o_cmd_cache_prefill(vkh2o_cache* c, VkCommandBuffer cb, const vkh2o_cache_prefill* p)
 {
     if (!c || !cb || !p)
         return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_cache_prefill: NULL argument");
@@ -573,7 +575,7 @@ vkh2o_result vkh2o_cmd_cache_prefill(vkh2o_kv_cache* c, VkCommandBuffer cb, cons
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_run_cache_prefill(vkh2o_kv_cache* c, const vkh2o_cache_prefill* p)
+vkh2o_result vkh2o_run_cache_prefill(vkh2o_cache* c, const vkh2o_cache_prefill* p)
 {
     if (!c)
         return VKH2O_ERROR_INVALID_ARGUMENT;
@@ -586,10 +588,10 @@ vkh2o_result vkh2o_run_cache_prefill(vkh2o_kv_cache* c, const vkh2o_cache_prefil
 
 /* ---- readbacks ---- */
 
-vkh2o_result vkh2o_kv_cache_stats_read(vkh2o_kv_cache* c, vkh2o_cache_stats* out, uint32_t count)
+vkh2o_result vkh2o_cache_read_stats(vkh2o_cache* c, vkh2o_cache_stats* out, uint32_t count)
 {
     if (!c || !out || count == 0 || count > c->desc.num_layers)
-        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_kv_cache_stats_read: %u layers requested",
+        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cache_read_stats: %u layers requested",
                           count);
     uint32_t* w = malloc((size_t)count * VKH2O_ST_WORDS * 4);
     if (!w)
@@ -606,7 +608,7 @@ vkh2o_result vkh2o_kv_cache_stats_read(vkh2o_kv_cache* c, vkh2o_cache_stats* out
     return r;
 }
 
-vkh2o_result vkh2o_kv_cache_history(vkh2o_kv_cache* c, uint32_t first, uint32_t n, uint32_t* len_out, uint32_t* evicted_out)
+vkh2o_result vkh2o_cache_read_history(vkh2o_cache* c, uint32_t first, uint32_t n, uint32_t* len_out, uint32_t* evicted_out)
 {
     if (!c)
         return VKH2O_ERROR_INVALID_ARGUMENT;
@@ -627,7 +629,7 @@ vkh2o_result vkh2o_kv_cache_history(vkh2o_kv_cache* c, uint32_t first, uint32_t 
     return r;
 }
 
-static vkh2o_result read_rows(vkh2o_kv_cache* c, vkh2o_buffer* buf, uint32_t layer, uint32_t len, uint32_t width,
+static vkh2o_result read_rows(vkh2o_cache* c, vkh2o_buffer* buf, uint32_t layer, uint32_t len, uint32_t width,
                               uint32_t words, float* out)
 {
     if (!out || !len)
@@ -649,10 +651,10 @@ static vkh2o_result read_rows(vkh2o_kv_cache* c, vkh2o_buffer* buf, uint32_t lay
     return r;
 }
 
-vkh2o_result vkh2o_kv_cache_read(vkh2o_kv_cache* c, uint32_t layer, vkh2o_cache_snapshot* snap)
+vkh2o_result vkh2o_cache_read_snapshot(vkh2o_cache* c, uint32_t layer, vkh2o_cache_snapshot* snap)
 {
     if (!c || !snap || layer >= c->desc.num_layers)
-        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_kv_cache_read: bad layer or NULL snapshot");
+        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cache_read_snapshot: bad layer or NULL snapshot");
     uint32_t st[VKH2O_ST_WORDS];
     VKH2O_CHECK(vkh2o_buffer_download(c->state, (uint64_t)layer * VKH2O_ST_WORDS * 4, st, sizeof st));
     uint32_t len = st[VKH2O_ST_LEN];

@@ -141,7 +141,7 @@ struct h2o_flush_push {
 };
 _Static_assert(sizeof(struct h2o_flush_push) <= VKH2O_PUSH_MAX, "h2o_flush push constants");
 
-struct vkh2o_kv_cache {
+struct vkh2o_cache {
     vkh2o_context* ctx;
     vkh2o_cache_desc desc;             /* defaults filled in; kv_b_proj set to NULL */
     uint32_t cap;
@@ -177,6 +177,6 @@ struct vkh2o_kv_cache {
 
 /* Builds the pipelines of the steps with real (mock 0) or mock (1) inputs now (they are
  * otherwise built by the first step recorded: benchmarks call this before timing). */
-vkh2o_result vkh2o_cache_kernels(vkh2o_kv_cache* c, uint32_t mock);
+vkh2o_result vkh2o_cache_kernels(vkh2o_cache* c, uint32_t mock);
 
 #endif

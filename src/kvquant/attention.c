@@ -38,15 +38,15 @@ static vkh2o_result check_attn(vkh2o_qcache* qc, const vkh2o_buffer* q, const vk
     if (a->selector == VKH2O_QSELECT_QUEST && !qc->minmax)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "qcache attend: the quest selector needs a cache created with VKH2O_QCACHE_QUEST_BOUNDS");
-    if (vkh2o_buffer_size(q) < 4ull * qc->d.num_heads * qc->shape.d_k)
+    if (vkh2o_buffer_get_size(q) < 4ull * qc->d.num_heads * qc->shape.d_k)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "qcache attend: query buffer smaller than [%u, %u] f32",
                           qc->d.num_heads, qc->shape.d_k);
-    if (out && vkh2o_buffer_size(out) < 4ull * qc->d.num_heads * qc->shape.d_v)
+    if (out && vkh2o_buffer_get_size(out) < 4ull * qc->d.num_heads * qc->shape.d_v)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "qcache attend: output buffer smaller than [%u, %u] f32",
                           qc->d.num_heads, qc->shape.d_v);
     VKH2O_CHECK(kvq_scratch(ctx, &qc->list, 4ull * (1 + qc->max_blocks)));
     VKH2O_CHECK(kvq_scratch(ctx, &qc->rank, 4ull * qc->max_blocks));
-    if (qc->blocks > KVQ_MAX_BLOCKS && vkh2o_context_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU)
+    if (qc->blocks > KVQ_MAX_BLOCKS && vkh2o_context_get_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                           "qcache attend: %u blocks exceed the %u a CPU device can rank within its loop budget "
                           "(use a larger block_size)", qc->blocks, KVQ_MAX_BLOCKS);
@@ -129,7 +129,7 @@ static void plan_iters(const vkh2o_qcache* qc, kvq_attn_plan* pl)
 }
 
 /* Texels a view of the whole buffer in format bytes fb would have (0 when absent). */
-static uint64_t view_texels(const vkh2o_buffer* b, uint32_t fb) { return b ? vkh2o_buffer_size(b) / fb : 0; }
+static uint64_t view_texels(const vkh2o_buffer* b, uint32_t fb) { return b ? vkh2o_buffer_get_size(b) / fb : 0; }
 
 /* CPU tile shapes and read path (qc->tiles, else the device type). */
 static bool cpu_tiles(const vkh2o_qcache* qc)
@@ -143,7 +143,7 @@ static bool cpu_tiles(const vkh2o_qcache* qc)
  * scores, pools in their formats) within maxTexelBufferElements. */
 static vkh2o_result plan_read_path(vkh2o_qcache* qc, kvq_attn_plan* pl)
 {
-    const vkh2o_device_caps* caps = vkh2o_context_caps(qc->ctx);
+    const vkh2o_device_caps* caps = vkh2o_context_get_caps(qc->ctx);
     uint64_t lim = caps->max_texel_buffer_elements;
     uint64_t q_texels = (uint64_t)qc->d.num_heads * qc->shape.d_k / 4;
     uint64_t p_texels = (uint64_t)qc->d.num_heads * pl->nps / 4;
@@ -173,7 +173,7 @@ static vkh2o_result bind_view(vkh2o_qcache* qc, bool tex, vkh2o_buffer* b, VkFor
 {
     if (!tex || !b)
         return vkh2o_bind_texel(qc->dummy, f, 0, fb, out);
-    return vkh2o_bind_texel(b, f, 0, vkh2o_buffer_size(b) / fb * fb, out);
+    return vkh2o_bind_texel(b, f, 0, vkh2o_buffer_get_size(b) / fb * fb, out);
 }
 
 /* Views 7..11 of kvq_score / kvq_pv: the first row_bytes (a multiple of 16) of row (query or P)
@@ -193,7 +193,7 @@ static vkh2o_result bind_views(vkh2o_qcache* qc, bool tex, vkh2o_buffer* row, ui
 vkh2o_result kvq_plan_attend(vkh2o_qcache* qc, const vkh2o_qattn_desc* a, kvq_attn_plan* pl)
 {
     vkh2o_context* ctx = qc->ctx;
-    const vkh2o_device_caps* caps = vkh2o_context_caps(ctx);
+    const vkh2o_device_caps* caps = vkh2o_context_get_caps(ctx);
     bool cpu = cpu_tiles(qc);
     uint32_t H = qc->d.num_heads, kvh = qc->shape.kv_heads, qpk = H / kvh, B = qc->d.block_size;
     uint32_t dv = qc->shape.d_v;
@@ -436,7 +436,7 @@ vkh2o_result vkh2o_qcache_metrics(vkh2o_qcache* qc, const vkh2o_buffer* k_ref, c
     vkh2o_context* ctx = qc->ctx;
     uint64_t kb = 4ull * qc->tokens * qc->shape.kv_heads * qc->shape.d_k;
     uint64_t vb = 4ull * qc->tokens * qc->shape.kv_heads * qc->shape.d_v;
-    if (!k_ref || vkh2o_buffer_size(k_ref) < kb || (!qc->shape.v_in_k && (!v_ref || vkh2o_buffer_size(v_ref) < vb)))
+    if (!k_ref || vkh2o_buffer_get_size(k_ref) < kb || (!qc->shape.v_in_k && (!v_ref || vkh2o_buffer_get_size(v_ref) < vb)))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "qcache metrics: reference buffers smaller than the %u tokens held",
                           qc->tokens);
     if (qc->blocks == 0)

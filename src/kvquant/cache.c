@@ -11,16 +11,16 @@
 static vkh2o_result make_buffer(vkh2o_qcache* qc, uint64_t bytes, const char* what, vkh2o_buffer** out)
 {
     vkh2o_context* ctx = qc->ctx;
-    if (bytes > vkh2o_context_caps(ctx)->max_storage_buffer_range)
+    if (bytes > vkh2o_context_get_caps(ctx)->max_storage_buffer_range)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                           "qcache: %s of %llu bytes exceeds maxStorageBufferRange (%llu)", what,
-                          (unsigned long long)bytes, (unsigned long long)vkh2o_context_caps(ctx)->max_storage_buffer_range);
+                          (unsigned long long)bytes, (unsigned long long)vkh2o_context_get_caps(ctx)->max_storage_buffer_range);
     return vkh2o_buffer_create(ctx, bytes ? bytes : 4, out);
 }
 
 vkh2o_result kvq_scratch(vkh2o_context* ctx, vkh2o_buffer** b, uint64_t bytes)
 {
-    if (*b && vkh2o_buffer_size(*b) >= bytes)
+    if (*b && vkh2o_buffer_get_size(*b) >= bytes)
         return VKH2O_OK;
     vkh2o_buffer_destroy(*b);
     *b = NULL;
@@ -71,9 +71,9 @@ vkh2o_result vkh2o_qcache_create(vkh2o_context* ctx, const vkh2o_qcache_desc* de
     if (r == VKH2O_OK)
         r = vkh2o_buffer_create(ctx, 16, &qc->dummy);
     if (r == VKH2O_OK)
-        r = vkh2o_buffer_fill(qc->meta, 0, vkh2o_buffer_size(qc->meta), 0);
+        r = vkh2o_buffer_fill(qc->meta, 0, vkh2o_buffer_get_size(qc->meta), 0);
     if (r == VKH2O_OK)
-        r = vkh2o_buffer_fill(qc->imp, 0, vkh2o_buffer_size(qc->imp), 0);
+        r = vkh2o_buffer_fill(qc->imp, 0, vkh2o_buffer_get_size(qc->imp), 0);
     if (r != VKH2O_OK) {
         vkh2o_qcache_destroy(qc);
         return r;
@@ -132,7 +132,7 @@ static vkh2o_result check_input(vkh2o_qcache* qc, const vkh2o_buffer* k, const v
     if (n == 0 || !k || !imp || (!qc->shape.v_in_k && !v))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "qcache: %s", n == 0 ? "no tokens given" : "missing k, v or importance buffer");
     uint64_t kb = 4ull * n * qc->shape.kv_heads * qc->shape.d_k, vb = 4ull * n * qc->shape.kv_heads * qc->shape.d_v;
-    if (vkh2o_buffer_size(k) < kb || vkh2o_buffer_size(imp) < 4ull * n || (!qc->shape.v_in_k && vkh2o_buffer_size(v) < vb))
+    if (vkh2o_buffer_get_size(k) < kb || vkh2o_buffer_get_size(imp) < 4ull * n || (!qc->shape.v_in_k && vkh2o_buffer_get_size(v) < vb))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "qcache: input buffers too small for %u tokens (k needs %llu bytes, v %llu, importance %llu)", n,
                           (unsigned long long)kb, (unsigned long long)(qc->shape.v_in_k ? 0 : vb), 4ull * n);
@@ -255,7 +255,7 @@ vkh2o_result vkh2o_qcache_add_importance(vkh2o_qcache* qc, const vkh2o_buffer* m
 {
     if (!qc)
         return VKH2O_ERROR_INVALID_ARGUMENT;
-    if (!mass || n == 0 || (uint64_t)first + n > qc->tokens || vkh2o_buffer_size(mass) < 4ull * n)
+    if (!mass || n == 0 || (uint64_t)first + n > qc->tokens || vkh2o_buffer_get_size(mass) < 4ull * n)
         return vkh2o_fail(qc->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "qcache: add_importance range [%u, %llu) outside the %u tokens held (or buffer too small)",
                           first, (unsigned long long)first + n, qc->tokens);
@@ -276,7 +276,7 @@ vkh2o_result vkh2o_qcache_route(vkh2o_qcache* qc, vkh2o_qpolicy policy)
     if (qc->blocks == 0)
         return VKH2O_OK;
     uint32_t nb = qc->blocks, th[3];
-    if (nb > KVQ_MAX_BLOCKS && vkh2o_context_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU)
+    if (nb > KVQ_MAX_BLOCKS && vkh2o_context_get_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                           "qcache route: %u blocks exceed the %u a CPU device can rank within its loop budget "
                           "(use a larger block_size)", nb, KVQ_MAX_BLOCKS);
@@ -288,7 +288,7 @@ vkh2o_result vkh2o_qcache_route(vkh2o_qcache* qc, vkh2o_qpolicy policy)
     uint32_t spec[KVQ_SPEC_LAYOUT_COUNT];
     uint32_t cnt[4] = { 0 };
     VkCommandBuffer cb;
-    vkh2o_result r = make_buffer(qc, vkh2o_buffer_size(qc->meta), "block metadata", &meta_new);
+    vkh2o_result r = make_buffer(qc, vkh2o_buffer_get_size(qc->meta), "block metadata", &meta_new);
     if (r == VKH2O_OK)
         r = vkh2o_buffer_create(ctx, 16, &counts);
     kvq_layout_spec(qc, KVQ_ROUTE_WG, spec);
@@ -368,13 +368,13 @@ void vkh2o_qcache_get_stats(const vkh2o_qcache* qc, vkh2o_qcache_stats* out)
     memcpy(out->blocks_by_prec, qc->count, sizeof qc->count);
     for (int p = 0; p < 3; p++) {
         out->slots_by_prec[p] = qc->cap[p];
-        out->pool_bytes[p] = vkh2o_buffer_size(qc->pool[p]);
+        out->pool_bytes[p] = vkh2o_buffer_get_size(qc->pool[p]);
     }
-    out->meta_bytes = vkh2o_buffer_size(qc->meta) + vkh2o_buffer_size(qc->imp) + vkh2o_buffer_size(qc->minmax);
+    out->meta_bytes = vkh2o_buffer_get_size(qc->meta) + vkh2o_buffer_get_size(qc->imp) + vkh2o_buffer_get_size(qc->minmax);
     out->allocated_bytes = out->meta_bytes + out->pool_bytes[0] + out->pool_bytes[1] + out->pool_bytes[2];
-    out->scratch_bytes = vkh2o_buffer_size(qc->keys) + vkh2o_buffer_size(qc->list) + vkh2o_buffer_size(qc->part) +
-                         vkh2o_buffer_size(qc->dummy) + vkh2o_buffer_size(qc->mpart) +
-                         vkh2o_buffer_size(qc->scores) + vkh2o_buffer_size(qc->rank);
+    out->scratch_bytes = vkh2o_buffer_get_size(qc->keys) + vkh2o_buffer_get_size(qc->list) + vkh2o_buffer_get_size(qc->part) +
+                         vkh2o_buffer_get_size(qc->dummy) + vkh2o_buffer_get_size(qc->mpart) +
+                         vkh2o_buffer_get_size(qc->scores) + vkh2o_buffer_get_size(qc->rank);
 }
 
 vkh2o_result vkh2o_qcache_read_blocks(vkh2o_qcache* qc, uint32_t* prec, uint32_t* slot, uint32_t* first,

@@ -66,7 +66,7 @@ uint32_t kvq_routable(const vkh2o_qcache_desc* d, uint32_t n_blocks)
     return rec_start > d->sink_blocks ? rec_start - d->sink_blocks : 0;
 }
 
-void vkh2o_qcache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_qlayout layout, vkh2o_qcache_desc* desc)
+void vkh2o_qcache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kv_layout layout, vkh2o_qcache_desc* desc)
 {
     desc->layout = layout;
     desc->num_heads = cfg->num_heads;
@@ -79,7 +79,7 @@ void vkh2o_qcache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_qlayout layou
 vkh2o_qshape vkh2o_qcache_shape(const vkh2o_qcache_desc* d)
 {
     vkh2o_qshape s;
-    if (d->layout == VKH2O_QLAYOUT_LATENT) {
+    if (d->layout == VKH2O_LAYOUT_LATENT) {
         s.kv_heads = 1;
         s.d_k = d->kv_lora_rank + d->qk_rope_head_dim;
         s.d_v = d->kv_lora_rank;
@@ -129,7 +129,9 @@ vkh2o_result vkh2o_qcache_desc_resolve(const vkh2o_qcache_desc* in, vkh2o_qcache
         d.v_grouping = VKH2O_QGROUP_PER_TOKEN;
     if (d.headroom_blocks == 0)
         d.headroom_blocks = (64 + d.block_size - 1) / d.block_size + 1;
-    if ((unsigned)d.layout > VKH2O_QLAYOUT_EXPANDED)
+    if (d.layout == VKH2O_LAYOUT_DEFAULT)
+        d.layout = VKH2O_LAYOUT_LATENT;
+    if ((unsigned)d.layout > VKH2O_LAYOUT_LATENT)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "qcache: unknown layout %d", (int)d.layout);
     if (d.block_size < 2 || d.block_size > 512)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,

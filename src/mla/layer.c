@@ -48,7 +48,7 @@ enum { REDUCE_SPEC_WG, REDUCE_SPEC_RQ, REDUCE_SPEC_COUNT };
 
 static bool is_cpu(const vkh2o_context* ctx)
 {
-    return vkh2o_context_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    return vkh2o_context_get_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -213,10 +213,10 @@ static vkh2o_result attn_check(vkh2o_context* ctx, const vkh2o_attn_tuning* t, c
 static bool texel_fits(const vkh2o_context* ctx, const vkh2o_buffer* buf, vkh2o_binding x, uint32_t ts, uint32_t hs,
                        uint32_t dim, uint64_t need, uint64_t* range)
 {
-    if (!buf || x.offset % 256u || ts % 4u || hs % 4u || dim % 4u || x.offset >= vkh2o_buffer_size(buf))
+    if (!buf || x.offset % 256u || ts % 4u || hs % 4u || dim % 4u || x.offset >= vkh2o_buffer_get_size(buf))
         return false;
-    uint64_t r = (vkh2o_buffer_size(buf) - x.offset) & ~(uint64_t)15;
-    const uint64_t max_range = (uint64_t)vkh2o_context_caps(ctx)->max_texel_buffer_elements * 16u;
+    uint64_t r = (vkh2o_buffer_get_size(buf) - x.offset) & ~(uint64_t)15;
+    const uint64_t max_range = (uint64_t)vkh2o_context_get_caps(ctx)->max_texel_buffer_elements * 16u;
     if (r > max_range)
         r = max_range;
     *range = r;
@@ -419,10 +419,10 @@ vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* 
     const vkh2o_mla_weight* need = lq ? needed_lora : needed_plain;
     size_t nneed = lq ? sizeof needed_lora / sizeof *needed_lora : sizeof needed_plain / sizeof *needed_plain;
     for (size_t i = 0; i < nneed; i++)
-        VKH2O_CHECK(check_weight(ctx, vkh2o_mla_host_weight(hw, need[i]), need[i], shapes[need[i]][0], shapes[need[i]][1]));
+        VKH2O_CHECK(check_weight(ctx, vkh2o_mla_host_weights_get_view(hw, need[i]), need[i], shapes[need[i]][0], shapes[need[i]][1]));
 
     vkh2o_attn_tuning tune = vkh2o_attn_tuning_default(ctx);
-    uint64_t range = vkh2o_context_caps(ctx)->max_storage_buffer_range;
+    uint64_t range = vkh2o_context_get_caps(ctx)->max_storage_buffer_range;
     uint32_t limit = seq_limit(cfg, &tune, range, UINT32_MAX / 2);
     uint32_t max_seq = d.max_seq_len;
     if (max_seq == 0) {
@@ -451,7 +451,7 @@ vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* 
 
     vkh2o_result r = VKH2O_OK;
     for (size_t i = 0; i < nneed && r == VKH2O_OK; i++) {
-        const vkh2o_tensor_view* v = vkh2o_mla_host_weight(hw, need[i]);
+        const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, need[i]);
         bool norm = need[i] == VKH2O_W_Q_A_LAYERNORM || need[i] == VKH2O_W_KV_A_LAYERNORM;
         r = norm ? vkh2o_weight_upload_f32(ctx, v, &L->w[need[i]]) : vkh2o_weight_upload(ctx, v, &L->w[need[i]]);
     }
@@ -514,7 +514,7 @@ void vkh2o_mla_layer_destroy(vkh2o_mla_layer* L)
     free(L);
 }
 
-uint32_t vkh2o_mla_layer_max_seq_len(const vkh2o_mla_layer* L) { return L ? L->st.max_seq_len : 0; }
+uint32_t vkh2o_mla_layer_get_max_seq_len(const vkh2o_mla_layer* L) { return L ? L->st.max_seq_len : 0; }
 const vkh2o_mla_state* vkh2o_mla_layer_state(const vkh2o_mla_layer* L) { return &L->st; }
 
 const vkh2o_dev_weight* vkh2o_mla_layer_weight(const vkh2o_mla_layer* L, vkh2o_mla_weight w)
@@ -656,18 +656,18 @@ static vkh2o_result record_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const
     const vkh2o_mla_state* st = &L->st;
     const uint32_t H = st->heads, qk = st->nope + st->rope, dv = st->v_dim, D = st->hidden;
     const uint64_t act = (uint64_t)S * D * sizeof(float);
-    if (vkh2o_buffer_size(io->hidden) < act || vkh2o_buffer_size(io->out) < act)
+    if (vkh2o_buffer_get_size(io->hidden) < act || vkh2o_buffer_get_size(io->out) < act)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: hidden/out buffers hold less than %u x %u floats", S, D);
-    if (io->scores && vkh2o_buffer_size(io->scores) < (uint64_t)S * sizeof(float))
+    if (io->scores && vkh2o_buffer_get_size(io->scores) < (uint64_t)S * sizeof(float))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: scores buffer holds less than %u floats", S);
     uint64_t pbytes = (uint64_t)H * S * S * sizeof(float);
     if (io->probs && !(L->flags & VKH2O_MLA_WRITE_PROBS))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: probs needs a layer created with VKH2O_MLA_WRITE_PROBS");
-    if (io->probs && (vkh2o_buffer_size(io->probs) < pbytes || pbytes > vkh2o_context_caps(ctx)->max_storage_buffer_range))
+    if (io->probs && (vkh2o_buffer_get_size(io->probs) < pbytes || pbytes > vkh2o_context_get_caps(ctx)->max_storage_buffer_range))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "mla forward: probs needs %llu bytes in one binding (buffer %llu, device limit %llu)",
-                          (unsigned long long)pbytes, (unsigned long long)vkh2o_buffer_size(io->probs),
-                          (unsigned long long)vkh2o_context_caps(ctx)->max_storage_buffer_range);
+                          (unsigned long long)pbytes, (unsigned long long)vkh2o_buffer_get_size(io->probs),
+                          (unsigned long long)vkh2o_context_get_caps(ctx)->max_storage_buffer_range);
 
     if (ts)
         ts[0] = vkh2o_timestamp(ctx, cb);

@@ -117,7 +117,7 @@ vkh2o_result vkh2o_weight_upload_limit(vkh2o_context* ctx, const vkh2o_tensor_vi
     /* rows start on 16 bytes: the matmul reads weights as uvec4 */
     w.row_stride = is_16bit(v->dtype) ? (uint32_t)((cols + 7) & ~(uint64_t)7) : (uint32_t)((cols + 3) & ~(uint64_t)3);
     const uint64_t row_bytes = (uint64_t)w.row_stride * es;
-    uint64_t limit = vkh2o_context_caps(ctx)->max_storage_buffer_range;
+    uint64_t limit = vkh2o_context_get_caps(ctx)->max_storage_buffer_range;
     if (max_binding_bytes && max_binding_bytes < limit) limit = max_binding_bytes;
     if (row_bytes > limit)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "weight %s: one row (%llu bytes) exceeds the binding limit %llu",
@@ -283,7 +283,7 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "vkh2o_cmd_matmul: X or Y binding too small for M=%u N=%u K=%u batch=%u and the strides",
                           M, N, K, batch);
-    const vkh2o_device_caps* caps = vkh2o_context_caps(ctx);
+    const vkh2o_device_caps* caps = vkh2o_context_get_caps(ctx);
     if (a->path >= VKH2O_MATMUL_PATH_COUNT)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: unknown path %u", a->path);
     if (a->x_buffer && a->x_buffer->buffer != x.buffer)
@@ -291,7 +291,7 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
     /* the texel path views each whole chunk: every one must fit the device's texel limit */
     bool chunks_fit_texels = true;
     for (uint32_t c = 0; c < w->nchunks; c++)
-        chunks_fit_texels = chunks_fit_texels && vkh2o_buffer_size(w->chunk[c]) / 16u <= caps->max_texel_buffer_elements;
+        chunks_fit_texels = chunks_fit_texels && vkh2o_buffer_get_size(w->chunk[c]) / 16u <= caps->max_texel_buffer_elements;
     uint32_t path = a->path;
     if (path == VKH2O_MATMUL_PATH_AUTO) {
         if (!vkh2o_cpu_shapes(ctx)) path = VKH2O_MATMUL_PATH_TILED;
@@ -311,7 +311,7 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
     vkh2o_binding x_tex = { 0 };
     if (texel && a->x_buffer && x.offset % 256u == 0) {
         const uint64_t need = (uint64_t)(batch - 1) * a->x_batch_stride + (uint64_t)(M - 1) * xs + K;
-        uint64_t range = (vkh2o_buffer_size(a->x_buffer) - x.offset) & ~(uint64_t)15;
+        uint64_t range = (vkh2o_buffer_get_size(a->x_buffer) - x.offset) & ~(uint64_t)15;
         const uint64_t max_range = (uint64_t)caps->max_texel_buffer_elements * 16u;
         if (range > max_range) range = max_range;
         if ((need * sizeof(float) + 15u) / 16u * 16u <= range)
@@ -376,7 +376,7 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
             if (dispatched && a->w_transposed) vkh2o_barrier(ctx, cb);
             vkh2o_binding b[MATMUL_TEXEL_BINDINGS] = { x, vkh2o_weight_binding(w, c), y, { 0 } };
             if (texel) {
-                VKH2O_CHECK(vkh2o_bind_texel(w->chunk[c], VK_FORMAT_R32G32B32A32_UINT, 0, vkh2o_buffer_size(w->chunk[c]), &b[1]));
+                VKH2O_CHECK(vkh2o_bind_texel(w->chunk[c], VK_FORMAT_R32G32B32A32_UINT, 0, vkh2o_buffer_get_size(w->chunk[c]), &b[1]));
                 /* unread when X is a storage buffer, but a texel view must be bound */
                 b[3] = x_tex.view ? x_tex : b[1];
             }

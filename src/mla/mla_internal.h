@@ -174,7 +174,7 @@ void vkh2o_mla_layer_set_attn_texel(vkh2o_mla_layer* layer, bool texel);
  *   vkh2o_mla_host_weights* hw; vkh2o_mla_host_weights_wrap(&cfg, w.views, &hw, &err);
  *   vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S }, &layer);
  *   vkh2o_run_mla_forward(layer, hidden, S, 0, out, scores, &timings);   (per-stage GPU ms)
- *   vkh2o_mla_layer_destroy(layer); vkh2o_mla_host_weights_free(hw); ref_mla_weights_free(&w);
+ *   vkh2o_mla_layer_destroy(layer); vkh2o_mla_host_weights_destroy(hw); ref_mla_weights_free(&w);
  *
  * Work of one forward (multiply-adds x 2): vkh2o_mla_forward_flops(). Environment
  * VKH2O_ATTN_TUNING="local,rq,rk,hg" tries other attention tilings. */

@@ -57,12 +57,12 @@ static int cmp_entry(const void* a, const void* b)
     return strcmp(((const ck_entry*)a)->name, ((const ck_entry*)b)->name);
 }
 
-void vkh2o_checkpoint_close(vkh2o_checkpoint* ck)
+void vkh2o_checkpoint_destroy(vkh2o_checkpoint* ck)
 {
     if (!ck)
         return;
     for (uint32_t i = 0; i < ck->nfiles; i++) {
-        vkh2o_safetensors_close(ck->files[i].st);
+        vkh2o_safetensors_destroy(ck->files[i].st);
         free(ck->files[i].rel);
         free(ck->files[i].path);
     }
@@ -228,7 +228,7 @@ vkh2o_result vkh2o_checkpoint_open(const char* path, vkh2o_checkpoint** out, vkh
     pthread_mutex_init(&ck->lock, NULL);
     ck->path = strdup(path);
     if (!ck->path) {
-        vkh2o_checkpoint_close(ck);
+        vkh2o_checkpoint_destroy(ck);
         return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
     }
     vkh2o_result r;
@@ -253,14 +253,14 @@ vkh2o_result vkh2o_checkpoint_open(const char* path, vkh2o_checkpoint** out, vkh
             r = vkh2o_safetensors_open(path, &ck->files[0].st, err);
     }
     if (r != VKH2O_OK) {
-        vkh2o_checkpoint_close(ck);
+        vkh2o_checkpoint_destroy(ck);
         return r;
     }
     *out = ck;
     return VKH2O_OK;
 }
 
-const char* vkh2o_checkpoint_path(const vkh2o_checkpoint* ck)
+const char* vkh2o_checkpoint_get_path(const vkh2o_checkpoint* ck)
 {
     return ck ? ck->path : NULL;
 }
@@ -271,7 +271,7 @@ static vkh2o_result find_locked(vkh2o_checkpoint* ck, const char* name, vkh2o_te
         vkh2o_result r = vkh2o_safetensors_find(ck->files[0].st, name, out, NULL);
         if (r != VKH2O_OK)
             return vkh2o_error_set(err, r, "%s: tensor '%s' not found in the checkpoint (%u tensors in %s)", ck->path,
-                                   name, vkh2o_safetensors_count(ck->files[0].st), ck->files[0].path);
+                                   name, vkh2o_safetensors_get_count(ck->files[0].st), ck->files[0].path);
         return VKH2O_OK;
     }
     ck_entry key = { (char*)name, 0 };

@@ -205,7 +205,7 @@ static int cmp_span_ref(const void* a, const void* b)
     return x->idx < y->idx ? -1 : (x->idx > y->idx);
 }
 
-void vkh2o_safetensors_close(vkh2o_safetensors* st)
+void vkh2o_safetensors_destroy(vkh2o_safetensors* st)
 {
     if (!st)
         return;
@@ -487,21 +487,21 @@ vkh2o_result vkh2o_safetensors_open(const char* path, vkh2o_safetensors** out, v
                             "%s: header length %llu runs past the end of the file (%llu bytes): truncated?", path,
                             (unsigned long long)hlen, (unsigned long long)fsize);
     if (r != VKH2O_OK) {
-        vkh2o_safetensors_close(st);
+        vkh2o_safetensors_destroy(st);
         return r;
     }
     st->data = b + 8 + hlen;
     st->data_size = fsize - 8 - hlen;
     r = parse_header(st, (const char*)b + 8, (size_t)hlen, err);
     if (r != VKH2O_OK) {
-        vkh2o_safetensors_close(st);
+        vkh2o_safetensors_destroy(st);
         return r;
     }
     *out = st;
     return VKH2O_OK;
 }
 
-uint32_t vkh2o_safetensors_count(const vkh2o_safetensors* st)
+uint32_t vkh2o_safetensors_get_count(const vkh2o_safetensors* st)
 {
     return st ? st->count : 0;
 }
@@ -549,7 +549,7 @@ vkh2o_result vkh2o_safetensors_find(const vkh2o_safetensors* st, const char* nam
                            st->path, name, st->count);
 }
 
-const char* vkh2o_safetensors_metadata(const vkh2o_safetensors* st, const char* key)
+const char* vkh2o_safetensors_get_metadata(const vkh2o_safetensors* st, const char* key)
 {
     if (!st || !key)
         return NULL;

@@ -104,7 +104,7 @@ static bool float_dtype(vkh2o_dtype dt)
     return dt == VKH2O_DTYPE_BF16 || dt == VKH2O_DTYPE_F16 || dt == VKH2O_DTYPE_F32;
 }
 
-void vkh2o_mla_host_weights_free(vkh2o_mla_host_weights* hw)
+void vkh2o_mla_host_weights_destroy(vkh2o_mla_host_weights* hw)
 {
     if (!hw)
         return;
@@ -113,7 +113,7 @@ void vkh2o_mla_host_weights_free(vkh2o_mla_host_weights* hw)
     free(hw);
 }
 
-const vkh2o_tensor_view* vkh2o_mla_host_weight(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w)
+const vkh2o_tensor_view* vkh2o_mla_host_weights_get_view(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w)
 {
     return hw && (unsigned)w < VKH2O_W_COUNT ? &hw->v[w] : NULL;
 }
@@ -213,7 +213,7 @@ vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const vkh2o_mla_c
     if (pi < 0)
         return vkh2o_error_set(err, VKH2O_ERROR_MISSING_TENSOR,
                                "%s: layer %u not found: neither '%s' nor '%s' is in the checkpoint",
-                               vkh2o_checkpoint_path(ck), layer, probe[0], probe[1]);
+                               vkh2o_checkpoint_get_path(ck), layer, probe[0], probe[1]);
 
     vkh2o_mla_host_weights* hw = calloc(1, sizeof *hw);
     if (!hw)
@@ -237,7 +237,7 @@ vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const vkh2o_mla_c
         r = load_one(ck, cfg, (vkh2o_mla_weight)w, name, hw, err);
     }
     if (r != VKH2O_OK) {
-        vkh2o_mla_host_weights_free(hw);
+        vkh2o_mla_host_weights_destroy(hw);
         return r;
     }
     *out = hw;

@@ -40,7 +40,7 @@ vkh2o_context* vt_ctx(void)
         g_tried = true;
         g_ctx = vt_ctx_new(0);
         if (g_ctx) {
-            const vkh2o_device_caps* c = vkh2o_context_caps(g_ctx);
+            const vkh2o_device_caps* c = vkh2o_context_get_caps(g_ctx);
             printf("# device: %s (%s %s), subgroup %u, push descriptors %s, f16 %s\n", c->device_name, c->driver_name,
                    c->driver_info, c->subgroup_size, c->push_descriptor ? "yes" : "no", c->shader_float16 ? "yes" : "no");
         }
@@ -56,13 +56,13 @@ vkh2o_context* vt_ctx(void)
 void vt_check_validation(void)
 {
     if (g_ctx)
-        assert_int_equal(vkh2o_context_validation_messages(g_ctx), 0);
+        assert_int_equal(vkh2o_context_get_validation_messages(g_ctx), 0);
 }
 
 int vt_group_teardown(void** state)
 {
     (void)state;
-    int bad = g_ctx && vkh2o_context_validation_messages(g_ctx) != 0;
+    int bad = g_ctx && vkh2o_context_get_validation_messages(g_ctx) != 0;
     vkh2o_context_destroy(g_ctx);
     g_ctx = NULL;
     g_tried = false;
@@ -142,13 +142,13 @@ vkh2o_buffer* vt_buffer(size_t bytes)
 
 void vt_poison(vkh2o_buffer* b)
 {
-    assert_int_equal(vkh2o_buffer_fill(b, 0, vkh2o_buffer_size(b), VT_POISON), VKH2O_OK);
+    assert_int_equal(vkh2o_buffer_fill(b, 0, vkh2o_buffer_get_size(b), VT_POISON), VKH2O_OK);
 }
 
 void vt_check_guard(vkh2o_buffer* b, size_t bytes)
 {
     size_t start = (bytes + 3) & ~(size_t)3;
-    size_t n = vkh2o_buffer_size(b) - start;
+    size_t n = vkh2o_buffer_get_size(b) - start;
     uint32_t* g = malloc(n);
     assert_non_null(g);
     assert_int_equal(vkh2o_buffer_download(b, start, g, n), VKH2O_OK);

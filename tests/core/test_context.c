@@ -25,7 +25,7 @@ static void run_axpby(vkh2o_context* ctx, uint32_t n, uint32_t wg, uint32_t grou
     vkh2o_buffer *bx, *by;
     assert_int_equal(vkh2o_buffer_create(ctx, n * 4 + VT_GUARD_BYTES, &bx), VKH2O_OK);
     assert_int_equal(vkh2o_buffer_create(ctx, n * 4 + VT_GUARD_BYTES, &by), VKH2O_OK);
-    assert_int_equal(vkh2o_buffer_fill(by, 0, vkh2o_buffer_size(by), VT_POISON), VKH2O_OK);
+    assert_int_equal(vkh2o_buffer_fill(by, 0, vkh2o_buffer_get_size(by), VT_POISON), VKH2O_OK);
     assert_int_equal(vkh2o_buffer_upload(bx, 0, x, n * 4), VKH2O_OK);
     assert_int_equal(vkh2o_buffer_upload(by, 0, y, n * 4), VKH2O_OK);
 
@@ -43,7 +43,7 @@ static void run_axpby(vkh2o_context* ctx, uint32_t n, uint32_t wg, uint32_t grou
     assert_int_equal(vkh2o_dispatch(ctx, cb, k, bind, 2, &pc, sizeof pc, groups, 1, 1), VKH2O_OK);
     uint32_t t1 = vkh2o_timestamp(ctx, cb);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
-    if (vkh2o_context_caps(ctx)->timestamps)
+    if (vkh2o_context_get_caps(ctx)->timestamps)
         assert_true(vkh2o_timestamp_ms(ctx, t0, t1) >= 0.0);
     assert_int_equal(vkh2o_buffer_download(by, 0, got, n * 4), VKH2O_OK);
     float* mag = malloc(n * sizeof *mag);
@@ -79,7 +79,7 @@ static void run_axpby(vkh2o_context* ctx, uint32_t n, uint32_t wg, uint32_t grou
 static void test_caps(void** state)
 {
     vkh2o_context* ctx = vt_ctx();
-    const vkh2o_device_caps* c = vkh2o_context_caps(ctx);
+    const vkh2o_device_caps* c = vkh2o_context_get_caps(ctx);
     assert_true(strlen(c->device_name) > 0);
     assert_true(c->api_version >= VK_API_VERSION_1_2);
     assert_true(c->subgroup_size >= 1);
@@ -124,7 +124,7 @@ static void test_buffers(void** state)
     vkh2o_buffer_destroy(b);
     vkh2o_buffer_destroy(NULL);
     /* far beyond the device heap: a clear out-of-memory error, not a crash */
-    const vkh2o_device_caps* c = vkh2o_context_caps(ctx);
+    const vkh2o_device_caps* c = vkh2o_context_get_caps(ctx);
     assert_int_equal(vkh2o_buffer_create(ctx, c->device_local_bytes * 4 + (1ull << 30), &b), VKH2O_ERROR_OUT_OF_DEVICE_MEMORY);
     assert_null(b);
     assert_non_null(strstr(vkh2o_last_error(ctx), "out of memory"));
@@ -159,7 +159,7 @@ static void test_kernel_errors(void** state)
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
     vkh2o_binding one[1] = { vkh2o_bind(b) };
     assert_int_equal(vkh2o_dispatch(ctx, cb, k, one, 1, NULL, 0, 1, 1, 1), VKH2O_ERROR_INVALID_ARGUMENT);
-    vkh2o_binding big[2] = { vkh2o_bind(b), { vkh2o_buffer_vk(b), 0, vkh2o_context_caps(ctx)->max_storage_buffer_range + 4, VK_NULL_HANDLE } };
+    vkh2o_binding big[2] = { vkh2o_bind(b), { vkh2o_buffer_get_vk(b), 0, vkh2o_context_get_caps(ctx)->max_storage_buffer_range + 4, VK_NULL_HANDLE } };
     assert_int_equal(vkh2o_dispatch(ctx, cb, k, big, 2, NULL, 0, 1, 1, 1), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_non_null(strstr(vkh2o_last_error(ctx), "device limit"));
     struct axpby_push pc = { 0 };
@@ -178,7 +178,7 @@ static void test_baseline_arena(void** state)
     vt_ctx();
     vkh2o_context* ctx = vt_ctx_new(VKH2O_CONTEXT_BASELINE_ONLY);
     assert_non_null(ctx);
-    assert_false(vkh2o_context_caps(ctx)->push_descriptor);
+    assert_false(vkh2o_context_get_caps(ctx)->push_descriptor);
     vt_rng rng;
     vt_rng_seed(&rng, vt_seed("arena"));
     run_axpby(ctx, 333, 64, 6, &rng);
@@ -209,7 +209,7 @@ static void test_baseline_arena(void** state)
     vt_assert_nmse("axpby x300 (arena)", got, y, n, 1e-12);
     vkh2o_buffer_destroy(bx);
     vkh2o_buffer_destroy(by);
-    assert_int_equal(vkh2o_context_validation_messages(ctx), 0);
+    assert_int_equal(vkh2o_context_get_validation_messages(ctx), 0);
     vkh2o_context_destroy(ctx);
 }
 
@@ -225,9 +225,9 @@ static void test_validation_canary(void** state)
     VkCommandBuffer cb;
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
     fprintf(stderr, "# the next validation error is expected (canary)\n");
-    ctx->vk.vkCmdFillBuffer(cb, vkh2o_buffer_vk(b), 0, 0, 0);
+    ctx->vk.vkCmdFillBuffer(cb, vkh2o_buffer_get_vk(b), 0, 0, 0);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
-    assert_true(vkh2o_context_validation_messages(ctx) > 0);
+    assert_true(vkh2o_context_get_validation_messages(ctx) > 0);
     vkh2o_buffer_destroy(b);
     vkh2o_context_destroy(ctx);
 }
@@ -365,8 +365,8 @@ static void test_adopt(void** state)
     vkh2o_context* ctx;
     assert_int_equal(vkh2o_context_create(&(vkh2o_context_desc){ .instance = inst, .physical_device = pd, .device = dev,
                                                                  .queue = q, .queue_family = fam }, &ctx), VKH2O_OK);
-    assert_false(vkh2o_context_caps(ctx)->push_descriptor);   /* not enabled by the app: arena path */
-    assert_ptr_equal(vkh2o_context_device(ctx), dev);
+    assert_false(vkh2o_context_get_caps(ctx)->push_descriptor);   /* not enabled by the app: arena path */
+    assert_ptr_equal(vkh2o_context_get_device(ctx), dev);
     vt_rng rng;
     vt_rng_seed(&rng, vt_seed("adopt"));
     run_axpby(ctx, 1001, 64, 16, &rng);

@@ -73,12 +73,12 @@ static void test_desc_validation(void** state)
     d.v_dim = 0;
     expect_code(&d, VKH2O_ERROR_INVALID_ARGUMENT, "v_dim");
     d = small_desc();
-    d.layout = VKH2O_CACHE_LATENT;
+    d.layout = VKH2O_LAYOUT_LATENT;
     expect_code(&d, VKH2O_ERROR_INVALID_ARGUMENT, "kv_lora_rank");
     d.kv_lora_rank = 64;
     expect_code(&d, VKH2O_OK, NULL);
     d = small_desc();
-    d.layout = (vkh2o_cache_layout)7;
+    d.layout = (vkh2o_kv_layout)7;
     expect_code(&d, VKH2O_ERROR_INVALID_ARGUMENT, "layout");
     d = small_desc();
     d.policy = (vkh2o_evict_policy)9;
@@ -106,7 +106,7 @@ static void test_desc_validation(void** state)
     /* memory formula: Kimi at 32K context, expanded fp16 = 61 x 32768 x 64 x 320 x 2 bytes */
     vkh2o_cache_desc k = { .num_layers = 61, .num_heads = 64, .qk_nope_dim = 128, .qk_rope_dim = 64, .v_dim = 128 };
     assert_true(vkh2o_cache_bytes(&k, 32768) == 61ull * 32768 * 64 * 320 * 2);
-    k.layout = VKH2O_CACHE_LATENT;
+    k.layout = VKH2O_LAYOUT_LATENT;
     k.kv_lora_rank = 512;
     k.storage = VKH2O_DTYPE_F32;
     assert_true(vkh2o_cache_bytes(&k, 84) == 61ull * 84 * 576 * 4);
@@ -118,18 +118,18 @@ static void test_create_errors(void** state)
 {
     (void)state;
     vkh2o_context* ctx = vt_ctx();
-    vkh2o_kv_cache* c = (vkh2o_kv_cache*)&c;
+    vkh2o_cache* c = (vkh2o_cache*)&c;
     vkh2o_cache_desc d = small_desc();
     d.budget = 0;
-    assert_int_equal(vkh2o_kv_cache_create(ctx, &d, &c), VKH2O_ERROR_BUDGET);
+    assert_int_equal(vkh2o_cache_create(ctx, &d, &c), VKH2O_ERROR_BUDGET);
     assert_null(c);
     assert_non_null(strstr(vkh2o_last_error(ctx), "budget"));
     d = small_desc();
     d.num_heads = 0;
-    assert_int_equal(vkh2o_kv_cache_create(ctx, &d, &c), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cache_create(ctx, &d, &c), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_null(c);
     d = small_desc();
-    assert_int_equal(vkh2o_kv_cache_create(ctx, &d, &c), VKH2O_OK);
+    assert_int_equal(vkh2o_cache_create(ctx, &d, &c), VKH2O_OK);
     vkh2o_buffer* tiny = vt_buffer(16);
     VkCommandBuffer cb;
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
@@ -148,18 +148,18 @@ static void test_create_errors(void** state)
     assert_int_equal(vkh2o_cmd_cache_prefill(c, cb, &p), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
     vkh2o_cache_stats st[2];
-    assert_int_equal(vkh2o_kv_cache_stats_read(c, st, 3), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cache_read_stats(c, st, 3), VKH2O_ERROR_INVALID_ARGUMENT);
     uint32_t h1[1], h2[1];
-    assert_int_equal(vkh2o_kv_cache_history(c, 0, 1, h1, h2), VKH2O_ERROR_INVALID_ARGUMENT);   /* no history kept */
+    assert_int_equal(vkh2o_cache_read_history(c, 0, 1, h1, h2), VKH2O_ERROR_INVALID_ARGUMENT);   /* no history kept */
     vkh2o_buffer_destroy(tiny);
-    vkh2o_kv_cache_destroy(c);
-    vkh2o_kv_cache_destroy(NULL);
+    vkh2o_cache_destroy(c);
+    vkh2o_cache_destroy(NULL);
     vt_check_validation();
 }
 
 typedef struct run_cfg {
     const char* name;
-    vkh2o_cache_layout layout;
+    vkh2o_kv_layout layout;
     vkh2o_dtype storage;
     vkh2o_evict_policy policy;
     vkh2o_score_mode mode;
@@ -172,7 +172,7 @@ typedef struct run_cfg {
 static void run_checked(const run_cfg* rc, uint64_t seed)
 {
     vkh2o_context* ctx = vt_ctx();
-    bool lat = rc->layout == VKH2O_CACHE_LATENT;
+    bool lat = rc->layout == VKH2O_LAYOUT_LATENT;
     float* kvb = NULL;
     if (lat && rc->absorb) {
         size_t n = (size_t)rc->heads * (rc->dn + rc->dv) * rc->kvl;
@@ -189,10 +189,10 @@ static void run_checked(const run_cfg* rc, uint64_t seed)
     };
     print_message("  %s: layers %u heads %u dims %u+%u/%u kvl %u, sink %u budget %u recent %u, %u steps\n", rc->name,
                   rc->layers, rc->heads, rc->dn, rc->dr, rc->dv, rc->kvl, rc->n_sink, rc->budget, rc->n_recent, rc->steps);
-    vkh2o_kv_cache* c;
-    assert_int_equal(vkh2o_kv_cache_create(ctx, &d, &c), VKH2O_OK);
-    const vkh2o_cache_desc* cd = vkh2o_kv_cache_desc(c);
-    vkh2o_cache_widths w = vkh2o_kv_cache_widths(c);
+    vkh2o_cache* c;
+    assert_int_equal(vkh2o_cache_create(ctx, &d, &c), VKH2O_OK);
+    const vkh2o_cache_desc* cd = vkh2o_cache_get_desc(c);
+    vkh2o_cache_widths w = vkh2o_cache_get_widths(c);
     ref_h2o_config cfg = {
         .layers = rc->layers, .heads = rc->heads, .dn = rc->dn, .dr = rc->dr, .dv = rc->dv, .kvl = rc->kvl,
         .latent = lat, .kv_b = kvb, .n_sink = rc->n_sink, .budget = rc->budget, .n_recent = rc->n_recent,
@@ -220,7 +220,7 @@ static void run_checked(const run_cfg* rc, uint64_t seed)
         vt_check_guard(out, out_n * 4);
         for (uint32_t l = 0; l < rc->layers; l++) {
             vkh2o_cache_snapshot snap = { .positions = pos, .scores = sc, .a = a, .b = b, .keys = keys };
-            assert_int_equal(vkh2o_kv_cache_read(c, l, &snap), VKH2O_OK);
+            assert_int_equal(vkh2o_cache_read_snapshot(c, l, &snap), VKH2O_OK);
             bool tie_ok;
             ref_h2o_sim_step(&sim, step, l, pos, snap.len, 1e-4, &tie_ok);
             char msg[512] = "";
@@ -250,7 +250,7 @@ static void run_checked(const run_cfg* rc, uint64_t seed)
     free(o);
     free(kvb);
     vkh2o_buffer_destroy(out);
-    vkh2o_kv_cache_destroy(c);
+    vkh2o_cache_destroy(c);
 }
 
 static void test_steps_vs_reference(void** state)
@@ -258,17 +258,17 @@ static void test_steps_vs_reference(void** state)
     (void)state;
     uint64_t seed = vt_seed("test_steps_vs_reference");
     const run_cfg cases[] = {
-        { "expanded fp16 h2o sum", VKH2O_CACHE_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 2, 48, false },
-        { "expanded fp32 h2o mean", VKH2O_CACHE_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN, 2, 32, 32, 32, 0, 2, 12, 6, 1, 40, false },
-        { "expanded fp16 streaming", VKH2O_CACHE_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 1, 40, false },
-        { "expanded fp16 random", VKH2O_CACHE_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 1, 40, false },
+        { "expanded fp16 h2o sum", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 2, 48, false },
+        { "expanded fp32 h2o mean", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN, 2, 32, 32, 32, 0, 2, 12, 6, 1, 40, false },
+        { "expanded fp16 streaming", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 1, 40, false },
+        { "expanded fp16 random", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 1, 40, false },
         /* odd dims: the shader's word-wise path (dims not multiples of 8), 3 heads */
-        { "expanded fp32 odd dims", VKH2O_CACHE_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 3, 13, 6, 11, 0, 3, 9, 5, 1, 36, false },
-        { "expanded fp16 odd dims", VKH2O_CACHE_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 3, 12, 6, 10, 0, 0, 9, 0, 1, 30, false },
-        { "latent fp16 absorbed h2o", VKH2O_CACHE_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 2, 32, 16, 24, 64, 2, 12, 6, 2, 40, true },
-        { "latent fp32 q_abs random", VKH2O_CACHE_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_RANDOM, VKH2O_SCORE_MEAN, 2, 32, 16, 24, 64, 2, 12, 6, 1, 36, false },
-        { "latent fp16 streaming", VKH2O_CACHE_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, 2, 32, 16, 24, 64, 1, 10, 3, 1, 30, true },
-        { "latent fp32 odd kv_lora", VKH2O_CACHE_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN, 3, 20, 6, 10, 37, 2, 9, 4, 1, 30, true },
+        { "expanded fp32 odd dims", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 3, 13, 6, 11, 0, 3, 9, 5, 1, 36, false },
+        { "expanded fp16 odd dims", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 3, 12, 6, 10, 0, 0, 9, 0, 1, 30, false },
+        { "latent fp16 absorbed h2o", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 2, 32, 16, 24, 64, 2, 12, 6, 2, 40, true },
+        { "latent fp32 q_abs random", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_RANDOM, VKH2O_SCORE_MEAN, 2, 32, 16, 24, 64, 2, 12, 6, 1, 36, false },
+        { "latent fp16 streaming", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, 2, 32, 16, 24, 64, 1, 10, 3, 1, 30, true },
+        { "latent fp32 odd kv_lora", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN, 3, 20, 6, 10, 37, 2, 9, 4, 1, 30, true },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_checked(&cases[i], seed + i);
@@ -283,23 +283,23 @@ static void test_multi_step_dispatch(void** state)
     uint32_t seed = (uint32_t)vt_seed("test_multi_step_dispatch");
     vkh2o_cache_desc d = small_desc();
     d.seed = seed;
-    vkh2o_kv_cache *c1, *c2;
-    assert_int_equal(vkh2o_kv_cache_create(ctx, &d, &c1), VKH2O_OK);
-    assert_int_equal(vkh2o_kv_cache_create(ctx, &d, &c2), VKH2O_OK);
+    vkh2o_cache *c1, *c2;
+    assert_int_equal(vkh2o_cache_create(ctx, &d, &c1), VKH2O_OK);
+    assert_int_equal(vkh2o_cache_create(ctx, &d, &c2), VKH2O_OK);
     vkh2o_cache_step s = { .flags = VKH2O_STEP_MOCK };
     assert_int_equal(vkh2o_run_cache_steps(c1, &s, 57), VKH2O_OK);
     s.nsteps = 10;
     assert_int_equal(vkh2o_run_cache_steps(c2, &s, 57), VKH2O_OK);
-    vkh2o_cache_widths w = vkh2o_kv_cache_widths(c1);
-    uint32_t cap = vkh2o_kv_cache_desc(c1)->capacity;
+    vkh2o_cache_widths w = vkh2o_cache_get_widths(c1);
+    uint32_t cap = vkh2o_cache_get_desc(c1)->capacity;
     for (uint32_t l = 0; l < d.num_layers; l++) {
         uint32_t p1[64], p2[64];
         float s1[64], s2[64];
         float* a1 = calloc((size_t)cap * w.a_width, 4);
         float* a2 = calloc((size_t)cap * w.a_width, 4);
         vkh2o_cache_snapshot x = { .positions = p1, .scores = s1, .a = a1 }, y = { .positions = p2, .scores = s2, .a = a2 };
-        assert_int_equal(vkh2o_kv_cache_read(c1, l, &x), VKH2O_OK);
-        assert_int_equal(vkh2o_kv_cache_read(c2, l, &y), VKH2O_OK);
+        assert_int_equal(vkh2o_cache_read_snapshot(c1, l, &x), VKH2O_OK);
+        assert_int_equal(vkh2o_cache_read_snapshot(c2, l, &y), VKH2O_OK);
         assert_int_equal(x.len, 20);
         assert_int_equal(y.len, 20);
         assert_memory_equal(p1, p2, x.len * 4);
@@ -309,12 +309,12 @@ static void test_multi_step_dispatch(void** state)
         free(a2);
     }
     vkh2o_cache_stats st;
-    assert_int_equal(vkh2o_kv_cache_stats_read(c2, &st, 1), VKH2O_OK);
+    assert_int_equal(vkh2o_cache_read_stats(c2, &st, 1), VKH2O_OK);
     assert_int_equal(st.steps, 57);
     assert_int_equal(st.evict_events, 57 - 20);
     assert_int_equal(st.evicted_tokens, 57 - 20);
-    vkh2o_kv_cache_destroy(c1);
-    vkh2o_kv_cache_destroy(c2);
+    vkh2o_cache_destroy(c1);
+    vkh2o_cache_destroy(c2);
     vt_check_validation();
 }
 
@@ -329,13 +329,13 @@ static void test_seed_properties(void** state)
                            .n_sink = 4, .budget = 24, .n_recent = 8, .history_steps = steps,
                            .seed = (uint32_t)vt_seed("test_seed_properties") };
     uint32_t cap = 36;
-    vkh2o_kv_cache* c;
-    assert_int_equal(vkh2o_kv_cache_create(ctx, &d, &c), VKH2O_OK);
+    vkh2o_cache* c;
+    assert_int_equal(vkh2o_cache_create(ctx, &d, &c), VKH2O_OK);
     vkh2o_cache_step s = { .flags = VKH2O_STEP_MOCK, .nsteps = 25 };
     assert_int_equal(vkh2o_run_cache_steps(c, &s, steps), VKH2O_OK);
     uint32_t* len = malloc(steps * L * 4);
     uint32_t* ev = malloc(steps * L * 4);
-    assert_int_equal(vkh2o_kv_cache_history(c, 0, steps, len, ev), VKH2O_OK);
+    assert_int_equal(vkh2o_cache_read_history(c, 0, steps, len, ev), VKH2O_OK);
     for (uint32_t t = 0; t < steps; t++)
         for (uint32_t l = 0; l < L; l++) {
             uint32_t want = t + 1 < cap ? t + 1 : cap;
@@ -344,7 +344,7 @@ static void test_seed_properties(void** state)
                          t + 1 > cap);
         }
     vkh2o_cache_stats st[3];
-    assert_int_equal(vkh2o_kv_cache_stats_read(c, st, L), VKH2O_OK);
+    assert_int_equal(vkh2o_cache_read_stats(c, st, L), VKH2O_OK);
     for (uint32_t l = 0; l < L; l++) {
         assert_int_equal(st[l].len, cap);
         assert_int_equal(st[l].max_len, cap);
@@ -352,7 +352,7 @@ static void test_seed_properties(void** state)
         assert_int_equal(st[l].evicted_tokens, steps - cap);
         uint32_t pos[64];
         vkh2o_cache_snapshot snap = { .positions = pos };
-        assert_int_equal(vkh2o_kv_cache_read(c, l, &snap), VKH2O_OK);
+        assert_int_equal(vkh2o_cache_read_snapshot(c, l, &snap), VKH2O_OK);
         for (uint32_t i = 0; i < 4; i++)
             assert_int_equal(pos[i], i);
         for (uint32_t j = 0; j < 8; j++)
@@ -362,7 +362,7 @@ static void test_seed_properties(void** state)
     }
     free(len);
     free(ev);
-    vkh2o_kv_cache_destroy(c);
+    vkh2o_cache_destroy(c);
     vt_check_validation();
 }
 
@@ -393,14 +393,14 @@ static void test_expanded_vs_latent(void** state)
     vkh2o_cache_desc de = { .num_heads = H, .qk_nope_dim = DN, .qk_rope_dim = DR, .v_dim = DV, .storage = VKH2O_DTYPE_F32,
                             .n_sink = 2, .budget = 10, .n_recent = 4 };
     vkh2o_cache_desc dl = de;
-    dl.layout = VKH2O_CACHE_LATENT;
+    dl.layout = VKH2O_LAYOUT_LATENT;
     dl.kv_lora_rank = KVL;
     dl.kv_b_proj = W;
-    vkh2o_kv_cache *ce, *cl;
-    assert_int_equal(vkh2o_kv_cache_create(ctx, &de, &ce), VKH2O_OK);
-    assert_int_equal(vkh2o_kv_cache_create(ctx, &dl, &cl), VKH2O_OK);
-    assert_int_equal(vkh2o_kv_cache_widths(cl).q_width, DN + DR);
-    assert_int_equal(vkh2o_kv_cache_widths(cl).out_width, DV);
+    vkh2o_cache *ce, *cl;
+    assert_int_equal(vkh2o_cache_create(ctx, &de, &ce), VKH2O_OK);
+    assert_int_equal(vkh2o_cache_create(ctx, &dl, &cl), VKH2O_OK);
+    assert_int_equal(vkh2o_cache_get_widths(cl).q_width, DN + DR);
+    assert_int_equal(vkh2o_cache_get_widths(cl).out_width, DV);
     vkh2o_buffer* bq = vt_upload_f32(q, (size_t)S * H * (DN + DR));
     vkh2o_buffer* bK = vt_upload_f32(K, (size_t)S * H * (DN + DR));
     vkh2o_buffer* bV = vt_upload_f32(V, (size_t)S * H * DV);
@@ -434,8 +434,8 @@ static void test_expanded_vs_latent(void** state)
         uint32_t pe[32], pl[32];
         float se_[32], sl_[32];
         vkh2o_cache_snapshot xe = { .positions = pe, .scores = se_ }, xl = { .positions = pl, .scores = sl_ };
-        assert_int_equal(vkh2o_kv_cache_read(ce, 0, &xe), VKH2O_OK);
-        assert_int_equal(vkh2o_kv_cache_read(cl, 0, &xl), VKH2O_OK);
+        assert_int_equal(vkh2o_cache_read_snapshot(ce, 0, &xe), VKH2O_OK);
+        assert_int_equal(vkh2o_cache_read_snapshot(cl, 0, &xl), VKH2O_OK);
         assert_int_equal(xe.len, xl.len);
         /* the kept sets may only differ at near ties of the scores */
         bool same = !memcmp(pe, pl, xe.len * 4);
@@ -455,8 +455,8 @@ static void test_expanded_vs_latent(void** state)
     vkh2o_buffer* bufs[] = { bq, bK, bV, bc, bp, oe, ol };
     for (size_t i = 0; i < 7; i++)
         vkh2o_buffer_destroy(bufs[i]);
-    vkh2o_kv_cache_destroy(ce);
-    vkh2o_kv_cache_destroy(cl);
+    vkh2o_cache_destroy(ce);
+    vkh2o_cache_destroy(cl);
     free(W);
     free(ckv);
     free(kpe);
@@ -476,8 +476,8 @@ static void test_given_inputs(void** state)
     const uint32_t H = 3, DQK = 40, DV = 24, S = 23;
     vkh2o_cache_desc d = { .num_heads = H, .qk_nope_dim = 24, .qk_rope_dim = 16, .v_dim = DV, .storage = VKH2O_DTYPE_F32,
                            .budget = 64 };
-    vkh2o_kv_cache* c;
-    assert_int_equal(vkh2o_kv_cache_create(ctx, &d, &c), VKH2O_OK);
+    vkh2o_cache* c;
+    assert_int_equal(vkh2o_cache_create(ctx, &d, &c), VKH2O_OK);
     float* K = malloc((size_t)S * H * DQK * 4);
     float* V = malloc((size_t)S * H * DV * 4);
     float* q = malloc((size_t)H * DQK * 4);
@@ -505,7 +505,7 @@ static void test_given_inputs(void** state)
      * of the same q, checked for the last token (seen by one query) */
     float sc[64];
     vkh2o_cache_snapshot snap = { .scores = sc };
-    assert_int_equal(vkh2o_kv_cache_read(c, 0, &snap), VKH2O_OK);
+    assert_int_equal(vkh2o_cache_read_snapshot(c, 0, &snap), VKH2O_OK);
     assert_int_equal(snap.len, S);
     assert_true(fabs(sc[S - 1] - mass[S - 1]) <= 1e-5 * mass[S - 1] + 1e-7);
     vkh2o_buffer_destroy(bK);
@@ -515,7 +515,7 @@ static void test_given_inputs(void** state)
     free(K);
     free(V);
     free(q);
-    vkh2o_kv_cache_destroy(c);
+    vkh2o_cache_destroy(c);
     vt_check_validation();
 }
 

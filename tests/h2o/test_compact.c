@@ -129,17 +129,17 @@ static void test_gather_errors(void** state)
 }
 
 /* Prefill: the demo's shape (S = 256, sinks 4, recent 32, budget 64) and short prompts. */
-static void run_prefill(vt_rng* r, vkh2o_cache_layout layout, vkh2o_dtype storage, vkh2o_evict_policy policy, uint32_t S)
+static void run_prefill(vt_rng* r, vkh2o_kv_layout layout, vkh2o_dtype storage, vkh2o_evict_policy policy, uint32_t S)
 {
     vkh2o_context* ctx = vt_ctx();
-    bool lat = layout == VKH2O_CACHE_LATENT;
+    bool lat = layout == VKH2O_LAYOUT_LATENT;
     vkh2o_cache_desc d = { .num_layers = 2, .num_heads = 2, .qk_nope_dim = 24, .qk_rope_dim = 8, .v_dim = 16,
                            .kv_lora_rank = lat ? 40 : 0, .layout = layout, .storage = storage, .n_sink = 4,
                            .budget = 64, .n_recent = 32, .policy = policy, .max_prefill = 300,
                            .seed = (uint32_t)vt_u64(r) };
-    vkh2o_kv_cache* c;
-    assert_int_equal(vkh2o_kv_cache_create(ctx, &d, &c), VKH2O_OK);
-    vkh2o_cache_widths w = vkh2o_kv_cache_widths(c);
+    vkh2o_cache* c;
+    assert_int_equal(vkh2o_cache_create(ctx, &d, &c), VKH2O_OK);
+    vkh2o_cache_widths w = vkh2o_cache_get_widths(c);
     float* A = malloc((size_t)S * w.a_width * 4);
     float* B = malloc((size_t)S * w.b_width * 4);
     float* mass = malloc(S * 4);
@@ -161,13 +161,13 @@ static void run_prefill(vt_rng* r, vkh2o_cache_layout layout, vkh2o_dtype storag
     if (end < begin)
         end = begin;
     uint32_t kept = ref_topk_keep(val, S, begin, end, 64, keep);
-    uint32_t cap = vkh2o_kv_cache_desc(c)->capacity;
+    uint32_t cap = vkh2o_cache_get_desc(c)->capacity;
     uint32_t* pos = malloc(cap * 4);
     float* sc = malloc(cap * 4);
     float* ga = malloc((size_t)cap * w.a_width * 4);
     float* gb = malloc((size_t)cap * w.b_width * 4);
     vkh2o_cache_snapshot snap = { .positions = pos, .scores = sc, .a = ga, .b = gb };
-    assert_int_equal(vkh2o_kv_cache_read(c, 1, &snap), VKH2O_OK);
+    assert_int_equal(vkh2o_cache_read_snapshot(c, 1, &snap), VKH2O_OK);
     assert_int_equal(snap.len, kept);
     bool f16 = storage == VKH2O_DTYPE_F16;
     for (uint32_t i = 0; i < kept; i++) {
@@ -186,7 +186,7 @@ static void run_prefill(vt_rng* r, vkh2o_cache_layout layout, vkh2o_dtype storag
         }
     }
     vkh2o_cache_stats st[2];
-    assert_int_equal(vkh2o_kv_cache_stats_read(c, st, 2), VKH2O_OK);
+    assert_int_equal(vkh2o_cache_read_stats(c, st, 2), VKH2O_OK);
     assert_int_equal(st[1].len, kept);
     assert_int_equal(st[1].evicted_tokens, S - kept);
     assert_int_equal(st[1].evict_events, S > 100 ? 1 : 0);
@@ -194,7 +194,7 @@ static void run_prefill(vt_rng* r, vkh2o_cache_layout layout, vkh2o_dtype storag
     /* decode continues from the prefilled state */
     vkh2o_cache_step s = { .layer_first = 1, .layer_count = 1, .position = S, .flags = VKH2O_STEP_MOCK };
     assert_int_equal(vkh2o_run_cache_steps(c, &s, 3), VKH2O_OK);
-    assert_int_equal(vkh2o_kv_cache_stats_read(c, st, 2), VKH2O_OK);
+    assert_int_equal(vkh2o_cache_read_stats(c, st, 2), VKH2O_OK);
     assert_int_equal(st[1].len, kept + 3 < 100 ? kept + 3 : 100);
     free(val);
     free(keep);
@@ -208,7 +208,7 @@ static void run_prefill(vt_rng* r, vkh2o_cache_layout layout, vkh2o_dtype storag
     vkh2o_buffer_destroy(ba);
     vkh2o_buffer_destroy(bb);
     vkh2o_buffer_destroy(bm);
-    vkh2o_kv_cache_destroy(c);
+    vkh2o_cache_destroy(c);
 }
 
 static void test_prefill(void** state)
@@ -218,11 +218,11 @@ static void test_prefill(void** state)
     vt_rng_seed(&r, vt_seed("test_prefill"));
     const uint32_t lens[] = { 256, 1, 37, 100, 101, 300 };
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
-        run_prefill(&r, VKH2O_CACHE_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, lens[i]);
-        run_prefill(&r, VKH2O_CACHE_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, lens[i]);
+        run_prefill(&r, VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, lens[i]);
+        run_prefill(&r, VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, lens[i]);
     }
-    run_prefill(&r, VKH2O_CACHE_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_STREAMING, 256);
-    run_prefill(&r, VKH2O_CACHE_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_RANDOM, 256);
+    run_prefill(&r, VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_STREAMING, 256);
+    run_prefill(&r, VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_RANDOM, 256);
     print_message("  prefill S in {1, 37, 100, 101, 256, 300}, both layouts, all policies: exact\n");
     vt_check_validation();
 }

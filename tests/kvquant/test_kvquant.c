@@ -35,7 +35,7 @@ static void test_desc_errors(void** state)
         { { .group_size = 1025 }, "group_size 1025" },
         { { .block_size = 512, .group_size = 2, .k_grouping = VKH2O_QGROUP_PER_TOKEN }, "scales per block" },
         { { .kv_lora_rank = 4000 }, "exceeds" },
-        { { .layout = (vkh2o_qlayout)7 }, "layout" },
+        { { .layout = (vkh2o_kv_layout)7 }, "layout" },
         { { .k_grouping = (vkh2o_qgrouping)9 }, "grouping" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -94,14 +94,14 @@ static void test_policy_model(void** state)
 
 static const tq_case roundtrip_cases[] = {
     /* latent, 48 channels: a last partial group of 16 (G 32), per-channel keys */
-    { "latent d48 B16 G32", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 40, .qk_rope_head_dim = 8,
+    { "latent d48 B16 G32", { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 40, .qk_rope_head_dim = 8,
                               .block_size = 16, .group_size = 32, .max_tokens = 256, .sink_blocks = 1, .recent_blocks = 2 }, 203 },
     /* latent, odd 45 channels, per-token G 7 (last group 3), odd block 5 */
-    { "latent d45 B5 G7 per-token", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 2, .kv_lora_rank = 37, .qk_rope_head_dim = 8,
+    { "latent d45 B5 G7 per-token", { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 2, .kv_lora_rank = 37, .qk_rope_head_dim = 8,
                                       .block_size = 5, .group_size = 7, .k_grouping = VKH2O_QGROUP_PER_TOKEN,
                                       .max_tokens = 128, .sink_blocks = 2, .recent_blocks = 1 }, 97 },
     /* expanded, K 19 (per-token G 4), V 11 per channel, 3 heads */
-    { "expanded K19 V11 B8 G4", { .layout = VKH2O_QLAYOUT_EXPANDED, .num_heads = 3, .qk_nope_head_dim = 13, .qk_rope_head_dim = 6,
+    { "expanded K19 V11 B8 G4", { .layout = VKH2O_LAYOUT_EXPANDED, .num_heads = 3, .qk_nope_head_dim = 13, .qk_rope_head_dim = 6,
                                   .v_head_dim = 11, .block_size = 8, .group_size = 4, .k_grouping = VKH2O_QGROUP_PER_TOKEN,
                                   .v_grouping = VKH2O_QGROUP_PER_CHANNEL, .max_tokens = 100, .sink_blocks = 1, .recent_blocks = 1 }, 77 },
 };
@@ -237,9 +237,9 @@ static void test_routing_and_bytes(void** state)
     vt_rng rng;
     vt_rng_seed(&rng, seed);
     const vkh2o_qcache_desc descs[] = {
-        { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 24, .qk_rope_head_dim = 8, .block_size = 16,
+        { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 24, .qk_rope_head_dim = 8, .block_size = 16,
           .max_tokens = 800, .sink_blocks = 2, .recent_blocks = 3, .flags = VKH2O_QCACHE_QUEST_BOUNDS },
-        { .layout = VKH2O_QLAYOUT_EXPANDED, .num_heads = 2, .qk_nope_head_dim = 8, .qk_rope_head_dim = 4, .v_head_dim = 6,
+        { .layout = VKH2O_LAYOUT_EXPANDED, .num_heads = 2, .qk_nope_head_dim = 8, .qk_rope_head_dim = 4, .v_head_dim = 6,
           .block_size = 4, .group_size = 5, .max_tokens = 300, .sink_blocks = 1, .recent_blocks = 1 },
     };
     const uint32_t tokens[] = { 16 * 40 + 5, 4 * 57 + 3 };
@@ -298,8 +298,8 @@ static void test_routing_and_bytes(void** state)
             vkh2o_qcache_get_stats(qc, &st);
             for (int i = 0; i < 4; i++)
                 assert_int_equal(st.blocks_by_prec[i], model[i]);
-            uint64_t sum_sizes = vkh2o_buffer_size(qc->meta) + vkh2o_buffer_size(qc->imp) + vkh2o_buffer_size(qc->minmax) +
-                                 vkh2o_buffer_size(qc->pool[0]) + vkh2o_buffer_size(qc->pool[1]) + vkh2o_buffer_size(qc->pool[2]);
+            uint64_t sum_sizes = vkh2o_buffer_get_size(qc->meta) + vkh2o_buffer_get_size(qc->imp) + vkh2o_buffer_get_size(qc->minmax) +
+                                 vkh2o_buffer_get_size(qc->pool[0]) + vkh2o_buffer_get_size(qc->pool[1]) + vkh2o_buffer_get_size(qc->pool[2]);
             uint64_t formula = vkh2o_qcache_bytes_model(&qc->d, model);
             printf("# %s %-12s fp16/int8/int4/evicted %u/%u/%u/%u  bytes allocated %llu, formula %llu\n",
                    di ? "expanded" : "latent", vkh2o_qpolicy_name((vkh2o_qpolicy)p), model[0], model[1], model[2], model[3],
@@ -324,9 +324,9 @@ static void test_append_reroute_metrics(void** state)
     vt_rng rng;
     vt_rng_seed(&rng, seed);
     const vkh2o_qcache_desc descs[] = {
-        { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 2, .kv_lora_rank = 33, .qk_rope_head_dim = 6, .block_size = 8,
+        { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 2, .kv_lora_rank = 33, .qk_rope_head_dim = 6, .block_size = 8,
           .group_size = 16, .max_tokens = 200, .headroom_blocks = 1 },
-        { .layout = VKH2O_QLAYOUT_EXPANDED, .num_heads = 2, .qk_nope_head_dim = 7, .qk_rope_head_dim = 4, .v_head_dim = 9,
+        { .layout = VKH2O_LAYOUT_EXPANDED, .num_heads = 2, .qk_nope_head_dim = 7, .qk_rope_head_dim = 4, .v_head_dim = 9,
           .block_size = 6, .group_size = 4, .max_tokens = 150, .headroom_blocks = 1 },
     };
     for (int di = 0; di < 2; di++) {

@@ -12,33 +12,33 @@
 #include <string.h>
 
 static const tq_case cases[] = {
-    { "latent H8 d80/64 B16", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 8, .kv_lora_rank = 64, .qk_rope_head_dim = 16,
+    { "latent H8 d80/64 B16", { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 8, .kv_lora_rank = 64, .qk_rope_head_dim = 16,
                                 .block_size = 16, .max_tokens = 400, .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 389 },
-    { "latent H12 (2 head chunks) d40/32 B16", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 12, .kv_lora_rank = 32, .qk_rope_head_dim = 8,
+    { "latent H12 (2 head chunks) d40/32 B16", { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 12, .kv_lora_rank = 32, .qk_rope_head_dim = 8,
                                 .block_size = 16, .max_tokens = 256, .sink_blocks = 2, .recent_blocks = 1,
                                 .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 200 },
-    { "latent H5 odd d43/37 B7 per-token G8", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 5, .kv_lora_rank = 37, .qk_rope_head_dim = 6,
+    { "latent H5 odd d43/37 B7 per-token G8", { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 5, .kv_lora_rank = 37, .qk_rope_head_dim = 6,
                                 .block_size = 7, .group_size = 8, .k_grouping = VKH2O_QGROUP_PER_TOKEN, .max_tokens = 160,
                                 .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 150 },
-    { "expanded H3 K32 V20 B8", { .layout = VKH2O_QLAYOUT_EXPANDED, .num_heads = 3, .qk_nope_head_dim = 24, .qk_rope_head_dim = 8,
+    { "expanded H3 K32 V20 B8", { .layout = VKH2O_LAYOUT_EXPANDED, .num_heads = 3, .qk_nope_head_dim = 24, .qk_rope_head_dim = 8,
                                   .v_head_dim = 20, .block_size = 8, .group_size = 16, .max_tokens = 160,
                                   .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 150 },
-    { "latent Kimi H64 d576/512 B16", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 64, .max_tokens = 300,
+    { "latent Kimi H64 d576/512 B16", { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 64, .max_tokens = 300,
                                     .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 291 },
     /* 8-wide layouts whose scales are per token (keys, and values of the expanded layout): the
      * per-token scale reads of both read paths, 16/32-channel chunks (d_k 64, values 32) */
-    { "latent H4 d64/32 B8 K per-token G16 (wide)", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 32,
+    { "latent H4 d64/32 B8 K per-token G16 (wide)", { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 32,
                                 .qk_rope_head_dim = 32, .block_size = 8, .group_size = 16, .k_grouping = VKH2O_QGROUP_PER_TOKEN,
                                 .max_tokens = 200, .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 197 },
-    { "expanded H4 K48 V32 B8 G16 (wide)", { .layout = VKH2O_QLAYOUT_EXPANDED, .num_heads = 4, .qk_nope_head_dim = 32,
+    { "expanded H4 K48 V32 B8 G16 (wide)", { .layout = VKH2O_LAYOUT_EXPANDED, .num_heads = 4, .qk_nope_head_dim = 32,
                                 .qk_rope_head_dim = 16, .v_head_dim = 32, .block_size = 8, .group_size = 16, .max_tokens = 160,
                                 .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 141 },
-    { "latent one partial block", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 16, .qk_rope_head_dim = 4,
+    { "latent one partial block", { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 4, .kv_lora_rank = 16, .qk_rope_head_dim = 4,
                                     .block_size = 16, .max_tokens = 64, .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 11 },
     /* one head (the bench's shape): on CPU devices 16-token score tiles with the key scales
      * folded into the query, 32-channel PV tiles (INT4 rows as one 16-byte load) with the value
      * scales folded out of the token sum, and permuted workgroups / splits */
-    { "latent Kimi H1 d576/512 B16 (one head)", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 1, .max_tokens = 1700,
+    { "latent Kimi H1 d576/512 B16 (one head)", { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 1, .max_tokens = 1700,
                                     .flags = VKH2O_QCACHE_QUEST_BOUNDS }, 1693 },
 };
 
@@ -240,9 +240,9 @@ static void test_long_context(void** state)
     vkh2o_context* ctx = vt_ctx();
     uint64_t seed = vt_seed("kvquant_long");
     static const tq_case longs[] = {
-        { "latent H2 d80/64 B16 (8-wide loads)", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 2, .kv_lora_rank = 64,
+        { "latent H2 d80/64 B16 (8-wide loads)", { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 2, .kv_lora_rank = 64,
                                                     .qk_rope_head_dim = 16, .block_size = 16, .max_tokens = 32768 }, 32768 },
-        { "latent H3 d43/37 B2 (scalar loads)", { .layout = VKH2O_QLAYOUT_LATENT, .num_heads = 3, .kv_lora_rank = 37,
+        { "latent H3 d43/37 B2 (scalar loads)", { .layout = VKH2O_LAYOUT_LATENT, .num_heads = 3, .kv_lora_rank = 37,
                                                   .qk_rope_head_dim = 6, .block_size = 2, .max_tokens = 32768 }, 32767 },
     };
     for (size_t ci = 0; ci < sizeof longs / sizeof longs[0]; ci++) {
@@ -337,7 +337,7 @@ static void test_plan_budget(void** state)
         { { .num_heads = 1, .block_size = 2, .max_tokens = 262144 }, 131072, VKH2O_OK },
         { { .num_heads = 1024, .kv_lora_rank = 1024, .qk_rope_head_dim = 1024, .block_size = 512, .max_tokens = 16384 }, 32,
           VKH2O_OK },
-        { { .layout = VKH2O_QLAYOUT_EXPANDED, .num_heads = 128, .block_size = 3, .max_tokens = 60000 }, 20000, VKH2O_OK },
+        { { .layout = VKH2O_LAYOUT_EXPANDED, .num_heads = 128, .block_size = 3, .max_tokens = 60000 }, 20000, VKH2O_OK },
         /* 1024 heads x 40000 positions of scores: more than one storage buffer may hold */
         { { .num_heads = 1024, .kv_lora_rank = 64, .qk_rope_head_dim = 8, .max_tokens = 40000 }, 2500,
           VKH2O_ERROR_UNSUPPORTED },

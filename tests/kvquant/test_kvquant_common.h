@@ -92,7 +92,7 @@ static TQ_UNUSED void tq_snapshot(vkh2o_qcache* qc, tq_snap* s)
     s->count = calloc(st.blocks + 1, 4);
     assert_int_equal(vkh2o_qcache_read_blocks(qc, s->prec, s->slot, NULL, s->count, NULL, NULL), VKH2O_OK);
     for (int p = 0; p < 3; p++) {
-        uint64_t bytes = vkh2o_buffer_size(qc->pool[p]);
+        uint64_t bytes = vkh2o_buffer_get_size(qc->pool[p]);
         assert_int_equal(bytes, 4ull * qc->cap[p] * qc->slot_words[p]);
         if (!bytes)
             continue;

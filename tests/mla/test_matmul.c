@@ -380,7 +380,7 @@ static void test_long_k(void** state)
     vt_rng rng;
     vt_rng_seed(&rng, vt_seed("matmul_long_k"));
     vkh2o_context* ctx = vt_ctx();
-    const bool cpu = vkh2o_context_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    const bool cpu = vkh2o_context_get_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     vkh2o_matmul_args t = { .M = 2, .N = 16, .K = 70000, .w_transposed = true };
     run_case(&rng, VKH2O_DTYPE_BF16, 70000, 16, &t, 0);
     /* register-blocked: 200000 / 8 iterations fit; tiled: refused on CPU devices */
@@ -441,7 +441,7 @@ static void test_upload_layout(void** state)
     assert_int_equal(w.rows_per_chunk, 4);
     for (uint32_t c = 0; c < w.nchunks; c++) {
         const uint32_t n = c + 1 < w.nchunks ? 4 : rows - 4 * c;
-        assert_int_equal(vkh2o_buffer_size(w.chunk[c]), (uint64_t)n * 8 * 2);
+        assert_int_equal(vkh2o_buffer_get_size(w.chunk[c]), (uint64_t)n * 8 * 2);
         uint16_t got[4 * 8];
         assert_int_equal(vkh2o_buffer_download(w.chunk[c], 0, got, (uint64_t)n * 8 * 2), VKH2O_OK);
         for (uint32_t r = 0; r < n; r++) {

@@ -62,7 +62,7 @@ static void fixture_make(layer_fixture* f, const vkh2o_mla_config* cfg, vkh2o_dt
 static void fixture_free(layer_fixture* f)
 {
     vkh2o_mla_layer_destroy(f->layer);
-    vkh2o_mla_host_weights_free(f->hw);
+    vkh2o_mla_host_weights_destroy(f->hw);
     ref_mla_weights_free(&f->w);
 }
 
@@ -101,7 +101,7 @@ static void run_layer(const vkh2o_mla_config* cfg, vkh2o_dtype dt, uint32_t S, u
 
     vkh2o_mla_timings t;
     assert_int_equal(vkh2o_run_mla_forward(f.layer, hidden, S, pos0, out, sc, &t), VKH2O_OK);
-    if (vkh2o_context_caps(vt_ctx())->timestamps) {
+    if (vkh2o_context_get_caps(vt_ctx())->timestamps) {
         assert_true(t.total_ms >= 0.0 && t.project_ms >= 0.0 && t.attention_ms >= 0.0 && t.o_proj_ms >= 0.0);
         printf("#   GPU ms: project %.2f attention %.2f mass %.2f o_proj %.2f total %.2f\n", t.project_ms, t.attention_ms,
                t.mass_ms, t.o_proj_ms, t.total_ms);
@@ -313,7 +313,7 @@ static void test_create_errors(void** state)
     assert_int_equal(vkh2o_mla_layer_create(ctx, &c, hw, &(vkh2o_mla_layer_desc){ .flags = 0x80 }, &L),
                      VKH2O_ERROR_INVALID_ARGUMENT);
     /* more tokens than one binding can hold for q [S, H, 24] */
-    uint64_t range = vkh2o_context_caps(ctx)->max_storage_buffer_range;
+    uint64_t range = vkh2o_context_get_caps(ctx)->max_storage_buffer_range;
     uint32_t too_many = (uint32_t)(range / (3 * 24 * 4) + 1);
     assert_int_equal(vkh2o_mla_layer_create(ctx, &c, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = too_many }, &L),
                      VKH2O_ERROR_INVALID_ARGUMENT);
@@ -321,7 +321,7 @@ static void test_create_errors(void** state)
 
     /* defaults: 4096 (the small shapes fit one binding easily) */
     assert_int_equal(vkh2o_mla_layer_create(ctx, &c, hw, NULL, &L), VKH2O_OK);
-    assert_int_equal(vkh2o_mla_layer_max_seq_len(L), 4096);
+    assert_int_equal(vkh2o_mla_layer_get_max_seq_len(L), 4096);
     assert_non_null(vkh2o_mla_layer_weight(L, VKH2O_W_KV_B_PROJ));
     assert_non_null(vkh2o_mla_layer_weight(L, VKH2O_W_O_PROJ));
     assert_null(vkh2o_mla_layer_weight(L, VKH2O_W_Q_PROJ));
@@ -344,7 +344,7 @@ static void test_create_errors(void** state)
     vkh2o_mla_config_kimi_k26(&t);
     double kf = vkh2o_mla_forward_flops(&t, 256);
     assert_true(kf > 52e9 && kf < 54e9);
-    vkh2o_mla_host_weights_free(hw);
+    vkh2o_mla_host_weights_destroy(hw);
     ref_mla_weights_free(&w);
     vt_check_validation();
 }

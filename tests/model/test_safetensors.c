@@ -161,7 +161,7 @@ static void test_roundtrip(void** state)
 
     vkh2o_safetensors* st = NULL;
     assert_int_equal(vkh2o_safetensors_open(p, &st, &e), VKH2O_OK);
-    assert_int_equal(vkh2o_safetensors_count(st), 6);
+    assert_int_equal(vkh2o_safetensors_get_count(st), 6);
     vkh2o_tensor_view v;
     for (uint32_t i = 0; i < 6; i++) {   /* header order is the order written */
         assert_int_equal(vkh2o_safetensors_at(st, i, &v), VKH2O_OK);
@@ -205,24 +205,24 @@ static void test_roundtrip(void** state)
     assert_int_equal(vkh2o_safetensors_find(st, "quoted \"name\"/x", &v, &e), VKH2O_OK);
     assert_memory_equal(v.data, "\1\0\1", 3);
 
-    assert_string_equal(vkh2o_safetensors_metadata(st, "format"), "pt");
-    assert_string_equal(vkh2o_safetensors_metadata(st, "note"), "vkh2o test");
-    assert_null(vkh2o_safetensors_metadata(st, "absent"));
+    assert_string_equal(vkh2o_safetensors_get_metadata(st, "format"), "pt");
+    assert_string_equal(vkh2o_safetensors_get_metadata(st, "note"), "vkh2o test");
+    assert_null(vkh2o_safetensors_get_metadata(st, "absent"));
 
     /* missing tensor: exact code, file and tensor named */
     assert_int_equal(vkh2o_safetensors_find(st, "model.layers.0.self_attn.o_proj.weight", &v, &e),
                      VKH2O_ERROR_MISSING_TENSOR);
     assert_msg_has(&e, p);
     assert_msg_has(&e, "'model.layers.0.self_attn.o_proj.weight'");
-    vkh2o_safetensors_close(st);
-    vkh2o_safetensors_close(NULL);
+    vkh2o_safetensors_destroy(st);
+    vkh2o_safetensors_destroy(NULL);
 
     /* rewriting replaces the file atomically (no temporaries left) */
     assert_int_equal(vkh2o_safetensors_write(p, t, 1, NULL, &e), VKH2O_OK);
     assert_int_equal(vkh2o_safetensors_open(p, &st, &e), VKH2O_OK);
-    assert_int_equal(vkh2o_safetensors_count(st), 1);
-    assert_null(vkh2o_safetensors_metadata(st, "format"));
-    vkh2o_safetensors_close(st);
+    assert_int_equal(vkh2o_safetensors_get_count(st), 1);
+    assert_null(vkh2o_safetensors_get_metadata(st, "format"));
+    vkh2o_safetensors_destroy(st);
     assert_false(any_tmp_left(vt_scratch_dir()));
     unlink(p);
 }
@@ -299,7 +299,7 @@ static void test_truncated(void** state)
     vkh2o_safetensors* st = NULL;
     vkh2o_error e = { 0 };
     assert_int_equal(vkh2o_safetensors_open(path_of("whole.safetensors"), &st, &e), VKH2O_OK);
-    vkh2o_safetensors_close(st);
+    vkh2o_safetensors_destroy(st);
 }
 
 static void test_header_length(void** state)
@@ -321,10 +321,10 @@ static void test_header_length(void** state)
     vkh2o_safetensors* st = NULL;
     vkh2o_error e = { 0 };
     assert_int_equal(vkh2o_safetensors_open(path_of("empty_obj.safetensors"), &st, &e), VKH2O_OK);
-    assert_int_equal(vkh2o_safetensors_count(st), 0);
+    assert_int_equal(vkh2o_safetensors_get_count(st), 0);
     vkh2o_tensor_view v;
     assert_int_equal(vkh2o_safetensors_find(st, "x", &v, &e), VKH2O_ERROR_MISSING_TENSOR);
-    vkh2o_safetensors_close(st);
+    vkh2o_safetensors_destroy(st);
 }
 
 static void test_bad_json(void** state)
@@ -383,7 +383,7 @@ static void test_unknown_dtype(void** state)
         assert_int_equal(vkh2o_safetensors_find(st, "t", &v, &e), VKH2O_OK);
         assert_string_equal(vkh2o_dtype_name(v.dtype), names[i]);
         assert_int_equal(vkh2o_dtype_size(v.dtype), sizes[i]);
-        vkh2o_safetensors_close(st);
+        vkh2o_safetensors_destroy(st);
     }
     assert_string_equal(vkh2o_dtype_name(VKH2O_DTYPE_UNKNOWN), "?");
     assert_int_equal(vkh2o_dtype_size(VKH2O_DTYPE_UNKNOWN), 0);
@@ -427,11 +427,11 @@ static void test_overlap(void** state)
     vkh2o_safetensors* st = NULL;
     vkh2o_error e = { 0 };
     assert_int_equal(vkh2o_safetensors_open(path_of("touch.safetensors"), &st, &e), VKH2O_OK);
-    assert_int_equal(vkh2o_safetensors_count(st), 4);
+    assert_int_equal(vkh2o_safetensors_get_count(st), 4);
     vkh2o_tensor_view v;
     assert_int_equal(vkh2o_safetensors_find(st, "c", &v, &e), VKH2O_OK);
     assert_int_equal(v.nbytes, 4);
-    vkh2o_safetensors_close(st);
+    vkh2o_safetensors_destroy(st);
 }
 
 static void test_span_past_end(void** state)
@@ -509,13 +509,13 @@ static void test_checkpoint_single(void** state)
     const char* f = path_of("single.safetensors");
     write_small(f, "w", 5.0f);
     assert_int_equal(vkh2o_checkpoint_open(f, &ck, &e), VKH2O_OK);
-    assert_string_equal(vkh2o_checkpoint_path(ck), f);
+    assert_string_equal(vkh2o_checkpoint_get_path(ck), f);
     expect_find(ck, "w", 5.0f);
     vkh2o_tensor_view v;
     assert_int_equal(vkh2o_checkpoint_find(ck, "nope.weight", &v, &e), VKH2O_ERROR_MISSING_TENSOR);
     assert_msg_has(&e, f);
     assert_msg_has(&e, "'nope.weight'");
-    vkh2o_checkpoint_close(ck);
+    vkh2o_checkpoint_destroy(ck);
     unlink(f);
 
     /* a directory with exactly one *.safetensors */
@@ -526,7 +526,7 @@ static void test_checkpoint_single(void** state)
     write_small(p, "w", 7.0f);
     assert_int_equal(vkh2o_checkpoint_open(d, &ck, &e), VKH2O_OK);
     expect_find(ck, "w", 7.0f);
-    vkh2o_checkpoint_close(ck);
+    vkh2o_checkpoint_destroy(ck);
     /* two of them and no index: ambiguous */
     snprintf(p, sizeof p, "%s/second.safetensors", d);
     write_small(p, "w", 8.0f);
@@ -588,7 +588,7 @@ static void test_checkpoint_index(void** state)
                      VKH2O_ERROR_MISSING_TENSOR);
     assert_msg_has(&e, "'model.layers.0.self_attn.ghost.weight'");
     assert_msg_has(&e, "model-00001-of-00003.safetensors");
-    vkh2o_checkpoint_close(ck);
+    vkh2o_checkpoint_destroy(ck);
 
     /* broken index files */
     static const struct {

@@ -232,7 +232,7 @@ static void check_loaded(const gen_layer* g, const vkh2o_mla_config* c, const vk
                          vkh2o_checkpoint* ck)
 {
     for (int w = 0; w < VKH2O_W_COUNT; w++) {
-        const vkh2o_tensor_view* v = vkh2o_mla_host_weight(hw, (vkh2o_mla_weight)w);
+        const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, (vkh2o_mla_weight)w);
         assert_non_null(v);
         uint64_t s[2];
         if (!test_shape(c, w, s) || !g->raw[w]) {
@@ -279,8 +279,8 @@ static void load_and_check(const char* path, const vkh2o_mla_config* c, uint32_t
     if (r != VKH2O_OK)
         fail_msg("load: %s: %s", vkh2o_result_string(r), e.message);
     check_loaded(g, c, hw, ck);
-    vkh2o_mla_host_weights_free(hw);
-    vkh2o_checkpoint_close(ck);
+    vkh2o_mla_host_weights_destroy(hw);
+    vkh2o_checkpoint_destroy(ck);
 }
 
 /* Expects the layer load to fail with `want` and a message holding each of the strings. */
@@ -300,7 +300,7 @@ static void expect_load_fails(const char* path, const vkh2o_mla_config* c, uint3
         assert_msg_has(&e, s1);
     if (s2)
         assert_msg_has(&e, s2);
-    vkh2o_checkpoint_close(ck);
+    vkh2o_checkpoint_destroy(ck);
 }
 
 /* ---- tests ---- */
@@ -459,7 +459,7 @@ static void test_fp8_edge_blocks(void** state)
     vkh2o_mla_host_weights* hw = NULL;
     assert_int_equal(vkh2o_checkpoint_open(p, &ck, &e), VKH2O_OK);
     assert_int_equal(vkh2o_mla_host_weights_load(ck, &c, 0, 0, &hw, &e), VKH2O_OK);
-    const vkh2o_tensor_view* v = vkh2o_mla_host_weight(hw, VKH2O_W_KV_A_PROJ);
+    const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_A_PROJ);
     assert_int_equal(v->dtype, VKH2O_DTYPE_BF16);
     assert_int_equal(v->shape[0], R);
     assert_int_equal(v->shape[1], C);
@@ -481,9 +481,9 @@ static void test_fp8_edge_blocks(void** state)
     /* the other weights are still views */
     vkh2o_tensor_view cv;
     assert_int_equal(vkh2o_checkpoint_find(ck, g.name[VKH2O_W_O_PROJ], &cv, NULL), VKH2O_OK);
-    assert_ptr_equal(cv.data, vkh2o_mla_host_weight(hw, VKH2O_W_O_PROJ)->data);
-    vkh2o_mla_host_weights_free(hw);
-    vkh2o_checkpoint_close(ck);
+    assert_ptr_equal(cv.data, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_O_PROJ)->data);
+    vkh2o_mla_host_weights_destroy(hw);
+    vkh2o_checkpoint_destroy(ck);
     free(q);
     gen_free(&g);
 }
@@ -562,9 +562,9 @@ static void test_wrap(void** state)
     vkh2o_error e = { 0 };
     assert_int_equal(vkh2o_mla_host_weights_wrap(&c, views, &hw, &e), VKH2O_OK);
     check_loaded(&g, &c, hw, NULL);
-    assert_ptr_equal(vkh2o_mla_host_weight(hw, VKH2O_W_KV_B_PROJ)->data, g.raw[VKH2O_W_KV_B_PROJ]);
-    assert_null(vkh2o_mla_host_weight(hw, VKH2O_W_COUNT));
-    vkh2o_mla_host_weights_free(hw);
+    assert_ptr_equal(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_B_PROJ)->data, g.raw[VKH2O_W_KV_B_PROJ]);
+    assert_null(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_COUNT));
+    vkh2o_mla_host_weights_destroy(hw);
 
     vkh2o_tensor_view bad[VKH2O_W_COUNT];
     memcpy(bad, views, sizeof bad);
@@ -587,7 +587,7 @@ static void test_wrap(void** state)
     gen_free(&g);
     assert_string_equal(vkh2o_mla_weight_short_name(VKH2O_W_KV_A_PROJ), "kv_a_proj_with_mqa");
     assert_string_equal(vkh2o_mla_weight_short_name(VKH2O_W_COUNT), "?");
-    vkh2o_mla_host_weights_free(NULL);
+    vkh2o_mla_host_weights_destroy(NULL);
 }
 
 int main(void)

@@ -260,7 +260,7 @@ static void test_sharded_and_outputs(void** state)
         float* xin = malloc((size_t)S * D * 4);
         memcpy(xin, x, (size_t)S * D * 4);
         if (normed) {
-            const vkh2o_tensor_view* w = vkh2o_mla_host_weight(hw, VKH2O_W_INPUT_LAYERNORM);
+            const vkh2o_tensor_view* w = vkh2o_mla_host_weights_get_view(hw, VKH2O_W_INPUT_LAYERNORM);
             float* wf = malloc(D * 4);
             for (uint32_t c = 0; c < D; c++)
                 wf[c] = vkh2o_load_elem(w->dtype, w->data, c);
@@ -283,14 +283,14 @@ static void test_sharded_and_outputs(void** state)
         /* f32 activations and accumulation against the double reference on the same weights */
         vt_assert_nmse(normed ? "--out attn_output (normed input)" : "--out attn_output", o.data, ref, (size_t)S * D, 1e-9);
         vt_assert_nmse("--out attention_score", sc.data, mass, S, 1e-10);
-        vkh2o_safetensors_close(st);
+        vkh2o_safetensors_destroy(st);
         free(ref);
         free(mass);
         free(xin);
     }
     free(x);
-    vkh2o_mla_host_weights_free(hw);
-    vkh2o_checkpoint_close(ck);
+    vkh2o_mla_host_weights_destroy(hw);
+    vkh2o_checkpoint_destroy(ck);
 }
 
 static void test_bad_inputs(void** state)
@@ -338,7 +338,7 @@ static void test_bad_inputs(void** state)
     {
         vkh2o_safetensors* st;
         assert_int_equal(vkh2o_safetensors_open(path("good.safetensors"), &st, &err), VKH2O_OK);
-        uint32_t n = vkh2o_safetensors_count(st), m = 0;
+        uint32_t n = vkh2o_safetensors_get_count(st), m = 0;
         vkh2o_tensor_write* tw = calloc(n, sizeof *tw);
         for (uint32_t i = 0; i < n; i++) {
             vkh2o_tensor_view v;
@@ -352,7 +352,7 @@ static void test_bad_inputs(void** state)
         assert_int_equal(m, n - 1);
         assert_int_equal(vkh2o_safetensors_write(path("nokvb.safetensors"), tw, m, NULL, &err), VKH2O_OK);
         free(tw);
-        vkh2o_safetensors_close(st);
+        vkh2o_safetensors_destroy(st);
         const char* a[] = { "--weights", path("nokvb.safetensors"), "--config", path("config.json"), "--csv", csv, NULL };
         const char* nd[] = { "nokvb.safetensors", "model.layers.0.self_attn.kv_b_proj.weight", NULL };
         expect_fail(a, 1, nd);
