@@ -21,7 +21,7 @@ struct vkh2o_kernel {
     struct vkh2o_kernel* next;
 };
 
-uint32_t vkh2o_shader_count(void) { return (uint32_t)(sizeof shader_registry / sizeof shader_registry[0]); }
+uint32_t vkh2o_shader_count(void) { return (uint32_t)(sizeof shader_registry / sizeof shader_registry[0]) - 1; }
 const char* vkh2o_shader_name(uint32_t i) { return i < vkh2o_shader_count() ? shader_registry[i].name : NULL; }
 
 static int find_shader(const char* name)

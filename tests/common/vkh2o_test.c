@@ -271,7 +271,7 @@ int vt_scratch_teardown(void** state)
 vkh2o_result vt_kernel_get(vkh2o_context* ctx, const char* shader, uint32_t nbindings, const uint32_t* spec,
                            uint32_t nspec, vkh2o_kernel** out)
 {
-    for (size_t i = 0; i < sizeof test_shader_registry / sizeof test_shader_registry[0]; i++)
+    for (size_t i = 0; test_shader_registry[i].name; i++)
         if (!strcmp(test_shader_registry[i].name, shader))
             return vkh2o_kernel_get_spirv(ctx, test_shader_registry[i].name, test_shader_registry[i].code,
                                           test_shader_registry[i].size, nbindings, 0, spec, nspec, out);

@@ -1,0 +1,41 @@
+/* The whole-model kernels (shaders/lm/): embedding gather, SwiGLU, log-softmax / target
+ * log-probabilities, and the residual axpby. Private to the library and its tests. */
+#ifndef VKH2O_LM_INTERNAL_H
+#define VKH2O_LM_INTERNAL_H
+
+#include "internal.h"
+#include "matmul_internal.h"
+
+/* out[t * out_stride + c] = table[ids[t], c] (f32) for t < n, c < table->cols. ids: n uint32
+ * token ids, each < table->rows (checked by the caller: the shader skips ids outside a chunk,
+ * so an id beyond the table would leave its row unwritten). One dispatch per table chunk.
+ * Results: OK, INVALID_ARGUMENT (n 0 or beyond the workgroup-count limit, out_stride < cols),
+ * DTYPE (a table that is not F32/F16/BF16), kernel errors. */
+vkh2o_result vkh2o_cmd_embed(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* table,
+                             vkh2o_binding ids, uint32_t n, vkh2o_binding out, uint32_t out_stride);
+
+typedef struct vkh2o_swiglu_args {
+    uint32_t rows, cols;
+    uint32_t g_stride, u_stride, y_stride;   /* floats between rows (0 = cols) */
+} vkh2o_swiglu_args;
+/* y = silu(g) * u elementwise over rows x cols. Results: OK, INVALID_ARGUMENT, kernel errors. */
+vkh2o_result vkh2o_cmd_swiglu(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_swiglu_args* a,
+                              vkh2o_binding g, vkh2o_binding u, vkh2o_binding y);
+
+typedef struct vkh2o_logprob_args {
+    uint32_t rows, vocab;
+    uint32_t x_stride;        /* 0 = vocab */
+    uint32_t full_stride;     /* 0 = vocab */
+    bool targets;             /* write lp[r] = log p(tgt[r]) */
+    bool full;                /* write the whole log-softmax rows */
+} vkh2o_logprob_args;
+/* Log-softmax of rows of logits; see shaders/lm/logprob.comp. Unused bindings may repeat x.
+ * Results: OK, INVALID_ARGUMENT (nothing to write, zero sizes), kernel errors. */
+vkh2o_result vkh2o_cmd_logprob(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_logprob_args* a,
+                               vkh2o_binding x, vkh2o_binding tgt, vkh2o_binding lp, vkh2o_binding full);
+
+/* y[i] = a x[i] + b y[i] for i < n (residual adds). Results: OK, INVALID_ARGUMENT, kernel errors. */
+vkh2o_result vkh2o_cmd_axpby(vkh2o_context* ctx, VkCommandBuffer cb, uint32_t n, float a, vkh2o_binding x,
+                             float b, vkh2o_binding y);
+
+#endif
