@@ -226,5 +226,6 @@ VKH2O_API vkh2o_result vkh2o_buffer_fill(vkh2o_buffer* buf, uint64_t offset, uin
 #include "vkh2o/mla.h"
 #include "vkh2o/cache.h"
 #include "vkh2o/kvquant.h"
+#include "vkh2o/lm.h"
 
 #endif /* VKH2O_H */

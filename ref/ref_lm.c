@@ -34,3 +34,57 @@ void ref_log_softmax(size_t rows, size_t vocab, const float* x, size_t xs, const
                 full[r * fs + c] = (double)row[c] - lse;
     }
 }
+
+#include "ref_mla.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* y[r, o] = sum_i x[r, i] w[o, i] in double */
+static void linear(const float* x, size_t rows, size_t in, const float* w, size_t out, float* y)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t o = 0; o < out; o++) {
+            double s = 0.0;
+            for (size_t i = 0; i < in; i++)
+                s += (double)x[r * in + i] * (double)w[o * in + i];
+            y[r * out + o] = (float)s;
+        }
+}
+
+int ref_lm_forward(const vkh2o_model_config* cfg, const float* embed, const ref_lm_layer* layers, const float* norm,
+                   const float* lm_head, const uint32_t* tokens, uint32_t n, float* logits)
+{
+    const size_t D = cfg->attn.hidden_size, I = cfg->intermediate_size, V = cfg->vocab_size;
+    float* h = malloc(n * D * sizeof(float));
+    float* xn = malloc(n * D * sizeof(float));
+    float* ao = malloc(n * D * sizeof(float));
+    float* g = malloc(n * I * sizeof(float));
+    float* u = malloc(n * I * sizeof(float));
+    int rc = -1;
+    if (!h || !xn || !ao || !g || !u)
+        goto done;
+    for (uint32_t t = 0; t < n; t++)
+        memcpy(h + t * D, embed + (size_t)tokens[t] * D, D * sizeof(float));
+    for (uint32_t l = 0; l < cfg->attn.num_layers; l++) {
+        const ref_lm_layer* L = &layers[l];
+        ref_rmsnorm(h, n, D, D, L->input_ln, cfg->attn.rms_norm_eps, xn, D);
+        if (ref_mla_forward(&cfg->attn, L->attn, xn, n, 0, ao, NULL, NULL, NULL) != 0)
+            goto done;
+        for (size_t i = 0; i < n * D; i++)
+            h[i] = (float)((double)h[i] + (double)ao[i]);
+        ref_rmsnorm(h, n, D, D, L->post_ln, cfg->attn.rms_norm_eps, xn, D);
+        linear(xn, n, D, L->gate, I, g);
+        linear(xn, n, D, L->up, I, u);
+        ref_swiglu(n, I, g, I, u, I, g, I);
+        linear(g, n, I, L->down, D, ao);
+        for (size_t i = 0; i < n * D; i++)
+            h[i] = (float)((double)h[i] + (double)ao[i]);
+    }
+    ref_rmsnorm(h, n, D, D, norm, cfg->attn.rms_norm_eps, xn, D);
+    linear(xn, n, D, lm_head, V, logits);
+    rc = 0;
+done:
+    free(h); free(xn); free(ao); free(g); free(u);
+    return rc;
+}

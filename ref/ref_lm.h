@@ -15,3 +15,21 @@ void ref_log_softmax(size_t rows, size_t vocab, const float* x, size_t xs, const
                      double* full, size_t fs, double* lse);
 
 #endif
+
+#include "vkh2o.h"
+
+/* One decoder layer's weights for ref_lm_forward (f32 arrays, nn.Linear layout [out, in]). */
+typedef struct ref_lm_layer {
+    const vkh2o_mla_host_weights* attn;     /* self_attn (ref_mla_forward) */
+    const float* input_ln;                  /* [hidden] */
+    const float* post_ln;                   /* [hidden] */
+    const float* gate;                      /* [I, hidden] */
+    const float* up;                        /* [I, hidden] */
+    const float* down;                      /* [hidden, I] */
+} ref_lm_layer;
+
+/* The whole model (HF DeepseekV3ForCausalLM, dense MLPs) on tokens[0 .. n) at positions 0 .. n-1:
+ * logits [n, vocab]. lm_head is [vocab, hidden] (the embedding when tied). Each stage in double,
+ * rounded to float between stages. Returns 0, or -1 when out of memory. */
+int ref_lm_forward(const vkh2o_model_config* cfg, const float* embed, const ref_lm_layer* layers, const float* norm,
+                   const float* lm_head, const uint32_t* tokens, uint32_t n, float* logits);

@@ -1,0 +1,378 @@
+/* The whole model: config.json, weights (embedding, per-layer MLA + norms + dense SwiGLU MLP,
+ * final norm, lm_head) on the device, and the full-cache causal forward. */
+#include "lm_internal.h"
+#include "mla_internal.h"
+#include "model_internal.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CONFIG_MAX_BYTES (4u << 20)
+#define DEFAULT_MAX_SEQ 512u
+
+typedef struct lm_layer {
+    vkh2o_mla_layer* attn;
+    vkh2o_dev_weight input_ln, post_ln;     /* f32 [hidden] */
+    vkh2o_dev_weight gate, up, down;        /* [I, D], [I, D], [D, I] */
+} lm_layer;
+
+struct vkh2o_model {
+    vkh2o_context* ctx;
+    vkh2o_model_config cfg;
+    uint32_t max_seq;
+    vkh2o_dev_weight embed, norm, lm_head;  /* lm_head unused (embed) when tied */
+    lm_layer* layers;
+    uint64_t weight_bytes;
+    /* scratch for max_seq tokens */
+    vkh2o_buffer *ids, *tgt, *h, *xn, *ao, *g, *u, *m, *logits, *lp;
+};
+
+/* ------------------------------------------------------------------------------------------
+ * config.json
+ * ---------------------------------------------------------------------------------------- */
+
+static const cJSON* cfg_get(const cJSON* root, const char* key)
+{
+    const cJSON* text = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    const cJSON* v = cJSON_IsObject(text) ? cJSON_GetObjectItemCaseSensitive(text, key) : NULL;
+    return v ? v : cJSON_GetObjectItemCaseSensitive(root, key);
+}
+
+/* A non-negative integer key: required (absent is an error) unless *out already holds a
+ * default and required is false; null counts as 0 when null_ok. */
+static vkh2o_result cfg_uint(const cJSON* root, const char* path, const char* key, bool required, bool null_ok,
+                             uint32_t* out, vkh2o_error* err)
+{
+    const cJSON* v = cfg_get(root, key);
+    if (!v)
+        return required ? vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "%s: \"%s\" is missing", path, key) : VKH2O_OK;
+    if (cJSON_IsNull(v) && null_ok) {
+        *out = 0;
+        return VKH2O_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)UINT32_MAX ||
+        v->valuedouble != (double)(uint32_t)v->valuedouble)
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"%s\" is not a non-negative integer", path, key);
+    *out = (uint32_t)v->valuedouble;
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_model_config_from_json(const char* path, vkh2o_model_config* out, vkh2o_error* err)
+{
+    if (!path || !out)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "model config: NULL argument");
+    vkh2o_model_config c;
+    memset(&c, 0, sizeof c);
+    vkh2o_mla_config_kimi_k26(&c.attn);
+    vkh2o_result r = vkh2o_mla_config_from_json(path, &c.attn, err);
+    if (r != VKH2O_OK)
+        return r;
+    cJSON* root = NULL;
+    if ((r = vkh2o_read_json_file(path, CONFIG_MAX_BYTES, &root, err)) != VKH2O_OK)
+        return r;
+    uint32_t layers = 0;
+    if ((r = cfg_uint(root, path, "vocab_size", true, false, &c.vocab_size, err)) != VKH2O_OK ||
+        (r = cfg_uint(root, path, "intermediate_size", true, false, &c.intermediate_size, err)) != VKH2O_OK ||
+        (r = cfg_uint(root, path, "num_hidden_layers", true, false, &layers, err)) != VKH2O_OK)
+        goto done;
+    c.first_k_dense_replace = layers;
+    if ((r = cfg_uint(root, path, "first_k_dense_replace", false, false, &c.first_k_dense_replace, err)) != VKH2O_OK ||
+        (r = cfg_uint(root, path, "n_routed_experts", false, true, &c.n_routed_experts, err)) != VKH2O_OK)
+        goto done;
+    const cJSON* tie = cfg_get(root, "tie_word_embeddings");
+    if (tie && !cJSON_IsBool(tie)) {
+        r = vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"tie_word_embeddings\" is not true/false", path);
+        goto done;
+    }
+    c.tie_word_embeddings = cJSON_IsTrue(tie);
+    c.attn.num_layers = layers;
+    if (c.vocab_size == 0 || c.vocab_size > (1u << 24) || c.intermediate_size == 0 || c.intermediate_size > (1u << 20) ||
+        layers == 0 || layers > 1024) {
+        r = vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                            "%s: vocab_size %u, intermediate_size %u or num_hidden_layers %u out of range", path,
+                            c.vocab_size, c.intermediate_size, layers);
+        goto done;
+    }
+    if (c.n_routed_experts > 0 && c.first_k_dense_replace < layers) {
+        r = vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED,
+                            "%s: layers %u..%u are MoE (first_k_dense_replace %u, n_routed_experts %u); only dense MLP "
+                            "layers are supported", path, c.first_k_dense_replace, layers - 1, c.first_k_dense_replace,
+                            c.n_routed_experts);
+        goto done;
+    }
+    *out = c;
+done:
+    cJSON_Delete(root);
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * weights
+ * ---------------------------------------------------------------------------------------- */
+
+static vkh2o_result fail_err(vkh2o_context* ctx, const vkh2o_error* e)
+{
+    return vkh2o_fail(ctx, e->code ? e->code : VKH2O_ERROR_FORMAT, "%s", e->message);
+}
+
+/* Finds name, checks it is [d0] (d1 == 0) or [d0, d1] of a float dtype, uploads it (widened to
+ * f32 when f32 is set). */
+static vkh2o_result load_weight(vkh2o_model* m, vkh2o_checkpoint* ck, const char* name, uint64_t d0, uint64_t d1,
+                                bool f32, vkh2o_dev_weight* out)
+{
+    vkh2o_error e = { 0 };
+    vkh2o_tensor_view v;
+    if (vkh2o_checkpoint_find(ck, name, &v, &e) != VKH2O_OK)
+        return fail_err(m->ctx, &e);
+    uint32_t nd = d1 ? 2 : 1;
+    if (v.ndim != nd || v.shape[0] != d0 || (d1 && v.shape[1] != d1)) {
+        char got[96], want[96];
+        uint64_t ws[2] = { d0, d1 };
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_SHAPE, "%s: tensor %s has shape %s; config.json implies %s", v.file, name,
+                          vkh2o_shape_str(got, sizeof got, v.ndim, v.shape), vkh2o_shape_str(want, sizeof want, nd, ws));
+    }
+    if (v.dtype != VKH2O_DTYPE_F32 && v.dtype != VKH2O_DTYPE_F16 && v.dtype != VKH2O_DTYPE_BF16)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_DTYPE, "%s: tensor %s is %s; F32, F16 or BF16 is supported here", v.file, name,
+                          vkh2o_dtype_name(v.dtype));
+    vkh2o_result r = f32 ? vkh2o_weight_upload_f32(m->ctx, &v, out) : vkh2o_weight_upload(m->ctx, &v, out);
+    if (r == VKH2O_OK)
+        m->weight_bytes += v.numel * (f32 ? 4u : vkh2o_dtype_size(v.dtype));
+    return r;
+}
+
+static vkh2o_result make_buffer(vkh2o_model* m, uint64_t bytes, vkh2o_buffer** out)
+{
+    return vkh2o_buffer_create(m->ctx, bytes ? bytes : 4, out);
+}
+
+void vkh2o_model_destroy(vkh2o_model* m)
+{
+    if (!m)
+        return;
+    if (m->layers)
+        for (uint32_t l = 0; l < m->cfg.attn.num_layers; l++) {
+            lm_layer* L = &m->layers[l];
+            vkh2o_mla_layer_destroy(L->attn);
+            vkh2o_weight_free(&L->input_ln);
+            vkh2o_weight_free(&L->post_ln);
+            vkh2o_weight_free(&L->gate);
+            vkh2o_weight_free(&L->up);
+            vkh2o_weight_free(&L->down);
+        }
+    free(m->layers);
+    vkh2o_weight_free(&m->embed);
+    vkh2o_weight_free(&m->norm);
+    vkh2o_weight_free(&m->lm_head);
+    vkh2o_buffer* bufs[] = { m->ids, m->tgt, m->h, m->xn, m->ao, m->g, m->u, m->m, m->logits, m->lp };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        vkh2o_buffer_destroy(bufs[i]);
+    free(m);
+}
+
+/* config.json of a model path: <dir>/config.json, or beside a .safetensors file. */
+static void config_path(const char* path, char* out, size_t cap)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(out, cap, "%s/config.json", path);
+        return;
+    }
+    const char* slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(out, cap, "config.json");
+    else
+        snprintf(out, cap, "%.*s/config.json", (int)(slash - path), path);
+}
+
+vkh2o_result vkh2o_model_create(vkh2o_context* ctx, const char* dir, const vkh2o_model_desc* desc, vkh2o_model** out)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !dir || !out)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model create: NULL argument");
+    vkh2o_model_desc d = desc ? *desc : (vkh2o_model_desc){ 0 };
+    if (d.flags)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model create: unknown flags 0x%x", d.flags);
+    char cpath[PATH_MAX];
+    config_path(dir, cpath, sizeof cpath);
+    vkh2o_model* m = calloc(1, sizeof *m);
+    if (!m)
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model create: out of host memory");
+    m->ctx = ctx;
+    m->max_seq = d.max_seq_len ? d.max_seq_len : DEFAULT_MAX_SEQ;
+    vkh2o_error e = { 0 };
+    vkh2o_checkpoint* ck = NULL;
+    vkh2o_result r = vkh2o_model_config_from_json(cpath, &m->cfg, &e);
+    if (r != VKH2O_OK) {
+        r = fail_err(ctx, &e);
+        goto fail;
+    }
+    if ((r = vkh2o_checkpoint_open(dir, &ck, &e)) != VKH2O_OK) {
+        r = fail_err(ctx, &e);
+        goto fail;
+    }
+    const vkh2o_model_config* c = &m->cfg;
+    const uint32_t D = c->attn.hidden_size, I = c->intermediate_size, V = c->vocab_size, NL = c->attn.num_layers;
+    m->layers = calloc(NL, sizeof *m->layers);
+    if (!m->layers) {
+        r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model create: out of host memory");
+        goto fail;
+    }
+    if ((r = load_weight(m, ck, "model.embed_tokens.weight", V, D, false, &m->embed)) != VKH2O_OK ||
+        (r = load_weight(m, ck, "model.norm.weight", D, 0, true, &m->norm)) != VKH2O_OK)
+        goto fail;
+    if (!c->tie_word_embeddings && (r = load_weight(m, ck, "lm_head.weight", V, D, false, &m->lm_head)) != VKH2O_OK)
+        goto fail;
+    for (uint32_t l = 0; l < NL; l++) {
+        lm_layer* L = &m->layers[l];
+        char name[160];
+        vkh2o_mla_host_weights* hw = NULL;
+        if ((r = vkh2o_mla_host_weights_load(ck, &c->attn, l, VKH2O_LOAD_INPUT_LAYERNORM, &hw, &e)) != VKH2O_OK) {
+            r = fail_err(ctx, &e);
+            goto fail;
+        }
+        vkh2o_mla_layer_desc ld = { .max_seq_len = m->max_seq };
+        r = vkh2o_mla_layer_create(ctx, &c->attn, hw, &ld, &L->attn);
+        if (r == VKH2O_OK)
+            r = vkh2o_weight_upload_f32(ctx, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_INPUT_LAYERNORM), &L->input_ln);
+        for (int w = 0; r == VKH2O_OK && w < VKH2O_W_COUNT; w++) {
+            const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, (vkh2o_mla_weight)w);
+            bool norm = w == VKH2O_W_Q_A_LAYERNORM || w == VKH2O_W_KV_A_LAYERNORM || w == VKH2O_W_INPUT_LAYERNORM;
+            if (v && v->data)
+                m->weight_bytes += v->numel * (norm ? 4u : vkh2o_dtype_size(v->dtype));
+        }
+        vkh2o_mla_host_weights_destroy(hw);
+        if (r != VKH2O_OK)
+            goto fail;
+#define LW(field, suffix, d0, d1, f32)                                                            \
+        snprintf(name, sizeof name, "model.layers.%u.%s.weight", l, suffix);                      \
+        if ((r = load_weight(m, ck, name, d0, d1, f32, &L->field)) != VKH2O_OK)                    \
+            goto fail;
+        LW(post_ln, "post_attention_layernorm", D, 0, true)
+        LW(gate, "mlp.gate_proj", I, D, false)
+        LW(up, "mlp.up_proj", I, D, false)
+        LW(down, "mlp.down_proj", D, I, false)
+#undef LW
+    }
+    vkh2o_checkpoint_destroy(ck);
+    ck = NULL;
+    const uint64_t S = m->max_seq;
+    if ((r = make_buffer(m, S * 4, &m->ids)) != VKH2O_OK || (r = make_buffer(m, S * 4, &m->tgt)) != VKH2O_OK ||
+        (r = make_buffer(m, S * 4, &m->lp)) != VKH2O_OK || (r = make_buffer(m, S * D * 4, &m->h)) != VKH2O_OK ||
+        (r = make_buffer(m, S * D * 4, &m->xn)) != VKH2O_OK || (r = make_buffer(m, S * D * 4, &m->ao)) != VKH2O_OK ||
+        (r = make_buffer(m, S * I * 4, &m->g)) != VKH2O_OK || (r = make_buffer(m, S * I * 4, &m->u)) != VKH2O_OK ||
+        (r = make_buffer(m, S * I * 4, &m->m)) != VKH2O_OK || (r = make_buffer(m, S * V * 4, &m->logits)) != VKH2O_OK)
+        goto fail;
+    *out = m;
+    return VKH2O_OK;
+fail:
+    vkh2o_checkpoint_destroy(ck);
+    vkh2o_model_destroy(m);
+    return r;
+}
+
+const vkh2o_model_config* vkh2o_model_get_config(const vkh2o_model* m) { return m ? &m->cfg : NULL; }
+uint64_t vkh2o_model_get_weight_bytes(const vkh2o_model* m) { return m ? m->weight_bytes : 0; }
+
+/* ------------------------------------------------------------------------------------------
+ * the full-cache forward
+ * ---------------------------------------------------------------------------------------- */
+
+static vkh2o_result cmd_norm(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, const vkh2o_dev_weight* w,
+                             vkh2o_buffer* x, vkh2o_buffer* y)
+{
+    uint32_t D = m->cfg.attn.hidden_size;
+    vkh2o_rmsnorm_args a = { .rows = n, .n = D, .x_stride = D, .y_stride = D, .eps = m->cfg.attn.rms_norm_eps };
+    vkh2o_binding bx = vkh2o_bind_range(x, 0, (VkDeviceSize)n * D * 4), by = vkh2o_bind_range(y, 0, (VkDeviceSize)n * D * 4);
+    return vkh2o_cmd_rmsnorm(m->ctx, cb, &a, bx, vkh2o_weight_binding(w, 0), bx, by, by, by);
+}
+
+static vkh2o_result cmd_linear(vkh2o_model* m, VkCommandBuffer cb, const vkh2o_dev_weight* w, uint32_t n,
+                               vkh2o_buffer* x, vkh2o_buffer* y)
+{
+    vkh2o_matmul_args a = { .M = n, .N = w->rows, .K = w->cols, .x_buffer = x };
+    return vkh2o_cmd_matmul(m->ctx, cb, w, vkh2o_bind_range(x, 0, (VkDeviceSize)n * w->cols * 4),
+                            vkh2o_bind_range(y, 0, (VkDeviceSize)n * w->rows * 4), &a);
+}
+
+static vkh2o_result record_forward(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, bool want_lp)
+{
+    vkh2o_context* ctx = m->ctx;
+    const vkh2o_model_config* c = &m->cfg;
+    const uint32_t D = c->attn.hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    const VkDeviceSize hd = (VkDeviceSize)n * D * 4;
+    VKH2O_CHECK(vkh2o_cmd_embed(ctx, cb, &m->embed, vkh2o_bind_range(m->ids, 0, n * 4), n, vkh2o_bind_range(m->h, 0, hd), D));
+    vkh2o_barrier(ctx, cb);
+    for (uint32_t l = 0; l < c->attn.num_layers; l++) {
+        lm_layer* L = &m->layers[l];
+        VKH2O_CHECK(cmd_norm(m, cb, n, &L->input_ln, m->h, m->xn));
+        vkh2o_barrier(ctx, cb);
+        vkh2o_mla_io io = { .hidden = m->xn, .out = m->ao, .seq_len = n, .pos0 = 0 };
+        VKH2O_CHECK(vkh2o_cmd_mla_forward(L->attn, cb, &io));   /* ends with a barrier */
+        VKH2O_CHECK(vkh2o_cmd_axpby(ctx, cb, n * D, 1.0f, vkh2o_bind_range(m->ao, 0, hd), 1.0f, vkh2o_bind_range(m->h, 0, hd)));
+        vkh2o_barrier(ctx, cb);
+        VKH2O_CHECK(cmd_norm(m, cb, n, &L->post_ln, m->h, m->xn));
+        vkh2o_barrier(ctx, cb);
+        VKH2O_CHECK(cmd_linear(m, cb, &L->gate, n, m->xn, m->g));
+        VKH2O_CHECK(cmd_linear(m, cb, &L->up, n, m->xn, m->u));
+        vkh2o_barrier(ctx, cb);
+        vkh2o_swiglu_args sa = { .rows = n, .cols = I };
+        VkDeviceSize id = (VkDeviceSize)n * I * 4;
+        VKH2O_CHECK(vkh2o_cmd_swiglu(ctx, cb, &sa, vkh2o_bind_range(m->g, 0, id), vkh2o_bind_range(m->u, 0, id),
+                                     vkh2o_bind_range(m->m, 0, id)));
+        vkh2o_barrier(ctx, cb);
+        VKH2O_CHECK(cmd_linear(m, cb, &L->down, n, m->m, m->ao));
+        vkh2o_barrier(ctx, cb);
+        VKH2O_CHECK(vkh2o_cmd_axpby(ctx, cb, n * D, 1.0f, vkh2o_bind_range(m->ao, 0, hd), 1.0f, vkh2o_bind_range(m->h, 0, hd)));
+        vkh2o_barrier(ctx, cb);
+    }
+    VKH2O_CHECK(cmd_norm(m, cb, n, &m->norm, m->h, m->xn));
+    vkh2o_barrier(ctx, cb);
+    VKH2O_CHECK(cmd_linear(m, cb, c->tie_word_embeddings ? &m->embed : &m->lm_head, n, m->xn, m->logits));
+    vkh2o_barrier(ctx, cb);
+    if (want_lp && n > 1) {
+        vkh2o_logprob_args la = { .rows = n - 1, .vocab = V, .targets = true };
+        vkh2o_binding bl = vkh2o_bind_range(m->logits, 0, (VkDeviceSize)n * V * 4);
+        VKH2O_CHECK(vkh2o_cmd_logprob(ctx, cb, &la, bl, vkh2o_bind_range(m->tgt, 0, n * 4),
+                                      vkh2o_bind_range(m->lp, 0, n * 4), bl));
+        vkh2o_barrier(ctx, cb);
+    }
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_run_model_forward(vkh2o_model* m, const uint32_t* tokens, uint32_t n, float* logits,
+                                     float* next_logprobs)
+{
+    if (!m || !tokens)
+        return vkh2o_fail(m ? m->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "model forward: NULL argument");
+    if (n == 0 || n > m->max_seq)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model forward: %u tokens outside 1..%u (max_seq_len)", n,
+                          m->max_seq);
+    for (uint32_t i = 0; i < n; i++)
+        if (tokens[i] >= m->cfg.vocab_size)
+            return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model forward: token %u at %u is outside the vocabulary (%u)",
+                              tokens[i], i, m->cfg.vocab_size);
+    VKH2O_CHECK(vkh2o_buffer_upload(m->ids, 0, tokens, (uint64_t)n * 4));
+    if (next_logprobs && n > 1)
+        VKH2O_CHECK(vkh2o_buffer_upload(m->tgt, 0, tokens + 1, (uint64_t)(n - 1) * 4));
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(m->ctx, &cb));
+    vkh2o_result r = record_forward(m, cb, n, next_logprobs != NULL);
+    if (r != VKH2O_OK) {
+        /* end the one-shot buffer so the context stays usable; the recorded work is discarded */
+        vkh2o_result r2 = vkh2o_submit_wait(m->ctx, cb);
+        (void)r2;
+        return r;
+    }
+    VKH2O_CHECK(vkh2o_submit_wait(m->ctx, cb));
+    if (logits)
+        VKH2O_CHECK(vkh2o_buffer_download(m->logits, 0, logits, (uint64_t)n * m->cfg.vocab_size * 4));
+    if (next_logprobs && n > 1)
+        VKH2O_CHECK(vkh2o_buffer_download(m->lp, 0, next_logprobs, (uint64_t)(n - 1) * 4));
+    return VKH2O_OK;
+}

@@ -1,0 +1,281 @@
+/* The whole model (include/vkh2o/lm.h): a random tiny DeepSeek-V3 model written as an HF
+ * directory (config.json + model.safetensors with the DeepseekV3ForCausalLM names), loaded by
+ * vkh2o_model_create, and its GPU forward against ref_lm_forward (double per stage); the bad
+ * inputs of loading (MoE config, missing tensor, wrong shape, bad token).
+ *
+ * Bounds: every stage is an fp32 GPU kernel within its own conformance bound (nmse <= ~1e-10 for
+ * the projections and attention at these sizes); through 2 layers and the head the logits are
+ * asserted at nmse <= 1e-8 and each next-token log-probability within 1e-3 absolute (a log-softmax
+ * over 67 logits of magnitude <= ~10 turns the logit error into at most twice its max norm). */
+#include "vkh2o_test.h"
+#include "ref_lm.h"
+#include "ref_mla.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tiny {
+    vkh2o_model_config cfg;
+    ref_mla_weights attn[2];
+    float *embed, *norm, *head;
+    float *input_ln[2], *post_ln[2], *gate[2], *up[2], *down[2];
+} tiny;
+
+static float* rnd(vt_rng* rng, size_t n, float scale, float offset)
+{
+    float* p = malloc(n * sizeof(float));
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = offset + scale * vt_normal(rng);
+    return p;
+}
+
+static void tiny_make(tiny* t, vt_rng* rng, bool tied)
+{
+    memset(t, 0, sizeof *t);
+    vkh2o_mla_config* a = &t->cfg.attn;
+    vkh2o_mla_config_kimi_k26(a);
+    a->num_layers = 2;
+    a->hidden_size = 48;
+    a->num_heads = 3;
+    a->q_lora_rank = 20;
+    a->kv_lora_rank = 24;
+    a->qk_nope_head_dim = 10;
+    a->qk_rope_head_dim = 6;
+    a->v_head_dim = 9;
+    a->rope_theta = 10000.0f;
+    a->rope_scaling = VKH2O_ROPE_NONE;
+    a->rope_interleave = true;
+    a->rms_norm_eps = 1e-6f;
+    t->cfg.vocab_size = 67;
+    t->cfg.intermediate_size = 37;
+    t->cfg.first_k_dense_replace = 2;
+    t->cfg.tie_word_embeddings = tied;
+    const size_t D = 48, I = 37, V = 67;
+    t->embed = rnd(rng, V * D, 1.0f, 0.0f);
+    t->norm = rnd(rng, D, 0.1f, 1.0f);
+    t->head = tied ? t->embed : rnd(rng, V * D, 0.3f, 0.0f);
+    for (int l = 0; l < 2; l++) {
+        assert_int_equal(ref_mla_random_weights(a, VKH2O_DTYPE_F32, vt_u64(rng), &t->attn[l]), 0);
+        t->input_ln[l] = rnd(rng, D, 0.1f, 1.0f);
+        t->post_ln[l] = rnd(rng, D, 0.1f, 1.0f);
+        t->gate[l] = rnd(rng, I * D, 1.0f / sqrtf((float)D), 0.0f);
+        t->up[l] = rnd(rng, I * D, 1.0f / sqrtf((float)D), 0.0f);
+        t->down[l] = rnd(rng, D * I, 1.0f / sqrtf((float)I), 0.0f);
+    }
+}
+
+static void tiny_free(tiny* t)
+{
+    free(t->embed);
+    free(t->norm);
+    if (!t->cfg.tie_word_embeddings)
+        free(t->head);
+    for (int l = 0; l < 2; l++) {
+        ref_mla_weights_free(&t->attn[l]);
+        free(t->input_ln[l]); free(t->post_ln[l]); free(t->gate[l]); free(t->up[l]); free(t->down[l]);
+    }
+}
+
+static void write_config(const char* dir, const tiny* t, const char* extra)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE* f = fopen(path, "w");
+    assert_non_null(f);
+    const vkh2o_mla_config* a = &t->cfg.attn;
+    fprintf(f, "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\", \"vocab_size\": %u, "
+               "\"hidden_size\": %u, \"intermediate_size\": %u, \"num_hidden_layers\": %u, \"num_attention_heads\": %u, "
+               "\"q_lora_rank\": %u, \"kv_lora_rank\": %u, \"qk_nope_head_dim\": %u, \"qk_rope_head_dim\": %u, "
+               "\"v_head_dim\": %u, \"rope_theta\": 10000.0, \"rope_scaling\": null, \"rms_norm_eps\": 1e-06, "
+               "\"max_position_embeddings\": 4096, \"tie_word_embeddings\": %s%s}\n",
+            t->cfg.vocab_size, a->hidden_size, t->cfg.intermediate_size, a->num_layers, a->num_heads, a->q_lora_rank,
+            a->kv_lora_rank, a->qk_nope_head_dim, a->qk_rope_head_dim, a->v_head_dim,
+            t->cfg.tie_word_embeddings ? "true" : "false", extra ? extra : "");
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Writes model.safetensors; skip names a tensor to leave out, bad_shape one to write transposed. */
+static void write_weights(const char* dir, const tiny* t, const char* skip, const char* bad_shape)
+{
+    enum { MAXT = 64 };
+    vkh2o_tensor_write w[MAXT];
+    char names[MAXT][128];
+    uint32_t n = 0;
+    const uint64_t D = 48, I = 37, V = 67;
+#define ADD(nm, ptr, d0, d1)                                                                                   \
+    do {                                                                                                        \
+        snprintf(names[n], sizeof names[n], "%s", nm);                                                         \
+        if (!skip || strcmp(skip, names[n])) {                                                                 \
+            bool bad = bad_shape && !strcmp(bad_shape, names[n]);                                              \
+            w[n] = (vkh2o_tensor_write){ .name = names[n], .dtype = VKH2O_DTYPE_F32, .ndim = (d1) ? 2 : 1,      \
+                                         .shape = { bad ? (d1) : (d0), bad ? (d0) : (d1) }, .data = (ptr) };     \
+            n++;                                                                                               \
+        }                                                                                                      \
+    } while (0)
+    ADD("model.embed_tokens.weight", t->embed, V, D);
+    ADD("model.norm.weight", t->norm, D, 0);
+    if (!t->cfg.tie_word_embeddings)
+        ADD("lm_head.weight", t->head, V, D);
+    for (int l = 0; l < 2; l++) {
+        char nm[128];
+        for (int k = 0; k < VKH2O_W_COUNT; k++) {
+            const vkh2o_tensor_view* v = &t->attn[l].views[k];
+            if (!v->data)
+                continue;
+            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.%s.weight", l, vkh2o_mla_weight_short_name((vkh2o_mla_weight)k));
+            ADD(nm, v->data, v->shape[0], v->ndim > 1 ? v->shape[1] : 0);
+        }
+        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        ADD(nm, t->input_ln[l], D, 0);
+        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+        ADD(nm, t->post_ln[l], D, 0);
+        snprintf(nm, sizeof nm, "model.layers.%d.mlp.gate_proj.weight", l);
+        ADD(nm, t->gate[l], I, D);
+        snprintf(nm, sizeof nm, "model.layers.%d.mlp.up_proj.weight", l);
+        ADD(nm, t->up[l], I, D);
+        snprintf(nm, sizeof nm, "model.layers.%d.mlp.down_proj.weight", l);
+        ADD(nm, t->down[l], D, I);
+    }
+#undef ADD
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    vkh2o_error e = { 0 };
+    assert_int_equal(vkh2o_safetensors_write(path, w, n, NULL, &e), VKH2O_OK);
+}
+
+static void ref_forward(const tiny* t, const uint32_t* tok, uint32_t n, float* logits)
+{
+    ref_lm_layer L[2];
+    vkh2o_mla_host_weights* hw[2];
+    for (int l = 0; l < 2; l++) {
+        vkh2o_error e = { 0 };
+        assert_int_equal(vkh2o_mla_host_weights_wrap(&t->cfg.attn, t->attn[l].views, &hw[l], &e), VKH2O_OK);
+        L[l] = (ref_lm_layer){ hw[l], t->input_ln[l], t->post_ln[l], t->gate[l], t->up[l], t->down[l] };
+    }
+    assert_int_equal(ref_lm_forward(&t->cfg, t->embed, L, t->norm, t->head, tok, n, logits), 0);
+    for (int l = 0; l < 2; l++)
+        vkh2o_mla_host_weights_destroy(hw[l]);
+}
+
+static void forward_case(bool tied, uint32_t n)
+{
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed(tied ? "model tied" : "model"));
+    tiny t;
+    tiny_make(&t, &rng, tied);
+    const char* dir = vt_scratch_make(tied ? "model_tied" : "model");
+    assert_non_null(dir);
+    write_config(dir, &t, NULL);
+    write_weights(dir, &t, NULL, NULL);
+    vkh2o_model* m = NULL;
+    assert_int_equal(vkh2o_model_create(ctx, dir, &(vkh2o_model_desc){ .max_seq_len = 64 }, &m), VKH2O_OK);
+    const vkh2o_model_config* c = vkh2o_model_get_config(m);
+    assert_int_equal(c->vocab_size, 67);
+    assert_int_equal(c->attn.num_layers, 2);
+    assert_int_equal(c->tie_word_embeddings, tied);
+    uint32_t* tok = malloc(n * 4);
+    float* got = malloc((size_t)n * 67 * 4);
+    float* ref = malloc((size_t)n * 67 * 4);
+    float* lp = malloc(n * 4);
+    assert_true(tok && got && ref && lp);
+    for (uint32_t i = 0; i < n; i++)
+        tok[i] = i == 0 ? 66 : vt_u32_below(&rng, 67);
+    for (size_t i = 0; i < (size_t)n * 67; i++)
+        memcpy(&got[i], &(uint32_t){ VT_POISON }, 4);
+    assert_int_equal(vkh2o_run_model_forward(m, tok, n, got, lp), VKH2O_OK);
+    ref_forward(&t, tok, n, ref);
+    vt_assert_nmse(tied ? "logits (tied)" : "logits", got, ref, (size_t)n * 67, 1e-8);
+    double* rlp = malloc(n * sizeof(double));
+    assert_non_null(rlp);
+    if (n > 1)
+        ref_log_softmax(n - 1, 67, ref, 67, tok + 1, rlp, NULL, 0, NULL);
+    double worst = 0.0;
+    for (uint32_t i = 0; i + 1 < n; i++) {
+        assert_false(isnan(lp[i]));
+        double e = fabs(lp[i] - rlp[i]);
+        worst = e > worst ? e : worst;
+    }
+    printf("  model forward n %u%s: worst next-token log-probability error %.2e (bound 1e-3)\n", n, tied ? " tied" : "", worst);
+    assert_true(worst <= 1e-3);
+    /* a second forward on the same scratch gives the same bits (no state leaks between windows) */
+    float* again = malloc((size_t)n * 67 * 4);
+    assert_non_null(again);
+    assert_int_equal(vkh2o_run_model_forward(m, tok, n, again, NULL), VKH2O_OK);
+    assert_memory_equal(again, got, (size_t)n * 67 * 4);
+    vkh2o_model_destroy(m);
+    free(tok); free(got); free(ref); free(lp); free(rlp); free(again);
+    tiny_free(&t);
+    vt_scratch_remove();
+    vt_check_validation();
+}
+
+static void test_forward(void** state)
+{
+    (void)state;
+    forward_case(false, 1);
+    forward_case(false, 29);
+    forward_case(true, 64);
+}
+
+static void expect_create(const char* dir, vkh2o_result want, const char* needle)
+{
+    vkh2o_context* ctx = vt_ctx();
+    vkh2o_model* m = (vkh2o_model*)1;
+    assert_int_equal(vkh2o_model_create(ctx, dir, NULL, &m), want);
+    assert_null(m);
+    const char* msg = vkh2o_last_error(ctx);
+    printf("  refused (%s): %s\n", vkh2o_result_string(want), msg);
+    assert_non_null(strstr(msg, needle));
+}
+
+static void test_bad_input(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("model bad input"));
+    tiny t;
+    tiny_make(&t, &rng, false);
+    const char* dir = vt_scratch_make("model_bad");
+    assert_non_null(dir);
+    /* no config.json at all */
+    write_weights(dir, &t, NULL, NULL);
+    expect_create(dir, VKH2O_ERROR_IO, "config.json");
+    /* MoE layers are refused, naming first_k_dense_replace */
+    write_config(dir, &t, ", \"n_routed_experts\": 8, \"first_k_dense_replace\": 1");
+    expect_create(dir, VKH2O_ERROR_UNSUPPORTED, "first_k_dense_replace");
+    /* a missing MLP tensor, then one of the wrong shape: the message names the tensor */
+    write_config(dir, &t, NULL);
+    write_weights(dir, &t, "model.layers.1.mlp.down_proj.weight", NULL);
+    expect_create(dir, VKH2O_ERROR_MISSING_TENSOR, "model.layers.1.mlp.down_proj.weight");
+    write_weights(dir, &t, NULL, "model.layers.0.mlp.gate_proj.weight");
+    expect_create(dir, VKH2O_ERROR_SHAPE, "model.layers.0.mlp.gate_proj.weight");
+    /* a token outside the vocabulary, and too many tokens */
+    write_weights(dir, &t, NULL, NULL);
+    vkh2o_model* m = NULL;
+    assert_int_equal(vkh2o_model_create(vt_ctx(), dir, &(vkh2o_model_desc){ .max_seq_len = 8 }, &m), VKH2O_OK);
+    uint32_t tok[9] = { 1, 2, 67, 3, 4, 5, 6, 7, 8 };
+    assert_int_equal(vkh2o_run_model_forward(m, tok, 3, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    tok[2] = 3;
+    assert_int_equal(vkh2o_run_model_forward(m, tok, 9, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_model_forward(m, tok, 0, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_model_forward(m, tok, 8, NULL, NULL), VKH2O_OK);
+    vkh2o_model_destroy(m);
+    tiny_free(&t);
+    vt_scratch_remove();
+    vt_check_validation();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_forward),
+        cmocka_unit_test(test_bad_input),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, vt_group_teardown);
+    vt_scratch_remove();
+    return rc;
+}
