@@ -50,7 +50,8 @@ typedef struct vkh2o_model_desc {
     uint32_t flags;              /* reserved, 0 */
 } vkh2o_model_desc;
 
-/* Opens dir (a directory with config.json and safetensors, or a safetensors file with
+/* Opens dir (a directory with config.json and its weights: model.safetensors.index.json and
+ * shards, else model.safetensors, else its one .safetensors file; or a .safetensors file with
  * config.json beside it), checks every tensor against the config and uploads the weights.
  * ctx must outlive the model. Results: OK, IO, FORMAT, MISSING_TENSOR, SHAPE, DTYPE,
  * INVALID_ARGUMENT, UNSUPPORTED, OUT_OF_DEVICE_MEMORY, OUT_OF_HOST_MEMORY, VULKAN; the message

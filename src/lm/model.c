@@ -212,7 +212,19 @@ vkh2o_result vkh2o_model_create(vkh2o_context* ctx, const char* dir, const vkh2o
         r = fail_err(ctx, &e);
         goto fail;
     }
-    if ((r = vkh2o_checkpoint_open(dir, &ck, &e)) != VKH2O_OK) {
+    /* a directory's weights: its index, else its model.safetensors (other .safetensors files beside
+     * it, such as reference outputs, are not weights), else whatever the checkpoint finds */
+    char wpath[PATH_MAX];
+    struct stat st;
+    snprintf(wpath, sizeof wpath, "%s/model.safetensors.index.json", dir);
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && stat(wpath, &st) != 0) {
+        snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
+        if (stat(wpath, &st) != 0)
+            snprintf(wpath, sizeof wpath, "%s", dir);
+    } else {
+        snprintf(wpath, sizeof wpath, "%s", dir);
+    }
+    if ((r = vkh2o_checkpoint_open(wpath, &ck, &e)) != VKH2O_OK) {
         r = fail_err(ctx, &e);
         goto fail;
     }
