@@ -217,6 +217,19 @@ VKH2O_API vkh2o_result vkh2o_buffer_upload(vkh2o_buffer* buf, uint64_t offset, c
 VKH2O_API vkh2o_result vkh2o_buffer_download(vkh2o_buffer* buf, uint64_t offset, void* dst, uint64_t bytes);
 /* Fill with a repeated 32-bit word (poisoning, zeroing). Blocking. */
 VKH2O_API vkh2o_result vkh2o_buffer_fill(vkh2o_buffer* buf, uint64_t offset, uint64_t bytes, uint32_t word);
+/* Wraps the app's VkBuffer (created on the context's device) as a vkh2o_buffer of `bytes`
+ * bytes from its start, to pass to any call that takes a vkh2o_buffer (with offsets into it).
+ * Nothing is allocated on the device. The app keeps ownership: vkh2o_buffer_destroy frees only
+ * the wrapper, never the VkBuffer or its memory, and the VkBuffer must stay alive (and bound to
+ * memory) until the wrapper is destroyed and the device has finished every command buffer that
+ * used it. bytes must not exceed the VkBuffer's size (vkh2o cannot query it). Usage flags the
+ * buffer needs: VK_BUFFER_USAGE_STORAGE_BUFFER_BIT always; TRANSFER_SRC_BIT and TRANSFER_DST_BIT
+ * for vkh2o_buffer_upload / download / fill (which go through a staging copy, since vkh2o never
+ * maps the app's memory); UNIFORM_TEXEL_BUFFER_BIT where a call may read it through texel views
+ * (vkh2o_cmd_qcache_attend's q). vkh2o_buffer_create uses all four. The app orders its own
+ * writes and reads of the buffer against vkh2o's recorded work with its own barriers.
+ * Results: OK, INVALID_ARGUMENT (NULL ctx/out, VK_NULL_HANDLE, 0 bytes), OUT_OF_HOST_MEMORY. */
+VKH2O_API vkh2o_result vkh2o_buffer_wrap(vkh2o_context* ctx, VkBuffer buffer, uint64_t bytes, vkh2o_buffer** out);
 
 #ifdef __cplusplus
 }

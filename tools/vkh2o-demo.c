@@ -3,12 +3,15 @@
  * Loads one layer's attention weights from a checkpoint shard (mmap: only that layer's bytes
  * are read), runs one causal forward over S synthetic tokens, reduces each token's attention
  * mass over heads and queries, selects the H2O kept set (sinks + heavy hitters + recent) and
- * compacts a KV cache of the chosen layout to it, then reports.
+ * compacts a KV cache of the chosen layout to it, then reports. With --prefill P the first P
+ * tokens are a prefill into an H2O cache and the rest are decoded one at a time through the
+ * public decode API (tools/common/demo_decode.c).
  */
 #include "cli.h"
 #include "demo_h2o.h"
 #include "outfile.h"
 #include "internal.h"
+#include "ref_decode.h"
 #include "ref_mla.h"
 
 #include <cjson/cJSON.h>
@@ -36,8 +39,8 @@ typedef struct opts {
     const char* out;
     const char* plot;
     const char* cache_dir;
-    uint32_t layer, seq_len, budget, n_sink, n_recent, runs, device;
-    bool seq_len_given, device_given, normed_input, check, quiet;
+    uint32_t layer, seq_len, budget, n_sink, n_recent, runs, device, prefill;
+    bool seq_len_given, device_given, normed_input, check, quiet, prefill_given;
     uint64_t seed;
     demo_layout layout;
 } opts;
@@ -64,6 +67,15 @@ static void usage(FILE* f)
         "  --input FILE        read tensor 'hidden_states' (F32 [seq, hidden]) from a safetensors file\n"
         "  --normed-input      apply the layer's input_layernorm first (decoder order)\n"
         "  --layout L          KV cache layout: expanded (per head K/V) or latent (c_kv + k_pe); default expanded\n"
+        "  --prefill P         decode mode: the first P tokens are a prefill into an H2O cache of the layout\n"
+        "                      (fp16, cap n_sink + budget + n_recent; evicted once to the cap if P exceeds it),\n"
+        "                      then tokens P..S-1 are decoded one at a time through the public decode API:\n"
+        "                      each is appended, attends to every cached token including itself, adds its\n"
+        "                      attention mass to every cached token's score, and the cache is evicted back\n"
+        "                      to the cap. attn_output then holds each token's output given the cache it\n"
+        "                      saw; the scores are each token's accumulated score when last in the cache;\n"
+        "                      kept/category describe the final cache. 1 <= P <= S. The forward runs and\n"
+        "                      their timings cover the P prompt tokens\n"
         "  --device N          Vulkan device index (default: the best one; see vkh2o-info)\n"
         "  --runs N            timed forward runs after a short warm-up; the median is reported.\n"
         "                      Default: 5 when a forward takes under 0.5 s, else 1\n"
@@ -111,6 +123,11 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
             if (!v) goto missing;
             if (!cli_parse_u32(TOOL, a, v, 1, 1u << 20, &o->seq_len)) return false;
             o->seq_len_given = true;
+            i++;
+        } else if (!strcmp(a, "--prefill")) {
+            if (!v) goto missing;
+            if (!cli_parse_u32(TOOL, a, v, 1, 1u << 20, &o->prefill)) return false;
+            o->prefill_given = true;
             i++;
         } else if (!strcmp(a, "--device")) {
             if (!v) goto missing;
@@ -502,6 +519,7 @@ int main(int argc, char** argv)
     vkh2o_mla_layer* layer = NULL;
     float *hidden = NULL, *out = NULL, *score = NULL, *ref_out = NULL, *ref_score = NULL;
     demo_category* cat = NULL;
+    demo_decode_result dr = { 0 };
 
     if (!o.quiet) {
         printf("device:        %s (%s %s)\n", caps->device_name, caps->driver_name, caps->driver_info);
@@ -538,7 +556,14 @@ int main(int argc, char** argv)
     if (o.normed_input)
         input_layernorm(hidden, S, cfg.hidden_size, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_INPUT_LAYERNORM), cfg.rms_norm_eps);
 
-    if ((r = vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S }, &layer)) != VKH2O_OK) {
+    if (o.prefill_given && o.prefill > S) {
+        fprintf(stderr, "%s: --prefill %u exceeds the %u tokens of the sequence\n", TOOL, o.prefill, S);
+        rc = 2;
+        goto done;
+    }
+    const uint32_t P = o.prefill_given ? o.prefill : S;   /* tokens of the (timed) forward */
+    if ((r = vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S, .max_decode_tokens = 1 },
+                                    &layer)) != VKH2O_OK) {
         fprintf(stderr, "%s: cannot create the layer on %s: %s\n", TOOL, caps->device_name, vkh2o_last_error(ctx));
         goto done;
     }
@@ -565,7 +590,7 @@ int main(int argc, char** argv)
     cli_progress_begin(&prog, "forward runs", nruns + 1, o.quiet);
     for (uint32_t run = 0; run <= nruns; run++) {
         vkh2o_mla_timings tm;
-        uint32_t s_run = run == 0 && S > 64 ? 64 : S;
+        uint32_t s_run = run == 0 && P > 64 ? 64 : P;
         double t0 = cli_now();
         if ((r = vkh2o_run_mla_forward(layer, hidden, s_run, 0, out, score, &tm)) != VKH2O_OK) {
             cli_progress_end(&prog);
@@ -594,9 +619,16 @@ int main(int argc, char** argv)
 
     /* H2O on the GPU: select the kept set from the attention mass and compact a KV cache of the
      * chosen layout to it */
-    demo_h2o_result hr;
-    if (demo_h2o_run(ctx, layer, &cfg, score, S, o.n_sink, o.budget, o.n_recent, o.layout, cat, &hr) != 0)
+    demo_h2o_result hr = { 0 };
+    if (o.prefill_given) {
+        /* decode mode: prefill P tokens into a cache, then decode P..S-1 one at a time */
+        if (demo_decode_run(ctx, layer, &cfg, hidden, S, P, o.n_sink, o.budget, o.n_recent, o.layout, out, score, cat, &dr) != 0)
+            goto done;
+        hr.bytes_before = dr.bytes_before;
+        hr.bytes_after = dr.bytes_after;
+    } else if (demo_h2o_run(ctx, layer, &cfg, score, S, o.n_sink, o.budget, o.n_recent, o.layout, cat, &hr) != 0) {
         goto done;
+    }
 
     stats st;
     compute_stats(score, cat, S, &st);
@@ -606,7 +638,44 @@ int main(int argc, char** argv)
     double out_err = -1, score_err = -1;
     bool kept_agree = true;
     uint32_t kept_diff = 0;
-    if (o.check) {
+    if (o.check && o.prefill_given) {
+        /* the decode reference (double): the same prefill and steps, compared token by token,
+         * then the final cache's positions and scores */
+        ref_decode rd;
+        ref_out = malloc((size_t)S * D * sizeof *ref_out);
+        bool lat = o.layout == DEMO_LAYOUT_LATENT;
+        if (!ref_out || ref_decode_init(&rd, &cfg, hw, lat, true, true, o.n_sink, o.budget, o.n_recent,
+                                        o.n_sink + o.budget + o.n_recent + 1) != 0) {
+            fprintf(stderr, "%s: --check: out of host memory for the reference\n", TOOL);
+            goto done;
+        }
+        int bad = ref_decode_prefill(&rd, hidden, P, ref_out);
+        for (uint32_t t = P; !bad && t < S; t++)
+            bad = ref_decode_step(&rd, hidden + (size_t)t * D, t, ref_out + (size_t)t * D);
+        if (bad) {
+            ref_decode_free(&rd);
+            fprintf(stderr, "%s: --check: the reference failed (out of host memory)\n", TOOL);
+            goto done;
+        }
+        double mo = 0, me = 0, so = 0, se = 0;
+        for (size_t i = 0; i < (size_t)S * D; i++) {
+            me = fmax(me, fabs((double)out[i] - ref_out[i]));
+            mo = fmax(mo, fabs((double)ref_out[i]));
+        }
+        bool* ref_kept = calloc(S, sizeof *ref_kept);
+        for (uint32_t i = 0; ref_kept && i < rd.len; i++) {
+            ref_kept[rd.pos[i]] = true;
+            se = fmax(se, fabs((double)score[rd.pos[i]] - rd.score[i]));
+            so = fmax(so, fabs(rd.score[i]));
+        }
+        for (uint32_t i = 0; ref_kept && i < S; i++)
+            kept_diff += ref_kept[i] != (cat[i] != DEMO_EVICTED);
+        free(ref_kept);
+        ref_decode_free(&rd);
+        out_err = me / (mo > 0 ? mo : 1);
+        score_err = se / (so > 0 ? so : 1);
+        kept_agree = kept_diff == 0;
+    } else if (o.check) {
         ref_out = malloc((size_t)S * D * sizeof *ref_out);
         ref_score = malloc((size_t)S * sizeof *ref_score);
         if (!ref_out || !ref_score || ref_mla_forward(&cfg, hw, hidden, S, 0, ref_out, ref_score, NULL, NULL) != 0) {
@@ -637,10 +706,17 @@ int main(int argc, char** argv)
     if (!o.quiet) {
         printf("seq_len:       %u   budget: %u   n_sink: %u   n_recent: %u   layout: %s\n", S, o.budget, o.n_sink, o.n_recent,
                o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
+        if (o.prefill_given)
+            printf("decode mode:   prefill of %u tokens into the cache, then %u tokens decoded one at a time; the\n"
+                   "               categories below describe the final cache\n", P, S - P);
         printf("\nattn_out shape:        [1, %u, %u]\n", S, cfg.hidden_size);
         printf("score per token:       shape=(%u,)\n", S);
         printf("  score range:         [%.3f, %.3f]\n", st.min, st.max);
-        printf("  score mean:          %.3f   (heads = %u: the mass of every query sums to 1 per head)\n", st.mean, cfg.num_heads);
+        if (o.prefill_given)
+            printf("  score mean:          %.3f   (accumulated over the queries each token met in the cache)\n", st.mean);
+        else
+            printf("  score mean:          %.3f   (heads = %u: the mass of every query sums to 1 per head)\n", st.mean,
+                   cfg.num_heads);
         printf("  score std:           %.3f\n", st.std);
         printf("\nH2O eviction policy applied:\n");
         printf("  kept      %4u of %u tokens (%.1f%%)\n", kept, S, 100.0 * kept / S);
@@ -664,10 +740,16 @@ int main(int argc, char** argv)
             printf("heavy / evicted score ratio:       %.2fx\n", st.ratio);
         printf("\ntimings (%s, median of %u run%s after a warm-up%s):\n", gpu_time ? "GPU timestamps" : "wall clock", timed,
                timed == 1 ? "" : "s", !o.runs && timed == 1 ? "; one run as a forward takes over 0.5 s here, --runs N for more" : "");
-        printf("  forward        %9.3f ms   (projections %.3f, attention %.3f, o_proj %.3f)\n", fwd_ms, proj_ms, attn_ms, oproj_ms);
+        printf("  forward        %9.3f ms   (projections %.3f, attention %.3f, o_proj %.3f%s)\n", fwd_ms, proj_ms, attn_ms,
+               oproj_ms, o.prefill_given ? "; the prompt" : "");
         printf("  score (mass)   %9.3f ms\n", mass_ms);
-        printf("  select (top-k) %9.3f ms\n", hr.select_ms);
-        printf("  compact        %9.3f ms\n", hr.compact_ms);
+        if (o.prefill_given) {
+            printf("  cache prefill  %9.3f ms   (wall clock: forward + rows into the cache + eviction)\n", dr.prefill_ms);
+            printf("  decode token   %9.3f ms   (wall clock, median over the tokens after the first)\n", dr.decode_ms);
+        } else {
+            printf("  select (top-k) %9.3f ms\n", hr.select_ms);
+            printf("  compact        %9.3f ms\n", hr.compact_ms);
+        }
         printf("  load + upload  %9.3f ms\n", t_load * 1e3);
         printf("KV cache (%s, fp16): %llu bytes before eviction, %llu after (%.1f%%)\n",
                o.layout == DEMO_LAYOUT_LATENT ? "latent: c_kv + k_pe per token" : "expanded: per-head K and V",
@@ -716,6 +798,10 @@ int main(int argc, char** argv)
         cJSON_AddNumberToObject(j, "n_sink", o.n_sink);
         cJSON_AddNumberToObject(j, "n_recent", o.n_recent);
         cJSON_AddStringToObject(j, "layout", o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
+        if (o.prefill_given) {
+            cJSON_AddNumberToObject(j, "prefill", P);
+            cJSON_AddNumberToObject(j, "decode_tokens", S - P);
+        }
         cJSON* js = cJSON_AddObjectToObject(j, "score");
         cJSON_AddNumberToObject(js, "min", st.min);
         cJSON_AddNumberToObject(js, "max", st.max);
@@ -742,8 +828,13 @@ int main(int argc, char** argv)
         cJSON_AddNumberToObject(jt, "attention", attn_ms);
         cJSON_AddNumberToObject(jt, "o_proj", oproj_ms);
         cJSON_AddNumberToObject(jt, "score", mass_ms);
-        cJSON_AddNumberToObject(jt, "select", hr.select_ms);
-        cJSON_AddNumberToObject(jt, "compact", hr.compact_ms);
+        if (o.prefill_given) {
+            cJSON_AddNumberToObject(jt, "cache_prefill", dr.prefill_ms);
+            cJSON_AddNumberToObject(jt, "decode_token", dr.decode_ms);
+        } else {
+            cJSON_AddNumberToObject(jt, "select", hr.select_ms);
+            cJSON_AddNumberToObject(jt, "compact", hr.compact_ms);
+        }
         cJSON_AddNumberToObject(jt, "load", t_load * 1e3);
         cJSON* jb = cJSON_AddObjectToObject(j, "kv_bytes");
         cJSON_AddNumberToObject(jb, "before", (double)hr.bytes_before);
@@ -782,6 +873,7 @@ done:
     free(cat);
     free(ref_out);
     free(ref_score);
+    free(dr.kept_pos);
     vkh2o_mla_layer_destroy(layer);
     vkh2o_mla_host_weights_destroy(hw);
     vkh2o_checkpoint_destroy(ck);

@@ -100,6 +100,10 @@ typedef struct vkh2o_cache_desc {
     uint32_t history_steps;
 } vkh2o_cache_desc;
 
+/* Fills num_heads, qk_nope_dim, qk_rope_dim, v_dim, kv_lora_rank, layout and scale (the layer's
+ * softmax scale, YaRN mscale included) of desc from an MLA config, for a cache the layer's decode
+ * steps (vkh2o_cmd_mla_decode) use. Other fields are untouched. */
+VKH2O_API void vkh2o_cache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kv_layout layout, vkh2o_cache_desc* desc);
 /* Checks a desc without a device. Results: OK, INVALID_ARGUMENT (zero heads or dims, unknown
  * layout/policy/mode/storage, odd widths with F16, sizes that overflow), BUDGET (budget 0 with
  * the H2O or RANDOM policy, cap 0, n_sink + n_recent or cap + 1 above the capacity). err names

@@ -1,6 +1,7 @@
 /*
  * vkh2o/mla.h — one Multi-head Latent Attention layer on the device (HF DeepseekV3Attention
- * semantics, batch 1): the weights uploaded once, then the prefill forward
+ * semantics, batch 1): the weights uploaded once, then the prefill forward and the decode step
+ * against a KV cache (at the end of this header)
  *
  *   hidden [S, hidden] -> q, k, v projections (LoRA + RMSNorm, YaRN RoPE on the rope part)
  *   -> causal softmax attention -> o_proj -> out [S, hidden]
@@ -24,6 +25,10 @@ extern "C" {
 #endif
 
 typedef struct vkh2o_mla_layer vkh2o_mla_layer;
+/* the caches of vkh2o/cache.h and vkh2o/kvquant.h, which the decode step below takes */
+typedef struct vkh2o_cache vkh2o_cache;
+typedef struct vkh2o_qcache vkh2o_qcache;
+struct vkh2o_qattn_desc;
 
 typedef enum vkh2o_mla_flags {
     /* Allow vkh2o_mla_io.probs: the full probability tensor [heads, S, S] is written (only for
@@ -40,10 +45,14 @@ typedef enum vkh2o_mla_flags {
  *                128 MiB device that is 2688). An explicit value beyond that limit is refused
  *                (INVALID_ARGUMENT).
  *   flags        vkh2o_mla_flags (0: none).
+ *   max_decode_tokens  most tokens one decode call (vkh2o_cmd_mla_decode ...) takes: the
+ *                scratch for them is allocated at create. 0 = min(16, max_seq_len); at most
+ *                max_seq_len.
  */
 typedef struct vkh2o_mla_layer_desc {
     uint32_t max_seq_len;
     uint32_t flags;
+    uint32_t max_decode_tokens;
 } vkh2o_mla_layer_desc;
 
 /*
@@ -65,11 +74,14 @@ VKH2O_API vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_ml
 /* Frees device memory. The device must be done with any command buffer that used the layer.
  * Accepts NULL. */
 VKH2O_API void vkh2o_mla_layer_destroy(vkh2o_mla_layer* layer);
-/* The max_seq_len in effect (after defaults). */
+/* The max_seq_len and max_decode_tokens in effect (after defaults), and the layer's config. */
 VKH2O_API uint32_t vkh2o_mla_layer_get_max_seq_len(const vkh2o_mla_layer* layer);
+VKH2O_API uint32_t vkh2o_mla_layer_get_max_decode_tokens(const vkh2o_mla_layer* layer);
+VKH2O_API const vkh2o_mla_config* vkh2o_mla_layer_get_config(const vkh2o_mla_layer* layer);
 
 /*
- * Buffers of one forward (all f32, row-major, offset 0):
+ * Buffers of one forward (all f32, row-major, from byte offsets that are multiples of 256, the
+ * largest storage-binding alignment Vulkan lets a device require):
  *   hidden   [seq_len, hidden_size]  input (read)
  *   out      [seq_len, hidden_size]  output (written)
  *   scores   [seq_len] or NULL       attention mass per key position (written, or added to
@@ -88,6 +100,7 @@ typedef struct vkh2o_mla_io {
     uint32_t seq_len;
     uint32_t pos0;
     bool accumulate_scores;
+    uint64_t hidden_offset, out_offset, scores_offset;   /* bytes; multiples of 256 */
 } vkh2o_mla_io;
 
 /*
@@ -122,6 +135,92 @@ typedef struct vkh2o_mla_timings {
 VKH2O_API vkh2o_result vkh2o_run_mla_forward(vkh2o_mla_layer* layer, const float* hidden, uint32_t seq_len,
                                              uint32_t pos0, float* out, float* scores,
                                              vkh2o_mla_timings* timings);
+
+/* ------------------------------------------------------------------------------------------
+ * Decode: one layer stepping against its cache
+ *
+ * For each new token (hidden row at position p), in order:
+ *   projections -> the token's cache rows (c_kv after kv_a_layernorm and k_pe after RoPE at p;
+ *   expanded: K = [k_nope | k_pe] and V per head through kv_b_proj) and its query (q_pe roped
+ *   at p; for the latent layout absorbed through kv_b_proj on the device:
+ *   q_abs[h] = q_nope[h] . W_uk[h]) -> append to the cache -> attention of the query over
+ *   every cached token, itself included -> the attention mass (summed over heads) added to
+ *   every cached token's score -> the cache's policy evicts back to its cap (H2O: sinks, the
+ *   budget tokens of largest accumulated score with ties to the lower position, recents; order
+ *   kept) -> output (latent: o_lat . W_uv[h]^T) -> o_proj -> out row [hidden_size].
+ * A chunk of n tokens (n <= max_decode_tokens) runs these steps for the n consecutive tokens
+ * one after another (token i sees the cache token i - 1 left), recorded into one command buffer.
+ * The projections of the whole chunk run first (they do not depend on the cache).
+ *
+ * H2O cache (vkh2o/cache.h): both layouts. The cache's heads and dims must be the layer's
+ * (vkh2o_cache_desc_from_mla fills them, and its scale with the layer's softmax scale, which a
+ * decode requires). A latent cache with kv_b_proj absorbs inside its step; without it the layer
+ * absorbs the query and applies W_uv with its own (16-bit) kv_b_proj on the device.
+ *
+ * Quantised cache (vkh2o/kvquant.h): the token is appended in FP16 (importance 0), its query
+ * attends over the blocks the selector picks, in their precisions (latent: absorbed query,
+ * value = c_kv, then W_uv), and each attended token's probability summed over heads is added
+ * to its importance (block sums and maxima refreshed). Routing is not part of a step: call
+ * vkh2o_run_qcache_route when the policy should act. The qcache's host bookkeeping (tokens,
+ * blocks, FP16 slots) advances when a step is recorded, so a recorded command buffer must be
+ * submitted exactly once, before anything else is recorded or run on the cache; appends need
+ * free FP16 slots reserved beforehand (vkh2o_run_qcache_reserve; the run_ form reserves itself).
+ *
+ * Buffers: hidden [n, hidden_size] and out [n, hidden_size] f32 from byte offsets that are
+ * multiples of 4 (they are copied through the layer's scratch). The layer's scratch is shared
+ * by all its calls: do not record two calls of one layer that may execute concurrently.
+ * Results: OK, INVALID_ARGUMENT (NULL, n = 0 or above max_decode_tokens, buffers too small,
+ * a cache whose shape or scale does not match the layer, layer index out of range), BUDGET
+ * (qcache: beyond max_tokens, or no reserved FP16 slot), UNSUPPORTED (shapes beyond the
+ * device's limits), VULKAN, OUT_OF_DEVICE_MEMORY; the message is in vkh2o_last_error.
+ * ---------------------------------------------------------------------------------------- */
+typedef struct vkh2o_mla_decode {
+    vkh2o_buffer* hidden;  uint64_t hidden_offset;
+    vkh2o_buffer* out;     uint64_t out_offset;
+    uint32_t n_tokens;     /* 0 = 1 */
+    uint32_t position;     /* of the first token; the cache's tokens must be at lower positions */
+    uint32_t layer;        /* H2O cache: which of its num_layers layers (0 for a one-layer cache) */
+    uint32_t step;         /* H2O cache: history index of the first token (vkh2o_cache_step.step) */
+} vkh2o_mla_decode;
+
+/* Records the steps of d->n_tokens tokens against an H2O cache. Never submits. */
+VKH2O_API vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_cache* cache,
+                                            const vkh2o_mla_decode* d);
+/* Host convenience: hidden [n, hidden_size] at positions position.., out [n, hidden_size];
+ * layer index `cache_layer`; history steps numbered from the position. Submits and waits. */
+VKH2O_API vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* layer, vkh2o_cache* cache, uint32_t cache_layer,
+                                            const float* hidden, uint32_t n, uint32_t position, float* out);
+/* The same against a quantised cache; attn: the selector (NULL = all blocks), its scale 0 =
+ * the layer's softmax scale. */
+VKH2O_API vkh2o_result vkh2o_cmd_mla_decode_qcache(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_qcache* qc,
+                                                   const vkh2o_mla_decode* d, const struct vkh2o_qattn_desc* attn);
+VKH2O_API vkh2o_result vkh2o_run_mla_decode_qcache(vkh2o_mla_layer* layer, vkh2o_qcache* qc, const float* hidden,
+                                                   uint32_t n, uint32_t position, float* out,
+                                                   const struct vkh2o_qattn_desc* attn);
+
+/*
+ * Prefill through the layer: the causal forward of seq_len prompt tokens at positions
+ * 0..seq_len-1 (out [seq_len, hidden_size] as vkh2o_cmd_mla_forward; buffer offsets multiples
+ * of 256), then the cache is set to the prompt: its rows (latent: c_kv normed, k_pe roped;
+ * expanded: K, V per head) with scores = the prompt's attention mass (summed over heads and
+ * queries), evicted once to the cap with the cache's policy when seq_len exceeds it (H2O
+ * cache; create it with max_prefill >= seq_len). The quantised cache takes every token in
+ * FP16 with importance = mass (its prefill reallocates the pools, so it has only a run_ form).
+ * Results: as vkh2o_cmd_mla_forward and vkh2o_cmd_cache_prefill / vkh2o_run_qcache_prefill.
+ */
+typedef struct vkh2o_mla_prefill {
+    vkh2o_buffer* hidden;  uint64_t hidden_offset;
+    vkh2o_buffer* out;     uint64_t out_offset;
+    uint32_t seq_len;
+    uint32_t layer;        /* H2O cache layer */
+} vkh2o_mla_prefill;
+VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_cache* cache,
+                                             const vkh2o_mla_prefill* p);
+/* Host conveniences (out may be NULL: not downloaded). */
+VKH2O_API vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* layer, vkh2o_cache* cache, uint32_t cache_layer,
+                                             const float* hidden, uint32_t seq_len, float* out);
+VKH2O_API vkh2o_result vkh2o_run_mla_prefill_qcache(vkh2o_mla_layer* layer, vkh2o_qcache* qc, const float* hidden,
+                                                    uint32_t seq_len, float* out);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,14 @@ static int find_memory_type(const vkh2o_context* ctx, uint32_t bits, VkMemoryPro
     return -1;
 }
 
+/* A buffer whose VkBuffer has no memory yet (a failed create): destroy both. */
+static void drop_unbound(vkh2o_buffer* b)
+{
+    b->ctx->vk.vkDestroyBuffer(b->ctx->device, b->buffer, NULL);
+    b->buffer = VK_NULL_HANDLE;
+    vkh2o_buffer_destroy(b);
+}
+
 static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vkh2o_buffer** out)
 {
     *out = NULL;
@@ -50,12 +58,12 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
     if (type < 0 && !host)
         type = find_memory_type(ctx, req.memoryTypeBits, 0);
     if (type < 0) {
-        vkh2o_buffer_destroy(b);
+        drop_unbound(b);
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "no suitable memory type for a %llu-byte buffer", (unsigned long long)bytes);
     }
     uint32_t heap = ctx->mem_props.memoryTypes[type].heapIndex;
     if (req.size > ctx->mem_props.memoryHeaps[heap].size) {
-        vkh2o_buffer_destroy(b);
+        drop_unbound(b);
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_DEVICE_MEMORY,
                           "device out of memory: a buffer of %llu bytes exceeds the %llu-byte memory heap",
                           (unsigned long long)bytes, (unsigned long long)ctx->mem_props.memoryHeaps[heap].size);
@@ -64,7 +72,8 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
                                 .memoryTypeIndex = (uint32_t)type };
     vr = ctx->vk.vkAllocateMemory(ctx->device, &ai, NULL, &b->memory);
     if (vr != VK_SUCCESS) {
-        vkh2o_buffer_destroy(b);
+        b->memory = VK_NULL_HANDLE;
+        drop_unbound(b);
         if (vr == VK_ERROR_OUT_OF_DEVICE_MEMORY || vr == VK_ERROR_OUT_OF_HOST_MEMORY)
             return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_DEVICE_MEMORY, "device out of memory allocating %llu bytes (%s)",
                               (unsigned long long)bytes, vkh2o_vk_result_string(vr));
@@ -106,7 +115,8 @@ void vkh2o_buffer_destroy(vkh2o_buffer* b)
     }
     if (b->mapped)
         ctx->vk.vkUnmapMemory(ctx->device, b->memory);
-    if (b->buffer)
+    /* a buffer without memory of its own is an app's VkBuffer (vkh2o_buffer_wrap): borrowed */
+    if (b->buffer && b->memory)
         ctx->vk.vkDestroyBuffer(ctx->device, b->buffer, NULL);
     if (b->memory)
         ctx->vk.vkFreeMemory(ctx->device, b->memory, NULL);

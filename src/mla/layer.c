@@ -341,6 +341,10 @@ struct vkh2o_mla_layer {
     vkh2o_buffer *io_hidden, *io_out, *io_scores;
     uint32_t io_rows;
     uint32_t matmul_path;    /* vkh2o_matmul_path of the projections (0: automatic) */
+    /* decode (src/mla/decode.c): absorbed queries and attention outputs of max_decode tokens,
+     * the prefill's attention mass */
+    uint32_t max_decode;
+    vkh2o_buffer *dec_q, *dec_o, *dec_mass, *dec_hidden, *dec_out;
 };
 
 static vkh2o_result alloc_f32(vkh2o_context* ctx, uint64_t floats, vkh2o_buffer** out)
@@ -404,6 +408,9 @@ vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* 
     if ((cfg->qk_rope_head_dim & 1u) || cfg->qk_rope_head_dim == 0 || cfg->qk_rope_head_dim > VKH2O_ROPE_MAX_DIM)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla layer: qk_rope_head_dim %u must be even, 2..%u",
                           cfg->qk_rope_head_dim, VKH2O_ROPE_MAX_DIM);
+    if (d.max_decode_tokens > d.max_seq_len && d.max_seq_len)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla layer: max_decode_tokens %u exceeds max_seq_len %u",
+                          d.max_decode_tokens, d.max_seq_len);
     if (d.flags & ~(uint32_t)VKH2O_MLA_WRITE_PROBS)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla layer: unknown flags 0x%x", d.flags);
 
@@ -480,6 +487,20 @@ vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* 
         r = alloc_f32(ctx, vkh2o_attn_part_floats(&tune, max_seq, max_seq, (uint32_t)H, (uint32_t)qk, (uint32_t)dv), &L->part);
     if (r == VKH2O_OK)
         r = alloc_f32(ctx, vkh2o_rope_table_floats((uint32_t)rope), &st->rope_table);
+    L->max_decode = d.max_decode_tokens ? d.max_decode_tokens : (max_seq < 16 ? max_seq : 16);
+    if (L->max_decode > max_seq)
+        L->max_decode = max_seq;
+    const uint64_t nd = L->max_decode, qw = qk > lkv + rope ? qk : lkv + rope, ow = dv > lkv ? dv : lkv;
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, nd * H * qw, &L->dec_q);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, nd * H * ow, &L->dec_o);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, S, &L->dec_mass);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, nd * D, &L->dec_hidden);
+    if (r == VKH2O_OK)
+        r = alloc_f32(ctx, nd * D, &L->dec_out);
     if (r == VKH2O_OK) {
         float inv_freq[VKH2O_ROPE_MAX_DIM / 2];
         float af = 1.0f;
@@ -508,6 +529,7 @@ void vkh2o_mla_layer_destroy(vkh2o_mla_layer* L)
     for (int i = 0; i < VKH2O_W_COUNT; i++)
         vkh2o_weight_free(&L->w[i]);
     vkh2o_buffer* bufs[] = { L->qa, L->qa_n, L->ckv_full, L->lse, L->part, L->io_hidden, L->io_out, L->io_scores,
+                             L->dec_q, L->dec_o, L->dec_mass, L->dec_hidden, L->dec_out,
                              L->st.q, L->st.k, L->st.v, L->st.ckv, L->st.kpe, L->st.o, L->st.rope_table };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         vkh2o_buffer_destroy(bufs[i]);
@@ -515,6 +537,16 @@ void vkh2o_mla_layer_destroy(vkh2o_mla_layer* L)
 }
 
 uint32_t vkh2o_mla_layer_get_max_seq_len(const vkh2o_mla_layer* L) { return L ? L->st.max_seq_len : 0; }
+uint32_t vkh2o_mla_layer_get_max_decode_tokens(const vkh2o_mla_layer* L) { return L ? L->max_decode : 0; }
+const vkh2o_mla_config* vkh2o_mla_layer_get_config(const vkh2o_mla_layer* L) { return L ? &L->cfg : NULL; }
+vkh2o_context* vkh2o_mla_layer_context(const vkh2o_mla_layer* L) { return L->ctx; }
+
+vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(const vkh2o_mla_layer* L)
+{
+    return (vkh2o_mla_decode_bufs){ .q = L->dec_q, .o = L->dec_o, .mass = L->dec_mass, .rows = L->ckv_full,
+                                    .hidden = L->dec_hidden, .out = L->dec_out,
+                                    .max_decode = L->max_decode };
+}
 const vkh2o_mla_state* vkh2o_mla_layer_state(const vkh2o_mla_layer* L) { return &L->st; }
 
 const vkh2o_dev_weight* vkh2o_mla_layer_weight(const vkh2o_mla_layer* L, vkh2o_mla_weight w)
@@ -543,7 +575,7 @@ static vkh2o_result check_seq(vkh2o_mla_layer* L, uint32_t S, uint32_t pos0)
 /* The layer's own buffer that binding b binds, or NULL (a caller's buffer). */
 static vkh2o_buffer* own_buffer(const vkh2o_mla_layer* L, vkh2o_binding b)
 {
-    vkh2o_buffer* const own[] = { L->qa_n, L->st.ckv, L->st.o, L->io_hidden };
+    vkh2o_buffer* const own[] = { L->qa_n, L->st.ckv, L->st.o, L->io_hidden, L->dec_hidden, L->dec_o };
     for (size_t i = 0; i < sizeof own / sizeof *own; i++)
         if (own[i] && own[i]->buffer == b.buffer)
             return own[i];
@@ -656,10 +688,19 @@ static vkh2o_result record_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const
     const vkh2o_mla_state* st = &L->st;
     const uint32_t H = st->heads, qk = st->nope + st->rope, dv = st->v_dim, D = st->hidden;
     const uint64_t act = (uint64_t)S * D * sizeof(float);
-    if (vkh2o_buffer_get_size(io->hidden) < act || vkh2o_buffer_get_size(io->out) < act)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: hidden/out buffers hold less than %u x %u floats", S, D);
-    if (io->scores && vkh2o_buffer_get_size(io->scores) < (uint64_t)S * sizeof(float))
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: scores buffer holds less than %u floats", S);
+    if ((io->hidden_offset | io->out_offset | io->scores_offset) % 256u)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla forward: buffer offsets %llu/%llu/%llu are not multiples of 256 bytes (the largest storage "
+                          "binding alignment Vulkan allows a device to require)", (unsigned long long)io->hidden_offset,
+                          (unsigned long long)io->out_offset, (unsigned long long)io->scores_offset);
+    if (
+        io->hidden_offset > vkh2o_buffer_get_size(io->hidden) || vkh2o_buffer_get_size(io->hidden) - io->hidden_offset < act ||
+        io->out_offset > vkh2o_buffer_get_size(io->out) || vkh2o_buffer_get_size(io->out) - io->out_offset < act)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla forward: hidden/out buffers hold less than %u x %u floats from their offsets", S, D);
+    if (io->scores && (io->scores_offset > vkh2o_buffer_get_size(io->scores) ||
+                       vkh2o_buffer_get_size(io->scores) - io->scores_offset < (uint64_t)S * sizeof(float)))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: scores buffer holds less than %u floats from its offset", S);
     uint64_t pbytes = (uint64_t)H * S * S * sizeof(float);
     if (io->probs && !(L->flags & VKH2O_MLA_WRITE_PROBS))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: probs needs a layer created with VKH2O_MLA_WRITE_PROBS");
@@ -671,7 +712,8 @@ static vkh2o_result record_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const
 
     if (ts)
         ts[0] = vkh2o_timestamp(ctx, cb);
-    VKH2O_CHECK(project(L, cb, vkh2o_bind_range(io->hidden, 0, act), io->hidden, S, io->pos0));
+    VKH2O_CHECK(project(L, cb, vkh2o_bind_range(io->hidden, io->hidden_offset, act), io->hidden_offset ? NULL : io->hidden,
+                        S, io->pos0));
     if (ts)
         ts[1] = vkh2o_timestamp(ctx, cb);
 
@@ -684,7 +726,7 @@ static vkh2o_result record_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const
                           .part = rows(L->part, vkh2o_attn_part_floats(&st->tuning, S, S, H, qk, dv)),
                           .q_buffer = st->q, .k_buffer = st->k, .v_buffer = st->v };
     if (io->scores)
-        b.scores = vkh2o_bind_range(io->scores, 0, (uint64_t)S * sizeof(float));
+        b.scores = vkh2o_bind_range(io->scores, io->scores_offset, (uint64_t)S * sizeof(float));
     if (io->probs)
         b.probs = vkh2o_bind_range(io->probs, 0, pbytes);
     VKH2O_CHECK(vkh2o_cmd_attention(ctx, cb, &st->tuning, &a, &b));
@@ -695,7 +737,7 @@ static vkh2o_result record_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const
         VKH2O_CHECK(vkh2o_cmd_attention_mass(ctx, cb, &st->tuning, &a, &b));
     if (ts)
         ts[3] = vkh2o_timestamp(ctx, cb);
-    VKH2O_CHECK(vkh2o_cmd_mla_o_proj(L, cb, b.o, vkh2o_bind_range(io->out, 0, act), S));
+    VKH2O_CHECK(vkh2o_cmd_mla_o_proj(L, cb, b.o, vkh2o_bind_range(io->out, io->out_offset, act), S));
     vkh2o_barrier(ctx, cb);
     if (ts)
         ts[4] = vkh2o_timestamp(ctx, cb);
@@ -722,6 +764,14 @@ static vkh2o_result ensure_io(vkh2o_mla_layer* L, uint32_t S)
     VKH2O_CHECK(alloc_f32(L->ctx, (uint64_t)S * L->st.hidden, &L->io_out));
     VKH2O_CHECK(alloc_f32(L->ctx, S, &L->io_scores));
     L->io_rows = S;
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_mla_layer_host_io(vkh2o_mla_layer* L, uint32_t S, vkh2o_buffer** hidden, vkh2o_buffer** out)
+{
+    VKH2O_CHECK(ensure_io(L, S));
+    *hidden = L->io_hidden;
+    *out = L->io_out;
     return VKH2O_OK;
 }
 

@@ -158,6 +158,23 @@ vkh2o_result vkh2o_cmd_mla_project(vkh2o_mla_layer* layer, VkCommandBuffer cb, v
 vkh2o_result vkh2o_cmd_mla_o_proj(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_binding o,
                                   vkh2o_binding out, uint32_t S);
 
+/* ---- decode (src/mla/decode.c) ---- */
+/* The layer's decode scratch (allocated at create for desc.max_decode_tokens tokens):
+ *   q       [max_decode, H, max(nope+rope, kv_lora+rope)] queries absorbed through kv_b_proj
+ *   o       [max_decode, H, max(v, kv_lora)] attention outputs (latent: before W_uv)
+ *   hidden, out  [max_decode, hidden] copies of the caller's rows (any 4-byte offset)
+ *   mass    [max_seq_len] the prefill's attention mass
+ *   rows    [max_seq_len, kv_lora + rope] kv_a_proj's output buffer, free after the norms of a
+ *           projection: joined latent rows [c_kv | k_pe] for the quantised cache */
+typedef struct vkh2o_mla_decode_bufs {
+    vkh2o_buffer *q, *o, *hidden, *out, *mass, *rows;
+    uint32_t max_decode;
+} vkh2o_mla_decode_bufs;
+vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(const vkh2o_mla_layer* layer);
+vkh2o_context* vkh2o_mla_layer_context(const vkh2o_mla_layer* layer);
+/* The buffers of the host conveniences (hidden, out: [S, hidden]), grown on demand. */
+vkh2o_result vkh2o_mla_layer_host_io(vkh2o_mla_layer* layer, uint32_t S, vkh2o_buffer** hidden, vkh2o_buffer** out);
+
 /* The matmul kernel of the layer's projections (vkh2o_matmul_path; 0 = automatic, the
  * default): tests run the forward on each, benchmarks compare them in one process. */
 void vkh2o_mla_layer_set_matmul_path(vkh2o_mla_layer* layer, uint32_t path);

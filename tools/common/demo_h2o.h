@@ -24,4 +24,22 @@ void demo_h2o_select_cpu(const float* score, uint32_t S, uint32_t n_sink, uint32
 int demo_h2o_run(vkh2o_context* ctx, vkh2o_mla_layer* layer, const vkh2o_mla_config* cfg, const float* score, uint32_t S,
                  uint32_t n_sink, uint32_t budget, uint32_t n_recent, demo_layout layout, demo_category* cat,
                  demo_h2o_result* res);
+/* --prefill P (tools/common/demo_decode.c, public API only): the first P tokens of hidden
+ * [S, hidden] as a prefill through the layer into an H2O cache of `layout` (fp16 storage,
+ * n_sink + budget + n_recent), evicting once to the cap when P exceeds it, then tokens P..S-1
+ * decoded one at a time (vkh2o_run_mla_decode). out [S, hidden]: every token's attention-layer
+ * output given the cache it saw; score [S]: each token's accumulated score when last seen in
+ * the cache (the final score for the tokens kept); score [0, P) must hold the prompt's
+ * attention mass on entry (what a prompt token the prefill evicts keeps); cat: the final cache (sinks: positions
+ * < n_sink, recent: the last n_recent positions, heavy: the other kept ones). res: prefill and
+ * median per-token decode wall times, the cache bytes for S tokens and for the kept ones. Returns 0, or prints an error and returns -1. */
+typedef struct demo_decode_result {
+    double prefill_ms, decode_ms;          /* wall clock: the prefill, the median decode token */
+    uint64_t bytes_before, bytes_after;
+    uint32_t* kept_pos;                    /* the final cache's positions (malloc'ed; free it) */
+    uint32_t kept;
+} demo_decode_result;
+int demo_decode_run(vkh2o_context* ctx, vkh2o_mla_layer* layer, const vkh2o_mla_config* cfg, const float* hidden, uint32_t S,
+                    uint32_t P, uint32_t n_sink, uint32_t budget, uint32_t n_recent, demo_layout layout, float* out,
+                    float* score, demo_category* cat, demo_decode_result* res);
 #endif

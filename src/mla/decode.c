@@ -1,0 +1,288 @@
+/* The decode step of an MLA layer against its cache (include/vkh2o/mla.h "Decode"): projections,
+ * on-device query absorption for the latent layout, the cache's append / attention / score /
+ * eviction, W_uv and o_proj; and the prefill of a cache through the layer's forward. */
+#include "mla_internal.h"
+#include "cache_internal.h"
+#include "kvquant_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void vkh2o_cache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kv_layout layout, vkh2o_cache_desc* desc)
+{
+    if (!cfg || !desc)
+        return;
+    desc->layout = layout;
+    desc->num_heads = cfg->num_heads;
+    desc->qk_nope_dim = cfg->qk_nope_head_dim;
+    desc->qk_rope_dim = cfg->qk_rope_head_dim;
+    desc->v_dim = cfg->v_head_dim;
+    desc->kv_lora_rank = cfg->kv_lora_rank;
+    desc->scale = vkh2o_mla_softmax_scale(cfg);
+}
+
+/* byte range [offset, offset + floats * 4) of b, offset a multiple of 4 */
+static vkh2o_result check_rows(vkh2o_context* ctx, const char* what, const vkh2o_buffer* b, uint64_t offset, uint64_t floats)
+{
+    if (!b)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla decode: %s buffer is NULL", what);
+    if ((offset & 3u) || offset > vkh2o_buffer_get_size(b) || vkh2o_buffer_get_size(b) - offset < floats * 4)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla decode: %s needs %llu floats from byte %llu (a multiple of 4); the buffer has %llu bytes", what,
+                          (unsigned long long)floats, (unsigned long long)offset, (unsigned long long)vkh2o_buffer_get_size(b));
+    return VKH2O_OK;
+}
+
+static void copy(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_buffer* src, uint64_t src_off, const vkh2o_buffer* dst,
+                 uint64_t dst_off, uint64_t bytes)
+{
+    VkBufferCopy rg = { .srcOffset = src_off, .dstOffset = dst_off, .size = bytes };
+    ctx->vk.vkCmdCopyBuffer(cb, src->buffer, dst->buffer, 1, &rg);
+}
+
+/* n rows of `width` floats from src (row stride src_stride, first at src_off floats) to dst
+ * (dst_stride, dst_off): one region per row */
+static vkh2o_result copy_rows(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_buffer* src, uint32_t src_off, uint32_t src_stride,
+                              const vkh2o_buffer* dst, uint32_t dst_off, uint32_t dst_stride, uint32_t n, uint32_t width)
+{
+    VkBufferCopy* rg = malloc((size_t)n * sizeof *rg);
+    if (!rg)
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "mla decode: out of host memory");
+    for (uint32_t i = 0; i < n; i++)
+        rg[i] = (VkBufferCopy){ .srcOffset = 4ull * ((uint64_t)src_off + (uint64_t)i * src_stride),
+                                .dstOffset = 4ull * ((uint64_t)dst_off + (uint64_t)i * dst_stride), .size = 4ull * width };
+    ctx->vk.vkCmdCopyBuffer(cb, src->buffer, dst->buffer, n, rg);
+    free(rg);
+    return VKH2O_OK;
+}
+
+static bool same_scale(float a, float b) { return fabsf(a - b) <= 1e-6f * fabsf(b); }
+
+/* The hidden rows into the layer's scratch, then the projections of n tokens from position p. */
+static vkh2o_result project_rows(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_decode* d, uint32_t n)
+{
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
+    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
+    if (n > db.max_decode)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla decode: %u tokens exceed the layer's max_decode_tokens %u", n,
+                          db.max_decode);
+    const uint64_t rowsf = (uint64_t)n * st->hidden;
+    VKH2O_CHECK(check_rows(ctx, "hidden", d->hidden, d->hidden_offset, rowsf));
+    VKH2O_CHECK(check_rows(ctx, "out", d->out, d->out_offset, rowsf));
+    copy(ctx, cb, d->hidden, d->hidden_offset, db.hidden, 0, rowsf * 4);
+    vkh2o_barrier(ctx, cb);
+    return vkh2o_cmd_mla_project(L, cb, vkh2o_bind_range(db.hidden, 0, rowsf * 4), n, d->position);
+}
+
+/* q_abs [n, H, kvl + rope] = [q_nope[h] . W_uk[h] | q_pe[h]] from the state's roped q. */
+static vkh2o_result absorb_query(vkh2o_mla_layer* L, VkCommandBuffer cb, uint32_t n)
+{
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
+    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
+    const uint32_t H = st->heads, nope = st->nope, rope = st->rope, dv = st->v_dim, kvl = st->kv_lora, qk = nope + rope;
+    const uint32_t qw = kvl + rope;
+    VKH2O_CHECK(vkh2o_cmd_matmul(ctx, cb, vkh2o_mla_layer_weight(L, VKH2O_W_KV_B_PROJ), vkh2o_bind(st->q), vkh2o_bind(db.q),
+                                 &(vkh2o_matmul_args){ .M = n, .N = kvl, .K = nope, .batch = H, .x_stride = H * qk,
+                                                       .x_batch_stride = qk, .y_stride = H * qw, .y_batch_stride = qw,
+                                                       .w_batch_stride = (nope + dv) * kvl, .w_transposed = true }));
+    VKH2O_CHECK(copy_rows(ctx, cb, st->q, nope, qk, db.q, kvl, qw, n * H, rope));
+    vkh2o_barrier(ctx, cb);
+    return VKH2O_OK;
+}
+
+/* o [n, H, v] = o_lat [n, H, kvl] . W_uv[h]^T */
+static vkh2o_result apply_w_uv(vkh2o_mla_layer* L, VkCommandBuffer cb, uint32_t n)
+{
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
+    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
+    const uint32_t H = st->heads, nope = st->nope, dv = st->v_dim, kvl = st->kv_lora;
+    VKH2O_CHECK(vkh2o_cmd_matmul(ctx, cb, vkh2o_mla_layer_weight(L, VKH2O_W_KV_B_PROJ), vkh2o_bind(db.o), vkh2o_bind(st->o),
+                                 &(vkh2o_matmul_args){ .M = n, .N = dv, .K = kvl, .batch = H, .x_stride = H * kvl,
+                                                       .x_batch_stride = kvl, .y_stride = H * dv, .y_batch_stride = dv,
+                                                       .w_batch_stride = (nope + dv) * kvl, .w_row_offset = nope,
+                                                       .x_buffer = db.o }));
+    vkh2o_barrier(ctx, cb);
+    return VKH2O_OK;
+}
+
+/* o_proj of the state's o [n, H * v] into the scratch, then to the caller's out rows. */
+static vkh2o_result output_rows(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_decode* d, uint32_t n)
+{
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
+    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
+    const uint64_t bytes = 4ull * n * st->hidden;
+    VKH2O_CHECK(vkh2o_cmd_mla_o_proj(L, cb, vkh2o_bind_range(st->o, 0, 4ull * n * st->heads * st->v_dim),
+                                     vkh2o_bind_range(db.out, 0, bytes), n));
+    vkh2o_barrier(ctx, cb);
+    copy(ctx, cb, db.out, 0, d->out, d->out_offset, bytes);
+    vkh2o_barrier(ctx, cb);
+    return VKH2O_OK;
+}
+
+/* ---- the H2O cache ---- */
+
+static vkh2o_result check_cache(vkh2o_mla_layer* L, const vkh2o_cache* c, uint32_t layer)
+{
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
+    const vkh2o_cache_desc* cd = &c->desc;
+    bool lat = cd->layout == VKH2O_LAYOUT_LATENT;
+    if (cd->num_heads != st->heads || cd->qk_nope_dim != st->nope || cd->qk_rope_dim != st->rope || cd->v_dim != st->v_dim ||
+        (lat && cd->kv_lora_rank != st->kv_lora))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla decode: the cache (%u heads, nope %u, rope %u, v %u, kv_lora %u) does not have the layer's shape "
+                          "(%u, %u, %u, %u, %u); fill its desc with vkh2o_cache_desc_from_mla",
+                          cd->num_heads, cd->qk_nope_dim, cd->qk_rope_dim, cd->v_dim, cd->kv_lora_rank, st->heads, st->nope,
+                          st->rope, st->v_dim, st->kv_lora);
+    if (!same_scale(c->scale, st->scale))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla decode: the cache's softmax scale %g is not the layer's %g (vkh2o_cache_desc_from_mla sets it)",
+                          c->scale, st->scale);
+    if (layer >= cd->num_layers)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla decode: cache layer %u of %u", layer, cd->num_layers);
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_cache* c, const vkh2o_mla_decode* d)
+{
+    if (!L || !cb || !c || !d)
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_decode: NULL argument");
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
+    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
+    VKH2O_CHECK(check_cache(L, c, d->layer));
+    const uint32_t n = d->n_tokens ? d->n_tokens : 1;
+    const uint32_t H = st->heads, qk = st->nope + st->rope, dv = st->v_dim, kvl = st->kv_lora, rope = st->rope;
+    const bool lat = c->desc.layout == VKH2O_LAYOUT_LATENT, own_absorb = lat && !c->absorb;
+    VKH2O_CHECK(project_rows(L, cb, d, n));
+    if (own_absorb)
+        VKH2O_CHECK(absorb_query(L, cb, n));
+    /* the step's inputs: per token q [H][q_width], rows a and b; its output [H][out_width] */
+    vkh2o_buffer* q = own_absorb ? db.q : st->q;
+    vkh2o_buffer* a = lat ? st->ckv : st->k;
+    vkh2o_buffer* b = lat ? st->kpe : st->v;
+    vkh2o_buffer* o = own_absorb ? db.o : st->o;
+    const uint64_t qw = own_absorb ? kvl + rope : qk, aw = lat ? kvl : (uint64_t)H * qk, bw = lat ? rope : (uint64_t)H * dv,
+                   ow = own_absorb ? kvl : dv;
+    for (uint32_t i = 0; i < n; i++) {
+        vkh2o_cache_step s = {
+            .layer_first = d->layer, .layer_count = 1, .position = d->position + i, .step = d->step + i,
+            .q = q, .q_offset = 4ull * i * H * qw, .a = a, .a_offset = 4ull * i * aw, .b = b, .b_offset = 4ull * i * bw,
+            .out = o, .out_offset = 4ull * i * H * ow,
+        };
+        VKH2O_CHECK(vkh2o_cmd_cache_step(c, cb, &s));
+    }
+    if (own_absorb)
+        VKH2O_CHECK(apply_w_uv(L, cb, n));
+    return output_rows(L, cb, d, n);
+}
+
+/* Host round trip of a recorder over n rows: upload, record, submit, wait, download. */
+typedef vkh2o_result (*record_fn)(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d,
+                                  const void* extra);
+
+static vkh2o_result run_rows(vkh2o_mla_layer* L, const float* hidden, uint32_t n, float* out, vkh2o_mla_decode* d,
+                             record_fn fn, void* obj, const void* extra)
+{
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    if (!hidden || n == 0)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla decode: NULL hidden rows or no token");
+    const uint64_t bytes = 4ull * n * vkh2o_mla_layer_state(L)->hidden;
+    vkh2o_buffer *hb, *ob;
+    VKH2O_CHECK(vkh2o_mla_layer_host_io(L, n, &hb, &ob));
+    VKH2O_CHECK(vkh2o_buffer_upload(hb, 0, hidden, bytes));
+    d->hidden = hb;
+    d->out = ob;
+    d->n_tokens = n;
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
+    vkh2o_result r = fn(L, cb, obj, d, extra);
+    vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);   /* ends the recording also after a failure */
+    VKH2O_CHECK(r);
+    VKH2O_CHECK(r2);
+    return out ? vkh2o_buffer_download(ob, 0, out, bytes) : VKH2O_OK;
+}
+
+static vkh2o_result rec_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d, const void* extra)
+{
+    (void)extra;
+    return vkh2o_cmd_mla_decode(L, cb, (vkh2o_cache*)obj, d);
+}
+
+vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* L, vkh2o_cache* c, uint32_t cache_layer, const float* hidden, uint32_t n,
+                                  uint32_t position, float* out)
+{
+    if (!L || !c)
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode: NULL argument");
+    vkh2o_mla_decode d = { .position = position, .layer = cache_layer, .step = position };
+    return run_rows(L, hidden, n, out, &d, rec_decode, c, NULL);
+}
+
+/* The forward of a prompt with its attention mass into the layer's scratch. */
+static vkh2o_result prompt_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_prefill* p)
+{
+    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
+    vkh2o_mla_io io = { .hidden = p->hidden, .out = p->out, .scores = db.mass, .seq_len = p->seq_len, .pos0 = 0,
+                        .hidden_offset = p->hidden_offset, .out_offset = p->out_offset };
+    return vkh2o_cmd_mla_forward(L, cb, &io);
+}
+
+vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_cache* c, const vkh2o_mla_prefill* p)
+{
+    if (!L || !cb || !c || !p)
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_prefill: NULL argument");
+    VKH2O_CHECK(check_cache(L, c, p->layer));
+    if (p->seq_len > c->desc.max_prefill)
+        return vkh2o_fail(vkh2o_mla_layer_context(L), VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla prefill: %u prompt tokens exceed the cache's max_prefill %u", p->seq_len, c->desc.max_prefill);
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
+    VKH2O_CHECK(prompt_forward(L, cb, p));
+    bool lat = c->desc.layout == VKH2O_LAYOUT_LATENT;
+    vkh2o_cache_prefill cp = { .layer = p->layer, .seq_len = p->seq_len, .a = lat ? st->ckv : st->k,
+                               .b = lat ? st->kpe : st->v, .mass = vkh2o_mla_layer_decode_bufs(L).mass };
+    return vkh2o_cmd_cache_prefill(c, cb, &cp);
+}
+
+/* Host round trip of a prompt: upload, record (fn), submit, wait, download out. */
+typedef vkh2o_result (*prefill_fn)(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p);
+
+static vkh2o_result run_prompt(vkh2o_mla_layer* L, const float* hidden, uint32_t S, float* out, vkh2o_mla_prefill* p,
+                               prefill_fn fn, void* obj)
+{
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    if (!hidden || S == 0 || S > vkh2o_mla_layer_get_max_seq_len(L))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla prefill: no hidden rows, or seq_len %u outside 1..%u", S,
+                          vkh2o_mla_layer_get_max_seq_len(L));
+    const uint64_t bytes = 4ull * S * vkh2o_mla_layer_state(L)->hidden;
+    vkh2o_buffer *hb, *ob;
+    VKH2O_CHECK(vkh2o_mla_layer_host_io(L, S, &hb, &ob));
+    VKH2O_CHECK(vkh2o_buffer_upload(hb, 0, hidden, bytes));
+    p->hidden = hb;
+    p->out = ob;
+    p->seq_len = S;
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
+    vkh2o_result r = fn(L, cb, obj, p);
+    vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
+    VKH2O_CHECK(r);
+    VKH2O_CHECK(r2);
+    return out ? vkh2o_buffer_download(ob, 0, out, bytes) : VKH2O_OK;
+}
+
+static vkh2o_result rec_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p)
+{
+    return vkh2o_cmd_mla_prefill(L, cb, (vkh2o_cache*)obj, p);
+}
+
+vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* L, vkh2o_cache* c, uint32_t cache_layer, const float* hidden,
+                                   uint32_t seq_len, float* out)
+{
+    if (!L || !c)
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_prefill: NULL argument");
+    vkh2o_mla_prefill p = { .layer = cache_layer };
+    return run_prompt(L, hidden, seq_len, out, &p, rec_prefill, c);
+}

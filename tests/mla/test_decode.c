@@ -1,0 +1,337 @@
+/* The public decode API (include/vkh2o/mla.h "Decode"): a prefill of S prompt tokens through the
+ * layer into its cache, then decode tokens one at a time and in chunks, against the double
+ * reference ref/ref_decode.c (projections by ref_mla_forward, latent rows expanded through
+ * kv_b_proj instead of absorbed, attention, mass, eviction by sorting, o_proj).
+ *
+ * Shapes: an odd config (3 heads, hidden 200, kv_lora 24, nope 16, rope 8, v 12: no size a
+ * multiple of a workgroup), S = 13 prompt tokens over a cap of 2 + 5 + 3 = 10 (the prefill
+ * evicts), 11 decode tokens in chunks of 1, 3, 1, 2, 4 (eviction after every token), through
+ * vkh2o_cmd_mla_decode with hidden/out at odd offsets in poisoned, guarded buffers and through
+ * vkh2o_run_mla_decode. Caches: expanded, latent with the layer's own absorption (no kv_b_proj
+ * in the cache), latent absorbing in the cache (kv_b_proj in its desc); F32 and F16 storage.
+ *
+ * Checked after the prefill and after every chunk: the kept positions exactly (order
+ * included), the scores, and every token's output. Bounds (relative to the reference):
+ *   F32 storage: nmse(out) <= 1e-9, max score error <= 1e-5 relative to the largest score
+ *   (observed <= 7e-13 and 3e-7);
+ *   F16 storage: the reference rounds its rows to fp16 too; the device's rows are the fp16 of
+ *   its own f32 projections, which differ from the reference's in the last f32 bits, so a few
+ *   elements round to the neighbouring fp16 value (2^-11 relative): nmse(out) <= 1e-8, scores
+ *   <= 2e-5 (observed <= 5e-11 and 9e-7; every run prints its figures).
+ * Ties in the kept set would need scores equal to ~1e-6: random inputs make them vanishingly
+ * rare, and a mismatch is reported with both position lists. */
+#include "vkh2o_test.h"
+#include "mla_internal.h"
+#include "ref_decode.h"
+#include "ref_mla.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static vkh2o_mla_config small_config(void)
+{
+    vkh2o_mla_config c;
+    vkh2o_mla_config_kimi_k26(&c);   /* YaRN and its softmax scale */
+    c.hidden_size = 200;
+    c.num_heads = 3;
+    c.q_lora_rank = 20;
+    c.kv_lora_rank = 24;
+    c.qk_nope_head_dim = 16;
+    c.qk_rope_head_dim = 8;
+    c.v_head_dim = 12;
+    return c;
+}
+
+enum { N_SINK = 2, BUDGET = 5, N_RECENT = 3, PROMPT = 13 };
+static const uint32_t chunks[] = { 1, 3, 1, 2, 4 };
+#define N_DECODE 11u
+
+typedef struct fixture {
+    vkh2o_mla_config cfg;
+    ref_mla_weights w;
+    vkh2o_mla_host_weights* hw;
+    vkh2o_mla_layer* layer;
+} fixture;
+
+static void fixture_make(fixture* f, uint64_t seed)
+{
+    f->cfg = small_config();
+    assert_int_equal(ref_mla_random_weights(&f->cfg, VKH2O_DTYPE_BF16, seed, &f->w), 0);
+    vkh2o_error err = { 0 };
+    if (vkh2o_mla_host_weights_wrap(&f->cfg, f->w.views, &f->hw, &err) != VKH2O_OK)
+        fail_msg("wrap: %s", err.message);
+    vkh2o_result r = vkh2o_mla_layer_create(vt_ctx(), &f->cfg, f->hw,
+                                            &(vkh2o_mla_layer_desc){ .max_seq_len = 32, .max_decode_tokens = 4 }, &f->layer);
+    if (r != VKH2O_OK)
+        fail_msg("layer create: %s", vkh2o_last_error(vt_ctx()));
+}
+
+static void fixture_free(fixture* f)
+{
+    vkh2o_mla_layer_destroy(f->layer);
+    vkh2o_mla_host_weights_destroy(f->hw);
+    ref_mla_weights_free(&f->w);
+}
+
+typedef struct bounds { double out, score; } bounds;
+
+/* The device cache against the reference: positions exactly, scores within b->score. */
+static void compare_cache(vkh2o_cache* c, const ref_decode* ref, const bounds* b, const char* when, double* worst)
+{
+    uint32_t cap = vkh2o_cache_get_desc(c)->capacity;
+    uint32_t* pos = malloc(4 * cap);
+    float* sc = malloc(4 * cap);
+    vkh2o_cache_snapshot snap = { .positions = pos, .scores = sc };
+    assert_int_equal(vkh2o_cache_read_snapshot(c, 0, &snap), VKH2O_OK);
+    bool same = snap.len == ref->len;
+    for (uint32_t i = 0; same && i < snap.len; i++)
+        same = pos[i] == ref->pos[i];
+    if (!same) {
+        char got[512] = "", want[512] = "";
+        for (uint32_t i = 0; i < snap.len && strlen(got) < 480; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), " %u", pos[i]);
+        for (uint32_t i = 0; i < ref->len && strlen(want) < 480; i++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), " %u", ref->pos[i]);
+        fail_msg("%s: kept positions differ: device [%s ] reference [%s ]", when, got, want);
+    }
+    double mx = 0, err = 0;
+    for (uint32_t i = 0; i < snap.len; i++)
+        mx = fabs(ref->score[i]) > mx ? fabs(ref->score[i]) : mx;
+    for (uint32_t i = 0; i < snap.len; i++) {
+        if (!isfinite(sc[i]))
+            fail_msg("%s: score %u is not finite", when, i);
+        double e = fabs(sc[i] - ref->score[i]) / mx;
+        err = e > err ? e : err;
+    }
+    if (err > b->score)
+        fail_msg("%s: score error %.3e above %.1e", when, err, b->score);
+    if (err > *worst)
+        *worst = err;
+    free(pos);
+    free(sc);
+}
+
+/* Prefill + N_DECODE decode tokens against the reference for one cache desc. */
+static void run_decode(fixture* f, vkh2o_kv_layout layout, vkh2o_dtype storage, bool cache_absorbs, vt_rng* rng, const bounds* b)
+{
+    vkh2o_context* ctx = vt_ctx();
+    const vkh2o_mla_config* cfg = &f->cfg;
+    const uint32_t D = cfg->hidden_size, total = PROMPT + N_DECODE;
+    bool latent = layout == VKH2O_LAYOUT_LATENT;
+    printf("# %s cache, %s storage%s\n", latent ? "latent" : "expanded", vkh2o_dtype_name(storage),
+           latent ? (cache_absorbs ? ", kv_b_proj in the cache" : ", absorbed by the layer") : "");
+    float* kvb = NULL;
+    vkh2o_cache_desc cd = { .n_sink = N_SINK, .budget = BUDGET, .n_recent = N_RECENT, .storage = storage,
+                            .max_prefill = PROMPT };
+    vkh2o_cache_desc_from_mla(cfg, layout, &cd);
+    if (cache_absorbs) {
+        const vkh2o_tensor_view* w = vkh2o_mla_host_weights_get_view(f->hw, VKH2O_W_KV_B_PROJ);
+        size_t nw = (size_t)w->shape[0] * w->shape[1];
+        kvb = malloc(4 * nw);
+        for (size_t i = 0; i < nw; i++)
+            kvb[i] = vkh2o_load_elem(w->dtype, w->data, i);
+        cd.kv_b_proj = kvb;
+    }
+    vkh2o_cache* c = NULL;
+    if (vkh2o_cache_create(ctx, &cd, &c) != VKH2O_OK)
+        fail_msg("cache: %s", vkh2o_last_error(ctx));
+    ref_decode ref;
+    assert_int_equal(ref_decode_init(&ref, cfg, f->hw, latent, storage == VKH2O_DTYPE_F16, true, N_SINK, BUDGET, N_RECENT,
+                                     N_SINK + BUDGET + N_RECENT + 1), 0);
+
+    float* hidden = malloc(4ull * total * D);
+    float* got = malloc(4ull * total * D);
+    float* want = malloc(4ull * total * D);
+    assert_true(hidden && got && want);
+    vt_fill_normal(rng, hidden, (size_t)total * D, 1.0f);
+    for (size_t i = 0; i < (size_t)total * D; i++)
+        got[i] = NAN;
+
+    /* the prompt */
+    assert_int_equal(ref_decode_prefill(&ref, hidden, PROMPT, want), 0);
+    if (vkh2o_run_mla_prefill(f->layer, c, 0, hidden, PROMPT, got) != VKH2O_OK)
+        fail_msg("prefill: %s", vkh2o_last_error(ctx));
+    vt_assert_nmse("prefill out", got, want, (size_t)PROMPT * D, 1e-9);
+    double worst_score = 0;
+    compare_cache(c, &ref, b, "after the prefill", &worst_score);
+
+    /* the decode tokens: chunks recorded with offsets into guarded buffers, singles via run_ */
+    const uint64_t off_h = 4 * 7, off_o = 4 * 13;   /* odd float offsets */
+    vkh2o_buffer* hb = vt_buffer(off_h + 4ull * 4 * D);
+    vkh2o_buffer* ob = vt_buffer(off_o + 4ull * 4 * D);
+    uint32_t t = PROMPT;
+    for (size_t ci = 0; ci < sizeof chunks / sizeof *chunks; ci++) {
+        uint32_t n = chunks[ci];
+        float* g = got + (size_t)t * D;
+        for (uint32_t i = 0; i < n; i++)
+            assert_int_equal(ref_decode_step(&ref, hidden + (size_t)(t + i) * D, t + i, want + (size_t)(t + i) * D), 0);
+        if (n == 1 && ci == 0) {
+            if (vkh2o_run_mla_decode(f->layer, c, 0, hidden + (size_t)t * D, 1, t, g) != VKH2O_OK)
+                fail_msg("run decode: %s", vkh2o_last_error(ctx));
+        } else {
+            vt_poison(ob);
+            assert_int_equal(vkh2o_buffer_upload(hb, off_h, hidden + (size_t)t * D, 4ull * n * D), VKH2O_OK);
+            VkCommandBuffer cb;
+            assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+            vkh2o_mla_decode d = { .hidden = hb, .hidden_offset = off_h, .out = ob, .out_offset = off_o, .n_tokens = n,
+                                   .position = t, .step = t };
+            vkh2o_result r = vkh2o_cmd_mla_decode(f->layer, cb, c, &d);
+            vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
+            if (r != VKH2O_OK || r2 != VKH2O_OK)
+                fail_msg("cmd decode of %u tokens: %s", n, vkh2o_last_error(ctx));
+            assert_int_equal(vkh2o_buffer_download(ob, off_o, g, 4ull * n * D), VKH2O_OK);
+            /* nothing written before the rows or after them */
+            uint32_t head[13];
+            assert_int_equal(vkh2o_buffer_download(ob, 0, head, sizeof head), VKH2O_OK);
+            for (int i = 0; i < 13; i++)
+                assert_int_equal(head[i], VT_POISON);
+            uint32_t tail[16];
+            assert_int_equal(vkh2o_buffer_download(ob, off_o + 4ull * n * D, tail, sizeof tail), VKH2O_OK);
+            for (int i = 0; i < 16; i++)
+                assert_int_equal(tail[i], VT_POISON);
+        }
+        char label[64];
+        snprintf(label, sizeof label, "decode tokens %u..%u out", t, t + n - 1);
+        vt_assert_nmse(label, g, want + (size_t)t * D, (size_t)n * D, b->out);
+        snprintf(label, sizeof label, "after decode token %u", t + n - 1);
+        compare_cache(c, &ref, b, label, &worst_score);
+        t += n;
+    }
+    assert_int_equal(t, total);
+    printf("#   worst score error %.3e (bound %.1e)\n", worst_score, b->score);
+    vt_check_guard(hb, off_h + 4ull * 4 * D);
+    vt_check_guard(ob, off_o + 4ull * 4 * D);
+    vkh2o_cache_stats st;
+    assert_int_equal(vkh2o_cache_read_stats(c, &st, 1), VKH2O_OK);
+    assert_int_equal(st.len, N_SINK + BUDGET + N_RECENT);
+    assert_int_equal(st.steps, N_DECODE);
+
+    vkh2o_buffer_destroy(hb);
+    vkh2o_buffer_destroy(ob);
+    free(hidden); free(got); free(want); free(kvb);
+    ref_decode_free(&ref);
+    vkh2o_cache_destroy(c);
+}
+
+static const bounds f32_bounds = { 1e-9, 1e-5 }, f16_bounds = { 1e-8, 2e-5 };
+
+static void test_expanded(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("decode expanded"));
+    fixture f;
+    fixture_make(&f, vt_u64(&rng));
+    run_decode(&f, VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, false, &rng, &f32_bounds);
+    run_decode(&f, VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, false, &rng, &f16_bounds);
+    fixture_free(&f);
+    vt_check_validation();
+}
+
+static void test_latent(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("decode latent"));
+    fixture f;
+    fixture_make(&f, vt_u64(&rng));
+    run_decode(&f, VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, false, &rng, &f32_bounds);
+    run_decode(&f, VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, false, &rng, &f16_bounds);
+    run_decode(&f, VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, true, &rng, &f32_bounds);
+    fixture_free(&f);
+    vt_check_validation();
+}
+
+/* Bad arguments: the exact result, and the cache untouched. */
+static void test_errors(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("decode errors"));
+    vkh2o_context* ctx = vt_ctx();
+    fixture f;
+    fixture_make(&f, vt_u64(&rng));
+    const uint32_t D = f.cfg.hidden_size;
+    float* h = calloc(8ull * D, 4);
+    vkh2o_cache_desc cd = { .n_sink = 1, .budget = 2, .n_recent = 1, .max_prefill = 8 };
+    vkh2o_cache_desc_from_mla(&f.cfg, VKH2O_LAYOUT_EXPANDED, &cd);
+    vkh2o_cache* c = NULL;
+    assert_int_equal(vkh2o_cache_create(ctx, &cd, &c), VKH2O_OK);
+    /* more tokens than max_decode_tokens, none, NULLs */
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 5, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 0, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, NULL, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 1, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    /* a prompt beyond max_prefill */
+    assert_int_equal(vkh2o_run_mla_prefill(f.layer, c, 0, h, 9, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    /* too small buffers, misaligned offsets */
+    vkh2o_buffer* small = vt_buffer(4ull * D);
+    VkCommandBuffer cb;
+    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+    vkh2o_mla_decode d = { .hidden = small, .out = small, .n_tokens = 2 };
+    assert_int_equal(vkh2o_cmd_mla_decode(f.layer, cb, c, &d), VKH2O_ERROR_INVALID_ARGUMENT);
+    d.n_tokens = 1;
+    d.hidden_offset = 2;
+    assert_int_equal(vkh2o_cmd_mla_decode(f.layer, cb, c, &d), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
+    vkh2o_cache_stats st;
+    assert_int_equal(vkh2o_cache_read_stats(c, &st, 1), VKH2O_OK);
+    assert_int_equal(st.len, 0);
+    assert_int_equal(st.steps, 0);
+    vkh2o_cache_destroy(c);
+    /* a cache of another shape, and one with the default (non-YaRN) scale */
+    vkh2o_cache_desc bad = cd;
+    bad.v_dim = 14;
+    assert_int_equal(vkh2o_cache_create(ctx, &bad, &c), VKH2O_OK);
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(vkh2o_last_error(ctx), "shape"));
+    vkh2o_cache_destroy(c);
+    bad = cd;
+    bad.scale = 0;
+    assert_int_equal(vkh2o_cache_create(ctx, &bad, &c), VKH2O_OK);
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(vkh2o_last_error(ctx), "scale"));
+    vkh2o_cache_destroy(c);
+    vkh2o_buffer_destroy(small);
+    free(h);
+    fixture_free(&f);
+    vt_check_validation();
+}
+
+/* An app's VkBuffer as a vkh2o_buffer: usable with offsets, and destroying the wrapper leaves
+ * the app's buffer alive. */
+static void test_buffer_wrap(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    vkh2o_buffer* owner = vt_buffer(1024);
+    vkh2o_buffer* w = NULL;
+    assert_int_equal(vkh2o_buffer_wrap(ctx, VK_NULL_HANDLE, 64, &w), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_null(w);
+    assert_int_equal(vkh2o_buffer_wrap(ctx, vkh2o_buffer_get_vk(owner), 0, &w), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_buffer_wrap(ctx, vkh2o_buffer_get_vk(owner), 1024, &w), VKH2O_OK);
+    assert_int_equal(vkh2o_buffer_get_size(w), 1024);
+    assert_true(vkh2o_buffer_get_vk(w) == vkh2o_buffer_get_vk(owner));
+    uint32_t x[4] = { 1, 2, 3, 4 }, y[4] = { 0 };
+    assert_int_equal(vkh2o_buffer_upload(w, 512, x, sizeof x), VKH2O_OK);
+    assert_int_equal(vkh2o_buffer_upload(w, 1020, x, 8), VKH2O_ERROR_INVALID_ARGUMENT);
+    vkh2o_buffer_destroy(w);
+    assert_int_equal(vkh2o_buffer_download(owner, 512, y, sizeof y), VKH2O_OK);
+    assert_memory_equal(x, y, sizeof x);
+    assert_int_equal(vkh2o_buffer_fill(owner, 0, 1024, 7), VKH2O_OK);
+    vkh2o_buffer_destroy(owner);
+    vt_check_validation();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_buffer_wrap),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_expanded),
+        cmocka_unit_test(test_latent),
+    };
+    return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
+}

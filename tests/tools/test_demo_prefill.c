@@ -1,0 +1,227 @@
+/* vkh2o-demo --prefill P end to end: the test's own hidden states (--input) go through the demo,
+ * whose --out attn_output and CSV must equal the double decode reference (ref/ref_decode.c:
+ * prefill of P tokens, then one decode step per token with eviction to the cap) run here on
+ * the same weights: every token's output (nmse <= 1e-8: fp16 cache rows, f32 arithmetic), the
+ * final cache's kept set exactly, the kept tokens' scores (relative 1e-4, the CSV's 6 decimals)
+ * and the categories. Cases: a prompt longer than the cap (the prefill evicts) in the latent
+ * layout, a shorter one in the expanded layout, P = S (no decode token); --check agrees; bad
+ * --prefill values exit 2 with a message. */
+#include "vkh2o_test.h"
+#include "ref_decode.h"
+
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+static char g_bin[512];
+
+#define path vt_scratch_path
+
+static char* slurp(const char* p)
+{
+    FILE* f = fopen(p, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char* s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = 0;
+    fclose(f);
+    return s;
+}
+
+static int run(const char* tool, const char* const* args)
+{
+    char exe[1024];
+    snprintf(exe, sizeof exe, "%s/%s", g_bin, tool);
+    const char* argv[64];
+    int n = 0;
+    argv[n++] = exe;
+    for (int i = 0; args[i] && n < 62; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, path("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, path("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int rc = posix_spawn(&pid, exe, &fa, NULL, (char* const*)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    assert_int_equal(rc, 0);
+    int status = 0;
+    assert_true(waitpid(pid, &status, 0) == pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+static int setup(void** state)
+{
+    (void)state;
+    const char* b = getenv("VKH2O_BUILD_DIR");
+    snprintf(g_bin, sizeof g_bin, "%s", b ? b : ".");
+    return vt_scratch_make("test_demo_prefill") ? 0 : -1;
+}
+
+static int teardown(void** state) { return vt_scratch_teardown(state); }
+
+typedef struct shard {
+    vkh2o_checkpoint* ck;
+    vkh2o_mla_config cfg;
+    vkh2o_mla_host_weights* hw;
+} shard;
+
+static void shard_open(shard* s)
+{
+    const char* args[] = { "--out", path("small.safetensors"), "--preset", "small", "--dtype", "bf16", "--quiet", "--force", NULL };
+    assert_int_equal(run("vkh2o-mkshard", args), 0);
+    vkh2o_error err = { 0 };
+    assert_int_equal(vkh2o_checkpoint_open(path("small.safetensors"), &s->ck, &err), VKH2O_OK);
+    vkh2o_mla_config_kimi_k26(&s->cfg);
+    /* mkshard writes config.json beside the shard */
+    if (vkh2o_mla_config_from_json(path("config.json"), &s->cfg, &err) != VKH2O_OK)
+        fail_msg("config: %s", err.message);
+    assert_int_equal(vkh2o_mla_host_weights_load(s->ck, &s->cfg, 0, 0, &s->hw, &err), VKH2O_OK);
+}
+
+static void shard_close(shard* s)
+{
+    vkh2o_mla_host_weights_destroy(s->hw);
+    vkh2o_checkpoint_destroy(s->ck);
+}
+
+static void check_prefill(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32_t sink, uint32_t budget, uint32_t recent,
+                          const char* layout)
+{
+    const uint32_t D = sh->cfg.hidden_size;
+    printf("# S=%u prefill %u, sink %u budget %u recent %u, %s\n", S, P, sink, budget, recent, layout);
+    float* x = malloc(4ull * S * D);
+    vt_fill_normal(rng, x, (size_t)S * D, 1.0f);
+    vkh2o_error err = { 0 };
+    vkh2o_tensor_write tw = { .name = "hidden_states", .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { S, D }, .data = x };
+    assert_int_equal(vkh2o_safetensors_write(path("in.safetensors"), &tw, 1, NULL, &err), VKH2O_OK);
+    char s_p[16], s_b[16], s_k[16], s_r[16];
+    snprintf(s_p, sizeof s_p, "%u", P);
+    snprintf(s_b, sizeof s_b, "%u", budget);
+    snprintf(s_k, sizeof s_k, "%u", sink);
+    snprintf(s_r, sizeof s_r, "%u", recent);
+    const char* args[] = { "--weights", path("small.safetensors"), "--input", path("in.safetensors"), "--prefill", s_p,
+                           "--budget", s_b, "--n-sink", s_k, "--n-recent", s_r, "--layout", layout, "--runs", "1", "--check",
+                           "--out", path("o.safetensors"), "--csv", path("r.csv"), "--json", path("r.json"), "--quiet", NULL };
+    int rc = run("vkh2o-demo", args);
+    if (rc != 0) {
+        char* e = slurp(path("stderr.txt"));
+        fail_msg("vkh2o-demo exited %d: %s", rc, e);
+    }
+
+    /* the reference */
+    ref_decode ref;
+    assert_int_equal(ref_decode_init(&ref, &sh->cfg, sh->hw, !strcmp(layout, "latent"), true, true, sink, budget, recent,
+                                     sink + budget + recent + 1), 0);
+    float* want = malloc(4ull * S * D);
+    assert_int_equal(ref_decode_prefill(&ref, x, P, want), 0);
+    for (uint32_t t = P; t < S; t++)
+        assert_int_equal(ref_decode_step(&ref, x + (size_t)t * D, t, want + (size_t)t * D), 0);
+
+    vkh2o_safetensors* st;
+    assert_int_equal(vkh2o_safetensors_open(path("o.safetensors"), &st, &err), VKH2O_OK);
+    vkh2o_tensor_view o;
+    assert_int_equal(vkh2o_safetensors_find(st, "attn_output", &o, &err), VKH2O_OK);
+    assert_int_equal(o.shape[0], S);
+    vt_assert_nmse("attn_output, all tokens", o.data, want, (size_t)S * D, 1e-8);
+    if (S > P)
+        vt_assert_nmse("attn_output, decoded tokens", (const float*)o.data + (size_t)P * D, want + (size_t)P * D,
+                       (size_t)(S - P) * D, 1e-8);
+    vkh2o_safetensors_destroy(st);
+
+    /* the CSV describes the final cache */
+    char* csv = slurp(path("r.csv"));
+    assert_non_null(csv);
+    char* line = strtok(csv, "\n");
+    assert_string_equal(line, "token_idx,attention_score,kept,category");
+    uint32_t n = 0, ri = 0;
+    while ((line = strtok(NULL, "\n"))) {
+        uint32_t idx;
+        double score;
+        char kept[8], cat[16];
+        assert_int_equal(sscanf(line, "%u,%lf,%7[^,],%15s", &idx, &score, kept, cat), 4);
+        assert_int_equal(idx, n);
+        bool in_ref = ri < ref.len && ref.pos[ri] == idx;
+        if (strcmp(kept, in_ref ? "True" : "False"))
+            fail_msg("token %u: CSV kept %s, the reference %s it", idx, kept, in_ref ? "keeps" : "evicts");
+        const char* want_cat = !in_ref ? "evicted" : idx < sink ? "sink" : idx + recent >= S ? "recent" : "heavy";
+        assert_string_equal(cat, want_cat);
+        if (in_ref) {
+            double e = fabs(score - ref.score[ri]);
+            if (e > 1e-4 * fabs(ref.score[ri]) + 1e-6)
+                fail_msg("token %u: CSV score %.6f, reference %.6f", idx, score, ref.score[ri]);
+            ri++;
+        }
+        n++;
+    }
+    assert_int_equal(n, S);
+    assert_int_equal(ri, ref.len);
+    free(csv);
+
+    char* js = slurp(path("r.json"));
+    cJSON* j = cJSON_Parse(js);
+    assert_non_null(j);
+    assert_int_equal((uint32_t)cJSON_GetObjectItem(j, "prefill")->valuedouble, P);
+    assert_int_equal((uint32_t)cJSON_GetObjectItem(j, "decode_tokens")->valuedouble, S - P);
+    assert_int_equal((uint32_t)cJSON_GetObjectItem(cJSON_GetObjectItem(j, "kept"), "total")->valuedouble, ref.len);
+    const cJSON* chk = cJSON_GetObjectItem(j, "check");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(chk, "kept_agree")));
+    assert_true(cJSON_GetObjectItem(chk, "output_max_rel_err")->valuedouble < 1e-4);
+    cJSON_Delete(j);
+    free(js);
+    ref_decode_free(&ref);
+    free(want);
+    free(x);
+}
+
+static void test_prefill_then_decode(void** state)
+{
+    (void)state;
+    vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("demo --prefill"));
+    shard sh;
+    shard_open(&sh);
+    check_prefill(&sh, &rng, 37, 19, 3, 7, 4, "latent");     /* the prompt exceeds the cap of 14 */
+    check_prefill(&sh, &rng, 29, 9, 2, 9, 3, "expanded");    /* the prompt fits; decode evicts */
+    check_prefill(&sh, &rng, 17, 17, 2, 5, 3, "expanded");   /* P = S: no decode token */
+    shard_close(&sh);
+}
+
+static void test_prefill_bad(void** state)
+{
+    (void)state;
+    const char* zero[] = { "--weights", path("small.safetensors"), "--seq-len", "8", "--prefill", "0", NULL };
+    assert_int_equal(run("vkh2o-demo", zero), 2);
+    char* e = slurp(path("stderr.txt"));
+    assert_non_null(strstr(e, "--prefill"));
+    free(e);
+    const char* over[] = { "--weights", path("small.safetensors"), "--seq-len", "8", "--prefill", "9", NULL };
+    assert_int_equal(run("vkh2o-demo", over), 2);
+    e = slurp(path("stderr.txt"));
+    assert_non_null(strstr(e, "--prefill 9 exceeds"));
+    free(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefill_then_decode),
+        cmocka_unit_test(test_prefill_bad),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
