@@ -88,3 +88,83 @@ done:
     free(h); free(xn); free(ao); free(g); free(u);
     return rc;
 }
+
+int ref_lm_session_init(ref_lm_session* s, const vkh2o_model_config* cfg, const float* embed, const ref_lm_layer* layers,
+                        const float* norm, const float* lm_head, bool latent, bool f16, bool evict, uint32_t n_sink,
+                        uint32_t budget, uint32_t n_recent, uint32_t room)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    s->embed = embed;
+    s->layers = layers;
+    s->norm = norm;
+    s->lm_head = lm_head;
+    s->dec = calloc(cfg->attn.num_layers, sizeof *s->dec);
+    if (!s->dec)
+        return -1;
+    for (uint32_t l = 0; l < cfg->attn.num_layers; l++)
+        if (ref_decode_init(&s->dec[l], &cfg->attn, layers[l].attn, latent, f16, evict, n_sink, budget, n_recent, room) != 0) {
+            ref_lm_session_free(s);
+            return -1;
+        }
+    return 0;
+}
+
+void ref_lm_session_free(ref_lm_session* s)
+{
+    if (s->dec)
+        for (uint32_t l = 0; l < s->cfg->attn.num_layers; l++)
+            ref_decode_free(&s->dec[l]);
+    free(s->dec);
+    s->dec = NULL;
+}
+
+/* n tokens through the layers: prefill (all at once) or one step at s->pos. */
+static int lm_run(ref_lm_session* s, const uint32_t* tokens, uint32_t n, bool prefill, float* logits)
+{
+    const size_t D = s->cfg->attn.hidden_size, I = s->cfg->intermediate_size, V = s->cfg->vocab_size;
+    if (n == 0)
+        return -1;
+    float* h = calloc(n * D, sizeof(float));
+    float* xn = malloc(n * D * sizeof(float));
+    float* ao = malloc(n * D * sizeof(float));
+    float* g = malloc(n * I * sizeof(float));
+    float* u = malloc(n * I * sizeof(float));
+    int rc = -1;
+    if (!h || !xn || !ao || !g || !u)
+        goto done;
+    for (uint32_t t = 0; t < n; t++)
+        memcpy(h + t * D, s->embed + (size_t)tokens[t] * D, D * sizeof(float));
+    for (uint32_t l = 0; l < s->cfg->attn.num_layers; l++) {
+        const ref_lm_layer* L = &s->layers[l];
+        ref_rmsnorm(h, n, D, D, L->input_ln, s->cfg->attn.rms_norm_eps, xn, D);
+        if ((prefill ? ref_decode_prefill(&s->dec[l], xn, n, ao) : ref_decode_step(&s->dec[l], xn, s->pos, ao)) != 0)
+            goto done;
+        for (size_t i = 0; i < n * D; i++)
+            h[i] = (float)((double)h[i] + (double)ao[i]);
+        ref_rmsnorm(h, n, D, D, L->post_ln, s->cfg->attn.rms_norm_eps, xn, D);
+        linear(xn, n, D, L->gate, I, g);
+        linear(xn, n, D, L->up, I, u);
+        ref_swiglu(n, I, g, I, u, I, g, I);
+        linear(g, n, I, L->down, D, ao);
+        for (size_t i = 0; i < n * D; i++)
+            h[i] = (float)((double)h[i] + (double)ao[i]);
+    }
+    ref_rmsnorm(h, n, D, D, s->norm, s->cfg->attn.rms_norm_eps, xn, D);
+    linear(xn, n, D, s->lm_head, V, logits);
+    s->pos += n;
+    rc = 0;
+done:
+    free(h); free(xn); free(ao); free(g); free(u);
+    return rc;
+}
+
+int ref_lm_session_prefill(ref_lm_session* s, const uint32_t* tokens, uint32_t n, float* logits)
+{
+    return s->pos ? -1 : lm_run(s, tokens, n, true, logits);
+}
+
+int ref_lm_session_step(ref_lm_session* s, uint32_t token, float* logits)
+{
+    return lm_run(s, &token, 1, false, logits);
+}

@@ -33,3 +33,26 @@ typedef struct ref_lm_layer {
  * rounded to float between stages. Returns 0, or -1 when out of memory. */
 int ref_lm_forward(const vkh2o_model_config* cfg, const float* embed, const ref_lm_layer* layers, const float* norm,
                    const float* lm_head, const uint32_t* tokens, uint32_t n, float* logits);
+
+#include "ref_decode.h"
+
+/* The whole model decoding one token at a time against per-layer caches (ref_decode), for
+ * comparison with vkh2o_model_session: eviction as vkh2o_cache (H2O sum scores). */
+typedef struct ref_lm_session {
+    const vkh2o_model_config* cfg;
+    const float* embed;
+    const ref_lm_layer* layers;
+    const float* norm;
+    const float* lm_head;
+    ref_decode* dec;               /* [num_layers] */
+    uint32_t pos;
+} ref_lm_session;
+
+/* evict false: the full cache. Returns 0, -1 when out of memory. */
+int ref_lm_session_init(ref_lm_session* s, const vkh2o_model_config* cfg, const float* embed, const ref_lm_layer* layers,
+                        const float* norm, const float* lm_head, bool latent, bool f16, bool evict, uint32_t n_sink,
+                        uint32_t budget, uint32_t n_recent, uint32_t room);
+void ref_lm_session_free(ref_lm_session* s);
+/* Prefill of n tokens (logits [n, vocab]) on an empty session, or one decode step (logits [vocab]). */
+int ref_lm_session_prefill(ref_lm_session* s, const uint32_t* tokens, uint32_t n, float* logits);
+int ref_lm_session_step(ref_lm_session* s, uint32_t token, float* logits);

@@ -74,6 +74,69 @@ VKH2O_API uint64_t vkh2o_model_get_weight_bytes(const vkh2o_model* m);
 VKH2O_API vkh2o_result vkh2o_run_model_forward(vkh2o_model* m, const uint32_t* tokens, uint32_t n, float* logits,
                                                float* next_logprobs);
 
+/* ------------------------------------------------------------------------------------------
+ * Decoding with a cache policy: a session holds every layer's KV cache (vkh2o/cache.h) for one
+ * sequence. Tokens go in as a prefill (one causal forward over the prompt; the cache is then set
+ * to the prompt's rows with scores = its attention mass and evicted once to the cap) and/or
+ * decoded one at a time (each token appended, attending to every cached token including itself,
+ * its mass added to the scores, the policy evicting back to the cap, in every layer). Teacher-
+ * forced decoding of n known tokens runs the n steps layer by layer in one submission (the same
+ * result as n single steps: a layer's step t depends only on its own cache and on step t of the
+ * layer below).
+ * ---------------------------------------------------------------------------------------- */
+typedef struct vkh2o_model_session vkh2o_model_session;
+
+/*
+ * Session desc; all zero = the full cache (no eviction) in the latent layout, FP16 rows:
+ *   budget        heavy hitters kept per layer; 0 = every token (full cache; the other eviction
+ *                 fields are then ignored)
+ *   n_sink, n_recent  first / last tokens every policy keeps
+ *   policy, score_mode, seed   as in vkh2o_cache_desc (H2O sum, H2O mean, streaming, random)
+ *   layout        DEFAULT = LATENT (c_kv + k_pe, the query absorbed on the device), or EXPANDED
+ *   storage       F16 (default) or F32 rows
+ *   max_tokens    longest sequence the session takes (prefill + decode); 0 = the model's
+ *                 max_seq_len
+ */
+typedef struct vkh2o_model_cache_desc {
+    uint32_t budget, n_sink, n_recent;
+    vkh2o_evict_policy policy;
+    vkh2o_score_mode score_mode;
+    uint32_t seed;
+    vkh2o_kv_layout layout;
+    vkh2o_dtype storage;
+    uint32_t max_tokens;
+} vkh2o_model_cache_desc;
+
+/* Results: OK, INVALID_ARGUMENT / BUDGET (the cache desc, max_tokens above the model's
+ * max_seq_len), OUT_OF_DEVICE_MEMORY, VULKAN. m must outlive the session; one session of a
+ * model may run at a time (they share the model's scratch). */
+VKH2O_API vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_desc* desc,
+                                                  vkh2o_model_session** out);
+VKH2O_API void vkh2o_model_session_destroy(vkh2o_model_session* s);
+/* Empties every cache (position 0). Blocking. */
+VKH2O_API vkh2o_result vkh2o_model_session_reset(vkh2o_model_session* s);
+/* Tokens seen so far (the next token's position). */
+VKH2O_API uint32_t vkh2o_model_session_get_position(const vkh2o_model_session* s);
+/* Tokens held now by layer `layer`'s cache (blocking read). Results: OK, INVALID_ARGUMENT, VULKAN. */
+VKH2O_API vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s, uint32_t layer, uint32_t* len);
+/* Device bytes of the cache rows at the session's cap (or max_tokens for the full cache). */
+VKH2O_API uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session* s);
+
+/*
+ * Prefill an empty session with tokens[0 .. n) (n <= max_tokens and <= the model's
+ * max_seq_len). logits [n, vocab] and next_logprobs [n - 1] as vkh2o_run_model_forward (any
+ * may be NULL): the prompt's own predictions see the whole prompt (a causal forward).
+ * Decode n tokens at the session's position (teacher-forced): logits [n, vocab] (row i: the
+ * prediction after token i, given the cache it saw) and next_logprobs [n - 1]
+ * (log p(tokens[i + 1]) from row i). For generation call it with n = 1 and feed the argmax back.
+ * Results: OK, INVALID_ARGUMENT (n 0, too many tokens, a token >= vocab, prefill of a non-empty
+ * session), plus what the layers' prefill/decode return; TIMEOUT, VULKAN, DEVICE_LOST.
+ */
+VKH2O_API vkh2o_result vkh2o_run_model_prefill(vkh2o_model_session* s, const uint32_t* tokens, uint32_t n,
+                                               float* logits, float* next_logprobs);
+VKH2O_API vkh2o_result vkh2o_run_model_decode(vkh2o_model_session* s, const uint32_t* tokens, uint32_t n,
+                                              float* logits, float* next_logprobs);
+
 #ifdef __cplusplus
 }
 #endif

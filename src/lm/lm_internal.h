@@ -38,4 +38,37 @@ vkh2o_result vkh2o_cmd_logprob(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
 vkh2o_result vkh2o_cmd_axpby(vkh2o_context* ctx, VkCommandBuffer cb, uint32_t n, float a, vkh2o_binding x,
                              float b, vkh2o_binding y);
 
+/* ---- the model object (model.c), shared with the decoding sessions (session.c) ---- */
+typedef struct lm_layer {
+    vkh2o_mla_layer* attn;
+    vkh2o_dev_weight input_ln, post_ln;     /* f32 [hidden] */
+    vkh2o_dev_weight gate, up, down;        /* [I, D], [I, D], [D, I] */
+} lm_layer;
+
+struct vkh2o_model {
+    vkh2o_context* ctx;
+    vkh2o_model_config cfg;
+    uint32_t max_seq;
+    vkh2o_dev_weight embed, norm, lm_head;  /* lm_head unused (embed) when tied */
+    lm_layer* layers;
+    uint64_t weight_bytes;
+    /* scratch for max_seq tokens */
+    vkh2o_buffer *ids, *tgt, *h, *xn, *ao, *g, *u, *m, *logits, *lp;
+};
+
+/* How a recording runs each layer's attention. */
+typedef enum vkh2o_lm_mode { VKH2O_LM_FORWARD = 0, VKH2O_LM_PREFILL, VKH2O_LM_DECODE } vkh2o_lm_mode;
+typedef struct vkh2o_lm_attn {
+    vkh2o_lm_mode mode;
+    vkh2o_cache* cache;        /* PREFILL / DECODE: every layer's cache (num_layers = the model's) */
+    uint32_t position;         /* DECODE: position of the first token */
+} vkh2o_lm_attn;
+
+/* Records the model over n tokens already in m->ids (targets in m->tgt when want_lp): logits
+ * into m->logits, next-token log-probabilities into m->lp. at NULL = FORWARD. */
+vkh2o_result vkh2o_model_record(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, bool want_lp, const vkh2o_lm_attn* at);
+/* Checks and uploads tokens, records, submits, waits and downloads (what: the message prefix). */
+vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* tokens, uint32_t n, float* logits,
+                             float* next_logprobs, const vkh2o_lm_attn* at);
+
 #endif

@@ -15,23 +15,6 @@
 #define CONFIG_MAX_BYTES (4u << 20)
 #define DEFAULT_MAX_SEQ 512u
 
-typedef struct lm_layer {
-    vkh2o_mla_layer* attn;
-    vkh2o_dev_weight input_ln, post_ln;     /* f32 [hidden] */
-    vkh2o_dev_weight gate, up, down;        /* [I, D], [I, D], [D, I] */
-} lm_layer;
-
-struct vkh2o_model {
-    vkh2o_context* ctx;
-    vkh2o_model_config cfg;
-    uint32_t max_seq;
-    vkh2o_dev_weight embed, norm, lm_head;  /* lm_head unused (embed) when tied */
-    lm_layer* layers;
-    uint64_t weight_bytes;
-    /* scratch for max_seq tokens */
-    vkh2o_buffer *ids, *tgt, *h, *xn, *ao, *g, *u, *m, *logits, *lp;
-};
-
 /* ------------------------------------------------------------------------------------------
  * config.json
  * ---------------------------------------------------------------------------------------- */
@@ -248,7 +231,7 @@ vkh2o_result vkh2o_model_create(vkh2o_context* ctx, const char* dir, const vkh2o
             r = fail_err(ctx, &e);
             goto fail;
         }
-        vkh2o_mla_layer_desc ld = { .max_seq_len = m->max_seq };
+        vkh2o_mla_layer_desc ld = { .max_seq_len = m->max_seq, .max_decode_tokens = m->max_seq };
         r = vkh2o_mla_layer_create(ctx, &c->attn, hw, &ld, &L->attn);
         if (r == VKH2O_OK)
             r = vkh2o_weight_upload_f32(ctx, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_INPUT_LAYERNORM), &L->input_ln);
@@ -312,7 +295,7 @@ static vkh2o_result cmd_linear(vkh2o_model* m, VkCommandBuffer cb, const vkh2o_d
                             vkh2o_bind_range(y, 0, (VkDeviceSize)n * w->rows * 4), &a);
 }
 
-static vkh2o_result record_forward(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, bool want_lp)
+vkh2o_result vkh2o_model_record(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, bool want_lp, const vkh2o_lm_attn* at)
 {
     vkh2o_context* ctx = m->ctx;
     const vkh2o_model_config* c = &m->cfg;
@@ -324,8 +307,18 @@ static vkh2o_result record_forward(vkh2o_model* m, VkCommandBuffer cb, uint32_t 
         lm_layer* L = &m->layers[l];
         VKH2O_CHECK(cmd_norm(m, cb, n, &L->input_ln, m->h, m->xn));
         vkh2o_barrier(ctx, cb);
-        vkh2o_mla_io io = { .hidden = m->xn, .out = m->ao, .seq_len = n, .pos0 = 0 };
-        VKH2O_CHECK(vkh2o_cmd_mla_forward(L->attn, cb, &io));   /* ends with a barrier */
+        if (!at || at->mode == VKH2O_LM_FORWARD) {
+            vkh2o_mla_io io = { .hidden = m->xn, .out = m->ao, .seq_len = n, .pos0 = 0 };
+            VKH2O_CHECK(vkh2o_cmd_mla_forward(L->attn, cb, &io));   /* ends with a barrier */
+        } else if (at->mode == VKH2O_LM_PREFILL) {
+            vkh2o_mla_prefill p = { .hidden = m->xn, .out = m->ao, .seq_len = n, .layer = l };
+            VKH2O_CHECK(vkh2o_cmd_mla_prefill(L->attn, cb, at->cache, &p));
+        } else {
+            vkh2o_mla_decode d = { .hidden = m->xn, .out = m->ao, .n_tokens = n, .position = at->position, .layer = l,
+                                   .step = at->position };
+            VKH2O_CHECK(vkh2o_cmd_mla_decode(L->attn, cb, at->cache, &d));
+        }
+        vkh2o_barrier(ctx, cb);
         VKH2O_CHECK(vkh2o_cmd_axpby(ctx, cb, n * D, 1.0f, vkh2o_bind_range(m->ao, 0, hd), 1.0f, vkh2o_bind_range(m->h, 0, hd)));
         vkh2o_barrier(ctx, cb);
         VKH2O_CHECK(cmd_norm(m, cb, n, &L->post_ln, m->h, m->xn));
@@ -357,24 +350,24 @@ static vkh2o_result record_forward(vkh2o_model* m, VkCommandBuffer cb, uint32_t 
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_run_model_forward(vkh2o_model* m, const uint32_t* tokens, uint32_t n, float* logits,
-                                     float* next_logprobs)
+vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* tokens, uint32_t n, float* logits,
+                             float* next_logprobs, const vkh2o_lm_attn* at)
 {
     if (!m || !tokens)
-        return vkh2o_fail(m ? m->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "model forward: NULL argument");
+        return vkh2o_fail(m ? m->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "%s: NULL argument", what);
     if (n == 0 || n > m->max_seq)
-        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model forward: %u tokens outside 1..%u (max_seq_len)", n,
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "%s: %u tokens outside 1..%u (max_seq_len)", what, n,
                           m->max_seq);
     for (uint32_t i = 0; i < n; i++)
         if (tokens[i] >= m->cfg.vocab_size)
-            return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model forward: token %u at %u is outside the vocabulary (%u)",
+            return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "%s: token %u at %u is outside the vocabulary (%u)", what,
                               tokens[i], i, m->cfg.vocab_size);
     VKH2O_CHECK(vkh2o_buffer_upload(m->ids, 0, tokens, (uint64_t)n * 4));
     if (next_logprobs && n > 1)
         VKH2O_CHECK(vkh2o_buffer_upload(m->tgt, 0, tokens + 1, (uint64_t)(n - 1) * 4));
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(m->ctx, &cb));
-    vkh2o_result r = record_forward(m, cb, n, next_logprobs != NULL);
+    vkh2o_result r = vkh2o_model_record(m, cb, n, next_logprobs != NULL, at);
     if (r != VKH2O_OK) {
         /* end the one-shot buffer so the context stays usable; the recorded work is discarded */
         vkh2o_result r2 = vkh2o_submit_wait(m->ctx, cb);
@@ -387,4 +380,10 @@ vkh2o_result vkh2o_run_model_forward(vkh2o_model* m, const uint32_t* tokens, uin
     if (next_logprobs && n > 1)
         VKH2O_CHECK(vkh2o_buffer_download(m->lp, 0, next_logprobs, (uint64_t)(n - 1) * 4));
     return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_run_model_forward(vkh2o_model* m, const uint32_t* tokens, uint32_t n, float* logits,
+                                     float* next_logprobs)
+{
+    return vkh2o_model_run(m, "model forward", tokens, n, logits, next_logprobs, NULL);
 }

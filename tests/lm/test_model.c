@@ -269,11 +269,194 @@ static void test_bad_input(void** state)
     vt_check_validation();
 }
 
+/* ---- decoding sessions ---- */
+
+typedef struct loaded {
+    tiny t;
+    vkh2o_model* m;
+    ref_lm_layer L[2];
+    vkh2o_mla_host_weights* hw[2];
+} loaded;
+
+static void load_tiny(loaded* x, const char* name, uint32_t max_seq)
+{
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed(name));
+    tiny_make(&x->t, &rng, false);
+    const char* dir = vt_scratch_make(name);
+    assert_non_null(dir);
+    write_config(dir, &x->t, NULL);
+    write_weights(dir, &x->t, NULL, NULL);
+    assert_int_equal(vkh2o_model_create(vt_ctx(), dir, &(vkh2o_model_desc){ .max_seq_len = max_seq }, &x->m), VKH2O_OK);
+    for (int l = 0; l < 2; l++) {
+        vkh2o_error e = { 0 };
+        assert_int_equal(vkh2o_mla_host_weights_wrap(&x->t.cfg.attn, x->t.attn[l].views, &x->hw[l], &e), VKH2O_OK);
+        x->L[l] = (ref_lm_layer){ x->hw[l], x->t.input_ln[l], x->t.post_ln[l], x->t.gate[l], x->t.up[l], x->t.down[l] };
+    }
+}
+
+static void unload_tiny(loaded* x)
+{
+    vkh2o_model_destroy(x->m);
+    for (int l = 0; l < 2; l++)
+        vkh2o_mla_host_weights_destroy(x->hw[l]);
+    tiny_free(&x->t);
+    vt_scratch_remove();
+}
+
+static vkh2o_model_session* session(vkh2o_model* m, const vkh2o_model_cache_desc* d)
+{
+    vkh2o_model_session* s = NULL;
+    assert_int_equal(vkh2o_model_session_create(m, d, &s), VKH2O_OK);
+    return s;
+}
+
+/* Full cache: teacher-forced decoding, and a prefill followed by decoding, against one forward. */
+static void test_session_full(void** state)
+{
+    (void)state;
+    loaded x;
+    load_tiny(&x, "session_full", 48);
+    enum { N = 40, P = 15, V = 67 };
+    uint32_t tok[N];
+    vt_rng rng;
+    vt_rng_seed(&rng, 7);
+    for (int i = 0; i < N; i++)
+        tok[i] = vt_u32_below(&rng, V);
+    float* fw = malloc(N * V * 4);
+    float* dec = malloc(N * V * 4);
+    float* lp = malloc(N * 4);
+    float* lpf = malloc(N * 4);
+    assert_true(fw && dec && lp && lpf);
+    assert_int_equal(vkh2o_run_model_forward(x.m, tok, N, fw, lpf), VKH2O_OK);
+    for (int k = 0; k < 2; k++) {
+        vkh2o_kv_layout lay = k ? VKH2O_LAYOUT_EXPANDED : VKH2O_LAYOUT_LATENT;
+        vkh2o_model_session* s = session(x.m, &(vkh2o_model_cache_desc){ .layout = lay, .storage = VKH2O_DTYPE_F32 });
+        assert_int_equal(vkh2o_run_model_decode(s, tok, N, dec, lp), VKH2O_OK);
+        assert_int_equal(vkh2o_model_session_get_position(s), N);
+        vt_assert_nmse(k ? "decode (expanded, full cache) vs forward" : "decode (latent, full cache) vs forward", dec, fw,
+                       N * V, 1e-8);
+        for (int i = 0; i + 1 < N; i++)
+            assert_true(fabsf(lp[i] - lpf[i]) <= 1e-3f);
+        /* prefill P, then decode the rest */
+        assert_int_equal(vkh2o_model_session_reset(s), VKH2O_OK);
+        assert_int_equal(vkh2o_run_model_prefill(s, tok, P, dec, NULL), VKH2O_OK);
+        assert_int_equal(vkh2o_run_model_decode(s, tok + P, N - P, dec + P * V, NULL), VKH2O_OK);
+        vt_assert_nmse("prefill + decode vs forward", dec, fw, N * V, 1e-8);
+        uint32_t len = 0;
+        assert_int_equal(vkh2o_model_session_read_cache_len(s, 1, &len), VKH2O_OK);
+        assert_int_equal(len, N);
+        /* a prefill on a non-empty session, and decoding past max_tokens, are refused */
+        assert_int_equal(vkh2o_run_model_prefill(s, tok, 2, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+        assert_int_equal(vkh2o_run_model_decode(s, tok, 9, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+        vkh2o_model_session_destroy(s);
+    }
+    free(fw); free(dec); free(lp); free(lpf);
+    unload_tiny(&x);
+    vt_check_validation();
+}
+
+/* H2O with a budget larger than the context keeps every token: the same bits as the full cache. */
+static void test_session_big_budget(void** state)
+{
+    (void)state;
+    loaded x;
+    load_tiny(&x, "session_big", 48);
+    enum { N = 33, V = 67 };
+    uint32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)(i * 29 + 3) % V;
+    float* a = malloc(N * V * 4);
+    float* b = malloc(N * V * 4);
+    assert_true(a && b);
+    vkh2o_model_session* full = session(x.m, NULL);
+    vkh2o_model_session* big = session(x.m, &(vkh2o_model_cache_desc){ .budget = 40, .n_sink = 2, .n_recent = 4 });
+    assert_int_equal(vkh2o_run_model_prefill(full, tok, 9, a, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_run_model_decode(full, tok + 9, N - 9, a + 9 * V, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_run_model_prefill(big, tok, 9, b, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_run_model_decode(big, tok + 9, N - 9, b + 9 * V, NULL), VKH2O_OK);
+    size_t diff = 0;
+    for (size_t i = 0; i < (size_t)N * V; i++)
+        diff += memcmp(&a[i], &b[i], 4) != 0;
+    printf("  h2o budget 40 > %d tokens vs full cache: %zu of %d logits differ\n", N, diff, N * V);
+    assert_int_equal(diff, 0);
+    vkh2o_model_session_destroy(full);
+    vkh2o_model_session_destroy(big);
+    free(a); free(b);
+    unload_tiny(&x);
+    vt_check_validation();
+}
+
+/* Eviction: the GPU session against the CPU reference session (same kept sets, so the same
+ * logits up to fp32 rounding), and every policy keeps the cache at its cap with finite output. */
+static void test_session_evict(void** state)
+{
+    (void)state;
+    loaded x;
+    load_tiny(&x, "session_evict", 48);
+    enum { N = 30, P = 12, V = 67 };
+    const uint32_t NS = 2, B = 6, NR = 3, CAP = NS + B + NR;
+    uint32_t tok[N];
+    vt_rng rng;
+    vt_rng_seed(&rng, 11);
+    for (int i = 0; i < N; i++)
+        tok[i] = vt_u32_below(&rng, V);
+    float* got = malloc(N * V * 4);
+    float* ref = malloc(N * V * 4);
+    assert_true(got && ref);
+    for (int lay = 0; lay < 2; lay++) {
+        vkh2o_model_cache_desc d = { .budget = B, .n_sink = NS, .n_recent = NR, .storage = VKH2O_DTYPE_F32,
+                                     .layout = lay ? VKH2O_LAYOUT_EXPANDED : VKH2O_LAYOUT_LATENT };
+        vkh2o_model_session* s = session(x.m, &d);
+        assert_int_equal(vkh2o_run_model_prefill(s, tok, P, got, NULL), VKH2O_OK);
+        for (int i = P; i < N; i++)
+            assert_int_equal(vkh2o_run_model_decode(s, &tok[i], 1, got + (size_t)i * V, NULL), VKH2O_OK);
+        uint32_t len = 0;
+        assert_int_equal(vkh2o_model_session_read_cache_len(s, 0, &len), VKH2O_OK);
+        assert_int_equal(len, CAP);
+        ref_lm_session r;
+        assert_int_equal(ref_lm_session_init(&r, &x.t.cfg, x.t.embed, x.L, x.t.norm, x.t.head, !lay, false, true, NS, B, NR,
+                                             N + 1), 0);
+        assert_int_equal(ref_lm_session_prefill(&r, tok, P, ref), 0);
+        for (int i = P; i < N; i++)
+            assert_int_equal(ref_lm_session_step(&r, tok[i], ref + (size_t)i * V), 0);
+        ref_lm_session_free(&r);
+        vt_assert_nmse(lay ? "h2o decode (expanded) vs reference" : "h2o decode (latent) vs reference", got, ref, N * V, 1e-8);
+        vkh2o_model_session_destroy(s);
+    }
+    /* the other policies and the mean score: the cap holds and every output is finite */
+    const struct { vkh2o_evict_policy p; vkh2o_score_mode m; const char* name; } pol[] = {
+        { VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN, "h2o mean" },
+        { VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, "streaming" },
+        { VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM, "random" },
+    };
+    for (size_t k = 0; k < sizeof pol / sizeof pol[0]; k++) {
+        vkh2o_model_session* s = session(x.m, &(vkh2o_model_cache_desc){ .budget = B, .n_sink = NS, .n_recent = NR,
+                                                                           .policy = pol[k].p, .score_mode = pol[k].m,
+                                                                           .seed = 5 });
+        float* lp = malloc(N * 4);
+        assert_non_null(lp);
+        assert_int_equal(vkh2o_run_model_decode(s, tok, N, got, lp), VKH2O_OK);
+        uint32_t len = 0;
+        assert_int_equal(vkh2o_model_session_read_cache_len(s, 1, &len), VKH2O_OK);
+        assert_int_equal(len, CAP);
+        vt_assert_finite(pol[k].name, lp, N - 1);
+        free(lp);
+        vkh2o_model_session_destroy(s);
+    }
+    free(got); free(ref);
+    unload_tiny(&x);
+    vt_check_validation();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_session_full),
+        cmocka_unit_test(test_session_big_budget),
+        cmocka_unit_test(test_session_evict),
     };
     int rc = cmocka_run_group_tests(tests, NULL, vt_group_teardown);
     vt_scratch_remove();
