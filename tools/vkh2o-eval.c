@@ -4,6 +4,7 @@
  * Byte-level models (vocab 256, one token per byte) loaded with the public vkh2o_model API. */
 #include "cli.h"
 #include "outfile.h"
+#include "plot.h"
 #include "vkh2o.h"
 
 #include <errno.h>
@@ -16,15 +17,42 @@
 
 #define TOOL "vkh2o-eval"
 #define MAX_DEPTHS 16
+#define MAX_ROWS 64
 
 /* The passkey prompt, identical to tools/train/train_tiny_mla.py's passkey_prompt. */
 static const char FILLER[] = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
 static const char QUESTION[] = "What is the pass key? The pass key is ";
 
+/* A cache policy as the tool names it. */
+typedef struct policy_def {
+    const char* name;
+    bool full;
+    vkh2o_evict_policy policy;
+    vkh2o_score_mode mode;
+    const char* help;
+} policy_def;
+
+static const policy_def POLICIES[] = {
+    { "full", true, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, "every token kept (the baseline)" },
+    { "h2o", false, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM,
+      "heavy hitters by accumulated attention mass (the seed's H2O; early tokens accumulate most)" },
+    { "h2o-mean", false, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN,
+      "accumulated mass / queries that could see the token (OpenVINO NORM_SUM, kvpress ObservedAttention)" },
+    { "streaming", false, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, "StreamingLLM: sinks + the most recent tokens" },
+    { "random", false, VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM, "budget middle tokens chosen at random each step (the control)" },
+};
+#define NPOLICIES (sizeof POLICIES / sizeof POLICIES[0])
+
 typedef struct opts {
     const char* weights;
     const char* text;
     uint32_t ctx;
+    const policy_def* policy;
+    uint32_t budget;          /* tokens; 0 with budget_frac */
+    double budget_frac;       /* --budget P%: fraction of the context for the whole cache */
+    uint32_t n_sink, n_recent;
+    bool stream, sweep;
+    const char* plot;
     uint32_t max_windows;
     bool passkey;
     uint32_t trials;
@@ -37,36 +65,59 @@ typedef struct opts {
 } opts;
 
 typedef struct row {
-    const char* policy;
-    uint32_t budget;          /* tokens kept; 0 = the whole context */
+    const policy_def* policy;
+    uint32_t n_sink, budget, n_recent;   /* budget 0: the full cache */
+    uint32_t cache_tokens;    /* cap (the context for the full cache) */
+    uint64_t cache_bytes;     /* device bytes of the rows at the cap */
     const char* kv_quant;
     double bits;              /* per byte; NAN when perplexity was not run */
     uint64_t bytes_scored;
-    double passkey_acc;       /* NAN when the passkey test was not run */
+    double passkey_acc;       /* prefill compressed once at its end; NAN when not run */
     double acc_by_depth[MAX_DEPTHS];
+    double passkey_stream;    /* prompt decoded token by token with eviction; NAN when not run */
+    double stream_by_depth[MAX_DEPTHS];
 } row;
 
 static void usage(FILE* f)
 {
     fprintf(f,
-            "usage: vkh2o-eval --weights DIR [--text FILE] [--ctx N] [--windows K] [--passkey [--trials T]\n"
-            "                  [--depths D1,D2,...]] [--seed S] [--csv FILE] [--json FILE] [--quiet] [--help]\n"
+            "usage: vkh2o-eval --weights DIR [--text FILE] [--ctx N] [--windows K]\n"
+            "                  [--policy P] [--budget B | --budget F%%] [--n-sink S] [--n-recent R] [--sweep]\n"
+            "                  [--passkey [--stream] [--trials T] [--depths D1,D2,...]] [--seed S]\n"
+            "                  [--csv FILE] [--json FILE] [--plot FILE.svg] [--quiet] [--help]\n"
             "Runs a byte-level DeepSeek-V3-architecture model (an HF directory: config.json + safetensors,\n"
-            "vocab 256) on the default Vulkan device and reports, with the full cache:\n"
+            "vocab 256) on the default Vulkan device with every layer's KV cache under a policy, and reports:\n"
             "  perplexity  over FILE in non-overlapping windows of N bytes: in each window the first byte is\n"
-            "              context only and byte t+1 is predicted from bytes 0..t (a causal forward per\n"
-            "              window); printed as bits per byte and perplexity per byte (2^bits)\n"
+            "              context only, every later byte is decoded one at a time with the policy acting\n"
+            "              after each step, and byte t+1 is predicted from the output at byte t (so the full\n"
+            "              cache is a plain causal forward per window); bits and perplexity per byte\n"
             "  passkey     a 5-digit key planted at each depth (fraction of the filler before it) in filler\n"
             "              text of N bytes in all, asked for at the end; exact match of the greedy 5-byte\n"
-            "              continuation, T trials per depth\n"
+            "              continuation, T trials per depth. The prompt goes in as a prefill that the policy\n"
+            "              compresses once at its end; with --stream also token by token with eviction\n"
+            "              after every step (both are reported)\n"
+            "Policies (--policy, default full):\n"
+            "  full        every token kept (the baseline)\n"
+            "  h2o         heavy hitters by accumulated attention mass (the seed's H2O)\n"
+            "  h2o-mean    accumulated mass / queries that could see the token (against early-token bias)\n"
+            "  streaming   StreamingLLM: sinks + the most recent tokens\n"
+            "  random      budget middle tokens chosen at random each step (the control)\n"
+            "  --budget B      heavy hitters per layer (tokens), or F%% of the context for the whole cache\n"
+            "                  (sinks + budget + recents); required unless --policy full\n"
+            "  --n-sink S      first tokens always kept (default 4)\n"
+            "  --n-recent R    last tokens always kept (default 16)\n"
+            "  --sweep         the grid: full, and every policy at caches of 12.5%%, 25%% and 50%% of the\n"
+            "                  context (recents at most a quarter of the cache); implies --stream\n"
             "  --weights DIR   the model directory (or its .safetensors with config.json beside it)\n"
             "  --text FILE     held-out text for perplexity (bytes as tokens)\n"
             "  --ctx N         window / prompt length in bytes (default 512; 2..model limit)\n"
             "  --windows K     at most K windows of the file (default: all)\n"
             "  --passkey       run the passkey test (--trials, default 10; --depths, default 0,0.2,...,1)\n"
             "  --seed S        keys of the passkey test (default 1)\n"
-            "  --csv FILE, --json FILE   also write the rows (policy, budget, ctx, kv_quant, ppl, bits_per_byte,\n"
-            "                  passkey_acc) to FILE; written only when the whole run succeeds\n"
+            "  --csv FILE, --json FILE   also write the rows (policy, budget, n_sink, n_recent, cache_tokens,\n"
+            "                  cache_bytes, ctx, kv_quant, bits_per_byte, ppl, passkey_acc, passkey_stream_acc)\n"
+            "  --plot FILE.svg perplexity and passkey accuracy against cache size, one line per policy\n"
+            "                  (outputs are written only when the whole run succeeds)\n"
             "  --quiet         no progress line (it is shown only on a terminal anyway)\n"
             "At least one of --text and --passkey is needed.\n");
 }
@@ -96,8 +147,9 @@ static bool parse_depths(const char* s, opts* o)
 /* 0 ok, 1 --help, 2 bad usage (message printed) */
 static int parse(int argc, char** argv, opts* o)
 {
-    *o = (opts){ .ctx = 512, .trials = 10, .seed = 1, .ndepths = 6, .depths = { 0.0, 0.2, 0.4, 0.6, 0.8, 1.0 } };
-    bool seen_depths = false;
+    *o = (opts){ .ctx = 512, .trials = 10, .seed = 1, .ndepths = 6, .depths = { 0.0, 0.2, 0.4, 0.6, 0.8, 1.0 },
+                 .policy = &POLICIES[0], .n_sink = 4, .n_recent = 16 };
+    bool seen_depths = false, seen_policy = false, seen_budget = false;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -116,18 +168,62 @@ static int parse(int argc, char** argv, opts* o)
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--seed", 0, UINT32_MAX, &o->seed)) != 0) {
             if (r < 0)
                 return 2;
+        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--n-sink", 0, 1u << 20, &o->n_sink)) != 0) {
+            if (r < 0)
+                return 2;
+        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--n-recent", 0, 1u << 20, &o->n_recent)) != 0) {
+            if (r < 0)
+                return 2;
+        } else if (!strcmp(a, "--policy")) {
+            if (!v || seen_policy) {
+                fprintf(stderr, TOOL ": --policy %s\n", v ? "given twice" : "needs a value");
+                return 2;
+            }
+            seen_policy = true;
+            o->policy = NULL;
+            for (size_t k = 0; k < NPOLICIES; k++)
+                if (!strcmp(v, POLICIES[k].name))
+                    o->policy = &POLICIES[k];
+            if (!o->policy) {
+                fprintf(stderr, TOOL ": --policy: unknown policy '%s' (full, h2o, h2o-mean, streaming, random)\n", v);
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--budget")) {
+            if (!v || seen_budget) {
+                fprintf(stderr, TOOL ": --budget %s\n", v ? "given twice" : "needs a value");
+                return 2;
+            }
+            seen_budget = true;
+            size_t L = strlen(v);
+            if (L > 1 && v[L - 1] == '%') {
+                char num[64];
+                snprintf(num, sizeof num, "%.*s", (int)(L - 1), v);
+                double f;
+                if (!cli_parse_f64(TOOL, "--budget", num, 0.001, 100.0, &f))
+                    return 2;
+                o->budget_frac = f / 100.0;
+            } else if (!cli_parse_u32(TOOL, "--budget", v, 1, 1u << 20, &o->budget)) {
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--passkey")) {
             o->passkey = true;
+        } else if (!strcmp(a, "--stream")) {
+            o->stream = true;
+        } else if (!strcmp(a, "--sweep")) {
+            o->sweep = true;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = true;
         } else if (!strcmp(a, "--weights") || !strcmp(a, "--text") || !strcmp(a, "--csv") || !strcmp(a, "--json") ||
-                   !strcmp(a, "--depths")) {
+                   !strcmp(a, "--plot") || !strcmp(a, "--depths")) {
             if (!v || !*v) {
                 fprintf(stderr, TOOL ": %s needs a value\n", a);
                 return 2;
             }
             const char** dst = !strcmp(a, "--weights") ? &o->weights : !strcmp(a, "--text") ? &o->text
-                             : !strcmp(a, "--csv") ? &o->csv : !strcmp(a, "--json") ? &o->json : NULL;
+                             : !strcmp(a, "--csv") ? &o->csv : !strcmp(a, "--json") ? &o->json
+                             : !strcmp(a, "--plot") ? &o->plot : NULL;
             if (dst && *dst) {
                 fprintf(stderr, TOOL ": %s given twice\n", a);
                 return 2;
@@ -157,25 +253,40 @@ static int parse(int argc, char** argv, opts* o)
         fprintf(stderr, TOOL ": nothing to do: give --text FILE and/or --passkey\n");
         return 2;
     }
+    if (o->sweep && (seen_policy || seen_budget)) {
+        fprintf(stderr, TOOL ": --sweep runs every policy and budget; it takes no --policy or --budget\n");
+        return 2;
+    }
+    if (!o->sweep && !o->policy->full && !seen_budget) {
+        fprintf(stderr, TOOL ": --policy %s needs --budget\n", o->policy->name);
+        return 2;
+    }
+    if (!o->sweep && o->policy->full && seen_budget) {
+        fprintf(stderr, TOOL ": --budget does not apply to --policy full\n");
+        return 2;
+    }
+    if (o->sweep)
+        o->stream = true;
     return 0;
 }
 
 /* Every output path is checked before any work: writable directory, not an input. */
 static bool check_outputs(const opts* o)
 {
-    const char* outs[2] = { o->csv, o->json };
-    const char* names[2] = { "--csv", "--json" };
-    for (int k = 0; k < 2; k++) {
+    const char* outs[3] = { o->csv, o->json, o->plot };
+    const char* names[3] = { "--csv", "--json", "--plot" };
+    for (int k = 0; k < 3; k++) {
         if (!outs[k])
             continue;
         if ((o->text && same_file(outs[k], o->text)) || same_file(outs[k], o->weights)) {
             fprintf(stderr, TOOL ": %s: '%s' names an input file\n", names[k], outs[k]);
             return false;
         }
-        if (k == 1 && o->csv && !strcmp(o->csv, o->json)) {
-            fprintf(stderr, TOOL ": --csv and --json name the same file '%s'\n", o->csv);
-            return false;
-        }
+        for (int j = 0; j < k; j++)
+            if (outs[j] && !strcmp(outs[j], outs[k])) {
+                fprintf(stderr, TOOL ": %s and %s name the same file '%s'\n", names[j], names[k], outs[k]);
+                return false;
+            }
         struct stat st;
         if (stat(outs[k], &st) == 0 && S_ISDIR(st.st_mode)) {
             fprintf(stderr, TOOL ": %s: '%s' is a directory\n", names[k], outs[k]);
@@ -220,6 +331,28 @@ static unsigned char* read_file(const char* path, size_t* len)
     return buf;
 }
 
+/* ---- sessions ---- */
+
+/* A session for the row's policy (NULL for the full cache, which uses the plain forward). */
+static int open_session(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const row* r, vkh2o_model_session** out)
+{
+    *out = NULL;
+    vkh2o_model_cache_desc d = { .max_tokens = o->ctx, .seed = o->seed };
+    if (!r->policy->full) {
+        d.budget = r->budget;
+        d.n_sink = r->n_sink;
+        d.n_recent = r->n_recent;
+        d.policy = r->policy->policy;
+        d.score_mode = r->policy->mode;
+    }
+    if (vkh2o_model_session_create(m, &d, out) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": policy %s (sinks %u, budget %u, recents %u): %s\n", r->policy->name, r->n_sink, r->budget,
+                r->n_recent, vkh2o_last_error(ctx));
+        return 1;
+    }
+    return 0;
+}
+
 /* ---- perplexity ---- */
 
 static int run_perplexity(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned char* text, size_t len, row* out)
@@ -231,27 +364,36 @@ static int run_perplexity(vkh2o_context* ctx, vkh2o_model* m, const opts* o, con
         fprintf(stderr, TOOL ": --text: %zu bytes is less than one window of --ctx %u\n", len, o->ctx);
         return 1;
     }
+    vkh2o_model_session* s = NULL;
+    if (open_session(ctx, m, o, out, &s))
+        return 1;
     uint32_t* tok = malloc(o->ctx * sizeof *tok);
     float* lp = malloc(o->ctx * sizeof *lp);
     if (!tok || !lp) {
         free(tok);
         free(lp);
+        vkh2o_model_session_destroy(s);
         fprintf(stderr, TOOL ": out of memory\n");
         return 1;
     }
+    char label[96];
+    snprintf(label, sizeof label, "perplexity %s %u", out->policy->name, out->cache_tokens);
     cli_progress prog;
-    cli_progress_begin(&prog, "perplexity windows", windows, o->quiet);
+    cli_progress_begin(&prog, label, windows, o->quiet);
     double nats = 0.0;
-    for (uint64_t w = 0; w < windows; w++) {
+    int rc = 0;
+    for (uint64_t w = 0; w < windows && !rc; w++) {
         for (uint32_t i = 0; i < o->ctx; i++)
             tok[i] = text[w * o->ctx + i];
-        vkh2o_result r = vkh2o_run_model_forward(m, tok, o->ctx, NULL, lp);
+        vkh2o_result r;
+        if (!s)
+            r = vkh2o_run_model_forward(m, tok, o->ctx, NULL, lp);
+        else if ((r = vkh2o_model_session_reset(s)) == VKH2O_OK)
+            r = vkh2o_run_model_decode(s, tok, o->ctx, NULL, lp);
         if (r != VKH2O_OK) {
-            cli_progress_end(&prog);
-            fprintf(stderr, TOOL ": forward of window %llu: %s\n", (unsigned long long)w, vkh2o_last_error(ctx));
-            free(tok);
-            free(lp);
-            return 1;
+            fprintf(stderr, TOOL ": window %llu (%s): %s\n", (unsigned long long)w, out->policy->name, vkh2o_last_error(ctx));
+            rc = 1;
+            break;
         }
         for (uint32_t i = 0; i + 1 < o->ctx; i++)
             nats -= lp[i];
@@ -262,7 +404,8 @@ static int run_perplexity(vkh2o_context* ctx, vkh2o_model* m, const opts* o, con
     out->bits = nats / (double)out->bytes_scored / log(2.0);
     free(tok);
     free(lp);
-    return 0;
+    vkh2o_model_session_destroy(s);
+    return rc;
 }
 
 /* ---- passkey ---- */
@@ -306,22 +449,62 @@ static uint64_t next_rand(uint64_t* s)
     return z ^ (z >> 31);
 }
 
-static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, row* out)
+/* One greedy answer: the prompt in (prefill compressed at its end, or streamed token by token
+ * with eviction), then 5 bytes generated one at a time. */
+static vkh2o_result answer(vkh2o_model* m, vkh2o_model_session* s, bool stream, uint32_t* tok, size_t n, uint32_t V,
+                           float* logits, char got[5])
+{
+    vkh2o_result r;
+    if (!s) {   /* the full cache: each step is a causal forward of everything so far */
+        for (int k = 0; k < 5; k++) {
+            if ((r = vkh2o_run_model_forward(m, tok, (uint32_t)n, logits, NULL)) != VKH2O_OK)
+                return r;
+            uint32_t next = argmax(logits + (n - 1) * V, V);
+            got[k] = (char)next;
+            tok[n++] = next;
+        }
+        return VKH2O_OK;
+    }
+    if ((r = vkh2o_model_session_reset(s)) != VKH2O_OK)
+        return r;
+    r = stream ? vkh2o_run_model_decode(s, tok, (uint32_t)n, logits, NULL) : vkh2o_run_model_prefill(s, tok, (uint32_t)n, logits, NULL);
+    if (r != VKH2O_OK)
+        return r;
+    uint32_t next = argmax(logits + (n - 1) * V, V);
+    for (int k = 0; k < 5; k++) {
+        got[k] = (char)next;
+        if (k == 4)
+            break;
+        if ((r = vkh2o_run_model_decode(s, &next, 1, logits, NULL)) != VKH2O_OK)
+            return r;
+        next = argmax(logits, V);
+    }
+    return VKH2O_OK;
+}
+
+static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool stream, row* out)
 {
     const uint32_t V = vkh2o_model_get_config(m)->vocab_size;
+    vkh2o_model_session* s = NULL;
+    if (open_session(ctx, m, o, out, &s))
+        return 1;
     char* prompt = malloc(o->ctx + 1);
     uint32_t* tok = malloc(o->ctx * sizeof *tok);
     float* logits = malloc((size_t)o->ctx * V * sizeof *logits);
     if (!prompt || !tok || !logits) {
         free(prompt); free(tok); free(logits);
+        vkh2o_model_session_destroy(s);
         fprintf(stderr, TOOL ": out of memory\n");
         return 1;
     }
     uint64_t rs = o->seed;
     uint32_t hits = 0, total = o->ndepths * o->trials;
+    char label[96];
+    snprintf(label, sizeof label, "passkey%s %s %u", stream ? " (stream)" : "", out->policy->name, out->cache_tokens);
     cli_progress prog;
-    cli_progress_begin(&prog, "passkey trials", total, o->quiet);
+    cli_progress_begin(&prog, label, total, o->quiet);
     int rc = 0;
+    double* by = stream ? out->stream_by_depth : out->acc_by_depth;
     for (uint32_t d = 0; d < o->ndepths && !rc; d++) {
         uint32_t dh = 0;
         for (uint32_t t = 0; t < o->trials; t++) {
@@ -335,30 +518,25 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, row* o
             }
             for (size_t i = 0; i < n; i++)
                 tok[i] = (unsigned char)prompt[i];
-            /* greedy: the full cache holds every token, so each step is a causal forward of all */
-            char got[6] = { 0 };
-            for (int k = 0; k < 5; k++) {
-                vkh2o_result r = vkh2o_run_model_forward(m, tok, (uint32_t)n, logits, NULL);
-                if (r != VKH2O_OK) {
-                    fprintf(stderr, TOOL ": passkey forward: %s\n", vkh2o_last_error(ctx));
-                    rc = 1;
-                    break;
-                }
-                uint32_t next = argmax(logits + (n - 1) * V, V);
-                got[k] = (char)next;
-                tok[n++] = next;
-            }
-            if (rc)
+            char got[5];
+            if (answer(m, s, stream, tok, n, V, logits, got) != VKH2O_OK) {
+                fprintf(stderr, TOOL ": passkey (%s): %s\n", out->policy->name, vkh2o_last_error(ctx));
+                rc = 1;
                 break;
+            }
             dh += !memcmp(got, key, 5);
             cli_progress_update(&prog, (uint64_t)d * o->trials + t + 1);
         }
-        out->acc_by_depth[d] = (double)dh / o->trials;
+        by[d] = (double)dh / o->trials;
         hits += dh;
     }
     cli_progress_end(&prog);
-    out->passkey_acc = (double)hits / total;
+    if (stream)
+        out->passkey_stream = (double)hits / total;
+    else
+        out->passkey_acc = (double)hits / total;
     free(prompt); free(tok); free(logits);
+    vkh2o_model_session_destroy(s);
     return rc;
 }
 
@@ -366,74 +544,182 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, row* o
 
 static void print_rows(const opts* o, const row* rows, uint32_t n)
 {
-    printf("%-10s %8s %6s %-8s %10s %10s %8s\n", "policy", "budget", "ctx", "kv_quant", "bits/byte", "ppl/byte", "passkey");
+    printf("%-10s %6s %6s %6s %6s %9s %6s %-8s %10s %10s %8s %8s\n", "policy", "sinks", "budget", "recent", "cache",
+           "bytes", "ctx", "kv_quant", "bits/byte", "ppl/byte", "passkey", "stream");
     for (uint32_t i = 0; i < n; i++) {
         const row* r = &rows[i];
-        char b[16];
-        snprintf(b, sizeof b, "%u", r->budget ? r->budget : o->ctx);
-        printf("%-10s %8s %6u %-8s ", r->policy, b, o->ctx, r->kv_quant);
+        printf("%-10s %6u %6u %6u %6u %9llu %6u %-8s ", r->policy->name, r->n_sink, r->budget, r->n_recent, r->cache_tokens,
+               (unsigned long long)r->cache_bytes, o->ctx, r->kv_quant);
         if (isnan(r->bits))
             printf("%10s %10s ", "-", "-");
         else
             printf("%10.4f %10.4f ", r->bits, pow(2.0, r->bits));
         if (isnan(r->passkey_acc))
+            printf("%8s ", "-");
+        else
+            printf("%8.3f ", r->passkey_acc);
+        if (isnan(r->passkey_stream))
             printf("%8s\n", "-");
         else
-            printf("%8.3f\n", r->passkey_acc);
-        if (!isnan(r->passkey_acc)) {
-            printf("           passkey by depth:");
+            printf("%8.3f\n", r->passkey_stream);
+        for (int k = 0; k < 2; k++) {
+            double acc = k ? r->passkey_stream : r->passkey_acc;
+            if (isnan(acc))
+                continue;
+            printf("           passkey%s by depth:", k ? " (stream)" : "");
             for (uint32_t d = 0; d < o->ndepths; d++)
-                printf(" %.2f:%.2f", o->depths[d], r->acc_by_depth[d]);
+                printf(" %.2f:%.2f", o->depths[d], (k ? r->stream_by_depth : r->acc_by_depth)[d]);
             printf("\n");
         }
     }
 }
 
+static void json_num(FILE* f, const char* key, double v, const char* fmt)
+{
+    fprintf(f, "\"%s\": ", key);
+    if (isnan(v))
+        fprintf(f, "null");
+    else
+        fprintf(f, fmt, v);
+}
+
+static void json_depths(FILE* f, const char* key, const opts* o, const double* by)
+{
+    fprintf(f, ", \"%s\": {", key);
+    for (uint32_t d = 0; d < o->ndepths; d++)
+        fprintf(f, "%s\"%.3g\": %.4f", d ? ", " : "", o->depths[d], by[d]);
+    fprintf(f, "}");
+}
+
+static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
+{
+    /* one series per policy: x = cache size as % of the context; the full cache joins every
+     * series at 100 % */
+    double xs[NPOLICIES][MAX_ROWS], ppl[NPOLICIES][MAX_ROWS], pk[NPOLICIES][MAX_ROWS];
+    plot_series sp[NPOLICIES], sk[NPOLICIES];
+    uint32_t ns = 0;
+    const row* full = NULL;
+    for (uint32_t i = 0; i < n; i++)
+        if (rows[i].policy->full)
+            full = &rows[i];
+    for (size_t k = 0; k < NPOLICIES; k++) {
+        if (POLICIES[k].full)
+            continue;
+        uint32_t c = 0;
+        for (uint32_t i = 0; i < n && c < MAX_ROWS - 1; i++)
+            if (rows[i].policy == &POLICIES[k]) {
+                xs[ns][c] = 100.0 * rows[i].cache_tokens / o->ctx;
+                ppl[ns][c] = isnan(rows[i].bits) ? NAN : pow(2.0, rows[i].bits);
+                pk[ns][c] = rows[i].passkey_acc;
+                c++;
+            }
+        if (!c)
+            continue;
+        if (full) {
+            xs[ns][c] = 100.0;
+            ppl[ns][c] = isnan(full->bits) ? NAN : pow(2.0, full->bits);
+            pk[ns][c] = full->passkey_acc;
+            c++;
+        }
+        sp[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], ppl[ns] };
+        sk[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], pk[ns] };
+        ns++;
+    }
+    plot_panel panels[2] = {
+        { "perplexity per byte (held-out text)", "cache size, % of the context", "perplexity per byte", sp, ns },
+        { "passkey accuracy (prompt compressed once)", "cache size, % of the context", "exact-match accuracy", sk, ns },
+    };
+    return plot_svg(f, panels, o->passkey ? 2 : 1);
+}
+
 static bool write_outputs(const opts* o, const row* rows, uint32_t n)
 {
-    outfile csv = { 0 }, js = { 0 };
+    outfile out[3] = { 0 };
+    const char* paths[3] = { o->csv, o->json, o->plot };
     bool ok = true;
-    if (o->csv && !(ok = outfile_open(&csv, TOOL, o->csv)))
-        return false;
-    if (o->json && !(ok = outfile_open(&js, TOOL, o->json))) {
-        if (o->csv)
-            outfile_close(&csv, TOOL, false);
-        return false;
-    }
-    if (o->csv) {
-        fprintf(csv.f, "policy,budget,ctx,kv_quant,bits_per_byte,ppl,passkey_acc\n");
-        for (uint32_t i = 0; i < n; i++)
-            fprintf(csv.f, "%s,%u,%u,%s,%.6f,%.6f,%.4f\n", rows[i].policy, rows[i].budget ? rows[i].budget : o->ctx, o->ctx,
-                    rows[i].kv_quant, rows[i].bits, pow(2.0, rows[i].bits), rows[i].passkey_acc);
-    }
-    if (o->json) {
-        fprintf(js.f, "[\n");
+    int opened = 0;
+    for (int k = 0; k < 3 && ok; k++, opened++)
+        if (paths[k] && !(ok = outfile_open(&out[k], TOOL, paths[k])))
+            break;
+    if (ok && o->csv) {
+        FILE* f = out[0].f;
+        fprintf(f, "policy,n_sink,budget,n_recent,cache_tokens,cache_bytes,ctx,kv_quant,bits_per_byte,ppl,passkey_acc,"
+                   "passkey_stream_acc\n");
         for (uint32_t i = 0; i < n; i++) {
             const row* r = &rows[i];
-            fprintf(js.f, "  {\"policy\": \"%s\", \"budget\": %u, \"ctx\": %u, \"kv_quant\": \"%s\", ", r->policy,
-                    r->budget ? r->budget : o->ctx, o->ctx, r->kv_quant);
-            if (isnan(r->bits))
-                fprintf(js.f, "\"bits_per_byte\": null, \"ppl\": null, ");
-            else
-                fprintf(js.f, "\"bits_per_byte\": %.6f, \"ppl\": %.6f, \"bytes_scored\": %llu, ", r->bits, pow(2.0, r->bits),
-                        (unsigned long long)r->bytes_scored);
-            if (isnan(r->passkey_acc))
-                fprintf(js.f, "\"passkey_acc\": null}");
-            else {
-                fprintf(js.f, "\"passkey_acc\": %.4f, \"passkey_by_depth\": {", r->passkey_acc);
-                for (uint32_t d = 0; d < o->ndepths; d++)
-                    fprintf(js.f, "%s\"%.3g\": %.4f", d ? ", " : "", o->depths[d], r->acc_by_depth[d]);
-                fprintf(js.f, "}}");
-            }
-            fprintf(js.f, "%s\n", i + 1 < n ? "," : "");
+            fprintf(f, "%s,%u,%u,%u,%u,%llu,%u,%s,%.6f,%.6f,%.4f,%.4f\n", r->policy->name, r->n_sink, r->budget, r->n_recent,
+                    r->cache_tokens, (unsigned long long)r->cache_bytes, o->ctx, r->kv_quant, r->bits, pow(2.0, r->bits),
+                    r->passkey_acc, r->passkey_stream);
         }
-        fprintf(js.f, "]\n");
     }
-    if (o->csv)
-        ok = outfile_close(&csv, TOOL, true) && ok;
-    if (o->json)
-        ok = outfile_close(&js, TOOL, ok) && ok;
+    if (ok && o->json) {
+        FILE* f = out[1].f;
+        fprintf(f, "[\n");
+        for (uint32_t i = 0; i < n; i++) {
+            const row* r = &rows[i];
+            fprintf(f, "  {\"policy\": \"%s\", \"budget\": %u, \"n_sink\": %u, \"n_recent\": %u, \"cache_tokens\": %u, "
+                       "\"cache_bytes\": %llu, \"ctx\": %u, \"kv_quant\": \"%s\", ",
+                    r->policy->name, r->budget, r->n_sink, r->n_recent, r->cache_tokens, (unsigned long long)r->cache_bytes,
+                    o->ctx, r->kv_quant);
+            json_num(f, "bits_per_byte", r->bits, "%.6f");
+            fprintf(f, ", ");
+            json_num(f, "ppl", isnan(r->bits) ? NAN : pow(2.0, r->bits), "%.6f");
+            fprintf(f, ", \"bytes_scored\": %llu, ", (unsigned long long)r->bytes_scored);
+            json_num(f, "passkey_acc", r->passkey_acc, "%.4f");
+            if (!isnan(r->passkey_acc))
+                json_depths(f, "passkey_by_depth", o, r->acc_by_depth);
+            fprintf(f, ", ");
+            json_num(f, "passkey_stream_acc", r->passkey_stream, "%.4f");
+            if (!isnan(r->passkey_stream))
+                json_depths(f, "passkey_stream_by_depth", o, r->stream_by_depth);
+            fprintf(f, "}%s\n", i + 1 < n ? "," : "");
+        }
+        fprintf(f, "]\n");
+    }
+    if (ok && o->plot)
+        ok = write_plot(out[2].f, o, rows, n);
+    for (int k = 0; k < opened; k++)
+        if (paths[k] && !outfile_close(&out[k], TOOL, ok))
+            ok = false;
     return ok;
+}
+
+/* The rows to run: one from the flags, or the --sweep grid. */
+static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
+{
+    (void)m;
+    uint32_t n = 0;
+    const row base = { .kv_quant = "none", .bits = NAN, .passkey_acc = NAN, .passkey_stream = NAN };
+    if (!o->sweep) {
+        row r = base;
+        r.policy = o->policy;
+        if (!o->policy->full) {
+            r.n_sink = o->n_sink;
+            r.n_recent = o->n_recent;
+            if (o->budget_frac > 0) {
+                uint32_t total = (uint32_t)lround(o->budget_frac * o->ctx);
+                r.budget = total > r.n_sink + r.n_recent ? total - r.n_sink - r.n_recent : 1;
+            } else {
+                r.budget = o->budget;
+            }
+        }
+        rows[n++] = r;
+        return n;
+    }
+    rows[n] = base;
+    rows[n++].policy = &POLICIES[0];
+    static const double fracs[] = { 0.125, 0.25, 0.5 };
+    for (size_t k = 1; k < NPOLICIES; k++)
+        for (size_t f = 0; f < sizeof fracs / sizeof fracs[0]; f++) {
+            row r = base;
+            r.policy = &POLICIES[k];
+            uint32_t total = (uint32_t)lround(fracs[f] * o->ctx);
+            r.n_sink = o->n_sink < total / 4 ? o->n_sink : total / 4;
+            r.n_recent = o->n_recent < total / 4 ? o->n_recent : total / 4;
+            r.budget = total > r.n_sink + r.n_recent ? total - r.n_sink - r.n_recent : 1;
+            rows[n++] = r;
+        }
+    return n;
 }
 
 int main(int argc, char** argv)
@@ -472,14 +758,26 @@ int main(int argc, char** argv)
                 vkh2o_model_get_config(m)->vocab_size);
         rc = 1;
     }
-    row rows[1] = { { .policy = "full", .budget = 0, .kv_quant = "none", .bits = NAN, .passkey_acc = NAN } };
-    if (!rc && text)
-        rc = run_perplexity(ctx, m, &o, text, len, &rows[0]);
-    if (!rc && o.passkey)
-        rc = run_passkey(ctx, m, &o, &rows[0]);
+    static row rows[MAX_ROWS];
+    uint32_t nrows = rc ? 0 : make_rows(&o, m, rows);
+    for (uint32_t i = 0; i < nrows && !rc; i++) {
+        row* r = &rows[i];
+        r->cache_tokens = r->policy->full ? o.ctx : r->n_sink + r->budget + r->n_recent;
+        vkh2o_model_session* s = NULL;
+        if ((rc = open_session(ctx, m, &o, r, &s)) != 0)
+            break;
+        r->cache_bytes = vkh2o_model_session_get_cache_bytes(s);
+        vkh2o_model_session_destroy(s);
+        if (text)
+            rc = run_perplexity(ctx, m, &o, text, len, r);
+        if (!rc && o.passkey)
+            rc = run_passkey(ctx, m, &o, false, r);
+        if (!rc && o.passkey && o.stream)
+            rc = run_passkey(ctx, m, &o, true, r);
+    }
     if (!rc) {
-        print_rows(&o, rows, 1);
-        if (!write_outputs(&o, rows, 1))
+        print_rows(&o, rows, nrows);
+        if (!write_outputs(&o, rows, nrows))
             rc = 1;
     }
     vkh2o_model_destroy(m);

@@ -40,9 +40,9 @@ vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_
         cd.n_sink = d.n_sink;
         cd.n_recent = d.n_recent;
     }
+    /* capacity stays cap + 1 (the appended token before eviction): a prefill longer than that is
+     * gathered into the cache straight from the prompt's rows */
     cd.max_prefill = max_tokens;
-    uint32_t cap = cd.n_sink + cd.budget + cd.n_recent;
-    cd.capacity = (cap > max_tokens ? cap : max_tokens) + 1;
     vkh2o_error e = { 0 };
     vkh2o_result r = vkh2o_cache_desc_validate(&cd, &e);
     if (r != VKH2O_OK)
