@@ -52,6 +52,8 @@ typedef struct opts {
     double budget_frac;       /* --budget P%: fraction of the context for the whole cache */
     uint32_t n_sink, n_recent;
     bool stream, sweep;
+    bool bench;
+    uint32_t bench_steps;
     const char* plot;
     uint32_t max_windows;
     bool passkey;
@@ -114,6 +116,10 @@ static void usage(FILE* f)
             "  --windows K     at most K windows of the file (default: all)\n"
             "  --passkey       run the passkey test (--trials, default 10; --depths, default 0,0.2,...,1)\n"
             "  --seed S        keys of the passkey test (default 1)\n"
+            "  --bench         decode speed instead: for every policy at 25%% of the context and the full cache,\n"
+            "                  tokens per second of single-token decode steps (the prompt prefilled, then\n"
+            "                  --bench-steps N steps after 4 untimed ones, default 64, policies interleaved), and the\n"
+            "                  eviction share: (evicting step - non-evicting step at the same length) / evicting step\n"
             "  --csv FILE, --json FILE   also write the rows (policy, budget, n_sink, n_recent, cache_tokens,\n"
             "                  cache_bytes, ctx, kv_quant, bits_per_byte, ppl, passkey_acc, passkey_stream_acc)\n"
             "  --plot FILE.svg perplexity and passkey accuracy against cache size, one line per policy\n"
@@ -207,6 +213,11 @@ static int parse(int argc, char** argv, opts* o)
                 return 2;
             }
             i++;
+        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--bench-steps", 1, 100000, &o->bench_steps)) != 0) {
+            if (r < 0)
+                return 2;
+        } else if (!strcmp(a, "--bench")) {
+            o->bench = true;
         } else if (!strcmp(a, "--passkey")) {
             o->passkey = true;
         } else if (!strcmp(a, "--stream")) {
@@ -248,6 +259,19 @@ static int parse(int argc, char** argv, opts* o)
     if (!o->weights) {
         fprintf(stderr, TOOL ": --weights DIR is required\n");
         return 2;
+    }
+    if (!o->bench_steps)
+        o->bench_steps = 64;
+    if (o->bench) {
+        if (o->sweep || o->passkey || seen_policy || seen_budget || o->csv || o->plot) {
+            fprintf(stderr, TOOL ": --bench runs its own grid: no --sweep, --passkey, --policy, --budget, --csv or --plot\n");
+            return 2;
+        }
+        if (!o->text) {
+            fprintf(stderr, TOOL ": --bench needs --text FILE (the decoded bytes)\n");
+            return 2;
+        }
+        return 0;
     }
     if (!o->text && !o->passkey) {
         fprintf(stderr, TOOL ": nothing to do: give --text FILE and/or --passkey\n");
@@ -722,6 +746,111 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
     return n;
 }
 
+/* ---- decode speed ---- */
+
+typedef struct bench_row {
+    const policy_def* policy;
+    uint32_t cap;
+    vkh2o_model_session* s;       /* the policy's session */
+    vkh2o_model_session* ref;     /* the full cache, prefilled to the policy's cache length */
+    double t, t_ref;              /* seconds over the timed steps */
+} bench_row;
+
+static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned char* text, size_t len)
+{
+    const uint32_t cap = (uint32_t)lround(0.25 * o->ctx);
+    const uint32_t steps = o->bench_steps, warm = 4;   /* untimed steps first: pipelines compile on first use */
+    if (len < (size_t)o->ctx || cap + steps + warm > o->ctx) {
+        fprintf(stderr, TOOL ": --bench needs a text of at least --ctx + --bench-steps bytes and --bench-steps <= 3/4 --ctx\n");
+        return 1;
+    }
+    bench_row rows[NPOLICIES];
+    uint32_t n = 0;
+    int rc = 0;
+    uint32_t* tok = malloc((size_t)o->ctx * sizeof *tok);
+    if (!tok)
+        return 1;
+    for (uint32_t i = 0; i < o->ctx; i++)
+        tok[i] = text[i];
+    /* every policy session: prefill ctx - steps tokens (evicted to the cap), then steps decode steps,
+     * each an evicting step at length cap + 1; its full-cache twin holds cap tokens (prefilled) and
+     * decodes the same steps without evicting, at lengths cap + 1 .. cap + steps */
+    for (size_t k = 0; k < NPOLICIES && !rc; k++) {
+        bench_row* b = &rows[n];
+        memset(b, 0, sizeof *b);
+        b->policy = &POLICIES[k];
+        row r = { .policy = b->policy };
+        if (!b->policy->full) {
+            r.n_sink = o->n_sink < cap / 4 ? o->n_sink : cap / 4;
+            r.n_recent = o->n_recent < cap / 4 ? o->n_recent : cap / 4;
+            r.budget = cap - r.n_sink - r.n_recent;
+        }
+        b->cap = b->policy->full ? o->ctx : cap;
+        /* the twin: a cache of about the same capacity that never evicts while it is timed */
+        row twin = { .policy = &POLICIES[1], .budget = cap + warm + steps };
+        if ((rc = open_session(ctx, m, o, &r, &b->s)) != 0 || (!b->policy->full && (rc = open_session(ctx, m, o, &twin, &b->ref)) != 0))
+            break;
+        uint32_t pre = o->ctx - steps - warm;
+        if (vkh2o_run_model_prefill(b->s, tok, pre, NULL, NULL) != VKH2O_OK ||
+            vkh2o_run_model_decode(b->s, tok + pre, warm, NULL, NULL) != VKH2O_OK ||
+            (b->ref && (vkh2o_run_model_prefill(b->ref, tok, cap - warm, NULL, NULL) != VKH2O_OK ||
+                        vkh2o_run_model_decode(b->ref, tok + cap - warm, warm, NULL, NULL) != VKH2O_OK))) {
+            fprintf(stderr, TOOL ": bench prefill (%s): %s\n", b->policy->name, vkh2o_last_error(ctx));
+            rc = 1;
+        }
+        n++;
+    }
+    cli_progress prog;
+    cli_progress_begin(&prog, "bench steps", steps, o->quiet);
+    for (uint32_t st = 0; st < steps && !rc; st++) {
+        for (uint32_t k = 0; k < n && !rc; k++) {
+            bench_row* b = &rows[k];
+            uint32_t t_next = text[o->ctx - steps + st];
+            double t0 = cli_now();
+            if (vkh2o_run_model_decode(b->s, &t_next, 1, NULL, NULL) != VKH2O_OK)
+                rc = 1;
+            double t1 = cli_now();
+            b->t += t1 - t0;
+            if (!rc && b->ref) {
+                if (vkh2o_run_model_decode(b->ref, &t_next, 1, NULL, NULL) != VKH2O_OK)
+                    rc = 1;
+                b->t_ref += cli_now() - t1;
+            }
+            if (rc)
+                fprintf(stderr, TOOL ": bench step (%s): %s\n", b->policy->name, vkh2o_last_error(ctx));
+        }
+        cli_progress_update(&prog, st + 1);
+    }
+    cli_progress_end(&prog);
+    if (!rc) {
+        double full_tps = 0;
+        for (uint32_t k = 0; k < n; k++)
+            if (rows[k].policy->full)
+                full_tps = steps / rows[k].t;
+        printf("decode speed: %u single-token steps per policy, interleaved (wall time per step, submit + wait)\n", steps);
+        printf("%-10s %8s %12s %10s %16s\n", "policy", "cache", "tokens/s", "vs full", "eviction share");
+        for (uint32_t k = 0; k < n; k++) {
+            const bench_row* b = &rows[k];
+            double tps = steps / b->t;
+            printf("%-10s %8u %12.1f %9.2fx ", b->policy->name, b->cap, tps, full_tps > 0 ? tps / full_tps : 0.0);
+            if (b->ref)
+                printf("%15.1f%%\n", 100.0 * (b->t - b->t_ref) / b->t);
+            else
+                printf("%16s\n", "-");
+        }
+        printf("(eviction share: the step's extra time over a step of a cache holding as many tokens with room to\n"
+               " spare, which appends, attends and scores the same way but never selects or compacts; the H2O step\n"
+               " is one fused dispatch, so this difference is how its selection and compaction cost is measured;\n"
+               " small or negative values are within the run-to-run noise)\n");
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        vkh2o_model_session_destroy(rows[k].s);
+        vkh2o_model_session_destroy(rows[k].ref);
+    }
+    free(tok);
+    return rc;
+}
+
 int main(int argc, char** argv)
 {
     opts o;
@@ -757,6 +886,13 @@ int main(int argc, char** argv)
         fprintf(stderr, TOOL ": --weights %s: vocab_size is %u; vkh2o-eval reads bytes as tokens (vocab 256)\n", o.weights,
                 vkh2o_model_get_config(m)->vocab_size);
         rc = 1;
+    }
+    if (!rc && o.bench) {
+        rc = run_bench(ctx, m, &o, text, len);
+        vkh2o_model_destroy(m);
+        vkh2o_context_destroy(ctx);
+        free(text);
+        return rc;
     }
     static row rows[MAX_ROWS];
     uint32_t nrows = rc ? 0 : make_rows(&o, m, rows);
