@@ -308,8 +308,9 @@ void ref_h2o_sim_step(ref_h2o_sim* s, uint32_t position, uint32_t l, const uint3
     L->len = ++t;
     double* mass = malloc((size_t)t * sizeof *mass);
     layer_attention(s, l, q, mass);
+    double factor = c->mode == VKH2O_SCORE_DECAY ? (double)c->decay : c->mode == VKH2O_SCORE_TOVA ? 0.0 : 1.0;
     for (uint32_t i = 0; i < t; i++)
-        L->score[i] += mass[i];
+        L->score[i] = factor * L->score[i] + mass[i];
     free(mass);
     free(q);
 

@@ -58,6 +58,7 @@ typedef struct ref_h2o_config {
     const float* kv_b;             /* latent: absorb through it (NULL: q/out are latent) */
     uint32_t n_sink, budget, n_recent, capacity;
     uint32_t policy, mode, seed;
+    float decay;                   /* VKH2O_SCORE_DECAY's factor (the cache's resolved value) */
     float scale;
     bool f16;                      /* storage (mock rows are exact in both) */
 } ref_h2o_config;

@@ -38,6 +38,10 @@ static const policy_def POLICIES[] = {
       "heavy hitters by accumulated attention mass (the seed's H2O; early tokens accumulate most)" },
     { "h2o-mean", false, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN,
       "accumulated mass / queries that could see the token (OpenVINO NORM_SUM, kvpress ObservedAttention)" },
+    { "h2o-decay", false, VKH2O_POLICY_H2O, VKH2O_SCORE_DECAY,
+      "score <- decay * score + mass at every step (--decay, default 0.9): old attention fades" },
+    { "tova", false, VKH2O_POLICY_H2O, VKH2O_SCORE_TOVA,
+      "TOVA: the tokens the current query attends to most (no accumulation)" },
     { "streaming", false, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, "StreamingLLM: sinks + the most recent tokens" },
     { "random", false, VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM, "budget middle tokens chosen at random each step (the control)" },
 };
@@ -51,6 +55,7 @@ typedef struct opts {
     uint32_t budget;          /* tokens; 0 with budget_frac */
     double budget_frac;       /* --budget P%: fraction of the context for the whole cache */
     uint32_t n_sink, n_recent;
+    double decay;
     bool stream, sweep;
     bool bench;
     uint32_t bench_steps;
@@ -84,7 +89,7 @@ static void usage(FILE* f)
 {
     fprintf(f,
             "usage: vkh2o-eval --weights DIR [--text FILE] [--ctx N] [--windows K]\n"
-            "                  [--policy P] [--budget B | --budget F%%] [--n-sink S] [--n-recent R] [--sweep]\n"
+            "                  [--policy P] [--budget B | --budget F%%] [--n-sink S] [--n-recent R] [--decay F] [--sweep]\n"
             "                  [--passkey [--stream] [--trials T] [--depths D1,D2,...]] [--seed S]\n"
             "                  [--csv FILE] [--json FILE] [--plot FILE.svg] [--quiet] [--help]\n"
             "Runs a byte-level DeepSeek-V3-architecture model (an HF directory: config.json + safetensors,\n"
@@ -102,12 +107,15 @@ static void usage(FILE* f)
             "  full        every token kept (the baseline)\n"
             "  h2o         heavy hitters by accumulated attention mass (the seed's H2O)\n"
             "  h2o-mean    accumulated mass / queries that could see the token (against early-token bias)\n"
+            "  h2o-decay   score <- decay * score + mass each step (--decay F, default 0.9): old attention fades\n"
+            "  tova        TOVA: the tokens the current query attends to most (no accumulation)\n"
             "  streaming   StreamingLLM: sinks + the most recent tokens\n"
             "  random      budget middle tokens chosen at random each step (the control)\n"
             "  --budget B      heavy hitters per layer (tokens), or F%% of the context for the whole cache\n"
             "                  (sinks + budget + recents); required unless --policy full\n"
             "  --n-sink S      first tokens always kept (default 4)\n"
             "  --n-recent R    last tokens always kept (default 16)\n"
+            "  --decay F       h2o-decay's factor, in (0, 1) (default 0.9)\n"
             "  --sweep         the grid: full, and every policy at caches of 12.5%%, 25%% and 50%% of the\n"
             "                  context (recents at most a quarter of the cache); implies --stream\n"
             "  --weights DIR   the model directory (or its .safetensors with config.json beside it)\n"
@@ -180,6 +188,14 @@ static int parse(int argc, char** argv, opts* o)
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--n-recent", 0, 1u << 20, &o->n_recent)) != 0) {
             if (r < 0)
                 return 2;
+        } else if (!strcmp(a, "--decay")) {
+            if (!v) {
+                fprintf(stderr, TOOL ": --decay needs a value\n");
+                return 2;
+            }
+            if (!cli_parse_f64(TOOL, "--decay", v, 1e-6, 0.999999, &o->decay))
+                return 2;
+            i++;
         } else if (!strcmp(a, "--policy")) {
             if (!v || seen_policy) {
                 fprintf(stderr, TOOL ": --policy %s\n", v ? "given twice" : "needs a value");
@@ -191,7 +207,8 @@ static int parse(int argc, char** argv, opts* o)
                 if (!strcmp(v, POLICIES[k].name))
                     o->policy = &POLICIES[k];
             if (!o->policy) {
-                fprintf(stderr, TOOL ": --policy: unknown policy '%s' (full, h2o, h2o-mean, streaming, random)\n", v);
+                fprintf(stderr, TOOL ": --policy: unknown policy '%s' (full, h2o, h2o-mean, h2o-decay, tova, streaming, "
+                                "random)\n", v);
                 return 2;
             }
             i++;
@@ -368,6 +385,7 @@ static int open_session(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const
         d.n_recent = r->n_recent;
         d.policy = r->policy->policy;
         d.score_mode = r->policy->mode;
+        d.decay = (float)o->decay;
     }
     if (vkh2o_model_session_create(m, &d, out) != VKH2O_OK) {
         fprintf(stderr, TOOL ": policy %s (sinks %u, budget %u, recents %u): %s\n", r->policy->name, r->n_sink, r->budget,

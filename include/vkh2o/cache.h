@@ -61,6 +61,9 @@ typedef enum vkh2o_score_mode {
     VKH2O_SCORE_SUM = 0,   /* accumulated attention mass (the seed's) */
     VKH2O_SCORE_MEAN = 1,  /* accumulated mass / number of queries that have seen the token
                               (cur_position - position + 1), against the early-token bias */
+    VKH2O_SCORE_DECAY = 2, /* score <- decay * score + mass at every step (decay: the desc's) */
+    VKH2O_SCORE_TOVA = 3,  /* TOVA: score <- the current query's mass only (no accumulation; summed
+                              over heads, which ranks as the mean over heads does) */
 } vkh2o_score_mode;
 
 /*
@@ -72,6 +75,8 @@ typedef enum vkh2o_score_mode {
  *   layout         DEFAULT = EXPANDED
  *   storage        VKH2O_DTYPE_F16 (F16 or F32; rows are stored in this type, scores in f32)
  *   policy         H2O;  score_mode  SUM;  seed  0 (RANDOM policy and mock steps)
+ *   decay          SCORE_DECAY's factor in (0, 1); 0 = 0.9 (ignored by the other modes). Every
+ *                  mode starts a prefilled token from the prompt's summed mass.
  *   qk_rope_dim    64 for the latent layout (expanded: may be 0, then qk = qk_nope_dim)
  *   kv_lora_rank   required for the latent layout
  *   scale          qk^-0.5 with qk = qk_nope_dim + qk_rope_dim
@@ -94,6 +99,7 @@ typedef struct vkh2o_cache_desc {
     vkh2o_evict_policy policy;
     vkh2o_score_mode score_mode;
     uint32_t seed;
+    float decay;
     float scale;
     const float* kv_b_proj;
     uint32_t max_prefill;

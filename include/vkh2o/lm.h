@@ -91,7 +91,8 @@ typedef struct vkh2o_model_session vkh2o_model_session;
  *   budget        heavy hitters kept per layer; 0 = every token (full cache; the other eviction
  *                 fields are then ignored)
  *   n_sink, n_recent  first / last tokens every policy keeps
- *   policy, score_mode, seed   as in vkh2o_cache_desc (H2O sum, H2O mean, streaming, random)
+ *   policy, score_mode, seed, decay   as in vkh2o_cache_desc (H2O sum / mean / decayed scores,
+ *                 TOVA, streaming, random)
  *   layout        DEFAULT = LATENT (c_kv + k_pe, the query absorbed on the device), or EXPANDED
  *   storage       F16 (default) or F32 rows
  *   max_tokens    longest sequence the session takes (prefill + decode); 0 = the model's
@@ -102,6 +103,7 @@ typedef struct vkh2o_model_cache_desc {
     vkh2o_evict_policy policy;
     vkh2o_score_mode score_mode;
     uint32_t seed;
+    float decay;
     vkh2o_kv_layout layout;
     vkh2o_dtype storage;
     uint32_t max_tokens;

@@ -10,6 +10,8 @@
 #define POLICY_RANDOM 2u
 #define SCORE_SUM 0u
 #define SCORE_MEAN 1u
+#define SCORE_DECAY 2u   // selected by the score like SUM (the step decays it)
+#define SCORE_TOVA 3u    // selected by the score like SUM (the step replaces it)
 
 uint hash32(uint x)
 {

@@ -3,7 +3,8 @@
  * H2O decode steps, read side: one workgroup per layer runs p.nsteps consecutive steps of
  *   append (score 0, position, and a map entry for the new token)
  *   -> attention of the new query over the cache (logits, softmax, P.V)
- *   -> attention mass (sum over heads of P[h, t]) added to every token's score
+ *   -> attention mass (sum over heads of P[h, t]) added to every token's score (after scaling the
+ *      score by keep: 1 for the sum and mean modes, the decay factor, or 0 for TOVA)
  *   -> if the cache holds more than cap tokens: select (the worst middle tokens by key, ties:
  *      the higher position goes) and compact scores, positions and the map, order preserved.
  * The K/V (or c_kv/k_pe) rows are NOT moved here: the cache rows are read through uniform
@@ -124,6 +125,7 @@ layout(push_constant) uniform Push {
     uint in_q, in_a, in_b;   // staging planes (floats)
     uint out_off;        // floats, layer 0 of the range; 0xffffffff: scratch
     uint nsteps;         // consecutive steps (mock only; 1 otherwise)
+    float keep;          // a score's factor before the mass is added: 1 (sum, mean), decay, 0 (TOVA)
 } p;
 
 shared float red[RED];
@@ -407,7 +409,7 @@ void step_once(const uint j)
     for (uint t = tid; t < n; t += WG) {
         float mass = 0.0;
         for (uint h = 0u; h < H; h++) mass += sc[scb + h * CAPP + t] * sh_iz[h];
-        scores[row0 + t] += mass;
+        scores[row0 + t] = p.keep * scores[row0 + t] + mass;   // keep 1: exactly +=
     }
 
     // ---- output ----

@@ -42,6 +42,8 @@ static vkh2o_cache_desc desc_resolved(const vkh2o_cache_desc* d)
         r.storage = VKH2O_DTYPE_F16;
     if (r.layout == VKH2O_LAYOUT_DEFAULT)
         r.layout = VKH2O_LAYOUT_EXPANDED;
+    if (r.score_mode == VKH2O_SCORE_DECAY && r.decay == 0.0f)
+        r.decay = 0.9f;
     if (r.layout == VKH2O_LAYOUT_LATENT && !r.qk_rope_dim)
         r.qk_rope_dim = 64;
     uint64_t cap = (uint64_t)r.n_sink + r.budget + r.n_recent;
@@ -71,8 +73,10 @@ vkh2o_result vkh2o_cache_desc_validate(const vkh2o_cache_desc* desc, vkh2o_error
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: unknown layout %d", (int)d.layout);
     if (d.policy != VKH2O_POLICY_H2O && d.policy != VKH2O_POLICY_STREAMING && d.policy != VKH2O_POLICY_RANDOM)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: unknown policy %d", (int)d.policy);
-    if (d.score_mode != VKH2O_SCORE_SUM && d.score_mode != VKH2O_SCORE_MEAN)
+    if ((unsigned)d.score_mode > VKH2O_SCORE_TOVA)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: unknown score mode %d", (int)d.score_mode);
+    if (d.score_mode == VKH2O_SCORE_DECAY && !(d.decay > 0.0f && d.decay < 1.0f))
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: decay %g is not in (0, 1)", (double)d.decay);
     if (d.storage != VKH2O_DTYPE_F16 && d.storage != VKH2O_DTYPE_F32)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "cache desc: storage must be F16 or F32, not %s",
                                vkh2o_dtype_name(d.storage));
@@ -438,6 +442,7 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_cache* c, VkCommandBuffer cb, const vkh2
         .flags = (mock ? 1u : 0u) | ((s->flags & VKH2O_STEP_RECORD_KEYS) ? 2u : 0u) | (s->out ? 4u : 0u),
         .seed = d->seed, .history_steps = d->history_steps, .scale = c->scale, .nsteps = nsteps,
         .in_q = c->in_q, .in_a = c->in_a, .in_b = c->in_b,
+        .keep = d->score_mode == VKH2O_SCORE_DECAY ? d->decay : d->score_mode == VKH2O_SCORE_TOVA ? 0.0f : 1.0f,
     };
     uint32_t q_off = 0, a_off = 0, b_off = 0;
     vkh2o_binding o;

@@ -127,6 +127,7 @@ struct h2o_step_push {
     float scale;
     uint32_t in_q, in_a, in_b, out_off;
     uint32_t nsteps;
+    float keep;            /* what a step keeps of a score before adding the mass: 1, decay, or 0 */
 };
 _Static_assert(sizeof(struct h2o_step_push) <= VKH2O_PUSH_MAX, "h2o_step push constants");
 

@@ -50,7 +50,7 @@ vkh2o_result vkh2o_cmd_topk(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_
     if (a->begin > a->end || a->end > a->n)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_topk: range [%u, %u) is not inside [0, %u)",
                           a->begin, a->end, a->n);
-    if (a->policy > VKH2O_POLICY_RANDOM || a->score_mode > VKH2O_SCORE_MEAN)
+    if (a->policy > VKH2O_POLICY_RANDOM || a->score_mode > VKH2O_SCORE_TOVA)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_topk: unknown policy %u / score mode %u",
                           a->policy, a->score_mode);
     uint32_t m = a->end - a->begin;

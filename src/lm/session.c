@@ -36,6 +36,7 @@ vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_
     } else {
         cd.policy = d.policy;
         cd.score_mode = d.score_mode;
+        cd.decay = d.decay;
         cd.budget = d.budget;
         cd.n_sink = d.n_sink;
         cd.n_recent = d.n_recent;

@@ -84,7 +84,7 @@ static void test_desc_validation(void** state)
     d.policy = (vkh2o_evict_policy)9;
     expect_code(&d, VKH2O_ERROR_INVALID_ARGUMENT, "policy");
     d = small_desc();
-    d.score_mode = (vkh2o_score_mode)2;
+    d.score_mode = (vkh2o_score_mode)7;
     expect_code(&d, VKH2O_ERROR_INVALID_ARGUMENT, "score mode");
     d = small_desc();
     d.storage = VKH2O_DTYPE_BF16;
@@ -196,7 +196,7 @@ static void run_checked(const run_cfg* rc, uint64_t seed)
     ref_h2o_config cfg = {
         .layers = rc->layers, .heads = rc->heads, .dn = rc->dn, .dr = rc->dr, .dv = rc->dv, .kvl = rc->kvl,
         .latent = lat, .kv_b = kvb, .n_sink = rc->n_sink, .budget = rc->budget, .n_recent = rc->n_recent,
-        .capacity = cd->capacity, .policy = rc->policy, .mode = rc->mode, .seed = (uint32_t)seed,
+        .capacity = cd->capacity, .policy = rc->policy, .mode = rc->mode, .seed = (uint32_t)seed, .decay = cd->decay,
         .scale = 1.0f / sqrtf((float)(rc->dn + rc->dr)), .f16 = rc->storage != VKH2O_DTYPE_F32,
     };
     ref_h2o_sim sim;
@@ -269,6 +269,10 @@ static void test_steps_vs_reference(void** state)
         { "latent fp32 q_abs random", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_RANDOM, VKH2O_SCORE_MEAN, 2, 32, 16, 24, 64, 2, 12, 6, 1, 36, false },
         { "latent fp16 streaming", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, 2, 32, 16, 24, 64, 1, 10, 3, 1, 30, true },
         { "latent fp32 odd kv_lora", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN, 3, 20, 6, 10, 37, 2, 9, 4, 1, 30, true },
+        /* decayed scores (the default factor 0.9) and TOVA (the current query's mass only) */
+        { "expanded fp32 h2o decay", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_DECAY, 2, 32, 32, 32, 0, 2, 12, 6, 2, 40, false },
+        { "latent fp32 tova", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_TOVA, 3, 20, 6, 10, 37, 1, 11, 3, 1, 36, true },
+        { "expanded fp16 tova", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_TOVA, 3, 12, 6, 10, 0, 2, 9, 5, 1, 36, false },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_checked(&cases[i], seed + i);

@@ -427,6 +427,8 @@ static void test_session_evict(void** state)
     /* the other policies and the mean score: the cap holds and every output is finite */
     const struct { vkh2o_evict_policy p; vkh2o_score_mode m; const char* name; } pol[] = {
         { VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN, "h2o mean" },
+        { VKH2O_POLICY_H2O, VKH2O_SCORE_DECAY, "h2o decay" },
+        { VKH2O_POLICY_H2O, VKH2O_SCORE_TOVA, "tova" },
         { VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, "streaming" },
         { VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM, "random" },
     };
