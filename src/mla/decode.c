@@ -283,6 +283,11 @@ vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* L, vkh2o_cache* c, uint32_t 
 {
     if (!L || !c)
         return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_prefill: NULL argument");
+    /* the checks of the recording, before anything is uploaded */
+    VKH2O_CHECK(check_cache(L, c, cache_layer));
+    if (seq_len > c->desc.max_prefill)
+        return vkh2o_fail(vkh2o_mla_layer_context(L), VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla prefill: %u prompt tokens exceed the cache's max_prefill %u", seq_len, c->desc.max_prefill);
     vkh2o_mla_prefill p = { .layer = cache_layer };
     return run_prompt(L, hidden, seq_len, out, &p, rec_prefill, c);
 }

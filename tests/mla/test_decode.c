@@ -266,7 +266,7 @@ static void test_errors(void** state)
     fixture f;
     fixture_make(&f, vt_u64(&rng));
     const uint32_t D = f.cfg.hidden_size;
-    float* h = calloc(8ull * D, 4);
+    float* h = calloc(16ull * D, 4);
     vkh2o_cache_desc cd = { .n_sink = 1, .budget = 2, .n_recent = 1, .max_prefill = 8 };
     vkh2o_cache_desc_from_mla(&f.cfg, VKH2O_LAYOUT_EXPANDED, &cd);
     vkh2o_cache* c = NULL;
