@@ -18,8 +18,12 @@
  *   3. vkh2o_mla_layer_create(ctx, &cfg, hw, &desc, &layer)        -- uploads the weights
  *   4. vkh2o_run_mla_forward(layer, hidden, seq_len, pos0, out, scores, &timings)
  *      (or vkh2o_cmd_mla_forward to record into your own command buffer)
- *   5. vkh2o_cache_create + vkh2o_cmd_cache_prefill / vkh2o_cmd_cache_step for H2O eviction;
- *      vkh2o_qcache_* for the quantised cache (vkh2o/kvquant.h)
+ *   5. decode against a cache: vkh2o_cache_desc_from_mla + vkh2o_cache_create (H2O eviction,
+ *      vkh2o/cache.h) or vkh2o_qcache_create (quantised, vkh2o/kvquant.h); then
+ *      vkh2o_run_mla_prefill(layer, cache, 0, prompt, P, out) and per new token
+ *      vkh2o_run_mla_decode(layer, cache, 0, hidden, 1, position, out) -- or the recording
+ *      vkh2o_cmd_mla_prefill / vkh2o_cmd_mla_decode (and the _qcache forms), vkh2o/mla.h.
+ *      An app's own VkBuffer becomes a vkh2o_buffer with vkh2o_buffer_wrap.
  *   6. destroy in reverse order; every destroy accepts NULL.
  *
  * Conventions

@@ -421,12 +421,12 @@ static int attend_steps(runner* R, const vkh2o_qattn_desc* ad, float* out, doubl
     for (uint32_t i = 0; i < d->steps; i++) {
         if (d->append) {
             uint32_t t = d->T0 + i;
-            if (check(R->ctx, vkh2o_qcache_append_host(R->qc, d->k + (size_t)t * d->kvh * d->dk,
+            if (check(R->ctx, vkh2o_run_qcache_append_host(R->qc, d->k + (size_t)t * d->kvh * d->dk,
                                                        d->v ? d->v + (size_t)t * d->kvh * d->dv : NULL, d->imp + t, 1),
                       "append"))
                 return -1;
             if (R->route_every && (i + 1) % R->route_every == 0 &&
-                check(R->ctx, vkh2o_qcache_route(R->qc, R->policy), "route"))
+                check(R->ctx, vkh2o_run_qcache_route(R->qc, R->policy), "route"))
                 return -1;
         }
         if (d->steps > 1 &&
@@ -439,7 +439,7 @@ static int attend_steps(runner* R, const vkh2o_qattn_desc* ad, float* out, doubl
         if (d->append && d->step_mass) {
             uint32_t n = d->T0 + i + 1;
             if (check(R->ctx, vkh2o_buffer_upload(R->mb, 0, d->step_mass + (size_t)i * d->T, sizeof(float) * n), "mass") ||
-                check(R->ctx, vkh2o_qcache_add_importance(R->qc, R->mb, 0, n), "importance"))
+                check(R->ctx, vkh2o_run_qcache_add_importance(R->qc, R->mb, 0, 0, n), "importance"))
                 return -1;
         }
     }
@@ -469,9 +469,10 @@ static int attend(runner* R, const vkh2o_qattn_desc* ad, float* out, double* ms)
 static int build(runner* R, vkh2o_qpolicy p)
 {
     R->policy = p;
-    if (check(R->ctx, vkh2o_qcache_prefill(R->qc, R->kb, R->vb, R->ib, R->data.T0), "prefill"))
+    if (check(R->ctx, vkh2o_run_qcache_prefill(R->qc, &(vkh2o_qcache_rows){ .k = R->kb, .v = R->vb, .importance = R->ib,
+                                                                            .n = R->data.T0 }), "prefill"))
         return -1;
-    return check(R->ctx, vkh2o_qcache_route(R->qc, p), "route");
+    return check(R->ctx, vkh2o_run_qcache_route(R->qc, p), "route");
 }
 
 /* Attended tokens and the bytes their blocks occupy (read by the attention). */
@@ -542,7 +543,7 @@ static int measure(runner* R, const char* ablation, vkh2o_qpolicy p, int selecto
     if (!rc)
         rc = attend_steps(R, &ad, o, &out->gpu_ms);
     if (!rc)   /* after the steps: every token held, appended ones included */
-        rc = check(R->ctx, vkh2o_qcache_metrics(qc, R->kb, R->vb, &out->km, &out->vm), "metrics");
+        rc = check(R->ctx, vkh2o_run_qcache_metrics(qc, R->kb, R->vb, &out->km, &out->vm), "metrics");
     if (!rc && R->data.steps > 1)
         out->gpu_ms /= R->data.steps;
     /* bytes at the end of the steps (after the last re-route), like the FP16 reference's */
@@ -891,7 +892,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     /* absorption check: FP16 cache over S + 1 tokens, first decode query, through W_uv, against
      * the layer's forward over the same S + 1 tokens (its last row of o) */
     if (build(R, VKH2O_QPOLICY_FP16) ||
-        check(ctx, vkh2o_qcache_append_host(R->qc, d->k + (size_t)S * d->dk, NULL, d->imp + S, 1), "append")) {
+        check(ctx, vkh2o_run_qcache_append_host(R->qc, d->k + (size_t)S * d->dk, NULL, d->imp + S, 1), "append")) {
         goto done;
     }
     {

@@ -54,6 +54,18 @@
  *     random  `budget_blocks` routable blocks chosen by a seeded hash (the control)
  *   Evicted blocks are never selected. Ties: lower block index first.
  *
+ * Recording and submitting (the header's cmd_/run_ rule)
+ *   vkh2o_cmd_qcache_* record into the caller's command buffer: append, add_importance, attend.
+ *   The cache's host bookkeeping (tokens, blocks, FP16 slots in use) advances when an append is
+ *   recorded, so every recorded command buffer must be submitted, once, in recording order,
+ *   and nothing else may run on the cache in between. An append needs free FP16 slots reserved
+ *   beforehand (vkh2o_run_qcache_reserve), because growing a pool copies it and frees the old
+ *   buffer, which a pending command buffer may still use.
+ *   Only vkh2o_run_qcache_* exist for what cannot be recorded: prefill (frees and reallocates
+ *   the pools), reserve (grows the FP16 pool by a copy), route (reads the per-precision counts
+ *   back to size the new pools), metrics (reads its sums back), and the _host variants (they
+ *   upload through temporary buffers). Each submits on the context's queue and waits.
+ *
  * Threads: a qcache belongs to its context (one thread at a time).
  */
 #ifndef VKH2O_KVQUANT_H
@@ -152,32 +164,51 @@ VKH2O_API void vkh2o_qcache_destroy(vkh2o_qcache* qc);
 VKH2O_API const vkh2o_qcache_desc* vkh2o_qcache_get_desc(const vkh2o_qcache* qc);
 
 /*
- * Prefill: replaces the content with n tokens, all FP16. k: [n, kv_heads, d_k] f32,
- * v: [n, kv_heads, d_v] f32 (expanded; ignored for latent, may be NULL), importance: [n] f32
- * (accumulated attention mass per token). Device buffers are borrowed for the call.
- * Append (decode): adds n tokens after the current ones, FP16 (recent).
- * Results: OK, INVALID_ARGUMENT (buffer too small, n = 0), BUDGET (beyond max_tokens),
- * OUT_OF_DEVICE_MEMORY, VULKAN.
+ * Rows of n tokens (f32, from byte offsets that are multiples of 4): k [n, kv_heads, d_k],
+ * v [n, kv_heads, d_v] (expanded; ignored for latent, may be NULL), importance [n]
+ * (accumulated attention mass per token). Device buffers are borrowed until the work using
+ * them has executed.
  */
-VKH2O_API vkh2o_result vkh2o_qcache_prefill(vkh2o_qcache* qc, const vkh2o_buffer* k, const vkh2o_buffer* v,
-                                            const vkh2o_buffer* importance, uint32_t n);
-VKH2O_API vkh2o_result vkh2o_qcache_append(vkh2o_qcache* qc, const vkh2o_buffer* k, const vkh2o_buffer* v,
-                                           const vkh2o_buffer* importance, uint32_t n);
+typedef struct vkh2o_qcache_rows {
+    const vkh2o_buffer* k;           uint64_t k_offset;
+    const vkh2o_buffer* v;           uint64_t v_offset;
+    const vkh2o_buffer* importance;  uint64_t importance_offset;
+    uint32_t n;
+} vkh2o_qcache_rows;
+
+/* Prefill: replaces the content with the rows' tokens, all FP16 (the pools are reallocated to
+ * fit them plus headroom). Append (decode): adds the tokens after the current ones, FP16
+ * (recent). The run_ forms reserve what the append needs first.
+ * Results: OK, INVALID_ARGUMENT (buffer too small from its offset, n = 0), BUDGET (beyond
+ * max_tokens; cmd_append: fewer free FP16 slots reserved than the tokens need),
+ * OUT_OF_DEVICE_MEMORY, VULKAN. */
+VKH2O_API vkh2o_result vkh2o_run_qcache_prefill(vkh2o_qcache* qc, const vkh2o_qcache_rows* rows);
+VKH2O_API vkh2o_result vkh2o_run_qcache_append(vkh2o_qcache* qc, const vkh2o_qcache_rows* rows);
+/* Records the append (one dispatch and a barrier) and advances the host bookkeeping. */
+VKH2O_API vkh2o_result vkh2o_cmd_qcache_append(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_qcache_rows* rows);
+/* Makes sure `tokens` more tokens can be appended by recorded appends without growing the FP16
+ * pool (grows it by a copy now if needed; the device must be done with the cache).
+ * Results: OK, BUDGET (beyond max_tokens), OUT_OF_DEVICE_MEMORY, UNSUPPORTED, VULKAN. */
+VKH2O_API vkh2o_result vkh2o_run_qcache_reserve(vkh2o_qcache* qc, uint32_t tokens);
 /* Host-array variants (upload through temporary buffers). */
-VKH2O_API vkh2o_result vkh2o_qcache_prefill_host(vkh2o_qcache* qc, const float* k, const float* v,
-                                                 const float* importance, uint32_t n);
-VKH2O_API vkh2o_result vkh2o_qcache_append_host(vkh2o_qcache* qc, const float* k, const float* v,
-                                                const float* importance, uint32_t n);
-/* Adds mass[i] to the importance of token first+i (i < n) and refreshes the block sums/maxima.
- * Results: OK, INVALID_ARGUMENT (range outside the tokens held). */
-VKH2O_API vkh2o_result vkh2o_qcache_add_importance(vkh2o_qcache* qc, const vkh2o_buffer* mass, uint32_t first, uint32_t n);
+VKH2O_API vkh2o_result vkh2o_run_qcache_prefill_host(vkh2o_qcache* qc, const float* k, const float* v,
+                                                     const float* importance, uint32_t n);
+VKH2O_API vkh2o_result vkh2o_run_qcache_append_host(vkh2o_qcache* qc, const float* k, const float* v,
+                                                    const float* importance, uint32_t n);
+/* Adds mass[i] (f32 from byte mass_offset, a multiple of 4) to the importance of token first+i
+ * (i < n) and refreshes the block sums/maxima. The cmd_ form records one dispatch and a barrier.
+ * Results: OK, INVALID_ARGUMENT (range outside the tokens held, buffer too small). */
+VKH2O_API vkh2o_result vkh2o_cmd_qcache_add_importance(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_buffer* mass,
+                                                       uint64_t mass_offset, uint32_t first, uint32_t n);
+VKH2O_API vkh2o_result vkh2o_run_qcache_add_importance(vkh2o_qcache* qc, const vkh2o_buffer* mass, uint64_t mass_offset,
+                                                       uint32_t first, uint32_t n);
 
 /* Routes every block with the policy on the GPU (ranks, precisions, slots), reads back only
  * the per-precision counts, reallocates the pools to exactly those counts (+ headroom for
  * FP16), and re-quantises the demoted blocks on the GPU. Results: OK, INVALID_ARGUMENT,
  * OUT_OF_DEVICE_MEMORY, VULKAN, UNSUPPORTED (on a CPU device, more than 262144 blocks: use a
  * larger block_size). */
-VKH2O_API vkh2o_result vkh2o_qcache_route(vkh2o_qcache* qc, vkh2o_qpolicy policy);
+VKH2O_API vkh2o_result vkh2o_run_qcache_route(vkh2o_qcache* qc, vkh2o_qpolicy policy);
 
 typedef struct vkh2o_qcache_stats {
     uint32_t tokens, blocks;
@@ -248,7 +279,7 @@ typedef struct vkh2o_qmetrics {
     double mse, max_abs, cosine;
     uint64_t count;                /* elements compared */
 } vkh2o_qmetrics;
-VKH2O_API vkh2o_result vkh2o_qcache_metrics(vkh2o_qcache* qc, const vkh2o_buffer* k_ref, const vkh2o_buffer* v_ref,
+VKH2O_API vkh2o_result vkh2o_run_qcache_metrics(vkh2o_qcache* qc, const vkh2o_buffer* k_ref, const vkh2o_buffer* v_ref,
                                             vkh2o_qmetrics* k_out, vkh2o_qmetrics* v_out);
 
 /* Downloads the block metadata (tests, tools): per block precision, pool slot, first token,

@@ -25,9 +25,10 @@ extern "C" {
 #endif
 
 typedef struct vkh2o_mla_layer vkh2o_mla_layer;
-/* the caches of vkh2o/cache.h and vkh2o/kvquant.h, which the decode step below takes */
-typedef struct vkh2o_cache vkh2o_cache;
-typedef struct vkh2o_qcache vkh2o_qcache;
+/* the caches of vkh2o/cache.h and vkh2o/kvquant.h (vkh2o_cache, vkh2o_qcache), which the decode
+ * step below takes */
+struct vkh2o_cache;
+struct vkh2o_qcache;
 struct vkh2o_qattn_desc;
 
 typedef enum vkh2o_mla_flags {
@@ -184,17 +185,17 @@ typedef struct vkh2o_mla_decode {
 } vkh2o_mla_decode;
 
 /* Records the steps of d->n_tokens tokens against an H2O cache. Never submits. */
-VKH2O_API vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_cache* cache,
+VKH2O_API vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* layer, VkCommandBuffer cb, struct vkh2o_cache* cache,
                                             const vkh2o_mla_decode* d);
 /* Host convenience: hidden [n, hidden_size] at positions position.., out [n, hidden_size];
  * layer index `cache_layer`; history steps numbered from the position. Submits and waits. */
-VKH2O_API vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* layer, vkh2o_cache* cache, uint32_t cache_layer,
+VKH2O_API vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* layer, struct vkh2o_cache* cache, uint32_t cache_layer,
                                             const float* hidden, uint32_t n, uint32_t position, float* out);
 /* The same against a quantised cache; attn: the selector (NULL = all blocks), its scale 0 =
  * the layer's softmax scale. */
-VKH2O_API vkh2o_result vkh2o_cmd_mla_decode_qcache(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_qcache* qc,
+VKH2O_API vkh2o_result vkh2o_cmd_mla_decode_qcache(vkh2o_mla_layer* layer, VkCommandBuffer cb, struct vkh2o_qcache* qc,
                                                    const vkh2o_mla_decode* d, const struct vkh2o_qattn_desc* attn);
-VKH2O_API vkh2o_result vkh2o_run_mla_decode_qcache(vkh2o_mla_layer* layer, vkh2o_qcache* qc, const float* hidden,
+VKH2O_API vkh2o_result vkh2o_run_mla_decode_qcache(vkh2o_mla_layer* layer, struct vkh2o_qcache* qc, const float* hidden,
                                                    uint32_t n, uint32_t position, float* out,
                                                    const struct vkh2o_qattn_desc* attn);
 
@@ -214,12 +215,12 @@ typedef struct vkh2o_mla_prefill {
     uint32_t seq_len;
     uint32_t layer;        /* H2O cache layer */
 } vkh2o_mla_prefill;
-VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_cache* cache,
+VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* layer, VkCommandBuffer cb, struct vkh2o_cache* cache,
                                              const vkh2o_mla_prefill* p);
 /* Host conveniences (out may be NULL: not downloaded). */
-VKH2O_API vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* layer, vkh2o_cache* cache, uint32_t cache_layer,
+VKH2O_API vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* layer, struct vkh2o_cache* cache, uint32_t cache_layer,
                                              const float* hidden, uint32_t seq_len, float* out);
-VKH2O_API vkh2o_result vkh2o_run_mla_prefill_qcache(vkh2o_mla_layer* layer, vkh2o_qcache* qc, const float* hidden,
+VKH2O_API vkh2o_result vkh2o_run_mla_prefill_qcache(vkh2o_mla_layer* layer, struct vkh2o_qcache* qc, const float* hidden,
                                                     uint32_t seq_len, float* out);
 
 #ifdef __cplusplus

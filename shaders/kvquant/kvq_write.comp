@@ -21,6 +21,7 @@ layout(set = 0, binding = 6) writeonly buffer MinMax { uint minmax[]; };
 
 layout(push_constant) uniform Push {
     uint n_old, n_new, first_block, first_new_block, next_slot, quest, in_tokens, imp_only;
+    uint k_off, v_off, imp_off;   // first float of the inputs in k_in / v_in / imp_in
 } pc;
 
 // one fp16 half of a section word: new token from `src`, old token kept, beyond the end 0
@@ -30,7 +31,7 @@ uint half_bits(uint e, uint d, uint b, uint h, uint old_word, uint which, bool i
     uint pos = b * B + t;
     if (t < B && pos >= pc.n_old && pos < pc.n_old + pc.n_new) {
         uint i = ((pos - pc.n_old) * KVH + h) * d + c;
-        return f32_to_f16_rne(is_v ? v_in[i] : k_in[i]);
+        return f32_to_f16_rne(is_v ? v_in[pc.v_off + i] : k_in[pc.k_off + i]);
     }
     if (t < B && pos < pc.n_old) return (old_word >> (16u * which)) & 0xffffu;
     return 0u;
@@ -70,7 +71,7 @@ void main()
         for (uint t = lid; t < B; t += gl_WorkGroupSize.x) {
             uint pos = b * B + t;
             if (pos >= pc.n_old && pos < end) {
-                float x = imp_in[pos - pc.n_old];
+                float x = imp_in[pc.imp_off + pos - pc.n_old];
                 imp[pos] = pc.imp_only != 0u ? imp[pos] + x : x;
             }
         }

@@ -428,7 +428,7 @@ vkh2o_result vkh2o_run_qcache_attend(vkh2o_qcache* qc, const vkh2o_buffer* q, vk
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_qcache_metrics(vkh2o_qcache* qc, const vkh2o_buffer* k_ref, const vkh2o_buffer* v_ref,
+vkh2o_result vkh2o_run_qcache_metrics(vkh2o_qcache* qc, const vkh2o_buffer* k_ref, const vkh2o_buffer* v_ref,
                                   vkh2o_qmetrics* k_out, vkh2o_qmetrics* v_out)
 {
     if (!qc)
@@ -490,4 +490,66 @@ vkh2o_result vkh2o_qcache_metrics(vkh2o_qcache* qc, const vkh2o_buffer* k_ref, c
         outs[z]->cosine = den > 0 ? (double)f[2] / den : (f[3] == f[4] ? 1.0 : 0.0);
     }
     return VKH2O_OK;
+}
+
+/* ---- decode steps ---- */
+
+#define MASS_WG 64u
+
+vkh2o_result kvq_decode_reserve(vkh2o_qcache* qc, const vkh2o_qattn_desc* a, uint32_t tokens)
+{
+    vkh2o_context* ctx = qc->ctx;
+    const uint32_t H = qc->d.num_heads;
+    VKH2O_CHECK(kvq_scratch(ctx, &qc->dec_q, 4ull * H * qc->shape.kv_heads * qc->shape.d_k));
+    VKH2O_CHECK(kvq_scratch(ctx, &qc->dec_o, 4ull * H * qc->shape.d_v));
+    VKH2O_CHECK(kvq_scratch(ctx, &qc->dec_mass, 4ull * qc->d.max_tokens));
+    VKH2O_CHECK(kvq_scratch(ctx, &qc->dec_stat, 8ull * H));
+    VKH2O_CHECK(kvq_scratch(ctx, &qc->dec_zero, 16));
+    VKH2O_CHECK(check_attn(qc, qc->dec_q, qc->dec_o, a));
+    /* plan the attention after each of the appends (the split count is not monotonic in the
+     * number of blocks) with the host counters as they will be, and keep the largest sizes */
+    const uint32_t B = qc->d.block_size, tokens0 = qc->tokens, blocks0 = qc->blocks, fp16_0 = qc->count[VKH2O_QPREC_FP16];
+    uint64_t part = 0, scores = 0;
+    vkh2o_result r = VKH2O_OK;
+    for (uint32_t i = 1; i <= tokens && r == VKH2O_OK; i++) {
+        qc->tokens = tokens0 + i;
+        qc->blocks = (qc->tokens + B - 1) / B;
+        qc->count[VKH2O_QPREC_FP16] = fp16_0 + (qc->blocks - blocks0);
+        kvq_attn_plan pl;
+        r = kvq_plan_attend(qc, a, &pl);
+        uint64_t pb = 4ull * pl.splits * H * (qc->shape.d_v + 2), sb = 4ull * H * pl.nps;
+        part = pb > part ? pb : part;
+        scores = sb > scores ? sb : scores;
+    }
+    qc->tokens = tokens0;
+    qc->blocks = blocks0;
+    qc->count[VKH2O_QPREC_FP16] = fp16_0;
+    VKH2O_CHECK(r);
+    VKH2O_CHECK(kvq_scratch(ctx, &qc->part, part));
+    return kvq_scratch(ctx, &qc->scores, scores);
+}
+
+vkh2o_result kvq_record_mass(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_qattn_desc* a)
+{
+    vkh2o_context* ctx = qc->ctx;
+    kvq_attn_plan pl;
+    VKH2O_CHECK(kvq_plan_attend(qc, a, &pl));
+    uint32_t spec[KVQ_SPEC_LAYOUT_COUNT];
+    kvq_layout_spec(qc, MASS_WG, spec);
+    vkh2o_kernel* k;
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, "kvq_mass", 6, spec, KVQ_SPEC_LAYOUT_COUNT, &k));
+    ctx->vk.vkCmdFillBuffer(cb, qc->dec_mass->buffer, 0, 4ull * qc->tokens, 0);
+    vkh2o_barrier(ctx, cb);
+    const uint32_t H = qc->d.num_heads, B = qc->d.block_size;
+    struct kvq_mass_push pc = { .nps = pl.nps, .heads = H, .splits = pl.splits, .spp = pl.bps * B, .phase = 0,
+                                .npos = pl.max_sel * B };
+    vkh2o_binding b[6] = { vkh2o_bind(qc->list), vkh2o_bind(qc->meta), vkh2o_bind(qc->scores), vkh2o_bind(qc->part),
+                           vkh2o_bind(qc->dec_stat), vkh2o_bind(qc->dec_mass) };
+    VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 6, &pc, sizeof pc, vkh2o_div_up(H, MASS_WG), 1, 1));
+    vkh2o_barrier(ctx, cb);
+    pc.phase = 1;
+    if (pc.npos)
+        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 6, &pc, sizeof pc, vkh2o_div_up(pc.npos, MASS_WG), 1, 1));
+    vkh2o_barrier(ctx, cb);
+    return vkh2o_cmd_qcache_add_importance(qc, cb, qc->dec_mass, 0, 0, qc->tokens);
 }

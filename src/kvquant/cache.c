@@ -87,7 +87,8 @@ void vkh2o_qcache_destroy(vkh2o_qcache* qc)
     if (!qc)
         return;
     vkh2o_buffer* bufs[] = { qc->meta, qc->imp, qc->minmax, qc->pool[0], qc->pool[1], qc->pool[2],
-                             qc->keys, qc->list, qc->part, qc->dummy, qc->mpart, qc->scores, qc->rank };
+                             qc->keys, qc->list, qc->part, qc->dummy, qc->mpart, qc->scores, qc->rank,
+                             qc->dec_q, qc->dec_o, qc->dec_mass, qc->dec_stat, qc->dec_zero };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         vkh2o_buffer_destroy(bufs[i]);
     free(qc);
@@ -125,26 +126,41 @@ static vkh2o_result grow_fp16(vkh2o_qcache* qc, uint32_t slots)
     return VKH2O_OK;
 }
 
-static vkh2o_result check_input(vkh2o_qcache* qc, const vkh2o_buffer* k, const vkh2o_buffer* v,
-                                const vkh2o_buffer* imp, uint32_t n)
+/* float offset of `bytes` bytes of b from byte `offset` (a multiple of 4) */
+static bool in_range(const vkh2o_buffer* b, uint64_t offset, uint64_t bytes, uint32_t* off_floats)
+{
+    if (!b || (offset & 3u) || offset > vkh2o_buffer_get_size(b) || vkh2o_buffer_get_size(b) - offset < bytes ||
+        offset / 4 >= (1ull << 32))
+        return false;
+    *off_floats = (uint32_t)(offset / 4);
+    return true;
+}
+
+static vkh2o_result check_rows(vkh2o_qcache* qc, const vkh2o_qcache_rows* rows, uint32_t off[3])
 {
     vkh2o_context* ctx = qc->ctx;
-    if (n == 0 || !k || !imp || (!qc->shape.v_in_k && !v))
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "qcache: %s", n == 0 ? "no tokens given" : "missing k, v or importance buffer");
+    if (!rows || rows->n == 0 || !rows->k || !rows->importance || (!qc->shape.v_in_k && !rows->v))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "qcache: %s",
+                          rows && rows->n == 0 ? "no tokens given" : "missing rows, k, v or importance buffer");
+    const uint32_t n = rows->n;
     uint64_t kb = 4ull * n * qc->shape.kv_heads * qc->shape.d_k, vb = 4ull * n * qc->shape.kv_heads * qc->shape.d_v;
-    if (vkh2o_buffer_get_size(k) < kb || vkh2o_buffer_get_size(imp) < 4ull * n || (!qc->shape.v_in_k && vkh2o_buffer_get_size(v) < vb))
+    off[1] = 0;
+    if (!in_range(rows->k, rows->k_offset, kb, &off[0]) || !in_range(rows->importance, rows->importance_offset, 4ull * n, &off[2]) ||
+        (!qc->shape.v_in_k && !in_range(rows->v, rows->v_offset, vb, &off[1])))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "qcache: input buffers too small for %u tokens (k needs %llu bytes, v %llu, importance %llu)", n,
-                          (unsigned long long)kb, (unsigned long long)(qc->shape.v_in_k ? 0 : vb), 4ull * n);
+                          "qcache: input buffers too small for %u tokens from their offsets (multiples of 4): k needs %llu "
+                          "bytes, v %llu, importance %llu", n, (unsigned long long)kb,
+                          (unsigned long long)(qc->shape.v_in_k ? 0 : vb), 4ull * n);
     if ((uint64_t)qc->tokens + n > qc->d.max_tokens)
         return vkh2o_fail(ctx, VKH2O_ERROR_BUDGET, "qcache: %u + %u tokens exceed max_tokens %u", qc->tokens, n,
                           qc->d.max_tokens);
     return VKH2O_OK;
 }
 
-/* Records the write kernel for tokens [n_old, n_old + n) (or an importance-only refresh). */
+/* Records the write kernel for tokens [n_old, n_old + n) (or an importance-only refresh);
+ * off: float offsets of k, v and importance in their buffers. */
 static vkh2o_result record_write(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_buffer* k, const vkh2o_buffer* v,
-                                 const vkh2o_buffer* imp, uint32_t n_old, uint32_t n, bool imp_only)
+                                 const vkh2o_buffer* imp, const uint32_t off[3], uint32_t n_old, uint32_t n, bool imp_only)
 {
     uint32_t spec[KVQ_SPEC_LAYOUT_COUNT];
     kvq_layout_spec(qc, WRITE_WG, spec);
@@ -155,6 +171,7 @@ static vkh2o_result record_write(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh
     struct kvq_write_push pc = {
         .n_old = n_old, .n_new = n, .first_block = first, .first_new_block = imp_only ? UINT32_MAX : qc->blocks,
         .next_slot = qc->fp16_used, .quest = qc->minmax ? 1u : 0u, .in_tokens = n, .imp_only = imp_only ? 1u : 0u,
+        .k_off = off[0], .v_off = off[1], .imp_off = off[2],
     };
     vkh2o_binding b[7] = {
         bind_or_dummy(qc, k), bind_or_dummy(qc, v), vkh2o_bind(imp), vkh2o_bind(qc->meta), vkh2o_bind(qc->imp),
@@ -163,35 +180,65 @@ static vkh2o_result record_write(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh
     return vkh2o_dispatch(qc->ctx, cb, kern, b, 7, &pc, sizeof pc, last - first + 1, imp_only ? 1 : qc->shape.kv_heads, 1);
 }
 
-vkh2o_result vkh2o_qcache_append(vkh2o_qcache* qc, const vkh2o_buffer* k, const vkh2o_buffer* v,
-                                 const vkh2o_buffer* importance, uint32_t n)
+/* new blocks an append of n tokens opens */
+static uint32_t fresh_blocks(const vkh2o_qcache* qc, uint32_t n)
+{
+    uint32_t B = qc->d.block_size;
+    return (uint32_t)(((uint64_t)qc->tokens + n + B - 1) / B) - qc->blocks;
+}
+
+vkh2o_result vkh2o_run_qcache_reserve(vkh2o_qcache* qc, uint32_t tokens)
 {
     if (!qc)
         return VKH2O_ERROR_INVALID_ARGUMENT;
-    VKH2O_CHECK(check_input(qc, k, v, importance, n));
-    uint32_t B = qc->d.block_size;
-    uint32_t nb = (qc->tokens + n + B - 1) / B;
-    uint32_t fresh = nb - qc->blocks;
+    if ((uint64_t)qc->tokens + tokens > qc->d.max_tokens)
+        return vkh2o_fail(qc->ctx, VKH2O_ERROR_BUDGET, "qcache: reserving %u tokens after %u exceeds max_tokens %u", tokens,
+                          qc->tokens, qc->d.max_tokens);
+    uint32_t fresh = fresh_blocks(qc, tokens);
+    if (qc->fp16_used + fresh <= qc->cap[0])
+        return VKH2O_OK;
+    return grow_fp16(qc, qc->fp16_used + fresh + qc->d.headroom_blocks);
+}
+
+vkh2o_result vkh2o_cmd_qcache_append(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_qcache_rows* rows)
+{
+    if (!qc || !cb)
+        return qc ? vkh2o_fail(qc->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_qcache_append: NULL argument")
+                  : VKH2O_ERROR_INVALID_ARGUMENT;
+    uint32_t off[3];
+    VKH2O_CHECK(check_rows(qc, rows, off));
+    uint32_t n = rows->n, fresh = fresh_blocks(qc, n);
     if (qc->fp16_used + fresh > qc->cap[0])
-        VKH2O_CHECK(grow_fp16(qc, qc->fp16_used + fresh + qc->d.headroom_blocks));
-    VkCommandBuffer cb;
-    VKH2O_CHECK(vkh2o_begin(qc->ctx, &cb));
-    vkh2o_result r = record_write(qc, cb, k, v, importance, qc->tokens, n, false);
-    if (r == VKH2O_OK)
-        vkh2o_barrier(qc->ctx, cb);
-    vkh2o_result r2 = vkh2o_submit_wait(qc->ctx, cb);
-    if (r != VKH2O_OK)
-        return r;
-    VKH2O_CHECK(r2);
+        return vkh2o_fail(qc->ctx, VKH2O_ERROR_BUDGET,
+                          "qcache: appending %u tokens needs %u free FP16 slots, %u are reserved (vkh2o_run_qcache_reserve)", n,
+                          fresh, qc->cap[0] - qc->fp16_used);
+    VKH2O_CHECK(record_write(qc, cb, rows->k, rows->v, rows->importance, off, qc->tokens, n, false));
+    vkh2o_barrier(qc->ctx, cb);
+    /* the host bookkeeping advances with the recording (the header says why) */
     qc->tokens += n;
-    qc->blocks = nb;
+    qc->blocks += fresh;
     qc->fp16_used += fresh;
     qc->count[VKH2O_QPREC_FP16] += fresh;
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_qcache_prefill(vkh2o_qcache* qc, const vkh2o_buffer* k, const vkh2o_buffer* v,
-                                  const vkh2o_buffer* importance, uint32_t n)
+vkh2o_result vkh2o_run_qcache_append(vkh2o_qcache* qc, const vkh2o_qcache_rows* rows)
+{
+    if (!qc)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    uint32_t off[3];
+    VKH2O_CHECK(check_rows(qc, rows, off));
+    VKH2O_CHECK(vkh2o_run_qcache_reserve(qc, rows->n));
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(qc->ctx, &cb));
+    /* on a failed submit the bookkeeping has advanced over rows the device may not hold: the
+     * cache is then in an unknown state (as after any failed submission) */
+    vkh2o_result r = vkh2o_cmd_qcache_append(qc, cb, rows);
+    vkh2o_result r2 = vkh2o_submit_wait(qc->ctx, cb);
+    return r != VKH2O_OK ? r : r2;
+}
+
+vkh2o_result vkh2o_run_qcache_prefill(vkh2o_qcache* qc, const vkh2o_qcache_rows* rows)
 {
     if (!qc)
         return VKH2O_ERROR_INVALID_ARGUMENT;
@@ -202,13 +249,14 @@ vkh2o_result vkh2o_qcache_prefill(vkh2o_qcache* qc, const vkh2o_buffer* k, const
     }
     qc->tokens = qc->blocks = qc->fp16_used = 0;
     memset(qc->count, 0, sizeof qc->count);
-    VKH2O_CHECK(check_input(qc, k, v, importance, n));
-    uint32_t nb = (n + qc->d.block_size - 1) / qc->d.block_size;
+    uint32_t off[3];
+    VKH2O_CHECK(check_rows(qc, rows, off));
+    uint32_t nb = (rows->n + qc->d.block_size - 1) / qc->d.block_size;
     VKH2O_CHECK(grow_fp16(qc, nb + qc->d.headroom_blocks));
-    return vkh2o_qcache_append(qc, k, v, importance, n);
+    return vkh2o_run_qcache_append(qc, rows);
 }
 
-typedef vkh2o_result (*dev_fn)(vkh2o_qcache*, const vkh2o_buffer*, const vkh2o_buffer*, const vkh2o_buffer*, uint32_t);
+typedef vkh2o_result (*dev_fn)(vkh2o_qcache*, const vkh2o_qcache_rows*);
 
 static vkh2o_result via_host(vkh2o_qcache* qc, const float* k, const float* v, const float* imp, uint32_t n, dev_fn fn)
 {
@@ -216,7 +264,7 @@ static vkh2o_result via_host(vkh2o_qcache* qc, const float* k, const float* v, c
         return qc ? vkh2o_fail(qc->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "qcache: missing host data or n = 0")
                   : VKH2O_ERROR_INVALID_ARGUMENT;
     vkh2o_context* ctx = qc->ctx;
-    uint64_t held = fn == vkh2o_qcache_prefill ? 0 : qc->tokens;
+    uint64_t held = fn == vkh2o_run_qcache_prefill ? 0 : qc->tokens;
     if (held + n > qc->d.max_tokens)
         return vkh2o_fail(ctx, VKH2O_ERROR_BUDGET, "qcache: %llu + %u tokens exceed max_tokens %u", (unsigned long long)held, n,
                           qc->d.max_tokens);
@@ -234,39 +282,52 @@ static vkh2o_result via_host(vkh2o_qcache* qc, const float* k, const float* v, c
     if (r == VKH2O_OK && vd)
         r = vkh2o_buffer_upload(vd, 0, v, vb);
     if (r == VKH2O_OK)
-        r = fn(qc, kd, vd, id, n);
+        r = fn(qc, &(vkh2o_qcache_rows){ .k = kd, .v = vd, .importance = id, .n = n });
     vkh2o_buffer_destroy(kd);
     vkh2o_buffer_destroy(vd);
     vkh2o_buffer_destroy(id);
     return r;
 }
 
-vkh2o_result vkh2o_qcache_prefill_host(vkh2o_qcache* qc, const float* k, const float* v, const float* imp, uint32_t n)
+vkh2o_result vkh2o_run_qcache_prefill_host(vkh2o_qcache* qc, const float* k, const float* v, const float* imp, uint32_t n)
 {
-    return via_host(qc, k, v, imp, n, vkh2o_qcache_prefill);
+    return via_host(qc, k, v, imp, n, vkh2o_run_qcache_prefill);
 }
 
-vkh2o_result vkh2o_qcache_append_host(vkh2o_qcache* qc, const float* k, const float* v, const float* imp, uint32_t n)
+vkh2o_result vkh2o_run_qcache_append_host(vkh2o_qcache* qc, const float* k, const float* v, const float* imp, uint32_t n)
 {
-    return via_host(qc, k, v, imp, n, vkh2o_qcache_append);
+    return via_host(qc, k, v, imp, n, vkh2o_run_qcache_append);
 }
 
-vkh2o_result vkh2o_qcache_add_importance(vkh2o_qcache* qc, const vkh2o_buffer* mass, uint32_t first, uint32_t n)
+vkh2o_result vkh2o_cmd_qcache_add_importance(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_buffer* mass,
+                                             uint64_t mass_offset, uint32_t first, uint32_t n)
+{
+    if (!qc || !cb)
+        return qc ? vkh2o_fail(qc->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_qcache_add_importance: NULL argument")
+                  : VKH2O_ERROR_INVALID_ARGUMENT;
+    uint32_t off[3] = { 0, 0, 0 };
+    if (n == 0 || (uint64_t)first + n > qc->tokens || !in_range(mass, mass_offset, 4ull * n, &off[2]))
+        return vkh2o_fail(qc->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "qcache: add_importance range [%u, %llu) outside the %u tokens held (or mass buffer too small from "
+                          "its offset, or the offset not a multiple of 4)", first, (unsigned long long)first + n, qc->tokens);
+    VKH2O_CHECK(record_write(qc, cb, NULL, NULL, mass, off, first, n, true));
+    vkh2o_barrier(qc->ctx, cb);
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_run_qcache_add_importance(vkh2o_qcache* qc, const vkh2o_buffer* mass, uint64_t mass_offset, uint32_t first,
+                                             uint32_t n)
 {
     if (!qc)
         return VKH2O_ERROR_INVALID_ARGUMENT;
-    if (!mass || n == 0 || (uint64_t)first + n > qc->tokens || vkh2o_buffer_get_size(mass) < 4ull * n)
-        return vkh2o_fail(qc->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "qcache: add_importance range [%u, %llu) outside the %u tokens held (or buffer too small)",
-                          first, (unsigned long long)first + n, qc->tokens);
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(qc->ctx, &cb));
-    vkh2o_result r = record_write(qc, cb, NULL, NULL, mass, first, n, true);
+    vkh2o_result r = vkh2o_cmd_qcache_add_importance(qc, cb, mass, mass_offset, first, n);
     vkh2o_result r2 = vkh2o_submit_wait(qc->ctx, cb);
     return r != VKH2O_OK ? r : r2;
 }
 
-vkh2o_result vkh2o_qcache_route(vkh2o_qcache* qc, vkh2o_qpolicy policy)
+vkh2o_result vkh2o_run_qcache_route(vkh2o_qcache* qc, vkh2o_qpolicy policy)
 {
     if (!qc)
         return VKH2O_ERROR_INVALID_ARGUMENT;

@@ -120,6 +120,10 @@ struct vkh2o_qcache {
      * before select, after select, score, softmax, pv, combine (UINT32_MAX: unavailable) */
     bool profile;
     uint32_t prof_ts[KVQ_PROF_MARKS];
+    /* decode steps (kvq_decode_reserve): one query row [heads][d_k], its output [heads][d_v],
+     * the mass of a step [max_tokens], per-head softmax totals [heads][2], a zero importance
+     * (zeroed by each recorded decode) */
+    vkh2o_buffer *dec_q, *dec_o, *dec_mass, *dec_stat, *dec_zero;
 };
 
 /* Section sizes of a tensor with d channels per token (public desc resolved). */
@@ -172,6 +176,15 @@ uint32_t kvq_wide_layout(const vkh2o_qcache* qc);
 /* Records only the selection (tests): list buffer gets [count, blocks...], the blocks ordered by
  * precision (FP16, INT8, INT4) and ascending within a precision. */
 vkh2o_result kvq_record_select(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_buffer* q, const vkh2o_qattn_desc* desc);
+/* ---- decode steps through a layer (src/mla/decode.c) ----
+ * kvq_decode_reserve: allocates the fixed-size decode scratch (below) and grows the attention
+ * scratch (partials, scores) to what every one of the next `tokens` appends and attentions
+ * will need, so that recording them never regrows (frees) a buffer an earlier recorded step
+ * uses. kvq_record_mass: after kvq_record_attend, the step's attention mass of every held token
+ * into `mass` (kvq_mass.comp; tokens not attended get 0), then the importance update. */
+vkh2o_result kvq_decode_reserve(vkh2o_qcache* qc, const vkh2o_qattn_desc* desc, uint32_t tokens);
+vkh2o_result kvq_record_mass(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_qattn_desc* desc);
+
 /* Grows a scratch buffer to at least bytes (destroying the old one). */
 vkh2o_result kvq_scratch(vkh2o_context* ctx, vkh2o_buffer** b, uint64_t bytes);
 
@@ -180,6 +193,7 @@ struct kvq_write_push {
     uint32_t n_old, n_new, first_block, first_new_block, next_slot, quest;
     uint32_t in_tokens;         /* tokens of the input buffers (offset of the data: 0) */
     uint32_t imp_only;          /* 1: only refresh block importance stats (add_importance) */
+    uint32_t k_off, v_off, imp_off;   /* first float of the inputs in their buffers */
 };
 _Static_assert(sizeof(struct kvq_write_push) <= 128, "");
 
@@ -233,6 +247,11 @@ struct kvq_combine_push {
     uint32_t splits, heads;
 };
 _Static_assert(sizeof(struct kvq_combine_push) <= 128, "");
+
+struct kvq_mass_push {
+    uint32_t nps, heads, splits, spp, phase, npos;
+};
+_Static_assert(sizeof(struct kvq_mass_push) <= 128, "");
 
 struct kvq_metrics_push {
     uint32_t phase, n_blocks;

@@ -187,8 +187,8 @@ static void test_roundtrip(void** state)
         vkh2o_qpolicy pols[] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_UNIFORM_INT8, VKH2O_QPOLICY_UNIFORM_INT4 };
         int precs[] = { REF_FP16, REF_INT8, REF_INT4 };
         for (int i = 0; i < 3; i++) {
-            assert_int_equal(vkh2o_qcache_prefill_host(qc, data.k, data.v, data.imp, tc->tokens), VKH2O_OK);
-            assert_int_equal(vkh2o_qcache_route(qc, pols[i]), VKH2O_OK);
+            assert_int_equal(vkh2o_run_qcache_prefill_host(qc, data.k, data.v, data.imp, tc->tokens), VKH2O_OK);
+            assert_int_equal(vkh2o_run_qcache_route(qc, pols[i]), VKH2O_OK);
             tq_snap s;
             tq_snapshot(qc, &s);
             check_sections(vkh2o_qpolicy_name(pols[i]), &s, kf16, vf16, precs[i]);
@@ -196,19 +196,19 @@ static void test_roundtrip(void** state)
         }
 
         /* demotion re-quantises the current lossy values: balanced, then uniform-int4 */
-        assert_int_equal(vkh2o_qcache_prefill_host(qc, data.k, data.v, data.imp, tc->tokens), VKH2O_OK);
-        assert_int_equal(vkh2o_qcache_route(qc, VKH2O_QPOLICY_BALANCED), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_prefill_host(qc, data.k, data.v, data.imp, tc->tokens), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_route(qc, VKH2O_QPOLICY_BALANCED), VKH2O_OK);
         tq_snap s1;
         tq_snapshot(qc, &s1);
         float* kcur = calloc(data.nk, sizeof(float));
         float* vcur = data.v ? calloc(data.nv, sizeof(float)) : NULL;
         tq_dequant_all(&s1, kcur, vcur);
-        assert_int_equal(vkh2o_qcache_route(qc, VKH2O_QPOLICY_UNIFORM_INT4), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_route(qc, VKH2O_QPOLICY_UNIFORM_INT4), VKH2O_OK);
         tq_snap s2;
         tq_snapshot(qc, &s2);
         check_sections("balanced -> uniform-int4", &s2, kcur, vcur, REF_INT4);
         /* never promoted back: routing FP16 keeps every block's precision and bytes */
-        assert_int_equal(vkh2o_qcache_route(qc, VKH2O_QPOLICY_FP16), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_route(qc, VKH2O_QPOLICY_FP16), VKH2O_OK);
         tq_snap s3;
         tq_snapshot(qc, &s3);
         for (uint32_t b = 0; b < s3.blocks; b++)
@@ -250,8 +250,8 @@ static void test_routing_and_bytes(void** state)
         tq_data_random(&rng, qc, tokens[di], true, &data);
         uint32_t nb = vkh2o_div_up(tokens[di], qc->d.block_size);
         for (int p = 0; p < VKH2O_QPOLICY_COUNT; p++) {
-            assert_int_equal(vkh2o_qcache_prefill_host(qc, data.k, data.v, data.imp, tokens[di]), VKH2O_OK);
-            assert_int_equal(vkh2o_qcache_route(qc, (vkh2o_qpolicy)p), VKH2O_OK);
+            assert_int_equal(vkh2o_run_qcache_prefill_host(qc, data.k, data.v, data.imp, tokens[di]), VKH2O_OK);
+            assert_int_equal(vkh2o_run_qcache_route(qc, (vkh2o_qpolicy)p), VKH2O_OK);
             uint32_t* prec = calloc(nb, 4);
             float* sums = calloc(nb, sizeof(float));
             float* maxs = calloc(nb, sizeof(float));
@@ -336,8 +336,8 @@ static void test_append_reroute_metrics(void** state)
         tq_data data;
         tq_data_random(&rng, qc, total, true, &data);
         uint32_t kvh = qc->shape.kv_heads, dk = qc->shape.d_k, dv = qc->shape.d_v;
-        assert_int_equal(vkh2o_qcache_prefill_host(qc, data.k, data.v, data.imp, t0), VKH2O_OK);
-        assert_int_equal(vkh2o_qcache_route(qc, VKH2O_QPOLICY_BALANCED), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_prefill_host(qc, data.k, data.v, data.imp, t0), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_route(qc, VKH2O_QPOLICY_BALANCED), VKH2O_OK);
         tq_snap s0;
         tq_snapshot(qc, &s0);
         float* kcur = calloc(data.nk, sizeof(float));
@@ -348,11 +348,11 @@ static void test_append_reroute_metrics(void** state)
         uint32_t n = t0;
         while (n < total) {
             uint32_t step = n < t0 + 20 ? 1 : total - n;
-            assert_int_equal(vkh2o_qcache_append_host(qc, data.k + (size_t)n * kvh * dk, data.v ? data.v + (size_t)n * kvh * dv : NULL,
+            assert_int_equal(vkh2o_run_qcache_append_host(qc, data.k + (size_t)n * kvh * dk, data.v ? data.v + (size_t)n * kvh * dv : NULL,
                                                       data.imp + n, step), VKH2O_OK);
             n += step;
         }
-        assert_int_equal(vkh2o_qcache_append_host(qc, data.k, data.v, data.imp, qc->d.max_tokens - total + 1), VKH2O_ERROR_BUDGET);
+        assert_int_equal(vkh2o_run_qcache_append_host(qc, data.k, data.v, data.imp, qc->d.max_tokens - total + 1), VKH2O_ERROR_BUDGET);
         for (size_t i = (size_t)t0 * kvh * dk; i < data.nk; i++)
             kcur[i] = ref_kvq_f16(data.k[i]);
         for (size_t i = (size_t)t0 * kvh * dv; vcur && i < data.nv; i++)
@@ -372,8 +372,8 @@ static void test_append_reroute_metrics(void** state)
         vkh2o_buffer* mb = NULL;
         assert_int_equal(vkh2o_buffer_create(ctx, 4ull * cnt, &mb), VKH2O_OK);
         assert_int_equal(vkh2o_buffer_upload(mb, 0, mass, 4ull * cnt), VKH2O_OK);
-        assert_int_equal(vkh2o_qcache_add_importance(qc, mb, first, cnt), VKH2O_OK);
-        assert_int_equal(vkh2o_qcache_add_importance(qc, mb, total - 2, cnt), VKH2O_ERROR_INVALID_ARGUMENT);
+        assert_int_equal(vkh2o_run_qcache_add_importance(qc, mb, 0, first, cnt), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_add_importance(qc, mb, 0, total - 2, cnt), VKH2O_ERROR_INVALID_ARGUMENT);
         uint32_t nb = s1.blocks, th[3];
         float* sums = calloc(nb, sizeof(float));
         assert_int_equal(vkh2o_qcache_read_blocks(qc, NULL, NULL, NULL, NULL, sums, NULL), VKH2O_OK);
@@ -387,7 +387,7 @@ static void test_append_reroute_metrics(void** state)
         kvq_policy_thresholds(VKH2O_QPOLICY_AGGRESSIVE, kvq_routable(&qc->d, nb), th);
         ref_kvq_route(nb, sums, s1.prec, qc->d.sink_blocks, qc->d.recent_blocks, th, want);
         tq_dequant_all(&s1, kcur, vcur);
-        assert_int_equal(vkh2o_qcache_route(qc, VKH2O_QPOLICY_AGGRESSIVE), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_route(qc, VKH2O_QPOLICY_AGGRESSIVE), VKH2O_OK);
         tq_snap s2;
         tq_snapshot(qc, &s2);
         for (uint32_t b = 0; b < nb; b++) {
@@ -400,7 +400,7 @@ static void test_append_reroute_metrics(void** state)
         vkh2o_buffer* kref = vt_upload_f32(data.k, data.nk);
         vkh2o_buffer* vref = data.v ? vt_upload_f32(data.v, data.nv) : NULL;
         vkh2o_qmetrics km, vm;
-        assert_int_equal(vkh2o_qcache_metrics(qc, kref, vref, &km, &vm), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_metrics(qc, kref, vref, &km, &vm), VKH2O_OK);
         float* kd = calloc(data.nk, sizeof(float));
         float* vd = data.v ? calloc(data.nv, sizeof(float)) : NULL;
         tq_dequant_all(&s2, kd, vd);
@@ -460,12 +460,13 @@ static void test_create_errors(void** state)
     assert_int_equal(vkh2o_qcache_create(ctx, &(vkh2o_qcache_desc){ .max_tokens = 64, .kv_lora_rank = 8, .qk_rope_head_dim = 4 }, &qc),
                      VKH2O_OK);
     float k[12 * 65] = { 0 }, imp[65] = { 0 };
-    assert_int_equal(vkh2o_qcache_prefill_host(qc, k, NULL, imp, 65), VKH2O_ERROR_BUDGET);
-    assert_int_equal(vkh2o_qcache_prefill_host(qc, k, NULL, imp, 0), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_qcache_route(qc, (vkh2o_qpolicy)42), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_qcache_prefill_host(qc, k, NULL, imp, 65), VKH2O_ERROR_BUDGET);
+    assert_int_equal(vkh2o_run_qcache_prefill_host(qc, k, NULL, imp, 0), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_qcache_route(qc, (vkh2o_qpolicy)42), VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_buffer* small = vt_buffer(16);
-    assert_int_equal(vkh2o_qcache_prefill(qc, small, NULL, small, 10), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_qcache_prefill_host(qc, k, NULL, imp, 20), VKH2O_OK);
+    assert_int_equal(vkh2o_run_qcache_prefill(qc, &(vkh2o_qcache_rows){ .k = small, .importance = small, .n = 10 }),
+                     VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_qcache_prefill_host(qc, k, NULL, imp, 20), VKH2O_OK);
     vkh2o_buffer* q = vt_buffer(4 * 64 * 12);
     vkh2o_buffer* out = vt_buffer(4 * 64 * 8);
     /* quest needs the bounds flag */

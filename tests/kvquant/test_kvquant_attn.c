@@ -80,8 +80,8 @@ static void run_case(const tq_case* tc, uint64_t seed)
 
     vkh2o_qpolicy pols[] = { VKH2O_QPOLICY_FP16, VKH2O_QPOLICY_BALANCED, VKH2O_QPOLICY_AGGRESSIVE };
     for (int pi = 0; pi < 3; pi++) {
-        assert_int_equal(vkh2o_qcache_prefill_host(qc, data.k, data.v, data.imp, T), VKH2O_OK);
-        assert_int_equal(vkh2o_qcache_route(qc, pols[pi]), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_prefill_host(qc, data.k, data.v, data.imp, T), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_route(qc, pols[pi]), VKH2O_OK);
         tq_snap s;
         tq_snapshot(qc, &s);
         float* kd = calloc(data.nk, sizeof(float));
@@ -266,8 +266,8 @@ static void test_long_context(void** state)
         float* want = malloc(sizeof(float) * H * dv);
         uint8_t* use = malloc(T);
         memset(use, 1, T);
-        assert_int_equal(vkh2o_qcache_prefill_host(qc, data.k, NULL, data.imp, T), VKH2O_OK);
-        assert_int_equal(vkh2o_qcache_route(qc, VKH2O_QPOLICY_BALANCED), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_prefill_host(qc, data.k, NULL, data.imp, T), VKH2O_OK);
+        assert_int_equal(vkh2o_run_qcache_route(qc, VKH2O_QPOLICY_BALANCED), VKH2O_OK);
         tq_snap s;
         tq_snapshot(qc, &s);
         /* routing of all blocks exactly as the CPU */
@@ -408,8 +408,8 @@ static void test_cmd_recording(void** state)
                                                                     .max_tokens = 100 }, &qc), VKH2O_OK);
     tq_data data;
     tq_data_random(&rng, qc, 99, false, &data);
-    assert_int_equal(vkh2o_qcache_prefill_host(qc, data.k, NULL, data.imp, 99), VKH2O_OK);
-    assert_int_equal(vkh2o_qcache_route(qc, VKH2O_QPOLICY_BALANCED), VKH2O_OK);
+    assert_int_equal(vkh2o_run_qcache_prefill_host(qc, data.k, NULL, data.imp, 99), VKH2O_OK);
+    assert_int_equal(vkh2o_run_qcache_route(qc, VKH2O_QPOLICY_BALANCED), VKH2O_OK);
     float q[4 * 40];
     vt_fill_normal(&rng, q, 4 * 40, 1.0f);
     vkh2o_buffer* qb = vt_upload_f32(q, 4 * 40);

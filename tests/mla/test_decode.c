@@ -19,10 +19,22 @@
  *   elements round to the neighbouring fp16 value (2^-11 relative): nmse(out) <= 1e-8, scores
  *   <= 2e-5 (observed <= 5e-11 and 9e-7; every run prints its figures).
  * Ties in the kept set would need scores equal to ~1e-6: random inputs make them vanishingly
- * rare, and a mismatch is reported with both position lists. */
+ * rare, and a mismatch is reported with both position lists.
+ *
+ * The quantised cache (latent and expanded; block size 2 so that 4 of the prompt's 7 blocks are
+ * routable; selector all): vkh2o_run_mla_prefill_qcache, a route with the fp16, uniform-int8 or
+ * uniform-int4 policy, then the same decode chunks (vkh2o_run_mla_decode_qcache and
+ * vkh2o_cmd_mla_decode_qcache at odd offsets). The reference stores the routed blocks as the
+ * header's quantiser gives them (ref_kvq_pack / unpack of its fp16 rows) and never evicts; the
+ * importance is its accumulated mass. Checked per chunk: every token's output and every block's
+ * importance sum. Bounds: FP16 nmse(out) <= 1e-8, importance <= 1e-5 relative to the largest
+ * block (observed <= 2e-10, 6e-7); INT8 / INT4 nmse(out) <= 1e-6, importance <= 1e-4
+ * (observed <= 3e-10, 1.5e-6: a device fp16 row that rounds to the neighbouring value can move a
+ * block's scale, and INT4 steps are 1/7 of it, hence the looser bound). */
 #include "vkh2o_test.h"
 #include "mla_internal.h"
 #include "ref_decode.h"
+#include "ref_kvquant.h"
 #include "ref_mla.h"
 
 #include <math.h>
@@ -254,7 +266,7 @@ static void test_errors(void** state)
     fixture f;
     fixture_make(&f, vt_u64(&rng));
     const uint32_t D = f.cfg.hidden_size;
-    float* h = calloc(8ull * D, 4);
+    float* h = calloc(16ull * D, 4);
     vkh2o_cache_desc cd = { .n_sink = 1, .budget = 2, .n_recent = 1, .max_prefill = 8 };
     vkh2o_cache_desc_from_mla(&f.cfg, VKH2O_LAYOUT_EXPANDED, &cd);
     vkh2o_cache* c = NULL;
@@ -325,6 +337,193 @@ static void test_buffer_wrap(void** state)
     vt_check_validation();
 }
 
+/* ---- the quantised cache ---- */
+
+/* The reference's rows of block [t0, t0 + count) replaced by their values at precision prec
+ * (the header's quantisation rule, ref_kvq_pack / unpack): latent rows [c_kv | k_pe] as one key
+ * section; expanded K and V per head. */
+static void ref_quantise_block(ref_decode* r, const vkh2o_qcache_desc* d, uint32_t t0, uint32_t count, int prec)
+{
+    const vkh2o_mla_config* c = r->cfg;
+    const uint32_t B = d->block_size, H = c->num_heads, qk = c->qk_nope_head_dim + c->qk_rope_head_dim, dv = c->v_head_dim;
+    uint32_t dims[2], heads = r->latent ? 1 : H;
+    dims[0] = r->latent ? c->kv_lora_rank + c->qk_rope_head_dim : qk;
+    dims[1] = dv;
+    for (int sec = 0; sec < (r->latent ? 1 : 2); sec++)
+        for (uint32_t h = 0; h < heads; h++) {
+            ref_kvq_geom g = { .block = B, .dim = dims[sec], .group = d->group_size,
+                               .grouping = sec == 0 ? REF_PER_CHANNEL : REF_PER_TOKEN };
+            float* x = calloc((size_t)B * g.dim, 4);
+            uint32_t* w = calloc(ref_kvq_section_words(&g, prec), 4);
+            for (uint32_t t = 0; t < count; t++)
+                for (uint32_t e = 0; e < g.dim; e++) {
+                    float* src = r->latent ? (e < c->kv_lora_rank ? &r->a[(size_t)(t0 + t) * r->a_width + e]
+                                                                  : &r->b[(size_t)(t0 + t) * r->b_width + e - c->kv_lora_rank])
+                               : sec == 0 ? &r->a[(size_t)(t0 + t) * r->a_width + h * qk + e]
+                                          : &r->b[(size_t)(t0 + t) * r->b_width + h * dv + e];
+                    x[(size_t)t * g.dim + e] = *src;
+                }
+            ref_kvq_pack(&g, prec, x, count, w);
+            ref_kvq_unpack(&g, prec, w, count, x, NULL);
+            for (uint32_t t = 0; t < count; t++)
+                for (uint32_t e = 0; e < g.dim; e++) {
+                    float* dst = r->latent ? (e < c->kv_lora_rank ? &r->a[(size_t)(t0 + t) * r->a_width + e]
+                                                                  : &r->b[(size_t)(t0 + t) * r->b_width + e - c->kv_lora_rank])
+                               : sec == 0 ? &r->a[(size_t)(t0 + t) * r->a_width + h * qk + e]
+                                          : &r->b[(size_t)(t0 + t) * r->b_width + h * dv + e];
+                    *dst = x[(size_t)t * g.dim + e];
+                }
+            free(x);
+            free(w);
+        }
+}
+
+/* The block importance sums of the device against the reference's token scores. */
+static double compare_importance(vkh2o_qcache* qc, const ref_decode* ref, const char* when, double bound)
+{
+    vkh2o_qcache_stats st;
+    vkh2o_qcache_get_stats(qc, &st);
+    assert_int_equal(st.tokens, ref->len);
+    uint32_t nb = st.blocks;
+    uint32_t* first = malloc(4 * nb);
+    uint32_t* count = malloc(4 * nb);
+    float* sum = malloc(4 * nb);
+    assert_int_equal(vkh2o_qcache_read_blocks(qc, NULL, NULL, first, count, sum, NULL), VKH2O_OK);
+    double mx = 0, err = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        double want = 0;
+        for (uint32_t t = first[b]; t < first[b] + count[b]; t++)
+            want += ref->score[t];
+        mx = fabs(want) > mx ? fabs(want) : mx;
+        err = fabs(sum[b] - want) > err ? fabs(sum[b] - want) : err;
+    }
+    err /= mx;
+    if (!(err <= bound))
+        fail_msg("%s: block importance error %.3e above %.1e", when, err, bound);
+    free(first);
+    free(count);
+    free(sum);
+    return err;
+}
+
+/* Prefill through the layer into a quantised cache (block size 2, so the 13 prompt tokens make
+ * 7 blocks of which 4 are routable), route with `policy`, then the decode tokens in chunks. */
+static void run_qdecode(fixture* f, vkh2o_kv_layout layout, vkh2o_qpolicy policy, vt_rng* rng, const bounds* b)
+{
+    vkh2o_context* ctx = vt_ctx();
+    const vkh2o_mla_config* cfg = &f->cfg;
+    const uint32_t D = cfg->hidden_size, total = PROMPT + N_DECODE;
+    bool latent = layout == VKH2O_LAYOUT_LATENT;
+    printf("# quantised %s cache, policy %s\n", latent ? "latent" : "expanded", vkh2o_qpolicy_name(policy));
+    vkh2o_qcache_desc qd = { .block_size = 2, .group_size = 4, .max_tokens = total };
+    vkh2o_qcache_desc_from_mla(cfg, layout, &qd);
+    qd.num_heads = cfg->num_heads;
+    vkh2o_qcache* qc = NULL;
+    if (vkh2o_qcache_create(ctx, &qd, &qc) != VKH2O_OK)
+        fail_msg("qcache: %s", vkh2o_last_error(ctx));
+    qd = *vkh2o_qcache_get_desc(qc);
+    ref_decode ref;
+    assert_int_equal(ref_decode_init(&ref, cfg, f->hw, latent, true, false, 0, 0, 0, total), 0);
+    float* hidden = malloc(4ull * total * D);
+    float* got = malloc(4ull * total * D);
+    float* want = malloc(4ull * total * D);
+    vt_fill_normal(rng, hidden, (size_t)total * D, 1.0f);
+    for (size_t i = 0; i < (size_t)total * D; i++)
+        got[i] = NAN;
+
+    assert_int_equal(ref_decode_prefill(&ref, hidden, PROMPT, want), 0);
+    if (vkh2o_run_mla_prefill_qcache(f->layer, qc, hidden, PROMPT, got) != VKH2O_OK)
+        fail_msg("prefill: %s", vkh2o_last_error(ctx));
+    vt_assert_nmse("prefill out", got, want, (size_t)PROMPT * D, 1e-9);
+    double worst = compare_importance(qc, &ref, "after the prefill", 1e-5);
+    if (vkh2o_run_qcache_route(qc, policy) != VKH2O_OK)
+        fail_msg("route: %s", vkh2o_last_error(ctx));
+    /* the reference's routed blocks take their quantised values */
+    vkh2o_qcache_stats st;
+    vkh2o_qcache_get_stats(qc, &st);
+    uint32_t* prec = malloc(4 * st.blocks);
+    uint32_t* first = malloc(4 * st.blocks);
+    uint32_t* count = malloc(4 * st.blocks);
+    assert_int_equal(vkh2o_qcache_read_blocks(qc, prec, NULL, first, count, NULL, NULL), VKH2O_OK);
+    uint32_t routed = 0;
+    for (uint32_t i = 0; i < st.blocks; i++)
+        if (prec[i] != VKH2O_QPREC_FP16) {
+            assert_true(prec[i] == VKH2O_QPREC_INT8 || prec[i] == VKH2O_QPREC_INT4);
+            ref_quantise_block(&ref, &qd, first[i], count[i], (int)prec[i]);
+            routed++;
+        }
+    printf("#   %u of %u blocks quantised\n", routed, st.blocks);
+    assert_int_equal(routed, policy == VKH2O_QPOLICY_FP16 ? 0 : 4);
+
+    vkh2o_buffer* hb = vt_buffer(4ull * 4 * D + 12);
+    vkh2o_buffer* ob = vt_buffer(4ull * 4 * D + 20);
+    uint32_t t = PROMPT;
+    for (size_t ci = 0; ci < sizeof chunks / sizeof *chunks; ci++) {
+        uint32_t n = chunks[ci];
+        float* g = got + (size_t)t * D;
+        for (uint32_t i = 0; i < n; i++)
+            assert_int_equal(ref_decode_step(&ref, hidden + (size_t)(t + i) * D, t + i, want + (size_t)(t + i) * D), 0);
+        if (ci == 0) {
+            if (vkh2o_run_mla_decode_qcache(f->layer, qc, hidden + (size_t)t * D, n, t, g, NULL) != VKH2O_OK)
+                fail_msg("run decode: %s", vkh2o_last_error(ctx));
+        } else {
+            assert_int_equal(vkh2o_run_qcache_reserve(qc, n), VKH2O_OK);
+            assert_int_equal(vkh2o_buffer_upload(hb, 12, hidden + (size_t)t * D, 4ull * n * D), VKH2O_OK);
+            VkCommandBuffer cb;
+            assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+            vkh2o_mla_decode d = { .hidden = hb, .hidden_offset = 12, .out = ob, .out_offset = 20, .n_tokens = n, .position = t };
+            vkh2o_qattn_desc a = { .selector = VKH2O_QSELECT_ALL };
+            vkh2o_result r = vkh2o_cmd_mla_decode_qcache(f->layer, cb, qc, &d, &a);
+            vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
+            if (r != VKH2O_OK || r2 != VKH2O_OK)
+                fail_msg("cmd decode of %u tokens: %s", n, vkh2o_last_error(ctx));
+            assert_int_equal(vkh2o_buffer_download(ob, 20, g, 4ull * n * D), VKH2O_OK);
+        }
+        char label[64];
+        snprintf(label, sizeof label, "decode tokens %u..%u out", t, t + n - 1);
+        vt_assert_nmse(label, g, want + (size_t)t * D, (size_t)n * D, b->out);
+        snprintf(label, sizeof label, "after decode token %u", t + n - 1);
+        double e = compare_importance(qc, &ref, label, b->score);
+        worst = e > worst ? e : worst;
+        t += n;
+    }
+    printf("#   worst block importance error %.3e (bound %.1e)\n", worst, b->score);
+    vt_check_guard(hb, 4ull * 4 * D + 12);
+    vt_check_guard(ob, 4ull * 4 * D + 20);
+    /* a recorded decode without reserved FP16 slots is refused before anything is recorded */
+    vkh2o_qcache_get_stats(qc, &st);
+    assert_int_equal(st.tokens, total);
+    VkCommandBuffer cb;
+    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+    vkh2o_mla_decode d = { .hidden = hb, .out = ob, .position = t };
+    assert_int_equal(vkh2o_cmd_mla_decode_qcache(f->layer, cb, qc, &d, NULL), VKH2O_ERROR_BUDGET);
+    assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
+
+    vkh2o_buffer_destroy(hb);
+    vkh2o_buffer_destroy(ob);
+    free(prec); free(first); free(count);
+    free(hidden); free(got); free(want);
+    ref_decode_free(&ref);
+    vkh2o_qcache_destroy(qc);
+}
+
+static void test_qcache(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("decode qcache"));
+    fixture f;
+    fixture_make(&f, vt_u64(&rng));
+    static const bounds q16 = { 1e-8, 1e-5 }, q8 = { 1e-6, 1e-4 }, q4 = { 1e-6, 1e-4 };
+    run_qdecode(&f, VKH2O_LAYOUT_LATENT, VKH2O_QPOLICY_FP16, &rng, &q16);
+    run_qdecode(&f, VKH2O_LAYOUT_EXPANDED, VKH2O_QPOLICY_FP16, &rng, &q16);
+    run_qdecode(&f, VKH2O_LAYOUT_LATENT, VKH2O_QPOLICY_UNIFORM_INT8, &rng, &q8);
+    run_qdecode(&f, VKH2O_LAYOUT_EXPANDED, VKH2O_QPOLICY_UNIFORM_INT4, &rng, &q4);
+    run_qdecode(&f, VKH2O_LAYOUT_LATENT, VKH2O_QPOLICY_UNIFORM_INT4, &rng, &q4);
+    fixture_free(&f);
+    vt_check_validation();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -332,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_expanded),
         cmocka_unit_test(test_latent),
+        cmocka_unit_test(test_qcache),
     };
     return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
 }
