@@ -97,6 +97,13 @@ typedef struct vkh2o_model_session vkh2o_model_session;
  *   storage       F16 (default) or F32 rows
  *   max_tokens    longest sequence the session takes (prefill + decode); 0 = the model's
  *                 max_seq_len
+ * The quantised cache instead (quantised true: one vkh2o_qcache per layer, latent, default block
+ * and group sizes; budget, policy and the eviction fields above must be 0):
+ *   qpolicy       the routing policy (FP16 = every block FP16; aggressive also evicts blocks)
+ *   route_every   route every layer's cache after every route_every tokens decoded (0 = 16),
+ *                 and once at the end of a prefill
+ *   qselector, budget_blocks   the blocks a step attends to (ALL = every non-evicted block)
+ * Quantised decoding submits once per route_every tokens (routing reads counts back).
  */
 typedef struct vkh2o_model_cache_desc {
     uint32_t budget, n_sink, n_recent;
@@ -107,6 +114,11 @@ typedef struct vkh2o_model_cache_desc {
     vkh2o_kv_layout layout;
     vkh2o_dtype storage;
     uint32_t max_tokens;
+    bool quantised;
+    vkh2o_qpolicy qpolicy;
+    uint32_t route_every;
+    vkh2o_qselector qselector;
+    uint32_t budget_blocks;
 } vkh2o_model_cache_desc;
 
 /* Results: OK, INVALID_ARGUMENT / BUDGET (the cache desc, max_tokens above the model's
@@ -121,7 +133,9 @@ VKH2O_API vkh2o_result vkh2o_model_session_reset(vkh2o_model_session* s);
 VKH2O_API uint32_t vkh2o_model_session_get_position(const vkh2o_model_session* s);
 /* Tokens held now by layer `layer`'s cache (blocking read). Results: OK, INVALID_ARGUMENT, VULKAN. */
 VKH2O_API vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s, uint32_t layer, uint32_t* len);
-/* Device bytes of the cache rows at the session's cap (or max_tokens for the full cache). */
+/* Device bytes of every layer's cache rows at the session's cap (or max_tokens for the full
+ * cache); for the quantised cache the data and scale bytes of max_tokens tokens routed by the
+ * policy (vkh2o_qpolicy_counts; metadata and FP16 headroom not counted). */
 VKH2O_API uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session* s);
 
 /*

@@ -57,18 +57,25 @@ struct vkh2o_model {
 };
 
 /* How a recording runs each layer's attention. */
-typedef enum vkh2o_lm_mode { VKH2O_LM_FORWARD = 0, VKH2O_LM_PREFILL, VKH2O_LM_DECODE } vkh2o_lm_mode;
+typedef enum vkh2o_lm_mode { VKH2O_LM_FORWARD = 0, VKH2O_LM_PREFILL, VKH2O_LM_DECODE, VKH2O_LM_QDECODE } vkh2o_lm_mode;
 typedef struct vkh2o_lm_attn {
     vkh2o_lm_mode mode;
-    vkh2o_cache* cache;        /* PREFILL / DECODE: every layer's cache (num_layers = the model's) */
-    uint32_t position;         /* DECODE: position of the first token */
+    vkh2o_cache* cache;                 /* PREFILL / DECODE: every layer's cache (num_layers = the model's) */
+    vkh2o_qcache* const* qcaches;       /* QDECODE: one quantised cache per layer */
+    const vkh2o_qattn_desc* qattn;      /* QDECODE: the selector */
+    uint32_t position;                  /* DECODE / QDECODE: position of the first token */
 } vkh2o_lm_attn;
 
-/* Records the model over n tokens already in m->ids (targets in m->tgt when want_lp): logits
- * into m->logits, next-token log-probabilities into m->lp. at NULL = FORWARD. */
-vkh2o_result vkh2o_model_record(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, bool want_lp, const vkh2o_lm_attn* at);
-/* Checks and uploads tokens, records, submits, waits and downloads (what: the message prefix). */
-vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* tokens, uint32_t n, float* logits,
-                             float* next_logprobs, const vkh2o_lm_attn* at);
+/* Records the model over n tokens already in m->ids (targets of the first n_lp rows in m->tgt):
+ * logits into m->logits, log p(target) into m->lp. at NULL = FORWARD. */
+vkh2o_result vkh2o_model_record(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, uint32_t n_lp, const vkh2o_lm_attn* at);
+/* Checks and uploads tokens and targets, records, submits, waits and downloads (logits [n, V],
+ * lps [n_lp]; either may be NULL); what: the message prefix. */
+vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* tokens, uint32_t n,
+                             const uint32_t* targets, uint32_t n_lp, float* logits, float* lps, const vkh2o_lm_attn* at);
+/* A prefill of n tokens into one quantised cache per layer (vkh2o_run_mla_prefill_qcache, which
+ * cannot be recorded: one submission per layer with host copies); lps [n - 1] may be NULL. */
+vkh2o_result vkh2o_model_run_qprefill(vkh2o_model* m, const uint32_t* tokens, uint32_t n, vkh2o_qcache* const* qcs,
+                                      float* logits, float* lps);
 
 #endif

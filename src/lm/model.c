@@ -295,53 +295,81 @@ static vkh2o_result cmd_linear(vkh2o_model* m, VkCommandBuffer cb, const vkh2o_d
                             vkh2o_bind_range(y, 0, (VkDeviceSize)n * w->rows * 4), &a);
 }
 
-vkh2o_result vkh2o_model_record(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, bool want_lp, const vkh2o_lm_attn* at)
+static vkh2o_result rec_embed(vkh2o_model* m, VkCommandBuffer cb, uint32_t n)
+{
+    const uint32_t D = m->cfg.attn.hidden_size;
+    VKH2O_CHECK(vkh2o_cmd_embed(m->ctx, cb, &m->embed, vkh2o_bind_range(m->ids, 0, n * 4), n,
+                                vkh2o_bind_range(m->h, 0, (VkDeviceSize)n * D * 4), D));
+    vkh2o_barrier(m->ctx, cb);
+    return VKH2O_OK;
+}
+
+/* layer l's attention input: xn = input_layernorm(h) */
+static vkh2o_result rec_attn_in(vkh2o_model* m, VkCommandBuffer cb, uint32_t l, uint32_t n)
+{
+    VKH2O_CHECK(cmd_norm(m, cb, n, &m->layers[l].input_ln, m->h, m->xn));
+    vkh2o_barrier(m->ctx, cb);
+    return VKH2O_OK;
+}
+
+/* layer l's attention: xn -> ao, against the cache the mode says */
+static vkh2o_result rec_attn(vkh2o_model* m, VkCommandBuffer cb, uint32_t l, uint32_t n, const vkh2o_lm_attn* at)
+{
+    lm_layer* L = &m->layers[l];
+    if (!at || at->mode == VKH2O_LM_FORWARD) {
+        vkh2o_mla_io io = { .hidden = m->xn, .out = m->ao, .seq_len = n, .pos0 = 0 };
+        VKH2O_CHECK(vkh2o_cmd_mla_forward(L->attn, cb, &io));
+    } else if (at->mode == VKH2O_LM_PREFILL) {
+        vkh2o_mla_prefill p = { .hidden = m->xn, .out = m->ao, .seq_len = n, .layer = l };
+        VKH2O_CHECK(vkh2o_cmd_mla_prefill(L->attn, cb, at->cache, &p));
+    } else if (at->mode == VKH2O_LM_DECODE) {
+        vkh2o_mla_decode d = { .hidden = m->xn, .out = m->ao, .n_tokens = n, .position = at->position, .layer = l,
+                               .step = at->position };
+        VKH2O_CHECK(vkh2o_cmd_mla_decode(L->attn, cb, at->cache, &d));
+    } else {
+        vkh2o_mla_decode d = { .hidden = m->xn, .out = m->ao, .n_tokens = n, .position = at->position };
+        VKH2O_CHECK(vkh2o_cmd_mla_decode_qcache(L->attn, cb, at->qcaches[l], &d, at->qattn));
+    }
+    vkh2o_barrier(m->ctx, cb);
+    return VKH2O_OK;
+}
+
+/* h += ao; h += mlp(post_attention_layernorm(h)) */
+static vkh2o_result rec_layer_out(vkh2o_model* m, VkCommandBuffer cb, uint32_t l, uint32_t n)
 {
     vkh2o_context* ctx = m->ctx;
-    const vkh2o_model_config* c = &m->cfg;
-    const uint32_t D = c->attn.hidden_size, I = c->intermediate_size, V = c->vocab_size;
-    const VkDeviceSize hd = (VkDeviceSize)n * D * 4;
-    VKH2O_CHECK(vkh2o_cmd_embed(ctx, cb, &m->embed, vkh2o_bind_range(m->ids, 0, n * 4), n, vkh2o_bind_range(m->h, 0, hd), D));
+    lm_layer* L = &m->layers[l];
+    const uint32_t D = m->cfg.attn.hidden_size, I = m->cfg.intermediate_size;
+    const VkDeviceSize hd = (VkDeviceSize)n * D * 4, id = (VkDeviceSize)n * I * 4;
+    VKH2O_CHECK(vkh2o_cmd_axpby(ctx, cb, n * D, 1.0f, vkh2o_bind_range(m->ao, 0, hd), 1.0f, vkh2o_bind_range(m->h, 0, hd)));
     vkh2o_barrier(ctx, cb);
-    for (uint32_t l = 0; l < c->attn.num_layers; l++) {
-        lm_layer* L = &m->layers[l];
-        VKH2O_CHECK(cmd_norm(m, cb, n, &L->input_ln, m->h, m->xn));
-        vkh2o_barrier(ctx, cb);
-        if (!at || at->mode == VKH2O_LM_FORWARD) {
-            vkh2o_mla_io io = { .hidden = m->xn, .out = m->ao, .seq_len = n, .pos0 = 0 };
-            VKH2O_CHECK(vkh2o_cmd_mla_forward(L->attn, cb, &io));   /* ends with a barrier */
-        } else if (at->mode == VKH2O_LM_PREFILL) {
-            vkh2o_mla_prefill p = { .hidden = m->xn, .out = m->ao, .seq_len = n, .layer = l };
-            VKH2O_CHECK(vkh2o_cmd_mla_prefill(L->attn, cb, at->cache, &p));
-        } else {
-            vkh2o_mla_decode d = { .hidden = m->xn, .out = m->ao, .n_tokens = n, .position = at->position, .layer = l,
-                                   .step = at->position };
-            VKH2O_CHECK(vkh2o_cmd_mla_decode(L->attn, cb, at->cache, &d));
-        }
-        vkh2o_barrier(ctx, cb);
-        VKH2O_CHECK(vkh2o_cmd_axpby(ctx, cb, n * D, 1.0f, vkh2o_bind_range(m->ao, 0, hd), 1.0f, vkh2o_bind_range(m->h, 0, hd)));
-        vkh2o_barrier(ctx, cb);
-        VKH2O_CHECK(cmd_norm(m, cb, n, &L->post_ln, m->h, m->xn));
-        vkh2o_barrier(ctx, cb);
-        VKH2O_CHECK(cmd_linear(m, cb, &L->gate, n, m->xn, m->g));
-        VKH2O_CHECK(cmd_linear(m, cb, &L->up, n, m->xn, m->u));
-        vkh2o_barrier(ctx, cb);
-        vkh2o_swiglu_args sa = { .rows = n, .cols = I };
-        VkDeviceSize id = (VkDeviceSize)n * I * 4;
-        VKH2O_CHECK(vkh2o_cmd_swiglu(ctx, cb, &sa, vkh2o_bind_range(m->g, 0, id), vkh2o_bind_range(m->u, 0, id),
-                                     vkh2o_bind_range(m->m, 0, id)));
-        vkh2o_barrier(ctx, cb);
-        VKH2O_CHECK(cmd_linear(m, cb, &L->down, n, m->m, m->ao));
-        vkh2o_barrier(ctx, cb);
-        VKH2O_CHECK(vkh2o_cmd_axpby(ctx, cb, n * D, 1.0f, vkh2o_bind_range(m->ao, 0, hd), 1.0f, vkh2o_bind_range(m->h, 0, hd)));
-        vkh2o_barrier(ctx, cb);
-    }
+    VKH2O_CHECK(cmd_norm(m, cb, n, &L->post_ln, m->h, m->xn));
+    vkh2o_barrier(ctx, cb);
+    VKH2O_CHECK(cmd_linear(m, cb, &L->gate, n, m->xn, m->g));
+    VKH2O_CHECK(cmd_linear(m, cb, &L->up, n, m->xn, m->u));
+    vkh2o_barrier(ctx, cb);
+    vkh2o_swiglu_args sa = { .rows = n, .cols = I };
+    VKH2O_CHECK(vkh2o_cmd_swiglu(ctx, cb, &sa, vkh2o_bind_range(m->g, 0, id), vkh2o_bind_range(m->u, 0, id),
+                                 vkh2o_bind_range(m->m, 0, id)));
+    vkh2o_barrier(ctx, cb);
+    VKH2O_CHECK(cmd_linear(m, cb, &L->down, n, m->m, m->ao));
+    vkh2o_barrier(ctx, cb);
+    VKH2O_CHECK(vkh2o_cmd_axpby(ctx, cb, n * D, 1.0f, vkh2o_bind_range(m->ao, 0, hd), 1.0f, vkh2o_bind_range(m->h, 0, hd)));
+    vkh2o_barrier(ctx, cb);
+    return VKH2O_OK;
+}
+
+/* model.norm, lm_head, and log p(tgt[r]) for the first n_lp rows */
+static vkh2o_result rec_head(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, uint32_t n_lp)
+{
+    vkh2o_context* ctx = m->ctx;
+    const uint32_t V = m->cfg.vocab_size;
     VKH2O_CHECK(cmd_norm(m, cb, n, &m->norm, m->h, m->xn));
     vkh2o_barrier(ctx, cb);
-    VKH2O_CHECK(cmd_linear(m, cb, c->tie_word_embeddings ? &m->embed : &m->lm_head, n, m->xn, m->logits));
+    VKH2O_CHECK(cmd_linear(m, cb, m->cfg.tie_word_embeddings ? &m->embed : &m->lm_head, n, m->xn, m->logits));
     vkh2o_barrier(ctx, cb);
-    if (want_lp && n > 1) {
-        vkh2o_logprob_args la = { .rows = n - 1, .vocab = V, .targets = true };
+    if (n_lp) {
+        vkh2o_logprob_args la = { .rows = n_lp, .vocab = V, .targets = true };
         vkh2o_binding bl = vkh2o_bind_range(m->logits, 0, (VkDeviceSize)n * V * 4);
         VKH2O_CHECK(vkh2o_cmd_logprob(ctx, cb, &la, bl, vkh2o_bind_range(m->tgt, 0, n * 4),
                                       vkh2o_bind_range(m->lp, 0, n * 4), bl));
@@ -350,8 +378,18 @@ vkh2o_result vkh2o_model_record(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, 
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* tokens, uint32_t n, float* logits,
-                             float* next_logprobs, const vkh2o_lm_attn* at)
+vkh2o_result vkh2o_model_record(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, uint32_t n_lp, const vkh2o_lm_attn* at)
+{
+    VKH2O_CHECK(rec_embed(m, cb, n));
+    for (uint32_t l = 0; l < m->cfg.attn.num_layers; l++) {
+        VKH2O_CHECK(rec_attn_in(m, cb, l, n));
+        VKH2O_CHECK(rec_attn(m, cb, l, n, at));
+        VKH2O_CHECK(rec_layer_out(m, cb, l, n));
+    }
+    return rec_head(m, cb, n, n_lp);
+}
+
+static vkh2o_result check_tokens(vkh2o_model* m, const char* what, const uint32_t* tokens, uint32_t n)
 {
     if (!m || !tokens)
         return vkh2o_fail(m ? m->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "%s: NULL argument", what);
@@ -362,28 +400,87 @@ vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* t
         if (tokens[i] >= m->cfg.vocab_size)
             return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "%s: token %u at %u is outside the vocabulary (%u)", what,
                               tokens[i], i, m->cfg.vocab_size);
+    return VKH2O_OK;
+}
+
+static vkh2o_result upload_inputs(vkh2o_model* m, const uint32_t* tokens, uint32_t n, const uint32_t* targets,
+                                  uint32_t n_lp)
+{
     VKH2O_CHECK(vkh2o_buffer_upload(m->ids, 0, tokens, (uint64_t)n * 4));
-    if (next_logprobs && n > 1)
-        VKH2O_CHECK(vkh2o_buffer_upload(m->tgt, 0, tokens + 1, (uint64_t)(n - 1) * 4));
-    VkCommandBuffer cb;
-    VKH2O_CHECK(vkh2o_begin(m->ctx, &cb));
-    vkh2o_result r = vkh2o_model_record(m, cb, n, next_logprobs != NULL, at);
-    if (r != VKH2O_OK) {
-        /* end the one-shot buffer so the context stays usable; the recorded work is discarded */
-        vkh2o_result r2 = vkh2o_submit_wait(m->ctx, cb);
-        (void)r2;
-        return r;
-    }
-    VKH2O_CHECK(vkh2o_submit_wait(m->ctx, cb));
+    if (n_lp)
+        VKH2O_CHECK(vkh2o_buffer_upload(m->tgt, 0, targets, (uint64_t)n_lp * 4));
+    return VKH2O_OK;
+}
+
+static vkh2o_result download_outputs(vkh2o_model* m, uint32_t n, uint32_t n_lp, float* logits, float* lps)
+{
     if (logits)
         VKH2O_CHECK(vkh2o_buffer_download(m->logits, 0, logits, (uint64_t)n * m->cfg.vocab_size * 4));
-    if (next_logprobs && n > 1)
-        VKH2O_CHECK(vkh2o_buffer_download(m->lp, 0, next_logprobs, (uint64_t)(n - 1) * 4));
+    if (lps && n_lp)
+        VKH2O_CHECK(vkh2o_buffer_download(m->lp, 0, lps, (uint64_t)n_lp * 4));
     return VKH2O_OK;
+}
+
+/* Submits what was recorded; on a recording error ends the one-shot buffer anyway so that the
+ * context stays usable (the recorded work is discarded with the error). */
+static vkh2o_result finish(vkh2o_model* m, VkCommandBuffer cb, vkh2o_result recorded)
+{
+    vkh2o_result r = vkh2o_submit_wait(m->ctx, cb);
+    return recorded != VKH2O_OK ? recorded : r;
+}
+
+vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* tokens, uint32_t n,
+                             const uint32_t* targets, uint32_t n_lp, float* logits, float* lps, const vkh2o_lm_attn* at)
+{
+    VKH2O_CHECK(check_tokens(m, what, tokens, n));
+    if (n_lp > n || (n_lp && !targets))
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "%s: %u targets for %u tokens", what, n_lp, n);
+    VKH2O_CHECK(upload_inputs(m, tokens, n, targets, n_lp));
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(m->ctx, &cb));
+    VKH2O_CHECK(finish(m, cb, vkh2o_model_record(m, cb, n, n_lp, at)));
+    return download_outputs(m, n, n_lp, logits, lps);
+}
+
+vkh2o_result vkh2o_model_run_qprefill(vkh2o_model* m, const uint32_t* tokens, uint32_t n, vkh2o_qcache* const* qcs,
+                                      float* logits, float* lps)
+{
+    const char* what = "model prefill (quantised cache)";
+    VKH2O_CHECK(check_tokens(m, what, tokens, n));
+    const uint32_t D = m->cfg.attn.hidden_size, NL = m->cfg.attn.num_layers, n_lp = lps ? n - 1 : 0;
+    float* x = malloc((size_t)n * D * sizeof *x);
+    float* y = malloc((size_t)n * D * sizeof *y);
+    if (!x || !y) {
+        free(x);
+        free(y);
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", what);
+    }
+    /* the quantised cache's prefill reallocates its pools, so it cannot be recorded: each layer's
+     * attention runs between two submissions, through host copies of its input and output */
+    vkh2o_result r = upload_inputs(m, tokens, n, tokens + 1, n_lp);
+    for (uint32_t l = 0; r == VKH2O_OK && l <= NL; l++) {
+        VkCommandBuffer cb;
+        if ((r = vkh2o_begin(m->ctx, &cb)) != VKH2O_OK)
+            break;
+        vkh2o_result rr = l == 0 ? rec_embed(m, cb, n) : rec_layer_out(m, cb, l - 1, n);
+        if (rr == VKH2O_OK)
+            rr = l < NL ? rec_attn_in(m, cb, l, n) : rec_head(m, cb, n, n_lp);
+        if ((r = finish(m, cb, rr)) != VKH2O_OK || l == NL)
+            break;
+        if ((r = vkh2o_buffer_download(m->xn, 0, x, (uint64_t)n * D * 4)) != VKH2O_OK ||
+            (r = vkh2o_run_mla_prefill_qcache(m->layers[l].attn, qcs[l], x, n, y)) != VKH2O_OK ||
+            (r = vkh2o_buffer_upload(m->ao, 0, y, (uint64_t)n * D * 4)) != VKH2O_OK)
+            break;
+    }
+    free(x);
+    free(y);
+    VKH2O_CHECK(r);
+    return download_outputs(m, n, n_lp, logits, lps);
 }
 
 vkh2o_result vkh2o_run_model_forward(vkh2o_model* m, const uint32_t* tokens, uint32_t n, float* logits,
                                      float* next_logprobs)
 {
-    return vkh2o_model_run(m, "model forward", tokens, n, logits, next_logprobs, NULL);
+    return vkh2o_model_run(m, "model forward", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,
+                           next_logprobs, NULL);
 }

@@ -1,5 +1,6 @@
-/* Decoding sessions: every layer's KV cache for one sequence, the prefill and the teacher-forced
- * or generating decode through the layers' public decode steps. */
+/* Decoding sessions: every layer's KV cache for one sequence (the H2O cache, or one quantised
+ * cache per layer), the prefill and the teacher-forced or generating decode through the layers'
+ * public decode steps. */
 #include "lm_internal.h"
 
 #include <stdlib.h>
@@ -7,11 +8,39 @@
 
 struct vkh2o_model_session {
     vkh2o_model* m;
-    vkh2o_cache* cache;        /* num_layers = the model's */
+    vkh2o_model_cache_desc d;
+    vkh2o_cache* cache;        /* num_layers = the model's (H2O cache) */
     vkh2o_cache_desc cd;
+    vkh2o_qcache** qc;         /* [num_layers] (quantised cache) */
+    vkh2o_qattn_desc qattn;
+    uint32_t route_every;
     uint32_t max_tokens;
     uint32_t pos;
 };
+
+static vkh2o_result make_qcaches(vkh2o_model_session* s)
+{
+    vkh2o_model* m = s->m;
+    const uint32_t NL = m->cfg.attn.num_layers;
+    const vkh2o_model_cache_desc* d = &s->d;
+    if (d->budget || d->n_sink || d->n_recent || d->policy || d->score_mode)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "model session: the quantised cache takes no H2O budget, sinks, recents, policy or score mode");
+    if ((unsigned)d->qpolicy >= VKH2O_QPOLICY_COUNT || (unsigned)d->qselector >= VKH2O_QSELECT_COUNT)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model session: unknown quantisation policy or selector");
+    s->qc = calloc(NL, sizeof *s->qc);
+    if (!s->qc)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
+    vkh2o_qcache_desc qd = { .max_tokens = s->max_tokens };
+    vkh2o_qcache_desc_from_mla(&m->cfg.attn, VKH2O_LAYOUT_LATENT, &qd);
+    if (d->qselector == VKH2O_QSELECT_QUEST)
+        qd.flags |= VKH2O_QCACHE_QUEST_BOUNDS;
+    for (uint32_t l = 0; l < NL; l++)
+        VKH2O_CHECK(vkh2o_qcache_create(m->ctx, &qd, &s->qc[l]));
+    s->route_every = d->route_every ? d->route_every : 16;
+    s->qattn = (vkh2o_qattn_desc){ .selector = d->qselector, .budget_blocks = d->budget_blocks, .seed = d->seed };
+    return VKH2O_OK;
+}
 
 vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_desc* desc, vkh2o_model_session** out)
 {
@@ -24,38 +53,45 @@ vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_
     if (max_tokens > m->max_seq)
         return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model session: max_tokens %u above the model's max_seq_len %u",
                           max_tokens, m->max_seq);
-    vkh2o_cache_desc cd = { 0 };
-    vkh2o_cache_desc_from_mla(&m->cfg.attn, d.layout ? d.layout : VKH2O_LAYOUT_LATENT, &cd);
-    cd.num_layers = m->cfg.attn.num_layers;
-    cd.storage = d.storage;
-    cd.seed = d.seed;
-    if (d.budget == 0) {
-        /* the full cache: a cap that no sequence of max_tokens reaches */
-        cd.policy = VKH2O_POLICY_H2O;
-        cd.budget = max_tokens;
-    } else {
-        cd.policy = d.policy;
-        cd.score_mode = d.score_mode;
-        cd.decay = d.decay;
-        cd.budget = d.budget;
-        cd.n_sink = d.n_sink;
-        cd.n_recent = d.n_recent;
-    }
-    /* capacity stays cap + 1 (the appended token before eviction): a prefill longer than that is
-     * gathered into the cache straight from the prompt's rows */
-    cd.max_prefill = max_tokens;
-    vkh2o_error e = { 0 };
-    vkh2o_result r = vkh2o_cache_desc_validate(&cd, &e);
-    if (r != VKH2O_OK)
-        return vkh2o_fail(m->ctx, r, "model session: %s", e.message);
     vkh2o_model_session* s = calloc(1, sizeof *s);
     if (!s)
         return vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
     s->m = m;
-    s->cd = cd;
+    s->d = d;
     s->max_tokens = max_tokens;
-    if ((r = vkh2o_cache_create(m->ctx, &cd, &s->cache)) != VKH2O_OK) {
-        free(s);
+    vkh2o_result r;
+    if (d.quantised) {
+        r = make_qcaches(s);
+    } else {
+        vkh2o_cache_desc cd = { 0 };
+        vkh2o_cache_desc_from_mla(&m->cfg.attn, d.layout ? d.layout : VKH2O_LAYOUT_LATENT, &cd);
+        cd.num_layers = m->cfg.attn.num_layers;
+        cd.storage = d.storage;
+        cd.seed = d.seed;
+        if (d.budget == 0) {
+            /* the full cache: a cap that no sequence of max_tokens reaches */
+            cd.policy = VKH2O_POLICY_H2O;
+            cd.budget = max_tokens;
+        } else {
+            cd.policy = d.policy;
+            cd.score_mode = d.score_mode;
+            cd.decay = d.decay;
+            cd.budget = d.budget;
+            cd.n_sink = d.n_sink;
+            cd.n_recent = d.n_recent;
+        }
+        /* capacity stays cap + 1 (the appended token before eviction): a prefill longer than
+         * that is gathered into the cache straight from the prompt's rows */
+        cd.max_prefill = max_tokens;
+        vkh2o_error e = { 0 };
+        r = vkh2o_cache_desc_validate(&cd, &e);
+        if (r != VKH2O_OK)
+            r = vkh2o_fail(m->ctx, r, "model session: %s", e.message);
+        else if ((r = vkh2o_cache_create(m->ctx, &cd, &s->cache)) == VKH2O_OK)
+            s->cd = *vkh2o_cache_get_desc(s->cache);
+    }
+    if (r != VKH2O_OK) {
+        vkh2o_model_session_destroy(s);
         return r;
     }
     *out = s;
@@ -67,6 +103,10 @@ void vkh2o_model_session_destroy(vkh2o_model_session* s)
     if (!s)
         return;
     vkh2o_cache_destroy(s->cache);
+    if (s->qc)
+        for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
+            vkh2o_qcache_destroy(s->qc[l]);
+    free(s->qc);
     free(s);
 }
 
@@ -74,7 +114,17 @@ vkh2o_result vkh2o_model_session_reset(vkh2o_model_session* s)
 {
     if (!s)
         return VKH2O_ERROR_INVALID_ARGUMENT;
-    VKH2O_CHECK(vkh2o_cache_reset(s->cache));
+    if (s->cache)
+        VKH2O_CHECK(vkh2o_cache_reset(s->cache));
+    if (s->qc) {
+        /* a quantised cache empties by being made again */
+        vkh2o_model* m = s->m;
+        for (uint32_t l = 0; l < m->cfg.attn.num_layers; l++)
+            vkh2o_qcache_destroy(s->qc[l]);
+        free(s->qc);
+        s->qc = NULL;
+        VKH2O_CHECK(make_qcaches(s));
+    }
     s->pos = 0;
     return VKH2O_OK;
 }
@@ -83,8 +133,17 @@ uint32_t vkh2o_model_session_get_position(const vkh2o_model_session* s) { return
 
 vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s, uint32_t layer, uint32_t* len)
 {
-    if (!s || !len || layer >= s->cd.num_layers)
+    if (!s || !len || layer >= s->m->cfg.attn.num_layers)
         return vkh2o_fail(s ? s->m->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "model session: bad layer or NULL argument");
+    if (s->qc) {
+        vkh2o_qcache_stats st;
+        vkh2o_qcache_get_stats(s->qc[layer], &st);
+        /* tokens held: those of the blocks not evicted */
+        uint32_t B = vkh2o_qcache_get_desc(s->qc[layer])->block_size;
+        uint32_t ev = st.blocks_by_prec[VKH2O_QPREC_EVICTED] * B;
+        *len = st.tokens > ev ? st.tokens - ev : 0;
+        return VKH2O_OK;
+    }
     vkh2o_cache_stats* st = calloc(layer + 1, sizeof *st);
     if (!st)
         return vkh2o_fail(s->m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
@@ -99,6 +158,15 @@ uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session* s)
 {
     if (!s)
         return 0;
+    if (s->qc) {
+        const vkh2o_qcache_desc* qd = vkh2o_qcache_get_desc(s->qc[0]);
+        uint32_t counts[4];
+        vkh2o_qpolicy_counts(qd, s->d.qpolicy, s->max_tokens, counts);
+        uint64_t bytes = 0;
+        for (int p = 0; p < 3; p++)
+            bytes += (uint64_t)counts[p] * vkh2o_qcache_slot_bytes(qd, (vkh2o_qprec)p);
+        return bytes * s->m->cfg.attn.num_layers;
+    }
     uint32_t cap = s->cd.n_sink + s->cd.budget + s->cd.n_recent;
     return vkh2o_cache_bytes(&s->cd, cap < s->max_tokens ? cap : s->max_tokens);
 }
@@ -111,6 +179,13 @@ static vkh2o_result check_room(vkh2o_model_session* s, const char* what, uint32_
     return VKH2O_OK;
 }
 
+static vkh2o_result route_all(vkh2o_model_session* s)
+{
+    for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
+        VKH2O_CHECK(vkh2o_run_qcache_route(s->qc[l], s->d.qpolicy));
+    return VKH2O_OK;
+}
+
 vkh2o_result vkh2o_run_model_prefill(vkh2o_model_session* s, const uint32_t* tokens, uint32_t n, float* logits,
                                      float* next_logprobs)
 {
@@ -120,8 +195,14 @@ vkh2o_result vkh2o_run_model_prefill(vkh2o_model_session* s, const uint32_t* tok
         return vkh2o_fail(s->m->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "model prefill: the session already holds %u tokens (prefill needs an empty one: reset it)", s->pos);
     VKH2O_CHECK(check_room(s, "model prefill", n));
-    vkh2o_lm_attn at = { .mode = VKH2O_LM_PREFILL, .cache = s->cache };
-    VKH2O_CHECK(vkh2o_model_run(s->m, "model prefill", tokens, n, logits, next_logprobs, &at));
+    if (s->qc) {
+        VKH2O_CHECK(vkh2o_model_run_qprefill(s->m, tokens, n, s->qc, logits, n > 1 ? next_logprobs : NULL));
+        VKH2O_CHECK(route_all(s));
+    } else {
+        vkh2o_lm_attn at = { .mode = VKH2O_LM_PREFILL, .cache = s->cache };
+        VKH2O_CHECK(vkh2o_model_run(s->m, "model prefill", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,
+                                    next_logprobs, &at));
+    }
     s->pos = n;
     return VKH2O_OK;
 }
@@ -132,8 +213,29 @@ vkh2o_result vkh2o_run_model_decode(vkh2o_model_session* s, const uint32_t* toke
     if (!s)
         return VKH2O_ERROR_INVALID_ARGUMENT;
     VKH2O_CHECK(check_room(s, "model decode", n));
-    vkh2o_lm_attn at = { .mode = VKH2O_LM_DECODE, .cache = s->cache, .position = s->pos };
-    VKH2O_CHECK(vkh2o_model_run(s->m, "model decode", tokens, n, logits, next_logprobs, &at));
-    s->pos += n;
+    if (!s->qc) {
+        vkh2o_lm_attn at = { .mode = VKH2O_LM_DECODE, .cache = s->cache, .position = s->pos };
+        VKH2O_CHECK(vkh2o_model_run(s->m, "model decode", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,
+                                    next_logprobs, &at));
+        s->pos += n;
+        return VKH2O_OK;
+    }
+    /* quantised: chunks that end where the policy routes (every route_every positions) */
+    const uint32_t V = s->m->cfg.vocab_size, NL = s->m->cfg.attn.num_layers;
+    for (uint32_t i = 0; i < n;) {
+        uint32_t k = s->route_every - s->pos % s->route_every;
+        if (k > n - i)
+            k = n - i;
+        for (uint32_t l = 0; l < NL; l++)
+            VKH2O_CHECK(vkh2o_run_qcache_reserve(s->qc[l], k));
+        uint32_t n_lp = next_logprobs ? (i + k < n ? k : k - 1) : 0;
+        vkh2o_lm_attn at = { .mode = VKH2O_LM_QDECODE, .qcaches = s->qc, .qattn = &s->qattn, .position = s->pos };
+        VKH2O_CHECK(vkh2o_model_run(s->m, "model decode (quantised cache)", tokens + i, k, tokens + i + 1, n_lp,
+                                    logits ? logits + (size_t)i * V : NULL, next_logprobs ? next_logprobs + i : NULL, &at));
+        s->pos += k;
+        i += k;
+        if (s->pos % s->route_every == 0)
+            VKH2O_CHECK(route_all(s));
+    }
     return VKH2O_OK;
 }

@@ -451,6 +451,73 @@ static void test_session_evict(void** state)
     vt_check_validation();
 }
 
+/* The quantised cache per layer: FP16 blocks against the forward (fp16 rounding of the latent
+ * rows only), INT8 / INT4 routing against it with looser bounds, prefill + decode, eviction. */
+static void test_session_quantised(void** state)
+{
+    (void)state;
+    loaded x;
+    load_tiny(&x, "session_quant", 200);
+    enum { N = 60, P = 21, V = 67, NA = 192 };
+    uint32_t tok[N];
+    vt_rng rng;
+    vt_rng_seed(&rng, 13);
+    for (int i = 0; i < N; i++)
+        tok[i] = vt_u32_below(&rng, V);
+    float* fw = malloc(N * V * 4);
+    float* got = malloc(N * V * 4);
+    float* lp = malloc(N * 4);
+    assert_true(fw && got && lp);
+    assert_int_equal(vkh2o_run_model_forward(x.m, tok, N, fw, NULL), VKH2O_OK);
+    const struct { vkh2o_qpolicy p; double bound; const char* name; } pol[] = {
+        { VKH2O_QPOLICY_FP16, 1e-6, "quantised fp16 decode vs forward" },
+        { VKH2O_QPOLICY_UNIFORM_INT8, 1e-5, "quantised uniform-int8 decode vs forward" },
+        { VKH2O_QPOLICY_BALANCED, 1e-3, "quantised balanced decode vs forward" },
+    };
+    for (size_t k = 0; k < sizeof pol / sizeof pol[0]; k++) {
+        vkh2o_model_session* s = session(x.m, &(vkh2o_model_cache_desc){ .quantised = true, .qpolicy = pol[k].p,
+                                                                           .route_every = 8 });
+        assert_int_equal(vkh2o_run_model_decode(s, tok, N, got, lp), VKH2O_OK);
+        vt_assert_nmse(pol[k].name, got, fw, N * V, pol[k].bound);
+        vt_assert_finite(pol[k].name, lp, N - 1);
+        /* prefill + decode of the same tokens */
+        assert_int_equal(vkh2o_model_session_reset(s), VKH2O_OK);
+        assert_int_equal(vkh2o_run_model_prefill(s, tok, P, got, NULL), VKH2O_OK);
+        assert_int_equal(vkh2o_run_model_decode(s, tok + P, N - P, got + P * V, NULL), VKH2O_OK);
+        vt_assert_nmse("  ... prefill + decode", got, fw, N * V, pol[k].bound);
+        uint32_t len = 0;
+        assert_int_equal(vkh2o_model_session_read_cache_len(s, 0, &len), VKH2O_OK);
+        assert_int_equal(len, N);
+        assert_true(vkh2o_model_session_get_cache_bytes(s) > 0);
+        vkh2o_model_session_destroy(s);
+    }
+    /* aggressive routing evicts whole blocks (routed every 16 tokens, an evicted block stays
+     * evicted): fewer tokens held, never the sink and recent blocks, finite output */
+    uint32_t tokA[NA];
+    for (int i = 0; i < NA; i++)
+        tokA[i] = vt_u32_below(&rng, V);
+    float* lpa = malloc(NA * 4);
+    assert_non_null(lpa);
+    vkh2o_model_session* s = session(x.m, &(vkh2o_model_cache_desc){ .quantised = true, .qpolicy = VKH2O_QPOLICY_AGGRESSIVE,
+                                                                       .route_every = 16 });
+    assert_int_equal(vkh2o_run_model_decode(s, tokA, NA, NULL, lpa), VKH2O_OK);
+    vt_assert_finite("quantised aggressive", lpa, NA - 1);
+    uint32_t len = 0;
+    assert_int_equal(vkh2o_model_session_read_cache_len(s, 1, &len), VKH2O_OK);
+    printf("  aggressive: %u of %d tokens held\n", len, NA);
+    assert_true(len < NA && (NA - len) % 16 == 0 && len >= 3 * 16);
+    free(lpa);
+    vkh2o_model_session_destroy(s);
+    /* the quantised cache takes no H2O fields */
+    vkh2o_model_session* bad = NULL;
+    assert_int_equal(vkh2o_model_session_create(x.m, &(vkh2o_model_cache_desc){ .quantised = true, .budget = 8 }, &bad),
+                     VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_null(bad);
+    free(fw); free(got); free(lp);
+    unload_tiny(&x);
+    vt_check_validation();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -459,6 +526,7 @@ int main(void)
         cmocka_unit_test(test_session_full),
         cmocka_unit_test(test_session_big_budget),
         cmocka_unit_test(test_session_evict),
+        cmocka_unit_test(test_session_quantised),
     };
     int rc = cmocka_run_group_tests(tests, NULL, vt_group_teardown);
     vt_scratch_remove();
