@@ -56,6 +56,9 @@ typedef struct opts {
     double budget_frac;       /* --budget P%: fraction of the context for the whole cache */
     uint32_t n_sink, n_recent;
     double decay;
+    const char* kv_quant;     /* quantisation policy name, NULL: the H2O cache */
+    vkh2o_qpolicy qpolicy;
+    uint32_t route_every;
     bool stream, sweep;
     bool bench;
     uint32_t bench_steps;
@@ -76,7 +79,9 @@ typedef struct row {
     uint32_t n_sink, budget, n_recent;   /* budget 0: the full cache */
     uint32_t cache_tokens;    /* cap (the context for the full cache) */
     uint64_t cache_bytes;     /* device bytes of the rows at the cap */
-    const char* kv_quant;
+    const char* kv_quant;     /* "none", or the quantisation policy of the quantised cache */
+    bool quant;
+    vkh2o_qpolicy qpolicy;
     double bits;              /* per byte; NAN when perplexity was not run */
     uint64_t bytes_scored;
     double passkey_acc;       /* prefill compressed once at its end; NAN when not run */
@@ -89,7 +94,8 @@ static void usage(FILE* f)
 {
     fprintf(f,
             "usage: vkh2o-eval --weights DIR [--text FILE] [--ctx N] [--windows K]\n"
-            "                  [--policy P] [--budget B | --budget F%%] [--n-sink S] [--n-recent R] [--decay F] [--sweep]\n"
+            "                  [--policy P] [--budget B | --budget F%%] [--n-sink S] [--n-recent R] [--decay F]\n"
+            "                  [--kv-quant Q [--route-every R]] [--sweep]\n"
             "                  [--passkey [--stream] [--trials T] [--depths D1,D2,...]] [--seed S]\n"
             "                  [--csv FILE] [--json FILE] [--plot FILE.svg] [--quiet] [--help]\n"
             "Runs a byte-level DeepSeek-V3-architecture model (an HF directory: config.json + safetensors,\n"
@@ -116,8 +122,13 @@ static void usage(FILE* f)
             "  --n-sink S      first tokens always kept (default 4)\n"
             "  --n-recent R    last tokens always kept (default 16)\n"
             "  --decay F       h2o-decay's factor, in (0, 1) (default 0.9)\n"
-            "  --sweep         the grid: full, and every policy at caches of 12.5%%, 25%% and 50%% of the\n"
-            "                  context (recents at most a quarter of the cache); implies --stream\n"
+            "  --kv-quant Q    the quantised cache instead (blocks of 16 tokens in FP16 / INT8 / INT4, latent):\n"
+            "                  fp16, conservative, balanced, aggressive (also evicts 20%% of the blocks),\n"
+            "                  uniform-int8, uniform-int4; routed every --route-every R tokens (default 16)\n"
+            "                  and once after a prompt; with --policy full only\n"
+            "  --sweep         the grid: full, every policy at caches of 12.5%%, 25%% and 50%% of the context\n"
+            "                  (recents at most a quarter of the cache), and every --kv-quant policy; implies\n"
+            "                  --stream\n"
             "  --weights DIR   the model directory (or its .safetensors with config.json beside it)\n"
             "  --text FILE     held-out text for perplexity (bytes as tokens)\n"
             "  --ctx N         window / prompt length in bytes (default 512; 2..model limit)\n"
@@ -130,7 +141,8 @@ static void usage(FILE* f)
             "                  eviction share: (evicting step - non-evicting step at the same length) / evicting step\n"
             "  --csv FILE, --json FILE   also write the rows (policy, budget, n_sink, n_recent, cache_tokens,\n"
             "                  cache_bytes, ctx, kv_quant, bits_per_byte, ppl, passkey_acc, passkey_stream_acc)\n"
-            "  --plot FILE.svg perplexity and passkey accuracy against cache size, one line per policy\n"
+            "  --plot FILE.svg perplexity and passkey accuracy against cache size (one line per policy) and\n"
+            "                  perplexity against cache bytes (eviction vs quantisation at equal bytes)\n"
             "                  (outputs are written only when the whole run succeeds)\n"
             "  --quiet         no progress line (it is shown only on a terminal anyway)\n"
             "At least one of --text and --passkey is needed.\n");
@@ -188,6 +200,21 @@ static int parse(int argc, char** argv, opts* o)
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--n-recent", 0, 1u << 20, &o->n_recent)) != 0) {
             if (r < 0)
                 return 2;
+        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--route-every", 1, 1u << 20, &o->route_every)) != 0) {
+            if (r < 0)
+                return 2;
+        } else if (!strcmp(a, "--kv-quant")) {
+            if (!v || o->kv_quant) {
+                fprintf(stderr, TOOL ": --kv-quant %s\n", v ? "given twice" : "needs a value");
+                return 2;
+            }
+            if (!vkh2o_qpolicy_parse(v, &o->qpolicy)) {
+                fprintf(stderr, TOOL ": --kv-quant: unknown policy '%s' (fp16, conservative, balanced, aggressive, "
+                                "uniform-int8, uniform-int4)\n", v);
+                return 2;
+            }
+            o->kv_quant = v;
+            i++;
         } else if (!strcmp(a, "--decay")) {
             if (!v) {
                 fprintf(stderr, TOOL ": --decay needs a value\n");
@@ -306,6 +333,11 @@ static int parse(int argc, char** argv, opts* o)
         fprintf(stderr, TOOL ": --budget does not apply to --policy full\n");
         return 2;
     }
+    if (o->kv_quant && (o->sweep || !o->policy->full)) {
+        fprintf(stderr, TOOL ": --kv-quant goes with --policy full only (the quantised cache evicts by its own policy: "
+                        "aggressive)\n");
+        return 2;
+    }
     if (o->sweep)
         o->stream = true;
     return 0;
@@ -379,7 +411,11 @@ static int open_session(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const
 {
     *out = NULL;
     vkh2o_model_cache_desc d = { .max_tokens = o->ctx, .seed = o->seed };
-    if (!r->policy->full) {
+    if (r->quant) {
+        d.quantised = true;
+        d.qpolicy = r->qpolicy;
+        d.route_every = o->route_every;
+    } else if (!r->policy->full) {
         d.budget = r->budget;
         d.n_sink = r->n_sink;
         d.n_recent = r->n_recent;
@@ -407,7 +443,7 @@ static int run_perplexity(vkh2o_context* ctx, vkh2o_model* m, const opts* o, con
         return 1;
     }
     vkh2o_model_session* s = NULL;
-    if (open_session(ctx, m, o, out, &s))
+    if ((!out->policy->full || out->quant) && open_session(ctx, m, o, out, &s))
         return 1;
     uint32_t* tok = malloc(o->ctx * sizeof *tok);
     float* lp = malloc(o->ctx * sizeof *lp);
@@ -528,7 +564,7 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool s
 {
     const uint32_t V = vkh2o_model_get_config(m)->vocab_size;
     vkh2o_model_session* s = NULL;
-    if (open_session(ctx, m, o, out, &s))
+    if ((!out->policy->full || out->quant) && open_session(ctx, m, o, out, &s))
         return 1;
     char* prompt = malloc(o->ctx + 1);
     uint32_t* tok = malloc(o->ctx * sizeof *tok);
@@ -586,11 +622,11 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool s
 
 static void print_rows(const opts* o, const row* rows, uint32_t n)
 {
-    printf("%-10s %6s %6s %6s %6s %9s %6s %-8s %10s %10s %8s %8s\n", "policy", "sinks", "budget", "recent", "cache",
+    printf("%-10s %6s %6s %6s %6s %9s %6s %-12s %10s %10s %8s %8s\n", "policy", "sinks", "budget", "recent", "cache",
            "bytes", "ctx", "kv_quant", "bits/byte", "ppl/byte", "passkey", "stream");
     for (uint32_t i = 0; i < n; i++) {
         const row* r = &rows[i];
-        printf("%-10s %6u %6u %6u %6u %9llu %6u %-8s ", r->policy->name, r->n_sink, r->budget, r->n_recent, r->cache_tokens,
+        printf("%-10s %6u %6u %6u %6u %9llu %6u %-12s ", r->policy->name, r->n_sink, r->budget, r->n_recent, r->cache_tokens,
                (unsigned long long)r->cache_bytes, o->ctx, r->kv_quant);
         if (isnan(r->bits))
             printf("%10s %10s ", "-", "-");
@@ -637,12 +673,13 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
 {
     /* one series per policy: x = cache size as % of the context; the full cache joins every
      * series at 100 % */
-    double xs[NPOLICIES][MAX_ROWS], ppl[NPOLICIES][MAX_ROWS], pk[NPOLICIES][MAX_ROWS];
-    plot_series sp[NPOLICIES], sk[NPOLICIES];
+    static double xs[NPOLICIES + 1][MAX_ROWS], ppl[NPOLICIES + 1][MAX_ROWS], pk[NPOLICIES + 1][MAX_ROWS];
+    static double kb[NPOLICIES + 1][MAX_ROWS];
+    plot_series sp[NPOLICIES + 1], sk[NPOLICIES + 1], sb[NPOLICIES + 1];
     uint32_t ns = 0;
     const row* full = NULL;
     for (uint32_t i = 0; i < n; i++)
-        if (rows[i].policy->full)
+        if (rows[i].policy->full && !rows[i].quant)
             full = &rows[i];
     for (size_t k = 0; k < NPOLICIES; k++) {
         if (POLICIES[k].full)
@@ -650,6 +687,7 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
         uint32_t c = 0;
         for (uint32_t i = 0; i < n && c < MAX_ROWS - 1; i++)
             if (rows[i].policy == &POLICIES[k]) {
+                kb[ns][c] = rows[i].cache_bytes / 1024.0;
                 xs[ns][c] = 100.0 * rows[i].cache_tokens / o->ctx;
                 ppl[ns][c] = isnan(rows[i].bits) ? NAN : pow(2.0, rows[i].bits);
                 pk[ns][c] = rows[i].passkey_acc;
@@ -658,6 +696,7 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
         if (!c)
             continue;
         if (full) {
+            kb[ns][c] = full->cache_bytes / 1024.0;
             xs[ns][c] = 100.0;
             ppl[ns][c] = isnan(full->bits) ? NAN : pow(2.0, full->bits);
             pk[ns][c] = full->passkey_acc;
@@ -665,13 +704,35 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
         }
         sp[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], ppl[ns] };
         sk[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], pk[ns] };
+        sb[ns] = (plot_series){ POLICIES[k].name, c, kb[ns], ppl[ns] };
         ns++;
     }
-    plot_panel panels[2] = {
+    /* the quantised cache: one series over its policies, by bytes (every token kept) */
+    uint32_t nq = 0, order[MAX_ROWS];
+    for (uint32_t i = 0; i < n; i++)
+        if (rows[i].quant)
+            order[nq++] = i;
+    for (uint32_t a = 1; a < nq; a++)
+        for (uint32_t b = a; b > 0 && rows[order[b]].cache_bytes < rows[order[b - 1]].cache_bytes; b--) {
+            uint32_t t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    uint32_t nb = ns;
+    if (nq) {
+        for (uint32_t a = 0; a < nq; a++) {
+            kb[nb][a] = rows[order[a]].cache_bytes / 1024.0;
+            ppl[nb][a] = isnan(rows[order[a]].bits) ? NAN : pow(2.0, rows[order[a]].bits);
+        }
+        sb[nb] = (plot_series){ "quantised (kv-quant policies)", nq, kb[nb], ppl[nb] };
+        nb++;
+    }
+    plot_panel panels[3] = {
         { "perplexity per byte (held-out text)", "cache size, % of the context", "perplexity per byte", sp, ns },
+        { "perplexity at equal cache bytes", "cache bytes, KiB (all layers)", "perplexity per byte", sb, nb },
         { "passkey accuracy (prompt compressed once)", "cache size, % of the context", "exact-match accuracy", sk, ns },
     };
-    return plot_svg(f, panels, o->passkey ? 2 : 1);
+    return plot_svg(f, panels, o->passkey ? 3 : 2);
 }
 
 static bool write_outputs(const opts* o, const row* rows, uint32_t n)
@@ -735,6 +796,11 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
     if (!o->sweep) {
         row r = base;
         r.policy = o->policy;
+        if (o->kv_quant) {
+            r.quant = true;
+            r.qpolicy = o->qpolicy;
+            r.kv_quant = vkh2o_qpolicy_name(o->qpolicy);
+        }
         if (!o->policy->full) {
             r.n_sink = o->n_sink;
             r.n_recent = o->n_recent;
@@ -761,6 +827,14 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
             r.budget = total > r.n_sink + r.n_recent ? total - r.n_sink - r.n_recent : 1;
             rows[n++] = r;
         }
+    for (int q = 0; q < VKH2O_QPOLICY_COUNT; q++) {
+        row r = base;
+        r.policy = &POLICIES[0];
+        r.quant = true;
+        r.qpolicy = (vkh2o_qpolicy)q;
+        r.kv_quant = vkh2o_qpolicy_name(r.qpolicy);
+        rows[n++] = r;
+    }
     return n;
 }
 

@@ -109,9 +109,12 @@ bool plot_svg(FILE* f, const plot_panel* panels, uint32_t np)
 #undef PX
 #undef PY
     }
-    /* legend: the series of the first panel (every panel plots the same series) */
+    /* legend: the series of the panel with the most (the panels share their first series) */
     if (np) {
         const plot_panel* pn = &panels[0];
+        for (uint32_t p = 1; p < np; p++)
+            if (panels[p].nseries > pn->nseries)
+                pn = &panels[p];
         for (uint32_t s = 0; s < pn->nseries; s++) {
             double lx = ML + (s % 4) * 200, ly = MT + PH + MB + 8 + (s / 4) * LEG;
             fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"3\"/>"
