@@ -518,6 +518,60 @@ static void test_session_quantised(void** state)
     vt_check_validation();
 }
 
+/* The committed model (models/tiny-mla) against the PyTorch forward that trained it
+ * (reference.safetensors, written by tools/train/train_tiny_mla.py): logits within nmse 1e-9
+ * and log-probabilities within 1e-4 absolute over the first 64 held-out bytes. */
+static void test_committed_model(void** state)
+{
+    (void)state;
+    const char* src = getenv("VKH2O_SOURCE_DIR");
+    char dir[1024], ref[1100];
+    snprintf(dir, sizeof dir, "%s/models/tiny-mla", src && *src ? src : ".");
+    snprintf(ref, sizeof ref, "%s/reference.safetensors", dir);
+    vkh2o_model* m = NULL;
+    assert_int_equal(vkh2o_model_create(vt_ctx(), dir, &(vkh2o_model_desc){ .max_seq_len = 64 }, &m), VKH2O_OK);
+    const vkh2o_model_config* c = vkh2o_model_get_config(m);
+    assert_int_equal(c->vocab_size, 256);
+    vkh2o_safetensors* st = NULL;
+    vkh2o_error e = { 0 };
+    assert_int_equal(vkh2o_safetensors_open(ref, &st, &e), VKH2O_OK);
+    vkh2o_tensor_view ids, lg, lps;
+    assert_int_equal(vkh2o_safetensors_find(st, "input_ids", &ids, &e), VKH2O_OK);
+    assert_int_equal(vkh2o_safetensors_find(st, "logits", &lg, &e), VKH2O_OK);
+    assert_int_equal(vkh2o_safetensors_find(st, "log_probs", &lps, &e), VKH2O_OK);
+    assert_int_equal(ids.dtype, VKH2O_DTYPE_I64);
+    assert_int_equal(lg.dtype, VKH2O_DTYPE_F32);
+    const uint32_t n = (uint32_t)ids.numel, V = 256;
+    assert_int_equal(n, 64);
+    assert_int_equal(lg.numel, (uint64_t)n * V);
+    uint32_t tok[64];
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t t;
+        memcpy(&t, (const char*)ids.data + 8 * i, 8);
+        tok[i] = (uint32_t)t;
+    }
+    float* got = malloc((size_t)n * V * 4);
+    float* want = malloc((size_t)n * V * 4);
+    float* lp = malloc(n * 4);
+    assert_true(got && want && lp);
+    memcpy(want, lg.data, (size_t)n * V * 4);
+    assert_int_equal(vkh2o_run_model_forward(m, tok, n, got, lp), VKH2O_OK);
+    vt_assert_nmse("committed model: logits vs the PyTorch forward", got, want, (size_t)n * V, 1e-9);
+    double worst = 0.0;
+    for (uint32_t i = 0; i + 1 < n; i++) {
+        float w;
+        memcpy(&w, (const char*)lps.data + 4 * ((size_t)i * V + tok[i + 1]), 4);
+        double d = fabs((double)lp[i] - w);
+        worst = d > worst ? d : worst;
+    }
+    printf("  committed model: worst next-byte log-probability error vs PyTorch %.2e (bound 1e-4)\n", worst);
+    assert_true(worst <= 1e-4);
+    free(got); free(want); free(lp);
+    vkh2o_safetensors_destroy(st);
+    vkh2o_model_destroy(m);
+    vt_check_validation();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -527,6 +581,7 @@ int main(void)
         cmocka_unit_test(test_session_big_budget),
         cmocka_unit_test(test_session_evict),
         cmocka_unit_test(test_session_quantised),
+        cmocka_unit_test(test_committed_model),
     };
     int rc = cmocka_run_group_tests(tests, NULL, vt_group_teardown);
     vt_scratch_remove();

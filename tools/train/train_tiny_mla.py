@@ -355,14 +355,25 @@ def save_safetensors(path, tensors, metadata=None):
     os.replace(tmp, path)
 
 
-def export(model, out, heldout, note):
-    cfg = model.cfg
-    with open(os.path.join(out, "config.json.tmp"), "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
-    os.replace(os.path.join(out, "config.json.tmp"), os.path.join(out, "config.json"))
-    save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt", "note": note})
-    # reference logits of this forward on the first 64 held-out bytes (the library's check)
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        b = f.read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        a, e = v["data_offsets"]
+        dt = {"F32": "<f4", "I64": "<i8", "U8": "u1"}[v["dtype"]]
+        out[k] = torch.from_numpy(np.frombuffer(b[8 + n + a:8 + n + e], dtype=dt).copy().reshape(v["shape"]))
+    return out
+
+
+def write_reference(model, out, heldout):
+    """The PyTorch side of the library's checks: logits and log-probabilities of the first 64
+    held-out bytes (reference.safetensors), and bits per byte of the full cache over the first
+    windows of the held-out text at a short context (reference.json; vkh2o-eval must agree)."""
     ids = torch.tensor(list(heldout[:64]), dtype=torch.int64)
     with torch.no_grad():
         logits = model(ids[None])[0]
@@ -370,6 +381,26 @@ def export(model, out, heldout, note):
     save_safetensors(os.path.join(out, "reference.safetensors"),
                      {"input_ids": ids, "logits": logits.float(), "log_probs": logp},
                      {"what": "PyTorch forward of model.safetensors on the first 64 bytes of heldout.txt"})
+    ref = {"what": "bits per byte of the full cache over the first windows of heldout.txt (PyTorch forward)",
+           "rows": []}
+    for ctx, windows in ((128, 4), (512, 4)):
+        if len(heldout) >= ctx * windows:
+            ref["rows"].append({"ctx": ctx, "windows": windows,
+                                "bits_per_byte": bits_per_byte(model, heldout + b"\0", ctx, windows)})
+    with open(os.path.join(out, "reference.json.tmp"), "w") as f:
+        json.dump(ref, f, indent=2)
+        f.write("\n")
+    os.replace(os.path.join(out, "reference.json.tmp"), os.path.join(out, "reference.json"))
+
+
+def export(model, out, heldout, note):
+    cfg = model.cfg
+    with open(os.path.join(out, "config.json.tmp"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    os.replace(os.path.join(out, "config.json.tmp"), os.path.join(out, "config.json"))
+    save_safetensors(os.path.join(out, "model.safetensors"), model.state_dict(), {"format": "pt", "note": note})
+    write_reference(model, out, heldout)
 
 
 # ---------------------------------------------------------------- training
@@ -407,7 +438,24 @@ def main():
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--heldout", default="GPL-3", help="common-licenses file held out")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--export-reference", action="store_true",
+                    help="only (re)write reference.safetensors / reference.json of the model in --out, and evaluate it")
+    ap.add_argument("--eval-passkey", type=int, default=0, metavar="CTX",
+                    help="with --export-reference: also report the full-cache passkey accuracy at CTX")
     a = ap.parse_args()
+    if a.export_reference:
+        torch.set_num_threads(a.threads)
+        cfg = json.load(open(os.path.join(a.out, "config.json")))
+        model = TinyDeepseekV3(cfg)
+        model.load_state_dict(load_safetensors(os.path.join(a.out, "model.safetensors")))
+        model.eval()
+        held = open(os.path.join(a.out, "heldout.txt"), "rb").read()
+        write_reference(model, a.out, held)
+        print(open(os.path.join(a.out, "reference.json")).read())
+        if a.eval_passkey:
+            acc, by = passkey_accuracy(model, a.eval_passkey)
+            print("passkey at %d: %.3f %s" % (a.eval_passkey, acc, by))
+        return
 
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)

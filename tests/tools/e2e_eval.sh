@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# vkh2o-eval end to end on the committed model (models/tiny-mla, trained by
+# tools/train/train_tiny_mla.py): it loads; full-cache perplexity on a held-out slice equals the
+# PyTorch forward's (reference.json, written by the training tool from its own forward) within
+# 1e-4 relative; h2o with a budget larger than the context matches the full cache; every policy
+# and quantisation policy of the sweep gives a finite perplexity and writes CSV / JSON / SVG; the
+# passkey harness finds planted keys with the full cache on a short context; bad flags exit 2
+# with a message and write nothing.
+set -euo pipefail
+BUILD="${1:-${VKH2O_BUILD_DIR:-build}}"
+SRC="${VKH2O_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
+TOOL="$BUILD/vkh2o-eval"
+MODEL="$SRC/models/tiny-mla"
+[ -x "$TOOL" ] || { echo "missing $TOOL"; exit 1; }
+[ -f "$MODEL/model.safetensors" ] || { echo "missing $MODEL/model.safetensors"; exit 1; }
+TMP="$(mktemp -d "$BUILD/e2e_eval.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+PY=/usr/bin/python3
+json_get() { "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+HELD="$MODEL/heldout.txt"
+
+# ---- full-cache perplexity against the PyTorch forward ----
+want=$(json_get "$MODEL/reference.json" "[r['bits_per_byte'] for r in d['rows'] if r['ctx']==128][0]")
+"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --json "$TMP/full.json" --quiet > "$TMP/full.txt"
+got=$(json_get "$TMP/full.json" "d[0]['bits_per_byte']")
+"$PY" -c "import sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(g-w)<=1e-4*w else 1)" "$got" "$want" \
+    || fail "full-cache bits/byte $got, PyTorch forward $want"
+echo "full cache: $got bits/byte (PyTorch forward: $want)"
+
+# ---- h2o with a budget above the context: every token is kept ----
+"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --policy h2o --budget 200 --json "$TMP/big.json" --quiet > /dev/null
+big=$(json_get "$TMP/big.json" "d[0]['bits_per_byte']")
+"$PY" -c "import sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(g-w)<=1e-4*w else 1)" "$big" "$got" \
+    || fail "h2o with budget 200 > ctx 128 gives $big bits/byte, the full cache $got"
+
+# ---- the sweep: every policy finite, every output written ----
+"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 1 --sweep --passkey --trials 1 --depths 0.5 \
+    --csv "$TMP/s.csv" --json "$TMP/s.json" --plot "$TMP/s.svg" --quiet > "$TMP/s.txt"
+rows=$(json_get "$TMP/s.json" "len(d)")
+[ "$rows" = 25 ] || fail "sweep has $rows rows, expected 25 (full + 6 policies x 3 budgets + 6 quantisation policies)"
+json_get "$TMP/s.json" "all(r['ppl'] is not None and r['ppl'] == r['ppl'] and 1 < r['ppl'] < 256 for r in d)" | grep -qx True \
+    || fail "a sweep row has no finite perplexity"
+[ "$(wc -l < "$TMP/s.csv")" = 26 ] || fail "CSV rows"
+grep -q "</svg>" "$TMP/s.svg" || fail "SVG not complete"
+
+# ---- passkey retrieval with the full cache on a short context ----
+"$TOOL" --weights "$MODEL" --passkey --ctx 128 --trials 4 --json "$TMP/pk.json" --quiet > "$TMP/pk.txt"
+acc=$(json_get "$TMP/pk.json" "d[0]['passkey_acc']")
+"$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)" "$acc" || fail "the full cache found no planted key ($acc)"
+echo "passkey (full cache, ctx 128): $acc"
+
+# ---- bad flags: exit 2, a message naming the flag, no output file ----
+bad() {   # bad "<expected text>" args...
+    local want=$1; shift
+    set +e
+    "$TOOL" "$@" --json "$TMP/bad.json" > "$TMP/bad.out" 2> "$TMP/bad.err"
+    local rc=$?
+    set -e
+    [ $rc = 2 ] || fail "vkh2o-eval $* exited $rc, expected 2"
+    grep -qF -- "$want" "$TMP/bad.err" || fail "vkh2o-eval $*: no '$want' in: $(cat "$TMP/bad.err")"
+    [ ! -e "$TMP/bad.json" ] || fail "vkh2o-eval $* left an output file"
+}
+bad "--weights DIR is required" --text "$HELD"
+bad "nothing to do" --weights "$MODEL"
+bad "--ctx" --weights "$MODEL" --text "$HELD" --ctx 1
+bad "--ctx" --weights "$MODEL" --text "$HELD" --ctx abc
+bad "--policy: unknown policy" --weights "$MODEL" --text "$HELD" --policy lru
+bad "needs --budget" --weights "$MODEL" --text "$HELD" --policy h2o
+bad "--budget" --weights "$MODEL" --text "$HELD" --policy h2o --budget 0
+bad "--budget" --weights "$MODEL" --text "$HELD" --policy h2o --budget 200%
+bad "does not apply" --weights "$MODEL" --text "$HELD" --budget 10
+bad "--kv-quant: unknown" --weights "$MODEL" --text "$HELD" --kv-quant int2
+bad "--policy full only" --weights "$MODEL" --text "$HELD" --kv-quant balanced --policy h2o --budget 8
+bad "--decay" --weights "$MODEL" --text "$HELD" --policy h2o-decay --budget 8 --decay 1.5
+bad "--depths" --weights "$MODEL" --passkey --depths 0.5,2
+bad "names an input" --weights "$MODEL" --text "$HELD" --csv "$HELD"
+bad "unknown option" --weights "$MODEL" --text "$HELD" --frobnicate
+bad "given twice" --weights "$MODEL" --weights "$MODEL" --text "$HELD"
+set +e
+"$TOOL" --weights "$TMP/nowhere" --text "$HELD" --json "$TMP/bad.json" --quiet > /dev/null 2> "$TMP/bad.err"; rc=$?
+set -e
+[ $rc = 1 ] && grep -q "nowhere" "$TMP/bad.err" && [ ! -e "$TMP/bad.json" ] || fail "a missing model directory: rc $rc, $(cat "$TMP/bad.err")"
+echo "e2e_eval: all ok"
