@@ -30,20 +30,24 @@ typedef struct policy_def {
     vkh2o_evict_policy policy;
     vkh2o_score_mode mode;
     const char* help;
+    vkh2o_budget_schedule schedule;
 } policy_def;
 
 static const policy_def POLICIES[] = {
-    { "full", true, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, "every token kept (the baseline)" },
+    { "full", true, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, "every token kept (the baseline)", VKH2O_BUDGET_UNIFORM },
     { "h2o", false, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM,
-      "heavy hitters by accumulated attention mass (the seed's H2O; early tokens accumulate most)" },
+      "heavy hitters by accumulated attention mass (the seed's H2O; early tokens accumulate most)", VKH2O_BUDGET_UNIFORM },
     { "h2o-mean", false, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN,
-      "accumulated mass / queries that could see the token (OpenVINO NORM_SUM, kvpress ObservedAttention)" },
+      "accumulated mass / queries that could see the token (OpenVINO NORM_SUM, kvpress ObservedAttention)", VKH2O_BUDGET_UNIFORM },
     { "h2o-decay", false, VKH2O_POLICY_H2O, VKH2O_SCORE_DECAY,
-      "score <- decay * score + mass at every step (--decay, default 0.9): old attention fades" },
+      "score <- decay * score + mass at every step (--decay, default 0.9): old attention fades", VKH2O_BUDGET_UNIFORM },
     { "tova", false, VKH2O_POLICY_H2O, VKH2O_SCORE_TOVA,
-      "TOVA: the tokens the current query attends to most (no accumulation)" },
-    { "streaming", false, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, "StreamingLLM: sinks + the most recent tokens" },
-    { "random", false, VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM, "budget middle tokens chosen at random each step (the control)" },
+      "TOVA: the tokens the current query attends to most (no accumulation)", VKH2O_BUDGET_UNIFORM },
+    { "h2o-pyramid", false, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM,
+      "h2o with PyramidKV-style per-layer budgets (1.5 x budget at the first layer to 0.5 x at the last)",
+      VKH2O_BUDGET_PYRAMID },
+    { "streaming", false, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, "StreamingLLM: sinks + the most recent tokens", VKH2O_BUDGET_UNIFORM },
+    { "random", false, VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM, "budget middle tokens chosen at random each step (the control)", VKH2O_BUDGET_UNIFORM },
 };
 #define NPOLICIES (sizeof POLICIES / sizeof POLICIES[0])
 
@@ -115,6 +119,8 @@ static void usage(FILE* f)
             "  h2o-mean    accumulated mass / queries that could see the token (against early-token bias)\n"
             "  h2o-decay   score <- decay * score + mass each step (--decay F, default 0.9): old attention fades\n"
             "  tova        TOVA: the tokens the current query attends to most (no accumulation)\n"
+            "  h2o-pyramid h2o with PyramidKV-style per-layer budgets (1.5 x budget at the first layer\n"
+            "              to 0.5 x at the last, the same total)\n"
             "  streaming   StreamingLLM: sinks + the most recent tokens\n"
             "  random      budget middle tokens chosen at random each step (the control)\n"
             "  --budget B      heavy hitters per layer (tokens), or F%% of the context for the whole cache\n"
@@ -234,8 +240,8 @@ static int parse(int argc, char** argv, opts* o)
                 if (!strcmp(v, POLICIES[k].name))
                     o->policy = &POLICIES[k];
             if (!o->policy) {
-                fprintf(stderr, TOOL ": --policy: unknown policy '%s' (full, h2o, h2o-mean, h2o-decay, tova, streaming, "
-                                "random)\n", v);
+                fprintf(stderr, TOOL ": --policy: unknown policy '%s' (full, h2o, h2o-mean, h2o-decay, tova, h2o-pyramid, "
+                                "streaming, random)\n", v);
                 return 2;
             }
             i++;
@@ -422,6 +428,7 @@ static int open_session(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const
         d.policy = r->policy->policy;
         d.score_mode = r->policy->mode;
         d.decay = (float)o->decay;
+        d.schedule = r->policy->schedule;
     }
     if (vkh2o_model_session_create(m, &d, out) != VKH2O_OK) {
         fprintf(stderr, TOOL ": policy %s (sinks %u, budget %u, recents %u): %s\n", r->policy->name, r->n_sink, r->budget,

@@ -86,10 +86,22 @@ VKH2O_API vkh2o_result vkh2o_run_model_forward(vkh2o_model* m, const uint32_t* t
  * ---------------------------------------------------------------------------------------- */
 typedef struct vkh2o_model_session vkh2o_model_session;
 
+/* How the heavy-hitter budget is spread over the layers (the total stays layers x budget). */
+typedef enum vkh2o_budget_schedule {
+    VKH2O_BUDGET_UNIFORM = 0,   /* every layer keeps budget tokens */
+    VKH2O_BUDGET_PYRAMID = 1,   /* PyramidKV-style: decreasing linearly with depth, from 1.5 x budget
+                                   at the first layer to 0.5 x budget at the last (rounded, the
+                                   remainder given to the first layers so the total is exact) */
+} vkh2o_budget_schedule;
+/* Budget of layer l of n under a schedule (the session's; exposed for reports and tests). */
+VKH2O_API uint32_t vkh2o_budget_for_layer(vkh2o_budget_schedule schedule, uint32_t budget, uint32_t layer,
+                                          uint32_t num_layers);
+
 /*
  * Session desc; all zero = the full cache (no eviction) in the latent layout, FP16 rows:
  *   budget        heavy hitters kept per layer; 0 = every token (full cache; the other eviction
  *                 fields are then ignored)
+ *   schedule      UNIFORM, or PYRAMID: the per-layer budgets of vkh2o_budget_for_layer
  *   n_sink, n_recent  first / last tokens every policy keeps
  *   policy, score_mode, seed, decay   as in vkh2o_cache_desc (H2O sum / mean / decayed scores,
  *                 TOVA, streaming, random)
@@ -107,6 +119,7 @@ typedef struct vkh2o_model_session vkh2o_model_session;
  */
 typedef struct vkh2o_model_cache_desc {
     uint32_t budget, n_sink, n_recent;
+    vkh2o_budget_schedule schedule;
     vkh2o_evict_policy policy;
     vkh2o_score_mode score_mode;
     uint32_t seed;

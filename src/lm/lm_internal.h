@@ -60,7 +60,7 @@ struct vkh2o_model {
 typedef enum vkh2o_lm_mode { VKH2O_LM_FORWARD = 0, VKH2O_LM_PREFILL, VKH2O_LM_DECODE, VKH2O_LM_QDECODE } vkh2o_lm_mode;
 typedef struct vkh2o_lm_attn {
     vkh2o_lm_mode mode;
-    vkh2o_cache* cache;                 /* PREFILL / DECODE: every layer's cache (num_layers = the model's) */
+    vkh2o_cache* const* caches;         /* PREFILL / DECODE: one H2O cache per layer */
     vkh2o_qcache* const* qcaches;       /* QDECODE: one quantised cache per layer */
     const vkh2o_qattn_desc* qattn;      /* QDECODE: the selector */
     uint32_t position;                  /* DECODE / QDECODE: position of the first token */

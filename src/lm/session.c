@@ -9,8 +9,8 @@
 struct vkh2o_model_session {
     vkh2o_model* m;
     vkh2o_model_cache_desc d;
-    vkh2o_cache* cache;        /* num_layers = the model's (H2O cache) */
-    vkh2o_cache_desc cd;
+    vkh2o_cache** cache;       /* [num_layers] one-layer H2O caches (budgets may differ by layer) */
+    vkh2o_cache_desc* cd;      /* [num_layers] their resolved descs */
     vkh2o_qcache** qc;         /* [num_layers] (quantised cache) */
     vkh2o_qattn_desc qattn;
     uint32_t route_every;
@@ -63,32 +63,39 @@ vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_
     if (d.quantised) {
         r = make_qcaches(s);
     } else {
-        vkh2o_cache_desc cd = { 0 };
-        vkh2o_cache_desc_from_mla(&m->cfg.attn, d.layout ? d.layout : VKH2O_LAYOUT_LATENT, &cd);
-        cd.num_layers = m->cfg.attn.num_layers;
-        cd.storage = d.storage;
-        cd.seed = d.seed;
-        if (d.budget == 0) {
-            /* the full cache: a cap that no sequence of max_tokens reaches */
-            cd.policy = VKH2O_POLICY_H2O;
-            cd.budget = max_tokens;
-        } else {
-            cd.policy = d.policy;
-            cd.score_mode = d.score_mode;
-            cd.decay = d.decay;
-            cd.budget = d.budget;
-            cd.n_sink = d.n_sink;
-            cd.n_recent = d.n_recent;
+        const uint32_t NL = m->cfg.attn.num_layers;
+        s->cache = calloc(NL, sizeof *s->cache);
+        s->cd = calloc(NL, sizeof *s->cd);
+        r = s->cache && s->cd ? VKH2O_OK : vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
+        if (r == VKH2O_OK && (unsigned)d.schedule > VKH2O_BUDGET_PYRAMID)
+            r = vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model session: unknown budget schedule %d", (int)d.schedule);
+        for (uint32_t l = 0; r == VKH2O_OK && l < NL; l++) {
+            vkh2o_cache_desc cd = { 0 };
+            vkh2o_cache_desc_from_mla(&m->cfg.attn, d.layout ? d.layout : VKH2O_LAYOUT_LATENT, &cd);
+            cd.storage = d.storage;
+            cd.seed = d.seed;
+            if (d.budget == 0) {
+                /* the full cache: a cap that no sequence of max_tokens reaches */
+                cd.policy = VKH2O_POLICY_H2O;
+                cd.budget = max_tokens;
+            } else {
+                cd.policy = d.policy;
+                cd.score_mode = d.score_mode;
+                cd.decay = d.decay;
+                cd.budget = vkh2o_budget_for_layer(d.schedule, d.budget, l, NL);
+                cd.n_sink = d.n_sink;
+                cd.n_recent = d.n_recent;
+            }
+            /* capacity stays cap + 1 (the appended token before eviction): a prefill longer than
+             * that is gathered into the cache straight from the prompt's rows */
+            cd.max_prefill = max_tokens;
+            vkh2o_error e = { 0 };
+            r = vkh2o_cache_desc_validate(&cd, &e);
+            if (r != VKH2O_OK)
+                r = vkh2o_fail(m->ctx, r, "model session: layer %u: %s", l, e.message);
+            else if ((r = vkh2o_cache_create(m->ctx, &cd, &s->cache[l])) == VKH2O_OK)
+                s->cd[l] = *vkh2o_cache_get_desc(s->cache[l]);
         }
-        /* capacity stays cap + 1 (the appended token before eviction): a prefill longer than
-         * that is gathered into the cache straight from the prompt's rows */
-        cd.max_prefill = max_tokens;
-        vkh2o_error e = { 0 };
-        r = vkh2o_cache_desc_validate(&cd, &e);
-        if (r != VKH2O_OK)
-            r = vkh2o_fail(m->ctx, r, "model session: %s", e.message);
-        else if ((r = vkh2o_cache_create(m->ctx, &cd, &s->cache)) == VKH2O_OK)
-            s->cd = *vkh2o_cache_get_desc(s->cache);
     }
     if (r != VKH2O_OK) {
         vkh2o_model_session_destroy(s);
@@ -102,7 +109,11 @@ void vkh2o_model_session_destroy(vkh2o_model_session* s)
 {
     if (!s)
         return;
-    vkh2o_cache_destroy(s->cache);
+    if (s->cache)
+        for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
+            vkh2o_cache_destroy(s->cache[l]);
+    free(s->cache);
+    free(s->cd);
     if (s->qc)
         for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
             vkh2o_qcache_destroy(s->qc[l]);
@@ -115,7 +126,8 @@ vkh2o_result vkh2o_model_session_reset(vkh2o_model_session* s)
     if (!s)
         return VKH2O_ERROR_INVALID_ARGUMENT;
     if (s->cache)
-        VKH2O_CHECK(vkh2o_cache_reset(s->cache));
+        for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
+            VKH2O_CHECK(vkh2o_cache_reset(s->cache[l]));
     if (s->qc) {
         /* a quantised cache empties by being made again */
         vkh2o_model* m = s->m;
@@ -144,14 +156,10 @@ vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s, uint32_t
         *len = st.tokens > ev ? st.tokens - ev : 0;
         return VKH2O_OK;
     }
-    vkh2o_cache_stats* st = calloc(layer + 1, sizeof *st);
-    if (!st)
-        return vkh2o_fail(s->m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
-    vkh2o_result r = vkh2o_cache_read_stats(s->cache, st, layer + 1);
-    if (r == VKH2O_OK)
-        *len = st[layer].len;
-    free(st);
-    return r;
+    vkh2o_cache_stats st;
+    VKH2O_CHECK(vkh2o_cache_read_stats(s->cache[layer], &st, 1));
+    *len = st.len;
+    return VKH2O_OK;
 }
 
 uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session* s)
@@ -167,8 +175,12 @@ uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session* s)
             bytes += (uint64_t)counts[p] * vkh2o_qcache_slot_bytes(qd, (vkh2o_qprec)p);
         return bytes * s->m->cfg.attn.num_layers;
     }
-    uint32_t cap = s->cd.n_sink + s->cd.budget + s->cd.n_recent;
-    return vkh2o_cache_bytes(&s->cd, cap < s->max_tokens ? cap : s->max_tokens);
+    uint64_t bytes = 0;
+    for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++) {
+        uint32_t cap = s->cd[l].n_sink + s->cd[l].budget + s->cd[l].n_recent;
+        bytes += vkh2o_cache_bytes(&s->cd[l], cap < s->max_tokens ? cap : s->max_tokens);
+    }
+    return bytes;
 }
 
 static vkh2o_result check_room(vkh2o_model_session* s, const char* what, uint32_t n)
@@ -199,7 +211,7 @@ vkh2o_result vkh2o_run_model_prefill(vkh2o_model_session* s, const uint32_t* tok
         VKH2O_CHECK(vkh2o_model_run_qprefill(s->m, tokens, n, s->qc, logits, n > 1 ? next_logprobs : NULL));
         VKH2O_CHECK(route_all(s));
     } else {
-        vkh2o_lm_attn at = { .mode = VKH2O_LM_PREFILL, .cache = s->cache };
+        vkh2o_lm_attn at = { .mode = VKH2O_LM_PREFILL, .caches = s->cache };
         VKH2O_CHECK(vkh2o_model_run(s->m, "model prefill", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,
                                     next_logprobs, &at));
     }
@@ -214,7 +226,7 @@ vkh2o_result vkh2o_run_model_decode(vkh2o_model_session* s, const uint32_t* toke
         return VKH2O_ERROR_INVALID_ARGUMENT;
     VKH2O_CHECK(check_room(s, "model decode", n));
     if (!s->qc) {
-        vkh2o_lm_attn at = { .mode = VKH2O_LM_DECODE, .cache = s->cache, .position = s->pos };
+        vkh2o_lm_attn at = { .mode = VKH2O_LM_DECODE, .caches = s->cache, .position = s->pos };
         VKH2O_CHECK(vkh2o_model_run(s->m, "model decode", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,
                                     next_logprobs, &at));
         s->pos += n;
@@ -238,4 +250,19 @@ vkh2o_result vkh2o_run_model_decode(vkh2o_model_session* s, const uint32_t* toke
             VKH2O_CHECK(route_all(s));
     }
     return VKH2O_OK;
+}
+
+uint32_t vkh2o_budget_for_layer(vkh2o_budget_schedule schedule, uint32_t budget, uint32_t layer, uint32_t num_layers)
+{
+    if (schedule != VKH2O_BUDGET_PYRAMID || num_layers <= 1 || layer >= num_layers)
+        return budget;
+    /* w_l = 1.5 - l / (n - 1): 1.5 at the first layer, 0.5 at the last, mean 1; floors, then the
+     * remainder (total - sum of floors < n) one token each to the first layers */
+    uint64_t total = (uint64_t)budget * num_layers, floors = 0;
+    for (uint32_t l = 0; l < num_layers; l++)
+        floors += (uint64_t)((double)budget * (1.5 - (double)l / (num_layers - 1)));
+    uint32_t b = (uint32_t)((double)budget * (1.5 - (double)layer / (num_layers - 1)));
+    if (layer < total - floors)
+        b++;
+    return b ? b : 1;
 }

@@ -446,6 +446,37 @@ static void test_session_evict(void** state)
         free(lp);
         vkh2o_model_session_destroy(s);
     }
+    /* a PyramidKV-style schedule: 1.5 x budget at layer 0, 0.5 x at layer 1, same total */
+    const uint32_t PB = 8;
+    assert_int_equal(vkh2o_budget_for_layer(VKH2O_BUDGET_PYRAMID, PB, 0, 2), 12);
+    assert_int_equal(vkh2o_budget_for_layer(VKH2O_BUDGET_PYRAMID, PB, 1, 2), 4);
+    assert_int_equal(vkh2o_budget_for_layer(VKH2O_BUDGET_UNIFORM, PB, 1, 2), PB);
+    for (uint32_t nl = 2; nl <= 61; nl += 7)
+        for (uint32_t b = 1; b <= 4096; b = b * 3 + 1) {
+            uint64_t total = 0;
+            uint32_t prev = UINT32_MAX;
+            for (uint32_t l = 0; l < nl; l++) {
+                uint32_t bl = vkh2o_budget_for_layer(VKH2O_BUDGET_PYRAMID, b, l, nl);
+                assert_true(bl <= prev);          /* never increasing with depth */
+                prev = bl;
+                total += bl;
+            }
+            if (b >= 4)   /* (tiny budgets are floored at 1 token per layer) */
+                assert_int_equal(total, (uint64_t)b * nl);
+        }
+    vkh2o_model_session* ps = session(x.m, &(vkh2o_model_cache_desc){ .budget = PB, .n_sink = NS, .n_recent = NR,
+                                                                        .schedule = VKH2O_BUDGET_PYRAMID });
+    float* lp = malloc(N * 4);
+    assert_non_null(lp);
+    assert_int_equal(vkh2o_run_model_decode(ps, tok, N, NULL, lp), VKH2O_OK);
+    vt_assert_finite("pyramid", lp, N - 1);
+    uint32_t l0 = 0, l1 = 0;
+    assert_int_equal(vkh2o_model_session_read_cache_len(ps, 0, &l0), VKH2O_OK);
+    assert_int_equal(vkh2o_model_session_read_cache_len(ps, 1, &l1), VKH2O_OK);
+    assert_int_equal(l0, NS + 12 + NR);
+    assert_int_equal(l1, NS + 4 + NR);
+    free(lp);
+    vkh2o_model_session_destroy(ps);
     free(got); free(ref);
     unload_tiny(&x);
     vt_check_validation();

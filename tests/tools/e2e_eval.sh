@@ -38,10 +38,10 @@ big=$(json_get "$TMP/big.json" "d[0]['bits_per_byte']")
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 1 --sweep --passkey --trials 1 --depths 0.5 \
     --csv "$TMP/s.csv" --json "$TMP/s.json" --plot "$TMP/s.svg" --quiet > "$TMP/s.txt"
 rows=$(json_get "$TMP/s.json" "len(d)")
-[ "$rows" = 25 ] || fail "sweep has $rows rows, expected 25 (full + 6 policies x 3 budgets + 6 quantisation policies)"
+[ "$rows" = 28 ] || fail "sweep has $rows rows, expected 28 (full + 7 policies x 3 budgets + 6 quantisation policies)"
 json_get "$TMP/s.json" "all(r['ppl'] is not None and r['ppl'] == r['ppl'] and 1 < r['ppl'] < 256 for r in d)" | grep -qx True \
     || fail "a sweep row has no finite perplexity"
-[ "$(wc -l < "$TMP/s.csv")" = 26 ] || fail "CSV rows"
+[ "$(wc -l < "$TMP/s.csv")" = 29 ] || fail "CSV rows"
 grep -q "</svg>" "$TMP/s.svg" || fail "SVG not complete"
 
 # ---- passkey retrieval with the full cache on a short context ----
