@@ -31,23 +31,23 @@ typedef struct policy_def {
     vkh2o_score_mode mode;
     const char* help;
     vkh2o_budget_schedule schedule;
+    bool obs;                 /* the prompt compressed with an observation window (SnapKV) */
 } policy_def;
 
 static const policy_def POLICIES[] = {
-    { "full", true, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, "every token kept (the baseline)", VKH2O_BUDGET_UNIFORM },
-    { "h2o", false, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM,
-      "heavy hitters by accumulated attention mass (the seed's H2O; early tokens accumulate most)", VKH2O_BUDGET_UNIFORM },
-    { "h2o-mean", false, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN,
-      "accumulated mass / queries that could see the token (OpenVINO NORM_SUM, kvpress ObservedAttention)", VKH2O_BUDGET_UNIFORM },
-    { "h2o-decay", false, VKH2O_POLICY_H2O, VKH2O_SCORE_DECAY,
-      "score <- decay * score + mass at every step (--decay, default 0.9): old attention fades", VKH2O_BUDGET_UNIFORM },
-    { "tova", false, VKH2O_POLICY_H2O, VKH2O_SCORE_TOVA,
-      "TOVA: the tokens the current query attends to most (no accumulation)", VKH2O_BUDGET_UNIFORM },
-    { "h2o-pyramid", false, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM,
-      "h2o with PyramidKV-style per-layer budgets (1.5 x budget at the first layer to 0.5 x at the last)",
-      VKH2O_BUDGET_PYRAMID },
-    { "streaming", false, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, "StreamingLLM: sinks + the most recent tokens", VKH2O_BUDGET_UNIFORM },
-    { "random", false, VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM, "budget middle tokens chosen at random each step (the control)", VKH2O_BUDGET_UNIFORM },
+    { .name = "full", .full = true, .help = "every token kept (the baseline)" },
+    { .name = "h2o", .help = "heavy hitters by accumulated attention mass (the seed's H2O; early tokens accumulate most)" },
+    { .name = "h2o-mean", .mode = VKH2O_SCORE_MEAN,
+      .help = "accumulated mass / queries that could see the token (OpenVINO NORM_SUM, kvpress ObservedAttention)" },
+    { .name = "h2o-decay", .mode = VKH2O_SCORE_DECAY,
+      .help = "score <- decay * score + mass at every step (--decay, default 0.9): old attention fades" },
+    { .name = "tova", .mode = VKH2O_SCORE_TOVA, .help = "TOVA: the tokens the current query attends to most (no accumulation)" },
+    { .name = "h2o-pyramid", .schedule = VKH2O_BUDGET_PYRAMID,
+      .help = "h2o with PyramidKV-style per-layer budgets (1.5 x budget at the first layer to 0.5 x at the last)" },
+    { .name = "snapkv", .obs = true,
+      .help = "SnapKV: a prompt scored by its last --obs-window queries' attention, pooled; then h2o" },
+    { .name = "streaming", .policy = VKH2O_POLICY_STREAMING, .help = "StreamingLLM: sinks + the most recent tokens" },
+    { .name = "random", .policy = VKH2O_POLICY_RANDOM, .help = "budget middle tokens chosen at random each step (the control)" },
 };
 #define NPOLICIES (sizeof POLICIES / sizeof POLICIES[0])
 
@@ -60,6 +60,8 @@ typedef struct opts {
     double budget_frac;       /* --budget P%: fraction of the context for the whole cache */
     uint32_t n_sink, n_recent;
     double decay;
+    uint32_t obs_window, pool_size;
+    vkh2o_obs_pool pool;
     const char* kv_quant;     /* quantisation policy name, NULL: the H2O cache */
     vkh2o_qpolicy qpolicy;
     uint32_t route_every;
@@ -121,6 +123,10 @@ static void usage(FILE* f)
             "  tova        TOVA: the tokens the current query attends to most (no accumulation)\n"
             "  h2o-pyramid h2o with PyramidKV-style per-layer budgets (1.5 x budget at the first layer\n"
             "              to 0.5 x at the last, the same total)\n"
+            "  snapkv      SnapKV: a prompt is scored by the attention of its last --obs-window queries,\n"
+            "              pooled over --pool-size neighbours (--pool max|avg), and compressed once; the\n"
+            "              window itself is kept (recents >= the window); decoding then scores as h2o. A\n"
+            "              prompt-compression policy: its rows report passkey only (perplexity: '-')\n"
             "  streaming   StreamingLLM: sinks + the most recent tokens\n"
             "  random      budget middle tokens chosen at random each step (the control)\n"
             "  --budget B      heavy hitters per layer (tokens), or F%% of the context for the whole cache\n"
@@ -128,6 +134,8 @@ static void usage(FILE* f)
             "  --n-sink S      first tokens always kept (default 4)\n"
             "  --n-recent R    last tokens always kept (default 16)\n"
             "  --decay F       h2o-decay's factor, in (0, 1) (default 0.9)\n"
+            "  --obs-window W, --pool max|avg|none, --pool-size K   snapkv's window (default 32), pooling\n"
+            "                  (max) and odd kernel size (7)\n"
             "  --kv-quant Q    the quantised cache instead (blocks of 16 tokens in FP16 / INT8 / INT4, latent):\n"
             "                  fp16, conservative, balanced, aggressive (also evicts 20%% of the blocks),\n"
             "                  uniform-int8, uniform-int4; routed every --route-every R tokens (default 16)\n"
@@ -180,7 +188,7 @@ static bool parse_depths(const char* s, opts* o)
 static int parse(int argc, char** argv, opts* o)
 {
     *o = (opts){ .ctx = 512, .trials = 10, .seed = 1, .ndepths = 6, .depths = { 0.0, 0.2, 0.4, 0.6, 0.8, 1.0 },
-                 .policy = &POLICIES[0], .n_sink = 4, .n_recent = 16 };
+                 .policy = &POLICIES[0], .n_sink = 4, .n_recent = 16, .obs_window = 32, .pool_size = 7 };
     bool seen_depths = false, seen_policy = false, seen_budget = false;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
@@ -221,6 +229,23 @@ static int parse(int argc, char** argv, opts* o)
             }
             o->kv_quant = v;
             i++;
+        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--obs-window", 1, 4096, &o->obs_window)) != 0) {
+            if (r < 0)
+                return 2;
+        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--pool-size", 1, 255, &o->pool_size)) != 0) {
+            if (r < 0)
+                return 2;
+            if (!(o->pool_size & 1u)) {
+                fprintf(stderr, TOOL ": --pool-size: %u is not odd\n", o->pool_size);
+                return 2;
+            }
+        } else if (!strcmp(a, "--pool")) {
+            if (!v || (strcmp(v, "max") && strcmp(v, "avg") && strcmp(v, "none"))) {
+                fprintf(stderr, TOOL ": --pool: '%s' is not max, avg or none\n", v ? v : "");
+                return 2;
+            }
+            o->pool = !strcmp(v, "max") ? VKH2O_POOL_MAX : !strcmp(v, "avg") ? VKH2O_POOL_AVG : VKH2O_POOL_NONE;
+            i++;
         } else if (!strcmp(a, "--decay")) {
             if (!v) {
                 fprintf(stderr, TOOL ": --decay needs a value\n");
@@ -241,7 +266,7 @@ static int parse(int argc, char** argv, opts* o)
                     o->policy = &POLICIES[k];
             if (!o->policy) {
                 fprintf(stderr, TOOL ": --policy: unknown policy '%s' (full, h2o, h2o-mean, h2o-decay, tova, h2o-pyramid, "
-                                "streaming, random)\n", v);
+                                "snapkv, streaming, random)\n", v);
                 return 2;
             }
             i++;
@@ -429,6 +454,11 @@ static int open_session(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const
         d.score_mode = r->policy->mode;
         d.decay = (float)o->decay;
         d.schedule = r->policy->schedule;
+        if (r->policy->obs) {
+            d.obs_window = o->obs_window;
+            d.pool = o->pool;
+            d.pool_size = o->pool_size;
+        }
     }
     if (vkh2o_model_session_create(m, &d, out) != VKH2O_OK) {
         fprintf(stderr, TOOL ": policy %s (sinks %u, budget %u, recents %u): %s\n", r->policy->name, r->n_sink, r->budget,
@@ -810,7 +840,7 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
         }
         if (!o->policy->full) {
             r.n_sink = o->n_sink;
-            r.n_recent = o->n_recent;
+            r.n_recent = o->policy->obs && o->n_recent < o->obs_window ? o->obs_window : o->n_recent;
             if (o->budget_frac > 0) {
                 uint32_t total = (uint32_t)lround(o->budget_frac * o->ctx);
                 r.budget = total > r.n_sink + r.n_recent ? total - r.n_sink - r.n_recent : 1;
@@ -831,6 +861,8 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
             uint32_t total = (uint32_t)lround(fracs[f] * o->ctx);
             r.n_sink = o->n_sink < total / 4 ? o->n_sink : total / 4;
             r.n_recent = o->n_recent < total / 4 ? o->n_recent : total / 4;
+            if (r.policy->obs)   /* the window is kept */
+                r.n_recent = o->obs_window < total / 2 ? o->obs_window : total / 2;
             r.budget = total > r.n_sink + r.n_recent ? total - r.n_sink - r.n_recent : 1;
             rows[n++] = r;
         }
@@ -974,7 +1006,8 @@ int main(int argc, char** argv)
         return 1;
     }
     vkh2o_model* m = NULL;
-    if (vkh2o_model_create(ctx, o.weights, &(vkh2o_model_desc){ .max_seq_len = o.ctx }, &m) != VKH2O_OK) {
+    uint32_t obs_max = o.obs_window < o.ctx ? o.obs_window : o.ctx;
+    if (vkh2o_model_create(ctx, o.weights, &(vkh2o_model_desc){ .max_seq_len = o.ctx, .max_obs_window = obs_max }, &m) != VKH2O_OK) {
         fprintf(stderr, TOOL ": --weights %s: %s\n", o.weights, vkh2o_last_error(ctx));
         vkh2o_context_destroy(ctx);
         free(text);
@@ -1003,7 +1036,7 @@ int main(int argc, char** argv)
             break;
         r->cache_bytes = vkh2o_model_session_get_cache_bytes(s);
         vkh2o_model_session_destroy(s);
-        if (text)
+        if (text && !r->policy->obs)   /* a prompt-compression policy: decoding is h2o's */
             rc = run_perplexity(ctx, m, &o, text, len, r);
         if (!rc && o.passkey)
             rc = run_passkey(ctx, m, &o, false, r);

@@ -44,10 +44,13 @@ VKH2O_API vkh2o_result vkh2o_model_config_from_json(const char* path, vkh2o_mode
 /*
  * Model desc; all zero is valid:
  *   max_seq_len  longest window a forward accepts (0 = 512); device scratch is sized for it.
+ *   max_obs_window  longest observation window a session's prefill may score prompts with
+ *                (vkh2o_model_cache_desc.obs_window); 0 = none
  */
 typedef struct vkh2o_model_desc {
     uint32_t max_seq_len;
     uint32_t flags;              /* reserved, 0 */
+    uint32_t max_obs_window;
 } vkh2o_model_desc;
 
 /* Opens dir (a directory with config.json and its weights: model.safetensors.index.json and
@@ -102,6 +105,10 @@ VKH2O_API uint32_t vkh2o_budget_for_layer(vkh2o_budget_schedule schedule, uint32
  *   budget        heavy hitters kept per layer; 0 = every token (full cache; the other eviction
  *                 fields are then ignored)
  *   schedule      UNIFORM, or PYRAMID: the per-layer budgets of vkh2o_budget_for_layer
+ *   obs_window, pool, pool_size   a prefill scores the prompt by the attention of its last
+ *                 obs_window queries only, pooled (SnapKV; vkh2o_mla_prefill), and compresses
+ *                 it once to the cap; decoding then accumulates as the score mode says.
+ *                 0 = the whole prompt's mass. Needs the model's max_obs_window.
  *   n_sink, n_recent  first / last tokens every policy keeps
  *   policy, score_mode, seed, decay   as in vkh2o_cache_desc (H2O sum / mean / decayed scores,
  *                 TOVA, streaming, random)
@@ -120,6 +127,9 @@ VKH2O_API uint32_t vkh2o_budget_for_layer(vkh2o_budget_schedule schedule, uint32
 typedef struct vkh2o_model_cache_desc {
     uint32_t budget, n_sink, n_recent;
     vkh2o_budget_schedule schedule;
+    uint32_t obs_window;
+    vkh2o_obs_pool pool;
+    uint32_t pool_size;
     vkh2o_evict_policy policy;
     vkh2o_score_mode score_mode;
     uint32_t seed;

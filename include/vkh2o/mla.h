@@ -49,11 +49,15 @@ typedef enum vkh2o_mla_flags {
  *   max_decode_tokens  most tokens one decode call (vkh2o_cmd_mla_decode ...) takes: the
  *                scratch for them is allocated at create. 0 = min(16, max_seq_len); at most
  *                max_seq_len.
+ *   max_obs_window  longest observation window a prefill may score the prompt with
+ *                (vkh2o_mla_prefill.obs_window); 0 = none. Its scratch is heads x window x
+ *                max_seq_len floats and must fit one storage binding.
  */
 typedef struct vkh2o_mla_layer_desc {
     uint32_t max_seq_len;
     uint32_t flags;
     uint32_t max_decode_tokens;
+    uint32_t max_obs_window;
 } vkh2o_mla_layer_desc;
 
 /*
@@ -209,11 +213,26 @@ VKH2O_API vkh2o_result vkh2o_run_mla_decode_qcache(vkh2o_mla_layer* layer, struc
  * FP16 with importance = mass (its prefill reallocates the pools, so it has only a run_ form).
  * Results: as vkh2o_cmd_mla_forward and vkh2o_cmd_cache_prefill / vkh2o_run_qcache_prefill.
  */
+/* Pooling of observation-window scores over neighbouring positions. */
+typedef enum vkh2o_obs_pool {
+    VKH2O_POOL_MAX = 0,    /* max over the kernel (SnapKV's default) */
+    VKH2O_POOL_AVG = 1,    /* mean over the kernel's positions inside the prompt */
+    VKH2O_POOL_NONE = 2,   /* the window's mass as it is */
+} vkh2o_obs_pool;
+
+/* obs_window W > 0 (H2O cache only; W <= the layer's max_obs_window): the prompt's tokens are
+ * scored by the attention they receive from the last W prompt queries only (summed over heads
+ * and those queries, the observation window of SnapKV), smoothed by `pool` over pool_size
+ * neighbouring positions (odd, 0 = 7), instead of by the whole prompt's mass. Keep the window
+ * itself with n_recent >= W. A window longer than the prompt is the whole prompt. */
 typedef struct vkh2o_mla_prefill {
     vkh2o_buffer* hidden;  uint64_t hidden_offset;
     vkh2o_buffer* out;     uint64_t out_offset;
     uint32_t seq_len;
     uint32_t layer;        /* H2O cache layer */
+    uint32_t obs_window;
+    vkh2o_obs_pool pool;
+    uint32_t pool_size;
 } vkh2o_mla_prefill;
 VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* layer, VkCommandBuffer cb, struct vkh2o_cache* cache,
                                              const vkh2o_mla_prefill* p);

@@ -64,6 +64,8 @@ typedef struct vkh2o_lm_attn {
     vkh2o_qcache* const* qcaches;       /* QDECODE: one quantised cache per layer */
     const vkh2o_qattn_desc* qattn;      /* QDECODE: the selector */
     uint32_t position;                  /* DECODE / QDECODE: position of the first token */
+    uint32_t obs_window, pool_size;     /* PREFILL: the observation window (0: the prompt's mass) */
+    vkh2o_obs_pool pool;
 } vkh2o_lm_attn;
 
 /* Records the model over n tokens already in m->ids (targets of the first n_lp rows in m->tgt):

@@ -231,7 +231,8 @@ vkh2o_result vkh2o_model_create(vkh2o_context* ctx, const char* dir, const vkh2o
             r = fail_err(ctx, &e);
             goto fail;
         }
-        vkh2o_mla_layer_desc ld = { .max_seq_len = m->max_seq, .max_decode_tokens = m->max_seq };
+        vkh2o_mla_layer_desc ld = { .max_seq_len = m->max_seq, .max_decode_tokens = m->max_seq,
+                                    .max_obs_window = d.max_obs_window };
         r = vkh2o_mla_layer_create(ctx, &c->attn, hw, &ld, &L->attn);
         if (r == VKH2O_OK)
             r = vkh2o_weight_upload_f32(ctx, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_INPUT_LAYERNORM), &L->input_ln);
@@ -320,8 +321,8 @@ static vkh2o_result rec_attn(vkh2o_model* m, VkCommandBuffer cb, uint32_t l, uin
         vkh2o_mla_io io = { .hidden = m->xn, .out = m->ao, .seq_len = n, .pos0 = 0 };
         VKH2O_CHECK(vkh2o_cmd_mla_forward(L->attn, cb, &io));
     } else if (at->mode == VKH2O_LM_PREFILL) {
-        vkh2o_mla_prefill p = { .hidden = m->xn, .out = m->ao, .seq_len = n, .layer = l };
-        p.layer = 0;
+        vkh2o_mla_prefill p = { .hidden = m->xn, .out = m->ao, .seq_len = n, .layer = 0, .obs_window = at->obs_window,
+                                .pool = at->pool, .pool_size = at->pool_size };
         VKH2O_CHECK(vkh2o_cmd_mla_prefill(L->attn, cb, at->caches[l], &p));
     } else if (at->mode == VKH2O_LM_DECODE) {
         vkh2o_mla_decode d = { .hidden = m->xn, .out = m->ao, .n_tokens = n, .position = at->position, .layer = 0,

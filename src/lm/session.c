@@ -23,7 +23,7 @@ static vkh2o_result make_qcaches(vkh2o_model_session* s)
     vkh2o_model* m = s->m;
     const uint32_t NL = m->cfg.attn.num_layers;
     const vkh2o_model_cache_desc* d = &s->d;
-    if (d->budget || d->n_sink || d->n_recent || d->policy || d->score_mode)
+    if (d->budget || d->n_sink || d->n_recent || d->policy || d->score_mode || d->obs_window || d->schedule)
         return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "model session: the quantised cache takes no H2O budget, sinks, recents, policy or score mode");
     if ((unsigned)d->qpolicy >= VKH2O_QPOLICY_COUNT || (unsigned)d->qselector >= VKH2O_QSELECT_COUNT)
@@ -211,7 +211,8 @@ vkh2o_result vkh2o_run_model_prefill(vkh2o_model_session* s, const uint32_t* tok
         VKH2O_CHECK(vkh2o_model_run_qprefill(s->m, tokens, n, s->qc, logits, n > 1 ? next_logprobs : NULL));
         VKH2O_CHECK(route_all(s));
     } else {
-        vkh2o_lm_attn at = { .mode = VKH2O_LM_PREFILL, .caches = s->cache };
+        vkh2o_lm_attn at = { .mode = VKH2O_LM_PREFILL, .caches = s->cache, .obs_window = s->d.obs_window,
+                             .pool = s->d.pool, .pool_size = s->d.pool_size };
         VKH2O_CHECK(vkh2o_model_run(s->m, "model prefill", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,
                                     next_logprobs, &at));
     }

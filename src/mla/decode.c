@@ -231,6 +231,52 @@ static vkh2o_result prompt_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const
     return vkh2o_cmd_mla_forward(L, cb, &io);
 }
 
+struct obs_push {
+    uint32_t S, W, H, QK;
+    float scale;
+    uint32_t R;
+};
+_Static_assert(sizeof(struct obs_push) <= VKH2O_PUSH_MAX, "obs_window push constants");
+
+/* Observation-window scores (shaders/mla/obs_window.comp) of the prompt the forward left in the
+ * layer's state, into the decode buffers' obs_score [S]. */
+static vkh2o_result record_obs_window(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_prefill* p)
+{
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
+    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
+    const uint32_t S = p->seq_len, W = p->obs_window < S ? p->obs_window : S;
+    const uint32_t K = p->pool_size ? p->pool_size : 7;
+    if (W > db.max_obs)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla prefill: observation window %u above the layer's max_obs_window %u", W, db.max_obs);
+    if ((unsigned)p->pool > VKH2O_POOL_NONE || !(K & 1u) || K > 255)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla prefill: pooling %d over %u positions (odd, at most 255)",
+                          (int)p->pool, K);
+    const uint32_t H = st->heads, QK = st->nope + st->rope;
+    if (H > ctx->caps.max_workgroup_count[1] || W > ctx->caps.max_workgroup_count[0])
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "mla prefill: %u heads x %u window queries beyond the workgroup limits", H, W);
+    if (vkh2o_is_cpu_device(ctx) && (uint64_t)(S + 63) / 64 * (QK + 2) * 3 + (uint64_t)H * W > 60000)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "mla prefill: an observation window over %u tokens x %u dims exceeds the loop limit of this CPU device",
+                          S, QK);
+    const uint32_t pool = p->pool == VKH2O_POOL_MAX ? 1u : p->pool == VKH2O_POOL_AVG ? 2u : 0u;
+    struct obs_push pc = { S, W, H, QK, st->scale, K / 2 };
+    vkh2o_binding b[5] = { vkh2o_bind(st->q), vkh2o_bind(st->k), vkh2o_bind(db.obs_p), vkh2o_bind(db.obs_mass),
+                           vkh2o_bind(db.obs_score) };
+    for (uint32_t phase = 0; phase < 3; phase++) {
+        uint32_t spec[3] = { 64, phase, pool };
+        vkh2o_kernel* k;
+        VKH2O_CHECK(vkh2o_kernel_get(ctx, "obs_window", 5, spec, 3, &k));
+        if (phase == 0)
+            VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 5, &pc, sizeof pc, W, H, 1));
+        else
+            VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 5, &pc, sizeof pc, vkh2o_div_up(S, 64), 1, 1));
+        vkh2o_barrier(ctx, cb);
+    }
+    return VKH2O_OK;
+}
+
 vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_cache* c, const vkh2o_mla_prefill* p)
 {
     if (!L || !cb || !c || !p)
@@ -241,9 +287,12 @@ vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o
                           "mla prefill: %u prompt tokens exceed the cache's max_prefill %u", p->seq_len, c->desc.max_prefill);
     const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
     VKH2O_CHECK(prompt_forward(L, cb, p));
+    if (p->obs_window)
+        VKH2O_CHECK(record_obs_window(L, cb, p));
     bool lat = c->desc.layout == VKH2O_LAYOUT_LATENT;
+    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
     vkh2o_cache_prefill cp = { .layer = p->layer, .seq_len = p->seq_len, .a = lat ? st->ckv : st->k,
-                               .b = lat ? st->kpe : st->v, .mass = vkh2o_mla_layer_decode_bufs(L).mass };
+                               .b = lat ? st->kpe : st->v, .mass = p->obs_window ? db.obs_score : db.mass };
     return vkh2o_cmd_cache_prefill(c, cb, &cp);
 }
 

@@ -345,6 +345,8 @@ struct vkh2o_mla_layer {
      * the prefill's attention mass */
     uint32_t max_decode;
     vkh2o_buffer *dec_q, *dec_o, *dec_mass, *dec_hidden, *dec_out;
+    uint32_t max_obs;        /* observation windows (decode.c): P [H][W][S], pooled scores [S] */
+    vkh2o_buffer *obs_p, *obs_mass, *obs_score;
 };
 
 static vkh2o_result alloc_f32(vkh2o_context* ctx, uint64_t floats, vkh2o_buffer** out)
@@ -501,6 +503,21 @@ vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* 
         r = alloc_f32(ctx, nd * D, &L->dec_hidden);
     if (r == VKH2O_OK)
         r = alloc_f32(ctx, nd * D, &L->dec_out);
+    L->max_obs = d.max_obs_window < max_seq ? d.max_obs_window : max_seq;
+    if (r == VKH2O_OK && L->max_obs) {
+        uint64_t pb = (uint64_t)H * L->max_obs * S * 4;
+        if (pb > ctx->caps.max_storage_buffer_range)
+            r = vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                           "mla layer: an observation window of %u queries needs %llu bytes of scratch, over one storage "
+                           "binding (%llu)", L->max_obs, (unsigned long long)pb,
+                           (unsigned long long)ctx->caps.max_storage_buffer_range);
+        if (r == VKH2O_OK)
+            r = alloc_f32(ctx, (uint64_t)H * L->max_obs * S, &L->obs_p);
+        if (r == VKH2O_OK)
+            r = alloc_f32(ctx, S, &L->obs_mass);
+        if (r == VKH2O_OK)
+            r = alloc_f32(ctx, S, &L->obs_score);
+    }
     if (r == VKH2O_OK) {
         float inv_freq[VKH2O_ROPE_MAX_DIM / 2];
         float af = 1.0f;
@@ -530,6 +547,7 @@ void vkh2o_mla_layer_destroy(vkh2o_mla_layer* L)
         vkh2o_weight_free(&L->w[i]);
     vkh2o_buffer* bufs[] = { L->qa, L->qa_n, L->ckv_full, L->lse, L->part, L->io_hidden, L->io_out, L->io_scores,
                              L->dec_q, L->dec_o, L->dec_mass, L->dec_hidden, L->dec_out,
+                             L->obs_p, L->obs_mass, L->obs_score,
                              L->st.q, L->st.k, L->st.v, L->st.ckv, L->st.kpe, L->st.o, L->st.rope_table };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         vkh2o_buffer_destroy(bufs[i]);
@@ -544,6 +562,8 @@ vkh2o_context* vkh2o_mla_layer_context(const vkh2o_mla_layer* L) { return L->ctx
 vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(const vkh2o_mla_layer* L)
 {
     return (vkh2o_mla_decode_bufs){ .q = L->dec_q, .o = L->dec_o, .mass = L->dec_mass, .rows = L->ckv_full,
+                                    .obs_p = L->obs_p, .obs_mass = L->obs_mass, .obs_score = L->obs_score,
+                                    .max_obs = L->max_obs,
                                     .hidden = L->dec_hidden, .out = L->dec_out,
                                     .max_decode = L->max_decode };
 }

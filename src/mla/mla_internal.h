@@ -169,6 +169,8 @@ vkh2o_result vkh2o_cmd_mla_o_proj(vkh2o_mla_layer* layer, VkCommandBuffer cb, vk
 typedef struct vkh2o_mla_decode_bufs {
     vkh2o_buffer *q, *o, *hidden, *out, *mass, *rows;
     uint32_t max_decode;
+    vkh2o_buffer *obs_p, *obs_mass, *obs_score;   /* observation-window scratch (max_obs > 0) */
+    uint32_t max_obs;
 } vkh2o_mla_decode_bufs;
 vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(const vkh2o_mla_layer* layer);
 vkh2o_context* vkh2o_mla_layer_context(const vkh2o_mla_layer* layer);

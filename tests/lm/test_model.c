@@ -475,8 +475,27 @@ static void test_session_evict(void** state)
     assert_int_equal(vkh2o_model_session_read_cache_len(ps, 1, &l1), VKH2O_OK);
     assert_int_equal(l0, NS + 12 + NR);
     assert_int_equal(l1, NS + 4 + NR);
-    free(lp);
     vkh2o_model_session_destroy(ps);
+    /* an observation-window prefill (SnapKV): compressed to the cap, then decoding */
+    vkh2o_model* mo = NULL;
+    const char* dir = vt_scratch_dir();
+    assert_int_equal(vkh2o_model_create(vt_ctx(), dir, &(vkh2o_model_desc){ .max_seq_len = 48, .max_obs_window = 8 }, &mo),
+                     VKH2O_OK);
+    vkh2o_model_session* os = session(mo, &(vkh2o_model_cache_desc){ .budget = B, .n_sink = NS, .n_recent = 4,
+                                                                       .obs_window = 4, .pool = VKH2O_POOL_MAX, .pool_size = 3 });
+    assert_int_equal(vkh2o_run_model_prefill(os, tok, 20, NULL, lp), VKH2O_OK);
+    vt_assert_finite("snapkv prefill", lp, 19);
+    assert_int_equal(vkh2o_model_session_read_cache_len(os, 0, &l0), VKH2O_OK);
+    assert_int_equal(l0, NS + B + 4);
+    assert_int_equal(vkh2o_run_model_decode(os, tok + 20, N - 20, NULL, lp), VKH2O_OK);
+    vt_assert_finite("snapkv decode", lp, N - 21);
+    vkh2o_model_session_destroy(os);
+    /* a window above the model's max_obs_window is refused at the prefill */
+    os = session(mo, &(vkh2o_model_cache_desc){ .budget = B, .n_sink = NS, .n_recent = 4, .obs_window = 9 });
+    assert_int_equal(vkh2o_run_model_prefill(os, tok, 20, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    vkh2o_model_session_destroy(os);
+    vkh2o_model_destroy(mo);
+    free(lp);
     free(got); free(ref);
     unload_tiny(&x);
     vt_check_validation();

@@ -5,7 +5,7 @@
 # 1e-4 relative; h2o with a budget larger than the context matches the full cache; every policy
 # and quantisation policy of the sweep gives a finite perplexity and writes CSV / JSON / SVG; the
 # passkey harness finds planted keys with the full cache on a short context; bad flags exit 2
-# with a message and write nothing.
+# with a message and write nothing. (snapkv compresses prompts only: its rows have passkey figures.)
 set -euo pipefail
 BUILD="${1:-${VKH2O_BUILD_DIR:-build}}"
 SRC="${VKH2O_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -38,10 +38,12 @@ big=$(json_get "$TMP/big.json" "d[0]['bits_per_byte']")
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 1 --sweep --passkey --trials 1 --depths 0.5 \
     --csv "$TMP/s.csv" --json "$TMP/s.json" --plot "$TMP/s.svg" --quiet > "$TMP/s.txt"
 rows=$(json_get "$TMP/s.json" "len(d)")
-[ "$rows" = 28 ] || fail "sweep has $rows rows, expected 28 (full + 7 policies x 3 budgets + 6 quantisation policies)"
-json_get "$TMP/s.json" "all(r['ppl'] is not None and r['ppl'] == r['ppl'] and 1 < r['ppl'] < 256 for r in d)" | grep -qx True \
-    || fail "a sweep row has no finite perplexity"
-[ "$(wc -l < "$TMP/s.csv")" = 29 ] || fail "CSV rows"
+[ "$rows" = 31 ] || fail "sweep has $rows rows, expected 31 (full + 8 policies x 3 budgets + 6 quantisation policies)"
+json_get "$TMP/s.json" "all(r['ppl'] is not None and r['ppl'] == r['ppl'] and 1 < r['ppl'] < 256 for r in d if r['policy'] != 'snapkv')" \
+    | grep -qx True || fail "a sweep row has no finite perplexity"
+json_get "$TMP/s.json" "all(r['passkey_acc'] is not None and r['passkey_stream_acc'] is not None for r in d)" | grep -qx True \
+    || fail "a sweep row has no passkey figure"
+[ "$(wc -l < "$TMP/s.csv")" = 32 ] || fail "CSV rows"
 grep -q "</svg>" "$TMP/s.svg" || fail "SVG not complete"
 
 # ---- passkey retrieval with the full cache on a short context ----
