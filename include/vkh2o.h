@@ -33,8 +33,8 @@
  *
  * Threads
  *   A context and everything created from it may be used by one thread at a time. Distinct
- *   contexts are independent (there is no global state besides the Vulkan loader itself,
- *   which volk opens once per process).
+ *   contexts are independent: each opens the Vulkan loader and keeps its own function tables
+ *   (there is no global state in vkh2o).
  */
 #ifndef VKH2O_H
 #define VKH2O_H
@@ -43,9 +43,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifndef VK_NO_PROTOTYPES
-#define VK_NO_PROTOTYPES
-#endif
+/* Types only: whether the app has Vulkan prototypes is the app's choice (VK_NO_PROTOTYPES, or
+ * <vulkan/vulkan.h> before or after this header); vkh2o never defines or calls them. */
 #include <vulkan/vulkan_core.h>
 
 /* VKH2O_API marks the exported functions. Windows DLLs: the build defines VKH2O_BUILDING and,
@@ -132,17 +131,43 @@ typedef enum vkh2o_context_flags {
 
 /*
  * Context desc. All zero = create an own instance and device, pick the best device
- * (discrete > integrated > virtual > CPU), no validation, log to nothing.
+ * (discrete > integrated > virtual > CPU), no validation, log to nothing, the platform's
+ * Vulkan loader, the driver's host allocator.
  *   device_select    0: automatic; VKH2O_DEVICE_INDEX(i): the i-th physical device.
  *                    Environment VKH2O_DEVICE=i overrides the automatic choice.
+ *   flags            vkh2o_context_flags (0: none).
  *   instance ...     adopt the app's objects: set instance, physical_device, device, queue
- *                    and queue_family (all or none). vkh2o borrows them: it never destroys
- *                    them, and they must outlive the context. The device must have been
- *                    created with Vulkan 1.2 (API version >= 1.2) and a compute-capable queue.
- *                    Device functions are loaded into a private volk table; the app's
- *                    global function pointers are never touched.
- *   log, user_data   message sink (may be NULL).
- *   flags            vkh2o_context_flags.
+ *                    and queue_family (all or none; 0 = create our own). vkh2o borrows them:
+ *                    it never destroys them, and they must outlive the context. The device
+ *                    must have been created with Vulkan 1.2 (API version >= 1.2) and a
+ *                    compute-capable queue family.
+ *   log, user_data   message sink (NULL: none) and its argument.
+ *   get_instance_proc_addr
+ *                    the app's vkGetInstanceProcAddr (an app that loads Vulkan its own way, or
+ *                    wants vkh2o to use exactly its loader). NULL: vkh2o opens the platform
+ *                    loader itself (libvulkan.so.1; vulkan-1.dll; libvulkan.1.dylib or
+ *                    MoltenVK), once per context, and closes it at destroy. Every entry point
+ *                    goes into tables inside the context: vkh2o defines no vk* symbol and
+ *                    never touches the app's function pointers.
+ *   allocator        host allocation callbacks for every Vulkan object vkh2o creates,
+ *                    allocates, destroys and frees (for its own instance and device too).
+ *                    Copied; NULL: the driver's. The callbacks must stay valid (and be thread
+ *                    safe if several contexts share them) as long as the context.
+ *   device_extensions, device_extension_count
+ *                    adopted device only: the device extensions the app enabled (0/NULL:
+ *                    none). VK_KHR_push_descriptor here, when the device has it, gives the
+ *                    push-descriptor path (no descriptor pools at all).
+ *   device_features  adopted device only: the VkPhysicalDeviceFeatures2 chain the app passed
+ *                    to vkCreateDevice (NULL: none). Read for shaderFloat16,
+ *                    storageBuffer16BitAccess and storageBuffer8BitAccess, in
+ *                    VkPhysicalDeviceVulkan11Features / VkPhysicalDeviceVulkan12Features or the
+ *                    individual 16-bit storage, 8-bit storage and float16/int8 structs. Only
+ *                    read during vkh2o_context_create. Features and extensions not given are
+ *                    assumed off (vkh2o_context_get_caps says what is used).
+ * A context vkh2o creates itself enables every optional feature and extension it can use
+ * that the device has (none with VKH2O_CONTEXT_BASELINE_ONLY), plus
+ * VK_KHR_portability_enumeration on the instance and VK_KHR_portability_subset on the
+ * device where offered.
  */
 typedef struct vkh2o_context_desc {
     uint32_t device_select;
@@ -154,6 +179,11 @@ typedef struct vkh2o_context_desc {
     uint32_t queue_family;
     vkh2o_log_fn log;
     void* user_data;
+    PFN_vkGetInstanceProcAddr get_instance_proc_addr;
+    const VkAllocationCallbacks* allocator;
+    uint32_t device_extension_count;
+    const char* const* device_extensions;
+    const VkPhysicalDeviceFeatures2* device_features;
 } vkh2o_context_desc;
 
 /* What the context found out about its device and will use. */

@@ -2,8 +2,13 @@
 #ifndef VKH2O_INTERNAL_H
 #define VKH2O_INTERNAL_H
 
-#include "volk.h"
+/* The library calls Vulkan only through its per-context tables (loader.h): no prototypes, so a
+ * direct call of a loader symbol fails to compile. Must come before any Vulkan header. */
+#ifndef VK_NO_PROTOTYPES
+#define VK_NO_PROTOTYPES
+#endif
 #include "vkh2o.h"
+#include "loader.h"
 
 #include <stdarg.h>
 
@@ -40,7 +45,11 @@ struct vkh2o_context {
     VkQueue queue;
     uint32_t queue_family;
     bool owns_instance, owns_device;
-    struct VolkDeviceTable vk;
+    void* loader_lib;             /* the loader this context opened (NULL: the app's gipa) */
+    vkh2o_instance_table vki;     /* global and instance level entry points */
+    vkh2o_device_table vk;        /* device level entry points */
+    VkAllocationCallbacks alloc_copy;
+    const VkAllocationCallbacks* alloc;   /* &alloc_copy, or NULL: the driver's allocator */
     VkDebugUtilsMessengerEXT messenger;
     uint32_t validation_messages;
     uint32_t flags;

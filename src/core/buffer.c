@@ -29,7 +29,7 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
                               .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                                        VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT,
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE };
-    VkResult vr = ctx->vk.vkCreateBuffer(ctx->device, &bi, NULL, &b->buffer);
+    VkResult vr = ctx->vk.vkCreateBuffer(ctx->device, &bi, ctx->alloc, &b->buffer);
     if (vr != VK_SUCCESS) {
         free(b);
         return vr == VK_ERROR_OUT_OF_DEVICE_MEMORY
@@ -62,7 +62,7 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
     }
     VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
                                 .memoryTypeIndex = (uint32_t)type };
-    vr = ctx->vk.vkAllocateMemory(ctx->device, &ai, NULL, &b->memory);
+    vr = ctx->vk.vkAllocateMemory(ctx->device, &ai, ctx->alloc, &b->memory);
     if (vr != VK_SUCCESS) {
         vkh2o_buffer_destroy(b);
         if (vr == VK_ERROR_OUT_OF_DEVICE_MEMORY || vr == VK_ERROR_OUT_OF_HOST_MEMORY)
@@ -100,16 +100,16 @@ void vkh2o_buffer_destroy(vkh2o_buffer* b)
     vkh2o_context* ctx = b->ctx;
     for (buffer_view_node* v = b->views; v;) {
         buffer_view_node* n = v->next;
-        ctx->vk.vkDestroyBufferView(ctx->device, v->view, NULL);
+        ctx->vk.vkDestroyBufferView(ctx->device, v->view, ctx->alloc);
         free(v);
         v = n;
     }
     if (b->mapped)
         ctx->vk.vkUnmapMemory(ctx->device, b->memory);
     if (b->buffer)
-        ctx->vk.vkDestroyBuffer(ctx->device, b->buffer, NULL);
+        ctx->vk.vkDestroyBuffer(ctx->device, b->buffer, ctx->alloc);
     if (b->memory)
-        ctx->vk.vkFreeMemory(ctx->device, b->memory, NULL);
+        ctx->vk.vkFreeMemory(ctx->device, b->memory, ctx->alloc);
     free(b);
 }
 
@@ -231,7 +231,7 @@ vkh2o_result vkh2o_bind_texel(vkh2o_buffer* b, VkFormat format, VkDeviceSize off
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     VkBufferViewCreateInfo ci = { .sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO, .buffer = b->buffer, .format = format,
                                   .offset = offset, .range = range };
-    VkResult vr = ctx->vk.vkCreateBufferView(ctx->device, &ci, NULL, &n->view);
+    VkResult vr = ctx->vk.vkCreateBufferView(ctx->device, &ci, ctx->alloc, &n->view);
     if (vr != VK_SUCCESS) {
         free(n);
         return vkh2o_vk_fail(ctx, vr, "vkCreateBufferView");

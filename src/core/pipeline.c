@@ -35,11 +35,11 @@ static int find_shader(const char* name)
 static void kernel_free(vkh2o_context* ctx, vkh2o_kernel* k)
 {
     if (k->pipeline)
-        ctx->vk.vkDestroyPipeline(ctx->device, k->pipeline, NULL);
+        ctx->vk.vkDestroyPipeline(ctx->device, k->pipeline, ctx->alloc);
     if (k->layout)
-        ctx->vk.vkDestroyPipelineLayout(ctx->device, k->layout, NULL);
+        ctx->vk.vkDestroyPipelineLayout(ctx->device, k->layout, ctx->alloc);
     if (k->set_layout)
-        ctx->vk.vkDestroyDescriptorSetLayout(ctx->device, k->set_layout, NULL);
+        ctx->vk.vkDestroyDescriptorSetLayout(ctx->device, k->set_layout, ctx->alloc);
     free(k);
 }
 
@@ -53,7 +53,7 @@ void vkh2o_kernels_destroy(vkh2o_context* ctx)
     ctx->kernels = NULL;
     for (desc_pool_node* p = ctx->desc_pools; p;) {
         desc_pool_node* n = p->next;
-        ctx->vk.vkDestroyDescriptorPool(ctx->device, p->pool, NULL);
+        ctx->vk.vkDestroyDescriptorPool(ctx->device, p->pool, ctx->alloc);
         free(p);
         p = n;
     }
@@ -115,7 +115,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     VkDescriptorSetLayoutCreateInfo dl = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
         .flags = k->push_desc ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0,
         .bindingCount = nbindings, .pBindings = b };
-    VkResult vr = ctx->vk.vkCreateDescriptorSetLayout(ctx->device, &dl, NULL, &k->set_layout);
+    VkResult vr = ctx->vk.vkCreateDescriptorSetLayout(ctx->device, &dl, ctx->alloc, &k->set_layout);
     if (vr != VK_SUCCESS) {
         kernel_free(ctx, k);
         return vkh2o_vk_fail(ctx, vr, "vkCreateDescriptorSetLayout");
@@ -123,7 +123,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     VkPushConstantRange pr = { .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = VKH2O_PUSH_MAX };
     VkPipelineLayoutCreateInfo pl = { .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                       .pSetLayouts = &k->set_layout, .pushConstantRangeCount = 1, .pPushConstantRanges = &pr };
-    vr = ctx->vk.vkCreatePipelineLayout(ctx->device, &pl, NULL, &k->layout);
+    vr = ctx->vk.vkCreatePipelineLayout(ctx->device, &pl, ctx->alloc, &k->layout);
     if (vr != VK_SUCCESS) {
         kernel_free(ctx, k);
         return vkh2o_vk_fail(ctx, vr, "vkCreatePipelineLayout");
@@ -131,7 +131,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     VkShaderModuleCreateInfo mi = { .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                     .codeSize = code_size, .pCode = code };
     VkShaderModule mod;
-    vr = ctx->vk.vkCreateShaderModule(ctx->device, &mi, NULL, &mod);
+    vr = ctx->vk.vkCreateShaderModule(ctx->device, &mi, ctx->alloc, &mod);
     if (vr != VK_SUCCESS) {
         kernel_free(ctx, k);
         return vkh2o_vk_fail(ctx, vr, "vkCreateShaderModule");
@@ -144,8 +144,8 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
         .stage = { .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                    .module = mod, .pName = "main", .pSpecializationInfo = nspec ? &sinfo : NULL },
         .layout = k->layout };
-    vr = ctx->vk.vkCreateComputePipelines(ctx->device, VK_NULL_HANDLE, 1, &ci, NULL, &k->pipeline);
-    ctx->vk.vkDestroyShaderModule(ctx->device, mod, NULL);
+    vr = ctx->vk.vkCreateComputePipelines(ctx->device, VK_NULL_HANDLE, 1, &ci, ctx->alloc, &k->pipeline);
+    ctx->vk.vkDestroyShaderModule(ctx->device, mod, ctx->alloc);
     if (vr != VK_SUCCESS) {
         kernel_free(ctx, k);
         return vkh2o_vk_fail(ctx, vr, "vkCreateComputePipelines");
@@ -186,7 +186,7 @@ static vkh2o_result arena_alloc(vkh2o_context* ctx, VkDescriptorSetLayout layout
                                        { .type = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, .descriptorCount = ARENA_SETS_PER_POOL * 4 } };
         VkDescriptorPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = ARENA_SETS_PER_POOL,
                                            .poolSizeCount = 2, .pPoolSizes = ps };
-        VkResult vr = ctx->vk.vkCreateDescriptorPool(ctx->device, &pci, NULL, &n->pool);
+        VkResult vr = ctx->vk.vkCreateDescriptorPool(ctx->device, &pci, ctx->alloc, &n->pool);
         if (vr != VK_SUCCESS) {
             free(n);
             return vkh2o_vk_fail(ctx, vr, "vkCreateDescriptorPool");
