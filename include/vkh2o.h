@@ -88,6 +88,8 @@ typedef enum vkh2o_result {
     VKH2O_ERROR_UNSUPPORTED = -11,       /* the device lacks a feature this call needs */
     VKH2O_ERROR_BUDGET = -12,            /* an impossible cache budget / policy parameter */
     VKH2O_ERROR_TIMEOUT = -13,           /* the device did not finish in time (possible hang) */
+    VKH2O_ERROR_DEVICE_LOST = -14,       /* VK_ERROR_DEVICE_LOST: the context is unusable from
+                                          * then on (vkh2o_context_is_lost); destroy it */
 } vkh2o_result;
 
 /* A static string naming a result code ("VKH2O_ERROR_SHAPE"). Never NULL. */
@@ -223,6 +225,40 @@ VKH2O_API const char* vkh2o_last_error(const vkh2o_context* ctx);
 /* Number of validation-layer WARNING/ERROR messages seen so far (0 without validation). */
 VKH2O_API uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ctx);
 VKH2O_API VkDevice vkh2o_context_get_device(const vkh2o_context* ctx);
+
+/* True once any call on this context saw VK_ERROR_DEVICE_LOST. From then on every call that
+ * would touch the device (buffer creation and copies, pipelines, vkh2o_cmd_*, vkh2o_run_*)
+ * returns VKH2O_ERROR_DEVICE_LOST without calling Vulkan; only the destroys still work. */
+VKH2O_API bool vkh2o_context_is_lost(const vkh2o_context* ctx);
+
+/* Waits until the context's queue is idle (vkQueueWaitIdle: on an adopted queue the app must
+ * not submit to it meanwhile), then frees what work that timed out had left in use. After a
+ * VKH2O_ERROR_TIMEOUT, call it (or destroy the context) before destroying buffers, layers or
+ * caches that work used. Results: OK, DEVICE_LOST, TIMEOUT is not possible (no limit), VULKAN. */
+VKH2O_API vkh2o_result vkh2o_context_wait_idle(vkh2o_context* ctx);
+
+/*
+ * Lifetime of what vkh2o_cmd_* record into the app's command buffers.
+ * On a device without push descriptors (VK_KHR_push_descriptor not enabled, or
+ * VKH2O_CONTEXT_BASELINE_ONLY) every dispatch recorded into a caller's command buffer takes a
+ * descriptor set from a pool of the context. Such sets belong to the open batch until
+ *   uint64_t m = vkh2o_context_mark(ctx);
+ * closes the batch (call it after recording a frame, or any group of command buffers that
+ * finish together) and returns its id (1, 2, 3, ...). Once the app knows that everything
+ * recorded up to and including batch m has finished executing (its fence has signalled, or
+ * the queue is idle), it calls
+ *   vkh2o_context_retire(ctx, m);
+ * which resets those pools for reuse by later batches. With one mark and one retire per frame
+ * the number of pools stays bounded by the frames in flight, however many frames are
+ * recorded. A batch never retired keeps its pools until vkh2o_context_destroy. With push
+ * descriptors nothing is allocated per dispatch and both calls are cheap no-ops; calling them
+ * anyway keeps an app correct on every device. vkh2o_run_* do not need them (they wait).
+ * Retiring a batch whose command buffers may still execute is undefined behaviour (the
+ * validation layer reports it). vkh2o_context_mark of a NULL context returns 0.
+ * Results of retire: OK, INVALID_ARGUMENT (m was not returned by vkh2o_context_mark yet).
+ */
+VKH2O_API uint64_t vkh2o_context_mark(vkh2o_context* ctx);
+VKH2O_API vkh2o_result vkh2o_context_retire(vkh2o_context* ctx, uint64_t mark);
 
 /* Enumerate the Vulkan 1.2 devices the loader sees, for listings (vkh2o-info).
  * Fills at most max entries of caps and returns the total count in *count. */

@@ -18,6 +18,7 @@ static int find_memory_type(const vkh2o_context* ctx, uint32_t bits, VkMemoryPro
 static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vkh2o_buffer** out)
 {
     *out = NULL;
+    VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_buffer_create"));
     if (bytes == 0)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "buffer of 0 bytes");
     vkh2o_buffer* b = calloc(1, sizeof *b);
@@ -152,13 +153,17 @@ static vkh2o_result staged_copy(vkh2o_buffer* b, uint64_t offset, void* host, ui
         if (!to_device)
             memcpy((char*)host + done, st->mapped, n);
     }
-    vkh2o_buffer_destroy(st);
+    if (r == VKH2O_ERROR_TIMEOUT)
+        vkh2o_buffer_retire(st);   /* the copy may still be running */
+    else
+        vkh2o_buffer_destroy(st);
     return r;
 }
 
 vkh2o_result vkh2o_buffer_upload(vkh2o_buffer* b, uint64_t offset, const void* src, uint64_t bytes)
 {
     VKH2O_CHECK(check_range(b, offset, bytes, "vkh2o_buffer_upload"));
+    VKH2O_CHECK(vkh2o_check_lost(b->ctx, "vkh2o_buffer_upload"));
     if (bytes == 0)
         return VKH2O_OK;
     if (!src)
@@ -173,6 +178,7 @@ vkh2o_result vkh2o_buffer_upload(vkh2o_buffer* b, uint64_t offset, const void* s
 vkh2o_result vkh2o_buffer_download(vkh2o_buffer* b, uint64_t offset, void* dst, uint64_t bytes)
 {
     VKH2O_CHECK(check_range(b, offset, bytes, "vkh2o_buffer_download"));
+    VKH2O_CHECK(vkh2o_check_lost(b->ctx, "vkh2o_buffer_download"));
     if (bytes == 0)
         return VKH2O_OK;
     if (!dst)

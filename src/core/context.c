@@ -417,6 +417,7 @@ vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context*
     ctx->log = desc->log;
     ctx->user_data = desc->user_data;
     ctx->flags = desc->flags;
+    ctx->batch = 1;
     if (desc->allocator) {
         ctx->alloc_copy = *desc->allocator;
         ctx->alloc = &ctx->alloc_copy;
@@ -506,6 +507,7 @@ fail:
 }
 
 void vkh2o_kernels_destroy(vkh2o_context* ctx);  /* pipeline.c */
+static void retired_destroy(vkh2o_context* ctx);
 
 void vkh2o_context_destroy(vkh2o_context* ctx)
 {
@@ -513,8 +515,11 @@ void vkh2o_context_destroy(vkh2o_context* ctx)
         return;
     if (ctx->device && ctx->vk.vkQueueWaitIdle && ctx->queue)
         ctx->vk.vkQueueWaitIdle(ctx->queue);
-    if (ctx->device && ctx->vk.vkDestroyPipeline)
+    if (ctx->device && ctx->vk.vkDestroyPipeline) {
+        retired_destroy(ctx);
         vkh2o_kernels_destroy(ctx);
+        vkh2o_arena_destroy(ctx);
+    }
     if (ctx->ts_pool)
         ctx->vk.vkDestroyQueryPool(ctx->device, ctx->ts_pool, ctx->alloc);
     if (ctx->fence)
@@ -540,10 +545,105 @@ const vkh2o_device_caps* vkh2o_context_get_caps(const vkh2o_context* ctx) { retu
 uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ctx) { return ctx ? ctx->validation_messages : 0; }
 VkDevice vkh2o_context_get_device(const vkh2o_context* ctx) { return ctx->device; }
 
-void vkh2o_arena_reset(vkh2o_context* ctx);  /* pipeline.c */
+bool vkh2o_context_is_lost(const vkh2o_context* ctx) { return ctx && ctx->lost; }
+
+static vkh2o_result retire_push(vkh2o_context* ctx, VkFence fence, VkQueryPool qp, vkh2o_buffer* buf)
+{
+    retired_node* n = calloc(1, sizeof *n);
+    if (!n)
+        return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+    n->fence = fence;
+    n->query_pool = qp;
+    n->buffer = buf;
+    n->next = ctx->retired;
+    ctx->retired = n;
+    return VKH2O_OK;
+}
+
+void vkh2o_buffer_retire(vkh2o_buffer* b)
+{
+    if (b && retire_push(b->ctx, VK_NULL_HANDLE, VK_NULL_HANDLE, b) != VKH2O_OK)
+        vkh2o_buffer_destroy(b);   /* out of host memory: nothing better left to do */
+}
+
+/* Only once the queue is idle (or the device lost). */
+static void retired_destroy(vkh2o_context* ctx)
+{
+    while (ctx->retired) {
+        retired_node* n = ctx->retired;
+        ctx->retired = n->next;
+        if (n->fence)
+            ctx->vk.vkDestroyFence(ctx->device, n->fence, ctx->alloc);
+        if (n->query_pool)
+            ctx->vk.vkDestroyQueryPool(ctx->device, n->query_pool, ctx->alloc);
+        vkh2o_buffer_destroy(n->buffer);
+        free(n);
+    }
+    while (ctx->dead_pools) {
+        desc_pool_node* p = ctx->dead_pools;
+        ctx->dead_pools = p->next;
+        ctx->vk.vkDestroyDescriptorPool(ctx->device, p->pool, ctx->alloc);
+        free(p);
+        ctx->pool_count--;
+    }
+}
+
+/* The one-shot submission did not provably finish: its fence, command buffer, query pool and
+ * descriptor sets may still be in use by the device. Retire them all and make fresh ones, so
+ * nothing pending is ever reset or reused (the old command buffer goes with its pool). */
+static void oneshot_abandon(vkh2o_context* ctx)
+{
+    if (retire_push(ctx, ctx->fence, ctx->ts_pool, NULL) != VKH2O_OK) {
+        ctx->lost = true;   /* cannot keep them safely: refuse further work */
+        return;
+    }
+    ctx->fence = VK_NULL_HANDLE;
+    ctx->ts_pool = VK_NULL_HANDLE;
+    ctx->ts_used = 0;
+    vkh2o_arena_abandon(ctx);
+    if (ctx->lost)
+        return;
+    VkFenceCreateInfo fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
+    VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = ctx->cmd_pool,
+                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
+    VkCommandBuffer cb;
+    if (ctx->vk.vkCreateFence(ctx->device, &fci, ctx->alloc, &ctx->fence) != VK_SUCCESS ||
+        ctx->vk.vkAllocateCommandBuffers(ctx->device, &ai, &cb) != VK_SUCCESS) {
+        ctx->lost = true;
+        return;
+    }
+    ctx->cmd = cb;
+    if (ctx->caps.timestamps) {
+        VkQueryPoolCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                      .queryCount = VKH2O_MAX_TIMESTAMPS };
+        if (ctx->vk.vkCreateQueryPool(ctx->device, &qci, ctx->alloc, &ctx->ts_pool) != VK_SUCCESS)
+            ctx->ts_pool = VK_NULL_HANDLE;
+    }
+}
+
+uint32_t vkh2o_retired_count(const vkh2o_context* ctx)
+{
+    uint32_t n = 0;
+    for (const retired_node* r = ctx->retired; r; r = r->next)
+        n++;
+    return n;
+}
+
+vkh2o_result vkh2o_context_wait_idle(vkh2o_context* ctx)
+{
+    if (!ctx)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_context_wait_idle"));
+    VkResult vr = ctx->vk.vkQueueWaitIdle(ctx->queue);
+    if (vr != VK_SUCCESS)
+        return vkh2o_vk_fail(ctx, vr, "vkQueueWaitIdle");
+    retired_destroy(ctx);
+    return VKH2O_OK;
+}
 
 vkh2o_result vkh2o_begin(vkh2o_context* ctx, VkCommandBuffer* cb)
 {
+    VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_begin"));
     if (ctx->recording)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_begin: the one-shot command buffer is already recording");
     VkResult vr = ctx->vk.vkResetCommandBuffer(ctx->cmd, 0);
@@ -567,17 +667,31 @@ vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb)
     if (!ctx->recording || cb != ctx->cmd)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_submit_wait: not the recording one-shot command buffer");
     ctx->recording = false;
+    VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_submit_wait"));
     VkResult vr = ctx->vk.vkEndCommandBuffer(cb);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkEndCommandBuffer");
     VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb };
     vr = ctx->vk.vkQueueSubmit(ctx->queue, 1, &si, ctx->fence);
-    if (vr != VK_SUCCESS)
+    if (vr != VK_SUCCESS) {
+        /* a failed submit leaves the fence and buffer untouched, except on a lost device */
+        if (vr == VK_ERROR_DEVICE_LOST)
+            oneshot_abandon(ctx);
         return vkh2o_vk_fail(ctx, vr, "vkQueueSubmit");
-    vr = ctx->vk.vkWaitForFences(ctx->device, 1, &ctx->fence, VK_TRUE, SUBMIT_TIMEOUT_NS);
-    ctx->vk.vkResetFences(ctx->device, 1, &ctx->fence);
-    if (vr != VK_SUCCESS)
+    }
+    if (ctx->test_wait_result != VK_SUCCESS) {
+        vr = ctx->test_wait_result;   /* as if the wait had returned it, with the work maybe still running */
+        ctx->test_wait_result = VK_SUCCESS;
+    } else {
+        vr = ctx->vk.vkWaitForFences(ctx->device, 1, &ctx->fence, VK_TRUE, SUBMIT_TIMEOUT_NS);
+    }
+    if (vr != VK_SUCCESS) {
+        /* VK_TIMEOUT: the work may still be pending; the fence must then never be reset or
+         * waited on as if it were new, nor the command buffer or descriptor sets reused */
+        oneshot_abandon(ctx);
         return vkh2o_vk_fail(ctx, vr, "vkWaitForFences (the device did not finish the submitted work)");
+    }
+    ctx->vk.vkResetFences(ctx->device, 1, &ctx->fence);
     vkh2o_arena_reset(ctx);
     if (ctx->ts_pool && ctx->ts_used) {
         vr = ctx->vk.vkGetQueryPoolResults(ctx->device, ctx->ts_pool, 0, ctx->ts_used, sizeof ctx->ts_values,
