@@ -35,6 +35,7 @@ typedef struct vkh2o_binding {
 
 typedef struct desc_pool_node {
     VkDescriptorPool pool;
+    uint32_t sets;                /* allocated since the last reset (at most maxSets) */
     uint64_t batch;               /* pending: the vkh2o_context_mark id of its recordings */
     struct desc_pool_node* next;
 } desc_pool_node;

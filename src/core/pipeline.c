@@ -181,8 +181,10 @@ void vkh2o_arena_destroy(vkh2o_context* ctx)
 
 void vkh2o_arena_reset(vkh2o_context* ctx)
 {
-    for (desc_pool_node* p = ctx->desc_pools; p; p = p->next)
+    for (desc_pool_node* p = ctx->desc_pools; p; p = p->next) {
         ctx->vk.vkResetDescriptorPool(ctx->device, p->pool, 0);
+        p->sets = 0;
+    }
 }
 
 void vkh2o_arena_abandon(vkh2o_context* ctx)
@@ -233,6 +235,7 @@ vkh2o_result vkh2o_context_retire(vkh2o_context* ctx, uint64_t mark)
         *pp = p->next;
         /* host-side only: legal (and needed to reuse the pool) even on a lost device */
         ctx->vk.vkResetDescriptorPool(ctx->device, p->pool, 0);
+        p->sets = 0;
         p->batch = 0;
         p->next = ctx->free_pools;
         ctx->free_pools = p;
@@ -272,10 +275,16 @@ static vkh2o_result arena_alloc(vkh2o_context* ctx, desc_pool_node** list, VkDes
 {
     for (int attempt = 0; attempt < 2; attempt++) {
         for (desc_pool_node* p = *list; p; p = p->next) {
+            /* counted here: some drivers (lavapipe) grow a pool past maxSets instead of failing */
+            if (p->sets >= ARENA_SETS_PER_POOL)
+                continue;
             VkDescriptorSetAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = p->pool,
                                                .descriptorSetCount = 1, .pSetLayouts = &layout };
-            if (ctx->vk.vkAllocateDescriptorSets(ctx->device, &ai, set) == VK_SUCCESS)
+            if (ctx->vk.vkAllocateDescriptorSets(ctx->device, &ai, set) == VK_SUCCESS) {
+                p->sets++;
                 return VKH2O_OK;
+            }
+            p->sets = ARENA_SETS_PER_POOL;   /* out of descriptors of some type: full until reset */
         }
         desc_pool_node* n = NULL;
         VKH2O_CHECK(pool_new(ctx, &n));
