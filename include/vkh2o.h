@@ -28,13 +28,44 @@
  *   - vkh2o_last_error(ctx) is a detailed message (file, tensor, VkResult) for the last
  *     failure on that context. File-level calls that need no device take a vkh2o_error*.
  *   - vkh2o_cmd_* record into a caller's command buffer and never submit; vkh2o_run_*
- *     submit on the context's queue and wait.
+ *     submit on the context's queue and wait. After recording a frame of vkh2o_cmd_* calls,
+ *     vkh2o_context_mark it; once its fence has signalled, vkh2o_context_retire it.
  *   - Every desc struct is valid all-zero: 0 means "use the default" (listed above each desc).
  *
- * Threads
- *   A context and everything created from it may be used by one thread at a time. Distinct
- *   contexts are independent: each opens the Vulkan loader and keeps its own function tables
- *   (there is no global state in vkh2o).
+ * Threads and the queue
+ *   - No global state. Each context opens the Vulkan loader itself (or uses the app's
+ *     vkGetInstanceProcAddr) and keeps its own function tables; the library defines no vk*
+ *     symbol. Distinct contexts are independent: they may be created, used and destroyed on
+ *     different threads at the same time, in any order, with or without validation, on the
+ *     same VkDevice or not (two contexts adopting one queue share it: see below).
+ *   - One thread at a time per context. A context and every object made from it (buffers,
+ *     layers, caches, qcaches) form one unit: calls on the unit must not overlap; calls on
+ *     different units may. The app serialises, e.g. with a mutex per context; moving a context
+ *     to another thread between calls is fine. vkh2o takes no locks of its own.
+ *   - Host objects without a context (vkh2o_safetensors, vkh2o_checkpoint, host weights,
+ *     configs) say their own rule in vkh2o/model.h. vkh2o_result_string is thread-safe.
+ *   - What submits. These calls submit to the context's queue and wait for that submission:
+ *     every vkh2o_run_*; vkh2o_buffer_fill, and vkh2o_buffer_upload / _download when the memory
+ *     is not host-visible; the creates and reads that initialise or fetch device data
+ *     (vkh2o_mla_layer_create, vkh2o_cache_create / _reset / _read_*, and the vkh2o_qcache_*
+ *     calls not named cmd_); vkh2o_context_wait_idle and vkh2o_context_destroy
+ *     (vkQueueWaitIdle). vkh2o_cmd_* only record into the app's command buffer: they never
+ *     submit, wait or touch the queue, and the app submits that command buffer itself.
+ *     Vulkan requires vkQueueSubmit / vkQueueWaitIdle on one VkQueue to be externally
+ *     synchronised: on an adopted queue the app must make sure that none of its own threads
+ *     (and no other context on that queue) submits while a call above runs.
+ *   - Command buffers: a vkh2o_cmd_* call records into a command buffer the app owns and
+ *     synchronises (its pool's rules apply, as for any vkCmd*); it must come from the context's
+ *     device and be submitted to a queue of a compute-capable family.
+ *   - Lifetimes: nothing may be destroyed while the device may still use it. Before destroying
+ *     a buffer, layer or cache, every command buffer that recorded it must have finished
+ *     executing (the app's fence); before destroying a context, everything made from it must
+ *     be destroyed first, and for an adopted device the app destroys its device, queue and
+ *     instance only after the context. After VKH2O_ERROR_TIMEOUT the timed-out work may still
+ *     run: call vkh2o_context_wait_idle before destroying what it used.
+ *   - Descriptor sets for recordings: see vkh2o_context_mark / vkh2o_context_retire.
+ *   - Failures: after VKH2O_ERROR_DEVICE_LOST the context refuses all device work
+ *     (vkh2o_context_is_lost); destroy it and everything made from it.
  */
 #ifndef VKH2O_H
 #define VKH2O_H
@@ -213,11 +244,15 @@ typedef struct vkh2o_device_caps {
     bool unified_memory;           /* device-local memory is host-visible (CPU, iGPU, ReBAR) */
 } vkh2o_device_caps;
 
-/* Creates a context. Results: OK, NO_DEVICE, VULKAN, INVALID_ARGUMENT (partial adoption,
- * device_select out of range), OUT_OF_HOST_MEMORY, UNSUPPORTED (device below Vulkan 1.2).
+/* Creates a context. Results: OK, NO_DEVICE (no loader, no driver, no Vulkan 1.2 device),
+ * VULKAN (also: the loader lacks an entry point vkh2o needs), INVALID_ARGUMENT (partial
+ * adoption, device_select out of range, extension count without names), OUT_OF_HOST_MEMORY,
+ * UNSUPPORTED (device below Vulkan 1.2, validation requested but not installed).
  * *out is NULL on failure; the reason goes to desc->log (there is no context to ask). */
 VKH2O_API vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context** out);
-/* Waits for the device to go idle on the context's queue and frees everything it created. */
+/* Waits for the context's queue to go idle (vkQueueWaitIdle: no other thread may submit to an
+ * adopted queue meanwhile) and frees everything the context created. Objects made from the
+ * context must have been destroyed before. Accepts NULL. */
 VKH2O_API void vkh2o_context_destroy(vkh2o_context* ctx);
 VKH2O_API const vkh2o_device_caps* vkh2o_context_get_caps(const vkh2o_context* ctx);
 /* The last failure's message on this context ("" if none). Valid until the next call. */
