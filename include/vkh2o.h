@@ -269,7 +269,8 @@ VKH2O_API bool vkh2o_context_is_lost(const vkh2o_context* ctx);
 /* Waits until the context's queue is idle (vkQueueWaitIdle: on an adopted queue the app must
  * not submit to it meanwhile), then frees what work that timed out had left in use. After a
  * VKH2O_ERROR_TIMEOUT, call it (or destroy the context) before destroying buffers, layers or
- * caches that work used. Results: OK, DEVICE_LOST, TIMEOUT is not possible (no limit), VULKAN. */
+ * caches that work used. Waits without a time limit. Results: OK, INVALID_ARGUMENT (NULL),
+ * DEVICE_LOST, VULKAN. */
 VKH2O_API vkh2o_result vkh2o_context_wait_idle(vkh2o_context* ctx);
 
 /*

@@ -178,8 +178,8 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
                                     uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec,
                                     vkh2o_kernel** out);
 /* Records bind + push + dispatch. Descriptors are pushed (VK_KHR_push_descriptor) or, without
- * it, allocated from the context's arena (freed at submit_wait of the one-shot buffer, or kept
- * until the context dies when recorded into a caller's buffer). */
+ * it, allocated from the context's arenas: the one-shot buffer's (reset at its submit_wait), or
+ * for a caller's buffer the open batch's (kept until vkh2o_context_retire of its mark). */
 vkh2o_result vkh2o_dispatch(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_kernel* k,
                             const vkh2o_binding* bindings, uint32_t nbindings,
                             const void* push, uint32_t push_size,

@@ -675,9 +675,10 @@ vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb)
     vr = ctx->vk.vkQueueSubmit(ctx->queue, 1, &si, ctx->fence);
     if (vr != VK_SUCCESS) {
         /* a failed submit leaves the fence and buffer untouched, except on a lost device */
+        vkh2o_result r = vkh2o_vk_fail(ctx, vr, "vkQueueSubmit");
         if (vr == VK_ERROR_DEVICE_LOST)
             oneshot_abandon(ctx);
-        return vkh2o_vk_fail(ctx, vr, "vkQueueSubmit");
+        return r;
     }
     if (ctx->test_wait_result != VK_SUCCESS) {
         vr = ctx->test_wait_result;   /* as if the wait had returned it, with the work maybe still running */
@@ -688,8 +689,9 @@ vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb)
     if (vr != VK_SUCCESS) {
         /* VK_TIMEOUT: the work may still be pending; the fence must then never be reset or
          * waited on as if it were new, nor the command buffer or descriptor sets reused */
+        vkh2o_result r = vkh2o_vk_fail(ctx, vr, "vkWaitForFences (the device did not finish the submitted work)");
         oneshot_abandon(ctx);
-        return vkh2o_vk_fail(ctx, vr, "vkWaitForFences (the device did not finish the submitted work)");
+        return r;
     }
     ctx->vk.vkResetFences(ctx->device, 1, &ctx->fence);
     vkh2o_arena_reset(ctx);
