@@ -32,13 +32,44 @@
  *   - vkh2o_last_error(ctx) is a detailed message (file, tensor, VkResult) for the last
  *     failure on that context. File-level calls that need no device take a vkh2o_error*.
  *   - vkh2o_cmd_* record into a caller's command buffer and never submit; vkh2o_run_*
- *     submit on the context's queue and wait.
+ *     submit on the context's queue and wait. After recording a frame of vkh2o_cmd_* calls,
+ *     vkh2o_context_mark it; once its fence has signalled, vkh2o_context_retire it.
  *   - Every desc struct is valid all-zero: 0 means "use the default" (listed above each desc).
  *
- * Threads
- *   A context and everything created from it may be used by one thread at a time. Distinct
- *   contexts are independent (there is no global state besides the Vulkan loader itself,
- *   which volk opens once per process).
+ * Threads and the queue
+ *   - No global state. Each context opens the Vulkan loader itself (or uses the app's
+ *     vkGetInstanceProcAddr) and keeps its own function tables; the library defines no vk*
+ *     symbol. Distinct contexts are independent: they may be created, used and destroyed on
+ *     different threads at the same time, in any order, with or without validation, on the
+ *     same VkDevice or not (two contexts adopting one queue share it: see below).
+ *   - One thread at a time per context. A context and every object made from it (buffers,
+ *     layers, caches, qcaches) form one unit: calls on the unit must not overlap; calls on
+ *     different units may. The app serialises, e.g. with a mutex per context; moving a context
+ *     to another thread between calls is fine. vkh2o takes no locks of its own.
+ *   - Host objects without a context (vkh2o_safetensors, vkh2o_checkpoint, host weights,
+ *     configs) say their own rule in vkh2o/model.h. vkh2o_result_string is thread-safe.
+ *   - What submits. These calls submit to the context's queue and wait for that submission:
+ *     every vkh2o_run_*; vkh2o_buffer_fill, and vkh2o_buffer_upload / _download when the memory
+ *     is not host-visible; the creates and reads that initialise or fetch device data
+ *     (vkh2o_mla_layer_create, vkh2o_cache_create / _reset / _read_*, and the vkh2o_qcache_*
+ *     calls not named cmd_); vkh2o_context_wait_idle and vkh2o_context_destroy
+ *     (vkQueueWaitIdle). vkh2o_cmd_* only record into the app's command buffer: they never
+ *     submit, wait or touch the queue, and the app submits that command buffer itself.
+ *     Vulkan requires vkQueueSubmit / vkQueueWaitIdle on one VkQueue to be externally
+ *     synchronised: on an adopted queue the app must make sure that none of its own threads
+ *     (and no other context on that queue) submits while a call above runs.
+ *   - Command buffers: a vkh2o_cmd_* call records into a command buffer the app owns and
+ *     synchronises (its pool's rules apply, as for any vkCmd*); it must come from the context's
+ *     device and be submitted to a queue of a compute-capable family.
+ *   - Lifetimes: nothing may be destroyed while the device may still use it. Before destroying
+ *     a buffer, layer or cache, every command buffer that recorded it must have finished
+ *     executing (the app's fence); before destroying a context, everything made from it must
+ *     be destroyed first, and for an adopted device the app destroys its device, queue and
+ *     instance only after the context. After VKH2O_ERROR_TIMEOUT the timed-out work may still
+ *     run: call vkh2o_context_wait_idle before destroying what it used.
+ *   - Descriptor sets for recordings: see vkh2o_context_mark / vkh2o_context_retire.
+ *   - Failures: after VKH2O_ERROR_DEVICE_LOST the context refuses all device work
+ *     (vkh2o_context_is_lost); destroy it and everything made from it.
  */
 #ifndef VKH2O_H
 #define VKH2O_H
@@ -47,9 +78,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifndef VK_NO_PROTOTYPES
-#define VK_NO_PROTOTYPES
-#endif
+/* Types only: whether the app has Vulkan prototypes is the app's choice (VK_NO_PROTOTYPES, or
+ * <vulkan/vulkan.h> before or after this header); vkh2o never defines or calls them. */
 #include <vulkan/vulkan_core.h>
 
 /* VKH2O_API marks the exported functions. Windows DLLs: the build defines VKH2O_BUILDING and,
@@ -93,6 +123,8 @@ typedef enum vkh2o_result {
     VKH2O_ERROR_UNSUPPORTED = -11,       /* the device lacks a feature this call needs */
     VKH2O_ERROR_BUDGET = -12,            /* an impossible cache budget / policy parameter */
     VKH2O_ERROR_TIMEOUT = -13,           /* the device did not finish in time (possible hang) */
+    VKH2O_ERROR_DEVICE_LOST = -14,       /* VK_ERROR_DEVICE_LOST: the context is unusable from
+                                          * then on (vkh2o_context_is_lost); destroy it */
 } vkh2o_result;
 
 /* A static string naming a result code ("VKH2O_ERROR_SHAPE"). Never NULL. */
@@ -136,17 +168,43 @@ typedef enum vkh2o_context_flags {
 
 /*
  * Context desc. All zero = create an own instance and device, pick the best device
- * (discrete > integrated > virtual > CPU), no validation, log to nothing.
+ * (discrete > integrated > virtual > CPU), no validation, log to nothing, the platform's
+ * Vulkan loader, the driver's host allocator.
  *   device_select    0: automatic; VKH2O_DEVICE_INDEX(i): the i-th physical device.
  *                    Environment VKH2O_DEVICE=i overrides the automatic choice.
+ *   flags            vkh2o_context_flags (0: none).
  *   instance ...     adopt the app's objects: set instance, physical_device, device, queue
- *                    and queue_family (all or none). vkh2o borrows them: it never destroys
- *                    them, and they must outlive the context. The device must have been
- *                    created with Vulkan 1.2 (API version >= 1.2) and a compute-capable queue.
- *                    Device functions are loaded into a private volk table; the app's
- *                    global function pointers are never touched.
- *   log, user_data   message sink (may be NULL).
- *   flags            vkh2o_context_flags.
+ *                    and queue_family (all or none; 0 = create our own). vkh2o borrows them:
+ *                    it never destroys them, and they must outlive the context. The device
+ *                    must have been created with Vulkan 1.2 (API version >= 1.2) and a
+ *                    compute-capable queue family.
+ *   log, user_data   message sink (NULL: none) and its argument.
+ *   get_instance_proc_addr
+ *                    the app's vkGetInstanceProcAddr (an app that loads Vulkan its own way, or
+ *                    wants vkh2o to use exactly its loader). NULL: vkh2o opens the platform
+ *                    loader itself (libvulkan.so.1; vulkan-1.dll; libvulkan.1.dylib or
+ *                    MoltenVK), once per context, and closes it at destroy. Every entry point
+ *                    goes into tables inside the context: vkh2o defines no vk* symbol and
+ *                    never touches the app's function pointers.
+ *   allocator        host allocation callbacks for every Vulkan object vkh2o creates,
+ *                    allocates, destroys and frees (for its own instance and device too).
+ *                    Copied; NULL: the driver's. The callbacks must stay valid (and be thread
+ *                    safe if several contexts share them) as long as the context.
+ *   device_extensions, device_extension_count
+ *                    adopted device only: the device extensions the app enabled (0/NULL:
+ *                    none). VK_KHR_push_descriptor here, when the device has it, gives the
+ *                    push-descriptor path (no descriptor pools at all).
+ *   device_features  adopted device only: the VkPhysicalDeviceFeatures2 chain the app passed
+ *                    to vkCreateDevice (NULL: none). Read for shaderFloat16,
+ *                    storageBuffer16BitAccess and storageBuffer8BitAccess, in
+ *                    VkPhysicalDeviceVulkan11Features / VkPhysicalDeviceVulkan12Features or the
+ *                    individual 16-bit storage, 8-bit storage and float16/int8 structs. Only
+ *                    read during vkh2o_context_create. Features and extensions not given are
+ *                    assumed off (vkh2o_context_get_caps says what is used).
+ * A context vkh2o creates itself enables every optional feature and extension it can use
+ * that the device has (none with VKH2O_CONTEXT_BASELINE_ONLY), plus
+ * VK_KHR_portability_enumeration on the instance and VK_KHR_portability_subset on the
+ * device where offered.
  */
 typedef struct vkh2o_context_desc {
     uint32_t device_select;
@@ -158,6 +216,11 @@ typedef struct vkh2o_context_desc {
     uint32_t queue_family;
     vkh2o_log_fn log;
     void* user_data;
+    PFN_vkGetInstanceProcAddr get_instance_proc_addr;
+    const VkAllocationCallbacks* allocator;
+    uint32_t device_extension_count;
+    const char* const* device_extensions;
+    const VkPhysicalDeviceFeatures2* device_features;
 } vkh2o_context_desc;
 
 /* What the context found out about its device and will use. */
@@ -185,11 +248,15 @@ typedef struct vkh2o_device_caps {
     bool unified_memory;           /* device-local memory is host-visible (CPU, iGPU, ReBAR) */
 } vkh2o_device_caps;
 
-/* Creates a context. Results: OK, NO_DEVICE, VULKAN, INVALID_ARGUMENT (partial adoption,
- * device_select out of range), OUT_OF_HOST_MEMORY, UNSUPPORTED (device below Vulkan 1.2).
+/* Creates a context. Results: OK, NO_DEVICE (no loader, no driver, no Vulkan 1.2 device),
+ * VULKAN (also: the loader lacks an entry point vkh2o needs), INVALID_ARGUMENT (partial
+ * adoption, device_select out of range, extension count without names), OUT_OF_HOST_MEMORY,
+ * UNSUPPORTED (device below Vulkan 1.2, validation requested but not installed).
  * *out is NULL on failure; the reason goes to desc->log (there is no context to ask). */
 VKH2O_API vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context** out);
-/* Waits for the device to go idle on the context's queue and frees everything it created. */
+/* Waits for the context's queue to go idle (vkQueueWaitIdle: no other thread may submit to an
+ * adopted queue meanwhile) and frees everything the context created. Objects made from the
+ * context must have been destroyed before. Accepts NULL. */
 VKH2O_API void vkh2o_context_destroy(vkh2o_context* ctx);
 VKH2O_API const vkh2o_device_caps* vkh2o_context_get_caps(const vkh2o_context* ctx);
 /* The last failure's message on this context ("" if none). Valid until the next call. */
@@ -197,6 +264,41 @@ VKH2O_API const char* vkh2o_last_error(const vkh2o_context* ctx);
 /* Number of validation-layer WARNING/ERROR messages seen so far (0 without validation). */
 VKH2O_API uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ctx);
 VKH2O_API VkDevice vkh2o_context_get_device(const vkh2o_context* ctx);
+
+/* True once any call on this context saw VK_ERROR_DEVICE_LOST. From then on every call that
+ * would touch the device (buffer creation and copies, pipelines, vkh2o_cmd_*, vkh2o_run_*)
+ * returns VKH2O_ERROR_DEVICE_LOST without calling Vulkan; only the destroys still work. */
+VKH2O_API bool vkh2o_context_is_lost(const vkh2o_context* ctx);
+
+/* Waits until the context's queue is idle (vkQueueWaitIdle: on an adopted queue the app must
+ * not submit to it meanwhile), then frees what work that timed out had left in use. After a
+ * VKH2O_ERROR_TIMEOUT, call it (or destroy the context) before destroying buffers, layers or
+ * caches that work used. Waits without a time limit. Results: OK, INVALID_ARGUMENT (NULL),
+ * DEVICE_LOST, VULKAN. */
+VKH2O_API vkh2o_result vkh2o_context_wait_idle(vkh2o_context* ctx);
+
+/*
+ * Lifetime of what vkh2o_cmd_* record into the app's command buffers.
+ * On a device without push descriptors (VK_KHR_push_descriptor not enabled, or
+ * VKH2O_CONTEXT_BASELINE_ONLY) every dispatch recorded into a caller's command buffer takes a
+ * descriptor set from a pool of the context. Such sets belong to the open batch until
+ *   uint64_t m = vkh2o_context_mark(ctx);
+ * closes the batch (call it after recording a frame, or any group of command buffers that
+ * finish together) and returns its id (1, 2, 3, ...). Once the app knows that everything
+ * recorded up to and including batch m has finished executing (its fence has signalled, or
+ * the queue is idle), it calls
+ *   vkh2o_context_retire(ctx, m);
+ * which resets those pools for reuse by later batches. With one mark and one retire per frame
+ * the number of pools stays bounded by the frames in flight, however many frames are
+ * recorded. A batch never retired keeps its pools until vkh2o_context_destroy. With push
+ * descriptors nothing is allocated per dispatch and both calls are cheap no-ops; calling them
+ * anyway keeps an app correct on every device. vkh2o_run_* do not need them (they wait).
+ * Retiring a batch whose command buffers may still execute is undefined behaviour (the
+ * validation layer reports it). vkh2o_context_mark of a NULL context returns 0.
+ * Results of retire: OK, INVALID_ARGUMENT (m was not returned by vkh2o_context_mark yet).
+ */
+VKH2O_API uint64_t vkh2o_context_mark(vkh2o_context* ctx);
+VKH2O_API vkh2o_result vkh2o_context_retire(vkh2o_context* ctx, uint64_t mark);
 
 /* Enumerate the Vulkan 1.2 devices the loader sees, for listings (vkh2o-info).
  * Fills at most max entries of caps and returns the total count in *count. */

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(cmake ninja-build gcc pkg-config libvulkan-dev libvulkan-volk-dev glslang-tools libcmocka-dev
+PACKAGES=(cmake ninja-build gcc pkg-config libvulkan-dev glslang-tools libcmocka-dev
           mesa-vulkan-drivers vulkan-validationlayers libcjson-dev)
 JOBS=${JOBS:-$(nproc)}
 

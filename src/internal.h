@@ -2,8 +2,13 @@
 #ifndef VKH2O_INTERNAL_H
 #define VKH2O_INTERNAL_H
 
-#include "volk.h"
+/* The library calls Vulkan only through its per-context tables (loader.h): no prototypes, so a
+ * direct call of a loader symbol fails to compile. Must come before any Vulkan header. */
+#ifndef VK_NO_PROTOTYPES
+#define VK_NO_PROTOTYPES
+#endif
 #include "vkh2o.h"
+#include "loader.h"
 
 #include <stdarg.h>
 
@@ -30,8 +35,19 @@ typedef struct vkh2o_binding {
 
 typedef struct desc_pool_node {
     VkDescriptorPool pool;
+    uint32_t sets;                /* allocated since the last reset (at most maxSets) */
+    uint64_t batch;               /* pending: the vkh2o_context_mark id of its recordings */
     struct desc_pool_node* next;
 } desc_pool_node;
+
+/* Objects that work which may still be pending (after a wait timed out, or failed) used:
+ * never reset or reused, destroyed only once the queue is idle (context destroy, wait_idle). */
+typedef struct retired_node {
+    VkFence fence;
+    VkQueryPool query_pool;
+    struct vkh2o_buffer* buffer;
+    struct retired_node* next;
+} retired_node;
 
 struct vkh2o_context {
     VkInstance instance;
@@ -40,7 +56,11 @@ struct vkh2o_context {
     VkQueue queue;
     uint32_t queue_family;
     bool owns_instance, owns_device;
-    struct VolkDeviceTable vk;
+    void* loader_lib;             /* the loader this context opened (NULL: the app's gipa) */
+    vkh2o_instance_table vki;     /* global and instance level entry points */
+    vkh2o_device_table vk;        /* device level entry points */
+    VkAllocationCallbacks alloc_copy;
+    const VkAllocationCallbacks* alloc;   /* &alloc_copy, or NULL: the driver's allocator */
     VkDebugUtilsMessengerEXT messenger;
     uint32_t validation_messages;
     uint32_t flags;
@@ -56,8 +76,18 @@ struct vkh2o_context {
     uint64_t ts_values[VKH2O_MAX_TIMESTAMPS];
 
     vkh2o_kernel* kernels;        /* cache of pipelines by (shader, bindings, spec constants) */
-    desc_pool_node* desc_pools;   /* arena for devices without push descriptors */
-    bool arena_foreign;           /* arena sets were recorded into a caller's command buffer */
+    /* descriptor arenas for devices without push descriptors (pipeline.c) */
+    desc_pool_node* desc_pools;   /* the one-shot command buffer's */
+    desc_pool_node* batch_pools;  /* the open batch of recordings into callers' command buffers */
+    desc_pool_node* pending_pools;/* closed batches (vkh2o_context_mark) not yet retired */
+    desc_pool_node* free_pools;   /* reset, ready for the open batch */
+    desc_pool_node* dead_pools;   /* used by one-shot work that may still be pending */
+    uint64_t batch;               /* id of the open batch (from 1) */
+    uint32_t pool_count;          /* descriptor pools alive */
+
+    bool lost;                    /* VK_ERROR_DEVICE_LOST seen: every device call fails */
+    retired_node* retired;        /* see retired_node */
+    VkResult test_wait_result;    /* test hook: the next submit_wait's wait "returns" this */
 
     vkh2o_log_fn log;
     void* user_data;
@@ -97,8 +127,15 @@ struct vkh2o_buffer {
 void vkh2o_log(vkh2o_context* ctx, vkh2o_log_level level, const char* fmt, ...) VKH2O_PRINTF(3, 4);
 /* Records the message as ctx's last error, logs it, returns r. ctx may be NULL. */
 vkh2o_result vkh2o_fail(vkh2o_context* ctx, vkh2o_result r, const char* fmt, ...) VKH2O_PRINTF(3, 4);
-/* Maps a VkResult to a vkh2o_result and records "<what>: VK_ERROR_...". */
+/* Maps a VkResult to a vkh2o_result and records "<what>: VK_ERROR_...". VK_ERROR_DEVICE_LOST
+ * marks the context lost (VKH2O_ERROR_DEVICE_LOST from then on). */
 vkh2o_result vkh2o_vk_fail(vkh2o_context* ctx, VkResult vr, const char* what);
+/* DEVICE_LOST (recorded as the last error, naming `what`) if ctx is lost, else OK: the guard
+ * at the top of every call that would touch the device. */
+vkh2o_result vkh2o_check_lost(vkh2o_context* ctx, const char* what);
+/* Hands b to ctx's retired list (destroyed once the queue is idle): for a buffer that work
+ * which timed out may still use. */
+void vkh2o_buffer_retire(vkh2o_buffer* b);
 const char* vkh2o_vk_result_string(VkResult vr);
 /* Fills err (may be NULL) and returns r. */
 vkh2o_result vkh2o_error_set(vkh2o_error* err, vkh2o_result r, const char* fmt, ...) VKH2O_PRINTF(3, 4);
@@ -141,16 +178,24 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
                                     uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec,
                                     vkh2o_kernel** out);
 /* Records bind + push + dispatch. Descriptors are pushed (VK_KHR_push_descriptor) or, without
- * it, allocated from the context's arena (freed at submit_wait of the one-shot buffer, or kept
- * until the context dies when recorded into a caller's buffer). */
+ * it, allocated from the context's arenas: the one-shot buffer's (reset at its submit_wait), or
+ * for a caller's buffer the open batch's (kept until vkh2o_context_retire of its mark). */
 vkh2o_result vkh2o_dispatch(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_kernel* k,
                             const vkh2o_binding* bindings, uint32_t nbindings,
                             const void* push, uint32_t push_size,
                             uint32_t gx, uint32_t gy, uint32_t gz);
 /* Compute/transfer writes before -> compute/transfer reads and writes after. */
 void vkh2o_barrier(vkh2o_context* ctx, VkCommandBuffer cb);
-/* Marks that dispatches go into a command buffer the context does not own. */
+/* Kept for callers; the arena of a dispatch's descriptor set is chosen from its cb. */
 void vkh2o_note_foreign_cb(vkh2o_context* ctx, VkCommandBuffer cb);
+/* Descriptor pools alive in ctx (all arenas; tests of vkh2o_context_mark/retire). */
+uint32_t vkh2o_arena_pool_count(const vkh2o_context* ctx);
+/* Objects in ctx's retired list (tests of the timeout path). */
+uint32_t vkh2o_retired_count(const vkh2o_context* ctx);
+/* One-shot arena: reset after its work finished; abandon (to dead_pools) when it may not have. */
+void vkh2o_arena_reset(vkh2o_context* ctx);
+void vkh2o_arena_abandon(vkh2o_context* ctx);
+void vkh2o_arena_destroy(vkh2o_context* ctx);
 /* Number of embedded shaders and their names (vkh2o-info, tests). */
 uint32_t vkh2o_shader_count(void);
 const char* vkh2o_shader_name(uint32_t i);

@@ -18,7 +18,7 @@ static int find_memory_type(const vkh2o_context* ctx, uint32_t bits, VkMemoryPro
 /* A buffer whose VkBuffer has no memory yet (a failed create): destroy both. */
 static void drop_unbound(vkh2o_buffer* b)
 {
-    b->ctx->vk.vkDestroyBuffer(b->ctx->device, b->buffer, NULL);
+    b->ctx->vk.vkDestroyBuffer(b->ctx->device, b->buffer, b->ctx->alloc);
     b->buffer = VK_NULL_HANDLE;
     vkh2o_buffer_destroy(b);
 }
@@ -26,6 +26,7 @@ static void drop_unbound(vkh2o_buffer* b)
 static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vkh2o_buffer** out)
 {
     *out = NULL;
+    VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_buffer_create"));
     if (bytes == 0)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "buffer of 0 bytes");
     vkh2o_buffer* b = calloc(1, sizeof *b);
@@ -37,7 +38,7 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
                               .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                                        VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT,
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE };
-    VkResult vr = ctx->vk.vkCreateBuffer(ctx->device, &bi, NULL, &b->buffer);
+    VkResult vr = ctx->vk.vkCreateBuffer(ctx->device, &bi, ctx->alloc, &b->buffer);
     if (vr != VK_SUCCESS) {
         free(b);
         return vr == VK_ERROR_OUT_OF_DEVICE_MEMORY
@@ -70,7 +71,7 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
     }
     VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
                                 .memoryTypeIndex = (uint32_t)type };
-    vr = ctx->vk.vkAllocateMemory(ctx->device, &ai, NULL, &b->memory);
+    vr = ctx->vk.vkAllocateMemory(ctx->device, &ai, ctx->alloc, &b->memory);
     if (vr != VK_SUCCESS) {
         b->memory = VK_NULL_HANDLE;
         drop_unbound(b);
@@ -109,7 +110,7 @@ void vkh2o_buffer_destroy(vkh2o_buffer* b)
     vkh2o_context* ctx = b->ctx;
     for (buffer_view_node* v = b->views; v;) {
         buffer_view_node* n = v->next;
-        ctx->vk.vkDestroyBufferView(ctx->device, v->view, NULL);
+        ctx->vk.vkDestroyBufferView(ctx->device, v->view, ctx->alloc);
         free(v);
         v = n;
     }
@@ -117,9 +118,9 @@ void vkh2o_buffer_destroy(vkh2o_buffer* b)
         ctx->vk.vkUnmapMemory(ctx->device, b->memory);
     /* a buffer without memory of its own is an app's VkBuffer (vkh2o_buffer_wrap): borrowed */
     if (b->buffer && b->memory)
-        ctx->vk.vkDestroyBuffer(ctx->device, b->buffer, NULL);
+        ctx->vk.vkDestroyBuffer(ctx->device, b->buffer, ctx->alloc);
     if (b->memory)
-        ctx->vk.vkFreeMemory(ctx->device, b->memory, NULL);
+        ctx->vk.vkFreeMemory(ctx->device, b->memory, ctx->alloc);
     free(b);
 }
 
@@ -162,13 +163,17 @@ static vkh2o_result staged_copy(vkh2o_buffer* b, uint64_t offset, void* host, ui
         if (!to_device)
             memcpy((char*)host + done, st->mapped, n);
     }
-    vkh2o_buffer_destroy(st);
+    if (r == VKH2O_ERROR_TIMEOUT)
+        vkh2o_buffer_retire(st);   /* the copy may still be running */
+    else
+        vkh2o_buffer_destroy(st);
     return r;
 }
 
 vkh2o_result vkh2o_buffer_upload(vkh2o_buffer* b, uint64_t offset, const void* src, uint64_t bytes)
 {
     VKH2O_CHECK(check_range(b, offset, bytes, "vkh2o_buffer_upload"));
+    VKH2O_CHECK(vkh2o_check_lost(b->ctx, "vkh2o_buffer_upload"));
     if (bytes == 0)
         return VKH2O_OK;
     if (!src)
@@ -183,6 +188,7 @@ vkh2o_result vkh2o_buffer_upload(vkh2o_buffer* b, uint64_t offset, const void* s
 vkh2o_result vkh2o_buffer_download(vkh2o_buffer* b, uint64_t offset, void* dst, uint64_t bytes)
 {
     VKH2O_CHECK(check_range(b, offset, bytes, "vkh2o_buffer_download"));
+    VKH2O_CHECK(vkh2o_check_lost(b->ctx, "vkh2o_buffer_download"));
     if (bytes == 0)
         return VKH2O_OK;
     if (!dst)
@@ -241,7 +247,7 @@ vkh2o_result vkh2o_bind_texel(vkh2o_buffer* b, VkFormat format, VkDeviceSize off
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     VkBufferViewCreateInfo ci = { .sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO, .buffer = b->buffer, .format = format,
                                   .offset = offset, .range = range };
-    VkResult vr = ctx->vk.vkCreateBufferView(ctx->device, &ci, NULL, &n->view);
+    VkResult vr = ctx->vk.vkCreateBufferView(ctx->device, &ci, ctx->alloc, &n->view);
     if (vr != VK_SUCCESS) {
         free(n);
         return vkh2o_vk_fail(ctx, vr, "vkCreateBufferView");

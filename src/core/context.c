@@ -9,12 +9,6 @@
 /* Generous: a Kimi-sized forward on a CPU device takes seconds; a real hang takes forever. */
 #define SUBMIT_TIMEOUT_NS (20ull * 60ull * 1000000000ull)
 
-static bool loader_ready(void)
-{
-    /* volkInitialize opens the loader; repeated calls are cheap and keep it open. */
-    return volkGetInstanceVersion() != 0 || volkInitialize() == VK_SUCCESS;
-}
-
 static VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBitsEXT sev,
                                                VkDebugUtilsMessageTypeFlagsEXT type,
                                                const VkDebugUtilsMessengerCallbackDataEXT* data,
@@ -34,42 +28,42 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBi
     return VK_FALSE;
 }
 
-static bool has_layer(const char* name)
+static bool has_layer(const vkh2o_instance_table* vki, const char* name)
 {
     uint32_t n = 0;
-    if (vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0)
+    if (vki->vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0)
         return false;
     VkLayerProperties* p = calloc(n, sizeof *p);
     bool found = false;
-    if (p && vkEnumerateInstanceLayerProperties(&n, p) == VK_SUCCESS)
+    if (p && vki->vkEnumerateInstanceLayerProperties(&n, p) == VK_SUCCESS)
         for (uint32_t i = 0; i < n; i++)
             found |= !strcmp(p[i].layerName, name);
     free(p);
     return found;
 }
 
-static bool has_instance_ext(const char* name)
+static bool has_instance_ext(const vkh2o_instance_table* vki, const char* name)
 {
     uint32_t n = 0;
-    if (vkEnumerateInstanceExtensionProperties(NULL, &n, NULL) != VK_SUCCESS || n == 0)
+    if (vki->vkEnumerateInstanceExtensionProperties(NULL, &n, NULL) != VK_SUCCESS || n == 0)
         return false;
     VkExtensionProperties* p = calloc(n, sizeof *p);
     bool found = false;
-    if (p && vkEnumerateInstanceExtensionProperties(NULL, &n, p) == VK_SUCCESS)
+    if (p && vki->vkEnumerateInstanceExtensionProperties(NULL, &n, p) == VK_SUCCESS)
         for (uint32_t i = 0; i < n; i++)
             found |= !strcmp(p[i].extensionName, name);
     free(p);
     return found;
 }
 
-static bool has_device_ext(VkPhysicalDevice pd, const char* name)
+static bool has_device_ext(const vkh2o_instance_table* vki, VkPhysicalDevice pd, const char* name)
 {
     uint32_t n = 0;
-    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0)
+    if (vki->vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0)
         return false;
     VkExtensionProperties* p = calloc(n, sizeof *p);
     bool found = false;
-    if (p && vkEnumerateDeviceExtensionProperties(pd, NULL, &n, p) == VK_SUCCESS)
+    if (p && vki->vkEnumerateDeviceExtensionProperties(pd, NULL, &n, p) == VK_SUCCESS)
         for (uint32_t i = 0; i < n; i++)
             found |= !strcmp(p[i].extensionName, name);
     free(p);
@@ -77,20 +71,20 @@ static bool has_device_ext(VkPhysicalDevice pd, const char* name)
 }
 
 /* The device's queue families (at most 32). */
-static uint32_t queue_families(VkPhysicalDevice pd, VkQueueFamilyProperties q[32])
+static uint32_t queue_families(const vkh2o_instance_table* vki, VkPhysicalDevice pd, VkQueueFamilyProperties q[32])
 {
     uint32_t n = 0;
-    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
+    vki->vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
     if (n > 32)
         n = 32;
-    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, q);
+    vki->vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, q);
     return n;
 }
 
-static int compute_family(VkPhysicalDevice pd)
+static int compute_family(const vkh2o_instance_table* vki, VkPhysicalDevice pd)
 {
     VkQueueFamilyProperties q[32];
-    uint32_t n = queue_families(pd, q);
+    uint32_t n = queue_families(vki, pd, q);
     for (uint32_t i = 0; i < n; i++)
         if (q[i].queueFlags & VK_QUEUE_COMPUTE_BIT)
             return (int)i;
@@ -103,13 +97,13 @@ static void copy_str(char* dst, size_t cap, const char* src)
 }
 
 /* Everything the library may use, read once. `family` is the queue family used (-1: none). */
-static void query_caps(VkPhysicalDevice pd, int family, vkh2o_device_caps* c, VkPhysicalDeviceMemoryProperties* mp)
+static void query_caps(const vkh2o_instance_table* vki, VkPhysicalDevice pd, int family, vkh2o_device_caps* c, VkPhysicalDeviceMemoryProperties* mp)
 {
     memset(c, 0, sizeof *c);
     VkPhysicalDeviceSubgroupProperties sub = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES };
     VkPhysicalDeviceDriverProperties drv = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, .pNext = &sub };
     VkPhysicalDeviceProperties2 p2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &drv };
-    vkGetPhysicalDeviceProperties2(pd, &p2);
+    vki->vkGetPhysicalDeviceProperties2(pd, &p2);
     const VkPhysicalDeviceProperties* p = &p2.properties;
     copy_str(c->device_name, sizeof c->device_name, p->deviceName);
     copy_str(c->driver_name, sizeof c->driver_name, drv.driverName);
@@ -134,13 +128,13 @@ static void query_caps(VkPhysicalDevice pd, int family, vkh2o_device_caps* c, Vk
     VkPhysicalDevice16BitStorageFeatures s16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES, .pNext = &s8 };
     VkPhysicalDeviceShaderFloat16Int8Features f16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, .pNext = &s16 };
     VkPhysicalDeviceFeatures2 f2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16 };
-    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    vki->vkGetPhysicalDeviceFeatures2(pd, &f2);
     c->shader_float16 = f16.shaderFloat16;
     c->storage_16bit = s16.storageBuffer16BitAccess;
     c->storage_8bit = s8.storageBuffer8BitAccess;
-    c->push_descriptor = has_device_ext(pd, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    c->push_descriptor = has_device_ext(vki, pd, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
 
-    vkGetPhysicalDeviceMemoryProperties(pd, mp);
+    vki->vkGetPhysicalDeviceMemoryProperties(pd, mp);
     for (uint32_t h = 0; h < mp->memoryHeapCount; h++)
         if ((mp->memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && mp->memoryHeaps[h].size > c->device_local_bytes)
             c->device_local_bytes = mp->memoryHeaps[h].size;
@@ -149,7 +143,7 @@ static void query_caps(VkPhysicalDevice pd, int family, vkh2o_device_caps* c, Vk
 
     if (family >= 0) {
         VkQueueFamilyProperties q[32];
-        uint32_t n = queue_families(pd, q);
+        uint32_t n = queue_families(vki, pd, q);
         c->timestamps = (uint32_t)family < n && q[family].timestampValidBits > 0 && p->limits.timestampPeriod > 0;
     }
 }
@@ -165,19 +159,28 @@ static int type_rank(VkPhysicalDeviceType t)
     }
 }
 
-static VkResult make_instance(bool validation, bool debug_utils, VkInstance* out)
+/* Instance flags and extensions for a loader: debug utils for validation messages, and
+ * portability enumeration (with its flag) where the loader offers it, so that portability
+ * drivers such as MoltenVK are listed. */
+static VkResult make_instance(const vkh2o_instance_table* vki, bool validation, bool debug_utils,
+                              const VkAllocationCallbacks* alloc, VkInstance* out)
 {
     const char* layers[1] = { VALIDATION_LAYER };
     const char* exts[2];
     uint32_t next = 0;
+    VkInstanceCreateFlags flags = 0;
     if (debug_utils)
         exts[next++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    if (has_instance_ext(vki, VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME)) {
+        exts[next++] = VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME;
+        flags |= VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR;
+    }
     VkApplicationInfo app = { .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "vkh2o",
                               .pEngineName = "vkh2o", .apiVersion = VK_API_VERSION_1_2 };
-    VkInstanceCreateInfo ci = { .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app,
+    VkInstanceCreateInfo ci = { .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .flags = flags, .pApplicationInfo = &app,
                                 .enabledLayerCount = validation ? 1 : 0, .ppEnabledLayerNames = layers,
                                 .enabledExtensionCount = next, .ppEnabledExtensionNames = exts };
-    return vkCreateInstance(&ci, NULL, out);
+    return vki->vkCreateInstance(&ci, alloc, out);
 }
 
 vkh2o_result vkh2o_enumerate_devices(vkh2o_device_caps* caps, uint32_t max, uint32_t* count)
@@ -185,37 +188,48 @@ vkh2o_result vkh2o_enumerate_devices(vkh2o_device_caps* caps, uint32_t max, uint
     if (!count)
         return VKH2O_ERROR_INVALID_ARGUMENT;
     *count = 0;
-    if (!loader_ready())
+    vkh2o_instance_table t;
+    void* lib;
+    char why[256];
+    if (!vkh2o_loader_open(NULL, &lib, &t, why, sizeof why))
         return VKH2O_ERROR_NO_DEVICE;
     VkInstance inst;
-    if (make_instance(false, false, &inst) != VK_SUCCESS)
+    if (make_instance(&t, false, false, NULL, &inst) != VK_SUCCESS) {
+        vkh2o_loader_close(lib);
         return VKH2O_ERROR_NO_DEVICE;
-    volkLoadInstanceOnly(inst);
-    uint32_t n = 0;
-    vkEnumeratePhysicalDevices(inst, &n, NULL);
-    VkPhysicalDevice pds[16];
-    if (n > 16)
-        n = 16;
-    vkEnumeratePhysicalDevices(inst, &n, pds);
-    for (uint32_t i = 0; i < n && i < max && caps; i++) {
-        VkPhysicalDeviceMemoryProperties mp;
-        query_caps(pds[i], compute_family(pds[i]), &caps[i], &mp);
     }
-    *count = n;
-    vkDestroyInstance(inst, NULL);
-    return VKH2O_OK;
+    vkh2o_result r = VKH2O_ERROR_NO_DEVICE;
+    if (vkh2o_loader_load_instance(&t, inst, why, sizeof why)) {
+        uint32_t n = 0;
+        t.vkEnumeratePhysicalDevices(inst, &n, NULL);
+        VkPhysicalDevice pds[16];
+        if (n > 16)
+            n = 16;
+        t.vkEnumeratePhysicalDevices(inst, &n, pds);
+        for (uint32_t i = 0; i < n && i < max && caps; i++) {
+            VkPhysicalDeviceMemoryProperties mp;
+            query_caps(&t, pds[i], compute_family(&t, pds[i]), &caps[i], &mp);
+        }
+        *count = n;
+        r = VKH2O_OK;
+    }
+    if (t.vkDestroyInstance)
+        t.vkDestroyInstance(inst, NULL);
+    vkh2o_loader_close(lib);
+    return r;
 }
 
 static vkh2o_result pick_device(vkh2o_context* ctx, uint32_t select)
 {
+    const vkh2o_instance_table* vki = &ctx->vki;
     uint32_t n = 0;
-    VkResult vr = vkEnumeratePhysicalDevices(ctx->instance, &n, NULL);
+    VkResult vr = vki->vkEnumeratePhysicalDevices(ctx->instance, &n, NULL);
     if (vr != VK_SUCCESS || n == 0)
         return vkh2o_fail(ctx, VKH2O_ERROR_NO_DEVICE, "no Vulkan physical device found (%s)", vkh2o_vk_result_string(vr));
     VkPhysicalDevice pds[16];
     if (n > 16)
         n = 16;
-    vkEnumeratePhysicalDevices(ctx->instance, &n, pds);
+    vki->vkEnumeratePhysicalDevices(ctx->instance, &n, pds);
     const char* env = getenv("VKH2O_DEVICE");
     if (select == 0 && env && *env) {
         char* end;
@@ -229,11 +243,11 @@ static vkh2o_result pick_device(vkh2o_context* ctx, uint32_t select)
         if (i >= n)
             return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "device index %u out of range (%u devices)", i, n);
         VkPhysicalDeviceProperties p;
-        vkGetPhysicalDeviceProperties(pds[i], &p);
+        vki->vkGetPhysicalDeviceProperties(pds[i], &p);
         if (p.apiVersion < VK_API_VERSION_1_2)
             return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "device %u (%s) supports only Vulkan %u.%u; 1.2 is needed",
                               i, p.deviceName, VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion));
-        if (compute_family(pds[i]) < 0)
+        if (compute_family(vki, pds[i]) < 0)
             return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "device %u (%s) has no compute queue", i, p.deviceName);
         ctx->phys = pds[i];
         return VKH2O_OK;
@@ -241,8 +255,8 @@ static vkh2o_result pick_device(vkh2o_context* ctx, uint32_t select)
     int best = -1, best_rank = -1;
     for (uint32_t i = 0; i < n; i++) {
         VkPhysicalDeviceProperties p;
-        vkGetPhysicalDeviceProperties(pds[i], &p);
-        if (p.apiVersion < VK_API_VERSION_1_2 || compute_family(pds[i]) < 0)
+        vki->vkGetPhysicalDeviceProperties(pds[i], &p);
+        if (p.apiVersion < VK_API_VERSION_1_2 || compute_family(vki, pds[i]) < 0)
             continue;
         int r = type_rank(p.deviceType);
         if (r > best_rank) {
@@ -258,7 +272,8 @@ static vkh2o_result pick_device(vkh2o_context* ctx, uint32_t select)
 
 static vkh2o_result create_device(vkh2o_context* ctx)
 {
-    int fam = compute_family(ctx->phys);
+    const vkh2o_instance_table* vki = &ctx->vki;
+    int fam = compute_family(vki, ctx->phys);
     ctx->queue_family = (uint32_t)fam;
     bool baseline = ctx->flags & VKH2O_CONTEXT_BASELINE_ONLY;
 
@@ -266,7 +281,7 @@ static vkh2o_result create_device(vkh2o_context* ctx)
     VkPhysicalDevice16BitStorageFeatures s16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES, .pNext = &s8 };
     VkPhysicalDeviceShaderFloat16Int8Features f16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, .pNext = &s16 };
     VkPhysicalDeviceFeatures2 avail = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16 };
-    vkGetPhysicalDeviceFeatures2(ctx->phys, &avail);
+    vki->vkGetPhysicalDeviceFeatures2(ctx->phys, &avail);
 
     /* Enable only what is present; the caps say what was enabled. */
     VkPhysicalDevice8BitStorageFeatures e8 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES,
@@ -279,20 +294,23 @@ static vkh2o_result create_device(vkh2o_context* ctx)
 
     const char* exts[2];
     uint32_t next = 0;
-    bool push = !baseline && has_device_ext(ctx->phys, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    bool push = !baseline && has_device_ext(vki, ctx->phys, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
     if (push)
         exts[next++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
+    /* a portability (non-conformant) implementation must have its subset extension enabled */
+    if (has_device_ext(vki, ctx->phys, "VK_KHR_portability_subset"))
+        exts[next++] = "VK_KHR_portability_subset";
 
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = ctx->queue_family,
                                     .queueCount = 1, .pQueuePriorities = &prio };
     VkDeviceCreateInfo dci = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &en, .queueCreateInfoCount = 1,
                                .pQueueCreateInfos = &qci, .enabledExtensionCount = next, .ppEnabledExtensionNames = exts };
-    VkResult vr = vkCreateDevice(ctx->phys, &dci, NULL, &ctx->device);
+    VkResult vr = vki->vkCreateDevice(ctx->phys, &dci, ctx->alloc, &ctx->device);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkCreateDevice");
     ctx->owns_device = true;
-    query_caps(ctx->phys, fam, &ctx->caps, &ctx->mem_props);
+    query_caps(vki, ctx->phys, fam, &ctx->caps, &ctx->mem_props);
     ctx->caps.shader_float16 = ef16.shaderFloat16;
     ctx->caps.storage_16bit = e16.storageBuffer16BitAccess;
     ctx->caps.storage_8bit = e8.storageBuffer8BitAccess;
@@ -302,13 +320,17 @@ static vkh2o_result create_device(vkh2o_context* ctx)
 
 static vkh2o_result init_common(vkh2o_context* ctx)
 {
-    volkLoadDeviceTable(&ctx->vk, ctx->device);
+    char why[256];
+    if (!vkh2o_loader_load_device(&ctx->vki, ctx->device, &ctx->vk, why, sizeof why))
+        return vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "%s", why);
+    if (ctx->caps.push_descriptor && !ctx->vk.vkCmdPushDescriptorSetKHR)
+        ctx->caps.push_descriptor = false;
     if (!ctx->queue)
         ctx->vk.vkGetDeviceQueue(ctx->device, ctx->queue_family, 0, &ctx->queue);
     VkCommandPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                     .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                     .queueFamilyIndex = ctx->queue_family };
-    VkResult vr = ctx->vk.vkCreateCommandPool(ctx->device, &pci, NULL, &ctx->cmd_pool);
+    VkResult vr = ctx->vk.vkCreateCommandPool(ctx->device, &pci, ctx->alloc, &ctx->cmd_pool);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkCreateCommandPool");
     VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = ctx->cmd_pool,
@@ -317,13 +339,13 @@ static vkh2o_result init_common(vkh2o_context* ctx)
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkAllocateCommandBuffers");
     VkFenceCreateInfo fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
-    vr = ctx->vk.vkCreateFence(ctx->device, &fci, NULL, &ctx->fence);
+    vr = ctx->vk.vkCreateFence(ctx->device, &fci, ctx->alloc, &ctx->fence);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkCreateFence");
     if (ctx->caps.timestamps) {
         VkQueryPoolCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
                                       .queryCount = VKH2O_MAX_TIMESTAMPS };
-        if (ctx->vk.vkCreateQueryPool(ctx->device, &qci, NULL, &ctx->ts_pool) != VK_SUCCESS)
+        if (ctx->vk.vkCreateQueryPool(ctx->device, &qci, ctx->alloc, &ctx->ts_pool) != VK_SUCCESS)
             ctx->caps.timestamps = false;
     }
     return VKH2O_OK;
@@ -332,6 +354,53 @@ static vkh2o_result init_common(vkh2o_context* ctx)
 static bool adopting(const vkh2o_context_desc* d)
 {
     return d->instance || d->physical_device || d->device || d->queue;
+}
+
+static bool name_listed(const char* const* names, uint32_t count, const char* name)
+{
+    for (uint32_t i = 0; names && i < count; i++)
+        if (names[i] && !strcmp(names[i], name))
+            return true;
+    return false;
+}
+
+/* What an adopted device may be used with: the features and extensions the app says it
+ * enabled (desc), and nothing it did not. The feature structs may come as the Vulkan 1.1/1.2
+ * aggregates or as the individual (promoted) extension structs. */
+static void adopted_features(vkh2o_context* ctx, const vkh2o_context_desc* d)
+{
+    vkh2o_device_caps* c = &ctx->caps;
+    bool f16 = false, s16 = false, s8 = false;
+    const VkBaseInStructure* s = d->device_features ? (const VkBaseInStructure*)d->device_features->pNext : NULL;
+    for (; s; s = s->pNext) {
+        switch (s->sType) {
+        case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES:
+            s16 |= ((const VkPhysicalDeviceVulkan11Features*)s)->storageBuffer16BitAccess;
+            break;
+        case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES:
+            s8 |= ((const VkPhysicalDeviceVulkan12Features*)s)->storageBuffer8BitAccess;
+            f16 |= ((const VkPhysicalDeviceVulkan12Features*)s)->shaderFloat16;
+            break;
+        case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES:
+            s16 |= ((const VkPhysicalDevice16BitStorageFeatures*)s)->storageBuffer16BitAccess;
+            break;
+        case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES:
+            s8 |= ((const VkPhysicalDevice8BitStorageFeatures*)s)->storageBuffer8BitAccess;
+            break;
+        case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES:
+            f16 |= ((const VkPhysicalDeviceShaderFloat16Int8Features*)s)->shaderFloat16;
+            break;
+        default:
+            break;
+        }
+    }
+    bool baseline = ctx->flags & VKH2O_CONTEXT_BASELINE_ONLY;
+    /* query_caps said what the device supports; keep what the app also enabled */
+    c->shader_float16 = !baseline && c->shader_float16 && f16;
+    c->storage_16bit = !baseline && c->storage_16bit && s16;
+    c->storage_8bit = !baseline && c->storage_8bit && s8;
+    c->push_descriptor = !baseline && c->push_descriptor &&
+                         name_listed(d->device_extensions, d->device_extension_count, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
 }
 
 vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context** out)
@@ -348,14 +417,26 @@ vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context*
     ctx->log = desc->log;
     ctx->user_data = desc->user_data;
     ctx->flags = desc->flags;
+    ctx->batch = 1;
+    if (desc->allocator) {
+        ctx->alloc_copy = *desc->allocator;
+        ctx->alloc = &ctx->alloc_copy;
+    }
     if (vkh2o_env_flag("VKH2O_VALIDATION"))
         ctx->flags |= VKH2O_CONTEXT_VALIDATION;
     if (vkh2o_env_flag("VKH2O_GPU_SHAPES"))
         ctx->flags |= VKH2O_CONTEXT_GPU_SHAPES;
     vkh2o_result r = VKH2O_OK;
+    const vkh2o_instance_table* vki = &ctx->vki;
+    char why[256];
 
-    if (!loader_ready()) {
-        r = vkh2o_fail(ctx, VKH2O_ERROR_NO_DEVICE, "the Vulkan loader (libvulkan.so.1) could not be loaded");
+    if (desc->device_extension_count && !desc->device_extensions) {
+        r = vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "device_extension_count is %u but device_extensions is NULL",
+                       desc->device_extension_count);
+        goto fail;
+    }
+    if (!vkh2o_loader_open(desc->get_instance_proc_addr, &ctx->loader_lib, &ctx->vki, why, sizeof why)) {
+        r = vkh2o_fail(ctx, VKH2O_ERROR_NO_DEVICE, "%s", why);
         goto fail;
     }
     if (adopting(desc)) {
@@ -369,41 +450,45 @@ vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context*
         ctx->device = desc->device;
         ctx->queue = desc->queue;
         ctx->queue_family = desc->queue_family;
-        volkLoadInstanceOnly(ctx->instance);
+        if (!vkh2o_loader_load_instance(&ctx->vki, ctx->instance, why, sizeof why)) {
+            r = vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "%s", why);
+            goto fail;
+        }
         VkPhysicalDeviceProperties p;
-        vkGetPhysicalDeviceProperties(ctx->phys, &p);
+        vki->vkGetPhysicalDeviceProperties(ctx->phys, &p);
         if (p.apiVersion < VK_API_VERSION_1_2) {
             r = vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "adopted device %s is below Vulkan 1.2", p.deviceName);
             goto fail;
         }
-        query_caps(ctx->phys, (int)ctx->queue_family, &ctx->caps, &ctx->mem_props);
-        /* We cannot know which optional features the app enabled: assume none of them. */
-        ctx->caps.shader_float16 = ctx->caps.storage_16bit = ctx->caps.storage_8bit = false;
-        ctx->caps.push_descriptor = false;
+        query_caps(vki, ctx->phys, (int)ctx->queue_family, &ctx->caps, &ctx->mem_props);
+        adopted_features(ctx, desc);
     } else {
         bool validation = ctx->flags & VKH2O_CONTEXT_VALIDATION;
-        if (validation && !has_layer(VALIDATION_LAYER)) {
+        if (validation && !has_layer(vki, VALIDATION_LAYER)) {
             r = vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                            "validation requested but %s is not installed (Debian: vulkan-validationlayers)", VALIDATION_LAYER);
             goto fail;
         }
-        bool dbg = validation && has_instance_ext(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
-        VkResult vr = make_instance(validation, dbg, &ctx->instance);
+        bool dbg = validation && has_instance_ext(vki, VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+        VkResult vr = make_instance(vki, validation, dbg, ctx->alloc, &ctx->instance);
         if (vr != VK_SUCCESS) {
             r = vr == VK_ERROR_INCOMPATIBLE_DRIVER ? vkh2o_fail(ctx, VKH2O_ERROR_NO_DEVICE, "no Vulkan driver found (vkCreateInstance: %s)", vkh2o_vk_result_string(vr))
                                                     : vkh2o_vk_fail(ctx, vr, "vkCreateInstance");
             goto fail;
         }
         ctx->owns_instance = true;
-        volkLoadInstanceOnly(ctx->instance);
-        if (dbg) {
+        if (!vkh2o_loader_load_instance(&ctx->vki, ctx->instance, why, sizeof why)) {
+            r = vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "%s", why);
+            goto fail;
+        }
+        if (dbg && vki->vkCreateDebugUtilsMessengerEXT) {
             VkDebugUtilsMessengerCreateInfoEXT mci = {
                 .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
                 .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
                 .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
                                VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
                 .pfnUserCallback = debug_cb, .pUserData = ctx };
-            vkCreateDebugUtilsMessengerEXT(ctx->instance, &mci, NULL, &ctx->messenger);
+            vki->vkCreateDebugUtilsMessengerEXT(ctx->instance, &mci, ctx->alloc, &ctx->messenger);
         }
         if ((r = pick_device(ctx, desc->device_select)) != VKH2O_OK)
             goto fail;
@@ -422,6 +507,7 @@ fail:
 }
 
 void vkh2o_kernels_destroy(vkh2o_context* ctx);  /* pipeline.c */
+static void retired_destroy(vkh2o_context* ctx);
 
 void vkh2o_context_destroy(vkh2o_context* ctx)
 {
@@ -429,24 +515,29 @@ void vkh2o_context_destroy(vkh2o_context* ctx)
         return;
     if (ctx->device && ctx->vk.vkQueueWaitIdle && ctx->queue)
         ctx->vk.vkQueueWaitIdle(ctx->queue);
-    if (ctx->device && ctx->vk.vkDestroyPipeline)
+    if (ctx->device && ctx->vk.vkDestroyPipeline) {
+        retired_destroy(ctx);
         vkh2o_kernels_destroy(ctx);
+        vkh2o_arena_destroy(ctx);
+    }
     if (ctx->ts_pool)
-        ctx->vk.vkDestroyQueryPool(ctx->device, ctx->ts_pool, NULL);
+        ctx->vk.vkDestroyQueryPool(ctx->device, ctx->ts_pool, ctx->alloc);
     if (ctx->fence)
-        ctx->vk.vkDestroyFence(ctx->device, ctx->fence, NULL);
+        ctx->vk.vkDestroyFence(ctx->device, ctx->fence, ctx->alloc);
     if (ctx->cmd_pool)
-        ctx->vk.vkDestroyCommandPool(ctx->device, ctx->cmd_pool, NULL);
+        ctx->vk.vkDestroyCommandPool(ctx->device, ctx->cmd_pool, ctx->alloc);
     /* a device that failed half-way has no table yet: fetch vkDestroyDevice from the instance */
     if (ctx->owns_device && ctx->device) {
         PFN_vkDestroyDevice destroy = ctx->vk.vkDestroyDevice
-            ? ctx->vk.vkDestroyDevice : (PFN_vkDestroyDevice)vkGetDeviceProcAddr(ctx->device, "vkDestroyDevice");
-        destroy(ctx->device, NULL);
+            ? ctx->vk.vkDestroyDevice : (PFN_vkDestroyDevice)ctx->vki.vkGetDeviceProcAddr(ctx->device, "vkDestroyDevice");
+        if (destroy)
+            destroy(ctx->device, ctx->alloc);
     }
     if (ctx->messenger)
-        vkDestroyDebugUtilsMessengerEXT(ctx->instance, ctx->messenger, NULL);
-    if (ctx->owns_instance && ctx->instance)
-        vkDestroyInstance(ctx->instance, NULL);
+        ctx->vki.vkDestroyDebugUtilsMessengerEXT(ctx->instance, ctx->messenger, ctx->alloc);
+    if (ctx->owns_instance && ctx->instance && ctx->vki.vkDestroyInstance)
+        ctx->vki.vkDestroyInstance(ctx->instance, ctx->alloc);
+    vkh2o_loader_close(ctx->loader_lib);
     free(ctx);
 }
 
@@ -454,10 +545,105 @@ const vkh2o_device_caps* vkh2o_context_get_caps(const vkh2o_context* ctx) { retu
 uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ctx) { return ctx ? ctx->validation_messages : 0; }
 VkDevice vkh2o_context_get_device(const vkh2o_context* ctx) { return ctx->device; }
 
-void vkh2o_arena_reset(vkh2o_context* ctx);  /* pipeline.c */
+bool vkh2o_context_is_lost(const vkh2o_context* ctx) { return ctx && ctx->lost; }
+
+static vkh2o_result retire_push(vkh2o_context* ctx, VkFence fence, VkQueryPool qp, vkh2o_buffer* buf)
+{
+    retired_node* n = calloc(1, sizeof *n);
+    if (!n)
+        return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+    n->fence = fence;
+    n->query_pool = qp;
+    n->buffer = buf;
+    n->next = ctx->retired;
+    ctx->retired = n;
+    return VKH2O_OK;
+}
+
+void vkh2o_buffer_retire(vkh2o_buffer* b)
+{
+    if (b && retire_push(b->ctx, VK_NULL_HANDLE, VK_NULL_HANDLE, b) != VKH2O_OK)
+        vkh2o_buffer_destroy(b);   /* out of host memory: nothing better left to do */
+}
+
+/* Only once the queue is idle (or the device lost). */
+static void retired_destroy(vkh2o_context* ctx)
+{
+    while (ctx->retired) {
+        retired_node* n = ctx->retired;
+        ctx->retired = n->next;
+        if (n->fence)
+            ctx->vk.vkDestroyFence(ctx->device, n->fence, ctx->alloc);
+        if (n->query_pool)
+            ctx->vk.vkDestroyQueryPool(ctx->device, n->query_pool, ctx->alloc);
+        vkh2o_buffer_destroy(n->buffer);
+        free(n);
+    }
+    while (ctx->dead_pools) {
+        desc_pool_node* p = ctx->dead_pools;
+        ctx->dead_pools = p->next;
+        ctx->vk.vkDestroyDescriptorPool(ctx->device, p->pool, ctx->alloc);
+        free(p);
+        ctx->pool_count--;
+    }
+}
+
+/* The one-shot submission did not provably finish: its fence, command buffer, query pool and
+ * descriptor sets may still be in use by the device. Retire them all and make fresh ones, so
+ * nothing pending is ever reset or reused (the old command buffer goes with its pool). */
+static void oneshot_abandon(vkh2o_context* ctx)
+{
+    if (retire_push(ctx, ctx->fence, ctx->ts_pool, NULL) != VKH2O_OK) {
+        ctx->lost = true;   /* cannot keep them safely: refuse further work */
+        return;
+    }
+    ctx->fence = VK_NULL_HANDLE;
+    ctx->ts_pool = VK_NULL_HANDLE;
+    ctx->ts_used = 0;
+    vkh2o_arena_abandon(ctx);
+    if (ctx->lost)
+        return;
+    VkFenceCreateInfo fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
+    VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = ctx->cmd_pool,
+                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
+    VkCommandBuffer cb;
+    if (ctx->vk.vkCreateFence(ctx->device, &fci, ctx->alloc, &ctx->fence) != VK_SUCCESS ||
+        ctx->vk.vkAllocateCommandBuffers(ctx->device, &ai, &cb) != VK_SUCCESS) {
+        ctx->lost = true;
+        return;
+    }
+    ctx->cmd = cb;
+    if (ctx->caps.timestamps) {
+        VkQueryPoolCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                      .queryCount = VKH2O_MAX_TIMESTAMPS };
+        if (ctx->vk.vkCreateQueryPool(ctx->device, &qci, ctx->alloc, &ctx->ts_pool) != VK_SUCCESS)
+            ctx->ts_pool = VK_NULL_HANDLE;
+    }
+}
+
+uint32_t vkh2o_retired_count(const vkh2o_context* ctx)
+{
+    uint32_t n = 0;
+    for (const retired_node* r = ctx->retired; r; r = r->next)
+        n++;
+    return n;
+}
+
+vkh2o_result vkh2o_context_wait_idle(vkh2o_context* ctx)
+{
+    if (!ctx)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_context_wait_idle"));
+    VkResult vr = ctx->vk.vkQueueWaitIdle(ctx->queue);
+    if (vr != VK_SUCCESS)
+        return vkh2o_vk_fail(ctx, vr, "vkQueueWaitIdle");
+    retired_destroy(ctx);
+    return VKH2O_OK;
+}
 
 vkh2o_result vkh2o_begin(vkh2o_context* ctx, VkCommandBuffer* cb)
 {
+    VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_begin"));
     if (ctx->recording)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_begin: the one-shot command buffer is already recording");
     VkResult vr = ctx->vk.vkResetCommandBuffer(ctx->cmd, 0);
@@ -481,17 +667,33 @@ vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb)
     if (!ctx->recording || cb != ctx->cmd)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_submit_wait: not the recording one-shot command buffer");
     ctx->recording = false;
+    VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_submit_wait"));
     VkResult vr = ctx->vk.vkEndCommandBuffer(cb);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkEndCommandBuffer");
     VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb };
     vr = ctx->vk.vkQueueSubmit(ctx->queue, 1, &si, ctx->fence);
-    if (vr != VK_SUCCESS)
-        return vkh2o_vk_fail(ctx, vr, "vkQueueSubmit");
-    vr = ctx->vk.vkWaitForFences(ctx->device, 1, &ctx->fence, VK_TRUE, SUBMIT_TIMEOUT_NS);
+    if (vr != VK_SUCCESS) {
+        /* a failed submit leaves the fence and buffer untouched, except on a lost device */
+        vkh2o_result r = vkh2o_vk_fail(ctx, vr, "vkQueueSubmit");
+        if (vr == VK_ERROR_DEVICE_LOST)
+            oneshot_abandon(ctx);
+        return r;
+    }
+    if (ctx->test_wait_result != VK_SUCCESS) {
+        vr = ctx->test_wait_result;   /* as if the wait had returned it, with the work maybe still running */
+        ctx->test_wait_result = VK_SUCCESS;
+    } else {
+        vr = ctx->vk.vkWaitForFences(ctx->device, 1, &ctx->fence, VK_TRUE, SUBMIT_TIMEOUT_NS);
+    }
+    if (vr != VK_SUCCESS) {
+        /* VK_TIMEOUT: the work may still be pending; the fence must then never be reset or
+         * waited on as if it were new, nor the command buffer or descriptor sets reused */
+        vkh2o_result r = vkh2o_vk_fail(ctx, vr, "vkWaitForFences (the device did not finish the submitted work)");
+        oneshot_abandon(ctx);
+        return r;
+    }
     ctx->vk.vkResetFences(ctx->device, 1, &ctx->fence);
-    if (vr != VK_SUCCESS)
-        return vkh2o_vk_fail(ctx, vr, "vkWaitForFences (the device did not finish the submitted work)");
     vkh2o_arena_reset(ctx);
     if (ctx->ts_pool && ctx->ts_used) {
         vr = ctx->vk.vkGetQueryPoolResults(ctx->device, ctx->ts_pool, 0, ctx->ts_used, sizeof ctx->ts_values,

@@ -35,11 +35,11 @@ static int find_shader(const char* name)
 static void kernel_free(vkh2o_context* ctx, vkh2o_kernel* k)
 {
     if (k->pipeline)
-        ctx->vk.vkDestroyPipeline(ctx->device, k->pipeline, NULL);
+        ctx->vk.vkDestroyPipeline(ctx->device, k->pipeline, ctx->alloc);
     if (k->layout)
-        ctx->vk.vkDestroyPipelineLayout(ctx->device, k->layout, NULL);
+        ctx->vk.vkDestroyPipelineLayout(ctx->device, k->layout, ctx->alloc);
     if (k->set_layout)
-        ctx->vk.vkDestroyDescriptorSetLayout(ctx->device, k->set_layout, NULL);
+        ctx->vk.vkDestroyDescriptorSetLayout(ctx->device, k->set_layout, ctx->alloc);
     free(k);
 }
 
@@ -51,13 +51,6 @@ void vkh2o_kernels_destroy(vkh2o_context* ctx)
         k = n;
     }
     ctx->kernels = NULL;
-    for (desc_pool_node* p = ctx->desc_pools; p;) {
-        desc_pool_node* n = p->next;
-        ctx->vk.vkDestroyDescriptorPool(ctx->device, p->pool, NULL);
-        free(p);
-        p = n;
-    }
-    ctx->desc_pools = NULL;
 }
 
 vkh2o_result vkh2o_kernel_get(vkh2o_context* ctx, const char* shader, uint32_t nbindings,
@@ -88,6 +81,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
                                     vkh2o_kernel** out)
 {
     *out = NULL;
+    VKH2O_CHECK(vkh2o_check_lost(ctx, "pipeline creation"));
     if (nbindings > VKH2O_MAX_BINDINGS || nspec > MAX_SPEC)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s': %u bindings / %u spec constants is too many",
                           shader, nbindings, nspec);
@@ -115,7 +109,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     VkDescriptorSetLayoutCreateInfo dl = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
         .flags = k->push_desc ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0,
         .bindingCount = nbindings, .pBindings = b };
-    VkResult vr = ctx->vk.vkCreateDescriptorSetLayout(ctx->device, &dl, NULL, &k->set_layout);
+    VkResult vr = ctx->vk.vkCreateDescriptorSetLayout(ctx->device, &dl, ctx->alloc, &k->set_layout);
     if (vr != VK_SUCCESS) {
         kernel_free(ctx, k);
         return vkh2o_vk_fail(ctx, vr, "vkCreateDescriptorSetLayout");
@@ -123,7 +117,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     VkPushConstantRange pr = { .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = VKH2O_PUSH_MAX };
     VkPipelineLayoutCreateInfo pl = { .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                       .pSetLayouts = &k->set_layout, .pushConstantRangeCount = 1, .pPushConstantRanges = &pr };
-    vr = ctx->vk.vkCreatePipelineLayout(ctx->device, &pl, NULL, &k->layout);
+    vr = ctx->vk.vkCreatePipelineLayout(ctx->device, &pl, ctx->alloc, &k->layout);
     if (vr != VK_SUCCESS) {
         kernel_free(ctx, k);
         return vkh2o_vk_fail(ctx, vr, "vkCreatePipelineLayout");
@@ -131,7 +125,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     VkShaderModuleCreateInfo mi = { .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                     .codeSize = code_size, .pCode = code };
     VkShaderModule mod;
-    vr = ctx->vk.vkCreateShaderModule(ctx->device, &mi, NULL, &mod);
+    vr = ctx->vk.vkCreateShaderModule(ctx->device, &mi, ctx->alloc, &mod);
     if (vr != VK_SUCCESS) {
         kernel_free(ctx, k);
         return vkh2o_vk_fail(ctx, vr, "vkCreateShaderModule");
@@ -144,8 +138,8 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
         .stage = { .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                    .module = mod, .pName = "main", .pSpecializationInfo = nspec ? &sinfo : NULL },
         .layout = k->layout };
-    vr = ctx->vk.vkCreateComputePipelines(ctx->device, VK_NULL_HANDLE, 1, &ci, NULL, &k->pipeline);
-    ctx->vk.vkDestroyShaderModule(ctx->device, mod, NULL);
+    vr = ctx->vk.vkCreateComputePipelines(ctx->device, VK_NULL_HANDLE, 1, &ci, ctx->alloc, &k->pipeline);
+    ctx->vk.vkDestroyShaderModule(ctx->device, mod, ctx->alloc);
     if (vr != VK_SUCCESS) {
         kernel_free(ctx, k);
         return vkh2o_vk_fail(ctx, vr, "vkCreateComputePipelines");
@@ -156,43 +150,146 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     return VKH2O_OK;
 }
 
+/* Descriptor sets without push descriptors come from two arenas of pools:
+ *   the one-shot arena (ctx->desc_pools) for the context's own command buffer, reset after each
+ *   submit_wait has seen the work finish;
+ *   the recording arena for a caller's command buffers: pools of the open batch
+ *   (ctx->batch_pools), handed to ctx->pending_pools tagged with the batch's id by
+ *   vkh2o_context_mark, reset and moved to ctx->free_pools by vkh2o_context_retire once the
+ *   app says that batch has finished; the open batch takes free pools before making new ones.
+ * So the pool count is bounded by the sets of the batches in flight, however many are recorded. */
+static void pools_destroy(vkh2o_context* ctx, desc_pool_node** list)
+{
+    for (desc_pool_node* p = *list; p;) {
+        desc_pool_node* n = p->next;
+        ctx->vk.vkDestroyDescriptorPool(ctx->device, p->pool, ctx->alloc);
+        free(p);
+        ctx->pool_count--;
+        p = n;
+    }
+    *list = NULL;
+}
+
+void vkh2o_arena_destroy(vkh2o_context* ctx)
+{
+    pools_destroy(ctx, &ctx->desc_pools);
+    pools_destroy(ctx, &ctx->batch_pools);
+    pools_destroy(ctx, &ctx->pending_pools);
+    pools_destroy(ctx, &ctx->free_pools);
+    pools_destroy(ctx, &ctx->dead_pools);
+}
+
 void vkh2o_arena_reset(vkh2o_context* ctx)
 {
-    if (ctx->arena_foreign)
-        return;   /* sets may still be referenced by a caller's command buffer */
-    for (desc_pool_node* p = ctx->desc_pools; p; p = p->next)
+    for (desc_pool_node* p = ctx->desc_pools; p; p = p->next) {
         ctx->vk.vkResetDescriptorPool(ctx->device, p->pool, 0);
+        p->sets = 0;
+    }
+}
+
+void vkh2o_arena_abandon(vkh2o_context* ctx)
+{
+    while (ctx->desc_pools) {
+        desc_pool_node* p = ctx->desc_pools;
+        ctx->desc_pools = p->next;
+        p->next = ctx->dead_pools;
+        ctx->dead_pools = p;
+    }
 }
 
 void vkh2o_note_foreign_cb(vkh2o_context* ctx, VkCommandBuffer cb)
 {
-    if (cb != ctx->cmd)
-        ctx->arena_foreign = true;
+    (void)ctx;
+    (void)cb;   /* the arena is chosen per dispatch from cb */
 }
 
-static vkh2o_result arena_alloc(vkh2o_context* ctx, VkDescriptorSetLayout layout, VkDescriptorSet* set)
+uint64_t vkh2o_context_mark(vkh2o_context* ctx)
+{
+    if (!ctx)
+        return 0;
+    uint64_t id = ctx->batch++;
+    while (ctx->batch_pools) {
+        desc_pool_node* p = ctx->batch_pools;
+        ctx->batch_pools = p->next;
+        p->batch = id;
+        p->next = ctx->pending_pools;
+        ctx->pending_pools = p;
+    }
+    return id;
+}
+
+vkh2o_result vkh2o_context_retire(vkh2o_context* ctx, uint64_t mark)
+{
+    if (!ctx)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    if (mark >= ctx->batch)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "vkh2o_context_retire: mark %llu was not returned by vkh2o_context_mark (the last was %llu)",
+                          (unsigned long long)mark, (unsigned long long)(ctx->batch - 1));
+    for (desc_pool_node** pp = &ctx->pending_pools; *pp;) {
+        desc_pool_node* p = *pp;
+        if (p->batch > mark) {
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        /* host-side only: legal (and needed to reuse the pool) even on a lost device */
+        ctx->vk.vkResetDescriptorPool(ctx->device, p->pool, 0);
+        p->sets = 0;
+        p->batch = 0;
+        p->next = ctx->free_pools;
+        ctx->free_pools = p;
+    }
+    return VKH2O_OK;
+}
+
+uint32_t vkh2o_arena_pool_count(const vkh2o_context* ctx) { return ctx->pool_count; }
+
+static vkh2o_result pool_new(vkh2o_context* ctx, desc_pool_node** out)
+{
+    if (ctx->free_pools) {
+        *out = ctx->free_pools;
+        ctx->free_pools = (*out)->next;
+        return VKH2O_OK;
+    }
+    desc_pool_node* n = calloc(1, sizeof *n);
+    if (!n)
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    VkDescriptorPoolSize ps[2] = { { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = ARENA_SETS_PER_POOL * VKH2O_MAX_BINDINGS },
+                                   { .type = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, .descriptorCount = ARENA_SETS_PER_POOL * 4 } };
+    VkDescriptorPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = ARENA_SETS_PER_POOL,
+                                       .poolSizeCount = 2, .pPoolSizes = ps };
+    VkResult vr = ctx->vk.vkCreateDescriptorPool(ctx->device, &pci, ctx->alloc, &n->pool);
+    if (vr != VK_SUCCESS) {
+        free(n);
+        return vkh2o_vk_fail(ctx, vr, "vkCreateDescriptorPool");
+    }
+    ctx->pool_count++;
+    *out = n;
+    return VKH2O_OK;
+}
+
+/* A set from the pools of *list (the one-shot arena or the open batch), adding a pool when
+ * they are full. */
+static vkh2o_result arena_alloc(vkh2o_context* ctx, desc_pool_node** list, VkDescriptorSetLayout layout, VkDescriptorSet* set)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
-        for (desc_pool_node* p = ctx->desc_pools; p; p = p->next) {
+        for (desc_pool_node* p = *list; p; p = p->next) {
+            /* counted here: some drivers (lavapipe) grow a pool past maxSets instead of failing */
+            if (p->sets >= ARENA_SETS_PER_POOL)
+                continue;
             VkDescriptorSetAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = p->pool,
                                                .descriptorSetCount = 1, .pSetLayouts = &layout };
-            if (ctx->vk.vkAllocateDescriptorSets(ctx->device, &ai, set) == VK_SUCCESS)
+            if (ctx->vk.vkAllocateDescriptorSets(ctx->device, &ai, set) == VK_SUCCESS) {
+                p->sets++;
                 return VKH2O_OK;
+            }
+            p->sets = ARENA_SETS_PER_POOL;   /* out of descriptors of some type: full until reset */
         }
-        desc_pool_node* n = calloc(1, sizeof *n);
-        if (!n)
-            return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-        VkDescriptorPoolSize ps[2] = { { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = ARENA_SETS_PER_POOL * VKH2O_MAX_BINDINGS },
-                                       { .type = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, .descriptorCount = ARENA_SETS_PER_POOL * 4 } };
-        VkDescriptorPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = ARENA_SETS_PER_POOL,
-                                           .poolSizeCount = 2, .pPoolSizes = ps };
-        VkResult vr = ctx->vk.vkCreateDescriptorPool(ctx->device, &pci, NULL, &n->pool);
-        if (vr != VK_SUCCESS) {
-            free(n);
-            return vkh2o_vk_fail(ctx, vr, "vkCreateDescriptorPool");
-        }
-        n->next = ctx->desc_pools;
-        ctx->desc_pools = n;
+        desc_pool_node* n = NULL;
+        VKH2O_CHECK(pool_new(ctx, &n));
+        n->next = *list;
+        *list = n;
     }
     return vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "could not allocate a descriptor set");
 }
@@ -202,6 +299,7 @@ vkh2o_result vkh2o_dispatch(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_kernel
                             const void* push, uint32_t push_size,
                             uint32_t gx, uint32_t gy, uint32_t gz)
 {
+    VKH2O_CHECK(vkh2o_check_lost(ctx, "recording a dispatch"));
     if (nbindings != k->nbindings)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s' takes %u bindings, got %u", k->name, k->nbindings, nbindings);
     if (push_size > VKH2O_PUSH_MAX || (push_size & 3u))
@@ -237,13 +335,12 @@ vkh2o_result vkh2o_dispatch(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_kernel
         w[i] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstBinding = i, .descriptorCount = 1,
                                        .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &bi[i] };
     }
-    vkh2o_note_foreign_cb(ctx, cb);
     ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, k->pipeline);
     if (k->push_desc) {
         ctx->vk.vkCmdPushDescriptorSetKHR(cb, VK_PIPELINE_BIND_POINT_COMPUTE, k->layout, 0, nbindings, w);
     } else {
         VkDescriptorSet set;
-        VKH2O_CHECK(arena_alloc(ctx, k->set_layout, &set));
+        VKH2O_CHECK(arena_alloc(ctx, cb == ctx->cmd ? &ctx->desc_pools : &ctx->batch_pools, k->set_layout, &set));
         for (uint32_t i = 0; i < nbindings; i++)
             w[i].dstSet = set;
         ctx->vk.vkUpdateDescriptorSets(ctx->device, nbindings, w, 0, NULL);

@@ -23,6 +23,7 @@ const char* vkh2o_result_string(vkh2o_result r)
     case VKH2O_ERROR_UNSUPPORTED: return "VKH2O_ERROR_UNSUPPORTED";
     case VKH2O_ERROR_BUDGET: return "VKH2O_ERROR_BUDGET";
     case VKH2O_ERROR_TIMEOUT: return "VKH2O_ERROR_TIMEOUT";
+    case VKH2O_ERROR_DEVICE_LOST: return "VKH2O_ERROR_DEVICE_LOST";
     }
     return "VKH2O_ERROR_UNKNOWN";
 }
@@ -76,7 +77,22 @@ vkh2o_result vkh2o_vk_fail(vkh2o_context* ctx, VkResult vr, const char* what)
         r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
     else if (vr == VK_TIMEOUT)
         r = VKH2O_ERROR_TIMEOUT;
+    else if (vr == VK_ERROR_DEVICE_LOST) {
+        if (ctx)
+            ctx->lost = true;
+        return vkh2o_fail(ctx, VKH2O_ERROR_DEVICE_LOST,
+                          "%s: VK_ERROR_DEVICE_LOST: the Vulkan device was lost (driver reset, hang or fault); the context "
+                          "cannot be used any more: destroy it and everything made from it", what);
+    }
     return vkh2o_fail(ctx, r, "%s: %s", what, vkh2o_vk_result_string(vr));
+}
+
+vkh2o_result vkh2o_check_lost(vkh2o_context* ctx, const char* what)
+{
+    if (!ctx || !ctx->lost)
+        return VKH2O_OK;
+    return vkh2o_fail(ctx, VKH2O_ERROR_DEVICE_LOST, "%s: the device was lost earlier (VK_ERROR_DEVICE_LOST); destroy the context",
+                      what);
 }
 
 vkh2o_result vkh2o_error_set(vkh2o_error* err, vkh2o_result r, const char* fmt, ...)

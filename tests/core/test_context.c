@@ -330,22 +330,27 @@ static void test_adopt(void** state)
     VkInstanceCreateInfo ici = { .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app,
                                  .enabledLayerCount = 1, .ppEnabledLayerNames = &layer,
                                  .enabledExtensionCount = 1, .ppEnabledExtensionNames = &ext };
+    /* the app's own loader tables (vkh2o's loader code, as a separate "app" would have its own) */
+    vkh2o_instance_table vki;
+    void* lib;
+    char why[256];
+    assert_true(vkh2o_loader_open(NULL, &lib, &vki, why, sizeof why));
     VkInstance inst;
-    assert_int_equal(vkCreateInstance(&ici, NULL, &inst), VK_SUCCESS);
-    volkLoadInstanceOnly(inst);
+    assert_int_equal(vki.vkCreateInstance(&ici, NULL, &inst), VK_SUCCESS);
+    assert_true(vkh2o_loader_load_instance(&vki, inst, why, sizeof why));
     VkDebugUtilsMessengerCreateInfoEXT mci = { .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
         .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
         .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT,
         .pfnUserCallback = app_debug };
     VkDebugUtilsMessengerEXT msg;
-    assert_int_equal(vkCreateDebugUtilsMessengerEXT(inst, &mci, NULL, &msg), VK_SUCCESS);
+    assert_int_equal(vki.vkCreateDebugUtilsMessengerEXT(inst, &mci, NULL, &msg), VK_SUCCESS);
     uint32_t n = 1;
     VkPhysicalDevice pd;
-    VkResult er = vkEnumeratePhysicalDevices(inst, &n, &pd);
+    VkResult er = vki.vkEnumeratePhysicalDevices(inst, &n, &pd);
     assert_true(er == VK_SUCCESS || er == VK_INCOMPLETE);
     uint32_t qn = 8;
     VkQueueFamilyProperties qf[8];
-    vkGetPhysicalDeviceQueueFamilyProperties(pd, &qn, qf);
+    vki.vkGetPhysicalDeviceQueueFamilyProperties(pd, &qn, qf);
     uint32_t fam = 0;
     while (fam < qn && !(qf[fam].queueFlags & VK_QUEUE_COMPUTE_BIT))
         fam++;
@@ -355,10 +360,10 @@ static void test_adopt(void** state)
                                     .queueCount = 1, .pQueuePriorities = &prio };
     VkDeviceCreateInfo dci = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci };
     VkDevice dev;
-    assert_int_equal(vkCreateDevice(pd, &dci, NULL, &dev), VK_SUCCESS);
-    PFN_vkGetDeviceQueue get_queue = (PFN_vkGetDeviceQueue)vkGetDeviceProcAddr(dev, "vkGetDeviceQueue");
-    PFN_vkDeviceWaitIdle wait_idle = (PFN_vkDeviceWaitIdle)vkGetDeviceProcAddr(dev, "vkDeviceWaitIdle");
-    PFN_vkDestroyDevice destroy_dev = (PFN_vkDestroyDevice)vkGetDeviceProcAddr(dev, "vkDestroyDevice");
+    assert_int_equal(vki.vkCreateDevice(pd, &dci, NULL, &dev), VK_SUCCESS);
+    PFN_vkGetDeviceQueue get_queue = (PFN_vkGetDeviceQueue)vki.vkGetDeviceProcAddr(dev, "vkGetDeviceQueue");
+    PFN_vkDeviceWaitIdle wait_idle = (PFN_vkDeviceWaitIdle)vki.vkGetDeviceProcAddr(dev, "vkDeviceWaitIdle");
+    PFN_vkDestroyDevice destroy_dev = (PFN_vkDestroyDevice)vki.vkGetDeviceProcAddr(dev, "vkDestroyDevice");
     VkQueue q;
     get_queue(dev, fam, 0, &q);
 
@@ -374,8 +379,9 @@ static void test_adopt(void** state)
     /* the app's device must still be alive and usable after the context is gone */
     assert_int_equal(wait_idle(dev), VK_SUCCESS);
     destroy_dev(dev, NULL);
-    vkDestroyDebugUtilsMessengerEXT(inst, msg, NULL);
-    vkDestroyInstance(inst, NULL);
+    vki.vkDestroyDebugUtilsMessengerEXT(inst, msg, NULL);
+    vki.vkDestroyInstance(inst, NULL);
+    vkh2o_loader_close(lib);
     assert_int_equal(app_messages, 0);
 }
 
