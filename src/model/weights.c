@@ -66,6 +66,19 @@ static uint32_t expected_shape(const vkh2o_mla_config* c, vkh2o_mla_weight w, ui
     }
 }
 
+uint32_t vkh2o_mla_weight_shape(const vkh2o_mla_config* cfg, vkh2o_mla_weight w, uint64_t shape[2])
+{
+    shape[0] = shape[1] = 0;
+    if (!cfg || (unsigned)w >= VKH2O_W_COUNT)
+        return 0;
+    uint32_t nd = expected_shape(cfg, w, shape);
+    if (nd < 2)
+        shape[1] = 0;
+    if (nd == 0)
+        shape[0] = 0;
+    return nd;
+}
+
 static const char* shape_why(vkh2o_mla_weight w)
 {
     switch (w) {
@@ -195,12 +208,16 @@ vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const vkh2o_mla_c
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_host_weights_load: NULL argument");
     VKH2O_CHECK(vkh2o_mla_config_validate(cfg, err));
 
-    /* "model.layers.L." (DeepseekV3ForCausalLM) or "language_model.model.layers.L." (the Kimi
-     * K2.6 multimodal wrapper): probe with kv_a_proj_with_mqa, which every MLA layer has. */
-    static const char* prefixes[] = { "model.layers", "language_model.model.layers" };
-    char name[512], probe[2][512];
+    /* "model.layers.L." (DeepseekV3ForCausalLM), "language_model.model.layers.L." (the Kimi
+     * K2.6 multimodal wrapper) or "language_model.layers.L." (some of its re-exports): probe
+     * with kv_a_proj_with_mqa, which every MLA layer has. Nothing else is looked up, so the
+     * wrapper's vision_tower.* and mm_projector.* tensors (and the shards holding only them)
+     * are never opened or read. */
+    static const char* prefixes[] = { "model.layers", "language_model.model.layers", "language_model.layers" };
+    enum { NPREFIX = sizeof prefixes / sizeof prefixes[0] };
+    char name[512], probe[NPREFIX][512];
     int pi = -1;
-    for (int i = 0; i < 2 && pi < 0; i++) {
+    for (int i = 0; i < NPREFIX && pi < 0; i++) {
         snprintf(probe[i], sizeof probe[i], "%s.%u.self_attn.kv_a_proj_with_mqa.weight", prefixes[i], layer);
         vkh2o_tensor_view v;
         vkh2o_error e = { 0 };
@@ -212,8 +229,8 @@ vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const vkh2o_mla_c
     }
     if (pi < 0)
         return vkh2o_error_set(err, VKH2O_ERROR_MISSING_TENSOR,
-                               "%s: layer %u not found: neither '%s' nor '%s' is in the checkpoint",
-                               vkh2o_checkpoint_get_path(ck), layer, probe[0], probe[1]);
+                               "%s: layer %u not found: none of '%s', '%s', '%s' is in the checkpoint",
+                               vkh2o_checkpoint_get_path(ck), layer, probe[0], probe[1], probe[2]);
 
     vkh2o_mla_host_weights* hw = calloc(1, sizeof *hw);
     if (!hw)
