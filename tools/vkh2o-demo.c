@@ -569,6 +569,10 @@ int main(int argc, char** argv)
         goto done;
     }
     double t_load = cli_now() - t_load0;
+    if (!o.quiet)   /* FP8 weights stay FP8 on the device: about half the BF16 bytes */
+        printf("weights on device: %llu bytes (%.1f MB; projections as stored: %s)\n",
+               (unsigned long long)vkh2o_mla_layer_get_weight_bytes(layer), vkh2o_mla_layer_get_weight_bytes(layer) / 1e6,
+               vkh2o_dtype_name(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_A_PROJ)->dtype));
     size_t D = cfg.hidden_size;
     out = malloc((size_t)S * D * sizeof *out);
     score = malloc((size_t)S * sizeof *score);
@@ -744,6 +748,7 @@ int main(int argc, char** argv)
         cJSON_AddNumberToObject(jc, "yarn_factor", cfg.rope_scaling == VKH2O_ROPE_YARN ? cfg.yarn_factor : 1.0);
         cJSON_AddNumberToObject(jc, "softmax_scale", vkh2o_mla_softmax_scale(&cfg));
         cJSON_AddNumberToObject(j, "layer_params", (double)vkh2o_mla_param_count(&cfg));
+        cJSON_AddNumberToObject(j, "weight_device_bytes", (double)vkh2o_mla_layer_get_weight_bytes(layer));
         cJSON_AddNumberToObject(j, "seq_len", S);
         cJSON_AddNumberToObject(j, "budget", o.budget);
         cJSON_AddNumberToObject(j, "n_sink", o.n_sink);

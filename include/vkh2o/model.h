@@ -206,8 +206,10 @@ VKH2O_API uint64_t vkh2o_mla_param_count(const vkh2o_mla_config* cfg);
 
 /* ---- one layer's weights on the host ----
  * Weight tensors as HF names them under model.layers.{L}.self_attn. (nn.Linear layout [out, in]).
- * Dtype of each: BF16, F16 or F32 as in the file; F8_E4M3 with <name>_scale_inv is dequantised
- * on load to BF16 (owned buffer). */
+ * Dtype of each: BF16, F16 or F32 as in the file; F8_E4M3 (DeepSeek-V3 / Kimi FP8) kept as is
+ * with its block scales <name>_scale_inv ([ceil(out/128), ceil(in/128)], F32/BF16/F16: element
+ * (r, c) is fp8[r][c] x scale[r/128][c/128], edge blocks partial), unless
+ * VKH2O_LOAD_FP8_TO_BF16 asks for the old dequantisation to BF16 on load. */
 typedef enum vkh2o_mla_weight {
     VKH2O_W_Q_A_PROJ = 0,        /* [q_lora_rank, hidden] */
     VKH2O_W_Q_A_LAYERNORM,       /* [q_lora_rank] */
@@ -233,11 +235,17 @@ typedef struct vkh2o_mla_host_weights vkh2o_mla_host_weights;
 
 typedef enum vkh2o_load_flags {
     VKH2O_LOAD_INPUT_LAYERNORM = 1u << 0,   /* also require input_layernorm (decoder order) */
+    VKH2O_LOAD_FP8_TO_BF16 = 1u << 1,       /* F8_E4M3 weights dequantised and rounded to BF16 on load
+                                               (2x the device bytes, and the rounding; for comparison) */
 } vkh2o_load_flags;
 
-/* Finds and checks the layer's tensors (only those are touched: mmap, no full read).
- * Results: OK, MISSING_TENSOR, SHAPE, DTYPE, FORMAT, IO, OUT_OF_HOST_MEMORY; the message names
- * the file, the tensor and the problem. The checkpoint must outlive the weights. */
+/* Finds and checks the layer's tensors (only those are touched: mmap, no full read; an FP8
+ * weight's bytes and scales are scanned once). Refused, with the file, the tensor and the
+ * problem: a shape the config contradicts (SHAPE), a scale tensor missing (MISSING_TENSOR), of
+ * the wrong shape (SHAPE) or dtype (DTYPE), a block scale that is NaN, infinite, zero or
+ * negative, an FP8 element that is NaN (FORMAT).
+ * Results: OK, MISSING_TENSOR, SHAPE, DTYPE, FORMAT, IO, OUT_OF_HOST_MEMORY. The checkpoint
+ * must outlive the weights. */
 VKH2O_API vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const vkh2o_mla_config* cfg,
                                                    uint32_t layer, uint32_t flags,
                                                    vkh2o_mla_host_weights** out, vkh2o_error* err);
@@ -248,6 +256,11 @@ VKH2O_API vkh2o_result vkh2o_mla_host_weights_wrap(const vkh2o_mla_config* cfg, 
 VKH2O_API void vkh2o_mla_host_weights_destroy(vkh2o_mla_host_weights* hw);
 /* The view of weight w (data NULL when absent: q_proj with LoRA, etc.). */
 VKH2O_API const vkh2o_tensor_view* vkh2o_mla_host_weights_get_view(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w);
+/* The block scales of an F8_E4M3 weight (data NULL for every other dtype). */
+VKH2O_API const vkh2o_tensor_view* vkh2o_mla_host_weights_get_scale(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w);
+/* Element i (row-major) of weight w as the model means it: widened exactly, FP8 times its
+ * block scale in double. NaN when absent or out of range. */
+VKH2O_API double vkh2o_mla_host_weights_get_value(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w, uint64_t i);
 
 #ifdef __cplusplus
 }
