@@ -409,7 +409,7 @@ static int verify(const opts* o, const char* ck_path, const char* cfg_path, cons
                 float want_v = stored_at(t, k);
                 if (v->dtype == VKH2O_DTYPE_BF16 && t->dtype == VKH2O_DTYPE_F8_E4M3)
                     want_v = vkh2o_bf16_to_f32(vkh2o_f32_to_bf16(want_v));   /* dequantised to BF16 */
-                float got = vkh2o_load_elem(v->dtype, v->data, k);
+                float got = (float)vkh2o_mla_host_weights_get_value(hw, t->w, k);   /* FP8: byte x scale */
                 if (!(got == want_v)) {
                     fprintf(stderr, TOOL ": verify: %s[%llu] = %g, generator says %g\n", t->name,
                             (unsigned long long)k, (double)got, (double)want_v);

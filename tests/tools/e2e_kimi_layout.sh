@@ -93,7 +93,24 @@ fi
     || fail "short prefix: $(cat "$WORK/short.log")"
 grep -q "yarn factor 64  beta_fast 1  beta_slow 1" "$WORK/short.log" || fail "K2-Thinking rope: $(grep rope: "$WORK/short.log")"
 
-# 5. bad input
+# 5. FP8 (DeepSeek-style F8_E4M3 + 128x128 weight_scale_inv) in the K2.6 layout: kept FP8 on the
+#    device, as close to the reference as BF16, in about half the device bytes
+"$MK" --out "$WORK/f8.safetensors" --config-out "$WORK/f8.json" --preset small --layout kimi-k2.6 --dtype fp8 --verify --quiet \
+    || fail "mkshard fp8"
+"$MK" --out "$WORK/b16.safetensors" --config-out "$WORK/b16.json" --preset small --layout kimi-k2.6 --quiet || fail "mkshard bf16"
+for dt in f8 b16; do
+    "$DEMO" --weights "$WORK/$dt.safetensors" --config "$WORK/$dt.json" "${DARGS[@]}" > "$WORK/$dt.log" 2>&1 \
+        && check_log "$dt weights" "$WORK/$dt.log" || fail "$dt demo: $(cat "$WORK/$dt.log")"
+    VKH2O_GPU_SHAPES=1 "$DEMO" --weights "$WORK/$dt.safetensors" --config "$WORK/$dt.json" "${DARGS[@]}" > "$WORK/$dt.g.log" 2>&1 \
+        && check_log "$dt weights, GPU kernel shapes" "$WORK/$dt.g.log" || fail "$dt demo (GPU shapes): $(cat "$WORK/$dt.g.log")"
+done
+grep -q "projections as stored: F8_E4M3" "$WORK/f8.log" || fail "FP8 not kept: $(grep 'weights on' "$WORK/f8.log")"
+b8=$(sed -n 's/^weights on device: \([0-9]*\) bytes.*/\1/p' "$WORK/f8.log")
+b16=$(sed -n 's/^weights on device: \([0-9]*\) bytes.*/\1/p' "$WORK/b16.log")
+[ -n "$b8" ] && [ -n "$b16" ] && [ $((b8 * 10)) -lt $((b16 * 6)) ] && ok "FP8 device bytes $b8 vs BF16 $b16" \
+    || fail "FP8 device bytes $b8 not below 0.6 x BF16 $b16"
+
+# 6. bad input
 cp "$WORK/k/config.json" "$WORK/wrong.json"
 sed -i 's/"hidden_size":[[:space:]]*200/"hidden_size": 208/' "$WORK/wrong.json"
 "$DEMO" --weights "$WORK/k/model-00001-of-000064.safetensors" --config "$WORK/wrong.json" --seq-len 8 --quiet \
