@@ -12,9 +12,9 @@
  * the logits q.k x softmax_scale have a standard deviation of about T. That makes each
  * query's attention distribution heavy-tailed (exp(2.5 z) across keys), so H2O has real
  * heavy hitters to find; `--stats S` measures it on the written layer (see --help).
- * Measured (--preset kimi --seed 1 --stats 256, double CPU reference, 64 heads): attention
- * mass per token min 0.243, max 422, mean 64, std 63.9; top-64 heavy hitters of the middle
- * average 137.6 vs 39.3 for the evicted (3.50x). The seed's real Kimi K2.6 layer 0 gave
+ * Measured (--preset kimi --seed 1 --stats 256, double CPU reference, 64 heads, Kimi K2.6's
+ * values): attention mass per token min 0.248, max 422, mean 64, std 63.8; top-64 heavy hitters
+ * of the middle average 137.5 vs 39.4 for the evicted (3.49x). The seed's real Kimi K2.6 layer 0 gave
  * 0.336 / 350.9 / 64 / 64.2 and 141.1 vs 38.6 (3.66x). small: 3.9-4.2x; tiny: 5.0x.
  */
 #include "cli.h"
