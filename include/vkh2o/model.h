@@ -152,7 +152,9 @@ VKH2O_API const char* vkh2o_mla_config_preset_title(uint32_t i);
  * quantization_config (top level or in text_config) is checked against what the weight loader
  * reads: fp8 needs fmt e4m3 and weight_block_size [128, 128]; compressed-tensors must leave
  * every self_attn projection of every layer out of its config_groups' targets or in its ignore
- * list ("re:" patterns are POSIX extended regexes matched from the start of the module name);
+ * list, in any of the spellings model.layers.N., language_model.model.layers.N.,
+ * language_model.layers.N. ("re:" patterns are POSIX extended regexes matched from the start of
+ * the module name; "Linear" targets every projection);
  * any other quant_method is refused (UNSUPPORTED). Missing keys keep the
  * values already in *cfg, except as HF reads them: q_lora_rank null -> 0 (plain q_proj);
  * rope_interleave absent -> true; no rope_scaling/rope_parameters (or null, or type "default")

@@ -482,27 +482,35 @@ static vkh2o_result read_compressed_tensors(const char* path, const cJSON* q, ui
                                    g->string);
         const cJSON* gf = cJSON_GetObjectItemCaseSensitive(g, "format");
         const char* gfmt = cJSON_IsString(gf) ? gf->valuestring : fmt_s;
+        /* A module counts as quantised when a target names it in any of its spellings and no
+         * ignore entry does: an ignore list speaks in the checkpoint's own names. */
         for (uint32_t L = 0; L < layers; L++)
-            for (size_t m = 0; m < sizeof attn_modules / sizeof *attn_modules; m++)
-                for (size_t p = 0; p < sizeof module_prefixes / sizeof *module_prefixes; p++) {
+            for (size_t m = 0; m < sizeof attn_modules / sizeof *attn_modules; m++) {
+                char first[160] = "";
+                bool ignored = false;
+                for (size_t p = 0; p < sizeof module_prefixes / sizeof *module_prefixes && !ignored; p++) {
                     char mod[160];
                     snprintf(mod, sizeof mod, "%s.%u.self_attn.%s", module_prefixes[p], L, attn_modules[m]);
                     const char* bad = NULL;
                     int t = any_matches(targets, mod, &bad);
-                    int ig = t > 0 ? any_matches(ignore, mod, &bad) : 0;
+                    int ig = t >= 0 ? any_matches(ignore, mod, &bad) : 0;
                     if (t < 0 || ig < 0)
                         return vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED,
                                                "%s: quantization_config pattern '%s' is not a regex vkh2o can read, "
                                                "so it cannot tell whether the attention weights are quantised",
                                                path, bad);
-                    if (t > 0 && ig == 0)
-                        return vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED,
-                                               "%s: quantization_config (compressed-tensors, format '%s') quantises "
-                                               "attention weight '%s' (config_groups.%s targets it and 'ignore' "
-                                               "does not exclude it); vkh2o reads attention weights only as BF16, "
-                                               "F16, F32 or F8_E4M3 with 128x128 weight_scale_inv blocks",
-                                               path, gfmt, mod, g->string);
+                    ignored = ig > 0;
+                    if (t > 0 && !first[0])
+                        snprintf(first, sizeof first, "%s", mod);
                 }
+                if (first[0] && !ignored)
+                    return vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED,
+                                           "%s: quantization_config (compressed-tensors, format '%s') quantises "
+                                           "attention weight '%s' (config_groups.%s targets it and 'ignore' "
+                                           "does not exclude it); vkh2o reads attention weights only as BF16, "
+                                           "F16, F32 or F8_E4M3 with 128x128 weight_scale_inv blocks",
+                                           path, gfmt, first, g->string);
+            }
     }
     return VKH2O_OK;
 }
