@@ -14,6 +14,11 @@
 void ref_matmul(vkh2o_dtype wdt, const void* w, uint32_t w_rows, uint32_t w_cols,
                 const float* x, float* y, const vkh2o_matmul_args* a);
 
+/* The same for an F8_E4M3 weight with 128x128 block scales (scale[ceil(rows/128)][ceil(cols/128)]):
+ * each element is decoded and multiplied by its block's scale exactly in double. */
+void ref_matmul_fp8(const uint8_t* w, const float* scale, uint32_t w_rows, uint32_t w_cols,
+                    const float* x, float* y, const vkh2o_matmul_args* a);
+
 /* The same product with fp32 accumulation, blocked for cache reuse: a fair single-thread CPU
  * baseline for benchmarks (not a reference). W must be BF16 [N,K], untransposed, batch 1. */
 void ref_matmul_bf16_fast(const uint16_t* w, uint32_t N, uint32_t K, const float* x, float* y, uint32_t M);

@@ -101,16 +101,18 @@ void ref_attention(const ref_attn_args* a, const float* q, const float* k, const
     free(m);
 }
 
-/* y[m, n] = sum_k x[m, k] W[n, k] (nn.Linear), W in its stored dtype. */
-static int linear_d(const vkh2o_tensor_view* w, const double* x, size_t M, double* y)
+/* y[m, n] = sum_k x[m, k] W[n, k] (nn.Linear), W in its stored dtype widened exactly (FP8:
+ * times its block scale, in double). */
+static int linear_d(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight wi, const double* x, size_t M, double* y)
 {
+    const vkh2o_tensor_view* w = vkh2o_mla_host_weights_get_view(hw, wi);
     size_t N = w->shape[0], K = w->shape[1];
     double* row = malloc(K * sizeof *row);
     if (!row)
         return -1;
     for (size_t n = 0; n < N; n++) {
         for (size_t k = 0; k < K; k++)
-            row[k] = vkh2o_load_elem(w->dtype, w->data, n * K + k);
+            row[k] = vkh2o_mla_host_weights_get_value(hw, wi, n * K + k);
         for (size_t m = 0; m < M; m++) {
             const double* xm = x + m * K;
             double acc = 0.0;
@@ -166,21 +168,21 @@ int ref_mla_forward(const vkh2o_mla_config* cfg, const vkh2o_mla_host_weights* h
 
     /* q = q_b_proj(q_a_layernorm(q_a_proj(h))) or q_proj(h) */
     if (lq) {
-        if (linear_d(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_Q_A_PROJ), x, S, qa))
+        if (linear_d(hw, VKH2O_W_Q_A_PROJ, x, S, qa))
             goto done;
         rmsnorm_d(qa, S, lq, lq, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_Q_A_LAYERNORM), eps);
-        if (linear_d(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_Q_B_PROJ), qa, S, q))
+        if (linear_d(hw, VKH2O_W_Q_B_PROJ, qa, S, q))
             goto done;
-    } else if (linear_d(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_Q_PROJ), x, S, q)) {
+    } else if (linear_d(hw, VKH2O_W_Q_PROJ, x, S, q)) {
         goto done;
     }
     /* compressed kv: [c_kv | k_pe]; c_kv normed then expanded to k_nope, v */
-    if (linear_d(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_A_PROJ), x, S, ckv))
+    if (linear_d(hw, VKH2O_W_KV_A_PROJ, x, S, ckv))
         goto done;
     for (size_t s = 0; s < S; s++)
         memcpy(ckv_n + s * lkv, ckv + s * (lkv + rope), lkv * sizeof *ckv_n);
     rmsnorm_d(ckv_n, S, lkv, lkv, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_A_LAYERNORM), eps);
-    if (linear_d(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_B_PROJ), ckv_n, S, kv))
+    if (linear_d(hw, VKH2O_W_KV_B_PROJ, ckv_n, S, kv))
         goto done;
 
     /* RoPE, then query = [q_nope | q_pe], key = [k_nope | k_pe] (k_pe shared by all heads) */
@@ -221,7 +223,7 @@ int ref_mla_forward(const vkh2o_mla_config* cfg, const vkh2o_mla_host_weights* h
     ref_attention(&a, qf, kf, vf, of, mass, probs);
     for (size_t i = 0; i < S * H * dv; i++)
         o[i] = of[i];
-    if (linear_d(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_O_PROJ), o, S, y))
+    if (linear_d(hw, VKH2O_W_O_PROJ, o, S, y))
         goto done;
     for (size_t i = 0; i < S * D; i++)
         out[i] = (float)y[i];

@@ -33,6 +33,7 @@ extern char** environ;
 typedef struct opts {
     const char* weights;
     const char* config;
+    const char* preset;
     const char* input;
     const char* csv;
     const char* json;
@@ -47,6 +48,10 @@ typedef struct opts {
 
 static void usage(FILE* f)
 {
+    char presets[256] = "";
+    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i); i++)
+        snprintf(presets + strlen(presets), sizeof presets - strlen(presets), "%s%s", i ? ", " : "",
+                 vkh2o_mla_config_preset_name(i));
     fprintf(f,
         "usage: vkh2o-demo [--weights FILE|DIR] [options]\n"
         "The Kimi K2.6 layer-0 H2O eviction demo: one causal forward of an MLA layer over S tokens\n"
@@ -56,8 +61,10 @@ static void usage(FILE* f)
         "  --weights FILE|DIR  a .safetensors shard, or a checkpoint directory with\n"
         "                      model.safetensors.index.json. Without it, a synthetic Kimi-shaped bf16\n"
         "                      shard is made once with vkh2o-mkshard in the cache directory and reused.\n"
-        "  --config FILE       HF config.json (default: config.json beside the weights if present,\n"
-        "                      else the Kimi K2.6 values)\n"
+        "  --config FILE       HF config.json (default: config.json beside the weights if present)\n"
+        "  --preset NAME       the published config to start from: keys config.json lacks keep its\n"
+        "                      values, and without a config.json it is the whole config (said on\n"
+        "                      stderr). %s; default %s, the built-in default\n"
         "  --layer L           model.layers.L (default 0)\n"
         "  --seq-len S         tokens (default 256; taken from --input when given)\n"
         "  --budget N          heavy-hitter slots in the middle (default 64)\n"
@@ -88,7 +95,8 @@ static void usage(FILE* f)
         "                      $XDG_CACHE_HOME/vkh2o or ~/.cache/vkh2o)\n"
         "  --quiet             only errors and the final result line\n"
         "  --help              this text\n"
-        "Output files are written to a temporary name and renamed when complete.\n");
+        "Output files are written to a temporary name and renamed when complete.\n",
+        presets, vkh2o_mla_config_preset_name(0));
 }
 
 static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
@@ -108,6 +116,7 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
         }
         STR_OPT("--weights", weights)
         STR_OPT("--config", config)
+        STR_OPT("--preset", preset)
         STR_OPT("--input", input)
         STR_OPT("--csv", csv)
         STR_OPT("--json", json)
@@ -205,7 +214,8 @@ static bool synthetic_shard(const opts* o, char* path, size_t cap)
         fprintf(stderr, "%s: cache directory path too long\n", TOOL);
         return false;
     }
-    strcat(dir, "/kimi-k26-synthetic-bf16");
+    /* named for the preset its config.json carries (an older cache held other values) */
+    strcat(dir, "/kimi-k2.6-synthetic-bf16");
     snprintf(path, cap, "%s/model-00001-of-000064.safetensors", dir);
     if (file_exists(path)) {
         if (!o->quiet)
@@ -479,7 +489,15 @@ int main(int argc, char** argv)
     /* config */
     vkh2o_error err = { 0 };
     vkh2o_mla_config cfg;
-    vkh2o_mla_config_kimi_k26(&cfg);
+    const char* preset = o.preset ? o.preset : vkh2o_mla_config_preset_name(0);
+    if (vkh2o_mla_config_preset(preset, &cfg, &err) != VKH2O_OK) {
+        fprintf(stderr, "%s: --preset: %s\n", TOOL, err.message);
+        return 2;
+    }
+    const char* preset_title = preset;
+    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i); i++)
+        if (!strcmp(preset, vkh2o_mla_config_preset_name(i)))
+            preset_title = vkh2o_mla_config_preset_title(i);
     char cfg_path[4200] = "";
     if (o.config) {
         snprintf(cfg_path, sizeof cfg_path, "%s", o.config);
@@ -498,6 +516,10 @@ int main(int argc, char** argv)
         fprintf(stderr, "%s: %s\n", TOOL, err.message);
         return 1;
     }
+    if (!cfg_path[0])   /* said even with --quiet: the numbers depend on it */
+        fprintf(stderr, "%s: no config.json found beside %s: using the %s preset '%s' (%s as published); "
+                "pass --config FILE, or --preset NAME if the weights are another model\n", TOOL, o.weights,
+                o.preset ? "chosen" : "built-in default", preset, preset_title);
     if (vkh2o_mla_config_validate(&cfg, &err) != VKH2O_OK) {
         fprintf(stderr, "%s: %s\n", TOOL, err.message);
         return 1;
@@ -525,7 +547,11 @@ int main(int argc, char** argv)
         printf("device:        %s (%s %s)\n", caps->device_name, caps->driver_name, caps->driver_info);
         printf("config:        %uL  hidden=%u  heads=%u  qk_dim=%u  v_dim=%u  kv_lora_rank=%u  q_lora_rank=%u  (%s)\n",
                cfg.num_layers, cfg.hidden_size, cfg.num_heads, vkh2o_mla_qk_head_dim(&cfg), cfg.v_head_dim, cfg.kv_lora_rank,
-               cfg.q_lora_rank, cfg_path[0] ? cfg_path : "Kimi K2.6 defaults");
+               cfg.q_lora_rank, cfg_path[0] ? cfg_path : "no config.json");
+        printf("rope:          theta %g  yarn factor %g  beta_fast %g  beta_slow %g  softmax scale %.6f  (%s%s%s)\n",
+               (double)cfg.rope_theta, cfg.rope_scaling == VKH2O_ROPE_YARN ? (double)cfg.yarn_factor : 1.0,
+               (double)cfg.beta_fast, (double)cfg.beta_slow, (double)vkh2o_mla_softmax_scale(&cfg),
+               cfg_path[0] ? "config.json over preset " : "preset ", preset, cfg_path[0] ? "" : " only");
     }
     double t_load0 = cli_now();
     if (vkh2o_checkpoint_open(o.weights, &ck, &err) != VKH2O_OK ||
@@ -568,6 +594,10 @@ int main(int argc, char** argv)
         goto done;
     }
     double t_load = cli_now() - t_load0;
+    if (!o.quiet)   /* FP8 weights stay FP8 on the device: about half the BF16 bytes */
+        printf("weights on device: %llu bytes (%.1f MB; projections as stored: %s)\n",
+               (unsigned long long)vkh2o_mla_layer_get_weight_bytes(layer), vkh2o_mla_layer_get_weight_bytes(layer) / 1e6,
+               vkh2o_dtype_name(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_A_PROJ)->dtype));
     size_t D = cfg.hidden_size;
     out = malloc((size_t)S * D * sizeof *out);
     score = malloc((size_t)S * sizeof *score);
@@ -792,7 +822,15 @@ int main(int argc, char** argv)
         cJSON_AddNumberToObject(jc, "v_dim", cfg.v_head_dim);
         cJSON_AddNumberToObject(jc, "kv_lora_rank", cfg.kv_lora_rank);
         cJSON_AddNumberToObject(jc, "q_lora_rank", cfg.q_lora_rank);
+        cJSON_AddStringToObject(jc, "preset", preset);
+        if (cfg_path[0])
+            cJSON_AddStringToObject(jc, "config_json", cfg_path);
+        else
+            cJSON_AddNullToObject(jc, "config_json");
+        cJSON_AddNumberToObject(jc, "yarn_factor", cfg.rope_scaling == VKH2O_ROPE_YARN ? cfg.yarn_factor : 1.0);
+        cJSON_AddNumberToObject(jc, "softmax_scale", vkh2o_mla_softmax_scale(&cfg));
         cJSON_AddNumberToObject(j, "layer_params", (double)vkh2o_mla_param_count(&cfg));
+        cJSON_AddNumberToObject(j, "weight_device_bytes", (double)vkh2o_mla_layer_get_weight_bytes(layer));
         cJSON_AddNumberToObject(j, "seq_len", S);
         cJSON_AddNumberToObject(j, "budget", o.budget);
         cJSON_AddNumberToObject(j, "n_sink", o.n_sink);

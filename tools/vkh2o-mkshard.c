@@ -12,9 +12,9 @@
  * the logits q.k x softmax_scale have a standard deviation of about T. That makes each
  * query's attention distribution heavy-tailed (exp(2.5 z) across keys), so H2O has real
  * heavy hitters to find; `--stats S` measures it on the written layer (see --help).
- * Measured (--preset kimi --seed 1 --stats 256, double CPU reference, 64 heads): attention
- * mass per token min 0.243, max 422, mean 64, std 63.9; top-64 heavy hitters of the middle
- * average 137.6 vs 39.3 for the evicted (3.50x). The seed's real Kimi K2.6 layer 0 gave
+ * Measured (--preset kimi --seed 1 --stats 256, double CPU reference, 64 heads, Kimi K2.6's
+ * values): attention mass per token min 0.248, max 422, mean 64, std 63.8; top-64 heavy hitters
+ * of the middle average 137.5 vs 39.4 for the evicted (3.49x). The seed's real Kimi K2.6 layer 0 gave
  * 0.336 / 350.9 / 64 / 64.2 and 141.1 vs 38.6 (3.66x). small: 3.9-4.2x; tiny: 5.0x.
  */
 #include "cli.h"
@@ -36,15 +36,30 @@
 #define VOCAB 163840u
 #define FP8_BLOCK 128u
 
-typedef struct preset {
+/* Test shapes; the published configs (shapes and values) are the library's presets
+ * (vkh2o_mla_config_preset), and these take their RoPE, YaRN and eps values from one of them. */
+typedef struct test_shape {
     const char* name;
     uint32_t hidden, heads, q_lora, kv_lora, nope, rope, v;
-} preset;
+} test_shape;
 
-static const preset presets[] = {
-    { "kimi", 7168, 64, 1536, 512, 128, 64, 128 },   /* Kimi K2.6 layer shapes */
+static const test_shape test_shapes[] = {
     { "small", 200, 4, 96, 72, 32, 16, 24 },          /* odd sizes: not multiples of 16 or 64 */
     { "tiny", 64, 2, 24, 16, 8, 8, 8 },               /* unit tests */
+};
+
+/* Tensor names and config.json of each --layout. */
+typedef struct layout {
+    const char* name;
+    const char* prefix;            /* of the layers */
+    vkh2o_config_layout config;
+    bool multimodal;               /* also vision_tower.* and mm_projector.* tensors */
+} layout;
+
+static const layout layouts[] = {
+    { "deepseek-v3", "model.layers", VKH2O_CONFIG_LAYOUT_DEEPSEEK_V3, false },
+    { "kimi-k2.6", "language_model.model.layers", VKH2O_CONFIG_LAYOUT_KIMI_K25, true },
+    { "kimi-k2.6-short", "language_model.layers", VKH2O_CONFIG_LAYOUT_KIMI_K25, true },
 };
 
 enum kind { K_PROJ, K_NORM, K_EMBED, K_SCALE };
@@ -182,28 +197,23 @@ static int compute_scales(gen_tensor* t)
     return 0;
 }
 
-static void shape_of(const vkh2o_mla_config* c, vkh2o_mla_weight w, uint64_t* rows, uint64_t* cols, uint32_t* nd)
+/* The library's shape for w (cols = 1 for 1-D); false when the config has no such weight. */
+static bool shape_of(const vkh2o_mla_config* c, vkh2o_mla_weight w, uint64_t* rows, uint64_t* cols, uint32_t* nd)
 {
-    uint64_t H = c->num_heads, D = c->hidden_size, qk = (uint64_t)c->qk_nope_head_dim + c->qk_rope_head_dim;
-    *cols = 1;
-    *nd = 2;
-    switch (w) {
-    case VKH2O_W_Q_A_PROJ: *rows = c->q_lora_rank, *cols = D; break;
-    case VKH2O_W_Q_A_LAYERNORM: *rows = c->q_lora_rank, *nd = 1; break;
-    case VKH2O_W_Q_B_PROJ: *rows = H * qk, *cols = c->q_lora_rank; break;
-    case VKH2O_W_Q_PROJ: *rows = H * qk, *cols = D; break;
-    case VKH2O_W_KV_A_PROJ: *rows = (uint64_t)c->kv_lora_rank + c->qk_rope_head_dim, *cols = D; break;
-    case VKH2O_W_KV_A_LAYERNORM: *rows = c->kv_lora_rank, *nd = 1; break;
-    case VKH2O_W_KV_B_PROJ: *rows = H * ((uint64_t)c->qk_nope_head_dim + c->v_head_dim), *cols = c->kv_lora_rank; break;
-    case VKH2O_W_O_PROJ: *rows = D, *cols = H * c->v_head_dim; break;
-    default: *rows = D, *nd = 1; break;   /* input_layernorm */
-    }
+    uint64_t shape[2];
+    *nd = vkh2o_mla_weight_shape(c, w, shape);
+    *rows = shape[0];
+    *cols = *nd == 2 ? shape[1] : 1;
+    return *nd != 0;
 }
 
 typedef struct opts {
     const char* out;
     const char* config_out;
-    const preset* pre;
+    const char* preset;            /* a library preset or a test shape */
+    const test_shape* shape;       /* NULL: the preset's own shapes */
+    const char* model;             /* --model: the preset whose values a test shape takes */
+    const layout* lay;
     vkh2o_dtype dtype;
     uint32_t layers;
     uint64_t seed;
@@ -213,16 +223,30 @@ typedef struct opts {
 
 static void usage(FILE* f)
 {
+    char presets[256] = "";
+    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i); i++)
+        snprintf(presets + strlen(presets), sizeof presets - strlen(presets), "%s%s", i ? ", " : "",
+                 vkh2o_mla_config_preset_name(i));
     fprintf(f,
             "usage: " TOOL " --out PATH [options]\n"
             "Writes synthetic MLA attention layers (HF DeepseekV3 names and shapes) to a safetensors\n"
             "file, plus config.json beside it. Deterministic for a seed.\n"
             "\n"
             "  --out PATH          output .safetensors file (with --sharded: a new directory)\n"
-            "  --preset NAME       kimi (7168 hidden, 64 heads, the real Kimi K2.6 shapes),\n"
+            "  --preset NAME       a published config, shapes and values: %s\n"
+            "                      (kimi = kimi-k2.6); or a test shape with the values of --model:\n"
             "                      small (200 hidden, 4 heads, q_lora 96, kv_lora 72, nope 32, rope 16, v 24),\n"
             "                      tiny (64 hidden, 2 heads, q_lora 24, kv_lora 16, nope 8, rope 8, v 8);\n"
             "                      default small\n"
+            "  --model NAME        the published config whose RoPE, YaRN and rms_norm_eps values small\n"
+            "                      and tiny take (default %s, the built-in default)\n"
+            "  --layout NAME       deepseek-v3 (default): model.layers.N.* and a flat DeepseekV3 config;\n"
+            "                      kimi-k2.6: language_model.model.layers.N.*, vision_tower.* and\n"
+            "                      mm_projector.* tensors (zeros), a KimiK25ForConditionalGeneration\n"
+            "                      config with the text model under text_config and Kimi K2.6's\n"
+            "                      compressed-tensors INT4 quantization_config (self_attn in ignore;\n"
+            "                      with --dtype fp8 an fp8 block one instead);\n"
+            "                      kimi-k2.6-short: the same with language_model.layers.N.*\n"
             "  --dtype T           bf16 (default), f16, f32, or fp8 (F8_E4M3 with 128x128 block\n"
             "                      weight_scale_inv tensors, DeepSeek style; norms stay BF16)\n"
             "  --layers N          number of layers (default 1)\n"
@@ -243,7 +267,7 @@ static void usage(FILE* f)
             "kv_b_proj, k_pe rows of kv_a_proj_with_mqa) scaled by g = sqrt(%.1f / (softmax_scale *\n"
             "sqrt(qk_head_dim))) so attention logits have a spread of about %.1f; norms 1 + 0.1 N(0,1).\n"
             "Exit status: 0 done, 1 failed, 2 bad usage or output exists.\n",
-            LOGIT_STD, LOGIT_STD);
+            presets, vkh2o_mla_config_preset_name(0), LOGIT_STD, LOGIT_STD);
 }
 
 static bool exists(const char* p)
@@ -263,85 +287,49 @@ static char* dir_of(const char* path)
     return d;
 }
 
-static void make_config(const opts* o, vkh2o_mla_config* c)
+static int make_config(const opts* o, vkh2o_mla_config* c)
 {
-    vkh2o_mla_config_kimi_k26(c);   /* rope, yarn and eps values: Kimi K2.6 */
-    c->num_layers = o->layers;
-    c->hidden_size = o->pre->hidden;
-    c->num_heads = o->pre->heads;
-    c->q_lora_rank = o->no_q_lora ? 0 : o->pre->q_lora;
-    c->kv_lora_rank = o->pre->kv_lora;
-    c->qk_nope_head_dim = o->pre->nope;
-    c->qk_rope_head_dim = o->pre->rope;
-    c->v_head_dim = o->pre->v;
-}
-
-/* config.json in HF DeepseekV3 spelling, written to a temporary and renamed. */
-static int write_config(const char* path, const opts* o, const vkh2o_mla_config* c)
-{
-    cJSON* j = cJSON_CreateObject();
-    cJSON* arch = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("DeepseekV3ForCausalLM"));
-    cJSON_AddStringToObject(j, "model_type", "deepseek_v3");
-    cJSON_AddStringToObject(j, "vkh2o_generator", TOOL);
-    cJSON_AddStringToObject(j, "vkh2o_preset", o->pre->name);
-    cJSON_AddNumberToObject(j, "vkh2o_seed", (double)o->seed);
-    cJSON_AddNumberToObject(j, "hidden_size", c->hidden_size);
-    cJSON_AddNumberToObject(j, "num_attention_heads", c->num_heads);
-    cJSON_AddNumberToObject(j, "num_key_value_heads", c->num_heads);
-    cJSON_AddNumberToObject(j, "num_hidden_layers", c->num_layers);
-    if (c->q_lora_rank)
-        cJSON_AddNumberToObject(j, "q_lora_rank", c->q_lora_rank);
-    else
-        cJSON_AddNullToObject(j, "q_lora_rank");
-    cJSON_AddNumberToObject(j, "kv_lora_rank", c->kv_lora_rank);
-    cJSON_AddNumberToObject(j, "qk_nope_head_dim", c->qk_nope_head_dim);
-    cJSON_AddNumberToObject(j, "qk_rope_head_dim", c->qk_rope_head_dim);
-    cJSON_AddNumberToObject(j, "v_head_dim", c->v_head_dim);
-    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
-    cJSON_AddNumberToObject(j, "rms_norm_eps", c->rms_norm_eps);
-    cJSON_AddBoolToObject(j, "attention_bias", false);
-    cJSON_AddBoolToObject(j, "rope_interleave", c->rope_interleave);
-    cJSON_AddNumberToObject(j, "max_position_embeddings",
-                            (double)c->original_max_position_embeddings * c->yarn_factor);
-    cJSON_AddNumberToObject(j, "vocab_size", VOCAB);
-    cJSON_AddStringToObject(j, "torch_dtype", o->dtype == VKH2O_DTYPE_F32 ? "float32"
-                                              : o->dtype == VKH2O_DTYPE_F16 ? "float16" : "bfloat16");
-    cJSON* rs = cJSON_AddObjectToObject(j, "rope_scaling");
-    cJSON_AddStringToObject(rs, "type", "yarn");
-    cJSON_AddNumberToObject(rs, "factor", c->yarn_factor);
-    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->original_max_position_embeddings);
-    cJSON_AddNumberToObject(rs, "beta_fast", c->beta_fast);
-    cJSON_AddNumberToObject(rs, "beta_slow", c->beta_slow);
-    cJSON_AddNumberToObject(rs, "mscale", c->mscale);
-    cJSON_AddNumberToObject(rs, "mscale_all_dim", c->mscale_all_dim);
-    if (o->dtype == VKH2O_DTYPE_F8_E4M3) {
-        cJSON* q = cJSON_AddObjectToObject(j, "quantization_config");
-        cJSON_AddStringToObject(q, "quant_method", "fp8");
-        cJSON_AddStringToObject(q, "fmt", "e4m3");
-        cJSON_AddStringToObject(q, "activation_scheme", "dynamic");
-        cJSON* bs = cJSON_AddArrayToObject(q, "weight_block_size");
-        cJSON_AddItemToArray(bs, cJSON_CreateNumber(FP8_BLOCK));
-        cJSON_AddItemToArray(bs, cJSON_CreateNumber(FP8_BLOCK));
-    }
-    char* text = cJSON_Print(j);
-    cJSON_Delete(j);
-    if (!text) {
-        fprintf(stderr, TOOL ": out of memory\n");
+    vkh2o_error e = { 0 };
+    if (vkh2o_mla_config_preset(o->shape ? o->model : o->preset, c, &e) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": %s\n", e.message);
         return -1;
     }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%.4000s.tmp.%ld", path, (long)getpid());
-    FILE* f = fopen(tmp, "wx");
-    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    ok = f && fclose(f) == 0 && ok;
-    ok = ok && rename(tmp, path) == 0;
-    if (!ok) {
-        fprintf(stderr, TOOL ": %s: cannot write: %s\n", path, strerror(errno));
-        unlink(tmp);
+    c->num_layers = o->layers;
+    if (o->shape) {
+        c->hidden_size = o->shape->hidden;
+        c->num_heads = o->shape->heads;
+        c->q_lora_rank = o->shape->q_lora;
+        c->kv_lora_rank = o->shape->kv_lora;
+        c->qk_nope_head_dim = o->shape->nope;
+        c->qk_rope_head_dim = o->shape->rope;
+        c->v_head_dim = o->shape->v;
     }
-    free(text);
-    return ok ? 0 : -1;
+    if (o->no_q_lora)
+        c->q_lora_rank = 0;
+    return 0;
+}
+
+/* config.json through the library's writer (the one spelling of the format). */
+static int write_config(const char* path, const opts* o, const vkh2o_mla_config* c)
+{
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    const char* extra[] = { "vkh2o_generator", TOOL, "vkh2o_preset", o->preset, "vkh2o_model",
+                            o->shape ? o->model : o->preset, "vkh2o_seed", seed, NULL };
+    vkh2o_config_json_desc d = {
+        .layout = o->lay->config,
+        .quant = o->dtype == VKH2O_DTYPE_F8_E4M3 ? VKH2O_CONFIG_QUANT_FP8_BLOCK
+                 : o->lay->multimodal        ? VKH2O_CONFIG_QUANT_INT4_EXPERTS
+                                             : VKH2O_CONFIG_QUANT_NONE,
+        .torch_dtype = o->dtype == VKH2O_DTYPE_F32 ? "float32" : o->dtype == VKH2O_DTYPE_F16 ? "float16" : "bfloat16",
+        .extra = extra,
+    };
+    vkh2o_error e = { 0 };
+    if (vkh2o_mla_config_write_json(path, c, &d, &e) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": %s\n", e.message);
+        return -1;
+    }
+    return 0;
 }
 
 static int write_index(const char* path, gen_tensor* ts, uint32_t n, const char* const files[2])
@@ -408,7 +396,7 @@ static int verify(const opts* o, const char* ck_path, const char* cfg_path, cons
         for (uint32_t i = 0; i < n && rc == 0; i++) {
             gen_tensor* t = &ts[i];
             char prefix[64];
-            snprintf(prefix, sizeof prefix, "model.layers.%u.", L);
+            snprintf(prefix, sizeof prefix, "%s.%u.", o->lay->prefix, L);
             if (t->kind == K_SCALE || t->kind == K_EMBED || strncmp(t->name, prefix, strlen(prefix)) != 0)
                 continue;
             const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, t->w);
@@ -421,7 +409,7 @@ static int verify(const opts* o, const char* ck_path, const char* cfg_path, cons
                 float want_v = stored_at(t, k);
                 if (v->dtype == VKH2O_DTYPE_BF16 && t->dtype == VKH2O_DTYPE_F8_E4M3)
                     want_v = vkh2o_bf16_to_f32(vkh2o_f32_to_bf16(want_v));   /* dequantised to BF16 */
-                float got = vkh2o_load_elem(v->dtype, v->data, k);
+                float got = (float)vkh2o_mla_host_weights_get_value(hw, t->w, k);   /* FP8: byte x scale */
                 if (!(got == want_v)) {
                     fprintf(stderr, TOOL ": verify: %s[%llu] = %g, generator says %g\n", t->name,
                             (unsigned long long)k, (double)got, (double)want_v);
@@ -516,9 +504,11 @@ static int stats(const opts* o, const char* ck_path, const vkh2o_mla_config* c)
 
 int main(int argc, char** argv)
 {
-    opts o = { .pre = &presets[1], .dtype = VKH2O_DTYPE_BF16, .layers = 1, .seed = 1 };
+    opts o = { .preset = "small", .shape = &test_shapes[0], .lay = &layouts[0], .dtype = VKH2O_DTYPE_BF16,
+               .layers = 1, .seed = 1 };
+    const char* model_opt = NULL;
     enum { O_PRESET = 256, O_DTYPE, O_LAYERS, O_SEED, O_EMB, O_SHARDED, O_CFG, O_QUIET, O_FORCE, O_NOQ, O_VERIFY,
-           O_STATS, O_HELP, O_OUT };
+           O_STATS, O_HELP, O_OUT, O_MODEL, O_LAYOUT };
     static const struct option lo[] = {
         { "out", required_argument, 0, O_OUT },         { "preset", required_argument, 0, O_PRESET },
         { "dtype", required_argument, 0, O_DTYPE },     { "layers", required_argument, 0, O_LAYERS },
@@ -527,19 +517,45 @@ int main(int argc, char** argv)
         { "quiet", no_argument, 0, O_QUIET },           { "force", no_argument, 0, O_FORCE },
         { "no-q-lora", no_argument, 0, O_NOQ },         { "verify", no_argument, 0, O_VERIFY },
         { "stats", required_argument, 0, O_STATS },     { "help", no_argument, 0, O_HELP },
+        { "model", required_argument, 0, O_MODEL },     { "layout", required_argument, 0, O_LAYOUT },
         { 0, 0, 0, 0 },
     };
     opterr = 0;
     for (int ch; (ch = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (ch) {
         case O_OUT: o.out = optarg; break;
-        case O_PRESET:
-            o.pre = NULL;
-            for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
-                if (!strcmp(optarg, presets[i].name))
-                    o.pre = &presets[i];
-            if (!o.pre) {
-                fprintf(stderr, TOOL ": --preset: '%s' is not one of kimi, small, tiny\n", optarg);
+        case O_PRESET: {
+            o.preset = !strcmp(optarg, "kimi") ? vkh2o_mla_config_preset_name(0) : optarg;
+            o.shape = NULL;
+            for (size_t i = 0; i < sizeof test_shapes / sizeof test_shapes[0]; i++)
+                if (!strcmp(optarg, test_shapes[i].name))
+                    o.shape = &test_shapes[i];
+            vkh2o_mla_config tmp;
+            if (!o.shape && vkh2o_mla_config_preset(o.preset, &tmp, NULL) != VKH2O_OK) {
+                fprintf(stderr, TOOL ": --preset: '%s' is neither a published config nor small or tiny "
+                        "(see --help)\n", optarg);
+                return 2;
+            }
+            break;
+        }
+        case O_MODEL: {
+            vkh2o_mla_config tmp;
+            vkh2o_error me = { 0 };
+            if (vkh2o_mla_config_preset(optarg, &tmp, &me) != VKH2O_OK) {
+                fprintf(stderr, TOOL ": --model: %s\n", me.message);
+                return 2;
+            }
+            model_opt = optarg;
+            break;
+        }
+        case O_LAYOUT:
+            o.lay = NULL;
+            for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+                if (!strcmp(optarg, layouts[i].name))
+                    o.lay = &layouts[i];
+            if (!o.lay) {
+                fprintf(stderr, TOOL ": --layout: '%s' is not one of deepseek-v3, kimi-k2.6, kimi-k2.6-short\n",
+                        optarg);
                 return 2;
             }
             break;
@@ -591,8 +607,15 @@ int main(int argc, char** argv)
         return 2;
     }
 
+    if (model_opt && !o.shape) {
+        fprintf(stderr, TOOL ": --model applies to the test shapes (small, tiny); --preset %s has its own values\n",
+                o.preset);
+        return 2;
+    }
+    o.model = model_opt ? model_opt : vkh2o_mla_config_preset_name(0);
     vkh2o_mla_config cfg;
-    make_config(&o, &cfg);
+    if (make_config(&o, &cfg) != 0)
+        return 2;
     vkh2o_error e = { 0 };
     if (vkh2o_mla_config_validate(&cfg, &e) != VKH2O_OK) {
         fprintf(stderr, TOOL ": %s\n", e.message);
@@ -633,7 +656,7 @@ int main(int argc, char** argv)
     }
 
     /* the tensor list */
-    uint32_t cap = o.layers * 2 * VKH2O_W_COUNT + 1, n = 0;
+    uint32_t cap = o.layers * 2 * VKH2O_W_COUNT + 3, n = 0;
     gen_tensor* ts = calloc(cap, sizeof *ts);
     if (!ts) {
         fprintf(stderr, TOOL ": out of memory\n");
@@ -641,11 +664,25 @@ int main(int argc, char** argv)
     }
     if (o.embedding) {
         gen_tensor* t = &ts[n++];
-        snprintf(t->name, sizeof t->name, "model.embed_tokens.weight");
+        snprintf(t->name, sizeof t->name, "%s", o.lay->multimodal ? "language_model.model.embed_tokens.weight"
+                                                                   : "model.embed_tokens.weight");
         t->kind = K_EMBED;
         t->dtype = VKH2O_DTYPE_BF16;
         t->rows = VOCAB, t->cols = cfg.hidden_size, t->ndim = 2;
         t->shard = 0;
+    }
+    if (o.lay->multimodal) {
+        /* the wrapper's other towers: zeros (file holes), never read by a layer load */
+        static const char* const vnames[2] = { "vision_tower.encoder.blocks.0.wqkv.weight",
+                                                "mm_projector.proj.0.weight" };
+        for (int i = 0; i < 2; i++) {
+            gen_tensor* t = &ts[n++];
+            snprintf(t->name, sizeof t->name, "%s", vnames[i]);
+            t->kind = K_EMBED;
+            t->dtype = VKH2O_DTYPE_BF16;
+            t->rows = i == 0 ? 3456 : cfg.hidden_size, t->cols = i == 0 ? 1152 : 4608, t->ndim = 2;
+            t->shard = 1;
+        }
     }
     double gain = sqrt(LOGIT_STD / (vkh2o_mla_softmax_scale(&cfg) * sqrt((double)vkh2o_mla_qk_head_dim(&cfg))));
     int rc = 0;
@@ -658,14 +695,17 @@ int main(int argc, char** argv)
             gen_tensor* t = &ts[n++];
             t->w = (vkh2o_mla_weight)w;
             t->cfg = &cfg;
-            shape_of(&cfg, t->w, &t->rows, &t->cols, &t->ndim);
+            if (!shape_of(&cfg, t->w, &t->rows, &t->cols, &t->ndim)) {
+                n--;
+                continue;
+            }
             bool norm = w == VKH2O_W_Q_A_LAYERNORM || w == VKH2O_W_KV_A_LAYERNORM || w == VKH2O_W_INPUT_LAYERNORM;
             t->kind = norm ? K_NORM : K_PROJ;
             t->dtype = norm && o.dtype == VKH2O_DTYPE_F8_E4M3 ? VKH2O_DTYPE_BF16 : o.dtype;
             if (w == VKH2O_W_INPUT_LAYERNORM)
-                snprintf(t->name, sizeof t->name, "model.layers.%u.input_layernorm.weight", L);
+                snprintf(t->name, sizeof t->name, "%s.%u.input_layernorm.weight", o.lay->prefix, L);
             else
-                snprintf(t->name, sizeof t->name, "model.layers.%u.self_attn.%s.weight", L,
+                snprintf(t->name, sizeof t->name, "%s.%u.self_attn.%s.weight", o.lay->prefix, L,
                          vkh2o_mla_weight_short_name(t->w));
             t->key = name_key(o.seed, t->name);
             t->base = 1.0 / sqrt((double)t->cols);
@@ -720,7 +760,7 @@ int main(int argc, char** argv)
             /* K_EMBED: data and fill_fn NULL -> zeros, written as a hole */
         }
         char preset_md[32], seed_md[32];
-        snprintf(preset_md, sizeof preset_md, "%s", o.pre->name);
+        snprintf(preset_md, sizeof preset_md, "%s", o.preset);
         snprintf(seed_md, sizeof seed_md, "%llu", (unsigned long long)o.seed);
         const char* md[] = { "format", "pt", "generator", TOOL, "preset", preset_md, "seed", seed_md, NULL };
         const char* path = o.sharded ? files_path[shard] : o.out;
@@ -736,9 +776,10 @@ int main(int argc, char** argv)
     if (rc == 0)
         rc = write_config(cfg_path, &o, &cfg) ? 1 : 0;
     if (rc == 0 && !o.quiet)
-        printf("wrote %s: %u tensor(s), %u layer(s) of preset %s, %s, %.1f MB of weights in %.1f s; config %s\n",
-               o.out, n, o.layers, o.pre->name, vkh2o_dtype_name(o.dtype), total_bytes / 1e6, cli_now() - t0,
-               cfg_path);
+        printf("wrote %s: %u tensor(s), %u layer(s) of preset %s%s%s, layout %s, %s, %.1f MB of weights in %.1f s; "
+               "config %s\n",
+               o.out, n, o.layers, o.preset, o.shape ? " with the values of " : "", o.shape ? o.model : "",
+               o.lay->name, vkh2o_dtype_name(o.dtype), total_bytes / 1e6, cli_now() - t0, cfg_path);
     if (rc == 0 && o.verify)
         rc = verify(&o, o.out, cfg_path, &cfg, ts, n) ? 1 : 0;
     if (rc == 0 && o.stats)

@@ -789,7 +789,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     vkh2o_buffer* hb = NULL;
     int rc = -1;
     if (vkh2o_checkpoint_open(o->weights, &ck, &err) != VKH2O_OK ||
-        vkh2o_mla_host_weights_load(ck, &cfg, o->layer, 0, &hw, &err) != VKH2O_OK) {
+        vkh2o_mla_host_weights_load(ck, &cfg, o->layer, VKH2O_LOAD_FP8_TO_BF16, &hw, &err) != VKH2O_OK) {
         fprintf(stderr, TOOL ": %s\n", err.message);
         goto done;
     }

@@ -63,8 +63,9 @@ typedef struct vkh2o_mla_layer_desc {
 /*
  * Uploads the layer's weights (q_a_proj, q_a_layernorm, q_b_proj or q_proj, kv_a_proj_with_mqa,
  * kv_a_layernorm, kv_b_proj, o_proj) and allocates the scratch for desc->max_seq_len tokens.
- * Projection weights stay in their 16-bit form (BF16/F16 words widened in the shaders) or F32;
- * the two norm weights are widened to F32. cfg and hw are only read during the call (hw may be
+ * Projection weights stay in their 16-bit form (BF16/F16 words widened in the shaders), F32, or
+ * F8_E4M3 bytes with their 128x128 block scales (decoded and scaled inside the matmul; no
+ * hardware FP8 needed); the two norm weights are widened to F32. cfg and hw are only read during the call (hw may be
  * freed afterwards). ctx must outlive the layer.
  * Results: OK, INVALID_ARGUMENT (NULL argument, config invalid, attention_bias, unknown flags,
  * max_seq_len beyond the binding limit), MISSING_TENSOR (hw lacks a weight the config needs,
@@ -83,6 +84,8 @@ VKH2O_API void vkh2o_mla_layer_destroy(vkh2o_mla_layer* layer);
 VKH2O_API uint32_t vkh2o_mla_layer_get_max_seq_len(const vkh2o_mla_layer* layer);
 VKH2O_API uint32_t vkh2o_mla_layer_get_max_decode_tokens(const vkh2o_mla_layer* layer);
 VKH2O_API const vkh2o_mla_config* vkh2o_mla_layer_get_config(const vkh2o_mla_layer* layer);
+/* Device bytes the layer's weights take (with row padding and FP8 block scales). */
+VKH2O_API uint64_t vkh2o_mla_layer_get_weight_bytes(const vkh2o_mla_layer* layer);
 
 /*
  * Buffers of one forward (all f32, row-major, from byte offsets that are multiples of 256, the

@@ -12,14 +12,19 @@
  *   0 WG          local_size_x
  *   1 TM          output rows (m) per invocation
  *   2 TN          output columns (n) per invocation (a multiple of 8)
- *   3 WDTYPE      weight words: 0 F32, 1 BF16 pairs, 2 F16 pairs
+ *   3 WDTYPE      weight words: 0 F32, 1 BF16 pairs, 2 F16 pairs, 3 F8_E4M3 quadruples with
+ *                 128x128 block scales (decoded here: no hardware FP8 needed)
  *   4 TRANSPOSED  0: chunk rows are outputs n (W[N,K]); 1: rows are k (W[K,N])
  *   5 XVEC        1: X rows start on 16 bytes (x_stride, x_batch_stride multiples of 4 and a
  *                 16-byte aligned binding), so X is read as vec4
  *
  * Weights (vkh2o_dev_weight): row_stride is a multiple of 8 elements for 16-bit and 4 for F32,
  * so every row starts on 16 bytes; the pad elements are zero. 16-bit element e of the chunk is
- * half (e & 1) (low half first) of word e / 2.
+ * half (e & 1) (low half first) of word e / 2. F8_E4M3 rows are multiples of 16 bytes; element e
+ * is byte (e & 3) of word e / 4, and its value is e4m3(byte) x the F32 scale at word
+ * s_word + ((row + s_shift) >> 7) * s_cols + (column >> 7) of the same chunk (the scales of the
+ * block rows the chunk's rows meet follow its weight rows; s_shift is the chunk's first row
+ * mod 128).
  *
  * Grid: x covers [n_base, n_base + groups_x * WG * TN), y covers M in steps of TM, z = batch.
  * Batch z uses chunk rows w_row0 + z * w_batch_rows + [0, N or K); rows outside
@@ -35,7 +40,7 @@ layout(constant_id = 3) const uint WDTYPE = 1;
 layout(constant_id = 4) const uint TRANSPOSED = 0;
 layout(constant_id = 5) const uint XVEC = 0;
 
-/* elements per uvec4 of weights */
+/* weights widened per load: one uvec4 of F32 or 16-bit words, half a uvec4 of FP8 */
 const uint KV = WDTYPE == 0u ? 4u : 8u;
 
 layout(set = 0, binding = 2) buffer YBuf { float y[]; };   /* read back only when accumulating */
@@ -51,6 +56,7 @@ layout(push_constant) uniform Push {
     uint n_base;
     uint accumulate;
     float alpha;
+    uint s_word, s_cols, s_shift;   /* FP8 block scales (see above) */
 } p;
 
 /* The operand loads, defined by the including shader after this file: storage buffers
@@ -68,10 +74,27 @@ vec2 widen2(uint word)
     return unpackHalf2x16(word);
 }
 
-/* element e of the chunk, widened */
+/* OCP E4M3FN: sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal
+ * (m x 2^-9). Normal values map onto F32 bits by moving the 7 magnitude bits up 20 places and
+ * rebiasing the exponent by 120. 0x7f / 0xff (NaN) are refused when weights load. */
+float e4m3(uint b)
+{
+    const uint em = b & 0x7fu;
+    const float mag = em >= 8u ? uintBitsToFloat((em << 20) + 0x3c000000u) : float(em) * 0.001953125;
+    return (b & 0x80u) != 0u ? -mag : mag;
+}
+
+/* the block scale of chunk row r, column c */
+float fp8_scale(uint r, uint c)
+{
+    return uintBitsToFloat(w_word(p.s_word + ((r + p.s_shift) >> 7) * p.s_cols + (c >> 7)));
+}
+
+/* element e of the chunk, widened (FP8: before its scale) */
 float weight_at(uint e)
 {
     if (WDTYPE == 0u) return uintBitsToFloat(w_word(e));
+    if (WDTYPE == 3u) return e4m3((w_word(e >> 2) >> (8u * (e & 3u))) & 0xffu);
     const uint word = w_word(e >> 1);
     const uint h = (e & 1u) != 0u ? word >> 16 : word & 0xffffu;
     if (WDTYPE == 1u) return uintBitsToFloat(h << 16);
@@ -89,6 +112,21 @@ void widen8(uvec4 q, out float v[8])
         vec2 a = widen2(q.x), b = widen2(q.y), c = widen2(q.z), d = widen2(q.w);
         v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
         v[4] = c.x; v[5] = c.y; v[6] = d.x; v[7] = d.y;
+    }
+}
+
+/* weights e .. e+KV of the chunk (e a multiple of KV), widened (FP8: before their scale) */
+void load_w(uint e, out float v[8])
+{
+    if (WDTYPE == 3u) {
+        const uvec4 q = w_vec(e >> 4);
+        const uvec2 h = (e & 8u) != 0u ? q.zw : q.xy;
+        for (uint t = 0; t < 4u; t++) {
+            v[t] = e4m3((h.x >> (8u * t)) & 0xffu);
+            v[4u + t] = e4m3((h.y >> (8u * t)) & 0xffu);
+        }
+    } else {
+        widen8(w_vec(e / KV), v);
     }
 }
 
@@ -136,16 +174,23 @@ void main()
 
     if (TRANSPOSED == 0u) {
         /* rows n: out-of-range columns read a valid row and are dropped at the store */
-        uint wrow[TN];
+        uint wrow[TN], wr[TN];
         for (uint j = 0; j < TN; j++) {
             const uint n = clamp(n0 + j, n_lo, n_hi - 1u);
-            wrow[j] = uint(rb + int(n)) * p.w_stride;
+            wr[j] = uint(rb + int(n));
+            wrow[j] = wr[j] * p.w_stride;
         }
         const uint kmain = p.K - p.K % KV;
+        float sc[TN];   /* FP8: the scales of the current 128-column block (k starts at 0) */
         for (uint k = 0; k < kmain; k += KV) {
+            if (WDTYPE == 3u && (k & 127u) == 0u)
+                for (uint j = 0; j < TN; j++) sc[j] = fp8_scale(wr[j], k);
             float wv[TN][8];
-            for (uint j = 0; j < TN; j++)
-                widen8(w_vec((wrow[j] + k) / KV), wv[j]);
+            for (uint j = 0; j < TN; j++) {
+                load_w(wrow[j] + k, wv[j]);
+                if (WDTYPE == 3u)
+                    for (uint t = 0; t < 8u; t++) wv[j][t] *= sc[j];
+            }
             for (uint i = 0; i < TM; i++) {
                 float xv[8];
                 load_x(xrow[i], k, xv);
@@ -158,7 +203,8 @@ void main()
         }
         for (uint k = kmain; k < p.K; k++) {
             float wv[TN];
-            for (uint j = 0; j < TN; j++) wv[j] = weight_at(wrow[j] + k);
+            for (uint j = 0; j < TN; j++)
+                wv[j] = WDTYPE == 3u ? weight_at(wrow[j] + k) * fp8_scale(wr[j], k) : weight_at(wrow[j] + k);
             for (uint i = 0; i < TM; i++) {
                 const float xv = x_at(xrow[i] + k);
                 for (uint j = 0; j < TN; j++) acc[i][j] = fma(xv, wv[j], acc[i][j]);
@@ -169,12 +215,13 @@ void main()
          * N are clamped to the row's last group and dropped at the store */
         const uint glast = ((p.N - 1u) / KV) * KV;
         for (uint k = lo; k < hi; k++) {
-            const uint rowbase = uint(rb + int(k)) * p.w_stride;
+            const uint rowk = uint(rb + int(k)), rowbase = rowk * p.w_stride;
             float wv[TN];
             for (uint j = 0; j < TN; j += KV) {
                 float v[8];
-                widen8(w_vec((rowbase + min(n0 + j, glast)) / KV), v);
-                for (uint t = 0; t < KV; t++) wv[j + t] = v[t];
+                load_w(rowbase + min(n0 + j, glast), v);
+                const float s = WDTYPE == 3u ? fp8_scale(rowk, min(n0 + j, glast)) : 1.0;
+                for (uint t = 0; t < KV; t++) wv[j + t] = WDTYPE == 3u ? v[t] * s : v[t];
             }
             for (uint i = 0; i < TM; i++) {
                 const float xv = x_at(xrow[i] + k);

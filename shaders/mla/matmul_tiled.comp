@@ -10,7 +10,8 @@
  *   0 WG          local_size_x (= WG_M * WG_N)
  *   1 TM          output rows per invocation
  *   2 TN          output columns per invocation
- *   3 WDTYPE      weight words: 0 F32, 1 BF16 pairs, 2 F16 pairs
+ *   3 WDTYPE      weight words: 0 F32, 1 BF16 pairs, 2 F16 pairs, 3 F8_E4M3 with block
+ *                 scales (matmul_common.glsl describes the layout)
  *   4 TRANSPOSED  0: chunk rows are outputs n (W[N,K]); 1: rows are k (W[K,N])
  *   5 WG_M        invocations along m (WG_N = WG / WG_M)
  *   6 BK          k depth of a tile (even)
@@ -43,6 +44,7 @@ layout(push_constant) uniform Push {
     uint n_base;
     uint accumulate;
     float alpha;
+    uint s_word, s_cols, s_shift;
 } p;
 
 shared float xs[BK * BM];   /* [k][m] */
@@ -52,6 +54,21 @@ vec2 widen2(uint word)
 {
     if (WDTYPE == 1u) return vec2(uintBitsToFloat(word << 16), uintBitsToFloat(word & 0xffff0000u));
     return unpackHalf2x16(word);
+}
+
+float e4m3(uint b)   /* as in matmul_common.glsl */
+{
+    const uint em = b & 0x7fu;
+    const float mag = em >= 8u ? uintBitsToFloat((em << 20) + 0x3c000000u) : float(em) * 0.001953125;
+    return (b & 0x80u) != 0u ? -mag : mag;
+}
+
+/* F32 element e of the chunk, or FP8 element e of chunk row r, column c times its scale */
+float wscalar(uint e, uint r, uint c)
+{
+    if (WDTYPE == 0u) return uintBitsToFloat(w[e]);
+    const float s = uintBitsToFloat(w[p.s_word + ((r + p.s_shift) >> 7) * p.s_cols + (c >> 7)]);
+    return e4m3((w[e >> 2] >> (8u * (e & 3u))) & 0xffu) * s;
 }
 
 void main()
@@ -87,11 +104,12 @@ void main()
         }
         /* W tile: BN columns x BK, along the stored rows */
         if (TRANSPOSED == 0u) {
-            if (WDTYPE == 0u) {
+            if (WDTYPE == 0u || WDTYPE == 3u) {
                 for (uint e = tid; e < BN * BK; e += WG) {
                     const uint n = nb + e / BK, k = kt + e % BK;
                     const bool ok = n >= n_lo && n < n_hi && k < k_hi;
-                    ws[(e % BK) * BN + e / BK] = ok ? uintBitsToFloat(w[uint(rb + int(n)) * p.w_stride + k]) : 0.0;
+                    const uint r = uint(rb + int(n));
+                    ws[(e % BK) * BN + e / BK] = ok ? wscalar(r * p.w_stride + k, r, k) : 0.0;
                 }
             } else {
                 /* kt is even (k_lo = 0, BK even): word kw holds k = kt + 2kw, +1; the pad
@@ -107,11 +125,12 @@ void main()
                 }
             }
         } else {
-            if (WDTYPE == 0u) {
+            if (WDTYPE == 0u || WDTYPE == 3u) {
                 for (uint e = tid; e < BN * BK; e += WG) {
                     const uint n = nb + e % BN, k = kt + e / BN;
                     const bool ok = n < p.N && k < k_hi;
-                    ws[e] = ok ? uintBitsToFloat(w[uint(rb + int(k)) * p.w_stride + n]) : 0.0;
+                    const uint r = uint(rb + int(k));
+                    ws[e] = ok ? wscalar(r * p.w_stride + n, r, n) : 0.0;
                 }
             } else {
                 /* nb is even (BN even): word pairs (n, n+1) along the row; the pad is zero */

@@ -378,8 +378,8 @@ static const vkh2o_mla_weight needed_lora[] = { VKH2O_W_Q_A_PROJ, VKH2O_W_Q_A_LA
 static const vkh2o_mla_weight needed_plain[] = { VKH2O_W_Q_PROJ, VKH2O_W_KV_A_PROJ, VKH2O_W_KV_A_LAYERNORM,
                                                  VKH2O_W_KV_B_PROJ, VKH2O_W_O_PROJ };
 
-static vkh2o_result check_weight(vkh2o_context* ctx, const vkh2o_tensor_view* v, vkh2o_mla_weight w, uint64_t r,
-                                 uint64_t c)
+static vkh2o_result check_weight(vkh2o_context* ctx, const vkh2o_tensor_view* v, const vkh2o_tensor_view* scale,
+                                 vkh2o_mla_weight w, uint64_t r, uint64_t c)
 {
     const char* name = vkh2o_mla_weight_short_name(w);
     if (!v || !v->data)
@@ -388,9 +388,11 @@ static vkh2o_result check_weight(vkh2o_context* ctx, const vkh2o_tensor_view* v,
     if (!ok)
         return vkh2o_fail(ctx, VKH2O_ERROR_SHAPE, "mla layer: weight %s (%s) has the wrong shape for the config", name,
                           v->file ? v->file : "?");
-    if (v->dtype != VKH2O_DTYPE_F32 && v->dtype != VKH2O_DTYPE_F16 && v->dtype != VKH2O_DTYPE_BF16)
-        return vkh2o_fail(ctx, VKH2O_ERROR_DTYPE, "mla layer: weight %s has dtype %s (F32, F16 or BF16 supported)", name,
-                          vkh2o_dtype_name(v->dtype));
+    if (v->dtype != VKH2O_DTYPE_F32 && v->dtype != VKH2O_DTYPE_F16 && v->dtype != VKH2O_DTYPE_BF16 &&
+        !(v->dtype == VKH2O_DTYPE_F8_E4M3 && c && scale && scale->data))
+        return vkh2o_fail(ctx, VKH2O_ERROR_DTYPE,
+                          "mla layer: weight %s has dtype %s (F32, F16, BF16, or F8_E4M3 projections with block scales)",
+                          name, vkh2o_dtype_name(v->dtype));
     return VKH2O_OK;
 }
 
@@ -428,7 +430,8 @@ vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* 
     const vkh2o_mla_weight* need = lq ? needed_lora : needed_plain;
     size_t nneed = lq ? sizeof needed_lora / sizeof *needed_lora : sizeof needed_plain / sizeof *needed_plain;
     for (size_t i = 0; i < nneed; i++)
-        VKH2O_CHECK(check_weight(ctx, vkh2o_mla_host_weights_get_view(hw, need[i]), need[i], shapes[need[i]][0], shapes[need[i]][1]));
+        VKH2O_CHECK(check_weight(ctx, vkh2o_mla_host_weights_get_view(hw, need[i]), vkh2o_mla_host_weights_get_scale(hw, need[i]),
+                                 need[i], shapes[need[i]][0], shapes[need[i]][1]));
 
     vkh2o_attn_tuning tune = vkh2o_attn_tuning_default(ctx);
     uint64_t range = vkh2o_context_get_caps(ctx)->max_storage_buffer_range;
@@ -462,7 +465,11 @@ vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* 
     for (size_t i = 0; i < nneed && r == VKH2O_OK; i++) {
         const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, need[i]);
         bool norm = need[i] == VKH2O_W_Q_A_LAYERNORM || need[i] == VKH2O_W_KV_A_LAYERNORM;
-        r = norm ? vkh2o_weight_upload_f32(ctx, v, &L->w[need[i]]) : vkh2o_weight_upload(ctx, v, &L->w[need[i]]);
+        /* FP8 stays FP8 on the device: bytes and block scales, dequantised inside the matmul */
+        if (v->dtype == VKH2O_DTYPE_F8_E4M3)
+            r = vkh2o_weight_upload_fp8(ctx, v, vkh2o_mla_host_weights_get_scale(hw, need[i]), 0, &L->w[need[i]]);
+        else
+            r = norm ? vkh2o_weight_upload_f32(ctx, v, &L->w[need[i]]) : vkh2o_weight_upload(ctx, v, &L->w[need[i]]);
     }
     const uint64_t S = max_seq;
     if (r == VKH2O_OK && lq)
@@ -566,6 +573,13 @@ vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(const vkh2o_mla_layer* L)
                                     .max_obs = L->max_obs,
                                     .hidden = L->dec_hidden, .out = L->dec_out,
                                     .max_decode = L->max_decode };
+}
+
+uint64_t vkh2o_mla_layer_get_weight_bytes(const vkh2o_mla_layer* L)
+{
+    uint64_t b = 0;
+    for (int i = 0; L && i < VKH2O_W_COUNT; i++) b += vkh2o_weight_get_device_bytes(&L->w[i]);
+    return b;
 }
 const vkh2o_mla_state* vkh2o_mla_layer_state(const vkh2o_mla_layer* L) { return &L->st; }
 

@@ -42,6 +42,7 @@ struct matmul_push {
     uint32_t n_base;
     uint32_t accumulate;
     float alpha;
+    uint32_t s_word, s_cols, s_shift;   /* FP8 block scales of the chunk (matmul_common.glsl) */
 };
 _Static_assert(sizeof(struct matmul_push) <= VKH2O_PUSH_MAX, "matmul push constants too large");
 
@@ -53,6 +54,23 @@ _Static_assert(sizeof(struct matmul_push) <= VKH2O_PUSH_MAX, "matmul push consta
 #define UPLOAD_SLAB_BYTES (16u << 20)
 
 static bool is_16bit(vkh2o_dtype dt) { return dt == VKH2O_DTYPE_BF16 || dt == VKH2O_DTYPE_F16; }
+
+#define FP8_BLOCK 128u
+
+/* Scale rows of the chunk holding weight rows [first, first + n). */
+static uint32_t chunk_scale_rows(uint32_t first, uint32_t n)
+{
+    return (first + n - 1) / FP8_BLOCK - first / FP8_BLOCK + 1;
+}
+
+/* Bytes of a chunk of n weight rows from row `first`: the rows, then (FP8) its F32 scales. */
+static uint64_t chunk_bytes(const vkh2o_dev_weight* w, uint32_t first, uint32_t n)
+{
+    const uint64_t rows = (uint64_t)n * w->row_stride * vkh2o_dtype_size(w->dtype);
+    if (w->dtype != VKH2O_DTYPE_F8_E4M3) return rows;
+    /* whole 16-byte texels: the texel path views the whole chunk */
+    return (rows + (uint64_t)chunk_scale_rows(first, n) * w->scale_cols * 4u + 15u) & ~(uint64_t)15;
+}
 
 static uint64_t env_binding_limit(void)
 {
@@ -90,16 +108,41 @@ static vkh2o_result upload_rows(vkh2o_context* ctx, const vkh2o_tensor_view* v, 
     return vkh2o_buffer_upload(buf, dst_off, t, (uint64_t)n * dst_row);
 }
 
-vkh2o_result vkh2o_weight_upload_limit(vkh2o_context* ctx, const vkh2o_tensor_view* v,
-                                       uint64_t max_binding_bytes, vkh2o_dev_weight* out)
+/* The F32 scales of rows [first, first + n) of an FP8 weight after its rows in the chunk. */
+static vkh2o_result upload_scales(vkh2o_context* ctx, const vkh2o_tensor_view* s, const vkh2o_dev_weight* w,
+                                  vkh2o_buffer* buf, uint32_t first, uint32_t n)
+{
+    const uint32_t r0 = first / FP8_BLOCK, nr = chunk_scale_rows(first, n), sc = w->scale_cols;
+    float* f = malloc((size_t)nr * sc * sizeof(float));
+    if (!f) return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "weight scales: staging copy");
+    for (uint64_t i = 0; i < (uint64_t)nr * sc; i++) f[i] = vkh2o_load_elem(s->dtype, s->data, (uint64_t)r0 * sc + i);
+    vkh2o_result r = vkh2o_buffer_upload(buf, (uint64_t)n * w->row_stride, f, (uint64_t)nr * sc * sizeof(float));
+    free(f);
+    return r;
+}
+
+static vkh2o_result upload_impl(vkh2o_context* ctx, const vkh2o_tensor_view* v, const vkh2o_tensor_view* scale,
+                                uint64_t max_binding_bytes, vkh2o_dev_weight* out)
 {
     if (out) memset(out, 0, sizeof *out);
     if (!ctx || !v || !out)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_weight_upload: NULL argument");
     const char* name = v->name ? v->name : "(unnamed)";
-    if (v->dtype != VKH2O_DTYPE_F32 && !is_16bit(v->dtype))
-        return vkh2o_fail(ctx, VKH2O_ERROR_DTYPE, "weight %s: dtype %s is not F32, F16 or BF16",
+    const bool fp8 = v->dtype == VKH2O_DTYPE_F8_E4M3;
+    if (v->dtype != VKH2O_DTYPE_F32 && !is_16bit(v->dtype) && !(fp8 && scale))
+        return vkh2o_fail(ctx, VKH2O_ERROR_DTYPE, "weight %s: dtype %s is not F32, F16, BF16 or F8_E4M3 with block scales",
                           name, vkh2o_dtype_name(v->dtype));
+    if (fp8 && v->ndim != 2)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "weight %s: F8_E4M3 needs 2 dimensions", name);
+    if (fp8) {
+        const uint64_t want[2] = { (v->shape[0] + FP8_BLOCK - 1) / FP8_BLOCK, (v->shape[1] + FP8_BLOCK - 1) / FP8_BLOCK };
+        const vkh2o_dtype sd = scale->dtype;
+        if (scale->ndim != 2 || scale->shape[0] != want[0] || scale->shape[1] != want[1] || !scale->data ||
+            (sd != VKH2O_DTYPE_F32 && !is_16bit(sd)) || scale->nbytes < want[0] * want[1] * vkh2o_dtype_size(sd))
+            return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                              "weight %s: block scales must be F32/BF16/F16 [%llu, %llu] (128x128 blocks)", name,
+                              (unsigned long long)want[0], (unsigned long long)want[1]);
+    }
     if (v->ndim != 1 && v->ndim != 2)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "weight %s: %u dimensions, expected 1 or 2",
                           name, v->ndim);
@@ -115,15 +158,19 @@ vkh2o_result vkh2o_weight_upload_limit(vkh2o_context* ctx, const vkh2o_tensor_vi
 
     vkh2o_dev_weight w = { .dtype = v->dtype, .rows = (uint32_t)rows, .cols = (uint32_t)cols };
     /* rows start on 16 bytes: the matmul reads weights as uvec4 */
-    w.row_stride = is_16bit(v->dtype) ? (uint32_t)((cols + 7) & ~(uint64_t)7) : (uint32_t)((cols + 3) & ~(uint64_t)3);
+    const uint64_t align = 16u / es;
+    w.row_stride = (uint32_t)((cols + align - 1) & ~(align - 1));
+    w.scale_cols = fp8 ? (uint32_t)((cols + FP8_BLOCK - 1) / FP8_BLOCK) : 0;
     const uint64_t row_bytes = (uint64_t)w.row_stride * es;
     uint64_t limit = vkh2o_context_get_caps(ctx)->max_storage_buffer_range;
     if (max_binding_bytes && max_binding_bytes < limit) limit = max_binding_bytes;
-    if (row_bytes > limit)
+    if (chunk_bytes(&w, 0, 1) > limit)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "weight %s: one row (%llu bytes) exceeds the binding limit %llu",
-                          name, (unsigned long long)row_bytes, (unsigned long long)limit);
+                          name, (unsigned long long)chunk_bytes(&w, 0, 1), (unsigned long long)limit);
     uint64_t rpc = limit / row_bytes;
     if (rpc > rows) rpc = rows;
+    /* FP8: room for the scales too, wherever the chunk starts */
+    while (fp8 && rpc > 1 && chunk_bytes(&w, FP8_BLOCK - 1, (uint32_t)rpc) > limit) rpc--;
     const uint64_t nchunks = (rows + rpc - 1) / rpc;
     if (nchunks > VKH2O_WEIGHT_MAX_CHUNKS)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
@@ -146,11 +193,12 @@ vkh2o_result vkh2o_weight_upload_limit(vkh2o_context* ctx, const vkh2o_tensor_vi
     for (uint32_t c = 0; c < w.nchunks && r == VKH2O_OK; c++) {
         const uint32_t first = c * w.rows_per_chunk;
         const uint32_t n = (uint32_t)(rows - first < rpc ? rows - first : rpc);
-        r = vkh2o_buffer_create(ctx, (uint64_t)n * row_bytes, &w.chunk[c]);
+        r = vkh2o_buffer_create(ctx, chunk_bytes(&w, first, n), &w.chunk[c]);
         for (uint32_t r0 = first; r == VKH2O_OK && r0 < first + n; r0 += slab_rows) {
             const uint32_t cnt = first + n - r0 < slab_rows ? first + n - r0 : slab_rows;
             r = upload_rows(ctx, v, &w, w.chunk[c], first, r0, cnt, tmp);
         }
+        if (r == VKH2O_OK && fp8) r = upload_scales(ctx, scale, &w, w.chunk[c], first, n);
     }
     free(tmp);
     if (r != VKH2O_OK) {
@@ -161,9 +209,32 @@ vkh2o_result vkh2o_weight_upload_limit(vkh2o_context* ctx, const vkh2o_tensor_vi
     return VKH2O_OK;
 }
 
+vkh2o_result vkh2o_weight_upload_limit(vkh2o_context* ctx, const vkh2o_tensor_view* v,
+                                       uint64_t max_binding_bytes, vkh2o_dev_weight* out)
+{
+    return upload_impl(ctx, v, NULL, max_binding_bytes, out);
+}
+
 vkh2o_result vkh2o_weight_upload(vkh2o_context* ctx, const vkh2o_tensor_view* v, vkh2o_dev_weight* out)
 {
-    return vkh2o_weight_upload_limit(ctx, v, env_binding_limit(), out);
+    return upload_impl(ctx, v, NULL, env_binding_limit(), out);
+}
+
+vkh2o_result vkh2o_weight_upload_fp8(vkh2o_context* ctx, const vkh2o_tensor_view* v, const vkh2o_tensor_view* scale,
+                                     uint64_t max_binding_bytes, vkh2o_dev_weight* out)
+{
+    if (!scale) {
+        if (out) memset(out, 0, sizeof *out);
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_weight_upload_fp8: NULL scale");
+    }
+    return upload_impl(ctx, v, scale, max_binding_bytes ? max_binding_bytes : env_binding_limit(), out);
+}
+
+uint64_t vkh2o_weight_get_device_bytes(const vkh2o_dev_weight* w)
+{
+    uint64_t b = 0;
+    for (uint32_t c = 0; w && c < w->nchunks; c++) b += vkh2o_buffer_get_size(w->chunk[c]);
+    return b;
 }
 
 vkh2o_result vkh2o_weight_upload_f32(vkh2o_context* ctx, const vkh2o_tensor_view* v, vkh2o_dev_weight* out)
@@ -303,7 +374,10 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
                           caps->max_texel_buffer_elements);
     matmul_plan pl;
     plan_matmul(caps, M, path, &pl);
-    pl.spec[MATMUL_SPEC_WDTYPE] = w->dtype == VKH2O_DTYPE_F32 ? 0 : w->dtype == VKH2O_DTYPE_BF16 ? 1 : 2;
+    pl.spec[MATMUL_SPEC_WDTYPE] = w->dtype == VKH2O_DTYPE_F32    ? 0
+                                  : w->dtype == VKH2O_DTYPE_BF16 ? 1
+                                  : w->dtype == VKH2O_DTYPE_F16  ? 2
+                                                                 : 3;
     pl.spec[MATMUL_SPEC_TRANSPOSED] = a->w_transposed ? 1 : 0;
     const bool texel = path == VKH2O_MATMUL_PATH_TEXEL;
     /* X through texels: a view of the buffer from x.offset to its end (one cached view per
@@ -352,6 +426,9 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
         const int64_t crows = (int64_t)w->rows - first < w->rows_per_chunk ? (int64_t)w->rows - first
                                                                             : (int64_t)w->rows_per_chunk;
         pc.w_row0 = (int32_t)((int64_t)a->w_row_offset - first);
+        pc.s_word = (uint32_t)((uint64_t)crows * w->row_stride / 4u);   /* FP8: rows are whole words */
+        pc.s_cols = w->scale_cols;
+        pc.s_shift = (uint32_t)(first % FP8_BLOCK);
         for (int64_t s0 = 0; s0 < crows; s0 += seg) {
             const int64_t s1 = crows - s0 < seg ? crows : s0 + seg;
             /* does any batch's row range [r, r + used_rows) meet the chunk rows [s0, s1)? */

@@ -8,7 +8,8 @@
 #define VKH2O_WEIGHT_MAX_CHUNKS 16u
 
 /* A weight matrix on the device, nn.Linear layout W[N][K] (row n = output n), in its 16-bit
- * form (BF16 or F16 words, widened in the shader) or F32. Stored in one or more VkBuffers so
+ * form (BF16 or F16 words, widened in the shader), F32, or F8_E4M3 bytes with their 128x128
+ * block scales (decoded and scaled in the shader). Stored in one or more VkBuffers so
  * that any binding stays <= maxStorageBufferRange (rows are split into chunks).
  *
  * Layout of a chunk: rows [c * rows_per_chunk, min(rows, (c+1) * rows_per_chunk)) of the
@@ -16,7 +17,9 @@
  * multiple of 8 for 16-bit dtypes and of 4 for F32, so every row starts on 16 bytes (the
  * matmul reads uvec4); pad elements are zero. 16-bit element (r, k) of a chunk is half
  * (k & 1) (low half first) of uint word (r * row_stride + k) / 2. A 1-D tensor (norm
- * weights) is one row of cols elements. */
+ * weights) is one row of cols elements. F8_E4M3: row_stride is a multiple of 16 bytes; after a
+ * chunk's rows come the F32 block scales of every 128-row block its rows meet, scale_cols per
+ * block row (so a chunk's scale rows start at its first row / 128). */
 typedef struct vkh2o_dev_weight {
     vkh2o_dtype dtype;              /* F32, F16 or BF16 */
     uint32_t rows, cols;
@@ -24,6 +27,7 @@ typedef struct vkh2o_dev_weight {
     uint32_t rows_per_chunk;
     vkh2o_buffer* chunk[VKH2O_WEIGHT_MAX_CHUNKS];
     uint32_t row_stride;            /* elements between rows in a chunk (>= cols, 16 bytes multiple) */
+    uint32_t scale_cols;            /* F8_E4M3: ceil(cols / 128) block scales per block row */
 } vkh2o_dev_weight;
 
 /* Uploads a 2-D (or 1-D) BF16/F16/F32 tensor as is (no widening). Rows are chunked so that a
@@ -36,6 +40,14 @@ vkh2o_result vkh2o_weight_upload(vkh2o_context* ctx, const vkh2o_tensor_view* v,
 /* Same, with an explicit binding limit in bytes (0 = the device's); the env var is ignored. */
 vkh2o_result vkh2o_weight_upload_limit(vkh2o_context* ctx, const vkh2o_tensor_view* v,
                                        uint64_t max_binding_bytes, vkh2o_dev_weight* out);
+/* An F8_E4M3 [rows, cols] tensor and its block scales ([ceil(rows/128), ceil(cols/128)],
+ * F32/BF16/F16; stored as F32), kept FP8 on the device. max_binding_bytes 0: the device's
+ * limit (or VKH2O_MAX_BINDING_BYTES). Same results as vkh2o_weight_upload, INVALID_ARGUMENT
+ * for a scale tensor of the wrong shape or dtype. */
+vkh2o_result vkh2o_weight_upload_fp8(vkh2o_context* ctx, const vkh2o_tensor_view* v, const vkh2o_tensor_view* scale,
+                                     uint64_t max_binding_bytes, vkh2o_dev_weight* out);
+/* Device bytes the weight's chunks take. */
+uint64_t vkh2o_weight_get_device_bytes(const vkh2o_dev_weight* w);
 /* Widens any F32/F16/BF16 tensor to F32 on the host and uploads it (norm weights, biases,
  * absorbed products). Same results. */
 vkh2o_result vkh2o_weight_upload_f32(vkh2o_context* ctx, const vkh2o_tensor_view* v, vkh2o_dev_weight* out);

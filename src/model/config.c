@@ -4,10 +4,13 @@
 #include "model_internal.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CONFIG_MAX_BYTES (16u << 20)
 /* Dimension limits: generous for any real MLA model, small enough that every product the
@@ -15,29 +18,81 @@
 #define MAX_DIM 65536u
 #define MAX_HEADS 1024u
 
-void vkh2o_mla_config_kimi_k26(vkh2o_mla_config* cfg)
+/* The published text-model configs, one source for the library, vkh2o-mkshard and the demo.
+ * Every preset shares the DeepSeek-V3 MLA shapes except num_heads; what differs is noted.
+ * Sources (see docs/HACKING.md, "Presets"): the models' config.json on Hugging Face as
+ * transcribed by vLLM's Kimi-K2.5 kernels and tests, NVIDIA's Megatron configs and the model
+ * cards. max_position_embeddings is not stored: each preset's equals
+ * original_max_position_embeddings x factor (262144, 131072, 262144, 163840). */
+typedef struct preset {
+    const char* name;
+    const char* title;
+    uint32_t heads;
+    float theta, factor, beta_fast, beta_slow, eps;
+} preset;
+
+static const preset presets[] = {
+    /* text_config of KimiK25ForConditionalGeneration (model_type kimi_k25 / kimi_k2) */
+    { "kimi-k2.6", "Kimi K2.6", 64, 50000.0f, 64.0f, 32.0f, 1.0f, 1e-5f },
+    { "kimi-k2-instruct", "Kimi K2-Instruct", 64, 50000.0f, 32.0f, 1.0f, 1.0f, 1e-6f },
+    { "kimi-k2-thinking", "Kimi K2-Thinking", 64, 50000.0f, 64.0f, 1.0f, 1.0f, 1e-6f },
+    { "deepseek-v3", "DeepSeek-V3", 128, 10000.0f, 40.0f, 32.0f, 1.0f, 1e-6f },
+};
+#define NPRESETS (sizeof presets / sizeof presets[0])
+
+static void fill_preset(const preset* p, vkh2o_mla_config* cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->num_layers = 61;
     cfg->hidden_size = 7168;
-    cfg->num_heads = 64;
+    cfg->num_heads = p->heads;
     cfg->q_lora_rank = 1536;
     cfg->kv_lora_rank = 512;
     cfg->qk_nope_head_dim = 128;
     cfg->qk_rope_head_dim = 64;
     cfg->v_head_dim = 128;
-    cfg->rope_theta = 50000.0f;
+    cfg->rope_theta = p->theta;
     cfg->rope_scaling = VKH2O_ROPE_YARN;
-    cfg->yarn_factor = 32.0f;
+    cfg->yarn_factor = p->factor;
     cfg->original_max_position_embeddings = 4096;
-    cfg->beta_fast = 1.0f;
-    cfg->beta_slow = 1.0f;
+    cfg->beta_fast = p->beta_fast;
+    cfg->beta_slow = p->beta_slow;
     cfg->mscale = 1.0f;
     cfg->mscale_all_dim = 1.0f;
     cfg->rope_interleave = true;
-    /* DeepSeek-V3's and Kimi K2's config.json say 1e-6 (the same value the q/kv norms use). */
-    cfg->rms_norm_eps = 1e-6f;
+    cfg->rms_norm_eps = p->eps;
     cfg->attention_bias = false;
+}
+
+void vkh2o_mla_config_kimi_k26(vkh2o_mla_config* cfg)
+{
+    fill_preset(&presets[0], cfg);
+}
+
+const char* vkh2o_mla_config_preset_name(uint32_t i)
+{
+    return i < NPRESETS ? presets[i].name : NULL;
+}
+
+const char* vkh2o_mla_config_preset_title(uint32_t i)
+{
+    return i < NPRESETS ? presets[i].title : NULL;
+}
+
+vkh2o_result vkh2o_mla_config_preset(const char* name, vkh2o_mla_config* cfg, vkh2o_error* err)
+{
+    if (!name || !cfg)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_config_preset: NULL argument");
+    for (uint32_t i = 0; i < NPRESETS; i++) {
+        if (!strcmp(name, presets[i].name)) {
+            fill_preset(&presets[i], cfg);
+            return VKH2O_OK;
+        }
+    }
+    char list[256] = "";
+    for (uint32_t i = 0; i < NPRESETS; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", presets[i].name);
+    return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "config preset '%s' is not one of %s", name, list);
 }
 
 uint32_t vkh2o_mla_qk_head_dim(const vkh2o_mla_config* cfg)
@@ -61,6 +116,30 @@ float vkh2o_mla_softmax_scale(const vkh2o_mla_config* cfg)
     return (float)s;
 }
 
+/* HF find_correction_range with truncate=True */
+static void correction_range(const vkh2o_mla_config* cfg, double* low, double* high)
+{
+    const double dim = cfg->qk_rope_head_dim, base = cfg->rope_theta;
+    const double two_pi = 2.0 * 3.14159265358979323846;
+    const double omp = cfg->original_max_position_embeddings;
+    double corr_fast = dim * log(omp / (cfg->beta_fast * two_pi)) / (2.0 * log(base));
+    double corr_slow = dim * log(omp / (cfg->beta_slow * two_pi)) / (2.0 * log(base));
+    double lo = floor(corr_fast), hi = ceil(corr_slow);
+    *low = lo < 0.0 ? 0.0 : lo;
+    *high = hi > dim - 1.0 ? dim - 1.0 : hi;
+}
+
+void vkh2o_mla_yarn_correction_range(const vkh2o_mla_config* cfg, uint32_t* low, uint32_t* high)
+{
+    double lo = 0.0, hi = 0.0;
+    if (cfg->rope_scaling == VKH2O_ROPE_YARN)
+        correction_range(cfg, &lo, &hi);
+    if (low)
+        *low = (uint32_t)lo;
+    if (high)
+        *high = (uint32_t)hi;
+}
+
 void vkh2o_mla_rope_params(const vkh2o_mla_config* cfg, float* inv_freq, float* attention_factor)
 {
     const uint32_t dim = cfg->qk_rope_head_dim, half = dim / 2;
@@ -78,16 +157,8 @@ void vkh2o_mla_rope_params(const vkh2o_mla_config* cfg, float* inv_freq, float* 
         af = yarn_mscale(factor, cfg->mscale) / yarn_mscale(factor, cfg->mscale_all_dim);
     else
         af = yarn_mscale(factor, 1.0);
-    /* find_correction_range with truncate=True */
-    const double two_pi = 2.0 * 3.14159265358979323846;
-    const double omp = cfg->original_max_position_embeddings;
-    double corr_fast = dim * log(omp / (cfg->beta_fast * two_pi)) / (2.0 * log(base));
-    double corr_slow = dim * log(omp / (cfg->beta_slow * two_pi)) / (2.0 * log(base));
-    double low = floor(corr_fast), high = ceil(corr_slow);
-    if (low < 0.0)
-        low = 0.0;
-    if (high > dim - 1.0)
-        high = dim - 1.0;
+    double low, high;
+    correction_range(cfg, &low, &high);
     if (low == high)
         high += 0.001;   /* HF: prevent a division by zero in the ramp */
     for (uint32_t i = 0; i < half; i++) {
@@ -323,6 +394,161 @@ static vkh2o_result parse_config(const json_src* s, vkh2o_mla_config* cfg, vkh2o
     return VKH2O_OK;
 }
 
+/* The multimodal wrapper (model_type kimi_k25) keeps the text model under text_config; with
+ * a text_config every MLA shape key must be in it, so that none silently comes from the top
+ * level (the vision tower's) or from the preset. */
+static vkh2o_result check_nesting_err(const json_src* s, vkh2o_error* err)
+{
+    const cJSON* mt = cJSON_GetObjectItemCaseSensitive(s->root, "model_type");
+    if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "kimi_k25") && !s->text)
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT,
+                               "%s: model_type 'kimi_k25' (KimiK25ForConditionalGeneration) needs a \"text_config\" "
+                               "holding the text model's settings", s->path);
+    if (!s->text)
+        return VKH2O_OK;
+    static const char* const required[] = { "hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
+                                            "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim" };
+    for (size_t i = 0; i < sizeof required / sizeof *required; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(s->text, required[i]))
+            return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"text_config\" lacks the required key \"%s\"",
+                                   s->path, required[i]);
+    return VKH2O_OK;
+}
+
+/* ---- quantization_config: does it cover an attention projection? ---- */
+
+static const char* const attn_modules[] = { "q_a_proj", "q_b_proj", "q_proj", "kv_a_proj_with_mqa", "kv_b_proj",
+                                            "o_proj" };
+/* The spellings a layer's modules have in the checkpoints we read (weights.c's prefixes). */
+static const char* const module_prefixes[] = { "model.layers", "language_model.model.layers", "language_model.layers" };
+
+/* compressed-tensors' matching of a target / ignore entry: "re:<regex>" matched from the start
+ * of the module name (Python re.match), "Linear" the layer class (every projection here is
+ * one), anything else the exact module name. -1: a pattern POSIX regex cannot compile. */
+static int module_matches(const char* pat, const char* module)
+{
+    if (!strcmp(pat, "Linear"))
+        return 1;
+    if (strncmp(pat, "re:", 3) != 0)
+        return !strcmp(pat, module);
+    char anchored[512];
+    if (snprintf(anchored, sizeof anchored, "^(%s)", pat + 3) >= (int)sizeof anchored)
+        return -1;
+    regex_t re;
+    if (regcomp(&re, anchored, REG_EXTENDED | REG_NOSUB) != 0)
+        return -1;
+    int m = regexec(&re, module, 0, NULL, 0) == 0;
+    regfree(&re);
+    return m;
+}
+
+/* 1 when some string of the array matches, 0 when none, -1 (with *bad set) on a bad pattern */
+static int any_matches(const cJSON* arr, const char* module, const char** bad)
+{
+    const cJSON* it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        if (!cJSON_IsString(it))
+            continue;
+        int m = module_matches(it->valuestring, module);
+        if (m < 0) {
+            *bad = it->valuestring;
+            return -1;
+        }
+        if (m)
+            return 1;
+    }
+    return 0;
+}
+
+static vkh2o_result read_compressed_tensors(const char* path, const cJSON* q, uint32_t layers, vkh2o_error* err)
+{
+    const cJSON* groups = cJSON_GetObjectItemCaseSensitive(q, "config_groups");
+    const cJSON* ignore = cJSON_GetObjectItemCaseSensitive(q, "ignore");
+    const cJSON* fmt = cJSON_GetObjectItemCaseSensitive(q, "format");
+    const char* fmt_s = cJSON_IsString(fmt) ? fmt->valuestring : "?";
+    if (groups && !cJSON_IsObject(groups))
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"quantization_config.config_groups\" is not an object",
+                               path);
+    if (ignore && !cJSON_IsArray(ignore) && !cJSON_IsNull(ignore))
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"quantization_config.ignore\" is not a list", path);
+    const cJSON* g;
+    cJSON_ArrayForEach(g, groups)
+    {
+        const cJSON* targets = cJSON_IsObject(g) ? cJSON_GetObjectItemCaseSensitive(g, "targets") : NULL;
+        if (!cJSON_IsArray(targets))
+            return vkh2o_error_set(err, VKH2O_ERROR_FORMAT,
+                                   "%s: \"quantization_config.config_groups.%s.targets\" is not a list", path,
+                                   g->string);
+        const cJSON* gf = cJSON_GetObjectItemCaseSensitive(g, "format");
+        const char* gfmt = cJSON_IsString(gf) ? gf->valuestring : fmt_s;
+        /* A module counts as quantised when a target names it in any of its spellings and no
+         * ignore entry does: an ignore list speaks in the checkpoint's own names. */
+        for (uint32_t L = 0; L < layers; L++)
+            for (size_t m = 0; m < sizeof attn_modules / sizeof *attn_modules; m++) {
+                char first[160] = "";
+                bool ignored = false;
+                for (size_t p = 0; p < sizeof module_prefixes / sizeof *module_prefixes && !ignored; p++) {
+                    char mod[160];
+                    snprintf(mod, sizeof mod, "%s.%u.self_attn.%s", module_prefixes[p], L, attn_modules[m]);
+                    const char* bad = NULL;
+                    int t = any_matches(targets, mod, &bad);
+                    int ig = t >= 0 ? any_matches(ignore, mod, &bad) : 0;
+                    if (t < 0 || ig < 0)
+                        return vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED,
+                                               "%s: quantization_config pattern '%s' is not a regex vkh2o can read, "
+                                               "so it cannot tell whether the attention weights are quantised",
+                                               path, bad);
+                    ignored = ig > 0;
+                    if (t > 0 && !first[0])
+                        snprintf(first, sizeof first, "%s", mod);
+                }
+                if (first[0] && !ignored)
+                    return vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED,
+                                           "%s: quantization_config (compressed-tensors, format '%s') quantises "
+                                           "attention weight '%s' (config_groups.%s targets it and 'ignore' "
+                                           "does not exclude it); vkh2o reads attention weights only as BF16, "
+                                           "F16, F32 or F8_E4M3 with 128x128 weight_scale_inv blocks",
+                                           path, gfmt, first, g->string);
+            }
+    }
+    return VKH2O_OK;
+}
+
+/* The checkpoint's quantization_config (top level or in text_config), checked against what the
+ * weight loader reads. None, or one that leaves every attention projection alone: fine. */
+static vkh2o_result read_quant(const json_src* s, uint32_t layers, vkh2o_error* err)
+{
+    const cJSON* q = get(s, "quantization_config");
+    if (!q || cJSON_IsNull(q))
+        return VKH2O_OK;
+    if (!cJSON_IsObject(q))
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"quantization_config\" is not an object", s->path);
+    const cJSON* m = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
+    if (!cJSON_IsString(m))
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"quantization_config.quant_method\" is not a string",
+                               s->path);
+    if (!strcmp(m->valuestring, "fp8")) {
+        const cJSON* fmt = cJSON_GetObjectItemCaseSensitive(q, "fmt");
+        if (fmt && (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "e4m3") != 0))
+            return vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED,
+                                   "%s: \"quantization_config.fmt\" must be \"e4m3\" (F8_E4M3 weights)", s->path);
+        const cJSON* bs = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
+        if (bs && !(cJSON_IsArray(bs) && cJSON_GetArraySize(bs) == 2 &&
+                    cJSON_IsNumber(cJSON_GetArrayItem(bs, 0)) && cJSON_GetArrayItem(bs, 0)->valuedouble == 128.0 &&
+                    cJSON_IsNumber(cJSON_GetArrayItem(bs, 1)) && cJSON_GetArrayItem(bs, 1)->valuedouble == 128.0))
+            return vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED,
+                                   "%s: \"quantization_config.weight_block_size\" must be [128, 128] (the blocks of "
+                                   "weight_scale_inv that vkh2o reads)", s->path);
+        return VKH2O_OK;
+    }
+    if (!strcmp(m->valuestring, "compressed-tensors"))
+        return read_compressed_tensors(s->path, q, layers, err);
+    return vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED,
+                           "%s: \"quantization_config.quant_method\" = '%s' is not read (fp8 with 128x128 blocks, or "
+                           "compressed-tensors leaving self_attn unquantised)", s->path, m->valuestring);
+}
+
 vkh2o_result vkh2o_mla_config_from_json(const char* path, vkh2o_mla_config* cfg, vkh2o_error* err)
 {
     if (!path || !cfg)
@@ -339,8 +565,13 @@ vkh2o_result vkh2o_mla_config_from_json(const char* path, vkh2o_mla_config* cfg,
             r = vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: \"text_config\" is not an object", path);
         } else {
             s.text = tc;
+            r = check_nesting_err(&s, err);
+        }
+        if (r == VKH2O_OK) {
             vkh2o_mla_config tmp = *cfg;   /* *cfg untouched on failure */
             r = parse_config(&s, &tmp, err);
+            if (r == VKH2O_OK)
+                r = read_quant(&s, tmp.num_layers ? tmp.num_layers : 1, err);
             if (r == VKH2O_OK) {
                 vkh2o_error inner = { 0 };
                 r = vkh2o_mla_config_validate(&tmp, &inner);

@@ -1,6 +1,8 @@
-/* One MLA layer's weights on the host: views into a checkpoint's mappings (BF16/F16/F32, no
- * copy), FP8 E4M3 block-quantised weights dequantised to owned BF16 buffers, or wrapped
- * caller arrays. Every shape is checked against the config before anyone reads the data. */
+/* One MLA layer's weights on the host: views into a checkpoint's mappings (BF16/F16/F32, and
+ * FP8 E4M3 with its 128x128 block scales, no copy; or FP8 dequantised to owned BF16 buffers on
+ * request), or wrapped caller arrays. Every shape, and every FP8 scale, is checked before
+ * anyone reads the data. */
+#include <math.h>
 #include "model_internal.h"
 
 #include <stdio.h>
@@ -11,6 +13,7 @@
 
 struct vkh2o_mla_host_weights {
     vkh2o_tensor_view v[VKH2O_W_COUNT];
+    vkh2o_tensor_view scale[VKH2O_W_COUNT];   /* F8_E4M3 weights: weight_scale_inv (data NULL otherwise) */
     void* owned[VKH2O_W_COUNT];         /* dequantised buffers */
 };
 
@@ -66,6 +69,19 @@ static uint32_t expected_shape(const vkh2o_mla_config* c, vkh2o_mla_weight w, ui
     }
 }
 
+uint32_t vkh2o_mla_weight_shape(const vkh2o_mla_config* cfg, vkh2o_mla_weight w, uint64_t shape[2])
+{
+    shape[0] = shape[1] = 0;
+    if (!cfg || (unsigned)w >= VKH2O_W_COUNT)
+        return 0;
+    uint32_t nd = expected_shape(cfg, w, shape);
+    if (nd < 2)
+        shape[1] = 0;
+    if (nd == 0)
+        shape[0] = 0;
+    return nd;
+}
+
 static const char* shape_why(vkh2o_mla_weight w)
 {
     switch (w) {
@@ -118,6 +134,24 @@ const vkh2o_tensor_view* vkh2o_mla_host_weights_get_view(const vkh2o_mla_host_we
     return hw && (unsigned)w < VKH2O_W_COUNT ? &hw->v[w] : NULL;
 }
 
+const vkh2o_tensor_view* vkh2o_mla_host_weights_get_scale(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w)
+{
+    return hw && (unsigned)w < VKH2O_W_COUNT ? &hw->scale[w] : NULL;
+}
+
+double vkh2o_mla_host_weights_get_value(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w, uint64_t i)
+{
+    const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, w);
+    if (!v || !v->data || i >= v->numel)
+        return NAN;
+    const double x = vkh2o_load_elem(v->dtype, v->data, i);
+    const vkh2o_tensor_view* s = &hw->scale[w];
+    if (v->dtype != VKH2O_DTYPE_F8_E4M3 || !s->data)
+        return x;
+    const uint64_t cols = v->shape[1], r = i / cols, c = i % cols;
+    return x * (double)vkh2o_load_elem(s->dtype, s->data, (r / FP8_BLOCK) * s->shape[1] + c / FP8_BLOCK);
+}
+
 /* w[r][c] = fp8[r][c] * scale_inv[r / 128][c / 128], rounded to BF16. Edge blocks are partial. */
 static vkh2o_result dequant_fp8(vkh2o_mla_host_weights* hw, vkh2o_mla_weight w, const vkh2o_tensor_view* q,
                                 const vkh2o_tensor_view* s, vkh2o_error* err)
@@ -150,8 +184,29 @@ static vkh2o_result dequant_fp8(vkh2o_mla_host_weights* hw, vkh2o_mla_weight w, 
     return VKH2O_OK;
 }
 
+/* Every block scale finite and > 0 (a zero, negative or NaN scale would silently zero or poison
+ * its block); every weight byte a number (0x7f / 0xff are E4M3FN's NaN). */
+static vkh2o_result check_fp8(const vkh2o_tensor_view* q, const vkh2o_tensor_view* s, vkh2o_error* err)
+{
+    for (uint64_t i = 0; i < s->numel; i++) {
+        float x = vkh2o_load_elem(s->dtype, s->data, i);
+        if (!(isfinite(x) && x > 0.0f))
+            return vkh2o_error_set(err, VKH2O_ERROR_FORMAT,
+                                   "%s: tensor '%s': block scale [%llu, %llu] is %g; scales of F8_E4M3 weight '%s' "
+                                   "must be finite and > 0", s->file, s->name, (unsigned long long)(i / s->shape[1]),
+                                   (unsigned long long)(i % s->shape[1]), (double)x, q->name);
+    }
+    const uint8_t* b = q->data;
+    for (uint64_t i = 0; i < q->numel; i++)
+        if ((b[i] & 0x7fu) == 0x7fu)
+            return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: tensor '%s': element [%llu, %llu] is NaN (byte 0x%02x)",
+                                   q->file, q->name, (unsigned long long)(i / q->shape[1]),
+                                   (unsigned long long)(i % q->shape[1]), b[i]);
+    return VKH2O_OK;
+}
+
 static vkh2o_result load_one(vkh2o_checkpoint* ck, const vkh2o_mla_config* cfg, vkh2o_mla_weight w,
-                             const char* name, vkh2o_mla_host_weights* hw, vkh2o_error* err)
+                             const char* name, uint32_t flags, vkh2o_mla_host_weights* hw, vkh2o_error* err)
 {
     vkh2o_tensor_view v;
     VKH2O_CHECK(vkh2o_checkpoint_find(ck, name, &v, err));
@@ -181,9 +236,15 @@ static vkh2o_result load_one(vkh2o_checkpoint* ck, const vkh2o_mla_config* cfg, 
                                vkh2o_shape_str(b, sizeof b, v.ndim, v.shape), vkh2o_shape_str(c, sizeof c, 2, want));
     }
     if (!float_dtype(s.dtype))
-        return vkh2o_error_set(err, VKH2O_ERROR_DTYPE, "%s: tensor '%s': scale dtype %s (expected F32)", s.file, s.name,
-                               vkh2o_dtype_name(s.dtype));
-    return dequant_fp8(hw, w, &v, &s, err);
+        return vkh2o_error_set(err, VKH2O_ERROR_DTYPE,
+                               "%s: tensor '%s': dtype %s, but block scales of F8_E4M3 weight '%s' are F32 (or BF16/F16)",
+                               s.file, s.name, vkh2o_dtype_name(s.dtype), v.name);
+    VKH2O_CHECK(check_fp8(&v, &s, err));
+    if (flags & VKH2O_LOAD_FP8_TO_BF16)
+        return dequant_fp8(hw, w, &v, &s, err);
+    hw->v[w] = v;
+    hw->scale[w] = s;
+    return VKH2O_OK;
 }
 
 vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const vkh2o_mla_config* cfg, uint32_t layer,
@@ -195,12 +256,16 @@ vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const vkh2o_mla_c
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_host_weights_load: NULL argument");
     VKH2O_CHECK(vkh2o_mla_config_validate(cfg, err));
 
-    /* "model.layers.L." (DeepseekV3ForCausalLM) or "language_model.model.layers.L." (the Kimi
-     * K2.6 multimodal wrapper): probe with kv_a_proj_with_mqa, which every MLA layer has. */
-    static const char* prefixes[] = { "model.layers", "language_model.model.layers" };
-    char name[512], probe[2][512];
+    /* "model.layers.L." (DeepseekV3ForCausalLM), "language_model.model.layers.L." (the Kimi
+     * K2.6 multimodal wrapper) or "language_model.layers.L." (some of its re-exports): probe
+     * with kv_a_proj_with_mqa, which every MLA layer has. Nothing else is looked up, so the
+     * wrapper's vision_tower.* and mm_projector.* tensors (and the shards holding only them)
+     * are never opened or read. */
+    static const char* prefixes[] = { "model.layers", "language_model.model.layers", "language_model.layers" };
+    enum { NPREFIX = sizeof prefixes / sizeof prefixes[0] };
+    char name[512], probe[NPREFIX][512];
     int pi = -1;
-    for (int i = 0; i < 2 && pi < 0; i++) {
+    for (int i = 0; i < NPREFIX && pi < 0; i++) {
         snprintf(probe[i], sizeof probe[i], "%s.%u.self_attn.kv_a_proj_with_mqa.weight", prefixes[i], layer);
         vkh2o_tensor_view v;
         vkh2o_error e = { 0 };
@@ -212,8 +277,8 @@ vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const vkh2o_mla_c
     }
     if (pi < 0)
         return vkh2o_error_set(err, VKH2O_ERROR_MISSING_TENSOR,
-                               "%s: layer %u not found: neither '%s' nor '%s' is in the checkpoint",
-                               vkh2o_checkpoint_get_path(ck), layer, probe[0], probe[1]);
+                               "%s: layer %u not found: none of '%s', '%s', '%s' is in the checkpoint",
+                               vkh2o_checkpoint_get_path(ck), layer, probe[0], probe[1], probe[2]);
 
     vkh2o_mla_host_weights* hw = calloc(1, sizeof *hw);
     if (!hw)
@@ -234,7 +299,7 @@ vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const vkh2o_mla_c
         } else {
             snprintf(name, sizeof name, "%s.%u.self_attn.%s.weight", prefixes[pi], layer, short_names[w]);
         }
-        r = load_one(ck, cfg, (vkh2o_mla_weight)w, name, hw, err);
+        r = load_one(ck, cfg, (vkh2o_mla_weight)w, name, flags, hw, err);
     }
     if (r != VKH2O_OK) {
         vkh2o_mla_host_weights_destroy(hw);

@@ -30,9 +30,21 @@ static double nmse_bound(uint32_t K)
  * (K + 3) u (|alpha| sum_k |x_k w_k| + |y_old|), +3 for alpha, the add of Y and the final
  * rounding. Holds for any data, including cancelling sums that make NMSE of a few outputs
  * meaningless. Returns the bound per element of Y (0 where Y is not an output). */
+static const float* g_fp8_scale;   /* the scales of the FP8 weight under test */
+
+/* Weight (r, c) as the reference means it (FP8: decoded times its block scale). */
+static double wval(vkh2o_dtype dt, const void* wh, uint32_t w_cols, uint64_t r, uint64_t c)
+{
+    const double v = vkh2o_load_elem(dt, wh, r * w_cols + c);
+    if (dt != VKH2O_DTYPE_F8_E4M3) return v;
+    return v * (double)g_fp8_scale[(r / 128u) * ((w_cols + 127u) / 128u) + c / 128u];
+}
+
 static double* elementwise_bounds(vkh2o_dtype dt, const void* wh, uint32_t w_cols, const float* x,
                                   const float* y0, size_t ny, const vkh2o_matmul_args* a)
 {
+    /* FP8: one more rounding per term, the product of the decoded byte and its F32 scale */
+    const double extra = dt == VKH2O_DTYPE_F8_E4M3 ? 1.0 : 0.0;
     const double u = ldexp(1.0, -24);
     const uint32_t batch = a->batch ? a->batch : 1;
     const uint32_t xs = a->x_stride ? a->x_stride : a->K, ys = a->y_stride ? a->y_stride : a->N;
@@ -49,9 +61,9 @@ static double* elementwise_bounds(vkh2o_dtype dt, const void* wh, uint32_t w_col
                 for (uint32_t k = 0; k < a->K; k++) {
                     const uint64_t r = a->w_row_offset + b * brows + (a->w_transposed ? k : n);
                     const uint64_t c = a->w_transposed ? n : k;
-                    mag += fabs((double)xr[k] * vkh2o_load_elem(dt, wh, r * w_cols + c));
+                    mag += fabs((double)xr[k] * wval(dt, wh, w_cols, r, c));
                 }
-                tol[yi] = (a->K + 3.0) * u * (alpha * mag + (a->accumulate ? fabs((double)y0[yi]) : 0.0)) + 1e-30;
+                tol[yi] = (a->K + 3.0 + extra) * u * (alpha * mag + (a->accumulate ? fabs((double)y0[yi]) : 0.0)) + 1e-30;
             }
     return tol;
 }
@@ -65,7 +77,12 @@ static void* make_weight(vt_rng* rng, vkh2o_dtype dt, uint32_t rows, uint32_t co
     assert_non_null(w);
     for (size_t i = 0; i < n; i++) {
         const float v = vt_normal(rng) * scale;
-        if (dt == VKH2O_DTYPE_F32) ((float*)w)[i] = v;
+        if (dt == VKH2O_DTYPE_F8_E4M3) {
+            /* every E4M3 code but the two NaNs, subnormals and -0 included */
+            uint8_t b;
+            do b = (uint8_t)vt_u32_below(rng, 256); while ((b & 0x7f) == 0x7f);
+            ((uint8_t*)w)[i] = b;
+        } else if (dt == VKH2O_DTYPE_F32) ((float*)w)[i] = v;
         else if (dt == VKH2O_DTYPE_BF16) ((uint16_t*)w)[i] = vkh2o_f32_to_bf16(v);
         else ((uint16_t*)w)[i] = vkh2o_f32_to_f16(v);
     }
@@ -113,7 +130,20 @@ static uint32_t run_case_x(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_
     void* wh = make_weight(rng, dt, w_rows, w_cols);
     vkh2o_tensor_view v = view_2d("test.weight", dt, wh, w_rows, w_cols);
     vkh2o_dev_weight w;
-    assert_int_equal(vkh2o_weight_upload_limit(ctx, &v, limit, &w), VKH2O_OK);
+    float* sc = NULL;
+    if (dt == VKH2O_DTYPE_F8_E4M3) {
+        /* one positive scale per 128x128 block, spread over 2^-14 .. 2^-4 */
+        const uint32_t sr = (w_rows + 127) / 128, scn = (w_cols + 127) / 128;
+        sc = malloc((size_t)sr * scn * sizeof *sc);
+        assert_non_null(sc);
+        for (size_t i = 0; i < (size_t)sr * scn; i++)
+            sc[i] = ldexpf(1.0f + vt_uniform(rng), -4 - (int)vt_u32_below(rng, 11)) / sqrtf((float)w_cols);
+        vkh2o_tensor_view sv = view_2d("test.weight_scale_inv", VKH2O_DTYPE_F32, sc, sr, scn);
+        assert_int_equal(vkh2o_weight_upload_fp8(ctx, &v, &sv, limit, &w), VKH2O_OK);
+        g_fp8_scale = sc;
+    } else {
+        assert_int_equal(vkh2o_weight_upload_limit(ctx, &v, limit, &w), VKH2O_OK);
+    }
 
     const size_t nx = span_floats(batch, a->x_batch_stride, a->M, xs, a->K);
     const size_t ny = span_floats(batch, a->y_batch_stride, a->M, ys, a->N);
@@ -131,7 +161,8 @@ static uint32_t run_case_x(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_
     }
 
     memcpy(ref, y0, ny * sizeof(float));
-    ref_matmul(dt, wh, w_rows, w_cols, x, ref, a);
+    if (sc) ref_matmul_fp8(wh, sc, w_rows, w_cols, x, ref, a);
+    else ref_matmul(dt, wh, w_rows, w_cols, x, ref, a);
     double* tol = elementwise_bounds(dt, wh, w_cols, x, y0, ny, a);
     vkh2o_buffer* xb = NULL;
     if (x_tight) assert_int_equal(vkh2o_buffer_create(ctx, (x_off + nx) * sizeof(float), &xb), VKH2O_OK);
@@ -198,7 +229,8 @@ static uint32_t run_case_x(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_
 
     const uint32_t nchunks = w.nchunks;
     free(go); free(ro); free(is_out); free(tol);
-    free(x); free(y0); free(ref); free(got); free(wh);
+    free(x); free(y0); free(ref); free(got); free(wh); free(sc);
+    g_fp8_scale = NULL;
     vkh2o_buffer_destroy(xb);
     vkh2o_weight_free(&w);
     return nchunks;
@@ -291,6 +323,53 @@ static void test_batched_absorption(void** state)
             uv.accumulate = true;
             run_case(&rng, dtypes[d], rows, lora, &uv, limits[l]);
         }
+    }
+    vt_check_validation();
+}
+
+/* F8_E4M3 weights kept FP8 on the device with 128x128 block scales, every kernel: shapes with
+ * partial edge blocks in both directions (N, K not multiples of 128, K not a multiple of the
+ * 8-element loads), strides, alpha, accumulate, a row offset into the second block row,
+ * transposed, head-batched absorption, and chunks whose first rows fall inside a block (the
+ * chunk's scale rows then start at first / 128). Bound: the fp32 one with one more rounding
+ * per term (byte x scale): (K + 4) u (sum |x w| + |Y_old|). */
+static void test_fp8(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("matmul_fp8"));
+    const vkh2o_dtype f8 = VKH2O_DTYPE_F8_E4M3;
+    static const uint32_t Ms[] = { 1, 3, 17 }, Ns[] = { 5, 130, 257 }, Ks[] = { 7, 129, 300 };
+    for (size_t i = 0; i < 3; i++)
+        for (size_t j = 0; j < 3; j++)
+            for (size_t k = 0; k < 3; k++) {
+                vkh2o_matmul_args a = { .M = Ms[i], .N = Ns[j], .K = Ks[k] };
+                run_case(&rng, f8, Ns[j], Ks[k], &a, 0);
+            }
+    for (int t = 0; t < 2; t++)
+        for (int acc = 0; acc < 2; acc++) {
+            const uint32_t M = 9, N = 137, K = 261, off = 130;
+            vkh2o_matmul_args a = { .M = M, .N = N, .K = K, .x_stride = K + 3, .y_stride = N + 5, .w_row_offset = off,
+                                    .w_transposed = t, .accumulate = acc, .alpha = acc ? -0.75f : 0.5f };
+            run_case(&rng, f8, (t ? K : N) + off + 3, t ? N : K, &a, 0);
+        }
+    /* kv_b_proj-like [H*(nope+v), lora] with heads straddling the 128-row blocks */
+    const uint32_t H = 6, nope = 29, vd = 23, lora = 200, S = 5, rows = H * (nope + vd);
+    const uint64_t row_bytes = 208;   /* lora rounded up to 16 bytes */
+    const uint64_t limits[] = { 0, 45 * row_bytes + 4 * 2 * 4 + 16, 100 * row_bytes + 4 * 2 * 4 + 16 };
+    for (size_t l = 0; l < 3; l++) {
+        vkh2o_matmul_args uk = { .M = S, .N = lora, .K = nope, .batch = H, .x_stride = H * nope, .x_batch_stride = nope,
+                                 .y_stride = H * lora, .y_batch_stride = lora, .w_batch_stride = (nope + vd) * lora,
+                                 .w_transposed = true };
+        uint32_t nc = run_case(&rng, f8, rows, lora, &uk, limits[l]);
+        if (l > 0) assert_true(nc > 2);
+        vkh2o_matmul_args uv = { .M = S, .N = vd, .K = lora, .batch = H, .x_stride = lora, .x_batch_stride = S * lora,
+                                 .y_stride = H * vd, .y_batch_stride = vd, .w_batch_stride = (nope + vd) * lora,
+                                 .w_row_offset = nope, .alpha = 1.5f };
+        nc = run_case(&rng, f8, rows, lora, &uv, limits[l]);
+        if (l > 0) assert_true(nc > 2);
+        vkh2o_matmul_args plain = { .M = 4, .N = rows, .K = lora };
+        run_case(&rng, f8, rows, lora, &plain, limits[l]);
     }
     vt_check_validation();
 }
@@ -542,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_upload_layout),
         cmocka_unit_test(test_shapes),
+        cmocka_unit_test(test_fp8),
         cmocka_unit_test(test_strides_alpha_accumulate),
         cmocka_unit_test(test_batched_absorption),
         cmocka_unit_test(test_chunked),

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int group_setup(void** state)
 {
@@ -88,6 +89,10 @@ enum {
     GEN_FP8_NORMS = 16,
     GEN_SCALE_I32 = 32,
     GEN_SHARDED = 64,        /* two shards + index; every _scale_inv in the second one */
+    GEN_SCALE_NAN = 128,     /* q_b_proj's last block scale NaN */
+    GEN_SCALE_ZERO = 256,    /* ... zero */
+    GEN_SCALE_NEG = 512,     /* ... negative */
+    GEN_FP8_NAN = 1024,      /* kv_b_proj's element [1, 2] the NaN code 0xff */
 };
 
 typedef struct gen_layer {
@@ -177,6 +182,10 @@ static void gen_layer_file(gen_layer* g, const char* path, const vkh2o_mla_confi
             g->scale[w] = malloc(sr * sc * sizeof(float));
             for (uint64_t i = 0; i < sr * sc; i++)
                 g->scale[w][i] = 0.5f + 1.5f * vt_uniform(rng);
+            if (w == VKH2O_W_Q_B_PROJ && (flags & (GEN_SCALE_NAN | GEN_SCALE_ZERO | GEN_SCALE_NEG)))
+                g->scale[w][sr * sc - 1] = (flags & GEN_SCALE_NAN) ? NAN : (flags & GEN_SCALE_ZERO) ? 0.0f : -1.0f;
+            if (w == VKH2O_W_KV_B_PROJ && (flags & GEN_FP8_NAN))
+                ((uint8_t*)g->raw[w])[1 * g->shape[w][1] + 2] = 0xff;
             snprintf(g->sname[w], sizeof g->sname[w], "%s_scale_inv", g->name[w]);
             scales[ns++] = (vkh2o_tensor_write){ .name = g->sname[w],
                                                  .dtype = (flags & GEN_SCALE_I32) ? VKH2O_DTYPE_I32 : VKH2O_DTYPE_F32,
@@ -227,9 +236,10 @@ static void gen_layer_file(gen_layer* g, const char* path, const vkh2o_mla_confi
 }
 
 /* Every weight the config uses matches the generated values: exactly for BF16/F16/F32 (kept
- * as views, no conversion), within BF16 rounding (relative 2^-8) for dequantised FP8. */
+ * as views, no conversion) and FP8 (kept as a view with its scales; its value decoded x scale
+ * exactly), within BF16 rounding (relative 2^-8) for FP8 dequantised on load (flag). */
 static void check_loaded(const gen_layer* g, const vkh2o_mla_config* c, const vkh2o_mla_host_weights* hw,
-                         vkh2o_checkpoint* ck)
+                         vkh2o_checkpoint* ck, uint32_t flags)
 {
     for (int w = 0; w < VKH2O_W_COUNT; w++) {
         const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, (vkh2o_mla_weight)w);
@@ -257,6 +267,22 @@ static void check_loaded(const gen_layer* g, const vkh2o_mla_config* c, const vk
             }
             continue;
         }
+        const vkh2o_tensor_view* sv = vkh2o_mla_host_weights_get_scale(hw, (vkh2o_mla_weight)w);
+        if (!(flags & VKH2O_LOAD_FP8_TO_BF16)) {
+            assert_int_equal(v->dtype, VKH2O_DTYPE_F8_E4M3);
+            assert_memory_equal(v->data, g->raw[w], g->numel[w]);
+            assert_non_null(sv->data);
+            assert_string_equal(sv->name, g->sname[w]);
+            assert_int_equal(sv->shape[0], (g->shape[w][0] + 127) / 128);
+            assert_int_equal(sv->shape[1], (g->shape[w][1] + 127) / 128);
+            for (uint64_t i = 0; i < g->numel[w]; i++) {
+                double want = expected_value(g, w, i), got = vkh2o_mla_host_weights_get_value(hw, (vkh2o_mla_weight)w, i);
+                if (!(got == want))
+                    fail_msg("%s[%llu]: value %.17g want %.17g", g->name[w], (unsigned long long)i, got, want);
+            }
+            continue;
+        }
+        assert_null(sv->data);
         assert_int_equal(v->dtype, VKH2O_DTYPE_BF16);
         assert_int_equal(v->nbytes, g->numel[w] * 2);
         for (uint64_t i = 0; i < g->numel[w]; i++) {
@@ -278,7 +304,7 @@ static void load_and_check(const char* path, const vkh2o_mla_config* c, uint32_t
     vkh2o_result r = vkh2o_mla_host_weights_load(ck, c, layer, flags, &hw, &e);
     if (r != VKH2O_OK)
         fail_msg("load: %s: %s", vkh2o_result_string(r), e.message);
-    check_loaded(g, c, hw, ck);
+    check_loaded(g, c, hw, ck, flags);
     vkh2o_mla_host_weights_destroy(hw);
     vkh2o_checkpoint_destroy(ck);
 }
@@ -458,12 +484,15 @@ static void test_fp8_edge_blocks(void** state)
     vkh2o_checkpoint* ck = NULL;
     vkh2o_mla_host_weights* hw = NULL;
     assert_int_equal(vkh2o_checkpoint_open(p, &ck, &e), VKH2O_OK);
-    assert_int_equal(vkh2o_mla_host_weights_load(ck, &c, 0, 0, &hw, &e), VKH2O_OK);
+    for (int pass = 0; pass < 2; pass++) {
+    /* pass 0: kept FP8 (values through get_value); pass 1: dequantised to BF16 on load */
+    assert_int_equal(vkh2o_mla_host_weights_load(ck, &c, 0, pass ? VKH2O_LOAD_FP8_TO_BF16 : 0, &hw, &e), VKH2O_OK);
     const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_A_PROJ);
-    assert_int_equal(v->dtype, VKH2O_DTYPE_BF16);
+    assert_int_equal(v->dtype, pass ? VKH2O_DTYPE_BF16 : VKH2O_DTYPE_F8_E4M3);
     assert_int_equal(v->shape[0], R);
     assert_int_equal(v->shape[1], C);
-#define AT(r, col) vkh2o_load_elem(VKH2O_DTYPE_BF16, v->data, (uint64_t)(r) * C + (col))
+#define AT(r, col) (pass ? vkh2o_load_elem(VKH2O_DTYPE_BF16, v->data, (uint64_t)(r) * C + (col)) \
+                         : vkh2o_mla_host_weights_get_value(hw, VKH2O_W_KV_A_PROJ, (uint64_t)(r) * C + (col)))
     /* every value below is exact in BF16, so equality is the right check */
     assert_true(AT(0, 0) == 0.5f);         /* block (0,0) */
     assert_true(AT(0, 1) == 224.0f);       /* 448 x 0.5 */
@@ -483,6 +512,7 @@ static void test_fp8_edge_blocks(void** state)
     assert_int_equal(vkh2o_checkpoint_find(ck, g.name[VKH2O_W_O_PROJ], &cv, NULL), VKH2O_OK);
     assert_ptr_equal(cv.data, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_O_PROJ)->data);
     vkh2o_mla_host_weights_destroy(hw);
+    }
     vkh2o_checkpoint_destroy(ck);
     free(q);
     gen_free(&g);
@@ -501,6 +531,7 @@ static void test_fp8_random_sharded(void** state)
     const char* p = path_of("fp8.safetensors");
     gen_layer_file(&g, p, &c, "model.layers", 0, VKH2O_DTYPE_F8_E4M3, GEN_INPUT_LN, &rng);
     load_and_check(p, &c, 0, VKH2O_LOAD_INPUT_LAYERNORM, &g);
+    load_and_check(p, &c, 0, VKH2O_LOAD_FP8_TO_BF16, &g);
     gen_free(&g);
     /* weights in one shard, their scales in the other */
     p = path_of("fp8_sharded");
@@ -535,6 +566,25 @@ static void test_fp8_errors(void** state)
     expect_load_fails(p, &c, 0, 0, VKH2O_ERROR_DTYPE, "'model.layers.0.self_attn.q_a_proj.weight_scale_inv'", "I32");
     gen_free(&g);
 
+    /* scale values that would silently zero or poison a block, and a NaN weight byte */
+    static const struct { uint32_t flag; const char* what; } bad[] = {
+        { GEN_SCALE_NAN, "is nan" }, { GEN_SCALE_ZERO, "is 0;" }, { GEN_SCALE_NEG, "is -1;" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        p = path_of("fp8_badvalue.safetensors");
+        unlink(p);
+        gen_layer_file(&g, p, &c, "model.layers", 0, VKH2O_DTYPE_F8_E4M3, bad[i].flag, &rng);
+        expect_load_fails(p, &c, 0, 0, VKH2O_ERROR_FORMAT, "'model.layers.0.self_attn.q_b_proj.weight_scale_inv'",
+                          bad[i].what);
+        expect_load_fails(p, &c, 0, 0, VKH2O_ERROR_FORMAT, p, "must be finite and > 0");
+        gen_free(&g);
+    }
+    p = path_of("fp8_nan.safetensors");
+    gen_layer_file(&g, p, &c, "model.layers", 0, VKH2O_DTYPE_F8_E4M3, GEN_FP8_NAN, &rng);
+    expect_load_fails(p, &c, 0, 0, VKH2O_ERROR_FORMAT, "'model.layers.0.self_attn.kv_b_proj.weight': element [1, 2] is NaN",
+                      p);
+    gen_free(&g);
+
     p = path_of("fp8_norms.safetensors");
     gen_layer_file(&g, p, &c, "model.layers", 0, VKH2O_DTYPE_F8_E4M3, GEN_FP8_NORMS, &rng);
     expect_load_fails(p, &c, 0, 0, VKH2O_ERROR_DTYPE, "'model.layers.0.self_attn.q_a_layernorm.weight'", "F8_E4M3");
@@ -561,7 +611,7 @@ static void test_wrap(void** state)
     vkh2o_mla_host_weights* hw = NULL;
     vkh2o_error e = { 0 };
     assert_int_equal(vkh2o_mla_host_weights_wrap(&c, views, &hw, &e), VKH2O_OK);
-    check_loaded(&g, &c, hw, NULL);
+    check_loaded(&g, &c, hw, NULL, 0);
     assert_ptr_equal(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_B_PROJ)->data, g.raw[VKH2O_W_KV_B_PROJ]);
     assert_null(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_COUNT));
     vkh2o_mla_host_weights_destroy(hw);
