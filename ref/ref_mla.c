@@ -1,6 +1,6 @@
 /* CPU reference of the MLA layer forward (HF DeepseekV3Attention), double precision. */
 #include "ref_mla.h"
-#include "internal.h"
+#include "ref_core.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -110,7 +110,7 @@ static int linear_d(const vkh2o_tensor_view* w, const double* x, size_t M, doubl
         return -1;
     for (size_t n = 0; n < N; n++) {
         for (size_t k = 0; k < K; k++)
-            row[k] = vkh2o_load_elem(w->dtype, w->data, n * K + k);
+            row[k] = ref_elem(w->dtype, w->data, n * K + k);
         for (size_t m = 0; m < M; m++) {
             const double* xm = x + m * K;
             double acc = 0.0;
@@ -132,7 +132,7 @@ static void rmsnorm_d(double* x, size_t rows, size_t n, size_t stride, const vkh
             ss += xr[c] * xr[c];
         double inv = 1.0 / sqrt(ss / (double)n + eps);
         for (size_t c = 0; c < n; c++)
-            xr[c] = xr[c] * inv * vkh2o_load_elem(w->dtype, w->data, c);
+            xr[c] = xr[c] * inv * ref_elem(w->dtype, w->data, c);
     }
 }
 
@@ -247,16 +247,6 @@ static float unit(uint64_t* s) /* [-1, 1) */
     return (float)((double)(splitmix(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
-static void store(vkh2o_dtype dt, void* data, size_t i, float v)
-{
-    if (dt == VKH2O_DTYPE_BF16)
-        ((uint16_t*)data)[i] = vkh2o_f32_to_bf16(v);
-    else if (dt == VKH2O_DTYPE_F16)
-        ((uint16_t*)data)[i] = vkh2o_f32_to_f16(v);
-    else
-        ((float*)data)[i] = v;
-}
-
 int ref_mla_random_weights(const vkh2o_mla_config* cfg, vkh2o_dtype dtype, uint64_t seed, ref_mla_weights* w)
 {
     memset(w, 0, sizeof *w);
@@ -288,7 +278,7 @@ int ref_mla_random_weights(const vkh2o_mla_config* cfg, vkh2o_dtype dtype, uint6
         }
         float a = norm ? 0.2f : sqrtf(3.0f / (float)shape[i][1]);   /* U(-a, a) has variance a^2/3 */
         for (uint64_t e = 0; e < numel; e++)
-            store(dtype, w->data[i], e, (norm ? 1.0f : 0.0f) + a * unit(&s));
+            ref_store(dtype, w->data[i], e, (norm ? 1.0f : 0.0f) + a * unit(&s));
         vkh2o_tensor_view* v = &w->views[i];
         v->name = vkh2o_mla_weight_short_name((vkh2o_mla_weight)i);
         v->file = "(random)";
