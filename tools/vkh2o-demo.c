@@ -8,8 +8,8 @@
 #include "cli.h"
 #include "demo_h2o.h"
 #include "outfile.h"
-#include "internal.h"
 #include "ref_mla.h"
+#include "vkh2o.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -283,8 +283,14 @@ static float* load_input(const opts* o, const vkh2o_mla_config* cfg, uint32_t* S
 }
 
 /* RMSNorm with the layer's input_layernorm on the host (double accumulation). */
-static void input_layernorm(float* x, uint32_t S, uint32_t D, const vkh2o_tensor_view* w, float eps)
+static bool input_layernorm(float* x, uint32_t S, uint32_t D, const vkh2o_tensor_view* w, float eps)
 {
+    float* wf = malloc((size_t)D * sizeof *wf);
+    if (!wf || vkh2o_dtype_convert(VKH2O_DTYPE_F32, wf, w->dtype, w->data, D) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s: cannot read %s as floats\n", TOOL, w->file, w->name);
+        free(wf);
+        return false;
+    }
     for (uint32_t s = 0; s < S; s++) {
         float* r = x + (size_t)s * D;
         double ss = 0;
@@ -292,8 +298,10 @@ static void input_layernorm(float* x, uint32_t S, uint32_t D, const vkh2o_tensor
             ss += (double)r[c] * r[c];
         double inv = 1.0 / sqrt(ss / D + eps);
         for (uint32_t c = 0; c < D; c++)
-            r[c] = (float)(r[c] * inv * vkh2o_load_elem(w->dtype, w->data, c));
+            r[c] = (float)(r[c] * inv * wf[c]);
     }
+    free(wf);
+    return true;
 }
 
 /* ---------- statistics ---------- */
@@ -535,8 +543,9 @@ int main(int argc, char** argv)
     hidden = load_input(&o, &cfg, &S);
     if (!hidden)
         goto done;
-    if (o.normed_input)
-        input_layernorm(hidden, S, cfg.hidden_size, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_INPUT_LAYERNORM), cfg.rms_norm_eps);
+    if (o.normed_input &&
+        !input_layernorm(hidden, S, cfg.hidden_size, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_INPUT_LAYERNORM), cfg.rms_norm_eps))
+        goto done;
 
     if ((r = vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S }, &layer)) != VKH2O_OK) {
         fprintf(stderr, "%s: cannot create the layer on %s: %s\n", TOOL, caps->device_name, vkh2o_last_error(ctx));
@@ -666,8 +675,7 @@ int main(int argc, char** argv)
                timed == 1 ? "" : "s", !o.runs && timed == 1 ? "; one run as a forward takes over 0.5 s here, --runs N for more" : "");
         printf("  forward        %9.3f ms   (projections %.3f, attention %.3f, o_proj %.3f)\n", fwd_ms, proj_ms, attn_ms, oproj_ms);
         printf("  score (mass)   %9.3f ms\n", mass_ms);
-        printf("  select (top-k) %9.3f ms\n", hr.select_ms);
-        printf("  compact        %9.3f ms\n", hr.compact_ms);
+        printf("  H2O prefill    %9.3f ms   (top-k of the mass + gather of the kept rows into the cache)\n", hr.prefill_ms);
         printf("  load + upload  %9.3f ms\n", t_load * 1e3);
         printf("KV cache (%s, fp16): %llu bytes before eviction, %llu after (%.1f%%)\n",
                o.layout == DEMO_LAYOUT_LATENT ? "latent: c_kv + k_pe per token" : "expanded: per-head K and V",
@@ -742,8 +750,7 @@ int main(int argc, char** argv)
         cJSON_AddNumberToObject(jt, "attention", attn_ms);
         cJSON_AddNumberToObject(jt, "o_proj", oproj_ms);
         cJSON_AddNumberToObject(jt, "score", mass_ms);
-        cJSON_AddNumberToObject(jt, "select", hr.select_ms);
-        cJSON_AddNumberToObject(jt, "compact", hr.compact_ms);
+        cJSON_AddNumberToObject(jt, "h2o_prefill", hr.prefill_ms);
         cJSON_AddNumberToObject(jt, "load", t_load * 1e3);
         cJSON* jb = cJSON_AddObjectToObject(j, "kv_bytes");
         cJSON_AddNumberToObject(jb, "before", (double)hr.bytes_before);

@@ -1,6 +1,6 @@
 /* vkh2o-info: the Vulkan devices vkh2o sees, what it would choose, and what it will use. */
 #include "cli.h"
-#include "internal.h"
+#include "vkh2o.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -91,13 +91,14 @@ int main(int argc, char** argv)
     printf("  enabled: shaderFloat16 %s, 16-bit storage %s, 8-bit storage %s, push descriptors %s, timestamps %s\n",
            c->shader_float16 ? "yes" : "no", c->storage_16bit ? "yes" : "no", c->storage_8bit ? "yes" : "no",
            c->push_descriptor ? "yes" : "no", c->timestamps ? "yes" : "no");
-    printf("  kernel tiles: %s\n", vkh2o_cpu_shapes(ctx) ? "register-blocked (CPU device)"
-                                : vkh2o_is_cpu_device(ctx) ? "GPU shapes on a CPU device (VKH2O_GPU_SHAPES)"
-                                                           : "shared-memory tiles (GPU)");
+    const bool cpu = c->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    printf("  kernel tiles: %s\n", !cpu ? "shared-memory tiles (GPU)"
+                                : vkh2o_context_get_flags(ctx) & VKH2O_CONTEXT_GPU_SHAPES ? "GPU shapes on a CPU device (VKH2O_GPU_SHAPES)"
+                                                                                           : "register-blocked (CPU device)");
     if (shaders) {
-        printf("embedded shaders (%u):", vkh2o_shader_count());
-        for (uint32_t i = 0; i < vkh2o_shader_count(); i++)
-            printf(" %s", vkh2o_shader_name(i));
+        printf("embedded shaders (%u):", vkh2o_kernel_count());
+        for (uint32_t i = 0; i < vkh2o_kernel_count(); i++)
+            printf(" %s", vkh2o_kernel_name(i));
         printf("\n");
     }
     uint32_t msgs = vkh2o_context_get_validation_messages(ctx);

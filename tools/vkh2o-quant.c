@@ -18,7 +18,15 @@
  */
 #include "cli.h"
 #include "outfile.h"
-#include "kvquant_internal.h"
+#include "vkh2o.h"
+/*
+ * PRIVATE, the --weights decode path only (setup_weights): one token's projection
+ * (vkh2o_begin + vkh2o_cmd_mla_project + vkh2o_submit_wait) and the layer's roped query and
+ * attention output (vkh2o_mla_layer_state: q, o), with the query absorbed on the host. The
+ * library's public decode API (issue 9, item 5) replaces these steps; then these two includes
+ * and the tool's vkh2o_internal link (CMakeLists.txt) go. Everything else here is public API.
+ */
+#include "internal.h"
 #include "mla_internal.h"
 
 #include <math.h>
@@ -36,7 +44,7 @@ typedef struct opts {
     uint32_t layer, seq_len, decode, route_every;
     double budget;
     vkh2o_kv_layout layout;
-    kvq_read_path bench_read;   /* AUTO: the library's choice for the device */
+    vkh2o_qread bench_read;     /* AUTO: the library's choice for the device */
     bool bench_both;            /* --bench-read both: storage and texel side by side */
     bool heads_set, quiet, bench, profile;
     uint32_t n_bench_pols;                     /* policies of --bench after fp16 */
@@ -175,7 +183,7 @@ static int parse(int argc, char** argv, opts* o)
                 return 2;
             }
             o->bench_both = !strcmp(v, "both");
-            o->bench_read = !strcmp(v, "storage") ? KVQ_READ_STORAGE : !strcmp(v, "texel") ? KVQ_READ_TEXEL : KVQ_READ_AUTO;
+            o->bench_read = !strcmp(v, "storage") ? VKH2O_QREAD_STORAGE : !strcmp(v, "texel") ? VKH2O_QREAD_TEXEL : VKH2O_QREAD_AUTO;
             i++;
         } else if (!strcmp(a, "--bench")) {
             o->bench = true;
@@ -394,7 +402,7 @@ typedef struct runner {
     vkh2o_qcache_desc desc;                /* the cache's desc (bench makes one cache per policy) */
     vkh2o_qpolicy policy;                  /* of the last build */
     uint32_t route_every;                  /* re-route after every N appended tokens (0: never) */
-    double pass_ms[KVQ_PROF_MARKS - 1];   /* per pass of the last attend when qc->profile */
+    double pass_ms[VKH2O_QATTN_PASSES];    /* per pass of the last attend when profiling */
 } runner;
 
 static int check(vkh2o_context* ctx, vkh2o_result r, const char* what)
@@ -448,19 +456,12 @@ static int attend_steps(runner* R, const vkh2o_qattn_desc* ad, float* out, doubl
 
 static int attend(runner* R, const vkh2o_qattn_desc* ad, float* out, double* ms)
 {
-    VkCommandBuffer cb;
-    if (check(R->ctx, vkh2o_begin(R->ctx, &cb), "begin"))
+    if (check(R->ctx, vkh2o_run_qcache_attend(R->qc, R->qb, R->ob, ad, NULL), "decode attention"))
         return -1;
-    uint32_t t0 = vkh2o_timestamp(R->ctx, cb);
-    vkh2o_result r = kvq_record_attend(R->qc, cb, R->qb, R->ob, ad);
-    uint32_t t1 = vkh2o_timestamp(R->ctx, cb);
-    vkh2o_result r2 = vkh2o_submit_wait(R->ctx, cb);
-    if (check(R->ctx, r != VKH2O_OK ? r : r2, "decode attention"))
-        return -1;
-    *ms = vkh2o_timestamp_ms(R->ctx, t0, t1);
-    if (R->qc->profile)
-        for (uint32_t k = 0; k + 1 < KVQ_PROF_MARKS; k++)
-            R->pass_ms[k] = vkh2o_timestamp_ms(R->ctx, R->qc->prof_ts[k], R->qc->prof_ts[k + 1]);
+    vkh2o_qattn_timings tm;
+    vkh2o_qcache_get_last_attend_timings(R->qc, &tm);
+    *ms = tm.total_ms;
+    memcpy(R->pass_ms, tm.pass_ms, sizeof R->pass_ms);
     if (out && check(R->ctx, vkh2o_buffer_download(R->ob, 0, out, sizeof(float) * R->data.H * R->data.dv), "download"))
         return -1;
     return 0;
@@ -478,18 +479,22 @@ static int build(runner* R, vkh2o_qpolicy p)
 static int selection_stats(runner* R, uint32_t* tokens, uint64_t* bytes)
 {
     vkh2o_qcache* qc = R->qc;
-    uint32_t nb = qc->blocks;
+    vkh2o_qcache_stats qs;
+    vkh2o_qcache_get_stats(qc, &qs);
+    uint32_t nb = qs.blocks, nsel = 0;
     uint32_t* list = malloc(4ull * (nb + 1));
-    uint32_t* prec = malloc(4ull * nb);
-    uint32_t* cnt = malloc(4ull * nb);
+    uint32_t* prec = malloc(4ull * (nb + 1));
+    uint32_t* cnt = malloc(4ull * (nb + 1));
     int rc = -1;
-    if (!check(R->ctx, vkh2o_buffer_download(qc->list, 0, list, 4ull * (nb + 1)), "list") &&
-        !check(R->ctx, vkh2o_qcache_read_blocks(qc, prec, NULL, NULL, cnt, NULL, NULL), "blocks")) {
+    if (!list || !prec || !cnt)
+        fprintf(stderr, TOOL ": out of host memory\n");
+    else if (!check(R->ctx, vkh2o_qcache_read_selection(qc, list, &nsel), "selection") &&
+             !check(R->ctx, vkh2o_qcache_read_blocks(qc, prec, NULL, NULL, cnt, NULL, NULL), "blocks")) {
         *tokens = 0;
         *bytes = 0;
-        for (uint32_t i = 0; i < list[0]; i++) {
-            *tokens += cnt[list[1 + i]];
-            *bytes += vkh2o_qcache_slot_bytes(&qc->d, (vkh2o_qprec)prec[list[1 + i]]);
+        for (uint32_t i = 0; i < nsel; i++) {
+            *tokens += cnt[list[i]];
+            *bytes += vkh2o_qcache_slot_bytes(vkh2o_qcache_get_desc(qc), (vkh2o_qprec)prec[list[i]]);
         }
         rc = 0;
     }
@@ -557,14 +562,14 @@ static int measure(runner* R, const char* ablation, vkh2o_qpolicy p, int selecto
         compare(o, R->ref_out, n, &out->attn_rel_err, &out->attn_cos);
         compare(o, same, n, &out->attn_rel_same, &out->attn_cos_same);
     }
-    out->flops = vkh2o_qattn_flops(&qc->d, out->tokens_attended);
+    out->flops = vkh2o_qattn_flops(vkh2o_qcache_get_desc(qc), out->tokens_attended);
     free(o);
     free(same);
     /* the analytical model at Kimi scale: 61 layers, 32K tokens, this desc's block/group sizes */
-    vkh2o_qcache_desc kd = qc->d;
+    vkh2o_qcache_desc kd = *vkh2o_qcache_get_desc(qc);
     vkh2o_mla_config kimi;
     vkh2o_mla_config_kimi_k26(&kimi);
-    vkh2o_qcache_desc_from_mla(&kimi, qc->d.layout, &kd);
+    vkh2o_qcache_desc_from_mla(&kimi, vkh2o_qcache_get_desc(qc)->layout, &kd);
     kd.max_tokens = 32768;
     kd.flags = 0;
     uint32_t c[4], c16[4];
@@ -572,9 +577,12 @@ static int measure(runner* R, const char* ablation, vkh2o_qpolicy p, int selecto
     vkh2o_qpolicy_counts(&kd, VKH2O_QPOLICY_FP16, 32768, c16);
     out->model_bytes = 61.0 * (double)vkh2o_qcache_bytes_model(&kd, c);
     out->model_saved_pct = 100.0 * (1.0 - (double)vkh2o_qcache_bytes_model(&kd, c) / (double)vkh2o_qcache_bytes_model(&kd, c16));
-    uint32_t nb = 2048, fixed = nb - kvq_routable(&kd, nb);
-    uint64_t blocks = selector < 0 ? nb - c[3] : fixed + (uint64_t)(budget * (double)kvq_routable(&kd, nb) /
-                                                                       (double)(kvq_routable(&qc->d, qc->blocks) ? kvq_routable(&qc->d, qc->blocks) : 1));
+    vkh2o_qcache_stats qs;
+    vkh2o_qcache_get_stats(qc, &qs);
+    const uint32_t here = vkh2o_qcache_routable_blocks(vkh2o_qcache_get_desc(qc), qs.blocks);
+    uint32_t nb = 2048, fixed = nb - vkh2o_qcache_routable_blocks(&kd, nb);
+    uint64_t blocks = selector < 0 ? nb - c[3] : fixed + (uint64_t)(budget * (double)vkh2o_qcache_routable_blocks(&kd, nb) /
+                                                                       (double)(here ? here : 1));
     if (blocks > nb - c[3])
         blocks = nb - c[3];
     out->model_flops = 61.0 * vkh2o_qattn_flops(&kd, blocks * kd.block_size);
@@ -784,7 +792,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     vkh2o_checkpoint* ck = NULL;
     vkh2o_mla_host_weights* hw = NULL;
     vkh2o_mla_layer* layer = NULL;
-    float *hidden = NULL, *out = NULL, *wuk = NULL, *qrow = NULL;
+    float *hidden = NULL, *out = NULL, *wuk = NULL, *qrow = NULL, *kvbf = NULL;
     vkh2o_buffer* hb = NULL;
     int rc = -1;
     if (vkh2o_checkpoint_open(o->weights, &ck, &err) != VKH2O_OK ||
@@ -821,20 +829,29 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
         fprintf(stderr, TOOL ": out of host memory\n");
         goto done;
     }
+    /* kv_b_proj as floats: W_uk[h] (rows h (nope + v) + [0, nope)) and W_uv[h] (the next v rows) */
+    kvbf = malloc(sizeof(float) * (size_t)H * (nope + vd) * L);
+    if (!kvbf || vkh2o_dtype_convert(VKH2O_DTYPE_F32, kvbf, kvb->dtype, kvb->data, (uint64_t)H * (nope + vd) * L)) {
+        fprintf(stderr, TOOL ": out of host memory\n");
+        goto done;
+    }
     for (uint32_t h = 0; h < H; h++)
         for (uint32_t j = 0; j < nope; j++)
-            for (uint32_t c = 0; c < L; c++)
-                wuk[((size_t)h * nope + j) * L + c] = vkh2o_load_elem(kvb->dtype, kvb->data, ((uint64_t)h * (nope + vd) + j) * L + c);
+            memcpy(wuk + ((size_t)h * nope + j) * L, kvbf + ((size_t)h * (nope + vd) + j) * L, sizeof(float) * L);
 
     /* prefill: importance = attention mass per token; latent rows from the state */
     if (check(ctx, vkh2o_run_mla_forward(layer, hidden, S, 0, out, d->imp, NULL), "prefill forward"))
         goto done;
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(layer);
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(layer);   /* PRIVATE: decode path (q, o) */
+    vkh2o_buffer *ckv_b = NULL, *kpe_b = NULL;
     float* ckv = malloc(sizeof(float) * (size_t)S * L);
     float* kpe = malloc(sizeof(float) * (size_t)S * rope);
-    vkh2o_result r = ckv && kpe ? vkh2o_buffer_download(st->ckv, 0, ckv, sizeof(float) * (size_t)S * L) : VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+    vkh2o_result r = ckv && kpe ? vkh2o_mla_layer_get_kv_rows(layer, VKH2O_LAYOUT_LATENT, &ckv_b, &kpe_b)
+                                : VKH2O_ERROR_OUT_OF_HOST_MEMORY;
     if (r == VKH2O_OK)
-        r = vkh2o_buffer_download(st->kpe, 0, kpe, sizeof(float) * (size_t)S * rope);
+        r = vkh2o_buffer_download(ckv_b, 0, ckv, sizeof(float) * (size_t)S * L);
+    if (r == VKH2O_OK)
+        r = vkh2o_buffer_download(kpe_b, 0, kpe, sizeof(float) * (size_t)S * rope);
     for (uint32_t t = 0; r == VKH2O_OK && t < S; t++) {
         memcpy(d->k + (size_t)t * d->dk, ckv + (size_t)t * L, sizeof(float) * L);
         memcpy(d->k + (size_t)t * d->dk + L, kpe + (size_t)t * rope, sizeof(float) * rope);
@@ -844,7 +861,8 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     if (check(ctx, r, "prefill state"))
         goto done;
 
-    /* decode tokens: project one at a time at position S + i */
+    /* decode tokens: project one at a time at position S + i (PRIVATE: replaced by the public
+     * decode API) */
     if (check(ctx, vkh2o_buffer_create(ctx, sizeof(float) * hid, &hb), "buffer"))
         goto done;
     for (uint32_t i = 0; i < D; i++) {
@@ -857,9 +875,9 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
         }
         float* krow = d->k + (size_t)(S + i) * d->dk;
         if (r == VKH2O_OK)
-            r = vkh2o_buffer_download(st->ckv, 0, krow, sizeof(float) * L);
+            r = vkh2o_buffer_download(ckv_b, 0, krow, sizeof(float) * L);
         if (r == VKH2O_OK)
-            r = vkh2o_buffer_download(st->kpe, 0, krow + L, sizeof(float) * rope);
+            r = vkh2o_buffer_download(kpe_b, 0, krow + L, sizeof(float) * rope);
         if (r == VKH2O_OK)
             r = vkh2o_buffer_download(st->q, 0, qrow, sizeof(float) * (size_t)H * qd);
         if (check(ctx, r, "decode projection"))
@@ -876,7 +894,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
             memcpy(ql + (size_t)h * d->dk + L, qh + nope, sizeof(float) * rope);
         }
     }
-    R->scale = st->scale;
+    R->scale = vkh2o_mla_softmax_scale(&cfg);
 
     vkh2o_qcache_desc desc = { 0 };
     vkh2o_qcache_desc_from_mla(&cfg, VKH2O_LAYOUT_LATENT, &desc);
@@ -911,8 +929,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
                 for (uint32_t j = 0; j < vd; j++) {
                     double a = 0;
                     for (uint32_t c = 0; c < L; c++)
-                        a += (double)lat[(size_t)h * L + c] *
-                             vkh2o_load_elem(kvb->dtype, kvb->data, ((uint64_t)h * (nope + vd) + nope + j) * L + c);
+                        a += (double)lat[(size_t)h * L + c] * kvbf[((size_t)h * (nope + vd) + nope + j) * L + c];
                     double ref = o_layer[(size_t)h * vd + j];
                     e2 += (a - ref) * (a - ref);
                     r2 += ref * ref;
@@ -938,6 +955,7 @@ done:
     free(out);
     free(wuk);
     free(qrow);
+    free(kvbf);
     return rc;
 }
 
@@ -972,12 +990,12 @@ static double cpu_seconds(void)
  * alike and the ratios are side by side. ms: median GPU-timestamp time; cpu_ms: process CPU time
  * per step (on a CPU device like lavapipe the "GPU" is this process's threads: the CPU time
  * shows how much of the wall time was contention); pass: median time of each pass. */
-#define NPASS (KVQ_PROF_MARKS - 1)
+#define NPASS VKH2O_QATTN_PASSES
 static const char* const pass_names[NPASS] = { "select", "score", "softmax", "pv", "combine" };
 #define NPOL VKH2O_QPOLICY_COUNT
 
 static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps, uint32_t npaths,
-                     const kvq_read_path* paths, bool profile, bool quiet, double ms[][2], double cpu_ms[][2],
+                     const vkh2o_qread* paths, bool profile, bool quiet, double ms[][2], double cpu_ms[][2],
                      uint64_t* bytes, double pass[][2][NPASS])
 {
     static double t[NPOL][2][1000], tp[NPOL][2][NPASS][1000];
@@ -992,14 +1010,14 @@ static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps
     vkh2o_qattn_desc ad = { .scale = R->scale, .selector = VKH2O_QSELECT_ALL };
     for (int p = 0; p < np; p++) {
         R->qc = qcs[p];
-        R->qc->profile = profile;
+        vkh2o_qcache_set_profile(R->qc, profile);
         if (build(R, pols[p]))
             goto done;
         vkh2o_qcache_stats st;
         vkh2o_qcache_get_stats(R->qc, &st);
         bytes[p] = st.pool_bytes[0] + st.pool_bytes[1] + st.pool_bytes[2];
         for (uint32_t k = 0; k < npaths; k++) {
-            R->qc->read_path = paths[k];
+            (void)vkh2o_qcache_set_read_path(R->qc, paths[k]);
             if (attend(R, &ad, NULL, &dummy))   /* warm-up: pipelines, scratch */
                 goto done;
         }
@@ -1012,7 +1030,7 @@ static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps
             for (uint32_t k = 0; k < npaths; k++) {
                 cli_progress_update(&prog, ((uint64_t)i * np + p) * npaths + k);
                 R->qc = qcs[p];
-                R->qc->read_path = paths[k];
+                (void)vkh2o_qcache_set_read_path(R->qc, paths[k]);
                 double c0 = cpu_seconds();
                 if (attend(R, &ad, NULL, &t[p][k][i]))
                     goto done;
@@ -1034,16 +1052,16 @@ static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps
 done:
     cli_progress_end(&prog);
     R->qc = own;
-    own->read_path = KVQ_READ_AUTO;
-    own->profile = false;
+    (void)vkh2o_qcache_set_read_path(own, VKH2O_QREAD_AUTO);
+    vkh2o_qcache_set_profile(own, false);
     for (int p = 1; p < np; p++)
         vkh2o_qcache_destroy(qcs[p]);
     return rc;
 }
 
-static const char* read_path_name(kvq_read_path p)
+static const char* read_path_name(vkh2o_qread p)
 {
-    return p == KVQ_READ_STORAGE ? "storage" : p == KVQ_READ_TEXEL ? "texel" : "auto";
+    return p == VKH2O_QREAD_STORAGE ? "storage" : p == VKH2O_QREAD_TEXEL ? "texel" : "auto";
 }
 
 static int bench(vkh2o_context* ctx, const opts* o)
@@ -1053,7 +1071,7 @@ static int bench(vkh2o_context* ctx, const opts* o)
     uint32_t heads_list[2] = { o->heads, 1 };
     int nh = o->heads_set ? 1 : 2;
     /* one read path (the library's choice unless one is asked for) or both side by side */
-    kvq_read_path paths[2] = { KVQ_READ_STORAGE, KVQ_READ_TEXEL };
+    vkh2o_qread paths[2] = { VKH2O_QREAD_STORAGE, VKH2O_QREAD_TEXEL };
     uint32_t npaths = 2;
     if (!o->bench_both) {
         paths[0] = o->bench_read;
@@ -1083,15 +1101,14 @@ static int bench(vkh2o_context* ctx, const opts* o)
             teardown(&R);
             return -1;
         }
-        double flops = vkh2o_qattn_flops(&R.qc->d, o->bench_tokens);
+        double flops = vkh2o_qattn_flops(vkh2o_qcache_get_desc(R.qc), o->bench_tokens);
         /* the path auto resolved to (the plan of the FP16 cache, still built) */
         const char* pname[2];
         for (uint32_t k = 0; k < npaths; k++) {
             pname[k] = read_path_name(paths[k]);
-            kvq_attn_plan pl;
-            if (paths[k] == KVQ_READ_AUTO &&
-                kvq_plan_attend(R.qc, &(vkh2o_qattn_desc){ .selector = VKH2O_QSELECT_ALL }, &pl) == VKH2O_OK)
-                pname[k] = pl.tex ? "texel" : "storage";
+            vkh2o_qread resolved;
+            if (paths[k] == VKH2O_QREAD_AUTO && vkh2o_qcache_get_read_path(R.qc, &resolved) == VKH2O_OK)
+                pname[k] = read_path_name(resolved);
         }
         for (uint32_t k = 0; k < npaths; k++)
             for (int p = 0; p < np; p++)
@@ -1157,8 +1174,8 @@ int main(int argc, char** argv)
                "relative error %.3e\n", d->T0 + 1, check_rel);
     else if (!o.quiet)
         printf("random data: %s layout, %u tokens, %u heads, K row %u, V row %u, block %u, group %u (K per channel, V per token)\n",
-               o.layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded", d->T, d->H, d->dk, d->dv, R.qc->d.block_size,
-               R.qc->d.group_size);
+               o.layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded", d->T, d->H, d->dk, d->dv, vkh2o_qcache_get_desc(R.qc)->block_size,
+               vkh2o_qcache_get_desc(R.qc)->group_size);
     /* reference: the FP16 cache, every block */
     if (build(&R, VKH2O_QPOLICY_FP16))
         goto done;
@@ -1171,7 +1188,9 @@ int main(int argc, char** argv)
         vkh2o_qcache_get_stats(R.qc, &st);
         R.fp16_bytes = st.allocated_bytes;
     }
-    uint32_t routable = kvq_routable(&R.qc->d, R.qc->blocks);
+    vkh2o_qcache_stats qs;
+    vkh2o_qcache_get_stats(R.qc, &qs);
+    uint32_t routable = vkh2o_qcache_routable_blocks(vkh2o_qcache_get_desc(R.qc), qs.blocks);
     uint32_t budget = (uint32_t)(o.budget * routable + 0.5);
     if (measure_all(&R, budget, o.quiet, rows, &n))
         goto done;
@@ -1179,9 +1198,9 @@ int main(int argc, char** argv)
 
     if (!o.quiet) {
         printf("\nselection budget: %u of %u routable blocks (+ %u sink/recent); attn_* against the FP16 cache attending to all;\nrel_samesel against the FP16 cache with the same selection\n",
-               budget, routable, R.qc->blocks - routable);
+               budget, routable, qs.blocks - routable);
         printf("\nanalytical model, Kimi K2 latent cache (576 numbers/token), 61 layers, 32768 tokens, block %u:\n",
-               R.qc->d.block_size);
+               vkh2o_qcache_get_desc(R.qc)->block_size);
         printf("  %-13s %12s %8s %16s\n", "policy", "bytes", "saved%", "attn FLOP/step");
         for (int i = 0; i < VKH2O_QPOLICY_COUNT; i++)
             printf("  %-13s %12.4g %8.2f %16.4g\n", vkh2o_qpolicy_name(rows[i].policy), rows[i].model_bytes,

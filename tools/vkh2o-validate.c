@@ -6,9 +6,8 @@
  * whole cache with a CPU simulation after every step. --memory prints the memory table.
  */
 #include "cli.h"
-#include "internal.h"
 #include "ref_h2o.h"
-#include "cache_internal.h"
+#include "vkh2o.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -22,7 +21,6 @@
 
 typedef struct opts {
     uint32_t per_dispatch;
-    uint32_t bench_topk;
     uint32_t steps, budget, n_sink, n_recent, layers, heads, qk_dim, v_dim, kv_lora, seed, device;
     vkh2o_kv_layout layout;
     vkh2o_evict_policy policy;
@@ -65,9 +63,6 @@ static void usage(FILE* f)
             "  --no-output        do not read the attention output back (it is computed anyway)\n"
             "  --validation       enable the Khronos validation layer\n"
             "  --quiet            no progress lines\n"
-            "  --bench-topk N     time the standalone top-k (radix select + scatter) over N scores\n"
-            "                     (k = N/32, the cache's sink/recent ranges), scores read from a storage\n"
-            "                     binding and through a texel view, and check both\n"
             "  --memory           print the memory table instead (with --model kimi|deepseek-v3,\n"
             "                     --context N (32768), --budgets a,b,... (64,4096), --n-sink, --n-recent)\n"
             "  --help\n");
@@ -120,7 +115,6 @@ static int parse_args(int argc, char** argv, opts* o)
         U32("--device", device, 0, 63)
         U32("--context", context, 1, 1u << 30)
         U32("--steps-per-dispatch", per_dispatch, 1, BATCH)
-        U32("--bench-topk", bench_topk, 1, 1u << 26)
 #undef U32
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -227,90 +221,6 @@ static int memory_table(const opts* o)
     return 0;
 }
 
-/* ---- --bench-topk ---- */
-
-static int cmp_double(const void* a, const void* b)
-{
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
-
-static int bench_topk(const opts* o)
-{
-    vkh2o_context* ctx = NULL;
-    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o->device),
-                                                                 .log = cli_log, .user_data = TOOL }, &ctx);
-    if (r != VKH2O_OK) {
-        fprintf(stderr, TOOL ": no usable Vulkan device: %s\n", vkh2o_result_string(r));
-        return 1;
-    }
-    uint32_t n = o->bench_topk, k = n / 32 ? n / 32 : 1;
-    uint32_t begin = n > o->n_sink + o->n_recent ? o->n_sink : 0, end = n > o->n_sink + o->n_recent ? n - o->n_recent : n;
-    float* x = malloc((size_t)n * 4);
-    double* v = malloc((size_t)n * sizeof *v);
-    uint32_t* want = malloc((size_t)n * 4);
-    uint32_t* got = malloc((size_t)n * 4);
-    uint32_t base = vkh2o_mock_base(o->seed, 0, 0, 5);
-    for (uint32_t i = 0; i < n; i++) {
-        x[i] = (vkh2o_mock_value(base, i) + 1.0f) * 0.5f;   /* [0, 1), with duplicates */
-        v[i] = x[i];
-    }
-    uint32_t nw = ref_topk_keep(v, n, begin, end, k, want);
-    vkh2o_buffer *bs = NULL, *bo = NULL, *bw = NULL;
-    int rc = 1;
-    double t[31];
-    if ((r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bs)) != VKH2O_OK || (r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bo)) != VKH2O_OK ||
-        (r = vkh2o_buffer_create(ctx, vkh2o_topk_work_bytes(end - begin), &bw)) != VKH2O_OK ||
-        (r = vkh2o_buffer_upload(bs, 0, x, (uint64_t)n * 4)) != VKH2O_OK)
-        goto done;
-    vkh2o_topk_args a = { .scores = vkh2o_bind(bs), .n = n, .begin = begin, .end = end, .k = k, .out = vkh2o_bind(bo),
-                          .work = vkh2o_bind(bw) };
-    /* both paths, side by side: scores from the storage binding, and through a texel view */
-    double med[2] = { 0 };
-    bool all_ok = true;
-    for (int tex = 0; tex < 2; tex++) {
-        a.scores_buffer = tex ? bs : NULL;
-        if ((r = vkh2o_buffer_fill(bo, 0, (uint64_t)n * 4, 0xffffffffu)) != VKH2O_OK)   /* poison */
-            goto done;
-        for (int i = 0; i < 31; i++) {
-            VkCommandBuffer cb;
-            if ((r = vkh2o_begin(ctx, &cb)) != VKH2O_OK)
-                goto done;
-            double t0 = cli_now();
-            r = vkh2o_cmd_topk(ctx, cb, &a);
-            vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
-            t[i] = (cli_now() - t0) * 1e3;
-            if (r != VKH2O_OK || (r = r2) != VKH2O_OK)
-                goto done;
-        }
-        if ((r = vkh2o_buffer_download(bo, 0, got, (uint64_t)nw * 4)) != VKH2O_OK)
-            goto done;
-        bool ok = !memcmp(got, want, (size_t)nw * 4);
-        all_ok = all_ok && ok;
-        qsort(t + 1, 30, sizeof t[0], cmp_double);    /* the first run includes pipeline creation */
-        med[tex] = (t[15] + t[16]) / 2;
-        printf("[topk] %s: %u scores, candidates [%u, %u), k=%u on %s: median %.3f ms, best %.3f ms per selection "
-               "(record + submit + wait, 30 runs)\n", tex ? "texel view" : "storage   ", n, begin, end, k,
-               vkh2o_context_get_caps(ctx)->device_name, med[tex], t[1]);
-        printf("[topk] %s: kept set %s the CPU reference (%u indices, %s path)\n", ok ? "PASS" : "FAIL",
-               ok ? "matches" : "differs from", nw, tex ? "texel" : "storage");
-    }
-    printf("[topk] texel view / storage: %.2fx faster (medians)\n", med[1] > 0 ? med[0] / med[1] : 0.0);
-    rc = all_ok ? 0 : 1;
-done:
-    if (r != VKH2O_OK)
-        fprintf(stderr, TOOL ": top-k: %s: %s\n", vkh2o_result_string(r), vkh2o_last_error(ctx));
-    vkh2o_buffer_destroy(bs);
-    vkh2o_buffer_destroy(bo);
-    vkh2o_buffer_destroy(bw);
-    vkh2o_context_destroy(ctx);
-    free(x);
-    free(v);
-    free(want);
-    free(got);
-    return rc;
-}
-
 /* ---- the run ---- */
 
 typedef struct run {
@@ -382,7 +292,9 @@ static vkh2o_result check_positions(run* r, uint32_t step, uint32_t* pos)
 {
     for (uint32_t l = 0; l < r->o.layers; l++) {
         vkh2o_cache_snapshot s = { .positions = pos };
-        VKH2O_CHECK(vkh2o_cache_read_snapshot(r->cache, l, &s));
+        vkh2o_result res = vkh2o_cache_read_snapshot(r->cache, l, &s);
+        if (res != VKH2O_OK)
+            return res;
         uint32_t ns = r->o.n_sink < s.len ? r->o.n_sink : s.len;
         for (uint32_t i = 0; i < ns; i++)
             if (pos[i] != i) {
@@ -469,8 +381,6 @@ int main(int argc, char** argv)
     opts* o = &R.o;
     if (o->memory)
         return memory_table(o);
-    if (o->bench_topk)
-        return bench_topk(o);
 
     bool lat = o->layout == VKH2O_LAYOUT_LATENT;
     uint32_t rope = o->qk_dim > 64 ? 64 : o->qk_dim / 2;
@@ -519,7 +429,7 @@ int main(int argc, char** argv)
         goto out;
     }
     /* the step pipelines are built before the clock starts */
-    if ((res = vkh2o_cache_kernels(R.cache, 1)) != VKH2O_OK) {
+    if ((res = vkh2o_cache_prepare(R.cache, VKH2O_STEP_MOCK)) != VKH2O_OK) {
         rc = fail_vk(&R, res, "building the step kernels");
         goto out;
     }
@@ -562,8 +472,8 @@ int main(int argc, char** argv)
            o->layers, o->heads, o->qk_dim, o->v_dim, lat ? "" : "", lname[lat], o->storage == VKH2O_DTYPE_F16 ? "fp16" : "fp32",
            pname[o->policy], o->mode ? "mean" : "sum", o->n_sink, o->budget, o->n_recent, o->seed);
     uint32_t per = o->check ? 1 : o->per_dispatch;
-    if (per > R.cache->max_steps_per_dispatch)
-        per = R.cache->max_steps_per_dispatch;
+    if (per > vkh2o_cache_get_steps_per_dispatch(R.cache))
+        per = vkh2o_cache_get_steps_per_dispatch(R.cache);
     printf("[B1] device: %s; %u step%s per dispatch, %u per submission%s\n", vkh2o_context_get_caps(R.ctx)->device_name, per,
            per == 1 ? "" : "s", o->check ? 1 : BATCH, o->check ? " (--check)" : "");
     printf("[B1] running %u simulated generation steps...\n\n", o->steps);
@@ -581,7 +491,7 @@ int main(int argc, char** argv)
         goto out2;
     }
     double t0 = cli_now();
-    double device_s = 0, submit_s = 0;   /* GPU time of the steps (timestamps); submit + wait */
+    double device_s = 0, submit_s = 0;   /* GPU time of the steps (timestamps); record + submit + wait */
     uint32_t step = 0;
     while (step < o->steps) {
         /* batches end at the progress steps 0, 50, 100, ...; --check submits every step */
@@ -591,30 +501,17 @@ int main(int argc, char** argv)
         if (o->check)
             last = step;
         uint32_t nb = last - step + 1;
-        VkCommandBuffer cb;
-        if ((res = vkh2o_begin(R.ctx, &cb)) != VKH2O_OK) {
-            rc = fail_vk(&R, res, "recording");
-            goto out2;
-        }
-        uint32_t ts0 = vkh2o_timestamp(R.ctx, cb);
-        for (uint32_t s = step; s <= last && res == VKH2O_OK;) {
-            uint32_t k = last - s + 1 < o->per_dispatch ? last - s + 1 : o->per_dispatch;
-            vkh2o_cache_step cs = { .position = s, .step = s, .nsteps = k, .out = R.out,
-                                    .flags = VKH2O_STEP_MOCK | (o->check ? VKH2O_STEP_RECORD_KEYS : 0) };
-            res = vkh2o_cmd_cache_step(R.cache, cb, &cs);
-            s += k;
-        }
-        uint32_t ts1 = vkh2o_timestamp(R.ctx, cb);
+        /* one submission of nb steps, o->per_dispatch of them per dispatch */
+        vkh2o_cache_step cs = { .position = step, .step = step, .nsteps = o->per_dispatch, .out = R.out,
+                                .flags = VKH2O_STEP_MOCK | (o->check ? VKH2O_STEP_RECORD_KEYS : 0) };
         double tsub = cli_now();
-        vkh2o_result r2 = vkh2o_submit_wait(R.ctx, cb);
+        res = vkh2o_run_cache_steps(R.cache, &cs, nb);
         submit_s += cli_now() - tsub;
-        double dms = vkh2o_timestamp_ms(R.ctx, ts0, ts1);
+        double dms = vkh2o_cache_get_last_run_ms(R.cache);
         if (dms >= 0)
             device_s += dms * 1e-3;
         else
             device_s = -1e30;
-        if (res == VKH2O_OK)
-            res = r2;
         if (res == VKH2O_OK)
             res = vkh2o_cache_read_history(R.cache, step, nb, hl, he);
         if (res != VKH2O_OK) {
@@ -669,7 +566,7 @@ int main(int argc, char** argv)
     printf("\n[B1] done: %u steps in %.3fs (%.1f steps/sec)%s\n", o->steps, secs, o->steps / secs,
            o->check ? "  [--check: per-step submission and CPU simulation included]" : "");
     if (device_s > 0)
-        printf("[B1] device time of the steps %.3fs (%.1f steps/sec); submit + wait %.3fs\n", device_s, o->steps / device_s,
+        printf("[B1] device time of the steps %.3fs (%.1f steps/sec); record + submit + wait %.3fs\n", device_s, o->steps / device_s,
                submit_s);
     printf("\n[B1] final state: max_cache=%u  expected_cap=%u  over_cap=%u\n", max_len, R.cap, R.over_cap);
 

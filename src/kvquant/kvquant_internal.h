@@ -120,6 +120,9 @@ struct vkh2o_qcache {
      * before select, after select, score, softmax, pv, combine (UINT32_MAX: unavailable) */
     bool profile;
     uint32_t prof_ts[KVQ_PROF_MARKS];
+    /* GPU time of the last vkh2o_run_qcache_attend (negative: none) and, profiled, its passes */
+    double last_attend_ms;
+    double last_pass_ms[KVQ_PROF_MARKS - 1];
 };
 
 /* Section sizes of a tensor with d channels per token (public desc resolved). */
