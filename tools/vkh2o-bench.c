@@ -575,6 +575,8 @@ int main(int argc, char** argv)
     bench_env env = { .seq_len = 256, .runs = 5 };
     uint32_t select = 0;
     bool json = false, seq_given = false;
+    if (!cli_no_repeats(TOOL, argc, argv))
+        return 2;
     for (int i = 1; i < argc; i++) {
         const char* o = argv[i];
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
@@ -601,11 +603,11 @@ int main(int argc, char** argv)
         } else if (!strcmp(o, "--read")) {
             env.read = true;
         } else {
-            fprintf(stderr, TOOL ": unknown option '%s'\n", o);
-            usage(stderr);
+            fprintf(stderr, TOOL ": unknown option '%s' (see --help)\n", o);
             return 2;
         }
     }
+    if (!cli_check_device(TOOL, argc, argv, select ? select - 1 : 0)) return 2;
     if (env.quick && !seq_given) env.seq_len = 16;
     env.progress = !json && isatty(2);
 

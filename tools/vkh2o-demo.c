@@ -254,18 +254,18 @@ static float* load_input(const opts* o, const vkh2o_mla_config* cfg, uint32_t* S
     vkh2o_error err = { 0 };
     vkh2o_safetensors* st;
     if (vkh2o_safetensors_open(o->input, &st, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+        fprintf(stderr, "%s: --input: %s\n", TOOL, err.message);
         return NULL;
     }
     vkh2o_tensor_view v;
     float* x = NULL;
     if (vkh2o_safetensors_find(st, "hidden_states", &v, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+        fprintf(stderr, "%s: --input: %s\n", TOOL, err.message);
     } else if (v.dtype != VKH2O_DTYPE_F32) {
-        fprintf(stderr, "%s: %s: tensor 'hidden_states' is %s, expected F32\n", TOOL, o->input, vkh2o_dtype_name(v.dtype));
+        fprintf(stderr, "%s: --input %s: tensor 'hidden_states' is %s, expected F32\n", TOOL, o->input, vkh2o_dtype_name(v.dtype));
     } else if (!(v.ndim == 2 || (v.ndim == 3 && v.shape[0] == 1)) || v.shape[v.ndim - 1] != cfg->hidden_size ||
                v.shape[v.ndim - 2] == 0 || v.shape[v.ndim - 2] > (1u << 20)) {
-        fprintf(stderr, "%s: %s: tensor 'hidden_states' has shape [", TOOL, o->input);
+        fprintf(stderr, "%s: --input %s: tensor 'hidden_states' has shape [", TOOL, o->input);
         for (uint32_t d = 0; d < v.ndim; d++)
             fprintf(stderr, "%s%llu", d ? ", " : "", (unsigned long long)v.shape[d]);
         fprintf(stderr, "], expected [seq, %u] (hidden_size of the config)\n", cfg->hidden_size);
@@ -388,26 +388,17 @@ static void compute_stats(const float* score, const demo_category* cat, uint32_t
 
 /* ---------- outputs ---------- */
 
-static bool write_csv(const char* path, const float* score, const demo_category* cat, uint32_t S)
+static void write_csv(FILE* f, const float* score, const demo_category* cat, uint32_t S)
 {
-    outfile of;
-    if (!outfile_open(&of, TOOL, path))
-        return false;
-    fprintf(of.f, "token_idx,attention_score,kept,category\n");
+    fprintf(f, "token_idx,attention_score,kept,category\n");
     for (uint32_t i = 0; i < S; i++)
-        fprintf(of.f, "%u,%.6f,%s,%s\n", i, score[i], cat[i] == DEMO_EVICTED ? "False" : "True", cat_name(cat[i]));
-    return outfile_close(&of, TOOL, true);
+        fprintf(f, "%u,%.6f,%s,%s\n", i, score[i], cat[i] == DEMO_EVICTED ? "False" : "True", cat_name(cat[i]));
 }
 
-static bool write_svg(const char* path, const float* score, const demo_category* cat, uint32_t S, const stats* st,
-                      const opts* o)
+static void write_svg(FILE* f, const float* score, const demo_category* cat, uint32_t S, const stats* st, const opts* o)
 {
-    outfile of;
-    if (!outfile_open(&of, TOOL, path))
-        return false;
     const double W = 960, H = 420, L = 70, R = 20, T = 40, B = 50;
     double ymax = st->max > 0 ? st->max * 1.05 : 1;
-    FILE* f = of.f;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">Attention mass per token (sum over heads and queries), H2O: %u sink + %u heavy + %u recent kept of %u</text>\n",
@@ -439,7 +430,31 @@ static bool write_svg(const char* path, const float* score, const demo_category*
         fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", W - R - 314 + 85 * c, T + 9.0, names[c]);
     }
     fprintf(f, "</svg>\n");
-    return outfile_close(&of, TOOL, true);
+}
+
+/* ---------- checks before any work ---------- */
+
+/* Inputs exist and are readable files (the weights may be a directory), outputs can be written
+ * and name no input nor each other. Returns 0, or the exit status (1 file, 2 usage). */
+static int check_paths(const opts* o)
+{
+    int rc;
+    if ((o->weights && (rc = cli_check_input(TOOL, "--weights", o->weights, true))) ||
+        (o->config && (rc = cli_check_input(TOOL, "--config", o->config, false))) ||
+        (o->input && (rc = cli_check_input(TOOL, "--input", o->input, false))))
+        return rc;
+    struct stat st;
+    if (o->cache_dir && (!*o->cache_dir || (stat(o->cache_dir, &st) == 0 && !S_ISDIR(st.st_mode)))) {
+        fprintf(stderr, "%s: --cache-dir %s: not a directory\n", TOOL, o->cache_dir);
+        return 1;
+    }
+    const char* ins[3] = { o->weights, o->config, o->input };
+    const char* flags[4] = { "--csv", "--json", "--out", "--plot" };
+    const char* outs[4] = { o->csv, o->json, o->out, o->plot };
+    for (int a = 0; a < 4; a++)
+        if (outs[a] && (rc = cli_check_output(TOOL, flags[a], outs[a], ins, 3, outs, flags, a)))
+            return rc;
+    return 0;
 }
 
 int main(int argc, char** argv)
@@ -447,8 +462,14 @@ int main(int argc, char** argv)
     double t_start = cli_now();
     opts o;
     int exit_code;
+    if (!cli_no_repeats(TOOL, argc, argv))
+        return 2;
     if (!parse_args(argc, argv, &o, &exit_code))
         return exit_code;
+    if ((exit_code = check_paths(&o)) != 0)
+        return exit_code;
+    if (!cli_check_device(TOOL, argc, argv, o.device))
+        return 2;
     char synth[4096];
     bool synthetic = false;
     if (!o.weights) {
@@ -456,16 +477,9 @@ int main(int argc, char** argv)
             return 1;
         o.weights = synth;
         synthetic = true;
+        if ((exit_code = check_paths(&o)) != 0)   /* no output may name the synthetic shard either */
+            return exit_code;
     }
-    /* nothing the user gave is overwritten */
-    const char* outs[4] = { o.csv, o.json, o.out, o.plot };
-    const char* ins[3] = { o.weights, o.config, o.input };
-    for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 3; b++)
-            if (outs[a] && ins[b] && (same_file(outs[a], ins[b]) || !strcmp(outs[a], ins[b]))) {
-                fprintf(stderr, "%s: refusing to write %s: it is an input of this run\n", TOOL, outs[a]);
-                return 2;
-            }
 
     /* config */
     vkh2o_error err = { 0 };
@@ -485,12 +499,9 @@ int main(int argc, char** argv)
         if (!file_exists(cfg_path))
             cfg_path[0] = 0;
     }
-    if (cfg_path[0] && vkh2o_mla_config_from_json(cfg_path, &cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s\n", TOOL, err.message);
-        return 1;
-    }
-    if (vkh2o_mla_config_validate(&cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+    if ((cfg_path[0] && vkh2o_mla_config_from_json(cfg_path, &cfg, &err) != VKH2O_OK) ||
+        vkh2o_mla_config_validate(&cfg, &err) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s: %s\n", TOOL, o.config ? "--config" : "config.json beside --weights", err.message);
         return 1;
     }
 
@@ -520,7 +531,7 @@ int main(int argc, char** argv)
     double t_load0 = cli_now();
     if (vkh2o_checkpoint_open(o.weights, &ck, &err) != VKH2O_OK ||
         vkh2o_mla_host_weights_load(ck, &cfg, o.layer, o.normed_input ? VKH2O_LOAD_INPUT_LAYERNORM : 0, &hw, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+        fprintf(stderr, "%s: --weights: %s\n", TOOL, err.message);
         goto done;
     }
     if (!o.quiet) {
@@ -543,6 +554,15 @@ int main(int argc, char** argv)
     hidden = load_input(&o, &cfg, &S);
     if (!hidden)
         goto done;
+    /* H2O over one token selects nothing; a budget beyond the sequence is a typo */
+    if (S < 2 || o.budget > S) {
+        if (S < 2)
+            fprintf(stderr, "%s: %s: %u token: H2O needs a sequence of at least 2\n", TOOL, o.input ? "--input" : "--seq-len", S);
+        else
+            fprintf(stderr, "%s: --budget %u: more heavy hitters than the %u tokens of the sequence\n", TOOL, o.budget, S);
+        rc = 2;
+        goto done;
+    }
     if (o.normed_input &&
         !input_layernorm(hidden, S, cfg.hidden_size, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_INPUT_LAYERNORM), cfg.rms_norm_eps))
         goto done;
@@ -686,20 +706,25 @@ int main(int argc, char** argv)
                    score_err, kept_agree ? "agree" : "DIFFER");
     }
 
-    /* outputs */
+    /* outputs: every one to its temporary, all renamed at the end, none on any failure */
+    const bool check_failed = o.check && (!(out_err >= 0 && out_err < 1e-2) || !(score_err >= 0 && score_err < 1e-2));
+    outset files;
+    outset_init(&files, TOOL);
     bool ok = true;
-    if (o.csv)
-        ok &= write_csv(o.csv, score, cat, S);
-    if (o.plot)
-        ok &= write_svg(o.plot, score, cat, S, &st, &o);
-    if (o.out) {
+    FILE* f;
+    if (o.csv && (f = outset_open(&files, o.csv)))
+        write_csv(f, score, cat, S);
+    if (o.plot && (f = outset_open(&files, o.plot)))
+        write_svg(f, score, cat, S, &st, &o);
+    const char* out_tmp = o.out ? outset_reserve(&files, o.out) : NULL;
+    if (out_tmp) {
         vkh2o_tensor_write tw[2] = {
             { .name = "attn_output", .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { S, cfg.hidden_size }, .data = out },
             { .name = "attention_score", .dtype = VKH2O_DTYPE_F32, .ndim = 1, .shape = { S }, .data = score },
         };
         const char* meta[] = { "producer", "vkh2o-demo", NULL };
-        if (vkh2o_safetensors_write(o.out, tw, 2, meta, &err) != VKH2O_OK) {
-            fprintf(stderr, "%s: %s\n", TOOL, err.message);
+        if (vkh2o_safetensors_write(out_tmp, tw, 2, meta, &err) != VKH2O_OK) {
+            fprintf(stderr, "%s: --out: %s\n", TOOL, err.message);
             ok = false;
         }
     }
@@ -763,25 +788,22 @@ int main(int argc, char** argv)
             cJSON_AddNumberToObject(jx, "kept_differ", kept_diff);
         }
         char* text = cJSON_Print(j);
-        outfile of;
-        if (text && outfile_open(&of, TOOL, o.json)) {
-            fprintf(of.f, "%s\n", text);
-            ok &= outfile_close(&of, TOOL, true);
-        } else {
+        if (text && (f = outset_open(&files, o.json)))
+            fprintf(f, "%s\n", text);
+        else
             ok = false;
-        }
         free(text);
         cJSON_Delete(j);
     }
-    if (!ok)
+    if (check_failed)
+        fprintf(stderr, "%s: --check FAILED: the GPU result is off the CPU reference beyond 1e-2; no output written\n", TOOL);
+    if (!outset_commit(&files, ok && !check_failed)) {
+        rc = 1;
         goto done;
+    }
     printf("%s: %u tokens, kept %u (%u sink + %u heavy + %u recent), evicted %u; forward %.3f ms; heavy/evicted %.2fx; %.2f s total\n",
            TOOL, S, kept, st.n_sink, st.n_heavy, st.n_recent, st.n_evicted, fwd_ms, st.ratio, cli_now() - t_start);
     rc = 0;
-    if (o.check && (!(out_err >= 0 && out_err < 1e-2) || !(score_err >= 0 && score_err < 1e-2))) {
-        fprintf(stderr, "%s: --check FAILED: the GPU result is off the CPU reference beyond 1e-2\n", TOOL);
-        rc = 1;
-    }
 done:
     free(hidden);
     free(out);

@@ -49,11 +49,17 @@ int main(int argc, char** argv)
 {
     uint32_t select = 0, flags = 0;
     bool shaders = false;
+    if (!cli_no_repeats("vkh2o-info", argc, argv))
+        return 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+        } else if (!strcmp(argv[i], "--device")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "vkh2o-info: --device needs a value\n");
+                return 2;
+            }
             uint32_t d;
             if (!cli_parse_u32("vkh2o-info", "--device", argv[++i], 0, 63, &d))
                 return 2;
@@ -63,11 +69,12 @@ int main(int argc, char** argv)
         } else if (!strcmp(argv[i], "--shaders")) {
             shaders = true;
         } else {
-            fprintf(stderr, "vkh2o-info: unknown option '%s'\n", argv[i]);
-            usage(stderr);
+            fprintf(stderr, "vkh2o-info: unknown option '%s' (see --help)\n", argv[i]);
             return 2;
         }
     }
+    if (!cli_check_device("vkh2o-info", argc, argv, select ? select - 1 : 0))
+        return 2;
     vkh2o_device_caps list[16];
     uint32_t n = 0;
     if (vkh2o_enumerate_devices(list, 16, &n) != VKH2O_OK || n == 0) {

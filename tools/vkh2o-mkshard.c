@@ -18,6 +18,7 @@
  * 0.336 / 350.9 / 64 / 64.2 and 141.1 vs 38.6 (3.66x). small: 3.9-4.2x; tiny: 5.0x.
  */
 #include "cli.h"
+#include "outfile.h"
 #include "ref_mla.h"
 #include "vkh2o.h"
 
@@ -260,6 +261,12 @@ static bool exists(const char* p)
 {
     struct stat sb;
     return lstat(p, &sb) == 0;
+}
+
+static bool is_dir(const char* p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 static char* dir_of(const char* path)
@@ -542,6 +549,8 @@ int main(int argc, char** argv)
         { 0, 0, 0, 0 },
     };
     opterr = 0;
+    if (!cli_no_repeats(TOOL, argc, argv))
+        return 2;
     for (int ch; (ch = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (ch) {
         case O_OUT: o.out = optarg; break;
@@ -586,11 +595,8 @@ int main(int argc, char** argv)
         case O_VERIFY: o.verify = true; break;
         case O_HELP: usage(stdout); return 0;
         default:
-            if (optopt)
-                fprintf(stderr, TOOL ": option needs a value or is unknown: %s\n", argv[optind - 1]);
-            else
-                fprintf(stderr, TOOL ": unknown option: %s\n", argv[optind - 1]);
-            fprintf(stderr, "run '" TOOL " --help' for usage\n");
+            fprintf(stderr, TOOL ": %s: %s (run '" TOOL " --help')\n",
+                    optopt ? "option needs a value or is unknown" : "unknown option", argv[optind - 1]);
             return 2;
         }
     }
@@ -623,11 +629,27 @@ int main(int argc, char** argv)
     for (int i = 0; i < 2; i++)
         snprintf(files_path[i], sizeof files_path[i], "%s/%s", dir, shard_names[i]);
     const char* check[4] = { o.out, cfg_path, NULL, NULL };
+    const char* flag[4] = { "--out", o.config_out ? "--config-out" : "--out (config.json beside it)", "--out", "--out" };
     if (o.sharded)
         check[0] = files_path[0], check[2] = files_path[1], check[3] = index_path;
+    /* every output is a regular file (or none yet) in a writable directory, none another's path */
+    for (int i = 0; i < 4; i++) {
+        if (!check[i] || (o.sharded && !exists(dir) && (i != 1 || !o.config_out)))
+            continue;   /* inside the directory --sharded creates */
+        const int crc = cli_check_output(TOOL, flag[i], check[i], NULL, 0, check, flag, i);
+        if (crc) {
+            free(dir);
+            return crc;
+        }
+    }
+    if (o.sharded && exists(o.out) && !is_dir(o.out)) {
+        fprintf(stderr, TOOL ": --out %s: exists and is not a directory (--sharded writes a directory)\n", o.out);
+        free(dir);
+        return 2;
+    }
     for (int i = 0; i < 4 && !o.force; i++) {
         if (check[i] && exists(check[i])) {
-            fprintf(stderr, TOOL ": %s already exists; use --force to overwrite it\n", check[i]);
+            fprintf(stderr, TOOL ": %s %s already exists; use --force to overwrite it\n", flag[i], check[i]);
             free(dir);
             return 2;
         }
@@ -635,7 +657,7 @@ int main(int argc, char** argv)
     if (o.sharded) {
         struct stat sb;
         if (stat(dir, &sb) == 0 ? !S_ISDIR(sb.st_mode) : mkdir(dir, 0755) != 0) {
-            fprintf(stderr, TOOL ": %s: cannot create directory: %s\n", dir,
+            fprintf(stderr, TOOL ": --out %s: cannot create directory: %s\n", dir,
                     errno ? strerror(errno) : "a file is in the way");
             free(dir);
             return 1;

@@ -150,7 +150,7 @@ static int parse(int argc, char** argv, opts* o)
         U32("--bench-tokens", bench_tokens, 64, 1u << 20)
         U32("--reps", reps, 1, 1000)
         U32("--layer", layer, 0, 100000)
-        U32("--seq-len", seq_len, 1, 1u << 20)
+        U32("--seq-len", seq_len, 2, 1u << 20)
         U32("--decode", decode, 1, 4096)
         U32("--route-every", route_every, 0, 4096)
 #undef U32
@@ -605,32 +605,25 @@ static void print_rows(const row* rows, int n)
     }
 }
 
-static bool write_csv(const char* path, const row* rows, int n)
+static void write_csv(FILE* f, const row* rows, int n)
 {
-    outfile f;
-    if (!outfile_open(&f, TOOL, path))
-        return false;
-    fprintf(f.f, "ablation,policy,selector,budget_blocks,tokens_attended,bytes,saved_pct,read_bytes,k_mse,k_max_abs,k_cos,"
+    fprintf(f, "ablation,policy,selector,budget_blocks,tokens_attended,bytes,saved_pct,read_bytes,k_mse,k_max_abs,k_cos,"
                  "v_mse,v_max_abs,v_cos,attn_rel_err,attn_cos,attn_rel_err_same_sel,attn_cos_same_sel,gpu_ms,flops,model_bytes_61l_32k,model_saved_pct,model_flops_61l_32k,"
                  "blocks_fp16,blocks_int8,blocks_int4,blocks_evicted\n");
     for (int i = 0; i < n; i++) {
         const row* r = &rows[i];
-        fprintf(f.f, "%s,%s,%s,%u,%u,%llu,%.4f,%llu,%.6e,%.6e,%.8f,%.6e,%.6e,%.8f,%.6e,%.8f,%.6e,%.8f,%.4f,%.6e,%.6e,%.4f,%.6e,%u,%u,%u,%u\n",
+        fprintf(f, "%s,%s,%s,%u,%u,%llu,%.4f,%llu,%.6e,%.6e,%.8f,%.6e,%.6e,%.8f,%.6e,%.8f,%.6e,%.8f,%.4f,%.6e,%.6e,%.4f,%.6e,%u,%u,%u,%u\n",
                 r->ablation, vkh2o_qpolicy_name(r->policy), r->selector < 0 ? "" : sel_name(r->selector), r->budget_blocks,
                 r->tokens_attended, (unsigned long long)r->bytes, r->saved_pct, (unsigned long long)r->read_bytes, r->km.mse,
                 r->km.max_abs, r->km.cosine, r->vm.mse, r->vm.max_abs, r->vm.cosine, r->attn_rel_err, r->attn_cos, r->attn_rel_same,
                 r->attn_cos_same, r->gpu_ms, r->flops, r->model_bytes, r->model_saved_pct, r->model_flops, r->blocks[0],
                 r->blocks[1], r->blocks[2], r->blocks[3]);
     }
-    return outfile_close(&f, TOOL, true);
 }
 
-static bool write_json(const char* path, const row* rows, int n, const char* layout)
+static void write_json(FILE* f, const row* rows, int n, const char* layout)
 {
-    outfile f;
-    if (!outfile_open(&f, TOOL, path))
-        return false;
-    fprintf(f.f, "[\n");
+    fprintf(f, "[\n");
     for (int i = 0; i < n; i++) {
         const row* r = &rows[i];
         char sel[32];
@@ -638,7 +631,7 @@ static bool write_json(const char* path, const row* rows, int n, const char* lay
             snprintf(sel, sizeof sel, "null");
         else
             snprintf(sel, sizeof sel, "\"%s\"", sel_name(r->selector));
-        fprintf(f.f,
+        fprintf(f,
                 "  {\"ablation\": \"%s\", \"policy\": \"%s\", \"selector\": %s, \"layout\": \"%s\", \"budget_blocks\": %u, "
                 "\"tokens_attended\": %u, \"bytes\": %llu, \"saved_pct\": %.6f, \"read_bytes\": %llu, "
                 "\"k_mse\": %.9g, \"k_max_abs\": %.9g, \"k_cos\": %.9g, \"v_mse\": %.9g, \"v_max_abs\": %.9g, \"v_cos\": %.9g, "
@@ -651,8 +644,7 @@ static bool write_json(const char* path, const row* rows, int n, const char* lay
                 r->attn_cos_same, r->gpu_ms < 0 ? 0.0 : r->gpu_ms, r->flops, r->model_bytes, r->model_saved_pct, r->model_flops,
                 r->blocks[0], r->blocks[1], r->blocks[2], r->blocks[3], i + 1 < n ? "," : "");
     }
-    fprintf(f.f, "]\n");
-    return outfile_close(&f, TOOL, true);
+    fprintf(f, "]\n");
 }
 
 /* The cache and the device copies of the dataset (k/v/importance for prefill and metrics, the
@@ -784,7 +776,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     }
     if ((cfg_path[0] && vkh2o_mla_config_from_json(cfg_path, &cfg, &err) != VKH2O_OK) ||
         vkh2o_mla_config_validate(&cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s\n", err.message);
+        fprintf(stderr, TOOL ": %s: %s\n", o->config ? "--config" : "config.json beside --weights", err.message);
         return -1;
     }
     uint32_t S = o->seq_len, D = o->decode, H = cfg.num_heads, nope = cfg.qk_nope_head_dim, rope = cfg.qk_rope_head_dim;
@@ -797,7 +789,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     int rc = -1;
     if (vkh2o_checkpoint_open(o->weights, &ck, &err) != VKH2O_OK ||
         vkh2o_mla_host_weights_load(ck, &cfg, o->layer, 0, &hw, &err) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s\n", err.message);
+        fprintf(stderr, TOOL ": --weights: %s\n", err.message);
         goto done;
     }
     const vkh2o_tensor_view* kvb = vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_B_PROJ);
@@ -1128,12 +1120,34 @@ static int bench(vkh2o_context* ctx, const opts* o)
     return 0;
 }
 
+/* Inputs exist and are readable, outputs can be written and name no input, before any work. */
+static int check_paths(const opts* o)
+{
+    int rc;
+    if ((o->weights && (rc = cli_check_input(TOOL, "--weights", o->weights, true))) ||
+        (o->config && (rc = cli_check_input(TOOL, "--config", o->config, false))))
+        return rc;
+    const char* ins[2] = { o->weights, o->config };
+    const char* outs[2] = { o->csv, o->json };
+    const char* flags[2] = { "--csv", "--json" };
+    if ((o->csv && (rc = cli_check_output(TOOL, "--csv", o->csv, ins, 2, outs, flags, 0))) ||
+        (o->json && (rc = cli_check_output(TOOL, "--json", o->json, ins, 2, outs, flags, 1))))
+        return rc;
+    return 0;
+}
+
 int main(int argc, char** argv)
 {
     opts o;
+    if (!cli_no_repeats(TOOL, argc, argv))
+        return 2;
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc;
+    if ((rc = check_paths(&o)) != 0)
+        return rc;
+    if (!cli_check_device(TOOL, argc, argv, o.device))
+        return 2;
     if (o.weights && (o.bench || o.layout != VKH2O_LAYOUT_LATENT)) {
         fprintf(stderr, TOOL ": --weights builds a latent cache and cannot be combined with --bench or --layout expanded\n");
         return 2;
@@ -1142,7 +1156,13 @@ int main(int argc, char** argv)
     vkh2o_qcache_desc probe = { .layout = o.layout, .num_heads = o.heads, .block_size = o.block, .group_size = o.group,
                                 .max_tokens = o.tokens }, rd;
     if (vkh2o_qcache_desc_resolve(&probe, &rd, &err) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s\n", err.message);
+        fprintf(stderr, TOOL ": --tokens/--block/--group/--heads: %s\n", err.message);
+        return 2;
+    }
+    const uint32_t nblocks = (o.tokens + rd.block_size - 1) / rd.block_size;
+    if (!o.weights && !o.bench && vkh2o_qcache_routable_blocks(&rd, nblocks) == 0) {
+        fprintf(stderr, TOOL ": --tokens %u: no block to route (the %u sink and %u recent blocks of %u tokens hold them all)\n",
+                o.tokens, rd.sink_blocks, rd.recent_blocks, rd.block_size);
         return 2;
     }
     vkh2o_context* ctx = NULL;
@@ -1225,11 +1245,15 @@ int main(int argc, char** argv)
                ss->attn_rel_err < sr->attn_rel_err ? "holds" : "CONTRADICTED", ss->attn_rel_err, sq->attn_rel_err,
                sr->attn_rel_err);
     }
-    rc = 0;
-    if (o.csv && !write_csv(o.csv, rows, n))
-        rc = 1;
-    if (o.json && !write_json(o.json, rows, n, o.layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded"))
-        rc = 1;
+    /* both outputs renamed into place together, or neither */
+    outset files;
+    outset_init(&files, TOOL);
+    FILE* f;
+    if (o.csv && (f = outset_open(&files, o.csv)))
+        write_csv(f, rows, n);
+    if (o.json && (f = outset_open(&files, o.json)))
+        write_json(f, rows, n, o.layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded");
+    rc = outset_commit(&files, true) ? 0 : 1;
 done:
     teardown(&R);
     vkh2o_context_destroy(ctx);

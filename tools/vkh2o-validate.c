@@ -6,6 +6,7 @@
  * whole cache with a CPU simulation after every step. --memory prints the memory table.
  */
 #include "cli.h"
+#include "outfile.h"
 #include "ref_h2o.h"
 #include "vkh2o.h"
 
@@ -102,7 +103,7 @@ static int parse_args(int argc, char** argv, opts* o)
         if (r_ < 0) return 2;                                                               \
         if (r_) continue;                                                                   \
     }
-        U32("--steps", steps, 1, 100000000)
+        U32("--steps", steps, 2, 100000000)
         U32("--budget", budget, 0, 1u << 24)
         U32("--n-sink", n_sink, 0, 1u << 24)
         U32("--n-recent", n_recent, 0, 1u << 24)
@@ -155,6 +156,22 @@ static int parse_args(int argc, char** argv, opts* o)
             if (strlen(v) >= sizeof o->budgets) {
                 fprintf(stderr, TOOL ": --budgets: list too long\n");
                 return 2;
+            }
+            /* 1 to 32 budgets, each an integer in [1, 2^30], no empty item */
+            char list[256];
+            strcpy(list, v);
+            int count = 0;
+            for (char *p = list, *q; p; p = q) {
+                q = strchr(p, ',');
+                if (q)
+                    *q++ = 0;
+                uint32_t b;
+                if (!cli_parse_u32(TOOL, "--budgets", p, 1, 1u << 30, &b))
+                    return 2;
+                if (++count > 32) {
+                    fprintf(stderr, TOOL ": --budgets: more than 32 budgets\n");
+                    return 2;
+                }
             }
             strcpy(o->budgets, v);
             i++;
@@ -375,12 +392,25 @@ int main(int argc, char** argv)
 {
     run R;
     memset(&R, 0, sizeof R);
+    if (!cli_no_repeats(TOOL, argc, argv))
+        return 2;
     int pr = parse_args(argc, argv, &R.o);
     if (pr)
         return pr;
     opts* o = &R.o;
+    if (!cli_check_device(TOOL, argc, argv, o->device))
+        return 2;
     if (o->memory)
         return memory_table(o);
+    if (o->budget > o->steps) {
+        fprintf(stderr, TOOL ": --budget %u: more heavy hitters than the %u tokens of --steps\n", o->budget, o->steps);
+        return 2;
+    }
+    if (o->csv && (pr = cli_check_output(TOOL, "--out-csv", o->csv, NULL, 0, NULL, NULL, 0)) != 0)
+        return pr;
+    /* the CSV is written as the steps run, into its temporary, renamed only when the run passes */
+    outset files;
+    outset_init(&files, TOOL);
 
     bool lat = o->layout == VKH2O_LAYOUT_LATENT;
     uint32_t rope = o->qk_dim > 64 ? 64 : o->qk_dim / 2;
@@ -408,7 +438,8 @@ int main(int argc, char** argv)
     vkh2o_error err = { 0 };
     vkh2o_result res = vkh2o_cache_desc_validate(&R.desc, &err);
     if (res != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s (%s)\n", err.message, vkh2o_result_string(res));
+        fprintf(stderr, TOOL ": --budget/--n-sink/--n-recent/--layers/--heads/--qk-dim/--v-dim/--kv-lora: %s (%s)\n",
+                err.message, vkh2o_result_string(res));
         free(R.kv_b);
         return 2;
     }
@@ -453,9 +484,8 @@ int main(int argc, char** argv)
         }
     }
     if (o->csv) {
-        R.csv = fopen(o->csv, "w");
+        R.csv = outset_open(&files, o->csv);
         if (!R.csv) {
-            fprintf(stderr, TOOL ": cannot write '%s'\n", o->csv);
             rc = 1;
             goto out;
         }
@@ -610,8 +640,8 @@ out2:
     free(pos);
     free(st);
 out:
-    if (R.csv)
-        fclose(R.csv);
+    if (!outset_commit(&files, rc == 0) && rc == 0)
+        rc = 1;
     if (o->check)
         ref_h2o_sim_free(&R.sim);
     vkh2o_buffer_destroy(R.out);

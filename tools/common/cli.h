@@ -16,6 +16,10 @@ bool cli_parse_f64(const char* tool, const char* flag, const char* s, double lo,
  * integer in [lo, hi] (the message is printed). */
 int cli_flag_u32(const char* tool, int argc, char** argv, int* i, const char* flag, uint32_t lo, uint32_t hi, uint32_t* out);
 
+/* Refuses a flag given twice (any argument starting with "--" that an earlier one equals):
+ * prints "<tool>: <flag> given twice" and returns false. Call before parsing. */
+bool cli_no_repeats(const char* tool, int argc, char** argv);
+
 /* Progress on a terminal: "label  123/1000  456.7/s  ETA 0:02" redrawn in place on stderr,
  * only when stderr is a terminal and not quiet; silent otherwise. */
 typedef struct cli_progress {
@@ -36,5 +40,9 @@ double cli_now(void);
  * (user_data is the tool name). */
 #include "vkh2o.h"
 void cli_log(vkh2o_log_level level, const char* message, void* user_data);
+/* When argv has --device, its value `index` must name a device the loader lists: else prints
+ * "<tool>: --device N: ..." and returns false (before a context is made, so that no second
+ * message comes from the context). */
+bool cli_check_device(const char* tool, int argc, char** argv, uint32_t index);
 
 #endif
