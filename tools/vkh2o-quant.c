@@ -1136,6 +1136,120 @@ static int check_paths(const opts* o)
     return 0;
 }
 
+/* ---- the phases of main: check, load, measure, report, write ---- */
+
+/* What parse cannot see alone: the paths, the device, the combinations, a cache shape that
+ * resolves and leaves a block to route. Returns 0 or the exit status. */
+static int check_args(const opts* o, int argc, char** argv)
+{
+    int rc;
+    if ((rc = check_paths(o)) != 0)
+        return rc;
+    if (!cli_check_device(TOOL, argc, argv, o->device))
+        return 2;
+    if (o->weights && (o->bench || o->layout != VKH2O_LAYOUT_LATENT)) {
+        fprintf(stderr, TOOL ": --weights builds a latent cache and cannot be combined with --bench or --layout expanded\n");
+        return 2;
+    }
+    vkh2o_error err = { 0 };
+    vkh2o_qcache_desc probe = { .layout = o->layout, .num_heads = o->heads, .block_size = o->block, .group_size = o->group,
+                                .max_tokens = o->tokens }, rd;
+    if (vkh2o_qcache_desc_resolve(&probe, &rd, &err) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": --tokens/--block/--group/--heads: %s\n", err.message);
+        return 2;
+    }
+    const uint32_t nblocks = (o->tokens + rd.block_size - 1) / rd.block_size;
+    if (!o->weights && !o->bench && vkh2o_qcache_routable_blocks(&rd, nblocks) == 0) {
+        fprintf(stderr, TOOL ": --tokens %u: no block to route (the %u sink and %u recent blocks of %u tokens hold them all)\n",
+                o->tokens, rd.sink_blocks, rd.recent_blocks, rd.block_size);
+        return 2;
+    }
+    return 0;
+}
+
+/* The selection budget, the analytical model at Kimi scale and the expected shape of the
+ * ladder, each checked against the rows rather than assumed. */
+static void report_shape(const runner* R, const row* rows, uint32_t budget, uint32_t routable, uint32_t blocks)
+{
+    printf("\nselection budget: %u of %u routable blocks (+ %u sink/recent); attn_* against the FP16 cache attending to all;\nrel_samesel against the FP16 cache with the same selection\n",
+           budget, routable, blocks - routable);
+    printf("\nanalytical model, Kimi K2 latent cache (576 numbers/token), 61 layers, 32768 tokens, block %u:\n",
+           vkh2o_qcache_get_desc(R->qc)->block_size);
+    printf("  %-13s %12s %8s %16s\n", "policy", "bytes", "saved%", "attn FLOP/step");
+    for (int i = 0; i < VKH2O_QPOLICY_COUNT; i++)
+        printf("  %-13s %12.4g %8.2f %16.4g\n", vkh2o_qpolicy_name(rows[i].policy), rows[i].model_bytes,
+               rows[i].model_saved_pct, rows[i].model_flops);
+    printf("  score/quest/random selection at the same budget: %.4g FLOP/step\n", rows[VKH2O_QPOLICY_COUNT].model_flops);
+    /* the expected shape, checked not assumed */
+    printf("\nexpected shape:\n");
+    const row* pc = &rows[VKH2O_QPOLICY_CONSERVATIVE];
+    const row* pb = &rows[VKH2O_QPOLICY_BALANCED];
+    const row* pa = &rows[VKH2O_QPOLICY_AGGRESSIVE];
+    bool mono = pc->attn_rel_err < pb->attn_rel_err && pb->attn_rel_err < pa->attn_rel_err;
+    printf("  %-58s %s (%.3e < %.3e < %.3e)\n", "error grows conservative -> balanced -> aggressive",
+           mono ? "holds" : "CONTRADICTED", pc->attn_rel_err, pb->attn_rel_err, pa->attn_rel_err);
+    const row* r16 = &rows[VKH2O_QPOLICY_COUNT], *r8 = r16 + 1, *r4 = r16 + 2;
+    /* precision alone: against the FP16 cache with the same (score) selection */
+    bool prec = r16->attn_rel_same < r8->attn_rel_same && r8->attn_rel_same < r4->attn_rel_same;
+    printf("  %-58s %s (rel_samesel %.3e < %.3e < %.3e; vs all-FP16 %.3e, %.3e, %.3e)\n",
+           "same blocks: FP16 beats INT8 beats INT4", prec ? "holds" : "CONTRADICTED", r16->attn_rel_same, r8->attn_rel_same,
+           r4->attn_rel_same, r16->attn_rel_err, r8->attn_rel_err, r4->attn_rel_err);
+    const row* ss = r4 + 1, *sq = r4 + 2, *sr = r4 + 3;
+    printf("  %-58s %s (score %.3e, quest %.3e, random %.3e)\n", "same token count: score-selected beats random",
+           ss->attn_rel_err < sr->attn_rel_err ? "holds" : "CONTRADICTED", ss->attn_rel_err, sq->attn_rel_err,
+           sr->attn_rel_err);
+}
+
+/* The cache and its data: random rows of the chosen shape, or a real layer (--weights). */
+static int load(runner* R, vkh2o_context* ctx, const opts* o)
+{
+    double check_rel = -1;
+    if (o->weights ? setup_weights(R, ctx, o, &check_rel) : setup(R, ctx, o, o->tokens, false))
+        return -1;
+    R->route_every = o->weights ? o->route_every : 0;
+    const dataset* d = &R->data;
+    if (o->weights && !o->quiet)
+        printf("absorption check: FP16 cache + absorbed query, through W_uv, vs the layer's own forward over %u tokens: "
+               "relative error %.3e\n", d->T0 + 1, check_rel);
+    else if (!o->quiet)
+        printf("random data: %s layout, %u tokens, %u heads, K row %u, V row %u, block %u, group %u (K per channel, V per token)\n",
+               o->layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded", d->T, d->H, d->dk, d->dv,
+               vkh2o_qcache_get_desc(R->qc)->block_size, vkh2o_qcache_get_desc(R->qc)->group_size);
+    return 0;
+}
+
+/* The reference (the FP16 cache attending to every block), then every row of the ladder. */
+static int measure_ladder(runner* R, const opts* o, row* rows, int* n, uint32_t* budget, uint32_t* routable, uint32_t* blocks)
+{
+    const dataset* d = &R->data;
+    if (build(R, VKH2O_QPOLICY_FP16))
+        return -1;
+    R->ref_out = malloc(sizeof(float) * d->steps * d->H * d->dv);
+    double ms;
+    if (!R->ref_out || attend_steps(R, &(vkh2o_qattn_desc){ .scale = R->scale }, R->ref_out, &ms))
+        return -1;
+    vkh2o_qcache_stats qs;
+    vkh2o_qcache_get_stats(R->qc, &qs);
+    R->fp16_bytes = qs.allocated_bytes;
+    *blocks = qs.blocks;
+    *routable = vkh2o_qcache_routable_blocks(vkh2o_qcache_get_desc(R->qc), qs.blocks);
+    *budget = (uint32_t)(o->budget * *routable + 0.5);
+    return measure_all(R, *budget, o->quiet, rows, n);
+}
+
+/* Both outputs renamed into place together, or neither. Returns the exit status. */
+static int write_outputs(const opts* o, const row* rows, int n)
+{
+    outset files;
+    outset_init(&files, TOOL);
+    FILE* f;
+    if (o->csv && (f = outset_open(&files, o->csv)))
+        write_csv(f, rows, n);
+    if (o->json && (f = outset_open(&files, o->json)))
+        write_json(f, rows, n, o->layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded");
+    return outset_commit(&files, true) ? 0 : 1;
+}
+
 int main(int argc, char** argv)
 {
     opts o;
@@ -1144,27 +1258,8 @@ int main(int argc, char** argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc;
-    if ((rc = check_paths(&o)) != 0)
+    if ((rc = check_args(&o, argc, argv)) != 0)
         return rc;
-    if (!cli_check_device(TOOL, argc, argv, o.device))
-        return 2;
-    if (o.weights && (o.bench || o.layout != VKH2O_LAYOUT_LATENT)) {
-        fprintf(stderr, TOOL ": --weights builds a latent cache and cannot be combined with --bench or --layout expanded\n");
-        return 2;
-    }
-    vkh2o_error err = { 0 };
-    vkh2o_qcache_desc probe = { .layout = o.layout, .num_heads = o.heads, .block_size = o.block, .group_size = o.group,
-                                .max_tokens = o.tokens }, rd;
-    if (vkh2o_qcache_desc_resolve(&probe, &rd, &err) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": --tokens/--block/--group/--heads: %s\n", err.message);
-        return 2;
-    }
-    const uint32_t nblocks = (o.tokens + rd.block_size - 1) / rd.block_size;
-    if (!o.weights && !o.bench && vkh2o_qcache_routable_blocks(&rd, nblocks) == 0) {
-        fprintf(stderr, TOOL ": --tokens %u: no block to route (the %u sink and %u recent blocks of %u tokens hold them all)\n",
-                o.tokens, rd.sink_blocks, rd.recent_blocks, rd.block_size);
-        return 2;
-    }
     vkh2o_context* ctx = NULL;
     vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o.device), .log = cli_log,
                                                                  .user_data = (void*)TOOL }, &ctx);
@@ -1183,78 +1278,14 @@ int main(int argc, char** argv)
     runner R;
     row rows[32];
     int n = 0;
+    uint32_t budget = 0, routable = 0, blocks = 0;
     rc = 1;
-    double check_rel = -1;
-    if (o.weights ? setup_weights(&R, ctx, &o, &check_rel) : setup(&R, ctx, &o, o.tokens, false))
-        goto done;
-    R.route_every = o.weights ? o.route_every : 0;
-    const dataset* d = &R.data;
-    if (o.weights && !o.quiet)
-        printf("absorption check: FP16 cache + absorbed query, through W_uv, vs the layer's own forward over %u tokens: "
-               "relative error %.3e\n", d->T0 + 1, check_rel);
-    else if (!o.quiet)
-        printf("random data: %s layout, %u tokens, %u heads, K row %u, V row %u, block %u, group %u (K per channel, V per token)\n",
-               o.layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded", d->T, d->H, d->dk, d->dv, vkh2o_qcache_get_desc(R.qc)->block_size,
-               vkh2o_qcache_get_desc(R.qc)->group_size);
-    /* reference: the FP16 cache, every block */
-    if (build(&R, VKH2O_QPOLICY_FP16))
-        goto done;
-    {
-        R.ref_out = malloc(sizeof(float) * d->steps * d->H * d->dv);
-        double ms;
-        if (attend_steps(&R, &(vkh2o_qattn_desc){ .scale = R.scale }, R.ref_out, &ms))
-            goto done;
-        vkh2o_qcache_stats st;
-        vkh2o_qcache_get_stats(R.qc, &st);
-        R.fp16_bytes = st.allocated_bytes;
+    if (load(&R, ctx, &o) == 0 && measure_ladder(&R, &o, rows, &n, &budget, &routable, &blocks) == 0) {
+        print_rows(rows, n);
+        if (!o.quiet)
+            report_shape(&R, rows, budget, routable, blocks);
+        rc = write_outputs(&o, rows, n);
     }
-    vkh2o_qcache_stats qs;
-    vkh2o_qcache_get_stats(R.qc, &qs);
-    uint32_t routable = vkh2o_qcache_routable_blocks(vkh2o_qcache_get_desc(R.qc), qs.blocks);
-    uint32_t budget = (uint32_t)(o.budget * routable + 0.5);
-    if (measure_all(&R, budget, o.quiet, rows, &n))
-        goto done;
-    print_rows(rows, n);
-
-    if (!o.quiet) {
-        printf("\nselection budget: %u of %u routable blocks (+ %u sink/recent); attn_* against the FP16 cache attending to all;\nrel_samesel against the FP16 cache with the same selection\n",
-               budget, routable, qs.blocks - routable);
-        printf("\nanalytical model, Kimi K2 latent cache (576 numbers/token), 61 layers, 32768 tokens, block %u:\n",
-               vkh2o_qcache_get_desc(R.qc)->block_size);
-        printf("  %-13s %12s %8s %16s\n", "policy", "bytes", "saved%", "attn FLOP/step");
-        for (int i = 0; i < VKH2O_QPOLICY_COUNT; i++)
-            printf("  %-13s %12.4g %8.2f %16.4g\n", vkh2o_qpolicy_name(rows[i].policy), rows[i].model_bytes,
-                   rows[i].model_saved_pct, rows[i].model_flops);
-        printf("  score/quest/random selection at the same budget: %.4g FLOP/step\n", rows[VKH2O_QPOLICY_COUNT].model_flops);
-        /* the expected shape, checked not assumed */
-        printf("\nexpected shape:\n");
-        const row* pc = &rows[VKH2O_QPOLICY_CONSERVATIVE];
-        const row* pb = &rows[VKH2O_QPOLICY_BALANCED];
-        const row* pa = &rows[VKH2O_QPOLICY_AGGRESSIVE];
-        bool mono = pc->attn_rel_err < pb->attn_rel_err && pb->attn_rel_err < pa->attn_rel_err;
-        printf("  %-58s %s (%.3e < %.3e < %.3e)\n", "error grows conservative -> balanced -> aggressive",
-               mono ? "holds" : "CONTRADICTED", pc->attn_rel_err, pb->attn_rel_err, pa->attn_rel_err);
-        const row* r16 = &rows[VKH2O_QPOLICY_COUNT], *r8 = r16 + 1, *r4 = r16 + 2;
-        /* precision alone: against the FP16 cache with the same (score) selection */
-        bool prec = r16->attn_rel_same < r8->attn_rel_same && r8->attn_rel_same < r4->attn_rel_same;
-        printf("  %-58s %s (rel_samesel %.3e < %.3e < %.3e; vs all-FP16 %.3e, %.3e, %.3e)\n",
-               "same blocks: FP16 beats INT8 beats INT4", prec ? "holds" : "CONTRADICTED", r16->attn_rel_same, r8->attn_rel_same,
-               r4->attn_rel_same, r16->attn_rel_err, r8->attn_rel_err, r4->attn_rel_err);
-        const row* ss = r4 + 1, *sq = r4 + 2, *sr = r4 + 3;
-        printf("  %-58s %s (score %.3e, quest %.3e, random %.3e)\n", "same token count: score-selected beats random",
-               ss->attn_rel_err < sr->attn_rel_err ? "holds" : "CONTRADICTED", ss->attn_rel_err, sq->attn_rel_err,
-               sr->attn_rel_err);
-    }
-    /* both outputs renamed into place together, or neither */
-    outset files;
-    outset_init(&files, TOOL);
-    FILE* f;
-    if (o.csv && (f = outset_open(&files, o.csv)))
-        write_csv(f, rows, n);
-    if (o.json && (f = outset_open(&files, o.json)))
-        write_json(f, rows, n, o.layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded");
-    rc = outset_commit(&files, true) ? 0 : 1;
-done:
     teardown(&R);
     vkh2o_context_destroy(ctx);
     return rc;
