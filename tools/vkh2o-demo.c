@@ -457,87 +457,104 @@ static int check_paths(const opts* o)
     return 0;
 }
 
-int main(int argc, char** argv)
-{
-    double t_start = cli_now();
+/* ---------- the phases of a run ---------- */
+
+typedef struct demo_run {
     opts o;
-    int exit_code;
-    if (!cli_no_repeats(TOOL, argc, argv))
-        return 2;
-    if (!parse_args(argc, argv, &o, &exit_code))
-        return exit_code;
-    if ((exit_code = check_paths(&o)) != 0)
-        return exit_code;
-    if (!cli_check_device(TOOL, argc, argv, o.device))
-        return 2;
+    double t_start;
     char synth[4096];
-    bool synthetic = false;
-    if (!o.weights) {
-        if (!synthetic_shard(&o, synth, sizeof synth))
+    bool synthetic;                 /* no --weights: the cached synthetic shard */
+    vkh2o_mla_config cfg;
+    char cfg_path[4200];            /* "" when the Kimi K2.6 defaults are used */
+    vkh2o_context* ctx;
+    const vkh2o_device_caps* caps;
+    vkh2o_checkpoint* ck;
+    vkh2o_mla_host_weights* hw;
+    vkh2o_mla_layer* layer;
+    uint32_t S;
+    float *hidden, *out, *score, *ref_out, *ref_score;
+    demo_category* cat;
+    double t_load;                  /* seconds: weights, input and layer upload */
+    double fwd_ms, proj_ms, attn_ms, mass_ms, oproj_ms;
+    bool gpu_time;
+    uint32_t timed;
+    demo_h2o_result hr;
+    stats st;
+    uint32_t kept;
+    double out_err, score_err;      /* --check; -1 without */
+    bool kept_agree;
+    uint32_t kept_diff;
+} demo_run;
+
+/* The weights (the synthetic shard made once when none are given) and the config beside them
+ * or given. Returns 0 or the exit status. */
+static int load_config(demo_run* dm)
+{
+    if (!dm->o.weights) {
+        if (!synthetic_shard(&dm->o, dm->synth, sizeof dm->synth))
             return 1;
-        o.weights = synth;
-        synthetic = true;
-        if ((exit_code = check_paths(&o)) != 0)   /* no output may name the synthetic shard either */
-            return exit_code;
+        dm->o.weights = dm->synth;
+        dm->synthetic = true;
+        int rc = check_paths(&dm->o);   /* no output may name the synthetic shard either */
+        if (rc != 0)
+            return rc;
     }
 
     /* config */
     vkh2o_error err = { 0 };
-    vkh2o_mla_config cfg;
-    vkh2o_mla_config_kimi_k26(&cfg);
-    char cfg_path[4200] = "";
-    if (o.config) {
-        snprintf(cfg_path, sizeof cfg_path, "%s", o.config);
+    vkh2o_mla_config_kimi_k26(&dm->cfg);
+    dm->cfg_path[0] = 0;
+    if (dm->o.config) {
+        snprintf(dm->cfg_path, sizeof dm->cfg_path, "%s", dm->o.config);
     } else {
         struct stat sw;
         char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s", o.weights);
-        if (stat(o.weights, &sw) == 0 && S_ISDIR(sw.st_mode))
-            snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o.weights);
+        snprintf(tmp, sizeof tmp, "%s", dm->o.weights);
+        if (stat(dm->o.weights, &sw) == 0 && S_ISDIR(sw.st_mode))
+            snprintf(dm->cfg_path, sizeof dm->cfg_path, "%s/config.json", dm->o.weights);
         else
-            snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dirname(tmp));
-        if (!file_exists(cfg_path))
-            cfg_path[0] = 0;
+            snprintf(dm->cfg_path, sizeof dm->cfg_path, "%s/config.json", dirname(tmp));
+        if (!file_exists(dm->cfg_path))
+            dm->cfg_path[0] = 0;
     }
-    if ((cfg_path[0] && vkh2o_mla_config_from_json(cfg_path, &cfg, &err) != VKH2O_OK) ||
-        vkh2o_mla_config_validate(&cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s: %s\n", TOOL, o.config ? "--config" : "config.json beside --weights", err.message);
+    if ((dm->cfg_path[0] && vkh2o_mla_config_from_json(dm->cfg_path, &dm->cfg, &err) != VKH2O_OK) ||
+        vkh2o_mla_config_validate(&dm->cfg, &err) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
         return 1;
     }
+    return 0;
+}
 
+/* The device, the layer's weights (uploaded), the input tokens and the host buffers of a run.
+ * Returns 0 or the exit status. */
+static int load(demo_run* dm)
+{
+    vkh2o_error err = { 0 };
     /* device */
-    vkh2o_context* ctx;
-    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = o.device_given ? VKH2O_DEVICE_INDEX(o.device) : 0,
-                                                                 .log = cli_log, .user_data = TOOL }, &ctx);
+    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = dm->o.device_given ? VKH2O_DEVICE_INDEX(dm->o.device) : 0,
+                                                                 .log = cli_log, .user_data = TOOL }, &dm->ctx);
     if (r != VKH2O_OK) {
         fprintf(stderr, "%s: no usable Vulkan device (%s)%s\n", TOOL, vkh2o_result_string(r),
                 r == VKH2O_ERROR_NO_DEVICE ? ": install a driver (Debian: mesa-vulkan-drivers for lavapipe)" : "");
         return 1;
     }
-    const vkh2o_device_caps* caps = vkh2o_context_get_caps(ctx);
-    int rc = 1;
-    vkh2o_checkpoint* ck = NULL;
-    vkh2o_mla_host_weights* hw = NULL;
-    vkh2o_mla_layer* layer = NULL;
-    float *hidden = NULL, *out = NULL, *score = NULL, *ref_out = NULL, *ref_score = NULL;
-    demo_category* cat = NULL;
-
-    if (!o.quiet) {
-        printf("device:        %s (%s %s)\n", caps->device_name, caps->driver_name, caps->driver_info);
+    dm->caps = vkh2o_context_get_caps(dm->ctx);
+    if (!dm->o.quiet) {
+        printf("device:        %s (%s %s)\n", dm->caps->device_name, dm->caps->driver_name, dm->caps->driver_info);
         printf("config:        %uL  hidden=%u  heads=%u  qk_dim=%u  v_dim=%u  kv_lora_rank=%u  q_lora_rank=%u  (%s)\n",
-               cfg.num_layers, cfg.hidden_size, cfg.num_heads, vkh2o_mla_qk_head_dim(&cfg), cfg.v_head_dim, cfg.kv_lora_rank,
-               cfg.q_lora_rank, cfg_path[0] ? cfg_path : "Kimi K2.6 defaults");
+               dm->cfg.num_layers, dm->cfg.hidden_size, dm->cfg.num_heads, vkh2o_mla_qk_head_dim(&dm->cfg), dm->cfg.v_head_dim, dm->cfg.kv_lora_rank,
+               dm->cfg.q_lora_rank, dm->cfg_path[0] ? dm->cfg_path : "Kimi K2.6 defaults");
     }
     double t_load0 = cli_now();
-    if (vkh2o_checkpoint_open(o.weights, &ck, &err) != VKH2O_OK ||
-        vkh2o_mla_host_weights_load(ck, &cfg, o.layer, o.normed_input ? VKH2O_LOAD_INPUT_LAYERNORM : 0, &hw, &err) != VKH2O_OK) {
+    if (vkh2o_checkpoint_open(dm->o.weights, &dm->ck, &err) != VKH2O_OK ||
+        vkh2o_mla_host_weights_load(dm->ck, &dm->cfg, dm->o.layer, dm->o.normed_input ? VKH2O_LOAD_INPUT_LAYERNORM : 0, &dm->hw, &err) != VKH2O_OK) {
         fprintf(stderr, "%s: --weights: %s\n", TOOL, err.message);
-        goto done;
+        return 1;
     }
-    if (!o.quiet) {
-        printf("weights:       %s%s, layer %u\n", o.weights, synthetic ? " (SYNTHETIC)" : "", o.layer);
+    if (!dm->o.quiet) {
+        printf("weights:       %s%s, layer %u\n", dm->o.weights, dm->synthetic ? " (SYNTHETIC)" : "", dm->o.layer);
         for (int w = 0; w < VKH2O_W_COUNT; w++) {
-            const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, (vkh2o_mla_weight)w);
+            const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(dm->hw, (vkh2o_mla_weight)w);
             if (!v || !v->data)
                 continue;
             printf("  %-58s %-5s [", v->name, vkh2o_dtype_name(v->dtype));
@@ -545,182 +562,206 @@ int main(int argc, char** argv)
                 printf("%s%llu", d ? ", " : "", (unsigned long long)v->shape[d]);
             printf("]\n");
         }
-        uint64_t pc = vkh2o_mla_param_count(&cfg);
+        uint64_t pc = vkh2o_mla_param_count(&dm->cfg);
         printf("layer params:  %llu,%03llu,%03llu\n", (unsigned long long)(pc / 1000000), (unsigned long long)(pc / 1000 % 1000),
                (unsigned long long)(pc % 1000));
     }
 
-    uint32_t S = o.seq_len;
-    hidden = load_input(&o, &cfg, &S);
-    if (!hidden)
-        goto done;
+    dm->S = dm->o.seq_len;
+    dm->hidden = load_input(&dm->o, &dm->cfg, &dm->S);
+    if (!dm->hidden)
+        return 1;
     /* H2O over one token selects nothing; a budget beyond the sequence is a typo */
-    if (S < 2 || o.budget > S) {
-        if (S < 2)
-            fprintf(stderr, "%s: %s: %u token: H2O needs a sequence of at least 2\n", TOOL, o.input ? "--input" : "--seq-len", S);
+    if (dm->S < 2 || dm->o.budget > dm->S) {
+        if (dm->S < 2)
+            fprintf(stderr, "%s: %s: %u token: H2O needs a sequence of at least 2\n", TOOL, dm->o.input ? "--input" : "--seq-len", dm->S);
         else
-            fprintf(stderr, "%s: --budget %u: more heavy hitters than the %u tokens of the sequence\n", TOOL, o.budget, S);
-        rc = 2;
-        goto done;
+            fprintf(stderr, "%s: --budget %u: more heavy hitters than the %u tokens of the sequence\n", TOOL, dm->o.budget, dm->S);
+        return 2;
     }
-    if (o.normed_input &&
-        !input_layernorm(hidden, S, cfg.hidden_size, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_INPUT_LAYERNORM), cfg.rms_norm_eps))
-        goto done;
+    if (dm->o.normed_input &&
+        !input_layernorm(dm->hidden, dm->S, dm->cfg.hidden_size, vkh2o_mla_host_weights_get_view(dm->hw, VKH2O_W_INPUT_LAYERNORM), dm->cfg.rms_norm_eps))
+        return 1;
 
-    if ((r = vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S }, &layer)) != VKH2O_OK) {
-        fprintf(stderr, "%s: cannot create the layer on %s: %s\n", TOOL, caps->device_name, vkh2o_last_error(ctx));
-        goto done;
+    if ((r = vkh2o_mla_layer_create(dm->ctx, &dm->cfg, dm->hw, &(vkh2o_mla_layer_desc){ .max_seq_len = dm->S }, &dm->layer)) != VKH2O_OK) {
+        fprintf(stderr, "%s: cannot create the layer on %s: %s\n", TOOL, dm->caps->device_name, vkh2o_last_error(dm->ctx));
+        return 1;
     }
-    double t_load = cli_now() - t_load0;
-    size_t D = cfg.hidden_size;
-    out = malloc((size_t)S * D * sizeof *out);
-    score = malloc((size_t)S * sizeof *score);
-    cat = malloc((size_t)S * sizeof *cat);
-    if (!out || !score || !cat) {
+    dm->t_load = cli_now() - t_load0;
+    dm->out = malloc((size_t)dm->S * dm->cfg.hidden_size * sizeof *dm->out);
+    dm->score = malloc((size_t)dm->S * sizeof *dm->score);
+    dm->cat = malloc((size_t)dm->S * sizeof *dm->cat);
+    if (!dm->out || !dm->score || !dm->cat) {
         fprintf(stderr, "%s: out of host memory\n", TOOL);
-        goto done;
+        return 1;
     }
+    return 0;
+}
+
+/* A warm-up then the timed forwards (median of each stage). Returns 0 or the exit status. */
+static int run_forward(demo_run* dm)
+{
     /* forward: a short warm-up (lavapipe compiles each pipeline variant on its first use, inside
      * the first submission: a warm-up over min(S, 64) tokens builds the same variants), then
      * o.runs timed runs; auto: 5 when a forward takes under 0.5 s, else 1, so that a slow device
      * still finishes the demo in two forwards' time */
-    uint32_t nruns = o.runs ? o.runs : 5;
+    uint32_t nruns = dm->o.runs ? dm->o.runs : 5;
     double* t_fwd = calloc(nruns, sizeof *t_fwd);
     double *t_proj = calloc(nruns, sizeof(double)), *t_attn = calloc(nruns, sizeof(double)), *t_mass = calloc(nruns, sizeof(double)),
            *t_oproj = calloc(nruns, sizeof(double));
-    bool gpu_time = true;
-    uint32_t timed = 0;
+    dm->gpu_time = true;
+    dm->timed = 0;
     cli_progress prog;
-    cli_progress_begin(&prog, "forward runs", nruns + 1, o.quiet);
+    cli_progress_begin(&prog, "forward runs", nruns + 1, dm->o.quiet);
     for (uint32_t run = 0; run <= nruns; run++) {
         vkh2o_mla_timings tm;
-        uint32_t s_run = run == 0 && S > 64 ? 64 : S;
+        uint32_t s_run = run == 0 && dm->S > 64 ? 64 : dm->S;
         double t0 = cli_now();
-        if ((r = vkh2o_run_mla_forward(layer, hidden, s_run, 0, out, score, &tm)) != VKH2O_OK) {
+        if (vkh2o_run_mla_forward(dm->layer, dm->hidden, s_run, 0, dm->out, dm->score, &tm) != VKH2O_OK) {
             cli_progress_end(&prog);
-            fprintf(stderr, "%s: forward failed: %s\n", TOOL, vkh2o_last_error(ctx));
-            goto done;
+            fprintf(stderr, "%s: forward failed: %s\n", TOOL, vkh2o_last_error(dm->ctx));
+            free(t_fwd); free(t_proj); free(t_attn); free(t_mass); free(t_oproj);
+            return 1;
         }
         double wall = (cli_now() - t0) * 1e3;
         cli_progress_update(&prog, run + 1);
         if (run == 0)
             continue;   /* warm-up */
         if (tm.total_ms < 0)
-            gpu_time = false;
-        t_fwd[timed] = tm.total_ms >= 0 ? tm.total_ms : wall;
-        t_proj[timed] = tm.project_ms;
-        t_attn[timed] = tm.attention_ms;
-        t_mass[timed] = tm.mass_ms;
-        t_oproj[timed] = tm.o_proj_ms;
-        timed++;
-        if (!o.runs && timed == 1 && t_fwd[0] > 500.0)
+            dm->gpu_time = false;
+        t_fwd[dm->timed] = tm.total_ms >= 0 ? tm.total_ms : wall;
+        t_proj[dm->timed] = tm.project_ms;
+        t_attn[dm->timed] = tm.attention_ms;
+        t_mass[dm->timed] = tm.mass_ms;
+        t_oproj[dm->timed] = tm.o_proj_ms;
+        dm->timed++;
+        if (!dm->o.runs && dm->timed == 1 && t_fwd[0] > 500.0)
             break;
     }
     cli_progress_end(&prog);
-    double fwd_ms = median(t_fwd, timed), proj_ms = median(t_proj, timed), attn_ms = median(t_attn, timed),
-           mass_ms = median(t_mass, timed), oproj_ms = median(t_oproj, timed);
+    dm->fwd_ms = median(t_fwd, dm->timed);
+    dm->proj_ms = median(t_proj, dm->timed);
+    dm->attn_ms = median(t_attn, dm->timed);
+    dm->mass_ms = median(t_mass, dm->timed);
+    dm->oproj_ms = median(t_oproj, dm->timed);
     free(t_fwd); free(t_proj); free(t_attn); free(t_mass); free(t_oproj);
+    return 0;
+}
 
+/* The kept set from the attention mass, through the public cache prefill. */
+static int run_h2o(demo_run* dm)
+{
     /* H2O on the GPU: select the kept set from the attention mass and compact a KV cache of the
      * chosen layout to it */
-    demo_h2o_result hr;
-    if (demo_h2o_run(ctx, layer, &cfg, score, S, o.n_sink, o.budget, o.n_recent, o.layout, cat, &hr) != 0)
-        goto done;
+    if (demo_h2o_run(dm->ctx, dm->layer, &dm->cfg, dm->score, dm->S, dm->o.n_sink, dm->o.budget, dm->o.n_recent, dm->o.layout, dm->cat, &dm->hr) != 0)
+        return 1;
+    compute_stats(dm->score, dm->cat, dm->S, &dm->st);
+    dm->kept = dm->st.n_sink + dm->st.n_heavy + dm->st.n_recent;
+    return 0;
+}
 
-    stats st;
-    compute_stats(score, cat, S, &st);
-    uint32_t kept = st.n_sink + st.n_heavy + st.n_recent;
-
+/* --check: the CPU reference in double and the kept set it gives. */
+static int run_check(demo_run* dm)
+{
     /* --check: the CPU reference in double */
-    double out_err = -1, score_err = -1;
-    bool kept_agree = true;
-    uint32_t kept_diff = 0;
-    if (o.check) {
-        ref_out = malloc((size_t)S * D * sizeof *ref_out);
-        ref_score = malloc((size_t)S * sizeof *ref_score);
-        if (!ref_out || !ref_score || ref_mla_forward(&cfg, hw, hidden, S, 0, ref_out, ref_score, NULL, NULL) != 0) {
+    if (!dm->o.check)
+        return 0;
+    {
+        dm->ref_out = malloc((size_t)dm->S * dm->cfg.hidden_size * sizeof *dm->ref_out);
+        dm->ref_score = malloc((size_t)dm->S * sizeof *dm->ref_score);
+        if (!dm->ref_out || !dm->ref_score || ref_mla_forward(&dm->cfg, dm->hw, dm->hidden, dm->S, 0, dm->ref_out, dm->ref_score, NULL, NULL) != 0) {
             fprintf(stderr, "%s: --check: out of host memory for the reference\n", TOOL);
-            goto done;
+            return 1;
         }
         double mo = 0, so = 0, me = 0, se = 0;
-        for (size_t i = 0; i < (size_t)S * D; i++) {
-            me = fmax(me, fabs((double)out[i] - ref_out[i]));
-            mo = fmax(mo, fabs((double)ref_out[i]));
+        for (size_t i = 0; i < (size_t)dm->S * dm->cfg.hidden_size; i++) {
+            me = fmax(me, fabs((double)dm->out[i] - dm->ref_out[i]));
+            mo = fmax(mo, fabs((double)dm->ref_out[i]));
         }
-        for (uint32_t i = 0; i < S; i++) {
-            se = fmax(se, fabs((double)score[i] - ref_score[i]));
-            so = fmax(so, fabs((double)ref_score[i]));
+        for (uint32_t i = 0; i < dm->S; i++) {
+            se = fmax(se, fabs((double)dm->score[i] - dm->ref_score[i]));
+            so = fmax(so, fabs((double)dm->ref_score[i]));
         }
-        out_err = me / (mo > 0 ? mo : 1);
-        score_err = se / (so > 0 ? so : 1);
-        demo_category* ref_cat = malloc((size_t)S * sizeof *ref_cat);
+        dm->out_err = me / (mo > 0 ? mo : 1);
+        dm->score_err = se / (so > 0 ? so : 1);
+        demo_category* ref_cat = malloc((size_t)dm->S * sizeof *ref_cat);
         if (!ref_cat)
-            goto done;
-        demo_h2o_select_cpu(ref_score, S, o.n_sink, o.budget, o.n_recent, ref_cat);
-        for (uint32_t i = 0; i < S; i++)
-            kept_diff += (ref_cat[i] == DEMO_EVICTED) != (cat[i] == DEMO_EVICTED);
-        kept_agree = kept_diff == 0;
+            return 1;
+        demo_h2o_select_cpu(dm->ref_score, dm->S, dm->o.n_sink, dm->o.budget, dm->o.n_recent, ref_cat);
+        for (uint32_t i = 0; i < dm->S; i++)
+            dm->kept_diff += (ref_cat[i] == DEMO_EVICTED) != (dm->cat[i] == DEMO_EVICTED);
+        dm->kept_agree = dm->kept_diff == 0;
         free(ref_cat);
     }
+    return 0;
+}
 
-    if (!o.quiet) {
-        printf("seq_len:       %u   budget: %u   n_sink: %u   n_recent: %u   layout: %s\n", S, o.budget, o.n_sink, o.n_recent,
-               o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
-        printf("\nattn_out shape:        [1, %u, %u]\n", S, cfg.hidden_size);
-        printf("score per token:       shape=(%u,)\n", S);
-        printf("  score range:         [%.3f, %.3f]\n", st.min, st.max);
-        printf("  score mean:          %.3f   (heads = %u: the mass of every query sums to 1 per head)\n", st.mean, cfg.num_heads);
-        printf("  score std:           %.3f\n", st.std);
+static void report(const demo_run* dm)
+{
+    if (!dm->o.quiet) {
+        printf("seq_len:       %u   budget: %u   n_sink: %u   n_recent: %u   layout: %s\n", dm->S, dm->o.budget, dm->o.n_sink, dm->o.n_recent,
+               dm->o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
+        printf("\nattn_out shape:        [1, %u, %u]\n", dm->S, dm->cfg.hidden_size);
+        printf("score per token:       shape=(%u,)\n", dm->S);
+        printf("  score range:         [%.3f, %.3f]\n", dm->st.min, dm->st.max);
+        printf("  score mean:          %.3f   (heads = %u: the mass of every query sums to 1 per head)\n", dm->st.mean, dm->cfg.num_heads);
+        printf("  score std:           %.3f\n", dm->st.std);
         printf("\nH2O eviction policy applied:\n");
-        printf("  kept      %4u of %u tokens (%.1f%%)\n", kept, S, 100.0 * kept / S);
-        if (st.n_sink)
-            printf("  sinks     %4u (indices 0..%u)\n", st.n_sink, st.n_sink - 1);
+        printf("  kept      %4u of %u tokens (%.1f%%)\n", dm->kept, dm->S, 100.0 * dm->kept / dm->S);
+        if (dm->st.n_sink)
+            printf("  sinks     %4u (indices 0..%u)\n", dm->st.n_sink, dm->st.n_sink - 1);
         else
             printf("  sinks        0\n");
-        printf("  heavy     %4u of %u middle tokens chosen\n", st.n_heavy, st.middle);
-        printf("  recent    %4u (last %u)\n", st.n_recent, st.n_recent);
-        printf("  evicted   %4u (%.1f%%)%s\n", st.n_evicted, 100.0 * st.n_evicted / S,
-               st.n_evicted ? "" : "   (the sequence fits the cap: nothing to evict)");
-        if (st.ntop) {
-            printf("\ntop %u heavy-hitter scores:\n ", st.ntop);
-            for (uint32_t i = 0; i < st.ntop; i++)
-                printf(" %7.2f%s", st.top[i], i % 5 == 4 && i + 1 < st.ntop ? "\n " : "");
+        printf("  heavy     %4u of %u middle tokens chosen\n", dm->st.n_heavy, dm->st.middle);
+        printf("  recent    %4u (last %u)\n", dm->st.n_recent, dm->st.n_recent);
+        printf("  evicted   %4u (%.1f%%)%s\n", dm->st.n_evicted, 100.0 * dm->st.n_evicted / dm->S,
+               dm->st.n_evicted ? "" : "   (the sequence fits the cap: nothing to evict)");
+        if (dm->st.ntop) {
+            printf("\ntop %u heavy-hitter scores:\n ", dm->st.ntop);
+            for (uint32_t i = 0; i < dm->st.ntop; i++)
+                printf(" %7.2f%s", dm->st.top[i], i % 5 == 4 && i + 1 < dm->st.ntop ? "\n " : "");
             printf("\n");
         }
-        printf("\nmean score of heavy-hitters kept:  %.3f\n", st.heavy_mean);
-        printf("mean score of evicted tokens:      %.3f\n", st.evicted_mean);
-        if (st.n_evicted)
-            printf("heavy / evicted score ratio:       %.2fx\n", st.ratio);
-        printf("\ntimings (%s, median of %u run%s after a warm-up%s):\n", gpu_time ? "GPU timestamps" : "wall clock", timed,
-               timed == 1 ? "" : "s", !o.runs && timed == 1 ? "; one run as a forward takes over 0.5 s here, --runs N for more" : "");
-        printf("  forward        %9.3f ms   (projections %.3f, attention %.3f, o_proj %.3f)\n", fwd_ms, proj_ms, attn_ms, oproj_ms);
-        printf("  score (mass)   %9.3f ms\n", mass_ms);
-        printf("  H2O prefill    %9.3f ms   (top-k of the mass + gather of the kept rows into the cache)\n", hr.prefill_ms);
-        printf("  load + upload  %9.3f ms\n", t_load * 1e3);
+        printf("\nmean score of heavy-hitters kept:  %.3f\n", dm->st.heavy_mean);
+        printf("mean score of evicted tokens:      %.3f\n", dm->st.evicted_mean);
+        if (dm->st.n_evicted)
+            printf("heavy / evicted score ratio:       %.2fx\n", dm->st.ratio);
+        printf("\ntimings (%s, median of %u run%s after a warm-up%s):\n", dm->gpu_time ? "GPU timestamps" : "wall clock", dm->timed,
+               dm->timed == 1 ? "" : "s", !dm->o.runs && dm->timed == 1 ? "; one run as a forward takes over 0.5 s here, --runs N for more" : "");
+        printf("  forward        %9.3f ms   (projections %.3f, attention %.3f, o_proj %.3f)\n", dm->fwd_ms, dm->proj_ms, dm->attn_ms, dm->oproj_ms);
+        printf("  score (mass)   %9.3f ms\n", dm->mass_ms);
+        printf("  H2O prefill    %9.3f ms   (top-k of the mass + gather of the kept rows into the cache)\n", dm->hr.prefill_ms);
+        printf("  load + upload  %9.3f ms\n", dm->t_load * 1e3);
         printf("KV cache (%s, fp16): %llu bytes before eviction, %llu after (%.1f%%)\n",
-               o.layout == DEMO_LAYOUT_LATENT ? "latent: c_kv + k_pe per token" : "expanded: per-head K and V",
-               (unsigned long long)hr.bytes_before, (unsigned long long)hr.bytes_after,
-               hr.bytes_before ? 100.0 * hr.bytes_after / hr.bytes_before : 0.0);
-        if (o.check)
-            printf("check vs CPU reference (double): output max rel err %.3e, score max rel err %.3e, kept sets %s\n", out_err,
-                   score_err, kept_agree ? "agree" : "DIFFER");
+               dm->o.layout == DEMO_LAYOUT_LATENT ? "latent: c_kv + k_pe per token" : "expanded: per-head K and V",
+               (unsigned long long)dm->hr.bytes_before, (unsigned long long)dm->hr.bytes_after,
+               dm->hr.bytes_before ? 100.0 * dm->hr.bytes_after / dm->hr.bytes_before : 0.0);
+        if (dm->o.check)
+            printf("check vs CPU reference (double): output max rel err %.3e, score max rel err %.3e, kept sets %s\n", dm->out_err,
+                   dm->score_err, dm->kept_agree ? "agree" : "DIFFER");
     }
+}
 
+/* Every output to its temporary, all renamed together at the end; none on a failure (or a
+ * failed --check). Returns 0 or the exit status. */
+static int write_outputs(demo_run* dm)
+{
     /* outputs: every one to its temporary, all renamed at the end, none on any failure */
-    const bool check_failed = o.check && (!(out_err >= 0 && out_err < 1e-2) || !(score_err >= 0 && score_err < 1e-2));
+    const bool check_failed = dm->o.check && (!(dm->out_err >= 0 && dm->out_err < 1e-2) || !(dm->score_err >= 0 && dm->score_err < 1e-2));
     outset files;
     outset_init(&files, TOOL);
     bool ok = true;
+    vkh2o_error err = { 0 };
     FILE* f;
-    if (o.csv && (f = outset_open(&files, o.csv)))
-        write_csv(f, score, cat, S);
-    if (o.plot && (f = outset_open(&files, o.plot)))
-        write_svg(f, score, cat, S, &st, &o);
-    const char* out_tmp = o.out ? outset_reserve(&files, o.out) : NULL;
+    if (dm->o.csv && (f = outset_open(&files, dm->o.csv)))
+        write_csv(f, dm->score, dm->cat, dm->S);
+    if (dm->o.plot && (f = outset_open(&files, dm->o.plot)))
+        write_svg(f, dm->score, dm->cat, dm->S, &dm->st, &dm->o);
+    const char* out_tmp = dm->o.out ? outset_reserve(&files, dm->o.out) : NULL;
     if (out_tmp) {
         vkh2o_tensor_write tw[2] = {
-            { .name = "attn_output", .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { S, cfg.hidden_size }, .data = out },
-            { .name = "attention_score", .dtype = VKH2O_DTYPE_F32, .ndim = 1, .shape = { S }, .data = score },
+            { .name = "attn_output", .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { dm->S, dm->cfg.hidden_size }, .data = dm->out },
+            { .name = "attention_score", .dtype = VKH2O_DTYPE_F32, .ndim = 1, .shape = { dm->S }, .data = dm->score },
         };
         const char* meta[] = { "producer", "vkh2o-demo", NULL };
         if (vkh2o_safetensors_write(out_tmp, tw, 2, meta, &err) != VKH2O_OK) {
@@ -728,67 +769,67 @@ int main(int argc, char** argv)
             ok = false;
         }
     }
-    if (o.json) {
+    if (dm->o.json) {
         cJSON* j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "device", caps->device_name);
-        cJSON_AddStringToObject(j, "driver", caps->driver_name);
-        cJSON_AddStringToObject(j, "weights", o.weights);
-        cJSON_AddBoolToObject(j, "synthetic_weights", synthetic);
-        cJSON_AddNumberToObject(j, "layer", o.layer);
+        cJSON_AddStringToObject(j, "device", dm->caps->device_name);
+        cJSON_AddStringToObject(j, "driver", dm->caps->driver_name);
+        cJSON_AddStringToObject(j, "weights", dm->o.weights);
+        cJSON_AddBoolToObject(j, "synthetic_weights", dm->synthetic);
+        cJSON_AddNumberToObject(j, "layer", dm->o.layer);
         cJSON* jc = cJSON_AddObjectToObject(j, "config");
-        cJSON_AddNumberToObject(jc, "num_layers", cfg.num_layers);
-        cJSON_AddNumberToObject(jc, "hidden_size", cfg.hidden_size);
-        cJSON_AddNumberToObject(jc, "num_heads", cfg.num_heads);
-        cJSON_AddNumberToObject(jc, "qk_dim", vkh2o_mla_qk_head_dim(&cfg));
-        cJSON_AddNumberToObject(jc, "v_dim", cfg.v_head_dim);
-        cJSON_AddNumberToObject(jc, "kv_lora_rank", cfg.kv_lora_rank);
-        cJSON_AddNumberToObject(jc, "q_lora_rank", cfg.q_lora_rank);
-        cJSON_AddNumberToObject(j, "layer_params", (double)vkh2o_mla_param_count(&cfg));
-        cJSON_AddNumberToObject(j, "seq_len", S);
-        cJSON_AddNumberToObject(j, "budget", o.budget);
-        cJSON_AddNumberToObject(j, "n_sink", o.n_sink);
-        cJSON_AddNumberToObject(j, "n_recent", o.n_recent);
-        cJSON_AddStringToObject(j, "layout", o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
+        cJSON_AddNumberToObject(jc, "num_layers", dm->cfg.num_layers);
+        cJSON_AddNumberToObject(jc, "hidden_size", dm->cfg.hidden_size);
+        cJSON_AddNumberToObject(jc, "num_heads", dm->cfg.num_heads);
+        cJSON_AddNumberToObject(jc, "qk_dim", vkh2o_mla_qk_head_dim(&dm->cfg));
+        cJSON_AddNumberToObject(jc, "v_dim", dm->cfg.v_head_dim);
+        cJSON_AddNumberToObject(jc, "kv_lora_rank", dm->cfg.kv_lora_rank);
+        cJSON_AddNumberToObject(jc, "q_lora_rank", dm->cfg.q_lora_rank);
+        cJSON_AddNumberToObject(j, "layer_params", (double)vkh2o_mla_param_count(&dm->cfg));
+        cJSON_AddNumberToObject(j, "seq_len", dm->S);
+        cJSON_AddNumberToObject(j, "budget", dm->o.budget);
+        cJSON_AddNumberToObject(j, "n_sink", dm->o.n_sink);
+        cJSON_AddNumberToObject(j, "n_recent", dm->o.n_recent);
+        cJSON_AddStringToObject(j, "layout", dm->o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
         cJSON* js = cJSON_AddObjectToObject(j, "score");
-        cJSON_AddNumberToObject(js, "min", st.min);
-        cJSON_AddNumberToObject(js, "max", st.max);
-        cJSON_AddNumberToObject(js, "mean", st.mean);
-        cJSON_AddNumberToObject(js, "std", st.std);
+        cJSON_AddNumberToObject(js, "min", dm->st.min);
+        cJSON_AddNumberToObject(js, "max", dm->st.max);
+        cJSON_AddNumberToObject(js, "mean", dm->st.mean);
+        cJSON_AddNumberToObject(js, "std", dm->st.std);
         cJSON* jk = cJSON_AddObjectToObject(j, "kept");
-        cJSON_AddNumberToObject(jk, "total", kept);
-        cJSON_AddNumberToObject(jk, "sink", st.n_sink);
-        cJSON_AddNumberToObject(jk, "heavy", st.n_heavy);
-        cJSON_AddNumberToObject(jk, "recent", st.n_recent);
-        cJSON_AddNumberToObject(j, "evicted", st.n_evicted);
-        cJSON_AddNumberToObject(j, "middle", st.middle);
+        cJSON_AddNumberToObject(jk, "total", dm->kept);
+        cJSON_AddNumberToObject(jk, "sink", dm->st.n_sink);
+        cJSON_AddNumberToObject(jk, "heavy", dm->st.n_heavy);
+        cJSON_AddNumberToObject(jk, "recent", dm->st.n_recent);
+        cJSON_AddNumberToObject(j, "evicted", dm->st.n_evicted);
+        cJSON_AddNumberToObject(j, "middle", dm->st.middle);
         float top[10];
-        memcpy(top, st.top, sizeof top);
-        cJSON_AddItemToObject(j, "top_heavy_scores", cJSON_CreateFloatArray(top, (int)st.ntop));
-        cJSON_AddNumberToObject(j, "heavy_mean", st.heavy_mean);
-        cJSON_AddNumberToObject(j, "evicted_mean", st.evicted_mean);
-        cJSON_AddNumberToObject(j, "heavy_evicted_ratio", st.ratio);
+        memcpy(top, dm->st.top, sizeof top);
+        cJSON_AddItemToObject(j, "top_heavy_scores", cJSON_CreateFloatArray(top, (int)dm->st.ntop));
+        cJSON_AddNumberToObject(j, "heavy_mean", dm->st.heavy_mean);
+        cJSON_AddNumberToObject(j, "evicted_mean", dm->st.evicted_mean);
+        cJSON_AddNumberToObject(j, "heavy_evicted_ratio", dm->st.ratio);
         cJSON* jt = cJSON_AddObjectToObject(j, "timings_ms");
-        cJSON_AddStringToObject(jt, "clock", gpu_time ? "gpu" : "wall");
-        cJSON_AddNumberToObject(jt, "runs", timed);
-        cJSON_AddNumberToObject(jt, "forward", fwd_ms);
-        cJSON_AddNumberToObject(jt, "projections", proj_ms);
-        cJSON_AddNumberToObject(jt, "attention", attn_ms);
-        cJSON_AddNumberToObject(jt, "o_proj", oproj_ms);
-        cJSON_AddNumberToObject(jt, "score", mass_ms);
-        cJSON_AddNumberToObject(jt, "h2o_prefill", hr.prefill_ms);
-        cJSON_AddNumberToObject(jt, "load", t_load * 1e3);
+        cJSON_AddStringToObject(jt, "clock", dm->gpu_time ? "gpu" : "wall");
+        cJSON_AddNumberToObject(jt, "runs", dm->timed);
+        cJSON_AddNumberToObject(jt, "forward", dm->fwd_ms);
+        cJSON_AddNumberToObject(jt, "projections", dm->proj_ms);
+        cJSON_AddNumberToObject(jt, "attention", dm->attn_ms);
+        cJSON_AddNumberToObject(jt, "o_proj", dm->oproj_ms);
+        cJSON_AddNumberToObject(jt, "score", dm->mass_ms);
+        cJSON_AddNumberToObject(jt, "h2o_prefill", dm->hr.prefill_ms);
+        cJSON_AddNumberToObject(jt, "load", dm->t_load * 1e3);
         cJSON* jb = cJSON_AddObjectToObject(j, "kv_bytes");
-        cJSON_AddNumberToObject(jb, "before", (double)hr.bytes_before);
-        cJSON_AddNumberToObject(jb, "after", (double)hr.bytes_after);
-        if (o.check) {
+        cJSON_AddNumberToObject(jb, "before", (double)dm->hr.bytes_before);
+        cJSON_AddNumberToObject(jb, "after", (double)dm->hr.bytes_after);
+        if (dm->o.check) {
             cJSON* jx = cJSON_AddObjectToObject(j, "check");
-            cJSON_AddNumberToObject(jx, "output_max_rel_err", out_err);
-            cJSON_AddNumberToObject(jx, "score_max_rel_err", score_err);
-            cJSON_AddBoolToObject(jx, "kept_agree", kept_agree);
-            cJSON_AddNumberToObject(jx, "kept_differ", kept_diff);
+            cJSON_AddNumberToObject(jx, "output_max_rel_err", dm->out_err);
+            cJSON_AddNumberToObject(jx, "score_max_rel_err", dm->score_err);
+            cJSON_AddBoolToObject(jx, "kept_agree", dm->kept_agree);
+            cJSON_AddNumberToObject(jx, "kept_differ", dm->kept_diff);
         }
         char* text = cJSON_Print(j);
-        if (text && (f = outset_open(&files, o.json)))
+        if (text && (f = outset_open(&files, dm->o.json)))
             fprintf(f, "%s\n", text);
         else
             ok = false;
@@ -797,23 +838,37 @@ int main(int argc, char** argv)
     }
     if (check_failed)
         fprintf(stderr, "%s: --check FAILED: the GPU result is off the CPU reference beyond 1e-2; no output written\n", TOOL);
-    if (!outset_commit(&files, ok && !check_failed)) {
-        rc = 1;
-        goto done;
+    return outset_commit(&files, ok && !check_failed) ? 0 : 1;
+}
+
+int main(int argc, char** argv)
+{
+    demo_run* dm = calloc(1, sizeof *dm);
+    if (!dm)
+        return 1;
+    dm->t_start = cli_now();
+    dm->out_err = dm->score_err = -1;
+    dm->kept_agree = true;
+    int rc = 2;
+    if (cli_no_repeats(TOOL, argc, argv) && parse_args(argc, argv, &dm->o, &rc) && (rc = check_paths(&dm->o)) == 0 &&
+        (rc = cli_check_device(TOOL, argc, argv, dm->o.device) ? 0 : 2) == 0 && (rc = load_config(dm)) == 0 &&
+        (rc = load(dm)) == 0 && (rc = run_forward(dm)) == 0 && (rc = run_h2o(dm)) == 0 && (rc = run_check(dm)) == 0) {
+        report(dm);
+        if ((rc = write_outputs(dm)) == 0)
+            printf("%s: %u tokens, kept %u (%u sink + %u heavy + %u recent), evicted %u; forward %.3f ms; heavy/evicted %.2fx; "
+                   "%.2f s total\n", TOOL, dm->S, dm->kept, dm->st.n_sink, dm->st.n_heavy, dm->st.n_recent, dm->st.n_evicted,
+                   dm->fwd_ms, dm->st.ratio, cli_now() - dm->t_start);
     }
-    printf("%s: %u tokens, kept %u (%u sink + %u heavy + %u recent), evicted %u; forward %.3f ms; heavy/evicted %.2fx; %.2f s total\n",
-           TOOL, S, kept, st.n_sink, st.n_heavy, st.n_recent, st.n_evicted, fwd_ms, st.ratio, cli_now() - t_start);
-    rc = 0;
-done:
-    free(hidden);
-    free(out);
-    free(score);
-    free(cat);
-    free(ref_out);
-    free(ref_score);
-    vkh2o_mla_layer_destroy(layer);
-    vkh2o_mla_host_weights_destroy(hw);
-    vkh2o_checkpoint_destroy(ck);
-    vkh2o_context_destroy(ctx);
+    free(dm->hidden);
+    free(dm->out);
+    free(dm->score);
+    free(dm->cat);
+    free(dm->ref_out);
+    free(dm->ref_score);
+    vkh2o_mla_layer_destroy(dm->layer);
+    vkh2o_mla_host_weights_destroy(dm->hw);
+    vkh2o_checkpoint_destroy(dm->ck);
+    vkh2o_context_destroy(dm->ctx);
+    free(dm);
     return rc;
 }
