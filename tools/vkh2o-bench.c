@@ -81,18 +81,6 @@ static void note(const bench_env* env, const char* fmt, const char* what)
     if (env->progress) fprintf(stderr, fmt, what);
 }
 
-static int cmp_double(const void* a, const void* b)
-{
-    const double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double* v, uint32_t n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static float rand_normal(void)
 {
@@ -155,7 +143,7 @@ static vkh2o_result time_matmul(bench_env* env, const vkh2o_dev_weight* w, vkh2o
         }
     }
     if (r == VKH2O_OK) {
-        for (uint32_t v = 0; v < nv; v++) ms[v] = median(t + (size_t)v * env->runs, env->runs);
+        for (uint32_t v = 0; v < nv; v++) ms[v] = cli_median(t + (size_t)v * env->runs, env->runs);
         *timing = ts ? "gpu-timestamps" : "wall";
     }
     free(t);
@@ -329,16 +317,16 @@ static vkh2o_result bench_forward(bench_env* env)
         char vn[192], suffix[64] = "";
         if (fv[v].label) snprintf(suffix, sizeof suffix, " [%s]", fv[v].label);
         snprintf(vn, sizeof vn, "%s%s", name, suffix);
-        const double ms = median(t[v][0], env->runs);
+        const double ms = cli_median(t[v][0], env->runs);
         bench_row* row = bench_add(env, vn, env->caps->device_name, ms, vkh2o_mla_forward_flops(&cfg, S) / (ms * 1e6),
                                    env->runs, ts ? "gpu-timestamps" : "wall (upload + download included)");
-        if (row && v == 0 && nv > 1) row->ratio = median(t[1][0], env->runs) / ms;
+        if (row && v == 0 && nv > 1) row->ratio = cli_median(t[1][0], env->runs) / ms;
         if (ts) {
             static const char* stage[4] = { "projections", "attention", "attention mass", "o_proj" };
             for (int k = 0; k < 4; k++) {
                 char sn[128];
                 snprintf(sn, sizeof sn, "forward %s stage: %s%s", label, stage[k], suffix);
-                bench_add(env, sn, env->caps->device_name, median(t[v][k + 1], env->runs), 0.0, env->runs, "gpu-timestamps");
+                bench_add(env, sn, env->caps->device_name, cli_median(t[v][k + 1], env->runs), 0.0, env->runs, "gpu-timestamps");
             }
         }
     }
@@ -398,7 +386,7 @@ static vkh2o_result bench_read(bench_env* env)
             r = VKH2O_ERROR_VULKAN;
             break;
         }
-        double ms = median(t, runs);
+        double ms = cli_median(t, runs);
         bench_row* row = bench_add(env, names[mode], env->caps->device_name, ms, 0.0, runs,
                                    env->caps->timestamps ? "gpu-timestamps" : "wall");
         if (row) row->gbps = (double)bytes / (ms * 1e6);
@@ -476,7 +464,7 @@ static vkh2o_result bench_topk(bench_env* env)
         char name[192];
         snprintf(name, sizeof name, "topk %u scores, k=%u, %s%s", n, k, tex ? "[texel view]" : "storage reads",
                  ", kept set checked");
-        med[tex] = median(t + tex * runs, runs);
+        med[tex] = cli_median(t + tex * runs, runs);
         bench_row* row = bench_add(env, name, env->caps->device_name, med[tex], 0.0, runs, "wall");
         if (row && tex && med[1] > 0) row->ratio = med[0] / med[1];
     }

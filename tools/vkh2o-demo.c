@@ -13,7 +13,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <libgen.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -312,17 +311,6 @@ static int cmp_desc(const void* a, const void* b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static double median(double* v, uint32_t n)
-{
-    for (uint32_t i = 1; i < n; i++)
-        for (uint32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n ? (n & 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0;
-}
-
 static const char* cat_name(demo_category c)
 {
     switch (c) {
@@ -503,20 +491,7 @@ static int load_config(demo_run* dm)
     /* config */
     vkh2o_error err = { 0 };
     vkh2o_mla_config_kimi_k26(&dm->cfg);
-    dm->cfg_path[0] = 0;
-    if (dm->o.config) {
-        snprintf(dm->cfg_path, sizeof dm->cfg_path, "%s", dm->o.config);
-    } else {
-        struct stat sw;
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s", dm->o.weights);
-        if (stat(dm->o.weights, &sw) == 0 && S_ISDIR(sw.st_mode))
-            snprintf(dm->cfg_path, sizeof dm->cfg_path, "%s/config.json", dm->o.weights);
-        else
-            snprintf(dm->cfg_path, sizeof dm->cfg_path, "%s/config.json", dirname(tmp));
-        if (!file_exists(dm->cfg_path))
-            dm->cfg_path[0] = 0;
-    }
+    cli_config_path(dm->o.weights, dm->o.config, dm->cfg_path, sizeof dm->cfg_path);
     if ((dm->cfg_path[0] && vkh2o_mla_config_from_json(dm->cfg_path, &dm->cfg, &err) != VKH2O_OK) ||
         vkh2o_mla_config_validate(&dm->cfg, &err) != VKH2O_OK) {
         fprintf(stderr, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
@@ -639,11 +614,11 @@ static int run_forward(demo_run* dm)
             break;
     }
     cli_progress_end(&prog);
-    dm->fwd_ms = median(t_fwd, dm->timed);
-    dm->proj_ms = median(t_proj, dm->timed);
-    dm->attn_ms = median(t_attn, dm->timed);
-    dm->mass_ms = median(t_mass, dm->timed);
-    dm->oproj_ms = median(t_oproj, dm->timed);
+    dm->fwd_ms = cli_median(t_fwd, dm->timed);
+    dm->proj_ms = cli_median(t_proj, dm->timed);
+    dm->attn_ms = cli_median(t_attn, dm->timed);
+    dm->mass_ms = cli_median(t_mass, dm->timed);
+    dm->oproj_ms = cli_median(t_oproj, dm->timed);
     free(t_fwd); free(t_proj); free(t_attn); free(t_mass); free(t_oproj);
     return 0;
 }

@@ -32,7 +32,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <libgen.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -727,12 +726,6 @@ static int measure_all(runner* R, uint32_t budget, bool quiet, row* rows, int* n
 
 /* ---------------------------------------------------------------- --weights */
 
-static bool file_exists(const char* p)
-{
-    struct stat st;
-    return stat(p, &st) == 0;
-}
-
 /* One seeded-normal hidden row per token. */
 static float* normal_rows(uint32_t n, uint32_t D)
 {
@@ -760,20 +753,8 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     vkh2o_error err = { 0 };
     vkh2o_mla_config cfg;
     vkh2o_mla_config_kimi_k26(&cfg);
-    char cfg_path[4200] = "";
-    if (o->config) {
-        snprintf(cfg_path, sizeof cfg_path, "%s", o->config);
-    } else {
-        struct stat sw;
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s", o->weights);
-        if (stat(o->weights, &sw) == 0 && S_ISDIR(sw.st_mode))
-            snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->weights);
-        else
-            snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dirname(tmp));
-        if (!file_exists(cfg_path))
-            cfg_path[0] = 0;
-    }
+    char cfg_path[4200];
+    cli_config_path(o->weights, o->config, cfg_path, sizeof cfg_path);
     if ((cfg_path[0] && vkh2o_mla_config_from_json(cfg_path, &cfg, &err) != VKH2O_OK) ||
         vkh2o_mla_config_validate(&cfg, &err) != VKH2O_OK) {
         fprintf(stderr, TOOL ": %s: %s\n", o->config ? "--config" : "config.json beside --weights", err.message);
@@ -964,12 +945,6 @@ static void teardown(runner* R)
     free_dataset(&R->data);
 }
 
-static int cmp_double(const void* a, const void* b)
-{
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
-
 static double cpu_seconds(void)
 {
     struct rusage ru;
@@ -1033,12 +1008,9 @@ static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps
     for (int p = 0; p < np; p++)
         for (uint32_t k = 0; k < npaths; k++) {
             cpu_ms[p][k] = cpu[p][k] * 1e3 / reps;
-            qsort(t[p][k], reps, sizeof(double), cmp_double);
-            ms[p][k] = t[p][k][reps / 2];
-            for (uint32_t j = 0; j < NPASS; j++) {
-                qsort(tp[p][k][j], reps, sizeof(double), cmp_double);
-                pass[p][k][j] = tp[p][k][j][reps / 2];
-            }
+            ms[p][k] = cli_median(t[p][k], reps);
+            for (uint32_t j = 0; j < NPASS; j++)
+                pass[p][k][j] = cli_median(tp[p][k][j], reps);
         }
     rc = 0;
 done:

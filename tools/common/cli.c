@@ -1,9 +1,11 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -131,4 +133,35 @@ bool cli_check_device(const char* tool, int argc, char** argv, uint32_t index)
         return false;
     }
     return true;
+}
+
+static int cmp_double(const void* a, const void* b)
+{
+    const double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+double cli_median(double* v, uint32_t n)
+{
+    if (n == 0)
+        return 0.0;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void cli_config_path(const char* weights, const char* config, char* out, size_t cap)
+{
+    struct stat st;
+    if (config) {
+        snprintf(out, cap, "%s", config);
+        return;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", weights);
+    if (stat(weights, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(out, cap, "%s/config.json", weights);
+    else
+        snprintf(out, cap, "%s/config.json", dirname(tmp));
+    if (stat(out, &st) != 0)
+        out[0] = 0;
 }

@@ -33,6 +33,13 @@ void cli_progress_begin(cli_progress* p, const char* label, uint64_t total, bool
 void cli_progress_update(cli_progress* p, uint64_t done);
 void cli_progress_end(cli_progress* p);
 
+/* The median of v[0..n) (sorts v; the mean of the middle two when n is even; 0 when n is 0). */
+double cli_median(double* v, uint32_t n);
+
+/* The config.json a run uses: --config when given, else config.json beside the weights (in the
+ * directory, or beside the file) when it exists, else "" (the Kimi K2.6 defaults). */
+void cli_config_path(const char* weights, const char* config, char* out, size_t cap);
+
 /* Monotonic seconds. */
 double cli_now(void);
 
