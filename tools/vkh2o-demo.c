@@ -75,7 +75,10 @@ static void usage(FILE* f)
         "                      $XDG_CACHE_HOME/vkh2o or ~/.cache/vkh2o)\n"
         "  --quiet             only errors and the final result line\n"
         "  --help              this text\n"
-        "Output files are written to a temporary name and renamed when complete.\n");
+        "Every path is checked before any work; output files are written to temporary names and\n"
+        "renamed together at the end, so a run that fails leaves none of them. A flag given twice,\n"
+        "a sequence under 2 tokens or a --budget above it is refused. Exit status: 0 done, 1 failed,\n"
+        "2 bad usage.\n");
 }
 
 static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
