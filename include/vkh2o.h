@@ -264,6 +264,16 @@ VKH2O_API const char* vkh2o_last_error(const vkh2o_context* ctx);
 /* Number of validation-layer WARNING/ERROR messages seen so far (0 without validation). */
 VKH2O_API uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ctx);
 VKH2O_API VkDevice vkh2o_context_get_device(const vkh2o_context* ctx);
+/* The vkh2o_context_flags in effect: the desc's plus those the environment turned on
+ * (VKH2O_VALIDATION, VKH2O_GPU_SHAPES). With VKH2O_CONTEXT_GPU_SHAPES on a CPU device
+ * (vkh2o_device_caps.device_type) the kernels take the GPU shapes; without it a CPU device
+ * gets the register-blocked CPU shapes. */
+VKH2O_API uint32_t vkh2o_context_get_flags(const vkh2o_context* ctx);
+
+/* The compute shaders embedded in the library (listings, vkh2o-info --shaders): their count and
+ * the name of the i-th ("topk", ...; NULL for i >= count). No context needed; thread-safe. */
+VKH2O_API uint32_t vkh2o_kernel_count(void);
+VKH2O_API const char* vkh2o_kernel_name(uint32_t i);
 
 /* True once any call on this context saw VK_ERROR_DEVICE_LOST. From then on every call that
  * would touch the device (buffer creation and copies, pipelines, vkh2o_cmd_*, vkh2o_run_*)

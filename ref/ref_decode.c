@@ -1,7 +1,6 @@
 /* CPU reference of an MLA layer decoding against its cache (ref_decode.h). */
 #include "ref_decode.h"
 
-#include "internal.h"
 #include "ref_h2o.h"
 #include "ref_kvquant.h"
 #include "ref_mla.h"
@@ -38,7 +37,7 @@ int ref_decode_init(ref_decode* r, const vkh2o_mla_config* cfg, const vkh2o_mla_
         return -1;
     }
     for (size_t i = 0; i < nw; i++)
-        r->kv_b[i] = vkh2o_load_elem(w->dtype, w->data, i);
+        r->kv_b[i] = (float)vkh2o_mla_host_weights_get_value(hw, VKH2O_W_KV_B_PROJ, i);   /* FP8: byte x scale */
     return 0;
 }
 
@@ -195,12 +194,11 @@ int ref_decode_step(ref_decode* r, const float* hidden, uint32_t pos, float* out
         r->score[t] += mass[t];
     evict(r);
     /* o_proj */
-    const vkh2o_tensor_view* wo = vkh2o_mla_host_weights_get_view(r->hw, VKH2O_W_O_PROJ);
     if (out)
         for (uint32_t d = 0; d < D; d++) {
             double s = 0;
             for (uint32_t j = 0; j < H * dv; j++)
-                s += o[j] * vkh2o_load_elem(wo->dtype, wo->data, (size_t)d * H * dv + j);
+                s += o[j] * vkh2o_mla_host_weights_get_value(r->hw, VKH2O_W_O_PROJ, (uint64_t)d * H * dv + j);
             out[d] = (float)s;
         }
     free(k); free(v); free(o); free(mass);

@@ -1,4 +1,5 @@
 #include "ref_matmul.h"
+#include "ref_core.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -7,7 +8,7 @@
 /* Element (r, c) of the host weight, widened without rounding. */
 static double weight_at(vkh2o_dtype dt, const void* w, uint32_t cols, uint64_t r, uint64_t c)
 {
-    return (double)vkh2o_load_elem(dt, w, r * cols + c);
+    return ref_elem(dt, w, r * cols + c);
 }
 
 /* FP8 E4M3 (OCP E4M3FN) decoded from its fields, independently of the library's table:
@@ -29,17 +30,17 @@ static double weight_at_any(vkh2o_dtype dt, const void* w, uint32_t cols, uint64
 }
 
 static void matmul_any(vkh2o_dtype wdt, const void* w, uint32_t w_cols, const float* x, float* y,
-                       const vkh2o_matmul_args* a);
+                       const ref_matmul_args* a);
 
 void ref_matmul(vkh2o_dtype wdt, const void* w, uint32_t w_rows, uint32_t w_cols,
-                const float* x, float* y, const vkh2o_matmul_args* a)
+                const float* x, float* y, const ref_matmul_args* a)
 {
     (void)w_rows;
     matmul_any(wdt, w, w_cols, x, y, a);
 }
 
 void ref_matmul_fp8(const uint8_t* w, const float* scale, uint32_t w_rows, uint32_t w_cols,
-                    const float* x, float* y, const vkh2o_matmul_args* a)
+                    const float* x, float* y, const ref_matmul_args* a)
 {
     (void)w_rows;
     g_scale = scale;
@@ -48,7 +49,7 @@ void ref_matmul_fp8(const uint8_t* w, const float* scale, uint32_t w_rows, uint3
 }
 
 static void matmul_any(vkh2o_dtype wdt, const void* w, uint32_t w_cols, const float* x, float* y,
-                       const vkh2o_matmul_args* a)
+                       const ref_matmul_args* a)
 {
     const uint32_t batch = a->batch ? a->batch : 1;
     const uint32_t xs = a->x_stride ? a->x_stride : a->K, ys = a->y_stride ? a->y_stride : a->N;
@@ -87,7 +88,7 @@ void ref_matmul_bf16_fast(const uint16_t* w, uint32_t N, uint32_t K, const float
             const uint32_t kb = K - k0 < KB ? K - k0 : KB;
             for (uint32_t n = 0; n < nb; n++)
                 for (uint32_t k = 0; k < kb; k++)
-                    wf[n * KB + k] = vkh2o_bf16_to_f32(w[(uint64_t)(n0 + n) * K + k0 + k]);
+                    wf[n * KB + k] = (float)ref_elem(VKH2O_DTYPE_BF16, w, (uint64_t)(n0 + n) * K + k0 + k);
             for (uint32_t m = 0; m < M; m++) {
                 const float* xr = x + (uint64_t)m * K + k0;
                 float* yr = y + (uint64_t)m * N + n0;

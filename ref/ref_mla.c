@@ -1,6 +1,6 @@
 /* CPU reference of the MLA layer forward (HF DeepseekV3Attention), double precision. */
 #include "ref_mla.h"
-#include "internal.h"
+#include "ref_core.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -134,7 +134,7 @@ static void rmsnorm_d(double* x, size_t rows, size_t n, size_t stride, const vkh
             ss += xr[c] * xr[c];
         double inv = 1.0 / sqrt(ss / (double)n + eps);
         for (size_t c = 0; c < n; c++)
-            xr[c] = xr[c] * inv * vkh2o_load_elem(w->dtype, w->data, c);
+            xr[c] = xr[c] * inv * ref_elem(w->dtype, w->data, c);
     }
 }
 
@@ -249,16 +249,6 @@ static float unit(uint64_t* s) /* [-1, 1) */
     return (float)((double)(splitmix(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
-static void store(vkh2o_dtype dt, void* data, size_t i, float v)
-{
-    if (dt == VKH2O_DTYPE_BF16)
-        ((uint16_t*)data)[i] = vkh2o_f32_to_bf16(v);
-    else if (dt == VKH2O_DTYPE_F16)
-        ((uint16_t*)data)[i] = vkh2o_f32_to_f16(v);
-    else
-        ((float*)data)[i] = v;
-}
-
 int ref_mla_random_weights(const vkh2o_mla_config* cfg, vkh2o_dtype dtype, uint64_t seed, ref_mla_weights* w)
 {
     memset(w, 0, sizeof *w);
@@ -290,7 +280,7 @@ int ref_mla_random_weights(const vkh2o_mla_config* cfg, vkh2o_dtype dtype, uint6
         }
         float a = norm ? 0.2f : sqrtf(3.0f / (float)shape[i][1]);   /* U(-a, a) has variance a^2/3 */
         for (uint64_t e = 0; e < numel; e++)
-            store(dtype, w->data[i], e, (norm ? 1.0f : 0.0f) + a * unit(&s));
+            ref_store(dtype, w->data[i], e, (norm ? 1.0f : 0.0f) + a * unit(&s));
         vkh2o_tensor_view* v = &w->views[i];
         v->name = vkh2o_mla_weight_short_name((vkh2o_mla_weight)i);
         v->file = "(random)";

@@ -5,10 +5,23 @@
  * a function in `benches[]` below that runs its work and adds rows with bench_add(); adding
  * a benchmark (e.g. the whole-layer forward at Kimi shape) is one function and one entry.
  */
+/*
+ * The internal hook: unlike the other tools, which link the public libvkh2o only, the bench links
+ * the static vkh2o_internal copy and includes these private headers, because it times kernels
+ * that have no public entry of their own, each in every form the library chooses between:
+ *   internal.h         vkh2o_begin / vkh2o_submit_wait / vkh2o_timestamp (GPU timestamps around
+ *                      single dispatches), vkh2o_kernel_get_texel + vkh2o_dispatch (read probe)
+ *   matmul_internal.h  vkh2o_cmd_matmul with a forced path and device weights (matmul rows)
+ *   mla_internal.h     vkh2o_mla_layer_set_matmul_path, vkh2o_mla_forward_flops (forward rows)
+ *   cache_internal.h   vkh2o_cmd_topk with the storage or texel read (--topk rows)
+ * The layer forward itself runs through the public vkh2o_run_mla_forward.
+ */
 #include "cli.h"
 #include "internal.h"
+#include "cache_internal.h"
 #include "matmul_internal.h"
 #include "mla_internal.h"
+#include "ref_h2o.h"
 #include "ref_matmul.h"
 #include "ref_mla.h"
 
@@ -41,6 +54,7 @@ typedef struct bench_env {
     uint32_t runs;
     bool quick;
     bool read;               /* --read: also the memory read-bandwidth rows */
+    uint32_t topk;           /* --topk N: also the standalone top-k over N scores (0: not) */
     bool progress;           /* stderr is a terminal and --json is off */
     bench_row rows[BENCH_MAX_ROWS];
     uint32_t nrows;
@@ -65,18 +79,6 @@ static bench_row* bench_add(bench_env* env, const char* name, const char* device
 static void note(const bench_env* env, const char* fmt, const char* what)
 {
     if (env->progress) fprintf(stderr, fmt, what);
-}
-
-static int cmp_double(const void* a, const void* b)
-{
-    const double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double* v, uint32_t n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -141,7 +143,7 @@ static vkh2o_result time_matmul(bench_env* env, const vkh2o_dev_weight* w, vkh2o
         }
     }
     if (r == VKH2O_OK) {
-        for (uint32_t v = 0; v < nv; v++) ms[v] = median(t + (size_t)v * env->runs, env->runs);
+        for (uint32_t v = 0; v < nv; v++) ms[v] = cli_median(t + (size_t)v * env->runs, env->runs);
         *timing = ts ? "gpu-timestamps" : "wall";
     }
     free(t);
@@ -315,16 +317,16 @@ static vkh2o_result bench_forward(bench_env* env)
         char vn[192], suffix[64] = "";
         if (fv[v].label) snprintf(suffix, sizeof suffix, " [%s]", fv[v].label);
         snprintf(vn, sizeof vn, "%s%s", name, suffix);
-        const double ms = median(t[v][0], env->runs);
+        const double ms = cli_median(t[v][0], env->runs);
         bench_row* row = bench_add(env, vn, env->caps->device_name, ms, vkh2o_mla_forward_flops(&cfg, S) / (ms * 1e6),
                                    env->runs, ts ? "gpu-timestamps" : "wall (upload + download included)");
-        if (row && v == 0 && nv > 1) row->ratio = median(t[1][0], env->runs) / ms;
+        if (row && v == 0 && nv > 1) row->ratio = cli_median(t[1][0], env->runs) / ms;
         if (ts) {
             static const char* stage[4] = { "projections", "attention", "attention mass", "o_proj" };
             for (int k = 0; k < 4; k++) {
                 char sn[128];
                 snprintf(sn, sizeof sn, "forward %s stage: %s%s", label, stage[k], suffix);
-                bench_add(env, sn, env->caps->device_name, median(t[v][k + 1], env->runs), 0.0, env->runs, "gpu-timestamps");
+                bench_add(env, sn, env->caps->device_name, cli_median(t[v][k + 1], env->runs), 0.0, env->runs, "gpu-timestamps");
             }
         }
     }
@@ -384,13 +386,97 @@ static vkh2o_result bench_read(bench_env* env)
             r = VKH2O_ERROR_VULKAN;
             break;
         }
-        double ms = median(t, runs);
+        double ms = cli_median(t, runs);
         bench_row* row = bench_add(env, names[mode], env->caps->device_name, ms, 0.0, runs,
                                    env->caps->timestamps ? "gpu-timestamps" : "wall");
         if (row) row->gbps = (double)bytes / (ms * 1e6);
     }
     vkh2o_buffer_destroy(src);
     vkh2o_buffer_destroy(out);
+    return r;
+}
+
+/* The standalone exact top-k of the H2O cache (shaders/h2o/topk.comp, radix select + scatter)
+ * over env->topk scores with k = N/32 and 4 sinks / 16 recents (vkh2o-validate's defaults),
+ * scores read from a storage binding and through a texel view, in alternating rounds; each
+ * selection is timed as record + submit + wait (wall) and its kept set checked against the CPU
+ * reference (ref_topk_keep). The cache calls this kernel inside its steps; it has no public
+ * entry of its own, which is why it is measured here, through the internal hook. */
+static vkh2o_result bench_topk(bench_env* env)
+{
+    vkh2o_context* ctx = env->ctx;
+    const uint32_t n = env->topk, k = n / 32 ? n / 32 : 1, n_sink = 4, n_recent = 16;
+    const uint32_t begin = n > n_sink + n_recent ? n_sink : 0, end = n > n_sink + n_recent ? n - n_recent : n;
+    float* x = malloc((size_t)n * 4);
+    double* v = malloc((size_t)n * sizeof *v);
+    uint32_t* want = malloc((size_t)n * 4);
+    uint32_t* got = malloc((size_t)n * 4);
+    const uint32_t runs = env->runs;
+    double* t = calloc(2 * (size_t)runs, sizeof *t);
+    vkh2o_buffer *bs = NULL, *bo = NULL, *bw = NULL;
+    vkh2o_result r = VKH2O_OK;
+    if (!x || !v || !want || !got || !t) {
+        r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "top-k bench: out of host memory");
+        goto done;
+    }
+    const uint32_t base = vkh2o_mock_base(0, 0, 0, 5);
+    for (uint32_t i = 0; i < n; i++) {
+        x[i] = (vkh2o_mock_value(base, i) + 1.0f) * 0.5f;   /* [0, 1), with duplicates */
+        v[i] = x[i];
+    }
+    const uint32_t nw = ref_topk_keep(v, n, begin, end, k, want);
+    if ((r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bs)) != VKH2O_OK ||
+        (r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bo)) != VKH2O_OK ||
+        (r = vkh2o_buffer_create(ctx, vkh2o_topk_work_bytes(end - begin), &bw)) != VKH2O_OK ||
+        (r = vkh2o_buffer_upload(bs, 0, x, (uint64_t)n * 4)) != VKH2O_OK)
+        goto done;
+    vkh2o_topk_args a = { .scores = vkh2o_bind(bs), .n = n, .begin = begin, .end = end, .k = k,
+                          .out = vkh2o_bind(bo), .work = vkh2o_bind(bw) };
+    /* round 0 builds both pipelines (not timed); then each round runs both paths in turn */
+    for (uint32_t run = 0; run <= runs && r == VKH2O_OK; run++)
+        for (int tex = 0; tex < 2 && r == VKH2O_OK; tex++) {
+            a.scores_buffer = tex ? bs : NULL;
+            if (run == runs && (r = vkh2o_buffer_fill(bo, 0, (uint64_t)n * 4, 0xffffffffu)) != VKH2O_OK)   /* poison */
+                break;
+            VkCommandBuffer cb;
+            if ((r = vkh2o_begin(ctx, &cb)) != VKH2O_OK)
+                break;
+            const double t0 = cli_now();
+            r = vkh2o_cmd_topk(ctx, cb, &a);
+            const vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
+            if (run)
+                t[tex * runs + run - 1] = (cli_now() - t0) * 1e3;
+            if (r == VKH2O_OK) r = r2;
+            if (r != VKH2O_OK || run != runs)
+                continue;
+            if ((r = vkh2o_buffer_download(bo, 0, got, (uint64_t)nw * 4)) != VKH2O_OK)
+                break;
+            if (memcmp(got, want, (size_t)nw * 4)) {
+                r = vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "top-k (%s path): the kept set differs from the CPU reference",
+                               tex ? "texel" : "storage");
+                break;
+            }
+        }
+    if (r != VKH2O_OK)
+        goto done;
+    double med[2];
+    for (int tex = 0; tex < 2; tex++) {
+        char name[192];
+        snprintf(name, sizeof name, "topk %u scores, k=%u, %s%s", n, k, tex ? "[texel view]" : "storage reads",
+                 ", kept set checked");
+        med[tex] = cli_median(t + tex * runs, runs);
+        bench_row* row = bench_add(env, name, env->caps->device_name, med[tex], 0.0, runs, "wall");
+        if (row && tex && med[1] > 0) row->ratio = med[0] / med[1];
+    }
+done:
+    vkh2o_buffer_destroy(bs);
+    vkh2o_buffer_destroy(bo);
+    vkh2o_buffer_destroy(bw);
+    free(x);
+    free(v);
+    free(want);
+    free(got);
+    free(t);
     return r;
 }
 
@@ -401,6 +487,7 @@ static const struct { const char* name; bench_fn fn; } benches[] = {
     { "matmul", bench_matmul },
     { "forward", bench_forward },
     { "read", bench_read },
+    { "topk", bench_topk },
 };
 
 static void print_text(const bench_env* env)
@@ -446,7 +533,7 @@ static int print_json(const bench_env* env)
 
 static void usage(FILE* f)
 {
-    fprintf(f, "usage: " TOOL " [--device N] [--seq-len S] [--runs R] [--json] [--quick] [--read] [--help]\n"
+    fprintf(f, "usage: " TOOL " [--device N] [--seq-len S] [--runs R] [--json] [--quick] [--read] [--topk N] [--help]\n"
                "Times vkh2o kernels on a Vulkan device (median of R runs after a warm-up, GPU\n"
                "timestamps when the device has them, else wall time) and the same work on the CPU.\n"
                "  --device N    use physical device N (default: the automatic choice, env VKH2O_DEVICE)\n"
@@ -456,7 +543,12 @@ static void usage(FILE* f)
                "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu, gbps)\n"
                "  --quick       small shapes and a small layer, S=16 (seconds on a CPU device; for tests)\n"
                "  --read        also measure the read bandwidth of storage vs texel buffers (rows named\n"
-               "                \"read ...\"; every other row's name contains matmul or forward)\n"
+               "                \"read ...\")\n"
+               "  --topk N      also time the H2O cache's exact top-k (radix select + scatter) over N\n"
+               "                scores (k = N/32, 4 sinks, 16 recents), scores read from a storage binding\n"
+               "                and through a texel view, each kept set checked against the CPU reference\n"
+               "                (rows named \"topk ...\", wall time of record + submit + wait; every row\n"
+               "                outside --read and --topk names matmul or forward)\n"
                "Measurements: the q_a_proj matmul (S x 1536 x 7168, BF16) on the device and as a\n"
                "single-thread fp32 CPU loop, its decode form (M = 1), and one Kimi K2.6 MLA layer\n"
                "forward at S tokens (random BF16 weights) with its per-stage GPU times, and with --read the\n"
@@ -471,6 +563,8 @@ int main(int argc, char** argv)
     bench_env env = { .seq_len = 256, .runs = 5 };
     uint32_t select = 0;
     bool json = false, seq_given = false;
+    if (!cli_no_repeats(TOOL, argc, argv))
+        return 2;
     for (int i = 1; i < argc; i++) {
         const char* o = argv[i];
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
@@ -487,6 +581,9 @@ int main(int argc, char** argv)
             if (dev) select = VKH2O_DEVICE_INDEX(v);
             else if (seq) { env.seq_len = v; seq_given = true; }
             else env.runs = v;
+        } else if (!strcmp(o, "--topk")) {
+            const int rr = cli_flag_u32(TOOL, argc, argv, &i, o, 1, 1u << 26, &env.topk);
+            if (rr < 0) return 2;
         } else if (!strcmp(o, "--json")) {
             json = true;
         } else if (!strcmp(o, "--quick")) {
@@ -494,11 +591,11 @@ int main(int argc, char** argv)
         } else if (!strcmp(o, "--read")) {
             env.read = true;
         } else {
-            fprintf(stderr, TOOL ": unknown option '%s'\n", o);
-            usage(stderr);
+            fprintf(stderr, TOOL ": unknown option '%s' (see --help)\n", o);
             return 2;
         }
     }
+    if (!cli_check_device(TOOL, argc, argv, select ? select - 1 : 0)) return 2;
     if (env.quick && !seq_given) env.seq_len = 16;
     env.progress = !json && isatty(2);
 
@@ -512,7 +609,7 @@ int main(int argc, char** argv)
     if (!json) printf("device: %s (%s)\n", env.caps->device_name, env.caps->driver_info);
     int rc = 0;
     for (size_t b = 0; b < sizeof benches / sizeof benches[0]; b++) {
-        if (benches[b].fn == bench_read && !env.read)
+        if ((benches[b].fn == bench_read && !env.read) || (benches[b].fn == bench_topk && !env.topk))
             continue;
         r = benches[b].fn(&env);
         if (r != VKH2O_OK) {

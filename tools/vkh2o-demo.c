@@ -10,13 +10,12 @@
 #include "cli.h"
 #include "demo_h2o.h"
 #include "outfile.h"
-#include "internal.h"
 #include "ref_decode.h"
 #include "ref_mla.h"
+#include "vkh2o.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <libgen.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -95,7 +94,10 @@ static void usage(FILE* f)
         "                      $XDG_CACHE_HOME/vkh2o or ~/.cache/vkh2o)\n"
         "  --quiet             only errors and the final result line\n"
         "  --help              this text\n"
-        "Output files are written to a temporary name and renamed when complete.\n",
+        "Every path is checked before any work; output files are written to temporary names and\n"
+        "renamed together at the end, so a run that fails leaves none of them. A flag given twice,\n"
+        "a sequence under 2 tokens or a --budget above it is refused. Exit status: 0 done, 1 failed,\n"
+        "2 bad usage.\n",
         presets, vkh2o_mla_config_preset_name(0));
 }
 
@@ -281,18 +283,18 @@ static float* load_input(const opts* o, const vkh2o_mla_config* cfg, uint32_t* S
     vkh2o_error err = { 0 };
     vkh2o_safetensors* st;
     if (vkh2o_safetensors_open(o->input, &st, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+        fprintf(stderr, "%s: --input: %s\n", TOOL, err.message);
         return NULL;
     }
     vkh2o_tensor_view v;
     float* x = NULL;
     if (vkh2o_safetensors_find(st, "hidden_states", &v, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+        fprintf(stderr, "%s: --input: %s\n", TOOL, err.message);
     } else if (v.dtype != VKH2O_DTYPE_F32) {
-        fprintf(stderr, "%s: %s: tensor 'hidden_states' is %s, expected F32\n", TOOL, o->input, vkh2o_dtype_name(v.dtype));
+        fprintf(stderr, "%s: --input %s: tensor 'hidden_states' is %s, expected F32\n", TOOL, o->input, vkh2o_dtype_name(v.dtype));
     } else if (!(v.ndim == 2 || (v.ndim == 3 && v.shape[0] == 1)) || v.shape[v.ndim - 1] != cfg->hidden_size ||
                v.shape[v.ndim - 2] == 0 || v.shape[v.ndim - 2] > (1u << 20)) {
-        fprintf(stderr, "%s: %s: tensor 'hidden_states' has shape [", TOOL, o->input);
+        fprintf(stderr, "%s: --input %s: tensor 'hidden_states' has shape [", TOOL, o->input);
         for (uint32_t d = 0; d < v.ndim; d++)
             fprintf(stderr, "%s%llu", d ? ", " : "", (unsigned long long)v.shape[d]);
         fprintf(stderr, "], expected [seq, %u] (hidden_size of the config)\n", cfg->hidden_size);
@@ -310,8 +312,14 @@ static float* load_input(const opts* o, const vkh2o_mla_config* cfg, uint32_t* S
 }
 
 /* RMSNorm with the layer's input_layernorm on the host (double accumulation). */
-static void input_layernorm(float* x, uint32_t S, uint32_t D, const vkh2o_tensor_view* w, float eps)
+static bool input_layernorm(float* x, uint32_t S, uint32_t D, const vkh2o_tensor_view* w, float eps)
 {
+    float* wf = malloc((size_t)D * sizeof *wf);
+    if (!wf || vkh2o_dtype_convert(VKH2O_DTYPE_F32, wf, w->dtype, w->data, D) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s: cannot read %s as floats\n", TOOL, w->file, w->name);
+        free(wf);
+        return false;
+    }
     for (uint32_t s = 0; s < S; s++) {
         float* r = x + (size_t)s * D;
         double ss = 0;
@@ -319,8 +327,10 @@ static void input_layernorm(float* x, uint32_t S, uint32_t D, const vkh2o_tensor
             ss += (double)r[c] * r[c];
         double inv = 1.0 / sqrt(ss / D + eps);
         for (uint32_t c = 0; c < D; c++)
-            r[c] = (float)(r[c] * inv * vkh2o_load_elem(w->dtype, w->data, c));
+            r[c] = (float)(r[c] * inv * wf[c]);
     }
+    free(wf);
+    return true;
 }
 
 /* ---------- statistics ---------- */
@@ -329,17 +339,6 @@ static int cmp_desc(const void* a, const void* b)
 {
     float x = *(const float*)a, y = *(const float*)b;
     return x < y ? 1 : x > y ? -1 : 0;
-}
-
-static double median(double* v, uint32_t n)
-{
-    for (uint32_t i = 1; i < n; i++)
-        for (uint32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n ? (n & 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0;
 }
 
 static const char* cat_name(demo_category c)
@@ -407,26 +406,17 @@ static void compute_stats(const float* score, const demo_category* cat, uint32_t
 
 /* ---------- outputs ---------- */
 
-static bool write_csv(const char* path, const float* score, const demo_category* cat, uint32_t S)
+static void write_csv(FILE* f, const float* score, const demo_category* cat, uint32_t S)
 {
-    outfile of;
-    if (!outfile_open(&of, TOOL, path))
-        return false;
-    fprintf(of.f, "token_idx,attention_score,kept,category\n");
+    fprintf(f, "token_idx,attention_score,kept,category\n");
     for (uint32_t i = 0; i < S; i++)
-        fprintf(of.f, "%u,%.6f,%s,%s\n", i, score[i], cat[i] == DEMO_EVICTED ? "False" : "True", cat_name(cat[i]));
-    return outfile_close(&of, TOOL, true);
+        fprintf(f, "%u,%.6f,%s,%s\n", i, score[i], cat[i] == DEMO_EVICTED ? "False" : "True", cat_name(cat[i]));
 }
 
-static bool write_svg(const char* path, const float* score, const demo_category* cat, uint32_t S, const stats* st,
-                      const opts* o)
+static void write_svg(FILE* f, const float* score, const demo_category* cat, uint32_t S, const stats* st, const opts* o)
 {
-    outfile of;
-    if (!outfile_open(&of, TOOL, path))
-        return false;
     const double W = 960, H = 420, L = 70, R = 20, T = 40, B = 50;
     double ymax = st->max > 0 ? st->max * 1.05 : 1;
-    FILE* f = of.f;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">Attention mass per token (sum over heads and queries), H2O: %u sink + %u heavy + %u recent kept of %u</text>\n",
@@ -458,111 +448,140 @@ static bool write_svg(const char* path, const float* score, const demo_category*
         fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", W - R - 314 + 85 * c, T + 9.0, names[c]);
     }
     fprintf(f, "</svg>\n");
-    return outfile_close(&of, TOOL, true);
 }
 
-int main(int argc, char** argv)
+/* ---------- checks before any work ---------- */
+
+/* Inputs exist and are readable files (the weights may be a directory), outputs can be written
+ * and name no input nor each other. Returns 0, or the exit status (1 file, 2 usage). */
+static int check_paths(const opts* o)
 {
-    double t_start = cli_now();
-    opts o;
-    int exit_code;
-    if (!parse_args(argc, argv, &o, &exit_code))
-        return exit_code;
-    char synth[4096];
-    bool synthetic = false;
-    if (!o.weights) {
-        if (!synthetic_shard(&o, synth, sizeof synth))
-            return 1;
-        o.weights = synth;
-        synthetic = true;
+    int rc;
+    if ((o->weights && (rc = cli_check_input(TOOL, "--weights", o->weights, true))) ||
+        (o->config && (rc = cli_check_input(TOOL, "--config", o->config, false))) ||
+        (o->input && (rc = cli_check_input(TOOL, "--input", o->input, false))))
+        return rc;
+    struct stat st;
+    if (o->cache_dir && (!*o->cache_dir || (stat(o->cache_dir, &st) == 0 && !S_ISDIR(st.st_mode)))) {
+        fprintf(stderr, "%s: --cache-dir %s: not a directory\n", TOOL, o->cache_dir);
+        return 1;
     }
-    /* nothing the user gave is overwritten */
-    const char* outs[4] = { o.csv, o.json, o.out, o.plot };
-    const char* ins[3] = { o.weights, o.config, o.input };
+    const char* ins[3] = { o->weights, o->config, o->input };
+    const char* flags[4] = { "--csv", "--json", "--out", "--plot" };
+    const char* outs[4] = { o->csv, o->json, o->out, o->plot };
     for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 3; b++)
-            if (outs[a] && ins[b] && (same_file(outs[a], ins[b]) || !strcmp(outs[a], ins[b]))) {
-                fprintf(stderr, "%s: refusing to write %s: it is an input of this run\n", TOOL, outs[a]);
-                return 2;
-            }
+        if (outs[a] && (rc = cli_check_output(TOOL, flags[a], outs[a], ins, 3, outs, flags, a)))
+            return rc;
+    return 0;
+}
+
+/* ---------- the phases of a run ---------- */
+
+typedef struct demo_run {
+    opts o;
+    double t_start;
+    char synth[4096];
+    bool synthetic;                 /* no --weights: the cached synthetic shard */
+    vkh2o_mla_config cfg;
+    char cfg_path[4200];            /* "" when the preset alone is the config */
+    vkh2o_context* ctx;
+    const vkh2o_device_caps* caps;
+    vkh2o_checkpoint* ck;
+    vkh2o_mla_host_weights* hw;
+    vkh2o_mla_layer* layer;
+    uint32_t S;
+    float *hidden, *out, *score, *ref_out, *ref_score;
+    demo_category* cat;
+    double t_load;                  /* seconds: weights, input and layer upload */
+    double fwd_ms, proj_ms, attn_ms, mass_ms, oproj_ms;
+    bool gpu_time;
+    uint32_t timed;
+    demo_h2o_result hr;
+    demo_decode_result dr;          /* --prefill */
+    const char* preset;
+    uint32_t P;                     /* tokens of the (timed) forward: the prompt with --prefill */
+    stats st;
+    uint32_t kept;
+    double out_err, score_err;      /* --check; -1 without */
+    bool kept_agree;
+    uint32_t kept_diff;
+} demo_run;
+
+/* The weights (the synthetic shard made once when none are given) and the config beside them
+ * or given. Returns 0 or the exit status. */
+static int load_config(demo_run* dm)
+{
+    if (!dm->o.weights) {
+        if (!synthetic_shard(&dm->o, dm->synth, sizeof dm->synth))
+            return 1;
+        dm->o.weights = dm->synth;
+        dm->synthetic = true;
+        int rc = check_paths(&dm->o);   /* no output may name the synthetic shard either */
+        if (rc != 0)
+            return rc;
+    }
 
     /* config */
     vkh2o_error err = { 0 };
-    vkh2o_mla_config cfg;
-    const char* preset = o.preset ? o.preset : vkh2o_mla_config_preset_name(0);
-    if (vkh2o_mla_config_preset(preset, &cfg, &err) != VKH2O_OK) {
+    dm->preset = dm->o.preset ? dm->o.preset : vkh2o_mla_config_preset_name(0);
+    if (vkh2o_mla_config_preset(dm->preset, &dm->cfg, &err) != VKH2O_OK) {
         fprintf(stderr, "%s: --preset: %s\n", TOOL, err.message);
         return 2;
     }
-    const char* preset_title = preset;
+    const char* preset_title = dm->preset;
     for (uint32_t i = 0; vkh2o_mla_config_preset_name(i); i++)
-        if (!strcmp(preset, vkh2o_mla_config_preset_name(i)))
+        if (!strcmp(dm->preset, vkh2o_mla_config_preset_name(i)))
             preset_title = vkh2o_mla_config_preset_title(i);
-    char cfg_path[4200] = "";
-    if (o.config) {
-        snprintf(cfg_path, sizeof cfg_path, "%s", o.config);
-    } else {
-        struct stat sw;
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s", o.weights);
-        if (stat(o.weights, &sw) == 0 && S_ISDIR(sw.st_mode))
-            snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o.weights);
-        else
-            snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dirname(tmp));
-        if (!file_exists(cfg_path))
-            cfg_path[0] = 0;
-    }
-    if (cfg_path[0] && vkh2o_mla_config_from_json(cfg_path, &cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+    cli_config_path(dm->o.weights, dm->o.config, dm->cfg_path, sizeof dm->cfg_path);
+    if (dm->cfg_path[0] && vkh2o_mla_config_from_json(dm->cfg_path, &dm->cfg, &err) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
         return 1;
     }
-    if (!cfg_path[0])   /* said even with --quiet: the numbers depend on it */
+    if (!dm->cfg_path[0])   /* said even with --quiet: the numbers depend on it */
         fprintf(stderr, "%s: no config.json found beside %s: using the %s preset '%s' (%s as published); "
-                "pass --config FILE, or --preset NAME if the weights are another model\n", TOOL, o.weights,
-                o.preset ? "chosen" : "built-in default", preset, preset_title);
-    if (vkh2o_mla_config_validate(&cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s\n", TOOL, err.message);
+                "pass --config FILE, or --preset NAME if the weights are another model\n", TOOL, dm->o.weights,
+                dm->o.preset ? "chosen" : "built-in default", dm->preset, preset_title);
+    if (vkh2o_mla_config_validate(&dm->cfg, &err) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
         return 1;
     }
+    return 0;
+}
 
+/* The device, the layer's weights (uploaded), the input tokens and the host buffers of a run.
+ * Returns 0 or the exit status. */
+static int load(demo_run* dm)
+{
+    vkh2o_error err = { 0 };
     /* device */
-    vkh2o_context* ctx;
-    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = o.device_given ? VKH2O_DEVICE_INDEX(o.device) : 0,
-                                                                 .log = cli_log, .user_data = TOOL }, &ctx);
+    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = dm->o.device_given ? VKH2O_DEVICE_INDEX(dm->o.device) : 0,
+                                                                 .log = cli_log, .user_data = TOOL }, &dm->ctx);
     if (r != VKH2O_OK) {
         fprintf(stderr, "%s: no usable Vulkan device (%s)%s\n", TOOL, vkh2o_result_string(r),
                 r == VKH2O_ERROR_NO_DEVICE ? ": install a driver (Debian: mesa-vulkan-drivers for lavapipe)" : "");
         return 1;
     }
-    const vkh2o_device_caps* caps = vkh2o_context_get_caps(ctx);
-    int rc = 1;
-    vkh2o_checkpoint* ck = NULL;
-    vkh2o_mla_host_weights* hw = NULL;
-    vkh2o_mla_layer* layer = NULL;
-    float *hidden = NULL, *out = NULL, *score = NULL, *ref_out = NULL, *ref_score = NULL;
-    demo_category* cat = NULL;
-    demo_decode_result dr = { 0 };
-
-    if (!o.quiet) {
-        printf("device:        %s (%s %s)\n", caps->device_name, caps->driver_name, caps->driver_info);
+    dm->caps = vkh2o_context_get_caps(dm->ctx);
+    if (!dm->o.quiet) {
+        printf("device:        %s (%s %s)\n", dm->caps->device_name, dm->caps->driver_name, dm->caps->driver_info);
         printf("config:        %uL  hidden=%u  heads=%u  qk_dim=%u  v_dim=%u  kv_lora_rank=%u  q_lora_rank=%u  (%s)\n",
-               cfg.num_layers, cfg.hidden_size, cfg.num_heads, vkh2o_mla_qk_head_dim(&cfg), cfg.v_head_dim, cfg.kv_lora_rank,
-               cfg.q_lora_rank, cfg_path[0] ? cfg_path : "no config.json");
+               dm->cfg.num_layers, dm->cfg.hidden_size, dm->cfg.num_heads, vkh2o_mla_qk_head_dim(&dm->cfg), dm->cfg.v_head_dim, dm->cfg.kv_lora_rank,
+               dm->cfg.q_lora_rank, dm->cfg_path[0] ? dm->cfg_path : "no config.json");
         printf("rope:          theta %g  yarn factor %g  beta_fast %g  beta_slow %g  softmax scale %.6f  (%s%s%s)\n",
-               (double)cfg.rope_theta, cfg.rope_scaling == VKH2O_ROPE_YARN ? (double)cfg.yarn_factor : 1.0,
-               (double)cfg.beta_fast, (double)cfg.beta_slow, (double)vkh2o_mla_softmax_scale(&cfg),
-               cfg_path[0] ? "config.json over preset " : "preset ", preset, cfg_path[0] ? "" : " only");
+               (double)dm->cfg.rope_theta, dm->cfg.rope_scaling == VKH2O_ROPE_YARN ? (double)dm->cfg.yarn_factor : 1.0,
+               (double)dm->cfg.beta_fast, (double)dm->cfg.beta_slow, (double)vkh2o_mla_softmax_scale(&dm->cfg),
+               dm->cfg_path[0] ? "config.json over preset " : "preset ", dm->preset, dm->cfg_path[0] ? "" : " only");
     }
     double t_load0 = cli_now();
-    if (vkh2o_checkpoint_open(o.weights, &ck, &err) != VKH2O_OK ||
-        vkh2o_mla_host_weights_load(ck, &cfg, o.layer, o.normed_input ? VKH2O_LOAD_INPUT_LAYERNORM : 0, &hw, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s\n", TOOL, err.message);
-        goto done;
+    if (vkh2o_checkpoint_open(dm->o.weights, &dm->ck, &err) != VKH2O_OK ||
+        vkh2o_mla_host_weights_load(dm->ck, &dm->cfg, dm->o.layer, dm->o.normed_input ? VKH2O_LOAD_INPUT_LAYERNORM : 0, &dm->hw, &err) != VKH2O_OK) {
+        fprintf(stderr, "%s: --weights: %s\n", TOOL, err.message);
+        return 1;
     }
-    if (!o.quiet) {
-        printf("weights:       %s%s, layer %u\n", o.weights, synthetic ? " (SYNTHETIC)" : "", o.layer);
+    if (!dm->o.quiet) {
+        printf("weights:       %s%s, layer %u\n", dm->o.weights, dm->synthetic ? " (SYNTHETIC)" : "", dm->o.layer);
         for (int w = 0; w < VKH2O_W_COUNT; w++) {
-            const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, (vkh2o_mla_weight)w);
+            const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(dm->hw, (vkh2o_mla_weight)w);
             if (!v || !v->data)
                 continue;
             printf("  %-58s %-5s [", v->name, vkh2o_dtype_name(v->dtype));
@@ -570,351 +589,402 @@ int main(int argc, char** argv)
                 printf("%s%llu", d ? ", " : "", (unsigned long long)v->shape[d]);
             printf("]\n");
         }
-        uint64_t pc = vkh2o_mla_param_count(&cfg);
+        uint64_t pc = vkh2o_mla_param_count(&dm->cfg);
         printf("layer params:  %llu,%03llu,%03llu\n", (unsigned long long)(pc / 1000000), (unsigned long long)(pc / 1000 % 1000),
                (unsigned long long)(pc % 1000));
     }
 
-    uint32_t S = o.seq_len;
-    hidden = load_input(&o, &cfg, &S);
-    if (!hidden)
-        goto done;
-    if (o.normed_input)
-        input_layernorm(hidden, S, cfg.hidden_size, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_INPUT_LAYERNORM), cfg.rms_norm_eps);
+    dm->S = dm->o.seq_len;
+    dm->hidden = load_input(&dm->o, &dm->cfg, &dm->S);
+    if (!dm->hidden)
+        return 1;
+    /* H2O over one token selects nothing; a budget beyond the sequence is a typo */
+    if (dm->S < 2 || dm->o.budget > dm->S) {
+        if (dm->S < 2)
+            fprintf(stderr, "%s: %s: %u token: H2O needs a sequence of at least 2\n", TOOL, dm->o.input ? "--input" : "--seq-len", dm->S);
+        else
+            fprintf(stderr, "%s: --budget %u: more heavy hitters than the %u tokens of the sequence\n", TOOL, dm->o.budget, dm->S);
+        return 2;
+    }
+    if (dm->o.normed_input &&
+        !input_layernorm(dm->hidden, dm->S, dm->cfg.hidden_size, vkh2o_mla_host_weights_get_view(dm->hw, VKH2O_W_INPUT_LAYERNORM), dm->cfg.rms_norm_eps))
+        return 1;
 
-    if (o.prefill_given && o.prefill > S) {
-        fprintf(stderr, "%s: --prefill %u exceeds the %u tokens of the sequence\n", TOOL, o.prefill, S);
-        rc = 2;
-        goto done;
+    if (dm->o.prefill_given && dm->o.prefill > dm->S) {
+        fprintf(stderr, "%s: --prefill %u exceeds the %u tokens of the sequence\n", TOOL, dm->o.prefill, dm->S);
+        return 2;
     }
-    const uint32_t P = o.prefill_given ? o.prefill : S;   /* tokens of the (timed) forward */
-    if ((r = vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S, .max_decode_tokens = 1 },
-                                    &layer)) != VKH2O_OK) {
-        fprintf(stderr, "%s: cannot create the layer on %s: %s\n", TOOL, caps->device_name, vkh2o_last_error(ctx));
-        goto done;
+    dm->P = dm->o.prefill_given ? dm->o.prefill : dm->S;
+    if ((r = vkh2o_mla_layer_create(dm->ctx, &dm->cfg, dm->hw, &(vkh2o_mla_layer_desc){ .max_seq_len = dm->S, .max_decode_tokens = 1 },
+                                    &dm->layer)) != VKH2O_OK) {
+        fprintf(stderr, "%s: cannot create the layer on %s: %s\n", TOOL, dm->caps->device_name, vkh2o_last_error(dm->ctx));
+        return 1;
     }
-    double t_load = cli_now() - t_load0;
-    if (!o.quiet)   /* FP8 weights stay FP8 on the device: about half the BF16 bytes */
+    dm->t_load = cli_now() - t_load0;
+    if (!dm->o.quiet)   /* FP8 weights stay FP8 on the device: about half the BF16 bytes */
         printf("weights on device: %llu bytes (%.1f MB; projections as stored: %s)\n",
-               (unsigned long long)vkh2o_mla_layer_get_weight_bytes(layer), vkh2o_mla_layer_get_weight_bytes(layer) / 1e6,
-               vkh2o_dtype_name(vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_A_PROJ)->dtype));
-    size_t D = cfg.hidden_size;
-    out = malloc((size_t)S * D * sizeof *out);
-    score = malloc((size_t)S * sizeof *score);
-    cat = malloc((size_t)S * sizeof *cat);
-    if (!out || !score || !cat) {
+               (unsigned long long)vkh2o_mla_layer_get_weight_bytes(dm->layer), vkh2o_mla_layer_get_weight_bytes(dm->layer) / 1e6,
+               vkh2o_dtype_name(vkh2o_mla_host_weights_get_view(dm->hw, VKH2O_W_KV_A_PROJ)->dtype));
+    dm->out = malloc((size_t)dm->S * dm->cfg.hidden_size * sizeof *dm->out);
+    dm->score = malloc((size_t)dm->S * sizeof *dm->score);
+    dm->cat = malloc((size_t)dm->S * sizeof *dm->cat);
+    if (!dm->out || !dm->score || !dm->cat) {
         fprintf(stderr, "%s: out of host memory\n", TOOL);
-        goto done;
+        return 1;
     }
+    return 0;
+}
+
+/* A warm-up then the timed forwards (median of each stage). Returns 0 or the exit status. */
+static int run_forward(demo_run* dm)
+{
     /* forward: a short warm-up (lavapipe compiles each pipeline variant on its first use, inside
      * the first submission: a warm-up over min(S, 64) tokens builds the same variants), then
      * o.runs timed runs; auto: 5 when a forward takes under 0.5 s, else 1, so that a slow device
      * still finishes the demo in two forwards' time */
-    uint32_t nruns = o.runs ? o.runs : 5;
+    uint32_t nruns = dm->o.runs ? dm->o.runs : 5;
     double* t_fwd = calloc(nruns, sizeof *t_fwd);
     double *t_proj = calloc(nruns, sizeof(double)), *t_attn = calloc(nruns, sizeof(double)), *t_mass = calloc(nruns, sizeof(double)),
            *t_oproj = calloc(nruns, sizeof(double));
-    bool gpu_time = true;
-    uint32_t timed = 0;
+    dm->gpu_time = true;
+    dm->timed = 0;
     cli_progress prog;
-    cli_progress_begin(&prog, "forward runs", nruns + 1, o.quiet);
+    cli_progress_begin(&prog, "forward runs", nruns + 1, dm->o.quiet);
     for (uint32_t run = 0; run <= nruns; run++) {
         vkh2o_mla_timings tm;
-        uint32_t s_run = run == 0 && P > 64 ? 64 : P;
+        uint32_t s_run = run == 0 && dm->P > 64 ? 64 : dm->P;
         double t0 = cli_now();
-        if ((r = vkh2o_run_mla_forward(layer, hidden, s_run, 0, out, score, &tm)) != VKH2O_OK) {
+        if (vkh2o_run_mla_forward(dm->layer, dm->hidden, s_run, 0, dm->out, dm->score, &tm) != VKH2O_OK) {
             cli_progress_end(&prog);
-            fprintf(stderr, "%s: forward failed: %s\n", TOOL, vkh2o_last_error(ctx));
-            goto done;
+            fprintf(stderr, "%s: forward failed: %s\n", TOOL, vkh2o_last_error(dm->ctx));
+            free(t_fwd); free(t_proj); free(t_attn); free(t_mass); free(t_oproj);
+            return 1;
         }
         double wall = (cli_now() - t0) * 1e3;
         cli_progress_update(&prog, run + 1);
         if (run == 0)
             continue;   /* warm-up */
         if (tm.total_ms < 0)
-            gpu_time = false;
-        t_fwd[timed] = tm.total_ms >= 0 ? tm.total_ms : wall;
-        t_proj[timed] = tm.project_ms;
-        t_attn[timed] = tm.attention_ms;
-        t_mass[timed] = tm.mass_ms;
-        t_oproj[timed] = tm.o_proj_ms;
-        timed++;
-        if (!o.runs && timed == 1 && t_fwd[0] > 500.0)
+            dm->gpu_time = false;
+        t_fwd[dm->timed] = tm.total_ms >= 0 ? tm.total_ms : wall;
+        t_proj[dm->timed] = tm.project_ms;
+        t_attn[dm->timed] = tm.attention_ms;
+        t_mass[dm->timed] = tm.mass_ms;
+        t_oproj[dm->timed] = tm.o_proj_ms;
+        dm->timed++;
+        if (!dm->o.runs && dm->timed == 1 && t_fwd[0] > 500.0)
             break;
     }
     cli_progress_end(&prog);
-    double fwd_ms = median(t_fwd, timed), proj_ms = median(t_proj, timed), attn_ms = median(t_attn, timed),
-           mass_ms = median(t_mass, timed), oproj_ms = median(t_oproj, timed);
+    dm->fwd_ms = cli_median(t_fwd, dm->timed);
+    dm->proj_ms = cli_median(t_proj, dm->timed);
+    dm->attn_ms = cli_median(t_attn, dm->timed);
+    dm->mass_ms = cli_median(t_mass, dm->timed);
+    dm->oproj_ms = cli_median(t_oproj, dm->timed);
     free(t_fwd); free(t_proj); free(t_attn); free(t_mass); free(t_oproj);
+    return 0;
+}
 
+/* The kept set from the attention mass, through the public cache prefill. */
+static int run_h2o(demo_run* dm)
+{
     /* H2O on the GPU: select the kept set from the attention mass and compact a KV cache of the
      * chosen layout to it */
-    demo_h2o_result hr = { 0 };
-    if (o.prefill_given) {
+    if (dm->o.prefill_given) {
         /* decode mode: prefill P tokens into a cache, then decode P..S-1 one at a time */
-        if (demo_decode_run(ctx, layer, &cfg, hidden, S, P, o.n_sink, o.budget, o.n_recent, o.layout, out, score, cat, &dr) != 0)
-            goto done;
-        hr.bytes_before = dr.bytes_before;
-        hr.bytes_after = dr.bytes_after;
-    } else if (demo_h2o_run(ctx, layer, &cfg, score, S, o.n_sink, o.budget, o.n_recent, o.layout, cat, &hr) != 0) {
-        goto done;
+        if (demo_decode_run(dm->ctx, dm->layer, &dm->cfg, dm->hidden, dm->S, dm->P, dm->o.n_sink, dm->o.budget, dm->o.n_recent,
+                            dm->o.layout, dm->out, dm->score, dm->cat, &dm->dr) != 0)
+            return 1;
+        dm->hr.bytes_before = dm->dr.bytes_before;
+        dm->hr.bytes_after = dm->dr.bytes_after;
+    } else if (demo_h2o_run(dm->ctx, dm->layer, &dm->cfg, dm->score, dm->S, dm->o.n_sink, dm->o.budget, dm->o.n_recent,
+                            dm->o.layout, dm->cat, &dm->hr) != 0) {
+        return 1;
     }
+    compute_stats(dm->score, dm->cat, dm->S, &dm->st);
+    dm->kept = dm->st.n_sink + dm->st.n_heavy + dm->st.n_recent;
+    return 0;
+}
 
-    stats st;
-    compute_stats(score, cat, S, &st);
-    uint32_t kept = st.n_sink + st.n_heavy + st.n_recent;
-
+/* --check: the CPU reference in double and the kept set it gives. */
+static int run_check(demo_run* dm)
+{
     /* --check: the CPU reference in double */
-    double out_err = -1, score_err = -1;
-    bool kept_agree = true;
-    uint32_t kept_diff = 0;
-    if (o.check && o.prefill_given) {
+    if (!dm->o.check)
+        return 0;
+    if (dm->o.prefill_given) {
         /* the decode reference (double): the same prefill and steps, compared token by token,
          * then the final cache's positions and scores */
+        const uint32_t S = dm->S, P = dm->P;
+        const size_t D = dm->cfg.hidden_size;
         ref_decode rd;
-        ref_out = malloc((size_t)S * D * sizeof *ref_out);
-        bool lat = o.layout == DEMO_LAYOUT_LATENT;
-        if (!ref_out || ref_decode_init(&rd, &cfg, hw, lat, true, true, o.n_sink, o.budget, o.n_recent,
-                                        o.n_sink + o.budget + o.n_recent + 1) != 0) {
+        dm->ref_out = malloc((size_t)S * D * sizeof *dm->ref_out);
+        bool lat = dm->o.layout == DEMO_LAYOUT_LATENT;
+        if (!dm->ref_out || ref_decode_init(&rd, &dm->cfg, dm->hw, lat, true, true, dm->o.n_sink, dm->o.budget, dm->o.n_recent,
+                                            dm->o.n_sink + dm->o.budget + dm->o.n_recent + 1) != 0) {
             fprintf(stderr, "%s: --check: out of host memory for the reference\n", TOOL);
-            goto done;
+            return 1;
         }
-        int bad = ref_decode_prefill(&rd, hidden, P, ref_out);
+        int bad = ref_decode_prefill(&rd, dm->hidden, P, dm->ref_out);
         for (uint32_t t = P; !bad && t < S; t++)
-            bad = ref_decode_step(&rd, hidden + (size_t)t * D, t, ref_out + (size_t)t * D);
+            bad = ref_decode_step(&rd, dm->hidden + (size_t)t * D, t, dm->ref_out + (size_t)t * D);
         if (bad) {
             ref_decode_free(&rd);
             fprintf(stderr, "%s: --check: the reference failed (out of host memory)\n", TOOL);
-            goto done;
+            return 1;
         }
         double mo = 0, me = 0, so = 0, se = 0;
         for (size_t i = 0; i < (size_t)S * D; i++) {
-            me = fmax(me, fabs((double)out[i] - ref_out[i]));
-            mo = fmax(mo, fabs((double)ref_out[i]));
+            me = fmax(me, fabs((double)dm->out[i] - dm->ref_out[i]));
+            mo = fmax(mo, fabs((double)dm->ref_out[i]));
         }
         bool* ref_kept = calloc(S, sizeof *ref_kept);
         for (uint32_t i = 0; ref_kept && i < rd.len; i++) {
             ref_kept[rd.pos[i]] = true;
-            se = fmax(se, fabs((double)score[rd.pos[i]] - rd.score[i]));
+            se = fmax(se, fabs((double)dm->score[rd.pos[i]] - rd.score[i]));
             so = fmax(so, fabs(rd.score[i]));
         }
         for (uint32_t i = 0; ref_kept && i < S; i++)
-            kept_diff += ref_kept[i] != (cat[i] != DEMO_EVICTED);
+            dm->kept_diff += ref_kept[i] != (dm->cat[i] != DEMO_EVICTED);
         free(ref_kept);
         ref_decode_free(&rd);
-        out_err = me / (mo > 0 ? mo : 1);
-        score_err = se / (so > 0 ? so : 1);
-        kept_agree = kept_diff == 0;
-    } else if (o.check) {
-        ref_out = malloc((size_t)S * D * sizeof *ref_out);
-        ref_score = malloc((size_t)S * sizeof *ref_score);
-        if (!ref_out || !ref_score || ref_mla_forward(&cfg, hw, hidden, S, 0, ref_out, ref_score, NULL, NULL) != 0) {
+        dm->out_err = me / (mo > 0 ? mo : 1);
+        dm->score_err = se / (so > 0 ? so : 1);
+        dm->kept_agree = dm->kept_diff == 0;
+    } else {
+        dm->ref_out = malloc((size_t)dm->S * dm->cfg.hidden_size * sizeof *dm->ref_out);
+        dm->ref_score = malloc((size_t)dm->S * sizeof *dm->ref_score);
+        if (!dm->ref_out || !dm->ref_score || ref_mla_forward(&dm->cfg, dm->hw, dm->hidden, dm->S, 0, dm->ref_out, dm->ref_score, NULL, NULL) != 0) {
             fprintf(stderr, "%s: --check: out of host memory for the reference\n", TOOL);
-            goto done;
+            return 1;
         }
         double mo = 0, so = 0, me = 0, se = 0;
-        for (size_t i = 0; i < (size_t)S * D; i++) {
-            me = fmax(me, fabs((double)out[i] - ref_out[i]));
-            mo = fmax(mo, fabs((double)ref_out[i]));
+        for (size_t i = 0; i < (size_t)dm->S * dm->cfg.hidden_size; i++) {
+            me = fmax(me, fabs((double)dm->out[i] - dm->ref_out[i]));
+            mo = fmax(mo, fabs((double)dm->ref_out[i]));
         }
-        for (uint32_t i = 0; i < S; i++) {
-            se = fmax(se, fabs((double)score[i] - ref_score[i]));
-            so = fmax(so, fabs((double)ref_score[i]));
+        for (uint32_t i = 0; i < dm->S; i++) {
+            se = fmax(se, fabs((double)dm->score[i] - dm->ref_score[i]));
+            so = fmax(so, fabs((double)dm->ref_score[i]));
         }
-        out_err = me / (mo > 0 ? mo : 1);
-        score_err = se / (so > 0 ? so : 1);
-        demo_category* ref_cat = malloc((size_t)S * sizeof *ref_cat);
+        dm->out_err = me / (mo > 0 ? mo : 1);
+        dm->score_err = se / (so > 0 ? so : 1);
+        demo_category* ref_cat = malloc((size_t)dm->S * sizeof *ref_cat);
         if (!ref_cat)
-            goto done;
-        demo_h2o_select_cpu(ref_score, S, o.n_sink, o.budget, o.n_recent, ref_cat);
-        for (uint32_t i = 0; i < S; i++)
-            kept_diff += (ref_cat[i] == DEMO_EVICTED) != (cat[i] == DEMO_EVICTED);
-        kept_agree = kept_diff == 0;
+            return 1;
+        demo_h2o_select_cpu(dm->ref_score, dm->S, dm->o.n_sink, dm->o.budget, dm->o.n_recent, ref_cat);
+        for (uint32_t i = 0; i < dm->S; i++)
+            dm->kept_diff += (ref_cat[i] == DEMO_EVICTED) != (dm->cat[i] == DEMO_EVICTED);
+        dm->kept_agree = dm->kept_diff == 0;
         free(ref_cat);
     }
+    return 0;
+}
 
-    if (!o.quiet) {
-        printf("seq_len:       %u   budget: %u   n_sink: %u   n_recent: %u   layout: %s\n", S, o.budget, o.n_sink, o.n_recent,
-               o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
-        if (o.prefill_given)
+static void report(const demo_run* dm)
+{
+    if (!dm->o.quiet) {
+        printf("seq_len:       %u   budget: %u   n_sink: %u   n_recent: %u   layout: %s\n", dm->S, dm->o.budget, dm->o.n_sink, dm->o.n_recent,
+               dm->o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
+        if (dm->o.prefill_given)
             printf("decode mode:   prefill of %u tokens into the cache, then %u tokens decoded one at a time; the\n"
-                   "               categories below describe the final cache\n", P, S - P);
-        printf("\nattn_out shape:        [1, %u, %u]\n", S, cfg.hidden_size);
-        printf("score per token:       shape=(%u,)\n", S);
-        printf("  score range:         [%.3f, %.3f]\n", st.min, st.max);
-        if (o.prefill_given)
-            printf("  score mean:          %.3f   (accumulated over the queries each token met in the cache)\n", st.mean);
+                   "               categories below describe the final cache\n", dm->P, dm->S - dm->P);
+        printf("\nattn_out shape:        [1, %u, %u]\n", dm->S, dm->cfg.hidden_size);
+        printf("score per token:       shape=(%u,)\n", dm->S);
+        printf("  score range:         [%.3f, %.3f]\n", dm->st.min, dm->st.max);
+        if (dm->o.prefill_given)
+            printf("  score mean:          %.3f   (accumulated over the queries each token met in the cache)\n", dm->st.mean);
         else
-            printf("  score mean:          %.3f   (heads = %u: the mass of every query sums to 1 per head)\n", st.mean,
-                   cfg.num_heads);
-        printf("  score std:           %.3f\n", st.std);
+            printf("  score mean:          %.3f   (heads = %u: the mass of every query sums to 1 per head)\n", dm->st.mean,
+                   dm->cfg.num_heads);
+        printf("  score std:           %.3f\n", dm->st.std);
         printf("\nH2O eviction policy applied:\n");
-        printf("  kept      %4u of %u tokens (%.1f%%)\n", kept, S, 100.0 * kept / S);
-        if (st.n_sink)
-            printf("  sinks     %4u (indices 0..%u)\n", st.n_sink, st.n_sink - 1);
+        printf("  kept      %4u of %u tokens (%.1f%%)\n", dm->kept, dm->S, 100.0 * dm->kept / dm->S);
+        if (dm->st.n_sink)
+            printf("  sinks     %4u (indices 0..%u)\n", dm->st.n_sink, dm->st.n_sink - 1);
         else
             printf("  sinks        0\n");
-        printf("  heavy     %4u of %u middle tokens chosen\n", st.n_heavy, st.middle);
-        printf("  recent    %4u (last %u)\n", st.n_recent, st.n_recent);
-        printf("  evicted   %4u (%.1f%%)%s\n", st.n_evicted, 100.0 * st.n_evicted / S,
-               st.n_evicted ? "" : "   (the sequence fits the cap: nothing to evict)");
-        if (st.ntop) {
-            printf("\ntop %u heavy-hitter scores:\n ", st.ntop);
-            for (uint32_t i = 0; i < st.ntop; i++)
-                printf(" %7.2f%s", st.top[i], i % 5 == 4 && i + 1 < st.ntop ? "\n " : "");
+        printf("  heavy     %4u of %u middle tokens chosen\n", dm->st.n_heavy, dm->st.middle);
+        printf("  recent    %4u (last %u)\n", dm->st.n_recent, dm->st.n_recent);
+        printf("  evicted   %4u (%.1f%%)%s\n", dm->st.n_evicted, 100.0 * dm->st.n_evicted / dm->S,
+               dm->st.n_evicted ? "" : "   (the sequence fits the cap: nothing to evict)");
+        if (dm->st.ntop) {
+            printf("\ntop %u heavy-hitter scores:\n ", dm->st.ntop);
+            for (uint32_t i = 0; i < dm->st.ntop; i++)
+                printf(" %7.2f%s", dm->st.top[i], i % 5 == 4 && i + 1 < dm->st.ntop ? "\n " : "");
             printf("\n");
         }
-        printf("\nmean score of heavy-hitters kept:  %.3f\n", st.heavy_mean);
-        printf("mean score of evicted tokens:      %.3f\n", st.evicted_mean);
-        if (st.n_evicted)
-            printf("heavy / evicted score ratio:       %.2fx\n", st.ratio);
-        printf("\ntimings (%s, median of %u run%s after a warm-up%s):\n", gpu_time ? "GPU timestamps" : "wall clock", timed,
-               timed == 1 ? "" : "s", !o.runs && timed == 1 ? "; one run as a forward takes over 0.5 s here, --runs N for more" : "");
-        printf("  forward        %9.3f ms   (projections %.3f, attention %.3f, o_proj %.3f%s)\n", fwd_ms, proj_ms, attn_ms,
-               oproj_ms, o.prefill_given ? "; the prompt" : "");
-        printf("  score (mass)   %9.3f ms\n", mass_ms);
-        if (o.prefill_given) {
-            printf("  cache prefill  %9.3f ms   (wall clock: forward + rows into the cache + eviction)\n", dr.prefill_ms);
-            printf("  decode token   %9.3f ms   (wall clock, median over the tokens after the first)\n", dr.decode_ms);
+        printf("\nmean score of heavy-hitters kept:  %.3f\n", dm->st.heavy_mean);
+        printf("mean score of evicted tokens:      %.3f\n", dm->st.evicted_mean);
+        if (dm->st.n_evicted)
+            printf("heavy / evicted score ratio:       %.2fx\n", dm->st.ratio);
+        printf("\ntimings (%s, median of %u run%s after a warm-up%s):\n", dm->gpu_time ? "GPU timestamps" : "wall clock", dm->timed,
+               dm->timed == 1 ? "" : "s", !dm->o.runs && dm->timed == 1 ? "; one run as a forward takes over 0.5 s here, --runs N for more" : "");
+        printf("  forward        %9.3f ms   (projections %.3f, attention %.3f, o_proj %.3f%s)\n", dm->fwd_ms, dm->proj_ms, dm->attn_ms,
+               dm->oproj_ms, dm->o.prefill_given ? "; the prompt" : "");
+        printf("  score (mass)   %9.3f ms\n", dm->mass_ms);
+        if (dm->o.prefill_given) {
+            printf("  cache prefill  %9.3f ms   (wall clock: forward + rows into the cache + eviction)\n", dm->dr.prefill_ms);
+            printf("  decode token   %9.3f ms   (wall clock, median over the tokens after the first)\n", dm->dr.decode_ms);
         } else {
-            printf("  select (top-k) %9.3f ms\n", hr.select_ms);
-            printf("  compact        %9.3f ms\n", hr.compact_ms);
+            printf("  H2O prefill    %9.3f ms   (top-k of the mass + gather of the kept rows into the cache)\n", dm->hr.prefill_ms);
         }
-        printf("  load + upload  %9.3f ms\n", t_load * 1e3);
+        printf("  load + upload  %9.3f ms\n", dm->t_load * 1e3);
         printf("KV cache (%s, fp16): %llu bytes before eviction, %llu after (%.1f%%)\n",
-               o.layout == DEMO_LAYOUT_LATENT ? "latent: c_kv + k_pe per token" : "expanded: per-head K and V",
-               (unsigned long long)hr.bytes_before, (unsigned long long)hr.bytes_after,
-               hr.bytes_before ? 100.0 * hr.bytes_after / hr.bytes_before : 0.0);
-        if (o.check)
-            printf("check vs CPU reference (double): output max rel err %.3e, score max rel err %.3e, kept sets %s\n", out_err,
-                   score_err, kept_agree ? "agree" : "DIFFER");
+               dm->o.layout == DEMO_LAYOUT_LATENT ? "latent: c_kv + k_pe per token" : "expanded: per-head K and V",
+               (unsigned long long)dm->hr.bytes_before, (unsigned long long)dm->hr.bytes_after,
+               dm->hr.bytes_before ? 100.0 * dm->hr.bytes_after / dm->hr.bytes_before : 0.0);
+        if (dm->o.check)
+            printf("check vs CPU reference (double): output max rel err %.3e, score max rel err %.3e, kept sets %s\n", dm->out_err,
+                   dm->score_err, dm->kept_agree ? "agree" : "DIFFER");
     }
+}
 
-    /* outputs */
+/* Every output to its temporary, all renamed together at the end; none on a failure (or a
+ * failed --check). Returns 0 or the exit status. */
+static int write_outputs(demo_run* dm)
+{
+    /* outputs: every one to its temporary, all renamed at the end, none on any failure */
+    const bool check_failed = dm->o.check && (!(dm->out_err >= 0 && dm->out_err < 1e-2) || !(dm->score_err >= 0 && dm->score_err < 1e-2));
+    outset files;
+    outset_init(&files, TOOL);
     bool ok = true;
-    if (o.csv)
-        ok &= write_csv(o.csv, score, cat, S);
-    if (o.plot)
-        ok &= write_svg(o.plot, score, cat, S, &st, &o);
-    if (o.out) {
+    vkh2o_error err = { 0 };
+    FILE* f;
+    if (dm->o.csv && (f = outset_open(&files, dm->o.csv)))
+        write_csv(f, dm->score, dm->cat, dm->S);
+    if (dm->o.plot && (f = outset_open(&files, dm->o.plot)))
+        write_svg(f, dm->score, dm->cat, dm->S, &dm->st, &dm->o);
+    const char* out_tmp = dm->o.out ? outset_reserve(&files, dm->o.out) : NULL;
+    if (out_tmp) {
         vkh2o_tensor_write tw[2] = {
-            { .name = "attn_output", .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { S, cfg.hidden_size }, .data = out },
-            { .name = "attention_score", .dtype = VKH2O_DTYPE_F32, .ndim = 1, .shape = { S }, .data = score },
+            { .name = "attn_output", .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { dm->S, dm->cfg.hidden_size }, .data = dm->out },
+            { .name = "attention_score", .dtype = VKH2O_DTYPE_F32, .ndim = 1, .shape = { dm->S }, .data = dm->score },
         };
         const char* meta[] = { "producer", "vkh2o-demo", NULL };
-        if (vkh2o_safetensors_write(o.out, tw, 2, meta, &err) != VKH2O_OK) {
-            fprintf(stderr, "%s: %s\n", TOOL, err.message);
+        if (vkh2o_safetensors_write(out_tmp, tw, 2, meta, &err) != VKH2O_OK) {
+            fprintf(stderr, "%s: --out: %s\n", TOOL, err.message);
             ok = false;
         }
     }
-    if (o.json) {
+    if (dm->o.json) {
         cJSON* j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "device", caps->device_name);
-        cJSON_AddStringToObject(j, "driver", caps->driver_name);
-        cJSON_AddStringToObject(j, "weights", o.weights);
-        cJSON_AddBoolToObject(j, "synthetic_weights", synthetic);
-        cJSON_AddNumberToObject(j, "layer", o.layer);
+        cJSON_AddStringToObject(j, "device", dm->caps->device_name);
+        cJSON_AddStringToObject(j, "driver", dm->caps->driver_name);
+        cJSON_AddStringToObject(j, "weights", dm->o.weights);
+        cJSON_AddBoolToObject(j, "synthetic_weights", dm->synthetic);
+        cJSON_AddNumberToObject(j, "layer", dm->o.layer);
         cJSON* jc = cJSON_AddObjectToObject(j, "config");
-        cJSON_AddNumberToObject(jc, "num_layers", cfg.num_layers);
-        cJSON_AddNumberToObject(jc, "hidden_size", cfg.hidden_size);
-        cJSON_AddNumberToObject(jc, "num_heads", cfg.num_heads);
-        cJSON_AddNumberToObject(jc, "qk_dim", vkh2o_mla_qk_head_dim(&cfg));
-        cJSON_AddNumberToObject(jc, "v_dim", cfg.v_head_dim);
-        cJSON_AddNumberToObject(jc, "kv_lora_rank", cfg.kv_lora_rank);
-        cJSON_AddNumberToObject(jc, "q_lora_rank", cfg.q_lora_rank);
-        cJSON_AddStringToObject(jc, "preset", preset);
-        if (cfg_path[0])
-            cJSON_AddStringToObject(jc, "config_json", cfg_path);
+        cJSON_AddNumberToObject(jc, "num_layers", dm->cfg.num_layers);
+        cJSON_AddNumberToObject(jc, "hidden_size", dm->cfg.hidden_size);
+        cJSON_AddNumberToObject(jc, "num_heads", dm->cfg.num_heads);
+        cJSON_AddNumberToObject(jc, "qk_dim", vkh2o_mla_qk_head_dim(&dm->cfg));
+        cJSON_AddNumberToObject(jc, "v_dim", dm->cfg.v_head_dim);
+        cJSON_AddNumberToObject(jc, "kv_lora_rank", dm->cfg.kv_lora_rank);
+        cJSON_AddNumberToObject(jc, "q_lora_rank", dm->cfg.q_lora_rank);
+        cJSON_AddStringToObject(jc, "preset", dm->preset);
+        if (dm->cfg_path[0])
+            cJSON_AddStringToObject(jc, "config_json", dm->cfg_path);
         else
             cJSON_AddNullToObject(jc, "config_json");
-        cJSON_AddNumberToObject(jc, "yarn_factor", cfg.rope_scaling == VKH2O_ROPE_YARN ? cfg.yarn_factor : 1.0);
-        cJSON_AddNumberToObject(jc, "softmax_scale", vkh2o_mla_softmax_scale(&cfg));
-        cJSON_AddNumberToObject(j, "layer_params", (double)vkh2o_mla_param_count(&cfg));
-        cJSON_AddNumberToObject(j, "weight_device_bytes", (double)vkh2o_mla_layer_get_weight_bytes(layer));
-        cJSON_AddNumberToObject(j, "seq_len", S);
-        cJSON_AddNumberToObject(j, "budget", o.budget);
-        cJSON_AddNumberToObject(j, "n_sink", o.n_sink);
-        cJSON_AddNumberToObject(j, "n_recent", o.n_recent);
-        cJSON_AddStringToObject(j, "layout", o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
-        if (o.prefill_given) {
-            cJSON_AddNumberToObject(j, "prefill", P);
-            cJSON_AddNumberToObject(j, "decode_tokens", S - P);
+        cJSON_AddNumberToObject(jc, "yarn_factor", dm->cfg.rope_scaling == VKH2O_ROPE_YARN ? dm->cfg.yarn_factor : 1.0);
+        cJSON_AddNumberToObject(jc, "softmax_scale", vkh2o_mla_softmax_scale(&dm->cfg));
+        cJSON_AddNumberToObject(j, "layer_params", (double)vkh2o_mla_param_count(&dm->cfg));
+        cJSON_AddNumberToObject(j, "weight_device_bytes", (double)vkh2o_mla_layer_get_weight_bytes(dm->layer));
+        cJSON_AddNumberToObject(j, "seq_len", dm->S);
+        cJSON_AddNumberToObject(j, "budget", dm->o.budget);
+        cJSON_AddNumberToObject(j, "n_sink", dm->o.n_sink);
+        cJSON_AddNumberToObject(j, "n_recent", dm->o.n_recent);
+        cJSON_AddStringToObject(j, "layout", dm->o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
+        if (dm->o.prefill_given) {
+            cJSON_AddNumberToObject(j, "prefill", dm->P);
+            cJSON_AddNumberToObject(j, "decode_tokens", dm->S - dm->P);
         }
         cJSON* js = cJSON_AddObjectToObject(j, "score");
-        cJSON_AddNumberToObject(js, "min", st.min);
-        cJSON_AddNumberToObject(js, "max", st.max);
-        cJSON_AddNumberToObject(js, "mean", st.mean);
-        cJSON_AddNumberToObject(js, "std", st.std);
+        cJSON_AddNumberToObject(js, "min", dm->st.min);
+        cJSON_AddNumberToObject(js, "max", dm->st.max);
+        cJSON_AddNumberToObject(js, "mean", dm->st.mean);
+        cJSON_AddNumberToObject(js, "std", dm->st.std);
         cJSON* jk = cJSON_AddObjectToObject(j, "kept");
-        cJSON_AddNumberToObject(jk, "total", kept);
-        cJSON_AddNumberToObject(jk, "sink", st.n_sink);
-        cJSON_AddNumberToObject(jk, "heavy", st.n_heavy);
-        cJSON_AddNumberToObject(jk, "recent", st.n_recent);
-        cJSON_AddNumberToObject(j, "evicted", st.n_evicted);
-        cJSON_AddNumberToObject(j, "middle", st.middle);
+        cJSON_AddNumberToObject(jk, "total", dm->kept);
+        cJSON_AddNumberToObject(jk, "sink", dm->st.n_sink);
+        cJSON_AddNumberToObject(jk, "heavy", dm->st.n_heavy);
+        cJSON_AddNumberToObject(jk, "recent", dm->st.n_recent);
+        cJSON_AddNumberToObject(j, "evicted", dm->st.n_evicted);
+        cJSON_AddNumberToObject(j, "middle", dm->st.middle);
         float top[10];
-        memcpy(top, st.top, sizeof top);
-        cJSON_AddItemToObject(j, "top_heavy_scores", cJSON_CreateFloatArray(top, (int)st.ntop));
-        cJSON_AddNumberToObject(j, "heavy_mean", st.heavy_mean);
-        cJSON_AddNumberToObject(j, "evicted_mean", st.evicted_mean);
-        cJSON_AddNumberToObject(j, "heavy_evicted_ratio", st.ratio);
+        memcpy(top, dm->st.top, sizeof top);
+        cJSON_AddItemToObject(j, "top_heavy_scores", cJSON_CreateFloatArray(top, (int)dm->st.ntop));
+        cJSON_AddNumberToObject(j, "heavy_mean", dm->st.heavy_mean);
+        cJSON_AddNumberToObject(j, "evicted_mean", dm->st.evicted_mean);
+        cJSON_AddNumberToObject(j, "heavy_evicted_ratio", dm->st.ratio);
         cJSON* jt = cJSON_AddObjectToObject(j, "timings_ms");
-        cJSON_AddStringToObject(jt, "clock", gpu_time ? "gpu" : "wall");
-        cJSON_AddNumberToObject(jt, "runs", timed);
-        cJSON_AddNumberToObject(jt, "forward", fwd_ms);
-        cJSON_AddNumberToObject(jt, "projections", proj_ms);
-        cJSON_AddNumberToObject(jt, "attention", attn_ms);
-        cJSON_AddNumberToObject(jt, "o_proj", oproj_ms);
-        cJSON_AddNumberToObject(jt, "score", mass_ms);
-        if (o.prefill_given) {
-            cJSON_AddNumberToObject(jt, "cache_prefill", dr.prefill_ms);
-            cJSON_AddNumberToObject(jt, "decode_token", dr.decode_ms);
+        cJSON_AddStringToObject(jt, "clock", dm->gpu_time ? "gpu" : "wall");
+        cJSON_AddNumberToObject(jt, "runs", dm->timed);
+        cJSON_AddNumberToObject(jt, "forward", dm->fwd_ms);
+        cJSON_AddNumberToObject(jt, "projections", dm->proj_ms);
+        cJSON_AddNumberToObject(jt, "attention", dm->attn_ms);
+        cJSON_AddNumberToObject(jt, "o_proj", dm->oproj_ms);
+        cJSON_AddNumberToObject(jt, "score", dm->mass_ms);
+        if (dm->o.prefill_given) {
+            cJSON_AddNumberToObject(jt, "cache_prefill", dm->dr.prefill_ms);
+            cJSON_AddNumberToObject(jt, "decode_token", dm->dr.decode_ms);
         } else {
-            cJSON_AddNumberToObject(jt, "select", hr.select_ms);
-            cJSON_AddNumberToObject(jt, "compact", hr.compact_ms);
+            cJSON_AddNumberToObject(jt, "h2o_prefill", dm->hr.prefill_ms);
         }
-        cJSON_AddNumberToObject(jt, "load", t_load * 1e3);
+        cJSON_AddNumberToObject(jt, "load", dm->t_load * 1e3);
         cJSON* jb = cJSON_AddObjectToObject(j, "kv_bytes");
-        cJSON_AddNumberToObject(jb, "before", (double)hr.bytes_before);
-        cJSON_AddNumberToObject(jb, "after", (double)hr.bytes_after);
-        if (o.check) {
+        cJSON_AddNumberToObject(jb, "before", (double)dm->hr.bytes_before);
+        cJSON_AddNumberToObject(jb, "after", (double)dm->hr.bytes_after);
+        if (dm->o.check) {
             cJSON* jx = cJSON_AddObjectToObject(j, "check");
-            cJSON_AddNumberToObject(jx, "output_max_rel_err", out_err);
-            cJSON_AddNumberToObject(jx, "score_max_rel_err", score_err);
-            cJSON_AddBoolToObject(jx, "kept_agree", kept_agree);
-            cJSON_AddNumberToObject(jx, "kept_differ", kept_diff);
+            cJSON_AddNumberToObject(jx, "output_max_rel_err", dm->out_err);
+            cJSON_AddNumberToObject(jx, "score_max_rel_err", dm->score_err);
+            cJSON_AddBoolToObject(jx, "kept_agree", dm->kept_agree);
+            cJSON_AddNumberToObject(jx, "kept_differ", dm->kept_diff);
         }
         char* text = cJSON_Print(j);
-        outfile of;
-        if (text && outfile_open(&of, TOOL, o.json)) {
-            fprintf(of.f, "%s\n", text);
-            ok &= outfile_close(&of, TOOL, true);
-        } else {
+        if (text && (f = outset_open(&files, dm->o.json)))
+            fprintf(f, "%s\n", text);
+        else
             ok = false;
-        }
         free(text);
         cJSON_Delete(j);
     }
-    if (!ok)
-        goto done;
-    printf("%s: %u tokens, kept %u (%u sink + %u heavy + %u recent), evicted %u; forward %.3f ms; heavy/evicted %.2fx; %.2f s total\n",
-           TOOL, S, kept, st.n_sink, st.n_heavy, st.n_recent, st.n_evicted, fwd_ms, st.ratio, cli_now() - t_start);
-    rc = 0;
-    if (o.check && (!(out_err >= 0 && out_err < 1e-2) || !(score_err >= 0 && score_err < 1e-2))) {
-        fprintf(stderr, "%s: --check FAILED: the GPU result is off the CPU reference beyond 1e-2\n", TOOL);
-        rc = 1;
+    if (check_failed)
+        fprintf(stderr, "%s: --check FAILED: the GPU result is off the CPU reference beyond 1e-2; no output written\n", TOOL);
+    return outset_commit(&files, ok && !check_failed) ? 0 : 1;
+}
+
+int main(int argc, char** argv)
+{
+    demo_run* dm = calloc(1, sizeof *dm);
+    if (!dm)
+        return 1;
+    dm->t_start = cli_now();
+    dm->out_err = dm->score_err = -1;
+    dm->kept_agree = true;
+    int rc = 2;
+    if (cli_no_repeats(TOOL, argc, argv) && parse_args(argc, argv, &dm->o, &rc) && (rc = check_paths(&dm->o)) == 0 &&
+        (rc = cli_check_device(TOOL, argc, argv, dm->o.device) ? 0 : 2) == 0 && (rc = load_config(dm)) == 0 &&
+        (rc = load(dm)) == 0 && (rc = run_forward(dm)) == 0 && (rc = run_h2o(dm)) == 0 && (rc = run_check(dm)) == 0) {
+        report(dm);
+        if ((rc = write_outputs(dm)) == 0)
+            printf("%s: %u tokens, kept %u (%u sink + %u heavy + %u recent), evicted %u; forward %.3f ms; heavy/evicted %.2fx; "
+                   "%.2f s total\n", TOOL, dm->S, dm->kept, dm->st.n_sink, dm->st.n_heavy, dm->st.n_recent, dm->st.n_evicted,
+                   dm->fwd_ms, dm->st.ratio, cli_now() - dm->t_start);
     }
-done:
-    free(hidden);
-    free(out);
-    free(score);
-    free(cat);
-    free(ref_out);
-    free(ref_score);
-    free(dr.kept_pos);
-    vkh2o_mla_layer_destroy(layer);
-    vkh2o_mla_host_weights_destroy(hw);
-    vkh2o_checkpoint_destroy(ck);
-    vkh2o_context_destroy(ctx);
+    free(dm->hidden);
+    free(dm->out);
+    free(dm->score);
+    free(dm->cat);
+    free(dm->ref_out);
+    free(dm->ref_score);
+    free(dm->dr.kept_pos);
+    vkh2o_mla_layer_destroy(dm->layer);
+    vkh2o_mla_host_weights_destroy(dm->hw);
+    vkh2o_checkpoint_destroy(dm->ck);
+    vkh2o_context_destroy(dm->ctx);
+    free(dm);
     return rc;
 }

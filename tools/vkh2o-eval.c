@@ -374,39 +374,31 @@ static int parse(int argc, char** argv, opts* o)
     return 0;
 }
 
-/* Every output path is checked before any work: writable directory, not an input. */
-static bool check_outputs(const opts* o)
+/* Every input and output path is checked before any work (tools/common/outfile): the inputs
+ * exist and are readable, the outputs' directories are writable and no output names an input or
+ * another output. Returns 0 or the exit status. */
+static int check_paths(const opts* o)
 {
+    int rc;
+    if ((rc = cli_check_input(TOOL, "--weights", o->weights, true)) != 0)
+        return rc;
+    if (o->text && (rc = cli_check_input(TOOL, "--text", o->text, false)) != 0)
+        return rc;
+    const char* inputs[2] = { o->weights, o->text };
     const char* outs[3] = { o->csv, o->json, o->plot };
-    const char* names[3] = { "--csv", "--json", "--plot" };
+    const char* flags[3] = { "--csv", "--json", "--plot" };
+    const char* done[3];
+    const char* done_flags[3];
+    int nd = 0;
     for (int k = 0; k < 3; k++) {
         if (!outs[k])
             continue;
-        if ((o->text && same_file(outs[k], o->text)) || same_file(outs[k], o->weights)) {
-            fprintf(stderr, TOOL ": %s: '%s' names an input file\n", names[k], outs[k]);
-            return false;
-        }
-        for (int j = 0; j < k; j++)
-            if (outs[j] && !strcmp(outs[j], outs[k])) {
-                fprintf(stderr, TOOL ": %s and %s name the same file '%s'\n", names[j], names[k], outs[k]);
-                return false;
-            }
-        struct stat st;
-        if (stat(outs[k], &st) == 0 && S_ISDIR(st.st_mode)) {
-            fprintf(stderr, TOOL ": %s: '%s' is a directory\n", names[k], outs[k]);
-            return false;
-        }
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", outs[k]);
-        char* slash = strrchr(dir, '/');
-        if (slash)
-            *slash = 0;
-        if (access(slash ? (dir[0] ? dir : "/") : ".", W_OK) != 0) {
-            fprintf(stderr, TOOL ": %s: cannot write into the directory of '%s': %s\n", names[k], outs[k], strerror(errno));
-            return false;
-        }
+        if ((rc = cli_check_output(TOOL, flags[k], outs[k], inputs, 2, done, done_flags, nd)) != 0)
+            return rc;
+        done[nd] = outs[k];
+        done_flags[nd++] = flags[k];
     }
-    return true;
+    return 0;
 }
 
 static unsigned char* read_file(const char* path, size_t* len)
@@ -774,54 +766,48 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
 
 static bool write_outputs(const opts* o, const row* rows, uint32_t n)
 {
-    outfile out[3] = { 0 };
-    const char* paths[3] = { o->csv, o->json, o->plot };
-    bool ok = true;
-    int opened = 0;
-    for (int k = 0; k < 3 && ok; k++, opened++)
-        if (paths[k] && !(ok = outfile_open(&out[k], TOOL, paths[k])))
-            break;
-    if (ok && o->csv) {
-        FILE* f = out[0].f;
-        fprintf(f, "policy,n_sink,budget,n_recent,cache_tokens,cache_bytes,ctx,kv_quant,bits_per_byte,ppl,passkey_acc,"
-                   "passkey_stream_acc\n");
+    outset os;
+    outset_init(&os, TOOL);
+    FILE* fc = o->csv ? outset_open(&os, o->csv) : NULL;
+    FILE* fj = o->json ? outset_open(&os, o->json) : NULL;
+    FILE* fp = o->plot ? outset_open(&os, o->plot) : NULL;
+    bool ok = (!o->csv || fc) && (!o->json || fj) && (!o->plot || fp);
+    if (ok && fc) {
+        fprintf(fc, "policy,n_sink,budget,n_recent,cache_tokens,cache_bytes,ctx,kv_quant,bits_per_byte,ppl,passkey_acc,"
+                    "passkey_stream_acc\n");
         for (uint32_t i = 0; i < n; i++) {
             const row* r = &rows[i];
-            fprintf(f, "%s,%u,%u,%u,%u,%llu,%u,%s,%.6f,%.6f,%.4f,%.4f\n", r->policy->name, r->n_sink, r->budget, r->n_recent,
+            fprintf(fc, "%s,%u,%u,%u,%u,%llu,%u,%s,%.6f,%.6f,%.4f,%.4f\n", r->policy->name, r->n_sink, r->budget, r->n_recent,
                     r->cache_tokens, (unsigned long long)r->cache_bytes, o->ctx, r->kv_quant, r->bits, pow(2.0, r->bits),
                     r->passkey_acc, r->passkey_stream);
         }
     }
-    if (ok && o->json) {
-        FILE* f = out[1].f;
-        fprintf(f, "[\n");
+    if (ok && fj) {
+        fprintf(fj, "[\n");
         for (uint32_t i = 0; i < n; i++) {
             const row* r = &rows[i];
-            fprintf(f, "  {\"policy\": \"%s\", \"budget\": %u, \"n_sink\": %u, \"n_recent\": %u, \"cache_tokens\": %u, "
-                       "\"cache_bytes\": %llu, \"ctx\": %u, \"kv_quant\": \"%s\", ",
+            fprintf(fj, "  {\"policy\": \"%s\", \"budget\": %u, \"n_sink\": %u, \"n_recent\": %u, \"cache_tokens\": %u, "
+                        "\"cache_bytes\": %llu, \"ctx\": %u, \"kv_quant\": \"%s\", ",
                     r->policy->name, r->budget, r->n_sink, r->n_recent, r->cache_tokens, (unsigned long long)r->cache_bytes,
                     o->ctx, r->kv_quant);
-            json_num(f, "bits_per_byte", r->bits, "%.6f");
-            fprintf(f, ", ");
-            json_num(f, "ppl", isnan(r->bits) ? NAN : pow(2.0, r->bits), "%.6f");
-            fprintf(f, ", \"bytes_scored\": %llu, ", (unsigned long long)r->bytes_scored);
-            json_num(f, "passkey_acc", r->passkey_acc, "%.4f");
+            json_num(fj, "bits_per_byte", r->bits, "%.6f");
+            fprintf(fj, ", ");
+            json_num(fj, "ppl", isnan(r->bits) ? NAN : pow(2.0, r->bits), "%.6f");
+            fprintf(fj, ", \"bytes_scored\": %llu, ", (unsigned long long)r->bytes_scored);
+            json_num(fj, "passkey_acc", r->passkey_acc, "%.4f");
             if (!isnan(r->passkey_acc))
-                json_depths(f, "passkey_by_depth", o, r->acc_by_depth);
-            fprintf(f, ", ");
-            json_num(f, "passkey_stream_acc", r->passkey_stream, "%.4f");
+                json_depths(fj, "passkey_by_depth", o, r->acc_by_depth);
+            fprintf(fj, ", ");
+            json_num(fj, "passkey_stream_acc", r->passkey_stream, "%.4f");
             if (!isnan(r->passkey_stream))
-                json_depths(f, "passkey_stream_by_depth", o, r->stream_by_depth);
-            fprintf(f, "}%s\n", i + 1 < n ? "," : "");
+                json_depths(fj, "passkey_stream_by_depth", o, r->stream_by_depth);
+            fprintf(fj, "}%s\n", i + 1 < n ? "," : "");
         }
-        fprintf(f, "]\n");
+        fprintf(fj, "]\n");
     }
-    if (ok && o->plot)
-        ok = write_plot(out[2].f, o, rows, n);
-    for (int k = 0; k < opened; k++)
-        if (paths[k] && !outfile_close(&out[k], TOOL, ok))
-            ok = false;
-    return ok;
+    if (ok && fp)
+        ok = write_plot(fp, o, rows, n);
+    return outset_commit(&os, ok) && ok;
 }
 
 /* The rows to run: one from the flags, or the --sweep grid. */
@@ -992,8 +978,9 @@ int main(int argc, char** argv)
     }
     if (pr)
         return 2;
-    if (!check_outputs(&o))
-        return 2;
+    int prc = check_paths(&o);
+    if (prc)
+        return prc;
     size_t len = 0;
     unsigned char* text = NULL;
     if (o.text && !(text = read_file(o.text, &len)))

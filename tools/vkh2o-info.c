@@ -1,6 +1,6 @@
 /* vkh2o-info: the Vulkan devices vkh2o sees, what it would choose, and what it will use. */
 #include "cli.h"
-#include "internal.h"
+#include "vkh2o.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -49,11 +49,17 @@ int main(int argc, char** argv)
 {
     uint32_t select = 0, flags = 0;
     bool shaders = false;
+    if (!cli_no_repeats("vkh2o-info", argc, argv))
+        return 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+        } else if (!strcmp(argv[i], "--device")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "vkh2o-info: --device needs a value\n");
+                return 2;
+            }
             uint32_t d;
             if (!cli_parse_u32("vkh2o-info", "--device", argv[++i], 0, 63, &d))
                 return 2;
@@ -63,11 +69,12 @@ int main(int argc, char** argv)
         } else if (!strcmp(argv[i], "--shaders")) {
             shaders = true;
         } else {
-            fprintf(stderr, "vkh2o-info: unknown option '%s'\n", argv[i]);
-            usage(stderr);
+            fprintf(stderr, "vkh2o-info: unknown option '%s' (see --help)\n", argv[i]);
             return 2;
         }
     }
+    if (!cli_check_device("vkh2o-info", argc, argv, select ? select - 1 : 0))
+        return 2;
     vkh2o_device_caps list[16];
     uint32_t n = 0;
     if (vkh2o_enumerate_devices(list, 16, &n) != VKH2O_OK || n == 0) {
@@ -91,13 +98,14 @@ int main(int argc, char** argv)
     printf("  enabled: shaderFloat16 %s, 16-bit storage %s, 8-bit storage %s, push descriptors %s, timestamps %s\n",
            c->shader_float16 ? "yes" : "no", c->storage_16bit ? "yes" : "no", c->storage_8bit ? "yes" : "no",
            c->push_descriptor ? "yes" : "no", c->timestamps ? "yes" : "no");
-    printf("  kernel tiles: %s\n", vkh2o_cpu_shapes(ctx) ? "register-blocked (CPU device)"
-                                : vkh2o_is_cpu_device(ctx) ? "GPU shapes on a CPU device (VKH2O_GPU_SHAPES)"
-                                                           : "shared-memory tiles (GPU)");
+    const bool cpu = c->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    printf("  kernel tiles: %s\n", !cpu ? "shared-memory tiles (GPU)"
+                                : vkh2o_context_get_flags(ctx) & VKH2O_CONTEXT_GPU_SHAPES ? "GPU shapes on a CPU device (VKH2O_GPU_SHAPES)"
+                                                                                           : "register-blocked (CPU device)");
     if (shaders) {
-        printf("embedded shaders (%u):", vkh2o_shader_count());
-        for (uint32_t i = 0; i < vkh2o_shader_count(); i++)
-            printf(" %s", vkh2o_shader_name(i));
+        printf("embedded shaders (%u):", vkh2o_kernel_count());
+        for (uint32_t i = 0; i < vkh2o_kernel_count(); i++)
+            printf(" %s", vkh2o_kernel_name(i));
         printf("\n");
     }
     uint32_t msgs = vkh2o_context_get_validation_messages(ctx);

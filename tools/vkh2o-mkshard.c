@@ -18,8 +18,9 @@
  * 0.336 / 350.9 / 64 / 64.2 and 141.1 vs 38.6 (3.66x). small: 3.9-4.2x; tiny: 5.0x.
  */
 #include "cli.h"
-#include "internal.h"
+#include "outfile.h"
 #include "ref_mla.h"
+#include "vkh2o.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -138,16 +139,26 @@ static float fp8_scale_at(const gen_tensor* t, uint64_t i)
     return t->scales[(r / FP8_BLOCK) * sc + c / FP8_BLOCK];
 }
 
+/* v rounded to dtype dt and widened back (the public bulk conversion, one element). */
+static float round_to(vkh2o_dtype dt, float v)
+{
+    unsigned char b[4];
+    float r = v;
+    if (vkh2o_dtype_convert(dt, b, VKH2O_DTYPE_F32, &v, 1) == VKH2O_OK)
+        (void)vkh2o_dtype_convert(VKH2O_DTYPE_F32, &r, dt, b, 1);
+    return r;
+}
+
 /* What the file holds for element i, widened back to float (fp8: the dequantised value). */
 static float stored_at(const gen_tensor* t, uint64_t i)
 {
     float v = value_at(t, i);
     switch (t->dtype) {
-    case VKH2O_DTYPE_BF16: return vkh2o_bf16_to_f32(vkh2o_f32_to_bf16(v));
-    case VKH2O_DTYPE_F16: return vkh2o_f16_to_f32(vkh2o_f32_to_f16(v));
+    case VKH2O_DTYPE_BF16:
+    case VKH2O_DTYPE_F16: return round_to(t->dtype, v);
     case VKH2O_DTYPE_F8_E4M3: {
         float s = fp8_scale_at(t, i);
-        return vkh2o_f8e4m3_to_f32(vkh2o_f32_to_f8e4m3(v / s)) * s;
+        return round_to(VKH2O_DTYPE_F8_E4M3, v / s) * s;
     }
     default: return v;
     }
@@ -163,15 +174,15 @@ static progress_state g_prog;
 static void fill(void* dst, uint64_t first, uint64_t count, void* user)
 {
     const gen_tensor* t = user;
-    for (uint64_t k = 0; k < count; k++) {
-        uint64_t i = first + k;
-        float v = value_at(t, i);
-        switch (t->dtype) {
-        case VKH2O_DTYPE_BF16: ((uint16_t*)dst)[k] = vkh2o_f32_to_bf16(v); break;
-        case VKH2O_DTYPE_F16: ((uint16_t*)dst)[k] = vkh2o_f32_to_f16(v); break;
-        case VKH2O_DTYPE_F8_E4M3: ((uint8_t*)dst)[k] = vkh2o_f32_to_f8e4m3(v / fp8_scale_at(t, i)); break;
-        default: ((float*)dst)[k] = v; break;
+    const size_t es = vkh2o_dtype_size(t->dtype);
+    float tmp[1024];
+    for (uint64_t k0 = 0; k0 < count; k0 += 1024) {
+        const uint64_t n = count - k0 < 1024 ? count - k0 : 1024;
+        for (uint64_t k = 0; k < n; k++) {
+            uint64_t i = first + k0 + k;
+            tmp[k] = t->dtype == VKH2O_DTYPE_F8_E4M3 ? value_at(t, i) / fp8_scale_at(t, i) : value_at(t, i);
         }
+        (void)vkh2o_dtype_convert(t->dtype, (char*)dst + k0 * es, VKH2O_DTYPE_F32, tmp, n);
     }
     g_prog.done += count * vkh2o_dtype_size(t->dtype);
     cli_progress_update(&g_prog.bar, g_prog.done);
@@ -274,6 +285,12 @@ static bool exists(const char* p)
 {
     struct stat sb;
     return lstat(p, &sb) == 0;
+}
+
+static bool is_dir(const char* p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 static char* dir_of(const char* path)
@@ -408,7 +425,7 @@ static int verify(const opts* o, const char* ck_path, const char* cfg_path, cons
             for (uint64_t k = 0; k < v->numel; k++) {
                 float want_v = stored_at(t, k);
                 if (v->dtype == VKH2O_DTYPE_BF16 && t->dtype == VKH2O_DTYPE_F8_E4M3)
-                    want_v = vkh2o_bf16_to_f32(vkh2o_f32_to_bf16(want_v));   /* dequantised to BF16 */
+                    want_v = round_to(VKH2O_DTYPE_BF16, want_v);   /* dequantised to BF16 */
                 float got = (float)vkh2o_mla_host_weights_get_value(hw, t->w, k);   /* FP8: byte x scale */
                 if (!(got == want_v)) {
                     fprintf(stderr, TOOL ": verify: %s[%llu] = %g, generator says %g\n", t->name,
@@ -521,6 +538,8 @@ int main(int argc, char** argv)
         { 0, 0, 0, 0 },
     };
     opterr = 0;
+    if (!cli_no_repeats(TOOL, argc, argv))
+        return 2;
     for (int ch; (ch = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (ch) {
         case O_OUT: o.out = optarg; break;
@@ -590,11 +609,8 @@ int main(int argc, char** argv)
         case O_VERIFY: o.verify = true; break;
         case O_HELP: usage(stdout); return 0;
         default:
-            if (optopt)
-                fprintf(stderr, TOOL ": option needs a value or is unknown: %s\n", argv[optind - 1]);
-            else
-                fprintf(stderr, TOOL ": unknown option: %s\n", argv[optind - 1]);
-            fprintf(stderr, "run '" TOOL " --help' for usage\n");
+            fprintf(stderr, TOOL ": %s: %s (run '" TOOL " --help')\n",
+                    optopt ? "option needs a value or is unknown" : "unknown option", argv[optind - 1]);
             return 2;
         }
     }
@@ -634,11 +650,27 @@ int main(int argc, char** argv)
     for (int i = 0; i < 2; i++)
         snprintf(files_path[i], sizeof files_path[i], "%s/%s", dir, shard_names[i]);
     const char* check[4] = { o.out, cfg_path, NULL, NULL };
+    const char* flag[4] = { "--out", o.config_out ? "--config-out" : "--out (config.json beside it)", "--out", "--out" };
     if (o.sharded)
         check[0] = files_path[0], check[2] = files_path[1], check[3] = index_path;
+    /* every output is a regular file (or none yet) in a writable directory, none another's path */
+    for (int i = 0; i < 4; i++) {
+        if (!check[i] || (o.sharded && !exists(dir) && (i != 1 || !o.config_out)))
+            continue;   /* inside the directory --sharded creates */
+        const int crc = cli_check_output(TOOL, flag[i], check[i], NULL, 0, check, flag, i);
+        if (crc) {
+            free(dir);
+            return crc;
+        }
+    }
+    if (o.sharded && exists(o.out) && !is_dir(o.out)) {
+        fprintf(stderr, TOOL ": --out %s: exists and is not a directory (--sharded writes a directory)\n", o.out);
+        free(dir);
+        return 2;
+    }
     for (int i = 0; i < 4 && !o.force; i++) {
         if (check[i] && exists(check[i])) {
-            fprintf(stderr, TOOL ": %s already exists; use --force to overwrite it\n", check[i]);
+            fprintf(stderr, TOOL ": %s %s already exists; use --force to overwrite it\n", flag[i], check[i]);
             free(dir);
             return 2;
         }
@@ -646,7 +678,7 @@ int main(int argc, char** argv)
     if (o.sharded) {
         struct stat sb;
         if (stat(dir, &sb) == 0 ? !S_ISDIR(sb.st_mode) : mkdir(dir, 0755) != 0) {
-            fprintf(stderr, TOOL ": %s: cannot create directory: %s\n", dir,
+            fprintf(stderr, TOOL ": --out %s: cannot create directory: %s\n", dir,
                     errno ? strerror(errno) : "a file is in the way");
             free(dir);
             return 1;

@@ -18,13 +18,20 @@
  */
 #include "cli.h"
 #include "outfile.h"
-#include "kvquant_internal.h"
+#include "vkh2o.h"
+/*
+ * PRIVATE, the --weights decode path only (setup_weights): one token's projection
+ * (vkh2o_begin + vkh2o_cmd_mla_project + vkh2o_submit_wait) and the layer's roped query and
+ * attention output (vkh2o_mla_layer_state: q, o), with the query absorbed on the host. The
+ * library's public decode API (issue 9, item 5) replaces these steps; then these two includes
+ * and the tool's vkh2o_internal link (CMakeLists.txt) go. Everything else here is public API.
+ */
+#include "internal.h"
 #include "mla_internal.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <libgen.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -36,7 +43,7 @@ typedef struct opts {
     uint32_t layer, seq_len, decode, route_every;
     double budget;
     vkh2o_kv_layout layout;
-    kvq_read_path bench_read;   /* AUTO: the library's choice for the device */
+    vkh2o_qread bench_read;     /* AUTO: the library's choice for the device */
     bool bench_both;            /* --bench-read both: storage and texel side by side */
     bool heads_set, quiet, bench, profile;
     uint32_t n_bench_pols;                     /* policies of --bench after fp16 */
@@ -81,7 +88,7 @@ static void usage(FILE* f)
             "Quantised KV cache: bytes saved vs quantisation and attention error per routing policy and\n"
             "block selector, on random data of the Kimi latent shape (default), on a real layer\n"
             "(--weights), or --bench.\n"
-            "  --tokens N         cache length (default 4096)\n"
+            "  --tokens N         cache length (default 4096; more than the sink and recent blocks hold)\n"
             "  --block B          tokens per block (default 16)\n"
             "  --group G          channels per quantisation group, per-token grouping (default 32)\n"
             "  --layout L         latent | expanded (default latent: c_kv 512 + k_pe 64 per token)\n"
@@ -89,7 +96,8 @@ static void usage(FILE* f)
             "  --budget F         selection budget, fraction of the routable blocks (default 0.25)\n"
             "  --seed S           random data seed (default 1)\n"
             "  --device N         Vulkan device index (see vkh2o-info)\n"
-            "  --csv FILE         write the table as CSV\n"
+            "  --csv FILE         write the table as CSV (--csv and --json are written together at the\n"
+            "                     end, and not at all when the run fails)\n"
             "  --json FILE        write the table as a JSON array, one object per row\n"
             "  --bench            decode attention over a 32K-token latent cache, 64 heads and 1 head\n"
             "                     (--heads H: only H): FP16 vs the --bench-policies, one cache per\n"
@@ -142,7 +150,7 @@ static int parse(int argc, char** argv, opts* o)
         U32("--bench-tokens", bench_tokens, 64, 1u << 20)
         U32("--reps", reps, 1, 1000)
         U32("--layer", layer, 0, 100000)
-        U32("--seq-len", seq_len, 1, 1u << 20)
+        U32("--seq-len", seq_len, 2, 1u << 20)
         U32("--decode", decode, 1, 4096)
         U32("--route-every", route_every, 0, 4096)
 #undef U32
@@ -175,7 +183,7 @@ static int parse(int argc, char** argv, opts* o)
                 return 2;
             }
             o->bench_both = !strcmp(v, "both");
-            o->bench_read = !strcmp(v, "storage") ? KVQ_READ_STORAGE : !strcmp(v, "texel") ? KVQ_READ_TEXEL : KVQ_READ_AUTO;
+            o->bench_read = !strcmp(v, "storage") ? VKH2O_QREAD_STORAGE : !strcmp(v, "texel") ? VKH2O_QREAD_TEXEL : VKH2O_QREAD_AUTO;
             i++;
         } else if (!strcmp(a, "--bench")) {
             o->bench = true;
@@ -394,7 +402,7 @@ typedef struct runner {
     vkh2o_qcache_desc desc;                /* the cache's desc (bench makes one cache per policy) */
     vkh2o_qpolicy policy;                  /* of the last build */
     uint32_t route_every;                  /* re-route after every N appended tokens (0: never) */
-    double pass_ms[KVQ_PROF_MARKS - 1];   /* per pass of the last attend when qc->profile */
+    double pass_ms[VKH2O_QATTN_PASSES];    /* per pass of the last attend when profiling */
 } runner;
 
 static int check(vkh2o_context* ctx, vkh2o_result r, const char* what)
@@ -448,19 +456,12 @@ static int attend_steps(runner* R, const vkh2o_qattn_desc* ad, float* out, doubl
 
 static int attend(runner* R, const vkh2o_qattn_desc* ad, float* out, double* ms)
 {
-    VkCommandBuffer cb;
-    if (check(R->ctx, vkh2o_begin(R->ctx, &cb), "begin"))
+    if (check(R->ctx, vkh2o_run_qcache_attend(R->qc, R->qb, R->ob, ad, NULL), "decode attention"))
         return -1;
-    uint32_t t0 = vkh2o_timestamp(R->ctx, cb);
-    vkh2o_result r = kvq_record_attend(R->qc, cb, R->qb, R->ob, ad);
-    uint32_t t1 = vkh2o_timestamp(R->ctx, cb);
-    vkh2o_result r2 = vkh2o_submit_wait(R->ctx, cb);
-    if (check(R->ctx, r != VKH2O_OK ? r : r2, "decode attention"))
-        return -1;
-    *ms = vkh2o_timestamp_ms(R->ctx, t0, t1);
-    if (R->qc->profile)
-        for (uint32_t k = 0; k + 1 < KVQ_PROF_MARKS; k++)
-            R->pass_ms[k] = vkh2o_timestamp_ms(R->ctx, R->qc->prof_ts[k], R->qc->prof_ts[k + 1]);
+    vkh2o_qattn_timings tm;
+    vkh2o_qcache_get_last_attend_timings(R->qc, &tm);
+    *ms = tm.total_ms;
+    memcpy(R->pass_ms, tm.pass_ms, sizeof R->pass_ms);
     if (out && check(R->ctx, vkh2o_buffer_download(R->ob, 0, out, sizeof(float) * R->data.H * R->data.dv), "download"))
         return -1;
     return 0;
@@ -479,18 +480,22 @@ static int build(runner* R, vkh2o_qpolicy p)
 static int selection_stats(runner* R, uint32_t* tokens, uint64_t* bytes)
 {
     vkh2o_qcache* qc = R->qc;
-    uint32_t nb = qc->blocks;
+    vkh2o_qcache_stats qs;
+    vkh2o_qcache_get_stats(qc, &qs);
+    uint32_t nb = qs.blocks, nsel = 0;
     uint32_t* list = malloc(4ull * (nb + 1));
-    uint32_t* prec = malloc(4ull * nb);
-    uint32_t* cnt = malloc(4ull * nb);
+    uint32_t* prec = malloc(4ull * (nb + 1));
+    uint32_t* cnt = malloc(4ull * (nb + 1));
     int rc = -1;
-    if (!check(R->ctx, vkh2o_buffer_download(qc->list, 0, list, 4ull * (nb + 1)), "list") &&
-        !check(R->ctx, vkh2o_qcache_read_blocks(qc, prec, NULL, NULL, cnt, NULL, NULL), "blocks")) {
+    if (!list || !prec || !cnt)
+        fprintf(stderr, TOOL ": out of host memory\n");
+    else if (!check(R->ctx, vkh2o_qcache_read_selection(qc, list, &nsel), "selection") &&
+             !check(R->ctx, vkh2o_qcache_read_blocks(qc, prec, NULL, NULL, cnt, NULL, NULL), "blocks")) {
         *tokens = 0;
         *bytes = 0;
-        for (uint32_t i = 0; i < list[0]; i++) {
-            *tokens += cnt[list[1 + i]];
-            *bytes += vkh2o_qcache_slot_bytes(&qc->d, (vkh2o_qprec)prec[list[1 + i]]);
+        for (uint32_t i = 0; i < nsel; i++) {
+            *tokens += cnt[list[i]];
+            *bytes += vkh2o_qcache_slot_bytes(vkh2o_qcache_get_desc(qc), (vkh2o_qprec)prec[list[i]]);
         }
         rc = 0;
     }
@@ -558,14 +563,14 @@ static int measure(runner* R, const char* ablation, vkh2o_qpolicy p, int selecto
         compare(o, R->ref_out, n, &out->attn_rel_err, &out->attn_cos);
         compare(o, same, n, &out->attn_rel_same, &out->attn_cos_same);
     }
-    out->flops = vkh2o_qattn_flops(&qc->d, out->tokens_attended);
+    out->flops = vkh2o_qattn_flops(vkh2o_qcache_get_desc(qc), out->tokens_attended);
     free(o);
     free(same);
     /* the analytical model at Kimi scale: 61 layers, 32K tokens, this desc's block/group sizes */
-    vkh2o_qcache_desc kd = qc->d;
+    vkh2o_qcache_desc kd = *vkh2o_qcache_get_desc(qc);
     vkh2o_mla_config kimi;
     vkh2o_mla_config_kimi_k26(&kimi);
-    vkh2o_qcache_desc_from_mla(&kimi, qc->d.layout, &kd);
+    vkh2o_qcache_desc_from_mla(&kimi, vkh2o_qcache_get_desc(qc)->layout, &kd);
     kd.max_tokens = 32768;
     kd.flags = 0;
     uint32_t c[4], c16[4];
@@ -573,9 +578,12 @@ static int measure(runner* R, const char* ablation, vkh2o_qpolicy p, int selecto
     vkh2o_qpolicy_counts(&kd, VKH2O_QPOLICY_FP16, 32768, c16);
     out->model_bytes = 61.0 * (double)vkh2o_qcache_bytes_model(&kd, c);
     out->model_saved_pct = 100.0 * (1.0 - (double)vkh2o_qcache_bytes_model(&kd, c) / (double)vkh2o_qcache_bytes_model(&kd, c16));
-    uint32_t nb = 2048, fixed = nb - kvq_routable(&kd, nb);
-    uint64_t blocks = selector < 0 ? nb - c[3] : fixed + (uint64_t)(budget * (double)kvq_routable(&kd, nb) /
-                                                                       (double)(kvq_routable(&qc->d, qc->blocks) ? kvq_routable(&qc->d, qc->blocks) : 1));
+    vkh2o_qcache_stats qs;
+    vkh2o_qcache_get_stats(qc, &qs);
+    const uint32_t here = vkh2o_qcache_routable_blocks(vkh2o_qcache_get_desc(qc), qs.blocks);
+    uint32_t nb = 2048, fixed = nb - vkh2o_qcache_routable_blocks(&kd, nb);
+    uint64_t blocks = selector < 0 ? nb - c[3] : fixed + (uint64_t)(budget * (double)vkh2o_qcache_routable_blocks(&kd, nb) /
+                                                                       (double)(here ? here : 1));
     if (blocks > nb - c[3])
         blocks = nb - c[3];
     out->model_flops = 61.0 * vkh2o_qattn_flops(&kd, blocks * kd.block_size);
@@ -598,32 +606,25 @@ static void print_rows(const row* rows, int n)
     }
 }
 
-static bool write_csv(const char* path, const row* rows, int n)
+static void write_csv(FILE* f, const row* rows, int n)
 {
-    outfile f;
-    if (!outfile_open(&f, TOOL, path))
-        return false;
-    fprintf(f.f, "ablation,policy,selector,budget_blocks,tokens_attended,bytes,saved_pct,read_bytes,k_mse,k_max_abs,k_cos,"
+    fprintf(f, "ablation,policy,selector,budget_blocks,tokens_attended,bytes,saved_pct,read_bytes,k_mse,k_max_abs,k_cos,"
                  "v_mse,v_max_abs,v_cos,attn_rel_err,attn_cos,attn_rel_err_same_sel,attn_cos_same_sel,gpu_ms,flops,model_bytes_61l_32k,model_saved_pct,model_flops_61l_32k,"
                  "blocks_fp16,blocks_int8,blocks_int4,blocks_evicted\n");
     for (int i = 0; i < n; i++) {
         const row* r = &rows[i];
-        fprintf(f.f, "%s,%s,%s,%u,%u,%llu,%.4f,%llu,%.6e,%.6e,%.8f,%.6e,%.6e,%.8f,%.6e,%.8f,%.6e,%.8f,%.4f,%.6e,%.6e,%.4f,%.6e,%u,%u,%u,%u\n",
+        fprintf(f, "%s,%s,%s,%u,%u,%llu,%.4f,%llu,%.6e,%.6e,%.8f,%.6e,%.6e,%.8f,%.6e,%.8f,%.6e,%.8f,%.4f,%.6e,%.6e,%.4f,%.6e,%u,%u,%u,%u\n",
                 r->ablation, vkh2o_qpolicy_name(r->policy), r->selector < 0 ? "" : sel_name(r->selector), r->budget_blocks,
                 r->tokens_attended, (unsigned long long)r->bytes, r->saved_pct, (unsigned long long)r->read_bytes, r->km.mse,
                 r->km.max_abs, r->km.cosine, r->vm.mse, r->vm.max_abs, r->vm.cosine, r->attn_rel_err, r->attn_cos, r->attn_rel_same,
                 r->attn_cos_same, r->gpu_ms, r->flops, r->model_bytes, r->model_saved_pct, r->model_flops, r->blocks[0],
                 r->blocks[1], r->blocks[2], r->blocks[3]);
     }
-    return outfile_close(&f, TOOL, true);
 }
 
-static bool write_json(const char* path, const row* rows, int n, const char* layout)
+static void write_json(FILE* f, const row* rows, int n, const char* layout)
 {
-    outfile f;
-    if (!outfile_open(&f, TOOL, path))
-        return false;
-    fprintf(f.f, "[\n");
+    fprintf(f, "[\n");
     for (int i = 0; i < n; i++) {
         const row* r = &rows[i];
         char sel[32];
@@ -631,7 +632,7 @@ static bool write_json(const char* path, const row* rows, int n, const char* lay
             snprintf(sel, sizeof sel, "null");
         else
             snprintf(sel, sizeof sel, "\"%s\"", sel_name(r->selector));
-        fprintf(f.f,
+        fprintf(f,
                 "  {\"ablation\": \"%s\", \"policy\": \"%s\", \"selector\": %s, \"layout\": \"%s\", \"budget_blocks\": %u, "
                 "\"tokens_attended\": %u, \"bytes\": %llu, \"saved_pct\": %.6f, \"read_bytes\": %llu, "
                 "\"k_mse\": %.9g, \"k_max_abs\": %.9g, \"k_cos\": %.9g, \"v_mse\": %.9g, \"v_max_abs\": %.9g, \"v_cos\": %.9g, "
@@ -644,8 +645,7 @@ static bool write_json(const char* path, const row* rows, int n, const char* lay
                 r->attn_cos_same, r->gpu_ms < 0 ? 0.0 : r->gpu_ms, r->flops, r->model_bytes, r->model_saved_pct, r->model_flops,
                 r->blocks[0], r->blocks[1], r->blocks[2], r->blocks[3], i + 1 < n ? "," : "");
     }
-    fprintf(f.f, "]\n");
-    return outfile_close(&f, TOOL, true);
+    fprintf(f, "]\n");
 }
 
 /* The cache and the device copies of the dataset (k/v/importance for prefill and metrics, the
@@ -728,12 +728,6 @@ static int measure_all(runner* R, uint32_t budget, bool quiet, row* rows, int* n
 
 /* ---------------------------------------------------------------- --weights */
 
-static bool file_exists(const char* p)
-{
-    struct stat st;
-    return stat(p, &st) == 0;
-}
-
 /* One seeded-normal hidden row per token. */
 static float* normal_rows(uint32_t n, uint32_t D)
 {
@@ -761,23 +755,11 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     vkh2o_error err = { 0 };
     vkh2o_mla_config cfg;
     vkh2o_mla_config_kimi_k26(&cfg);
-    char cfg_path[4200] = "";
-    if (o->config) {
-        snprintf(cfg_path, sizeof cfg_path, "%s", o->config);
-    } else {
-        struct stat sw;
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s", o->weights);
-        if (stat(o->weights, &sw) == 0 && S_ISDIR(sw.st_mode))
-            snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->weights);
-        else
-            snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dirname(tmp));
-        if (!file_exists(cfg_path))
-            cfg_path[0] = 0;
-    }
+    char cfg_path[4200];
+    cli_config_path(o->weights, o->config, cfg_path, sizeof cfg_path);
     if ((cfg_path[0] && vkh2o_mla_config_from_json(cfg_path, &cfg, &err) != VKH2O_OK) ||
         vkh2o_mla_config_validate(&cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s\n", err.message);
+        fprintf(stderr, TOOL ": %s: %s\n", o->config ? "--config" : "config.json beside --weights", err.message);
         return -1;
     }
     uint32_t S = o->seq_len, D = o->decode, H = cfg.num_heads, nope = cfg.qk_nope_head_dim, rope = cfg.qk_rope_head_dim;
@@ -785,12 +767,12 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     vkh2o_checkpoint* ck = NULL;
     vkh2o_mla_host_weights* hw = NULL;
     vkh2o_mla_layer* layer = NULL;
-    float *hidden = NULL, *out = NULL, *wuk = NULL, *qrow = NULL;
+    float *hidden = NULL, *out = NULL, *wuk = NULL, *qrow = NULL, *kvbf = NULL;
     vkh2o_buffer* hb = NULL;
     int rc = -1;
     if (vkh2o_checkpoint_open(o->weights, &ck, &err) != VKH2O_OK ||
         vkh2o_mla_host_weights_load(ck, &cfg, o->layer, VKH2O_LOAD_FP8_TO_BF16, &hw, &err) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s\n", err.message);
+        fprintf(stderr, TOOL ": --weights: %s\n", err.message);
         goto done;
     }
     const vkh2o_tensor_view* kvb = vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_B_PROJ);
@@ -822,20 +804,29 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
         fprintf(stderr, TOOL ": out of host memory\n");
         goto done;
     }
+    /* kv_b_proj as floats: W_uk[h] (rows h (nope + v) + [0, nope)) and W_uv[h] (the next v rows) */
+    kvbf = malloc(sizeof(float) * (size_t)H * (nope + vd) * L);
+    if (!kvbf || vkh2o_dtype_convert(VKH2O_DTYPE_F32, kvbf, kvb->dtype, kvb->data, (uint64_t)H * (nope + vd) * L)) {
+        fprintf(stderr, TOOL ": out of host memory\n");
+        goto done;
+    }
     for (uint32_t h = 0; h < H; h++)
         for (uint32_t j = 0; j < nope; j++)
-            for (uint32_t c = 0; c < L; c++)
-                wuk[((size_t)h * nope + j) * L + c] = vkh2o_load_elem(kvb->dtype, kvb->data, ((uint64_t)h * (nope + vd) + j) * L + c);
+            memcpy(wuk + ((size_t)h * nope + j) * L, kvbf + ((size_t)h * (nope + vd) + j) * L, sizeof(float) * L);
 
     /* prefill: importance = attention mass per token; latent rows from the state */
     if (check(ctx, vkh2o_run_mla_forward(layer, hidden, S, 0, out, d->imp, NULL), "prefill forward"))
         goto done;
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(layer);
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(layer);   /* PRIVATE: decode path (q, o) */
+    vkh2o_buffer *ckv_b = NULL, *kpe_b = NULL;
     float* ckv = malloc(sizeof(float) * (size_t)S * L);
     float* kpe = malloc(sizeof(float) * (size_t)S * rope);
-    vkh2o_result r = ckv && kpe ? vkh2o_buffer_download(st->ckv, 0, ckv, sizeof(float) * (size_t)S * L) : VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+    vkh2o_result r = ckv && kpe ? vkh2o_mla_layer_get_kv_rows(layer, VKH2O_LAYOUT_LATENT, &ckv_b, &kpe_b)
+                                : VKH2O_ERROR_OUT_OF_HOST_MEMORY;
     if (r == VKH2O_OK)
-        r = vkh2o_buffer_download(st->kpe, 0, kpe, sizeof(float) * (size_t)S * rope);
+        r = vkh2o_buffer_download(ckv_b, 0, ckv, sizeof(float) * (size_t)S * L);
+    if (r == VKH2O_OK)
+        r = vkh2o_buffer_download(kpe_b, 0, kpe, sizeof(float) * (size_t)S * rope);
     for (uint32_t t = 0; r == VKH2O_OK && t < S; t++) {
         memcpy(d->k + (size_t)t * d->dk, ckv + (size_t)t * L, sizeof(float) * L);
         memcpy(d->k + (size_t)t * d->dk + L, kpe + (size_t)t * rope, sizeof(float) * rope);
@@ -845,7 +836,8 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     if (check(ctx, r, "prefill state"))
         goto done;
 
-    /* decode tokens: project one at a time at position S + i */
+    /* decode tokens: project one at a time at position S + i (PRIVATE: replaced by the public
+     * decode API) */
     if (check(ctx, vkh2o_buffer_create(ctx, sizeof(float) * hid, &hb), "buffer"))
         goto done;
     for (uint32_t i = 0; i < D; i++) {
@@ -858,9 +850,9 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
         }
         float* krow = d->k + (size_t)(S + i) * d->dk;
         if (r == VKH2O_OK)
-            r = vkh2o_buffer_download(st->ckv, 0, krow, sizeof(float) * L);
+            r = vkh2o_buffer_download(ckv_b, 0, krow, sizeof(float) * L);
         if (r == VKH2O_OK)
-            r = vkh2o_buffer_download(st->kpe, 0, krow + L, sizeof(float) * rope);
+            r = vkh2o_buffer_download(kpe_b, 0, krow + L, sizeof(float) * rope);
         if (r == VKH2O_OK)
             r = vkh2o_buffer_download(st->q, 0, qrow, sizeof(float) * (size_t)H * qd);
         if (check(ctx, r, "decode projection"))
@@ -877,7 +869,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
             memcpy(ql + (size_t)h * d->dk + L, qh + nope, sizeof(float) * rope);
         }
     }
-    R->scale = st->scale;
+    R->scale = vkh2o_mla_softmax_scale(&cfg);
 
     vkh2o_qcache_desc desc = { 0 };
     vkh2o_qcache_desc_from_mla(&cfg, VKH2O_LAYOUT_LATENT, &desc);
@@ -912,8 +904,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
                 for (uint32_t j = 0; j < vd; j++) {
                     double a = 0;
                     for (uint32_t c = 0; c < L; c++)
-                        a += (double)lat[(size_t)h * L + c] *
-                             vkh2o_load_elem(kvb->dtype, kvb->data, ((uint64_t)h * (nope + vd) + nope + j) * L + c);
+                        a += (double)lat[(size_t)h * L + c] * kvbf[((size_t)h * (nope + vd) + nope + j) * L + c];
                     double ref = o_layer[(size_t)h * vd + j];
                     e2 += (a - ref) * (a - ref);
                     r2 += ref * ref;
@@ -939,6 +930,7 @@ done:
     free(out);
     free(wuk);
     free(qrow);
+    free(kvbf);
     return rc;
 }
 
@@ -955,12 +947,6 @@ static void teardown(runner* R)
     free_dataset(&R->data);
 }
 
-static int cmp_double(const void* a, const void* b)
-{
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
-
 static double cpu_seconds(void)
 {
     struct rusage ru;
@@ -973,12 +959,12 @@ static double cpu_seconds(void)
  * alike and the ratios are side by side. ms: median GPU-timestamp time; cpu_ms: process CPU time
  * per step (on a CPU device like lavapipe the "GPU" is this process's threads: the CPU time
  * shows how much of the wall time was contention); pass: median time of each pass. */
-#define NPASS (KVQ_PROF_MARKS - 1)
+#define NPASS VKH2O_QATTN_PASSES
 static const char* const pass_names[NPASS] = { "select", "score", "softmax", "pv", "combine" };
 #define NPOL VKH2O_QPOLICY_COUNT
 
 static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps, uint32_t npaths,
-                     const kvq_read_path* paths, bool profile, bool quiet, double ms[][2], double cpu_ms[][2],
+                     const vkh2o_qread* paths, bool profile, bool quiet, double ms[][2], double cpu_ms[][2],
                      uint64_t* bytes, double pass[][2][NPASS])
 {
     static double t[NPOL][2][1000], tp[NPOL][2][NPASS][1000];
@@ -993,14 +979,14 @@ static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps
     vkh2o_qattn_desc ad = { .scale = R->scale, .selector = VKH2O_QSELECT_ALL };
     for (int p = 0; p < np; p++) {
         R->qc = qcs[p];
-        R->qc->profile = profile;
+        vkh2o_qcache_set_profile(R->qc, profile);
         if (build(R, pols[p]))
             goto done;
         vkh2o_qcache_stats st;
         vkh2o_qcache_get_stats(R->qc, &st);
         bytes[p] = st.pool_bytes[0] + st.pool_bytes[1] + st.pool_bytes[2];
         for (uint32_t k = 0; k < npaths; k++) {
-            R->qc->read_path = paths[k];
+            (void)vkh2o_qcache_set_read_path(R->qc, paths[k]);
             if (attend(R, &ad, NULL, &dummy))   /* warm-up: pipelines, scratch */
                 goto done;
         }
@@ -1013,7 +999,7 @@ static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps
             for (uint32_t k = 0; k < npaths; k++) {
                 cli_progress_update(&prog, ((uint64_t)i * np + p) * npaths + k);
                 R->qc = qcs[p];
-                R->qc->read_path = paths[k];
+                (void)vkh2o_qcache_set_read_path(R->qc, paths[k]);
                 double c0 = cpu_seconds();
                 if (attend(R, &ad, NULL, &t[p][k][i]))
                     goto done;
@@ -1024,27 +1010,24 @@ static int bench_all(runner* R, int np, const vkh2o_qpolicy* pols, uint32_t reps
     for (int p = 0; p < np; p++)
         for (uint32_t k = 0; k < npaths; k++) {
             cpu_ms[p][k] = cpu[p][k] * 1e3 / reps;
-            qsort(t[p][k], reps, sizeof(double), cmp_double);
-            ms[p][k] = t[p][k][reps / 2];
-            for (uint32_t j = 0; j < NPASS; j++) {
-                qsort(tp[p][k][j], reps, sizeof(double), cmp_double);
-                pass[p][k][j] = tp[p][k][j][reps / 2];
-            }
+            ms[p][k] = cli_median(t[p][k], reps);
+            for (uint32_t j = 0; j < NPASS; j++)
+                pass[p][k][j] = cli_median(tp[p][k][j], reps);
         }
     rc = 0;
 done:
     cli_progress_end(&prog);
     R->qc = own;
-    own->read_path = KVQ_READ_AUTO;
-    own->profile = false;
+    (void)vkh2o_qcache_set_read_path(own, VKH2O_QREAD_AUTO);
+    vkh2o_qcache_set_profile(own, false);
     for (int p = 1; p < np; p++)
         vkh2o_qcache_destroy(qcs[p]);
     return rc;
 }
 
-static const char* read_path_name(kvq_read_path p)
+static const char* read_path_name(vkh2o_qread p)
 {
-    return p == KVQ_READ_STORAGE ? "storage" : p == KVQ_READ_TEXEL ? "texel" : "auto";
+    return p == VKH2O_QREAD_STORAGE ? "storage" : p == VKH2O_QREAD_TEXEL ? "texel" : "auto";
 }
 
 static int bench(vkh2o_context* ctx, const opts* o)
@@ -1054,7 +1037,7 @@ static int bench(vkh2o_context* ctx, const opts* o)
     uint32_t heads_list[2] = { o->heads, 1 };
     int nh = o->heads_set ? 1 : 2;
     /* one read path (the library's choice unless one is asked for) or both side by side */
-    kvq_read_path paths[2] = { KVQ_READ_STORAGE, KVQ_READ_TEXEL };
+    vkh2o_qread paths[2] = { VKH2O_QREAD_STORAGE, VKH2O_QREAD_TEXEL };
     uint32_t npaths = 2;
     if (!o->bench_both) {
         paths[0] = o->bench_read;
@@ -1084,15 +1067,14 @@ static int bench(vkh2o_context* ctx, const opts* o)
             teardown(&R);
             return -1;
         }
-        double flops = vkh2o_qattn_flops(&R.qc->d, o->bench_tokens);
+        double flops = vkh2o_qattn_flops(vkh2o_qcache_get_desc(R.qc), o->bench_tokens);
         /* the path auto resolved to (the plan of the FP16 cache, still built) */
         const char* pname[2];
         for (uint32_t k = 0; k < npaths; k++) {
             pname[k] = read_path_name(paths[k]);
-            kvq_attn_plan pl;
-            if (paths[k] == KVQ_READ_AUTO &&
-                kvq_plan_attend(R.qc, &(vkh2o_qattn_desc){ .selector = VKH2O_QSELECT_ALL }, &pl) == VKH2O_OK)
-                pname[k] = pl.tex ? "texel" : "storage";
+            vkh2o_qread resolved;
+            if (paths[k] == VKH2O_QREAD_AUTO && vkh2o_qcache_get_read_path(R.qc, &resolved) == VKH2O_OK)
+                pname[k] = read_path_name(resolved);
         }
         for (uint32_t k = 0; k < npaths; k++)
             for (int p = 0; p < np; p++)
@@ -1112,23 +1094,146 @@ static int bench(vkh2o_context* ctx, const opts* o)
     return 0;
 }
 
-int main(int argc, char** argv)
+/* Inputs exist and are readable, outputs can be written and name no input, before any work. */
+static int check_paths(const opts* o)
 {
-    opts o;
-    int rc = parse(argc, argv, &o);
-    if (rc)
+    int rc;
+    if ((o->weights && (rc = cli_check_input(TOOL, "--weights", o->weights, true))) ||
+        (o->config && (rc = cli_check_input(TOOL, "--config", o->config, false))))
         return rc;
-    if (o.weights && (o.bench || o.layout != VKH2O_LAYOUT_LATENT)) {
+    const char* ins[2] = { o->weights, o->config };
+    const char* outs[2] = { o->csv, o->json };
+    const char* flags[2] = { "--csv", "--json" };
+    if ((o->csv && (rc = cli_check_output(TOOL, "--csv", o->csv, ins, 2, outs, flags, 0))) ||
+        (o->json && (rc = cli_check_output(TOOL, "--json", o->json, ins, 2, outs, flags, 1))))
+        return rc;
+    return 0;
+}
+
+/* ---- the phases of main: check, load, measure, report, write ---- */
+
+/* What parse cannot see alone: the paths, the device, the combinations, a cache shape that
+ * resolves and leaves a block to route. Returns 0 or the exit status. */
+static int check_args(const opts* o, int argc, char** argv)
+{
+    int rc;
+    if ((rc = check_paths(o)) != 0)
+        return rc;
+    if (!cli_check_device(TOOL, argc, argv, o->device))
+        return 2;
+    if (o->weights && (o->bench || o->layout != VKH2O_LAYOUT_LATENT)) {
         fprintf(stderr, TOOL ": --weights builds a latent cache and cannot be combined with --bench or --layout expanded\n");
         return 2;
     }
     vkh2o_error err = { 0 };
-    vkh2o_qcache_desc probe = { .layout = o.layout, .num_heads = o.heads, .block_size = o.block, .group_size = o.group,
-                                .max_tokens = o.tokens }, rd;
+    vkh2o_qcache_desc probe = { .layout = o->layout, .num_heads = o->heads, .block_size = o->block, .group_size = o->group,
+                                .max_tokens = o->tokens }, rd;
     if (vkh2o_qcache_desc_resolve(&probe, &rd, &err) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s\n", err.message);
+        fprintf(stderr, TOOL ": --tokens/--block/--group/--heads: %s\n", err.message);
         return 2;
     }
+    const uint32_t nblocks = (o->tokens + rd.block_size - 1) / rd.block_size;
+    if (!o->weights && !o->bench && vkh2o_qcache_routable_blocks(&rd, nblocks) == 0) {
+        fprintf(stderr, TOOL ": --tokens %u: no block to route (the %u sink and %u recent blocks of %u tokens hold them all)\n",
+                o->tokens, rd.sink_blocks, rd.recent_blocks, rd.block_size);
+        return 2;
+    }
+    return 0;
+}
+
+/* The selection budget, the analytical model at Kimi scale and the expected shape of the
+ * ladder, each checked against the rows rather than assumed. */
+static void report_shape(const runner* R, const row* rows, uint32_t budget, uint32_t routable, uint32_t blocks)
+{
+    printf("\nselection budget: %u of %u routable blocks (+ %u sink/recent); attn_* against the FP16 cache attending to all;\nrel_samesel against the FP16 cache with the same selection\n",
+           budget, routable, blocks - routable);
+    printf("\nanalytical model, Kimi K2 latent cache (576 numbers/token), 61 layers, 32768 tokens, block %u:\n",
+           vkh2o_qcache_get_desc(R->qc)->block_size);
+    printf("  %-13s %12s %8s %16s\n", "policy", "bytes", "saved%", "attn FLOP/step");
+    for (int i = 0; i < VKH2O_QPOLICY_COUNT; i++)
+        printf("  %-13s %12.4g %8.2f %16.4g\n", vkh2o_qpolicy_name(rows[i].policy), rows[i].model_bytes,
+               rows[i].model_saved_pct, rows[i].model_flops);
+    printf("  score/quest/random selection at the same budget: %.4g FLOP/step\n", rows[VKH2O_QPOLICY_COUNT].model_flops);
+    /* the expected shape, checked not assumed */
+    printf("\nexpected shape:\n");
+    const row* pc = &rows[VKH2O_QPOLICY_CONSERVATIVE];
+    const row* pb = &rows[VKH2O_QPOLICY_BALANCED];
+    const row* pa = &rows[VKH2O_QPOLICY_AGGRESSIVE];
+    bool mono = pc->attn_rel_err < pb->attn_rel_err && pb->attn_rel_err < pa->attn_rel_err;
+    printf("  %-58s %s (%.3e < %.3e < %.3e)\n", "error grows conservative -> balanced -> aggressive",
+           mono ? "holds" : "CONTRADICTED", pc->attn_rel_err, pb->attn_rel_err, pa->attn_rel_err);
+    const row* r16 = &rows[VKH2O_QPOLICY_COUNT], *r8 = r16 + 1, *r4 = r16 + 2;
+    /* precision alone: against the FP16 cache with the same (score) selection */
+    bool prec = r16->attn_rel_same < r8->attn_rel_same && r8->attn_rel_same < r4->attn_rel_same;
+    printf("  %-58s %s (rel_samesel %.3e < %.3e < %.3e; vs all-FP16 %.3e, %.3e, %.3e)\n",
+           "same blocks: FP16 beats INT8 beats INT4", prec ? "holds" : "CONTRADICTED", r16->attn_rel_same, r8->attn_rel_same,
+           r4->attn_rel_same, r16->attn_rel_err, r8->attn_rel_err, r4->attn_rel_err);
+    const row* ss = r4 + 1, *sq = r4 + 2, *sr = r4 + 3;
+    printf("  %-58s %s (score %.3e, quest %.3e, random %.3e)\n", "same token count: score-selected beats random",
+           ss->attn_rel_err < sr->attn_rel_err ? "holds" : "CONTRADICTED", ss->attn_rel_err, sq->attn_rel_err,
+           sr->attn_rel_err);
+}
+
+/* The cache and its data: random rows of the chosen shape, or a real layer (--weights). */
+static int load(runner* R, vkh2o_context* ctx, const opts* o)
+{
+    double check_rel = -1;
+    if (o->weights ? setup_weights(R, ctx, o, &check_rel) : setup(R, ctx, o, o->tokens, false))
+        return -1;
+    R->route_every = o->weights ? o->route_every : 0;
+    const dataset* d = &R->data;
+    if (o->weights && !o->quiet)
+        printf("absorption check: FP16 cache + absorbed query, through W_uv, vs the layer's own forward over %u tokens: "
+               "relative error %.3e\n", d->T0 + 1, check_rel);
+    else if (!o->quiet)
+        printf("random data: %s layout, %u tokens, %u heads, K row %u, V row %u, block %u, group %u (K per channel, V per token)\n",
+               o->layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded", d->T, d->H, d->dk, d->dv,
+               vkh2o_qcache_get_desc(R->qc)->block_size, vkh2o_qcache_get_desc(R->qc)->group_size);
+    return 0;
+}
+
+/* The reference (the FP16 cache attending to every block), then every row of the ladder. */
+static int measure_ladder(runner* R, const opts* o, row* rows, int* n, uint32_t* budget, uint32_t* routable, uint32_t* blocks)
+{
+    const dataset* d = &R->data;
+    if (build(R, VKH2O_QPOLICY_FP16))
+        return -1;
+    R->ref_out = malloc(sizeof(float) * d->steps * d->H * d->dv);
+    double ms;
+    if (!R->ref_out || attend_steps(R, &(vkh2o_qattn_desc){ .scale = R->scale }, R->ref_out, &ms))
+        return -1;
+    vkh2o_qcache_stats qs;
+    vkh2o_qcache_get_stats(R->qc, &qs);
+    R->fp16_bytes = qs.allocated_bytes;
+    *blocks = qs.blocks;
+    *routable = vkh2o_qcache_routable_blocks(vkh2o_qcache_get_desc(R->qc), qs.blocks);
+    *budget = (uint32_t)(o->budget * *routable + 0.5);
+    return measure_all(R, *budget, o->quiet, rows, n);
+}
+
+/* Both outputs renamed into place together, or neither. Returns the exit status. */
+static int write_outputs(const opts* o, const row* rows, int n)
+{
+    outset files;
+    outset_init(&files, TOOL);
+    FILE* f;
+    if (o->csv && (f = outset_open(&files, o->csv)))
+        write_csv(f, rows, n);
+    if (o->json && (f = outset_open(&files, o->json)))
+        write_json(f, rows, n, o->layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded");
+    return outset_commit(&files, true) ? 0 : 1;
+}
+
+int main(int argc, char** argv)
+{
+    opts o;
+    if (!cli_no_repeats(TOOL, argc, argv))
+        return 2;
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc;
+    if ((rc = check_args(&o, argc, argv)) != 0)
+        return rc;
     vkh2o_context* ctx = NULL;
     vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o.device), .log = cli_log,
                                                                  .user_data = (void*)TOOL }, &ctx);
@@ -1147,72 +1252,14 @@ int main(int argc, char** argv)
     runner R;
     row rows[32];
     int n = 0;
+    uint32_t budget = 0, routable = 0, blocks = 0;
     rc = 1;
-    double check_rel = -1;
-    if (o.weights ? setup_weights(&R, ctx, &o, &check_rel) : setup(&R, ctx, &o, o.tokens, false))
-        goto done;
-    R.route_every = o.weights ? o.route_every : 0;
-    const dataset* d = &R.data;
-    if (o.weights && !o.quiet)
-        printf("absorption check: FP16 cache + absorbed query, through W_uv, vs the layer's own forward over %u tokens: "
-               "relative error %.3e\n", d->T0 + 1, check_rel);
-    else if (!o.quiet)
-        printf("random data: %s layout, %u tokens, %u heads, K row %u, V row %u, block %u, group %u (K per channel, V per token)\n",
-               o.layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded", d->T, d->H, d->dk, d->dv, R.qc->d.block_size,
-               R.qc->d.group_size);
-    /* reference: the FP16 cache, every block */
-    if (build(&R, VKH2O_QPOLICY_FP16))
-        goto done;
-    {
-        R.ref_out = malloc(sizeof(float) * d->steps * d->H * d->dv);
-        double ms;
-        if (attend_steps(&R, &(vkh2o_qattn_desc){ .scale = R.scale }, R.ref_out, &ms))
-            goto done;
-        vkh2o_qcache_stats st;
-        vkh2o_qcache_get_stats(R.qc, &st);
-        R.fp16_bytes = st.allocated_bytes;
+    if (load(&R, ctx, &o) == 0 && measure_ladder(&R, &o, rows, &n, &budget, &routable, &blocks) == 0) {
+        print_rows(rows, n);
+        if (!o.quiet)
+            report_shape(&R, rows, budget, routable, blocks);
+        rc = write_outputs(&o, rows, n);
     }
-    uint32_t routable = kvq_routable(&R.qc->d, R.qc->blocks);
-    uint32_t budget = (uint32_t)(o.budget * routable + 0.5);
-    if (measure_all(&R, budget, o.quiet, rows, &n))
-        goto done;
-    print_rows(rows, n);
-
-    if (!o.quiet) {
-        printf("\nselection budget: %u of %u routable blocks (+ %u sink/recent); attn_* against the FP16 cache attending to all;\nrel_samesel against the FP16 cache with the same selection\n",
-               budget, routable, R.qc->blocks - routable);
-        printf("\nanalytical model, Kimi K2 latent cache (576 numbers/token), 61 layers, 32768 tokens, block %u:\n",
-               R.qc->d.block_size);
-        printf("  %-13s %12s %8s %16s\n", "policy", "bytes", "saved%", "attn FLOP/step");
-        for (int i = 0; i < VKH2O_QPOLICY_COUNT; i++)
-            printf("  %-13s %12.4g %8.2f %16.4g\n", vkh2o_qpolicy_name(rows[i].policy), rows[i].model_bytes,
-                   rows[i].model_saved_pct, rows[i].model_flops);
-        printf("  score/quest/random selection at the same budget: %.4g FLOP/step\n", rows[VKH2O_QPOLICY_COUNT].model_flops);
-        /* the expected shape, checked not assumed */
-        printf("\nexpected shape:\n");
-        const row* pc = &rows[VKH2O_QPOLICY_CONSERVATIVE];
-        const row* pb = &rows[VKH2O_QPOLICY_BALANCED];
-        const row* pa = &rows[VKH2O_QPOLICY_AGGRESSIVE];
-        bool mono = pc->attn_rel_err < pb->attn_rel_err && pb->attn_rel_err < pa->attn_rel_err;
-        printf("  %-58s %s (%.3e < %.3e < %.3e)\n", "error grows conservative -> balanced -> aggressive",
-               mono ? "holds" : "CONTRADICTED", pc->attn_rel_err, pb->attn_rel_err, pa->attn_rel_err);
-        const row* r16 = &rows[VKH2O_QPOLICY_COUNT], *r8 = r16 + 1, *r4 = r16 + 2;
-        /* precision alone: against the FP16 cache with the same (score) selection */
-        bool prec = r16->attn_rel_same < r8->attn_rel_same && r8->attn_rel_same < r4->attn_rel_same;
-        printf("  %-58s %s (rel_samesel %.3e < %.3e < %.3e; vs all-FP16 %.3e, %.3e, %.3e)\n",
-               "same blocks: FP16 beats INT8 beats INT4", prec ? "holds" : "CONTRADICTED", r16->attn_rel_same, r8->attn_rel_same,
-               r4->attn_rel_same, r16->attn_rel_err, r8->attn_rel_err, r4->attn_rel_err);
-        const row* ss = r4 + 1, *sq = r4 + 2, *sr = r4 + 3;
-        printf("  %-58s %s (score %.3e, quest %.3e, random %.3e)\n", "same token count: score-selected beats random",
-               ss->attn_rel_err < sr->attn_rel_err ? "holds" : "CONTRADICTED", ss->attn_rel_err, sq->attn_rel_err,
-               sr->attn_rel_err);
-    }
-    rc = 0;
-    if (o.csv && !write_csv(o.csv, rows, n))
-        rc = 1;
-    if (o.json && !write_json(o.json, rows, n, o.layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded"))
-        rc = 1;
-done:
     teardown(&R);
     vkh2o_context_destroy(ctx);
     return rc;

@@ -6,9 +6,9 @@
  * whole cache with a CPU simulation after every step. --memory prints the memory table.
  */
 #include "cli.h"
-#include "internal.h"
+#include "outfile.h"
 #include "ref_h2o.h"
-#include "cache_internal.h"
+#include "vkh2o.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -22,7 +22,6 @@
 
 typedef struct opts {
     uint32_t per_dispatch;
-    uint32_t bench_topk;
     uint32_t steps, budget, n_sink, n_recent, layers, heads, qk_dim, v_dim, kv_lora, seed, device;
     vkh2o_kv_layout layout;
     vkh2o_evict_policy policy;
@@ -41,7 +40,7 @@ static void usage(FILE* f)
             "usage: " TOOL " [options]\n"
             "Runs N simulated generation steps of the H2O KV cache on the GPU (one mock token per\n"
             "layer and step) and checks the seed's four properties. Exit status 0 when all pass.\n"
-            "  --steps N          steps (1000)\n"
+            "  --steps N          steps (1000; at least 2, and at least --budget)\n"
             "  --budget N         heavy hitters kept per layer (64)\n"
             "  --n-sink N         attention sinks kept (4)\n"
             "  --n-recent N       recent tokens kept (16)\n"
@@ -56,6 +55,7 @@ static void usage(FILE* f)
             "  --storage S        fp16 | fp32 (fp16)\n"
             "  --seed N           mock data and random-policy seed (0)\n"
             "  --out-csv FILE     per-step CSV: step, size per layer, events so far, evicted, wall time\n"
+            "                     (kept only when every check passes)\n"
             "  --device N         Vulkan device index (see vkh2o-info)\n"
             "  --steps-per-dispatch N  mock steps each dispatch runs (1-50, default 50): every layer's\n"
             "                     workgroup loops over the steps; 1 = one dispatch (all layers) per step.\n"
@@ -65,9 +65,6 @@ static void usage(FILE* f)
             "  --no-output        do not read the attention output back (it is computed anyway)\n"
             "  --validation       enable the Khronos validation layer\n"
             "  --quiet            no progress lines\n"
-            "  --bench-topk N     time the standalone top-k (radix select + scatter) over N scores\n"
-            "                     (k = N/32, the cache's sink/recent ranges), scores read from a storage\n"
-            "                     binding and through a texel view, and check both\n"
             "  --memory           print the memory table instead (with --model kimi|deepseek-v3,\n"
             "                     --context N (32768), --budgets a,b,... (64,4096), --n-sink, --n-recent)\n"
             "  --help\n");
@@ -107,7 +104,7 @@ static int parse_args(int argc, char** argv, opts* o)
         if (r_ < 0) return 2;                                                               \
         if (r_) continue;                                                                   \
     }
-        U32("--steps", steps, 1, 100000000)
+        U32("--steps", steps, 2, 100000000)
         U32("--budget", budget, 0, 1u << 24)
         U32("--n-sink", n_sink, 0, 1u << 24)
         U32("--n-recent", n_recent, 0, 1u << 24)
@@ -120,7 +117,6 @@ static int parse_args(int argc, char** argv, opts* o)
         U32("--device", device, 0, 63)
         U32("--context", context, 1, 1u << 30)
         U32("--steps-per-dispatch", per_dispatch, 1, BATCH)
-        U32("--bench-topk", bench_topk, 1, 1u << 26)
 #undef U32
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -161,6 +157,22 @@ static int parse_args(int argc, char** argv, opts* o)
             if (strlen(v) >= sizeof o->budgets) {
                 fprintf(stderr, TOOL ": --budgets: list too long\n");
                 return 2;
+            }
+            /* 1 to 32 budgets, each an integer in [1, 2^30], no empty item */
+            char list[256];
+            strcpy(list, v);
+            int count = 0;
+            for (char *p = list, *q; p; p = q) {
+                q = strchr(p, ',');
+                if (q)
+                    *q++ = 0;
+                uint32_t b;
+                if (!cli_parse_u32(TOOL, "--budgets", p, 1, 1u << 30, &b))
+                    return 2;
+                if (++count > 32) {
+                    fprintf(stderr, TOOL ": --budgets: more than 32 budgets\n");
+                    return 2;
+                }
             }
             strcpy(o->budgets, v);
             i++;
@@ -227,90 +239,6 @@ static int memory_table(const opts* o)
     return 0;
 }
 
-/* ---- --bench-topk ---- */
-
-static int cmp_double(const void* a, const void* b)
-{
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
-
-static int bench_topk(const opts* o)
-{
-    vkh2o_context* ctx = NULL;
-    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o->device),
-                                                                 .log = cli_log, .user_data = TOOL }, &ctx);
-    if (r != VKH2O_OK) {
-        fprintf(stderr, TOOL ": no usable Vulkan device: %s\n", vkh2o_result_string(r));
-        return 1;
-    }
-    uint32_t n = o->bench_topk, k = n / 32 ? n / 32 : 1;
-    uint32_t begin = n > o->n_sink + o->n_recent ? o->n_sink : 0, end = n > o->n_sink + o->n_recent ? n - o->n_recent : n;
-    float* x = malloc((size_t)n * 4);
-    double* v = malloc((size_t)n * sizeof *v);
-    uint32_t* want = malloc((size_t)n * 4);
-    uint32_t* got = malloc((size_t)n * 4);
-    uint32_t base = vkh2o_mock_base(o->seed, 0, 0, 5);
-    for (uint32_t i = 0; i < n; i++) {
-        x[i] = (vkh2o_mock_value(base, i) + 1.0f) * 0.5f;   /* [0, 1), with duplicates */
-        v[i] = x[i];
-    }
-    uint32_t nw = ref_topk_keep(v, n, begin, end, k, want);
-    vkh2o_buffer *bs = NULL, *bo = NULL, *bw = NULL;
-    int rc = 1;
-    double t[31];
-    if ((r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bs)) != VKH2O_OK || (r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bo)) != VKH2O_OK ||
-        (r = vkh2o_buffer_create(ctx, vkh2o_topk_work_bytes(end - begin), &bw)) != VKH2O_OK ||
-        (r = vkh2o_buffer_upload(bs, 0, x, (uint64_t)n * 4)) != VKH2O_OK)
-        goto done;
-    vkh2o_topk_args a = { .scores = vkh2o_bind(bs), .n = n, .begin = begin, .end = end, .k = k, .out = vkh2o_bind(bo),
-                          .work = vkh2o_bind(bw) };
-    /* both paths, side by side: scores from the storage binding, and through a texel view */
-    double med[2] = { 0 };
-    bool all_ok = true;
-    for (int tex = 0; tex < 2; tex++) {
-        a.scores_buffer = tex ? bs : NULL;
-        if ((r = vkh2o_buffer_fill(bo, 0, (uint64_t)n * 4, 0xffffffffu)) != VKH2O_OK)   /* poison */
-            goto done;
-        for (int i = 0; i < 31; i++) {
-            VkCommandBuffer cb;
-            if ((r = vkh2o_begin(ctx, &cb)) != VKH2O_OK)
-                goto done;
-            double t0 = cli_now();
-            r = vkh2o_cmd_topk(ctx, cb, &a);
-            vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
-            t[i] = (cli_now() - t0) * 1e3;
-            if (r != VKH2O_OK || (r = r2) != VKH2O_OK)
-                goto done;
-        }
-        if ((r = vkh2o_buffer_download(bo, 0, got, (uint64_t)nw * 4)) != VKH2O_OK)
-            goto done;
-        bool ok = !memcmp(got, want, (size_t)nw * 4);
-        all_ok = all_ok && ok;
-        qsort(t + 1, 30, sizeof t[0], cmp_double);    /* the first run includes pipeline creation */
-        med[tex] = (t[15] + t[16]) / 2;
-        printf("[topk] %s: %u scores, candidates [%u, %u), k=%u on %s: median %.3f ms, best %.3f ms per selection "
-               "(record + submit + wait, 30 runs)\n", tex ? "texel view" : "storage   ", n, begin, end, k,
-               vkh2o_context_get_caps(ctx)->device_name, med[tex], t[1]);
-        printf("[topk] %s: kept set %s the CPU reference (%u indices, %s path)\n", ok ? "PASS" : "FAIL",
-               ok ? "matches" : "differs from", nw, tex ? "texel" : "storage");
-    }
-    printf("[topk] texel view / storage: %.2fx faster (medians)\n", med[1] > 0 ? med[0] / med[1] : 0.0);
-    rc = all_ok ? 0 : 1;
-done:
-    if (r != VKH2O_OK)
-        fprintf(stderr, TOOL ": top-k: %s: %s\n", vkh2o_result_string(r), vkh2o_last_error(ctx));
-    vkh2o_buffer_destroy(bs);
-    vkh2o_buffer_destroy(bo);
-    vkh2o_buffer_destroy(bw);
-    vkh2o_context_destroy(ctx);
-    free(x);
-    free(v);
-    free(want);
-    free(got);
-    return rc;
-}
-
 /* ---- the run ---- */
 
 typedef struct run {
@@ -330,6 +258,9 @@ typedef struct run {
     bool check_failed;
     char check_msg[512];
     float* kv_b;
+    /* the end of the steps */
+    vkh2o_cache_stats* st;       /* per layer */
+    double secs, device_s, submit_s;   /* wall; GPU time (timestamps); record + submit + wait */
 } run;
 
 static void problem(run* r, const char* fmt, uint32_t step, uint32_t layer, uint32_t a, uint32_t b)
@@ -382,7 +313,9 @@ static vkh2o_result check_positions(run* r, uint32_t step, uint32_t* pos)
 {
     for (uint32_t l = 0; l < r->o.layers; l++) {
         vkh2o_cache_snapshot s = { .positions = pos };
-        VKH2O_CHECK(vkh2o_cache_read_snapshot(r->cache, l, &s));
+        vkh2o_result res = vkh2o_cache_read_snapshot(r->cache, l, &s);
+        if (res != VKH2O_OK)
+            return res;
         uint32_t ns = r->o.n_sink < s.len ? r->o.n_sink : s.len;
         for (uint32_t i = 0; i < ns; i++)
             if (pos[i] != i) {
@@ -459,22 +392,31 @@ static int fail_vk(run* r, vkh2o_result res, const char* what)
     return 1;
 }
 
-int main(int argc, char** argv)
-{
-    run R;
-    memset(&R, 0, sizeof R);
-    int pr = parse_args(argc, argv, &R.o);
-    if (pr)
-        return pr;
-    opts* o = &R.o;
-    if (o->memory)
-        return memory_table(o);
-    if (o->bench_topk)
-        return bench_topk(o);
+/* ---- the phases of a run: check, build, step, report ---- */
 
+/* What parse_args cannot see alone: the device, the budget against the steps, the output path.
+ * Returns 0 or the exit status. */
+static int check_args(const opts* o, int argc, char** argv)
+{
+    if (!cli_check_device(TOOL, argc, argv, o->device))
+        return 2;
+    if (o->memory)
+        return 0;
+    if (o->budget > o->steps) {
+        fprintf(stderr, TOOL ": --budget %u: more heavy hitters than the %u tokens of --steps\n", o->budget, o->steps);
+        return 2;
+    }
+    return o->csv ? cli_check_output(TOOL, "--out-csv", o->csv, NULL, 0, NULL, NULL, 0) : 0;
+}
+
+/* The cache desc of the options (and the random kv_b_proj of the latent layout), validated.
+ * Returns 0 or the exit status. */
+static int make_desc(run* R)
+{
+    const opts* o = &R->o;
     bool lat = o->layout == VKH2O_LAYOUT_LATENT;
     uint32_t rope = o->qk_dim > 64 ? 64 : o->qk_dim / 2;
-    R.desc = (vkh2o_cache_desc){
+    R->desc = (vkh2o_cache_desc){
         .num_layers = o->layers, .num_heads = o->heads, .qk_nope_dim = o->qk_dim - rope, .qk_rope_dim = rope,
         .v_dim = o->v_dim, .kv_lora_rank = lat ? o->kv_lora : 0, .layout = o->layout, .storage = o->storage,
         .n_sink = o->n_sink, .budget = o->budget, .n_recent = o->n_recent, .policy = o->policy, .score_mode = o->mode,
@@ -486,75 +428,84 @@ int main(int argc, char** argv)
             return 2;
         }
         /* a random kv_b_proj, scaled so that absorbed logits have a spread like the expanded run's */
-        size_t n = (size_t)o->heads * (R.desc.qk_nope_dim + o->v_dim) * o->kv_lora;
-        R.kv_b = malloc(n * sizeof *R.kv_b);
-        if (!R.kv_b)
+        size_t n = (size_t)o->heads * (R->desc.qk_nope_dim + o->v_dim) * o->kv_lora;
+        R->kv_b = malloc(n * sizeof *R->kv_b);
+        if (!R->kv_b)
             return 1;
         uint32_t base = vkh2o_mock_base(o->seed, 0xffffu, 0, 4);
         for (size_t i = 0; i < n; i++)
-            R.kv_b[i] = vkh2o_mock_value(base, (uint32_t)i) * 0.125f;
-        R.desc.kv_b_proj = R.kv_b;
+            R->kv_b[i] = vkh2o_mock_value(base, (uint32_t)i) * 0.125f;
+        R->desc.kv_b_proj = R->kv_b;
     }
     vkh2o_error err = { 0 };
-    vkh2o_result res = vkh2o_cache_desc_validate(&R.desc, &err);
+    const vkh2o_result res = vkh2o_cache_desc_validate(&R->desc, &err);
     if (res != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s (%s)\n", err.message, vkh2o_result_string(res));
-        free(R.kv_b);
+        fprintf(stderr, TOOL ": --budget/--n-sink/--n-recent/--layers/--heads/--qk-dim/--v-dim/--kv-lora: %s (%s)\n",
+                err.message, vkh2o_result_string(res));
         return 2;
     }
-    R.desc.capacity = vkh2o_cache_desc_cap(&R.desc) + 1;
-    R.cap = vkh2o_cache_desc_cap(&R.desc);
+    R->desc.capacity = vkh2o_cache_desc_cap(&R->desc) + 1;
+    R->cap = vkh2o_cache_desc_cap(&R->desc);
 
+    return 0;
+}
+
+/* The context, the cache with its step pipelines, the output buffer, the CPU simulation of
+ * --check and the CSV (into its temporary). Returns 0 or the exit status. */
+static int setup(run* R, outset* files)
+{
+    const opts* o = &R->o;
+    const bool lat = o->layout == VKH2O_LAYOUT_LATENT;
+    vkh2o_result res;
     res = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o->device),
                                                       .flags = o->validation ? VKH2O_CONTEXT_VALIDATION : 0,
-                                                      .log = cli_log, .user_data = TOOL }, &R.ctx);
+                                                      .log = cli_log, .user_data = TOOL }, &R->ctx);
     if (res != VKH2O_OK) {
         fprintf(stderr, TOOL ": no usable Vulkan device: %s\n", vkh2o_result_string(res));
-        free(R.kv_b);
         return 1;
     }
-    int rc = 0;
-    if ((res = vkh2o_cache_create(R.ctx, &R.desc, &R.cache)) != VKH2O_OK) {
-        rc = fail_vk(&R, res, "creating the cache");
-        goto out;
+    if ((res = vkh2o_cache_create(R->ctx, &R->desc, &R->cache)) != VKH2O_OK) {
+        return fail_vk(R, res, "creating the cache");
     }
     /* the step pipelines are built before the clock starts */
-    if ((res = vkh2o_cache_kernels(R.cache, 1)) != VKH2O_OK) {
-        rc = fail_vk(&R, res, "building the step kernels");
-        goto out;
+    if ((res = vkh2o_cache_prepare(R->cache, VKH2O_STEP_MOCK)) != VKH2O_OK) {
+        return fail_vk(R, res, "building the step kernels");
     }
-    vkh2o_cache_widths w = vkh2o_cache_get_widths(R.cache);
-    R.out_floats = o->layers * o->heads * w.out_width;
-    if (!o->no_output && (res = vkh2o_buffer_create(R.ctx, (uint64_t)R.out_floats * 4, &R.out)) != VKH2O_OK) {
-        rc = fail_vk(&R, res, "creating the output buffer");
-        goto out;
+    vkh2o_cache_widths w = vkh2o_cache_get_widths(R->cache);
+    R->out_floats = o->layers * o->heads * w.out_width;
+    if (!o->no_output && (res = vkh2o_buffer_create(R->ctx, (uint64_t)R->out_floats * 4, &R->out)) != VKH2O_OK) {
+        return fail_vk(R, res, "creating the output buffer");
     }
     if (o->check) {
         ref_h2o_config cfg = {
-            .layers = o->layers, .heads = o->heads, .dn = R.desc.qk_nope_dim, .dr = R.desc.qk_rope_dim, .dv = o->v_dim,
-            .kvl = o->kv_lora, .latent = lat, .kv_b = R.kv_b, .n_sink = o->n_sink, .budget = o->budget,
-            .n_recent = o->n_recent, .capacity = R.desc.capacity, .policy = o->policy, .mode = o->mode, .seed = o->seed,
+            .layers = o->layers, .heads = o->heads, .dn = R->desc.qk_nope_dim, .dr = R->desc.qk_rope_dim, .dv = o->v_dim,
+            .kvl = o->kv_lora, .latent = lat, .kv_b = R->kv_b, .n_sink = o->n_sink, .budget = o->budget,
+            .n_recent = o->n_recent, .capacity = R->desc.capacity, .policy = o->policy, .mode = o->mode, .seed = o->seed,
             .scale = 1.0f / sqrtf((float)o->qk_dim), .f16 = o->storage == VKH2O_DTYPE_F16,
         };
-        if (!ref_h2o_sim_init(&R.sim, &cfg)) {
+        if (!ref_h2o_sim_init(&R->sim, &cfg)) {
             fprintf(stderr, TOOL ": out of host memory\n");
-            rc = 1;
-            goto out;
+            return 1;
         }
     }
     if (o->csv) {
-        R.csv = fopen(o->csv, "w");
-        if (!R.csv) {
-            fprintf(stderr, TOOL ": cannot write '%s'\n", o->csv);
-            rc = 1;
-            goto out;
-        }
-        fprintf(R.csv, "step");
+        R->csv = outset_open(files, o->csv);
+        if (!R->csv)
+            return 1;
+        fprintf(R->csv, "step");
         for (uint32_t l = 0; l < o->layers; l++)
-            fprintf(R.csv, ",size_l%u", l);
-        fprintf(R.csv, ",events,evicted,wall_s\n");
+            fprintf(R->csv, ",size_l%u", l);
+        fprintf(R->csv, ",events,evicted,wall_s\n");
     }
+    return 0;
+}
 
+/* The steps, one submission per progress interval (every step with --check), each checked as
+ * its history comes back; the statistics of the end in R->st. Returns 0 or the exit status. */
+static int run_steps(run* R)
+{
+    const opts* o = &R->o;
+    const bool lat = o->layout == VKH2O_LAYOUT_LATENT;
     const char* lname[] = { "expanded", "latent" };
     const char* pname[] = { "h2o", "streaming", "random" };
     printf("[B1] config: layers=%u heads=%u qk_dim=%u v_dim=%u%s layout=%s storage=%s policy=%s score=%s "
@@ -562,9 +513,9 @@ int main(int argc, char** argv)
            o->layers, o->heads, o->qk_dim, o->v_dim, lat ? "" : "", lname[lat], o->storage == VKH2O_DTYPE_F16 ? "fp16" : "fp32",
            pname[o->policy], o->mode ? "mean" : "sum", o->n_sink, o->budget, o->n_recent, o->seed);
     uint32_t per = o->check ? 1 : o->per_dispatch;
-    if (per > R.cache->max_steps_per_dispatch)
-        per = R.cache->max_steps_per_dispatch;
-    printf("[B1] device: %s; %u step%s per dispatch, %u per submission%s\n", vkh2o_context_get_caps(R.ctx)->device_name, per,
+    if (per > vkh2o_cache_get_steps_per_dispatch(R->cache))
+        per = vkh2o_cache_get_steps_per_dispatch(R->cache);
+    printf("[B1] device: %s; %u step%s per dispatch, %u per submission%s\n", vkh2o_context_get_caps(R->ctx)->device_name, per,
            per == 1 ? "" : "s", o->check ? 1 : BATCH, o->check ? " (--check)" : "");
     printf("[B1] running %u simulated generation steps...\n\n", o->steps);
     fflush(stdout);
@@ -574,14 +525,17 @@ int main(int argc, char** argv)
     uint32_t L = o->layers;
     uint32_t* hl = malloc((size_t)BATCH * L * 4);
     uint32_t* he = malloc((size_t)BATCH * L * 4);
-    uint32_t* pos = malloc((size_t)R.desc.capacity * 4);
-    vkh2o_cache_stats* st = malloc(L * sizeof *st);
+    uint32_t* pos = malloc((size_t)R->desc.capacity * 4);
+    vkh2o_cache_stats* st = R->st = malloc(L * sizeof *st);
+    int rc = 0;
+    vkh2o_result res;
     if (!hl || !he || !pos || !st) {
+        fprintf(stderr, TOOL ": out of host memory\n");
         rc = 1;
-        goto out2;
+        goto done;
     }
     double t0 = cli_now();
-    double device_s = 0, submit_s = 0;   /* GPU time of the steps (timestamps); submit + wait */
+    double device_s = 0, submit_s = 0;   /* GPU time of the steps (timestamps); record + submit + wait */
     uint32_t step = 0;
     while (step < o->steps) {
         /* batches end at the progress steps 0, 50, 100, ...; --check submits every step */
@@ -591,51 +545,38 @@ int main(int argc, char** argv)
         if (o->check)
             last = step;
         uint32_t nb = last - step + 1;
-        VkCommandBuffer cb;
-        if ((res = vkh2o_begin(R.ctx, &cb)) != VKH2O_OK) {
-            rc = fail_vk(&R, res, "recording");
-            goto out2;
-        }
-        uint32_t ts0 = vkh2o_timestamp(R.ctx, cb);
-        for (uint32_t s = step; s <= last && res == VKH2O_OK;) {
-            uint32_t k = last - s + 1 < o->per_dispatch ? last - s + 1 : o->per_dispatch;
-            vkh2o_cache_step cs = { .position = s, .step = s, .nsteps = k, .out = R.out,
-                                    .flags = VKH2O_STEP_MOCK | (o->check ? VKH2O_STEP_RECORD_KEYS : 0) };
-            res = vkh2o_cmd_cache_step(R.cache, cb, &cs);
-            s += k;
-        }
-        uint32_t ts1 = vkh2o_timestamp(R.ctx, cb);
+        /* one submission of nb steps, o->per_dispatch of them per dispatch */
+        vkh2o_cache_step cs = { .position = step, .step = step, .nsteps = o->per_dispatch, .out = R->out,
+                                .flags = VKH2O_STEP_MOCK | (o->check ? VKH2O_STEP_RECORD_KEYS : 0) };
         double tsub = cli_now();
-        vkh2o_result r2 = vkh2o_submit_wait(R.ctx, cb);
+        res = vkh2o_run_cache_steps(R->cache, &cs, nb);
         submit_s += cli_now() - tsub;
-        double dms = vkh2o_timestamp_ms(R.ctx, ts0, ts1);
+        double dms = vkh2o_cache_get_last_run_ms(R->cache);
         if (dms >= 0)
             device_s += dms * 1e-3;
         else
             device_s = -1e30;
         if (res == VKH2O_OK)
-            res = r2;
-        if (res == VKH2O_OK)
-            res = vkh2o_cache_read_history(R.cache, step, nb, hl, he);
+            res = vkh2o_cache_read_history(R->cache, step, nb, hl, he);
         if (res != VKH2O_OK) {
-            rc = fail_vk(&R, res, "running the steps");
-            goto out2;
+            rc = fail_vk(R, res, "running the steps");
+            goto done;
         }
         double wall = cli_now() - t0;
         for (uint32_t s = 0; s < nb; s++)
-            check_sizes(&R, step + s, hl + (size_t)s * L, he + (size_t)s * L, wall);
-        if ((res = check_positions(&R, last, pos)) != VKH2O_OK) {
-            rc = fail_vk(&R, res, "reading positions");
-            goto out2;
+            check_sizes(R, step + s, hl + (size_t)s * L, he + (size_t)s * L, wall);
+        if ((res = check_positions(R, last, pos)) != VKH2O_OK) {
+            rc = fail_vk(R, res, "reading positions");
+            goto done;
         }
-        if (o->check && !R.check_failed && (res = check_step(&R, last)) != VKH2O_OK) {
-            rc = fail_vk(&R, res, "reading the cache");
-            goto out2;
+        if (o->check && !R->check_failed && (res = check_step(R, last)) != VKH2O_OK) {
+            rc = fail_vk(R, res, "reading the cache");
+            goto done;
         }
         if (last % BATCH == 0) {
-            if ((res = vkh2o_cache_read_stats(R.cache, st, L)) != VKH2O_OK) {
-                rc = fail_vk(&R, res, "reading statistics");
-                goto out2;
+            if ((res = vkh2o_cache_read_stats(R->cache, st, L)) != VKH2O_OK) {
+                rc = fail_vk(R, res, "reading statistics");
+                goto done;
             }
             uint32_t mx = 0;
             uint64_t sum = 0, events = 0;
@@ -654,26 +595,41 @@ int main(int argc, char** argv)
         step = last + 1;
         cli_progress_update(&prog, step);
     }
-    double secs = cli_now() - t0;
+    R->secs = cli_now() - t0;
+    R->device_s = device_s;
+    R->submit_s = submit_s;
     cli_progress_end(&prog);
-    if ((res = vkh2o_cache_read_stats(R.cache, st, L)) != VKH2O_OK) {
-        rc = fail_vk(&R, res, "reading statistics");
-        goto out2;
+    if ((res = vkh2o_cache_read_stats(R->cache, st, L)) != VKH2O_OK) {
+        rc = fail_vk(R, res, "reading statistics");
+        goto done;
     }
+done:
+    free(hl);
+    free(he);
+    free(pos);
+    return rc;
+}
+
+/* The seed's four properties (and --check's) as PASS/FAIL lines. Returns 0 when all pass. */
+static int report(run* R)
+{
+    const opts* o = &R->o;
+    const uint32_t L = o->layers;
+    const vkh2o_cache_stats* st = R->st;
     uint64_t events = 0;
     uint32_t max_len = 0;
     for (uint32_t l = 0; l < L; l++) {
         events += st[l].evict_events;
         max_len = st[l].max_len > max_len ? st[l].max_len : max_len;
     }
-    printf("\n[B1] done: %u steps in %.3fs (%.1f steps/sec)%s\n", o->steps, secs, o->steps / secs,
+    printf("\n[B1] done: %u steps in %.3fs (%.1f steps/sec)%s\n", o->steps, R->secs, o->steps / R->secs,
            o->check ? "  [--check: per-step submission and CPU simulation included]" : "");
-    if (device_s > 0)
-        printf("[B1] device time of the steps %.3fs (%.1f steps/sec); submit + wait %.3fs\n", device_s, o->steps / device_s,
-               submit_s);
-    printf("\n[B1] final state: max_cache=%u  expected_cap=%u  over_cap=%u\n", max_len, R.cap, R.over_cap);
+    if (R->device_s > 0)
+        printf("[B1] device time of the steps %.3fs (%.1f steps/sec); record + submit + wait %.3fs\n", R->device_s, o->steps / R->device_s,
+               R->submit_s);
+    printf("\n[B1] final state: max_cache=%u  expected_cap=%u  over_cap=%u\n", max_len, R->cap, R->over_cap);
 
-    uint32_t post = o->steps > R.cap ? o->steps - R.cap : 0;
+    uint32_t post = o->steps > R->cap ? o->steps - R->cap : 0;
     uint64_t want_events = (uint64_t)post * L;
     bool ok = true;
 #define VERDICT(cond, ...)                          \
@@ -684,38 +640,53 @@ int main(int argc, char** argv)
         printf(__VA_ARGS__);                        \
         printf("\n");                               \
     } while (0)
-    uint32_t growth_end = (o->steps < R.cap ? o->steps : R.cap) - 1;
-    VERDICT(R.linear_bad == 0, "cache grew linearly (step+1 tokens) during warm-up, steps 0-%u", growth_end);
-    VERDICT(R.over_cap == 0 && R.cap_bad == 0 && max_len <= R.cap,
-            "cache stayed at or below expected cap throughout (exactly %u = %u + %u + %u per layer from step %u on)", R.cap,
-            o->n_sink, o->budget, o->n_recent, R.cap);
-    VERDICT(events == want_events && R.events_hist == want_events && R.evict_bad == 0,
+    uint32_t growth_end = (o->steps < R->cap ? o->steps : R->cap) - 1;
+    VERDICT(R->linear_bad == 0, "cache grew linearly (step+1 tokens) during warm-up, steps 0-%u", growth_end);
+    VERDICT(R->over_cap == 0 && R->cap_bad == 0 && max_len <= R->cap,
+            "cache stayed at or below expected cap throughout (exactly %u = %u + %u + %u per layer from step %u on)", R->cap,
+            o->n_sink, o->budget, o->n_recent, R->cap);
+    VERDICT(events == want_events && R->events_hist == want_events && R->evict_bad == 0,
             "%" PRIu64 " eviction events triggered correctly (expected (%u - %u) x %u = %" PRIu64 ", one token each)", events,
-            o->steps, R.cap, L, want_events);
-    VERDICT(R.sink_bad == 0 && R.recent_bad == 0,
+            o->steps, R->cap, L, want_events);
+    VERDICT(R->sink_bad == 0 && R->recent_bad == 0,
             "sinks (positions 0-%d) and the %u most recent positions preserved in every layer", (int)o->n_sink - 1,
             o->n_recent);
     if (o->check) {
-        if (R.check_failed)
-            VERDICT(false, "--check: %s", R.check_msg);
+        if (R->check_failed)
+            VERDICT(false, "--check: %s", R->check_msg);
         else
             VERDICT(true,
                     "--check: %u steps x %u layers match the CPU simulation (positions and selections exact, K/V rows "
                     "bit-exact; max score rel. error %.2e, output rel. error %.2e, tolerance 1e-4; %u near ties)",
-                    o->steps, L, R.sim.max_score_rel_err, R.sim.max_out_err, R.sim.near_ties);
+                    o->steps, L, R->sim.max_score_rel_err, R->sim.max_out_err, R->sim.near_ties);
     }
-    if (R.first_problem[0])
-        printf("[B1] first problem: %s\n", R.first_problem);
-    rc = ok ? 0 : 1;
-out2:
-    free(hl);
-    free(he);
-    free(pos);
-    free(st);
-out:
-    if (R.csv)
-        fclose(R.csv);
-    if (o->check)
+    if (R->first_problem[0])
+        printf("[B1] first problem: %s\n", R->first_problem);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv)
+{
+    run R;
+    memset(&R, 0, sizeof R);
+    if (!cli_no_repeats(TOOL, argc, argv))
+        return 2;
+    int rc = parse_args(argc, argv, &R.o);
+    if (rc == 0)
+        rc = check_args(&R.o, argc, argv);
+    if (rc != 0)
+        return rc;
+    if (R.o.memory)
+        return memory_table(&R.o);
+    /* the CSV is written as the steps run, into its temporary, renamed only when the run passes */
+    outset files;
+    outset_init(&files, TOOL);
+    if ((rc = make_desc(&R)) == 0 && (rc = setup(&R, &files)) == 0 && (rc = run_steps(&R)) == 0)
+        rc = report(&R);
+    if (!outset_commit(&files, rc == 0) && rc == 0)
+        rc = 1;
+    free(R.st);
+    if (R.o.check)
         ref_h2o_sim_free(&R.sim);
     vkh2o_buffer_destroy(R.out);
     vkh2o_cache_destroy(R.cache);

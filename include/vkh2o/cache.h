@@ -196,11 +196,33 @@ typedef struct vkh2o_cache_prefill {
 } vkh2o_cache_prefill;
 VKH2O_API vkh2o_result vkh2o_cmd_cache_prefill(vkh2o_cache* c, VkCommandBuffer cb, const vkh2o_cache_prefill* p);
 
+/* The rows a cache of `layout` stores for the tokens of the layer's last forward (recorded or
+ * run), as vkh2o_cache_prefill takes them: in the layer's scratch on the device, f32, row s of
+ * the forward's S tokens at float s * a_width (b_width), S = that forward's seq_len:
+ *   EXPANDED (or DEFAULT)  a = K [S][heads][nope + rope] (roped k_pe in every head), b = V [S][heads][v]
+ *   LATENT                 a = c_kv after kv_a_layernorm [S][kv_lora], b = roped k_pe [S][rope]
+ * The buffers belong to the layer: the next forward overwrites them, and they go with the layer.
+ * Results: OK, INVALID_ARGUMENT (NULL argument, unknown layout). */
+VKH2O_API vkh2o_result vkh2o_mla_layer_get_kv_rows(const vkh2o_mla_layer* layer, vkh2o_kv_layout layout,
+                                                   vkh2o_buffer** a, vkh2o_buffer** b);
+
 /* Submit-and-wait conveniences on the context's queue (CLI, tests). run_cache_steps records
  * nsteps steps from *first (positions and step counters advancing), as dispatches of
  * first->nsteps steps each with VKH2O_STEP_MOCK, else one dispatch per step (same inputs). */
 VKH2O_API vkh2o_result vkh2o_run_cache_steps(vkh2o_cache* c, const vkh2o_cache_step* first, uint32_t nsteps);
 VKH2O_API vkh2o_result vkh2o_run_cache_prefill(vkh2o_cache* c, const vkh2o_cache_prefill* p);
+/* GPU time in milliseconds of the work of the last vkh2o_run_cache_steps or
+ * vkh2o_run_cache_prefill on this cache (timestamps around it; negative when the device has no
+ * timestamps or that call failed). */
+VKH2O_API double vkh2o_cache_get_last_run_ms(const vkh2o_cache* c);
+/* The most mock steps one dispatch runs (a larger nsteps is split into several dispatches):
+ * unlimited (UINT32_MAX) on GPUs, lowered on CPU devices so one invocation stays inside
+ * llvmpipe's loop limit. */
+VKH2O_API uint32_t vkh2o_cache_get_steps_per_dispatch(const vkh2o_cache* c);
+/* Builds the pipelines of the steps recorded with step_flags (VKH2O_STEP_MOCK or real inputs)
+ * now instead of inside the first one (benchmarks call it before timing). Blocking.
+ * Results: OK, INVALID_ARGUMENT, VULKAN, OUT_OF_HOST_MEMORY. */
+VKH2O_API vkh2o_result vkh2o_cache_prepare(vkh2o_cache* c, uint32_t step_flags);
 
 /* Statistics of one layer, kept on the device by the steps. */
 typedef struct vkh2o_cache_stats {

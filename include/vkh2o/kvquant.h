@@ -272,6 +272,44 @@ VKH2O_API vkh2o_result vkh2o_cmd_qcache_attend(vkh2o_qcache* qc, VkCommandBuffer
 VKH2O_API vkh2o_result vkh2o_run_qcache_attend(vkh2o_qcache* qc, const vkh2o_buffer* q, vkh2o_buffer* out,
                                                const vkh2o_qattn_desc* desc, uint32_t* selected_tokens);
 
+/* ---- measuring the decode attention (tools, benchmarks) ---- */
+
+/* How the attention reads the query, probabilities and pools: AUTO is the device's choice
+ * (texel views on CPU devices when the layout is wide and every view fits the texel limit,
+ * storage buffers elsewhere); TEXEL where it cannot be used makes the attention UNSUPPORTED. */
+typedef enum vkh2o_qread {
+    VKH2O_QREAD_AUTO = 0,
+    VKH2O_QREAD_STORAGE = 1,
+    VKH2O_QREAD_TEXEL = 2,
+} vkh2o_qread;
+/* Sets the read path of this cache's later attentions (both give the same results up to
+ * rounding order). Results: OK, INVALID_ARGUMENT (unknown path). */
+VKH2O_API vkh2o_result vkh2o_qcache_set_read_path(vkh2o_qcache* qc, vkh2o_qread path);
+/* The path an attention over every block would take now (AUTO resolved: STORAGE or TEXEL).
+ * Results: OK, INVALID_ARGUMENT, UNSUPPORTED (no attention plan fits this cache). */
+VKH2O_API vkh2o_result vkh2o_qcache_get_read_path(vkh2o_qcache* qc, vkh2o_qread* out);
+
+/* GPU times of one attention: the whole, and with profiling on its passes in the order they
+ * run: select, score, softmax, pv, combine (negative: not measured). */
+#define VKH2O_QATTN_PASSES 5
+typedef struct vkh2o_qattn_timings {
+    double total_ms;
+    double pass_ms[VKH2O_QATTN_PASSES];
+} vkh2o_qattn_timings;
+/* With profiling on, every attention also writes a timestamp between its passes (a little
+ * slower; for benchmarks). Off by default. */
+VKH2O_API void vkh2o_qcache_set_profile(vkh2o_qcache* qc, bool on);
+/* The times of the last vkh2o_run_qcache_attend on this cache (GPU timestamps; negative when
+ * the device has none or that call failed). */
+VKH2O_API void vkh2o_qcache_get_last_attend_timings(const vkh2o_qcache* qc, vkh2o_qattn_timings* out);
+/* The blocks the last attention attended (its selection), ordered by (precision, index): their
+ * number in *count and, when blocks is not NULL, their indices (room for stats.blocks). Blocking;
+ * the device must have finished the attention. Results: OK, INVALID_ARGUMENT, VULKAN. */
+VKH2O_API vkh2o_result vkh2o_qcache_read_selection(vkh2o_qcache* qc, uint32_t* blocks, uint32_t* count);
+/* How many of n_blocks blocks the router may demote or evict (neither sink nor recent) for a
+ * resolved desc: the budget_blocks of the score/quest/random selectors counts these. */
+VKH2O_API uint32_t vkh2o_qcache_routable_blocks(const vkh2o_qcache_desc* resolved, uint32_t n_blocks);
+
 /* Error of the cache's stored (dequantised) values against reference tensors, on the GPU,
  * over the non-evicted tokens. k_ref: [tokens, kv_heads, d_k] f32; v_ref: [tokens, kv_heads, d_v]
  * (expanded; for latent v is the first d_v channels of k_ref and v_ref is ignored). */

@@ -32,6 +32,14 @@ typedef enum vkh2o_dtype {
 VKH2O_API const char* vkh2o_dtype_name(vkh2o_dtype dt);
 /* Bytes per element, 0 for unknown. */
 VKH2O_API size_t vkh2o_dtype_size(vkh2o_dtype dt);
+/* Converts count elements of src (dtype src_dt) into dst (dtype dst_dt), for any pair of the
+ * float dtypes F32, F16, BF16 and F8_E4M3 (the same dtype copies). Widening is exact; narrowing
+ * rounds to nearest with ties to even: F16 overflows to infinity, BF16 keeps a NaN a NaN, F8_E4M3
+ * (OCP E4M3FN, no infinity) saturates at +-448 and turns NaN into 0x7f. Elements are read and
+ * written unaligned; src and dst must not overlap. Needs no context; thread-safe.
+ * Results: OK, DTYPE (another dtype), INVALID_ARGUMENT (NULL src or dst with count > 0). */
+VKH2O_API vkh2o_result vkh2o_dtype_convert(vkh2o_dtype dst_dt, void* dst, vkh2o_dtype src_dt, const void* src,
+                                           uint64_t count);
 
 #define VKH2O_MAX_DIMS 8
 

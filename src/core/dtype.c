@@ -94,3 +94,32 @@ float vkh2o_load_elem(vkh2o_dtype dt, const void* data, uint64_t i)
     default: return NAN;
     }
 }
+
+static bool float_dtype(vkh2o_dtype dt)
+{
+    return dt == VKH2O_DTYPE_F32 || dt == VKH2O_DTYPE_F16 || dt == VKH2O_DTYPE_BF16 || dt == VKH2O_DTYPE_F8_E4M3;
+}
+
+vkh2o_result vkh2o_dtype_convert(vkh2o_dtype dst_dt, void* dst, vkh2o_dtype src_dt, const void* src, uint64_t count)
+{
+    if (!float_dtype(dst_dt) || !float_dtype(src_dt))
+        return VKH2O_ERROR_DTYPE;
+    if (count && (!dst || !src))
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    if (dst_dt == src_dt) {
+        memcpy(dst, src, count * vkh2o_dtype_size(dst_dt));
+        return VKH2O_OK;
+    }
+    unsigned char* d = dst;
+    for (uint64_t i = 0; i < count; i++) {
+        const float f = vkh2o_load_elem(src_dt, src, i);
+        uint16_t h;
+        switch (dst_dt) {
+        case VKH2O_DTYPE_F32: memcpy(d + 4 * i, &f, 4); break;
+        case VKH2O_DTYPE_F16: h = vkh2o_f32_to_f16(f); memcpy(d + 2 * i, &h, 2); break;
+        case VKH2O_DTYPE_BF16: h = vkh2o_f32_to_bf16(f); memcpy(d + 2 * i, &h, 2); break;
+        default: d[i] = vkh2o_f32_to_f8e4m3(f); break;
+        }
+    }
+    return VKH2O_OK;
+}

@@ -213,6 +213,7 @@ vkh2o_result vkh2o_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc
     if (!c)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
     c->ctx = ctx;
+    c->last_run_ms = -1.0;
     c->desc = desc_resolved(desc);
     const float* kvb_host = c->desc.kv_b_proj;
     c->desc.kv_b_proj = NULL;
@@ -492,12 +493,24 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_cache* c, VkCommandBuffer cb, const vkh2
     return VKH2O_OK;
 }
 
+/* Ends the one-shot command buffer of a run_ call begun with timestamp t0, submits, waits and
+ * keeps the GPU time in between (negative without timestamps). */
+static vkh2o_result submit_timed(vkh2o_cache* c, VkCommandBuffer cb, uint32_t t0)
+{
+    const uint32_t t1 = vkh2o_timestamp(c->ctx, cb);
+    VKH2O_CHECK(vkh2o_submit_wait(c->ctx, cb));
+    c->last_run_ms = t0 != UINT32_MAX && t1 != UINT32_MAX ? vkh2o_timestamp_ms(c->ctx, t0, t1) : -1.0;
+    return VKH2O_OK;
+}
+
 vkh2o_result vkh2o_run_cache_steps(vkh2o_cache* c, const vkh2o_cache_step* first, uint32_t nsteps)
 {
     if (!c || !first)
         return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_cache_steps: NULL argument");
     VkCommandBuffer cb;
+    c->last_run_ms = -1.0;
     VKH2O_CHECK(vkh2o_begin(c->ctx, &cb));
+    const uint32_t t0 = vkh2o_timestamp(c->ctx, cb);
     vkh2o_cache_step s = *first;
     uint32_t per = (first->flags & VKH2O_STEP_MOCK) && first->nsteps ? first->nsteps : 1;
     for (uint32_t i = 0; i < nsteps; i += s.nsteps, s.position += s.nsteps, s.step += s.nsteps) {
@@ -508,7 +521,7 @@ vkh2o_result vkh2o_run_cache_steps(vkh2o_cache* c, const vkh2o_cache_step* first
             return r;
         }
     }
-    return vkh2o_submit_wait(c->ctx, cb);
+    return submit_timed(c, cb, t0);
 }
 
 /* ---- prefill: top-k on the prompt's mass, then gathers into the cache ---- */
@@ -585,10 +598,26 @@ vkh2o_result vkh2o_run_cache_prefill(vkh2o_cache* c, const vkh2o_cache_prefill* 
     if (!c)
         return VKH2O_ERROR_INVALID_ARGUMENT;
     VkCommandBuffer cb;
+    c->last_run_ms = -1.0;
     VKH2O_CHECK(vkh2o_begin(c->ctx, &cb));
+    const uint32_t t0 = vkh2o_timestamp(c->ctx, cb);
     vkh2o_result r = vkh2o_cmd_cache_prefill(c, cb, p);
-    vkh2o_result r2 = vkh2o_submit_wait(c->ctx, cb);
-    return r != VKH2O_OK ? r : r2;
+    if (r != VKH2O_OK) {
+        (void)vkh2o_submit_wait(c->ctx, cb);   /* end the recording; the error stays r */
+        return r;
+    }
+    return submit_timed(c, cb, t0);
+}
+
+uint32_t vkh2o_cache_get_steps_per_dispatch(const vkh2o_cache* c) { return c ? c->max_steps_per_dispatch : 0; }
+
+double vkh2o_cache_get_last_run_ms(const vkh2o_cache* c) { return c ? c->last_run_ms : -1.0; }
+
+vkh2o_result vkh2o_cache_prepare(vkh2o_cache* c, uint32_t step_flags)
+{
+    if (!c)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    return vkh2o_cache_kernels(c, step_flags & VKH2O_STEP_MOCK ? 1u : 0u);
 }
 
 /* ---- readbacks ---- */

@@ -174,6 +174,7 @@ struct vkh2o_cache {
     uint32_t wg;                       /* h2o_step workgroup size */
     uint32_t flush_wg;
     uint32_t max_steps_per_dispatch;   /* mock steps per dispatch (CPU devices: loop limiter) */
+    double last_run_ms;                /* GPU time of the last run_cache_steps / run_cache_prefill */
 };
 
 /* Builds the pipelines of the steps with real (mock 0) or mock (1) inputs now (they are

@@ -401,12 +401,21 @@ vkh2o_result vkh2o_run_qcache_attend(vkh2o_qcache* qc, const vkh2o_buffer* q, vk
     if (!qc)
         return VKH2O_ERROR_INVALID_ARGUMENT;
     VkCommandBuffer cb;
+    qc->last_attend_ms = -1.0;
+    for (uint32_t k = 0; k + 1 < KVQ_PROF_MARKS; k++)
+        qc->last_pass_ms[k] = -1.0;
     VKH2O_CHECK(vkh2o_begin(qc->ctx, &cb));
+    const uint32_t t0 = vkh2o_timestamp(qc->ctx, cb);
     vkh2o_result r = kvq_record_attend(qc, cb, q, out, desc);
+    const uint32_t t1 = vkh2o_timestamp(qc->ctx, cb);
     vkh2o_result r2 = vkh2o_submit_wait(qc->ctx, cb);
     if (r != VKH2O_OK)
         return r;
     VKH2O_CHECK(r2);
+    if (t0 != UINT32_MAX && t1 != UINT32_MAX)
+        qc->last_attend_ms = vkh2o_timestamp_ms(qc->ctx, t0, t1);
+    for (uint32_t k = 0; qc->profile && k + 1 < KVQ_PROF_MARKS; k++)
+        qc->last_pass_ms[k] = vkh2o_timestamp_ms(qc->ctx, qc->prof_ts[k], qc->prof_ts[k + 1]);
     if (selected_tokens) {
         uint32_t n = 0;
         VKH2O_CHECK(vkh2o_buffer_download(qc->list, 0, &n, 4));
@@ -552,4 +561,65 @@ vkh2o_result kvq_record_mass(vkh2o_qcache* qc, VkCommandBuffer cb, const vkh2o_q
         VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 6, &pc, sizeof pc, vkh2o_div_up(pc.npos, MASS_WG), 1, 1));
     vkh2o_barrier(ctx, cb);
     return vkh2o_cmd_qcache_add_importance(qc, cb, qc->dec_mass, 0, 0, qc->tokens);
+}
+
+/* ---- measuring (public knobs for tools and benchmarks) ---- */
+
+vkh2o_result vkh2o_qcache_set_read_path(vkh2o_qcache* qc, vkh2o_qread path)
+{
+    if (!qc)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    switch (path) {
+    case VKH2O_QREAD_AUTO: qc->read_path = KVQ_READ_AUTO; return VKH2O_OK;
+    case VKH2O_QREAD_STORAGE: qc->read_path = KVQ_READ_STORAGE; return VKH2O_OK;
+    case VKH2O_QREAD_TEXEL: qc->read_path = KVQ_READ_TEXEL; return VKH2O_OK;
+    default: return vkh2o_fail(qc->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_qcache_set_read_path: unknown path %d", (int)path);
+    }
+}
+
+vkh2o_result vkh2o_qcache_get_read_path(vkh2o_qcache* qc, vkh2o_qread* out)
+{
+    if (!qc || !out)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    kvq_attn_plan pl;
+    VKH2O_CHECK(kvq_plan_attend(qc, &(vkh2o_qattn_desc){ .selector = VKH2O_QSELECT_ALL }, &pl));
+    *out = pl.tex ? VKH2O_QREAD_TEXEL : VKH2O_QREAD_STORAGE;
+    return VKH2O_OK;
+}
+
+void vkh2o_qcache_set_profile(vkh2o_qcache* qc, bool on)
+{
+    if (qc)
+        qc->profile = on;
+}
+
+void vkh2o_qcache_get_last_attend_timings(const vkh2o_qcache* qc, vkh2o_qattn_timings* out)
+{
+    if (!out)
+        return;
+    out->total_ms = qc ? qc->last_attend_ms : -1.0;
+    for (uint32_t k = 0; k < VKH2O_QATTN_PASSES; k++)
+        out->pass_ms[k] = qc ? qc->last_pass_ms[k] : -1.0;
+}
+
+vkh2o_result vkh2o_qcache_read_selection(vkh2o_qcache* qc, uint32_t* blocks, uint32_t* count)
+{
+    if (!qc || !count)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    *count = 0;
+    if (!qc->list)
+        return VKH2O_OK;
+    uint32_t n = 0;
+    VKH2O_CHECK(vkh2o_buffer_download(qc->list, 0, &n, 4));
+    if (n > qc->blocks)
+        return vkh2o_fail(qc->ctx, VKH2O_ERROR_VULKAN, "qcache: the selection holds %u blocks of %u", n, qc->blocks);
+    if (blocks && n)
+        VKH2O_CHECK(vkh2o_buffer_download(qc->list, 4, blocks, 4ull * n));
+    *count = n;
+    return VKH2O_OK;
+}
+
+uint32_t vkh2o_qcache_routable_blocks(const vkh2o_qcache_desc* resolved, uint32_t n_blocks)
+{
+    return resolved ? kvq_routable(resolved, n_blocks) : 0;
 }

@@ -56,6 +56,9 @@ vkh2o_result vkh2o_qcache_create(vkh2o_context* ctx, const vkh2o_qcache_desc* de
     if (!qc)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "qcache: out of host memory");
     qc->ctx = ctx;
+    qc->last_attend_ms = -1.0;
+    for (uint32_t i = 0; i + 1 < KVQ_PROF_MARKS; i++)
+        qc->last_pass_ms[i] = -1.0;
     qc->d = d;
     qc->shape = vkh2o_qcache_shape(&d);
     qc->max_blocks = (d.max_tokens + d.block_size - 1) / d.block_size;

@@ -124,6 +124,9 @@ struct vkh2o_qcache {
      * the mass of a step [max_tokens], per-head softmax totals [heads][2], a zero importance
      * (zeroed by each recorded decode) */
     vkh2o_buffer *dec_q, *dec_o, *dec_mass, *dec_stat, *dec_zero;
+    /* GPU time of the last vkh2o_run_qcache_attend (negative: none) and, profiled, its passes */
+    double last_attend_ms;
+    double last_pass_ms[KVQ_PROF_MARKS - 1];
 };
 
 /* Section sizes of a tensor with d channels per token (public desc resolved). */

@@ -583,6 +583,19 @@ uint64_t vkh2o_mla_layer_get_weight_bytes(const vkh2o_mla_layer* L)
 }
 const vkh2o_mla_state* vkh2o_mla_layer_state(const vkh2o_mla_layer* L) { return &L->st; }
 
+vkh2o_result vkh2o_mla_layer_get_kv_rows(const vkh2o_mla_layer* L, vkh2o_kv_layout layout, vkh2o_buffer** a,
+                                         vkh2o_buffer** b)
+{
+    if (!L || !a || !b)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    switch (layout) {
+    case VKH2O_LAYOUT_DEFAULT:
+    case VKH2O_LAYOUT_EXPANDED: *a = L->st.k; *b = L->st.v; return VKH2O_OK;
+    case VKH2O_LAYOUT_LATENT: *a = L->st.ckv; *b = L->st.kpe; return VKH2O_OK;
+    default: return vkh2o_fail(L->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_layer_get_kv_rows: unknown layout %d", (int)layout);
+    }
+}
+
 const vkh2o_dev_weight* vkh2o_mla_layer_weight(const vkh2o_mla_layer* L, vkh2o_mla_weight w)
 {
     if (!L || (int)w < 0 || w >= VKH2O_W_COUNT || L->w[w].nchunks == 0)

@@ -97,6 +97,27 @@ static void test_caps(void** state)
     vt_check_validation();
 }
 
+/* The read-only views vkh2o-info prints: the flags in effect and the embedded shaders. */
+static void test_introspection(void** state)
+{
+    (void)state;
+    /* the harness's context has the validation layer on */
+    assert_true(vkh2o_context_get_flags(vt_ctx()) & VKH2O_CONTEXT_VALIDATION);
+    assert_int_equal(vkh2o_context_get_flags(NULL), 0);
+    const uint32_t n = vkh2o_kernel_count();
+    assert_true(n > 0);
+    assert_null(vkh2o_kernel_name(n));
+    bool topk = false;
+    for (uint32_t i = 0; i < n; i++) {
+        const char* a = vkh2o_kernel_name(i);
+        assert_non_null(a);
+        topk = topk || !strcmp(a, "topk");
+        for (uint32_t j = 0; j < i; j++)
+            assert_string_not_equal(a, vkh2o_kernel_name(j));
+    }
+    assert_true(topk);
+}
+
 static void test_buffers(void** state)
 {
     vkh2o_context* ctx = vt_ctx();
@@ -389,6 +410,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_introspection),
         cmocka_unit_test(test_buffers),
         cmocka_unit_test(test_axpby_shapes),
         cmocka_unit_test(test_kernel_errors),

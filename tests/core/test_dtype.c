@@ -1,5 +1,6 @@
 /* Scalar dtype conversions (host side of every 16-bit and fp8 path). */
 #include "vkh2o_test.h"
+#include "ref_core.h"
 
 #include <math.h>
 #include <string.h>
@@ -87,6 +88,73 @@ static void test_load_elem(void** state)
     assert_true(isnan(vkh2o_load_elem(VKH2O_DTYPE_I32, f, 0)));
 }
 
+/* The references' own format code (ref/ref_core.c) against the library's: every 16-bit and
+ * 8-bit pattern widened alike, and random floats of every binade rounded alike. */
+static void test_ref_formats(void** state)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        const uint16_t w = (uint16_t)h;
+        const double rb = ref_elem(VKH2O_DTYPE_BF16, &w, 0), rh = ref_elem(VKH2O_DTYPE_F16, &w, 0);
+        const float lb = vkh2o_bf16_to_f32(w), lh = vkh2o_f16_to_f32(w);
+        assert_true(isnan(rb) ? isnan(lb) : rb == lb);
+        assert_true(isnan(rh) ? isnan(lh) : rh == lh);
+    }
+    for (uint32_t b = 0; b < 256; b++) {
+        const uint8_t v = (uint8_t)b;
+        const double r = ref_elem(VKH2O_DTYPE_F8_E4M3, &v, 0);
+        const float l = vkh2o_f8e4m3_to_f32(v);
+        assert_true(isnan(r) ? isnan(l) : r == l);
+    }
+    vt_rng r;
+    vt_rng_seed(&r, vt_seed("ref_formats"));
+    for (int i = 0; i < 1000000; i++) {
+        const float x = u2f((uint32_t)vt_u64(&r));
+        if (isnan(x))
+            continue;
+        uint16_t hb, hh;
+        ref_store(VKH2O_DTYPE_BF16, &hb, 0, x);
+        ref_store(VKH2O_DTYPE_F16, &hh, 0, x);
+        if (hb != vkh2o_f32_to_bf16(x) || hh != vkh2o_f32_to_f16(x))
+            fail_msg("%a: ref bf16 %04x f16 %04x, library %04x %04x", (double)x, hb, hh, vkh2o_f32_to_bf16(x),
+                     vkh2o_f32_to_f16(x));
+    }
+}
+
+/* The public bulk conversion: every pair of float dtypes, element by element as the scalar
+ * conversions, unaligned, and the refusals. */
+static void test_convert(void** state)
+{
+    const vkh2o_dtype dts[4] = { VKH2O_DTYPE_F32, VKH2O_DTYPE_F16, VKH2O_DTYPE_BF16, VKH2O_DTYPE_F8_E4M3 };
+    float src[37];
+    vt_rng r;
+    vt_rng_seed(&r, vt_seed("convert"));
+    for (int i = 0; i < 37; i++)
+        src[i] = vt_normal(&r) * 100.0f;
+    src[3] = 1e6f;
+    src[5] = -0.0f;
+    unsigned char a[1 + 37 * 4], b[1 + 37 * 4];
+    for (int s = 0; s < 4; s++) {
+        assert_int_equal(vkh2o_dtype_convert(dts[s], a + 1, VKH2O_DTYPE_F32, src, 37), VKH2O_OK);
+        for (int d = 0; d < 4; d++) {
+            assert_int_equal(vkh2o_dtype_convert(dts[d], b + 1, dts[s], a + 1, 37), VKH2O_OK);
+            for (uint64_t i = 0; i < 37; i++) {
+                const float x = vkh2o_load_elem(dts[s], a + 1, i), y = vkh2o_load_elem(dts[d], b + 1, i);
+                float want = x;
+                if (dts[d] == VKH2O_DTYPE_F16) want = vkh2o_f16_to_f32(vkh2o_f32_to_f16(x));
+                if (dts[d] == VKH2O_DTYPE_BF16) want = vkh2o_bf16_to_f32(vkh2o_f32_to_bf16(x));
+                if (dts[d] == VKH2O_DTYPE_F8_E4M3) want = vkh2o_f8e4m3_to_f32(vkh2o_f32_to_f8e4m3(x));
+                if (memcmp(&want, &y, 4))
+                    fail_msg("%s -> %s element %u: %g, want %g", vkh2o_dtype_name(dts[s]), vkh2o_dtype_name(dts[d]),
+                             (unsigned)i, (double)y, (double)want);
+            }
+        }
+    }
+    assert_int_equal(vkh2o_dtype_convert(VKH2O_DTYPE_I32, b, VKH2O_DTYPE_F32, src, 1), VKH2O_ERROR_DTYPE);
+    assert_int_equal(vkh2o_dtype_convert(VKH2O_DTYPE_F32, b, VKH2O_DTYPE_UNKNOWN, src, 1), VKH2O_ERROR_DTYPE);
+    assert_int_equal(vkh2o_dtype_convert(VKH2O_DTYPE_F32, NULL, VKH2O_DTYPE_F16, src, 1), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_dtype_convert(VKH2O_DTYPE_F32, NULL, VKH2O_DTYPE_F16, NULL, 0), VKH2O_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -94,6 +162,8 @@ int main(void)
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_f8),
         cmocka_unit_test(test_load_elem),
+        cmocka_unit_test(test_ref_formats),
+        cmocka_unit_test(test_convert),
     };
     return cmocka_run_group_tests_name("dtype", tests, NULL, NULL);
 }

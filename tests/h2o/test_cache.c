@@ -290,10 +290,28 @@ static void test_multi_step_dispatch(void** state)
     vkh2o_cache *c1, *c2;
     assert_int_equal(vkh2o_cache_create(ctx, &d, &c1), VKH2O_OK);
     assert_int_equal(vkh2o_cache_create(ctx, &d, &c2), VKH2O_OK);
+    /* the public views of a run (vkh2o-validate): no time before one, the split in effect, the
+     * pipelines built ahead */
+    assert_true(vkh2o_cache_get_last_run_ms(c1) < 0.0);
+    assert_true(vkh2o_cache_get_last_run_ms(NULL) < 0.0);
+    assert_int_equal(vkh2o_cache_get_steps_per_dispatch(c1), c1->max_steps_per_dispatch);
+    assert_true(vkh2o_cache_get_steps_per_dispatch(c1) >= 1);
+    assert_int_equal(vkh2o_cache_get_steps_per_dispatch(NULL), 0);
+    assert_int_equal(vkh2o_cache_prepare(c2, VKH2O_STEP_MOCK), VKH2O_OK);
+    assert_non_null(c2->step_kernel[1]);
+    assert_int_equal(vkh2o_cache_prepare(NULL, 0), VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_cache_step s = { .flags = VKH2O_STEP_MOCK };
     assert_int_equal(vkh2o_run_cache_steps(c1, &s, 57), VKH2O_OK);
+    if (vkh2o_context_get_caps(ctx)->timestamps)
+        assert_true(vkh2o_cache_get_last_run_ms(c1) >= 0.0);
+    else
+        assert_true(vkh2o_cache_get_last_run_ms(c1) < 0.0);
     s.nsteps = 10;
     assert_int_equal(vkh2o_run_cache_steps(c2, &s, 57), VKH2O_OK);
+    /* a failing run leaves no time behind */
+    vkh2o_cache_step bad = { .layer_first = 9, .flags = VKH2O_STEP_MOCK };
+    assert_int_equal(vkh2o_run_cache_steps(c2, &bad, 1), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_true(vkh2o_cache_get_last_run_ms(c2) < 0.0);
     vkh2o_cache_widths w = vkh2o_cache_get_widths(c1);
     uint32_t cap = vkh2o_cache_get_desc(c1)->capacity;
     for (uint32_t l = 0; l < d.num_layers; l++) {

@@ -273,6 +273,9 @@ static void test_routing_and_bytes(void** state)
                 assert_int_equal(count[b], (b + 1 < nb) ? qc->d.block_size : tokens[di] - b * qc->d.block_size);
             }
             uint32_t th[3], *old = calloc(nb, 4), *want = calloc(nb, 4);
+            assert_int_equal(vkh2o_qcache_routable_blocks(&qc->d, nb), kvq_routable(&qc->d, nb));
+            assert_int_equal(vkh2o_qcache_routable_blocks(&qc->d, nb),
+                             nb > qc->d.sink_blocks + qc->d.recent_blocks ? nb - qc->d.sink_blocks - qc->d.recent_blocks : 0);
             kvq_policy_thresholds((vkh2o_qpolicy)p, kvq_routable(&qc->d, nb), th);
             ref_kvq_route(nb, want_sum, old, qc->d.sink_blocks, qc->d.recent_blocks, th, want);
             for (uint32_t b = 0; b < nb; b++)

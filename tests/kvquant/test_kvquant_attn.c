@@ -131,7 +131,14 @@ static void run_case(const tq_case* tc, uint64_t seed)
             qc->tiles = KVQ_TILES_AUTO;
             assert_int_equal(kvq_plan_attend(qc, &ad, &pl), VKH2O_OK);
             assert_int_equal(pl.tex, wide && vkh2o_cpu_shapes(ctx));
-            qc->read_path = KVQ_READ_TEXEL;
+            /* the public view of the read path agrees with the plan */
+            vkh2o_qread rp = VKH2O_QREAD_AUTO;
+            assert_int_equal(vkh2o_qcache_get_read_path(qc, &rp), VKH2O_OK);
+            assert_int_equal(rp, pl.tex ? VKH2O_QREAD_TEXEL : VKH2O_QREAD_STORAGE);
+            assert_int_equal(vkh2o_qcache_set_read_path(qc, (vkh2o_qread)9), VKH2O_ERROR_INVALID_ARGUMENT);
+            assert_int_equal(vkh2o_qcache_set_read_path(NULL, VKH2O_QREAD_AUTO), VKH2O_ERROR_INVALID_ARGUMENT);
+            assert_int_equal(vkh2o_qcache_set_read_path(qc, VKH2O_QREAD_TEXEL), VKH2O_OK);
+            assert_int_equal(qc->read_path, KVQ_READ_TEXEL);
             if (!wide) {
                 assert_int_equal(vkh2o_run_qcache_attend(qc, qb, out, &ad, NULL), VKH2O_ERROR_UNSUPPORTED);
             }
@@ -141,7 +148,11 @@ static void run_case(const tq_case* tc, uint64_t seed)
             size_t ri = rr % nruns, mode = rr / nruns;
             bool gpu_tiles = mode == (wide ? 2u : 1u);
             qc->tiles = gpu_tiles ? KVQ_TILES_GPU : KVQ_TILES_AUTO;
-            qc->read_path = gpu_tiles ? KVQ_READ_AUTO : mode ? KVQ_READ_TEXEL : KVQ_READ_STORAGE;
+            assert_int_equal(vkh2o_qcache_set_read_path(qc, gpu_tiles ? VKH2O_QREAD_AUTO : mode ? VKH2O_QREAD_TEXEL
+                                                                                          : VKH2O_QREAD_STORAGE), VKH2O_OK);
+            assert_int_equal(qc->read_path, gpu_tiles ? KVQ_READ_AUTO : mode ? KVQ_READ_TEXEL : KVQ_READ_STORAGE);
+            const bool profiled = ri % 2 == 1;
+            vkh2o_qcache_set_profile(qc, profiled);
             vkh2o_qattn_desc ad = { .selector = runs[ri].sel, .budget_blocks = runs[ri].budget, .seed = rseed,
                                     .blocks_per_split = runs[ri].bps };
             vt_poison(out);
@@ -149,9 +160,24 @@ static void run_case(const tq_case* tc, uint64_t seed)
             assert_int_equal(vkh2o_run_qcache_attend(qc, qb, out, &ad, &sel_tokens), VKH2O_OK);
             vt_download_f32(out, got, (size_t)H * dv);
             vt_check_guard(out, sizeof(float) * H * dv);
-            /* the selection, exactly */
+            /* its GPU times: the whole, and the passes (inside it) only when profiled */
+            vkh2o_qattn_timings tm;
+            vkh2o_qcache_get_last_attend_timings(qc, &tm);
+            if (vkh2o_context_get_caps(ctx)->timestamps) {
+                assert_true(tm.total_ms >= 0.0);
+                double sum = 0;
+                for (uint32_t k = 0; k < VKH2O_QATTN_PASSES; k++) {
+                    assert_true(profiled ? tm.pass_ms[k] >= 0.0 : tm.pass_ms[k] < 0.0);
+                    sum += profiled ? tm.pass_ms[k] : 0.0;
+                }
+                assert_true(sum <= tm.total_ms + 1e-3);
+            }
+            /* the selection, exactly (read through the public vkh2o_qcache_read_selection) */
             uint32_t* gl = malloc(4ull * (nb + 1));
-            assert_int_equal(vkh2o_buffer_download(qc->list, 0, gl, 4ull * (nb + 1)), VKH2O_OK);
+            assert_int_equal(vkh2o_qcache_read_selection(qc, gl + 1, &gl[0]), VKH2O_OK);
+            uint32_t only_count = UINT32_MAX;
+            assert_int_equal(vkh2o_qcache_read_selection(qc, NULL, &only_count), VKH2O_OK);
+            assert_int_equal(only_count, gl[0]);
             uint32_t* wl = malloc(4ull * (nb + 1));
             uint32_t wn = ref_kvq_select(nb, s.prec, qc->d.sink_blocks, qc->d.recent_blocks, (int)ad.selector, ad.budget_blocks,
                                          ad.selector == VKH2O_QSELECT_QUEST ? fk_quest : fk_score, uk, wl);

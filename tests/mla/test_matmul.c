@@ -161,8 +161,13 @@ static uint32_t run_case_x(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_
     }
 
     memcpy(ref, y0, ny * sizeof(float));
-    if (sc) ref_matmul_fp8(wh, sc, w_rows, w_cols, x, ref, a);
-    else ref_matmul(dt, wh, w_rows, w_cols, x, ref, a);
+    const ref_matmul_args ra = { .M = a->M, .N = a->N, .K = a->K, .batch = a->batch, .x_stride = a->x_stride,
+                                 .y_stride = a->y_stride, .x_batch_stride = a->x_batch_stride,
+                                 .y_batch_stride = a->y_batch_stride, .w_batch_stride = a->w_batch_stride,
+                                 .w_row_offset = a->w_row_offset, .w_transposed = a->w_transposed,
+                                 .accumulate = a->accumulate, .alpha = a->alpha };
+    if (sc) ref_matmul_fp8(wh, sc, w_rows, w_cols, x, ref, &ra);
+    else ref_matmul(dt, wh, w_rows, w_cols, x, ref, &ra);
     double* tol = elementwise_bounds(dt, wh, w_cols, x, y0, ny, a);
     vkh2o_buffer* xb = NULL;
     if (x_tight) assert_int_equal(vkh2o_buffer_create(ctx, (x_off + nx) * sizeof(float), &xb), VKH2O_OK);

@@ -113,12 +113,23 @@ static void run_layer(const vkh2o_mla_config* cfg, vkh2o_dtype dt, uint32_t S, u
     vt_assert_nmse("  scores", sc, sref, S, score_bound);
     check_sum(sc, S, H);
 
-    /* the state the cache work reads: q, k, v, c_kv, k_pe of this forward */
+    /* the state the cache work reads: q, k, v, c_kv, k_pe of this forward; the cache rows
+     * through the public vkh2o_mla_layer_get_kv_rows, q through the private state */
     const vkh2o_mla_state* st = vkh2o_mla_layer_state(f.layer);
+    vkh2o_buffer *ek = NULL, *ev = NULL, *lc = NULL, *lp = NULL, *dk = NULL, *dvb = NULL;
+    assert_int_equal(vkh2o_mla_layer_get_kv_rows(f.layer, VKH2O_LAYOUT_EXPANDED, &ek, &ev), VKH2O_OK);
+    assert_int_equal(vkh2o_mla_layer_get_kv_rows(f.layer, VKH2O_LAYOUT_LATENT, &lc, &lp), VKH2O_OK);
+    assert_int_equal(vkh2o_mla_layer_get_kv_rows(f.layer, VKH2O_LAYOUT_DEFAULT, &dk, &dvb), VKH2O_OK);
+    assert_ptr_equal(dk, ek);
+    assert_ptr_equal(dvb, ev);
+    assert_int_equal(vkh2o_mla_layer_get_kv_rows(f.layer, (vkh2o_kv_layout)7, &dk, &dvb), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_mla_layer_get_kv_rows(NULL, VKH2O_LAYOUT_LATENT, &dk, &dvb), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_mla_layer_get_kv_rows(f.layer, VKH2O_LAYOUT_LATENT, NULL, &dvb), VKH2O_ERROR_INVALID_ARGUMENT);
     struct { vkh2o_buffer* b; const float* r; size_t n; const char* name; } chk[] = {
-        { st->q, parts.q, (size_t)S * H * qk, "  state q" },     { st->k, parts.k, (size_t)S * H * qk, "  state k" },
-        { st->v, parts.v, (size_t)S * H * dv, "  state v" },     { st->ckv, parts.ckv, (size_t)S * cfg->kv_lora_rank, "  state ckv" },
-        { st->kpe, parts.kpe, (size_t)S * cfg->qk_rope_head_dim, "  state kpe" },
+        { st->q, parts.q, (size_t)S * H * qk, "  state q" },     { ek, parts.k, (size_t)S * H * qk, "  kv rows: expanded K" },
+        { ev, parts.v, (size_t)S * H * dv, "  kv rows: expanded V" },
+        { lc, parts.ckv, (size_t)S * cfg->kv_lora_rank, "  kv rows: latent c_kv" },
+        { lp, parts.kpe, (size_t)S * cfg->qk_rope_head_dim, "  kv rows: latent k_pe" },
     };
     for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++) {
         float* g = malloc(chk[i].n * 4);

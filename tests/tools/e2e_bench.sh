@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # vkh2o-bench --quick: runs, prints well-formed JSON whose rows all name matmul or forward,
-# --read adds the bandwidth rows, and a bad flag exits 2 with a message.
+# --read adds the bandwidth rows, --topk the top-k rows, and a bad flag exits 2 with a message.
 set -euo pipefail
 bin=${1:-${VKH2O_BUILD_DIR:-.}}
 bench="$bin/vkh2o-bench"
@@ -30,6 +30,11 @@ grep '"median_ms":' "$tmp/out.json" | grep -q -E ':[[:space:]]*0,' && fail "a me
 "$bench" --quick --runs 2 --read > "$tmp/out.txt" || fail "vkh2o-bench --read exited $?"
 grep -q "read .*storage buffer.*GB/s" "$tmp/out.txt" || fail "no storage read row"
 grep -q "read .*texel buffer.*GB/s" "$tmp/out.txt" || fail "no texel read row"
+
+# --topk: the standalone top-k rows, both read forms, kept sets checked (exit 0 only then)
+"$bench" --quick --runs 2 --topk 5000 > "$tmp/topk.txt" || fail "vkh2o-bench --topk exited $?"
+grep -q "topk 5000 scores, k=156, storage reads, kept set checked" "$tmp/topk.txt" || fail "no storage top-k row"
+grep -q "topk 5000 scores, k=156, \[texel view\], kept set checked.*the storage form" "$tmp/topk.txt" || fail "no texel top-k row"
 
 set +e
 "$bench" --frobnicate > "$tmp/bad.out" 2> "$tmp/bad.err"; rc=$?

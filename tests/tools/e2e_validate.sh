@@ -56,10 +56,6 @@ has "$TMP/mem.txt" "0.21 GB"
 has "$TMP/mem.txt" "10.28 GB"
 has "$TMP/mem.txt" "2.303 GB"
 
-# ---- top-k benchmark (small) ----
-"$TOOL" --bench-topk 5000 > "$TMP/t.txt"
-has "$TMP/t.txt" "[topk] PASS"
-
 # ---- bad flags ----
 set +e
 "$TOOL" --policy lru > "$TMP/o" 2> "$TMP/e"; rc=$?

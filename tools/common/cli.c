@@ -1,9 +1,11 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +35,20 @@ int cli_flag_u32(const char* tool, int argc, char** argv, int* i, const char* fl
         return -1;
     ++*i;
     return 1;
+}
+
+bool cli_no_repeats(const char* tool, int argc, char** argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) != 0)
+            continue;
+        for (int j = 1; j < i; j++)
+            if (!strcmp(argv[i], argv[j])) {
+                fprintf(stderr, "%s: %s given twice\n", tool, argv[i]);
+                return false;
+            }
+    }
+    return true;
 }
 
 bool cli_parse_u32(const char* tool, const char* flag, const char* s, uint32_t lo, uint32_t hi, uint32_t* out)
@@ -99,4 +115,53 @@ void cli_log(vkh2o_log_level level, const char* message, void* user_data)
     if (level >= VKH2O_LOG_WARNING)
         fprintf(stderr, "%s: %s%s\n", user_data ? (const char*)user_data : "vkh2o",
                 level == VKH2O_LOG_ERROR ? "error: " : "warning: ", message);
+}
+
+bool cli_check_device(const char* tool, int argc, char** argv, uint32_t index)
+{
+    bool given = false;
+    for (int i = 1; i < argc; i++)
+        given = given || !strcmp(argv[i], "--device");
+    if (!given)
+        return true;
+    uint32_t n = 0;
+    if (vkh2o_enumerate_devices(NULL, 0, &n) != VKH2O_OK)
+        n = 0;
+    if (index >= n) {
+        fprintf(stderr, "%s: --device %u: the Vulkan loader lists %u device%s (see vkh2o-info)\n", tool, index, n,
+                n == 1 ? "" : "s");
+        return false;
+    }
+    return true;
+}
+
+static int cmp_double(const void* a, const void* b)
+{
+    const double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+double cli_median(double* v, uint32_t n)
+{
+    if (n == 0)
+        return 0.0;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void cli_config_path(const char* weights, const char* config, char* out, size_t cap)
+{
+    struct stat st;
+    if (config) {
+        snprintf(out, cap, "%s", config);
+        return;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", weights);
+    if (stat(weights, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(out, cap, "%s/config.json", weights);
+    else
+        snprintf(out, cap, "%s/config.json", dirname(tmp));
+    if (stat(out, &st) != 0)
+        out[0] = 0;
 }

@@ -16,6 +16,10 @@ bool cli_parse_f64(const char* tool, const char* flag, const char* s, double lo,
  * integer in [lo, hi] (the message is printed). */
 int cli_flag_u32(const char* tool, int argc, char** argv, int* i, const char* flag, uint32_t lo, uint32_t hi, uint32_t* out);
 
+/* Refuses a flag given twice (any argument starting with "--" that an earlier one equals):
+ * prints "<tool>: <flag> given twice" and returns false. Call before parsing. */
+bool cli_no_repeats(const char* tool, int argc, char** argv);
+
 /* Progress on a terminal: "label  123/1000  456.7/s  ETA 0:02" redrawn in place on stderr,
  * only when stderr is a terminal and not quiet; silent otherwise. */
 typedef struct cli_progress {
@@ -29,6 +33,13 @@ void cli_progress_begin(cli_progress* p, const char* label, uint64_t total, bool
 void cli_progress_update(cli_progress* p, uint64_t done);
 void cli_progress_end(cli_progress* p);
 
+/* The median of v[0..n) (sorts v; the mean of the middle two when n is even; 0 when n is 0). */
+double cli_median(double* v, uint32_t n);
+
+/* The config.json a run uses: --config when given, else config.json beside the weights (in the
+ * directory, or beside the file) when it exists, else "" (the Kimi K2.6 defaults). */
+void cli_config_path(const char* weights, const char* config, char* out, size_t cap);
+
 /* Monotonic seconds. */
 double cli_now(void);
 
@@ -36,5 +47,9 @@ double cli_now(void);
  * (user_data is the tool name). */
 #include "vkh2o.h"
 void cli_log(vkh2o_log_level level, const char* message, void* user_data);
+/* When argv has --device, its value `index` must name a device the loader lists: else prints
+ * "<tool>: --device N: ..." and returns false (before a context is made, so that no second
+ * message comes from the context). */
+bool cli_check_device(const char* tool, int argc, char** argv, uint32_t index);
 
 #endif

@@ -1,10 +1,8 @@
-/* The H2O step of vkh2o-demo on the GPU: exact top-k of the prefill attention mass over the
- * middle tokens (shaders/h2o/topk.comp), then a stable gather of the kept K/V rows of the chosen
- * layout into fp16 cache storage (shaders/h2o/compact.comp), each timed on its own. */
+/* The H2O step of vkh2o-demo on the GPU, through the public cache API: the prefill of a cache
+ * runs the exact top-k of the attention mass over the middle tokens, then a stable gather of
+ * the kept rows of the chosen layout into fp16 cache storage. */
 #include "demo_h2o.h"
-#include "cache_internal.h"
 #include "cli.h"
-#include "mla_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,95 +46,61 @@ int demo_h2o_run(vkh2o_context* ctx, vkh2o_mla_layer* layer, const vkh2o_mla_con
 {
     memset(res, 0, sizeof *res);
     int rc = -1;
-    const vkh2o_mla_state* ms = vkh2o_mla_layer_state(layer);
-    vkh2o_buffer *mass = NULL, *idx = NULL, *work = NULL, *a_out = NULL, *b_out = NULL, *pos = NULL;
+    vkh2o_cache* cache = NULL;
+    vkh2o_buffer *mass = NULL, *a = NULL, *b = NULL;
     uint32_t* kept = NULL;
-    uint32_t begin = n_sink < S ? n_sink : S;
+    const uint32_t begin = n_sink < S ? n_sink : S;
     uint32_t end = S > n_recent ? S - n_recent : 0;
     if (end < begin)
         end = begin;
-    /* rows of the two cache tensors per token (floats), from the layer's last forward */
-    bool latent = layout == DEMO_LAYOUT_LATENT;
-    uint32_t a_w = latent ? ms->kv_lora : ms->heads * (ms->nope + ms->rope);
-    uint32_t b_w = latent ? ms->rope : ms->heads * ms->v_dim;
-    vkh2o_buffer* a_src = latent ? ms->ckv : ms->k;
-    vkh2o_buffer* b_src = latent ? ms->kpe : ms->v;
-    (void)cfg;
-
-    if (vkh2o_buffer_create(ctx, (uint64_t)S * 4, &mass) || vkh2o_buffer_create(ctx, (uint64_t)S * 4, &idx) ||
-        vkh2o_buffer_create(ctx, vkh2o_topk_work_bytes(end - begin), &work) ||
-        vkh2o_buffer_create(ctx, (uint64_t)S * a_w * 2, &a_out) || vkh2o_buffer_create(ctx, (uint64_t)S * b_w * 2, &b_out) ||
-        vkh2o_buffer_create(ctx, (uint64_t)S * 4, &pos))
-        FAIL("cannot allocate the KV cache on the device: %s", vkh2o_last_error(ctx));
-    if (vkh2o_buffer_upload(mass, 0, score, (uint64_t)S * 4))
+    const bool latent = layout == DEMO_LAYOUT_LATENT;
+    const uint64_t cap = (uint64_t)n_sink + budget + n_recent;
+    if (cap + 1 > UINT32_MAX)
+        FAIL("--n-sink + --budget + --n-recent = %llu: too large", (unsigned long long)cap);
+    vkh2o_cache_desc d = {
+        .num_heads = cfg->num_heads, .qk_nope_dim = cfg->qk_nope_head_dim, .qk_rope_dim = cfg->qk_rope_head_dim,
+        .v_dim = cfg->v_head_dim, .kv_lora_rank = cfg->kv_lora_rank,
+        .layout = latent ? VKH2O_LAYOUT_LATENT : VKH2O_LAYOUT_EXPANDED, .storage = VKH2O_DTYPE_F16,
+        .n_sink = n_sink, .budget = budget, .n_recent = n_recent,
+        .capacity = cap + 1 > S ? (uint32_t)cap + 1 : S, .max_prefill = S,
+    };
+    vkh2o_result r;
+    if ((r = vkh2o_cache_create(ctx, &d, &cache)) != VKH2O_OK)
+        FAIL("cannot create the KV cache: %s", vkh2o_last_error(ctx));
+    if (vkh2o_buffer_create(ctx, (uint64_t)S * 4, &mass) || vkh2o_buffer_upload(mass, 0, score, (uint64_t)S * 4))
         FAIL("upload of the attention mass failed: %s", vkh2o_last_error(ctx));
-
-    vkh2o_topk_args t = { .scores = vkh2o_bind(mass), .scores_buffer = mass, .n = S, .begin = begin, .end = end, .k = budget,
-                          .out = vkh2o_bind(idx), .work = vkh2o_bind(work) };
-    uint32_t count = vkh2o_topk_count(&t);
-    vkh2o_compact_args ga = { .idx = vkh2o_bind(idx), .count = count, .src = vkh2o_bind_range(a_src, 0, (uint64_t)S * a_w * 4),
-                              .dst = vkh2o_bind(a_out), .row_words = a_w / 2, .src_stride = a_w, .dst_stride = a_w / 2,
-                              .mode = VKH2O_COMPACT_F32_TO_F16 };
-    vkh2o_compact_args gb = ga;
-    gb.src = vkh2o_bind_range(b_src, 0, (uint64_t)S * b_w * 4);
-    gb.dst = vkh2o_bind(b_out);
-    gb.row_words = b_w / 2;
-    gb.src_stride = b_w;
-    gb.dst_stride = b_w / 2;
-    vkh2o_compact_args gp = { .idx = vkh2o_bind(idx), .count = count, .src = vkh2o_bind(mass), .dst = vkh2o_bind(pos),
-                              .row_words = 1, .src_stride = 1, .dst_stride = 1, .mode = VKH2O_COMPACT_POSITIONS };
-
+    if (vkh2o_mla_layer_get_kv_rows(layer, d.layout, &a, &b))
+        FAIL("%s", vkh2o_last_error(ctx));
+    const vkh2o_cache_prefill p = { .seq_len = S, .a = a, .b = b, .mass = mass };
     /* twice: lavapipe compiles a pipeline variant inside its first submission, so the first
      * pass is a warm-up and the second is timed */
     for (int pass = 0; pass < 2; pass++) {
-        VkCommandBuffer cb;
-        double w0 = cli_now(), w1;
-        if (vkh2o_begin(ctx, &cb))
-            FAIL("%s", vkh2o_last_error(ctx));
-        uint32_t ts0 = vkh2o_timestamp(ctx, cb);
-        vkh2o_result r = vkh2o_cmd_topk(ctx, cb, &t);
-        vkh2o_barrier(ctx, cb);
-        uint32_t ts1 = vkh2o_timestamp(ctx, cb);
-        if (!r)
-            r = vkh2o_cmd_compact(ctx, cb, &ga);
-        if (!r)
-            r = vkh2o_cmd_compact(ctx, cb, &gb);
-        if (!r)
-            r = vkh2o_cmd_compact(ctx, cb, &gp);
-        vkh2o_barrier(ctx, cb);
-        uint32_t ts2 = vkh2o_timestamp(ctx, cb);
-        vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
-        w1 = cli_now();
-        if (r || r2)
-            FAIL("H2O selection on the device failed: %s", vkh2o_last_error(ctx));
-        res->select_ms = vkh2o_timestamp_ms(ctx, ts0, ts1);
-        res->compact_ms = vkh2o_timestamp_ms(ctx, ts1, ts2);
-        if (res->select_ms < 0 || res->compact_ms < 0) {   /* no timestamps: the wall time of both */
-            res->select_ms = (w1 - w0) * 1e3;
-            res->compact_ms = 0;
-        }
+        const double w0 = cli_now();
+        if (vkh2o_run_cache_prefill(cache, &p))
+            FAIL("H2O prefill of the KV cache failed: %s", vkh2o_last_error(ctx));
+        res->prefill_ms = vkh2o_cache_get_last_run_ms(cache);
+        if (res->prefill_ms < 0)
+            res->prefill_ms = (cli_now() - w0) * 1e3;
     }
-    kept = malloc((count ? count : 1) * sizeof *kept);
-    if (!kept || vkh2o_buffer_download(pos, 0, kept, (uint64_t)count * 4))
-        FAIL("reading the kept positions back failed");
+    kept = malloc((size_t)d.capacity * sizeof *kept);
+    vkh2o_cache_snapshot snap = { .positions = kept };
+    if (!kept || vkh2o_cache_read_snapshot(cache, 0, &snap))
+        FAIL("reading the kept positions back failed: %s", kept ? vkh2o_last_error(ctx) : "out of host memory");
     for (uint32_t i = 0; i < S; i++)
         cat[i] = DEMO_EVICTED;
-    for (uint32_t r3 = 0; r3 < count; r3++) {
-        uint32_t p = kept[r3];
-        if (p >= S || (r3 && p <= kept[r3 - 1]))
-            FAIL("the device returned kept positions out of order (%u after %u)", p, r3 ? kept[r3 - 1] : 0);
-        cat[p] = p < begin ? DEMO_SINK : p >= end ? DEMO_RECENT : DEMO_HEAVY;
+    for (uint32_t i = 0; i < snap.len; i++) {
+        uint32_t q = kept[i];
+        if (q >= S || (i && q <= kept[i - 1]))
+            FAIL("the device returned kept positions out of order (%u after %u)", q, i ? kept[i - 1] : 0);
+        cat[q] = q < begin ? DEMO_SINK : q >= end ? DEMO_RECENT : DEMO_HEAVY;
     }
-    res->bytes_before = (uint64_t)S * (a_w + b_w) * 2;
-    res->bytes_after = (uint64_t)count * (a_w + b_w) * 2;
+    const vkh2o_cache_widths w = vkh2o_cache_get_widths(cache);
+    res->bytes_before = (uint64_t)S * (w.a_width + w.b_width) * 2;
+    res->bytes_after = (uint64_t)snap.len * (w.a_width + w.b_width) * 2;
     rc = 0;
 done:
     free(kept);
     vkh2o_buffer_destroy(mass);
-    vkh2o_buffer_destroy(idx);
-    vkh2o_buffer_destroy(work);
-    vkh2o_buffer_destroy(a_out);
-    vkh2o_buffer_destroy(b_out);
-    vkh2o_buffer_destroy(pos);
+    vkh2o_cache_destroy(cache);
     return rc;
 }

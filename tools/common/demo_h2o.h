@@ -8,7 +8,8 @@ typedef enum demo_layout { DEMO_LAYOUT_EXPANDED = 0, DEMO_LAYOUT_LATENT = 1 } de
 typedef enum demo_category { DEMO_SINK = 0, DEMO_RECENT = 1, DEMO_HEAVY = 2, DEMO_EVICTED = 3 } demo_category;
 
 typedef struct demo_h2o_result {
-    double select_ms, compact_ms;          /* GPU time (wall time where there are no timestamps) */
+    double prefill_ms;                     /* the cache prefill (top-k of the mass + gather of the
+                                              kept rows): GPU time, wall time without timestamps */
     uint64_t bytes_before, bytes_after;    /* KV-cache bytes of the chosen layout, fp16 storage */
 } demo_h2o_result;
 
@@ -18,9 +19,10 @@ typedef struct demo_h2o_result {
 void demo_h2o_select_cpu(const float* score, uint32_t S, uint32_t n_sink, uint32_t budget, uint32_t n_recent,
                          demo_category* cat);
 
-/* GPU: builds a KV cache of `layout` from the layer's last forward (K/V or c_kv/k_pe of its S
- * tokens) with the attention mass as the scores, evicts once down to n_sink + budget + n_recent,
- * reads the kept positions back and fills cat. Returns 0, or prints an error and returns -1. */
+/* GPU, through the public cache API: a KV cache of `layout` (fp16) is prefilled from the layer's
+ * last forward (its K/V or c_kv/k_pe rows, vkh2o_mla_layer_get_kv_rows) with the attention mass
+ * as the scores, evicting once down to n_sink + budget + n_recent; the kept positions are read
+ * back into cat. Returns 0, or prints an error and returns -1. */
 int demo_h2o_run(vkh2o_context* ctx, vkh2o_mla_layer* layer, const vkh2o_mla_config* cfg, const float* score, uint32_t S,
                  uint32_t n_sink, uint32_t budget, uint32_t n_recent, demo_layout layout, demo_category* cat,
                  demo_h2o_result* res);

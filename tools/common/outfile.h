@@ -1,21 +1,48 @@
-/* Output files written atomically: to "<path>.tmp.<pid>", renamed over path when complete,
- * removed on failure, so a failed run never leaves a half-written file. Refuses a path that
- * is one of the run's input files. */
+/* The tools' files: inputs checked before any work, and outputs written all together at the
+ * end of a run. Every output goes to "<path>.tmp.<pid>" first; only when the whole run has
+ * succeeded are they all renamed into place, so a run that fails leaves none of its outputs
+ * behind (and never a half-written one). Messages name the flag and the path. */
 #ifndef VKH2O_OUTFILE_H
 #define VKH2O_OUTFILE_H
 #include <stdbool.h>
 #include <stdio.h>
 
+/* An input given with flag: it must exist and be readable, and be a regular file (or, with
+ * dir_ok, a directory). Returns 0 when it is; otherwise prints "<tool>: <flag> <path>: <reason>"
+ * and returns the exit status: 1 (a file problem). */
+int cli_check_input(const char* tool, const char* flag, const char* path, bool dir_ok);
+/* An output given with flag, before any work: its directory must exist and be writable, and the
+ * path, if it exists, must be a regular file that is none of the n inputs (NULL entries are
+ * skipped) nor an earlier output of the same run (outs, given with out_flags; n_outs of them).
+ * Returns 0 when so; otherwise prints the reason naming the flag (and the other output's) and
+ * returns the exit status: 2 for a path that names an input or another output (bad usage), 1 for
+ * a file problem (no such directory, not writable, not a regular file). */
+int cli_check_output(const char* tool, const char* flag, const char* path, const char* const* inputs, int n,
+                      const char* const* outs, const char* const* out_flags, int n_outs);
+/* True when a and b name the same existing file (same device and inode). */
+bool same_file(const char* a, const char* b);
+
+#define OUTSET_MAX 8
 typedef struct outfile {
-    FILE* f;
+    FILE* f;             /* NULL for a file its writer creates itself (outset_reserve) */
     char path[4096];
     char tmp[4200];
 } outfile;
 
-/* Opens the temporary file. Prints "<tool>: <path>: <reason>" and returns false on failure. */
-bool outfile_open(outfile* o, const char* tool, const char* path);
-/* Closes and renames (ok = true) or removes (ok = false); false if the close/rename failed. */
-bool outfile_close(outfile* o, const char* tool, bool ok);
-/* True when a and b name the same existing file (same device and inode). */
-bool same_file(const char* a, const char* b);
+typedef struct outset {
+    const char* tool;
+    int n;
+    bool failed;         /* a temp could not be opened or written */
+    outfile o[OUTSET_MAX];
+} outset;
+
+void outset_init(outset* s, const char* tool);
+/* The temporary file of output path, open for writing; NULL (message printed) on failure. */
+FILE* outset_open(outset* s, const char* path);
+/* The temporary name of output path, for a writer that creates the file itself (it must not
+ * rename it); NULL on failure. */
+const char* outset_reserve(outset* s, const char* path);
+/* Ends the run's outputs: with ok and every write successful, renames all of them into place
+ * and returns true; otherwise removes every temporary and returns false. */
+bool outset_commit(outset* s, bool ok);
 #endif

@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# Every bad flag of every tool refused (issue 12, item 4), table-driven: for each flag of
+# vkh2o-demo, -validate, -quant, -bench, -info and -mkshard, the bad values its kind admits
+# (missing, non-numeric, negative, zero, huge, out of range, repeated; bad choices; non-existent,
+# unreadable, directory and special-file inputs; outputs that cannot be written, name an input
+# or another output; budgets larger than the sequence; sequence lengths 0 and 1), plus unknown
+# flags and stray arguments. Every case must:
+#   - exit non-zero (and not by the timeout),
+#   - print exactly one line on stderr, naming the flag,
+#   - leave no file behind (the output directory stays empty, no temporary anywhere),
+#   - modify no input (checksums of every input file before and after).
+# Cases that need an unprivileged user (unreadable input, unwritable directory) run as nobody
+# through setpriv when the test runs as root, and are skipped (and counted) when that is not
+# possible. The per-tool counts are printed at the end.
+set -uo pipefail
+bin=${1:-${VKH2O_BUILD_DIR:-.}}
+bin=$(cd "$bin" && pwd)
+T=$(mktemp -d "$bin/e2e_bad_flags.XXXXXX")
+chmod 755 "$T"
+trap 'chmod -R u+rwx "$T" 2>/dev/null; rm -rf "$T"' EXIT
+IN=$T/in
+OUT=$T/out
+mkdir -p "$IN" "$OUT"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# ---- inputs ----
+"$bin/vkh2o-mkshard" --out "$IN/tiny.safetensors" --preset tiny --quiet || fail "mkshard of the input shard"
+CFG=$IN/config.json
+W=$IN/tiny.safetensors
+mkdir "$IN/adir" "$IN/rodir"
+chmod 555 "$IN/rodir"
+mkfifo "$IN/fifo"
+echo secret > "$IN/noread"
+chmod 000 "$IN/noread"
+NOFILE=$IN/does-not-exist
+NODIR=$OUT/no-such-dir/x
+
+# unprivileged runs: as nobody when root (root reads and writes through any mode bits)
+ASUSER=()
+unpriv=1
+if [ "$(id -u)" = 0 ]; then
+    if command -v setpriv > /dev/null && setpriv --reuid=65534 --regid=65534 --clear-groups true 2> /dev/null; then
+        ASUSER=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+        chmod 777 "$OUT"
+    else
+        unpriv=0
+    fi
+fi
+
+sums() { find "$IN" -type f -perm -u=r ! -name noread -exec md5sum {} + | sort; }
+BEFORE=$(sums)
+declare -A COUNT SKIP
+
+# case TOOL FLAG [--user] ARGS...: run TOOL ARGS in $OUT and check the four properties
+case_() {
+    local tool=$1 flag=$2
+    shift 2
+    local runner=()
+    if [ "${1:-}" = --user ]; then
+        shift
+        if [ $unpriv = 0 ]; then
+            SKIP[$tool]=$(( ${SKIP[$tool]:-0} + 1 ))
+            return
+        fi
+        runner=("${ASUSER[@]}")
+    fi
+    local rc=0
+    (cd "$OUT" && VKH2O_CACHE_DIR="$T/cache" timeout 120 "${runner[@]}" "$bin/$tool" "$@" > "$T/stdout" 2> "$T/stderr") || rc=$?
+    local what="$tool $*"
+    [ $rc -ne 0 ] || fail "$what: exit 0"
+    [ $rc -ne 124 ] || fail "$what: timed out"
+    local lines
+    lines=$(grep -c '' "$T/stderr")
+    [ "$lines" -eq 1 ] || { cat "$T/stderr" >&2; fail "$what: $lines lines on stderr, expected 1"; }
+    grep -qF -- "$flag" "$T/stderr" || { cat "$T/stderr" >&2; fail "$what: the message does not name $flag"; }
+    [ -z "$(ls -A "$OUT")" ] || { ls -la "$OUT" >&2; fail "$what: left files in the output directory"; }
+    if find "$T" -name '*.tmp.*' | grep -q .; then fail "$what: left a temporary file"; fi
+    [ ! -e "$T/cache" ] || fail "$what: made the synthetic shard"
+    [ "$(sums)" = "$BEFORE" ] || fail "$what: modified an input"
+    COUNT[$tool]=$(( ${COUNT[$tool]:-0} + 1 ))
+}
+
+# num TOOL FLAG LO HI BASE...: the integer cases of FLAG (range [LO, HI]) after BASE args
+num() {
+    local tool=$1 flag=$2 lo=$3 hi=$4
+    shift 4
+    case_ "$tool" "$flag" "$@" "$flag"                       # missing value
+    case_ "$tool" "$flag" "$@" "$flag" abc                   # non-numeric
+    case_ "$tool" "$flag" "$@" "$flag" 12x                   # trailing garbage
+    case_ "$tool" "$flag" "$@" "$flag" ""                    # empty
+    case_ "$tool" "$flag" "$@" "$flag" -1                    # negative
+    case_ "$tool" "$flag" "$@" "$flag" 99999999999999999999999   # huge
+    [ "$hi" = max ] || case_ "$tool" "$flag" "$@" "$flag" $((hi + 1))   # above the range
+    [ "$lo" -eq 0 ] || case_ "$tool" "$flag" "$@" "$flag" $((lo - 1))   # below it (0 when lo = 1)
+    case_ "$tool" "$flag" "$@" "$flag" "$lo" "$flag" "$lo"   # repeated
+}
+# choice TOOL FLAG GOOD BASE...: a value not among the choices, missing, repeated
+choice() {
+    local tool=$1 flag=$2 good=$3
+    shift 3
+    case_ "$tool" "$flag" "$@" "$flag"
+    case_ "$tool" "$flag" "$@" "$flag" no-such-choice
+    case_ "$tool" "$flag" "$@" "$flag" "$good" "$flag" "$good"
+}
+# input TOOL FLAG DIR_OK BASE...: input path cases
+input() {
+    local tool=$1 flag=$2 dir_ok=$3
+    shift 3
+    case_ "$tool" "$flag" "$@" "$flag"
+    case_ "$tool" "$flag" "$@" "$flag" "$NOFILE"
+    case_ "$tool" "$flag" "$@" "$flag" ""
+    [ "$dir_ok" = 1 ] || case_ "$tool" "$flag" "$@" "$flag" "$IN/adir"
+    [ "$dir_ok" = 0 ] || case_ "$tool" "$flag" "$@" "$flag" "$IN/adir"   # an empty directory is no checkpoint
+    case_ "$tool" "$flag" "$@" "$flag" /dev/null
+    case_ "$tool" "$flag" "$@" "$flag" "$IN/fifo"
+    case_ "$tool" "$flag" --user "$@" "$flag" "$IN/noread"
+}
+# output TOOL FLAG INPUT BASE...: output path cases (INPUT: an input of the run it must not name);
+# one more output that is fine (OKFLAG OKPATH, may be empty) shows that a refused output keeps the
+# others from being written as well
+output() {
+    local tool=$1 flag=$2 inp=$3 okflag=$4
+    shift 4
+    local ok=()
+    [ -z "$okflag" ] || ok=("$okflag" "$OUT/fine.out")
+    case_ "$tool" "$flag" "$@" "$flag"
+    case_ "$tool" "$flag" "$@" "${ok[@]}" "$flag" "$NODIR"
+    case_ "$tool" "$flag" "$@" "${ok[@]}" "$flag" "$IN/adir"
+    case_ "$tool" "$flag" "$@" "${ok[@]}" "$flag" /dev/null
+    case_ "$tool" "$flag" "$@" "${ok[@]}" "$flag" "$IN/fifo"
+    case_ "$tool" "$flag" "$@" "${ok[@]}" "$flag" ""
+    [ -z "$inp" ] || case_ "$tool" "$flag" "$@" "${ok[@]}" "$flag" "$inp"
+    [ -z "$okflag" ] || case_ "$tool" "$flag" "$@" "$okflag" "$OUT/same" "$flag" "$OUT/same"
+    case_ "$tool" "$flag" --user "$@" "${ok[@]}" "$flag" "$IN/rodir/x"
+    case_ "$tool" "$flag" "$@" "$flag" "$OUT/a" "$flag" "$OUT/b"
+}
+common() {   # unknown flags, stray arguments
+    local tool=$1
+    shift
+    case_ "$tool" --frobnicate "$@" --frobnicate
+    case_ "$tool" --frobnicate "$@" --frobnicate 3
+    case_ "$tool" stray "$@" stray
+}
+
+# ---- vkh2o-demo (always given --weights: no synthetic shard is ever made) ----
+D=(--weights "$W" --runs 1)
+for f in --layer; do num vkh2o-demo $f 0 100000 "${D[@]}"; done
+num vkh2o-demo --seq-len 1 1048576 "${D[@]}"
+num vkh2o-demo --budget 0 16777216 "${D[@]}"
+case_ vkh2o-demo --budget "${D[@]}" --budget 0
+num vkh2o-demo --n-sink 0 16777216 "${D[@]}"
+num vkh2o-demo --n-recent 0 16777216 "${D[@]}"
+num vkh2o-demo --device 0 63 "${D[@]}"
+case_ vkh2o-demo --device "${D[@]}" --device 9
+num vkh2o-demo --seed 0 max "${D[@]}"
+num vkh2o-demo --runs 1 1000 --weights "$W"
+choice vkh2o-demo --layout latent "${D[@]}"
+input vkh2o-demo --weights 1 --runs 1
+input vkh2o-demo --config 0 "${D[@]}"
+input vkh2o-demo --input 0 "${D[@]}"
+case_ vkh2o-demo --input "${D[@]}" --input "$W"            # a safetensors without hidden_states
+case_ vkh2o-demo --cache-dir --cache-dir "$W" --runs 1
+case_ vkh2o-demo --cache-dir "${D[@]}" --cache-dir
+for f in --csv --json --out --plot; do
+    ok=--csv; [ $f != --csv ] || ok=--plot
+    output vkh2o-demo $f "$W" $ok "${D[@]}" --config "$CFG"
+done
+case_ vkh2o-demo --csv "${D[@]}" --config "$CFG" --csv "$CFG"
+case_ vkh2o-demo --seq-len "${D[@]}" --csv "$OUT/ok.csv" --json "$OUT/ok.json" --seq-len 1    # fails after loading
+case_ vkh2o-demo --budget "${D[@]}" --csv "$OUT/ok.csv" --seq-len 8 --budget 9               # budget > sequence
+for f in --check --quiet --normed-input; do case_ vkh2o-demo $f "${D[@]}" $f $f; done
+common vkh2o-demo "${D[@]}"
+
+# ---- vkh2o-validate ----
+V=(--steps 100 --quiet)
+num vkh2o-validate --steps 2 100000000
+num vkh2o-validate --budget 0 16777216 "${V[@]}"
+case_ vkh2o-validate --budget "${V[@]}" --budget 0
+case_ vkh2o-validate --budget --steps 10 --budget 11 --out-csv "$OUT/ok.csv"      # budget > sequence
+for f in --n-sink --n-recent; do num vkh2o-validate $f 0 16777216 "${V[@]}"; done
+num vkh2o-validate --layers 1 4096 "${V[@]}"
+num vkh2o-validate --heads 1 512 "${V[@]}"
+for f in --qk-dim --v-dim; do num vkh2o-validate $f 1 4096 "${V[@]}"; done
+num vkh2o-validate --kv-lora 1 8192 "${V[@]}"
+num vkh2o-validate --seed 0 4294967295 "${V[@]}"
+num vkh2o-validate --device 0 63 "${V[@]}"
+num vkh2o-validate --context 1 1073741824 --memory
+num vkh2o-validate --steps-per-dispatch 1 50 "${V[@]}"
+choice vkh2o-validate --layout latent "${V[@]}"
+choice vkh2o-validate --policy h2o "${V[@]}"
+choice vkh2o-validate --score-mode mean "${V[@]}"
+choice vkh2o-validate --storage fp32 "${V[@]}"
+choice vkh2o-validate --model kimi --memory
+case_ vkh2o-validate --budgets --memory --budgets 64,x
+case_ vkh2o-validate --budgets --memory --budgets ""
+case_ vkh2o-validate --budgets --memory --budgets
+output vkh2o-validate --out-csv "" "" "${V[@]}"
+for f in --check --quiet --memory --no-output --validation; do case_ vkh2o-validate $f "${V[@]}" $f $f; done
+common vkh2o-validate "${V[@]}"
+
+# ---- vkh2o-quant ----
+Q=(--tokens 256 --heads 4 --quiet)
+num vkh2o-quant --tokens 1 1048576 --heads 4 --quiet
+case_ vkh2o-quant --tokens --heads 4 --quiet --tokens 1          # one token: no block to route
+for f in --block --group; do num vkh2o-quant $f 0 1048576 "${Q[@]}"; done
+case_ vkh2o-quant --block "${Q[@]}" --block 1
+case_ vkh2o-quant --group "${Q[@]}" --group 1
+num vkh2o-quant --seed 0 4294967295 "${Q[@]}"
+num vkh2o-quant --device 0 63 "${Q[@]}"
+num vkh2o-quant --bench-tokens 64 1048576 "${Q[@]}"
+num vkh2o-quant --reps 1 1000 "${Q[@]}"
+num vkh2o-quant --layer 0 100000 "${Q[@]}"
+num vkh2o-quant --seq-len 2 1048576 "${Q[@]}"
+num vkh2o-quant --decode 1 4096 "${Q[@]}"
+num vkh2o-quant --route-every 0 4096 "${Q[@]}"
+num vkh2o-quant --heads 1 1024 --tokens 256 --quiet
+for v in "" abc -0.5 1.5 nan inf 1e999; do case_ vkh2o-quant --budget "${Q[@]}" --budget "$v"; done
+case_ vkh2o-quant --budget "${Q[@]}" --budget
+case_ vkh2o-quant --budget "${Q[@]}" --budget 0.5 --budget 0.5
+choice vkh2o-quant --layout latent "${Q[@]}"
+choice vkh2o-quant --bench-read texel "${Q[@]}"
+choice vkh2o-quant --bench-policies balanced "${Q[@]}"
+case_ vkh2o-quant --bench-policies "${Q[@]}" --bench-policies balanced,nope
+input vkh2o-quant --weights 1 "${Q[@]}"
+input vkh2o-quant --config 0 "${Q[@]}" --weights "$W"
+output vkh2o-quant --csv "$W" --json "${Q[@]}" --weights "$W" --seq-len 32 --decode 2
+output vkh2o-quant --json "$W" --csv "${Q[@]}" --weights "$W" --seq-len 32 --decode 2
+case_ vkh2o-quant --weights "${Q[@]}" --weights "$W" --bench
+for f in --bench --profile --quiet; do case_ vkh2o-quant $f "${Q[@]}" $f $f; done
+common vkh2o-quant "${Q[@]}"
+
+# ---- vkh2o-bench ----
+num vkh2o-bench --device 0 63 --quick
+case_ vkh2o-bench --device --quick --device 9
+num vkh2o-bench --seq-len 1 65536 --quick
+num vkh2o-bench --runs 1 1000 --quick
+num vkh2o-bench --topk 1 67108864 --quick
+for f in --json --quick --read; do case_ vkh2o-bench $f --quick $f $f; done
+common vkh2o-bench --quick
+
+# ---- vkh2o-info ----
+num vkh2o-info --device 0 63
+case_ vkh2o-info --device --device 9
+for f in --validation --shaders; do case_ vkh2o-info $f $f $f; done
+common vkh2o-info
+
+# ---- vkh2o-mkshard ----
+M=(--out "$OUT/m.safetensors" --quiet)
+num vkh2o-mkshard --layers 1 1000 "${M[@]}"
+num vkh2o-mkshard --seed 0 max "${M[@]}"
+num vkh2o-mkshard --stats 1 65536 "${M[@]}"
+choice vkh2o-mkshard --preset tiny "${M[@]}"
+choice vkh2o-mkshard --dtype f16 "${M[@]}"
+case_ vkh2o-mkshard --out --quiet
+output vkh2o-mkshard --out "$W" --config-out --quiet
+output vkh2o-mkshard --config-out "$CFG" "" "${M[@]}"
+case_ vkh2o-mkshard --out --quiet --sharded --out "$W"           # --sharded needs a directory
+for f in --embedding --sharded --force --no-q-lora --verify --quiet; do case_ vkh2o-mkshard $f "${M[@]}" $f $f; done
+common vkh2o-mkshard "${M[@]}"
+
+total=0
+for t in vkh2o-demo vkh2o-validate vkh2o-quant vkh2o-bench vkh2o-info vkh2o-mkshard; do
+    echo "e2e_bad_flags: $t: ${COUNT[$t]:-0} cases refused correctly${SKIP[$t]:+, ${SKIP[$t]} skipped (no unprivileged user)}"
+    total=$((total + ${COUNT[$t]:-0}))
+done
+echo "e2e_bad_flags: ok ($total cases)"
