@@ -499,6 +499,7 @@ typedef struct demo_run {
     demo_h2o_result hr;
     demo_decode_result dr;          /* --prefill */
     const char* preset;
+    const char* preset_title;
     uint32_t P;                     /* tokens of the (timed) forward: the prompt with --prefill */
     stats st;
     uint32_t kept;
@@ -537,10 +538,7 @@ static int load_config(demo_run* dm)
         fprintf(stderr, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
         return 1;
     }
-    if (!dm->cfg_path[0])   /* said even with --quiet: the numbers depend on it */
-        fprintf(stderr, "%s: no config.json found beside %s: using the %s preset '%s' (%s as published); "
-                "pass --config FILE, or --preset NAME if the weights are another model\n", TOOL, dm->o.weights,
-                dm->o.preset ? "chosen" : "built-in default", dm->preset, preset_title);
+    dm->preset_title = preset_title;
     if (vkh2o_mla_config_validate(&dm->cfg, &err) != VKH2O_OK) {
         fprintf(stderr, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
         return 1;
@@ -578,6 +576,10 @@ static int load(demo_run* dm)
         fprintf(stderr, "%s: --weights: %s\n", TOOL, err.message);
         return 1;
     }
+    if (!dm->cfg_path[0])   /* said even with --quiet (once the weights are known good): the numbers depend on it */
+        fprintf(stderr, "%s: no config.json found beside %s: using the %s preset '%s' (%s as published); "
+                "pass --config FILE, or --preset NAME if the weights are another model\n", TOOL, dm->o.weights,
+                dm->o.preset ? "chosen" : "built-in default", dm->preset, dm->preset_title);
     if (!dm->o.quiet) {
         printf("weights:       %s%s, layer %u\n", dm->o.weights, dm->synthetic ? " (SYNTHETIC)" : "", dm->o.layer);
         for (int w = 0; w < VKH2O_W_COUNT; w++) {
@@ -598,6 +600,10 @@ static int load(demo_run* dm)
     dm->hidden = load_input(&dm->o, &dm->cfg, &dm->S);
     if (!dm->hidden)
         return 1;
+    if (dm->o.prefill_given && dm->o.prefill > dm->S) {
+        fprintf(stderr, "%s: --prefill %u exceeds the %u tokens of the sequence\n", TOOL, dm->o.prefill, dm->S);
+        return 2;
+    }
     /* H2O over one token selects nothing; a budget beyond the sequence is a typo */
     if (dm->S < 2 || dm->o.budget > dm->S) {
         if (dm->S < 2)
@@ -610,10 +616,6 @@ static int load(demo_run* dm)
         !input_layernorm(dm->hidden, dm->S, dm->cfg.hidden_size, vkh2o_mla_host_weights_get_view(dm->hw, VKH2O_W_INPUT_LAYERNORM), dm->cfg.rms_norm_eps))
         return 1;
 
-    if (dm->o.prefill_given && dm->o.prefill > dm->S) {
-        fprintf(stderr, "%s: --prefill %u exceeds the %u tokens of the sequence\n", TOOL, dm->o.prefill, dm->S);
-        return 2;
-    }
     dm->P = dm->o.prefill_given ? dm->o.prefill : dm->S;
     if ((r = vkh2o_mla_layer_create(dm->ctx, &dm->cfg, dm->hw, &(vkh2o_mla_layer_desc){ .max_seq_len = dm->S, .max_decode_tokens = 1 },
                                     &dm->layer)) != VKH2O_OK) {

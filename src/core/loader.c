@@ -27,8 +27,15 @@ static void* lib_open(const char* name)
     return (void*)LoadLibraryA(name);
 #else
     /* RTLD_LOCAL: the loader's symbols stay out of the global namespace (an app's own
-     * -lvulkan is a separate reference to the same library, counted by the dynamic linker) */
+     * -lvulkan is a separate reference to the same library, counted by the dynamic linker).
+     * RTLD_NODELETE: closing a context drops the reference but never unmaps the loader (and with
+     * it the drivers it loaded) from the process: drivers keep process-lifetime allocations and
+     * threads that an unmap would orphan, and leak checkers could no longer name their module. */
+#ifdef RTLD_NODELETE
+    return dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+#else
     return dlopen(name, RTLD_NOW | RTLD_LOCAL);
+#endif
 #endif
 }
 

@@ -76,7 +76,7 @@ bad "--kv-quant: unknown" --weights "$MODEL" --text "$HELD" --kv-quant int2
 bad "--policy full only" --weights "$MODEL" --text "$HELD" --kv-quant balanced --policy h2o --budget 8
 bad "--decay" --weights "$MODEL" --text "$HELD" --policy h2o-decay --budget 8 --decay 1.5
 bad "--depths" --weights "$MODEL" --passkey --depths 0.5,2
-bad "names an input" --weights "$MODEL" --text "$HELD" --csv "$HELD"
+bad "refusing to write an input" --weights "$MODEL" --text "$HELD" --csv "$HELD"
 bad "unknown option" --weights "$MODEL" --text "$HELD" --frobnicate
 bad "given twice" --weights "$MODEL" --weights "$MODEL" --text "$HELD"
 set +e
