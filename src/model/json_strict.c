@@ -326,7 +326,7 @@ static bool check_duplicates(jc* j, size_t first)
     size_t n = j->nkeys - first;
     key_rec* k = j->keys + first;
     for (size_t i = 0; i < n; i++)
-        k[i].p = j->arena + k[i].off;
+        k[i].p = j->arena ? j->arena + k[i].off : "";   /* only empty keys so far: no arena */
     qsort(k, n, sizeof *k, cmp_key);
     for (size_t i = 1; i < n; i++) {
         if (k[i].len == k[i - 1].len && !memcmp(k[i].p, k[i - 1].p, k[i].len)) {

@@ -21,6 +21,10 @@ vkh2o_result vkh2o_json_check(const char* text, size_t len, const char* what, ui
  * cJSON_Delete). Files above max_bytes are refused (FORMAT), as is text that is not strict
  * JSON (vkh2o_json_check: "<path>: not valid JSON (RFC 8259) at byte N: <reason>").
  * Results: OK, IO, FORMAT, OUT_OF_HOST_MEMORY. */
+/* The data section of an open file (tensor views point inside it): for checks in tests and
+ * fuzz targets that every view stays within it. */
+void vkh2o_safetensors_get_data_section(const vkh2o_safetensors* st, const uint8_t** data, uint64_t* size);
+
 struct cJSON;
 vkh2o_result vkh2o_read_json_file(const char* path, size_t max_bytes, struct cJSON** out, vkh2o_error* err);
 

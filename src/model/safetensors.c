@@ -508,6 +508,12 @@ vkh2o_result vkh2o_safetensors_open(const char* path, vkh2o_safetensors** out, v
     return VKH2O_OK;
 }
 
+void vkh2o_safetensors_get_data_section(const vkh2o_safetensors* st, const uint8_t** data, uint64_t* size)
+{
+    *data = st ? st->data : NULL;
+    *size = st ? st->data_size : 0;
+}
+
 uint32_t vkh2o_safetensors_get_count(const vkh2o_safetensors* st)
 {
     return st ? st->count : 0;

@@ -95,6 +95,8 @@ static const bad_case bad[] = {
     { "{\"a\":1,\"\\u0061\":2}", 0, 7, "key 'a' appears twice" },
     { "{\"x\":{\"k\":1},\"y\":{\"k\":2,\"k\":3}}", 0, 24, "key 'k' appears twice in one object (first at byte 18)" },
     { "{\"\\n\":1,\"\\n\":2}", 0, 8, "key '?' appears twice" },
+    /* found by fuzz_safetensors: objects whose keys are all empty (no key bytes stored) */
+    { "{\"\":1,\"\":2}", 0, 7, "key '' appears twice in one object (first at byte 1)" },
 };
 
 static void test_refusals(void** state)
@@ -149,6 +151,7 @@ static void test_accepted(void** state)
         "{\"a\":{\"a\":{\"a\":1}}}",                                /* the same key at different depths */
         "{\"a\":1,\"A\":2,\"a \":3,\"\\u00e9\":4,\"\xc3\xa9x\":5}",  /* distinct keys */
         "[{\"k\":1},{\"k\":2}]",                                   /* one key in sibling objects */
+        "{\"\":1}", "{\"\":{\"\":{}}}",                                  /* empty keys */
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         vkh2o_error e = { 0 };
