@@ -5,9 +5,14 @@
 #   scripts/vkh2o.sh test-sanitize       the same under AddressSanitizer + UBSan (build-asan/)
 #   scripts/vkh2o.sh test-gpu-shapes     the suite again with the kernel shapes a GPU gets
 #                                        (VKH2O_GPU_SHAPES=1: GPU variants run on lavapipe)
+#   scripts/vkh2o.sh test-sync           the multi-step suites and tool runs with the layer's
+#                                        synchronisation validation on (VK_LAYER_ENABLES)
+#   scripts/vkh2o.sh memcheck            the CPU-only suites under valgrind memcheck
 #   scripts/vkh2o.sh fuzz [seconds]      libFuzzer targets (clang, build-fuzz/), each for
 #                                        [seconds] (default 60) on tests/fuzz/corpus
 #   scripts/vkh2o.sh fuzz-corpus         regenerate the seed corpus in tests/fuzz/corpus
+#   scripts/vkh2o.sh soak [N] [D] [P]    vkh2o-validate N steps (50000) and vkh2o-quant decode D
+#                                        (256) x P passes (3): memory flat, no validation message
 #   scripts/vkh2o.sh deps | build        just the packages / just the build
 # Environment: BUILD_DIR (default build), JOBS (default: nproc), VKH2O_SKIP_APT=1 to skip apt.
 set -euo pipefail
@@ -106,7 +111,28 @@ case "$cmd" in
         export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:allocator_may_return_null=1"
         export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
         run_tests "${BUILD_DIR:-build-asan}" ;;
+    test-sync)
+        deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
+        # test_syncval first proves the variable switches the checks on (a known hazard is
+        # reported); then cache steps, prefill + eviction, the layer, quantised route + attend,
+        # and short validate / quant (--weights, re-routing) runs, with no message allowed
+        export VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
+        (cd "${BUILD_DIR:-build}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 \
+            -R '^(test_syncval|test_cache|test_compact|test_mla|test_demo|test_kvquant|test_kvquant_attn)$')
+        bash tests/tools/soak.sh "${BUILD_DIR:-build}" 2000 48 3 ;;
+    memcheck)
+        EXTRA_PACKAGES=(valgrind); deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
+        # CPU-only suites: no Vulkan driver in the process, so every report is ours
+        for t in test_config test_safetensors test_json_strict test_dtype test_weights; do
+            (cd "${BUILD_DIR:-build}" && valgrind --tool=memcheck --error-exitcode=99 --leak-check=full \
+                --errors-for-leak-kinds=definite,indirect --track-origins=yes -q "./$t" > /dev/null) ||
+                { echo "memcheck: $t failed" >&2; exit 1; }
+            echo "memcheck $t: clean"
+        done ;;
     fuzz) build_fuzz; fuzz "${1:-60}" ;;
+    soak)
+        deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
+        bash tests/tools/soak.sh "${BUILD_DIR:-build}" "${1:-50000}" "${2:-256}" "${3:-3}" ;;
     fuzz-corpus) build_fuzz; "${BUILD_DIR:-build-fuzz}/vkh2o-fuzz-corpus" tests/fuzz/corpus ;;
-    *) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
+    *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
 esac

@@ -43,6 +43,7 @@ struct vkh2o_context {
     struct VolkDeviceTable vk;
     VkDebugUtilsMessengerEXT messenger;
     uint32_t validation_messages;
+    vkh2o_memory_stats mem_stats; /* kept by buffer.c */
     uint32_t flags;
     vkh2o_device_caps caps;
     VkPhysicalDeviceMemoryProperties mem_props;

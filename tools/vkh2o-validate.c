@@ -580,6 +580,10 @@ int main(int argc, char** argv)
         rc = 1;
         goto out2;
     }
+    /* memory is sampled once the cache has been at its cap for a batch (every lazily created
+     * object exists by then) and again at the end: a long run must leave both where they were */
+    cli_mem_sample mem0 = { 0 }, mem1;
+    bool have_mem0 = false;
     double t0 = cli_now();
     double device_s = 0, submit_s = 0;   /* GPU time of the steps (timestamps); submit + wait */
     uint32_t step = 0;
@@ -652,6 +656,10 @@ int main(int argc, char** argv)
             }
         }
         step = last + 1;
+        if (!have_mem0 && (last >= R.cap + BATCH || step >= o->steps)) {
+            mem0 = cli_mem_sample_take(R.ctx);
+            have_mem0 = true;
+        }
         cli_progress_update(&prog, step);
     }
     double secs = cli_now() - t0;
@@ -703,6 +711,16 @@ int main(int argc, char** argv)
                     "--check: %u steps x %u layers match the CPU simulation (positions and selections exact, K/V rows "
                     "bit-exact; max score rel. error %.2e, output rel. error %.2e, tolerance 1e-4; %u near ties)",
                     o->steps, L, R.sim.max_score_rel_err, R.sim.max_out_err, R.sim.near_ties);
+    }
+    /* leaks and validation messages: reported always, a FAIL line only when something is wrong */
+    mem1 = cli_mem_sample_take(R.ctx);
+    if (!cli_mem_report("[B1]", &mem0, &mem1))
+        VERDICT(false, "device memory changed between step %u and the end", R.cap + BATCH);
+    uint32_t vm = vkh2o_context_get_validation_messages(R.ctx);
+    if (o->validation || vm) {   /* VKH2O_VALIDATION=1 turns the layer on too */
+        printf("[B1] validation messages: %u\n", vm);
+        if (vm)
+            VERDICT(false, "%u validation-layer messages", vm);
     }
     if (R.first_problem[0])
         printf("[B1] first problem: %s\n", R.first_problem);

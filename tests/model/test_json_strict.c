@@ -96,7 +96,7 @@ static const bad_case bad[] = {
     { "{\"x\":{\"k\":1},\"y\":{\"k\":2,\"k\":3}}", 0, 24, "key 'k' appears twice in one object (first at byte 18)" },
     { "{\"\\n\":1,\"\\n\":2}", 0, 8, "key '?' appears twice" },
     /* found by fuzz_safetensors: objects whose keys are all empty (no key bytes stored) */
-    { "{\"\":1,\"\":2}", 0, 7, "key '' appears twice in one object (first at byte 1)" },
+    { "{\"\":1,\"\":2}", 0, 6, "key '' appears twice in one object (first at byte 1)" },
 };
 
 static void test_refusals(void** state)
