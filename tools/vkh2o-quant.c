@@ -406,7 +406,7 @@ typedef struct runner {
     bool mem_track;
     uint32_t mem_pass, mem_runs, mem_moved;
     cli_mem_sample mem_end[MEM_RUNS];
-    cli_mem_sample mem_pass1, mem_final;   /* the end of the second and of the last pass */
+    cli_mem_sample mem_pass2, mem_final;   /* the end of the second and of the last pass */
 } runner;
 
 static int check(vkh2o_context* ctx, vkh2o_result r, const char* what)
@@ -1204,7 +1204,7 @@ int main(int argc, char** argv)
             goto done;
         R.mem_final = cli_mem_sample_take(ctx);
         if (R.mem_pass == 1)
-            R.mem_pass1 = R.mem_final;
+            R.mem_pass2 = R.mem_final;
     }
     print_rows(rows, n);
 
@@ -1240,7 +1240,7 @@ int main(int argc, char** argv)
     if (o.passes > 2) {
         printf("\nmemory: %u passes of %u decode runs x %u steps; runs of passes 3-%u ending with other device "
                "memory than in pass 2: %u\n", o.passes, R.mem_runs, d->steps, o.passes, R.mem_moved);
-        cli_mem_report("  end of pass 2 -> end of the last:", &R.mem_pass1, &R.mem_final);
+        cli_mem_report("  end of pass 2 -> end of the last:", &R.mem_pass2, &R.mem_final);
         if (R.mem_moved) {
             fprintf(stderr, TOOL ": device memory differs from the second pass in %u runs\n", R.mem_moved);
             goto done;
