@@ -66,6 +66,7 @@ fuzz() {
     for t in "${FUZZ_TARGETS[@]}"; do
         local work art log
         work=$(mktemp -d); art="$PWD/fuzz-artifacts/$t"; log="$work.log"
+        export VKH2O_FUZZ_DIR; VKH2O_FUZZ_DIR=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)
         mkdir -p "$art"
         set +e
         "$dir/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
@@ -84,7 +85,7 @@ fuzz() {
             rc=1
         fi
         if [ -n "${FUZZ_KEEP:-}" ]; then mkdir -p "$FUZZ_KEEP/$t"; cp -n "$work"/* "$FUZZ_KEEP/$t/" 2>/dev/null || true; fi
-        rm -rf "$work" "$log"
+        rm -rf "$work" "$log" "$VKH2O_FUZZ_DIR"
         rmdir "$art" 2>/dev/null || true
     done
     return $rc

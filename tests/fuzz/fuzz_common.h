@@ -1,6 +1,6 @@
 /* Shared by the libFuzzer targets (tests/fuzz/fuzz_*.c, built with -DVKH2O_FUZZ=ON): the
  * readers take paths, so each input is written to a file in a per-process scratch directory
- * (under /dev/shm when there is one: no disk traffic) and read back through the public API.
+ * (under $VKH2O_FUZZ_DIR, else /dev/shm when there is one: no disk traffic) and read back through the public API.
  * A contract a target checks beyond "no sanitizer report" fails with fuzz_fail(), which
  * aborts so that libFuzzer keeps the input as a crash. */
 #ifndef VKH2O_FUZZ_COMMON_H
@@ -22,7 +22,10 @@ static volatile uint8_t fuzz_sink;   /* bytes read from tensors go here, so the 
 static const char* fuzz_dir(void)
 {
     if (!fuzz_dir_buf[0]) {
-        const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        /* VKH2O_FUZZ_DIR (scripts/vkh2o.sh fuzz sets it and removes it afterwards), else /dev/shm */
+        const char* base = getenv("VKH2O_FUZZ_DIR");
+        if (!base)
+            base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
         snprintf(fuzz_dir_buf, sizeof fuzz_dir_buf, "%s/vkh2o-fuzz.XXXXXX", base);
         if (!mkdtemp(fuzz_dir_buf)) {
             perror("vkh2o fuzz: mkdtemp");
