@@ -263,6 +263,16 @@ VKH2O_API const vkh2o_device_caps* vkh2o_context_get_caps(const vkh2o_context* c
 VKH2O_API const char* vkh2o_last_error(const vkh2o_context* ctx);
 /* Number of validation-layer WARNING/ERROR messages seen so far (0 without validation). */
 VKH2O_API uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ctx);
+/* Device memory the context's objects hold now: every vkh2o_buffer (caches, weights, scratch,
+ * the temporary staging of uploads/downloads) counted by its requested size while it lives,
+ * and the peak so far. For leak checks in long runs (vkh2o-validate and vkh2o-quant print it).
+ * Same thread rules as the context's buffers. */
+typedef struct vkh2o_memory_stats {
+    uint64_t device_bytes;
+    uint32_t device_allocations;
+    uint64_t peak_device_bytes;
+} vkh2o_memory_stats;
+VKH2O_API vkh2o_memory_stats vkh2o_context_get_memory_stats(const vkh2o_context* ctx);
 VKH2O_API VkDevice vkh2o_context_get_device(const vkh2o_context* ctx);
 /* The vkh2o_context_flags in effect: the desc's plus those the environment turned on
  * (VKH2O_VALIDATION, VKH2O_GPU_SHAPES). With VKH2O_CONTEXT_GPU_SHAPES on a CPU device

@@ -5,6 +5,14 @@
 #   scripts/vkh2o.sh test-sanitize       the same under AddressSanitizer + UBSan (build-asan/)
 #   scripts/vkh2o.sh test-gpu-shapes     the suite again with the kernel shapes a GPU gets
 #                                        (VKH2O_GPU_SHAPES=1: GPU variants run on lavapipe)
+#   scripts/vkh2o.sh test-sync           the multi-step suites and tool runs with the layer's
+#                                        synchronisation validation on (VK_LAYER_ENABLES)
+#   scripts/vkh2o.sh memcheck            the CPU-only suites under valgrind memcheck
+#   scripts/vkh2o.sh fuzz [seconds]      libFuzzer targets (clang, build-fuzz/), each for
+#                                        [seconds] (default 60) on tests/fuzz/corpus
+#   scripts/vkh2o.sh fuzz-corpus         regenerate the seed corpus in tests/fuzz/corpus
+#   scripts/vkh2o.sh soak [N] [D] [P]    vkh2o-validate N steps (50000) and vkh2o-quant decode D
+#                                        (256) x P passes (3): memory flat, no validation message
 #   scripts/vkh2o.sh deps | build        just the packages / just the build
 # Environment: BUILD_DIR (default build), JOBS (default: nproc), VKH2O_SKIP_APT=1 to skip apt.
 set -euo pipefail
@@ -12,12 +20,14 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(cmake ninja-build gcc pkg-config libvulkan-dev glslang-tools libcmocka-dev
           mesa-vulkan-drivers vulkan-validationlayers libcjson-dev)
+EXTRA_PACKAGES=()   # per command: clang for fuzz, valgrind for memcheck
 JOBS=${JOBS:-$(nproc)}
+FUZZ_TARGETS=(safetensors index config fp8)
 
 deps() {
     [ "${VKH2O_SKIP_APT:-0}" = 1 ] && return 0
     local missing=()
-    for p in "${PACKAGES[@]}"; do
+    for p in "${PACKAGES[@]}" "${EXTRA_PACKAGES[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
@@ -38,6 +48,47 @@ run_tests() {   # run_tests <dir>
     # The harness turns a missing device into a failure (no silent skips) and runs every GPU
     # test with the Khronos validation layer on; any validation warning or error fails.
     (cd "$1" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200)
+}
+
+build_fuzz() {
+    EXTRA_PACKAGES=(clang); deps
+    build "${BUILD_DIR:-build-fuzz}" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVKH2O_FUZZ=ON \
+          -DVKH2O_BUILD_TESTS=OFF -DVKH2O_BUILD_TOOLS=OFF
+}
+
+# fuzz <seconds>: each target in turn on a scratch copy of its committed corpus (new inputs go
+# to the scratch directory; FUZZ_KEEP=<dir> keeps them in <dir>/<target> for merging). A crash,
+# leak, hang (-timeout) or broken contract stops with the input saved as fuzz-artifacts/<target>/.
+fuzz() {
+    local secs=${1:-60} dir=${BUILD_DIR:-build-fuzz} rc=0
+    export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+    for t in "${FUZZ_TARGETS[@]}"; do
+        local work art log
+        work=$(mktemp -d); art="$PWD/fuzz-artifacts/$t"; log="$work.log"
+        export VKH2O_FUZZ_DIR; VKH2O_FUZZ_DIR=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)
+        mkdir -p "$art"
+        set +e
+        "$dir/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+            -dict=tests/fuzz/json.dict -artifact_prefix="$art/" "$work" "tests/fuzz/corpus/$t" >"$log" 2>&1
+        local r=$?
+        set -e
+        local execs cov ft corp
+        execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+        cov=$(grep -E '^#[0-9]+.*(DONE|pulse|NEW|REDUCE)' "$log" | tail -1 | sed -n 's/.* cov: \([0-9]*\).*/\1/p')
+        ft=$(grep -E '^#[0-9]+.*(DONE|pulse|NEW|REDUCE)' "$log" | tail -1 | sed -n 's/.* ft: \([0-9]*\).*/\1/p')
+        corp=$(find "$work" "tests/fuzz/corpus/$t" -type f | wc -l)
+        printf 'fuzz_%-12s %6ss  %9s execs  cov %5s  ft %6s  corpus %5s  %s\n' "$t" "$secs" "${execs:-?}" \
+            "${cov:-?}" "${ft:-?}" "$corp" "$([ $r -eq 0 ] && echo ok || echo FAILED)"
+        if [ $r -ne 0 ]; then
+            grep -E 'ERROR|SUMMARY|contract|Test unit written|artifact' "$log" | head -20 >&2
+            rc=1
+        fi
+        if [ -n "${FUZZ_KEEP:-}" ]; then mkdir -p "$FUZZ_KEEP/$t"; cp -n "$work"/* "$FUZZ_KEEP/$t/" 2>/dev/null || true; fi
+        rm -rf "$work" "$log" "$VKH2O_FUZZ_DIR"
+        rmdir "$art" 2>/dev/null || true
+    done
+    return $rc
 }
 
 cmd=${1:-help}
@@ -61,5 +112,28 @@ case "$cmd" in
         export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:allocator_may_return_null=1"
         export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
         run_tests "${BUILD_DIR:-build-asan}" ;;
-    *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
+    test-sync)
+        deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
+        # test_syncval first proves the variable switches the checks on (a known hazard is
+        # reported); then cache steps, prefill + eviction, the layer, quantised route + attend,
+        # and short validate / quant (--weights, re-routing) runs, with no message allowed
+        export VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
+        (cd "${BUILD_DIR:-build}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 \
+            -R '^(test_syncval|test_cache|test_compact|test_mla|test_demo|test_kvquant|test_kvquant_attn)$')
+        bash tests/tools/soak.sh "${BUILD_DIR:-build}" 2000 48 3 ;;
+    memcheck)
+        EXTRA_PACKAGES=(valgrind); deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
+        # CPU-only suites: no Vulkan driver in the process, so every report is ours
+        for t in test_config test_safetensors test_json_strict test_dtype test_weights; do
+            (cd "${BUILD_DIR:-build}" && valgrind --tool=memcheck --error-exitcode=99 --leak-check=full \
+                --errors-for-leak-kinds=definite,indirect --track-origins=yes -q "./$t" > /dev/null) ||
+                { echo "memcheck: $t failed" >&2; exit 1; }
+            echo "memcheck $t: clean"
+        done ;;
+    fuzz) build_fuzz; fuzz "${1:-60}" ;;
+    soak)
+        deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
+        bash tests/tools/soak.sh "${BUILD_DIR:-build}" "${1:-50000}" "${2:-256}" "${3:-3}" ;;
+    fuzz-corpus) build_fuzz; "${BUILD_DIR:-build-fuzz}/vkh2o-fuzz-corpus" tests/fuzz/corpus ;;
+    *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
 esac

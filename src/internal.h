@@ -63,6 +63,7 @@ struct vkh2o_context {
     const VkAllocationCallbacks* alloc;   /* &alloc_copy, or NULL: the driver's allocator */
     VkDebugUtilsMessengerEXT messenger;
     uint32_t validation_messages;
+    vkh2o_memory_stats mem_stats; /* kept by buffer.c */
     uint32_t flags;
     vkh2o_device_caps caps;
     VkPhysicalDeviceMemoryProperties mem_props;

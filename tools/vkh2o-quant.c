@@ -40,7 +40,7 @@
 
 typedef struct opts {
     uint32_t tokens, block, group, heads, seed, device, bench_tokens, reps;
-    uint32_t layer, seq_len, decode, route_every;
+    uint32_t layer, seq_len, decode, route_every, passes;
     double budget;
     vkh2o_kv_layout layout;
     vkh2o_qread bench_read;     /* AUTO: the library's choice for the device */
@@ -121,7 +121,10 @@ static void usage(FILE* f)
             "  --route-every N    with --weights: route the cache again after every N appended tokens,\n"
             "                     so aged-out recent blocks are demoted too (default 16; 0: only\n"
             "                     after the prefill)\n"
-            "  --quiet            only the table\n"
+            "  --passes N         measure the table N times (default 1; a soak): the first pass warms up\n"
+            "                     (scratch grows to its high-water mark); from the third on, every run\n"
+            "                     must end with the device memory its second-pass run ended with\n"
+            "  --quiet            only the table (and the memory lines)\n"
             "  --help\n"
             "Policies (fractions of routable blocks by importance rank): conservative 50%% FP16 / 50%% INT8;\n"
             "balanced 25/50/25 FP16/INT8/INT4; aggressive 10/30/40 FP16/INT8/INT4 + 20%% evicted;\n"
@@ -130,7 +133,7 @@ static void usage(FILE* f)
 
 static int parse(int argc, char** argv, opts* o)
 {
-    *o = (opts){ .tokens = 4096, .block = 16, .group = 32, .heads = 64, .seed = 1, .bench_tokens = 32768, .reps = 5,
+    *o = (opts){ .tokens = 4096, .block = 16, .group = 32, .heads = 64, .seed = 1, .bench_tokens = 32768, .reps = 5, .passes = 1,
                  .budget = 0.25, .layout = VKH2O_LAYOUT_LATENT, .seq_len = 512, .decode = 16,
                  .route_every = 16, .n_bench_pols = 1, .bench_pols = { VKH2O_QPOLICY_BALANCED } };
     for (int i = 1; i < argc; i++) {
@@ -153,6 +156,7 @@ static int parse(int argc, char** argv, opts* o)
         U32("--seq-len", seq_len, 2, 1u << 20)
         U32("--decode", decode, 1, 4096)
         U32("--route-every", route_every, 0, 4096)
+        U32("--passes", passes, 1, 100000)
 #undef U32
         if (!strcmp(a, "--heads")) {
             if (!v) { fprintf(stderr, TOOL ": --heads needs a value\n"); return 2; }
@@ -403,6 +407,14 @@ typedef struct runner {
     vkh2o_qpolicy policy;                  /* of the last build */
     uint32_t route_every;                  /* re-route after every N appended tokens (0: never) */
     double pass_ms[VKH2O_QATTN_PASSES];    /* per pass of the last attend when profiling */
+    /* leak check (--passes): the memory at the end of each measured run of the second pass
+     * (the first lets the scratch buffers, which only grow, reach their high-water mark);
+     * every later pass repeats the same work and must end each run with exactly the same */
+#define MEM_RUNS 64
+    bool mem_track;
+    uint32_t mem_pass, mem_runs, mem_moved;
+    cli_mem_sample mem_end[MEM_RUNS];
+    cli_mem_sample mem_pass2, mem_final;   /* the end of the second and of the last pass */
 } runner;
 
 static int check(vkh2o_context* ctx, vkh2o_result r, const char* what)
@@ -450,6 +462,16 @@ static int attend_steps(runner* R, const vkh2o_qattn_desc* ad, float* out, doubl
                 check(R->ctx, vkh2o_run_qcache_add_importance(R->qc, R->mb, 0, 0, n), "importance"))
                 return -1;
         }
+    }
+    if (R->mem_track && R->mem_runs < MEM_RUNS) {
+        cli_mem_sample end = cli_mem_sample_take(R->ctx);
+        cli_mem_sample* first = &R->mem_end[R->mem_runs];
+        if (R->mem_pass == 1)
+            *first = end;
+        else if (R->mem_pass > 1 && (end.dev.device_bytes != first->dev.device_bytes ||
+                                     end.dev.device_allocations != first->dev.device_allocations))
+            R->mem_moved++;
+        R->mem_runs++;
     }
     return 0;
 }
@@ -1208,7 +1230,19 @@ static int measure_ladder(runner* R, const opts* o, row* rows, int* n, uint32_t*
     *blocks = qs.blocks;
     *routable = vkh2o_qcache_routable_blocks(vkh2o_qcache_get_desc(R->qc), qs.blocks);
     *budget = (uint32_t)(o->budget * *routable + 0.5);
-    return measure_all(R, *budget, o->quiet, rows, n);
+    /* --passes: the table measured again and again; from the third pass on every run must end
+     * with the device memory it ended with in the second (a leak check) */
+    R->mem_track = true;
+    for (R->mem_pass = 0; R->mem_pass < o->passes; R->mem_pass++) {
+        R->mem_runs = 0;
+        *n = 0;   /* the rows of the last pass are the ones printed */
+        if (measure_all(R, *budget, o->quiet || R->mem_pass > 0, rows, n))
+            return -1;
+        R->mem_final = cli_mem_sample_take(R->ctx);
+        if (R->mem_pass == 1)
+            R->mem_pass2 = R->mem_final;
+    }
+    return 0;
 }
 
 /* Both outputs renamed into place together, or neither. Returns the exit status. */
@@ -1250,6 +1284,7 @@ int main(int argc, char** argv)
     }
 
     runner R;
+    memset(&R, 0, sizeof R);
     row rows[32];
     int n = 0;
     uint32_t budget = 0, routable = 0, blocks = 0;
@@ -1258,9 +1293,29 @@ int main(int argc, char** argv)
         print_rows(rows, n);
         if (!o.quiet)
             report_shape(&R, rows, budget, routable, blocks);
-        rc = write_outputs(&o, rows, n);
+        rc = 0;
+        if (o.passes > 2) {
+            printf("\nmemory: %u passes of %u decode runs x %u steps; runs of passes 3-%u ending with other device "
+                   "memory than in pass 2: %u\n", o.passes, R.mem_runs, R.data.steps, o.passes, R.mem_moved);
+            cli_mem_report("  end of pass 2 -> end of the last:", &R.mem_pass2, &R.mem_final);
+            if (R.mem_moved) {
+                fprintf(stderr, TOOL ": device memory differs from the second pass in %u runs\n", R.mem_moved);
+                rc = 1;
+            }
+        }
+        if (rc == 0)
+            rc = write_outputs(&o, rows, n);
     }
     teardown(&R);
+    vkh2o_memory_stats left = vkh2o_context_get_memory_stats(ctx);
+    if (o.passes > 2)
+        printf("  after teardown: %llu device bytes in %u buffers\n", (unsigned long long)left.device_bytes,
+               left.device_allocations);
+    if (left.device_allocations) {
+        fprintf(stderr, TOOL ": %u device buffers (%llu bytes) still allocated after teardown\n", left.device_allocations,
+                (unsigned long long)left.device_bytes);
+        rc = 1;
+    }
     vkh2o_context_destroy(ctx);
     return rc;
 }

@@ -253,6 +253,8 @@ typedef struct run {
     uint32_t max_cache, over_cap, linear_bad, cap_bad, evict_bad, sink_bad, recent_bad;
     uint64_t events_hist;        /* from the per-step history */
     char first_problem[512];
+    cli_mem_sample mem0;      /* once the cache has been at its cap for a batch */
+    bool have_mem0;
     /* --check */
     ref_h2o_sim sim;
     bool check_failed;
@@ -534,6 +536,8 @@ static int run_steps(run* R)
         rc = 1;
         goto done;
     }
+    /* memory is sampled once the cache has been at its cap for a batch (every lazily created
+     * object exists by then) and again at the end: a long run must leave both where they were */
     double t0 = cli_now();
     double device_s = 0, submit_s = 0;   /* GPU time of the steps (timestamps); record + submit + wait */
     uint32_t step = 0;
@@ -593,6 +597,10 @@ static int run_steps(run* R)
             }
         }
         step = last + 1;
+        if (!R->have_mem0 && (last >= R->cap + BATCH || step >= o->steps)) {
+            R->mem0 = cli_mem_sample_take(R->ctx);
+            R->have_mem0 = true;
+        }
         cli_progress_update(&prog, step);
     }
     R->secs = cli_now() - t0;
@@ -659,6 +667,16 @@ static int report(run* R)
                     "--check: %u steps x %u layers match the CPU simulation (positions and selections exact, K/V rows "
                     "bit-exact; max score rel. error %.2e, output rel. error %.2e, tolerance 1e-4; %u near ties)",
                     o->steps, L, R->sim.max_score_rel_err, R->sim.max_out_err, R->sim.near_ties);
+    }
+    /* leaks and validation messages: reported always, a FAIL line only when something is wrong */
+    cli_mem_sample mem1 = cli_mem_sample_take(R->ctx);
+    if (!cli_mem_report("[B1]", &R->mem0, &mem1))
+        VERDICT(false, "device memory changed between step %u and the end", R->cap + BATCH);
+    uint32_t vm = vkh2o_context_get_validation_messages(R->ctx);
+    if (R->o.validation || vm) {   /* VKH2O_VALIDATION=1 turns the layer on too */
+        printf("[B1] validation messages: %u\n", vm);
+        if (vm)
+            VERDICT(false, "%u validation-layer messages", vm);
     }
     if (R->first_problem[0])
         printf("[B1] first problem: %s\n", R->first_problem);

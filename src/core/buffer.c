@@ -80,6 +80,10 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
                               (unsigned long long)bytes, vkh2o_vk_result_string(vr));
         return vkh2o_vk_fail(ctx, vr, "vkAllocateMemory");
     }
+    ctx->mem_stats.device_bytes += bytes;
+    ctx->mem_stats.device_allocations++;
+    if (ctx->mem_stats.device_bytes > ctx->mem_stats.peak_device_bytes)
+        ctx->mem_stats.peak_device_bytes = ctx->mem_stats.device_bytes;
     vr = ctx->vk.vkBindBufferMemory(ctx->device, b->buffer, b->memory, 0);
     if (vr != VK_SUCCESS) {
         vkh2o_buffer_destroy(b);
@@ -119,9 +123,17 @@ void vkh2o_buffer_destroy(vkh2o_buffer* b)
     /* a buffer without memory of its own is an app's VkBuffer (vkh2o_buffer_wrap): borrowed */
     if (b->buffer && b->memory)
         ctx->vk.vkDestroyBuffer(ctx->device, b->buffer, ctx->alloc);
-    if (b->memory)
+    if (b->memory) {
         ctx->vk.vkFreeMemory(ctx->device, b->memory, ctx->alloc);
+        ctx->mem_stats.device_bytes -= b->size;
+        ctx->mem_stats.device_allocations--;
+    }
     free(b);
+}
+
+vkh2o_memory_stats vkh2o_context_get_memory_stats(const vkh2o_context* ctx)
+{
+    return ctx ? ctx->mem_stats : (vkh2o_memory_stats){ 0 };
 }
 
 uint64_t vkh2o_buffer_get_size(const vkh2o_buffer* b) { return b ? b->size : 0; }

@@ -231,6 +231,16 @@ vkh2o_result vkh2o_mla_config_validate(const vkh2o_mla_config* c, vkh2o_error* e
         if (!isfinite(c->mscale) || c->mscale < 0.0f || !isfinite(c->mscale_all_dim) || c->mscale_all_dim < 0.0f)
             BAD("mla config: yarn mscale %g and mscale_all_dim %g must be finite and >= 0", (double)c->mscale,
                 (double)c->mscale_all_dim);
+        /* and what they give must be too: huge mscales overflow the softmax scale (found by
+         * fuzz_config: mscale_all_dim 3e38 validated, then the scale was inf) */
+        double af = c->mscale != 0.0f && c->mscale_all_dim != 0.0f
+                        ? yarn_mscale(c->yarn_factor, c->mscale) / yarn_mscale(c->yarn_factor, c->mscale_all_dim)
+                        : yarn_mscale(c->yarn_factor, 1.0);
+        float scale = vkh2o_mla_softmax_scale(c);
+        if (!isfinite(scale) || !(scale > 0.0f) || !isfinite((float)af))
+            BAD("mla config: yarn factor %g with mscale %g / mscale_all_dim %g gives a softmax scale of %g and an "
+                "attention factor of %g (not finite)", (double)c->yarn_factor, (double)c->mscale,
+                (double)c->mscale_all_dim, (double)scale, af);
     }
 #undef BAD
     return VKH2O_OK;

@@ -10,9 +10,21 @@ vkh2o_dtype vkh2o_dtype_from_name(const char* name);
 /* Writes "[a, b, c]" into buf (always NUL-terminated); returns buf. */
 const char* vkh2o_shape_str(char* buf, size_t size, uint32_t ndim, const uint64_t* shape);
 
+/* Checks that text[0, len) is exactly one JSON value by RFC 8259's grammar (json_strict.c
+ * lists what is refused beyond it: repeated keys in an object, \u0000, unpaired surrogates, a
+ * byte-order mark, deep nesting). `what` starts the message; `base` is added to the offset it
+ * reports (the text's position in its file). Refusal: FORMAT, "<what>: not valid JSON
+ * (RFC 8259) at byte <offset>: <reason>". Results: OK, FORMAT, OUT_OF_HOST_MEMORY. */
+vkh2o_result vkh2o_json_check(const char* text, size_t len, const char* what, uint64_t base, vkh2o_error* err);
+
 /* Reads and parses a small JSON file (config.json, index.json) into *out (free with
- * cJSON_Delete). Files above max_bytes are refused (FORMAT), as is text that is not JSON
- * ("<path>: not valid JSON"). Results: OK, IO, FORMAT, OUT_OF_HOST_MEMORY. */
+ * cJSON_Delete). Files above max_bytes are refused (FORMAT), as is text that is not strict
+ * JSON (vkh2o_json_check: "<path>: not valid JSON (RFC 8259) at byte N: <reason>").
+ * Results: OK, IO, FORMAT, OUT_OF_HOST_MEMORY. */
+/* The data section of an open file (tensor views point inside it): for checks in tests and
+ * fuzz targets that every view stays within it. */
+void vkh2o_safetensors_get_data_section(const vkh2o_safetensors* st, const uint8_t** data, uint64_t* size);
+
 struct cJSON;
 vkh2o_result vkh2o_read_json_file(const char* path, size_t max_bytes, struct cJSON** out, vkh2o_error* err);
 

@@ -126,6 +126,11 @@ vkh2o_result vkh2o_read_json_file(const char* path, size_t max_bytes, cJSON** ou
     char* text = NULL;
     size_t len = 0;
     VKH2O_CHECK(read_small_file(path, max_bytes, &text, &len, err));
+    vkh2o_result r = vkh2o_json_check(text, len, path, 0, err);
+    if (r != VKH2O_OK) {
+        free(text);
+        return r;
+    }
     *out = cJSON_ParseWithLength(text, len);
     free(text);
     if (!*out)
@@ -310,21 +315,23 @@ static vkh2o_result parse_entry(vkh2o_safetensors* st, const cJSON* item, st_ent
 static vkh2o_result parse_header(vkh2o_safetensors* st, const char* hdr, size_t hlen, vkh2o_error* err)
 {
     const char* f = st->path;
-    const char* end = NULL;
-    cJSON* root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, false);
-    if (!root) {
-        size_t at = (end && end >= hdr && end <= hdr + hlen) ? (size_t)(end - hdr) : 0;
-        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: header is not valid JSON (error near byte %zu of %zu)", f,
-                               at, hlen);
-    }
-    /* only whitespace (the writer's space padding) may follow the JSON value */
-    for (const char* p = end; p && p < hdr + hlen; p++) {
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            cJSON_Delete(root);
-            return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: header has trailing bytes after the JSON at byte %zu", f,
-                                   (size_t)(p - hdr));
-        }
-    }
+    /* strict first (cJSON would read control bytes as whitespace and keep repeated keys);
+     * offsets in its messages count from the start of the file */
+    char what[1100];
+    snprintf(what, sizeof what, "%s: header", f);
+    VKH2O_CHECK(vkh2o_json_check(hdr, hlen, what, 8, err));
+    /* the safetensors format: the header is an object whose '{' is its first byte (writers pad
+     * at the end only) */
+    size_t lead = strspn(hdr, " \t\r\n");
+    if (hdr[lead] != '{')
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: header is not a JSON object", f);
+    if (lead > 0)
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT,
+                               "%s: header starts with whitespace at byte 8 (the format wants '{' first)", f);
+    cJSON* root = cJSON_ParseWithLength(hdr, hlen);
+    if (!root)
+        return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY,
+                               "%s: header passed the strict check but cJSON could not parse it (out of memory?)", f);
     vkh2o_result r = VKH2O_OK;
     if (!cJSON_IsObject(root)) {
         r = vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: header is not a JSON object", f);
@@ -499,6 +506,12 @@ vkh2o_result vkh2o_safetensors_open(const char* path, vkh2o_safetensors** out, v
     }
     *out = st;
     return VKH2O_OK;
+}
+
+void vkh2o_safetensors_get_data_section(const vkh2o_safetensors* st, const uint8_t** data, uint64_t* size)
+{
+    *data = st ? st->data : NULL;
+    *size = st ? st->data_size : 0;
 }
 
 uint32_t vkh2o_safetensors_get_count(const vkh2o_safetensors* st)

@@ -427,6 +427,12 @@ static void test_from_json_bad(void** state)
     expect_json_fails("{\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 0.5}}", VKH2O_ERROR_INVALID_ARGUMENT,
                       "factor");
     expect_json_fails("{\"rms_norm_eps\": 0}", VKH2O_ERROR_INVALID_ARGUMENT, "rms_norm_eps");
+    /* found by fuzz_config: finite but huge mscales validated, then the softmax scale (or the
+     * attention factor) was infinite */
+    expect_json_fails("{\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 32, \"mscale\": 3e38, \"mscale_all_dim\": 3e38}}",
+                      VKH2O_ERROR_INVALID_ARGUMENT, "softmax scale of inf");
+    expect_json_fails("{\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 3e38, \"mscale\": 3e38, \"mscale_all_dim\": 1e-30}}",
+                      VKH2O_ERROR_INVALID_ARGUMENT, "attention factor");
     /* not JSON, not an object, no file */
     expect_json_fails("{\"hidden_size\": 7168,", VKH2O_ERROR_FORMAT, "JSON");
     expect_json_fails("[1, 2]", VKH2O_ERROR_FORMAT, "object");

@@ -600,7 +600,7 @@ static void test_checkpoint_index(void** state)
         { "{\"metadata\": {}}", "weight_map" },
         { "{\"weight_map\": {\"a\": \"../outside.safetensors\"}}", "../outside.safetensors" },
         { "{\"weight_map\": {\"a\": \"/etc/passwd\"}}", "/etc/passwd" },
-        { "{\"weight_map\": {\"a\": \"x.safetensors\", \"a\": \"y.safetensors\"}}", "'a' twice" },
+        { "{\"weight_map\": {\"a\": \"x.safetensors\", \"a\": \"y.safetensors\"}}", "'a' appears twice" },
         { "{\"weight_map\": {\"a\": \"x.safetensors\"", "not valid JSON" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -73,6 +73,30 @@ bool cli_parse_f64(const char* tool, const char* flag, const char* s, double lo,
     return true;
 }
 
+cli_mem_sample cli_mem_sample_take(const vkh2o_context* ctx)
+{
+    cli_mem_sample m = { 0 };
+    m.dev = vkh2o_context_get_memory_stats(ctx);
+    FILE* f = fopen("/proc/self/statm", "r");
+    if (f) {
+        unsigned long long size = 0, resident = 0;
+        if (fscanf(f, "%llu %llu", &size, &resident) == 2)
+            m.rss_bytes = resident * (uint64_t)sysconf(_SC_PAGESIZE);
+        fclose(f);
+    }
+    return m;
+}
+
+bool cli_mem_report(const char* label, const cli_mem_sample* a, const cli_mem_sample* b)
+{
+    long long d = ((long long)b->rss_bytes - (long long)a->rss_bytes) / 1024;
+    printf("%s memory: host RSS %llu -> %llu KiB (%+lld KiB); device %llu -> %llu bytes in %u -> %u buffers (peak %llu)\n",
+           label, (unsigned long long)(a->rss_bytes / 1024), (unsigned long long)(b->rss_bytes / 1024), d,
+           (unsigned long long)a->dev.device_bytes, (unsigned long long)b->dev.device_bytes, a->dev.device_allocations,
+           b->dev.device_allocations, (unsigned long long)b->dev.peak_device_bytes);
+    return a->dev.device_bytes == b->dev.device_bytes && a->dev.device_allocations == b->dev.device_allocations;
+}
+
 double cli_now(void)
 {
     struct timespec ts;

@@ -52,4 +52,15 @@ void cli_log(vkh2o_log_level level, const char* message, void* user_data);
  * message comes from the context). */
 bool cli_check_device(const char* tool, int argc, char** argv, uint32_t index);
 
+/* Memory at one point of a long run: host resident set (/proc/self/statm; 0 where there is
+ * none) and the context's device memory (vkh2o_context_get_memory_stats). */
+typedef struct cli_mem_sample {
+    uint64_t rss_bytes;
+    vkh2o_memory_stats dev;
+} cli_mem_sample;
+cli_mem_sample cli_mem_sample_take(const vkh2o_context* ctx);
+/* Prints "<label> memory: host RSS <a> -> <b> KiB (<+d>); device <x> -> <y> bytes in <n> -> <m>
+ * buffers (peak <p>)"; returns whether the device bytes and buffer count are unchanged. */
+bool cli_mem_report(const char* label, const cli_mem_sample* start, const cli_mem_sample* end);
+
 #endif
