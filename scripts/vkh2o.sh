@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(cmake ninja-build gcc pkg-config libvulkan-dev glslang-tools libcmocka-dev
+PACKAGES=(cmake ninja-build gcc pkg-config python3 libvulkan-dev glslang-tools libcmocka-dev
           mesa-vulkan-drivers vulkan-validationlayers libcjson-dev)
 EXTRA_PACKAGES=()   # per command: clang for fuzz, valgrind for memcheck
 JOBS=${JOBS:-$(nproc)}
