@@ -52,11 +52,18 @@ static void linear(const float* x, size_t rows, size_t in, const float* w, size_
         }
 }
 
-int ref_lm_forward(const vkh2o_model_config* cfg, const float* embed, const ref_lm_layer* layers, const float* norm,
-                   const float* lm_head, const uint32_t* tokens, uint32_t n, float* logits)
+/* The attention of layer l over xn [n, D] into ao [n, D]; 0 on success. */
+typedef int (*attn_fn)(void* user, uint32_t l, const float* xn, uint32_t n, float* ao);
+
+/* The decoder: embedding, every layer (input_layernorm, attention by fn, residual,
+ * post_attention_layernorm, SwiGLU MLP, residual), model.norm and lm_head. */
+static int decoder(const vkh2o_model_config* cfg, const float* embed, const ref_lm_layer* layers, const float* norm,
+                   const float* lm_head, const uint32_t* tokens, uint32_t n, float* logits, attn_fn fn, void* user)
 {
     const size_t D = cfg->attn.hidden_size, I = cfg->intermediate_size, V = cfg->vocab_size;
-    float* h = malloc(n * D * sizeof(float));
+    if (n == 0)
+        return -1;
+    float* h = calloc(n * D, sizeof(float));
     float* xn = malloc(n * D * sizeof(float));
     float* ao = malloc(n * D * sizeof(float));
     float* g = malloc(n * I * sizeof(float));
@@ -69,7 +76,7 @@ int ref_lm_forward(const vkh2o_model_config* cfg, const float* embed, const ref_
     for (uint32_t l = 0; l < cfg->attn.num_layers; l++) {
         const ref_lm_layer* L = &layers[l];
         ref_rmsnorm(h, n, D, D, L->input_ln, cfg->attn.rms_norm_eps, xn, D);
-        if (ref_mla_forward(&cfg->attn, L->attn, xn, n, 0, ao, NULL, NULL, NULL) != 0)
+        if (fn(user, l, xn, n, ao) != 0)
             goto done;
         for (size_t i = 0; i < n * D; i++)
             h[i] = (float)((double)h[i] + (double)ao[i]);
@@ -87,6 +94,24 @@ int ref_lm_forward(const vkh2o_model_config* cfg, const float* embed, const ref_
 done:
     free(h); free(xn); free(ao); free(g); free(u);
     return rc;
+}
+
+typedef struct fwd_ctx {
+    const vkh2o_model_config* cfg;
+    const ref_lm_layer* layers;
+} fwd_ctx;
+
+static int attn_forward(void* user, uint32_t l, const float* xn, uint32_t n, float* ao)
+{
+    const fwd_ctx* f = user;
+    return ref_mla_forward(&f->cfg->attn, f->layers[l].attn, xn, n, 0, ao, NULL, NULL, NULL);
+}
+
+int ref_lm_forward(const vkh2o_model_config* cfg, const float* embed, const ref_lm_layer* layers, const float* norm,
+                   const float* lm_head, const uint32_t* tokens, uint32_t n, float* logits)
+{
+    fwd_ctx f = { cfg, layers };
+    return decoder(cfg, embed, layers, norm, lm_head, tokens, n, logits, attn_forward, &f);
 }
 
 int ref_lm_session_init(ref_lm_session* s, const vkh2o_model_config* cfg, const float* embed, const ref_lm_layer* layers,
@@ -119,43 +144,24 @@ void ref_lm_session_free(ref_lm_session* s)
     s->dec = NULL;
 }
 
+typedef struct sess_ctx {
+    ref_lm_session* s;
+    bool prefill;
+} sess_ctx;
+
+static int attn_session(void* user, uint32_t l, const float* xn, uint32_t n, float* ao)
+{
+    sess_ctx* c = user;
+    return c->prefill ? ref_decode_prefill(&c->s->dec[l], xn, n, ao) : ref_decode_step(&c->s->dec[l], xn, c->s->pos, ao);
+}
+
 /* n tokens through the layers: prefill (all at once) or one step at s->pos. */
 static int lm_run(ref_lm_session* s, const uint32_t* tokens, uint32_t n, bool prefill, float* logits)
 {
-    const size_t D = s->cfg->attn.hidden_size, I = s->cfg->intermediate_size, V = s->cfg->vocab_size;
-    if (n == 0)
-        return -1;
-    float* h = calloc(n * D, sizeof(float));
-    float* xn = malloc(n * D * sizeof(float));
-    float* ao = malloc(n * D * sizeof(float));
-    float* g = malloc(n * I * sizeof(float));
-    float* u = malloc(n * I * sizeof(float));
-    int rc = -1;
-    if (!h || !xn || !ao || !g || !u)
-        goto done;
-    for (uint32_t t = 0; t < n; t++)
-        memcpy(h + t * D, s->embed + (size_t)tokens[t] * D, D * sizeof(float));
-    for (uint32_t l = 0; l < s->cfg->attn.num_layers; l++) {
-        const ref_lm_layer* L = &s->layers[l];
-        ref_rmsnorm(h, n, D, D, L->input_ln, s->cfg->attn.rms_norm_eps, xn, D);
-        if ((prefill ? ref_decode_prefill(&s->dec[l], xn, n, ao) : ref_decode_step(&s->dec[l], xn, s->pos, ao)) != 0)
-            goto done;
-        for (size_t i = 0; i < n * D; i++)
-            h[i] = (float)((double)h[i] + (double)ao[i]);
-        ref_rmsnorm(h, n, D, D, L->post_ln, s->cfg->attn.rms_norm_eps, xn, D);
-        linear(xn, n, D, L->gate, I, g);
-        linear(xn, n, D, L->up, I, u);
-        ref_swiglu(n, I, g, I, u, I, g, I);
-        linear(g, n, I, L->down, D, ao);
-        for (size_t i = 0; i < n * D; i++)
-            h[i] = (float)((double)h[i] + (double)ao[i]);
-    }
-    ref_rmsnorm(h, n, D, D, s->norm, s->cfg->attn.rms_norm_eps, xn, D);
-    linear(xn, n, D, s->lm_head, V, logits);
-    s->pos += n;
-    rc = 0;
-done:
-    free(h); free(xn); free(ao); free(g); free(u);
+    sess_ctx c = { s, prefill };
+    int rc = decoder(s->cfg, s->embed, s->layers, s->norm, s->lm_head, tokens, n, logits, attn_session, &c);
+    if (rc == 0)
+        s->pos += n;
     return rc;
 }
 
