@@ -51,7 +51,9 @@ static void usage(FILE* f)
             "  --kv-lora N        kv_lora_rank of the latent layout (512)\n"
             "  --layout L         expanded | latent (latent: c_kv + k_pe, absorption through a random kv_b_proj)\n"
             "  --policy P         h2o | streaming | random (h2o)\n"
-            "  --score-mode M     sum | mean (sum)\n"
+            "  --score-mode M     sum | mean | decay | tova (sum): the accumulated mass; it divided by the\n"
+            "                     queries that could see the token; score <- 0.9 score + mass each step;\n"
+            "                     or the current query's mass only (TOVA)\n"
             "  --storage S        fp16 | fp32 (fp16)\n"
             "  --seed N           mock data and random-policy seed (0)\n"
             "  --out-csv FILE     per-step CSV: step, size per layer, events so far, evicted, wall time\n"
@@ -92,7 +94,7 @@ static int parse_args(int argc, char** argv, opts* o)
     strcpy(o->budgets, "64,4096");
     static const char* const layouts[] = { "expanded", "latent" };
     static const char* const policies[] = { "h2o", "streaming", "random" };
-    static const char* const modes[] = { "sum", "mean" };
+    static const char* const modes[] = { "sum", "mean", "decay", "tova" };
     static const char* const storages[] = { "fp16", "fp32" };
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
@@ -135,7 +137,7 @@ static int parse_args(int argc, char** argv, opts* o)
                          !strcmp(a, "--storage"))) {
             const char* const* names = !strcmp(a, "--layout") ? layouts : !strcmp(a, "--policy") ? policies
                                      : !strcmp(a, "--score-mode") ? modes : storages;
-            int n = !strcmp(a, "--policy") ? 3 : 2;
+            int n = !strcmp(a, "--policy") ? 3 : !strcmp(a, "--score-mode") ? 4 : 2;
             if (!parse_choice(a, v, names, n, &c))
                 return 2;
             if (!strcmp(a, "--layout")) o->layout = c == 0 ? VKH2O_LAYOUT_EXPANDED : VKH2O_LAYOUT_LATENT;
@@ -483,6 +485,7 @@ static int setup(run* R, outset* files)
             .layers = o->layers, .heads = o->heads, .dn = R->desc.qk_nope_dim, .dr = R->desc.qk_rope_dim, .dv = o->v_dim,
             .kvl = o->kv_lora, .latent = lat, .kv_b = R->kv_b, .n_sink = o->n_sink, .budget = o->budget,
             .n_recent = o->n_recent, .capacity = R->desc.capacity, .policy = o->policy, .mode = o->mode, .seed = o->seed,
+            .decay = R->desc.score_mode == VKH2O_SCORE_DECAY ? 0.9f : 0.0f,
             .scale = 1.0f / sqrtf((float)o->qk_dim), .f16 = o->storage == VKH2O_DTYPE_F16,
         };
         if (!ref_h2o_sim_init(&R->sim, &cfg)) {

@@ -47,6 +47,13 @@ done
 "$TOOL" --steps 60 --budget 16 --n-sink 2 --n-recent 4 --layers 1 --heads 3 --qk-dim 72 --v-dim 40 --score-mode mean \
     --storage fp32 --check --quiet > "$TMP/m.txt" || { cat "$TMP/m.txt"; fail "--check mean fp32"; }
 has "$TMP/m.txt" "PASS: --check"
+for mode in decay tova; do   # decayed scores and TOVA, both layouts
+    for layout in expanded latent; do
+        "$TOOL" --steps 80 --budget 12 --n-sink 2 --n-recent 4 --layers 2 --heads 3 --qk-dim 72 --v-dim 40 --kv-lora 48 \
+            --layout $layout --score-mode $mode --check --quiet > "$TMP/m.txt" || { cat "$TMP/m.txt"; fail "--check $mode $layout"; }
+        has "$TMP/m.txt" "PASS: --check"
+    done
+done
 
 # ---- memory table (Kimi, 32K context) ----
 "$TOOL" --memory | tee "$TMP/mem.txt"
