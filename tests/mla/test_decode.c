@@ -27,8 +27,10 @@
  * vkh2o_cmd_mla_decode_qcache at odd offsets). The reference stores the routed blocks as the
  * header's quantiser gives them (ref_kvq_pack / unpack of its fp16 rows) and never evicts; the
  * importance is its accumulated mass. Checked per chunk: every token's output and every block's
- * importance sum. Bounds: FP16 nmse(out) <= 1e-8, importance <= 1e-5 relative to the largest
- * block (observed <= 2e-10, 6e-7); INT8 / INT4 nmse(out) <= 1e-6, importance <= 1e-4
+ * importance sum. Bounds: FP16 nmse(out) <= 5e-7 (a device row element whose f32 value differs
+ * from the reference's in the last bits can round to the neighbouring fp16 value, 2^-11 relative:
+ * (2^-11)^2 = 2.4e-7; observed 2e-10 typically, 3.6e-8 once under ASan), importance <= 1e-5
+ * relative to the largest block (observed <= 6e-7); INT8 / INT4 nmse(out) <= 1e-6, importance <= 1e-4
  * (observed <= 3e-10, 1.5e-6: a device fp16 row that rounds to the neighbouring value can move a
  * block's scale, and INT4 steps are 1/7 of it, hence the looser bound). */
 #include "vkh2o_test.h"
@@ -514,7 +516,7 @@ static void test_qcache(void** state)
     vt_rng_seed(&rng, vt_seed("decode qcache"));
     fixture f;
     fixture_make(&f, vt_u64(&rng));
-    static const bounds q16 = { 1e-8, 1e-5 }, q8 = { 1e-6, 1e-4 }, q4 = { 1e-6, 1e-4 };
+    static const bounds q16 = { 5e-7, 1e-5 }, q8 = { 1e-6, 1e-4 }, q4 = { 1e-6, 1e-4 };
     run_qdecode(&f, VKH2O_LAYOUT_LATENT, VKH2O_QPOLICY_FP16, &rng, &q16);
     run_qdecode(&f, VKH2O_LAYOUT_EXPANDED, VKH2O_QPOLICY_FP16, &rng, &q16);
     run_qdecode(&f, VKH2O_LAYOUT_LATENT, VKH2O_QPOLICY_UNIFORM_INT8, &rng, &q8);
