@@ -29,25 +29,20 @@ typedef struct policy_def {
     bool full;
     vkh2o_evict_policy policy;
     vkh2o_score_mode mode;
-    const char* help;
     vkh2o_budget_schedule schedule;
     bool obs;                 /* the prompt compressed with an observation window (SnapKV) */
 } policy_def;
 
 static const policy_def POLICIES[] = {
-    { .name = "full", .full = true, .help = "every token kept (the baseline)" },
-    { .name = "h2o", .help = "heavy hitters by accumulated attention mass (the seed's H2O; early tokens accumulate most)" },
-    { .name = "h2o-mean", .mode = VKH2O_SCORE_MEAN,
-      .help = "accumulated mass / queries that could see the token (OpenVINO NORM_SUM, kvpress ObservedAttention)" },
-    { .name = "h2o-decay", .mode = VKH2O_SCORE_DECAY,
-      .help = "score <- decay * score + mass at every step (--decay, default 0.9): old attention fades" },
-    { .name = "tova", .mode = VKH2O_SCORE_TOVA, .help = "TOVA: the tokens the current query attends to most (no accumulation)" },
-    { .name = "h2o-pyramid", .schedule = VKH2O_BUDGET_PYRAMID,
-      .help = "h2o with PyramidKV-style per-layer budgets (1.5 x budget at the first layer to 0.5 x at the last)" },
-    { .name = "snapkv", .obs = true,
-      .help = "SnapKV: a prompt scored by its last --obs-window queries' attention, pooled; then h2o" },
-    { .name = "streaming", .policy = VKH2O_POLICY_STREAMING, .help = "StreamingLLM: sinks + the most recent tokens" },
-    { .name = "random", .policy = VKH2O_POLICY_RANDOM, .help = "budget middle tokens chosen at random each step (the control)" },
+    { .name = "full", .full = true },
+    { .name = "h2o" },
+    { .name = "h2o-mean", .mode = VKH2O_SCORE_MEAN },
+    { .name = "h2o-decay", .mode = VKH2O_SCORE_DECAY },
+    { .name = "tova", .mode = VKH2O_SCORE_TOVA },
+    { .name = "h2o-pyramid", .schedule = VKH2O_BUDGET_PYRAMID },
+    { .name = "snapkv", .obs = true },
+    { .name = "streaming", .policy = VKH2O_POLICY_STREAMING },
+    { .name = "random", .policy = VKH2O_POLICY_RANDOM },
 };
 #define NPOLICIES (sizeof POLICIES / sizeof POLICIES[0])
 
@@ -265,8 +260,10 @@ static int parse(int argc, char** argv, opts* o)
                 if (!strcmp(v, POLICIES[k].name))
                     o->policy = &POLICIES[k];
             if (!o->policy) {
-                fprintf(stderr, TOOL ": --policy: unknown policy '%s' (full, h2o, h2o-mean, h2o-decay, tova, h2o-pyramid, "
-                                "snapkv, streaming, random)\n", v);
+                fprintf(stderr, TOOL ": --policy: unknown policy '%s' (", v);
+                for (size_t k = 0; k < NPOLICIES; k++)
+                    fprintf(stderr, "%s%s", k ? ", " : "", POLICIES[k].name);
+                fprintf(stderr, ")\n");
                 return 2;
             }
             i++;
