@@ -437,6 +437,10 @@ def main():
     ap.add_argument("--mix", default="0.3,0.2,0.2,0.3", help="natural,recurring,segments,passkey")
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--heldout", default="GPL-3", help="common-licenses file held out")
+    ap.add_argument("--export-when", choices=["passkey", "gate"], default="passkey",
+                    help="passkey: export at the best passkey accuracy so far; gate: export when the passkey "
+                         "accuracy is at least --gate-passkey and recurring passages save the most bits so far")
+    ap.add_argument("--gate-passkey", type=float, default=0.9)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--export-reference", action="store_true",
                     help="only (re)write reference.safetensors / reference.json of the model in --out, and evaluate it")
@@ -544,10 +548,19 @@ def main():
                 model.train()
                 say("eval at step %d: held-out %.3f bits/byte; recurring passages %.3f vs fresh %.3f; passkey %.3f %s"
                     % (step + 1, bpb, rec, fresh, acc, " ".join("%.1f:%.1f" % kv for kv in by.items())))
-                if acc >= state["best_passkey"]:
-                    state["best_passkey"] = acc
-                    export(model, a.out, held, "step %d, passkey %.3f at ctx %d" % (step + 1, acc, a.ctx))
-                    say("exported (best passkey so far)")
+                gap = fresh - rec
+                if a.export_when == "passkey":
+                    better, why = acc >= state["best_passkey"], "best passkey so far"
+                else:
+                    better = acc >= a.gate_passkey and gap > state.get("best_gap", -1e9)
+                    why = "passkey >= %.2f and the largest recurring-passage saving so far, %.3f bits" % (a.gate_passkey, gap)
+                state["best_passkey"] = max(state["best_passkey"], acc)
+                if better:
+                    if a.export_when == "gate":
+                        state["best_gap"] = gap
+                    export(model, a.out, held, "step %d, passkey %.3f at ctx %d, recurring %.3f vs fresh %.3f bits/byte"
+                           % (step + 1, acc, a.ctx, rec, fresh))
+                    say("exported (%s)" % why)
                 checkpoint()
     say("done at step %d; best passkey %.3f" % (state["step"], state["best_passkey"]))
 
