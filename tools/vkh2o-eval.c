@@ -67,6 +67,7 @@ typedef struct opts {
     uint32_t max_windows;
     bool passkey;
     uint32_t trials;
+    uint32_t stream_trials;   /* trials per depth of the streamed passkey (0: --trials) */
     uint32_t ndepths;
     double depths[MAX_DEPTHS];
     uint32_t seed;
@@ -97,7 +98,7 @@ static void usage(FILE* f)
             "usage: vkh2o-eval --weights DIR [--text FILE] [--ctx N] [--windows K]\n"
             "                  [--policy P] [--budget B | --budget F%%] [--n-sink S] [--n-recent R] [--decay F]\n"
             "                  [--kv-quant Q [--route-every R]] [--sweep]\n"
-            "                  [--passkey [--stream] [--trials T] [--depths D1,D2,...]] [--seed S]\n"
+            "                  [--passkey [--stream [--stream-trials T]] [--trials T] [--depths D1,D2,...]] [--seed S]\n"
             "                  [--csv FILE] [--json FILE] [--plot FILE.svg] [--quiet] [--help]\n"
             "Runs a byte-level DeepSeek-V3-architecture model (an HF directory: config.json + safetensors,\n"
             "vocab 256) on the default Vulkan device with every layer's KV cache under a policy, and reports:\n"
@@ -143,6 +144,8 @@ static void usage(FILE* f)
             "  --ctx N         window / prompt length in bytes (default 512; 2..model limit)\n"
             "  --windows K     at most K windows of the file (default: all)\n"
             "  --passkey       run the passkey test (--trials, default 10; --depths, default 0,0.2,...,1)\n"
+            "  --stream-trials T  trials per depth of the streamed passkey test (default: --trials); the\n"
+            "                  streamed prompt costs a decode step per byte, the compressed one a prefill\n"
             "  --seed S        keys of the passkey test (default 1)\n"
             "  --bench         decode speed instead: for every policy at 25%% of the context and the full cache,\n"
             "                  tokens per second of single-token decode steps (the prompt prefilled, then\n"
@@ -198,6 +201,9 @@ static int parse(int argc, char** argv, opts* o)
             if (r < 0)
                 return 2;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--trials", 1, 100000, &o->trials)) != 0) {
+            if (r < 0)
+                return 2;
+        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--stream-trials", 1, 100000, &o->stream_trials)) != 0) {
             if (r < 0)
                 return 2;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--seed", 0, UINT32_MAX, &o->seed)) != 0) {
@@ -368,6 +374,12 @@ static int parse(int argc, char** argv, opts* o)
     }
     if (o->sweep)
         o->stream = true;
+    if (o->stream_trials && !o->stream) {
+        fprintf(stderr, TOOL ": --stream-trials needs --stream (or --sweep)\n");
+        return 2;
+    }
+    if (!o->stream_trials)
+        o->stream_trials = o->trials;
     return 0;
 }
 
@@ -602,7 +614,8 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool s
         return 1;
     }
     uint64_t rs = o->seed;
-    uint32_t hits = 0, total = o->ndepths * o->trials;
+    const uint32_t trials = stream ? o->stream_trials : o->trials;
+    uint32_t hits = 0, total = o->ndepths * trials;
     char label[96];
     snprintf(label, sizeof label, "passkey%s %s %u", stream ? " (stream)" : "", out->policy->name, out->cache_tokens);
     cli_progress prog;
@@ -611,7 +624,7 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool s
     double* by = stream ? out->stream_by_depth : out->acc_by_depth;
     for (uint32_t d = 0; d < o->ndepths && !rc; d++) {
         uint32_t dh = 0;
-        for (uint32_t t = 0; t < o->trials; t++) {
+        for (uint32_t t = 0; t < trials; t++) {
             char key[6];
             snprintf(key, sizeof key, "%05u", (unsigned)(next_rand(&rs) % 100000u));
             size_t n = passkey_prompt(prompt, o->ctx, key, o->depths[d]);
@@ -629,9 +642,9 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool s
                 break;
             }
             dh += !memcmp(got, key, 5);
-            cli_progress_update(&prog, (uint64_t)d * o->trials + t + 1);
+            cli_progress_update(&prog, (uint64_t)d * trials + t + 1);
         }
-        by[d] = (double)dh / o->trials;
+        by[d] = (double)dh / trials;
         hits += dh;
     }
     cli_progress_end(&prog);

@@ -52,6 +52,12 @@ acc=$(json_get "$TMP/pk.json" "d[0]['passkey_acc']")
 "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)" "$acc" || fail "the full cache found no planted key ($acc)"
 echo "passkey (full cache, ctx 128): $acc"
 
+# ---- --stream-trials: the streamed test runs its own number of trials per depth ----
+"$TOOL" --weights "$MODEL" --passkey --stream --ctx 128 --trials 2 --stream-trials 1 --depths 0.5 \
+    --json "$TMP/st.json" --quiet > /dev/null
+json_get "$TMP/st.json" "d[0]['passkey_acc'] in (0, 0.5, 1) and d[0]['passkey_stream_acc'] in (0, 1)" | grep -qx True \
+    || fail "--stream-trials 1 (of --trials 2): accuracies $(cat "$TMP/st.json")"
+
 # ---- bad flags: exit 2, a message naming the flag, no output file ----
 bad() {   # bad "<expected text>" args...
     local want=$1; shift
@@ -76,6 +82,8 @@ bad "--kv-quant: unknown" --weights "$MODEL" --text "$HELD" --kv-quant int2
 bad "--policy full only" --weights "$MODEL" --text "$HELD" --kv-quant balanced --policy h2o --budget 8
 bad "--decay" --weights "$MODEL" --text "$HELD" --policy h2o-decay --budget 8 --decay 1.5
 bad "--depths" --weights "$MODEL" --passkey --depths 0.5,2
+bad "--stream-trials needs --stream" --weights "$MODEL" --passkey --stream-trials 2
+bad "--stream-trials" --weights "$MODEL" --passkey --stream --stream-trials 0
 bad "refusing to write an input" --weights "$MODEL" --text "$HELD" --csv "$HELD"
 bad "unknown option" --weights "$MODEL" --text "$HELD" --frobnicate
 bad "given twice" --weights "$MODEL" --weights "$MODEL" --text "$HELD"
