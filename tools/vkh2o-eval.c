@@ -713,8 +713,8 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
     /* one series per policy: x = cache size as % of the context; the full cache joins every
      * series at 100 % */
     static double xs[NPOLICIES + 1][MAX_ROWS], ppl[NPOLICIES + 1][MAX_ROWS], pk[NPOLICIES + 1][MAX_ROWS];
-    static double kb[NPOLICIES + 1][MAX_ROWS];
-    plot_series sp[NPOLICIES + 1], sk[NPOLICIES + 1], sb[NPOLICIES + 1];
+    static double kb[NPOLICIES + 1][MAX_ROWS], pks[NPOLICIES + 1][MAX_ROWS];
+    plot_series sp[NPOLICIES + 1], sk[NPOLICIES + 1], sb[NPOLICIES + 1], ss[NPOLICIES + 1];
     uint32_t ns = 0;
     const row* full = NULL;
     for (uint32_t i = 0; i < n; i++)
@@ -730,6 +730,7 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
                 xs[ns][c] = 100.0 * rows[i].cache_tokens / o->ctx;
                 ppl[ns][c] = isnan(rows[i].bits) ? NAN : pow(2.0, rows[i].bits);
                 pk[ns][c] = rows[i].passkey_acc;
+                pks[ns][c] = rows[i].passkey_stream;
                 c++;
             }
         if (!c)
@@ -739,11 +740,13 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
             xs[ns][c] = 100.0;
             ppl[ns][c] = isnan(full->bits) ? NAN : pow(2.0, full->bits);
             pk[ns][c] = full->passkey_acc;
+            pks[ns][c] = full->passkey_stream;
             c++;
         }
         sp[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], ppl[ns] };
         sk[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], pk[ns] };
         sb[ns] = (plot_series){ POLICIES[k].name, c, kb[ns], ppl[ns] };
+        ss[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], pks[ns] };
         ns++;
     }
     /* the quantised cache: one series over its policies, by bytes (every token kept) */
@@ -766,12 +769,13 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
         sb[nb] = (plot_series){ "quantised (kv-quant policies)", nq, kb[nb], ppl[nb] };
         nb++;
     }
-    plot_panel panels[3] = {
+    plot_panel panels[4] = {
         { "perplexity per byte (held-out text)", "cache size, % of the context", "perplexity per byte", sp, ns },
         { "perplexity at equal cache bytes", "cache bytes, KiB (all layers)", "perplexity per byte", sb, nb },
         { "passkey accuracy (prompt compressed once)", "cache size, % of the context", "exact-match accuracy", sk, ns },
+        { "passkey accuracy (prompt streamed, evicting)", "cache size, % of the context", "exact-match accuracy", ss, ns },
     };
-    return plot_svg(f, panels, o->passkey ? 3 : 2);
+    return plot_svg(f, panels, o->passkey ? (o->stream ? 4 : 3) : 2);
 }
 
 static bool write_outputs(const opts* o, const row* rows, uint32_t n)

@@ -42,7 +42,9 @@ static void fmt_tick(char* buf, size_t cap, double v, double step)
     snprintf(buf, cap, "%.*f", decimals, v);
 }
 
-static const char* const COLORS[] = { "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf" };
+static const char* const COLORS[] = { "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+                                      "#000000", "#bcbd22", "#7f7f7f", "#aec7e8" };
+#define NCOLORS (sizeof COLORS / sizeof COLORS[0])
 
 bool plot_svg(FILE* f, const plot_panel* panels, uint32_t np)
 {
@@ -96,7 +98,7 @@ bool plot_svg(FILE* f, const plot_panel* panels, uint32_t np)
                 y0 + PH / 2, pn->ylabel ? pn->ylabel : "");
         for (uint32_t s = 0; s < pn->nseries; s++) {
             const plot_series* se = &pn->series[s];
-            const char* col = COLORS[s % 8];
+            const char* col = COLORS[s % NCOLORS];
             fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
             for (uint32_t i = 0; i < se->n; i++)
                 if (isfinite(se->x[i]) && isfinite(se->y[i]))
@@ -119,7 +121,7 @@ bool plot_svg(FILE* f, const plot_panel* panels, uint32_t np)
             double lx = ML + (s % 4) * 200, ly = MT + PH + MB + 8 + (s / 4) * LEG;
             fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"3\"/>"
                        "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
-                    lx, ly, lx + 24, ly, COLORS[s % 8], lx + 30, ly + 4, pn->series[s].name);
+                    lx, ly, lx + 24, ly, COLORS[s % NCOLORS], lx + 30, ly + 4, pn->series[s].name);
         }
     }
     fprintf(f, "</svg>\n");
