@@ -309,6 +309,26 @@ def masked_bits(model, rng, text, ctx, kind, n=32):
 
 
 @torch.no_grad()
+def repeat_bits(model, held, lengths=(64, 128, 255), trials=12, seed=5):
+    """The plain induction measure: a held-out passage of L bytes followed by itself; bits/byte of
+    the first occurrence against the second (a model that copies pays far less the second time).
+    Returns {L: (first, second)}."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for L in lengths:
+        first, second = [], []
+        for _ in range(trials):
+            i = int(rng.integers(0, len(held) - L))
+            p = held[i:i + L]
+            x = torch.tensor(list(p + p), dtype=torch.int64)[None]
+            ce = F.cross_entropy(model(x[:, :-1])[0], x[0, 1:], reduction="none") / LN2
+            first.append(ce[:L - 1].mean().item())
+            second.append(ce[L:].mean().item())
+        out[L] = (float(np.mean(first)), float(np.mean(second)))
+    return out
+
+
+@torch.no_grad()
 def passkey_accuracy(model, ctx, depths=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0), trials=10, seed=1234):
     rng = np.random.default_rng(seed)
     hits = {d: 0 for d in depths}
@@ -446,6 +466,8 @@ def main():
                     help="only (re)write reference.safetensors / reference.json of the model in --out, and evaluate it")
     ap.add_argument("--eval-passkey", type=int, default=0, metavar="CTX",
                     help="with --export-reference: also report the full-cache passkey accuracy at CTX")
+    ap.add_argument("--eval-repeat", action="store_true",
+                    help="with --export-reference: also report the recurring-passage measures (the quality gate's second half)")
     a = ap.parse_args()
     if a.export_reference:
         torch.set_num_threads(a.threads)
@@ -459,6 +481,13 @@ def main():
         if a.eval_passkey:
             acc, by = passkey_accuracy(model, a.eval_passkey)
             print("passkey at %d: %.3f %s" % (a.eval_passkey, acc, by))
+        if a.eval_repeat:
+            ev = np.random.default_rng(999)
+            rec, fresh = masked_bits(model, ev, held, 512, "recurring")
+            print("recurring passages (training's measure, ctx 512): %.3f vs fresh %.3f bits/byte" % (rec, fresh))
+            for L, (f1, f2) in repeat_bits(model, held).items():
+                print("held-out passage of %d bytes repeated: first %.3f, second %.3f bits/byte (%.0f %% cheaper)"
+                      % (L, f1, f2, 100.0 * (1.0 - f2 / f1)))
         return
 
     torch.set_num_threads(a.threads)
