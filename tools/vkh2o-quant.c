@@ -19,15 +19,6 @@
 #include "cli.h"
 #include "outfile.h"
 #include "vkh2o.h"
-/*
- * PRIVATE, the --weights decode path only (setup_weights): one token's projection
- * (vkh2o_begin + vkh2o_cmd_mla_project + vkh2o_submit_wait) and the layer's roped query and
- * attention output (vkh2o_mla_layer_state: q, o), with the query absorbed on the host. The
- * library's public decode API (issue 9, item 5) replaces these steps; then these two includes
- * and the tool's vkh2o_internal link (CMakeLists.txt) go. Everything else here is public API.
- */
-#include "internal.h"
-#include "mla_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -763,11 +754,13 @@ static float* normal_rows(uint32_t n, uint32_t D)
 /*
  * The cache from a real MLA layer (latent layout): a causal prefill forward over S seeded-normal
  * tokens gives c_kv (normed) and k_pe (roped) per token and the attention mass per token (the
- * importance); each of the D decode tokens is projected at position S + i, its latent row
- * appended before its step, and its query absorbed on the host (double accumulation):
- * q_lat[h] = [q_nope[h] . W_uk[h], q_pe[h]] with W_uk[h] = kv_b_proj rows h*(nope+v) + [0, nope).
- * Check: the FP16 cache's output for the first decode token, through W_uv, against the layer's
- * own forward over S+1 tokens (*check_rel).
+ * importance); each of the D decode tokens is projected at position S + i by the library's
+ * vkh2o_run_mla_decode_inputs, which hands out its full-precision latent row (appended before its
+ * step) and its query absorbed on the device: q_lat[h] = [q_nope[h] . W_uk[h], q_pe[h]] with
+ * W_uk[h] = kv_b_proj rows h*(nope+v) + [0, nope).
+ * Check: the FP16 cache's output for the first decode token, through W_uv (on the host, double),
+ * against the layer's own forward over S+1 tokens (its attention output before o_proj,
+ * vkh2o_mla_layer_get_attn_output; *check_rel).
  */
 static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* check_rel)
 {
@@ -785,12 +778,11 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
         return -1;
     }
     uint32_t S = o->seq_len, D = o->decode, H = cfg.num_heads, nope = cfg.qk_nope_head_dim, rope = cfg.qk_rope_head_dim;
-    uint32_t vd = cfg.v_head_dim, L = cfg.kv_lora_rank, hid = cfg.hidden_size, qd = nope + rope;
+    uint32_t vd = cfg.v_head_dim, L = cfg.kv_lora_rank, hid = cfg.hidden_size;
     vkh2o_checkpoint* ck = NULL;
     vkh2o_mla_host_weights* hw = NULL;
     vkh2o_mla_layer* layer = NULL;
-    float *hidden = NULL, *out = NULL, *wuk = NULL, *qrow = NULL, *kvbf = NULL;
-    vkh2o_buffer* hb = NULL;
+    float *hidden = NULL, *out = NULL, *kvbf = NULL;
     int rc = -1;
     if (vkh2o_checkpoint_open(o->weights, &ck, &err) != VKH2O_OK ||
         vkh2o_mla_host_weights_load(ck, &cfg, o->layer, VKH2O_LOAD_FP8_TO_BF16, &hw, &err) != VKH2O_OK) {
@@ -800,7 +792,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     const vkh2o_tensor_view* kvb = vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_B_PROJ);
     if (!kvb || !kvb->data || kvb->ndim != 2 || kvb->shape[0] != (uint64_t)H * (nope + vd) || kvb->shape[1] != L ||
         (kvb->dtype != VKH2O_DTYPE_F32 && kvb->dtype != VKH2O_DTYPE_F16 && kvb->dtype != VKH2O_DTYPE_BF16)) {
-        fprintf(stderr, TOOL ": %s: kv_b_proj is not a [%u, %u] F32/F16/BF16 tensor (needed to absorb the query)\n",
+        fprintf(stderr, TOOL ": %s: kv_b_proj is not a [%u, %u] F32/F16/BF16 tensor (needed for the absorption check)\n",
                 o->weights, H * (nope + vd), L);
         goto done;
     }
@@ -814,32 +806,26 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     rng_state = 0x5eed0000ull + o->seed;
     hidden = normal_rows(S + D, hid);
     out = malloc(sizeof(float) * (size_t)(S + 1) * hid);
-    wuk = malloc(sizeof(float) * (size_t)H * nope * L);
-    qrow = malloc(sizeof(float) * (size_t)H * qd);
     dataset* d = &R->data;
     *d = (dataset){ .T = S + D, .H = H, .kvh = 1, .dk = L + rope, .dv = L, .T0 = S, .steps = D, .append = true };
     d->nk = (size_t)d->T * d->dk;
     d->k = malloc(sizeof(float) * d->nk);
     d->imp = calloc(d->T, sizeof(float));
     d->q = malloc(sizeof(float) * (size_t)D * H * d->dk);
-    if (!hidden || !out || !wuk || !qrow || !d->k || !d->imp || !d->q) {
+    if (!hidden || !out || !d->k || !d->imp || !d->q) {
         fprintf(stderr, TOOL ": out of host memory\n");
         goto done;
     }
-    /* kv_b_proj as floats: W_uk[h] (rows h (nope + v) + [0, nope)) and W_uv[h] (the next v rows) */
+    /* kv_b_proj as floats: W_uv[h] = rows h (nope + v) + [nope, nope + v) */
     kvbf = malloc(sizeof(float) * (size_t)H * (nope + vd) * L);
     if (!kvbf || vkh2o_dtype_convert(VKH2O_DTYPE_F32, kvbf, kvb->dtype, kvb->data, (uint64_t)H * (nope + vd) * L)) {
         fprintf(stderr, TOOL ": out of host memory\n");
         goto done;
     }
-    for (uint32_t h = 0; h < H; h++)
-        for (uint32_t j = 0; j < nope; j++)
-            memcpy(wuk + ((size_t)h * nope + j) * L, kvbf + ((size_t)h * (nope + vd) + j) * L, sizeof(float) * L);
 
     /* prefill: importance = attention mass per token; latent rows from the state */
     if (check(ctx, vkh2o_run_mla_forward(layer, hidden, S, 0, out, d->imp, NULL), "prefill forward"))
         goto done;
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(layer);   /* PRIVATE: decode path (q, o) */
     vkh2o_buffer *ckv_b = NULL, *kpe_b = NULL;
     float* ckv = malloc(sizeof(float) * (size_t)S * L);
     float* kpe = malloc(sizeof(float) * (size_t)S * rope);
@@ -858,39 +844,12 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     if (check(ctx, r, "prefill state"))
         goto done;
 
-    /* decode tokens: project one at a time at position S + i (PRIVATE: replaced by the public
-     * decode API) */
-    if (check(ctx, vkh2o_buffer_create(ctx, sizeof(float) * hid, &hb), "buffer"))
-        goto done;
-    for (uint32_t i = 0; i < D; i++) {
-        VkCommandBuffer cb;
-        r = vkh2o_buffer_upload(hb, 0, hidden + (size_t)(S + i) * hid, sizeof(float) * hid);
-        if (r == VKH2O_OK && (r = vkh2o_begin(ctx, &cb)) == VKH2O_OK) {
-            r = vkh2o_cmd_mla_project(layer, cb, vkh2o_bind(hb), 1, S + i);
-            vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
-            r = r != VKH2O_OK ? r : r2;
-        }
-        float* krow = d->k + (size_t)(S + i) * d->dk;
-        if (r == VKH2O_OK)
-            r = vkh2o_buffer_download(ckv_b, 0, krow, sizeof(float) * L);
-        if (r == VKH2O_OK)
-            r = vkh2o_buffer_download(kpe_b, 0, krow + L, sizeof(float) * rope);
-        if (r == VKH2O_OK)
-            r = vkh2o_buffer_download(st->q, 0, qrow, sizeof(float) * (size_t)H * qd);
-        if (check(ctx, r, "decode projection"))
+    /* decode tokens, one at a time at position S + i: the latent row and the absorbed query */
+    for (uint32_t i = 0; i < D; i++)
+        if (check(ctx, vkh2o_run_mla_decode_inputs(layer, hidden + (size_t)(S + i) * hid, 1, S + i, VKH2O_LAYOUT_LATENT,
+                                                   d->k + (size_t)(S + i) * d->dk, NULL, d->q + (size_t)i * H * d->dk),
+                  "decode projection"))
             goto done;
-        float* ql = d->q + (size_t)i * H * d->dk;
-        for (uint32_t h = 0; h < H; h++) {
-            const float* qh = qrow + (size_t)h * qd;
-            for (uint32_t c = 0; c < L; c++) {
-                double a = 0;
-                for (uint32_t j = 0; j < nope; j++)
-                    a += (double)qh[j] * wuk[((size_t)h * nope + j) * L + c];
-                ql[(size_t)h * d->dk + c] = (float)a;
-            }
-            memcpy(ql + (size_t)h * d->dk + L, qh + nope, sizeof(float) * rope);
-        }
-    }
     R->scale = vkh2o_mla_softmax_scale(&cfg);
 
     vkh2o_qcache_desc desc = { 0 };
@@ -918,8 +877,11 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
             r = VKH2O_ERROR_VULKAN;
         if (r == VKH2O_OK)
             r = vkh2o_run_mla_forward(layer, hidden, S + 1, 0, out, NULL, NULL);
+        vkh2o_buffer* o_b = NULL;
         if (r == VKH2O_OK)
-            r = vkh2o_buffer_download(st->o, 4ull * S * H * vd, o_layer, sizeof(float) * (size_t)H * vd);
+            r = vkh2o_mla_layer_get_attn_output(layer, &o_b);
+        if (r == VKH2O_OK)
+            r = vkh2o_buffer_download(o_b, 4ull * S * H * vd, o_layer, sizeof(float) * (size_t)H * vd);
         if (r == VKH2O_OK) {
             double e2 = 0, r2 = 0;
             for (uint32_t h = 0; h < H; h++)
@@ -944,14 +906,11 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     }
     rc = 0;
 done:
-    vkh2o_buffer_destroy(hb);
     vkh2o_mla_layer_destroy(layer);
     vkh2o_mla_host_weights_destroy(hw);
     vkh2o_checkpoint_destroy(ck);
     free(hidden);
     free(out);
-    free(wuk);
-    free(qrow);
     free(kvbf);
     return rc;
 }
