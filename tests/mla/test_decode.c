@@ -32,7 +32,10 @@
  * (2^-11)^2 = 2.4e-7; observed 2e-10 typically, 3.6e-8 once under ASan), importance <= 1e-5
  * relative to the largest block (observed <= 6e-7); INT8 / INT4 nmse(out) <= 1e-6, importance <= 1e-4
  * (observed <= 3e-10, 1.5e-6: a device fp16 row that rounds to the neighbouring value can move a
- * block's scale, and INT4 steps are 1/7 of it, hence the looser bound). */
+ * block's scale, and INT4 steps are 1/7 of it, hence the looser bound).
+ *
+ * A decode step's inputs alone (vkh2o_cmd/run_mla_decode_inputs: rows and queries, both layouts)
+ * and vkh2o_mla_layer_get_attn_output: check_inputs below. */
 #include "vkh2o_test.h"
 #include "mla_internal.h"
 #include "ref_decode.h"
@@ -43,20 +46,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static vkh2o_mla_config small_config(void)
-{
-    vkh2o_mla_config c;
-    vkh2o_mla_config_kimi_k26(&c);   /* YaRN and its softmax scale */
-    c.hidden_size = 200;
-    c.num_heads = 3;
-    c.q_lora_rank = 20;
-    c.kv_lora_rank = 24;
-    c.qk_nope_head_dim = 16;
-    c.qk_rope_head_dim = 8;
-    c.v_head_dim = 12;
-    return c;
-}
 
 enum { N_SINK = 2, BUDGET = 5, N_RECENT = 3, PROMPT = 13 };
 static const uint32_t chunks[] = { 1, 3, 1, 2, 4 };
@@ -71,7 +60,7 @@ typedef struct fixture {
 
 static void fixture_make(fixture* f, uint64_t seed)
 {
-    f->cfg = small_config();
+    f->cfg = vt_small_mla_config(200, 20, 24);
     assert_int_equal(ref_mla_random_weights(&f->cfg, VKH2O_DTYPE_BF16, seed, &f->w), 0);
     vkh2o_error err = { 0 };
     if (vkh2o_mla_host_weights_wrap(&f->cfg, f->w.views, &f->hw, &err) != VKH2O_OK)
@@ -501,20 +490,17 @@ static void test_inputs(void** state)
     assert_int_equal(vkh2o_buffer_create(ctx, 4ull * (f.cfg.kv_lora_rank + f.cfg.qk_rope_head_dim) - 4, &small), VKH2O_OK);
     VkCommandBuffer cb;
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
-    vkh2o_mla_decode_inputs d = { .hidden = hb, .n_tokens = 5 };   /* above max_decode_tokens 4 */
-    assert_int_equal(vkh2o_cmd_mla_decode_inputs(f.layer, cb, &d), VKH2O_ERROR_INVALID_ARGUMENT);
-    d.n_tokens = 1;
-    d.layout = (vkh2o_kv_layout)7;
-    assert_int_equal(vkh2o_cmd_mla_decode_inputs(f.layer, cb, &d), VKH2O_ERROR_INVALID_ARGUMENT);
-    d.layout = VKH2O_LAYOUT_LATENT;
-    d.rows = small;
-    assert_int_equal(vkh2o_cmd_mla_decode_inputs(f.layer, cb, &d), VKH2O_ERROR_INVALID_ARGUMENT);
-    d.rows = NULL;
-    d.hidden_offset = 2;
-    assert_int_equal(vkh2o_cmd_mla_decode_inputs(f.layer, cb, &d), VKH2O_ERROR_INVALID_ARGUMENT);
-    d.hidden_offset = 0;
-    d.hidden = NULL;
-    assert_int_equal(vkh2o_cmd_mla_decode_inputs(f.layer, cb, &d), VKH2O_ERROR_INVALID_ARGUMENT);
+    /* one bad field each: above max_decode_tokens (4), an unknown layout, rows one float short,
+     * a misaligned hidden offset, no hidden buffer */
+    const vkh2o_mla_decode_inputs ok = { .hidden = hb, .n_tokens = 1 };
+    vkh2o_mla_decode_inputs bad[5] = { ok, ok, ok, ok, ok };
+    bad[0].n_tokens = 5;
+    bad[1].layout = (vkh2o_kv_layout)7;
+    bad[2].rows = small;
+    bad[3].hidden_offset = 2;
+    bad[4].hidden = NULL;
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(vkh2o_cmd_mla_decode_inputs(f.layer, cb, &bad[i]), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_cmd_mla_decode_inputs(f.layer, cb, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
     assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, h, 0, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
