@@ -10,8 +10,10 @@
  * Then the analytical model for Kimi (61 layers, 32K context) and the expected-shape checks.
  * --weights: the same table on a cache built from a real MLA layer (prefill forward over S
  * seeded-normal tokens, then D decode steps that append their token, re-route every N tokens,
- * attend with the absorbed query and add their attention mass to the importance; errors over
- * all steps), with a check of the absorption against the layer.
+ * attend with the absorbed query and add their attention mass to the importance, kept as
+ * --score-mode says: sum, mean, decay or tova; errors over all steps), with checks of the
+ * absorption against the layer and of the device importance against the host's scores. The
+ * layer's steps go through the public vkh2o_run_mla_decode_inputs (rows and absorbed queries).
  * --bench: decode attention over a 32K-token latent cache, FP16 vs balanced (or the listed
  * policies), 64 heads and 1 head, one cache per policy with the steps alternating, GPU
  * timestamps (per pass with --profile) and process CPU time.
