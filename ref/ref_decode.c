@@ -105,7 +105,7 @@ static int parts_alloc(const vkh2o_mla_config* c, uint32_t S, ref_mla_parts* p)
 {
     size_t H = c->num_heads, qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
     *p = (ref_mla_parts){ malloc(4 * S * H * qk), malloc(4 * S * H * qk), malloc(4 * S * H * c->v_head_dim),
-                          malloc(4 * S * c->kv_lora_rank), malloc(4 * S * c->qk_rope_head_dim) };
+                          malloc(4 * S * c->kv_lora_rank), malloc(4 * S * c->qk_rope_head_dim), NULL };
     if (!p->q || !p->k || !p->v || !p->ckv || !p->kpe) {
         parts_free(p);
         return -1;

@@ -221,6 +221,8 @@ int ref_mla_forward(const vkh2o_mla_config* cfg, const vkh2o_mla_host_weights* h
                         .q_ts = (uint32_t)(H * qk), .q_hs = (uint32_t)qk, .k_ts = (uint32_t)(H * qk), .k_hs = (uint32_t)qk,
                         .v_ts = (uint32_t)(H * dv), .v_hs = (uint32_t)dv, .o_ts = (uint32_t)(H * dv), .o_hs = (uint32_t)dv };
     ref_attention(&a, qf, kf, vf, of, mass, probs);
+    if (parts && parts->o)
+        memcpy(parts->o, of, S * H * dv * sizeof *of);
     for (size_t i = 0; i < S * H * dv; i++)
         o[i] = of[i];
     if (linear_d(hw, VKH2O_W_O_PROJ, o, S, y))

@@ -41,13 +41,15 @@ void ref_attention(const ref_attn_args* a, const float* q, const float* k, const
                    float* mass, float* probs);
 
 /* Intermediates of ref_mla_forward (each may be NULL): q roped [S, H, nope+rope],
- * k [S, H, nope+rope], v [S, H, v], normed c_kv [S, kv_lora], roped k_pe [S, rope]. */
+ * k [S, H, nope+rope], v [S, H, v], normed c_kv [S, kv_lora], roped k_pe [S, rope], the
+ * attention output before o_proj o [S, H, v]. */
 typedef struct ref_mla_parts {
     float* q;
     float* k;
     float* v;
     float* ckv;
     float* kpe;
+    float* o;
 } ref_mla_parts;
 
 /* The whole layer for hidden [S, hidden] at positions pos0..pos0+S-1: out [S, hidden],

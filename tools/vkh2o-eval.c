@@ -31,18 +31,28 @@ typedef struct policy_def {
     vkh2o_score_mode mode;
     vkh2o_budget_schedule schedule;
     bool obs;                 /* the prompt compressed with an observation window (SnapKV) */
+    const char* help;         /* --help's description (continuation lines indented to its column) */
 } policy_def;
 
+#define HELP_INDENT "\n              "
 static const policy_def POLICIES[] = {
-    { .name = "full", .full = true },
-    { .name = "h2o" },
-    { .name = "h2o-mean", .mode = VKH2O_SCORE_MEAN },
-    { .name = "h2o-decay", .mode = VKH2O_SCORE_DECAY },
-    { .name = "tova", .mode = VKH2O_SCORE_TOVA },
-    { .name = "h2o-pyramid", .schedule = VKH2O_BUDGET_PYRAMID },
-    { .name = "snapkv", .obs = true },
-    { .name = "streaming", .policy = VKH2O_POLICY_STREAMING },
-    { .name = "random", .policy = VKH2O_POLICY_RANDOM },
+    { .name = "full", .full = true, .help = "every token kept (the baseline)" },
+    { .name = "h2o", .help = "heavy hitters by accumulated attention mass (the seed's H2O)" },
+    { .name = "h2o-mean", .mode = VKH2O_SCORE_MEAN,
+      .help = "accumulated mass / queries that could see the token (against early-token bias)" },
+    { .name = "h2o-decay", .mode = VKH2O_SCORE_DECAY,
+      .help = "score <- decay * score + mass each step (--decay F, default 0.9): old attention fades" },
+    { .name = "tova", .mode = VKH2O_SCORE_TOVA, .help = "TOVA: the tokens the current query attends to most (no accumulation)" },
+    { .name = "h2o-pyramid", .schedule = VKH2O_BUDGET_PYRAMID,
+      .help = "h2o with PyramidKV-style per-layer budgets (1.5 x budget at the first layer" HELP_INDENT
+              "to 0.5 x at the last, the same total)" },
+    { .name = "snapkv", .obs = true,
+      .help = "SnapKV: a prompt is scored by the attention of its last --obs-window queries," HELP_INDENT
+              "pooled over --pool-size neighbours (--pool max|avg), and compressed once; the" HELP_INDENT
+              "window itself is kept (recents >= the window); decoding then scores as h2o. A" HELP_INDENT
+              "prompt-compression policy: its rows report passkey only (perplexity: '-')" },
+    { .name = "streaming", .policy = VKH2O_POLICY_STREAMING, .help = "StreamingLLM: sinks + the most recent tokens" },
+    { .name = "random", .policy = VKH2O_POLICY_RANDOM, .help = "budget middle tokens chosen at random each step (the control)" },
 };
 #define NPOLICIES (sizeof POLICIES / sizeof POLICIES[0])
 
@@ -111,20 +121,10 @@ static void usage(FILE* f)
             "              continuation, T trials per depth. The prompt goes in as a prefill that the policy\n"
             "              compresses once at its end; with --stream also token by token with eviction\n"
             "              after every step (both are reported)\n"
-            "Policies (--policy, default full):\n"
-            "  full        every token kept (the baseline)\n"
-            "  h2o         heavy hitters by accumulated attention mass (the seed's H2O)\n"
-            "  h2o-mean    accumulated mass / queries that could see the token (against early-token bias)\n"
-            "  h2o-decay   score <- decay * score + mass each step (--decay F, default 0.9): old attention fades\n"
-            "  tova        TOVA: the tokens the current query attends to most (no accumulation)\n"
-            "  h2o-pyramid h2o with PyramidKV-style per-layer budgets (1.5 x budget at the first layer\n"
-            "              to 0.5 x at the last, the same total)\n"
-            "  snapkv      SnapKV: a prompt is scored by the attention of its last --obs-window queries,\n"
-            "              pooled over --pool-size neighbours (--pool max|avg), and compressed once; the\n"
-            "              window itself is kept (recents >= the window); decoding then scores as h2o. A\n"
-            "              prompt-compression policy: its rows report passkey only (perplexity: '-')\n"
-            "  streaming   StreamingLLM: sinks + the most recent tokens\n"
-            "  random      budget middle tokens chosen at random each step (the control)\n"
+            "Policies (--policy, default full):\n");
+    for (size_t i = 0; i < NPOLICIES; i++)   /* the table itself: a new policy cannot miss its line */
+        fprintf(f, "  %-11s %s\n", POLICIES[i].name, POLICIES[i].help);
+    fprintf(f,
             "  --budget B      heavy hitters per layer (tokens), or F%% of the context for the whole cache\n"
             "                  (sinks + budget + recents); required unless --policy full\n"
             "  --n-sink S      first tokens always kept (default 4)\n"

@@ -10,8 +10,10 @@
  * Then the analytical model for Kimi (61 layers, 32K context) and the expected-shape checks.
  * --weights: the same table on a cache built from a real MLA layer (prefill forward over S
  * seeded-normal tokens, then D decode steps that append their token, re-route every N tokens,
- * attend with the absorbed query and add their attention mass to the importance; errors over
- * all steps), with a check of the absorption against the layer.
+ * attend with the absorbed query and add their attention mass to the importance, kept as
+ * --score-mode says: sum, mean, decay or tova; errors over all steps), with checks of the
+ * absorption against the layer and of the device importance against the host's scores. The
+ * layer's steps go through the public vkh2o_run_mla_decode_inputs (rows and absorbed queries).
  * --bench: decode attention over a 32K-token latent cache, FP16 vs balanced (or the listed
  * policies), 64 heads and 1 head, one cache per policy with the steps alternating, GPU
  * timestamps (per pass with --profile) and process CPU time.
@@ -19,15 +21,6 @@
 #include "cli.h"
 #include "outfile.h"
 #include "vkh2o.h"
-/*
- * PRIVATE, the --weights decode path only (setup_weights): one token's projection
- * (vkh2o_begin + vkh2o_cmd_mla_project + vkh2o_submit_wait) and the layer's roped query and
- * attention output (vkh2o_mla_layer_state: q, o), with the query absorbed on the host. The
- * library's public decode API (issue 9, item 5) replaces these steps; then these two includes
- * and the tool's vkh2o_internal link (CMakeLists.txt) go. Everything else here is public API.
- */
-#include "internal.h"
-#include "mla_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +36,9 @@ typedef struct opts {
     uint32_t layer, seq_len, decode, route_every, passes;
     double budget;
     vkh2o_kv_layout layout;
+    vkh2o_score_mode score_mode;   /* --weights: how the decode steps' mass becomes the importance */
+    double decay;
+    bool score_mode_set, decay_set;
     vkh2o_qread bench_read;     /* AUTO: the library's choice for the device */
     bool bench_both;            /* --bench-read both: storage and texel side by side */
     bool heads_set, quiet, bench, profile;
@@ -50,6 +46,9 @@ typedef struct opts {
     vkh2o_qpolicy bench_pols[VKH2O_QPOLICY_COUNT];
     const char *csv, *json, *weights, *config;
 } opts;
+
+/* --score-mode's names, in vkh2o_score_mode order (as vkh2o-validate names them) */
+static const char* const score_modes[4] = { "sum", "mean", "decay", "tova" };
 
 /* "balanced,uniform-int4": the --bench policies after fp16 (fp16 itself is skipped, repeats are
  * refused). */
@@ -121,6 +120,16 @@ static void usage(FILE* f)
             "  --route-every N    with --weights: route the cache again after every N appended tokens,\n"
             "                     so aged-out recent blocks are demoted too (default 16; 0: only\n"
             "                     after the prefill)\n"
+            "  --score-mode M     with --weights: what the importance that routes the blocks (and that the\n"
+            "                     score selector ranks them by) keeps of the decode steps' attention mass\n"
+            "                     (the eviction score modes of vkh2o/cache.h; every mode starts from the\n"
+            "                     prompt's summed mass, which routes the prefill):\n"
+            "                       sum    the mass accumulated over every step (H2O; the default)\n"
+            "                       mean   the accumulated mass divided by the queries that have seen the token\n"
+            "                              (against the bias toward early tokens)\n"
+            "                       decay  importance <- decay * importance + mass at every step (--decay)\n"
+            "                       tova   the current step's mass only (TOVA: no accumulation)\n"
+            "  --decay F          the decay mode's factor, in (0, 1) (default 0.9)\n"
             "  --passes N         measure the table N times (default 1; a soak): the first pass warms up\n"
             "                     (scratch grows to its high-water mark); from the third on, every run\n"
             "                     must end with the device memory its second-pass run ended with\n"
@@ -133,7 +142,7 @@ static void usage(FILE* f)
 
 static int parse(int argc, char** argv, opts* o)
 {
-    *o = (opts){ .tokens = 4096, .block = 16, .group = 32, .heads = 64, .seed = 1, .bench_tokens = 32768, .reps = 5, .passes = 1,
+    *o = (opts){ .decay = 0.9, .tokens = 4096, .block = 16, .group = 32, .heads = 64, .seed = 1, .bench_tokens = 32768, .reps = 5, .passes = 1,
                  .budget = 0.25, .layout = VKH2O_LAYOUT_LATENT, .seq_len = 512, .decode = 16,
                  .route_every = 16, .n_bench_pols = 1, .bench_pols = { VKH2O_QPOLICY_BALANCED } };
     for (int i = 1; i < argc; i++) {
@@ -162,6 +171,23 @@ static int parse(int argc, char** argv, opts* o)
             if (!v) { fprintf(stderr, TOOL ": --heads needs a value\n"); return 2; }
             if (!cli_parse_u32(TOOL, a, v, 1, 1024, &o->heads)) return 2;
             o->heads_set = true;
+            i++;
+        } else if (!strcmp(a, "--score-mode")) {
+            int m = -1;
+            for (int k = 0; v && k < 4; k++)
+                if (!strcmp(v, score_modes[k]))
+                    m = k;
+            if (m < 0) {
+                fprintf(stderr, TOOL ": --score-mode: '%s' is not one of sum mean decay tova\n", v ? v : "");
+                return 2;
+            }
+            o->score_mode = (vkh2o_score_mode)m;
+            o->score_mode_set = true;
+            i++;
+        } else if (!strcmp(a, "--decay")) {
+            if (!v) { fprintf(stderr, TOOL ": --decay needs a value\n"); return 2; }
+            if (!cli_parse_f64(TOOL, a, v, 1e-6, 0.999999, &o->decay)) return 2;
+            o->decay_set = true;
             i++;
         } else if (!strcmp(a, "--budget")) {
             if (!v) { fprintf(stderr, TOOL ": --budget needs a value\n"); return 2; }
@@ -237,7 +263,11 @@ typedef struct dataset {
     uint32_t steps;               /* decode steps (queries) */
     bool append;
     float* step_mass;             /* append mode: [steps][T] the attention mass step i gives each
-                                   * token t <= T0 + i (summed over heads), or NULL */
+                                   * token t <= T0 + i (summed over heads), or NULL; after
+                                   * apply_score_mode what step i adds to each importance */
+    float* step_reset;            /* [steps][T] what step i adds before step_mass (-the importance:
+                                   * the score modes but sum), or NULL */
+    float* final_imp;             /* [T] the importance the score mode leaves after the last step */
 } dataset;
 
 /* The attention mass of every decode step over the tokens it sees (rows <= T0 + i), summed over
@@ -274,6 +304,58 @@ static int compute_step_mass(dataset* d, float scale)
         }
     }
     free(sc);
+    return 0;
+}
+
+/*
+ * The importance each score mode keeps (cache.h's vkh2o_score_mode, on the qcache's importance):
+ * before step i the device holds cur[t] (the prompt's summed mass after the prefill, 0 for an
+ * appended token); the mode's score after step i is, in double, for every token t <= T0 + i
+ * with m = step i's mass and acc = the prompt mass plus every step's mass so far,
+ *   sum: acc   mean: acc / (T0 + i - t + 1)   decay: decay * score + m   tova: m.
+ * vkh2o_run_qcache_add_importance only adds: sum adds the mass itself (as before the modes), the
+ * others first add -cur (x + -x is exactly 0 in f32) and then the f32 score, so the device
+ * holds exactly the rounded score. Rows of d->step_mass become what step i adds last, rows of
+ * d->step_reset (NULL for sum) what it adds first. d->final_imp: cur after the last step.
+ */
+static int apply_score_mode(dataset* d, vkh2o_score_mode mode, double decay)
+{
+    float* cur = malloc(sizeof(float) * d->T);
+    double* acc = malloc(sizeof(double) * d->T);
+    double* score = malloc(sizeof(double) * d->T);
+    d->final_imp = cur;
+    if (mode != VKH2O_SCORE_SUM)
+        d->step_reset = calloc((size_t)d->steps * d->T, sizeof(float));
+    if (!cur || !acc || !score || (mode != VKH2O_SCORE_SUM && !d->step_reset)) {
+        free(acc);
+        free(score);
+        return -1;
+    }
+    for (uint32_t t = 0; t < d->T; t++) {
+        cur[t] = t < d->T0 ? d->imp[t] : 0.0f;
+        acc[t] = score[t] = cur[t];
+    }
+    for (uint32_t i = 0; i < d->steps; i++) {
+        const uint32_t n = d->T0 + i + 1;
+        float* m = d->step_mass + (size_t)i * d->T;
+        for (uint32_t t = 0; t < n; t++) {
+            acc[t] += m[t];
+            switch (mode) {
+            case VKH2O_SCORE_MEAN: score[t] = acc[t] / (double)(d->T0 + i - t + 1); break;
+            case VKH2O_SCORE_DECAY: score[t] = decay * score[t] + m[t]; break;
+            case VKH2O_SCORE_TOVA: score[t] = m[t]; break;
+            default: break;
+            }
+            if (mode == VKH2O_SCORE_SUM) {
+                cur[t] += m[t];
+                continue;
+            }
+            d->step_reset[(size_t)i * d->T + t] = -cur[t];
+            cur[t] = m[t] = (float)score[t];
+        }
+    }
+    free(acc);
+    free(score);
     return 0;
 }
 
@@ -376,6 +458,8 @@ static void free_dataset(dataset* d)
     free(d->imp);
     free(d->q);
     free(d->step_mass);
+    free(d->final_imp);
+    free(d->step_reset);
 }
 
 /* ---------------------------------------------------------------- rows */
@@ -458,6 +542,10 @@ static int attend_steps(runner* R, const vkh2o_qattn_desc* ad, float* out, doubl
         *ms += t;
         if (d->append && d->step_mass) {
             uint32_t n = d->T0 + i + 1;
+            if (d->step_reset &&
+                (check(R->ctx, vkh2o_buffer_upload(R->mb, 0, d->step_reset + (size_t)i * d->T, sizeof(float) * n), "mass") ||
+                 check(R->ctx, vkh2o_run_qcache_add_importance(R->qc, R->mb, 0, 0, n), "importance")))
+                return -1;
             if (check(R->ctx, vkh2o_buffer_upload(R->mb, 0, d->step_mass + (size_t)i * d->T, sizeof(float) * n), "mass") ||
                 check(R->ctx, vkh2o_run_qcache_add_importance(R->qc, R->mb, 0, 0, n), "importance"))
                 return -1;
@@ -763,11 +851,13 @@ static float* normal_rows(uint32_t n, uint32_t D)
 /*
  * The cache from a real MLA layer (latent layout): a causal prefill forward over S seeded-normal
  * tokens gives c_kv (normed) and k_pe (roped) per token and the attention mass per token (the
- * importance); each of the D decode tokens is projected at position S + i, its latent row
- * appended before its step, and its query absorbed on the host (double accumulation):
- * q_lat[h] = [q_nope[h] . W_uk[h], q_pe[h]] with W_uk[h] = kv_b_proj rows h*(nope+v) + [0, nope).
- * Check: the FP16 cache's output for the first decode token, through W_uv, against the layer's
- * own forward over S+1 tokens (*check_rel).
+ * importance); each of the D decode tokens is projected at position S + i by the library's
+ * vkh2o_run_mla_decode_inputs, which hands out its full-precision latent row (appended before its
+ * step) and its query absorbed on the device: q_lat[h] = [q_nope[h] . W_uk[h], q_pe[h]] with
+ * W_uk[h] = kv_b_proj rows h*(nope+v) + [0, nope).
+ * Check: the FP16 cache's output for the first decode token, through W_uv (on the host, double),
+ * against the layer's own forward over S+1 tokens (its attention output before o_proj,
+ * vkh2o_mla_layer_get_attn_output; *check_rel).
  */
 static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* check_rel)
 {
@@ -785,12 +875,11 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
         return -1;
     }
     uint32_t S = o->seq_len, D = o->decode, H = cfg.num_heads, nope = cfg.qk_nope_head_dim, rope = cfg.qk_rope_head_dim;
-    uint32_t vd = cfg.v_head_dim, L = cfg.kv_lora_rank, hid = cfg.hidden_size, qd = nope + rope;
+    uint32_t vd = cfg.v_head_dim, L = cfg.kv_lora_rank, hid = cfg.hidden_size;
     vkh2o_checkpoint* ck = NULL;
     vkh2o_mla_host_weights* hw = NULL;
     vkh2o_mla_layer* layer = NULL;
-    float *hidden = NULL, *out = NULL, *wuk = NULL, *qrow = NULL, *kvbf = NULL;
-    vkh2o_buffer* hb = NULL;
+    float *hidden = NULL, *out = NULL, *kvbf = NULL;
     int rc = -1;
     if (vkh2o_checkpoint_open(o->weights, &ck, &err) != VKH2O_OK ||
         vkh2o_mla_host_weights_load(ck, &cfg, o->layer, VKH2O_LOAD_FP8_TO_BF16, &hw, &err) != VKH2O_OK) {
@@ -800,7 +889,7 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     const vkh2o_tensor_view* kvb = vkh2o_mla_host_weights_get_view(hw, VKH2O_W_KV_B_PROJ);
     if (!kvb || !kvb->data || kvb->ndim != 2 || kvb->shape[0] != (uint64_t)H * (nope + vd) || kvb->shape[1] != L ||
         (kvb->dtype != VKH2O_DTYPE_F32 && kvb->dtype != VKH2O_DTYPE_F16 && kvb->dtype != VKH2O_DTYPE_BF16)) {
-        fprintf(stderr, TOOL ": %s: kv_b_proj is not a [%u, %u] F32/F16/BF16 tensor (needed to absorb the query)\n",
+        fprintf(stderr, TOOL ": %s: kv_b_proj is not a [%u, %u] F32/F16/BF16 tensor (needed for the absorption check)\n",
                 o->weights, H * (nope + vd), L);
         goto done;
     }
@@ -814,32 +903,26 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     rng_state = 0x5eed0000ull + o->seed;
     hidden = normal_rows(S + D, hid);
     out = malloc(sizeof(float) * (size_t)(S + 1) * hid);
-    wuk = malloc(sizeof(float) * (size_t)H * nope * L);
-    qrow = malloc(sizeof(float) * (size_t)H * qd);
     dataset* d = &R->data;
     *d = (dataset){ .T = S + D, .H = H, .kvh = 1, .dk = L + rope, .dv = L, .T0 = S, .steps = D, .append = true };
     d->nk = (size_t)d->T * d->dk;
     d->k = malloc(sizeof(float) * d->nk);
     d->imp = calloc(d->T, sizeof(float));
     d->q = malloc(sizeof(float) * (size_t)D * H * d->dk);
-    if (!hidden || !out || !wuk || !qrow || !d->k || !d->imp || !d->q) {
+    if (!hidden || !out || !d->k || !d->imp || !d->q) {
         fprintf(stderr, TOOL ": out of host memory\n");
         goto done;
     }
-    /* kv_b_proj as floats: W_uk[h] (rows h (nope + v) + [0, nope)) and W_uv[h] (the next v rows) */
+    /* kv_b_proj as floats: W_uv[h] = rows h (nope + v) + [nope, nope + v) */
     kvbf = malloc(sizeof(float) * (size_t)H * (nope + vd) * L);
     if (!kvbf || vkh2o_dtype_convert(VKH2O_DTYPE_F32, kvbf, kvb->dtype, kvb->data, (uint64_t)H * (nope + vd) * L)) {
         fprintf(stderr, TOOL ": out of host memory\n");
         goto done;
     }
-    for (uint32_t h = 0; h < H; h++)
-        for (uint32_t j = 0; j < nope; j++)
-            memcpy(wuk + ((size_t)h * nope + j) * L, kvbf + ((size_t)h * (nope + vd) + j) * L, sizeof(float) * L);
 
     /* prefill: importance = attention mass per token; latent rows from the state */
     if (check(ctx, vkh2o_run_mla_forward(layer, hidden, S, 0, out, d->imp, NULL), "prefill forward"))
         goto done;
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(layer);   /* PRIVATE: decode path (q, o) */
     vkh2o_buffer *ckv_b = NULL, *kpe_b = NULL;
     float* ckv = malloc(sizeof(float) * (size_t)S * L);
     float* kpe = malloc(sizeof(float) * (size_t)S * rope);
@@ -858,39 +941,12 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
     if (check(ctx, r, "prefill state"))
         goto done;
 
-    /* decode tokens: project one at a time at position S + i (PRIVATE: replaced by the public
-     * decode API) */
-    if (check(ctx, vkh2o_buffer_create(ctx, sizeof(float) * hid, &hb), "buffer"))
-        goto done;
-    for (uint32_t i = 0; i < D; i++) {
-        VkCommandBuffer cb;
-        r = vkh2o_buffer_upload(hb, 0, hidden + (size_t)(S + i) * hid, sizeof(float) * hid);
-        if (r == VKH2O_OK && (r = vkh2o_begin(ctx, &cb)) == VKH2O_OK) {
-            r = vkh2o_cmd_mla_project(layer, cb, vkh2o_bind(hb), 1, S + i);
-            vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
-            r = r != VKH2O_OK ? r : r2;
-        }
-        float* krow = d->k + (size_t)(S + i) * d->dk;
-        if (r == VKH2O_OK)
-            r = vkh2o_buffer_download(ckv_b, 0, krow, sizeof(float) * L);
-        if (r == VKH2O_OK)
-            r = vkh2o_buffer_download(kpe_b, 0, krow + L, sizeof(float) * rope);
-        if (r == VKH2O_OK)
-            r = vkh2o_buffer_download(st->q, 0, qrow, sizeof(float) * (size_t)H * qd);
-        if (check(ctx, r, "decode projection"))
+    /* decode tokens, one at a time at position S + i: the latent row and the absorbed query */
+    for (uint32_t i = 0; i < D; i++)
+        if (check(ctx, vkh2o_run_mla_decode_inputs(layer, hidden + (size_t)(S + i) * hid, 1, S + i, VKH2O_LAYOUT_LATENT,
+                                                   d->k + (size_t)(S + i) * d->dk, NULL, d->q + (size_t)i * H * d->dk),
+                  "decode projection"))
             goto done;
-        float* ql = d->q + (size_t)i * H * d->dk;
-        for (uint32_t h = 0; h < H; h++) {
-            const float* qh = qrow + (size_t)h * qd;
-            for (uint32_t c = 0; c < L; c++) {
-                double a = 0;
-                for (uint32_t j = 0; j < nope; j++)
-                    a += (double)qh[j] * wuk[((size_t)h * nope + j) * L + c];
-                ql[(size_t)h * d->dk + c] = (float)a;
-            }
-            memcpy(ql + (size_t)h * d->dk + L, qh + nope, sizeof(float) * rope);
-        }
-    }
     R->scale = vkh2o_mla_softmax_scale(&cfg);
 
     vkh2o_qcache_desc desc = { 0 };
@@ -918,8 +974,11 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
             r = VKH2O_ERROR_VULKAN;
         if (r == VKH2O_OK)
             r = vkh2o_run_mla_forward(layer, hidden, S + 1, 0, out, NULL, NULL);
+        vkh2o_buffer* o_b = NULL;
         if (r == VKH2O_OK)
-            r = vkh2o_buffer_download(st->o, 4ull * S * H * vd, o_layer, sizeof(float) * (size_t)H * vd);
+            r = vkh2o_mla_layer_get_attn_output(layer, &o_b);
+        if (r == VKH2O_OK)
+            r = vkh2o_buffer_download(o_b, 4ull * S * H * vd, o_layer, sizeof(float) * (size_t)H * vd);
         if (r == VKH2O_OK) {
             double e2 = 0, r2 = 0;
             for (uint32_t h = 0; h < H; h++)
@@ -938,20 +997,17 @@ static int setup_weights(runner* R, vkh2o_context* ctx, const opts* o, double* c
         if (check(ctx, r, "absorption check"))
             goto done;
     }
-    if (compute_step_mass(d, R->scale)) {
+    if (compute_step_mass(d, R->scale) || apply_score_mode(d, o->score_mode, o->decay)) {
         fprintf(stderr, TOOL ": out of host memory\n");
         goto done;
     }
     rc = 0;
 done:
-    vkh2o_buffer_destroy(hb);
     vkh2o_mla_layer_destroy(layer);
     vkh2o_mla_host_weights_destroy(hw);
     vkh2o_checkpoint_destroy(ck);
     free(hidden);
     free(out);
-    free(wuk);
-    free(qrow);
     free(kvbf);
     return rc;
 }
@@ -1143,6 +1199,14 @@ static int check_args(const opts* o, int argc, char** argv)
         return rc;
     if (!cli_check_device(TOOL, argc, argv, o->device))
         return 2;
+    if (o->score_mode != VKH2O_SCORE_SUM && !o->weights) {
+        fprintf(stderr, TOOL ": --score-mode: only --weights has decode steps whose mass a mode could keep differently\n");
+        return 2;
+    }
+    if (o->decay_set && o->score_mode != VKH2O_SCORE_DECAY) {
+        fprintf(stderr, TOOL ": --decay is the factor of --score-mode decay\n");
+        return 2;
+    }
     if (o->weights && (o->bench || o->layout != VKH2O_LAYOUT_LATENT)) {
         fprintf(stderr, TOOL ": --weights builds a latent cache and cannot be combined with --bench or --layout expanded\n");
         return 2;
@@ -1214,6 +1278,50 @@ static int load(runner* R, vkh2o_context* ctx, const opts* o)
     return 0;
 }
 
+/* --weights: the importance the reference run left on the device (block sums) against the host's
+ * score of the mode (d->final_imp), and its total, which the e2e test checks against the closed
+ * forms of sum, decay and tova. */
+static int check_importance(runner* R, const opts* o)
+{
+    const dataset* d = &R->data;
+    vkh2o_qcache_stats st;
+    vkh2o_qcache_get_stats(R->qc, &st);
+    uint32_t* first = malloc(4ull * (st.blocks + 1));
+    uint32_t* count = malloc(4ull * (st.blocks + 1));
+    float* sum = malloc(4ull * (st.blocks + 1));
+    int rc = -1;
+    if (!first || !count || !sum)
+        fprintf(stderr, TOOL ": out of host memory\n");
+    else if (!check(R->ctx, vkh2o_qcache_read_blocks(R->qc, NULL, NULL, first, count, sum, NULL), "blocks")) {
+        double err = 0, total = 0, host_total = 0;
+        for (uint32_t b = 0; b < st.blocks; b++) {
+            double want = 0;
+            for (uint32_t t = first[b]; t < first[b] + count[b]; t++)
+                want += d->final_imp[t];
+            double e = fabs(sum[b] - want) / (fabs(want) > 1e-30 ? fabs(want) : 1e-30);
+            err = e > err ? e : err;
+            total += sum[b];
+            host_total += want;
+        }
+        char mode[48];
+        snprintf(mode, sizeof mode, o->score_mode == VKH2O_SCORE_DECAY ? "%s %g" : "%s", score_modes[o->score_mode], o->decay);
+        if (!o->quiet)
+            printf("importance (score mode %s): after %u decode steps, %u tokens in %u blocks: total %.9g (host %.9g), "
+                   "block sums vs the host's scores: max relative error %.3e\n", mode, d->steps, st.tokens, st.blocks, total,
+                   host_total, err);
+        rc = 0;
+        if (!(err <= 1e-4)) {
+            fprintf(stderr, TOOL ": the device importance differs from the --score-mode %s scores by %.3e\n",
+                    score_modes[o->score_mode], err);
+            rc = -1;
+        }
+    }
+    free(first);
+    free(count);
+    free(sum);
+    return rc;
+}
+
 /* The reference (the FP16 cache attending to every block), then every row of the ladder. */
 static int measure_ladder(runner* R, const opts* o, row* rows, int* n, uint32_t* budget, uint32_t* routable, uint32_t* blocks)
 {
@@ -1227,6 +1335,8 @@ static int measure_ladder(runner* R, const opts* o, row* rows, int* n, uint32_t*
     vkh2o_qcache_stats qs;
     vkh2o_qcache_get_stats(R->qc, &qs);
     R->fp16_bytes = qs.allocated_bytes;
+    if (o->weights && check_importance(R, o))
+        return -1;
     *blocks = qs.blocks;
     *routable = vkh2o_qcache_routable_blocks(vkh2o_qcache_get_desc(R->qc), qs.blocks);
     *budget = (uint32_t)(o->budget * *routable + 0.5);

@@ -206,6 +206,14 @@ VKH2O_API vkh2o_result vkh2o_run_mla_decode_qcache(vkh2o_mla_layer* layer, struc
                                                    uint32_t n, uint32_t position, float* out,
                                                    const struct vkh2o_qattn_desc* attn);
 
+/* The per-head attention output before o_proj, [S, heads, v] f32 (row s, head h at float
+ * (s * heads + h) * v), of the layer's last forward, prefill or decode call (S = that call's
+ * token count; latent decode: after W_uv): in the layer's scratch on the device, like
+ * vkh2o_mla_layer_get_kv_rows, valid once that call's work has executed. The buffer belongs to
+ * the layer; the layer's next call overwrites it (vkh2o_cmd_mla_decode_inputs leaves it alone).
+ * Results: OK, INVALID_ARGUMENT (NULL argument). */
+VKH2O_API vkh2o_result vkh2o_mla_layer_get_attn_output(const vkh2o_mla_layer* layer, vkh2o_buffer** o);
+
 /*
  * Prefill through the layer: the causal forward of seq_len prompt tokens at positions
  * 0..seq_len-1 (out [seq_len, hidden_size] as vkh2o_cmd_mla_forward; buffer offsets multiples

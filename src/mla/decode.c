@@ -59,21 +59,36 @@ static vkh2o_result copy_rows(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
 
 static bool same_scale(float a, float b) { return fabsf(a - b) <= 1e-6f * fabsf(b); }
 
-/* The hidden rows into the layer's scratch, then the projections of n tokens from position p. */
-static vkh2o_result project_rows(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_decode* d, uint32_t n)
+/* n tokens at most the layer's max_decode_tokens */
+static vkh2o_result check_decode_tokens(vkh2o_mla_layer* L, uint32_t n)
+{
+    const uint32_t max = vkh2o_mla_layer_decode_bufs(L).max_decode;
+    if (n > max)
+        return vkh2o_fail(vkh2o_mla_layer_context(L), VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla decode: %u tokens exceed the layer's max_decode_tokens %u", n, max);
+    return VKH2O_OK;
+}
+
+/* The hidden rows into the layer's scratch, then the projections of n tokens from `position`. */
+static vkh2o_result project_hidden(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_buffer* hidden, uint64_t hidden_offset,
+                                   uint32_t n, uint32_t position)
 {
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
     vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
-    if (n > db.max_decode)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla decode: %u tokens exceed the layer's max_decode_tokens %u", n,
-                          db.max_decode);
-    const uint64_t rowsf = (uint64_t)n * st->hidden;
-    VKH2O_CHECK(check_rows(ctx, "hidden", d->hidden, d->hidden_offset, rowsf));
-    VKH2O_CHECK(check_rows(ctx, "out", d->out, d->out_offset, rowsf));
-    copy(ctx, cb, d->hidden, d->hidden_offset, db.hidden, 0, rowsf * 4);
+    VKH2O_CHECK(check_decode_tokens(L, n));
+    const uint64_t rowsf = (uint64_t)n * vkh2o_mla_layer_state(L)->hidden;
+    VKH2O_CHECK(check_rows(ctx, "hidden", hidden, hidden_offset, rowsf));
+    copy(ctx, cb, hidden, hidden_offset, db.hidden, 0, rowsf * 4);
     vkh2o_barrier(ctx, cb);
-    return vkh2o_cmd_mla_project(L, cb, vkh2o_bind_range(db.hidden, 0, rowsf * 4), n, d->position);
+    return vkh2o_cmd_mla_project(L, cb, vkh2o_bind_range(db.hidden, 0, rowsf * 4), n, position);
+}
+
+/* The same for a decode call, whose out rows are checked first. */
+static vkh2o_result project_rows(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_decode* d, uint32_t n)
+{
+    VKH2O_CHECK(check_decode_tokens(L, n));
+    VKH2O_CHECK(check_rows(vkh2o_mla_layer_context(L), "out", d->out, d->out_offset, (uint64_t)n * vkh2o_mla_layer_state(L)->hidden));
+    return project_hidden(L, cb, d->hidden, d->hidden_offset, n, d->position);
 }
 
 /* q_abs [n, H, kvl + rope] = [q_nope[h] . W_uk[h] | q_pe[h]] from the state's roped q. */
@@ -181,6 +196,26 @@ vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_
     return output_rows(L, cb, d, n);
 }
 
+/* The host rows hidden [n, hidden_size] (n in 1..max) into the layer's host buffers *hb; *ob is
+ * the matching out buffer. */
+static vkh2o_result upload_hidden(vkh2o_mla_layer* L, const char* what, const float* hidden, uint32_t n, uint32_t max,
+                                  vkh2o_buffer** hb, vkh2o_buffer** ob)
+{
+    if (!hidden || n == 0 || n > max)
+        return vkh2o_fail(vkh2o_mla_layer_context(L), VKH2O_ERROR_INVALID_ARGUMENT,
+                          "%s: no hidden rows, or %u tokens outside 1..%u", what, n, max);
+    VKH2O_CHECK(vkh2o_mla_layer_host_io(L, n, hb, ob));
+    return vkh2o_buffer_upload(*hb, 0, hidden, 4ull * n * vkh2o_mla_layer_state(L)->hidden);
+}
+
+/* Submits and waits for cb, whose recording returned r; the recording's failure comes first
+ * (a failed recording is still submitted, which ends the one-shot buffer cleanly). */
+static vkh2o_result finish(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_result r)
+{
+    vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
+    return r != VKH2O_OK ? r : r2;
+}
+
 /* Host round trip of a recorder over n rows: upload, record, submit, wait, download. */
 typedef vkh2o_result (*record_fn)(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d,
                                   const void* extra);
@@ -189,22 +224,15 @@ static vkh2o_result run_rows(vkh2o_mla_layer* L, const float* hidden, uint32_t n
                              record_fn fn, void* obj, const void* extra)
 {
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
-    if (!hidden || n == 0)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla decode: NULL hidden rows or no token");
-    const uint64_t bytes = 4ull * n * vkh2o_mla_layer_state(L)->hidden;
     vkh2o_buffer *hb, *ob;
-    VKH2O_CHECK(vkh2o_mla_layer_host_io(L, n, &hb, &ob));
-    VKH2O_CHECK(vkh2o_buffer_upload(hb, 0, hidden, bytes));
+    VKH2O_CHECK(upload_hidden(L, "mla decode", hidden, n, vkh2o_mla_layer_get_max_decode_tokens(L), &hb, &ob));
     d->hidden = hb;
     d->out = ob;
     d->n_tokens = n;
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(ctx, &cb));
-    vkh2o_result r = fn(L, cb, obj, d, extra);
-    vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);   /* ends the recording also after a failure */
-    VKH2O_CHECK(r);
-    VKH2O_CHECK(r2);
-    return out ? vkh2o_buffer_download(ob, 0, out, bytes) : VKH2O_OK;
+    VKH2O_CHECK(finish(ctx, cb, fn(L, cb, obj, d, extra)));
+    return out ? vkh2o_buffer_download(ob, 0, out, 4ull * n * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
 }
 
 static vkh2o_result rec_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d, const void* extra)
@@ -303,23 +331,15 @@ static vkh2o_result run_prompt(vkh2o_mla_layer* L, const float* hidden, uint32_t
                                prefill_fn fn, void* obj)
 {
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
-    if (!hidden || S == 0 || S > vkh2o_mla_layer_get_max_seq_len(L))
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla prefill: no hidden rows, or seq_len %u outside 1..%u", S,
-                          vkh2o_mla_layer_get_max_seq_len(L));
-    const uint64_t bytes = 4ull * S * vkh2o_mla_layer_state(L)->hidden;
     vkh2o_buffer *hb, *ob;
-    VKH2O_CHECK(vkh2o_mla_layer_host_io(L, S, &hb, &ob));
-    VKH2O_CHECK(vkh2o_buffer_upload(hb, 0, hidden, bytes));
+    VKH2O_CHECK(upload_hidden(L, "mla prefill", hidden, S, vkh2o_mla_layer_get_max_seq_len(L), &hb, &ob));
     p->hidden = hb;
     p->out = ob;
     p->seq_len = S;
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(ctx, &cb));
-    vkh2o_result r = fn(L, cb, obj, p);
-    vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
-    VKH2O_CHECK(r);
-    VKH2O_CHECK(r2);
-    return out ? vkh2o_buffer_download(ob, 0, out, bytes) : VKH2O_OK;
+    VKH2O_CHECK(finish(ctx, cb, fn(L, cb, obj, p)));
+    return out ? vkh2o_buffer_download(ob, 0, out, 4ull * S * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
 }
 
 static vkh2o_result rec_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p)
@@ -384,9 +404,7 @@ vkh2o_result vkh2o_cmd_mla_decode_qcache(vkh2o_mla_layer* L, VkCommandBuffer cb,
     vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
     VKH2O_CHECK(check_qcache(L, qc));
     const uint32_t n = d->n_tokens ? d->n_tokens : 1;
-    if (n > db.max_decode)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla decode: %u tokens exceed the layer's max_decode_tokens %u", n,
-                          db.max_decode);
+    VKH2O_CHECK(check_decode_tokens(L, n));
     const uint32_t H = st->heads, qk = st->nope + st->rope, dv = st->v_dim, kvl = st->kv_lora, rope = st->rope;
     const bool lat = qc->d.layout == VKH2O_LAYOUT_LATENT;
     vkh2o_qattn_desc a = attn ? *attn : (vkh2o_qattn_desc){ 0 };
@@ -463,12 +481,7 @@ vkh2o_result vkh2o_run_mla_prefill_qcache(vkh2o_mla_layer* L, vkh2o_qcache* qc, 
     vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
     /* the forward (with the mass) and, for the latent layout, the joined rows; then the prefill */
     vkh2o_buffer *hb, *ob;
-    if (!hidden || seq_len == 0 || seq_len > st->max_seq_len)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla prefill: no hidden rows, or seq_len %u outside 1..%u", seq_len,
-                          st->max_seq_len);
-    const uint64_t bytes = 4ull * seq_len * st->hidden;
-    VKH2O_CHECK(vkh2o_mla_layer_host_io(L, seq_len, &hb, &ob));
-    VKH2O_CHECK(vkh2o_buffer_upload(hb, 0, hidden, bytes));
+    VKH2O_CHECK(upload_hidden(L, "mla prefill", hidden, seq_len, st->max_seq_len, &hb, &ob));
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(ctx, &cb));
     vkh2o_mla_prefill p = { .hidden = hb, .out = ob, .seq_len = seq_len };
@@ -476,10 +489,96 @@ vkh2o_result vkh2o_run_mla_prefill_qcache(vkh2o_mla_layer* L, vkh2o_qcache* qc, 
     bool lat = qc->d.layout == VKH2O_LAYOUT_LATENT;
     if (r == VKH2O_OK && lat)
         r = join_latent_rows(L, cb, seq_len);
-    vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
-    VKH2O_CHECK(r);
-    VKH2O_CHECK(r2);
+    VKH2O_CHECK(finish(ctx, cb, r));
     vkh2o_qcache_rows rows = { .k = lat ? db.rows : st->k, .v = lat ? NULL : st->v, .importance = db.mass, .n = seq_len };
     VKH2O_CHECK(vkh2o_run_qcache_prefill(qc, &rows));
-    return out ? vkh2o_buffer_download(ob, 0, out, bytes) : VKH2O_OK;
+    return out ? vkh2o_buffer_download(ob, 0, out, 4ull * seq_len * st->hidden) : VKH2O_OK;
+}
+
+/* ---- the inputs of a decode step (include/vkh2o/kvquant.h) ---- */
+
+/* Where a layout's outputs lie in the layer's scratch after record_inputs, with their floats
+ * per token (values NULL for the latent layout). */
+typedef struct inputs_src {
+    vkh2o_buffer *rows, *values, *query;
+    uint64_t rows_w, values_w, query_w;
+} inputs_src;
+
+static vkh2o_result inputs_source(vkh2o_mla_layer* L, vkh2o_kv_layout layout, inputs_src* src)
+{
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
+    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
+    const uint64_t H = st->heads, qk = st->nope + st->rope, lw = st->kv_lora + st->rope;
+    switch (layout) {
+    case VKH2O_LAYOUT_DEFAULT:
+    case VKH2O_LAYOUT_LATENT:
+        *src = (inputs_src){ .rows = db.rows, .query = db.q, .rows_w = lw, .query_w = H * lw };
+        return VKH2O_OK;
+    case VKH2O_LAYOUT_EXPANDED:
+        *src = (inputs_src){ .rows = st->k, .values = st->v, .query = st->q, .rows_w = H * qk, .values_w = H * st->v_dim,
+                             .query_w = H * qk };
+        return VKH2O_OK;
+    default:
+        return vkh2o_fail(vkh2o_mla_layer_context(L), VKH2O_ERROR_INVALID_ARGUMENT, "mla decode inputs: unknown layout %d",
+                          (int)layout);
+    }
+}
+
+/* The projections of n tokens into the layer's scratch and, for the latent layout, their
+ * absorbed queries and joined rows [c_kv | k_pe]. Ends with a barrier. */
+static vkh2o_result record_inputs(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_buffer* hidden, uint64_t hidden_offset,
+                                  uint32_t n, uint32_t position, const inputs_src* src)
+{
+    VKH2O_CHECK(project_hidden(L, cb, hidden, hidden_offset, n, position));
+    if (src->values)
+        return VKH2O_OK;
+    VKH2O_CHECK(absorb_query(L, cb, n));
+    return join_latent_rows(L, cb, n);
+}
+
+vkh2o_result vkh2o_cmd_mla_decode_inputs(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_decode_inputs* d)
+{
+    if (!L || !cb || !d)
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "vkh2o_cmd_mla_decode_inputs: NULL argument");
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    inputs_src src;
+    VKH2O_CHECK(inputs_source(L, d->layout, &src));
+    const uint32_t n = d->n_tokens ? d->n_tokens : 1;
+    VKH2O_CHECK(check_decode_tokens(L, n));
+    /* every output checked before anything is recorded */
+    const vkh2o_buffer* dst[3] = { d->rows, src.values ? d->values : NULL, d->query };
+    const uint64_t dst_off[3] = { d->rows_offset, d->values_offset, d->query_offset };
+    vkh2o_buffer* from[3] = { src.rows, src.values, src.query };
+    const uint64_t width[3] = { src.rows_w, src.values_w, src.query_w };
+    static const char* const name[3] = { "rows", "values", "query" };
+    for (int i = 0; i < 3; i++)
+        if (dst[i])
+            VKH2O_CHECK(check_rows(ctx, name[i], dst[i], dst_off[i], n * width[i]));
+    VKH2O_CHECK(record_inputs(L, cb, d->hidden, d->hidden_offset, n, d->position, &src));
+    for (int i = 0; i < 3; i++)
+        if (dst[i])
+            copy(ctx, cb, from[i], 0, dst[i], dst_off[i], 4ull * n * width[i]);
+    vkh2o_barrier(ctx, cb);
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_run_mla_decode_inputs(vkh2o_mla_layer* L, const float* hidden, uint32_t n, uint32_t position,
+                                         vkh2o_kv_layout layout, float* rows, float* values, float* query)
+{
+    if (!L)
+        return vkh2o_fail(NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode_inputs: NULL layer");
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    inputs_src src;
+    VKH2O_CHECK(inputs_source(L, layout, &src));
+    vkh2o_buffer *hb, *ob;
+    VKH2O_CHECK(upload_hidden(L, "mla decode inputs", hidden, n, vkh2o_mla_layer_get_max_decode_tokens(L), &hb, &ob));
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
+    VKH2O_CHECK(finish(ctx, cb, record_inputs(L, cb, hb, 0, n, position, &src)));
+    if (rows)
+        VKH2O_CHECK(vkh2o_buffer_download(src.rows, 0, rows, 4ull * n * src.rows_w));
+    if (values && src.values)
+        VKH2O_CHECK(vkh2o_buffer_download(src.values, 0, values, 4ull * n * src.values_w));
+    return query ? vkh2o_buffer_download(src.query, 0, query, 4ull * n * src.query_w) : VKH2O_OK;
 }

@@ -596,6 +596,14 @@ vkh2o_result vkh2o_mla_layer_get_kv_rows(const vkh2o_mla_layer* L, vkh2o_kv_layo
     }
 }
 
+vkh2o_result vkh2o_mla_layer_get_attn_output(const vkh2o_mla_layer* L, vkh2o_buffer** o)
+{
+    if (!L || !o)
+        return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_layer_get_attn_output: NULL argument");
+    *o = L->st.o;
+    return VKH2O_OK;
+}
+
 const vkh2o_dev_weight* vkh2o_mla_layer_weight(const vkh2o_mla_layer* L, vkh2o_mla_weight w)
 {
     if (!L || (int)w < 0 || w >= VKH2O_W_COUNT || L->w[w].nchunks == 0)

@@ -60,6 +60,18 @@ void vt_assert_nmse(const char* label, const float* got, const float* ref, size_
 double vt_max_rel(const float* got, const float* ref, size_t n);
 void vt_assert_finite(const char* label, const float* x, size_t n);
 
+/* ---- small MLA layers ----
+ * Kimi K2.6's config (YaRN, its softmax scale) cut to 3 heads, nope 16, rope 8, v 12 and the
+ * given hidden size and LoRA ranks: shapes that are no multiple of a workgroup. */
+vkh2o_mla_config vt_small_mla_config(uint32_t hidden, uint32_t q_lora, uint32_t kv_lora);
+
+/* ---- the tools (end-to-end suites) ----
+ * vt_run_tool runs <$VKH2O_BUILD_DIR or .>/<tool> with args (NULL-terminated), its stdout and
+ * stderr going to the scratch files stdout.txt and stderr.txt; returns the exit status (asserts
+ * that it started and exited). vt_slurp: a file's bytes NUL-terminated (free them), or NULL. */
+int vt_run_tool(const char* tool, const char* const* args);
+char* vt_slurp(const char* path);
+
 /* ---- a scratch directory "<$VKH2O_BUILD_DIR or .>/<name>.XXXXXX" for file tests ----
  * vt_scratch_make creates it (NULL on failure), vt_scratch_path(name) is "<dir>/<name>" (the
  * last 8 results stay valid), vt_scratch_remove deletes the directory and everything in it. */

@@ -311,6 +311,14 @@ static vkh2o_model_session* session(vkh2o_model* m, const vkh2o_model_cache_desc
     return s;
 }
 
+/* Tokens the session's cache holds at `layer` (the read must succeed). */
+static uint32_t cache_len(vkh2o_model_session* s, uint32_t layer)
+{
+    uint32_t len = UINT32_MAX;
+    assert_int_equal(vkh2o_model_session_read_cache_len(s, layer, &len), VKH2O_OK);
+    return len;
+}
+
 /* Full cache: teacher-forced decoding, and a prefill followed by decoding, against one forward. */
 static void test_session_full(void** state)
 {
@@ -343,9 +351,7 @@ static void test_session_full(void** state)
         assert_int_equal(vkh2o_run_model_prefill(s, tok, P, dec, NULL), VKH2O_OK);
         assert_int_equal(vkh2o_run_model_decode(s, tok + P, N - P, dec + P * V, NULL), VKH2O_OK);
         vt_assert_nmse("prefill + decode vs forward", dec, fw, N * V, 1e-8);
-        uint32_t len = 0;
-        assert_int_equal(vkh2o_model_session_read_cache_len(s, 1, &len), VKH2O_OK);
-        assert_int_equal(len, N);
+        assert_int_equal(cache_len(s, 1), N);
         /* a prefill on a non-empty session, and decoding past max_tokens, are refused */
         assert_int_equal(vkh2o_run_model_prefill(s, tok, 2, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
         assert_int_equal(vkh2o_run_model_decode(s, tok, 9, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
@@ -411,9 +417,7 @@ static void test_session_evict(void** state)
         assert_int_equal(vkh2o_run_model_prefill(s, tok, P, got, NULL), VKH2O_OK);
         for (int i = P; i < N; i++)
             assert_int_equal(vkh2o_run_model_decode(s, &tok[i], 1, got + (size_t)i * V, NULL), VKH2O_OK);
-        uint32_t len = 0;
-        assert_int_equal(vkh2o_model_session_read_cache_len(s, 0, &len), VKH2O_OK);
-        assert_int_equal(len, CAP);
+        assert_int_equal(cache_len(s, 0), CAP);
         ref_lm_session r;
         assert_int_equal(ref_lm_session_init(&r, &x.t.cfg, x.t.embed, x.L, x.t.norm, x.t.head, !lay, false, true, NS, B, NR,
                                              N + 1), 0);
@@ -439,9 +443,7 @@ static void test_session_evict(void** state)
         float* lp = malloc(N * 4);
         assert_non_null(lp);
         assert_int_equal(vkh2o_run_model_decode(s, tok, N, got, lp), VKH2O_OK);
-        uint32_t len = 0;
-        assert_int_equal(vkh2o_model_session_read_cache_len(s, 1, &len), VKH2O_OK);
-        assert_int_equal(len, CAP);
+        assert_int_equal(cache_len(s, 1), CAP);
         vt_assert_finite(pol[k].name, lp, N - 1);
         free(lp);
         vkh2o_model_session_destroy(s);
@@ -470,11 +472,8 @@ static void test_session_evict(void** state)
     assert_non_null(lp);
     assert_int_equal(vkh2o_run_model_decode(ps, tok, N, NULL, lp), VKH2O_OK);
     vt_assert_finite("pyramid", lp, N - 1);
-    uint32_t l0 = 0, l1 = 0;
-    assert_int_equal(vkh2o_model_session_read_cache_len(ps, 0, &l0), VKH2O_OK);
-    assert_int_equal(vkh2o_model_session_read_cache_len(ps, 1, &l1), VKH2O_OK);
-    assert_int_equal(l0, NS + 12 + NR);
-    assert_int_equal(l1, NS + 4 + NR);
+    assert_int_equal(cache_len(ps, 0), NS + 12 + NR);
+    assert_int_equal(cache_len(ps, 1), NS + 4 + NR);
     vkh2o_model_session_destroy(ps);
     /* an observation-window prefill (SnapKV): compressed to the cap, then decoding */
     vkh2o_model* mo = NULL;
@@ -485,8 +484,7 @@ static void test_session_evict(void** state)
                                                                        .obs_window = 4, .pool = VKH2O_POOL_MAX, .pool_size = 3 });
     assert_int_equal(vkh2o_run_model_prefill(os, tok, 20, NULL, lp), VKH2O_OK);
     vt_assert_finite("snapkv prefill", lp, 19);
-    assert_int_equal(vkh2o_model_session_read_cache_len(os, 0, &l0), VKH2O_OK);
-    assert_int_equal(l0, NS + B + 4);
+    assert_int_equal(cache_len(os, 0), NS + B + 4);
     assert_int_equal(vkh2o_run_model_decode(os, tok + 20, N - 20, NULL, lp), VKH2O_OK);
     vt_assert_finite("snapkv decode", lp, N - 21);
     vkh2o_model_session_destroy(os);
@@ -535,9 +533,7 @@ static void test_session_quantised(void** state)
         assert_int_equal(vkh2o_run_model_prefill(s, tok, P, got, NULL), VKH2O_OK);
         assert_int_equal(vkh2o_run_model_decode(s, tok + P, N - P, got + P * V, NULL), VKH2O_OK);
         vt_assert_nmse("  ... prefill + decode", got, fw, N * V, pol[k].bound);
-        uint32_t len = 0;
-        assert_int_equal(vkh2o_model_session_read_cache_len(s, 0, &len), VKH2O_OK);
-        assert_int_equal(len, N);
+        assert_int_equal(cache_len(s, 0), N);
         assert_true(vkh2o_model_session_get_cache_bytes(s) > 0);
         vkh2o_model_session_destroy(s);
     }
@@ -552,8 +548,7 @@ static void test_session_quantised(void** state)
                                                                        .route_every = 16 });
     assert_int_equal(vkh2o_run_model_decode(s, tokA, NA, NULL, lpa), VKH2O_OK);
     vt_assert_finite("quantised aggressive", lpa, NA - 1);
-    uint32_t len = 0;
-    assert_int_equal(vkh2o_model_session_read_cache_len(s, 1, &len), VKH2O_OK);
+    uint32_t len = cache_len(s, 1);
     printf("  aggressive: %u of %d tokens held\n", len, NA);
     assert_true(len < NA && (NA - len) % 16 == 0 && len >= 3 * 16);
     free(lpa);

@@ -32,7 +32,10 @@
  * (2^-11)^2 = 2.4e-7; observed 2e-10 typically, 3.6e-8 once under ASan), importance <= 1e-5
  * relative to the largest block (observed <= 6e-7); INT8 / INT4 nmse(out) <= 1e-6, importance <= 1e-4
  * (observed <= 3e-10, 1.5e-6: a device fp16 row that rounds to the neighbouring value can move a
- * block's scale, and INT4 steps are 1/7 of it, hence the looser bound). */
+ * block's scale, and INT4 steps are 1/7 of it, hence the looser bound).
+ *
+ * A decode step's inputs alone (vkh2o_cmd/run_mla_decode_inputs: rows and queries, both layouts)
+ * and vkh2o_mla_layer_get_attn_output: check_inputs below. */
 #include "vkh2o_test.h"
 #include "mla_internal.h"
 #include "ref_decode.h"
@@ -43,20 +46,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static vkh2o_mla_config small_config(void)
-{
-    vkh2o_mla_config c;
-    vkh2o_mla_config_kimi_k26(&c);   /* YaRN and its softmax scale */
-    c.hidden_size = 200;
-    c.num_heads = 3;
-    c.q_lora_rank = 20;
-    c.kv_lora_rank = 24;
-    c.qk_nope_head_dim = 16;
-    c.qk_rope_head_dim = 8;
-    c.v_head_dim = 12;
-    return c;
-}
 
 enum { N_SINK = 2, BUDGET = 5, N_RECENT = 3, PROMPT = 13 };
 static const uint32_t chunks[] = { 1, 3, 1, 2, 4 };
@@ -71,7 +60,7 @@ typedef struct fixture {
 
 static void fixture_make(fixture* f, uint64_t seed)
 {
-    f->cfg = small_config();
+    f->cfg = vt_small_mla_config(200, 20, 24);
     assert_int_equal(ref_mla_random_weights(&f->cfg, VKH2O_DTYPE_BF16, seed, &f->w), 0);
     vkh2o_error err = { 0 };
     if (vkh2o_mla_host_weights_wrap(&f->cfg, f->w.views, &f->hw, &err) != VKH2O_OK)
@@ -80,6 +69,13 @@ static void fixture_make(fixture* f, uint64_t seed)
                                             &(vkh2o_mla_layer_desc){ .max_seq_len = 32, .max_decode_tokens = 4 }, &f->layer);
     if (r != VKH2O_OK)
         fail_msg("layer create: %s", vkh2o_last_error(vt_ctx()));
+}
+
+/* The test's random stream seeded by its name, and the fixture from its first draw. */
+static void fixture_seeded(fixture* f, vt_rng* rng, const char* name)
+{
+    vt_rng_seed(rng, vt_seed(name));
+    fixture_make(f, vt_u64(rng));
 }
 
 static void fixture_free(fixture* f)
@@ -235,9 +231,8 @@ static void test_expanded(void** state)
 {
     (void)state;
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("decode expanded"));
     fixture f;
-    fixture_make(&f, vt_u64(&rng));
+    fixture_seeded(&f, &rng, "decode expanded");
     run_decode(&f, VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, false, &rng, &f32_bounds);
     run_decode(&f, VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, false, &rng, &f16_bounds);
     fixture_free(&f);
@@ -248,9 +243,8 @@ static void test_latent(void** state)
 {
     (void)state;
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("decode latent"));
     fixture f;
-    fixture_make(&f, vt_u64(&rng));
+    fixture_seeded(&f, &rng, "decode latent");
     run_decode(&f, VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, false, &rng, &f32_bounds);
     run_decode(&f, VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, false, &rng, &f16_bounds);
     run_decode(&f, VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, true, &rng, &f32_bounds);
@@ -263,10 +257,9 @@ static void test_errors(void** state)
 {
     (void)state;
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("decode errors"));
     vkh2o_context* ctx = vt_ctx();
     fixture f;
-    fixture_make(&f, vt_u64(&rng));
+    fixture_seeded(&f, &rng, "decode errors");
     const uint32_t D = f.cfg.hidden_size;
     float* h = calloc(16ull * D, 4);
     vkh2o_cache_desc cd = { .n_sink = 1, .budget = 2, .n_recent = 1, .max_prefill = 8 };
@@ -336,6 +329,200 @@ static void test_buffer_wrap(void** state)
     assert_memory_equal(x, y, sizeof x);
     assert_int_equal(vkh2o_buffer_fill(owner, 0, 1024, 7), VKH2O_OK);
     vkh2o_buffer_destroy(owner);
+    vt_check_validation();
+}
+
+/* ---- a decode step's inputs alone ---- */
+
+/* One layout's vkh2o_cmd_mla_decode_inputs (odd offsets into poisoned, guarded buffers) and
+ * vkh2o_run_mla_decode_inputs for n tokens at position p0, against ref_mla_forward's parts of
+ * the same tokens (the projections are per token, so the forward's causal attention does not
+ * matter). The latent query is checked against its definition, q_nope[h] . W_uk[h] in double
+ * from the reference's roped q, and by what it is for: its logits against the latent rows equal
+ * the expanded logits q[h] . K[h] of the reference. Also vkh2o_mla_layer_get_attn_output after a
+ * forward of the tokens, against the reference's attention output, and left alone by the inputs
+ * call. Bounds: nmse 1e-9 (bf16 weights, f32 device arithmetic against double: observed ~1e-14),
+ * logits within 1e-5 of the largest. */
+static void check_inputs(fixture* f, vkh2o_kv_layout layout, vt_rng* rng)
+{
+    vkh2o_context* ctx = vt_ctx();
+    const vkh2o_mla_config* cfg = &f->cfg;
+    const uint32_t D = cfg->hidden_size, H = cfg->num_heads, nope = cfg->qk_nope_head_dim, rope = cfg->qk_rope_head_dim;
+    const uint32_t dv = cfg->v_head_dim, kvl = cfg->kv_lora_rank, qk = nope + rope, lw = kvl + rope, n = 3, p0 = 5;
+    const bool lat = layout == VKH2O_LAYOUT_LATENT;
+    printf("# decode inputs, %s layout, %u tokens from position %u\n", lat ? "latent" : "expanded", n, p0);
+    float* hidden = malloc(4ull * n * D);
+    float* out = malloc(4ull * n * D);
+    vt_fill_normal(rng, hidden, (size_t)n * D, 1.0f);
+    ref_mla_parts parts = { malloc(4ull * n * H * qk), malloc(4ull * n * H * qk), malloc(4ull * n * H * dv),
+                            malloc(4ull * n * kvl), malloc(4ull * n * rope), malloc(4ull * n * H * dv) };
+    assert_int_equal(ref_mla_forward(cfg, f->hw, hidden, n, p0, out, NULL, NULL, &parts), 0);
+
+    /* what the call should hand out, per token */
+    const uint64_t rw = lat ? lw : (uint64_t)H * qk, vw = lat ? 0 : (uint64_t)H * dv, qw = (uint64_t)H * (lat ? lw : qk);
+    float* want_r = malloc(4 * n * rw);
+    float* want_q = malloc(4 * n * qw);
+    const vkh2o_tensor_view* wv = vkh2o_mla_host_weights_get_view(f->hw, VKH2O_W_KV_B_PROJ);
+    for (uint32_t t = 0; t < n; t++) {
+        if (!lat) {
+            memcpy(want_r + t * rw, parts.k + (size_t)t * H * qk, 4 * rw);
+            memcpy(want_q + t * qw, parts.q + (size_t)t * H * qk, 4 * qw);
+            continue;
+        }
+        memcpy(want_r + t * rw, parts.ckv + (size_t)t * kvl, 4ull * kvl);
+        memcpy(want_r + t * rw + kvl, parts.kpe + (size_t)t * rope, 4ull * rope);
+        for (uint32_t h = 0; h < H; h++) {
+            const float* q = parts.q + ((size_t)t * H + h) * qk;
+            float* qa = want_q + t * qw + (size_t)h * lw;
+            for (uint32_t c = 0; c < kvl; c++) {
+                double a = 0;
+                for (uint32_t j = 0; j < nope; j++)   /* W_uk[h][j][c]: kv_b_proj row h (nope + v) + j */
+                    a += (double)q[j] * vkh2o_load_elem(wv->dtype, wv->data, ((size_t)h * (nope + dv) + j) * kvl + c);
+                qa[c] = (float)a;
+            }
+            memcpy(qa + kvl, q + nope, 4ull * rope);
+        }
+    }
+
+    /* the attention output of a forward over the tokens */
+    assert_int_equal(vkh2o_run_mla_forward(f->layer, hidden, n, p0, out, NULL, NULL), VKH2O_OK);
+    vkh2o_buffer* ao = NULL;
+    assert_int_equal(vkh2o_mla_layer_get_attn_output(f->layer, &ao), VKH2O_OK);
+    float* got_o = malloc(4ull * n * H * dv);
+    assert_int_equal(vkh2o_buffer_download(ao, 0, got_o, 4ull * n * H * dv), VKH2O_OK);
+    vt_assert_nmse("attention output", got_o, parts.o, (size_t)n * H * dv, 1e-9);
+
+    /* recorded, at odd offsets */
+    const uint64_t off_h = 4 * 3, off[3] = { 4 * 5, 4 * 7, 4 * 9 }, size[3] = { off[0] + 4 * n * rw, off[1] + 4 * n * vw,
+                                                                              off[2] + 4 * n * qw };
+    vkh2o_buffer* hb = vt_buffer(off_h + 4ull * n * D);
+    vkh2o_buffer* ob[3] = { vt_buffer(size[0]), vt_buffer(size[1] + 4), vt_buffer(size[2]) };
+    assert_int_equal(vkh2o_buffer_upload(hb, off_h, hidden, 4ull * n * D), VKH2O_OK);
+    VkCommandBuffer cb;
+    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+    vkh2o_mla_decode_inputs d = { .hidden = hb, .hidden_offset = off_h, .n_tokens = n, .position = p0, .layout = layout,
+                                  .rows = ob[0], .rows_offset = off[0], .values = ob[1], .values_offset = off[1],
+                                  .query = ob[2], .query_offset = off[2] };
+    vkh2o_result r = vkh2o_cmd_mla_decode_inputs(f->layer, cb, &d);
+    vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
+    if (r != VKH2O_OK || r2 != VKH2O_OK)
+        fail_msg("cmd decode inputs: %s", vkh2o_last_error(ctx));
+    float* got_r = malloc(4 * n * rw);
+    float* got_v = malloc(4 * n * (vw ? vw : 1));
+    float* got_q = malloc(4 * n * qw);
+    float* dst[3] = { got_r, got_v, got_q };
+    const uint64_t width[3] = { rw, vw, qw };
+    for (int i = 0; i < 3; i++) {
+        uint32_t head[9];
+        assert_int_equal(vkh2o_buffer_download(ob[i], 0, head, off[i]), VKH2O_OK);
+        for (uint32_t w = 0; w < off[i] / 4; w++)
+            assert_int_equal(head[w], VT_POISON);
+        if (width[i])
+            assert_int_equal(vkh2o_buffer_download(ob[i], off[i], dst[i], 4 * n * width[i]), VKH2O_OK);
+    }
+    vt_check_guard(ob[0], size[0]);
+    vt_check_guard(ob[2], size[2]);
+    if (lat) {   /* the latent layout writes no values */
+        uint32_t w;
+        assert_int_equal(vkh2o_buffer_download(ob[1], off[1], &w, 4), VKH2O_OK);
+        assert_int_equal(w, VT_POISON);
+    } else {
+        vt_check_guard(ob[1], size[1] + 4);
+        vt_assert_nmse("cmd values", got_v, parts.v, (size_t)n * vw, 1e-9);
+    }
+    vt_assert_nmse("cmd rows", got_r, want_r, (size_t)n * rw, 1e-9);
+    vt_assert_nmse("cmd query", got_q, want_q, (size_t)n * qw, 1e-9);
+
+    /* the latent query's logits against the latent rows are the expanded logits */
+    if (lat) {
+        double mx = 0, err = 0;
+        for (uint32_t t = 0; t < n; t++)
+            for (uint32_t h = 0; h < H; h++)
+                for (uint32_t u = 0; u < n; u++) {
+                    double a = 0, e = 0;
+                    for (uint32_t c = 0; c < lw; c++)
+                        a += (double)got_q[t * qw + (size_t)h * lw + c] * got_r[u * rw + c];
+                    for (uint32_t c = 0; c < qk; c++)
+                        e += (double)parts.q[((size_t)t * H + h) * qk + c] * parts.k[((size_t)u * H + h) * qk + c];
+                    mx = fabs(e) > mx ? fabs(e) : mx;
+                    err = fabs(a - e) > err ? fabs(a - e) : err;
+                }
+        printf("#   absorbed logits: max error %.3e of max |logit| %.3e\n", err, mx);
+        assert_true(err <= 1e-5 * mx);
+    }
+
+    /* the run_ form gives the same */
+    for (int i = 0; i < 3; i++)
+        for (uint64_t j = 0; j < n * width[i]; j++)
+            dst[i][j] = NAN;
+    assert_int_equal(vkh2o_run_mla_decode_inputs(f->layer, hidden, n, p0, layout, got_r, lat ? NULL : got_v, got_q), VKH2O_OK);
+    vt_assert_nmse("run rows", got_r, want_r, (size_t)n * rw, 1e-9);
+    vt_assert_nmse("run query", got_q, want_q, (size_t)n * qw, 1e-9);
+    if (!lat)
+        vt_assert_nmse("run values", got_v, parts.v, (size_t)n * vw, 1e-9);
+    /* the inputs calls left the forward's attention output alone */
+    assert_int_equal(vkh2o_buffer_download(ao, 0, got_o, 4ull * n * H * dv), VKH2O_OK);
+    vt_assert_nmse("attention output after the inputs", got_o, parts.o, (size_t)n * H * dv, 1e-9);
+
+    for (int i = 0; i < 3; i++)
+        vkh2o_buffer_destroy(ob[i]);
+    vkh2o_buffer_destroy(hb);
+    free(parts.q); free(parts.k); free(parts.v); free(parts.ckv); free(parts.kpe); free(parts.o);
+    free(hidden); free(out); free(want_r); free(want_q); free(got_r); free(got_v); free(got_q); free(got_o);
+}
+
+static void test_inputs(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    fixture f;
+    fixture_seeded(&f, &rng, "decode inputs");
+    check_inputs(&f, VKH2O_LAYOUT_LATENT, &rng);
+    check_inputs(&f, VKH2O_LAYOUT_EXPANDED, &rng);
+
+    /* bad arguments: the exact result, nothing recorded */
+    vkh2o_context* ctx = vt_ctx();
+    const uint32_t D = f.cfg.hidden_size;
+    float* h = calloc(8ull * D, 4);
+    float* q = calloc(8ull * D, 4);
+    vkh2o_buffer* hb = vt_buffer(4ull * 8 * D);
+    vkh2o_buffer* small = NULL;   /* exactly one float short of a latent row (no guard) */
+    assert_int_equal(vkh2o_buffer_create(ctx, 4ull * (f.cfg.kv_lora_rank + f.cfg.qk_rope_head_dim) - 4, &small), VKH2O_OK);
+    VkCommandBuffer cb;
+    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+    /* one bad field each: above max_decode_tokens (4), an unknown layout, rows one float short,
+     * a misaligned hidden offset, no hidden buffer */
+    const vkh2o_mla_decode_inputs ok = { .hidden = hb, .n_tokens = 1 };
+    vkh2o_mla_decode_inputs bad[5] = { ok, ok, ok, ok, ok };
+    bad[0].n_tokens = 5;
+    bad[1].layout = (vkh2o_kv_layout)7;
+    bad[2].rows = small;
+    bad[3].hidden_offset = 2;
+    bad[4].hidden = NULL;
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(vkh2o_cmd_mla_decode_inputs(f.layer, cb, &bad[i]), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cmd_mla_decode_inputs(f.layer, cb, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
+    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, h, 0, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
+                     VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, NULL, 1, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
+                     VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, h, 5, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
+                     VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, h, 1, (1u << 24) - 1, VKH2O_LAYOUT_EXPANDED, NULL, NULL, q),
+                     VKH2O_OK);   /* the last position RoPE takes */
+    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, h, 2, (1u << 24) - 1, VKH2O_LAYOUT_EXPANDED, NULL, NULL, q),
+                     VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode_inputs(NULL, h, 1, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
+                     VKH2O_ERROR_INVALID_ARGUMENT);
+    vkh2o_buffer* o = NULL;
+    assert_int_equal(vkh2o_mla_layer_get_attn_output(NULL, &o), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_mla_layer_get_attn_output(f.layer, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    vkh2o_buffer_destroy(hb);
+    vkh2o_buffer_destroy(small);
+    free(h);
+    free(q);
+    fixture_free(&f);
     vt_check_validation();
 }
 
@@ -513,9 +700,8 @@ static void test_qcache(void** state)
 {
     (void)state;
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("decode qcache"));
     fixture f;
-    fixture_make(&f, vt_u64(&rng));
+    fixture_seeded(&f, &rng, "decode qcache");
     static const bounds q16 = { 5e-7, 1e-5 }, q8 = { 1e-6, 1e-4 }, q4 = { 1e-6, 1e-4 };
     run_qdecode(&f, VKH2O_LAYOUT_LATENT, VKH2O_QPOLICY_FP16, &rng, &q16);
     run_qdecode(&f, VKH2O_LAYOUT_EXPANDED, VKH2O_QPOLICY_FP16, &rng, &q16);
@@ -533,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_expanded),
         cmocka_unit_test(test_latent),
+        cmocka_unit_test(test_inputs),
         cmocka_unit_test(test_qcache),
     };
     return cmocka_run_group_tests(tests, NULL, vt_group_teardown);

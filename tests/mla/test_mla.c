@@ -96,7 +96,7 @@ static void run_layer(const vkh2o_mla_config* cfg, vkh2o_dtype dt, uint32_t S, u
         out[i] = out2[i] = NAN;
 
     ref_mla_parts parts = { malloc((size_t)S * H * qk * 4), malloc((size_t)S * H * qk * 4), malloc((size_t)S * H * dv * 4),
-                            malloc((size_t)S * cfg->kv_lora_rank * 4), malloc((size_t)S * cfg->qk_rope_head_dim * 4) };
+                            malloc((size_t)S * cfg->kv_lora_rank * 4), malloc((size_t)S * cfg->qk_rope_head_dim * 4), NULL };
     assert_int_equal(ref_mla_forward(cfg, f.hw, hidden, S, pos0, ref, sref, NULL, &parts), 0);
 
     vkh2o_mla_timings t;

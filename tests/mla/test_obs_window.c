@@ -19,19 +19,8 @@
 
 enum { S = 37, N_SINK = 2, BUDGET = 9, N_RECENT = 4, MAX_W = 48 };
 
-static vkh2o_mla_config small_config(void)
-{
-    vkh2o_mla_config c;
-    vkh2o_mla_config_kimi_k26(&c);
-    c.hidden_size = 64;
-    c.num_heads = 3;
-    c.q_lora_rank = 24;
-    c.kv_lora_rank = 32;
-    c.qk_nope_head_dim = 16;
-    c.qk_rope_head_dim = 8;
-    c.v_head_dim = 12;
-    return c;
-}
+/* hidden 64, q_lora 24, kv_lora 32; 3 heads, nope 16, rope 8, v 12 */
+static vkh2o_mla_config small_config(void) { return vt_small_mla_config(64, 24, 32); }
 
 /* The reference scores: window mass, then pooling (pool: VKH2O_POOL_*), K odd. */
 static void ref_scores(const float* probs, uint32_t H, uint32_t W, vkh2o_obs_pool pool, uint32_t K, double* out)

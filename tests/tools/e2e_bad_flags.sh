@@ -226,6 +226,12 @@ input vkh2o-quant --config 0 "${Q[@]}" --weights "$W"
 output vkh2o-quant --csv "$W" --json "${Q[@]}" --weights "$W" --seq-len 32 --decode 2
 output vkh2o-quant --json "$W" --csv "${Q[@]}" --weights "$W" --seq-len 32 --decode 2
 case_ vkh2o-quant --weights "${Q[@]}" --weights "$W" --bench
+choice vkh2o-quant --score-mode tova "${Q[@]}" --weights "$W"
+case_ vkh2o-quant --score-mode "${Q[@]}" --score-mode mean            # a mode without --weights' decode steps
+for v in "" abc 0 1 -0.5 1.5 nan inf; do case_ vkh2o-quant --decay "${Q[@]}" --weights "$W" --score-mode decay --decay "$v"; done
+case_ vkh2o-quant --decay "${Q[@]}" --weights "$W" --score-mode decay --decay
+case_ vkh2o-quant --decay "${Q[@]}" --weights "$W" --score-mode decay --decay 0.5 --decay 0.5
+case_ vkh2o-quant --decay "${Q[@]}" --weights "$W" --score-mode tova --decay 0.5   # not the decay mode
 for f in --bench --profile --quiet; do case_ vkh2o-quant $f "${Q[@]}" $f $f; done
 common vkh2o-quant "${Q[@]}"
 

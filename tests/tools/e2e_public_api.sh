@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The tools and the CPU references are clients of the public API (issue 9, item 6): their object
 # files call no vkh2o_* function that include/vkh2o*.h does not declare VKH2O_API, and their
-# sources include no private header. The declared exceptions: vkh2o-bench (its internal hook,
-# see its header comment) and vkh2o-quant's --weights decode path (exactly the calls listed
-# below, until the public decode API replaces them).
+# sources include no private header. The one declared exception: vkh2o-bench (its internal
+# hook, see its header comment).
 set -euo pipefail
 bin=${1:-${VKH2O_BUILD_DIR:-.}}
 src=${VKH2O_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -14,7 +13,6 @@ trap 'rm -rf "$tmp"' EXIT
 grep -ho 'VKH2O_API[^(]*(' "$src"/include/vkh2o.h "$src"/include/vkh2o/*.h | grep -o 'vkh2o_[a-z0-9_]*($' | tr -d '(' |
     sort -u > "$tmp/public"
 [ "$(wc -l < "$tmp/public")" -gt 50 ] || fail "found only $(wc -l < "$tmp/public") public functions in the headers"
-quant_allowed="vkh2o_begin vkh2o_cmd_mla_project vkh2o_mla_layer_state vkh2o_submit_wait"
 checked=0
 for dir in "$bin"/CMakeFiles/vkh2o-*.dir "$bin"/CMakeFiles/vkh2o_ref.dir; do
     name=$(basename "$dir" .dir)
@@ -23,17 +21,15 @@ for dir in "$bin"/CMakeFiles/vkh2o-*.dir "$bin"/CMakeFiles/vkh2o_ref.dir; do
     [ -n "$objs" ] || fail "$name: no object files in $dir"
     # shellcheck disable=SC2086
     nm -u $objs | awk '{print $NF}' | grep '^vkh2o_' | sort -u | comm -23 - "$tmp/public" > "$tmp/private" || true
-    allowed=""
-    [ "$name" != vkh2o-quant ] || allowed=$quant_allowed
     for s in $(cat "$tmp/private"); do
-        case " $allowed " in *" $s "*) ;; *) fail "$name calls the private $s" ;; esac
+        fail "$name calls the private $s"
     done
     checked=$((checked + 1))
 done
 [ $checked -ge 6 ] || fail "only $checked targets checked"
 # sources: no private header outside the declared exceptions
 for f in "$src"/tools/common/* "$src"/ref/* "$src"/tools/vkh2o-*.c; do
-    case "$f" in */vkh2o-bench.c|*/vkh2o-quant.c) continue ;; esac
+    case "$f" in */vkh2o-bench.c) continue ;; esac
     if grep -nE '#include +"[a-z_]*internal\.h"' "$f"; then fail "$f includes a private header"; fi
 done
-echo "e2e_public_api: ok ($checked targets use only public vkh2o_* functions; vkh2o-quant's decode path: $quant_allowed)"
+echo "e2e_public_api: ok ($checked targets use only public vkh2o_* functions and public headers; vkh2o-bench excepted)"

@@ -124,6 +124,39 @@ assert a["fp16"]["blocks_fp16"] == total
 assert a["uniform-int4"]["bytes"] < a["fp16"]["bytes"]
 print("re-route ok")
 PY
+# --score-mode: what the importance keeps of the decode steps' mass (4 heads, 96 prompt tokens,
+# 4 steps, re-routed every 2). Each step's mass sums to the 4 heads and the prompt's to 4 x 96, so
+# the totals have closed forms: sum 4 (96 + 4); decay f: 4 (96 f^4 + (1 - f^4) / (1 - f)); tova
+# the last step's 4; mean (each token's sum over the queries that saw it) between 4 and sum's.
+# The tool checks the device's block sums against its host scores; here the totals, and that
+# the modes route differently from sum (mean and tova do at this shape; decay 0.5 keeps the order).
+for m in sum mean "decay --decay 0.5" tova; do
+    "$TOOL" --weights "$TMP/small.safetensors" --seq-len 96 --decode 4 --route-every 2 --seed 3 --score-mode $m \
+        --json "$TMP/m-${m%% *}.json" > "$TMP/m-${m%% *}.txt"
+done
+python3 - "$TMP" <<'PY'
+import json, re, sys
+d = sys.argv[1]
+tot = {}
+for m in ["sum", "mean", "decay", "tova"]:
+    t = open(f"{d}/m-{m}.txt").read()
+    g = re.search(r"importance \(score mode (\w+)[^)]*\): after 4 decode steps, 100 tokens .* total ([0-9.e+-]+) "
+                  r"\(host ([0-9.e+-]+)\), block sums vs the host's scores: max relative error ([0-9.e+-]+)", t)
+    assert g and g.group(1) == m, (m, t[:400])
+    tot[m] = float(g.group(2))
+    assert abs(tot[m] - float(g.group(3))) <= 1e-6 * tot[m] and float(g.group(4)) <= 1e-5, g.group(0)
+want = {"sum": 4 * (96 + 4), "decay": 4 * (96 * 0.5**4 + (1 - 0.5**4) / 0.5), "tova": 4.0}
+for m, w in want.items():
+    assert abs(tot[m] - w) <= 1e-5 * w, (m, tot[m], w)
+assert 4.0 < tot["mean"] < tot["sum"], tot
+rows = lambda m: {(r["ablation"], r["policy"], str(r["selector"])): r for r in json.load(open(f"{d}/m-{m}.json"))}
+s = rows("sum")
+keys = ["bytes", "blocks_fp16", "blocks_int8", "blocks_int4", "blocks_evicted", "attn_rel_err"]
+for m in ["mean", "tova"]:
+    o = rows(m)
+    assert any(s[k][f] != o[k][f] for k in s for f in keys), m + " routes as sum does"
+print("score modes ok:", tot)
+PY
 set +e
 "$TOOL" --weights "$TMP/none.safetensors" > /dev/null 2> "$TMP/err.txt"; rc=$?
 set -e

@@ -5,36 +5,14 @@
 #include "ref_mla.h"
 
 #include <cjson/cJSON.h>
-#include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char** environ;
-
-static char g_bin[512];     /* build directory with the tools */
-
 #define path vt_scratch_path
-
-static char* slurp(const char* p)
-{
-    FILE* f = fopen(p, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char* s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
-    return s;
-}
 
 static bool exists(const char* p)
 {
@@ -42,36 +20,10 @@ static bool exists(const char* p)
     return stat(p, &st) == 0;
 }
 
-/* Runs build/<tool> with args (NULL-terminated); stdout and stderr go to files. Returns the
- * exit status. */
-static int run(const char* tool, const char* const* args)
-{
-    char exe[1024];
-    snprintf(exe, sizeof exe, "%s/%s", g_bin, tool);
-    const char* argv[64];
-    int n = 0;
-    argv[n++] = exe;
-    for (int i = 0; args[i] && n < 62; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, path("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, path("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid;
-    int rc = posix_spawn(&pid, exe, &fa, NULL, (char* const*)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    assert_int_equal(rc, 0);
-    int status = 0;
-    assert_true(waitpid(pid, &status, 0) == pid);
-    assert_true(WIFEXITED(status));
-    return WEXITSTATUS(status);
-}
-
 static void expect_fail(const char* const* args, int code, const char* const* needles)
 {
-    int rc = run("vkh2o-demo", args);
-    char* err = slurp(path("stderr.txt"));
+    int rc = vt_run_tool("vkh2o-demo", args);
+    char* err = vt_slurp(path("stderr.txt"));
     assert_non_null(err);
     printf("#   exit %d: %s", rc, err);
     assert_int_equal(rc, code);
@@ -84,13 +36,12 @@ static void expect_fail(const char* const* args, int code, const char* const* ne
 static void mkshard(const char* out, const char* preset, const char* dtype, const char* extra)
 {
     const char* args[] = { "--out", out, "--preset", preset, "--dtype", dtype, "--quiet", "--force", extra, NULL };
-    assert_int_equal(run("vkh2o-mkshard", args), 0);
+    assert_int_equal(vt_run_tool("vkh2o-mkshard", args), 0);
 }
 
 static int setup(void** state)
 {
-    const char* b = getenv("VKH2O_BUILD_DIR");
-    snprintf(g_bin, sizeof g_bin, "%s", b ? b : ".");
+    (void)state;
     return vt_scratch_make("test_demo") ? 0 : -1;
 }
 
@@ -103,7 +54,7 @@ typedef struct csv_row { uint32_t idx; double score; bool kept; char cat[16]; } 
 
 static uint32_t read_csv(const char* p, csv_row* rows, uint32_t max)
 {
-    char* s = slurp(p);
+    char* s = vt_slurp(p);
     assert_non_null(s);
     char* line = strtok(s, "\n");
     assert_string_equal(line, "token_idx,attention_score,kept,category");
@@ -121,7 +72,7 @@ static uint32_t read_csv(const char* p, csv_row* rows, uint32_t max)
 
 static cJSON* read_json(const char* p)
 {
-    char* s = slurp(p);
+    char* s = vt_slurp(p);
     assert_non_null(s);
     cJSON* j = cJSON_Parse(s);
     free(s);
@@ -149,10 +100,10 @@ static void check_run(const char* weights, uint32_t S, uint32_t sink, uint32_t b
     const char* args[] = { "--weights", weights, "--seq-len", s_s, "--budget", s_b, "--n-sink", s_k, "--n-recent", s_r,
                            "--layout", layout, "--runs", "1", "--check", "--csv", path("r.csv"), "--json", path("r.json"),
                            "--plot", path("r.svg"), NULL };
-    int rc = run("vkh2o-demo", args);
-    char* out = slurp(path("stdout.txt"));
+    int rc = vt_run_tool("vkh2o-demo", args);
+    char* out = vt_slurp(path("stdout.txt"));
     if (rc != 0) {
-        char* err = slurp(path("stderr.txt"));
+        char* err = vt_slurp(path("stderr.txt"));
         fail_msg("vkh2o-demo exited %d: %s\n%s", rc, out, err);
     }
     cJSON* j = read_json(path("r.json"));
@@ -200,7 +151,7 @@ static void check_run(const char* weights, uint32_t S, uint32_t sink, uint32_t b
     char line[96];
     snprintf(line, sizeof line, "kept %u", kept);
     assert_non_null(strstr(out, line));
-    char* svg = slurp(path("r.svg"));
+    char* svg = vt_slurp(path("r.svg"));
     assert_non_null(svg);
     assert_true(!strncmp(svg, "<svg", 4) && strstr(svg, "</svg>"));
     free(svg);
@@ -231,7 +182,7 @@ static void test_sharded_and_outputs(void** state)
 {
     vt_ctx();
     const char* args[] = { "--out", path("ckpt"), "--preset", "small", "--sharded", "--quiet", "--force", NULL };
-    assert_int_equal(run("vkh2o-mkshard", args), 0);
+    assert_int_equal(vt_run_tool("vkh2o-mkshard", args), 0);
     assert_true(exists(path("ckpt/model.safetensors.index.json")));
     check_run(path("ckpt"), 33, 2, 8, 5, "expanded");
 
@@ -255,7 +206,7 @@ static void test_sharded_and_outputs(void** state)
         const char* a2[] = { "--weights", path("ckpt"), "--input", path("in.safetensors"), "--budget", "4", "--n-sink", "2",
                              "--n-recent", "3", "--runs", "1", "--out", path("o.safetensors"), "--quiet",
                              normed ? "--normed-input" : NULL, NULL };
-        assert_int_equal(run("vkh2o-demo", a2), 0);
+        assert_int_equal(vt_run_tool("vkh2o-demo", a2), 0);
         /* the reference, with input_layernorm applied the same way when asked */
         float* xin = malloc((size_t)S * D * 4);
         memcpy(xin, x, (size_t)S * D * 4);

@@ -10,65 +10,17 @@
 #include "ref_decode.h"
 
 #include <cjson/cJSON.h>
-#include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char** environ;
-
-static char g_bin[512];
-
 #define path vt_scratch_path
-
-static char* slurp(const char* p)
-{
-    FILE* f = fopen(p, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char* s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
-    return s;
-}
-
-static int run(const char* tool, const char* const* args)
-{
-    char exe[1024];
-    snprintf(exe, sizeof exe, "%s/%s", g_bin, tool);
-    const char* argv[64];
-    int n = 0;
-    argv[n++] = exe;
-    for (int i = 0; args[i] && n < 62; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, path("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, path("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid;
-    int rc = posix_spawn(&pid, exe, &fa, NULL, (char* const*)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    assert_int_equal(rc, 0);
-    int status = 0;
-    assert_true(waitpid(pid, &status, 0) == pid);
-    assert_true(WIFEXITED(status));
-    return WEXITSTATUS(status);
-}
 
 static int setup(void** state)
 {
     (void)state;
-    const char* b = getenv("VKH2O_BUILD_DIR");
-    snprintf(g_bin, sizeof g_bin, "%s", b ? b : ".");
     return vt_scratch_make("test_demo_prefill") ? 0 : -1;
 }
 
@@ -83,7 +35,7 @@ typedef struct shard {
 static void shard_open(shard* s)
 {
     const char* args[] = { "--out", path("small.safetensors"), "--preset", "small", "--dtype", "bf16", "--quiet", "--force", NULL };
-    assert_int_equal(run("vkh2o-mkshard", args), 0);
+    assert_int_equal(vt_run_tool("vkh2o-mkshard", args), 0);
     vkh2o_error err = { 0 };
     assert_int_equal(vkh2o_checkpoint_open(path("small.safetensors"), &s->ck, &err), VKH2O_OK);
     vkh2o_mla_config_kimi_k26(&s->cfg);
@@ -117,9 +69,9 @@ static void check_prefill(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32
     const char* args[] = { "--weights", path("small.safetensors"), "--input", path("in.safetensors"), "--prefill", s_p,
                            "--budget", s_b, "--n-sink", s_k, "--n-recent", s_r, "--layout", layout, "--runs", "1", "--check",
                            "--out", path("o.safetensors"), "--csv", path("r.csv"), "--json", path("r.json"), "--quiet", NULL };
-    int rc = run("vkh2o-demo", args);
+    int rc = vt_run_tool("vkh2o-demo", args);
     if (rc != 0) {
-        char* e = slurp(path("stderr.txt"));
+        char* e = vt_slurp(path("stderr.txt"));
         fail_msg("vkh2o-demo exited %d: %s", rc, e);
     }
 
@@ -144,7 +96,7 @@ static void check_prefill(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32
     vkh2o_safetensors_destroy(st);
 
     /* the CSV describes the final cache */
-    char* csv = slurp(path("r.csv"));
+    char* csv = vt_slurp(path("r.csv"));
     assert_non_null(csv);
     char* line = strtok(csv, "\n");
     assert_string_equal(line, "token_idx,attention_score,kept,category");
@@ -172,7 +124,7 @@ static void check_prefill(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32
     assert_int_equal(ri, ref.len);
     free(csv);
 
-    char* js = slurp(path("r.json"));
+    char* js = vt_slurp(path("r.json"));
     cJSON* j = cJSON_Parse(js);
     assert_non_null(j);
     assert_int_equal((uint32_t)cJSON_GetObjectItem(j, "prefill")->valuedouble, P);
@@ -206,13 +158,13 @@ static void test_prefill_bad(void** state)
 {
     (void)state;
     const char* zero[] = { "--weights", path("small.safetensors"), "--seq-len", "8", "--prefill", "0", NULL };
-    assert_int_equal(run("vkh2o-demo", zero), 2);
-    char* e = slurp(path("stderr.txt"));
+    assert_int_equal(vt_run_tool("vkh2o-demo", zero), 2);
+    char* e = vt_slurp(path("stderr.txt"));
     assert_non_null(strstr(e, "--prefill"));
     free(e);
     const char* over[] = { "--weights", path("small.safetensors"), "--seq-len", "8", "--prefill", "9", NULL };
-    assert_int_equal(run("vkh2o-demo", over), 2);
-    e = slurp(path("stderr.txt"));
+    assert_int_equal(vt_run_tool("vkh2o-demo", over), 2);
+    e = vt_slurp(path("stderr.txt"));
     assert_non_null(strstr(e, "--prefill 9 exceeds"));
     free(e);
 }
