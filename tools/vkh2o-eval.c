@@ -150,7 +150,9 @@ static void usage(FILE* f)
             "  --bench         decode speed instead: for every policy at 25%% of the context and the full cache,\n"
             "                  tokens per second of single-token decode steps (the prompt prefilled, then\n"
             "                  --bench-steps N steps after 4 untimed ones, default 64, policies interleaved), and the\n"
-            "                  eviction share: (evicting step - non-evicting step at the same length) / evicting step\n"
+            "                  eviction share: (evicting step - non-evicting step at the same length) / evicting step;\n"
+            "                  --json FILE writes them (policy, cache_tokens, ctx, steps, tokens_per_s, vs_full,\n"
+            "                  eviction_share)\n"
             "  --csv FILE, --json FILE   also write the rows (policy, budget, n_sink, n_recent, cache_tokens,\n"
             "                  cache_bytes, ctx, kv_quant, bits_per_byte, ppl, passkey_acc, passkey_stream_acc)\n"
             "  --plot FILE.svg perplexity and passkey accuracy against cache size (one line per policy) and\n"
@@ -973,6 +975,25 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
                " spare, which appends, attends and scores the same way but never selects or compacts; the H2O step\n"
                " is one fused dispatch, so this difference is how its selection and compaction cost is measured;\n"
                " small or negative values are within the run-to-run noise)\n");
+        if (o->json) {   /* one object per policy, written only when the whole run succeeded */
+            outset os;
+            outset_init(&os, TOOL);
+            FILE* fj = outset_open(&os, o->json);
+            if (fj) {
+                fprintf(fj, "[\n");
+                for (uint32_t k = 0; k < n; k++) {
+                    const bench_row* b = &rows[k];
+                    fprintf(fj, "  {\"policy\": \"%s\", \"cache_tokens\": %u, \"ctx\": %u, \"steps\": %u, "
+                                "\"tokens_per_s\": %.3f, \"vs_full\": %.4f, ",
+                            b->policy->name, b->cap, o->ctx, steps, steps / b->t, full_tps > 0 ? steps / b->t / full_tps : 0.0);
+                    json_num(fj, "eviction_share", b->ref ? (b->t - b->t_ref) / b->t : NAN, "%.4f");
+                    fprintf(fj, "}%s\n", k + 1 < n ? "," : "");
+                }
+                fprintf(fj, "]\n");
+            }
+            if (!outset_commit(&os, fj != NULL))
+                rc = 1;
+        }
     }
     for (uint32_t k = 0; k < n; k++) {
         vkh2o_model_session_destroy(rows[k].s);
