@@ -31,16 +31,19 @@ def main():
         for r in g("decode"):
             ok = r["status"] == "ok"
             print("| %s | %s | %s | %s | %s | %s | %s |" % (
-                r["name"], ms(r), "%.1f" % (r["bytes"] / 1e6) if ok else "-", "%.2f" % r["gbps"] if ok else "-",
+                r["name"], ms(r), "%.1f" % (r["bytes"] / 1e6) if ok and "bytes" in r else "-",
+                "%.2f" % r["gbps"] if ok and "gbps" in r else "-",
                 "%.0f %%" % (100 * r["read_fraction"]) if ok and "read_fraction" in r else "-",
-                "%.2f" % r["gflops"] if ok else "-", status(r)))
+                "%.2f" % r["gflops"] if ok and r.get("gflops") else "-", status(r)))
         print()
     if g("policy"):
-        ref = [r for r in g("policy") if r["status"] == "ok" and r.get("param") == "none"]
+        # each configuration's reference: the non-evicting row of the same name prefix
+        refs = {r["name"].split(": ")[0]: r for r in g("policy") if r["status"] == "ok" and r.get("param") == "none"}
         print("| policy (cache step at the cap) | ms | select + compact, ms | share of the step | status |\n|---|---|---|---|---|")
         for r in g("policy"):
             ok = r["status"] == "ok"
-            d = r["median_ms"] - ref[0]["median_ms"] if ok and ref and r.get("param") != "none" else None
+            ref = refs.get(r["name"].split(": ")[0])
+            d = r["median_ms"] - ref["median_ms"] if ok and ref and r.get("param") != "none" else None
             print("| %s | %s | %s | %s | %s |" % (r["name"], ms(r), "%.2f" % d if d is not None else "-",
                                                   "%.0f %%" % (100 * d / r["median_ms"]) if d is not None else "-", status(r)))
         print()
