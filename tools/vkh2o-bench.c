@@ -822,6 +822,45 @@ static void fill_bytes_row(bench_env* env, bench_row* row, double bytes)
     if (env->read_gbps > 0) row->read_fraction = row->gbps / env->read_gbps;
 }
 
+/* The texel read probe of bench_read as recorded work, so that --decode can time it in the
+ * same rounds as the steps (a busy machine then slows both alike). */
+typedef struct probe_work {
+    vkh2o_context* ctx;
+    vkh2o_kernel* k;
+    vkh2o_buffer *src, *out;
+    vkh2o_binding b[3];
+    uint64_t bytes;
+    uint32_t pc[2];
+} probe_work;
+static vkh2o_result probe_make(bench_env* env, probe_work* w)
+{
+    memset(w, 0, sizeof *w);
+    w->ctx = env->ctx;
+    w->bytes = env->quick ? (8ull << 20) : (64ull << 20);
+    const uint32_t per_inv = 256, n_inv = (uint32_t)(w->bytes / 16 / per_inv);
+    uint32_t spec[2] = { 64, 1 };
+    VKH2O_CHECK(vkh2o_buffer_create(env->ctx, w->bytes, &w->src));
+    VKH2O_CHECK(vkh2o_buffer_create(env->ctx, (uint64_t)n_inv * 4, &w->out));
+    VKH2O_CHECK(vkh2o_buffer_fill(w->src, 0, w->bytes, 0x01010101u));
+    VKH2O_CHECK(vkh2o_kernel_get_texel(env->ctx, "read_probe", 3, 1u << 1, spec, 2, &w->k));
+    w->b[0] = vkh2o_bind(w->src);
+    VKH2O_CHECK(vkh2o_bind_texel(w->src, VK_FORMAT_R32G32B32A32_UINT, 0, w->bytes, &w->b[1]));
+    w->b[2] = vkh2o_bind(w->out);
+    w->pc[0] = per_inv;
+    w->pc[1] = n_inv;
+    return VKH2O_OK;
+}
+static vkh2o_result rec_probe(VkCommandBuffer cb, void* user)
+{
+    probe_work* w = user;
+    return vkh2o_dispatch(w->ctx, cb, w->k, w->b, 3, w->pc, sizeof w->pc, vkh2o_div_up(w->pc[1], 64), 1, 1);
+}
+static void probe_free(probe_work* w)
+{
+    vkh2o_buffer_destroy(w->src);
+    vkh2o_buffer_destroy(w->out);
+}
+
 /* --decode: one token through the Kimi layer (BF16 and FP8 weights, alternating) against a
  * latent H2O cache of --cache-len kept tokens, and the cache step alone (append, attention,
  * score, eviction) on the BF16 layer's cache. On a device that refuses the length (llvmpipe's
@@ -874,17 +913,35 @@ static vkh2o_result bench_decode(bench_env* env)
         sw.cache = C[2];
         sw.pos = len;
         r = step_inputs(env, C[2], &sw);
-        double* t = calloc(3 * (size_t)env->runs, sizeof *t);
+        probe_work pw = { 0 };
+        if (r == VKH2O_OK) r = probe_make(env, &pw);
+        double* t = calloc(4 * (size_t)env->runs, sizeof *t);
         if (!t && r == VKH2O_OK) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
         bool ts = env->caps->timestamps;
         for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
             note(env, run ? "%s: decode steps\n" : "%s: decode warm-up\n", label);
-            for (int k = 0; k < 3 && r == VKH2O_OK; k++) {
+            for (int k = 0; k < 4 && r == VKH2O_OK; k++) {
                 double ms = 0.0;
-                r = k < 2 ? time_once(env, rec_decode, &dw[k], &ms, &ts) : time_once(env, rec_step, &sw, &ms, &ts);
+                r = k < 2    ? time_once(env, rec_decode, &dw[k], &ms, &ts)
+                    : k == 2 ? time_once(env, rec_step, &sw, &ms, &ts)
+                             : time_once(env, rec_probe, &pw, &ms, &ts);
                 if (run) t[(size_t)k * env->runs + run - 1] = ms;
             }
         }
+        /* the read bandwidth of the same rounds is the reference of the fractions below */
+        if (r == VKH2O_OK) {
+            const double pms = cli_median(t + 3 * (size_t)env->runs, env->runs);
+            char name[160];
+            snprintf(name, sizeof name, "decode reference: read %llu MiB, uniform texel buffer, in the decode rounds",
+                     (unsigned long long)(pw.bytes >> 20));
+            bench_row* row = row_ok(env, "decode", name, pms, 0.0, ts);
+            if (row) {
+                row->gbps = (double)pw.bytes / (pms * 1e6);
+                snprintf(row->param, sizeof row->param, "read");
+                env->read_gbps = row->gbps;
+            }
+        }
+        probe_free(&pw);
         for (int k = 0; r == VKH2O_OK && k < 2; k++) {
             char name[192];
             snprintf(name, sizeof name, "decode %s layer, latent cache %u tokens, %s weights", label, len, dtn[k]);
@@ -934,12 +991,25 @@ static uint32_t ref_short(const bench_env* env, uint32_t len)
  * cap, so that it never evicts (attention over up to 0.2 % fewer tokens at 4096): the difference
  * is the selection and compaction; the score update is O(length) additions inside both. Same
  * length refusal and halving as --decode. */
+static vkh2o_result policy_cost_at(bench_env* env, const vkh2o_mla_config* cfgp, const char* label);
 static vkh2o_result bench_policy_cost(bench_env* env)
 {
-    vkh2o_context* ctx = env->ctx;
     vkh2o_mla_config cfg;
     const char* label;
     bench_config(env, &cfg, &label);
+    VKH2O_CHECK(policy_cost_at(env, &cfg, label));
+    /* one head: the same cache and policies with a 64x cheaper attention, where select +
+     * compact stand out of the noise (and, on CPU devices, the longer caches fit the loop limit) */
+    char l1[64];
+    snprintf(l1, sizeof l1, "%s 1 head", label);
+    cfg.num_heads = 1;
+    return policy_cost_at(env, &cfg, l1);
+}
+
+static vkh2o_result policy_cost_at(bench_env* env, const vkh2o_mla_config* cfgp, const char* label)
+{
+    vkh2o_context* ctx = env->ctx;
+    const vkh2o_mla_config cfg = *cfgp;
     static const struct { const char* name; vkh2o_evict_policy pol; vkh2o_score_mode mode; } pols[] = {
         { "no eviction (attention + score + append)", VKH2O_POLICY_H2O, VKH2O_SCORE_SUM },
         { "h2o sum", VKH2O_POLICY_H2O, VKH2O_SCORE_SUM },
@@ -1165,21 +1235,27 @@ static vkh2o_result scaling_decode(bench_env* env, const vkh2o_mla_config* cfg, 
             continue;
         }
         decode_work w = { L, c, hb, ob, N[i] };
-        double* t = calloc(env->runs, sizeof *t);
+        probe_work pw = { 0 };
+        double* t = calloc(2 * (size_t)env->runs, sizeof *t);
         bool ts = env->caps->timestamps;
         if (!t) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+        if (r == VKH2O_OK) r = probe_make(env, &pw);
+        /* the texel read probe in the same rounds: each row's fraction has its own reference */
         for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
-            double ms = 0.0;
+            double ms = 0.0, pms = 0.0;
             note(env, "%s\n", name);
             r = time_once(env, rec_decode, &w, &ms, &ts);
-            if (run) t[run - 1] = ms;
+            if (r == VKH2O_OK) r = time_once(env, rec_probe, &pw, &pms, &ts);
+            if (run) { t[run - 1] = ms; t[env->runs + run - 1] = pms; }
         }
         if (r == VKH2O_OK) {
             const double ms = cli_median(t, env->runs);
             bench_row* row = row_ok(env, "scaling-decode", name, ms, decode_flops(cfg, N[i]) / (ms * 1e6), ts);
             if (row) { row->size = N[i]; row->layers = 1; snprintf(row->param, sizeof row->param, "bf16"); }
+            env->read_gbps = (double)pw.bytes / (cli_median(t + env->runs, env->runs) * 1e6);
             fill_bytes_row(env, row, decode_bytes(L, c, N[i]));
         }
+        probe_free(&pw);
         free(t);
         vkh2o_cache_destroy(c);
     }
@@ -1432,7 +1508,7 @@ static void usage(FILE* f)
                "                alternating rounds) through the public decode API against a latent FP16\n"
                "                H2O cache of --cache-len kept tokens (4 sinks, 64 recents), and the cache\n"
                "                step alone; bytes read (weights as stored + cache) and the fraction of the\n"
-               "                read bandwidth measured in the same run (group \"decode\")\n"
+               "                texel read bandwidth timed in the same rounds (group \"decode\")\n"
                "  --policy-cost the cache step of every eviction policy / score mode (h2o sum, mean, decay,\n"
                "                tova, streaming, random) at the cap, side by side with a cache of the same\n"
                "                length that does not evict: the difference is select + compact (group \"policy\")\n"
