@@ -13,8 +13,14 @@
  *                      single dispatches), vkh2o_kernel_get_texel + vkh2o_dispatch (read probe)
  *   matmul_internal.h  vkh2o_cmd_matmul with a forced path and device weights (matmul rows)
  *   mla_internal.h     vkh2o_mla_layer_set_matmul_path, vkh2o_mla_forward_flops (forward rows)
- *   cache_internal.h   vkh2o_cmd_topk with the storage or texel read (--topk rows)
- * The layer forward itself runs through the public vkh2o_run_mla_forward.
+ *   cache_internal.h   vkh2o_cmd_topk with the storage or texel read (--topk rows, and the
+ *                      --scaling top-k rows: the prefill's selection once per layer)
+ * The layer forward itself runs through the public vkh2o_run_mla_forward; --decode, --policy-cost
+ * and --scaling build their layers, caches and steps through the public API (layer create,
+ * FP8 weights through the checkpoint loader, cache create / prefill / step, vkh2o_cmd_mla_decode)
+ * and use the hook only for the GPU timestamps around what they record (vkh2o_begin /
+ * vkh2o_timestamp / vkh2o_submit_wait), the forward's FLOP count (vkh2o_mla_forward_flops) and
+ * the top-k rows.
  */
 #include "cli.h"
 #include "internal.h"
@@ -24,6 +30,8 @@
 #include "ref_h2o.h"
 #include "ref_matmul.h"
 #include "ref_mla.h"
+#include "outfile.h"
+#include "plot.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -33,7 +41,7 @@
 #include <unistd.h>
 
 #define TOOL "vkh2o-bench"
-#define BENCH_MAX_ROWS 64
+#define BENCH_MAX_ROWS 256
 
 typedef struct bench_row {
     char name[192];          /* contains "matmul" or "forward" */
@@ -45,6 +53,16 @@ typedef struct bench_row {
     const char* timing;      /* "gpu-timestamps", "wall" */
     double speedup;          /* vs the CPU row of the same work, 0 = none */
     double ratio;            /* speed vs the baseline form measured alongside (> 1: faster), 0 = none */
+    /* the --decode / --scaling / --policy-cost rows */
+    const char* group;       /* "decode", "scaling-forward", ...; NULL for the classic rows */
+    const char* status;      /* "ok", "refused" (the device or library said no) or "skipped" (--scaling-max) */
+    char reason[512];        /* why a row is refused or skipped */
+    double bytes;            /* bytes the work must read (weights as stored + cache), 0 = none */
+    double read_fraction;    /* (bytes / median) / the read bandwidth of this run, 0 = none */
+    double share;            /* attention's share of the time (forward rows), 0 = none */
+    double size;             /* S, cache length or budget of the row */
+    uint32_t layers;         /* layers of the row (H2O step / top-k), 0 = none */
+    char param[64];          /* dtype or policy */
 } bench_row;
 
 typedef struct bench_env {
@@ -55,6 +73,12 @@ typedef struct bench_env {
     bool quick;
     bool read;               /* --read: also the memory read-bandwidth rows */
     uint32_t topk;           /* --topk N: also the standalone top-k over N scores (0: not) */
+    bool decode;             /* --decode: the Kimi decode step, BF16 and FP8 weights */
+    bool scaling;            /* --scaling: the scaling tables */
+    bool policy_cost;        /* --policy-cost: select + compact per eviction policy */
+    uint32_t cache_len;      /* --cache-len: kept tokens of --decode / --policy-cost (4096) */
+    uint32_t scaling_max;    /* --scaling-max: larger sizes are skipped rows (0: none) */
+    double read_gbps;        /* the best read bandwidth of this run (--read rows), 0 = not measured */
     bool progress;           /* stderr is a terminal and --json is off */
     bench_row rows[BENCH_MAX_ROWS];
     uint32_t nrows;
@@ -390,6 +414,7 @@ static vkh2o_result bench_read(bench_env* env)
         bench_row* row = bench_add(env, names[mode], env->caps->device_name, ms, 0.0, runs,
                                    env->caps->timestamps ? "gpu-timestamps" : "wall");
         if (row) row->gbps = (double)bytes / (ms * 1e6);
+        if (row && row->gbps > env->read_gbps) env->read_gbps = row->gbps;
     }
     vkh2o_buffer_destroy(src);
     vkh2o_buffer_destroy(out);
@@ -480,6 +505,902 @@ done:
     return r;
 }
 
+/* ---- the decode step, the scaling tables and the per-policy costs (--decode, --scaling,
+ * --policy-cost) ----
+ * Everything below runs through the public API (layer, cache, decode step, cache step), timed
+ * by GPU timestamps around the recorded work (vkh2o_begin / vkh2o_timestamp of the internal
+ * hook) or wall time; only the top-k rows call the internal vkh2o_cmd_topk. A size the device
+ * or the library refuses (memory, maxStorageBufferRange, llvmpipe's loop limit) is a row with
+ * status "refused" and the library's message; a size above --scaling-max is a "skipped" row. */
+
+static bench_row* row_status(bench_env* env, const char* group, const char* name, const char* status,
+                             const char* reason)
+{
+    bench_row* r = bench_add(env, name, env->caps->device_name, 0.0, 0.0, 0, "none");
+    if (!r) return NULL;
+    r->group = group;
+    r->status = status;
+    snprintf(r->reason, sizeof r->reason, "%s", reason);
+    return r;
+}
+
+static bench_row* row_ok(bench_env* env, const char* group, const char* name, double ms, double gflops, bool ts)
+{
+    bench_row* r = bench_add(env, name, env->caps->device_name, ms, gflops, env->runs, ts ? "gpu-timestamps" : "wall");
+    if (!r) return NULL;
+    r->group = group;
+    r->status = "ok";
+    return r;
+}
+
+static bool refusal(vkh2o_result r)
+{
+    return r == VKH2O_ERROR_UNSUPPORTED || r == VKH2O_ERROR_OUT_OF_DEVICE_MEMORY || r == VKH2O_ERROR_INVALID_ARGUMENT ||
+           r == VKH2O_ERROR_BUDGET;
+}
+
+static void bench_config(const bench_env* env, vkh2o_mla_config* cfg, const char** label)
+{
+    vkh2o_mla_config_kimi_k26(cfg);
+    *label = "kimi-k2.6";
+    if (env->quick) {
+        cfg->hidden_size = 256;
+        cfg->num_heads = 4;
+        cfg->q_lora_rank = 96;
+        cfg->kv_lora_rank = 64;
+        cfg->qk_nope_head_dim = 32;
+        cfg->qk_rope_head_dim = 16;
+        cfg->v_head_dim = 32;
+        *label = "small";
+    }
+}
+
+/* FP8 test data: E4M3 bytes with exponents 2^-3 .. 2^1 (never NaN), hashed from the element. */
+static void fp8_fill(void* dst, uint64_t first, uint64_t count, void* user)
+{
+    uint8_t* d = dst;
+    const uint64_t seed = *(const uint64_t*)user;
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t x = (first + i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        x ^= x >> 29;
+        x *= 0xbf58476d1ce4e5b9ull;
+        x ^= x >> 32;
+        d[i] = (uint8_t)((((x >> 16) & 1u) << 7) | ((4u + (uint32_t)(x % 5u)) << 3) | ((x >> 8) & 7u));
+    }
+}
+
+/* An FP8 layer as a DeepSeek-V3 / Kimi FP8 checkpoint holds it: F8_E4M3 projections with
+ * 128x128 F32 block scales (weight_scale_inv), BF16 norms. The public way in for FP8 weights is
+ * the checkpoint loader, so the tensors are written to a temporary safetensors file, loaded and
+ * uploaded (they stay FP8 on the device), and the file is removed at once. */
+static vkh2o_result fp8_host_weights(bench_env* env, const vkh2o_mla_config* cfg, vkh2o_checkpoint** ck,
+                                     vkh2o_mla_host_weights** hw, char* path, size_t path_cap)
+{
+    vkh2o_context* ctx = env->ctx;
+    const char* dir = getenv("TMPDIR");
+    snprintf(path, path_cap, "%s/vkh2o-bench-fp8.XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return vkh2o_fail(ctx, VKH2O_ERROR_IO, "bench: a temporary file for the FP8 weights in %s", dir && *dir ? dir : "/tmp");
+    close(fd);
+    vkh2o_tensor_write t[2 * VKH2O_W_COUNT];
+    char names[2 * VKH2O_W_COUNT][96];
+    float* scales[VKH2O_W_COUNT] = { NULL };
+    uint16_t* norms[VKH2O_W_COUNT] = { NULL };
+    uint64_t seeds[VKH2O_W_COUNT];
+    uint32_t n = 0;
+    vkh2o_result r = VKH2O_OK;
+    for (uint32_t w = 0; w < VKH2O_W_COUNT && r == VKH2O_OK; w++) {
+        uint64_t shape[2] = { 0, 0 };
+        const uint32_t nd = w == VKH2O_W_INPUT_LAYERNORM ? 0 : vkh2o_mla_weight_shape(cfg, (vkh2o_mla_weight)w, shape);
+        if (nd == 0) continue;
+        snprintf(names[n], sizeof names[n], "model.layers.0.self_attn.%s.weight", vkh2o_mla_weight_short_name((vkh2o_mla_weight)w));
+        if (nd == 1) {
+            norms[w] = malloc(shape[0] * 2);
+            if (!norms[w]) { r = VKH2O_ERROR_OUT_OF_HOST_MEMORY; break; }
+            for (uint64_t i = 0; i < shape[0]; i++) norms[w][i] = 0x3f80;   /* 1.0 */
+            t[n] = (vkh2o_tensor_write){ .name = names[n], .dtype = VKH2O_DTYPE_BF16, .ndim = 1, .shape = { shape[0] },
+                                         .data = norms[w] };
+            n++;
+            continue;
+        }
+        const uint64_t sr = (shape[0] + 127) / 128, sc = (shape[1] + 127) / 128;
+        seeds[w] = 0x5eed0000ull + w;
+        t[n] = (vkh2o_tensor_write){ .name = names[n], .dtype = VKH2O_DTYPE_F8_E4M3, .ndim = 2, .shape = { shape[0], shape[1] },
+                                     .fill_fn = fp8_fill, .fill_user = &seeds[w] };
+        n++;
+        scales[w] = malloc(sr * sc * sizeof(float));
+        if (!scales[w]) { r = VKH2O_ERROR_OUT_OF_HOST_MEMORY; break; }
+        for (uint64_t i = 0; i < sr * sc; i++) scales[w][i] = 0.6f / sqrtf((float)shape[1]);
+        char sname[96];
+        snprintf(sname, sizeof sname, "%.80s_scale_inv", names[n - 1]);
+        memcpy(names[n], sname, sizeof sname);
+        t[n] = (vkh2o_tensor_write){ .name = names[n], .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { sr, sc },
+                                     .data = scales[w] };
+        n++;
+    }
+    vkh2o_error err = { 0 };
+    if (r != VKH2O_OK)
+        r = vkh2o_fail(ctx, r, "bench: host memory for the FP8 weights");
+    if (r == VKH2O_OK && (r = vkh2o_safetensors_write(path, t, n, NULL, &err)) != VKH2O_OK)
+        r = vkh2o_fail(ctx, r, "bench: writing the FP8 weights: %s", err.message);
+    if (r == VKH2O_OK && (r = vkh2o_checkpoint_open(path, ck, &err)) != VKH2O_OK)
+        r = vkh2o_fail(ctx, r, "bench: %s", err.message);
+    if (r == VKH2O_OK && (r = vkh2o_mla_host_weights_load(*ck, cfg, 0, 0, hw, &err)) != VKH2O_OK)
+        r = vkh2o_fail(ctx, r, "bench: %s", err.message);
+    for (uint32_t w = 0; w < VKH2O_W_COUNT; w++) {
+        free(scales[w]);
+        free(norms[w]);
+    }
+    return r;
+}
+
+/* A layer with random weights in dt (BF16, or FP8 with block scales) and scratch for max_seq
+ * tokens (0: the library's default) and one decode token. */
+static vkh2o_result make_layer(bench_env* env, const vkh2o_mla_config* cfg, vkh2o_dtype dt, uint32_t max_seq,
+                               vkh2o_mla_layer** out)
+{
+    vkh2o_context* ctx = env->ctx;
+    *out = NULL;
+    vkh2o_error err = { 0 };
+    vkh2o_mla_host_weights* hw = NULL;
+    vkh2o_checkpoint* ck = NULL;
+    ref_mla_weights rw;
+    bool have_rw = false;
+    char path[4096] = "";
+    vkh2o_result r = VKH2O_OK;
+    if (dt == VKH2O_DTYPE_F8_E4M3) {
+        r = fp8_host_weights(env, cfg, &ck, &hw, path, sizeof path);
+    } else {
+        if (ref_mla_random_weights(cfg, dt, 0x5eed, &rw) != 0)
+            return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: random weights");
+        have_rw = true;
+        if ((r = vkh2o_mla_host_weights_wrap(cfg, rw.views, &hw, &err)) != VKH2O_OK)
+            r = vkh2o_fail(ctx, r, "bench: %s", err.message);
+    }
+    if (r == VKH2O_OK)
+        r = vkh2o_mla_layer_create(ctx, cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = max_seq, .max_decode_tokens = 1 }, out);
+    vkh2o_mla_host_weights_destroy(hw);
+    vkh2o_checkpoint_destroy(ck);
+    if (have_rw) ref_mla_weights_free(&rw);
+    if (path[0]) unlink(path);
+    return r;
+}
+
+/* A latent FP16 H2O cache of `layers` layers (n_sink + budget + n_recent kept, the given
+ * policy), each layer filled with `fill` random tokens at positions 0..fill-1 through the
+ * public prefill (no eviction: fill <= cap). */
+static vkh2o_result make_cache(bench_env* env, const vkh2o_mla_config* cfg, uint32_t layers, uint32_t n_sink, uint32_t budget,
+                               uint32_t n_recent, vkh2o_evict_policy pol, vkh2o_score_mode mode, uint32_t fill, vkh2o_cache** out)
+{
+    vkh2o_context* ctx = env->ctx;
+    vkh2o_cache_desc cd = { .num_layers = layers, .n_sink = n_sink, .budget = budget, .n_recent = n_recent,
+                            .storage = VKH2O_DTYPE_F16, .policy = pol, .score_mode = mode, .max_prefill = fill };
+    vkh2o_cache_desc_from_mla(cfg, VKH2O_LAYOUT_LATENT, &cd);
+    VKH2O_CHECK(vkh2o_cache_create(ctx, &cd, out));
+    const vkh2o_cache_widths w = vkh2o_cache_get_widths(*out);
+    float* a = malloc((size_t)fill * w.a_width * 4);
+    float* b = malloc((size_t)fill * w.b_width * 4);
+    float* m = malloc((size_t)fill * 4);
+    vkh2o_buffer *ba = NULL, *bb = NULL, *bm = NULL;
+    vkh2o_result r = (a && b && m) ? VKH2O_OK : vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: cache rows");
+    for (size_t i = 0; r == VKH2O_OK && i < (size_t)fill * w.a_width; i++) a[i] = rand_normal();
+    for (size_t i = 0; r == VKH2O_OK && i < (size_t)fill * w.b_width; i++) b[i] = rand_normal();
+    for (size_t i = 0; r == VKH2O_OK && i < fill; i++) m[i] = fabsf(rand_normal());
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, (uint64_t)fill * w.a_width * 4, &ba);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, (uint64_t)fill * w.b_width * 4, &bb);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, (uint64_t)fill * 4, &bm);
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(ba, 0, a, (uint64_t)fill * w.a_width * 4);
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bb, 0, b, (uint64_t)fill * w.b_width * 4);
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bm, 0, m, (uint64_t)fill * 4);
+    for (uint32_t l = 0; r == VKH2O_OK && l < layers; l++)
+        r = vkh2o_run_cache_prefill(*out, &(vkh2o_cache_prefill){ .layer = l, .seq_len = fill, .a = ba, .b = bb, .mass = bm });
+    vkh2o_buffer_destroy(ba);
+    vkh2o_buffer_destroy(bb);
+    vkh2o_buffer_destroy(bm);
+    free(a);
+    free(b);
+    free(m);
+    if (r != VKH2O_OK) {
+        vkh2o_cache_destroy(*out);
+        *out = NULL;
+    }
+    return r;
+}
+
+/* Splits `len` kept tokens into sinks, heavy hitters and recents: 4 sinks and 64 recents (fewer
+ * for short caches), the rest heavy hitters. */
+static void kept_split(uint32_t len, uint32_t* n_sink, uint32_t* budget, uint32_t* n_recent)
+{
+    *n_sink = len >= 16 ? 4 : 1;
+    *n_recent = len >= 1024 ? 64 : len / 16 ? len / 16 : 1;
+    *budget = len > *n_sink + *n_recent ? len - *n_sink - *n_recent : 1;
+}
+
+/* GPU time (or wall time) of one recorded piece of work; *ts turns false when the device gave
+ * no timestamps. */
+typedef vkh2o_result (*record_work)(VkCommandBuffer cb, void* user);
+static vkh2o_result time_once(bench_env* env, record_work fn, void* user, double* ms, bool* ts)
+{
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(env->ctx, &cb));
+    const uint32_t t0 = vkh2o_timestamp(env->ctx, cb);
+    const double w0 = cli_now();
+    vkh2o_result r = fn(cb, user);
+    const uint32_t t1 = vkh2o_timestamp(env->ctx, cb);
+    const vkh2o_result r2 = vkh2o_submit_wait(env->ctx, cb);
+    if (r == VKH2O_OK) r = r2;
+    const double g = (t0 != UINT32_MAX && t1 != UINT32_MAX) ? vkh2o_timestamp_ms(env->ctx, t0, t1) : -1.0;
+    if (g < 0.0) *ts = false;
+    *ms = *ts ? g : (cli_now() - w0) * 1e3;
+    return r;
+}
+
+typedef struct decode_work {
+    vkh2o_mla_layer* layer;
+    vkh2o_cache* cache;
+    vkh2o_buffer *hidden, *out;
+    uint32_t pos;                /* the next token's position */
+} decode_work;
+static vkh2o_result rec_decode(VkCommandBuffer cb, void* user)
+{
+    decode_work* w = user;
+    const uint32_t p = w->pos++;
+    return vkh2o_cmd_mla_decode(w->layer, cb, w->cache,
+                                &(vkh2o_mla_decode){ .hidden = w->hidden, .out = w->out, .position = p, .step = p });
+}
+
+/* One cache step of every layer with real inputs (the layer's step without its projections)
+ * or mock ones (on-device inputs: the H2O scaling rows). */
+typedef struct step_work {
+    vkh2o_cache* cache;
+    vkh2o_buffer *q, *a, *b;     /* NULL: mock */
+    uint32_t pos;
+} step_work;
+static vkh2o_result rec_step(VkCommandBuffer cb, void* user)
+{
+    step_work* w = user;
+    const uint32_t p = w->pos++;
+    vkh2o_cache_step s = { .position = p, .step = p };
+    if (w->q) {
+        s.q = w->q;
+        s.a = w->a;
+        s.b = w->b;
+    } else {
+        s.flags = VKH2O_STEP_MOCK;
+    }
+    return vkh2o_cmd_cache_step(w->cache, cb, &s);
+}
+
+/* Random step inputs for a cache of one layer (q, rows a and b). */
+static vkh2o_result step_inputs(bench_env* env, vkh2o_cache* c, step_work* w)
+{
+    const vkh2o_cache_widths cw = vkh2o_cache_get_widths(c);
+    const uint64_t n[3] = { (uint64_t)vkh2o_cache_get_desc(c)->num_heads * cw.q_width, cw.a_width, cw.b_width };
+    vkh2o_buffer** b[3] = { &w->q, &w->a, &w->b };
+    for (int i = 0; i < 3; i++) {
+        float* h = malloc(n[i] * 4);
+        if (!h) return vkh2o_fail(env->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: step inputs");
+        for (uint64_t j = 0; j < n[i]; j++) h[j] = rand_normal() * 0.1f;
+        vkh2o_result r = vkh2o_buffer_create(env->ctx, n[i] * 4, b[i]);
+        if (r == VKH2O_OK) r = vkh2o_buffer_upload(*b[i], 0, h, n[i] * 4);
+        free(h);
+        VKH2O_CHECK(r);
+    }
+    return VKH2O_OK;
+}
+static void step_inputs_free(step_work* w)
+{
+    vkh2o_buffer_destroy(w->q);
+    vkh2o_buffer_destroy(w->a);
+    vkh2o_buffer_destroy(w->b);
+    w->q = w->a = w->b = NULL;
+}
+
+/* Bytes a decode step must read: the layer's weights as stored on the device, the cache's rows
+ * (FP16), scores and positions. */
+static double decode_bytes(vkh2o_mla_layer* L, const vkh2o_cache* c, uint32_t len)
+{
+    return (double)vkh2o_mla_layer_get_weight_bytes(L) + (double)vkh2o_cache_bytes(vkh2o_cache_get_desc(c), len) + 8.0 * len;
+}
+/* Multiply-adds x 2 of one decode step: the projections (M = 1), the absorption and W_uv
+ * through kv_b_proj, and the attention over len tokens (logits over kv_lora + rope, P.V over
+ * kv_lora) for every head. */
+static double decode_flops(const vkh2o_mla_config* c, uint32_t len)
+{
+    const double H = c->num_heads, D = c->hidden_size, lq = c->q_lora_rank, lkv = c->kv_lora_rank, nope = c->qk_nope_head_dim,
+                 rope = c->qk_rope_head_dim, dv = c->v_head_dim;
+    const double proj = D * lq + lq * H * (nope + rope) + D * (lkv + rope) + H * nope * lkv + H * lkv * dv + H * dv * D;
+    return 2.0 * proj + 2.0 * H * len * (lkv + rope) + 2.0 * H * len * lkv;
+}
+
+static void fill_bytes_row(bench_env* env, bench_row* row, double bytes)
+{
+    if (!row) return;
+    row->bytes = bytes;
+    row->gbps = bytes / (row->median_ms * 1e6);
+    if (env->read_gbps > 0) row->read_fraction = row->gbps / env->read_gbps;
+}
+
+/* The texel read probe of bench_read as recorded work, so that --decode can time it in the
+ * same rounds as the steps (a busy machine then slows both alike). */
+typedef struct probe_work {
+    vkh2o_context* ctx;
+    vkh2o_kernel* k;
+    vkh2o_buffer *src, *out;
+    vkh2o_binding b[3];
+    uint64_t bytes;
+    uint32_t pc[2];
+} probe_work;
+static vkh2o_result probe_make(bench_env* env, probe_work* w)
+{
+    memset(w, 0, sizeof *w);
+    w->ctx = env->ctx;
+    w->bytes = env->quick ? (8ull << 20) : (64ull << 20);
+    const uint32_t per_inv = 256, n_inv = (uint32_t)(w->bytes / 16 / per_inv);
+    uint32_t spec[2] = { 64, 1 };
+    VKH2O_CHECK(vkh2o_buffer_create(env->ctx, w->bytes, &w->src));
+    VKH2O_CHECK(vkh2o_buffer_create(env->ctx, (uint64_t)n_inv * 4, &w->out));
+    VKH2O_CHECK(vkh2o_buffer_fill(w->src, 0, w->bytes, 0x01010101u));
+    VKH2O_CHECK(vkh2o_kernel_get_texel(env->ctx, "read_probe", 3, 1u << 1, spec, 2, &w->k));
+    w->b[0] = vkh2o_bind(w->src);
+    VKH2O_CHECK(vkh2o_bind_texel(w->src, VK_FORMAT_R32G32B32A32_UINT, 0, w->bytes, &w->b[1]));
+    w->b[2] = vkh2o_bind(w->out);
+    w->pc[0] = per_inv;
+    w->pc[1] = n_inv;
+    return VKH2O_OK;
+}
+static vkh2o_result rec_probe(VkCommandBuffer cb, void* user)
+{
+    probe_work* w = user;
+    return vkh2o_dispatch(w->ctx, cb, w->k, w->b, 3, w->pc, sizeof w->pc, vkh2o_div_up(w->pc[1], 64), 1, 1);
+}
+static void probe_free(probe_work* w)
+{
+    vkh2o_buffer_destroy(w->src);
+    vkh2o_buffer_destroy(w->out);
+}
+
+/* --decode: one token through the Kimi layer (BF16 and FP8 weights, alternating) against a
+ * latent H2O cache of --cache-len kept tokens, and the cache step alone (append, attention,
+ * score, eviction) on the BF16 layer's cache. On a device that refuses the length (llvmpipe's
+ * loop limit for the single-workgroup cache step), a refused row, then the next shorter length
+ * (halving, down to 256) so the step is still measured. */
+static vkh2o_result bench_decode(bench_env* env)
+{
+    vkh2o_context* ctx = env->ctx;
+    vkh2o_mla_config cfg;
+    const char* label;
+    bench_config(env, &cfg, &label);
+    static const vkh2o_dtype dts[2] = { VKH2O_DTYPE_BF16, VKH2O_DTYPE_F8_E4M3 };
+    static const char* dtn[2] = { "bf16", "fp8" };
+    vkh2o_mla_layer* L[2] = { NULL, NULL };
+    vkh2o_cache* C[3] = { NULL, NULL, NULL };
+    vkh2o_buffer *hb = NULL, *ob = NULL;
+    step_work sw = { 0 };
+    vkh2o_result r = VKH2O_OK;
+    note(env, "%s: decode layers (BF16, FP8) with random weights\n", label);
+    for (int i = 0; i < 2 && r == VKH2O_OK; i++) r = make_layer(env, &cfg, dts[i], 16, &L[i]);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4ull * cfg.hidden_size, &hb);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4ull * cfg.hidden_size, &ob);
+    if (r == VKH2O_OK) {
+        float* h = malloc(4ull * cfg.hidden_size);
+        if (!h) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+        for (uint32_t i = 0; h && i < cfg.hidden_size; i++) h[i] = rand_normal();
+        if (h) r = vkh2o_buffer_upload(hb, 0, h, 4ull * cfg.hidden_size);
+        free(h);
+    }
+    uint32_t len = env->cache_len;
+    for (; r == VKH2O_OK; len /= 2) {
+        uint32_t ns, bu, nr;
+        kept_split(len, &ns, &bu, &nr);
+        for (int i = 0; i < 3 && r == VKH2O_OK; i++)
+            r = make_cache(env, &cfg, 1, ns, bu, nr, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, len, &C[i]);
+        if (r == VKH2O_OK) break;
+        if (!refusal(r)) break;
+        char name[192];
+        snprintf(name, sizeof name, "decode %s layer, latent cache %u tokens", label, len);
+        row_status(env, "decode", name, "refused", vkh2o_last_error(ctx));
+        for (int i = 0; i < 3; i++) { vkh2o_cache_destroy(C[i]); C[i] = NULL; }
+        r = VKH2O_OK;
+        if (len / 2 < (env->quick ? 16u : 256u)) {
+            len = 0;
+            break;
+        }
+    }
+    if (r == VKH2O_OK && len) {
+        decode_work dw[2] = { { L[0], C[0], hb, ob, len }, { L[1], C[1], hb, ob, len } };
+        sw.cache = C[2];
+        sw.pos = len;
+        r = step_inputs(env, C[2], &sw);
+        probe_work pw = { 0 };
+        if (r == VKH2O_OK) r = probe_make(env, &pw);
+        double* t = calloc(4 * (size_t)env->runs, sizeof *t);
+        if (!t && r == VKH2O_OK) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+        bool ts = env->caps->timestamps;
+        for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
+            note(env, run ? "%s: decode steps\n" : "%s: decode warm-up\n", label);
+            for (int k = 0; k < 4 && r == VKH2O_OK; k++) {
+                double ms = 0.0;
+                r = k < 2    ? time_once(env, rec_decode, &dw[k], &ms, &ts)
+                    : k == 2 ? time_once(env, rec_step, &sw, &ms, &ts)
+                             : time_once(env, rec_probe, &pw, &ms, &ts);
+                if (run) t[(size_t)k * env->runs + run - 1] = ms;
+            }
+        }
+        /* the read bandwidth of the same rounds is the reference of the fractions below */
+        if (r == VKH2O_OK) {
+            const double pms = cli_median(t + 3 * (size_t)env->runs, env->runs);
+            char name[160];
+            snprintf(name, sizeof name, "decode reference: read %llu MiB, uniform texel buffer, in the decode rounds",
+                     (unsigned long long)(pw.bytes >> 20));
+            bench_row* row = row_ok(env, "decode", name, pms, 0.0, ts);
+            if (row) {
+                row->gbps = (double)pw.bytes / (pms * 1e6);
+                snprintf(row->param, sizeof row->param, "read");
+                env->read_gbps = row->gbps;
+            }
+        }
+        probe_free(&pw);
+        for (int k = 0; r == VKH2O_OK && k < 2; k++) {
+            char name[192];
+            snprintf(name, sizeof name, "decode %s layer, latent cache %u tokens, %s weights", label, len, dtn[k]);
+            const double ms = cli_median(t + (size_t)k * env->runs, env->runs);
+            bench_row* row = row_ok(env, "decode", name, ms, decode_flops(&cfg, len) / (ms * 1e6), ts);
+            if (row) {
+                row->size = len;
+                snprintf(row->param, sizeof row->param, "%s", dtn[k]);
+                if (len != env->cache_len)
+                    snprintf(row->reason, sizeof row->reason, "%u tokens refused on this device; the longest accepted cache",
+                             env->cache_len);
+            }
+            fill_bytes_row(env, row, decode_bytes(L[k], C[k], len));
+        }
+        if (r == VKH2O_OK) {
+            char name[192];
+            snprintf(name, sizeof name, "decode %s stage: cache step alone (append, attention, score, evict), %u tokens", label, len);
+            const double ms = cli_median(t + 2 * (size_t)env->runs, env->runs);
+            const double att = 2.0 * cfg.num_heads * len * (2.0 * cfg.kv_lora_rank + cfg.qk_rope_head_dim);
+            bench_row* row = row_ok(env, "decode", name, ms, att / (ms * 1e6), ts);
+            if (row) {
+                row->size = len;
+                snprintf(row->param, sizeof row->param, "cache step");
+                fill_bytes_row(env, row, (double)vkh2o_cache_bytes(vkh2o_cache_get_desc(C[2]), len) + 8.0 * len);
+            }
+        }
+        free(t);
+    }
+    step_inputs_free(&sw);
+    for (int i = 0; i < 3; i++) vkh2o_cache_destroy(C[i]);
+    for (int i = 0; i < 2; i++) vkh2o_mla_layer_destroy(L[i]);
+    vkh2o_buffer_destroy(hb);
+    vkh2o_buffer_destroy(ob);
+    return r;
+}
+
+/* how many tokens short of its cap the non-evicting reference starts: runs + 2 (warm-up and
+ * one spare), at most half the cache (more runs than that, and its last steps evict) */
+static uint32_t ref_short(const bench_env* env, uint32_t len)
+{
+    return env->runs + 2 < len / 2 ? env->runs + 2 : len / 2;
+}
+
+/* --policy-cost: the cache step (real inputs: append, attention, score, select, compact) of every
+ * eviction policy / score mode side by side at the Kimi latent shape, each at its cap (one
+ * token evicted per step), next to a cache of the same desc filled runs + 2 tokens short of its
+ * cap, so that it never evicts (attention over up to 0.2 % fewer tokens at 4096): the difference
+ * is the selection and compaction; the score update is O(length) additions inside both. Same
+ * length refusal and halving as --decode. */
+static vkh2o_result policy_cost_at(bench_env* env, const vkh2o_mla_config* cfgp, const char* label);
+static vkh2o_result bench_policy_cost(bench_env* env)
+{
+    vkh2o_mla_config cfg;
+    const char* label;
+    bench_config(env, &cfg, &label);
+    VKH2O_CHECK(policy_cost_at(env, &cfg, label));
+    /* one head: the same cache and policies with a 64x cheaper attention, where select +
+     * compact stand out of the noise (and, on CPU devices, the longer caches fit the loop limit) */
+    char l1[64];
+    snprintf(l1, sizeof l1, "%s 1 head", label);
+    cfg.num_heads = 1;
+    return policy_cost_at(env, &cfg, l1);
+}
+
+static vkh2o_result policy_cost_at(bench_env* env, const vkh2o_mla_config* cfgp, const char* label)
+{
+    vkh2o_context* ctx = env->ctx;
+    const vkh2o_mla_config cfg = *cfgp;
+    static const struct { const char* name; vkh2o_evict_policy pol; vkh2o_score_mode mode; } pols[] = {
+        { "no eviction (attention + score + append)", VKH2O_POLICY_H2O, VKH2O_SCORE_SUM },
+        { "h2o sum", VKH2O_POLICY_H2O, VKH2O_SCORE_SUM },
+        { "h2o mean", VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN },
+        { "h2o decay", VKH2O_POLICY_H2O, VKH2O_SCORE_DECAY },
+        { "tova", VKH2O_POLICY_H2O, VKH2O_SCORE_TOVA },
+        { "streaming", VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM },
+        { "random", VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM },
+    };
+    enum { NP = sizeof pols / sizeof pols[0] };
+    vkh2o_cache* C[NP] = { NULL };
+    step_work sw[NP];
+    memset(sw, 0, sizeof sw);
+    vkh2o_result r = VKH2O_OK;
+    uint32_t len = env->cache_len;
+    for (;; len /= 2) {
+        uint32_t ns, bu, nr;
+        kept_split(len, &ns, &bu, &nr);
+        /* the same desc for all (the step kernel's shape and workgroup follow the capacity); the
+         * reference is filled runs + 2 tokens short of the cap, so its steps never evict */
+        for (uint32_t i = 0; i < NP && r == VKH2O_OK; i++)
+            r = make_cache(env, &cfg, 1, ns, bu, nr, pols[i].pol, pols[i].mode, i ? len : len - ref_short(env, len), &C[i]);
+        if (r == VKH2O_OK || !refusal(r)) break;
+        char name[192];
+        snprintf(name, sizeof name, "policy cost %s, latent cache %u tokens", label, len);
+        row_status(env, "policy", name, "refused", vkh2o_last_error(ctx));
+        for (uint32_t i = 0; i < NP; i++) { vkh2o_cache_destroy(C[i]); C[i] = NULL; }
+        r = VKH2O_OK;
+        if (len / 2 < (env->quick ? 16u : 256u)) { len = 0; break; }
+    }
+    double* t = calloc(NP * (size_t)env->runs, sizeof *t);
+    if (!t && r == VKH2O_OK) r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: policy timings");
+    for (uint32_t i = 0; r == VKH2O_OK && len && i < NP; i++) {
+        sw[i].cache = C[i];
+        sw[i].pos = i ? len : len - ref_short(env, len);
+        r = step_inputs(env, C[i], &sw[i]);
+    }
+    bool ts = env->caps->timestamps;
+    for (uint32_t run = 0; r == VKH2O_OK && len && run <= env->runs; run++) {
+        note(env, "%s: policy steps\n", label);
+        for (uint32_t j = 0; j < NP && r == VKH2O_OK; j++) {
+            const uint32_t i = (j + run) % NP;   /* each round starts elsewhere: no position bias */
+            double ms = 0.0;
+            r = time_once(env, rec_step, &sw[i], &ms, &ts);
+            if (run) t[(size_t)i * env->runs + run - 1] = ms;
+        }
+    }
+    double ref = 0.0;
+    for (uint32_t i = 0; r == VKH2O_OK && len && i < NP; i++) {
+        char name[192];
+        snprintf(name, sizeof name, "policy cost %s, latent cache %u tokens: %s", label, len, pols[i].name);
+        const double ms = cli_median(t + (size_t)i * env->runs, env->runs);
+        if (i == 0) ref = ms;
+        bench_row* row = row_ok(env, "policy", name, ms, 0.0, ts);
+        if (!row) continue;
+        row->size = len;
+        snprintf(row->param, sizeof row->param, "%s", i ? pols[i].name : "none");
+        row->ratio = 0;
+        row->share = i ? (ms - ref) / ms : 0.0;   /* select + compact's share of the step */
+        if (len != env->cache_len)
+            snprintf(row->reason, sizeof row->reason, "%u tokens refused on this device; the longest accepted cache", env->cache_len);
+    }
+    free(t);
+    for (uint32_t i = 0; i < NP; i++) {
+        step_inputs_free(&sw[i]);
+        vkh2o_cache_destroy(C[i]);
+    }
+    return r;
+}
+
+/* The grids of --scaling (--quick: the small layer and small sizes). */
+static const uint32_t SC_S[] = { 256, 512, 1024, 2048, 4096 }, SC_S_Q[] = { 16, 32, 64 };
+static const uint32_t SC_N[] = { 512, 1024, 4096, 16384, 65536, 131072 }, SC_N_Q[] = { 64, 256, 131072 };
+static const uint32_t SC_B[] = { 64, 256, 1024, 4096 }, SC_B_Q[] = { 16, 64 };
+static const uint32_t SC_L[] = { 1, 4, 16, 61 }, SC_L_Q[] = { 1, 4 };
+#define NELEM(a) (uint32_t)(sizeof a / sizeof a[0])
+
+static bool skipped(bench_env* env, const char* group, const char* name, uint32_t size, uint32_t layers)
+{
+    if (!env->scaling_max || size <= env->scaling_max) return false;
+    char why[128];
+    snprintf(why, sizeof why, "above --scaling-max %u", env->scaling_max);
+    bench_row* row = row_status(env, group, name, "skipped", why);
+    if (row) { row->size = size; row->layers = layers; }
+    return true;
+}
+
+static vkh2o_result refused_row(bench_env* env, vkh2o_result r, const char* group, const char* name, uint32_t size,
+                                uint32_t layers)
+{
+    if (!refusal(r)) return r;
+    bench_row* row = row_status(env, group, name, "refused", vkh2o_last_error(env->ctx));
+    if (row) { row->size = size; row->layers = layers; }
+    return VKH2O_OK;
+}
+
+typedef struct topk_work {
+    vkh2o_context* ctx;
+    vkh2o_topk_args a;
+    uint32_t layers;
+} topk_work;
+static vkh2o_result rec_topk(VkCommandBuffer cb, void* user)
+{
+    topk_work* w = user;
+    for (uint32_t l = 0; l < w->layers; l++) {
+        w->a.layer = l;
+        VKH2O_CHECK(vkh2o_cmd_topk(w->ctx, cb, &w->a));
+        vkh2o_barrier(w->ctx, cb);
+    }
+    return VKH2O_OK;
+}
+
+static vkh2o_result scaling_forward(bench_env* env, const vkh2o_mla_config* cfg, const char* label)
+{
+    vkh2o_context* ctx = env->ctx;
+    const uint32_t* S = env->quick ? SC_S_Q : SC_S;
+    const uint32_t nS = env->quick ? NELEM(SC_S_Q) : NELEM(SC_S);
+    uint32_t top = 0;
+    for (uint32_t i = 0; i < nS; i++)
+        if (!env->scaling_max || S[i] <= env->scaling_max) top = S[i];
+    if (!top) {
+        for (uint32_t i = 0; i < nS; i++) {
+            char name[128];
+            snprintf(name, sizeof name, "scaling forward %s S=%u bf16", label, S[i]);
+            skipped(env, "scaling-forward", name, S[i], 1);
+        }
+        return VKH2O_OK;
+    }
+    ref_mla_weights rw;
+    note(env, "%s: scaling: the forward layer\n", label);
+    if (ref_mla_random_weights(cfg, VKH2O_DTYPE_BF16, 0x5eed, &rw) != 0)
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: random weights");
+    vkh2o_error err = { 0 };
+    vkh2o_mla_host_weights* hw = NULL;
+    vkh2o_mla_layer* L = NULL;
+    vkh2o_result r = vkh2o_mla_host_weights_wrap(cfg, rw.views, &hw, &err);
+    if (r != VKH2O_OK) r = vkh2o_fail(ctx, r, "bench: %s", err.message);
+    /* the scratch for the largest S measured, or the device's longest when that is refused */
+    if (r == VKH2O_OK) {
+        r = vkh2o_mla_layer_create(ctx, cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = top }, &L);
+        if (r == VKH2O_ERROR_INVALID_ARGUMENT) r = vkh2o_mla_layer_create(ctx, cfg, hw, &(vkh2o_mla_layer_desc){ 0 }, &L);
+    }
+    const uint32_t maxS = L ? vkh2o_mla_layer_get_max_seq_len(L) : 0;
+    float *hidden = NULL, *out = NULL;
+    if (r == VKH2O_OK) {
+        hidden = malloc((size_t)maxS * cfg->hidden_size * 4);
+        out = malloc((size_t)maxS * cfg->hidden_size * 4);
+        if (!hidden || !out) r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: forward rows");
+        for (size_t i = 0; r == VKH2O_OK && i < (size_t)maxS * cfg->hidden_size; i++) hidden[i] = rand_normal();
+    }
+    double* t = calloc(3 * (size_t)env->runs, sizeof *t);
+    if (!t && r == VKH2O_OK) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+    for (uint32_t i = 0; r == VKH2O_OK && i < nS; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "scaling forward %s S=%u bf16", label, S[i]);
+        if (skipped(env, "scaling-forward", name, S[i], 1)) continue;
+        if (S[i] > maxS) {   /* the library's own refusal, with its message */
+            vkh2o_mla_layer* big = NULL;
+            r = vkh2o_mla_layer_create(ctx, cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S[i] }, &big);
+            vkh2o_mla_layer_destroy(big);
+            if (r == VKH2O_OK) r = vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "S=%u is above the bench layer's max_seq_len %u", S[i], maxS);
+            r = refused_row(env, r, "scaling-forward", name, S[i], 1);
+            continue;
+        }
+        bool ts = env->caps->timestamps;
+        for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
+            note(env, "%s\n", name);
+            vkh2o_mla_timings tm;
+            const double w0 = cli_now();
+            r = vkh2o_run_mla_forward(L, hidden, S[i], 0, out, NULL, &tm);
+            const double wall = (cli_now() - w0) * 1e3;
+            if (tm.total_ms < 0.0) ts = false;
+            if (run && r == VKH2O_OK) {
+                t[run - 1] = ts ? tm.total_ms : wall;
+                t[env->runs + run - 1] = tm.attention_ms + tm.mass_ms;
+            }
+        }
+        if (r != VKH2O_OK) break;
+        const double ms = cli_median(t, env->runs);
+        bench_row* row = row_ok(env, "scaling-forward", name, ms, vkh2o_mla_forward_flops(cfg, S[i]) / (ms * 1e6), ts);
+        if (row) {
+            row->size = S[i];
+            row->layers = 1;
+            if (ts) row->share = cli_median(t + env->runs, env->runs) / ms;
+        }
+    }
+    free(t);
+    free(hidden);
+    free(out);
+    vkh2o_mla_layer_destroy(L);
+    vkh2o_mla_host_weights_destroy(hw);
+    ref_mla_weights_free(&rw);
+    return r;
+}
+
+static vkh2o_result scaling_decode(bench_env* env, const vkh2o_mla_config* cfg, const char* label)
+{
+    vkh2o_context* ctx = env->ctx;
+    const uint32_t* N = env->quick ? SC_N_Q : SC_N;
+    const uint32_t nN = env->quick ? NELEM(SC_N_Q) : NELEM(SC_N);
+    vkh2o_mla_layer* L = NULL;
+    vkh2o_buffer *hb = NULL, *ob = NULL;
+    vkh2o_result r = VKH2O_OK;
+    for (uint32_t i = 0; i < nN && r == VKH2O_OK; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "scaling decode %s layer bf16, latent cache %u tokens", label, N[i]);
+        if (skipped(env, "scaling-decode", name, N[i], 1)) continue;
+        if (!L) {
+            note(env, "%s: scaling: the decode layer\n", label);
+            r = make_layer(env, cfg, VKH2O_DTYPE_BF16, 16, &L);
+            if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4ull * cfg->hidden_size, &hb);
+            if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4ull * cfg->hidden_size, &ob);
+            if (r == VKH2O_OK) r = vkh2o_buffer_fill(hb, 0, 4ull * cfg->hidden_size, 0x3c000000u);   /* 2^-7 */
+            if (r != VKH2O_OK) break;
+        }
+        uint32_t ns, bu, nr;
+        kept_split(N[i], &ns, &bu, &nr);
+        vkh2o_cache* c = NULL;
+        note(env, "%s: filling the cache\n", name);
+        r = make_cache(env, cfg, 1, ns, bu, nr, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, N[i], &c);
+        if (r != VKH2O_OK) {
+            r = refused_row(env, r, "scaling-decode", name, N[i], 1);
+            continue;
+        }
+        decode_work w = { L, c, hb, ob, N[i] };
+        probe_work pw = { 0 };
+        double* t = calloc(2 * (size_t)env->runs, sizeof *t);
+        bool ts = env->caps->timestamps;
+        if (!t) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+        if (r == VKH2O_OK) r = probe_make(env, &pw);
+        /* the texel read probe in the same rounds: each row's fraction has its own reference */
+        for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
+            double ms = 0.0, pms = 0.0;
+            note(env, "%s\n", name);
+            r = time_once(env, rec_decode, &w, &ms, &ts);
+            if (r == VKH2O_OK) r = time_once(env, rec_probe, &pw, &pms, &ts);
+            if (run) { t[run - 1] = ms; t[env->runs + run - 1] = pms; }
+        }
+        if (r == VKH2O_OK) {
+            const double ms = cli_median(t, env->runs);
+            bench_row* row = row_ok(env, "scaling-decode", name, ms, decode_flops(cfg, N[i]) / (ms * 1e6), ts);
+            if (row) { row->size = N[i]; row->layers = 1; snprintf(row->param, sizeof row->param, "bf16"); }
+            env->read_gbps = (double)pw.bytes / (cli_median(t + env->runs, env->runs) * 1e6);
+            fill_bytes_row(env, row, decode_bytes(L, c, N[i]));
+        }
+        probe_free(&pw);
+        free(t);
+        vkh2o_cache_destroy(c);
+    }
+    vkh2o_mla_layer_destroy(L);
+    vkh2o_buffer_destroy(hb);
+    vkh2o_buffer_destroy(ob);
+    return r;
+}
+
+/* The H2O cache step of every layer (mock inputs, one dispatch + the row flush) at each budget
+ * and layer count, the cache at its cap so that each step evicts one token per layer; and the
+ * exact top-k (k = budget of n = 32 x budget scores, the prompt compression of a prefill) once
+ * per layer in one command buffer. */
+static vkh2o_result scaling_h2o(bench_env* env, const vkh2o_mla_config* cfg, const char* label)
+{
+    vkh2o_context* ctx = env->ctx;
+    const uint32_t* B = env->quick ? SC_B_Q : SC_B;
+    const uint32_t* Ls = env->quick ? SC_L_Q : SC_L;
+    const uint32_t nB = env->quick ? NELEM(SC_B_Q) : NELEM(SC_B), nL = env->quick ? NELEM(SC_L_Q) : NELEM(SC_L);
+    vkh2o_result r = VKH2O_OK;
+    for (uint32_t bi = 0; bi < nB && r == VKH2O_OK; bi++)
+        for (uint32_t li = 0; li < nL && r == VKH2O_OK; li++) {
+            char name[160];
+            const uint32_t ns = 4, nr = env->quick ? 8 : 64, cap = ns + B[bi] + nr;
+            snprintf(name, sizeof name, "scaling h2o step %s latent, budget %u (cap %u), %u layers", label, B[bi], cap, Ls[li]);
+            if (skipped(env, "scaling-h2o", name, B[bi], Ls[li])) continue;
+            vkh2o_cache* c = NULL;
+            note(env, "%s: filling the cache\n", name);
+            r = make_cache(env, cfg, Ls[li], ns, B[bi], nr, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, cap, &c);
+            if (r != VKH2O_OK) {
+                r = refused_row(env, r, "scaling-h2o", name, B[bi], Ls[li]);
+                continue;
+            }
+            r = vkh2o_cache_prepare(c, VKH2O_STEP_MOCK);
+            step_work w = { .cache = c, .pos = cap };
+            double* t = calloc(env->runs, sizeof *t);
+            bool ts = env->caps->timestamps;
+            if (!t && r == VKH2O_OK) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+            for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
+                double ms = 0.0;
+                note(env, "%s\n", name);
+                r = time_once(env, rec_step, &w, &ms, &ts);
+                if (run) t[run - 1] = ms;
+            }
+            if (r == VKH2O_OK) {
+                bench_row* row = row_ok(env, "scaling-h2o", name, cli_median(t, env->runs), 0.0, ts);
+                if (row) { row->size = B[bi]; row->layers = Ls[li]; snprintf(row->param, sizeof row->param, "h2o sum"); }
+            }
+            free(t);
+            vkh2o_cache_destroy(c);
+        }
+    /* top-k */
+    for (uint32_t bi = 0; bi < nB && r == VKH2O_OK; bi++) {
+        const uint32_t k = B[bi], n = 32 * k, ns = 4, nr = 64 < n / 4 ? 64 : n / 4;
+        float* x = malloc((size_t)n * 4);
+        vkh2o_buffer *bs = NULL, *bo = NULL, *bw = NULL;
+        if (!x) return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: top-k scores");
+        for (uint32_t i = 0; i < n; i++) x[i] = fabsf(rand_normal());
+        bool made = false;
+        for (uint32_t li = 0; li < nL && r == VKH2O_OK; li++) {
+            char name[160];
+            snprintf(name, sizeof name, "scaling topk k=%u of %u scores, %u layers", k, n, Ls[li]);
+            if (skipped(env, "scaling-topk", name, k, Ls[li])) continue;
+            if (!made) {
+                made = true;
+                if ((r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bs)) == VKH2O_OK &&
+                    (r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bo)) == VKH2O_OK &&
+                    (r = vkh2o_buffer_create(ctx, vkh2o_topk_work_bytes(n - ns - nr), &bw)) == VKH2O_OK)
+                    r = vkh2o_buffer_upload(bs, 0, x, (uint64_t)n * 4);
+                if (r != VKH2O_OK) { r = refused_row(env, r, "scaling-topk", name, k, Ls[li]); break; }
+            }
+            topk_work w = { ctx, { .scores = vkh2o_bind(bs), .scores_buffer = bs, .n = n, .begin = ns, .end = n - nr, .k = k,
+                                   .out = vkh2o_bind(bo), .work = vkh2o_bind(bw) }, Ls[li] };
+            double* t = calloc(env->runs, sizeof *t);
+            bool ts = env->caps->timestamps;
+            if (!t) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+            for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
+                double ms = 0.0;
+                r = time_once(env, rec_topk, &w, &ms, &ts);
+                if (run) t[run - 1] = ms;
+            }
+            if (r == VKH2O_OK) {
+                bench_row* row = row_ok(env, "scaling-topk", name, cli_median(t, env->runs), 0.0, ts);
+                if (row) { row->size = k; row->layers = Ls[li]; snprintf(row->param, sizeof row->param, "texel"); }
+            }
+            free(t);
+        }
+        vkh2o_buffer_destroy(bs);
+        vkh2o_buffer_destroy(bo);
+        vkh2o_buffer_destroy(bw);
+        free(x);
+    }
+    return r;
+}
+
+static vkh2o_result bench_scaling(bench_env* env)
+{
+    vkh2o_mla_config cfg;
+    const char* label;
+    bench_config(env, &cfg, &label);
+    VKH2O_CHECK(scaling_forward(env, &cfg, label));
+    VKH2O_CHECK(scaling_decode(env, &cfg, label));
+    return scaling_h2o(env, &cfg, label);
+}
+
+/* --plot: the scaling rows as four panels against log2 of the size. */
+static bool write_scaling_plot(FILE* f, const bench_env* env)
+{
+    static const char* groups[4] = { "scaling-forward", "scaling-decode", "scaling-h2o", "scaling-topk" };
+    enum { MAXS = 8, MAXP = 32 };
+    static double xs[4][MAXS][MAXP], ys[4][MAXS][MAXP];
+    static char names[4][MAXS][32];
+    plot_series series[4][MAXS];
+    uint32_t nser[4] = { 0 };
+    for (uint32_t g = 0; g < 4; g++) {
+        for (uint32_t i = 0; i < env->nrows; i++) {
+            const bench_row* r = &env->rows[i];
+            if (!r->group || strcmp(r->group, groups[g]) || strcmp(r->status, "ok")) continue;
+            char key[32];
+            if (g >= 2) snprintf(key, sizeof key, "%u layer%s", r->layers, r->layers == 1 ? "" : "s");
+            else snprintf(key, sizeof key, "%s", g == 0 ? "forward, bf16" : "decode step, bf16");
+            uint32_t s = 0;
+            while (s < nser[g] && strcmp(names[g][s], key)) s++;
+            if (s == nser[g]) {
+                if (s == MAXS) continue;
+                snprintf(names[g][s], sizeof names[g][s], "%s", key);
+                series[g][s] = (plot_series){ names[g][s], 0, xs[g][s], ys[g][s] };
+                nser[g]++;
+            }
+            plot_series* ps = &series[g][s];
+            if (ps->n == MAXP) continue;
+            xs[g][s][ps->n] = log2(r->size);
+            ys[g][s][ps->n] = g == 1 ? r->gbps : r->median_ms;
+            ps->n++;
+        }
+    }
+    plot_panel p[4] = {
+        { "Kimi layer forward", "log2 S (tokens)", "ms", series[0], nser[0] },
+        { "decode step (weights + cache)", "log2 cache tokens", "GB/s read", series[1], nser[1] },
+        { "H2O cache step, all layers", "log2 budget", "ms", series[2], nser[2] },
+        { "top-k (32 x k scores), all layers", "log2 k", "ms", series[3], nser[3] },
+    };
+    return plot_svg(f, p, 4);
+}
+
 /* Benchmarks in order. Another measurement is one more entry: a function that runs its work
  * and records rows with bench_add(env, "<name with matmul/forward>", device, ms, gflops, ...). */
 typedef vkh2o_result (*bench_fn)(bench_env* env);
@@ -488,6 +1409,9 @@ static const struct { const char* name; bench_fn fn; } benches[] = {
     { "forward", bench_forward },
     { "read", bench_read },
     { "topk", bench_topk },
+    { "decode", bench_decode },
+    { "policy-cost", bench_policy_cost },
+    { "scaling", bench_scaling },
 };
 
 static void print_text(const bench_env* env)
@@ -495,11 +1419,20 @@ static void print_text(const bench_env* env)
     printf("%-60s %-34s %12s %10s %s\n", "measurement", "device", "median ms", "GFLOP/s", "");
     for (uint32_t i = 0; i < env->nrows; i++) {
         const bench_row* r = &env->rows[i];
+        if (r->status && strcmp(r->status, "ok")) {
+            printf("%-60s %-34.34s %12s %10s  %s: %s\n", r->name, r->device, "-", "-", r->status, r->reason);
+            continue;
+        }
         printf("%-60s %-34.34s %12.3f %10.2f  (%u run%s, %s)", r->name, r->device, r->median_ms, r->gflops, r->runs,
                r->runs == 1 ? "" : "s", r->timing);
         if (r->speedup > 0) printf("  %.1fx the CPU", r->speedup);
         if (r->gbps > 0) printf("  %.2f GB/s", r->gbps);
         if (r->ratio > 0) printf("  %.2fx the storage form", r->ratio);
+        if (r->bytes > 0) printf("  %.1f MB read", r->bytes / 1e6);
+        if (r->read_fraction > 0) printf(", %.0f%% of the read bandwidth", 100.0 * r->read_fraction);
+        if (r->share != 0 && r->group && !strcmp(r->group, "policy")) printf("  select + compact %.0f%% of the step", 100.0 * r->share);
+        else if (r->share > 0) printf("  attention %.0f%%", 100.0 * r->share);
+        if (r->reason[0]) printf("  (%s)", r->reason);
         printf("\n");
     }
 }
@@ -512,8 +1445,26 @@ static int print_json(const bench_env* env)
         const bench_row* r = &env->rows[i];
         cJSON* o = cJSON_CreateObject();
         if (!o) { cJSON_Delete(arr); return 1; }
+        const bool ok = !r->status || !strcmp(r->status, "ok");
         cJSON_AddStringToObject(o, "name", r->name);
         cJSON_AddStringToObject(o, "device", r->device);
+        if (r->group) {
+            cJSON_AddStringToObject(o, "group", r->group);
+            cJSON_AddStringToObject(o, "status", r->status);
+            if (r->reason[0]) cJSON_AddStringToObject(o, "reason", r->reason);
+            if (r->size > 0) cJSON_AddNumberToObject(o, "size", r->size);
+            if (r->layers > 0) cJSON_AddNumberToObject(o, "layers", r->layers);
+            if (r->param[0]) cJSON_AddStringToObject(o, "param", r->param);
+            if (r->bytes > 0) cJSON_AddNumberToObject(o, "bytes", r->bytes);
+            if (r->read_fraction > 0) cJSON_AddNumberToObject(o, "read_fraction", r->read_fraction);
+            if (r->share != 0 && !strcmp(r->group, "policy")) cJSON_AddNumberToObject(o, "select_compact_share", r->share);
+            else if (r->share > 0) cJSON_AddNumberToObject(o, "attention_share", r->share);
+        }
+        if (!ok) {
+            cJSON_AddNullToObject(o, "median_ms");
+            cJSON_AddItemToArray(arr, o);
+            continue;
+        }
         cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
         cJSON_AddNumberToObject(o, "gflops", r->gflops);
         cJSON_AddNumberToObject(o, "runs", r->runs);
@@ -533,34 +1484,55 @@ static int print_json(const bench_env* env)
 
 static void usage(FILE* f)
 {
-    fprintf(f, "usage: " TOOL " [--device N] [--seq-len S] [--runs R] [--json] [--quick] [--read] [--topk N] [--help]\n"
+    fprintf(f, "usage: " TOOL " [--device N] [--seq-len S] [--runs R] [--json] [--quick] [--read] [--topk N]\n"
+               "                   [--decode] [--policy-cost] [--cache-len N] [--scaling] [--scaling-max N]\n"
+               "                   [--plot FILE.svg] [--help]\n"
                "Times vkh2o kernels on a Vulkan device (median of R runs after a warm-up, GPU\n"
                "timestamps when the device has them, else wall time) and the same work on the CPU.\n"
                "  --device N    use physical device N (default: the automatic choice, env VKH2O_DEVICE)\n"
                "  --seq-len S   tokens of the prefill matmul and the layer forward (default 256)\n"
                "  --runs R      timed runs per measurement (default 5)\n"
                "  --json        print a JSON array, one object per measurement\n"
-               "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu, gbps)\n"
+               "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu, gbps; the rows\n"
+               "                of the modes below also group, status, reason, size, layers, param, bytes,\n"
+               "                read_fraction, attention_share, select_compact_share; median_ms is null\n"
+               "                in a row whose status is \"refused\" or \"skipped\")\n"
                "  --quick       small shapes and a small layer, S=16 (seconds on a CPU device; for tests)\n"
                "  --read        also measure the read bandwidth of storage vs texel buffers (rows named\n"
                "                \"read ...\")\n"
                "  --topk N      also time the H2O cache's exact top-k (radix select + scatter) over N\n"
                "                scores (k = N/32, 4 sinks, 16 recents), scores read from a storage binding\n"
                "                and through a texel view, each kept set checked against the CPU reference\n"
-               "                (rows named \"topk ...\", wall time of record + submit + wait; every row\n"
-               "                outside --read and --topk names matmul or forward)\n"
-               "Measurements: the q_a_proj matmul (S x 1536 x 7168, BF16) on the device and as a\n"
+               "                (rows named \"topk ...\", wall time of record + submit + wait)\n"
+               "  --decode      the decode step of the Kimi K2.6 layer (random weights, BF16 and FP8 in\n"
+               "                alternating rounds) through the public decode API against a latent FP16\n"
+               "                H2O cache of --cache-len kept tokens (4 sinks, 64 recents), and the cache\n"
+               "                step alone; bytes read (weights as stored + cache) and the fraction of the\n"
+               "                texel read bandwidth timed in the same rounds (group \"decode\")\n"
+               "  --policy-cost the cache step of every eviction policy / score mode (h2o sum, mean, decay,\n"
+               "                tova, streaming, random) at the cap, side by side with a cache of the same\n"
+               "                length that does not evict: the difference is select + compact (group \"policy\")\n"
+               "  --cache-len N kept tokens of --decode and --policy-cost (default 4096); a length the\n"
+               "                device refuses is a refused row, then the next halved length is measured\n"
+               "  --scaling     the scaling tables: the forward at S = 256..4096, the decode step at cache\n"
+               "                lengths 512..128K, the H2O cache step (all layers) and the top-k at budgets\n"
+               "                64..4096 and 1..61 layers; sizes the device refuses are \"refused\" rows with\n"
+               "                the reason (groups \"scaling-forward\", \"scaling-decode\", \"scaling-h2o\",\n"
+               "                \"scaling-topk\")\n"
+               "  --scaling-max N  sizes (S, cache length, budget) above N are \"skipped\" rows (bounds the run)\n"
+               "  --plot FILE.svg  with --scaling: the tables as an SVG plot\n"
+               "Measurements: by default the q_a_proj matmul (S x 1536 x 7168, BF16) on the device and as a\n"
                "single-thread fp32 CPU loop, its decode form (M = 1), and one Kimi K2.6 MLA layer\n"
-               "forward at S tokens (random BF16 weights) with its per-stage GPU times, and with --read the\n"
-               "read bandwidth of storage buffers vs uniform texel buffers (GB/s). Rows in [brackets] time\n"
-               "other kernel forms in the same rounds as the automatic one (ratio_vs_storage: speed\n"
-               "against the storage-read register-blocked matmul): the matmul with storage reads,\n"
-               "texel W, texel W+X, and on CPU devices the forward with the storage-read matmul.\n");
+               "forward at S tokens (random BF16 weights) with its per-stage GPU times. Rows in [brackets]\n"
+               "time other kernel forms in the same rounds as the automatic one (ratio_vs_storage: speed\n"
+               "against the storage-read register-blocked matmul). --decode, --policy-cost and --scaling\n"
+               "replace the default matmul and forward rows (and imply --read: the reference bandwidth).\n");
 }
 
 int main(int argc, char** argv)
 {
-    bench_env env = { .seq_len = 256, .runs = 5 };
+    bench_env env = { .seq_len = 256, .runs = 5, .cache_len = 4096 };
+    const char* plot = NULL;
     uint32_t select = 0;
     bool json = false, seq_given = false;
     if (!cli_no_repeats(TOOL, argc, argv))
@@ -584,6 +1556,22 @@ int main(int argc, char** argv)
         } else if (!strcmp(o, "--topk")) {
             const int rr = cli_flag_u32(TOOL, argc, argv, &i, o, 1, 1u << 26, &env.topk);
             if (rr < 0) return 2;
+        } else if (!strcmp(o, "--cache-len")) {
+            if (cli_flag_u32(TOOL, argc, argv, &i, o, 16, 1u << 20, &env.cache_len) < 0) return 2;
+        } else if (!strcmp(o, "--scaling-max")) {
+            if (cli_flag_u32(TOOL, argc, argv, &i, o, 1, 1u << 20, &env.scaling_max) < 0) return 2;
+        } else if (!strcmp(o, "--plot")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, TOOL ": --plot needs a value\n");
+                return 2;
+            }
+            plot = argv[++i];
+        } else if (!strcmp(o, "--decode")) {
+            env.decode = true;
+        } else if (!strcmp(o, "--policy-cost")) {
+            env.policy_cost = true;
+        } else if (!strcmp(o, "--scaling")) {
+            env.scaling = true;
         } else if (!strcmp(o, "--json")) {
             json = true;
         } else if (!strcmp(o, "--quick")) {
@@ -595,8 +1583,28 @@ int main(int argc, char** argv)
             return 2;
         }
     }
+    bool seen_cache_len = false, seen_max = false;
+    for (int i = 1; i < argc; i++) {
+        seen_cache_len = seen_cache_len || !strcmp(argv[i], "--cache-len");
+        seen_max = seen_max || !strcmp(argv[i], "--scaling-max");
+    }
+    if (seen_cache_len && !env.decode && !env.policy_cost) {
+        fprintf(stderr, TOOL ": --cache-len needs --decode or --policy-cost\n");
+        return 2;
+    }
+    if ((seen_max || plot) && !env.scaling) {
+        fprintf(stderr, TOOL ": %s needs --scaling\n", plot ? "--plot" : "--scaling-max");
+        return 2;
+    }
+    if (plot) {
+        const int pr = cli_check_output(TOOL, "--plot", plot, NULL, 0, NULL, NULL, 0);
+        if (pr) return pr;
+    }
     if (!cli_check_device(TOOL, argc, argv, select ? select - 1 : 0)) return 2;
     if (env.quick && !seq_given) env.seq_len = 16;
+    if (env.quick && !seen_cache_len) env.cache_len = 256;
+    const bool modes = env.decode || env.policy_cost || env.scaling;
+    if (env.decode || env.scaling) env.read = true;
     env.progress = !json && isatty(2);
 
     vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = select, .log = cli_log,
@@ -609,7 +1617,10 @@ int main(int argc, char** argv)
     if (!json) printf("device: %s (%s)\n", env.caps->device_name, env.caps->driver_info);
     int rc = 0;
     for (size_t b = 0; b < sizeof benches / sizeof benches[0]; b++) {
-        if ((benches[b].fn == bench_read && !env.read) || (benches[b].fn == bench_topk && !env.topk))
+        if ((benches[b].fn == bench_read && !env.read) || (benches[b].fn == bench_topk && !env.topk) ||
+            (modes && (benches[b].fn == bench_matmul || benches[b].fn == bench_forward)) ||
+            (benches[b].fn == bench_decode && !env.decode) || (benches[b].fn == bench_policy_cost && !env.policy_cost) ||
+            (benches[b].fn == bench_scaling && !env.scaling))
             continue;
         r = benches[b].fn(&env);
         if (r != VKH2O_OK) {
@@ -619,6 +1630,13 @@ int main(int argc, char** argv)
     }
     if (json) { if (print_json(&env)) rc = 1; }
     else print_text(&env);
+    if (plot) {
+        outset os;
+        outset_init(&os, TOOL);
+        FILE* fp = outset_open(&os, plot);
+        const bool ok = fp && rc == 0 && write_scaling_plot(fp, &env);
+        if (!outset_commit(&os, ok) && rc == 0) rc = 1;
+    }
     vkh2o_context_destroy(env.ctx);
     return rc;
 }

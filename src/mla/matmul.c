@@ -281,7 +281,11 @@ static void plan_matmul(const vkh2o_device_caps* caps, uint32_t M, uint32_t path
         /* 8 x 16 measured 25 GFLOP/s at 256 x 1536 x 7168 BF16 on lavapipe (2 cores); 16 x 16
          * is ~15% faster but takes ~4x longer (seconds) to compile per variant */
         const uint32_t tm = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
-        const uint32_t tn = 16, wg = 64;
+        /* decode (M = 1): 16 invocations per workgroup, so that even the narrow projections
+         * (kv_a_proj's 576 rows, q_a_proj's 1536) give every CPU thread workgroups: lavapipe
+         * hands each thread a contiguous range of whole workgroups, and at 64 x 16 = 1024
+         * columns per workgroup kv_a_proj was one workgroup on one thread */
+        const uint32_t tn = 16, wg = M <= 1 ? 16 : 64;
         const bool texel = path == VKH2O_MATMUL_PATH_TEXEL;
         pl->shader = texel ? "matmul_texel" : "matmul";
         pl->spec[MATMUL_SPEC_WG] = wg;

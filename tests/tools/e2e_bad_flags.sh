@@ -241,7 +241,13 @@ case_ vkh2o-bench --device --quick --device 9
 num vkh2o-bench --seq-len 1 65536 --quick
 num vkh2o-bench --runs 1 1000 --quick
 num vkh2o-bench --topk 1 67108864 --quick
-for f in --json --quick --read; do case_ vkh2o-bench $f --quick $f $f; done
+for f in --json --quick --read --decode --policy-cost --scaling; do case_ vkh2o-bench $f --quick $f $f; done
+num vkh2o-bench --cache-len 16 1048576 --quick --decode
+num vkh2o-bench --scaling-max 1 1048576 --quick --scaling
+case_ vkh2o-bench --cache-len --quick --cache-len 64                 # without --decode / --policy-cost
+case_ vkh2o-bench --scaling-max --quick --scaling-max 64             # without --scaling
+case_ vkh2o-bench --plot --quick --plot "$OUT/s.svg"                 # without --scaling
+output vkh2o-bench --plot "" "" --quick --scaling --scaling-max 1
 common vkh2o-bench --quick
 
 # ---- vkh2o-info ----

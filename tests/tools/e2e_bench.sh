@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # vkh2o-bench --quick: runs, prints well-formed JSON whose rows all name matmul or forward,
-# --read adds the bandwidth rows, --topk the top-k rows, and a bad flag exits 2 with a message.
+# --read adds the bandwidth rows, --topk the top-k rows, --decode / --policy-cost / --scaling give
+# their JSON rows (refused and skipped ones with reasons) and a plot, and a bad flag exits 2.
 set -euo pipefail
 bin=${1:-${VKH2O_BUILD_DIR:-.}}
 bench="$bin/vkh2o-bench"
@@ -35,6 +36,65 @@ grep -q "read .*texel buffer.*GB/s" "$tmp/out.txt" || fail "no texel read row"
 "$bench" --quick --runs 2 --topk 5000 > "$tmp/topk.txt" || fail "vkh2o-bench --topk exited $?"
 grep -q "topk 5000 scores, k=156, storage reads, kept set checked" "$tmp/topk.txt" || fail "no storage top-k row"
 grep -q "topk 5000 scores, k=156, \[texel view\], kept set checked.*the storage form" "$tmp/topk.txt" || fail "no texel top-k row"
+
+# --decode, --policy-cost, --scaling (--quick): well-formed JSON with every group's rows, each row
+# "ok" with a positive median or "refused" / "skipped" with a reason and a null median; the plot
+# is an SVG. Timings are not checked. On a CPU device the 64K-token decode cache is refused
+# (llvmpipe's loop limit), so a refused row must be there.
+"$bench" --quick --runs 1 --decode --policy-cost --cache-len 65536 --scaling --scaling-max 64 --json \
+    --plot "$tmp/scaling.svg" > "$tmp/modes.json" 2> "$tmp/modes.err" || { cat "$tmp/modes.err" >&2; fail "vkh2o-bench modes exited $?"; }
+cpu=0
+grep -q '"device":[[:space:]]*"llvmpipe' "$tmp/modes.json" && cpu=1
+python3 - "$tmp/modes.json" "$cpu" <<'PY' || fail "the modes' JSON rows"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+cpu = sys.argv[2] == "1"
+def bad(msg):
+    print("FAIL:", msg, file=sys.stderr)
+    sys.exit(1)
+groups = {}
+for r in rows:
+    if "group" not in r:
+        if not r["name"].startswith("read "):
+            bad("a row outside the modes: %s" % r["name"])
+        continue
+    groups.setdefault(r["group"], []).append(r)
+    st = r.get("status")
+    if st == "ok":
+        if not (isinstance(r["median_ms"], (int, float)) and r["median_ms"] > 0):
+            bad("ok row without a positive median: %s" % r["name"])
+    elif st in ("refused", "skipped"):
+        if r["median_ms"] is not None or not r.get("reason"):
+            bad("%s row without a reason or with a median: %s" % (st, r["name"]))
+    else:
+        bad("unknown status %r: %s" % (st, r["name"]))
+for g in ("decode", "policy", "scaling-forward", "scaling-decode", "scaling-h2o", "scaling-topk"):
+    if g not in groups:
+        bad("no %s rows" % g)
+dec = [r for r in groups["decode"] if r["status"] == "ok"]
+if sorted(r.get("param") for r in dec) != ["bf16", "cache step", "fp8", "read"]:
+    bad("decode rows: %s" % [r.get("param") for r in dec])
+for r in dec:
+    if r.get("param") == "read":
+        continue
+    if not (r.get("bytes", 0) > 0 and r.get("read_fraction", 0) > 0):
+        bad("decode row without bytes / read_fraction: %s" % r["name"])
+pol = [r.get("param") for r in groups["policy"] if r["status"] == "ok"]
+for p in ("none", "h2o sum", "h2o mean", "h2o decay", "tova", "streaming", "random"):
+    if p not in pol:
+        bad("no policy row %s" % p)
+sizes = {(r["group"], r["size"], r.get("layers", 0)): r["status"] for g in groups.values() for r in g if g[0]["group"].startswith("scaling")}
+want = {("scaling-forward", 16, 1): "ok", ("scaling-forward", 64, 1): "ok", ("scaling-decode", 64, 1): "ok",
+        ("scaling-decode", 256, 1): "skipped", ("scaling-decode", 131072, 1): "skipped",
+        ("scaling-h2o", 16, 4): "ok", ("scaling-h2o", 64, 1): "ok", ("scaling-topk", 64, 4): "ok"}
+for k, v in want.items():
+    if sizes.get(k) != v:
+        bad("row %s: %s, expected %s" % (k, sizes.get(k), v))
+if cpu and not any(r["status"] == "refused" for r in groups["decode"] + groups["policy"]):
+    bad("no refused row for the 64K-token cache on a CPU device")
+print("modes: %d rows, groups %s" % (len(rows), sorted(groups)))
+PY
+head -c 200 "$tmp/scaling.svg" | grep -q '<svg' || fail "--plot wrote no SVG"
 
 set +e
 "$bench" --frobnicate > "$tmp/bad.out" 2> "$tmp/bad.err"; rc=$?

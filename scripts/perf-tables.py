@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Markdown tables from vkh2o-bench --json output (--decode, --policy-cost, --scaling rows), as
+docs/PERFORMANCE.md shows them:  python3 scripts/perf-tables.py decode.json [scaling.json ...]"""
+import json
+import sys
+
+
+def ms(r):
+    return "%.1f" % r["median_ms"] if r.get("median_ms") is not None else "-"
+
+
+def status(r):
+    if r.get("status") == "ok":
+        return "ok" + (" (%s)" % r["reason"] if r.get("reason") else "")
+    return "%s: %s" % (r["status"], r.get("reason", ""))
+
+
+def main():
+    rows = []
+    for path in sys.argv[1:]:
+        rows += json.load(open(path))
+    read = [r for r in rows if r["name"].startswith("read ")]
+    if read:
+        print("| read probe | ms | GB/s |\n|---|---|---|")
+        for r in read:
+            print("| %s | %.2f | %.2f |" % (r["name"], r["median_ms"], r["gbps"]))
+        print()
+    g = lambda name: [r for r in rows if r.get("group") == name]
+    if g("decode"):
+        print("| decode step | ms | MB read | GB/s | of read bandwidth | GFLOP/s | status |\n|---|---|---|---|---|---|---|")
+        for r in g("decode"):
+            ok = r["status"] == "ok"
+            print("| %s | %s | %s | %s | %s | %s | %s |" % (
+                r["name"], ms(r), "%.1f" % (r["bytes"] / 1e6) if ok and "bytes" in r else "-",
+                "%.2f" % r["gbps"] if ok and "gbps" in r else "-",
+                "%.0f %%" % (100 * r["read_fraction"]) if ok and "read_fraction" in r else "-",
+                "%.2f" % r["gflops"] if ok and r.get("gflops") else "-", status(r)))
+        print()
+    if g("policy"):
+        # each configuration's reference: the non-evicting row of the same name prefix
+        refs = {r["name"].split(": ")[0]: r for r in g("policy") if r["status"] == "ok" and r.get("param") == "none"}
+        print("| policy (cache step at the cap) | ms | select + compact, ms | share of the step | status |\n|---|---|---|---|---|")
+        for r in g("policy"):
+            ok = r["status"] == "ok"
+            ref = refs.get(r["name"].split(": ")[0])
+            d = r["median_ms"] - ref["median_ms"] if ok and ref and r.get("param") != "none" else None
+            print("| %s | %s | %s | %s | %s |" % (r["name"], ms(r), "%.2f" % d if d is not None else "-",
+                                                  "%.0f %%" % (100 * d / r["median_ms"]) if d is not None else "-", status(r)))
+        print()
+    if g("scaling-forward"):
+        print("| forward, S | ms | GFLOP/s | attention's share | status |\n|---|---|---|---|---|")
+        for r in g("scaling-forward"):
+            ok = r["status"] == "ok"
+            print("| %d | %s | %s | %s | %s |" % (r["size"], ms(r), "%.1f" % r["gflops"] if ok else "-",
+                                                 "%.0f %%" % (100 * r["attention_share"]) if ok and "attention_share" in r else "-",
+                                                 status(r)))
+        print()
+    if g("scaling-decode"):
+        print("| decode, cache tokens | ms | GB/s | of read bandwidth | status |\n|---|---|---|---|---|")
+        for r in g("scaling-decode"):
+            ok = r["status"] == "ok"
+            print("| %d | %s | %s | %s | %s |" % (r["size"], ms(r), "%.2f" % r["gbps"] if ok else "-",
+                                                 "%.0f %%" % (100 * r["read_fraction"]) if ok and "read_fraction" in r else "-",
+                                                 status(r)))
+        print()
+    for grp, title in (("scaling-h2o", "H2O cache step (all layers, one token each), ms"), ("scaling-topk", "top-k (k = budget of 32 x budget scores, once per layer), ms")):
+        rs = g(grp)
+        if not rs:
+            continue
+        layers = sorted({r["layers"] for r in rs})
+        budgets = sorted({r["size"] for r in rs})
+        print("| %s: budget \\ layers | %s |\n|---|%s" % (title, " | ".join(str(l) for l in layers), "---|" * len(layers)))
+        notes = []
+        for b in budgets:
+            cells = []
+            for l in layers:
+                r = [x for x in rs if x["size"] == b and x["layers"] == l]
+                if not r:
+                    cells.append("")
+                elif r[0]["status"] == "ok":
+                    cells.append(ms(r[0]))
+                else:
+                    cells.append(r[0]["status"])
+                    if r[0]["reason"] not in notes:
+                        notes.append(r[0]["reason"])
+            print("| %d | %s |" % (b, " | ".join(cells)))
+        for n in notes:
+            print("\n%s" % n)
+        print()
+
+
+if __name__ == "__main__":
+    main()
