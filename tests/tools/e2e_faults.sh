@@ -14,10 +14,12 @@
 #   exit 1 with a last line that says out of memory, or exit 0 (the tool got round it: a
 #   timestamp pool or debug messenger that could not be made only costs that feature);
 #   no validation message (the layer also reports objects not destroyed at vkDestroyDevice).
-# In the ASan build (scripts/vkh2o.sh test-sanitize) LeakSanitizer checks that nothing leaks.
+# In the ASan build (scripts/vkh2o.sh test-sanitize) LeakSanitizer checks that nothing leaks;
+# the tools then run with LD_PRELOAD=$VKH2O_LSAN_PRELOAD (the driver, kept mapped so that
+# tests/lsan.supp can name its allocations; the step sets it).
 #
 # Points swept: 1, 1 + S, 1 + 2S, ... and the last, where the stride S is FAULT_STRIDE, or by
-# default the smallest that keeps each tool to FAULT_RUNS (default 12) runs. FAULT_STRIDE=1
+# default the smallest that keeps each tool to FAULT_RUNS (default 8) runs. FAULT_STRIDE=1
 # sweeps every point (slow on lavapipe: see docs/HACKING.md). FAULT_TOOLS picks tools.
 set -euo pipefail
 BUILD="${1:-${VKH2O_BUILD_DIR:-build}}"
@@ -26,11 +28,13 @@ for t in vkh2o-demo vkh2o-quant vkh2o-validate vkh2o-mkshard; do
 done
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-RUNS=${FAULT_RUNS:-12}
+RUNS=${FAULT_RUNS:-8}
 TIMEOUT=${FAULT_TIMEOUT:-120}
 TOOLS=${FAULT_TOOLS:-"demo quant validate"}
 export VKH2O_VALIDATION=1
 export VKH2O_FAULT_MODE=${VKH2O_FAULT_MODE:-all}
+PRELOAD=()
+[ -n "${VKH2O_LSAN_PRELOAD:-}" ] && PRELOAD=(env "LD_PRELOAD=$VKH2O_LSAN_PRELOAD")
 
 "$BUILD/vkh2o-mkshard" --out "$TMP/tiny.safetensors" --preset tiny --quiet
 
@@ -47,7 +51,7 @@ summary=()
 for tool in $TOOLS; do
     bin="$BUILD/vkh2o-$tool"
     # shellcheck disable=SC2046
-    VKH2O_FAULT_AT=0 "$bin" $(args_of "$tool") >"$TMP/count.out" 2>"$TMP/count.err" ||
+    VKH2O_FAULT_AT=0 "${PRELOAD[@]}" "$bin" $(args_of "$tool") >"$TMP/count.out" 2>"$TMP/count.err" ||
         { cat "$TMP/count.err"; echo "FAIL: $tool without a fault"; exit 1; }
     # each context counts its own points; a tool with several contexts fails the N-th of each
     total=$(sed -n 's/^vkh2o-fault: points host \([0-9]*\) vulkan \([0-9]*\);.*/\1 \2/p' "$TMP/count.err" |
@@ -62,7 +66,7 @@ for tool in $TOOLS; do
         swept=$((swept + 1))
         set +e
         # shellcheck disable=SC2046
-        VKH2O_FAULT_AT=$n timeout -k 5 "$TIMEOUT" "$bin" $(args_of "$tool") >"$TMP/out" 2>"$TMP/err"
+        VKH2O_FAULT_AT=$n timeout -k 5 "$TIMEOUT" "${PRELOAD[@]}" "$bin" $(args_of "$tool") >"$TMP/out" 2>"$TMP/err"
         rc=$?
         set -e
         why=""
