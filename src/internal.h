@@ -251,6 +251,8 @@ void* vkh2o_realloc_at(vkh2o_context* ctx, void* old, size_t bytes, const char* 
 bool vkh2o_fault_vk(vkh2o_context* ctx, const char* fn);
 #define VKH2O_VK_CREATE(ctx, fn, ...) \
     (vkh2o_fault_vk((ctx), #fn) ? vkh2o_fault_vk_result(#fn) : (ctx)->vk.fn(__VA_ARGS__))
+/* What a real out-of-memory failure of fn returns: device memory only for vkAllocateMemory
+ * ("vkAllocateMemory"[2] == 'A', [10] == 'M'; no other wrapped name matches both). */
 static inline VkResult vkh2o_fault_vk_result(const char* fn)
 {
     return fn[2] == 'A' && fn[10] == 'M' ? VK_ERROR_OUT_OF_DEVICE_MEMORY : VK_ERROR_OUT_OF_HOST_MEMORY;
