@@ -24,6 +24,17 @@
 
 typedef struct vkh2o_kernel vkh2o_kernel;
 
+/* ---- fault injection and the host allocator (fault.c) ---- */
+enum { VKH2O_FAULT_HOST = 1, VKH2O_FAULT_VULKAN = 2, VKH2O_FAULT_ALL = 3 };
+typedef struct vkh2o_fault {
+    uint64_t at;                  /* fail the at-th point of the kinds in mode (from 1); 0: none */
+    uint32_t mode;                /* VKH2O_FAULT_HOST | VKH2O_FAULT_VULKAN */
+    uint64_t points;              /* points of the kinds in mode passed so far */
+    uint64_t host_points, vk_points;  /* every point passed, by kind */
+    bool fired, report;           /* report: armed by the environment, print counts at destroy */
+    char what[64];                /* the point that fired */
+} vkh2o_fault;
+
 /* A binding: a range of a VkBuffer as a storage buffer (range <= maxStorageBufferRange), or,
  * with view set, a uniform texel buffer (kernels made with vkh2o_kernel_get_texel). */
 typedef struct vkh2o_binding {
@@ -89,6 +100,7 @@ struct vkh2o_context {
     bool lost;                    /* VK_ERROR_DEVICE_LOST seen: every device call fails */
     retired_node* retired;        /* see retired_node */
     VkResult test_wait_result;    /* test hook: the next submit_wait's wait "returns" this */
+    vkh2o_fault fault;            /* test hook: injected allocation failures (fault.c) */
 
     vkh2o_log_fn log;
     void* user_data;
@@ -221,6 +233,40 @@ float vkh2o_f8e4m3_to_f32(uint8_t b);         /* OCP E4M3FN: no inf, 0x7f/0xff N
 uint8_t vkh2o_f32_to_f8e4m3(float f);         /* round to nearest even, saturate at 448 */
 /* Element i of a 16/32-bit float tensor as float (F32, F16, BF16). */
 float vkh2o_load_elem(vkh2o_dtype dt, const void* data, uint64_t i);
+
+/* ---- fault injection and host memory (fault.c) ----
+ * All host memory the library allocates for a context goes through vkh2o_malloc/calloc/realloc
+ * (an injection point each; a failure records "out of host memory: <bytes> in <function>" as
+ * ctx's last error) and is released with free(). ctx may be NULL (no point, no message).
+ * Every Vulkan create/allocate call goes through VKH2O_VK_CREATE, an injection point of the
+ * Vulkan kind: an injected failure returns VK_ERROR_OUT_OF_DEVICE_MEMORY (vkAllocateMemory) or
+ * VK_ERROR_OUT_OF_HOST_MEMORY without calling the driver. */
+void* vkh2o_malloc_at(vkh2o_context* ctx, size_t bytes, const char* where);
+void* vkh2o_calloc_at(vkh2o_context* ctx, size_t count, size_t size, const char* where);
+void* vkh2o_realloc_at(vkh2o_context* ctx, void* old, size_t bytes, const char* where);
+#define vkh2o_malloc(ctx, bytes) vkh2o_malloc_at((ctx), (bytes), __func__)
+#define vkh2o_calloc(ctx, count, size) vkh2o_calloc_at((ctx), (count), (size), __func__)
+#define vkh2o_realloc(ctx, old, bytes) vkh2o_realloc_at((ctx), (old), (bytes), __func__)
+/* true: the Vulkan call fn is to fail (logged as a warning naming fn) */
+bool vkh2o_fault_vk(vkh2o_context* ctx, const char* fn);
+#define VKH2O_VK_CREATE(ctx, fn, ...) \
+    (vkh2o_fault_vk((ctx), #fn) ? vkh2o_fault_vk_result(#fn) : (ctx)->vk.fn(__VA_ARGS__))
+/* What a real out-of-memory failure of fn returns: device memory only for vkAllocateMemory
+ * ("vkAllocateMemory"[2] == 'A', [10] == 'M'; no other wrapped name matches both). */
+static inline VkResult vkh2o_fault_vk_result(const char* fn)
+{
+    return fn[2] == 'A' && fn[10] == 'M' ? VK_ERROR_OUT_OF_DEVICE_MEMORY : VK_ERROR_OUT_OF_HOST_MEMORY;
+}
+/* Reads VKH2O_FAULT_AT / VKH2O_FAULT_MODE into f (all zero when unset). */
+void vkh2o_fault_from_env(vkh2o_fault* f);
+/* Test hook: counts restart from 0; the at-th point of the kinds in mode fails (0: none). */
+void vkh2o_fault_arm(vkh2o_context* ctx, uint32_t mode, uint64_t at);
+/* Points of the kinds in mode passed since the context was made or last armed. */
+uint64_t vkh2o_fault_points(const vkh2o_context* ctx, uint32_t mode);
+bool vkh2o_fault_fired(const vkh2o_context* ctx);
+bool vkh2o_fault_hit(vkh2o_fault* f, uint32_t kind, const char* what);
+/* With the environment's switch on: "vkh2o-fault: points host H vulkan V; ..." on stderr. */
+void vkh2o_fault_report(const vkh2o_context* ctx);
 
 /* ---- small utilities ---- */
 static inline uint32_t vkh2o_div_up(uint32_t a, uint32_t b) { return (a + b - 1) / b; }

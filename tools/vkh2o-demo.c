@@ -555,7 +555,9 @@ static int load(demo_run* dm)
     vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = dm->o.device_given ? VKH2O_DEVICE_INDEX(dm->o.device) : 0,
                                                                  .log = cli_log, .user_data = TOOL }, &dm->ctx);
     if (r != VKH2O_OK) {
-        fprintf(stderr, "%s: no usable Vulkan device (%s)%s\n", TOOL, vkh2o_result_string(r),
+        fprintf(stderr, "%s: %s (%s)%s\n", TOOL,
+                r == VKH2O_ERROR_NO_DEVICE || r == VKH2O_ERROR_UNSUPPORTED ? "no usable Vulkan device" : "cannot create the Vulkan context",
+                vkh2o_result_string(r),
                 r == VKH2O_ERROR_NO_DEVICE ? ": install a driver (Debian: mesa-vulkan-drivers for lavapipe)" : "");
         return 1;
     }

@@ -1382,7 +1382,8 @@ int main(int argc, char** argv)
     vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o.device), .log = cli_log,
                                                                  .user_data = (void*)TOOL }, &ctx);
     if (r != VKH2O_OK) {
-        fprintf(stderr, TOOL ": no usable Vulkan device: %s\n", vkh2o_result_string(r));
+        fprintf(stderr, TOOL ": %s: %s\n", r == VKH2O_ERROR_NO_DEVICE || r == VKH2O_ERROR_UNSUPPORTED ? "no usable Vulkan device"
+                : "cannot create the Vulkan context", vkh2o_result_string(r));
         return 1;
     }
     if (!o.quiet)

@@ -465,7 +465,8 @@ static int setup(run* R, outset* files)
                                                       .flags = o->validation ? VKH2O_CONTEXT_VALIDATION : 0,
                                                       .log = cli_log, .user_data = TOOL }, &R->ctx);
     if (res != VKH2O_OK) {
-        fprintf(stderr, TOOL ": no usable Vulkan device: %s\n", vkh2o_result_string(res));
+        fprintf(stderr, TOOL ": %s: %s\n", res == VKH2O_ERROR_NO_DEVICE || res == VKH2O_ERROR_UNSUPPORTED ? "no usable Vulkan device"
+                : "cannot create the Vulkan context", vkh2o_result_string(res));
         return 1;
     }
     if ((res = vkh2o_cache_create(R->ctx, &R->desc, &R->cache)) != VKH2O_OK) {

@@ -29,7 +29,7 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
     VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_buffer_create"));
     if (bytes == 0)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "buffer of 0 bytes");
-    vkh2o_buffer* b = calloc(1, sizeof *b);
+    vkh2o_buffer* b = vkh2o_calloc(ctx, 1, sizeof *b);
     if (!b)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     b->ctx = ctx;
@@ -38,7 +38,7 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
                               .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                                        VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT,
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE };
-    VkResult vr = ctx->vk.vkCreateBuffer(ctx->device, &bi, ctx->alloc, &b->buffer);
+    VkResult vr = VKH2O_VK_CREATE(ctx, vkCreateBuffer, ctx->device, &bi, ctx->alloc, &b->buffer);
     if (vr != VK_SUCCESS) {
         free(b);
         return vr == VK_ERROR_OUT_OF_DEVICE_MEMORY
@@ -71,7 +71,7 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
     }
     VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
                                 .memoryTypeIndex = (uint32_t)type };
-    vr = ctx->vk.vkAllocateMemory(ctx->device, &ai, ctx->alloc, &b->memory);
+    vr = VKH2O_VK_CREATE(ctx, vkAllocateMemory, ctx->device, &ai, ctx->alloc, &b->memory);
     if (vr != VK_SUCCESS) {
         b->memory = VK_NULL_HANDLE;
         drop_unbound(b);
@@ -254,12 +254,12 @@ vkh2o_result vkh2o_bind_texel(vkh2o_buffer* b, VkFormat format, VkDeviceSize off
             *out = (vkh2o_binding){ b->buffer, offset, range, v->view };
             return VKH2O_OK;
         }
-    buffer_view_node* n = calloc(1, sizeof *n);
+    buffer_view_node* n = vkh2o_calloc(b->ctx, 1, sizeof *n);
     if (!n)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     VkBufferViewCreateInfo ci = { .sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO, .buffer = b->buffer, .format = format,
                                   .offset = offset, .range = range };
-    VkResult vr = ctx->vk.vkCreateBufferView(ctx->device, &ci, ctx->alloc, &n->view);
+    VkResult vr = VKH2O_VK_CREATE(ctx, vkCreateBufferView, ctx->device, &ci, ctx->alloc, &n->view);
     if (vr != VK_SUCCESS) {
         free(n);
         return vkh2o_vk_fail(ctx, vr, "vkCreateBufferView");

@@ -13,7 +13,7 @@ vkh2o_result vkh2o_buffer_wrap(vkh2o_context* ctx, VkBuffer buffer, uint64_t byt
     if (buffer == VK_NULL_HANDLE || bytes == 0)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_buffer_wrap: %s",
                           buffer == VK_NULL_HANDLE ? "VK_NULL_HANDLE buffer" : "size 0");
-    vkh2o_buffer* b = calloc(1, sizeof *b);
+    vkh2o_buffer* b = vkh2o_calloc(ctx, 1, sizeof *b);
     if (!b)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "vkh2o_buffer_wrap: out of host memory");
     b->ctx = ctx;

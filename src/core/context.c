@@ -306,7 +306,8 @@ static vkh2o_result create_device(vkh2o_context* ctx)
                                     .queueCount = 1, .pQueuePriorities = &prio };
     VkDeviceCreateInfo dci = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &en, .queueCreateInfoCount = 1,
                                .pQueueCreateInfos = &qci, .enabledExtensionCount = next, .ppEnabledExtensionNames = exts };
-    VkResult vr = vki->vkCreateDevice(ctx->phys, &dci, ctx->alloc, &ctx->device);
+    VkResult vr = vkh2o_fault_vk(ctx, "vkCreateDevice") ? VK_ERROR_OUT_OF_HOST_MEMORY
+                                                         : vki->vkCreateDevice(ctx->phys, &dci, ctx->alloc, &ctx->device);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkCreateDevice");
     ctx->owns_device = true;
@@ -330,22 +331,22 @@ static vkh2o_result init_common(vkh2o_context* ctx)
     VkCommandPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                     .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                     .queueFamilyIndex = ctx->queue_family };
-    VkResult vr = ctx->vk.vkCreateCommandPool(ctx->device, &pci, ctx->alloc, &ctx->cmd_pool);
+    VkResult vr = VKH2O_VK_CREATE(ctx, vkCreateCommandPool, ctx->device, &pci, ctx->alloc, &ctx->cmd_pool);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkCreateCommandPool");
     VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = ctx->cmd_pool,
                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
-    vr = ctx->vk.vkAllocateCommandBuffers(ctx->device, &ai, &ctx->cmd);
+    vr = VKH2O_VK_CREATE(ctx, vkAllocateCommandBuffers, ctx->device, &ai, &ctx->cmd);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkAllocateCommandBuffers");
     VkFenceCreateInfo fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
-    vr = ctx->vk.vkCreateFence(ctx->device, &fci, ctx->alloc, &ctx->fence);
+    vr = VKH2O_VK_CREATE(ctx, vkCreateFence, ctx->device, &fci, ctx->alloc, &ctx->fence);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkCreateFence");
     if (ctx->caps.timestamps) {
         VkQueryPoolCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
                                       .queryCount = VKH2O_MAX_TIMESTAMPS };
-        if (ctx->vk.vkCreateQueryPool(ctx->device, &qci, ctx->alloc, &ctx->ts_pool) != VK_SUCCESS)
+        if (VKH2O_VK_CREATE(ctx, vkCreateQueryPool, ctx->device, &qci, ctx->alloc, &ctx->ts_pool) != VK_SUCCESS)
             ctx->caps.timestamps = false;
     }
     return VKH2O_OK;
@@ -411,9 +412,16 @@ vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context*
     vkh2o_context_desc zero = { 0 };
     if (!desc)
         desc = &zero;
-    vkh2o_context* ctx = calloc(1, sizeof *ctx);
-    if (!ctx)
+    vkh2o_fault fault;   /* armed before the first allocation, so that one is a point too */
+    vkh2o_fault_from_env(&fault);
+    vkh2o_context* ctx = vkh2o_fault_hit(&fault, VKH2O_FAULT_HOST, "vkh2o_context_create") ? NULL : calloc(1, sizeof *ctx);
+    if (!ctx) {
+        if (fault.report)
+            fprintf(stderr, "vkh2o-fault: points host %llu vulkan 0; fired at the context itself\n",
+                    (unsigned long long)fault.host_points);
         return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    ctx->fault = fault;
     ctx->log = desc->log;
     ctx->user_data = desc->user_data;
     ctx->flags = desc->flags;
@@ -470,7 +478,8 @@ vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context*
             goto fail;
         }
         bool dbg = validation && has_instance_ext(vki, VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
-        VkResult vr = make_instance(vki, validation, dbg, ctx->alloc, &ctx->instance);
+        VkResult vr = vkh2o_fault_vk(ctx, "vkCreateInstance") ? VK_ERROR_OUT_OF_HOST_MEMORY
+                                                               : make_instance(vki, validation, dbg, ctx->alloc, &ctx->instance);
         if (vr != VK_SUCCESS) {
             r = vr == VK_ERROR_INCOMPATIBLE_DRIVER ? vkh2o_fail(ctx, VKH2O_ERROR_NO_DEVICE, "no Vulkan driver found (vkCreateInstance: %s)", vkh2o_vk_result_string(vr))
                                                     : vkh2o_vk_fail(ctx, vr, "vkCreateInstance");
@@ -488,7 +497,9 @@ vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context*
                 .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
                                VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
                 .pfnUserCallback = debug_cb, .pUserData = ctx };
-            vki->vkCreateDebugUtilsMessengerEXT(ctx->instance, &mci, ctx->alloc, &ctx->messenger);
+            /* without it validation messages go to the layer's default output: not fatal */
+            if (!vkh2o_fault_vk(ctx, "vkCreateDebugUtilsMessengerEXT"))
+                vki->vkCreateDebugUtilsMessengerEXT(ctx->instance, &mci, ctx->alloc, &ctx->messenger);
         }
         if ((r = pick_device(ctx, desc->device_select)) != VKH2O_OK)
             goto fail;
@@ -538,6 +549,7 @@ void vkh2o_context_destroy(vkh2o_context* ctx)
     if (ctx->owns_instance && ctx->instance && ctx->vki.vkDestroyInstance)
         ctx->vki.vkDestroyInstance(ctx->instance, ctx->alloc);
     vkh2o_loader_close(ctx->loader_lib);
+    vkh2o_fault_report(ctx);
     free(ctx);
 }
 
@@ -549,7 +561,7 @@ bool vkh2o_context_is_lost(const vkh2o_context* ctx) { return ctx && ctx->lost; 
 
 static vkh2o_result retire_push(vkh2o_context* ctx, VkFence fence, VkQueryPool qp, vkh2o_buffer* buf)
 {
-    retired_node* n = calloc(1, sizeof *n);
+    retired_node* n = vkh2o_calloc(ctx, 1, sizeof *n);
     if (!n)
         return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
     n->fence = fence;
@@ -607,8 +619,8 @@ static void oneshot_abandon(vkh2o_context* ctx)
     VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = ctx->cmd_pool,
                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
     VkCommandBuffer cb;
-    if (ctx->vk.vkCreateFence(ctx->device, &fci, ctx->alloc, &ctx->fence) != VK_SUCCESS ||
-        ctx->vk.vkAllocateCommandBuffers(ctx->device, &ai, &cb) != VK_SUCCESS) {
+    if (VKH2O_VK_CREATE(ctx, vkCreateFence, ctx->device, &fci, ctx->alloc, &ctx->fence) != VK_SUCCESS ||
+        VKH2O_VK_CREATE(ctx, vkAllocateCommandBuffers, ctx->device, &ai, &cb) != VK_SUCCESS) {
         ctx->lost = true;
         return;
     }
@@ -616,7 +628,7 @@ static void oneshot_abandon(vkh2o_context* ctx)
     if (ctx->caps.timestamps) {
         VkQueryPoolCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
                                       .queryCount = VKH2O_MAX_TIMESTAMPS };
-        if (ctx->vk.vkCreateQueryPool(ctx->device, &qci, ctx->alloc, &ctx->ts_pool) != VK_SUCCESS)
+        if (VKH2O_VK_CREATE(ctx, vkCreateQueryPool, ctx->device, &qci, ctx->alloc, &ctx->ts_pool) != VK_SUCCESS)
             ctx->ts_pool = VK_NULL_HANDLE;
     }
 }

@@ -91,7 +91,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
             *out = k;
             return VKH2O_OK;
         }
-    vkh2o_kernel* k = calloc(1, sizeof *k);
+    vkh2o_kernel* k = vkh2o_calloc(ctx, 1, sizeof *k);
     if (!k)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     k->name = shader;
@@ -109,7 +109,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     VkDescriptorSetLayoutCreateInfo dl = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
         .flags = k->push_desc ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0,
         .bindingCount = nbindings, .pBindings = b };
-    VkResult vr = ctx->vk.vkCreateDescriptorSetLayout(ctx->device, &dl, ctx->alloc, &k->set_layout);
+    VkResult vr = VKH2O_VK_CREATE(ctx, vkCreateDescriptorSetLayout, ctx->device, &dl, ctx->alloc, &k->set_layout);
     if (vr != VK_SUCCESS) {
         kernel_free(ctx, k);
         return vkh2o_vk_fail(ctx, vr, "vkCreateDescriptorSetLayout");
@@ -117,7 +117,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     VkPushConstantRange pr = { .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = VKH2O_PUSH_MAX };
     VkPipelineLayoutCreateInfo pl = { .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                       .pSetLayouts = &k->set_layout, .pushConstantRangeCount = 1, .pPushConstantRanges = &pr };
-    vr = ctx->vk.vkCreatePipelineLayout(ctx->device, &pl, ctx->alloc, &k->layout);
+    vr = VKH2O_VK_CREATE(ctx, vkCreatePipelineLayout, ctx->device, &pl, ctx->alloc, &k->layout);
     if (vr != VK_SUCCESS) {
         kernel_free(ctx, k);
         return vkh2o_vk_fail(ctx, vr, "vkCreatePipelineLayout");
@@ -125,7 +125,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     VkShaderModuleCreateInfo mi = { .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                     .codeSize = code_size, .pCode = code };
     VkShaderModule mod;
-    vr = ctx->vk.vkCreateShaderModule(ctx->device, &mi, ctx->alloc, &mod);
+    vr = VKH2O_VK_CREATE(ctx, vkCreateShaderModule, ctx->device, &mi, ctx->alloc, &mod);
     if (vr != VK_SUCCESS) {
         kernel_free(ctx, k);
         return vkh2o_vk_fail(ctx, vr, "vkCreateShaderModule");
@@ -138,7 +138,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
         .stage = { .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                    .module = mod, .pName = "main", .pSpecializationInfo = nspec ? &sinfo : NULL },
         .layout = k->layout };
-    vr = ctx->vk.vkCreateComputePipelines(ctx->device, VK_NULL_HANDLE, 1, &ci, ctx->alloc, &k->pipeline);
+    vr = VKH2O_VK_CREATE(ctx, vkCreateComputePipelines, ctx->device, VK_NULL_HANDLE, 1, &ci, ctx->alloc, &k->pipeline);
     ctx->vk.vkDestroyShaderModule(ctx->device, mod, ctx->alloc);
     if (vr != VK_SUCCESS) {
         kernel_free(ctx, k);
@@ -252,14 +252,14 @@ static vkh2o_result pool_new(vkh2o_context* ctx, desc_pool_node** out)
         ctx->free_pools = (*out)->next;
         return VKH2O_OK;
     }
-    desc_pool_node* n = calloc(1, sizeof *n);
+    desc_pool_node* n = vkh2o_calloc(ctx, 1, sizeof *n);
     if (!n)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     VkDescriptorPoolSize ps[2] = { { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = ARENA_SETS_PER_POOL * VKH2O_MAX_BINDINGS },
                                    { .type = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, .descriptorCount = ARENA_SETS_PER_POOL * 4 } };
     VkDescriptorPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = ARENA_SETS_PER_POOL,
                                        .poolSizeCount = 2, .pPoolSizes = ps };
-    VkResult vr = ctx->vk.vkCreateDescriptorPool(ctx->device, &pci, ctx->alloc, &n->pool);
+    VkResult vr = VKH2O_VK_CREATE(ctx, vkCreateDescriptorPool, ctx->device, &pci, ctx->alloc, &n->pool);
     if (vr != VK_SUCCESS) {
         free(n);
         return vkh2o_vk_fail(ctx, vr, "vkCreateDescriptorPool");
@@ -280,7 +280,7 @@ static vkh2o_result arena_alloc(vkh2o_context* ctx, desc_pool_node** list, VkDes
                 continue;
             VkDescriptorSetAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = p->pool,
                                                .descriptorSetCount = 1, .pSetLayouts = &layout };
-            if (ctx->vk.vkAllocateDescriptorSets(ctx->device, &ai, set) == VK_SUCCESS) {
+            if (VKH2O_VK_CREATE(ctx, vkAllocateDescriptorSets, ctx->device, &ai, set) == VK_SUCCESS) {
                 p->sets++;
                 return VKH2O_OK;
             }

@@ -209,7 +209,7 @@ vkh2o_result vkh2o_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc
     vkh2o_result r = vkh2o_cache_desc_validate(desc, &e);
     if (r != VKH2O_OK)
         return vkh2o_fail(ctx, r, "%s", e.message);
-    vkh2o_cache* c = calloc(1, sizeof *c);
+    vkh2o_cache* c = vkh2o_calloc(ctx, 1, sizeof *c);
     if (!c)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
     c->ctx = ctx;
@@ -407,7 +407,7 @@ vkh2o_result vkh2o_cache_kernels(vkh2o_cache* c, uint32_t mock)
 static vkh2o_result copy_input(vkh2o_cache* c, VkCommandBuffer cb, const vkh2o_buffer* src, uint64_t src_off,
                                uint32_t count, uint32_t floats, uint32_t plane, uint32_t stride)
 {
-    VkBufferCopy* rg = malloc((size_t)count * sizeof *rg);
+    VkBufferCopy* rg = vkh2o_malloc(c->ctx, (size_t)count * sizeof *rg);
     if (!rg)
         return vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
     for (uint32_t i = 0; i < count; i++)
@@ -627,7 +627,7 @@ vkh2o_result vkh2o_cache_read_stats(vkh2o_cache* c, vkh2o_cache_stats* out, uint
     if (!c || !out || count == 0 || count > c->desc.num_layers)
         return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cache_read_stats: %u layers requested",
                           count);
-    uint32_t* w = malloc((size_t)count * VKH2O_ST_WORDS * 4);
+    uint32_t* w = vkh2o_malloc(c->ctx, (size_t)count * VKH2O_ST_WORDS * 4);
     if (!w)
         return vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
     vkh2o_result r = vkh2o_buffer_download(c->state, 0, w, (uint64_t)count * VKH2O_ST_WORDS * 4);
@@ -649,7 +649,7 @@ vkh2o_result vkh2o_cache_read_history(vkh2o_cache* c, uint32_t first, uint32_t n
     uint32_t hs = c->desc.history_steps, L = c->desc.num_layers;
     if (!hs || n > hs || !len_out || !evicted_out)
         return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache history: %u steps asked, %u kept (desc.history_steps)", n, hs);
-    uint32_t* w = malloc((size_t)hs * L * 2 * 4);
+    uint32_t* w = vkh2o_malloc(c->ctx, (size_t)hs * L * 2 * 4);
     if (!w)
         return vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
     vkh2o_result r = vkh2o_buffer_download(c->state, (uint64_t)L * VKH2O_ST_WORDS * 4, w, (uint64_t)hs * L * 2 * 4);
@@ -669,7 +669,7 @@ static vkh2o_result read_rows(vkh2o_cache* c, vkh2o_buffer* buf, uint32_t layer,
     if (!out || !len)
         return VKH2O_OK;
     size_t n = (size_t)len * words;
-    uint32_t* w = malloc(n * 4);
+    uint32_t* w = vkh2o_malloc(c->ctx, n * 4);
     if (!w)
         return vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
     vkh2o_result r = vkh2o_buffer_download(buf, (uint64_t)layer * c->desc.capacity * words * 4, w, n * 4);

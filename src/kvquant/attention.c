@@ -419,7 +419,7 @@ vkh2o_result vkh2o_run_qcache_attend(vkh2o_qcache* qc, const vkh2o_buffer* q, vk
     if (selected_tokens) {
         uint32_t n = 0;
         VKH2O_CHECK(vkh2o_buffer_download(qc->list, 0, &n, 4));
-        uint32_t* list = malloc(4ull * (n + 1));
+        uint32_t* list = vkh2o_malloc(qc->ctx, 4ull * (n + 1));
         if (!list)
             return vkh2o_fail(qc->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "qcache: out of host memory");
         vkh2o_result r3 = vkh2o_buffer_download(qc->list, 0, list, 4ull * (n + 1));

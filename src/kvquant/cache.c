@@ -52,7 +52,7 @@ vkh2o_result vkh2o_qcache_create(vkh2o_context* ctx, const vkh2o_qcache_desc* de
     vkh2o_result r = vkh2o_qcache_desc_resolve(desc, &d, &err);
     if (r != VKH2O_OK)
         return vkh2o_fail(ctx, r, "%s", err.message);
-    vkh2o_qcache* qc = calloc(1, sizeof *qc);
+    vkh2o_qcache* qc = vkh2o_calloc(ctx, 1, sizeof *qc);
     if (!qc)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "qcache: out of host memory");
     qc->ctx = ctx;
@@ -448,7 +448,7 @@ vkh2o_result vkh2o_qcache_read_blocks(vkh2o_qcache* qc, uint32_t* prec, uint32_t
         return VKH2O_ERROR_INVALID_ARGUMENT;
     if (qc->blocks == 0)
         return VKH2O_OK;
-    uint32_t* m = malloc(4ull * KVQ_META_WORDS * qc->blocks);
+    uint32_t* m = vkh2o_malloc(qc->ctx, 4ull * KVQ_META_WORDS * qc->blocks);
     if (!m)
         return vkh2o_fail(qc->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "qcache: out of host memory");
     vkh2o_result r = vkh2o_buffer_download(qc->meta, 0, m, 4ull * KVQ_META_WORDS * qc->blocks);

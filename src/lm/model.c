@@ -183,7 +183,7 @@ vkh2o_result vkh2o_model_create(vkh2o_context* ctx, const char* dir, const vkh2o
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model create: unknown flags 0x%x", d.flags);
     char cpath[PATH_MAX];
     config_path(dir, cpath, sizeof cpath);
-    vkh2o_model* m = calloc(1, sizeof *m);
+    vkh2o_model* m = vkh2o_calloc(ctx, 1, sizeof *m);
     if (!m)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model create: out of host memory");
     m->ctx = ctx;
@@ -213,7 +213,7 @@ vkh2o_result vkh2o_model_create(vkh2o_context* ctx, const char* dir, const vkh2o
     }
     const vkh2o_model_config* c = &m->cfg;
     const uint32_t D = c->attn.hidden_size, I = c->intermediate_size, V = c->vocab_size, NL = c->attn.num_layers;
-    m->layers = calloc(NL, sizeof *m->layers);
+    m->layers = vkh2o_calloc(ctx, NL, sizeof *m->layers);
     if (!m->layers) {
         r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model create: out of host memory");
         goto fail;
@@ -450,8 +450,8 @@ vkh2o_result vkh2o_model_run_qprefill(vkh2o_model* m, const uint32_t* tokens, ui
     const char* what = "model prefill (quantised cache)";
     VKH2O_CHECK(check_tokens(m, what, tokens, n));
     const uint32_t D = m->cfg.attn.hidden_size, NL = m->cfg.attn.num_layers, n_lp = lps ? n - 1 : 0;
-    float* x = malloc((size_t)n * D * sizeof *x);
-    float* y = malloc((size_t)n * D * sizeof *y);
+    float* x = vkh2o_malloc(m->ctx, (size_t)n * D * sizeof *x);
+    float* y = vkh2o_malloc(m->ctx, (size_t)n * D * sizeof *y);
     if (!x || !y) {
         free(x);
         free(y);

@@ -28,7 +28,7 @@ static vkh2o_result make_qcaches(vkh2o_model_session* s)
                           "model session: the quantised cache takes no H2O budget, sinks, recents, policy or score mode");
     if ((unsigned)d->qpolicy >= VKH2O_QPOLICY_COUNT || (unsigned)d->qselector >= VKH2O_QSELECT_COUNT)
         return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model session: unknown quantisation policy or selector");
-    s->qc = calloc(NL, sizeof *s->qc);
+    s->qc = vkh2o_calloc(s->m->ctx, NL, sizeof *s->qc);
     if (!s->qc)
         return vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
     vkh2o_qcache_desc qd = { .max_tokens = s->max_tokens };
@@ -53,7 +53,7 @@ vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_
     if (max_tokens > m->max_seq)
         return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model session: max_tokens %u above the model's max_seq_len %u",
                           max_tokens, m->max_seq);
-    vkh2o_model_session* s = calloc(1, sizeof *s);
+    vkh2o_model_session* s = vkh2o_calloc(m->ctx, 1, sizeof *s);
     if (!s)
         return vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
     s->m = m;
@@ -64,8 +64,8 @@ vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_
         r = make_qcaches(s);
     } else {
         const uint32_t NL = m->cfg.attn.num_layers;
-        s->cache = calloc(NL, sizeof *s->cache);
-        s->cd = calloc(NL, sizeof *s->cd);
+        s->cache = vkh2o_calloc(m->ctx, NL, sizeof *s->cache);
+        s->cd = vkh2o_calloc(m->ctx, NL, sizeof *s->cd);
         r = s->cache && s->cd ? VKH2O_OK : vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
         if (r == VKH2O_OK && (unsigned)d.schedule > VKH2O_BUDGET_PYRAMID)
             r = vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model session: unknown budget schedule %d", (int)d.schedule);

@@ -46,7 +46,7 @@ static void copy(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_buffer* src
 static vkh2o_result copy_rows(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_buffer* src, uint32_t src_off, uint32_t src_stride,
                               const vkh2o_buffer* dst, uint32_t dst_off, uint32_t dst_stride, uint32_t n, uint32_t width)
 {
-    VkBufferCopy* rg = malloc((size_t)n * sizeof *rg);
+    VkBufferCopy* rg = vkh2o_malloc(ctx, (size_t)n * sizeof *rg);
     if (!rg)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "mla decode: out of host memory");
     for (uint32_t i = 0; i < n; i++)

@@ -447,7 +447,7 @@ vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* 
                           "mla layer: max_seq_len %u exceeds %u, the longest sequence whose scratch fits one storage "
                           "binding of %llu bytes on this device", d.max_seq_len, limit, (unsigned long long)range);
 
-    vkh2o_mla_layer* L = calloc(1, sizeof *L);
+    vkh2o_mla_layer* L = vkh2o_calloc(ctx, 1, sizeof *L);
     if (!L)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "mla layer: out of host memory");
     L->ctx = ctx;
@@ -529,7 +529,7 @@ vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* 
         float inv_freq[VKH2O_ROPE_MAX_DIM / 2];
         float af = 1.0f;
         vkh2o_mla_rope_params(cfg, inv_freq, &af);
-        float* tab = malloc(vkh2o_rope_table_floats((uint32_t)rope) * sizeof *tab);
+        float* tab = vkh2o_malloc(ctx, vkh2o_rope_table_floats((uint32_t)rope) * sizeof *tab);
         if (!tab) {
             r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "mla layer: out of host memory");
         } else {

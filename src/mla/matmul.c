@@ -113,8 +113,8 @@ static vkh2o_result upload_scales(vkh2o_context* ctx, const vkh2o_tensor_view* s
                                   vkh2o_buffer* buf, uint32_t first, uint32_t n)
 {
     const uint32_t r0 = first / FP8_BLOCK, nr = chunk_scale_rows(first, n), sc = w->scale_cols;
-    float* f = malloc((size_t)nr * sc * sizeof(float));
-    if (!f) return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "weight scales: staging copy");
+    float* f = vkh2o_malloc(ctx, (size_t)nr * sc * sizeof(float));
+    if (!f) return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "weight scales: out of host memory for the staging copy");
     for (uint64_t i = 0; i < (uint64_t)nr * sc; i++) f[i] = vkh2o_load_elem(s->dtype, s->data, (uint64_t)r0 * sc + i);
     vkh2o_result r = vkh2o_buffer_upload(buf, (uint64_t)n * w->row_stride, f, (uint64_t)nr * sc * sizeof(float));
     free(f);
@@ -186,8 +186,8 @@ static vkh2o_result upload_impl(vkh2o_context* ctx, const vkh2o_tensor_view* v, 
     if (slab_rows == 0) slab_rows = 1;
     void* tmp = NULL;
     if (row_bytes != cols * es) {
-        tmp = malloc((size_t)((slab_rows < rpc ? slab_rows : rpc) * row_bytes));
-        if (!tmp) return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "weight %s: staging copy", name);
+        tmp = vkh2o_malloc(ctx, (size_t)((slab_rows < rpc ? slab_rows : rpc) * row_bytes));
+        if (!tmp) return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "weight %s: out of host memory for the staging copy", name);
     }
     vkh2o_result r = VKH2O_OK;
     for (uint32_t c = 0; c < w.nchunks && r == VKH2O_OK; c++) {
@@ -245,8 +245,8 @@ vkh2o_result vkh2o_weight_upload_f32(vkh2o_context* ctx, const vkh2o_tensor_view
     if (v->dtype == VKH2O_DTYPE_F32 || !is_16bit(v->dtype) || !v->data || v->numel == 0 ||
         v->nbytes < v->numel * 2)
         return vkh2o_weight_upload(ctx, v, out);   /* as is, or the same argument errors */
-    float* f = malloc((size_t)v->numel * sizeof(float));
-    if (!f) return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "weight %s: widening copy", v->name ? v->name : "");
+    float* f = vkh2o_malloc(ctx, (size_t)v->numel * sizeof(float));
+    if (!f) return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "weight %s: out of host memory for the widening copy", v->name ? v->name : "");
     for (uint64_t i = 0; i < v->numel; i++) f[i] = vkh2o_load_elem(v->dtype, v->data, i);
     vkh2o_tensor_view wv = *v;
     wv.dtype = VKH2O_DTYPE_F32;

@@ -1,10 +1,16 @@
-/* libFuzzer target: FP8 E4M3 block-scale dequantisation through vkh2o_mla_host_weights_load.
- * The input picks a small MLA config (dimensions up to 300, so weights have partial 128x128
- * edge blocks), which projections are FP8, the scale tensors' dtype and whether their shape
- * is wrong, a name prefix; its remaining bytes fill the FP8 codes and the scales (any bit
- * pattern: NaN and infinite scales included). A checkpoint is written with the library's
- * writer and loaded. Checked: the result code the input calls for, and every dequantised
- * element equal to bf16(fp8[r][c] x scale[r / 128][c / 128]) computed here index by index. */
+/* libFuzzer target: FP8 E4M3 weights with 128x128 block scales through
+ * vkh2o_mla_host_weights_load, as the loader is now: F8_E4M3 views kept as they are with their
+ * scale views (the default), or dequantised to BF16 on request (VKH2O_LOAD_FP8_TO_BF16).
+ * The input picks a small MLA config (dimensions up to 300, so weights have partial edge
+ * blocks), which projections are FP8, the scale tensors' dtype and whether their shape is
+ * wrong, a name prefix, the load flag and whether its bytes are repaired into a valid layer;
+ * its remaining bytes fill the FP8 codes and the scales (any bit pattern: NaN, infinite, zero
+ * and negative scales, NaN codes 0x7f/0xff). A checkpoint is written with the library's writer
+ * and loaded. Checked: the result code the input calls for (SHAPE for a wrong scale shape,
+ * DTYPE for I8 scales, FORMAT for a scale that is not finite and > 0 or a NaN code, else OK),
+ * computed here from the bytes; on OK, a kept weight's view and scale view hold exactly the
+ * bytes written and every value (vkh2o_mla_host_weights_get_value) is fp8 x scale, and a
+ * dequantised weight is bf16(fp8[r][c] x scale[r / 128][c / 128]) element by element. */
 #include "fuzz_common.h"
 #include "internal.h"
 
@@ -26,6 +32,30 @@ static void fill_from(pool* pl, uint8_t* dst, size_t n)
     }
 }
 
+static bool scale_ok(vkh2o_dtype dt, const void* p, uint64_t i)
+{
+    float x = vkh2o_load_elem(dt, p, i);
+    return isfinite(x) && x > 0.0f;
+}
+
+/* Makes a scale valid: its absolute value, or 1 when that is still not finite and > 0. */
+static void repair_scale(vkh2o_dtype dt, void* p, uint64_t i)
+{
+    if (scale_ok(dt, p, i))
+        return;
+    if (dt == VKH2O_DTYPE_F32) {
+        uint32_t* u = p;
+        u[i] &= 0x7fffffffu;
+        if (!scale_ok(dt, p, i))
+            u[i] = 0x3f800000u;
+    } else {
+        uint16_t* u = p;
+        u[i] &= 0x7fffu;
+        if (!scale_ok(dt, p, i))
+            u[i] = dt == VKH2O_DTYPE_BF16 ? 0x3f80u : 0x3c00u;
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 {
     if (size < 10)
@@ -44,6 +74,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
     const vkh2o_dtype sdt = sdtypes[data[8] & 3];
     const unsigned mutate = (data[8] >> 2) & 3;   /* 0: right scale shape; 1: a row more; 2: a column less; 3: 1-D */
     const char* prefix = data[9] & 1 ? "language_model.model.layers" : "model.layers";
+    const uint32_t flags = data[9] & 2 ? VKH2O_LOAD_FP8_TO_BF16 : 0;
+    const bool repair = data[9] & 4;   /* NaN codes and bad scales made valid: the OK path */
+    bool bad_value = false;            /* a scale not finite and > 0, or a NaN code, was written */
     pool pl = { data + 10, size - 10, 0 };
 
     uint64_t H = c.num_heads, D = c.hidden_size, qk = (uint64_t)c.qk_nope_head_dim + c.qk_rope_head_dim;
@@ -96,6 +129,15 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
         size_t n = (size_t)(w[i].rows * w[i].cols);
         bufs[nt] = malloc(n ? n : 1);
         fill_from(&pl, bufs[nt], n);
+        for (size_t k = 0; k < n; k++) {
+            uint8_t* b = (uint8_t*)bufs[nt] + k;
+            if ((*b & 0x7fu) == 0x7fu) {
+                if (repair)
+                    *b ^= 1u;   /* 0x7e / 0xfe: +-448 */
+                else
+                    bad_value = true;
+            }
+        }
         tw->data = bufs[nt];
         nt++;
         /* its block scales */
@@ -119,6 +161,12 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
         size_t sb = (size_t)sn * vkh2o_dtype_size(sdt);
         bufs[nt] = malloc(sb ? sb : 1);
         fill_from(&pl, bufs[nt], sb);
+        if (sdt != VKH2O_DTYPE_I8)
+            for (uint64_t k = 0; k < sn; k++) {
+                if (repair)
+                    repair_scale(sdt, bufs[nt], k);
+                bad_value |= !scale_ok(sdt, bufs[nt], k);
+            }
         ts->data = bufs[nt];
         nt++;
     }
@@ -130,12 +178,15 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
     if (vkh2o_checkpoint_open(path, &ck, &e) != VKH2O_OK)
         fuzz_fail("cannot reopen what the writer wrote: %s", e.message);
     vkh2o_mla_host_weights* hw = NULL;
-    vkh2o_result r = vkh2o_mla_host_weights_load(ck, &c, 0, 0, &hw, &e);
+    vkh2o_result r = vkh2o_mla_host_weights_load(ck, &c, 0, flags, &hw, &e);
+    /* every FP8 weight has the same scale shape and dtype, so the first one decides those */
     vkh2o_result want = VKH2O_OK;
     if (fp8_count && mutate)
         want = VKH2O_ERROR_SHAPE;
     else if (fp8_count && sdt == VKH2O_DTYPE_I8)
         want = VKH2O_ERROR_DTYPE;
+    else if (bad_value)
+        want = VKH2O_ERROR_FORMAT;
     if (r != want)
         fuzz_fail("load gave %s, the input calls for %s (%s)", vkh2o_result_string(r), vkh2o_result_string(want),
                   e.message);
@@ -156,18 +207,38 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
             const uint8_t* q = t[ti].data;
             const vkh2o_tensor_write* ts = &t[ti + 1];
             ti += 2;
+            uint64_t sc = ts->shape[1];
+            if (!flags) {   /* kept: the bytes as written, the scales beside them */
+                const vkh2o_tensor_view* sv = vkh2o_mla_host_weights_get_scale(hw, (vkh2o_mla_weight)i);
+                uint64_t n = w[i].rows * w[i].cols, sn = ts->shape[0] * ts->shape[1];
+                if (!v || v->dtype != VKH2O_DTYPE_F8_E4M3 || v->ndim != 2 || v->shape[0] != w[i].rows ||
+                    v->shape[1] != w[i].cols || v->nbytes != n || memcmp(v->data, q, n))
+                    fuzz_fail("%s: kept FP8 view differs from what was written", w[i].name);
+                if (!sv || !sv->data || sv->dtype != ts->dtype || sv->ndim != 2 || sv->shape[0] != ts->shape[0] ||
+                    sv->shape[1] != sc || sv->nbytes != sn * vkh2o_dtype_size(ts->dtype) ||
+                    memcmp(sv->data, ts->data, sv->nbytes))
+                    fuzz_fail("%s: scale view differs from the scales written", w[i].name);
+                for (uint64_t k = 0; k < n; k++) {
+                    uint64_t row = k / w[i].cols, col = k % w[i].cols;
+                    double ref = (double)vkh2o_f8e4m3_to_f32(q[k]) *
+                                 (double)vkh2o_load_elem(ts->dtype, ts->data, (row / BLOCK) * sc + col / BLOCK);
+                    double got = vkh2o_mla_host_weights_get_value(hw, (vkh2o_mla_weight)i, k);
+                    if (got != ref)
+                        fuzz_fail("%s[%llu][%llu] reads %.9g, fp8 x scale is %.9g", w[i].name, (unsigned long long)row,
+                                  (unsigned long long)col, got, ref);
+                }
+                continue;
+            }
             if (!v || v->dtype != VKH2O_DTYPE_BF16 || v->shape[0] != w[i].rows || v->shape[1] != w[i].cols ||
                 v->nbytes != w[i].rows * w[i].cols * 2)
                 fuzz_fail("%s: dequantised view has the wrong dtype or shape", w[i].name);
             const uint16_t* out = v->data;
-            uint64_t sc = ts->shape[1];
             for (uint64_t row = 0; row < w[i].rows; row++) {
                 for (uint64_t col = 0; col < w[i].cols; col++) {
                     float s = vkh2o_load_elem(ts->dtype, ts->data, (row / BLOCK) * sc + col / BLOCK);
                     uint16_t ref = vkh2o_f32_to_bf16(vkh2o_f8e4m3_to_f32(q[row * w[i].cols + col]) * s);
                     uint16_t got = out[row * w[i].cols + col];
-                    bool both_nan = isnan(vkh2o_bf16_to_f32(ref)) && isnan(vkh2o_bf16_to_f32(got));
-                    if (got != ref && !both_nan)
+                    if (got != ref)
                         fuzz_fail("%s[%llu][%llu] = 0x%04x, expected 0x%04x", w[i].name, (unsigned long long)row,
                                   (unsigned long long)col, got, ref);
                 }
