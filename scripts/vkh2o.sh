@@ -130,7 +130,7 @@ case "$cmd" in
         # and short validate / quant (--weights, re-routing) runs, with no message allowed
         export VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
         (cd "${BUILD_DIR:-build}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 \
-            -R '^(test_syncval|test_cache|test_compact|test_mla|test_demo|test_kvquant|test_kvquant_attn)$')
+            -R '^(test_syncval|test_cache|test_compact|test_mla|test_decode|test_demo|test_kvquant|test_kvquant_attn)$')
         bash tests/tools/soak.sh "${BUILD_DIR:-build}" 2000 48 3 ;;
     memcheck)
         EXTRA_PACKAGES=(valgrind); deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release

@@ -103,6 +103,9 @@ static vkh2o_result absorb_query(vkh2o_mla_layer* L, VkCommandBuffer cb, uint32_
                                  &(vkh2o_matmul_args){ .M = n, .N = kvl, .K = nope, .batch = H, .x_stride = H * qk,
                                                        .x_batch_stride = qk, .y_stride = H * qw, .y_batch_stride = qw,
                                                        .w_batch_stride = (nope + dv) * kvl, .w_transposed = true }));
+    /* the copy writes other bytes of db.q than the matmul, but the matmul's binding covers the
+     * whole buffer, so without a barrier the two writes are a hazard to synchronisation validation */
+    vkh2o_barrier(ctx, cb);
     VKH2O_CHECK(copy_rows(ctx, cb, st->q, nope, qk, db.q, kvl, qw, n * H, rope));
     vkh2o_barrier(ctx, cb);
     return VKH2O_OK;
