@@ -218,6 +218,10 @@ const char* vkh2o_shader_name(uint32_t i);
  * submit_wait: ends, submits, waits (finite timeout -> VKH2O_ERROR_TIMEOUT), reads timestamps. */
 vkh2o_result vkh2o_begin(vkh2o_context* ctx, VkCommandBuffer* cb);
 vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb);
+/* submit_wait after a recording that returned `recorded`: the buffer is submitted even when the
+ * recording failed (that ends the one-shot buffer cleanly, the context stays usable); the
+ * recording's failure is returned first, else submit_wait's result. */
+vkh2o_result vkh2o_submit_wait_recorded(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_result recorded);
 /* Writes a timestamp after all prior work; returns its index, or UINT32_MAX if timestamps are
  * unsupported or the pool is full. Only on the one-shot command buffer. */
 uint32_t vkh2o_timestamp(vkh2o_context* ctx, VkCommandBuffer cb);

@@ -674,6 +674,12 @@ vkh2o_result vkh2o_begin(vkh2o_context* ctx, VkCommandBuffer* cb)
     return VKH2O_OK;
 }
 
+vkh2o_result vkh2o_submit_wait_recorded(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_result recorded)
+{
+    vkh2o_result r = vkh2o_submit_wait(ctx, cb);
+    return recorded != VKH2O_OK ? recorded : r;
+}
+
 vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb)
 {
     if (!ctx->recording || cb != ctx->cmd)

@@ -423,14 +423,6 @@ static vkh2o_result download_outputs(vkh2o_model* m, uint32_t n, uint32_t n_lp, 
     return VKH2O_OK;
 }
 
-/* Submits what was recorded; on a recording error ends the one-shot buffer anyway so that the
- * context stays usable (the recorded work is discarded with the error). */
-static vkh2o_result finish(vkh2o_model* m, VkCommandBuffer cb, vkh2o_result recorded)
-{
-    vkh2o_result r = vkh2o_submit_wait(m->ctx, cb);
-    return recorded != VKH2O_OK ? recorded : r;
-}
-
 vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* tokens, uint32_t n,
                              const uint32_t* targets, uint32_t n_lp, float* logits, float* lps, const vkh2o_lm_attn* at)
 {
@@ -440,7 +432,7 @@ vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* t
     VKH2O_CHECK(upload_inputs(m, tokens, n, targets, n_lp));
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(m->ctx, &cb));
-    VKH2O_CHECK(finish(m, cb, vkh2o_model_record(m, cb, n, n_lp, at)));
+    VKH2O_CHECK(vkh2o_submit_wait_recorded(m->ctx, cb, vkh2o_model_record(m, cb, n, n_lp, at)));
     return download_outputs(m, n, n_lp, logits, lps);
 }
 
@@ -467,7 +459,7 @@ vkh2o_result vkh2o_model_run_qprefill(vkh2o_model* m, const uint32_t* tokens, ui
         vkh2o_result rr = l == 0 ? rec_embed(m, cb, n) : rec_layer_out(m, cb, l - 1, n);
         if (rr == VKH2O_OK)
             rr = l < NL ? rec_attn_in(m, cb, l, n) : rec_head(m, cb, n, n_lp);
-        if ((r = finish(m, cb, rr)) != VKH2O_OK || l == NL)
+        if ((r = vkh2o_submit_wait_recorded(m->ctx, cb, rr)) != VKH2O_OK || l == NL)
             break;
         if ((r = vkh2o_buffer_download(m->xn, 0, x, (uint64_t)n * D * 4)) != VKH2O_OK ||
             (r = vkh2o_run_mla_prefill_qcache(m->layers[l].attn, qcs[l], x, n, y)) != VKH2O_OK ||

@@ -211,14 +211,6 @@ static vkh2o_result upload_hidden(vkh2o_mla_layer* L, const char* what, const fl
     return vkh2o_buffer_upload(*hb, 0, hidden, 4ull * n * vkh2o_mla_layer_state(L)->hidden);
 }
 
-/* Submits and waits for cb, whose recording returned r; the recording's failure comes first
- * (a failed recording is still submitted, which ends the one-shot buffer cleanly). */
-static vkh2o_result finish(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_result r)
-{
-    vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
-    return r != VKH2O_OK ? r : r2;
-}
-
 /* Host round trip of a recorder over n rows: upload, record, submit, wait, download. */
 typedef vkh2o_result (*record_fn)(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d,
                                   const void* extra);
@@ -234,7 +226,7 @@ static vkh2o_result run_rows(vkh2o_mla_layer* L, const float* hidden, uint32_t n
     d->n_tokens = n;
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(ctx, &cb));
-    VKH2O_CHECK(finish(ctx, cb, fn(L, cb, obj, d, extra)));
+    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, fn(L, cb, obj, d, extra)));
     return out ? vkh2o_buffer_download(ob, 0, out, 4ull * n * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
 }
 
@@ -341,7 +333,7 @@ static vkh2o_result run_prompt(vkh2o_mla_layer* L, const float* hidden, uint32_t
     p->seq_len = S;
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(ctx, &cb));
-    VKH2O_CHECK(finish(ctx, cb, fn(L, cb, obj, p)));
+    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, fn(L, cb, obj, p)));
     return out ? vkh2o_buffer_download(ob, 0, out, 4ull * S * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
 }
 
@@ -492,7 +484,7 @@ vkh2o_result vkh2o_run_mla_prefill_qcache(vkh2o_mla_layer* L, vkh2o_qcache* qc, 
     bool lat = qc->d.layout == VKH2O_LAYOUT_LATENT;
     if (r == VKH2O_OK && lat)
         r = join_latent_rows(L, cb, seq_len);
-    VKH2O_CHECK(finish(ctx, cb, r));
+    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, r));
     vkh2o_qcache_rows rows = { .k = lat ? db.rows : st->k, .v = lat ? NULL : st->v, .importance = db.mass, .n = seq_len };
     VKH2O_CHECK(vkh2o_run_qcache_prefill(qc, &rows));
     return out ? vkh2o_buffer_download(ob, 0, out, 4ull * seq_len * st->hidden) : VKH2O_OK;
@@ -578,7 +570,7 @@ vkh2o_result vkh2o_run_mla_decode_inputs(vkh2o_mla_layer* L, const float* hidden
     VKH2O_CHECK(upload_hidden(L, "mla decode inputs", hidden, n, vkh2o_mla_layer_get_max_decode_tokens(L), &hb, &ob));
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(ctx, &cb));
-    VKH2O_CHECK(finish(ctx, cb, record_inputs(L, cb, hb, 0, n, position, &src)));
+    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, record_inputs(L, cb, hb, 0, n, position, &src)));
     if (rows)
         VKH2O_CHECK(vkh2o_buffer_download(src.rows, 0, rows, 4ull * n * src.rows_w));
     if (values && src.values)
