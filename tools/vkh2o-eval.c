@@ -76,6 +76,8 @@ typedef struct opts {
     const char* plot;
     uint32_t max_windows;
     bool passkey;
+    bool recall;              /* --recall: the recurring-passage test */
+    uint32_t recall_windows;
     uint32_t trials;
     uint32_t stream_trials;   /* trials per depth of the streamed passkey (0: --trials) */
     uint32_t ndepths;
@@ -100,6 +102,7 @@ typedef struct row {
     double acc_by_depth[MAX_DEPTHS];
     double passkey_stream;    /* prompt decoded token by token with eviction; NAN when not run */
     double stream_by_depth[MAX_DEPTHS];
+    double recall_first, recall_second;   /* bits/byte of a passage and of its recurrence; NAN when not run */
 } row;
 
 static void usage(FILE* f)
@@ -109,6 +112,7 @@ static void usage(FILE* f)
             "                  [--policy P] [--budget B | --budget F%%] [--n-sink S] [--n-recent R] [--decay F]\n"
             "                  [--kv-quant Q [--route-every R]] [--sweep]\n"
             "                  [--passkey [--stream [--stream-trials T]] [--trials T] [--depths D1,D2,...]] [--seed S]\n"
+            "                  [--recall [--recall-windows K]]\n"
             "                  [--csv FILE] [--json FILE] [--plot FILE.svg] [--quiet] [--help]\n"
             "Runs a byte-level DeepSeek-V3-architecture model (an HF directory: config.json + safetensors,\n"
             "vocab 256) on the default Vulkan device with every layer's KV cache under a policy, and reports:\n"
@@ -121,6 +125,11 @@ static void usage(FILE* f)
             "              continuation, T trials per depth. The prompt goes in as a prefill that the policy\n"
             "              compresses once at its end; with --stream also token by token with eviction\n"
             "              after every step (both are reported)\n"
+            "  recall      (--recall) a recurring passage: in each of the first K windows of FILE the\n"
+            "              N/8 bytes from byte N/16 recur as the window's last N/8 bytes; the window is\n"
+            "              decoded as for perplexity, and the bits/byte of the passage's first occurrence\n"
+            "              and of its recurrence are reported (a model that copies from its context pays\n"
+            "              far less the second time, if the policy kept the first)\n"
             "Policies (--policy, default full):\n");
     for (size_t i = 0; i < NPOLICIES; i++)   /* the table itself: a new policy cannot miss its line */
         fprintf(f, "  %-11s %s\n", POLICIES[i].name, POLICIES[i].help);
@@ -147,6 +156,8 @@ static void usage(FILE* f)
             "  --stream-trials T  trials per depth of the streamed passkey test (default: --trials); the\n"
             "                  streamed prompt costs a decode step per byte, the compressed one a prefill\n"
             "  --seed S        keys of the passkey test (default 1)\n"
+            "  --recall        run the recurring-passage test (needs --text and --ctx >= 64)\n"
+            "  --recall-windows K  windows of the recurring-passage test (default 8)\n"
             "  --bench         decode speed instead: for every policy at 25%% of the context and the full cache,\n"
             "                  tokens per second of single-token decode steps (the prompt prefilled, then\n"
             "                  --bench-steps N steps after 4 untimed ones, default 64, policies interleaved), and the\n"
@@ -154,9 +165,11 @@ static void usage(FILE* f)
             "                  --json FILE writes them (policy, cache_tokens, ctx, steps, tokens_per_s, vs_full,\n"
             "                  eviction_share)\n"
             "  --csv FILE, --json FILE   also write the rows (policy, budget, n_sink, n_recent, cache_tokens,\n"
-            "                  cache_bytes, ctx, kv_quant, bits_per_byte, ppl, passkey_acc, passkey_stream_acc)\n"
-            "  --plot FILE.svg perplexity and passkey accuracy against cache size (one line per policy) and\n"
-            "                  perplexity against cache bytes (eviction vs quantisation at equal bytes)\n"
+            "                  cache_bytes, ctx, kv_quant, bits_per_byte, ppl, passkey_acc, passkey_stream_acc,\n"
+            "                  recall_first_bits, recall_second_bits)\n"
+            "  --plot FILE.svg perplexity and passkey accuracy against cache size (one line per policy),\n"
+            "                  perplexity against cache bytes (eviction vs quantisation at equal bytes) and,\n"
+            "                  with --recall, the recurrence's bits/byte against cache size\n"
             "                  (outputs are written only when the whole run succeeds)\n"
             "  --quiet         no progress line (it is shown only on a terminal anyway)\n"
             "At least one of --text and --passkey is needed.\n");
@@ -203,6 +216,9 @@ static int parse(int argc, char** argv, opts* o)
             if (r < 0)
                 return 2;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--trials", 1, 100000, &o->trials)) != 0) {
+            if (r < 0)
+                return 2;
+        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--recall-windows", 1, 100000, &o->recall_windows)) != 0) {
             if (r < 0)
                 return 2;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--stream-trials", 1, 100000, &o->stream_trials)) != 0) {
@@ -300,6 +316,8 @@ static int parse(int argc, char** argv, opts* o)
             o->bench = true;
         } else if (!strcmp(a, "--passkey")) {
             o->passkey = true;
+        } else if (!strcmp(a, "--recall")) {
+            o->recall = true;
         } else if (!strcmp(a, "--stream")) {
             o->stream = true;
         } else if (!strcmp(a, "--sweep")) {
@@ -343,8 +361,9 @@ static int parse(int argc, char** argv, opts* o)
     if (!o->bench_steps)
         o->bench_steps = 64;
     if (o->bench) {
-        if (o->sweep || o->passkey || seen_policy || seen_budget || o->csv || o->plot) {
-            fprintf(stderr, TOOL ": --bench runs its own grid: no --sweep, --passkey, --policy, --budget, --csv or --plot\n");
+        if (o->sweep || o->passkey || o->recall || seen_policy || seen_budget || o->csv || o->plot) {
+            fprintf(stderr, TOOL ": --bench runs its own grid: no --sweep, --passkey, --recall, --policy, --budget, --csv or "
+                            "--plot\n");
             return 2;
         }
         if (!o->text) {
@@ -357,6 +376,20 @@ static int parse(int argc, char** argv, opts* o)
         fprintf(stderr, TOOL ": nothing to do: give --text FILE and/or --passkey\n");
         return 2;
     }
+    if (o->recall && !o->text) {
+        fprintf(stderr, TOOL ": --recall needs --text FILE (the passages come from it)\n");
+        return 2;
+    }
+    if (o->recall && o->ctx < 64) {
+        fprintf(stderr, TOOL ": --recall needs --ctx of at least 64 bytes (a passage is --ctx / 8)\n");
+        return 2;
+    }
+    if (o->recall_windows && !o->recall) {
+        fprintf(stderr, TOOL ": --recall-windows needs --recall\n");
+        return 2;
+    }
+    if (!o->recall_windows)
+        o->recall_windows = 8;
     if (o->sweep && (seen_policy || seen_budget)) {
         fprintf(stderr, TOOL ": --sweep runs every policy and budget; it takes no --policy or --budget\n");
         return 2;
@@ -473,6 +506,16 @@ static int open_session(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const
 
 /* ---- perplexity ---- */
 
+/* One window of n tokens decoded under the row's policy (s; NULL: the full cache, a plain causal
+ * forward): lp[i] = log p(tok[i + 1] | tok[0..i]). */
+static vkh2o_result window_logprobs(vkh2o_model* m, vkh2o_model_session* s, const uint32_t* tok, uint32_t n, float* lp)
+{
+    if (!s)
+        return vkh2o_run_model_forward(m, tok, n, NULL, lp);
+    vkh2o_result r = vkh2o_model_session_reset(s);
+    return r == VKH2O_OK ? vkh2o_run_model_decode(s, tok, n, NULL, lp) : r;
+}
+
 static int run_perplexity(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned char* text, size_t len, row* out)
 {
     uint64_t windows = len / o->ctx;
@@ -503,11 +546,7 @@ static int run_perplexity(vkh2o_context* ctx, vkh2o_model* m, const opts* o, con
     for (uint64_t w = 0; w < windows && !rc; w++) {
         for (uint32_t i = 0; i < o->ctx; i++)
             tok[i] = text[w * o->ctx + i];
-        vkh2o_result r;
-        if (!s)
-            r = vkh2o_run_model_forward(m, tok, o->ctx, NULL, lp);
-        else if ((r = vkh2o_model_session_reset(s)) == VKH2O_OK)
-            r = vkh2o_run_model_decode(s, tok, o->ctx, NULL, lp);
+        vkh2o_result r = window_logprobs(m, s, tok, o->ctx, lp);
         if (r != VKH2O_OK) {
             fprintf(stderr, TOOL ": window %llu (%s): %s\n", (unsigned long long)w, out->policy->name, vkh2o_last_error(ctx));
             rc = 1;
@@ -520,6 +559,67 @@ static int run_perplexity(vkh2o_context* ctx, vkh2o_model* m, const opts* o, con
     cli_progress_end(&prog);
     out->bytes_scored = windows * (o->ctx - 1);
     out->bits = nats / (double)out->bytes_scored / log(2.0);
+    free(tok);
+    free(lp);
+    vkh2o_model_session_destroy(s);
+    return rc;
+}
+
+/* ---- recurring passage ---- */
+
+/* In each of the first --recall-windows windows of the text, the passage of L = ctx/8 bytes at
+ * byte a = ctx/16 is copied over the last L bytes, and the window is decoded as for perplexity.
+ * Bits per byte over the passage's bytes 1..L-1 (byte 0 of either occurrence has no earlier byte
+ * of the passage to go by), the first occurrence against the recurrence: the training tool's
+ * measure (tools/train), run through the library under the row's policy. */
+static int run_recall(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned char* text, size_t len, row* out)
+{
+    uint64_t windows = len / o->ctx;
+    if (windows > o->recall_windows)
+        windows = o->recall_windows;
+    if (windows == 0) {
+        fprintf(stderr, TOOL ": --text: %zu bytes is less than one window of --ctx %u\n", len, o->ctx);
+        return 1;
+    }
+    const uint32_t L = o->ctx / 8, a = o->ctx / 16, b = o->ctx - L;
+    vkh2o_model_session* s = NULL;
+    if ((!out->policy->full || out->quant) && open_session(ctx, m, o, out, &s))
+        return 1;
+    uint32_t* tok = malloc(o->ctx * sizeof *tok);
+    float* lp = malloc(o->ctx * sizeof *lp);
+    if (!tok || !lp) {
+        free(tok);
+        free(lp);
+        vkh2o_model_session_destroy(s);
+        fprintf(stderr, TOOL ": out of memory\n");
+        return 1;
+    }
+    char label[96];
+    snprintf(label, sizeof label, "recall %s %u", out->policy->name, out->cache_tokens);
+    cli_progress prog;
+    cli_progress_begin(&prog, label, windows, o->quiet);
+    double first = 0.0, second = 0.0;
+    int rc = 0;
+    for (uint64_t w = 0; w < windows; w++) {
+        for (uint32_t i = 0; i < o->ctx; i++)
+            tok[i] = text[w * o->ctx + i];
+        for (uint32_t i = 0; i < L; i++)
+            tok[b + i] = tok[a + i];
+        if (window_logprobs(m, s, tok, o->ctx, lp) != VKH2O_OK) {
+            fprintf(stderr, TOOL ": recall window %llu (%s): %s\n", (unsigned long long)w, out->policy->name,
+                    vkh2o_last_error(ctx));
+            rc = 1;
+            break;
+        }
+        for (uint32_t j = 1; j < L; j++) {   /* byte t is predicted at t - 1 */
+            first -= lp[a + j - 1];
+            second -= lp[b + j - 1];
+        }
+        cli_progress_update(&prog, w + 1);
+    }
+    cli_progress_end(&prog);
+    out->recall_first = first / (double)(windows * (L - 1)) / log(2.0);
+    out->recall_second = second / (double)(windows * (L - 1)) / log(2.0);
     free(tok);
     free(lp);
     vkh2o_model_session_destroy(s);
@@ -663,8 +763,8 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool s
 
 static void print_rows(const opts* o, const row* rows, uint32_t n)
 {
-    printf("%-10s %6s %6s %6s %6s %9s %6s %-12s %10s %10s %8s %8s\n", "policy", "sinks", "budget", "recent", "cache",
-           "bytes", "ctx", "kv_quant", "bits/byte", "ppl/byte", "passkey", "stream");
+    printf("%-10s %6s %6s %6s %6s %9s %6s %-12s %10s %10s %8s %8s %8s %8s\n", "policy", "sinks", "budget", "recent", "cache",
+           "bytes", "ctx", "kv_quant", "bits/byte", "ppl/byte", "passkey", "stream", "rec.1st", "rec.2nd");
     for (uint32_t i = 0; i < n; i++) {
         const row* r = &rows[i];
         printf("%-10s %6u %6u %6u %6u %9llu %6u %-12s ", r->policy->name, r->n_sink, r->budget, r->n_recent, r->cache_tokens,
@@ -678,9 +778,13 @@ static void print_rows(const opts* o, const row* rows, uint32_t n)
         else
             printf("%8.3f ", r->passkey_acc);
         if (isnan(r->passkey_stream))
-            printf("%8s\n", "-");
+            printf("%8s ", "-");
         else
-            printf("%8.3f\n", r->passkey_stream);
+            printf("%8.3f ", r->passkey_stream);
+        if (isnan(r->recall_first))
+            printf("%8s %8s\n", "-", "-");
+        else
+            printf("%8.3f %8.3f\n", r->recall_first, r->recall_second);
         for (int k = 0; k < 2; k++) {
             double acc = k ? r->passkey_stream : r->passkey_acc;
             if (isnan(acc))
@@ -715,8 +819,8 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
     /* one series per policy: x = cache size as % of the context; the full cache joins every
      * series at 100 % */
     static double xs[NPOLICIES + 1][MAX_ROWS], ppl[NPOLICIES + 1][MAX_ROWS], pk[NPOLICIES + 1][MAX_ROWS];
-    static double kb[NPOLICIES + 1][MAX_ROWS], pks[NPOLICIES + 1][MAX_ROWS];
-    plot_series sp[NPOLICIES + 1], sk[NPOLICIES + 1], sb[NPOLICIES + 1], ss[NPOLICIES + 1];
+    static double kb[NPOLICIES + 1][MAX_ROWS], pks[NPOLICIES + 1][MAX_ROWS], rec[NPOLICIES + 1][MAX_ROWS];
+    plot_series sp[NPOLICIES + 1], sk[NPOLICIES + 1], sb[NPOLICIES + 1], ss[NPOLICIES + 1], sr[NPOLICIES + 1];
     uint32_t ns = 0;
     const row* full = NULL;
     for (uint32_t i = 0; i < n; i++)
@@ -733,6 +837,7 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
                 ppl[ns][c] = isnan(rows[i].bits) ? NAN : pow(2.0, rows[i].bits);
                 pk[ns][c] = rows[i].passkey_acc;
                 pks[ns][c] = rows[i].passkey_stream;
+                rec[ns][c] = rows[i].recall_second;
                 c++;
             }
         if (!c)
@@ -743,12 +848,14 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
             ppl[ns][c] = isnan(full->bits) ? NAN : pow(2.0, full->bits);
             pk[ns][c] = full->passkey_acc;
             pks[ns][c] = full->passkey_stream;
+            rec[ns][c] = full->recall_second;
             c++;
         }
         sp[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], ppl[ns] };
         sk[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], pk[ns] };
         sb[ns] = (plot_series){ POLICIES[k].name, c, kb[ns], ppl[ns] };
         ss[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], pks[ns] };
+        sr[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], rec[ns] };
         ns++;
     }
     /* the quantised cache: one series over its policies, by bytes (every token kept) */
@@ -771,13 +878,20 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
         sb[nb] = (plot_series){ "quantised (kv-quant policies)", nq, kb[nb], ppl[nb] };
         nb++;
     }
-    plot_panel panels[4] = {
+    plot_panel panels[5] = {
         { "perplexity per byte (held-out text)", "cache size, % of the context", "perplexity per byte", sp, ns },
         { "perplexity at equal cache bytes", "cache bytes, KiB (all layers)", "perplexity per byte", sb, nb },
-        { "passkey accuracy (prompt compressed once)", "cache size, % of the context", "exact-match accuracy", sk, ns },
-        { "passkey accuracy (prompt streamed, evicting)", "cache size, % of the context", "exact-match accuracy", ss, ns },
     };
-    return plot_svg(f, panels, o->passkey ? (o->stream ? 4 : 3) : 2);
+    uint32_t np = 2;
+    if (o->recall)
+        panels[np++] = (plot_panel){ "recurring passage: its recurrence", "cache size, % of the context", "bits per byte", sr, ns };
+    if (o->passkey)
+        panels[np++] = (plot_panel){ "passkey accuracy (prompt compressed once)", "cache size, % of the context",
+                                     "exact-match accuracy", sk, ns };
+    if (o->passkey && o->stream)
+        panels[np++] = (plot_panel){ "passkey accuracy (prompt streamed, evicting)", "cache size, % of the context",
+                                     "exact-match accuracy", ss, ns };
+    return plot_svg(f, panels, np);
 }
 
 static bool write_outputs(const opts* o, const row* rows, uint32_t n)
@@ -790,12 +904,12 @@ static bool write_outputs(const opts* o, const row* rows, uint32_t n)
     bool ok = (!o->csv || fc) && (!o->json || fj) && (!o->plot || fp);
     if (ok && fc) {
         fprintf(fc, "policy,n_sink,budget,n_recent,cache_tokens,cache_bytes,ctx,kv_quant,bits_per_byte,ppl,passkey_acc,"
-                    "passkey_stream_acc\n");
+                    "passkey_stream_acc,recall_first_bits,recall_second_bits\n");
         for (uint32_t i = 0; i < n; i++) {
             const row* r = &rows[i];
-            fprintf(fc, "%s,%u,%u,%u,%u,%llu,%u,%s,%.6f,%.6f,%.4f,%.4f\n", r->policy->name, r->n_sink, r->budget, r->n_recent,
-                    r->cache_tokens, (unsigned long long)r->cache_bytes, o->ctx, r->kv_quant, r->bits, pow(2.0, r->bits),
-                    r->passkey_acc, r->passkey_stream);
+            fprintf(fc, "%s,%u,%u,%u,%u,%llu,%u,%s,%.6f,%.6f,%.4f,%.4f,%.6f,%.6f\n", r->policy->name, r->n_sink, r->budget,
+                    r->n_recent, r->cache_tokens, (unsigned long long)r->cache_bytes, o->ctx, r->kv_quant, r->bits,
+                    pow(2.0, r->bits), r->passkey_acc, r->passkey_stream, r->recall_first, r->recall_second);
         }
     }
     if (ok && fj) {
@@ -817,6 +931,10 @@ static bool write_outputs(const opts* o, const row* rows, uint32_t n)
             json_num(fj, "passkey_stream_acc", r->passkey_stream, "%.4f");
             if (!isnan(r->passkey_stream))
                 json_depths(fj, "passkey_stream_by_depth", o, r->stream_by_depth);
+            fprintf(fj, ", ");
+            json_num(fj, "recall_first_bits", r->recall_first, "%.6f");
+            fprintf(fj, ", ");
+            json_num(fj, "recall_second_bits", r->recall_second, "%.6f");
             fprintf(fj, "}%s\n", i + 1 < n ? "," : "");
         }
         fprintf(fj, "]\n");
@@ -831,7 +949,8 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
 {
     (void)m;
     uint32_t n = 0;
-    const row base = { .kv_quant = "none", .bits = NAN, .passkey_acc = NAN, .passkey_stream = NAN };
+    const row base = { .kv_quant = "none", .bits = NAN, .passkey_acc = NAN, .passkey_stream = NAN, .recall_first = NAN,
+                       .recall_second = NAN };
     if (!o->sweep) {
         row r = base;
         r.policy = o->policy;
@@ -1060,6 +1179,8 @@ int main(int argc, char** argv)
         vkh2o_model_session_destroy(s);
         if (text && !r->policy->obs)   /* a prompt-compression policy: decoding is h2o's */
             rc = run_perplexity(ctx, m, &o, text, len, r);
+        if (!rc && o.recall && !r->policy->obs)
+            rc = run_recall(ctx, m, &o, text, len, r);
         if (!rc && o.passkey)
             rc = run_passkey(ctx, m, &o, false, r);
         if (!rc && o.passkey && o.stream)

@@ -34,8 +34,18 @@ big=$(json_get "$TMP/big.json" "d[0]['bits_per_byte']")
 "$PY" -c "import sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(g-w)<=1e-4*w else 1)" "$big" "$got" \
     || fail "h2o with budget 200 > ctx 128 gives $big bits/byte, the full cache $got"
 
+# ---- the recurring passage: the full cache and h2o above the context agree ----
+"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 256 --windows 1 --recall --recall-windows 4 --json "$TMP/rf.json" --quiet > /dev/null
+"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 256 --windows 1 --recall --recall-windows 4 --policy h2o --budget 300 \
+    --json "$TMP/rb.json" --quiet > /dev/null
+r1=$(json_get "$TMP/rf.json" "d[0]['recall_first_bits']"); r2=$(json_get "$TMP/rf.json" "d[0]['recall_second_bits']")
+b2=$(json_get "$TMP/rb.json" "d[0]['recall_second_bits']")
+"$PY" -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b)<=1e-4*a else 1)" "$b2" "$r2" \
+    || fail "recall: h2o with budget 300 > ctx 256 gives $b2 bits/byte on the recurrence, the full cache $r2"
+echo "recurring passage (full cache, ctx 256): first $r1, recurrence $r2 bits/byte"
+
 # ---- the sweep: every policy finite, every output written ----
-"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 1 --sweep --passkey --trials 1 --depths 0.5 \
+"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 1 --sweep --passkey --trials 1 --depths 0.5 --recall --recall-windows 1 \
     --csv "$TMP/s.csv" --json "$TMP/s.json" --plot "$TMP/s.svg" --quiet > "$TMP/s.txt"
 rows=$(json_get "$TMP/s.json" "len(d)")
 [ "$rows" = 31 ] || fail "sweep has $rows rows, expected 31 (full + 8 policies x 3 budgets + 6 quantisation policies)"
@@ -43,6 +53,8 @@ json_get "$TMP/s.json" "all(r['ppl'] is not None and r['ppl'] == r['ppl'] and 1 
     | grep -qx True || fail "a sweep row has no finite perplexity"
 json_get "$TMP/s.json" "all(r['passkey_acc'] is not None and r['passkey_stream_acc'] is not None for r in d)" | grep -qx True \
     || fail "a sweep row has no passkey figure"
+json_get "$TMP/s.json" "all((r['recall_second_bits'] is None) == (r['policy'] == 'snapkv') and (r['policy'] == 'snapkv' or 0 < r['recall_second_bits'] < 8) for r in d)" \
+    | grep -qx True || fail "a sweep row's recurring-passage figure is missing or out of range"
 [ "$(wc -l < "$TMP/s.csv")" = 32 ] || fail "CSV rows"
 grep -q "</svg>" "$TMP/s.svg" || fail "SVG not complete"
 
@@ -92,6 +104,10 @@ bad "--stream-trials" --weights "$MODEL" --passkey --stream --stream-trials 0
 bad "refusing to write an input" --weights "$MODEL" --text "$HELD" --csv "$HELD"
 bad "unknown option" --weights "$MODEL" --text "$HELD" --frobnicate
 bad "given twice" --weights "$MODEL" --weights "$MODEL" --text "$HELD"
+bad "--recall needs --text" --weights "$MODEL" --passkey --recall
+bad "--recall needs --ctx" --weights "$MODEL" --text "$HELD" --recall --ctx 32
+bad "--recall-windows needs --recall" --weights "$MODEL" --text "$HELD" --recall-windows 2
+bad "--recall" --weights "$MODEL" --text "$HELD" --bench --recall
 set +e
 "$TOOL" --weights "$TMP/nowhere" --text "$HELD" --json "$TMP/bad.json" --quiet > /dev/null 2> "$TMP/bad.err"; rc=$?
 set -e

@@ -17,7 +17,8 @@ Curriculum (what worked here; see the issue "quality evidence"):
            assumed; the phase ends once the running second-occurrence loss stays below
            --phase1-target bits/byte, plus --phase1-extra steps.
   phase 2  windows of --ctx bytes: natural text, text with a recurring passage, repeated
-           segments and passkey windows (--mix), with periodic passkey evaluation.
+           segments and passkey windows, optionally natural passages tiled over the window
+           (--mix), with periodic evaluation (held-out bits, recurring vs fresh, passkey).
 
 Usage (Debian: apt install python3-torch python3-numpy libopenblas0-pthread):
   /usr/bin/python3 tools/train/train_tiny_mla.py --out models/tiny-mla [--threads 2] [--seed 1]
@@ -244,6 +245,18 @@ def recurring_passage(rng, text, n):
     return x, mask
 
 
+def natural_segments(rng, text, n):
+    """A natural-text passage of 16-128 bytes tiled over the window: repeated_segments on real
+    text, which teaches the induction circuit to match on several bytes of context (one byte of
+    English predicts little, one of 64 random symbols a lot)."""
+    L = int(rng.integers(16, 129))
+    i = int(rng.integers(0, len(text) - L))
+    x = np.resize(np.frombuffer(text[i:i + L], dtype=np.uint8), n).copy()
+    mask = np.zeros(n, dtype=bool)
+    mask[L:] = True
+    return x, mask
+
+
 def passkey_window(rng, text, n):
     key = b"%05d" % int(rng.integers(0, 100000))
     depth = float(rng.uniform(0.0, 1.0))
@@ -262,15 +275,17 @@ def passkey_window(rng, text, n):
 def batch(rng, kind_probs, text, n, bsz):
     """Windows of n + 1 bytes (inputs x[:-1], targets x[1:]); mask marks targets of interest."""
     xs, ms = [], []
-    kinds = ["natural", "recurring", "segments", "passkey"]
+    kinds = ["natural", "recurring", "segments", "passkey", "natsegments"][:len(kind_probs)]
     for _ in range(bsz):
-        k = kinds[int(rng.choice(4, p=kind_probs))]
+        k = kinds[int(rng.choice(len(kinds), p=kind_probs))]
         if k == "natural":
             x, m = natural(rng, text, n + 1)
         elif k == "recurring":
             x, m = recurring_passage(rng, text, n + 1)
         elif k == "segments":
             x, m = repeated_segments(rng, n + 1)
+        elif k == "natsegments":
+            x, m = natural_segments(rng, text, n + 1)
         else:
             x, m = passkey_window(rng, text, n + 1)
         xs.append(x)
@@ -454,7 +469,8 @@ def main():
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--phase2-steps", type=int, default=4000)
-    ap.add_argument("--mix", default="0.3,0.2,0.2,0.3", help="natural,recurring,segments,passkey")
+    ap.add_argument("--mix", default="0.3,0.2,0.2,0.3",
+                    help="natural,recurring,segments,passkey[,natsegments] (a natural passage tiled over the window)")
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--heldout", default="GPL-3", help="common-licenses file held out")
     ap.add_argument("--export-when", choices=["passkey", "gate"], default="passkey",
@@ -521,6 +537,8 @@ def main():
         say("start: %s; %d parameters; seed %d; threads %d" % (" ".join(sys.argv), sum(p.numel() for p in model.parameters()),
                                                               a.seed, a.threads))
     mix = [float(v) for v in a.mix.split(",")]
+    if len(mix) not in (4, 5) or min(mix) < 0 or sum(mix) <= 0:
+        ap.error("--mix: 4 or 5 non-negative weights (natural,recurring,segments,passkey[,natsegments])")
     mix = [v / sum(mix) for v in mix]
 
     def checkpoint():
@@ -574,9 +592,11 @@ def main():
                 bpb = bits_per_byte(model, held, a.ctx, 16)
                 rec, fresh = masked_bits(model, ev, held, a.ctx, "recurring")
                 acc, by = passkey_accuracy(model, a.ctx)
+                f1, f2 = repeat_bits(model, held, lengths=(128,))[128]
                 model.train()
-                say("eval at step %d: held-out %.3f bits/byte; recurring passages %.3f vs fresh %.3f; passkey %.3f %s"
-                    % (step + 1, bpb, rec, fresh, acc, " ".join("%.1f:%.1f" % kv for kv in by.items())))
+                say("eval at step %d: held-out %.3f bits/byte; recurring passages %.3f vs fresh %.3f; held-out passage "
+                    "repeated %.3f -> %.3f; passkey %.3f %s"
+                    % (step + 1, bpb, rec, fresh, f1, f2, acc, " ".join("%.1f:%.1f" % kv for kv in by.items())))
                 gap = fresh - rec
                 if a.export_when == "passkey":
                     better, why = acc >= state["best_passkey"], "best passkey so far"
