@@ -408,10 +408,7 @@ vkh2o_result vkh2o_run_qcache_attend(vkh2o_qcache* qc, const vkh2o_buffer* q, vk
     const uint32_t t0 = vkh2o_timestamp(qc->ctx, cb);
     vkh2o_result r = kvq_record_attend(qc, cb, q, out, desc);
     const uint32_t t1 = vkh2o_timestamp(qc->ctx, cb);
-    vkh2o_result r2 = vkh2o_submit_wait(qc->ctx, cb);
-    if (r != VKH2O_OK)
-        return r;
-    VKH2O_CHECK(r2);
+    VKH2O_CHECK(vkh2o_submit_wait_recorded(qc->ctx, cb, r));
     if (t0 != UINT32_MAX && t1 != UINT32_MAX)
         qc->last_attend_ms = vkh2o_timestamp_ms(qc->ctx, t0, t1);
     for (uint32_t k = 0; qc->profile && k + 1 < KVQ_PROF_MARKS; k++)
@@ -476,9 +473,7 @@ vkh2o_result vkh2o_run_qcache_metrics(vkh2o_qcache* qc, const vkh2o_buffer* k_re
         b[7] = vkh2o_bind(res);
         if (r == VKH2O_OK)
             r = vkh2o_dispatch(ctx, cb, km, b, 8, &pc, sizeof pc, 2, 1, 1);
-        vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
-        if (r == VKH2O_OK)
-            r = r2;
+        r = vkh2o_submit_wait_recorded(ctx, cb, r);
     }
     uint32_t w[16];
     if (r == VKH2O_OK)

@@ -237,8 +237,7 @@ vkh2o_result vkh2o_run_qcache_append(vkh2o_qcache* qc, const vkh2o_qcache_rows* 
     /* on a failed submit the bookkeeping has advanced over rows the device may not hold: the
      * cache is then in an unknown state (as after any failed submission) */
     vkh2o_result r = vkh2o_cmd_qcache_append(qc, cb, rows);
-    vkh2o_result r2 = vkh2o_submit_wait(qc->ctx, cb);
-    return r != VKH2O_OK ? r : r2;
+    return vkh2o_submit_wait_recorded(qc->ctx, cb, r);
 }
 
 vkh2o_result vkh2o_run_qcache_prefill(vkh2o_qcache* qc, const vkh2o_qcache_rows* rows)
@@ -326,8 +325,7 @@ vkh2o_result vkh2o_run_qcache_add_importance(vkh2o_qcache* qc, const vkh2o_buffe
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(qc->ctx, &cb));
     vkh2o_result r = vkh2o_cmd_qcache_add_importance(qc, cb, mass, mass_offset, first, n);
-    vkh2o_result r2 = vkh2o_submit_wait(qc->ctx, cb);
-    return r != VKH2O_OK ? r : r2;
+    return vkh2o_submit_wait_recorded(qc->ctx, cb, r);
 }
 
 vkh2o_result vkh2o_run_qcache_route(vkh2o_qcache* qc, vkh2o_qpolicy policy)
@@ -369,9 +367,7 @@ vkh2o_result vkh2o_run_qcache_route(vkh2o_qcache* qc, vkh2o_qpolicy policy)
         pc.phase = 1;
         if (r == VKH2O_OK)
             r = vkh2o_dispatch(ctx, cb, k_route, b, 3, &pc, sizeof pc, 1, 1, 1);
-        vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
-        if (r == VKH2O_OK)
-            r = r2;
+        r = vkh2o_submit_wait_recorded(ctx, cb, r);
     }
     if (r == VKH2O_OK)
         r = vkh2o_buffer_download(counts, 0, cnt, sizeof cnt);
@@ -399,9 +395,7 @@ vkh2o_result vkh2o_run_qcache_route(vkh2o_qcache* qc, vkh2o_qpolicy policy)
             bind_or_dummy(qc, pools[0]), bind_or_dummy(qc, pools[1]), bind_or_dummy(qc, pools[2]),
         };
         r = vkh2o_dispatch(ctx, cb, k_req, b, 8, &pc, sizeof pc, nb, qc->shape.kv_heads, 1);
-        vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
-        if (r == VKH2O_OK)
-            r = r2;
+        r = vkh2o_submit_wait_recorded(ctx, cb, r);
     }
     vkh2o_buffer_destroy(counts);
     if (r != VKH2O_OK) {
