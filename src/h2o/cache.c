@@ -260,7 +260,29 @@ static vkh2o_result make_buffer(vkh2o_context* ctx, uint64_t bytes, const char* 
     return vkh2o_buffer_create(ctx, bytes, out);
 }
 
+static vkh2o_result cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc, uint32_t tt, uint32_t hg,
+                                 vkh2o_cache** out);
+
 vkh2o_result vkh2o_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc, vkh2o_cache** out)
+{
+    return cache_create(ctx, desc, 0, 0, out);
+}
+
+vkh2o_result vkh2o_cache_create_split(vkh2o_context* ctx, const vkh2o_cache_desc* desc, uint32_t tt, uint32_t hg,
+                                      vkh2o_cache** out)
+{
+    if (out)
+        *out = NULL;
+    if (tt % 4)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache: split tile of %u tokens x %u heads", tt, hg);
+    VKH2O_CHECK(cache_create(ctx, desc, tt, hg, out));
+    (*out)->split_mock = true;
+    (*out)->max_steps_per_dispatch = 1;
+    return VKH2O_OK;
+}
+
+static vkh2o_result cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc, uint32_t tt, uint32_t hg,
+                                 vkh2o_cache** out)
 {
     if (out)
         *out = NULL;
@@ -302,11 +324,11 @@ vkh2o_result vkh2o_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc
      * stage fits the loop budget (llvmpipe's limiter, see the workgroup comment below). */
     bool cpu = vkh2o_is_cpu_device(ctx), cpu_shapes = vkh2o_cpu_shapes(ctx);
     c->attn_wg = cpu_shapes ? 8u : 64u;
-    c->tt = cpu_shapes ? 128u : 256u;
-    c->hg = cpu_shapes ? 16u : 4u;
+    c->tt = tt ? tt : cpu_shapes ? 128u : 256u;
+    c->hg = hg ? hg : cpu_shapes ? 16u : 4u;
     if (c->hg > H)
         c->hg = H;
-    while (cpu && attn_loop_worst(c, c->attn_wg, c->tt, c->hg) > LOOP_BUDGET && (c->tt > 4 || c->hg > 1)) {
+    while (cpu && !tt && attn_loop_worst(c, c->attn_wg, c->tt, c->hg) > LOOP_BUDGET && (c->tt > 4 || c->hg > 1)) {
         if (c->tt > 4)
             c->tt /= 2;
         else

@@ -211,6 +211,13 @@ struct vkh2o_cache {
     double last_run_ms;                /* GPU time of the last run_cache_steps / run_cache_prefill */
 };
 
+/* As vkh2o_cache_create, with the split attention's tiles of tt tokens (a multiple of 4) and hg
+ * heads per workgroup instead of the device's choice (0: the device's), and mock steps split
+ * (split_mock): for tests
+ * (tiles that do not divide the cache, partial head groups). The loop budget is still checked. */
+vkh2o_result vkh2o_cache_create_split(vkh2o_context* ctx, const vkh2o_cache_desc* desc, uint32_t tt, uint32_t hg,
+                                      vkh2o_cache** out);
+
 /* Builds the pipelines of the steps with real (mock 0) or mock (1) inputs now (they are
  * otherwise built by the first step recorded: benchmarks call this before timing): the fused
  * ones for mock steps, the split ones for real steps and, with split_mock, mock ones. */
