@@ -669,11 +669,13 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_cache* c, VkCommandBuffer cb, const vkh2
             vkh2o_barrier(c->ctx, cb);
             VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->split_kernel[mock], bind, 10, &pc, sizeof pc, count, 1, 1));
             vkh2o_barrier(c->ctx, cb);
-            /* the output reads the tiles' weights h2o_step left in the scratch; the flush beside
-             * it reads the map there too and writes only the rows */
-            if (s->out)
+            /* the output reads the tiles' weights h2o_step left in the scratch (a barrier before
+             * the flush: the rows are bound to it as texel views, which the flush writes) */
+            if (s->out) {
                 VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->attn_kernel[mock][H2O_ATTN_OUT], abind, 7, &ap, sizeof ap, H, 1,
                                            count));
+                vkh2o_barrier(c->ctx, cb);
+            }
         } else {
             VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->step_kernel[mock], bind, 10, &pc, sizeof pc, count, 1, 1));
             vkh2o_barrier(c->ctx, cb);
