@@ -1,6 +1,7 @@
 #version 450
 /*
- * H2O decode steps, read side: one workgroup per layer runs p.nsteps consecutive steps of
+ * H2O decode steps, read side. Fused (SPLIT = 0, mock steps): one workgroup per layer runs
+ * p.nsteps consecutive steps of
  *   append (score 0, position, and a map entry for the new token)
  *   -> attention of the new query over the cache (logits, softmax, P.V)
  *   -> attention mass (sum over heads of P[h, t]) added to every token's score (after scaling the
@@ -20,6 +21,15 @@
  * to their slots (from state word 7, the first slot that changed), so that between calls the
  * rows are in slot order as cache_internal.h describes.
  *
+ * Split (SPLIT = 1, one step: real steps, and mock ones where the fused step does not fit the
+ * CPU loop limiter): shaders/h2o/h2o_attn.comp has already written the raw logits of the new
+ * query into the probability rows and per token tile of TT and head its max, sum of exponentials
+ * and partial output (h2o_rows.glsl); this dispatch appends, combines the tiles per head (max M,
+ * sum Z; each tile's max is replaced by its output weight exp(m - M) / Z for h2o_attn's output
+ * stage, which runs next), adds the mass, selects and compacts exactly as the fused step does,
+ * and writes no output. The slot map is the identity plus the appended token, as at the start
+ * of a fused dispatch.
+ *
  * Selection: a step appends one token, so a cache kept at <= cap holds at most cap + 1 and
  * evicts one token: the minimum of the keys (an argmin is the exact complement of the top-k).
  * More than one (a cache filled differently) loops the argmin, excluding earlier picks.
@@ -35,9 +45,10 @@
  *   3 F16        storage 1 = fp16       11 NRECENT
  *   4 DN         qk_nope (expanded: the 12 CAP       n_sink + budget + n_recent
  *                whole qk dim with DR=0) 13 POLMODE   policy | score mode << 4
- *   5 DR         qk_rope                14 RED       H * WG (shared reduction array)
+ *   5 DR         qk_rope                14 RED       H * WG (shared reduction array; 1 with SPLIT)
  *   6 DV         v_dim                  15 MOCK      1: inputs from the counter hash
- *   7 KVL        kv_lora_rank
+ *   7 KVL        kv_lora_rank           16 SPLIT     1: attention from h2o_attn.comp's tiles
+ *                                       17 TT        tokens per tile (scratch layout, SPLIT)
  * Bindings: 0 state, 1 rows a (texel, R32G32B32A32_UINT), 2 rows b (texel, same), 3 scores,
  *           4 positions, 5 scratch, 6 staging inputs (texel, R32G32B32A32_UINT), 7 kv_b (texel,
  *           R32_UINT; f32 [H*(DN+DV)][KVL]), 8 out, 9 keys.

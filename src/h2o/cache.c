@@ -1,5 +1,7 @@
-/* The KV cache with H2O eviction: desc validation, device buffers, the fused decode step
- * (shaders/h2o/h2o_step.comp), prefill (top-k + compaction) and host readbacks. */
+/* The KV cache with H2O eviction: desc validation, device buffers, the decode step (fused in
+ * shaders/h2o/h2o_step.comp for mock steps; split for real ones: the attention over token tiles
+ * and head groups in shaders/h2o/h2o_attn.comp, then h2o_step.comp with SPLIT = 1), prefill
+ * (top-k + compaction) and host readbacks. */
 #include "cache_internal.h"
 
 #include <math.h>
@@ -147,7 +149,7 @@ uint64_t vkh2o_cache_bytes(const vkh2o_cache_desc* desc, uint64_t tokens)
 #define LOOP_BUDGET 60000u   /* below llvmpipe's 65535 loop iterations per invocation */
 #define MAX_STEPS 64u        /* mock steps per dispatch at most (h2o_step's eviction list is 64) */
 
-/* Upper bound of the loop iterations one invocation of h2o_step.comp runs in a dispatch of k
+/* Upper bound of the loop iterations one invocation of the fused h2o_step.comp runs in a dispatch of k
  * steps at full capacity with workgroup size wg: every loop of the shader, constant-trip loops
  * included (the [[unroll]] ones excepted), eviction of as many tokens as the capacity allows. */
 static uint64_t step_loop_iterations(const vkh2o_cache* c, uint32_t wg, uint32_t k)
@@ -393,8 +395,9 @@ static vkh2o_result cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* des
      * where it fits. llvmpipe (lavapipe) stops every loop of an invocation once 65535 loop
      * iterations have run in it (gallivm's loop limiter, counted over the whole invocation):
      * the workgroup grows until at least 8 steps fit a dispatch (or one, at the most
-     * invocations), and a dispatch runs only as many mock steps as fit. GPUs: wide workgroups;
-     * the per-head reduction array H x WG floats stays within 16 KiB. */
+     * invocations), and a dispatch runs only as many mock steps as fit; where not even one fits
+     * (e.g. 64 heads x 1,024 slots), mock steps run split like real ones. GPUs: wide
+     * workgroups; the per-head reduction array H x WG floats stays within 16 KiB. */
     uint32_t wg = cpu_shapes ? 8u : 256u;
     while (wg > 8 && H * wg > 4096)
         wg /= 2;
