@@ -108,7 +108,54 @@ void logits(uint kind, uint tb, uint te, uint hb, uint nh, uint qb)
     const uint tid = gl_LocalInvocationID.x;
     const uint qasrc = ABS ? 1u : 0u;
     const uint qab = ABS ? g_scb + SC_QA : qb;
-    if (V8) {
+    if (V8 && LAT) {
+        // the latent rows are shared by the heads: each 8-float chunk of the 4 tokens' rows is
+        // fetched once for the HG heads of the group (heads past the group's end compute a
+        // clamped head and are not stored)
+        for (uint t0 = tb + 4u * tid; t0 < te; t0 += 4u * WG) {
+            uvec4 tt = uvec4(t0, min(t0 + 1u, te - 1u), min(t0 + 2u, te - 1u), min(t0 + 3u, te - 1u));
+            uvec4 ra = uvec4(row_addr(kind, 0u, tt.x), row_addr(kind, 0u, tt.y), row_addr(kind, 0u, tt.z), row_addr(kind, 0u, tt.w));
+            uvec4 rb = uvec4(row_addr(kind, 1u, tt.x), row_addr(kind, 1u, tt.y), row_addr(kind, 1u, tt.z), row_addr(kind, 1u, tt.w));
+            vec4 acc[HG];
+            [[unroll]] for (uint hh = 0u; hh < HG; hh++) acc[hh] = vec4(0.0);
+            float v0[8], v1[8], v2[8], v3[8], q[8];
+            for (uint c = 0u; c < KVL / 8u; c++) {
+                row8(kind, 0u, ra.x, c * 8u, v0);
+                row8(kind, 0u, ra.y, c * 8u, v1);
+                row8(kind, 0u, ra.z, c * 8u, v2);
+                row8(kind, 0u, ra.w, c * 8u, v3);
+                [[unroll]] for (uint hh = 0u; hh < HG; hh++) {
+                    q8(qasrc, qab, min(hb + hh, H - 1u) * (ABS ? KVL : QW) + c * 8u, q);
+                    acc[hh] += vec4(dq(q, v0), dq(q, v1), dq(q, v2), dq(q, v3));
+                }
+            }
+            for (uint c = 0u; c < DR / 8u; c++) {
+                row8(kind, 1u, rb.x, c * 8u, v0);
+                row8(kind, 1u, rb.y, c * 8u, v1);
+                row8(kind, 1u, rb.z, c * 8u, v2);
+                row8(kind, 1u, rb.w, c * 8u, v3);
+                [[unroll]] for (uint hh = 0u; hh < HG; hh++) {
+                    q8(0u, qb, min(hb + hh, H - 1u) * QW + (ABS ? DN : KVL) + c * 8u, q);
+                    acc[hh] += vec4(dq(q, v0), dq(q, v1), dq(q, v2), dq(q, v3));
+                }
+            }
+            [[unroll]] for (uint hh = 0u; hh < HG; hh++) {
+                if (hh < nh) {
+                    const vec4 s4 = acc[hh] * p.scale;
+                    const uint pb = g_scb + (hb + hh) * CAPP;
+                    if (kind == 0u && t0 + 4u <= te) {
+                        sc4[(pb + t0) >> 2] = s4;
+                    } else {
+                        sc[pb + tt.x] = s4.x;
+                        sc[pb + tt.y] = s4.y;
+                        sc[pb + tt.z] = s4.z;
+                        sc[pb + tt.w] = s4.w;
+                    }
+                    red[hh * WG + tid] = max(red[hh * WG + tid], max(max(s4.x, s4.y), max(s4.z, s4.w)));
+                }
+            }
+        }
+    } else if (V8) {
         for (uint t0 = tb + 4u * tid; t0 < te; t0 += 4u * WG) {
             uvec4 tt = uvec4(t0, min(t0 + 1u, te - 1u), min(t0 + 2u, te - 1u), min(t0 + 3u, te - 1u));
             uvec4 ra = uvec4(row_addr(kind, 0u, tt.x), row_addr(kind, 0u, tt.y), row_addr(kind, 0u, tt.z), row_addr(kind, 0u, tt.w));
