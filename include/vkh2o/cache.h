@@ -122,8 +122,10 @@ VKH2O_API uint32_t vkh2o_cache_desc_cap(const vkh2o_cache_desc* desc);
 VKH2O_API uint64_t vkh2o_cache_bytes(const vkh2o_cache_desc* desc, uint64_t tokens);
 
 /* Creates an empty cache (all layers at length 0). Results: those of validate, plus
- * UNSUPPORTED (a tensor of all layers over the device's maxStorageBufferRange),
- * OUT_OF_DEVICE_MEMORY, VULKAN. The message is in vkh2o_last_error(ctx). */
+ * UNSUPPORTED (a tensor of all layers over the device's maxStorageBufferRange; on CPU devices,
+ * a shape whose decode step cannot stay inside llvmpipe's loop limit even split over
+ * workgroups, e.g. a capacity near 60,000), OUT_OF_DEVICE_MEMORY, VULKAN. The message is in
+ * vkh2o_last_error(ctx). */
 VKH2O_API vkh2o_result vkh2o_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc, vkh2o_cache** out);
 VKH2O_API void vkh2o_cache_destroy(vkh2o_cache* c);
 VKH2O_API const vkh2o_cache_desc* vkh2o_cache_get_desc(const vkh2o_cache* c);
@@ -159,7 +161,9 @@ typedef enum vkh2o_step_flags {
  * nsteps (0 = 1): with VKH2O_STEP_MOCK, run that many consecutive steps (positions position,
  * position + 1, ...; history entries step, step + 1, ...) inside the one dispatch: each layer's
  * workgroup loops over them, so the per-dispatch cost is paid once. Real decoding feeds each
- * step's inputs from the previous one and uses nsteps = 1.
+ * step's inputs from the previous one and uses nsteps = 1; such a step records its attention
+ * split over token tiles and heads (several dispatches), then the per-layer score update and
+ * eviction.
  */
 typedef struct vkh2o_cache_step {
     uint32_t layer_first, layer_count;
@@ -217,7 +221,8 @@ VKH2O_API vkh2o_result vkh2o_run_cache_prefill(vkh2o_cache* c, const vkh2o_cache
 VKH2O_API double vkh2o_cache_get_last_run_ms(const vkh2o_cache* c);
 /* The most mock steps one dispatch runs (a larger nsteps is split into several dispatches):
  * unlimited (UINT32_MAX) on GPUs, lowered on CPU devices so one invocation stays inside
- * llvmpipe's loop limit. */
+ * llvmpipe's loop limit; 1 where even one fused step would not fit (the steps then run split,
+ * as real ones do). */
 VKH2O_API uint32_t vkh2o_cache_get_steps_per_dispatch(const vkh2o_cache* c);
 /* Builds the pipelines of the steps recorded with step_flags (VKH2O_STEP_MOCK or real inputs)
  * now instead of inside the first one (benchmarks call it before timing). Blocking.

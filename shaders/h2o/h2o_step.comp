@@ -1,6 +1,7 @@
 #version 450
 /*
- * H2O decode steps, read side: one workgroup per layer runs p.nsteps consecutive steps of
+ * H2O decode steps, read side. Fused (SPLIT = 0, mock steps): one workgroup per layer runs
+ * p.nsteps consecutive steps of
  *   append (score 0, position, and a map entry for the new token)
  *   -> attention of the new query over the cache (logits, softmax, P.V)
  *   -> attention mass (sum over heads of P[h, t]) added to every token's score (after scaling the
@@ -20,6 +21,15 @@
  * to their slots (from state word 7, the first slot that changed), so that between calls the
  * rows are in slot order as cache_internal.h describes.
  *
+ * Split (SPLIT = 1, one step: real steps, and mock ones where the fused step does not fit the
+ * CPU loop limiter): shaders/h2o/h2o_attn.comp has already written the raw logits of the new
+ * query into the probability rows and per token tile of TT and head its max, sum of exponentials
+ * and partial output (h2o_rows.glsl); this dispatch appends, combines the tiles per head (max M,
+ * sum Z; each tile's max is replaced by its output weight exp(m - M) / Z for h2o_attn's output
+ * stage, which runs next), adds the mass, selects and compacts exactly as the fused step does,
+ * and writes no output. The slot map is the identity plus the appended token, as at the start
+ * of a fused dispatch.
+ *
  * Selection: a step appends one token, so a cache kept at <= cap holds at most cap + 1 and
  * evicts one token: the minimum of the keys (an argmin is the exact complement of the top-k).
  * More than one (a cache filled differently) loops the argmin, excluding earlier picks.
@@ -35,9 +45,10 @@
  *   3 F16        storage 1 = fp16       11 NRECENT
  *   4 DN         qk_nope (expanded: the 12 CAP       n_sink + budget + n_recent
  *                whole qk dim with DR=0) 13 POLMODE   policy | score mode << 4
- *   5 DR         qk_rope                14 RED       H * WG (shared reduction array)
+ *   5 DR         qk_rope                14 RED       H * WG (shared reduction array; 1 with SPLIT)
  *   6 DV         v_dim                  15 MOCK      1: inputs from the counter hash
- *   7 KVL        kv_lora_rank
+ *   7 KVL        kv_lora_rank           16 SPLIT     1: attention from h2o_attn.comp's tiles
+ *                                       17 TT        tokens per tile (scratch layout, SPLIT)
  * Bindings: 0 state, 1 rows a (texel, R32G32B32A32_UINT), 2 rows b (texel, same), 3 scores,
  *           4 positions, 5 scratch, 6 staging inputs (texel, R32G32B32A32_UINT), 7 kv_b (texel,
  *           R32_UINT; f32 [H*(DN+DV)][KVL]), 8 out, 9 keys.
@@ -66,36 +77,12 @@ layout(constant_id = 12) const uint CAP = 84;
 layout(constant_id = 13) const uint POLMODE = 0;   // policy | score mode << 4
 layout(constant_id = 14) const uint RED = 256;
 layout(constant_id = 15) const uint MOCK = 1;
+layout(constant_id = 16) const uint SPLIT = 0;
+layout(constant_id = 17) const uint TT = 128;
 
 const uint WG = gl_WorkGroupSize.x;
 const uint POLICY = POLMODE & 15u;
 const uint MODE = POLMODE >> 4;
-const bool LAT = LAYOUT == 1u;
-const bool ABS = LAT && ABSORB == 1u;
-const uint DQK = DN + DR;
-// floats per token of rows a / b, and per head of q / out
-const uint AWF = LAT ? KVL : H * DQK;
-const uint BWF = LAT ? DR : H * DV;
-const uint QW = (LAT && ABSORB == 0u) ? KVL + DR : DQK;
-const uint OW = (LAT && ABSORB == 0u) ? KVL : DV;
-// staging entry strides (floats, multiples of 4: entries start on texels)
-const uint IQ4 = (H * QW + 3u) & ~3u;
-const uint IA4 = (AWF + 3u) & ~3u;
-const uint IB4 = (BWF + 3u) & ~3u;
-// scratch per layer: probs [H][CAPP], q_abs [H][KVL], out_lat [H][KVL] (absorbed latent),
-// out [H][OW] (when the caller wants no output), map [CAPP] (mirrored in src/h2o/cache.c)
-const uint CAPP = (CAPACITY + 3u) & ~3u;      // probability rows start on 16 bytes
-const uint SC_QA = H * CAPP;
-const uint SC_OL = SC_QA + (ABS ? H * KVL : 0u);
-const uint SC_OUT = SC_OL + (ABS ? H * KVL : 0u);
-const uint SC_MAP = (SC_OUT + H * OW + 3u) & ~3u;   // on 16 bytes: read 4 entries at a time
-const uint SC_SIZE = (SC_MAP + CAPP + 3u) & ~3u;
-
-// every dim a multiple of 8: rows, heads and chunks of 8 floats start on 16-byte boundaries
-const bool V8 = (LAYOUT == 1u ? (KVL % 8u) + (DR % 8u) : (DQK % 8u) + (DV % 8u)) == 0u;
-const uint EPW = F16 == 1u ? 2u : 1u;         // floats per word
-// q chunks of 8 start on a texel of the staging (else fetched float by float)
-const bool QA4 = (QW % 4u) == 0u && (LAT ? (ABSORB == 1u ? DN % 4u : KVL % 4u) == 0u : true);
 
 const uint ST_WORDS = 8u;   // len, max_len, steps, events, evicted, last_evicted, keys_len, flush_from
 
@@ -112,6 +99,8 @@ layout(set = 0, binding = 6) uniform usamplerBuffer in_t;
 layout(set = 0, binding = 7) uniform usamplerBuffer kvb_t;
 layout(set = 0, binding = 8) writeonly buffer Out { float out_f[]; };
 layout(set = 0, binding = 9) writeonly buffer Keys { uint keys[]; };
+
+#include "h2o_rows.glsl"
 
 layout(push_constant) uniform Push {
     uint layer_first;
@@ -147,32 +136,6 @@ uint in_base(uint s, uint j)
     if (MOCK == 1u) return mock_base(p.seed, g_l, p.position + j, s);
     return (s == 0u ? p.in_q + g_li * IQ4 : (s == 1u ? p.in_a + g_li * IA4 : p.in_b + g_li * IB4));
 }
-float in1(uint base, uint i)
-{
-    if (MOCK == 1u) return mock_value(base, i);
-    uint f = base + i;
-    return uintBitsToFloat(texelFetch(in_t, int(f >> 2))[f & 3u]);
-}
-// 8 floats from element i (base + i a multiple of 4 unless !aligned)
-void in8(uint base, uint i, bool aligned, out float v[8])
-{
-    if (MOCK == 1u) {
-        [[unroll]] for (uint k = 0u; k < 8u; k++) v[k] = mock_value(base, i + k);
-    } else if (aligned) {
-        vec4 a = uintBitsToFloat(texelFetch(in_t, int((base + i) >> 2)));
-        vec4 b = uintBitsToFloat(texelFetch(in_t, int(((base + i) >> 2) + 1u)));
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    } else {
-        [[unroll]] for (uint k = 0u; k < 8u; k++) v[k] = in1(base, i + k);
-    }
-}
-// an appended row value as the cache stores it (mock values are multiples of 1/1024 in
-// [-1, 1): exact in fp16, so they need no rounding)
-float as_stored(float x)
-{
-    if (F16 == 1u && MOCK == 0u) return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x;
-    return x;
-}
 
 // ---- rows of a token: kind 0 = cache slot (texel rows), 1 = appended in this dispatch ----
 // address of element 0 of a token's row: kind 0 the float index into the rows buffer, kind 1
@@ -190,79 +153,6 @@ uvec4 row_addr4(uint ab, uint t, uint te)
     uvec4 m = scu4[(g_scb + SC_MAP + t) >> 2];
     uvec4 mm = uvec4(m[min(t, te - 1u) - t], m[min(t + 1u, te - 1u) - t], m[min(t + 2u, te - 1u) - t], m[min(t + 3u, te - 1u) - t]);
     return ab == 0u ? g_abase + mm * AWF : g_bbase + mm * BWF;
-}
-// element i of the row at addr
-float row1(uint kind, uint ab, uint addr, uint i)
-{
-    if (kind == 1u) return as_stored(in1(addr, i));
-    uint e = addr + i;
-    uint w = F16 == 1u ? e >> 1 : e;
-    uint x = ab == 0u ? texelFetch(ra_t, int(w >> 2))[w & 3u] : texelFetch(rb_t, int(w >> 2))[w & 3u];
-    if (F16 == 1u) { vec2 v = unpackHalf2x16(x); return (e & 1u) == 0u ? v.x : v.y; }
-    return uintBitsToFloat(x);
-}
-// 8 floats of the row at addr from element i (addr + i a multiple of 8)
-void row8(uint kind, uint ab, uint addr, uint i, out float v[8])
-{
-    if (kind == 1u) {
-        in8(addr, i, true, v);
-        if (F16 == 1u && MOCK == 0u)
-            [[unroll]] for (uint k = 0u; k < 8u; k += 2u) {
-                vec2 r = unpackHalf2x16(packHalf2x16(vec2(v[k], v[k + 1u])));
-                v[k] = r.x; v[k + 1u] = r.y;
-            }
-        return;
-    }
-    uint e = addr + i;
-    if (F16 == 1u) {
-        uvec4 x = ab == 0u ? texelFetch(ra_t, int(e >> 3)) : texelFetch(rb_t, int(e >> 3));
-        vec2 a = unpackHalf2x16(x.x), b = unpackHalf2x16(x.y), c = unpackHalf2x16(x.z), d = unpackHalf2x16(x.w);
-        v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y; v[4] = c.x; v[5] = c.y; v[6] = d.x; v[7] = d.y;
-    } else {
-        vec4 a = uintBitsToFloat(ab == 0u ? texelFetch(ra_t, int(e >> 2)) : texelFetch(rb_t, int(e >> 2)));
-        vec4 b = uintBitsToFloat(ab == 0u ? texelFetch(ra_t, int((e >> 2) + 1u)) : texelFetch(rb_t, int((e >> 2) + 1u)));
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    }
-}
-
-// ---- the query: qsrc 0 = input stream 0 of this step (base qb), 1 = scratch (q_abs) ----
-void q8(uint qsrc, uint qb, uint i, out float v[8])
-{
-    if (qsrc == 1u) {
-        [[unroll]] for (uint k = 0u; k < 8u; k++) v[k] = sc[qb + i + k];
-    } else {
-        in8(qb, i, QA4, v);
-    }
-}
-float qv1(uint qsrc, uint qb, uint i)
-{
-    return qsrc == 1u ? sc[qb + i] : in1(qb, i);
-}
-
-float dq(float q[8], float v[8])
-{
-    return q[0] * v[0] + q[1] * v[1] + q[2] * v[2] + q[3] * v[3] + q[4] * v[4] + q[5] * v[5] + q[6] * v[6] + q[7] * v[7];
-}
-// dots of 8*n8 query floats (from element qi) with the rows of 4 tokens (row addresses r0..r3,
-// from element ri): each q chunk is loaded once for the 4 tokens
-vec4 dot8_x4(uint qsrc, uint qb, uint qi, uint kind, uint ab, uvec4 r, uint ri, uint n8)
-{
-    vec4 s = vec4(0.0);
-    float q[8], v[8];
-    for (uint c = 0u; c < n8; c++) {
-        q8(qsrc, qb, qi + c * 8u, q);
-        row8(kind, ab, r.x, ri + c * 8u, v); s.x += dq(q, v);
-        row8(kind, ab, r.y, ri + c * 8u, v); s.y += dq(q, v);
-        row8(kind, ab, r.z, ri + c * 8u, v); s.z += dq(q, v);
-        row8(kind, ab, r.w, ri + c * 8u, v); s.w += dq(q, v);
-    }
-    return s;
-}
-float dot1(uint qsrc, uint qb, uint qi, uint kind, uint ab, uint r, uint ri, uint n)
-{
-    float s = 0.0;
-    for (uint k = 0u; k < n; k++) s += qv1(qsrc, qb, qi + k) * row1(kind, ab, r, ri + k);
-    return s;
 }
 
 // logits of tokens [tb, te) (all of one kind) for every head into the probability rows, with
@@ -345,156 +235,187 @@ void step_once(const uint j)
         scu[scb + SC_MAP + len] = CAPACITY + j;
     }
 
-    // ---- latent with absorption: q_abs[h] = q_nope[h] . W_uk[h] ----
-    if (ABS) {
-        for (uint i = tid; i < H * KVL; i += WG) {
-            uint h = i / KVL, jj = i % KVL;
-            uint wrow = h * (DN + DV);
-            float s = 0.0;
-            for (uint k = 0u; k < DN; k++)
-                s += in1(qb, h * QW + k) * uintBitsToFloat(texelFetch(kvb_t, int((wrow + k) * KVL + jj)).x);
-            sc[scb + SC_QA + i] = s;
-        }
-    }
-    for (uint h = 0u; h < H; h++) red[h * WG + tid] = -3.0e38;
-    memoryBarrierBuffer();
-    barrier();
-
-    // ---- logits and per-head maxima ----
-    logits(0u, 0u, nold, qb);
-    logits(1u, nold, n, qb);
-    memoryBarrierBuffer();
-    barrier();
-    for (uint h = tid; h < H; h += WG) {
-        float m = -3.0e38;
-        for (uint k = 0u; k < WG; k++) m = max(m, red[h * WG + k]);
-        sh_m[h] = m;
-    }
-    barrier();
-
-    // ---- exponentials and the sums, over slots partitioned independently of nold (the
-    // sums, so the scores, are the same however the steps are split into dispatches) ----
-    for (uint h = 0u; h < H; h++) red[h * WG + tid] = 0.0;
-    if (V8) {
-        // 4 slots per load (rows hold CAPP, a multiple of 4); slots >= n add nothing
-        for (uint t0 = 4u * tid; t0 < n; t0 += 4u * WG)
-            for (uint h = 0u; h < H; h++) {
-                const uint i4 = (scb + h * CAPP + t0) >> 2;
-                vec4 e = exp(sc4[i4] - sh_m[h]);
-                float z = e.x;
-                if (t0 + 1u < n) z += e.y;
-                if (t0 + 2u < n) z += e.z;
-                if (t0 + 3u < n) z += e.w;
-                sc4[i4] = e;
-                red[h * WG + tid] += z;
+    if (SPLIT == 1u) {
+        // ---- split attention (h2o_attn.comp wrote the raw logits of every head into the
+        // probability rows and per tile k its max m_k, sum z_k of exp(l - m_k) and partial
+        // output): the head's max M and sum Z over the tiles in use, the tiles' output weights
+        // exp(m_k - M) / Z over their m (read by h2o_attn's output stage), and the mass ----
+        const uint ntu = (n + TT - 1u) / TT;
+        for (uint h = tid; h < H; h += WG) {
+            float m = -3.0e38;
+            for (uint k = 0u; k < ntu; k++) m = max(m, sc[scb + SC_PART + (k * H + h) * PS]);
+            float z = 0.0;
+            for (uint k = 0u; k < ntu; k++) {
+                const uint pb = scb + SC_PART + (k * H + h) * PS;
+                z += sc[pb + 1u] * exp(sc[pb] - m);
             }
+            const float iz = 1.0 / z;
+            for (uint k = 0u; k < ntu; k++) {
+                const uint pb = scb + SC_PART + (k * H + h) * PS;
+                sc[pb] = exp(sc[pb] - m) * iz;
+            }
+            sh_m[h] = m;
+            sh_iz[h] = iz;
+        }
+        if (tid == 0u) scu[scb + SC_HDR] = ntu;
+        barrier();
+        for (uint t = tid; t < n; t += WG) {
+            float mass = 0.0;
+            for (uint h = 0u; h < H; h++) mass += exp(sc[scb + h * CAPP + t] - sh_m[h]) * sh_iz[h];
+            scores[row0 + t] = p.keep * scores[row0 + t] + mass;   // keep 1: exactly +=
+        }
     } else {
-        for (uint i = tid; i < H * n; i += WG) {
-            uint h = i / n, t = i % n;
-            float e = exp(sc[scb + h * CAPP + t] - sh_m[h]);
-            sc[scb + h * CAPP + t] = e;
-            red[h * WG + tid] += e;
-        }
-    }
-    memoryBarrierBuffer();
-    barrier();
-    for (uint h = tid; h < H; h += WG) {
-        float z = 0.0;
-        for (uint k = 0u; k < WG; k++) z += red[h * WG + k];
-        sh_iz[h] = 1.0 / z;
-    }
-    barrier();
-
-    // ---- attention mass into the scores ----
-    for (uint t = tid; t < n; t += WG) {
-        float mass = 0.0;
-        for (uint h = 0u; h < H; h++) mass += sc[scb + h * CAPP + t] * sh_iz[h];
-        scores[row0 + t] = p.keep * scores[row0 + t] + mass;   // keep 1: exactly +=
-    }
-
-    // ---- output ----
-    // (no branch around it: llvmpipe turns uniform loads inside any if into per-lane gathers;
-    // without an output buffer the host points out_off at scratch)
-    {
-        uint ob = p.out_off == 0xffffffffu ? scb + SC_OUT : p.out_off + li * H * OW;
-        const uint OD = LAT ? KVL : DV;     // floats per head of the first product
-        const uint vab = LAT ? 0u : 1u;     // rows a (c_kv) or b (V)
-        if (V8) {
-            // an invocation per (head, 8 * U outputs), looping over the tokens: each
-            // probability and row address is loaded once per 8 * U outputs; probabilities of
-            // the old tokens are read 4 at a time
-            const uint U = OD % 32u == 0u ? 4u : (OD % 16u == 0u ? 2u : 1u);
-            const uint NCH = OD / (8u * U);           // chunks per head
-            for (uint i = tid; i < H * NCH; i += WG) {
-                const uint h = i / NCH, c = i % NCH;
-                const uint vi = (LAT ? 0u : h * DV) + c * 8u * U;
-                float v[8];
-                vec4 o[8];
-                [[unroll]] for (uint u = 0u; u < 2u * U; u++) o[u] = vec4(0.0);
-                const uint pb = scb + h * CAPP;
-                uint t = 0u;
-                for (; t + 4u <= nold; t += 4u) {
-                    vec4 pr = sc4[(pb + t) >> 2];
-                    uvec4 ad = row_addr4(vab, t, nold);
-                    [[unroll]] for (uint u = 0u; u < U; u++) {
-                        row8(0u, vab, ad.x, vi + 8u * u, v);
-                        o[2u * u] += pr.x * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr.x * vec4(v[4], v[5], v[6], v[7]);
-                        row8(0u, vab, ad.y, vi + 8u * u, v);
-                        o[2u * u] += pr.y * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr.y * vec4(v[4], v[5], v[6], v[7]);
-                        row8(0u, vab, ad.z, vi + 8u * u, v);
-                        o[2u * u] += pr.z * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr.z * vec4(v[4], v[5], v[6], v[7]);
-                        row8(0u, vab, ad.w, vi + 8u * u, v);
-                        o[2u * u] += pr.w * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr.w * vec4(v[4], v[5], v[6], v[7]);
-                    }
-                }
-                for (; t < nold; t++) {
-                    float pr = sc[pb + t];
-                    uint ad = row_addr(0u, vab, t);
-                    [[unroll]] for (uint u = 0u; u < U; u++) {
-                        row8(0u, vab, ad, vi + 8u * u, v);
-                        o[2u * u] += pr * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr * vec4(v[4], v[5], v[6], v[7]);
-                    }
-                }
-                for (; t < n; t++) {
-                    float pr = sc[pb + t];
-                    uint ad = row_addr(1u, vab, t);
-                    [[unroll]] for (uint u = 0u; u < U; u++) {
-                        row8(1u, vab, ad, vi + 8u * u, v);
-                        o[2u * u] += pr * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr * vec4(v[4], v[5], v[6], v[7]);
-                    }
-                }
-                const uint oi = h * OD + c * 8u * U;
-                [[unroll]] for (uint u = 0u; u < 2u * U; u++) {
-                    vec4 x = o[u] * sh_iz[h];
-                    uint so = (ABS ? scb + SC_OL : ob) + oi + 4u * u;
-                    if (ABS) { sc[so] = x.x; sc[so + 1u] = x.y; sc[so + 2u] = x.z; sc[so + 3u] = x.w; }
-                    else { out_f[so] = x.x; out_f[so + 1u] = x.y; out_f[so + 2u] = x.z; out_f[so + 3u] = x.w; }
-                }
-            }
-        } else {
-            for (uint i = tid; i < H * OD; i += WG) {
-                uint h = i / OD, d = i % OD;
-                uint vi = LAT ? d : h * DV + d;
-                float o = 0.0;
-                uint pb = scb + h * CAPP;
-                uint t = 0u;
-                for (; t < nold; t++) o += sc[pb + t] * row1(0u, vab, row_addr(0u, vab, t), vi);
-                for (; t < n; t++) o += sc[pb + t] * row1(1u, vab, row_addr(1u, vab, t), vi);
-                o *= sh_iz[h];
-                if (ABS) sc[scb + SC_OL + i] = o;
-                else out_f[ob + i] = o;
-            }
-        }
+        // ---- latent with absorption: q_abs[h] = q_nope[h] . W_uk[h] ----
         if (ABS) {
-            memoryBarrierBuffer();
-            barrier();
-            for (uint i = tid; i < H * DV; i += WG) {
-                uint h = i / DV, d = i % DV;
-                uint wrow = (h * (DN + DV) + DN + d) * KVL;
-                uint ol = scb + SC_OL + h * KVL;
-                float o = 0.0;
-                for (uint k = 0u; k < KVL; k++) o += sc[ol + k] * uintBitsToFloat(texelFetch(kvb_t, int(wrow + k)).x);
-                out_f[ob + i] = o;
+            for (uint i = tid; i < H * KVL; i += WG) {
+                uint h = i / KVL, jj = i % KVL;
+                uint wrow = h * (DN + DV);
+                float s = 0.0;
+                for (uint k = 0u; k < DN; k++)
+                    s += in1(qb, h * QW + k) * uintBitsToFloat(texelFetch(kvb_t, int((wrow + k) * KVL + jj)).x);
+                sc[scb + SC_QA + i] = s;
+            }
+        }
+        for (uint h = 0u; h < H; h++) red[h * WG + tid] = -3.0e38;
+        memoryBarrierBuffer();
+        barrier();
+
+        // ---- logits and per-head maxima ----
+        logits(0u, 0u, nold, qb);
+        logits(1u, nold, n, qb);
+        memoryBarrierBuffer();
+        barrier();
+        for (uint h = tid; h < H; h += WG) {
+            float m = -3.0e38;
+            for (uint k = 0u; k < WG; k++) m = max(m, red[h * WG + k]);
+            sh_m[h] = m;
+        }
+        barrier();
+
+        // ---- exponentials and the sums, over slots partitioned independently of nold (the
+        // sums, so the scores, are the same however the steps are split into dispatches) ----
+        for (uint h = 0u; h < H; h++) red[h * WG + tid] = 0.0;
+        if (V8) {
+            // 4 slots per load (rows hold CAPP, a multiple of 4); slots >= n add nothing
+            for (uint t0 = 4u * tid; t0 < n; t0 += 4u * WG)
+                for (uint h = 0u; h < H; h++) {
+                    const uint i4 = (scb + h * CAPP + t0) >> 2;
+                    vec4 e = exp(sc4[i4] - sh_m[h]);
+                    float z = e.x;
+                    if (t0 + 1u < n) z += e.y;
+                    if (t0 + 2u < n) z += e.z;
+                    if (t0 + 3u < n) z += e.w;
+                    sc4[i4] = e;
+                    red[h * WG + tid] += z;
+                }
+        } else {
+            for (uint i = tid; i < H * n; i += WG) {
+                uint h = i / n, t = i % n;
+                float e = exp(sc[scb + h * CAPP + t] - sh_m[h]);
+                sc[scb + h * CAPP + t] = e;
+                red[h * WG + tid] += e;
+            }
+        }
+        memoryBarrierBuffer();
+        barrier();
+        for (uint h = tid; h < H; h += WG) {
+            float z = 0.0;
+            for (uint k = 0u; k < WG; k++) z += red[h * WG + k];
+            sh_iz[h] = 1.0 / z;
+        }
+        barrier();
+
+        // ---- attention mass into the scores ----
+        for (uint t = tid; t < n; t += WG) {
+            float mass = 0.0;
+            for (uint h = 0u; h < H; h++) mass += sc[scb + h * CAPP + t] * sh_iz[h];
+            scores[row0 + t] = p.keep * scores[row0 + t] + mass;   // keep 1: exactly +=
+        }
+
+        // ---- output ----
+        // (no branch around it: llvmpipe turns uniform loads inside any if into per-lane gathers;
+        // without an output buffer the host points out_off at scratch)
+        {
+            uint ob = p.out_off == 0xffffffffu ? scb + SC_OUT : p.out_off + li * H * OW;
+            const uint OD = LAT ? KVL : DV;     // floats per head of the first product
+            const uint vab = LAT ? 0u : 1u;     // rows a (c_kv) or b (V)
+            if (V8) {
+                // an invocation per (head, 8 * U outputs), looping over the tokens: each
+                // probability and row address is loaded once per 8 * U outputs; probabilities of
+                // the old tokens are read 4 at a time
+                const uint U = OD % 32u == 0u ? 4u : (OD % 16u == 0u ? 2u : 1u);
+                const uint NCH = OD / (8u * U);           // chunks per head
+                for (uint i = tid; i < H * NCH; i += WG) {
+                    const uint h = i / NCH, c = i % NCH;
+                    const uint vi = (LAT ? 0u : h * DV) + c * 8u * U;
+                    float v[8];
+                    vec4 o[8];
+                    [[unroll]] for (uint u = 0u; u < 2u * U; u++) o[u] = vec4(0.0);
+                    const uint pb = scb + h * CAPP;
+                    uint t = 0u;
+                    for (; t + 4u <= nold; t += 4u) {
+                        vec4 pr = sc4[(pb + t) >> 2];
+                        uvec4 ad = row_addr4(vab, t, nold);
+                        [[unroll]] for (uint u = 0u; u < U; u++) {
+                            row8(0u, vab, ad.x, vi + 8u * u, v);
+                            o[2u * u] += pr.x * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr.x * vec4(v[4], v[5], v[6], v[7]);
+                            row8(0u, vab, ad.y, vi + 8u * u, v);
+                            o[2u * u] += pr.y * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr.y * vec4(v[4], v[5], v[6], v[7]);
+                            row8(0u, vab, ad.z, vi + 8u * u, v);
+                            o[2u * u] += pr.z * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr.z * vec4(v[4], v[5], v[6], v[7]);
+                            row8(0u, vab, ad.w, vi + 8u * u, v);
+                            o[2u * u] += pr.w * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr.w * vec4(v[4], v[5], v[6], v[7]);
+                        }
+                    }
+                    for (; t < nold; t++) {
+                        float pr = sc[pb + t];
+                        uint ad = row_addr(0u, vab, t);
+                        [[unroll]] for (uint u = 0u; u < U; u++) {
+                            row8(0u, vab, ad, vi + 8u * u, v);
+                            o[2u * u] += pr * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr * vec4(v[4], v[5], v[6], v[7]);
+                        }
+                    }
+                    for (; t < n; t++) {
+                        float pr = sc[pb + t];
+                        uint ad = row_addr(1u, vab, t);
+                        [[unroll]] for (uint u = 0u; u < U; u++) {
+                            row8(1u, vab, ad, vi + 8u * u, v);
+                            o[2u * u] += pr * vec4(v[0], v[1], v[2], v[3]); o[2u * u + 1u] += pr * vec4(v[4], v[5], v[6], v[7]);
+                        }
+                    }
+                    const uint oi = h * OD + c * 8u * U;
+                    [[unroll]] for (uint u = 0u; u < 2u * U; u++) {
+                        vec4 x = o[u] * sh_iz[h];
+                        uint so = (ABS ? scb + SC_OL : ob) + oi + 4u * u;
+                        if (ABS) { sc[so] = x.x; sc[so + 1u] = x.y; sc[so + 2u] = x.z; sc[so + 3u] = x.w; }
+                        else { out_f[so] = x.x; out_f[so + 1u] = x.y; out_f[so + 2u] = x.z; out_f[so + 3u] = x.w; }
+                    }
+                }
+            } else {
+                for (uint i = tid; i < H * OD; i += WG) {
+                    uint h = i / OD, d = i % OD;
+                    uint vi = LAT ? d : h * DV + d;
+                    float o = 0.0;
+                    uint pb = scb + h * CAPP;
+                    uint t = 0u;
+                    for (; t < nold; t++) o += sc[pb + t] * row1(0u, vab, row_addr(0u, vab, t), vi);
+                    for (; t < n; t++) o += sc[pb + t] * row1(1u, vab, row_addr(1u, vab, t), vi);
+                    o *= sh_iz[h];
+                    if (ABS) sc[scb + SC_OL + i] = o;
+                    else out_f[ob + i] = o;
+                }
+            }
+            if (ABS) {
+                memoryBarrierBuffer();
+                barrier();
+                for (uint i = tid; i < H * DV; i += WG) {
+                    uint h = i / DV, d = i % DV;
+                    uint wrow = (h * (DN + DV) + DN + d) * KVL;
+                    uint ol = scb + SC_OL + h * KVL;
+                    float o = 0.0;
+                    for (uint k = 0u; k < KVL; k++) o += sc[ol + k] * uintBitsToFloat(texelFetch(kvb_t, int(wrow + k)).x);
+                    out_f[ob + i] = o;
+                }
             }
         }
     }

@@ -1,5 +1,7 @@
-/* The KV cache with H2O eviction: desc validation, device buffers, the fused decode step
- * (shaders/h2o/h2o_step.comp), prefill (top-k + compaction) and host readbacks. */
+/* The KV cache with H2O eviction: desc validation, device buffers, the decode step (fused in
+ * shaders/h2o/h2o_step.comp for mock steps; split for real ones: the attention over token tiles
+ * and head groups in shaders/h2o/h2o_attn.comp, then h2o_step.comp with SPLIT = 1), prefill
+ * (top-k + compaction) and host readbacks. */
 #include "cache_internal.h"
 
 #include <math.h>
@@ -147,7 +149,7 @@ uint64_t vkh2o_cache_bytes(const vkh2o_cache_desc* desc, uint64_t tokens)
 #define LOOP_BUDGET 60000u   /* below llvmpipe's 65535 loop iterations per invocation */
 #define MAX_STEPS 64u        /* mock steps per dispatch at most (h2o_step's eviction list is 64) */
 
-/* Upper bound of the loop iterations one invocation of h2o_step.comp runs in a dispatch of k
+/* Upper bound of the loop iterations one invocation of the fused h2o_step.comp runs in a dispatch of k
  * steps at full capacity with workgroup size wg: every loop of the shader, constant-trip loops
  * included (the [[unroll]] ones excepted), eviction of as many tokens as the capacity allows. */
 static uint64_t step_loop_iterations(const vkh2o_cache* c, uint32_t wg, uint32_t k)
@@ -186,6 +188,67 @@ static uint64_t step_loop_iterations(const vkh2o_cache* c, uint32_t wg, uint32_t
     return total + total / 10 + 64;
 }
 
+/* Upper bounds of the loop iterations one invocation runs in the split step (h2o_attn.comp's
+ * stages with workgroup wg, tiles of tt tokens, hg heads per tile workgroup; h2o_step.comp
+ * with SPLIT = 1 and workgroup wg) at full capacity, counted as step_loop_iterations does. */
+static uint64_t attn_loop_iterations(const vkh2o_cache* c, uint32_t stage, uint32_t wg, uint32_t tt, uint32_t hg)
+{
+    const vkh2o_cache_desc* d = &c->desc;
+    bool lat = d->layout == VKH2O_LAYOUT_LATENT;
+    uint64_t dqk = c->dqk, kvl = d->kv_lora_rank, dr = d->qk_rope_dim, dv = d->v_dim, dn = d->qk_nope_dim;
+    uint64_t od = lat ? kvl : dv, nt = (d->capacity + tt - 1) / tt;
+    bool v8 = lat ? (kvl % 8 == 0 && dr % 8 == 0) : (dqk % 8 == 0 && dv % 8 == 0);
+#define UP(a) (((a) + wg - 1) / wg)
+    uint64_t it = 16;
+    if (stage == H2O_ATTN_QABS) {
+        it += dn + 1;
+    } else if (stage == H2O_ATTN_TILE) {
+        uint64_t chunks = lat ? kvl / 8 + dr / 8 + 2 : dqk / 8 + 1;
+        uint64_t elems = lat ? kvl + dr + 2 : dqk + 1;
+        it += 2 * hg;                                               /* reduction slots */
+        if (v8)
+            it += (UP(tt / 4) + 2) * (1 + hg * (2 + chunks));      /* logits, old and new */
+        else
+            it += (UP((uint64_t)hg * tt) + UP(hg) + 2) * (1 + elems);
+        it += 2 * (UP(hg) * (1 + wg) + 1);                          /* max and sum reductions */
+        it += UP((uint64_t)hg * (tt / 4)) + 1;                      /* exponentials */
+        it += v8 ? UP(hg * od / 8) * (tt / 4 + 8) + 1 : UP(hg * od) * (tt + 3) + 1;   /* P.V */
+        it += UP(hg) + 1;
+    } else {
+        it += c->absorb ? UP(kvl) * (1 + nt) + UP(dv) * (1 + kvl) + 2 : UP(od) * (1 + nt) + 1;
+    }
+#undef UP
+    return it + it / 10 + 64;
+}
+
+static uint64_t split_step_loop_iterations(const vkh2o_cache* c, uint32_t wg)
+{
+    const vkh2o_cache_desc* d = &c->desc;
+    uint64_t H = d->num_heads, n = d->capacity, nt = c->ntiles;
+#define UP(a) (((a) + wg - 1) / wg)
+    uint64_t it = 16 + UP(n) + 2;                         /* the map's identity */
+    it += UP(H) * (3 * nt + 4);                           /* maxima, sums and weights of the tiles */
+    it += UP(n) * (1 + H);                                /* mass */
+    it += UP(n) + 1;                                      /* keys */
+    uint64_t nev = n - c->cap, m = n - d->n_sink - d->n_recent;
+    if (nev > 64)
+        nev = 64;
+    it += nev * (UP(m) * (1 + nev) + wg + nev + 2) + 1;  /* selection */
+    it += ((3 + wg - 1) / wg) * (1 + n) + nev + 2;        /* compaction of scores, positions, map */
+#undef UP
+    return it + it / 10 + 64;
+}
+
+static uint64_t attn_loop_worst(const vkh2o_cache* c, uint32_t wg, uint32_t tt, uint32_t hg)
+{
+    uint64_t w = 0;
+    for (uint32_t st = 0; st < H2O_ATTN_STAGES; st++) {
+        uint64_t it = attn_loop_iterations(c, st, wg, tt, hg);
+        w = it > w ? it : w;
+    }
+    return w;
+}
+
 static vkh2o_result make_buffer(vkh2o_context* ctx, uint64_t bytes, const char* what, vkh2o_buffer** out)
 {
     bytes = (bytes + 15) & ~15ull;    /* texel views cover whole buffers of 16-byte texels */
@@ -199,7 +262,29 @@ static vkh2o_result make_buffer(vkh2o_context* ctx, uint64_t bytes, const char* 
     return vkh2o_buffer_create(ctx, bytes, out);
 }
 
+static vkh2o_result cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc, uint32_t tt, uint32_t hg,
+                                 vkh2o_cache** out);
+
 vkh2o_result vkh2o_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc, vkh2o_cache** out)
+{
+    return cache_create(ctx, desc, 0, 0, out);
+}
+
+vkh2o_result vkh2o_cache_create_split(vkh2o_context* ctx, const vkh2o_cache_desc* desc, uint32_t tt, uint32_t hg,
+                                      vkh2o_cache** out)
+{
+    if (out)
+        *out = NULL;
+    if (tt % 4)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache: split tile of %u tokens x %u heads", tt, hg);
+    VKH2O_CHECK(cache_create(ctx, desc, tt, hg, out));
+    (*out)->split_mock = true;
+    (*out)->max_steps_per_dispatch = 1;
+    return VKH2O_OK;
+}
+
+static vkh2o_result cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc, uint32_t tt, uint32_t hg,
+                                 vkh2o_cache** out)
 {
     if (out)
         *out = NULL;
@@ -231,12 +316,40 @@ vkh2o_result vkh2o_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc
     c->q_width = (lat && !c->absorb) ? d->kv_lora_rank + d->qk_rope_dim : c->dqk;
     c->out_width = (lat && !c->absorb) ? d->kv_lora_rank : d->v_dim;
     c->scale = d->scale > 0.0f ? d->scale : 1.0f / sqrtf((float)c->dqk);
-    /* scratch per layer (mirrors SC_SIZE of h2o_step.comp): probabilities [H][capacity rounded
+    /* scratch per layer (mirrors SC_SIZE of h2o_rows.glsl): probabilities [H][capacity rounded
      * up to 4], for the absorbed latent layout q_abs and the latent output [H][kv_lora] each, the
      * output [H][out_width] when the caller wants none, and the slot map [capacity rounded up] */
+    /* Split attention shapes (h2o_attn.comp): CPU devices run a workgroup as one thread, so
+     * one 8-lane batch per workgroup, tiles of 128 tokens and 16 heads (each row load feeds the
+     * group's heads; a Kimi step at 4096 tokens makes 33 x 4 workgroups for the cores); GPUs
+     * 64 invocations of 4 tokens each. On CPU devices tiles and head groups shrink until every
+     * stage fits the loop budget (llvmpipe's limiter, see the workgroup comment below). */
+    bool cpu = vkh2o_is_cpu_device(ctx), cpu_shapes = vkh2o_cpu_shapes(ctx);
+    c->attn_wg = cpu_shapes ? 8u : 64u;
+    c->tt = tt ? tt : cpu_shapes ? 128u : 256u;
+    c->hg = hg ? hg : cpu_shapes ? 16u : 4u;
+    if (c->hg > H)
+        c->hg = H;
+    while (cpu && !tt && attn_loop_worst(c, c->attn_wg, c->tt, c->hg) > LOOP_BUDGET && (c->tt > 4 || c->hg > 1)) {
+        if (c->tt > 4)
+            c->tt /= 2;
+        else
+            c->hg = (c->hg + 1) / 2;
+    }
+    c->ntiles = (d->capacity + c->tt - 1) / c->tt;
+    /* ... then the split partials: a header word, then [tile][head] {m, z, o[od]} (od = kv_lora
+     * latent, v_dim expanded) rounded up to 4 floats */
     uint32_t capp = (d->capacity + 3u) & ~3u;
+    uint32_t od = lat ? d->kv_lora_rank : d->v_dim;
     c->sc_map = (H * capp + (c->absorb ? 2u * H * d->kv_lora_rank : 0u) + H * c->out_width + 3u) & ~3u;
-    c->scratch_per_layer = (c->sc_map + capp + 3u) & ~3u;
+    uint64_t sc_part = ((c->sc_map + capp + 3ull) & ~3ull) + 4;
+    uint64_t scl = sc_part + (uint64_t)c->ntiles * H * ((2u + od + 3u) & ~3u);
+    if (scl * L >= (1ull << 32)) {
+        r = vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kv cache: %u layers x %llu scratch floats is too large", L,
+                       (unsigned long long)scl);
+        goto fail;
+    }
+    c->scratch_per_layer = (uint32_t)scl;
     /* staging of real steps: planes q [L][H * q_width], a [L][a_width], b [L][b_width], entries
      * rounded up to 4 floats (texels) */
     c->iq4 = (H * c->q_width + 3u) & ~3u;
@@ -282,9 +395,9 @@ vkh2o_result vkh2o_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc
      * where it fits. llvmpipe (lavapipe) stops every loop of an invocation once 65535 loop
      * iterations have run in it (gallivm's loop limiter, counted over the whole invocation):
      * the workgroup grows until at least 8 steps fit a dispatch (or one, at the most
-     * invocations), and a dispatch runs only as many mock steps as fit. GPUs: wide workgroups;
-     * the per-head reduction array H x WG floats stays within 16 KiB. */
-    bool cpu = vkh2o_is_cpu_device(ctx), cpu_shapes = vkh2o_cpu_shapes(ctx);
+     * invocations), and a dispatch runs only as many mock steps as fit; where not even one fits
+     * (e.g. 64 heads x 1,024 slots), mock steps run split like real ones. GPUs: wide
+     * workgroups; the per-head reduction array H x WG floats stays within 16 KiB. */
     uint32_t wg = cpu_shapes ? 8u : 256u;
     while (wg > 8 && H * wg > 4096)
         wg /= 2;
@@ -301,15 +414,29 @@ vkh2o_result vkh2o_cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* desc
                 break;
             wg *= 2;
         }
-        if (c->max_steps_per_dispatch == 0 || d->capacity + 16u > LOOP_BUDGET) {
+    }
+    c->wg = wg;
+    /* the split step (real steps; mock ones where the fused step fits no step at all): the
+     * per-layer pass grows its workgroup until it fits; the attention tiles were sized above */
+    uint32_t swg = cpu_shapes ? 8u : 256u;
+    while (cpu && split_step_loop_iterations(c, swg) > LOOP_BUDGET && swg * 2 <= ctx->caps.max_workgroup_invocations)
+        swg *= 2;
+    c->split_wg = swg;
+    if (c->max_steps_per_dispatch == 0) {
+        c->split_mock = true;
+        c->max_steps_per_dispatch = 1;
+    }
+    if (cpu) {
+        uint64_t need = split_step_loop_iterations(c, swg), na = attn_loop_worst(c, c->attn_wg, c->tt, c->hg);
+        need = na > need ? na : need;
+        if (need > LOOP_BUDGET || d->capacity + 16u > LOOP_BUDGET) {
             r = vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                            "kv cache: one decode step at capacity %u with %u heads needs ~%llu loop iterations per "
                            "invocation; this CPU device (llvmpipe) stops loops after 65535",
-                           d->capacity, H, (unsigned long long)step_loop_iterations(c, wg, 1));
+                           d->capacity, H, (unsigned long long)need);
             goto fail;
         }
     }
-    c->wg = wg;
     *out = c;
     return VKH2O_OK;
 fail:
@@ -374,10 +501,49 @@ static vkh2o_result check_input(vkh2o_cache* c, const char* name, const vkh2o_bu
     return VKH2O_OK;
 }
 
-/* the step and flush kernels of real (mock = 0) or mock (1) inputs, made on first use */
+/* the split step's kernels (h2o_attn stages, h2o_step with SPLIT = 1) of real or mock inputs */
+static vkh2o_result split_kernels(vkh2o_cache* c, uint32_t mock)
+{
+    if (c->split_kernel[mock])
+        return VKH2O_OK;
+    const vkh2o_cache_desc* d = &c->desc;
+    bool lat = d->layout == VKH2O_LAYOUT_LATENT, f16 = d->storage == VKH2O_DTYPE_F16;
+    uint32_t H = d->num_heads;
+    for (uint32_t st = 0; st < H2O_ATTN_STAGES; st++) {
+        if (st == H2O_ATTN_QABS && !c->absorb)
+            continue;
+        bool tile = st == H2O_ATTN_TILE;
+        uint32_t spec[H2O_ATTN_SPEC_COUNT] = {
+            [H2O_ATTN_SPEC_WG] = c->attn_wg, [H2O_ATTN_SPEC_H] = H, [H2O_ATTN_SPEC_LAYOUT] = lat, [H2O_ATTN_SPEC_F16] = f16,
+            [H2O_ATTN_SPEC_DN] = d->qk_nope_dim, [H2O_ATTN_SPEC_DR] = d->qk_rope_dim, [H2O_ATTN_SPEC_DV] = d->v_dim,
+            [H2O_ATTN_SPEC_KVL] = lat ? d->kv_lora_rank : 2, [H2O_ATTN_SPEC_ABSORB] = c->absorb,
+            [H2O_ATTN_SPEC_CAPACITY] = d->capacity, [H2O_ATTN_SPEC_MOCK] = mock, [H2O_ATTN_SPEC_STAGE] = st,
+            [H2O_ATTN_SPEC_TT] = c->tt, [H2O_ATTN_SPEC_HG] = c->hg, [H2O_ATTN_SPEC_NE4] = tile ? c->hg * c->tt / 4 : 1,
+            [H2O_ATTN_SPEC_NRED] = tile ? c->hg * c->attn_wg : 1,
+        };
+        /* texel bindings: 1 rows a, 2 rows b, 4 staging, 5 kv_b */
+        VKH2O_CHECK(vkh2o_kernel_get_texel(c->ctx, "h2o_attn", 7, (1u << 1) | (1u << 2) | (1u << 4) | (1u << 5), spec,
+                                           H2O_ATTN_SPEC_COUNT, &c->attn_kernel[mock][st]));
+    }
+    uint32_t spec[H2O_SPEC_COUNT] = {
+        [H2O_SPEC_WG] = c->split_wg, [H2O_SPEC_H] = H, [H2O_SPEC_LAYOUT] = lat, [H2O_SPEC_F16] = f16,
+        [H2O_SPEC_DN] = d->qk_nope_dim, [H2O_SPEC_DR] = d->qk_rope_dim, [H2O_SPEC_DV] = d->v_dim,
+        [H2O_SPEC_KVL] = lat ? d->kv_lora_rank : 2, [H2O_SPEC_ABSORB] = c->absorb,
+        [H2O_SPEC_CAPACITY] = d->capacity, [H2O_SPEC_NSINK] = d->n_sink, [H2O_SPEC_NRECENT] = d->n_recent,
+        [H2O_SPEC_CAP] = c->cap, [H2O_SPEC_POLMODE] = (uint32_t)d->policy | (uint32_t)d->score_mode << 4,
+        [H2O_SPEC_RED] = 1, [H2O_SPEC_MOCK] = mock, [H2O_SPEC_SPLIT] = 1, [H2O_SPEC_TT] = c->tt,
+    };
+    return vkh2o_kernel_get_texel(c->ctx, "h2o_step", 10, (1u << 1) | (1u << 2) | (1u << 6) | (1u << 7), spec,
+                                  H2O_SPEC_COUNT, &c->split_kernel[mock]);
+}
+
+/* the kernels of steps with real (mock = 0) or mock (1) inputs, made on first use: mock steps
+ * fused (h2o_step) unless split_mock, real steps split; the flush either way */
 vkh2o_result vkh2o_cache_kernels(vkh2o_cache* c, uint32_t mock)
 {
-    if (c->step_kernel[mock])
+    if (!mock || c->split_mock)
+        VKH2O_CHECK(split_kernels(c, mock));
+    if (c->flush_kernel[mock] && (!mock || c->split_mock || c->step_kernel[1]))
         return VKH2O_OK;
     const vkh2o_cache_desc* d = &c->desc;
     bool lat = d->layout == VKH2O_LAYOUT_LATENT, f16 = d->storage == VKH2O_DTYPE_F16;
@@ -388,11 +554,12 @@ vkh2o_result vkh2o_cache_kernels(vkh2o_cache* c, uint32_t mock)
         [H2O_SPEC_KVL] = lat ? d->kv_lora_rank : 2, [H2O_SPEC_ABSORB] = c->absorb,
         [H2O_SPEC_CAPACITY] = d->capacity, [H2O_SPEC_NSINK] = d->n_sink, [H2O_SPEC_NRECENT] = d->n_recent,
         [H2O_SPEC_CAP] = c->cap, [H2O_SPEC_POLMODE] = (uint32_t)d->policy | (uint32_t)d->score_mode << 4,
-        [H2O_SPEC_RED] = H * c->wg, [H2O_SPEC_MOCK] = mock,
+        [H2O_SPEC_RED] = H * c->wg, [H2O_SPEC_MOCK] = mock, [H2O_SPEC_SPLIT] = 0, [H2O_SPEC_TT] = c->tt,
     };
-    /* texel bindings: 1 rows a, 2 rows b, 6 staging, 7 kv_b */
-    VKH2O_CHECK(vkh2o_kernel_get_texel(c->ctx, "h2o_step", 10, (1u << 1) | (1u << 2) | (1u << 6) | (1u << 7), spec,
-                                       H2O_SPEC_COUNT, &c->step_kernel[mock]));
+    /* texel bindings: 1 rows a, 2 rows b, 6 staging, 7 kv_b (real steps are split: no fused kernel) */
+    if (mock && !c->split_mock)
+        VKH2O_CHECK(vkh2o_kernel_get_texel(c->ctx, "h2o_step", 10, (1u << 1) | (1u << 2) | (1u << 6) | (1u << 7), spec,
+                                           H2O_SPEC_COUNT, &c->step_kernel[mock]));
     bool v4 = c->a_words % 4 == 0 && c->b_words % 4 == 0;
     uint32_t fspec[H2O_FLUSH_SPEC_COUNT] = {
         [H2O_FLUSH_SPEC_WG] = c->flush_wg, [H2O_FLUSH_SPEC_F16] = f16, [H2O_FLUSH_SPEC_AWF] = c->a_width,
@@ -479,12 +646,43 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_cache* c, VkCommandBuffer cb, const vkh2
     bool v4 = c->a_words % 4 == 0 && c->b_words % 4 == 0;
     uint32_t cols = v4 ? c->a_words / 4 + c->b_words / 4 : c->a_words + c->b_words;
     struct h2o_flush_push fp = { .layer_first = s->layer_first, .seed = d->seed, .in_a = c->in_a, .in_b = c->in_b };
+    /* real steps (one per record) and split_mock ones: the attention over many workgroups
+     * (h2o_attn.comp), then the per-layer combine, mass and eviction (h2o_step.comp, SPLIT) */
+    bool split = !mock || c->split_mock;
+    uint32_t per = split ? 1u : c->max_steps_per_dispatch;
+    vkh2o_binding abind[7] = {
+        vkh2o_bind(c->state), c->tex_a, c->tex_b, vkh2o_bind(c->scratch), c->tex_in, c->tex_kvb,
+        s->out ? o : vkh2o_bind(c->dummy),
+    };
+    struct h2o_attn_push ap = { .layer_first = s->layer_first, .seed = d->seed, .scale = c->scale, .in_q = c->in_q,
+                                .in_a = c->in_a, .in_b = c->in_b, .out_off = pc.out_off };
     for (uint32_t done = 0; done < nsteps; done += pc.nsteps) {
-        pc.nsteps = nsteps - done < c->max_steps_per_dispatch ? nsteps - done : c->max_steps_per_dispatch;
+        pc.nsteps = nsteps - done < per ? nsteps - done : per;
         pc.position = s->position + done;
         pc.step = s->step + done;
-        VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->step_kernel[mock], bind, 10, &pc, sizeof pc, count, 1, 1));
-        vkh2o_barrier(c->ctx, cb);
+        if (split) {
+            ap.position = pc.position;
+            if (c->absorb) {
+                VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->attn_kernel[mock][H2O_ATTN_QABS], abind, 7, &ap, sizeof ap,
+                                           vkh2o_div_up(H * d->kv_lora_rank, c->attn_wg), 1, count));
+                vkh2o_barrier(c->ctx, cb);
+            }
+            VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->attn_kernel[mock][H2O_ATTN_TILE], abind, 7, &ap, sizeof ap, c->ntiles,
+                                       vkh2o_div_up(H, c->hg), count));
+            vkh2o_barrier(c->ctx, cb);
+            VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->split_kernel[mock], bind, 10, &pc, sizeof pc, count, 1, 1));
+            vkh2o_barrier(c->ctx, cb);
+            /* the output reads the tiles' weights h2o_step left in the scratch (a barrier before
+             * the flush: the rows are bound to it as texel views, which the flush writes) */
+            if (s->out) {
+                VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->attn_kernel[mock][H2O_ATTN_OUT], abind, 7, &ap, sizeof ap, H, 1,
+                                           count));
+                vkh2o_barrier(c->ctx, cb);
+            }
+        } else {
+            VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->step_kernel[mock], bind, 10, &pc, sizeof pc, count, 1, 1));
+            vkh2o_barrier(c->ctx, cb);
+        }
         fp.position = pc.position;
         VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->flush_kernel[mock], fbind, 5, &fp, sizeof fp, count,
                                    vkh2o_div_up(cols, c->flush_wg), 1));

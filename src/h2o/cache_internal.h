@@ -104,11 +104,21 @@ vkh2o_result vkh2o_cmd_compact(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
  *           (len, evicted) of the step with index step % history_steps.
  * Tokens are kept in ascending position order at slots [0, len) between calls.
  *
- * A decode step records (shaders/h2o/h2o_step.comp, h2o_flush.comp):
- *   [real inputs: copies of q, a, b into the staging planes, barrier]
+ * A decode step records (shaders/h2o/h2o_step.comp, h2o_attn.comp, h2o_flush.comp), fused
+ * (mock steps, several per dispatch where the CPU loop budget allows):
  *   h2o_step   one workgroup per layer, nsteps steps: attention reading the rows through
  *              texel views, mass, selection, compaction of scores/positions/map; barrier
  *   h2o_flush  moves the rows to their slots as the map says (storage writes); barrier
+ * or split (real steps, one per record; mock ones when the fused step does not fit or
+ * split_mock is set):
+ *   [real inputs: copies of q, a, b into the staging planes, barrier]
+ *   [h2o_attn QABS  absorbed latent: q_abs over H * kv_lora invocations; barrier]
+ *   h2o_attn TILE   (token tiles x head groups x layers) workgroups: logits and per-tile
+ *                   partial softmax sums and outputs; barrier
+ *   h2o_step SPLIT  one workgroup per layer: combine the tiles' maxima and sums, mass,
+ *                   selection, compaction; barrier
+ *   [h2o_attn OUT   (heads x layers): the output from the weighted partials, if asked for]
+ *   h2o_flush; barrier
  * so the rows are read through texel views only in dispatches that do not write them. */
 enum {
     VKH2O_ST_LEN = 0, VKH2O_ST_MAX_LEN, VKH2O_ST_STEPS, VKH2O_ST_EVENTS, VKH2O_ST_EVICTED,
@@ -119,7 +129,8 @@ enum {
 enum {
     H2O_SPEC_WG = 0, H2O_SPEC_H, H2O_SPEC_LAYOUT, H2O_SPEC_F16, H2O_SPEC_DN, H2O_SPEC_DR,
     H2O_SPEC_DV, H2O_SPEC_KVL, H2O_SPEC_ABSORB, H2O_SPEC_CAPACITY, H2O_SPEC_NSINK,
-    H2O_SPEC_NRECENT, H2O_SPEC_CAP, H2O_SPEC_POLMODE, H2O_SPEC_RED, H2O_SPEC_MOCK, H2O_SPEC_COUNT
+    H2O_SPEC_NRECENT, H2O_SPEC_CAP, H2O_SPEC_POLMODE, H2O_SPEC_RED, H2O_SPEC_MOCK, H2O_SPEC_SPLIT, H2O_SPEC_TT,
+    H2O_SPEC_COUNT
 };
 
 struct h2o_step_push {
@@ -130,6 +141,21 @@ struct h2o_step_push {
     float keep;            /* what a step keeps of a score before adding the mass: 1, decay, or 0 */
 };
 _Static_assert(sizeof(struct h2o_step_push) <= VKH2O_PUSH_MAX, "h2o_step push constants");
+
+/* Spec constant ids of shaders/h2o/h2o_attn.comp, its stages, push constants */
+enum {
+    H2O_ATTN_SPEC_WG = 0, H2O_ATTN_SPEC_H, H2O_ATTN_SPEC_LAYOUT, H2O_ATTN_SPEC_F16, H2O_ATTN_SPEC_DN, H2O_ATTN_SPEC_DR,
+    H2O_ATTN_SPEC_DV, H2O_ATTN_SPEC_KVL, H2O_ATTN_SPEC_ABSORB, H2O_ATTN_SPEC_CAPACITY, H2O_ATTN_SPEC_MOCK,
+    H2O_ATTN_SPEC_STAGE, H2O_ATTN_SPEC_TT, H2O_ATTN_SPEC_HG, H2O_ATTN_SPEC_NE4, H2O_ATTN_SPEC_NRED, H2O_ATTN_SPEC_COUNT
+};
+enum { H2O_ATTN_QABS = 0, H2O_ATTN_TILE = 1, H2O_ATTN_OUT = 2, H2O_ATTN_STAGES = 3 };
+
+struct h2o_attn_push {
+    uint32_t layer_first, position, seed;
+    float scale;
+    uint32_t in_q, in_a, in_b, out_off;
+};
+_Static_assert(sizeof(struct h2o_attn_push) <= VKH2O_PUSH_MAX, "h2o_attn push constants");
 
 /* Spec constant ids of shaders/h2o/h2o_flush.comp */
 enum {
@@ -152,6 +178,9 @@ struct vkh2o_cache {
     uint32_t q_width, out_width;       /* floats per head */
     uint32_t scratch_per_layer;        /* floats (mirrors SC_SIZE of h2o_step.comp) */
     uint32_t sc_map;                   /* float offset of the map in a layer's scratch (SC_MAP) */
+    uint32_t tt, hg;                   /* split attention: tokens per tile, heads per tile workgroup */
+    uint32_t ntiles;                   /* tiles over the capacity (NT) */
+    uint32_t attn_wg, split_wg;        /* h2o_attn / h2o_step (SPLIT) workgroup sizes */
     uint32_t in_q, in_a, in_b;         /* float offsets of the staging planes */
     uint32_t iq4, ia4, ib4;            /* floats per staging entry (multiples of 4) */
     bool absorb;
@@ -171,14 +200,27 @@ struct vkh2o_cache {
     vkh2o_binding tex_a, tex_b, tex_in, tex_kvb;   /* texel views of rows a/b, staging, kv_b */
     vkh2o_kernel* step_kernel[2];      /* [mock] */
     vkh2o_kernel* flush_kernel[2];
+    vkh2o_kernel* split_kernel[2];     /* [mock] h2o_step with SPLIT = 1 */
+    vkh2o_kernel* attn_kernel[2][H2O_ATTN_STAGES];   /* [mock][stage] (QABS only when absorbed) */
+    bool split_mock;                   /* mock steps take the split path, one step per record
+                                          (set when the fused step does not fit the CPU loop
+                                          budget; tests may set it to exercise the split path) */
     uint32_t wg;                       /* h2o_step workgroup size */
     uint32_t flush_wg;
     uint32_t max_steps_per_dispatch;   /* mock steps per dispatch (CPU devices: loop limiter) */
     double last_run_ms;                /* GPU time of the last run_cache_steps / run_cache_prefill */
 };
 
+/* As vkh2o_cache_create, with the split attention's tiles of tt tokens (a multiple of 4) and hg
+ * heads per workgroup instead of the device's choice (0: the device's), and mock steps split
+ * (split_mock): for tests
+ * (tiles that do not divide the cache, partial head groups). The loop budget is still checked. */
+vkh2o_result vkh2o_cache_create_split(vkh2o_context* ctx, const vkh2o_cache_desc* desc, uint32_t tt, uint32_t hg,
+                                      vkh2o_cache** out);
+
 /* Builds the pipelines of the steps with real (mock 0) or mock (1) inputs now (they are
- * otherwise built by the first step recorded: benchmarks call this before timing). */
+ * otherwise built by the first step recorded: benchmarks call this before timing): the fused
+ * ones for mock steps, the split ones for real steps and, with split_mock, mock ones. */
 vkh2o_result vkh2o_cache_kernels(vkh2o_cache* c, uint32_t mock);
 
 #endif

@@ -166,6 +166,8 @@ typedef struct run_cfg {
     uint32_t heads, dn, dr, dv, kvl;
     uint32_t n_sink, budget, n_recent, layers, steps;
     bool absorb;
+    bool split;              /* mock steps through the split path (h2o_attn.comp + h2o_step SPLIT) */
+    uint32_t tt, hg;         /* its tiles: tokens (multiple of 4), heads per workgroup; 0: the device's */
 } run_cfg;
 
 /* A mock run checked after every step against ref_h2o_sim. */
@@ -187,10 +189,16 @@ static void run_checked(const run_cfg* rc, uint64_t seed)
         .budget = rc->budget, .n_recent = rc->n_recent, .policy = rc->policy, .score_mode = rc->mode,
         .seed = (uint32_t)seed, .kv_b_proj = kvb, .history_steps = 4,
     };
-    print_message("  %s: layers %u heads %u dims %u+%u/%u kvl %u, sink %u budget %u recent %u, %u steps\n", rc->name,
-                  rc->layers, rc->heads, rc->dn, rc->dr, rc->dv, rc->kvl, rc->n_sink, rc->budget, rc->n_recent, rc->steps);
+    print_message("  %s: layers %u heads %u dims %u+%u/%u kvl %u, sink %u budget %u recent %u, %u steps%s\n", rc->name,
+                  rc->layers, rc->heads, rc->dn, rc->dr, rc->dv, rc->kvl, rc->n_sink, rc->budget, rc->n_recent, rc->steps,
+                  rc->split ? ", split" : "");
     vkh2o_cache* c;
-    assert_int_equal(vkh2o_cache_create(ctx, &d, &c), VKH2O_OK);
+    if (rc->split) {
+        assert_int_equal(vkh2o_cache_create_split(ctx, &d, rc->tt, rc->hg, &c), VKH2O_OK);
+        print_message("    tiles of %u tokens x %u heads (%u tiles), step workgroup %u\n", c->tt, c->hg, c->ntiles, c->split_wg);
+    } else {
+        assert_int_equal(vkh2o_cache_create(ctx, &d, &c), VKH2O_OK);
+    }
     const vkh2o_cache_desc* cd = vkh2o_cache_get_desc(c);
     vkh2o_cache_widths w = vkh2o_cache_get_widths(c);
     ref_h2o_config cfg = {
@@ -213,6 +221,8 @@ static void run_checked(const run_cfg* rc, uint64_t seed)
     uint32_t evictions = 0;
     for (uint32_t step = 0; step < rc->steps; step++) {
         vt_poison(out);
+        if (rc->split)
+            vt_poison(c->scratch);   /* probabilities, partials and the map are all rewritten by a step */
         vkh2o_cache_step s = { .position = step, .step = step, .out = out,
                                .flags = VKH2O_STEP_MOCK | VKH2O_STEP_RECORD_KEYS };
         assert_int_equal(vkh2o_run_cache_steps(c, &s, 1), VKH2O_OK);
@@ -258,24 +268,159 @@ static void test_steps_vs_reference(void** state)
     (void)state;
     uint64_t seed = vt_seed("test_steps_vs_reference");
     const run_cfg cases[] = {
-        { "expanded fp16 h2o sum", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 2, 48, false },
-        { "expanded fp32 h2o mean", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN, 2, 32, 32, 32, 0, 2, 12, 6, 1, 40, false },
-        { "expanded fp16 streaming", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 1, 40, false },
-        { "expanded fp16 random", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 1, 40, false },
+        { "expanded fp16 h2o sum", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 2, 48, false, false, 0, 0 },
+        { "expanded fp32 h2o mean", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN, 2, 32, 32, 32, 0, 2, 12, 6, 1, 40, false, false, 0, 0 },
+        { "expanded fp16 streaming", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 1, 40, false, false, 0, 0 },
+        { "expanded fp16 random", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 1, 40, false, false, 0, 0 },
         /* odd dims: the shader's word-wise path (dims not multiples of 8), 3 heads */
-        { "expanded fp32 odd dims", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 3, 13, 6, 11, 0, 3, 9, 5, 1, 36, false },
-        { "expanded fp16 odd dims", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 3, 12, 6, 10, 0, 0, 9, 0, 1, 30, false },
-        { "latent fp16 absorbed h2o", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 2, 32, 16, 24, 64, 2, 12, 6, 2, 40, true },
-        { "latent fp32 q_abs random", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_RANDOM, VKH2O_SCORE_MEAN, 2, 32, 16, 24, 64, 2, 12, 6, 1, 36, false },
-        { "latent fp16 streaming", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, 2, 32, 16, 24, 64, 1, 10, 3, 1, 30, true },
-        { "latent fp32 odd kv_lora", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN, 3, 20, 6, 10, 37, 2, 9, 4, 1, 30, true },
+        { "expanded fp32 odd dims", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 3, 13, 6, 11, 0, 3, 9, 5, 1, 36, false, false, 0, 0 },
+        { "expanded fp16 odd dims", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 3, 12, 6, 10, 0, 0, 9, 0, 1, 30, false, false, 0, 0 },
+        { "latent fp16 absorbed h2o", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 2, 32, 16, 24, 64, 2, 12, 6, 2, 40, true, false, 0, 0 },
+        { "latent fp32 q_abs random", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_RANDOM, VKH2O_SCORE_MEAN, 2, 32, 16, 24, 64, 2, 12, 6, 1, 36, false, false, 0, 0 },
+        { "latent fp16 streaming", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_STREAMING, VKH2O_SCORE_SUM, 2, 32, 16, 24, 64, 1, 10, 3, 1, 30, true, false, 0, 0 },
+        { "latent fp32 odd kv_lora", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN, 3, 20, 6, 10, 37, 2, 9, 4, 1, 30, true, false, 0, 0 },
         /* decayed scores (the default factor 0.9) and TOVA (the current query's mass only) */
-        { "expanded fp32 h2o decay", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_DECAY, 2, 32, 32, 32, 0, 2, 12, 6, 2, 40, false },
-        { "latent fp32 tova", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_TOVA, 3, 20, 6, 10, 37, 1, 11, 3, 1, 36, true },
-        { "expanded fp16 tova", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_TOVA, 3, 12, 6, 10, 0, 2, 9, 5, 1, 36, false },
+        { "expanded fp32 h2o decay", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_DECAY, 2, 32, 32, 32, 0, 2, 12, 6, 2, 40, false, false, 0, 0 },
+        { "latent fp32 tova", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_TOVA, 3, 20, 6, 10, 37, 1, 11, 3, 1, 36, true, false, 0, 0 },
+        { "expanded fp16 tova", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_TOVA, 3, 12, 6, 10, 0, 2, 9, 5, 1, 36, false, false, 0, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_checked(&cases[i], seed + i);
+    vt_check_validation();
+}
+
+/* The split step (real steps always take it; here mock ones through vkh2o_cache_create_split)
+ * against the same reference: tiles that do not divide the cache (the last one partial, one
+ * holding only the appended token), head groups that do not divide the heads, word-wise dims,
+ * both layouts and storage types. */
+static void test_split_vs_reference(void** state)
+{
+    (void)state;
+    uint64_t seed = vt_seed("test_split_vs_reference");
+    const run_cfg cases[] = {
+        { "split expanded fp16 h2o sum", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 2, 32, 32, 32, 0, 2, 12, 6, 2, 48, false, true, 4, 1 },
+        { "split expanded fp32 odd dims", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 3, 13, 6, 11, 0, 3, 9, 5, 1, 36, false, true, 8, 2 },
+        { "split expanded fp16 tova", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_TOVA, 5, 12, 6, 10, 0, 2, 9, 5, 1, 36, false, true, 12, 2 },
+        { "split latent fp16 absorbed h2o", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 3, 32, 16, 24, 64, 2, 12, 6, 2, 40, true, true, 8, 2 },
+        { "split latent fp32 q_abs mean", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN, 2, 32, 16, 24, 64, 2, 12, 6, 1, 36, false, true, 4, 2 },
+        { "split latent fp32 odd kv_lora decay", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_POLICY_H2O, VKH2O_SCORE_DECAY, 3, 20, 6, 10, 37, 2, 9, 4, 1, 30, true, true, 4, 3 },
+        { "split latent fp16 random", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM, 7, 32, 16, 24, 64, 1, 10, 3, 1, 30, true, true, 12, 4 },
+        /* the device's tiles, a cache of several of them with the last one partial */
+        { "split latent fp16 absorbed 16 heads", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, 16, 128, 64, 128, 512, 4, 290, 16, 1, 330, true, true, 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_checked(&cases[i], seed + i);
+    vt_check_validation();
+}
+
+/* A shape the single-workgroup step could not run on llvmpipe (Kimi: 64 heads, latent c_kv 512
+ * + k_pe 64, fp16, absorbed, 4096 kept tokens): accepted now, filled by a prefill, then one
+ * real step against the double reference over the rows as stored: output, every score
+ * (prefill mass + the step's mass) and the exact kept set (the lowest middle score goes). */
+static void test_split_kimi_shape(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("test_split_kimi_shape"));
+    const uint32_t H = 64, DN = 128, DR = 64, DV = 128, KVL = 512, NS = 4, NR = 64, S = 4096;
+    size_t wn = (size_t)H * (DN + DV) * KVL;
+    float* W = malloc(wn * 4);
+    float* ckv = malloc((size_t)(S + 1) * KVL * 4);
+    float* kpe = malloc((size_t)(S + 1) * DR * 4);
+    float* q = malloc((size_t)H * (DN + DR) * 4);
+    float* mass = malloc((size_t)S * 4);
+    vt_fill_normal(&rng, W, wn, 1.0f / sqrtf((float)KVL));
+    vt_fill_normal(&rng, ckv, (size_t)(S + 1) * KVL, 1.0f);
+    vt_fill_normal(&rng, kpe, (size_t)(S + 1) * DR, 1.0f);
+    vt_fill_normal(&rng, q, (size_t)H * (DN + DR), 1.0f);
+    for (uint32_t t = 0; t < S; t++)
+        mass[t] = 1.0f + (float)t * 0.25f + (float)(vkh2o_hash32(t) % 1024u);   /* distinct, exact */
+    vkh2o_cache_desc d = { .num_heads = H, .qk_nope_dim = DN, .qk_rope_dim = DR, .v_dim = DV, .kv_lora_rank = KVL,
+                           .layout = VKH2O_LAYOUT_LATENT, .storage = VKH2O_DTYPE_F16, .kv_b_proj = W, .n_sink = NS,
+                           .budget = S - NS - NR, .n_recent = NR };
+    vkh2o_cache* c;
+    assert_int_equal(vkh2o_cache_create(ctx, &d, &c), VKH2O_OK);
+    print_message("  %u heads, capacity %u: tiles of %u tokens x %u heads (%u), attention workgroup %u, step workgroup %u\n",
+                  H, vkh2o_cache_get_desc(c)->capacity, c->tt, c->hg, c->ntiles, c->attn_wg, c->split_wg);
+    vkh2o_buffer* ba = vt_upload_f32(ckv, (size_t)(S + 1) * KVL);
+    vkh2o_buffer* bb = vt_upload_f32(kpe, (size_t)(S + 1) * DR);
+    vkh2o_buffer* bm = vt_upload_f32(mass, S);
+    vkh2o_buffer* bq = vt_upload_f32(q, (size_t)H * (DN + DR));
+    vkh2o_buffer* bo = vt_buffer((size_t)H * DV * 4);
+    vkh2o_cache_prefill pf = { .seq_len = S, .a = ba, .b = bb, .mass = bm };
+    assert_int_equal(vkh2o_run_cache_prefill(c, &pf), VKH2O_OK);
+    /* the rows as stored (fp16), and the new token's rounded as the step stores it */
+    float* a = malloc((size_t)(S + 1) * KVL * 4);
+    float* b = malloc((size_t)(S + 1) * DR * 4);
+    float* sc0 = malloc((size_t)(S + 1) * 4);
+    uint32_t* pos = malloc((size_t)(S + 1) * 4);
+    vkh2o_cache_snapshot snap = { .scores = sc0, .a = a, .b = b };
+    assert_int_equal(vkh2o_cache_read_snapshot(c, 0, &snap), VKH2O_OK);
+    assert_int_equal(snap.len, S);
+    for (uint32_t i = 0; i < KVL; i++)
+        a[(size_t)S * KVL + i] = vkh2o_f16_to_f32(vkh2o_f32_to_f16(ckv[(size_t)S * KVL + i]));
+    for (uint32_t i = 0; i < DR; i++)
+        b[(size_t)S * DR + i] = vkh2o_f16_to_f32(vkh2o_f32_to_f16(kpe[(size_t)S * DR + i]));
+    vkh2o_cache_step st = { .position = S, .step = 0, .q = bq, .a = ba, .a_offset = (uint64_t)S * KVL * 4, .b = bb,
+                            .b_offset = (uint64_t)S * DR * 4, .out = bo };
+    assert_int_equal(vkh2o_run_cache_steps(c, &st, 1), VKH2O_OK);
+    float* got = malloc((size_t)H * DV * 4);
+    vt_download_f32(bo, got, (size_t)H * DV);
+    vt_check_guard(bo, (size_t)H * DV * 4);
+    vt_assert_finite("output", got, (size_t)H * DV);
+
+    const uint32_t n = S + 1;
+    double* qa = malloc((size_t)H * KVL * sizeof(double));
+    double* qp = malloc((size_t)H * DR * sizeof(double));
+    double* ol = malloc((size_t)H * KVL * sizeof(double));
+    double* ref = malloc((size_t)H * DV * sizeof(double));
+    double* m = malloc((size_t)n * sizeof(double));
+    ref_absorb_q(H, DN, DV, KVL, W, q, DN + DR, qa);
+    for (uint32_t h = 0; h < H; h++)
+        for (uint32_t i = 0; i < DR; i++)
+            qp[h * DR + i] = q[h * (DN + DR) + DN + i];
+    ref_attn_latent(H, KVL, DR, n, qa, qp, a, b, 1.0f / sqrtf((float)(DN + DR)), ol, m);
+    ref_absorb_out(H, DN, DV, KVL, W, ol, ref);
+    double mx = 0, err = 0;
+    for (size_t i = 0; i < (size_t)H * DV; i++) {
+        mx = fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
+        err = fabs(got[i] - ref[i]) > err ? fabs(got[i] - ref[i]) : err;
+    }
+    if (!(err <= 1e-4 * mx))
+        fail_msg("output max error %.3g vs max |ref| %.3g", err, mx);
+    /* expected scores, and the token evicted: the lowest middle score (ties: higher position) */
+    double* want = malloc((size_t)n * sizeof(double));
+    for (uint32_t t = 0; t < n; t++)
+        want[t] = (t < S ? sc0[t] : 0.0) + m[t];
+    uint32_t ev = NS;
+    for (uint32_t t = NS; t < n - NR; t++)
+        if ((float)want[t] <= (float)want[ev])
+            ev = t;
+    float* sc = malloc((size_t)n * 4);
+    vkh2o_cache_snapshot after = { .scores = sc, .positions = pos };
+    assert_int_equal(vkh2o_cache_read_snapshot(c, 0, &after), VKH2O_OK);
+    assert_int_equal(after.len, S);
+    double worst = 0;
+    for (uint32_t i = 0, t = 0; t < n; t++) {
+        if (t == ev)
+            continue;
+        if (pos[i] != t)
+            fail_msg("slot %u holds position %u, expected %u (evicted %u)", i, pos[i], t, ev);
+        double e = fabs(sc[i] - want[t]) / fabs(want[t]);
+        worst = e > worst ? e : worst;
+        if (!(e <= 1e-5))
+            fail_msg("position %u: score %.9g, expected %.9g", t, sc[i], want[t]);
+        i++;
+    }
+    print_message("  one step over %u tokens: output max error %.2e of max |out| %.3g, score rel err %.2e, evicted %u\n", n,
+                  err / mx, mx, worst, ev);
+    vkh2o_buffer* bufs[] = { ba, bb, bm, bq, bo };
+    for (size_t i = 0; i < 5; i++)
+        vkh2o_buffer_destroy(bufs[i]);
+    vkh2o_cache_destroy(c);
+    free(W); free(ckv); free(kpe); free(q); free(mass); free(a); free(b); free(sc0); free(pos); free(got);
+    free(qa); free(qp); free(ol); free(ref); free(m); free(want); free(sc);
     vt_check_validation();
 }
 
@@ -548,6 +693,8 @@ int main(void)
         cmocka_unit_test(test_create_errors),
         cmocka_unit_test(test_given_inputs),
         cmocka_unit_test(test_steps_vs_reference),
+        cmocka_unit_test(test_split_vs_reference),
+        cmocka_unit_test(test_split_kimi_shape),
         cmocka_unit_test(test_multi_step_dispatch),
         cmocka_unit_test(test_seed_properties),
         cmocka_unit_test(test_expanded_vs_latent),
