@@ -516,67 +516,19 @@ static vkh2o_result window_logprobs(vkh2o_model* m, vkh2o_model_session* s, cons
     return r == VKH2O_OK ? vkh2o_run_model_decode(s, tok, n, NULL, lp) : r;
 }
 
-static int run_perplexity(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned char* text, size_t len, row* out)
+/* Perplexity (recall false): the text's non-overlapping windows of ctx bytes (at most
+ * --windows), every byte after the first scored. The recurring passage (recall true): in each of
+ * the first --recall-windows windows the passage of L = ctx/8 bytes at byte a = ctx/16 is copied
+ * over the last L bytes, and the passage's bytes 1..L-1 are scored at both occurrences (byte 0
+ * has no earlier byte of the passage to go by): training's measure (tools/train), through the
+ * library under the row's policy. */
+static int run_windows(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned char* text, size_t len, row* out,
+                       bool recall)
 {
     uint64_t windows = len / o->ctx;
-    if (o->max_windows && windows > o->max_windows)
-        windows = o->max_windows;
-    if (windows == 0) {
-        fprintf(stderr, TOOL ": --text: %zu bytes is less than one window of --ctx %u\n", len, o->ctx);
-        return 1;
-    }
-    vkh2o_model_session* s = NULL;
-    if ((!out->policy->full || out->quant) && open_session(ctx, m, o, out, &s))
-        return 1;
-    uint32_t* tok = malloc(o->ctx * sizeof *tok);
-    float* lp = malloc(o->ctx * sizeof *lp);
-    if (!tok || !lp) {
-        free(tok);
-        free(lp);
-        vkh2o_model_session_destroy(s);
-        fprintf(stderr, TOOL ": out of memory\n");
-        return 1;
-    }
-    char label[96];
-    snprintf(label, sizeof label, "perplexity %s %u", out->policy->name, out->cache_tokens);
-    cli_progress prog;
-    cli_progress_begin(&prog, label, windows, o->quiet);
-    double nats = 0.0;
-    int rc = 0;
-    for (uint64_t w = 0; w < windows && !rc; w++) {
-        for (uint32_t i = 0; i < o->ctx; i++)
-            tok[i] = text[w * o->ctx + i];
-        vkh2o_result r = window_logprobs(m, s, tok, o->ctx, lp);
-        if (r != VKH2O_OK) {
-            fprintf(stderr, TOOL ": window %llu (%s): %s\n", (unsigned long long)w, out->policy->name, vkh2o_last_error(ctx));
-            rc = 1;
-            break;
-        }
-        for (uint32_t i = 0; i + 1 < o->ctx; i++)
-            nats -= lp[i];
-        cli_progress_update(&prog, w + 1);
-    }
-    cli_progress_end(&prog);
-    out->bytes_scored = windows * (o->ctx - 1);
-    out->bits = nats / (double)out->bytes_scored / log(2.0);
-    free(tok);
-    free(lp);
-    vkh2o_model_session_destroy(s);
-    return rc;
-}
-
-/* ---- recurring passage ---- */
-
-/* In each of the first --recall-windows windows of the text, the passage of L = ctx/8 bytes at
- * byte a = ctx/16 is copied over the last L bytes, and the window is decoded as for perplexity.
- * Bits per byte over the passage's bytes 1..L-1 (byte 0 of either occurrence has no earlier byte
- * of the passage to go by), the first occurrence against the recurrence: the training tool's
- * measure (tools/train), run through the library under the row's policy. */
-static int run_recall(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned char* text, size_t len, row* out)
-{
-    uint64_t windows = len / o->ctx;
-    if (windows > o->recall_windows)
-        windows = o->recall_windows;
+    const uint64_t max_windows = recall ? o->recall_windows : o->max_windows;
+    if (max_windows && windows > max_windows)
+        windows = max_windows;
     if (windows == 0) {
         fprintf(stderr, TOOL ": --text: %zu bytes is less than one window of --ctx %u\n", len, o->ctx);
         return 1;
@@ -595,31 +547,41 @@ static int run_recall(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const u
         return 1;
     }
     char label[96];
-    snprintf(label, sizeof label, "recall %s %u", out->policy->name, out->cache_tokens);
+    snprintf(label, sizeof label, "%s %s %u", recall ? "recall" : "perplexity", out->policy->name, out->cache_tokens);
     cli_progress prog;
     cli_progress_begin(&prog, label, windows, o->quiet);
-    double first = 0.0, second = 0.0;
+    double nats = 0.0, first = 0.0, second = 0.0;
     int rc = 0;
     for (uint64_t w = 0; w < windows; w++) {
         for (uint32_t i = 0; i < o->ctx; i++)
             tok[i] = text[w * o->ctx + i];
-        for (uint32_t i = 0; i < L; i++)
+        for (uint32_t i = 0; recall && i < L; i++)
             tok[b + i] = tok[a + i];
         if (window_logprobs(m, s, tok, o->ctx, lp) != VKH2O_OK) {
-            fprintf(stderr, TOOL ": recall window %llu (%s): %s\n", (unsigned long long)w, out->policy->name,
-                    vkh2o_last_error(ctx));
+            fprintf(stderr, TOOL ": %swindow %llu (%s): %s\n", recall ? "recall " : "", (unsigned long long)w,
+                    out->policy->name, vkh2o_last_error(ctx));
             rc = 1;
             break;
         }
-        for (uint32_t j = 1; j < L; j++) {   /* byte t is predicted at t - 1 */
-            first -= lp[a + j - 1];
-            second -= lp[b + j - 1];
+        if (recall) {
+            for (uint32_t j = 1; j < L; j++) {   /* byte t is predicted at t - 1 */
+                first -= lp[a + j - 1];
+                second -= lp[b + j - 1];
+            }
+        } else {
+            for (uint32_t i = 0; i + 1 < o->ctx; i++)
+                nats -= lp[i];
         }
         cli_progress_update(&prog, w + 1);
     }
     cli_progress_end(&prog);
-    out->recall_first = first / (double)(windows * (L - 1)) / log(2.0);
-    out->recall_second = second / (double)(windows * (L - 1)) / log(2.0);
+    if (recall) {
+        out->recall_first = first / (double)(windows * (L - 1)) / log(2.0);
+        out->recall_second = second / (double)(windows * (L - 1)) / log(2.0);
+    } else {
+        out->bytes_scored = windows * (o->ctx - 1);
+        out->bits = nats / (double)out->bytes_scored / log(2.0);
+    }
     free(tok);
     free(lp);
     vkh2o_model_session_destroy(s);
@@ -1178,9 +1140,9 @@ int main(int argc, char** argv)
         r->cache_bytes = vkh2o_model_session_get_cache_bytes(s);
         vkh2o_model_session_destroy(s);
         if (text && !r->policy->obs)   /* a prompt-compression policy: decoding is h2o's */
-            rc = run_perplexity(ctx, m, &o, text, len, r);
+            rc = run_windows(ctx, m, &o, text, len, r, false);
         if (!rc && o.recall && !r->policy->obs)
-            rc = run_recall(ctx, m, &o, text, len, r);
+            rc = run_windows(ctx, m, &o, text, len, r, true);
         if (!rc && o.passkey)
             rc = run_passkey(ctx, m, &o, false, r);
         if (!rc && o.passkey && o.stream)
