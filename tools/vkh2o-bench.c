@@ -63,6 +63,8 @@ typedef struct bench_row {
     double size;             /* S, cache length or budget of the row */
     uint32_t layers;         /* layers of the row (H2O step / top-k), 0 = none */
     char param[64];          /* dtype or policy */
+    double attn_ms, policy_ms;   /* --policy-cost: the step's attention and its score + select + compact
+                                    stages (GPU timestamps between them; < 0: not measured) */
 } bench_row;
 
 typedef struct bench_env {
@@ -97,6 +99,7 @@ static bench_row* bench_add(bench_env* env, const char* name, const char* device
     r->gflops = gflops;
     r->runs = runs;
     r->timing = timing;
+    r->attn_ms = r->policy_ms = -1.0;
     return r;
 }
 
@@ -1040,8 +1043,14 @@ static vkh2o_result policy_cost_at(bench_env* env, const vkh2o_mla_config* cfgp,
         r = VKH2O_OK;
         if (len / 2 < (env->quick ? 16u : 256u)) { len = 0; break; }
     }
-    double* t = calloc(NP * (size_t)env->runs, sizeof *t);
+    /* per run: the whole step, and with timestamps its stages (the cache's stage marks) */
+    double* t = calloc(3 * NP * (size_t)env->runs, sizeof *t);
     if (!t && r == VKH2O_OK) r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: policy timings");
+    double* ta = t ? t + NP * (size_t)env->runs : NULL;       /* attention: absorption + tiles */
+    double* tp = t ? t + 2 * NP * (size_t)env->runs : NULL;   /* combine, mass, score, select, compact, flush */
+    for (uint32_t i = 0; i < NP; i++)
+        if (C[i])
+            C[i]->profile = true;
     for (uint32_t i = 0; r == VKH2O_OK && len && i < NP; i++) {
         sw[i].cache = C[i];
         sw[i].pos = i ? len : len - ref_short(env, len);
@@ -1054,7 +1063,13 @@ static vkh2o_result policy_cost_at(bench_env* env, const vkh2o_mla_config* cfgp,
             const uint32_t i = (j + run) % NP;   /* each round starts elsewhere: no position bias */
             double ms = 0.0;
             r = time_once(env, rec_step, &sw[i], &ms, &ts);
-            if (run) t[(size_t)i * env->runs + run - 1] = ms;
+            if (run) {
+                const size_t k = (size_t)i * env->runs + run - 1;
+                const uint32_t* m = C[i]->stage_ts;
+                t[k] = ms;
+                ta[k] = ts ? vkh2o_timestamp_ms(ctx, m[0], m[1]) : -1.0;
+                tp[k] = ts ? vkh2o_timestamp_ms(ctx, m[1], m[3]) : -1.0;
+            }
         }
     }
     double ref = 0.0;
@@ -1069,6 +1084,9 @@ static vkh2o_result policy_cost_at(bench_env* env, const vkh2o_mla_config* cfgp,
         snprintf(row->param, sizeof row->param, "%s", i ? pols[i].name : "none");
         row->ratio = 0;
         row->share = i ? (ms - ref) / ms : 0.0;   /* select + compact's share of the step */
+        const size_t k0 = (size_t)i * env->runs;
+        row->attn_ms = ta[k0] >= 0.0 ? cli_median(ta + k0, env->runs) : -1.0;
+        row->policy_ms = tp[k0] >= 0.0 ? cli_median(tp + k0, env->runs) : -1.0;
         if (len != env->cache_len)
             snprintf(row->reason, sizeof row->reason, "%u tokens refused on this device; the longest accepted cache", env->cache_len);
     }
@@ -1430,6 +1448,8 @@ static void print_text(const bench_env* env)
         if (r->ratio > 0) printf("  %.2fx the storage form", r->ratio);
         if (r->bytes > 0) printf("  %.1f MB read", r->bytes / 1e6);
         if (r->read_fraction > 0) printf(", %.0f%% of the read bandwidth", 100.0 * r->read_fraction);
+        if (r->group && !strcmp(r->group, "policy") && r->attn_ms >= 0.0)
+            printf("  attention %.2f ms, score + select + compact %.2f ms", r->attn_ms, r->policy_ms);
         if (r->share != 0 && r->group && !strcmp(r->group, "policy")) printf("  select + compact %.0f%% of the step", 100.0 * r->share);
         else if (r->share > 0) printf("  attention %.0f%%", 100.0 * r->share);
         if (r->reason[0]) printf("  (%s)", r->reason);
@@ -1457,6 +1477,10 @@ static int print_json(const bench_env* env)
             if (r->param[0]) cJSON_AddStringToObject(o, "param", r->param);
             if (r->bytes > 0) cJSON_AddNumberToObject(o, "bytes", r->bytes);
             if (r->read_fraction > 0) cJSON_AddNumberToObject(o, "read_fraction", r->read_fraction);
+            if (!strcmp(r->group, "policy") && ok && r->attn_ms >= 0.0) {
+                cJSON_AddNumberToObject(o, "attention_ms", r->attn_ms);
+                cJSON_AddNumberToObject(o, "score_select_compact_ms", r->policy_ms);
+            }
             if (r->share != 0 && !strcmp(r->group, "policy")) cJSON_AddNumberToObject(o, "select_compact_share", r->share);
             else if (r->share > 0) cJSON_AddNumberToObject(o, "attention_share", r->share);
         }
@@ -1495,7 +1519,8 @@ static void usage(FILE* f)
                "  --json        print a JSON array, one object per measurement\n"
                "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu, gbps; the rows\n"
                "                of the modes below also group, status, reason, size, layers, param, bytes,\n"
-               "                read_fraction, attention_share, select_compact_share; median_ms is null\n"
+               "                read_fraction, attention_share, select_compact_share, attention_ms,\n"
+               "                score_select_compact_ms; median_ms is null\n"
                "                in a row whose status is \"refused\" or \"skipped\")\n"
                "  --quick       small shapes and a small layer, S=16 (seconds on a CPU device; for tests)\n"
                "  --read        also measure the read bandwidth of storage vs texel buffers (rows named\n"
@@ -1511,7 +1536,10 @@ static void usage(FILE* f)
                "                texel read bandwidth timed in the same rounds (group \"decode\")\n"
                "  --policy-cost the cache step of every eviction policy / score mode (h2o sum, mean, decay,\n"
                "                tova, streaming, random) at the cap, side by side with a cache of the same\n"
-               "                length that does not evict: the difference is select + compact (group \"policy\")\n"
+               "                length that does not evict: the difference is select + compact (group \"policy\");\n"
+               "                with GPU timestamps also each step's stages: the attention (query absorption and\n"
+               "                token tiles) and the policy's part (tile combine, mass, score update, selection,\n"
+               "                compaction and the row moves)\n"
                "  --cache-len N kept tokens of --decode and --policy-cost (default 4096); a length the\n"
                "                device refuses is a refused row, then the next halved length is measured\n"
                "  --scaling     the scaling tables: the forward at S = 256..4096, the decode step at cache\n"

@@ -299,6 +299,8 @@ static vkh2o_result cache_create(vkh2o_context* ctx, const vkh2o_cache_desc* des
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kv cache: out of host memory");
     c->ctx = ctx;
     c->last_run_ms = -1.0;
+    for (uint32_t k = 0; k < H2O_STAGE_MARKS; k++)
+        c->stage_ts[k] = UINT32_MAX;
     c->desc = desc_resolved(desc);
     const float* kvb_host = c->desc.kv_b_proj;
     c->desc.kv_b_proj = NULL;
@@ -660,6 +662,9 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_cache* c, VkCommandBuffer cb, const vkh2
         pc.nsteps = nsteps - done < per ? nsteps - done : per;
         pc.position = s->position + done;
         pc.step = s->step + done;
+        const bool marks = split && c->profile;
+        if (marks)
+            c->stage_ts[0] = vkh2o_timestamp(c->ctx, cb);
         if (split) {
             ap.position = pc.position;
             if (c->absorb) {
@@ -670,8 +675,12 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_cache* c, VkCommandBuffer cb, const vkh2
             VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->attn_kernel[mock][H2O_ATTN_TILE], abind, 7, &ap, sizeof ap, c->ntiles,
                                        vkh2o_div_up(H, c->hg), count));
             vkh2o_barrier(c->ctx, cb);
+            if (marks)
+                c->stage_ts[1] = vkh2o_timestamp(c->ctx, cb);
             VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->split_kernel[mock], bind, 10, &pc, sizeof pc, count, 1, 1));
             vkh2o_barrier(c->ctx, cb);
+            if (marks)
+                c->stage_ts[2] = vkh2o_timestamp(c->ctx, cb);
             /* the output reads the tiles' weights h2o_step left in the scratch (a barrier before
              * the flush: the rows are bound to it as texel views, which the flush writes) */
             if (s->out) {
@@ -687,6 +696,8 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_cache* c, VkCommandBuffer cb, const vkh2
         VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->flush_kernel[mock], fbind, 5, &fp, sizeof fp, count,
                                    vkh2o_div_up(cols, c->flush_wg), 1));
         vkh2o_barrier(c->ctx, cb);
+        if (marks)
+            c->stage_ts[3] = vkh2o_timestamp(c->ctx, cb);
     }
     return VKH2O_OK;
 }

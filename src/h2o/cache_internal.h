@@ -150,6 +150,13 @@ enum {
 };
 enum { H2O_ATTN_QABS = 0, H2O_ATTN_TILE = 1, H2O_ATTN_OUT = 2, H2O_ATTN_STAGES = 3 };
 
+/* Stage marks of a split step, recorded when c->profile is set and the step is recorded into the
+ * context's one-shot command buffer (vkh2o_timestamp): before the attention (query absorption
+ * and tiles), after it, after the per-layer pass (tile combine, mass, score update, selection,
+ * compaction of scores / positions / map) and after the output and the row flush. Read with
+ * vkh2o_timestamp_ms after the submission; UINT32_MAX where none was written. */
+enum { H2O_STAGE_MARKS = 4 };
+
 struct h2o_attn_push {
     uint32_t layer_first, position, seed;
     float scale;
@@ -209,7 +216,10 @@ struct vkh2o_cache {
     uint32_t flush_wg;
     uint32_t max_steps_per_dispatch;   /* mock steps per dispatch (CPU devices: loop limiter) */
     double last_run_ms;                /* GPU time of the last run_cache_steps / run_cache_prefill */
+    bool profile;                      /* stage timestamps of split steps (benchmarks) */
+    uint32_t stage_ts[H2O_STAGE_MARKS];   /* of the last split step recorded into the one-shot buffer */
 };
+
 
 /* As vkh2o_cache_create, with the split attention's tiles of tt tokens (a multiple of 4) and hg
  * heads per workgroup instead of the device's choice (0: the device's), and mock steps split

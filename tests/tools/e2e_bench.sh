@@ -83,6 +83,13 @@ pol = [r.get("param") for r in groups["policy"] if r["status"] == "ok"]
 for p in ("none", "h2o sum", "h2o mean", "h2o decay", "tova", "streaming", "random"):
     if p not in pol:
         bad("no policy row %s" % p)
+for r in groups["policy"]:   # timed by timestamps: the step's stages, each a part of the step
+    if r["status"] == "ok" and r["timing"] == "gpu-timestamps":
+        a, s = r.get("attention_ms"), r.get("score_select_compact_ms")
+        if not (isinstance(a, (int, float)) and isinstance(s, (int, float)) and a > 0 and s > 0
+                and a + s <= r["median_ms"] * 1.01):
+            bad("policy row without its stages (attention %r, score + select + compact %r of %r ms): %s"
+                % (a, s, r["median_ms"], r["name"]))
 sizes = {(r["group"], r["size"], r.get("layers", 0)): r["status"] for g in groups.values() for r in g if g[0]["group"].startswith("scaling")}
 want = {("scaling-forward", 16, 1): "ok", ("scaling-forward", 64, 1): "ok", ("scaling-decode", 64, 1): "ok",
         ("scaling-decode", 256, 1): "skipped", ("scaling-decode", 131072, 1): "skipped",
