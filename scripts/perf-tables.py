@@ -39,13 +39,17 @@ def main():
     if g("policy"):
         # each configuration's reference: the non-evicting row of the same name prefix
         refs = {r["name"].split(": ")[0]: r for r in g("policy") if r["status"] == "ok" and r.get("param") == "none"}
-        print("| policy (cache step at the cap) | ms | select + compact, ms | share of the step | status |\n|---|---|---|---|---|")
+        print("| policy (cache step at the cap) | ms | attention, ms | score + select + compact, ms | "
+              "select + compact vs the non-evicting step, ms | share of the step | status |\n|---|---|---|---|---|---|---|")
+        opt = lambda r, k: "%.2f" % r[k] if r.get(k) is not None else "-"
         for r in g("policy"):
             ok = r["status"] == "ok"
             ref = refs.get(r["name"].split(": ")[0])
             d = r["median_ms"] - ref["median_ms"] if ok and ref and r.get("param") != "none" else None
-            print("| %s | %s | %s | %s | %s |" % (r["name"], ms(r), "%.2f" % d if d is not None else "-",
-                                                  "%.0f %%" % (100 * d / r["median_ms"]) if d is not None else "-", status(r)))
+            print("| %s | %s | %s | %s | %s | %s | %s |" % (
+                r["name"], ms(r), opt(r, "attention_ms"), opt(r, "score_select_compact_ms"),
+                "%.2f" % d if d is not None else "-", "%.0f %%" % (100 * d / r["median_ms"]) if d is not None else "-",
+                status(r)))
         print()
     if g("scaling-forward"):
         print("| forward, S | ms | GFLOP/s | attention's share | status |\n|---|---|---|---|---|")

@@ -1053,8 +1053,8 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
                 printf("%16s\n", "-");
         }
         printf("(eviction share: the step's extra time over a step of a cache holding as many tokens with room to\n"
-               " spare, which appends, attends and scores the same way but never selects or compacts; the H2O step\n"
-               " is one fused dispatch, so this difference is how its selection and compaction cost is measured;\n"
+               " spare, which appends, attends and scores the same way but never selects or compacts; the H2O\n"
+               " step selects and compacts inside its per-layer pass, so this difference is how that cost is measured;\n"
                " small or negative values are within the run-to-run noise)\n");
         if (o->json) {   /* one object per policy, written only when the whole run succeeded */
             outset os;
