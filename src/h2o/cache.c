@@ -149,6 +149,23 @@ uint64_t vkh2o_cache_bytes(const vkh2o_cache_desc* desc, uint64_t tokens)
 #define LOOP_BUDGET 60000u   /* below llvmpipe's 65535 loop iterations per invocation */
 #define MAX_STEPS 64u        /* mock steps per dispatch at most (h2o_step's eviction list is 64) */
 
+/* The loop iterations of one step's eviction in h2o_step.comp (fused or split alike): the keys,
+ * the argmin selection of up to 64 tokens and the compaction of scores, positions and the map. */
+static uint64_t evict_loop_iterations(const vkh2o_cache* c, uint32_t wg)
+{
+    const vkh2o_cache_desc* d = &c->desc;
+    uint64_t n = d->capacity;
+#define UP(a) (((a) + wg - 1) / wg)
+    uint64_t it = UP(n) + 1;                              /* keys */
+    uint64_t nev = n - c->cap, m = n - d->n_sink - d->n_recent;
+    if (nev > 64)
+        nev = 64;
+    it += nev * (UP(m) * (1 + nev) + wg + nev + 2) + 1;  /* selection */
+    it += ((3 + wg - 1) / wg) * (1 + n) + nev + 2;        /* compaction of scores, positions, map */
+#undef UP
+    return it;
+}
+
 /* Upper bound of the loop iterations one invocation of the fused h2o_step.comp runs in a dispatch of k
  * steps at full capacity with workgroup size wg: every loop of the shader, constant-trip loops
  * included (the [[unroll]] ones excepted), eviction of as many tokens as the capacity allows. */
@@ -177,12 +194,7 @@ static uint64_t step_loop_iterations(const vkh2o_cache* c, uint32_t wg, uint32_t
     it += (v8 ? UP(H * od / 8) * (4 + n / 4 + 3 + nf) : UP(H * od) * (2 + n)) + 1;
     if (c->absorb)
         it += UP(H * dv) * (1 + kvl) + 1;
-    it += UP(n) + 1;                                      /* keys */
-    uint64_t nev = n - c->cap, m = n - d->n_sink - d->n_recent;
-    if (nev > 64)
-        nev = 64;
-    it += nev * (UP(m) * (1 + nev) + wg + nev + 2) + 1;  /* selection */
-    it += ((3 + wg - 1) / wg) * (1 + n) + nev + 2;        /* compaction of scores, positions, map */
+    it += evict_loop_iterations(c, wg);
     uint64_t total = UP(n) + 2 + k * it;                  /* the map's identity, then the steps */
 #undef UP
     return total + total / 10 + 64;
@@ -229,12 +241,7 @@ static uint64_t split_step_loop_iterations(const vkh2o_cache* c, uint32_t wg)
     uint64_t it = 16 + UP(n) + 2;                         /* the map's identity */
     it += UP(H) * (3 * nt + 4);                           /* maxima, sums and weights of the tiles */
     it += UP(n) * (1 + H);                                /* mass */
-    it += UP(n) + 1;                                      /* keys */
-    uint64_t nev = n - c->cap, m = n - d->n_sink - d->n_recent;
-    if (nev > 64)
-        nev = 64;
-    it += nev * (UP(m) * (1 + nev) + wg + nev + 2) + 1;  /* selection */
-    it += ((3 + wg - 1) / wg) * (1 + n) + nev + 2;        /* compaction of scores, positions, map */
+    it += evict_loop_iterations(c, wg);
 #undef UP
     return it + it / 10 + 64;
 }
