@@ -9,6 +9,11 @@ def ms(r):
     return "%.1f" % r["median_ms"] if r.get("median_ms") is not None else "-"
 
 
+def num(r, key, fmt, scale=1.0):
+    """a measured field of an ok row, formatted; '-' when the row did not run or lacks it"""
+    return fmt % (scale * r[key]) if r.get("status") == "ok" and r.get(key) is not None else "-"
+
+
 def status(r):
     if r.get("status") == "ok":
         return "ok" + (" (%s)" % r["reason"] if r.get("reason") else "")
@@ -29,42 +34,33 @@ def main():
     if g("decode"):
         print("| decode step | ms | MB read | GB/s | of read bandwidth | GFLOP/s | status |\n|---|---|---|---|---|---|---|")
         for r in g("decode"):
-            ok = r["status"] == "ok"
             print("| %s | %s | %s | %s | %s | %s | %s |" % (
-                r["name"], ms(r), "%.1f" % (r["bytes"] / 1e6) if ok and "bytes" in r else "-",
-                "%.2f" % r["gbps"] if ok and "gbps" in r else "-",
-                "%.0f %%" % (100 * r["read_fraction"]) if ok and "read_fraction" in r else "-",
-                "%.2f" % r["gflops"] if ok and r.get("gflops") else "-", status(r)))
+                r["name"], ms(r), num(r, "bytes", "%.1f", 1e-6), num(r, "gbps", "%.2f"),
+                num(r, "read_fraction", "%.0f %%", 100), "%.2f" % r["gflops"] if r.get("gflops") else "-", status(r)))
         print()
     if g("policy"):
         # each configuration's reference: the non-evicting row of the same name prefix
         refs = {r["name"].split(": ")[0]: r for r in g("policy") if r["status"] == "ok" and r.get("param") == "none"}
         print("| policy (cache step at the cap) | ms | attention, ms | score + select + compact, ms | "
               "select + compact vs the non-evicting step, ms | share of the step | status |\n|---|---|---|---|---|---|---|")
-        opt = lambda r, k: "%.2f" % r[k] if r.get(k) is not None else "-"
         for r in g("policy"):
             ok = r["status"] == "ok"
             ref = refs.get(r["name"].split(": ")[0])
             d = r["median_ms"] - ref["median_ms"] if ok and ref and r.get("param") != "none" else None
             print("| %s | %s | %s | %s | %s | %s | %s |" % (
-                r["name"], ms(r), opt(r, "attention_ms"), opt(r, "score_select_compact_ms"),
+                r["name"], ms(r), num(r, "attention_ms", "%.2f"), num(r, "score_select_compact_ms", "%.2f"),
                 "%.2f" % d if d is not None else "-", "%.0f %%" % (100 * d / r["median_ms"]) if d is not None else "-",
                 status(r)))
         print()
-    if g("scaling-forward"):
-        print("| forward, S | ms | GFLOP/s | attention's share | status |\n|---|---|---|---|---|")
-        for r in g("scaling-forward"):
-            ok = r["status"] == "ok"
-            print("| %d | %s | %s | %s | %s |" % (r["size"], ms(r), "%.1f" % r["gflops"] if ok else "-",
-                                                 "%.0f %%" % (100 * r["attention_share"]) if ok and "attention_share" in r else "-",
-                                                 status(r)))
-        print()
-    if g("scaling-decode"):
-        print("| decode, cache tokens | ms | GB/s | of read bandwidth | status |\n|---|---|---|---|---|")
-        for r in g("scaling-decode"):
-            ok = r["status"] == "ok"
-            print("| %d | %s | %s | %s | %s |" % (r["size"], ms(r), "%.2f" % r["gbps"] if ok else "-",
-                                                 "%.0f %%" % (100 * r["read_fraction"]) if ok and "read_fraction" in r else "-",
+    # the forward and decode scaling rows: size, time, a rate and a share
+    for grp, head, rate, fmt, share in (
+            ("scaling-forward", "forward, S | ms | GFLOP/s | attention's share", "gflops", "%.1f", "attention_share"),
+            ("scaling-decode", "decode, cache tokens | ms | GB/s | of read bandwidth", "gbps", "%.2f", "read_fraction")):
+        if not g(grp):
+            continue
+        print("| %s | status |\n|---|---|---|---|---|" % head)
+        for r in g(grp):
+            print("| %d | %s | %s | %s | %s |" % (r["size"], ms(r), num(r, rate, fmt), num(r, share, "%.0f %%", 100),
                                                  status(r)))
         print()
     for grp, title in (("scaling-h2o", "H2O cache step (all layers, one token each), ms"), ("scaling-topk", "top-k (k = budget of 32 x budget scores, once per layer), ms")):
