@@ -1068,7 +1068,7 @@ static vkh2o_result policy_cost_at(bench_env* env, const vkh2o_mla_config* cfgp,
                 const uint32_t* m = C[i]->stage_ts;
                 t[k] = ms;
                 ta[k] = ts ? vkh2o_timestamp_ms(ctx, m[0], m[1]) : -1.0;
-                tp[k] = ts ? vkh2o_timestamp_ms(ctx, m[1], m[3]) : -1.0;
+                tp[k] = ts ? vkh2o_timestamp_ms(ctx, m[1], m[2]) : -1.0;
             }
         }
     }

@@ -510,6 +510,26 @@ static vkh2o_result check_input(vkh2o_cache* c, const char* name, const vkh2o_bu
     return VKH2O_OK;
 }
 
+/* h2o_step.comp of real (mock = 0) or mock (1) inputs, fused (split false: workgroup wg, the
+ * per-head reduction array H x wg) or the split step's per-layer pass (workgroup split_wg) */
+static vkh2o_result step_kernel(vkh2o_cache* c, uint32_t mock, bool split, vkh2o_kernel** out)
+{
+    const vkh2o_cache_desc* d = &c->desc;
+    bool lat = d->layout == VKH2O_LAYOUT_LATENT, f16 = d->storage == VKH2O_DTYPE_F16;
+    uint32_t H = d->num_heads;
+    uint32_t spec[H2O_SPEC_COUNT] = {
+        [H2O_SPEC_WG] = split ? c->split_wg : c->wg, [H2O_SPEC_H] = H, [H2O_SPEC_LAYOUT] = lat, [H2O_SPEC_F16] = f16,
+        [H2O_SPEC_DN] = d->qk_nope_dim, [H2O_SPEC_DR] = d->qk_rope_dim, [H2O_SPEC_DV] = d->v_dim,
+        [H2O_SPEC_KVL] = lat ? d->kv_lora_rank : 2, [H2O_SPEC_ABSORB] = c->absorb,
+        [H2O_SPEC_CAPACITY] = d->capacity, [H2O_SPEC_NSINK] = d->n_sink, [H2O_SPEC_NRECENT] = d->n_recent,
+        [H2O_SPEC_CAP] = c->cap, [H2O_SPEC_POLMODE] = (uint32_t)d->policy | (uint32_t)d->score_mode << 4,
+        [H2O_SPEC_RED] = split ? 1 : H * c->wg, [H2O_SPEC_MOCK] = mock, [H2O_SPEC_SPLIT] = split, [H2O_SPEC_TT] = c->tt,
+    };
+    /* texel bindings: 1 rows a, 2 rows b, 6 staging, 7 kv_b */
+    return vkh2o_kernel_get_texel(c->ctx, "h2o_step", 10, (1u << 1) | (1u << 2) | (1u << 6) | (1u << 7), spec,
+                                  H2O_SPEC_COUNT, out);
+}
+
 /* the split step's kernels (h2o_attn stages, h2o_step with SPLIT = 1) of real or mock inputs */
 static vkh2o_result split_kernels(vkh2o_cache* c, uint32_t mock)
 {
@@ -534,16 +554,7 @@ static vkh2o_result split_kernels(vkh2o_cache* c, uint32_t mock)
         VKH2O_CHECK(vkh2o_kernel_get_texel(c->ctx, "h2o_attn", 7, (1u << 1) | (1u << 2) | (1u << 4) | (1u << 5), spec,
                                            H2O_ATTN_SPEC_COUNT, &c->attn_kernel[mock][st]));
     }
-    uint32_t spec[H2O_SPEC_COUNT] = {
-        [H2O_SPEC_WG] = c->split_wg, [H2O_SPEC_H] = H, [H2O_SPEC_LAYOUT] = lat, [H2O_SPEC_F16] = f16,
-        [H2O_SPEC_DN] = d->qk_nope_dim, [H2O_SPEC_DR] = d->qk_rope_dim, [H2O_SPEC_DV] = d->v_dim,
-        [H2O_SPEC_KVL] = lat ? d->kv_lora_rank : 2, [H2O_SPEC_ABSORB] = c->absorb,
-        [H2O_SPEC_CAPACITY] = d->capacity, [H2O_SPEC_NSINK] = d->n_sink, [H2O_SPEC_NRECENT] = d->n_recent,
-        [H2O_SPEC_CAP] = c->cap, [H2O_SPEC_POLMODE] = (uint32_t)d->policy | (uint32_t)d->score_mode << 4,
-        [H2O_SPEC_RED] = 1, [H2O_SPEC_MOCK] = mock, [H2O_SPEC_SPLIT] = 1, [H2O_SPEC_TT] = c->tt,
-    };
-    return vkh2o_kernel_get_texel(c->ctx, "h2o_step", 10, (1u << 1) | (1u << 2) | (1u << 6) | (1u << 7), spec,
-                                  H2O_SPEC_COUNT, &c->split_kernel[mock]);
+    return step_kernel(c, mock, true, &c->split_kernel[mock]);
 }
 
 /* the kernels of steps with real (mock = 0) or mock (1) inputs, made on first use: mock steps
@@ -555,20 +566,10 @@ vkh2o_result vkh2o_cache_kernels(vkh2o_cache* c, uint32_t mock)
     if (c->flush_kernel[mock] && (!mock || c->split_mock || c->step_kernel[1]))
         return VKH2O_OK;
     const vkh2o_cache_desc* d = &c->desc;
-    bool lat = d->layout == VKH2O_LAYOUT_LATENT, f16 = d->storage == VKH2O_DTYPE_F16;
-    uint32_t H = d->num_heads;
-    uint32_t spec[H2O_SPEC_COUNT] = {
-        [H2O_SPEC_WG] = c->wg, [H2O_SPEC_H] = H, [H2O_SPEC_LAYOUT] = lat, [H2O_SPEC_F16] = f16,
-        [H2O_SPEC_DN] = d->qk_nope_dim, [H2O_SPEC_DR] = d->qk_rope_dim, [H2O_SPEC_DV] = d->v_dim,
-        [H2O_SPEC_KVL] = lat ? d->kv_lora_rank : 2, [H2O_SPEC_ABSORB] = c->absorb,
-        [H2O_SPEC_CAPACITY] = d->capacity, [H2O_SPEC_NSINK] = d->n_sink, [H2O_SPEC_NRECENT] = d->n_recent,
-        [H2O_SPEC_CAP] = c->cap, [H2O_SPEC_POLMODE] = (uint32_t)d->policy | (uint32_t)d->score_mode << 4,
-        [H2O_SPEC_RED] = H * c->wg, [H2O_SPEC_MOCK] = mock, [H2O_SPEC_SPLIT] = 0, [H2O_SPEC_TT] = c->tt,
-    };
-    /* texel bindings: 1 rows a, 2 rows b, 6 staging, 7 kv_b (real steps are split: no fused kernel) */
+    bool f16 = d->storage == VKH2O_DTYPE_F16;
+    /* real steps are split: no fused kernel */
     if (mock && !c->split_mock)
-        VKH2O_CHECK(vkh2o_kernel_get_texel(c->ctx, "h2o_step", 10, (1u << 1) | (1u << 2) | (1u << 6) | (1u << 7), spec,
-                                           H2O_SPEC_COUNT, &c->step_kernel[mock]));
+        VKH2O_CHECK(step_kernel(c, mock, false, &c->step_kernel[mock]));
     bool v4 = c->a_words % 4 == 0 && c->b_words % 4 == 0;
     uint32_t fspec[H2O_FLUSH_SPEC_COUNT] = {
         [H2O_FLUSH_SPEC_WG] = c->flush_wg, [H2O_FLUSH_SPEC_F16] = f16, [H2O_FLUSH_SPEC_AWF] = c->a_width,
@@ -686,8 +687,6 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_cache* c, VkCommandBuffer cb, const vkh2
                 c->stage_ts[1] = vkh2o_timestamp(c->ctx, cb);
             VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, c->split_kernel[mock], bind, 10, &pc, sizeof pc, count, 1, 1));
             vkh2o_barrier(c->ctx, cb);
-            if (marks)
-                c->stage_ts[2] = vkh2o_timestamp(c->ctx, cb);
             /* the output reads the tiles' weights h2o_step left in the scratch (a barrier before
              * the flush: the rows are bound to it as texel views, which the flush writes) */
             if (s->out) {
@@ -704,7 +703,7 @@ vkh2o_result vkh2o_cmd_cache_step(vkh2o_cache* c, VkCommandBuffer cb, const vkh2
                                    vkh2o_div_up(cols, c->flush_wg), 1));
         vkh2o_barrier(c->ctx, cb);
         if (marks)
-            c->stage_ts[3] = vkh2o_timestamp(c->ctx, cb);
+            c->stage_ts[2] = vkh2o_timestamp(c->ctx, cb);
     }
     return VKH2O_OK;
 }

@@ -152,10 +152,10 @@ enum { H2O_ATTN_QABS = 0, H2O_ATTN_TILE = 1, H2O_ATTN_OUT = 2, H2O_ATTN_STAGES =
 
 /* Stage marks of a split step, recorded when c->profile is set and the step is recorded into the
  * context's one-shot command buffer (vkh2o_timestamp): before the attention (query absorption
- * and tiles), after it, after the per-layer pass (tile combine, mass, score update, selection,
- * compaction of scores / positions / map) and after the output and the row flush. Read with
+ * and tiles), after it, and after the per-layer pass (tile combine, mass, score update,
+ * selection, compaction of scores / positions / map), the output and the row flush. Read with
  * vkh2o_timestamp_ms after the submission; UINT32_MAX where none was written. */
-enum { H2O_STAGE_MARKS = 4 };
+enum { H2O_STAGE_MARKS = 3 };
 
 struct h2o_attn_push {
     uint32_t layer_first, position, seed;
