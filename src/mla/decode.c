@@ -577,3 +577,96 @@ vkh2o_result vkh2o_run_mla_decode_inputs(vkh2o_mla_layer* L, const float* hidden
         VKH2O_CHECK(vkh2o_buffer_download(src.values, 0, values, 4ull * n * src.values_w));
     return query ? vkh2o_buffer_download(src.query, 0, query, 4ull * n * src.query_w) : VKH2O_OK;
 }
+
+/* ---- the one KV cache (include/vkh2o/kvcache.h) ---- */
+
+static vkh2o_result check_kvcache(vkh2o_mla_layer* L, const vkh2o_kvcache* c, uint32_t layer)
+{
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
+    const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(c);
+    if (d->num_heads != st->heads || d->kv_lora_rank != st->kv_lora || d->qk_rope_head_dim != st->rope)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla decode: the kvcache (%u heads, kv_lora_rank %u, qk_rope_head_dim %u) does not have the layer's shape "
+                          "(%u, %u, %u); fill its desc with vkh2o_kvcache_desc_from_mla",
+                          d->num_heads, d->kv_lora_rank, d->qk_rope_head_dim, st->heads, st->kv_lora, st->rope);
+    if (!same_scale(d->scale, st->scale))
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla decode: the kvcache's softmax scale %g is not the layer's %g (vkh2o_kvcache_desc_from_mla sets it)",
+                          d->scale, st->scale);
+    if (layer >= d->num_layers)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla decode: kvcache layer %u of %u", layer, d->num_layers);
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_cmd_mla_decode_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_kvcache* c, const vkh2o_mla_decode* d)
+{
+    if (!L || !cb || !c || !d)
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_decode_kv: NULL argument");
+    VKH2O_CHECK(check_kvcache(L, c, d->layer));
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
+    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
+    const uint32_t n = d->n_tokens ? d->n_tokens : 1;
+    const uint32_t H = st->heads, kvl = st->kv_lora, rope = st->rope;
+    VKH2O_CHECK(project_rows(L, cb, d, n));
+    VKH2O_CHECK(absorb_query(L, cb, n));
+    for (uint32_t i = 0; i < n; i++) {
+        vkh2o_kvcache_step s = { .layer = d->layer,
+                                 .q = db.q, .q_offset = 4ull * i * H * (kvl + rope),
+                                 .ckv = st->ckv, .ckv_offset = 4ull * i * kvl,
+                                 .kpe = st->kpe, .kpe_offset = 4ull * i * rope,
+                                 .out = db.o, .out_offset = 4ull * i * H * kvl };
+        VKH2O_CHECK(vkh2o_cmd_kvcache_step(c, cb, &s));
+    }
+    VKH2O_CHECK(apply_w_uv(L, cb, n));
+    return output_rows(L, cb, d, n);
+}
+
+static vkh2o_result rec_decode_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d, const void* extra)
+{
+    (void)extra;
+    return vkh2o_cmd_mla_decode_kv(L, cb, (vkh2o_kvcache*)obj, d);
+}
+
+vkh2o_result vkh2o_run_mla_decode_kv(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden, uint32_t n,
+                                     uint32_t position, float* out)
+{
+    if (!L || !c)
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode_kv: NULL argument");
+    vkh2o_mla_decode d = { .position = position, .layer = cache_layer };
+    return run_rows(L, hidden, n, out, &d, rec_decode_kv, c, NULL);
+}
+
+vkh2o_result vkh2o_cmd_mla_prefill_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_kvcache* c, const vkh2o_mla_prefill* p)
+{
+    if (!L || !cb || !c || !p)
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_prefill_kv: NULL argument");
+    VKH2O_CHECK(check_kvcache(L, c, p->layer));
+    if (p->seq_len > vkh2o_kvcache_get_desc(c)->max_tokens)
+        return vkh2o_fail(vkh2o_mla_layer_context(L), VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla prefill: %u prompt tokens exceed the kvcache's max_tokens %u", p->seq_len,
+                          vkh2o_kvcache_get_desc(c)->max_tokens);
+    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
+    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
+    VKH2O_CHECK(prompt_forward(L, cb, p));
+    if (p->obs_window)
+        VKH2O_CHECK(record_obs_window(L, cb, p));
+    vkh2o_kvcache_prefill kp = { .layer = p->layer, .n = p->seq_len, .ckv = st->ckv, .kpe = st->kpe,
+                                 .mass = p->obs_window ? db.obs_score : db.mass };
+    return vkh2o_cmd_kvcache_prefill(c, cb, &kp);
+}
+
+static vkh2o_result rec_prefill_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p)
+{
+    return vkh2o_cmd_mla_prefill_kv(L, cb, (vkh2o_kvcache*)obj, p);
+}
+
+vkh2o_result vkh2o_run_mla_prefill_kv(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden,
+                                      uint32_t seq_len, float* out)
+{
+    if (!L || !c)
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_prefill_kv: NULL argument");
+    VKH2O_CHECK(check_kvcache(L, c, cache_layer));
+    vkh2o_mla_prefill p = { .layer = cache_layer };
+    return run_prompt(L, hidden, seq_len, out, &p, rec_prefill_kv, c);
+}

@@ -1,0 +1,251 @@
+/*
+ * vkh2o/kvcache.h — the KV cache with two independent choices: which tokens stay (none evicted,
+ * or H2O with sum / mean / decayed scores, TOVA, streaming, random) and at what precision
+ * (FP16, INT8, INT4 or INT2 for every token past the sinks and recents, or tiers by score).
+ * Included by vkh2o.h; do not include directly.
+ *
+ * This is the cache the library is converging on: it holds the MLA latent row of a token
+ * ([c_kv after kv_a_layernorm (kv_lora_rank) | k_pe roped (qk_rope_head_dim)], shared by every
+ * head), which is the layout of the model session's caches and of Kimi K2. The expanded
+ * per-head layout, observation-window prefills and routing by block are still served by the
+ * two older caches (vkh2o/cache.h, vkh2o/kvquant.h).
+ *
+ * Slots, not order
+ *   Per layer the cache has slot pools, one per tier T0 (FP16), T1 (INT8), T2 (INT4), T3 (INT2)
+ *   in use, each a fixed number of slots sized at create. A slot holds one token's row in its
+ *   tier's format, the token's position and its policy score (f32). The rows are never kept
+ *   in position order: attention does not depend on it. A decode step
+ *     1. appends the new token at the top tier, into the free T0 slot of lowest index;
+ *     2. attends with the query over every occupied slot of every tier in one pass (logits,
+ *        softmax, P . row), dequantising each row as it is read;
+ *     3. adds the attention mass (summed over heads) to every slot's score (scaled first by 1
+ *        for the sum and mean modes, by decay for the decayed mode, by 0 for TOVA);
+ *     4. makes room for the next token: when T0 has no free slot, its middle token (neither one
+ *        of the first n_sink positions nor of the last n_recent) with the lowest key moves down
+ *        to the next tier in use, requantised on the device from the values it has now; when
+ *        that tier is full too, its lowest-keyed middle token moves down first, and so on;
+ *        the lowest tier's lowest-keyed middle token is evicted. No other row moves.
+ *   Keys (larger stays; equal keys: the lower position stays): H2O sum / decayed / TOVA: the
+ *   score; mean: score / (cur - position + 1); streaming: the position; random: a hash of
+ *   (seed, layer, cur, position). Sinks and recents stay at the top tier.
+ *   With no capacity (capacity_tokens = capacity_bytes = 0) and FP16 the cache is the full
+ *   cache: steps record the append and the attention only, no score and no selection work.
+ *
+ * Everything the device decides stays on the device: the next position, the tier counts, the
+ * free slot, the scores. A vkh2o_cmd_kvcache_* call only records, with dispatch sizes fixed by
+ * the desc, so one recorded step can be submitted again and again and each submission is the
+ * next step (positions come from the cache, not from the recording).
+ *
+ * Row formats (32-bit words; a tier's row is its data words then its group words):
+ *   FP16  element e in half e & 1 of word e >> 1 (low half first); no group words
+ *   INTb  (b = 8, 4, 2) element e in bits [(e * b) % 32, + b) of word (e * b) / 32, an unsigned
+ *         code q in [0, 2^b - 1]; value = zero + q * scale. The row is split into groups of
+ *         group_size numbers along c_kv, and k_pe is grouped on its own (groups of
+ *         min(group_size, qk_rope_head_dim)); per group one word: scale (low half) and zero
+ *         (high half), both fp16: zero = fp16(min), scale = fp16((max - zero) / (2^b - 1)),
+ *         q = clamp(round((x - zero) / scale)) (round half to even; scale 0 gives q = 0).
+ * Bytes per token of a tier (vkh2o_kvcache_token_bytes) count the row words and the slot's
+ * position and score (8 bytes): for Kimi K2.6 (576 numbers) with the default groups
+ * FP16 1160, INT8 592, INT4 304, INT2 224 (groups of 32).
+ *
+ * Threads: a kvcache belongs to its context (one thread at a time, as the context).
+ */
+#ifndef VKH2O_KVCACHE_H
+#define VKH2O_KVCACHE_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vkh2o_kvcache vkh2o_kvcache;
+
+typedef enum vkh2o_kv_tier {
+    VKH2O_TIER_FP16 = 0,
+    VKH2O_TIER_INT8 = 1,
+    VKH2O_TIER_INT4 = 2,
+    VKH2O_TIER_INT2 = 3,
+    VKH2O_TIER_COUNT = 4,
+} vkh2o_kv_tier;
+
+/* At what precision tokens past the sinks and recents are kept. */
+typedef enum vkh2o_kv_precision {
+    VKH2O_PRECISION_FP16 = 0,     /* every token FP16 */
+    VKH2O_PRECISION_INT8 = 1,     /* sinks and recents FP16, the middle tokens INT8 */
+    VKH2O_PRECISION_INT4 = 2,     /* ... INT4 */
+    VKH2O_PRECISION_INT2 = 3,     /* ... INT2 */
+    VKH2O_PRECISION_TIERED = 4,   /* tiers by score: tier_tokens middle tokens per tier */
+} vkh2o_kv_precision;
+
+/*
+ * Desc. Required: num_heads, kv_lora_rank, qk_rope_head_dim (vkh2o_kvcache_desc_from_mla fills
+ * them, with the layer's scale) and max_tokens. Defaults (0):
+ *   num_layers       1
+ *   max_tokens       the longest sequence (the positions a cache sees; the full cache's slots)
+ *   scale            (qk_nope_head_dim + qk_rope_head_dim)^-0.5, or kv_lora + rope without nope
+ *   capacity_tokens  tokens kept per layer (sinks + middle + recents); with capacity_bytes
+ *                    also 0: every token (no eviction). With a capacity below max_tokens the
+ *                    policy evicts.
+ *   capacity_bytes   per layer: the slots of every tier (rows, scales, position and score) fit
+ *                    in it (vkh2o_kvcache_bytes <= capacity_bytes); the tokens follow from the
+ *                    precision. Give one of capacity_tokens and capacity_bytes.
+ *   n_sink, n_recent 0: the first / last positions every policy keeps at the top tier
+ *   policy, score_mode, decay, seed  vkh2o/cache.h's (H2O with summed scores; decay 0 = 0.9)
+ *   precision        FP16
+ *   tier_tokens      TIERED only: middle tokens per tier (index vkh2o_kv_tier; T0's count is
+ *                    on top of the sinks and recents). Tiers with 0 are not used, except that the
+ *                    lowest tier with a count may be followed by one with 0 that takes every
+ *                    remaining token (capacity) or byte (capacity_bytes): TIERED with
+ *                    tier_tokens {32, 64, 0, 0} and a capacity keeps 32 FP16 and 64 INT8 middle
+ *                    tokens and gives the rest of the capacity to INT4 ... see
+ *                    vkh2o_kvcache_desc_resolve, which writes the pools it chose.
+ *   group_size       numbers per quantisation group of c_kv per integer tier (index tier; 0 =
+ *                    the default: INT8 and INT4 the whole c_kv, INT2 32); k_pe is its own group
+ *                    of min(group_size, qk_rope_head_dim) numbers.
+ */
+typedef struct vkh2o_kvcache_desc {
+    uint32_t num_layers;
+    uint32_t num_heads;
+    uint32_t kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim;
+    float scale;
+    uint32_t max_tokens;
+    uint32_t capacity_tokens;
+    uint64_t capacity_bytes;
+    uint32_t n_sink, n_recent;
+    vkh2o_evict_policy policy;
+    vkh2o_score_mode score_mode;
+    float decay;
+    uint32_t seed;
+    vkh2o_kv_precision precision;
+    uint32_t tier_tokens[VKH2O_TIER_COUNT];
+    uint32_t group_size[VKH2O_TIER_COUNT];
+} vkh2o_kvcache_desc;
+
+/* What a desc resolves to: the slots of each tier's pool per layer (0: tier not used; T0's
+ * include the sinks, the recents and the one slot an append takes), the bytes per token of
+ * each tier, and whether the cache ever selects (false for the full FP16 cache). */
+typedef struct vkh2o_kvcache_plan {
+    uint32_t slots[VKH2O_TIER_COUNT];
+    uint32_t token_bytes[VKH2O_TIER_COUNT];
+    uint32_t groups[VKH2O_TIER_COUNT];     /* quantisation groups per row (0 for FP16) */
+    uint32_t total_slots;                  /* per layer */
+    uint32_t kept_tokens;                  /* tokens a layer holds once full: total_slots - 1 */
+    bool selects;                          /* scores, selection and demotion are recorded */
+} vkh2o_kvcache_plan;
+
+/* Fills num_heads, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim and scale (the
+ * layer's softmax scale, YaRN mscale included) from an MLA config. Other fields untouched. */
+VKH2O_API void vkh2o_kvcache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kvcache_desc* desc);
+/* Validates desc (no device) and writes the defaults into *out and the pools into *plan (either
+ * may be NULL). Results: OK; INVALID_ARGUMENT (zero or oversized shapes, unknown enum, a group
+ * size above the row, decay outside (0, 1), tier_tokens without TIERED, both capacities);
+ * BUDGET (a capacity too small for the sinks and recents at the top tier plus one middle
+ * token and the append slot, a capacity above max_tokens, sinks + recents above max_tokens).
+ * err names the field and gives the figure and the limit. */
+VKH2O_API vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kvcache_desc* out,
+                                                  vkh2o_kvcache_plan* plan, vkh2o_error* err);
+/* Bytes per token of a tier for a (resolved) desc: row words x 4 + 8 (position and score). */
+VKH2O_API uint32_t vkh2o_kvcache_token_bytes(const vkh2o_kvcache_desc* desc, vkh2o_kv_tier tier);
+/* Device bytes of one layer's slots under a plan: sum over tiers of slots x token_bytes. */
+VKH2O_API uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* plan);
+VKH2O_API const char* vkh2o_kv_tier_name(vkh2o_kv_tier t);               /* "int4" */
+VKH2O_API const char* vkh2o_kv_precision_name(vkh2o_kv_precision p);     /* "tiered" */
+VKH2O_API bool vkh2o_kv_precision_parse(const char* name, vkh2o_kv_precision* out);
+
+/* Creates an empty cache. Results: those of resolve, UNSUPPORTED (a buffer above the device's
+ * maxStorageBufferRange), OUT_OF_DEVICE_MEMORY, OUT_OF_HOST_MEMORY, VULKAN; message in
+ * vkh2o_last_error(ctx). */
+VKH2O_API vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* desc, vkh2o_kvcache** out);
+VKH2O_API void vkh2o_kvcache_destroy(vkh2o_kvcache* c);
+VKH2O_API const vkh2o_kvcache_desc* vkh2o_kvcache_get_desc(const vkh2o_kvcache* c);
+VKH2O_API const vkh2o_kvcache_plan* vkh2o_kvcache_get_plan(const vkh2o_kvcache* c);
+/* Records the emptying of every layer (position 0, no token, statistics zeroed). */
+VKH2O_API vkh2o_result vkh2o_cmd_kvcache_reset(vkh2o_kvcache* c, VkCommandBuffer cb);
+VKH2O_API vkh2o_result vkh2o_run_kvcache_reset(vkh2o_kvcache* c);
+
+/*
+ * One decode step of one layer (the four stages of the header comment), for one token:
+ *   q     f32 [num_heads][kv_lora_rank + qk_rope_head_dim]: the query absorbed through W_uk
+ *         ([q_nope[h] . W_uk[h] | q_pe[h] roped]; vkh2o_cmd_mla_decode_inputs writes it)
+ *   ckv   f32 [kv_lora_rank]: the new token's c_kv after kv_a_layernorm
+ *   kpe   f32 [qk_rope_head_dim]: its roped k_pe
+ *   out   f32 [num_heads][kv_lora_rank]: the attention output before W_uv (may be NULL)
+ * The token's position is the cache's own counter (the tokens this layer has seen).
+ * Offsets in bytes, multiples of 4. Records a few dispatches with barriers; never submits.
+ * Results: OK, INVALID_ARGUMENT (layer, buffers too small), kernel errors (VULKAN,
+ * OUT_OF_HOST_MEMORY). The buffers must outlive the command buffer's execution.
+ * A step past max_tokens positions is not taken: the device counts it in the statistics'
+ * overflow and leaves the cache as it was.
+ */
+typedef struct vkh2o_kvcache_step {
+    uint32_t layer;
+    const vkh2o_buffer* q;    uint64_t q_offset;
+    const vkh2o_buffer* ckv;  uint64_t ckv_offset;
+    const vkh2o_buffer* kpe;  uint64_t kpe_offset;
+    const vkh2o_buffer* out;  uint64_t out_offset;
+} vkh2o_kvcache_step;
+VKH2O_API vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_kvcache_step* s);
+VKH2O_API vkh2o_result vkh2o_run_kvcache_step(vkh2o_kvcache* c, const vkh2o_kvcache_step* s);
+
+/*
+ * Prefill one layer with n prompt tokens (positions 0 .. n-1), replacing its contents:
+ * ckv f32 [n][kv_lora_rank], kpe f32 [n][qk_rope_head_dim], mass f32 [n] (each token's summed
+ * prompt attention, its starting score; may be NULL when the cache does not select). Sinks and recents take T0;
+ * the middle tokens are ranked by key (as a step's selection ranks them, cur = n - 1) and fill
+ * T0's free slots (all but the append slot), then T1, T2, T3 in that order; the rest are evicted.
+ * Results: OK, INVALID_ARGUMENT (n 0 or above max_tokens, layer, buffers), kernel errors.
+ */
+typedef struct vkh2o_kvcache_prefill {
+    uint32_t layer;
+    uint32_t n;
+    const vkh2o_buffer* ckv;   uint64_t ckv_offset;
+    const vkh2o_buffer* kpe;   uint64_t kpe_offset;
+    const vkh2o_buffer* mass;  uint64_t mass_offset;
+} vkh2o_kvcache_prefill;
+VKH2O_API vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_kvcache_prefill* p);
+VKH2O_API vkh2o_result vkh2o_run_kvcache_prefill(vkh2o_kvcache* c, const vkh2o_kvcache_prefill* p);
+
+/* Statistics of one layer (blocking read; the device must have finished the recorded work). */
+typedef struct vkh2o_kvcache_stats {
+    uint32_t position;                         /* tokens seen (the next token's position) */
+    uint32_t len;                              /* tokens held */
+    uint32_t by_tier[VKH2O_TIER_COUNT];        /* tokens held per tier */
+    uint32_t demoted[VKH2O_TIER_COUNT];        /* tokens that moved down out of each tier */
+    uint32_t evicted;                          /* tokens evicted (prefill and steps) */
+    uint32_t overflow;                         /* steps refused past max_tokens */
+    uint64_t bytes_used;                       /* held tokens x their tier's token bytes */
+} vkh2o_kvcache_stats;
+VKH2O_API vkh2o_result vkh2o_kvcache_read_stats(vkh2o_kvcache* c, uint32_t layer, vkh2o_kvcache_stats* out);
+
+/* A copy of one layer's held tokens (blocking), ordered by position: their number in *len and,
+ * into arrays of at least max(plan.total_slots, ...) = plan.total_slots entries (NULL: skipped),
+ * positions, scores, tiers, and rows (f32 [len][kv_lora_rank + qk_rope_head_dim], dequantised
+ * as attention reads them). Results: OK, INVALID_ARGUMENT, VULKAN. */
+typedef struct vkh2o_kvcache_snapshot {
+    uint32_t len;
+    uint32_t* positions;
+    float* scores;
+    uint8_t* tiers;
+    float* rows;
+} vkh2o_kvcache_snapshot;
+VKH2O_API vkh2o_result vkh2o_kvcache_read_snapshot(vkh2o_kvcache* c, uint32_t layer, vkh2o_kvcache_snapshot* snap);
+
+/* Decode step of an MLA layer against a kvcache (vkh2o/mla.h "Decode" with this cache): the
+ * projections, the query absorbed on the device, one cache step per token (d->layer is the
+ * cache layer; d->position feeds RoPE and must equal the cache layer's position, which the
+ * caller tracks), W_uv and o_proj. d->n_tokens tokens in one recording. Never submits. Results:
+ * as vkh2o_cmd_mla_decode, INVALID_ARGUMENT when the cache's shape or scale is not the layer's. */
+VKH2O_API vkh2o_result vkh2o_cmd_mla_decode_kv(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
+                                               const vkh2o_mla_decode* d);
+VKH2O_API vkh2o_result vkh2o_run_mla_decode_kv(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,
+                                               const float* hidden, uint32_t n, uint32_t position, float* out);
+/* Prefill of a kvcache layer through the layer's forward (vkh2o_cmd_mla_prefill with this
+ * cache): the prompt's rows and its attention mass (or, with p->obs_window, the observation
+ * window's pooled scores) into vkh2o_cmd_kvcache_prefill. */
+VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill_kv(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
+                                                const vkh2o_mla_prefill* p);
+VKH2O_API vkh2o_result vkh2o_run_mla_prefill_kv(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,
+                                                const float* hidden, uint32_t seq_len, float* out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

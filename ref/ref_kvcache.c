@@ -1,0 +1,353 @@
+/* CPU reference of the one KV cache: see ref_kvcache.h. */
+#include "ref_kvcache.h"
+#include "ref_core.h"
+#include "ref_h2o.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t W_of(const ref_kvc_config* c) { return c->kvl + c->rope; }
+static float f16(float x) { return ref_round(VKH2O_DTYPE_F16, x); }
+
+/* groups of a tier's row: [first, first + count) */
+static uint32_t row_groups(const ref_kvc_config* c, uint32_t tier, uint32_t* first, uint32_t* count)
+{
+    uint32_t gs = c->group_size[tier], gr = gs < c->rope ? gs : c->rope, n = 0;
+    for (uint32_t f = 0; f < c->kvl; f += gs, n++) {
+        first[n] = f;
+        count[n] = f + gs <= c->kvl ? gs : c->kvl - f;
+    }
+    for (uint32_t f = 0; f < c->rope; f += gr, n++) {
+        first[n] = c->kvl + f;
+        count[n] = f + gr <= c->rope ? gr : c->rope - f;
+    }
+    return n;
+}
+
+static void group_params(const ref_kvc_config* c, uint32_t tier, const float* x, uint32_t first, uint32_t count,
+                         float* zero, float* scale)
+{
+    float lo = x[first], hi = x[first];
+    for (uint32_t e = first; e < first + count; e++) {
+        if (x[e] < lo) lo = x[e];
+        if (x[e] > hi) hi = x[e];
+    }
+    const float qmax = (float)((1u << (16u >> tier)) - 1u);
+    (void)c;
+    *zero = f16(lo);
+    float d = hi - *zero;
+    *scale = f16((d > 0.0f ? d : 0.0f) / qmax);
+}
+
+void ref_kvc_quantise(const ref_kvc_config* c, uint32_t tier, const float* x, float* out)
+{
+    const uint32_t W = W_of(c);
+    if (tier == 0) {
+        for (uint32_t e = 0; e < W; e++)
+            out[e] = f16(x[e]);
+        return;
+    }
+    uint32_t first[4096], count[4096];
+    const uint32_t ng = row_groups(c, tier, first, count);
+    const float qmax = (float)((1u << (16u >> tier)) - 1u);
+    for (uint32_t g = 0; g < ng; g++) {
+        float zero, scale;
+        group_params(c, tier, x, first[g], count[g], &zero, &scale);
+        for (uint32_t e = first[g]; e < first[g] + count[g]; e++) {
+            float q = 0.0f;
+            if (scale != 0.0f) {
+                q = nearbyintf((x[e] - zero) / scale);
+                q = q < 0.0f ? 0.0f : q > qmax ? qmax : q;
+            }
+            out[e] = zero + q * scale;
+        }
+    }
+}
+
+double ref_kvc_bound(const ref_kvc_config* c, uint32_t tier, const float* x, uint32_t e)
+{
+    if (tier == 0)
+        return fabs(x[e]) * (1.0 / 2048.0) + 1e-7;
+    uint32_t first[4096], count[4096];
+    const uint32_t ng = row_groups(c, tier, first, count);
+    for (uint32_t g = 0; g < ng; g++)
+        if (e >= first[g] && e < first[g] + count[g]) {
+            float zero, scale;
+            group_params(c, tier, x, first[g], count[g], &zero, &scale);
+            double m = 0.0;
+            for (uint32_t i = first[g]; i < first[g] + count[g]; i++)
+                m = fabs(x[i]) > m ? fabs(x[i]) : m;
+            /* one code step (a division off by an ulp may round the other way), the fp16 rounding
+             * of the zero and of the scale over the whole code range */
+            return scale + m * (1.0 / 1024.0) + 1e-7;
+        }
+    return 0.0;
+}
+
+void ref_kvc_init(ref_kvc* r, const ref_kvc_config* c)
+{
+    memset(r, 0, sizeof *r);
+    r->c = *c;
+    r->cap = c->slots[0] + c->slots[1] + c->slots[2] + c->slots[3];
+    r->tok = calloc(r->cap + 1, sizeof *r->tok);
+    for (uint32_t i = 0; i <= r->cap; i++)
+        r->tok[i].row = calloc(W_of(c), sizeof(float));
+}
+
+void ref_kvc_free(ref_kvc* r)
+{
+    for (uint32_t i = 0; r->tok && i <= r->cap; i++)
+        free(r->tok[i].row);
+    free(r->tok);
+    memset(r, 0, sizeof *r);
+}
+
+void ref_kvc_set(ref_kvc* r, uint32_t n, const uint32_t* pos, const uint32_t* tier, const float* score, const float* rows,
+                 uint32_t next_pos)
+{
+    const uint32_t W = W_of(&r->c);
+    r->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        r->tok[i].pos = pos[i];
+        r->tok[i].tier = tier[i];
+        r->tok[i].score = score[i];
+        memcpy(r->tok[i].row, rows + (size_t)i * W, W * sizeof(float));
+    }
+    r->next_pos = next_pos;
+}
+
+const ref_kvc_token* ref_kvc_find(const ref_kvc* r, uint32_t pos)
+{
+    for (uint32_t i = 0; i < r->n; i++)
+        if (r->tok[i].pos == pos)
+            return &r->tok[i];
+    return NULL;
+}
+
+static uint32_t count_tier(const ref_kvc* r, uint32_t k)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < r->n; i++)
+        n += r->tok[i].tier == k;
+    return n;
+}
+
+static double value_of(const ref_kvc* r, const ref_kvc_token* t, uint32_t cur)
+{
+    return ref_select_value(r->c.policy, r->c.mode, t->score, t->pos, cur, r->c.seed, r->c.layer, false);
+}
+
+/* index of the victim of tier k: the middle token of lowest value (ties: the higher position);
+ * records the relative gap to the runner-up */
+static int victim(ref_kvc* r, uint32_t k, uint32_t cur)
+{
+    int best = -1, second = -1;
+    for (uint32_t i = 0; i < r->n; i++) {
+        const ref_kvc_token* t = &r->tok[i];
+        if (t->tier != k || t->pos < r->c.n_sink || t->pos + r->c.n_recent > cur)
+            continue;
+        double v = value_of(r, t, cur);
+        if (best < 0 || v < value_of(r, &r->tok[best], cur) ||
+            (v == value_of(r, &r->tok[best], cur) && t->pos > r->tok[best].pos)) {
+            second = best;
+            best = (int)i;
+        } else if (second < 0 || v < value_of(r, &r->tok[second], cur)) {
+            second = (int)i;
+        }
+    }
+    if (best >= 0 && second >= 0) {
+        double a = value_of(r, &r->tok[best], cur), b = value_of(r, &r->tok[second], cur);
+        double g = fabs(b - a) / (fabs(a) + fabs(b) + 1e-30);
+        if (r->c.policy == 0 && g < r->gap)
+            r->gap = g;
+    }
+    return best;
+}
+
+static uint32_t next_tier(const ref_kvc* r, uint32_t k)
+{
+    for (uint32_t j = k + 1; j < 4; j++)
+        if (r->c.slots[j])
+            return j;
+    return 4;
+}
+
+static void make_room(ref_kvc* r, uint32_t cur)
+{
+    int chain[4] = { -1, -1, -1, -1 };
+    uint32_t k = 0, last = 4;
+    bool evict = false;
+    while (k < 4 && count_tier(r, k) >= r->c.slots[k]) {
+        int v = victim(r, k, cur);
+        if (v < 0)
+            break;
+        chain[k] = v;
+        last = k;
+        uint32_t nk = next_tier(r, k);
+        if (nk == 4) {
+            evict = true;
+            break;
+        }
+        if (count_tier(r, nk) < r->c.slots[nk])
+            break;
+        k = nk;
+    }
+    if (last == 4)
+        return;
+    const uint32_t W = W_of(&r->c);
+    float* tmp = malloc(W * sizeof(float));
+    /* top down is the same as bottom up here: each victim requantises from its own tier */
+    for (uint32_t j = 0; j <= last; j++) {
+        if (chain[j] < 0)
+            continue;
+        ref_kvc_token* t = &r->tok[chain[j]];
+        r->moved[j] = t->pos;
+        if (j == last && evict) {
+            r->gone = t->pos;
+            r->evicted++;
+            t->tier = 99;
+            continue;
+        }
+        uint32_t nk = next_tier(r, j);
+        ref_kvc_quantise(&r->c, nk, t->row, tmp);
+        memcpy(t->row, tmp, W * sizeof(float));
+        t->tier = nk;
+        r->demoted[j]++;
+    }
+    free(tmp);
+    /* drop the evicted token */
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < r->n; i++) {
+        if (r->tok[i].tier == 99)
+            continue;
+        if (m != i) {
+            ref_kvc_token t = r->tok[m];
+            r->tok[m] = r->tok[i];
+            r->tok[i] = t;
+        }
+        m++;
+    }
+    r->n = m;
+}
+
+void ref_kvc_step(ref_kvc* r, const float* q, const float* ckv, const float* kpe, double* out_lat)
+{
+    const ref_kvc_config* c = &r->c;
+    const uint32_t W = W_of(c), H = c->heads;
+    for (uint32_t k = 0; k < 4; k++)
+        r->moved[k] = UINT32_MAX;
+    r->gone = UINT32_MAX;
+    r->gap = INFINITY;
+    /* append */
+    ref_kvc_token* t = &r->tok[r->n++];
+    float* x = malloc(W * sizeof(float));
+    memcpy(x, ckv, c->kvl * sizeof(float));
+    memcpy(x + c->kvl, kpe, c->rope * sizeof(float));
+    ref_kvc_quantise(c, 0, x, t->row);
+    free(x);
+    t->pos = r->next_pos++;
+    t->tier = 0;
+    t->score = 0.0;
+    const uint32_t cur = t->pos;
+    /* attention over every token */
+    double* p = malloc(sizeof(double) * r->n);
+    double* mass = calloc(r->n, sizeof(double));
+    for (uint32_t h = 0; h < H; h++) {
+        double m = -INFINITY, z = 0.0;
+        for (uint32_t i = 0; i < r->n; i++) {
+            double s = 0.0;
+            for (uint32_t e = 0; e < W; e++)
+                s += (double)q[h * W + e] * r->tok[i].row[e];
+            p[i] = s * c->scale;
+            m = p[i] > m ? p[i] : m;
+        }
+        for (uint32_t i = 0; i < r->n; i++)
+            z += (p[i] = exp(p[i] - m));
+        for (uint32_t d = 0; d < c->kvl; d++) {
+            double o = 0.0;
+            for (uint32_t i = 0; i < r->n; i++)
+                o += p[i] / z * r->tok[i].row[d];
+            out_lat[h * c->kvl + d] = o;
+        }
+        for (uint32_t i = 0; i < r->n; i++)
+            mass[i] += p[i] / z;
+    }
+    if (c->selects) {
+        for (uint32_t i = 0; i < r->n; i++)
+            r->tok[i].score = c->keep * r->tok[i].score + mass[i];
+        make_room(r, cur);
+    }
+    free(p);
+    free(mass);
+}
+
+void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* ckv, const float* kpe, const float* mass)
+{
+    const ref_kvc_config* c = &r->c;
+    const uint32_t W = W_of(c), cur = n - 1;
+    float* x = malloc(W * sizeof(float));
+    float* xr = malloc(W * sizeof(float));
+    /* middle tokens by value, largest first, ties to the lower position */
+    uint32_t* order = malloc(n * sizeof *order);
+    double* val = malloc(n * sizeof *val);
+    uint32_t nm = 0, ntop = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        bool top = i < c->n_sink || i + c->n_recent >= n;
+        ntop += top;
+        if (!top && c->selects) {
+            ref_kvc_token tmp = { .pos = i, .score = mass[i] };
+            val[i] = value_of(r, &tmp, cur);
+            order[nm++] = i;
+        }
+    }
+    for (uint32_t a = 1; a < nm; a++)   /* insertion sort: clear, and n is small in tests */
+        for (uint32_t b = a; b > 0; b--) {
+            uint32_t i = order[b - 1], j = order[b];
+            if (val[j] > val[i] || (val[j] == val[i] && j < i)) {
+                order[b - 1] = j;
+                order[b] = i;
+            } else {
+                break;
+            }
+        }
+    uint32_t* tier = malloc(n * sizeof *tier);
+    for (uint32_t i = 0; i < n; i++)
+        tier[i] = c->selects ? 0 : 0;
+    if (c->selects) {
+        uint32_t room[4] = { c->slots[0] - 1 - ntop, c->slots[1], c->slots[2], c->slots[3] };
+        uint32_t k = 0, used = 0;
+        for (uint32_t o = 0; o < nm; o++) {
+            while (k < 4 && used >= room[k]) {
+                k++;
+                used = 0;
+            }
+            tier[order[o]] = k < 4 ? k : 99;
+            used++;
+        }
+    }
+    r->n = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (tier[i] == 99) {
+            r->evicted++;
+            continue;
+        }
+        memcpy(x, ckv + (size_t)i * c->kvl, c->kvl * sizeof(float));
+        memcpy(x + c->kvl, kpe + (size_t)i * c->rope, c->rope * sizeof(float));
+        ref_kvc_token* t = &r->tok[r->n++];
+        t->pos = i;
+        t->tier = tier[i];
+        t->score = c->selects ? mass[i] : 0.0;
+        ref_kvc_quantise(c, 0, x, xr);                 /* the fp16 row, as a demotion would read it */
+        if (tier[i] == 0)
+            memcpy(t->row, xr, W * sizeof(float));
+        else
+            ref_kvc_quantise(c, tier[i], xr, t->row);
+    }
+    r->next_pos = n;
+    free(x);
+    free(xr);
+    free(order);
+    free(val);
+    free(tier);
+}

@@ -1,0 +1,59 @@
+/*
+ * CPU reference of the one KV cache (include/vkh2o/kvcache.h), written for clarity: a list of
+ * tokens, each with its position, score (double), tier and row as the cache holds it (the
+ * dequantised values); a decode step appends, attends in double over every token, adds the
+ * mass and then walks the tiers top down choosing victims by sorting, as the header describes.
+ * Quantisation follows the documented row format (fp16 rounding of the group's minimum and
+ * scale, codes by round half to even) in f32.
+ */
+#ifndef REF_KVCACHE_H
+#define REF_KVCACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct ref_kvc_config {
+    uint32_t heads, kvl, rope;
+    float scale;
+    uint32_t n_sink, n_recent;
+    uint32_t policy, mode, seed, layer;
+    float keep;                       /* a score's factor before the mass: 1, decay or 0 */
+    uint32_t slots[4];                /* per tier (the plan's) */
+    uint32_t group_size[4];           /* c_kv numbers per group, tiers 1..3 */
+    bool selects;
+} ref_kvc_config;
+
+typedef struct ref_kvc_token {
+    uint32_t pos, tier;
+    double score;
+    float* row;                       /* kvl + rope values */
+} ref_kvc_token;
+
+typedef struct ref_kvc {
+    ref_kvc_config c;
+    ref_kvc_token* tok;               /* room for the total slots */
+    uint32_t n, cap;
+    uint32_t next_pos;
+    uint32_t evicted, demoted[4];
+    /* the last step's chain: the position that left each tier (UINT32_MAX: none), the evicted one */
+    uint32_t moved[4], gone;
+    double gap;                       /* the smallest relative key gap of the last decisions */
+} ref_kvc;
+
+void ref_kvc_init(ref_kvc* r, const ref_kvc_config* c);
+void ref_kvc_free(ref_kvc* r);
+/* x [kvl + rope] stored at a tier: out = the values the cache holds (fp16 for tier 0). */
+void ref_kvc_quantise(const ref_kvc_config* c, uint32_t tier, const float* x, float* out);
+/* The largest |stored - x| a tier allows for x (one code step per group plus fp16 rounding). */
+double ref_kvc_bound(const ref_kvc_config* c, uint32_t tier, const float* x, uint32_t e);
+/* Replaces the state: n tokens (rows copied), next position. */
+void ref_kvc_set(ref_kvc* r, uint32_t n, const uint32_t* pos, const uint32_t* tier, const float* score, const float* rows,
+                 uint32_t next_pos);
+/* One step: q [heads][kvl + rope], the new row ckv [kvl] | kpe [rope]; out_lat [heads][kvl]. */
+void ref_kvc_step(ref_kvc* r, const float* q, const float* ckv, const float* kpe, double* out_lat);
+/* Prefill of n tokens (rows [n][kvl] and [n][rope], mass [n]). */
+void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* ckv, const float* kpe, const float* mass);
+/* The token at position pos, or NULL. */
+const ref_kvc_token* ref_kvc_find(const ref_kvc* r, uint32_t pos);
+
+#endif

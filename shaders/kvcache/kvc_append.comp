@@ -1,0 +1,53 @@
+#version 450
+/*
+ * Stage 1 of a decode step (one workgroup): the new token takes the free FP16 slot of lowest
+ * index in the layer's top tier, with its position (the layer's counter), score 0 and its row
+ * rounded to fp16. A step at max_tokens positions is refused on the device: the overflow count
+ * goes up and ST_SKIP tells the later stages to do nothing.
+ * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
+ */
+#extension GL_GOOGLE_include_directive : require
+#include "kvc_common.glsl"
+#include "kvc_bindings.glsl"
+
+layout(constant_id = 16) const uint MAXTOK = 512;
+
+shared uint sh_slot[WG];
+
+void main()
+{
+    const uint tid = gl_LocalInvocationID.x;
+    const uint st = g_st(), s0 = g_slot0();
+    const uint pos = state[st + ST_POS];
+    uint best = EMPTY;
+    for (uint g = tid; g < SLOTS0; g += WG)
+        if (positions[s0 + g] == EMPTY) { best = g; break; }
+    sh_slot[tid] = best;
+    barrier();
+    if (tid == 0u) {
+        uint b = EMPTY;
+        for (uint i = 0u; i < WG; i++) b = min(b, sh_slot[i]);
+        sh_slot[0] = b;
+        bool refuse = pos >= MAXTOK || b == EMPTY;
+        state[st + ST_SKIP] = refuse ? 1u : 0u;
+        if (refuse) {
+            state[st + ST_OVERFLOW] += 1u;
+        } else {
+            positions[s0 + b] = pos;
+            scores[s0 + b] = 0.0;
+            state[st + ST_POS] = pos + 1u;
+            state[st + ST_CUR] = pos;
+            state[st + ST_COUNT] += 1u;
+        }
+    }
+    barrier();
+    const uint slot = sh_slot[0];
+    if (pos >= MAXTOK || slot == EMPTY) return;
+    const uint rb = g_rows0() + slot * tier_row_words(0u);   // tier 0 is the first pool
+    for (uint w = tid; w < W / 2u; w += WG) {
+        uint e = 2u * w;
+        float a = e < KVL ? in_ckv[p.ckv_off + e] : in_kpe[p.kpe_off + e - KVL];
+        float b = e + 1u < KVL ? in_ckv[p.ckv_off + e + 1u] : in_kpe[p.kpe_off + e + 1u - KVL];
+        rows[rb + w] = kvc_f16(a) | (kvc_f16(b) << 16);
+    }
+}

@@ -1,0 +1,32 @@
+// Bindings and push constants shared by every kvc_*.comp (struct kvc_push in
+// src/kvcache/kvcache_internal.h mirrors the block).
+#ifndef KVC_BINDINGS_GLSL
+#define KVC_BINDINGS_GLSL
+
+layout(set = 0, binding = 0) buffer State { uint state[]; };
+layout(set = 0, binding = 1) buffer Rows { uint rows[]; };
+layout(set = 0, binding = 2) buffer Pos { uint positions[]; };
+layout(set = 0, binding = 3) buffer Scores { float scores[]; };
+layout(set = 0, binding = 4) buffer Scratch { float sc[]; };
+layout(set = 0, binding = 5) readonly buffer InQ { float in_q[]; };
+layout(set = 0, binding = 6) readonly buffer InCkv { float in_ckv[]; };
+layout(set = 0, binding = 7) readonly buffer InKpe { float in_kpe[]; };
+layout(set = 0, binding = 8) buffer Out { float out_f[]; };
+
+layout(push_constant) uniform Push {
+    uint layer;
+    uint q_off, ckv_off, kpe_off, out_off;   // floats
+    float scale;
+    float keep;        // a score's factor before the mass is added: 1, decay, 0 (TOVA)
+    uint seed;
+    uint n;            // prefill: prompt tokens
+    uint flags;        // 1: write out
+} p;
+
+KVC_DEFINE_DEQ(deq, rows)
+
+uint g_st() { return p.layer * ST_WORDS; }
+uint g_slot0() { return p.layer * total_slots(); }
+uint g_rows0() { return p.layer * layer_words(); }
+
+#endif

@@ -1,0 +1,151 @@
+// Shared GLSL of the one KV cache (kvc_*.comp): the spec constants of its shape and pools, the
+// slot and row layout, dequantisation and quantisation of a row, the state words.
+// Layout and formats: include/vkh2o/kvcache.h; mirrored by src/kvcache/kvcache_internal.h.
+#ifndef KVC_COMMON_GLSL
+#define KVC_COMMON_GLSL
+
+#include "h2o_common.glsl"
+
+// spec ids (enum kvc_spec in src/kvcache/kvcache_internal.h)
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint H = 4;          // query heads
+layout(constant_id = 2) const uint KVL = 64;       // kv_lora_rank (c_kv numbers)
+layout(constant_id = 3) const uint R = 16;         // qk_rope_head_dim (k_pe numbers)
+layout(constant_id = 4) const uint SLOTS0 = 32;    // slots per tier (0: tier unused)
+layout(constant_id = 5) const uint SLOTS1 = 0;
+layout(constant_id = 6) const uint SLOTS2 = 0;
+layout(constant_id = 7) const uint SLOTS3 = 0;
+layout(constant_id = 8) const uint GS1 = 64;       // c_kv numbers per group, INT8 / INT4 / INT2
+layout(constant_id = 9) const uint GS2 = 64;
+layout(constant_id = 10) const uint GS3 = 32;
+layout(constant_id = 11) const uint NSINK = 0;
+layout(constant_id = 12) const uint NRECENT = 0;
+layout(constant_id = 13) const uint POLMODE = 0;   // policy | score mode << 4
+layout(constant_id = 14) const uint SELECTS = 0;   // 1: scores and selection are kept
+layout(constant_id = 15) const uint WROW = 80;     // KVL + R (shared arrays)
+
+const uint WG = gl_WorkGroupSize.x;
+const uint W = KVL + R;
+const uint POLICY = POLMODE & 15u;
+const uint MODE = POLMODE >> 4;
+const uint EMPTY = 0xffffffffu;
+const float NEG = -3.0e38;
+
+// state words per layer
+const uint ST_WORDS = 16u;
+const uint ST_POS = 0u;       // tokens seen: the next token's position
+const uint ST_COUNT = 1u;     // + tier: tokens held
+const uint ST_DEMOTED = 5u;   // + tier: tokens moved down out of the tier
+const uint ST_EVICTED = 9u;
+const uint ST_OVERFLOW = 10u;
+const uint ST_SKIP = 11u;     // 1: this step was refused (past max_tokens); later stages do nothing
+const uint ST_CUR = 12u;      // position of the latest token
+
+uint tier_slots(uint k) { return k == 0u ? SLOTS0 : (k == 1u ? SLOTS1 : (k == 2u ? SLOTS2 : SLOTS3)); }
+uint tier_bits(uint k) { return 16u >> k; }
+uint tier_gs(uint k) { return k == 1u ? GS1 : (k == 2u ? GS2 : GS3); }
+uint tier_gr(uint k) { return min(tier_gs(k), R); }
+uint tier_data_words(uint k) { return (W * tier_bits(k) + 31u) / 32u; }
+uint tier_groups_ckv(uint k) { return k == 0u ? 0u : (KVL + tier_gs(k) - 1u) / tier_gs(k); }
+uint tier_groups(uint k) { return k == 0u ? 0u : tier_groups_ckv(k) + (R + tier_gr(k) - 1u) / tier_gr(k); }
+uint tier_row_words(uint k) { return tier_data_words(k) + tier_groups(k); }
+uint total_slots() { return SLOTS0 + SLOTS1 + SLOTS2 + SLOTS3; }
+uint layer_words()
+{
+    return SLOTS0 * tier_row_words(0u) + SLOTS1 * tier_row_words(1u) + SLOTS2 * tier_row_words(2u) + SLOTS3 * tier_row_words(3u);
+}
+// first slot of tier k (slots are numbered across the tiers of a layer)
+uint tier_first(uint k)
+{
+    uint s = 0u;
+    for (uint j = 0u; j < k; j++) s += tier_slots(j);
+    return s;
+}
+uint slot_tier(uint g)
+{
+    uint k = 0u, s = SLOTS0;
+    while (k < 3u && g >= s) { k++; s += tier_slots(k); }
+    return k;
+}
+// first word of slot g's row within its layer's rows
+uint slot_base(uint g)
+{
+    uint k = slot_tier(g), b = 0u, f = 0u;
+    for (uint j = 0u; j < k; j++) { b += tier_slots(j) * tier_row_words(j); f += tier_slots(j); }
+    return b + (g - f) * tier_row_words(k);
+}
+// the next tier in use below k (4: none)
+uint next_tier(uint k)
+{
+    for (uint j = k + 1u; j < 4u; j++)
+        if (tier_slots(j) > 0u) return j;
+    return 4u;
+}
+uint group_of(uint k, uint e) { return e < KVL ? e / tier_gs(k) : tier_groups_ckv(k) + (e - KVL) / tier_gr(k); }
+// numbers [first, first + count) of group gi of a tier-k row
+uvec2 group_range(uint k, uint gi)
+{
+    uint gc = tier_groups_ckv(k);
+    if (gi < gc) { uint f = gi * tier_gs(k); return uvec2(f, min(tier_gs(k), KVL - f)); }
+    uint f = (gi - gc) * tier_gr(k);
+    return uvec2(KVL + f, min(tier_gr(k), R - f));
+}
+
+// float -> IEEE binary16 bits, round to nearest even (not left to the driver's conversion, whose
+// rounding mode Vulkan leaves open); overflow -> inf, NaN -> quiet NaN
+uint kvc_f16(float f)
+{
+    uint x = floatBitsToUint(f);
+    uint sign = (x >> 16) & 0x8000u;
+    uint ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return sign | 0x7e00u;
+    if (ax >= 0x477ff000u) return sign | 0x7c00u;
+    if (ax < 0x38800000u) {
+        if (ax < 0x33000000u) return sign;
+        uint e = ax >> 23;
+        uint m = (ax & 0x7fffffu) | 0x800000u;
+        uint sh = 126u - e;
+        uint r = m >> sh;
+        uint rem = m & ((1u << sh) - 1u);
+        uint half_ = 1u << (sh - 1u);
+        if (rem > half_ || (rem == half_ && (r & 1u) != 0u)) r++;
+        return sign | r;
+    }
+    uint h = (ax >> 13) - (112u << 10);
+    uint rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u) != 0u)) h++;
+    return sign | h;
+}
+float kvc_f16_round(float f) { return unpackHalf2x16(kvc_f16(f)).x; }
+
+// The group word of numbers with minimum lo and maximum hi at b bits: scale (low half), zero
+// (high half), both fp16.
+uint group_word(float lo, float hi, uint b)
+{
+    uint z = kvc_f16(lo);
+    float zf = unpackHalf2x16(z).x;
+    uint s = kvc_f16(max(hi - zf, 0.0) / float((1u << b) - 1u));
+    return s | (z << 16);
+}
+// the code of x in a group word
+uint quant_code(float x, uint gw, uint b)
+{
+    vec2 sz = unpackHalf2x16(gw);
+    if (sz.x == 0.0) return 0u;
+    return uint(clamp(roundEven((x - sz.y) / sz.x), 0.0, float((1u << b) - 1u)));
+}
+
+#define KVC_DEFINE_DEQ(NAME, ROWS)                                                            \
+    float NAME(uint k, uint base, uint e)                                                     \
+    {                                                                                         \
+        if (k == 0u) {                                                                        \
+            vec2 h = unpackHalf2x16(ROWS[base + (e >> 1)]);                                   \
+            return (e & 1u) != 0u ? h.y : h.x;                                                \
+        }                                                                                     \
+        uint b = tier_bits(k), per = 32u / b;                                                 \
+        uint q = (ROWS[base + e / per] >> ((e % per) * b)) & ((1u << b) - 1u);                \
+        vec2 sz = unpackHalf2x16(ROWS[base + tier_data_words(k) + group_of(k, e)]);           \
+        return sz.y + float(q) * sz.x;                                                        \
+    }
+
+#endif

@@ -1,0 +1,98 @@
+#version 450
+/*
+ * Prefill of one layer with p.n prompt tokens at positions 0 .. n-1 (the layer's slots emptied
+ * before by the host's fill). One invocation per token: sinks and recents take the top tier's
+ * first slots in position order; a middle token's rank among the middle tokens by key (larger
+ * first, ties to the lower position; cur = n - 1) places it in the top tier's remaining slots
+ * (all but the one the next append takes), then in each lower tier in use, in order; a rank
+ * beyond them is evicted. Without SELECTS token i takes top-tier slot i. Each invocation writes
+ * its own row in its tier's format (rows from in_ckv / in_kpe, scores from out_f = the mass),
+ * and invocation 0 the layer's state.
+ * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
+ */
+#extension GL_GOOGLE_include_directive : require
+#include "kvc_common.glsl"
+#include "kvc_bindings.glsl"
+
+bool is_top(uint i, uint n) { return i < NSINK || i + NRECENT >= n; }   // i + NRECENT > cur
+float in_row(uint i, uint e) { return e < KVL ? in_ckv[p.ckv_off + i * KVL + e] : in_kpe[p.kpe_off + i * R + e - KVL]; }
+
+void main()
+{
+    const uint i = gl_GlobalInvocationID.x, n = p.n;
+    const uint st = g_st(), s0 = g_slot0(), cur = n - 1u;
+    // top tokens: [0, min(NSINK, n)) and [max(NSINK, n - NRECENT), n)
+    const uint rs = max(NSINK, n > NRECENT ? n - NRECENT : 0u);
+    const uint ntop = min(NSINK, n) + (n > rs ? n - rs : 0u);
+    const uint room0 = SELECTS == 1u ? SLOTS0 - 1u - ntop : SLOTS0;
+    if (i == 0u) {
+        uint nmid = n - ntop, c0 = SELECTS == 1u ? ntop + min(room0, nmid) : n;
+        uint left = SELECTS == 1u ? nmid - min(room0, nmid) : 0u;
+        state[st + ST_POS] = n;
+        state[st + ST_CUR] = cur;
+        state[st + ST_SKIP] = 0u;
+        state[st + ST_COUNT] = c0;
+        for (uint k = 1u; k < 4u; k++) {
+            uint c = min(tier_slots(k), left);
+            state[st + ST_COUNT + k] = c;
+            left -= c;
+        }
+        state[st + ST_EVICTED] += left;
+    }
+    if (i >= n) return;
+    const float score = SELECTS == 1u ? out_f[p.out_off + i] : 0.0;
+    uint tier = 0u, slot;
+    if (SELECTS == 0u) {
+        slot = i;
+    } else if (is_top(i, n)) {
+        slot = min(i, NSINK) + (i > rs ? i - rs : 0u);
+    } else {
+        const uint key = select_key(POLICY, MODE, score, i, cur, p.seed, p.layer);
+        uint r = 0u;
+        for (uint j = 0u; j < n; j++) {
+            if (j == i || is_top(j, n)) continue;
+            uint kj = select_key(POLICY, MODE, out_f[p.out_off + j], j, cur, p.seed, p.layer);
+            if (kj > key || (kj == key && j < i)) r++;
+        }
+        if (r < room0) {
+            slot = ntop + r;
+        } else {
+            r -= room0;
+            tier = 4u;
+            for (uint k = 1u; k < 4u; k++) {
+                if (r < tier_slots(k)) { tier = k; break; }
+                r -= tier_slots(k);
+            }
+            if (tier == 4u) return;             // evicted
+            slot = tier_first(tier) + r;
+        }
+    }
+    positions[s0 + slot] = i;
+    scores[s0 + slot] = score;
+    const uint base = g_rows0() + slot_base(slot);
+    if (tier == 0u) {
+        for (uint w = 0u; w < W / 2u; w++)
+            rows[base + w] = kvc_f16(in_row(i, 2u * w)) | (kvc_f16(in_row(i, 2u * w + 1u)) << 16);
+        return;
+    }
+    // quantised from the fp16-rounded row, as a demotion from the top tier would
+    const uint b = tier_bits(tier), ng = tier_groups(tier), dw = tier_data_words(tier), per = 32u / b;
+    for (uint gi = 0u; gi < ng; gi++) {
+        uvec2 r = group_range(tier, gi);
+        float lo = kvc_f16_round(in_row(i, r.x)), hi = lo;
+        for (uint e = r.x + 1u; e < r.x + r.y; e++) {
+            float x = kvc_f16_round(in_row(i, e));
+            lo = min(lo, x);
+            hi = max(hi, x);
+        }
+        rows[base + dw + gi] = group_word(lo, hi, b);
+    }
+    for (uint w = 0u; w < dw; w++) {
+        uint word = 0u;
+        for (uint j = 0u; j < per; j++) {
+            uint e = w * per + j;
+            if (e < W) word |= quant_code(kvc_f16_round(in_row(i, e)), rows[base + dw + group_of(tier, e)], b) << (j * b);
+        }
+        rows[base + w] = word;
+    }
+}

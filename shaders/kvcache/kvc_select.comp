@@ -1,0 +1,158 @@
+#version 450
+/*
+ * Stage 4 of a decode step (one workgroup, recorded only with SELECTS): make room for the next
+ * token. While a tier has no free slot (the top tier from the first), the middle token of that
+ * tier with the lowest key (ties: the higher position goes) is its victim; the victim of the
+ * lowest tier in use is evicted. Then, from the bottom of that chain up, each victim is
+ * dequantised, requantised into the next tier's format and written to the slot the tier below
+ * freed (or to its lowest free slot), with its position and score; the top tier's victim leaves
+ * the slot the next append takes. Middle: position >= NSINK and position + NRECENT <= cur.
+ * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
+ */
+#extension GL_GOOGLE_include_directive : require
+#include "kvc_common.glsl"
+#include "kvc_bindings.glsl"
+
+shared uint sh_key[WG];
+shared uint sh_slot[WG];
+shared uint sh_chain[4];     // victim slot per tier of the chain (EMPTY: not in the chain)
+shared uint sh_dest;         // free slot of the tier below the chain's last victim, or EMPTY: evict
+shared uint sh_last;         // the chain's last tier
+shared float sh_row[WROW];
+shared uint sh_gw[WROW];
+
+// the slot of tier k whose (key, position) is lowest among its middle tokens (want_empty:
+// the lowest free slot instead); EMPTY when there is none
+uint pick(uint k, bool want_empty, uint cur)
+{
+    const uint tid = gl_LocalInvocationID.x;
+    const uint f = tier_first(k), n = tier_slots(k), s0 = g_slot0();
+    uint bk = EMPTY, bs = EMPTY, bp = 0u;
+    for (uint j = tid; j < n; j += WG) {
+        const uint g = f + j, pos = positions[s0 + g];
+        if (want_empty) {
+            if (pos == EMPTY && bs == EMPTY) bs = g;
+            continue;
+        }
+        if (pos == EMPTY || pos < NSINK || pos + NRECENT > cur) continue;
+        uint key = select_key(POLICY, MODE, scores[s0 + g], pos, cur, p.seed, p.layer);
+        if (bs == EMPTY || key < bk || (key == bk && pos > bp)) { bk = key; bs = g; bp = pos; }
+    }
+    sh_key[tid] = bk;
+    sh_slot[tid] = bs;
+    barrier();
+    if (tid == 0u) {
+        uint ck = EMPTY, cs = EMPTY, cp = 0u;
+        for (uint i = 0u; i < WG; i++) {
+            uint s = sh_slot[i];
+            if (s == EMPTY) continue;
+            if (want_empty) { cs = min(cs, s); continue; }
+            uint pos = positions[s0 + s];
+            if (cs == EMPTY || sh_key[i] < ck || (sh_key[i] == ck && pos > cp)) { ck = sh_key[i]; cs = s; cp = pos; }
+        }
+        sh_slot[0] = cs;
+    }
+    barrier();
+    uint r = sh_slot[0];
+    barrier();
+    return r;
+}
+
+// row of slot `from` (tier kf) into slot `to` (tier kt), requantised; position and score move
+void move_row(uint from, uint kf, uint to, uint kt)
+{
+    const uint tid = gl_LocalInvocationID.x;
+    const uint r0 = g_rows0(), fb = r0 + slot_base(from), tb = r0 + slot_base(to);
+    for (uint e = tid; e < W; e += WG) sh_row[e] = deq(kf, fb, e);
+    barrier();
+    const uint b = tier_bits(kt), ng = tier_groups(kt), dw = tier_data_words(kt), per = 32u / b;
+    for (uint gi = tid; gi < ng; gi += WG) {
+        uvec2 r = group_range(kt, gi);
+        float lo = sh_row[r.x], hi = lo;
+        for (uint e = r.x + 1u; e < r.x + r.y; e++) { lo = min(lo, sh_row[e]); hi = max(hi, sh_row[e]); }
+        uint gw = group_word(lo, hi, b);
+        sh_gw[gi] = gw;
+        rows[tb + dw + gi] = gw;
+    }
+    barrier();
+    for (uint w = tid; w < dw; w += WG) {
+        uint word = 0u;
+        for (uint i = 0u; i < per; i++) {
+            uint e = w * per + i;
+            if (e < W) word |= quant_code(sh_row[e], sh_gw[group_of(kt, e)], b) << (i * b);
+        }
+        rows[tb + w] = word;
+    }
+    if (tid == 0u) {
+        const uint s0 = g_slot0(), st = g_st();
+        positions[s0 + to] = positions[s0 + from];
+        scores[s0 + to] = scores[s0 + from];
+        positions[s0 + from] = EMPTY;
+        state[st + ST_COUNT + kf] -= 1u;
+        state[st + ST_COUNT + kt] += 1u;
+        state[st + ST_DEMOTED + kf] += 1u;
+    }
+    memoryBarrierBuffer();
+    barrier();
+}
+
+void main()
+{
+    const uint tid = gl_LocalInvocationID.x;
+    const uint st = g_st();
+    if (state[st + ST_SKIP] != 0u) return;
+    const uint cur = state[st + ST_CUR];
+    if (tid == 0u) {
+        for (uint k = 0u; k < 4u; k++) sh_chain[k] = EMPTY;
+        sh_dest = EMPTY;
+        sh_last = 4u;
+    }
+    barrier();
+    // the chain, top down: stop at a tier with a free slot
+    uint k = 0u;
+    while (k < 4u && state[st + ST_COUNT + k] >= tier_slots(k)) {
+        uint v = pick(k, false, cur);
+        if (v == EMPTY) break;             // only sinks and recents: nothing may move (resolve prevents it)
+        if (tid == 0u) { sh_chain[k] = v; sh_last = k; }
+        barrier();
+        uint nk = next_tier(k);
+        if (nk == 4u) break;               // the lowest tier: its victim is evicted
+        if (state[st + ST_COUNT + nk] < tier_slots(nk)) {
+            uint d = pick(nk, true, cur);
+            if (tid == 0u) sh_dest = d;
+            barrier();
+            break;
+        }
+        k = nk;
+    }
+    barrier();
+    const uint last = sh_last;
+    if (last == 4u) return;
+    // bottom up
+    uint dest = sh_dest;
+    if (next_tier(last) == 4u || dest == EMPTY) {
+        // the last victim is evicted: its slot is the destination of the victim above
+        const uint v = sh_chain[last];
+        if (tid == 0u) {
+            positions[g_slot0() + v] = EMPTY;
+            state[st + ST_COUNT + last] -= 1u;
+            state[st + ST_EVICTED] += 1u;
+        }
+        memoryBarrierBuffer();
+        barrier();
+        dest = v;
+        for (int j = int(last) - 1; j >= 0; j--) {
+            uint kk = uint(j);
+            if (sh_chain[kk] == EMPTY) continue;
+            move_row(sh_chain[kk], kk, dest, slot_tier(dest));
+            dest = sh_chain[kk];
+        }
+    } else {
+        for (int j = int(last); j >= 0; j--) {
+            uint kk = uint(j);
+            if (sh_chain[kk] == EMPTY) continue;
+            move_row(sh_chain[kk], kk, dest, slot_tier(dest));
+            dest = sh_chain[kk];
+        }
+    }
+}

@@ -1,0 +1,57 @@
+#version 450
+/*
+ * Stage 2b of a decode step (one workgroup): per head the softmax of the logits over the slots
+ * (max, sum of exponentials, then P = exp(l - max) / sum written over the logits; empty slots
+ * get 0), and with SELECTS the attention mass of each occupied slot (sum over heads of P) added
+ * to its score after the score is scaled by keep. Spec constants and bindings: kvc_common.glsl,
+ * kvc_bindings.glsl.
+ */
+#extension GL_GOOGLE_include_directive : require
+#include "kvc_common.glsl"
+#include "kvc_bindings.glsl"
+
+shared float red[WG];
+
+void main()
+{
+    const uint tid = gl_LocalInvocationID.x;
+    if (state[g_st() + ST_SKIP] != 0u) return;
+    const uint STOT = total_slots(), s0 = g_slot0();
+    for (uint h = 0u; h < H; h++) {
+        const uint b = h * STOT;
+        float m = NEG;
+        for (uint g = tid; g < STOT; g += WG) m = max(m, sc[b + g]);
+        red[tid] = m;
+        barrier();
+        for (uint s = WG / 2u; s > 0u; s >>= 1u) {
+            if (tid < s) red[tid] = max(red[tid], red[tid + s]);
+            barrier();
+        }
+        m = red[0];
+        barrier();
+        float z = 0.0;
+        for (uint g = tid; g < STOT; g += WG) {
+            float e = positions[s0 + g] == EMPTY ? 0.0 : exp(sc[b + g] - m);
+            sc[b + g] = e;
+            z += e;
+        }
+        red[tid] = z;
+        barrier();
+        for (uint s = WG / 2u; s > 0u; s >>= 1u) {
+            if (tid < s) red[tid] += red[tid + s];
+            barrier();
+        }
+        const float iz = 1.0 / red[0];
+        barrier();
+        for (uint g = tid; g < STOT; g += WG) sc[b + g] *= iz;
+    }
+    if (SELECTS == 0u) return;
+    memoryBarrierBuffer();
+    barrier();
+    for (uint g = tid; g < STOT; g += WG) {
+        if (positions[s0 + g] == EMPTY) continue;
+        float mass = 0.0;
+        for (uint h = 0u; h < H; h++) mass += sc[h * STOT + g];
+        scores[s0 + g] = p.keep * scores[s0 + g] + mass;
+    }
+}

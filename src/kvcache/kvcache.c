@@ -1,0 +1,591 @@
+/* The one KV cache (include/vkh2o/kvcache.h): desc resolution and pool plan, the device
+ * buffers, and the recording of a decode step (append, logits, softmax + scores, P . rows,
+ * selection + demotion: shaders/kvcache/kvc_*.comp), of a prefill, and of a reset. */
+#include "kvcache_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char* const tier_names[VKH2O_TIER_COUNT] = { "fp16", "int8", "int4", "int2" };
+static const char* const precision_names[] = { "fp16", "int8", "int4", "int2", "tiered" };
+
+const char* vkh2o_kv_tier_name(vkh2o_kv_tier t) { return (unsigned)t < VKH2O_TIER_COUNT ? tier_names[t] : "?"; }
+const char* vkh2o_kv_precision_name(vkh2o_kv_precision p)
+{
+    return (unsigned)p <= VKH2O_PRECISION_TIERED ? precision_names[p] : "?";
+}
+bool vkh2o_kv_precision_parse(const char* name, vkh2o_kv_precision* out)
+{
+    for (uint32_t i = 0; name && i <= VKH2O_PRECISION_TIERED; i++)
+        if (!strcmp(name, precision_names[i])) {
+            if (out)
+                *out = (vkh2o_kv_precision)i;
+            return true;
+        }
+    return false;
+}
+
+void vkh2o_kvcache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kvcache_desc* desc)
+{
+    if (!cfg || !desc)
+        return;
+    desc->num_heads = cfg->num_heads;
+    desc->kv_lora_rank = cfg->kv_lora_rank;
+    desc->qk_rope_head_dim = cfg->qk_rope_head_dim;
+    desc->qk_nope_head_dim = cfg->qk_nope_head_dim;
+    desc->v_head_dim = cfg->v_head_dim;
+    desc->scale = vkh2o_mla_softmax_scale(cfg);
+}
+
+static uint32_t tier_bits(uint32_t k) { return 16u >> k; }
+static uint32_t group_size(const vkh2o_kvcache_desc* d, uint32_t k) { return d->group_size[k]; }
+static uint32_t group_rope(const vkh2o_kvcache_desc* d, uint32_t k)
+{
+    return group_size(d, k) < d->qk_rope_head_dim ? group_size(d, k) : d->qk_rope_head_dim;
+}
+static uint32_t groups_ckv(const vkh2o_kvcache_desc* d, uint32_t k)
+{
+    return k == 0 ? 0 : vkh2o_div_up(d->kv_lora_rank, group_size(d, k));
+}
+static uint32_t groups(const vkh2o_kvcache_desc* d, uint32_t k)
+{
+    return k == 0 ? 0 : groups_ckv(d, k) + vkh2o_div_up(d->qk_rope_head_dim, group_rope(d, k));
+}
+static uint32_t data_words(const vkh2o_kvcache_desc* d, uint32_t k)
+{
+    return (uint32_t)(((uint64_t)(d->kv_lora_rank + d->qk_rope_head_dim) * tier_bits(k) + 31) / 32);
+}
+static uint32_t row_words(const vkh2o_kvcache_desc* d, uint32_t k) { return data_words(d, k) + groups(d, k); }
+
+uint32_t vkh2o_kvcache_token_bytes(const vkh2o_kvcache_desc* d, vkh2o_kv_tier tier)
+{
+    if (!d || (unsigned)tier >= VKH2O_TIER_COUNT)
+        return 0;
+    return 4u * row_words(d, tier) + 8u;
+}
+
+uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* p)
+{
+    uint64_t b = 0;
+    for (uint32_t k = 0; p && k < VKH2O_TIER_COUNT; k++)
+        b += (uint64_t)p->slots[k] * p->token_bytes[k];
+    return b;
+}
+
+uint32_t vkh2o_kvcache_group_of(const vkh2o_kvcache_desc* d, uint32_t k, uint32_t e)
+{
+    return e < d->kv_lora_rank ? e / group_size(d, k) : groups_ckv(d, k) + (e - d->kv_lora_rank) / group_rope(d, k);
+}
+
+#define KVC_MAX_ROW 2048u
+#define KVC_MAX_HEADS 1024u
+
+/* The middle tokens T0 keeps (at least 1: the token that just left the recent window waits
+ * there for its demotion) and the lowest tier that takes what the capacity leaves (4: none). */
+static vkh2o_result plan_pools(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* pl, vkh2o_error* err)
+{
+    memset(pl, 0, sizeof *pl);
+    const uint32_t top = d->n_sink + d->n_recent;
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
+        pl->token_bytes[k] = vkh2o_kvcache_token_bytes(d, (vkh2o_kv_tier)k);
+        pl->groups[k] = groups(d, k);
+    }
+    const bool capped = d->capacity_tokens || d->capacity_bytes;
+    if (d->precision == VKH2O_PRECISION_FP16 && !capped) {
+        pl->slots[0] = d->max_tokens + 1;   /* the full cache: every position, no selection */
+        pl->selects = false;
+    } else {
+        pl->selects = true;
+        uint32_t m0 = 1, fill = 4;
+        uint32_t fixed[VKH2O_TIER_COUNT] = { 0 };
+        if (d->precision == VKH2O_PRECISION_TIERED) {
+            uint32_t last = 0;
+            for (uint32_t k = 1; k < VKH2O_TIER_COUNT; k++)
+                if (d->tier_tokens[k])
+                    last = k;
+            m0 = d->tier_tokens[0] ? d->tier_tokens[0] : 1;
+            for (uint32_t k = 1; k <= last; k++)
+                fixed[k] = d->tier_tokens[k];
+            fill = last + 1 < VKH2O_TIER_COUNT ? last + 1 : 4;
+        } else if (d->precision == VKH2O_PRECISION_FP16) {
+            fill = 0;
+        } else {
+            fill = (uint32_t)d->precision;   /* INT8 = tier 1, ... */
+        }
+        pl->slots[0] = top + 1 + m0;
+        for (uint32_t k = 1; k < VKH2O_TIER_COUNT; k++)
+            pl->slots[k] = fixed[k];
+        if (fill < 4) {
+            /* what is left of the capacity goes to the fill tier */
+            uint64_t left;
+            if (d->capacity_bytes) {
+                uint64_t used = 0;
+                for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
+                    if (k != fill)
+                        used += (uint64_t)pl->slots[k] * pl->token_bytes[k];
+                if (fill == 0)
+                    used = 0;
+                left = d->capacity_bytes > used ? (d->capacity_bytes - used) / pl->token_bytes[fill] : 0;
+                if (fill == 0 && left > (uint64_t)d->max_tokens + 1)
+                    left = (uint64_t)d->max_tokens + 1;
+                if (fill != 0 && left > d->max_tokens)
+                    left = d->max_tokens;
+            } else if (d->capacity_tokens) {
+                uint64_t kept = (uint64_t)pl->slots[0] - 1;
+                for (uint32_t k = 1; k < VKH2O_TIER_COUNT; k++)
+                    kept += pl->slots[k];
+                if (fill == 0)
+                    left = (uint64_t)d->capacity_tokens + 1;
+                else
+                    left = d->capacity_tokens > kept ? d->capacity_tokens - kept : 0;
+            } else {
+                left = d->max_tokens;   /* no capacity: the fill tier never fills */
+            }
+            uint32_t need = fill == 0 ? top + 2 : 1;
+            if (left < need) {
+                uint64_t min_bytes = 0;
+                for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
+                    min_bytes += (uint64_t)(k == fill ? need : pl->slots[k]) * pl->token_bytes[k];
+                if (fill == 0)
+                    min_bytes = (uint64_t)need * pl->token_bytes[0];
+                if (d->capacity_bytes)
+                    return vkh2o_error_set(err, VKH2O_ERROR_BUDGET,
+                                           "kvcache: capacity_bytes %llu holds too few tokens: the %u sinks + %u recents at fp16, the "
+                                           "append slot and at least one middle token (%s) need %llu bytes per layer",
+                                           (unsigned long long)d->capacity_bytes, d->n_sink, d->n_recent, tier_names[fill],
+                                           (unsigned long long)min_bytes);
+                uint64_t min_tok = (uint64_t)pl->slots[0] - 1 + (fill == 0 ? 0 : 1);
+                for (uint32_t k = 1; k < VKH2O_TIER_COUNT; k++)
+                    min_tok += pl->slots[k];
+                if (fill == 0)
+                    min_tok = top + 1;
+                return vkh2o_error_set(err, VKH2O_ERROR_BUDGET,
+                                       "kvcache: capacity_tokens %u is below the %llu tokens the sinks (%u), recents (%u) and "
+                                       "the tiers' middle tokens need",
+                                       d->capacity_tokens, (unsigned long long)min_tok, d->n_sink, d->n_recent);
+            }
+            pl->slots[fill] = (uint32_t)left;
+        } else if (capped) {
+            uint64_t kept = (uint64_t)pl->slots[0] - 1;
+            for (uint32_t k = 1; k < VKH2O_TIER_COUNT; k++)
+                kept += pl->slots[k];
+            if ((d->capacity_tokens && kept > d->capacity_tokens) ||
+                (d->capacity_bytes && vkh2o_kvcache_plan_bytes(pl) > d->capacity_bytes))
+                return vkh2o_error_set(err, VKH2O_ERROR_BUDGET,
+                                       "kvcache: tier_tokens keep %llu tokens in %llu bytes, above the capacity (%u tokens, %llu bytes)",
+                                       (unsigned long long)kept, (unsigned long long)vkh2o_kvcache_plan_bytes(pl),
+                                       d->capacity_tokens, (unsigned long long)d->capacity_bytes);
+        }
+    }
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
+        pl->total_slots += pl->slots[k];
+    pl->kept_tokens = pl->total_slots - 1;
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kvcache_desc* out, vkh2o_kvcache_plan* plan,
+                                        vkh2o_error* err)
+{
+    if (!desc)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: NULL desc");
+    vkh2o_kvcache_desc d = *desc;
+    if (!d.num_layers)
+        d.num_layers = 1;
+    if (!d.num_heads || d.num_heads > KVC_MAX_HEADS)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: num_heads %u outside 1..%u", d.num_heads, KVC_MAX_HEADS);
+    const uint64_t W = (uint64_t)d.kv_lora_rank + d.qk_rope_head_dim;
+    if (!d.kv_lora_rank || !d.qk_rope_head_dim || W > KVC_MAX_ROW || (W & 1u))
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                               "kvcache: kv_lora_rank %u + qk_rope_head_dim %u must both be non-zero, with an even sum of at most %u",
+                               d.kv_lora_rank, d.qk_rope_head_dim, KVC_MAX_ROW);
+    if (!d.max_tokens)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: max_tokens is required (the longest sequence)");
+    if (d.max_tokens > (1u << 24))
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: max_tokens %u above 2^24", d.max_tokens);
+    if (!(d.scale >= 0.0f) || !isfinite(d.scale))
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: scale %g is not a finite non-negative number", d.scale);
+    if (d.scale == 0.0f)
+        d.scale = 1.0f / sqrtf((float)(d.qk_nope_head_dim ? d.qk_nope_head_dim + d.qk_rope_head_dim : W));
+    if ((unsigned)d.policy > VKH2O_POLICY_RANDOM)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: unknown policy %d", (int)d.policy);
+    if ((unsigned)d.score_mode > VKH2O_SCORE_TOVA)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: unknown score_mode %d", (int)d.score_mode);
+    if (d.decay != 0.0f && !(d.decay > 0.0f && d.decay < 1.0f))
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: decay %g outside (0, 1)", d.decay);
+    if (d.decay != 0.0f && d.score_mode != VKH2O_SCORE_DECAY)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: decay %g given without the decayed score mode", d.decay);
+    if (d.decay == 0.0f)
+        d.decay = 0.9f;
+    if ((unsigned)d.precision > VKH2O_PRECISION_TIERED)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: unknown precision %d", (int)d.precision);
+    bool any_tier = false;
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
+        any_tier |= d.tier_tokens[k] != 0;
+    if (any_tier && d.precision != VKH2O_PRECISION_TIERED)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: tier_tokens are for the tiered precision, not %s",
+                               precision_names[d.precision]);
+    if (d.precision == VKH2O_PRECISION_TIERED && !any_tier)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                               "kvcache: the tiered precision needs tier_tokens (middle tokens per tier; a 0 after the last "
+                               "count takes the rest of the capacity)");
+    if (d.group_size[0])
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: group_size[fp16] %u: the fp16 tier has no groups",
+                               d.group_size[0]);
+    const uint32_t def_gs[VKH2O_TIER_COUNT] = { 0, d.kv_lora_rank, d.kv_lora_rank, 32 };
+    for (uint32_t k = 1; k < VKH2O_TIER_COUNT; k++) {
+        if (!d.group_size[k])
+            d.group_size[k] = def_gs[k] < d.kv_lora_rank ? def_gs[k] : d.kv_lora_rank;
+        if (d.group_size[k] > d.kv_lora_rank)
+            return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: group_size[%s] %u above kv_lora_rank %u",
+                                   tier_names[k], d.group_size[k], d.kv_lora_rank);
+    }
+    if (d.capacity_tokens && d.capacity_bytes)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                               "kvcache: give one capacity, in tokens (%u) or in bytes (%llu), not both", d.capacity_tokens,
+                               (unsigned long long)d.capacity_bytes);
+    if (d.capacity_tokens > d.max_tokens)
+        return vkh2o_error_set(err, VKH2O_ERROR_BUDGET, "kvcache: capacity_tokens %u above max_tokens %u", d.capacity_tokens,
+                               d.max_tokens);
+    if ((uint64_t)d.n_sink + d.n_recent >= d.max_tokens)
+        return vkh2o_error_set(err, VKH2O_ERROR_BUDGET, "kvcache: %u sinks + %u recents leave nothing of max_tokens %u", d.n_sink,
+                               d.n_recent, d.max_tokens);
+    vkh2o_kvcache_plan pl;
+    VKH2O_CHECK(plan_pools(&d, &pl, err));
+    if (out)
+        *out = d;
+    if (plan)
+        *plan = pl;
+    return VKH2O_OK;
+}
+
+static vkh2o_result make_buffer(vkh2o_context* ctx, uint64_t bytes, vkh2o_buffer** out)
+{
+    if (bytes > ctx->caps.max_storage_buffer_range)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "kvcache: a buffer of %llu bytes exceeds maxStorageBufferRange %llu",
+                          (unsigned long long)bytes, (unsigned long long)ctx->caps.max_storage_buffer_range);
+    return vkh2o_buffer_create(ctx, bytes < 16 ? 16 : bytes, out);
+}
+
+vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* desc, vkh2o_kvcache** out)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !desc || !out)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_kvcache_create: NULL argument");
+    VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_kvcache_create"));
+    vkh2o_kvcache_desc d;
+    vkh2o_kvcache_plan pl;
+    vkh2o_error e = { 0 };
+    vkh2o_result r = vkh2o_kvcache_desc_resolve(desc, &d, &pl, &e);
+    if (r != VKH2O_OK)
+        return vkh2o_fail(ctx, r, "%s", e.message);
+    const uint32_t S = pl.total_slots, H = d.num_heads;
+    /* llvmpipe ends an invocation's loops after 65535 iterations: the one-workgroup softmax walks
+     * every slot three times per head */
+    if (vkh2o_is_cpu_device(ctx) && (uint64_t)H * 3 * vkh2o_div_up(S, KVC_WG) + (uint64_t)S > 60000)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "kvcache: %u heads x %u slots exceed the loop limit of this CPU device's step", H, S);
+    vkh2o_kvcache* c = vkh2o_calloc(ctx, 1, sizeof *c);
+    if (!c)
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache: out of host memory");
+    c->ctx = ctx;
+    c->d = d;
+    c->plan = pl;
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
+        c->row_words[k] = row_words(&d, k);
+        c->data_words[k] = data_words(&d, k);
+        c->layer_words += pl.slots[k] * c->row_words[k];
+    }
+    const uint64_t L = d.num_layers;
+    if ((r = make_buffer(ctx, 4 * L * KVC_ST_WORDS, &c->state)) != VKH2O_OK ||
+        (r = make_buffer(ctx, 4 * L * c->layer_words, &c->rows)) != VKH2O_OK ||
+        (r = make_buffer(ctx, 4 * L * S, &c->pos)) != VKH2O_OK || (r = make_buffer(ctx, 4 * L * S, &c->scores)) != VKH2O_OK ||
+        (r = make_buffer(ctx, 4ull * H * S, &c->scratch)) != VKH2O_OK ||
+        (r = make_buffer(ctx, 4ull * H * d.kv_lora_rank, &c->dummy)) != VKH2O_OK ||
+        (r = vkh2o_run_kvcache_reset(c)) != VKH2O_OK) {
+        vkh2o_kvcache_destroy(c);
+        return r;
+    }
+    uint32_t* s = c->spec;
+    s[KVC_SPEC_WG] = KVC_WG;
+    s[KVC_SPEC_H] = H;
+    s[KVC_SPEC_KVL] = d.kv_lora_rank;
+    s[KVC_SPEC_R] = d.qk_rope_head_dim;
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
+        s[KVC_SPEC_SLOTS + k] = pl.slots[k];
+    for (uint32_t k = 1; k < VKH2O_TIER_COUNT; k++)
+        s[KVC_SPEC_GS + k - 1] = d.group_size[k];
+    s[KVC_SPEC_NSINK] = d.n_sink;
+    s[KVC_SPEC_NRECENT] = d.n_recent;
+    s[KVC_SPEC_POLMODE] = (uint32_t)d.policy | ((uint32_t)d.score_mode << 4);
+    s[KVC_SPEC_SELECTS] = pl.selects ? 1u : 0u;
+    s[KVC_SPEC_WROW] = d.kv_lora_rank + d.qk_rope_head_dim;
+    s[KVC_SPEC_MAXTOK] = d.max_tokens;
+    *out = c;
+    return VKH2O_OK;
+}
+
+void vkh2o_kvcache_destroy(vkh2o_kvcache* c)
+{
+    if (!c)
+        return;
+    vkh2o_buffer_destroy(c->state);
+    vkh2o_buffer_destroy(c->rows);
+    vkh2o_buffer_destroy(c->pos);
+    vkh2o_buffer_destroy(c->scores);
+    vkh2o_buffer_destroy(c->scratch);
+    vkh2o_buffer_destroy(c->dummy);
+    free(c);
+}
+
+const vkh2o_kvcache_desc* vkh2o_kvcache_get_desc(const vkh2o_kvcache* c) { return c ? &c->d : NULL; }
+const vkh2o_kvcache_plan* vkh2o_kvcache_get_plan(const vkh2o_kvcache* c) { return c ? &c->plan : NULL; }
+
+static void fill(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_buffer* b, uint64_t off, uint64_t bytes, uint32_t word)
+{
+    c->ctx->vk.vkCmdFillBuffer(cb, b->buffer, off, bytes, word);
+}
+
+vkh2o_result vkh2o_cmd_kvcache_reset(vkh2o_kvcache* c, VkCommandBuffer cb)
+{
+    if (!c || !cb)
+        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_kvcache_reset: NULL argument");
+    fill(c, cb, c->state, 0, VK_WHOLE_SIZE, 0);
+    fill(c, cb, c->pos, 0, VK_WHOLE_SIZE, KVC_EMPTY);
+    fill(c, cb, c->scores, 0, VK_WHOLE_SIZE, 0);
+    vkh2o_barrier(c->ctx, cb);
+    return VKH2O_OK;
+}
+
+typedef vkh2o_result (*kvc_record_fn)(vkh2o_kvcache* c, VkCommandBuffer cb, const void* arg);
+
+static vkh2o_result run_recorded(vkh2o_kvcache* c, kvc_record_fn fn, const void* arg)
+{
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(c->ctx, &cb));
+    return vkh2o_submit_wait_recorded(c->ctx, cb, fn(c, cb, arg));
+}
+
+static vkh2o_result rec_reset(vkh2o_kvcache* c, VkCommandBuffer cb, const void* arg)
+{
+    (void)arg;
+    return vkh2o_cmd_kvcache_reset(c, cb);
+}
+
+vkh2o_result vkh2o_run_kvcache_reset(vkh2o_kvcache* c)
+{
+    if (!c)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    return run_recorded(c, rec_reset, NULL);
+}
+
+/* bytes [off, off + floats * 4) of b, off a multiple of 4 */
+static vkh2o_result check_range(vkh2o_kvcache* c, const char* what, const vkh2o_buffer* b, uint64_t off, uint64_t floats)
+{
+    if (!b)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: %s buffer is NULL", what);
+    if ((off & 3u) || off > b->size || b->size - off < floats * 4)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "kvcache: %s needs %llu floats from byte %llu (a multiple of 4); the buffer has %llu bytes", what,
+                          (unsigned long long)floats, (unsigned long long)off, (unsigned long long)b->size);
+    return VKH2O_OK;
+}
+
+static vkh2o_result kernel(vkh2o_kvcache* c, const char* name, uint32_t nspec, vkh2o_kernel** k)
+{
+    return vkh2o_kernel_get(c->ctx, name, 9, c->spec, nspec, k);
+}
+
+static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, const char* name, const vkh2o_binding* b,
+                             const struct kvc_push* pc, uint32_t gx, uint32_t gy)
+{
+    vkh2o_kernel* k;
+    VKH2O_CHECK(kernel(c, name, !strcmp(name, "kvc_append") ? KVC_SPEC_COUNT + 1 : KVC_SPEC_COUNT, &k));
+    VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, k, b, 9, pc, sizeof *pc, gx, gy, 1));
+    vkh2o_barrier(c->ctx, cb);
+    return VKH2O_OK;
+}
+
+/* the cache's own buffers, then the inputs (NULL: the dummy) */
+static void bindings(vkh2o_kvcache* c, vkh2o_binding b[9], const vkh2o_buffer* q, const vkh2o_buffer* ckv,
+                     const vkh2o_buffer* kpe, const vkh2o_buffer* out)
+{
+    b[0] = vkh2o_bind(c->state);
+    b[1] = vkh2o_bind(c->rows);
+    b[2] = vkh2o_bind(c->pos);
+    b[3] = vkh2o_bind(c->scores);
+    b[4] = vkh2o_bind(c->scratch);
+    b[5] = vkh2o_bind(q ? q : c->dummy);
+    b[6] = vkh2o_bind(ckv ? ckv : c->dummy);
+    b[7] = vkh2o_bind(kpe ? kpe : c->dummy);
+    b[8] = vkh2o_bind(out ? out : c->dummy);
+}
+
+static float keep_factor(const vkh2o_kvcache_desc* d)
+{
+    if (d->policy != VKH2O_POLICY_H2O)
+        return 1.0f;
+    return d->score_mode == VKH2O_SCORE_DECAY ? d->decay : d->score_mode == VKH2O_SCORE_TOVA ? 0.0f : 1.0f;
+}
+
+vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_kvcache_step* s)
+{
+    if (!c || !cb || !s)
+        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_kvcache_step: NULL argument");
+    const vkh2o_kvcache_desc* d = &c->d;
+    const uint32_t H = d->num_heads, KVL = d->kv_lora_rank, R = d->qk_rope_head_dim, W = KVL + R;
+    if (s->layer >= d->num_layers)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache step: layer %u of %u", s->layer, d->num_layers);
+    VKH2O_CHECK(check_range(c, "q", s->q, s->q_offset, (uint64_t)H * W));
+    VKH2O_CHECK(check_range(c, "ckv", s->ckv, s->ckv_offset, KVL));
+    VKH2O_CHECK(check_range(c, "kpe", s->kpe, s->kpe_offset, R));
+    if (s->out)
+        VKH2O_CHECK(check_range(c, "out", s->out, s->out_offset, (uint64_t)H * KVL));
+    vkh2o_binding b[9];
+    bindings(c, b, s->q, s->ckv, s->kpe, s->out);
+    struct kvc_push pc = { .layer = s->layer, .q_off = (uint32_t)(s->q_offset / 4), .ckv_off = (uint32_t)(s->ckv_offset / 4),
+                           .kpe_off = (uint32_t)(s->kpe_offset / 4), .out_off = s->out ? (uint32_t)(s->out_offset / 4) : 0,
+                           .scale = d->scale, .keep = keep_factor(d), .seed = d->seed, .flags = s->out ? 1u : 0u };
+    const uint32_t S = c->plan.total_slots;
+    VKH2O_CHECK(dispatch(c, cb, "kvc_append", b, &pc, 1, 1));
+    VKH2O_CHECK(dispatch(c, cb, "kvc_logits", b, &pc, vkh2o_div_up(S, KVC_WG), H));
+    VKH2O_CHECK(dispatch(c, cb, "kvc_softmax", b, &pc, 1, 1));
+    VKH2O_CHECK(dispatch(c, cb, "kvc_pv", b, &pc, vkh2o_div_up(H * KVL, KVC_WG), 1));
+    if (c->plan.selects)
+        VKH2O_CHECK(dispatch(c, cb, "kvc_select", b, &pc, 1, 1));
+    return VKH2O_OK;
+}
+
+static vkh2o_result rec_step(vkh2o_kvcache* c, VkCommandBuffer cb, const void* arg)
+{
+    return vkh2o_cmd_kvcache_step(c, cb, (const vkh2o_kvcache_step*)arg);
+}
+
+vkh2o_result vkh2o_run_kvcache_step(vkh2o_kvcache* c, const vkh2o_kvcache_step* s)
+{
+    if (!c || !s)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    return run_recorded(c, rec_step, s);
+}
+
+vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_kvcache_prefill* p)
+{
+    if (!c || !cb || !p)
+        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_kvcache_prefill: NULL argument");
+    const vkh2o_kvcache_desc* d = &c->d;
+    if (p->layer >= d->num_layers)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache prefill: layer %u of %u", p->layer, d->num_layers);
+    if (!p->n || p->n > d->max_tokens)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache prefill: %u tokens outside 1..max_tokens %u", p->n,
+                          d->max_tokens);
+    VKH2O_CHECK(check_range(c, "ckv", p->ckv, p->ckv_offset, (uint64_t)p->n * d->kv_lora_rank));
+    VKH2O_CHECK(check_range(c, "kpe", p->kpe, p->kpe_offset, (uint64_t)p->n * d->qk_rope_head_dim));
+    if (c->plan.selects)
+        VKH2O_CHECK(check_range(c, "mass", p->mass, p->mass_offset, p->n));
+    const uint64_t S = c->plan.total_slots;
+    fill(c, cb, c->pos, 4 * S * p->layer, 4 * S, KVC_EMPTY);
+    fill(c, cb, c->state, 4ull * KVC_ST_WORDS * p->layer, 4ull * KVC_ST_WORDS, 0);
+    vkh2o_barrier(c->ctx, cb);
+    vkh2o_binding b[9];
+    bindings(c, b, NULL, p->ckv, p->kpe, c->plan.selects ? p->mass : NULL);
+    struct kvc_push pc = { .layer = p->layer, .ckv_off = (uint32_t)(p->ckv_offset / 4), .kpe_off = (uint32_t)(p->kpe_offset / 4),
+                           .out_off = c->plan.selects ? (uint32_t)(p->mass_offset / 4) : 0, .scale = d->scale,
+                           .keep = keep_factor(d), .seed = d->seed, .n = p->n };
+    return dispatch(c, cb, "kvc_prefill", b, &pc, vkh2o_div_up(p->n, KVC_WG), 1);
+}
+
+static vkh2o_result rec_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, const void* arg)
+{
+    return vkh2o_cmd_kvcache_prefill(c, cb, (const vkh2o_kvcache_prefill*)arg);
+}
+
+vkh2o_result vkh2o_run_kvcache_prefill(vkh2o_kvcache* c, const vkh2o_kvcache_prefill* p)
+{
+    if (!c || !p)
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    return run_recorded(c, rec_prefill, p);
+}
+
+vkh2o_result vkh2o_kvcache_read_stats(vkh2o_kvcache* c, uint32_t layer, vkh2o_kvcache_stats* out)
+{
+    if (!c || !out || layer >= c->d.num_layers)
+        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_kvcache_read_stats: bad layer or NULL argument");
+    uint32_t st[KVC_ST_WORDS];
+    VKH2O_CHECK(vkh2o_buffer_download(c->state, 4ull * KVC_ST_WORDS * layer, st, sizeof st));
+    memset(out, 0, sizeof *out);
+    out->position = st[KVC_ST_POS];
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
+        out->by_tier[k] = st[KVC_ST_COUNT + k];
+        out->demoted[k] = st[KVC_ST_DEMOTED + k];
+        out->len += st[KVC_ST_COUNT + k];
+        out->bytes_used += (uint64_t)st[KVC_ST_COUNT + k] * c->plan.token_bytes[k];
+    }
+    out->evicted = st[KVC_ST_EVICTED];
+    out->overflow = st[KVC_ST_OVERFLOW];
+    return VKH2O_OK;
+}
+
+float vkh2o_kvcache_deq(const vkh2o_kvcache* c, uint32_t k, const uint32_t* w, uint32_t e)
+{
+    if (k == 0)
+        return vkh2o_f16_to_f32((uint16_t)(w[e >> 1] >> (16 * (e & 1))));
+    const uint32_t b = tier_bits(k), per = 32 / b;
+    const uint32_t q = (w[e / per] >> ((e % per) * b)) & ((1u << b) - 1);
+    const uint32_t gw = w[c->data_words[k] + vkh2o_kvcache_group_of(&c->d, k, e)];
+    const float scale = vkh2o_f16_to_f32((uint16_t)gw), zero = vkh2o_f16_to_f32((uint16_t)(gw >> 16));
+    return zero + (float)q * scale;
+}
+
+typedef struct snap_item { uint32_t pos, slot; } snap_item;
+static int cmp_item(const void* a, const void* b)
+{
+    uint32_t x = ((const snap_item*)a)->pos, y = ((const snap_item*)b)->pos;
+    return x < y ? -1 : x > y;
+}
+
+vkh2o_result vkh2o_kvcache_read_snapshot(vkh2o_kvcache* c, uint32_t layer, vkh2o_kvcache_snapshot* snap)
+{
+    if (!c || !snap || layer >= c->d.num_layers)
+        return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_kvcache_read_snapshot: bad layer or NULL argument");
+    const uint32_t S = c->plan.total_slots, W = c->d.kv_lora_rank + c->d.qk_rope_head_dim;
+    uint32_t* pos = vkh2o_malloc(c->ctx, 4ull * S);
+    float* sc = vkh2o_malloc(c->ctx, 4ull * S);
+    uint32_t* rows = vkh2o_malloc(c->ctx, 4ull * c->layer_words);
+    snap_item* items = vkh2o_malloc(c->ctx, sizeof *items * S);
+    vkh2o_result r = pos && sc && rows && items ? VKH2O_OK
+                                                : vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache snapshot: out of host memory");
+    if (r == VKH2O_OK && (r = vkh2o_buffer_download(c->pos, 4ull * S * layer, pos, 4ull * S)) == VKH2O_OK &&
+        (r = vkh2o_buffer_download(c->scores, 4ull * S * layer, sc, 4ull * S)) == VKH2O_OK &&
+        (r = vkh2o_buffer_download(c->rows, 4ull * c->layer_words * layer, rows, 4ull * c->layer_words)) == VKH2O_OK) {
+        uint32_t n = 0;
+        for (uint32_t g = 0; g < S; g++)
+            if (pos[g] != KVC_EMPTY)
+                items[n++] = (snap_item){ pos[g], g };
+        qsort(items, n, sizeof *items, cmp_item);
+        snap->len = n;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t g = items[i].slot, k = 0, first = 0, base = 0;
+            while (g >= first + c->plan.slots[k]) {
+                first += c->plan.slots[k];
+                base += c->plan.slots[k] * c->row_words[k];
+                k++;
+            }
+            base += (g - first) * c->row_words[k];
+            if (snap->positions)
+                snap->positions[i] = items[i].pos;
+            if (snap->scores)
+                snap->scores[i] = sc[g];
+            if (snap->tiers)
+                snap->tiers[i] = (uint8_t)k;
+            if (snap->rows)
+                for (uint32_t e = 0; e < W; e++)
+                    snap->rows[(size_t)i * W + e] = vkh2o_kvcache_deq(c, k, rows + base, e);
+        }
+    }
+    free(pos);
+    free(sc);
+    free(rows);
+    free(items);
+    return r;
+}

@@ -1,0 +1,71 @@
+/* Private declarations of the one KV cache (kvcache.c): the device layout the kvc_*.comp
+ * shaders share (shaders/kvcache/kvc_common.glsl), for the library and its tests. */
+#ifndef VKH2O_KVCACHE_INTERNAL_H
+#define VKH2O_KVCACHE_INTERNAL_H
+
+#include "internal.h"
+
+enum kvc_spec {
+    KVC_SPEC_WG = 0,
+    KVC_SPEC_H = 1,
+    KVC_SPEC_KVL = 2,
+    KVC_SPEC_R = 3,
+    KVC_SPEC_SLOTS = 4,      /* 4..7: slots per tier */
+    KVC_SPEC_GS = 8,         /* 8..10: c_kv numbers per group of INT8 / INT4 / INT2 */
+    KVC_SPEC_NSINK = 11,
+    KVC_SPEC_NRECENT = 12,
+    KVC_SPEC_POLMODE = 13,   /* policy | score mode << 4 */
+    KVC_SPEC_SELECTS = 14,
+    KVC_SPEC_WROW = 15,
+    KVC_SPEC_COUNT = 16,
+    KVC_SPEC_MAXTOK = 16,    /* kvc_append only */
+};
+
+/* state words per layer (kvc_common.glsl ST_*) */
+enum {
+    KVC_ST_POS = 0,
+    KVC_ST_COUNT = 1,        /* + tier */
+    KVC_ST_DEMOTED = 5,      /* + tier */
+    KVC_ST_EVICTED = 9,
+    KVC_ST_OVERFLOW = 10,
+    KVC_ST_SKIP = 11,
+    KVC_ST_CUR = 12,
+    KVC_ST_WORDS = 16,
+};
+
+#define KVC_EMPTY 0xffffffffu
+#define KVC_WG 64u
+
+struct kvc_push {
+    uint32_t layer;
+    uint32_t q_off, ckv_off, kpe_off, out_off;
+    float scale;
+    float keep;
+    uint32_t seed;
+    uint32_t n;
+    uint32_t flags;
+};
+_Static_assert(sizeof(struct kvc_push) <= VKH2O_PUSH_MAX, "kvc push constants");
+
+struct vkh2o_kvcache {
+    vkh2o_context* ctx;
+    vkh2o_kvcache_desc d;          /* resolved */
+    vkh2o_kvcache_plan plan;
+    uint32_t row_words[VKH2O_TIER_COUNT];
+    uint32_t data_words[VKH2O_TIER_COUNT];
+    uint32_t layer_words;          /* rows of one layer */
+    vkh2o_buffer* state;           /* u32 [layers][KVC_ST_WORDS] */
+    vkh2o_buffer* rows;            /* u32 [layers][layer_words] */
+    vkh2o_buffer* pos;             /* u32 [layers][total_slots] */
+    vkh2o_buffer* scores;          /* f32 [layers][total_slots] */
+    vkh2o_buffer* scratch;         /* f32 [heads][total_slots] */
+    vkh2o_buffer* dummy;           /* bound where a call has no buffer of its own (out, mass) */
+    uint32_t spec[KVC_SPEC_COUNT + 1];
+};
+
+/* Host mirror of the row format (snapshots, tests): element e of a row of tier k at words w. */
+float vkh2o_kvcache_deq(const vkh2o_kvcache* c, uint32_t tier, const uint32_t* w, uint32_t e);
+/* The quantisation group of element e of a tier-k row, and [first, first + count) of group gi. */
+uint32_t vkh2o_kvcache_group_of(const vkh2o_kvcache_desc* d, uint32_t tier, uint32_t e);
+
+#endif

@@ -1,0 +1,493 @@
+/* The one KV cache (include/vkh2o/kvcache.h): desc resolution and byte figures without a device;
+ * then on the device, against ref/ref_kvcache.c, step by step: the attention output, every held
+ * token's tier (exact, near ties aside), each demoted row within its tier's bound, untouched rows
+ * unchanged, the scores; prefills (exact tiers); and a step recorded once and submitted again and
+ * again, bit-identical to steps recorded one by one. Shapes are no multiple of the workgroup. */
+#include "vkh2o_test.h"
+#include "kvcache_internal.h"
+#include "ref_kvcache.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static vkh2o_kvcache_desc base_desc(uint32_t H, uint32_t kvl, uint32_t rope, uint32_t max_tokens)
+{
+    return (vkh2o_kvcache_desc){ .num_heads = H, .kv_lora_rank = kvl, .qk_rope_head_dim = rope, .qk_nope_head_dim = 16,
+                                 .max_tokens = max_tokens };
+}
+
+/* ---- no device ---- */
+
+static void test_resolve(void** state)
+{
+    (void)state;
+    vkh2o_error err = { 0 };
+    vkh2o_kvcache_desc d = base_desc(64, 512, 64, 4096), r;
+    vkh2o_kvcache_plan p;
+    /* all-zero policy fields: the full FP16 cache, no selection */
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&d, &r, &p, &err), VKH2O_OK);
+    assert_false(p.selects);
+    assert_int_equal(p.slots[0], 4097);
+    assert_int_equal(r.num_layers, 1);
+    /* Kimi's 576-number row: bytes per token per tier, rows + scales + position and score */
+    assert_int_equal(p.token_bytes[0], 1152 + 8);
+    assert_int_equal(p.token_bytes[1], 576 + 2 * 4 + 8);      /* INT8: c_kv one group, k_pe one */
+    assert_int_equal(p.token_bytes[2], 288 + 2 * 4 + 8);
+    assert_int_equal(p.token_bytes[3], 144 + 18 * 4 + 8);     /* INT2: groups of 32: 16 + 2 */
+    printf("kimi bytes/token: fp16 %u int8 %u int4 %u int2 %u\n", p.token_bytes[0], p.token_bytes[1], p.token_bytes[2],
+           p.token_bytes[3]);
+    /* uniform INT4 at a byte capacity: sinks + recents + 2 FP16 slots, the rest INT4 */
+    d.n_sink = 4;
+    d.n_recent = 16;
+    d.precision = VKH2O_PRECISION_INT4;
+    d.capacity_bytes = 1000000;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&d, &r, &p, &err), VKH2O_OK);
+    assert_int_equal(p.slots[0], 22);
+    assert_int_equal(p.slots[2], (1000000 - 22 * 1160) / 304);
+    assert_true(vkh2o_kvcache_plan_bytes(&p) <= d.capacity_bytes);
+    /* too small for the sinks and recents: BUDGET with the figure */
+    d.capacity_bytes = 22 * 1160;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&d, &r, &p, &err), VKH2O_ERROR_BUDGET);
+    assert_non_null(strstr(err.message, "capacity_bytes 25520"));
+    /* tiered: fixed counts, then the fill tier */
+    d.precision = VKH2O_PRECISION_TIERED;
+    d.capacity_bytes = 0;
+    d.capacity_tokens = 1000;
+    d.tier_tokens[0] = 8;
+    d.tier_tokens[1] = 100;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&d, &r, &p, &err), VKH2O_OK);
+    assert_int_equal(p.slots[0], 4 + 16 + 1 + 8);
+    assert_int_equal(p.slots[1], 100);
+    assert_int_equal(p.slots[2], 1000 - (28 + 100));
+    assert_int_equal(p.slots[3], 0);
+    assert_int_equal(p.kept_tokens, 1000);
+    /* refusals */
+    vkh2o_kvcache_desc e = d;
+    e.capacity_bytes = 5;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    e = d;
+    e.precision = VKH2O_PRECISION_INT8;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "tier_tokens"));
+    e = d;
+    e.group_size[2] = 600;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    e = d;
+    e.capacity_tokens = 5000;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_BUDGET);
+    e = d;
+    e.decay = 0.5f;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    e = d;
+    e.capacity_tokens = 30;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_BUDGET);
+    e = base_desc(4, 63, 16, 100);   /* odd row */
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    e = base_desc(4, 64, 16, 0);
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    vkh2o_kv_precision pr;
+    assert_true(vkh2o_kv_precision_parse("tiered", &pr) && pr == VKH2O_PRECISION_TIERED);
+    assert_false(vkh2o_kv_precision_parse("int3", &pr));
+}
+
+/* ---- the device against the reference ---- */
+
+typedef struct kcase {
+    const char* name;
+    uint32_t H, kvl, rope, max_tokens, prefill, steps;
+    vkh2o_kvcache_desc d;    /* policy and precision fields; the shape is filled in */
+} kcase;
+
+static float keep_of(const vkh2o_kvcache_desc* d)
+{
+    if (d->policy != VKH2O_POLICY_H2O)
+        return 1.0f;
+    return d->score_mode == VKH2O_SCORE_DECAY ? d->decay : d->score_mode == VKH2O_SCORE_TOVA ? 0.0f : 1.0f;
+}
+
+static ref_kvc_config ref_config(const vkh2o_kvcache* c)
+{
+    const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(c);
+    const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(c);
+    ref_kvc_config rc = { .heads = d->num_heads, .kvl = d->kv_lora_rank, .rope = d->qk_rope_head_dim, .scale = d->scale,
+                          .n_sink = d->n_sink, .n_recent = d->n_recent, .policy = d->policy, .mode = d->score_mode,
+                          .seed = d->seed, .keep = keep_of(d), .selects = p->selects };
+    for (int k = 0; k < 4; k++) {
+        rc.slots[k] = p->slots[k];
+        rc.group_size[k] = d->group_size[k];
+    }
+    return rc;
+}
+
+typedef struct snap {
+    uint32_t len;
+    uint32_t* pos;
+    float* score;
+    uint8_t* tier;
+    float* rows;
+} snap;
+
+static void snap_read(vkh2o_kvcache* c, snap* s)
+{
+    const uint32_t S = vkh2o_kvcache_get_plan(c)->total_slots;
+    const uint32_t W = vkh2o_kvcache_get_desc(c)->kv_lora_rank + vkh2o_kvcache_get_desc(c)->qk_rope_head_dim;
+    if (!s->pos) {
+        s->pos = calloc(S, 4);
+        s->score = calloc(S, 4);
+        s->tier = calloc(S, 1);
+        s->rows = calloc((size_t)S * W, 4);
+    }
+    vkh2o_kvcache_snapshot k = { .positions = s->pos, .scores = s->score, .tiers = s->tier, .rows = s->rows };
+    assert_int_equal(vkh2o_kvcache_read_snapshot(c, 0, &k), VKH2O_OK);
+    s->len = k.len;
+}
+
+static void snap_free(snap* s)
+{
+    free(s->pos);
+    free(s->score);
+    free(s->tier);
+    free(s->rows);
+}
+
+static void sync_ref(ref_kvc* r, const snap* s, uint32_t next_pos)
+{
+    uint32_t* t = malloc(s->len * 4 + 4);
+    for (uint32_t i = 0; i < s->len; i++)
+        t[i] = s->tier[i];
+    ref_kvc_set(r, s->len, s->pos, t, s->score, s->rows, next_pos);
+    free(t);
+}
+
+/* the device's held tokens (sorted by position) against the reference's: same positions and
+ * tiers; rows equal where the token kept its tier, within the tier's bound where it moved; scores */
+static bool same_tiers(const snap* s, const ref_kvc* r)
+{
+    if (s->len != r->n)
+        return false;
+    for (uint32_t i = 0; i < s->len; i++) {
+        const ref_kvc_token* t = ref_kvc_find(r, s->pos[i]);
+        if (!t || t->tier != s->tier[i])
+            return false;
+    }
+    return true;
+}
+
+static void run_case(const kcase* kc, uint64_t seed)
+{
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, seed);
+    vkh2o_kvcache_desc d = kc->d;
+    d.num_heads = kc->H;
+    d.kv_lora_rank = kc->kvl;
+    d.qk_rope_head_dim = kc->rope;
+    d.max_tokens = kc->max_tokens;
+    d.scale = 0.25f;
+    vkh2o_kvcache* c;
+    assert_int_equal(vkh2o_kvcache_create(ctx, &d, &c), VKH2O_OK);
+    const vkh2o_kvcache_plan* pl = vkh2o_kvcache_get_plan(c);
+    printf("%s: H %u kvl %u rope %u, slots %u/%u/%u/%u, prefill %u, %u steps\n", kc->name, kc->H, kc->kvl, kc->rope,
+           pl->slots[0], pl->slots[1], pl->slots[2], pl->slots[3], kc->prefill, kc->steps);
+    const uint32_t H = kc->H, KVL = kc->kvl, R = kc->rope, W = KVL + R;
+    ref_kvc_config rc = ref_config(c);
+    ref_kvc ref;
+    ref_kvc_init(&ref, &rc);
+
+    /* prefill: rows and a mass with distinct values */
+    const uint32_t P = kc->prefill;
+    float* pckv = malloc(sizeof(float) * P * KVL);
+    float* pkpe = malloc(sizeof(float) * P * R);
+    float* pmass = malloc(sizeof(float) * P);
+    vt_fill_normal(&rng, pckv, (size_t)P * KVL, 1.0f);
+    vt_fill_normal(&rng, pkpe, (size_t)P * R, 1.0f);
+    for (uint32_t i = 0; i < P; i++)
+        pmass[i] = 0.5f + vt_uniform(&rng) * 4.0f;
+    vkh2o_buffer* bckv = vt_upload_f32(pckv, (size_t)P * KVL);
+    vkh2o_buffer* bkpe = vt_upload_f32(pkpe, (size_t)P * R);
+    vkh2o_buffer* bmass = vt_upload_f32(pmass, P);
+    vkh2o_kvcache_prefill kp = { .n = P, .ckv = bckv, .kpe = bkpe, .mass = bmass };
+    assert_int_equal(vkh2o_run_kvcache_prefill(c, &kp), VKH2O_OK);
+    ref_kvc_prefill(&ref, P, pckv, pkpe, pmass);
+    snap s = { 0 };
+    snap_read(c, &s);
+    assert_true(same_tiers(&s, &ref));
+    for (uint32_t i = 0; i < s.len; i++) {
+        const ref_kvc_token* t = ref_kvc_find(&ref, s.pos[i]);
+        float x[4096];
+        memcpy(x, pckv + (size_t)s.pos[i] * KVL, KVL * 4);
+        memcpy(x + KVL, pkpe + (size_t)s.pos[i] * R, R * 4);
+        for (uint32_t e = 0; e < W; e++)
+            assert_true(fabs(s.rows[(size_t)i * W + e] - t->row[e]) <= 2 * ref_kvc_bound(&rc, t->tier, x, e));
+    }
+    vkh2o_buffer_destroy(bckv);
+    vkh2o_buffer_destroy(bkpe);
+    vkh2o_buffer_destroy(bmass);
+
+    /* steps, the reference synced from the device before each */
+    float* q = malloc(sizeof(float) * H * W);
+    float* ckv = malloc(sizeof(float) * KVL);
+    float* kpe = malloc(sizeof(float) * R);
+    float* out = malloc(sizeof(float) * H * KVL);
+    double* rout = malloc(sizeof(double) * H * KVL);
+    float* routf = malloc(sizeof(float) * H * KVL);
+    vkh2o_buffer* bq = vt_buffer(sizeof(float) * H * W);
+    vkh2o_buffer* bc = vt_buffer(sizeof(float) * KVL);
+    vkh2o_buffer* bk = vt_buffer(sizeof(float) * R);
+    vkh2o_buffer* bo = vt_buffer(sizeof(float) * H * KVL);
+    uint32_t near = 0, moved_rows = 0;
+    double worst = 0.0;
+    snap before = { 0 };
+    for (uint32_t st = 0; st < kc->steps; st++) {
+        vt_fill_normal(&rng, q, (size_t)H * W, 0.6f);
+        vt_fill_normal(&rng, ckv, KVL, 1.0f);
+        vt_fill_normal(&rng, kpe, R, 1.0f);
+        assert_int_equal(vkh2o_buffer_upload(bq, 0, q, 4ull * H * W), VKH2O_OK);
+        assert_int_equal(vkh2o_buffer_upload(bc, 0, ckv, 4ull * KVL), VKH2O_OK);
+        assert_int_equal(vkh2o_buffer_upload(bk, 0, kpe, 4ull * R), VKH2O_OK);
+        vt_poison(bo);
+        snap_read(c, &before);
+        sync_ref(&ref, &before, P + st);
+        vkh2o_kvcache_step ks = { .q = bq, .ckv = bc, .kpe = bk, .out = bo };
+        assert_int_equal(vkh2o_run_kvcache_step(c, &ks), VKH2O_OK);
+        ref_kvc_step(&ref, q, ckv, kpe, rout);
+        vt_download_f32(bo, out, (size_t)H * KVL);
+        vt_check_guard(bo, sizeof(float) * H * KVL);
+        for (uint32_t i = 0; i < H * KVL; i++)
+            routf[i] = (float)rout[i];
+        double e = vt_nmse_f(out, routf, (size_t)H * KVL);
+        worst = e > worst ? e : worst;
+        assert_true(e < 1e-9);
+        snap_read(c, &s);
+        vkh2o_kvcache_stats stats;
+        assert_int_equal(vkh2o_kvcache_read_stats(c, 0, &stats), VKH2O_OK);
+        assert_int_equal(stats.position, P + st + 1);
+        assert_int_equal(stats.len, s.len);
+        assert_true(s.len <= pl->kept_tokens);
+        uint32_t by[4] = { 0 };
+        for (uint32_t i = 0; i < s.len; i++)
+            by[s.tier[i]]++;
+        for (int k = 0; k < 4; k++)
+            assert_int_equal(by[k], stats.by_tier[k]);
+        if (!same_tiers(&s, &ref)) {
+            /* allowed only where the reference decided between near-equal keys */
+            assert_true(ref.gap < 1e-4);
+            near++;
+            continue;
+        }
+        for (uint32_t i = 0; i < s.len; i++) {
+            const ref_kvc_token* t = ref_kvc_find(&ref, s.pos[i]);
+            const float* dev = s.rows + (size_t)i * W;
+            assert_true(fabs(s.score[i] - t->score) <= 1e-4 * (fabs(t->score) + 1e-3));
+            /* the token's row before the step (or the new token's fp16 row) */
+            const float* old = NULL;
+            for (uint32_t j = 0; j < before.len; j++)
+                if (before.pos[j] == s.pos[i]) {
+                    old = before.rows + (size_t)j * W;
+                    if (before.tier[j] != s.tier[i]) {
+                        moved_rows++;
+                        for (uint32_t x = 0; x < W; x++)
+                            assert_true(fabs(dev[x] - t->row[x]) <= ref_kvc_bound(&rc, s.tier[i], old, x));
+                    } else {
+                        assert_memory_equal(dev, old, W * 4);
+                    }
+                }
+            if (!old)
+                assert_memory_equal(dev, t->row, W * 4);
+        }
+    }
+    printf("  worst output nmse %.2e, %u rows demoted and checked, %u near-tie steps\n", worst, moved_rows, near);
+    assert_true(near * 10 <= kc->steps);
+    ref_kvc_free(&ref);
+    snap_free(&s);
+    snap_free(&before);
+    free(pckv);
+    free(pkpe);
+    free(pmass);
+    free(q);
+    free(ckv);
+    free(kpe);
+    free(out);
+    free(rout);
+    free(routf);
+    vkh2o_buffer_destroy(bq);
+    vkh2o_buffer_destroy(bc);
+    vkh2o_buffer_destroy(bk);
+    vkh2o_buffer_destroy(bo);
+    vkh2o_kvcache_destroy(c);
+    vt_check_validation();
+}
+
+#define H2O(mode) .policy = VKH2O_POLICY_H2O, .score_mode = (mode)
+static const kcase cases[] = {
+    { "full fp16", 3, 30, 6, 60, 7, 40, { 0 } },
+    { "fp16 h2o sum, 20 tokens", 3, 30, 6, 90, 9, 60, { .n_sink = 2, .n_recent = 5, .capacity_tokens = 20, H2O(VKH2O_SCORE_SUM) } },
+    { "int8 h2o mean, 24 tokens", 5, 50, 14, 90, 30, 50,
+      { .n_sink = 3, .n_recent = 4, .capacity_tokens = 24, .precision = VKH2O_PRECISION_INT8, H2O(VKH2O_SCORE_MEAN) } },
+    { "int4 decayed, bytes", 3, 30, 6, 90, 12, 60,
+      { .n_sink = 1, .n_recent = 6, .capacity_bytes = 1500, .precision = VKH2O_PRECISION_INT4, H2O(VKH2O_SCORE_DECAY), .decay = 0.8f } },
+    { "int2 tova, groups of 8", 3, 30, 6, 90, 5, 60,
+      { .n_sink = 2, .n_recent = 3, .capacity_tokens = 25, .precision = VKH2O_PRECISION_INT2, H2O(VKH2O_SCORE_TOVA),
+        .group_size = { 0, 0, 0, 8 } } },
+    { "tiered sum", 3, 30, 6, 100, 20, 70,
+      { .n_sink = 2, .n_recent = 4, .capacity_tokens = 30, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 2, 6, 5, 0 },
+        .group_size = { 0, 15, 0, 10 } } },
+    { "tiered, model shape, no capacity", 4, 64, 16, 80, 10, 50,
+      { .n_sink = 2, .n_recent = 4, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 3, 8, 0, 0 } } },
+    { "tiered streaming", 3, 30, 6, 90, 9, 40,
+      { .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 1, 4, 4, 0 },
+        .policy = VKH2O_POLICY_STREAMING } },
+    { "int4 random", 3, 30, 6, 90, 9, 40,
+      { .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_INT4, .policy = VKH2O_POLICY_RANDOM,
+        .seed = 7 } },
+};
+
+static void test_steps(void** state)
+{
+    (void)state;
+    uint64_t seed = vt_seed("kvcache steps");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_case(&cases[i], seed + i);
+}
+
+/* one step recorded once and submitted n times against n steps recorded one by one */
+static void test_record_once(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("kvcache record once"));
+    const uint32_t idx[] = { 0, 1, 3, 5, 7, 8 };
+    for (size_t ci = 0; ci < sizeof idx / sizeof idx[0]; ci++) {
+        const kcase* kc = &cases[idx[ci]];
+        vkh2o_kvcache_desc d = kc->d;
+        d.num_heads = kc->H;
+        d.kv_lora_rank = kc->kvl;
+        d.qk_rope_head_dim = kc->rope;
+        d.max_tokens = kc->max_tokens;
+        const uint32_t H = kc->H, KVL = kc->kvl, W = KVL + kc->rope, N = 30;
+        vkh2o_kvcache *a, *b;
+        assert_int_equal(vkh2o_kvcache_create(ctx, &d, &a), VKH2O_OK);
+        assert_int_equal(vkh2o_kvcache_create(ctx, &d, &b), VKH2O_OK);
+        float* q = malloc(4ull * H * W);
+        float* row = malloc(4ull * W);
+        vt_fill_normal(&rng, q, (size_t)H * W, 0.6f);
+        vt_fill_normal(&rng, row, W, 1.0f);
+        vkh2o_buffer* bq = vt_upload_f32(q, (size_t)H * W);
+        vkh2o_buffer* br = vt_upload_f32(row, W);
+        vkh2o_buffer* oa = vt_buffer(4ull * H * KVL);
+        vkh2o_buffer* ob = vt_buffer(4ull * H * KVL);
+        vkh2o_kvcache_step sa = { .q = bq, .ckv = br, .kpe = br, .kpe_offset = 4ull * KVL, .out = oa };
+        vkh2o_kvcache_step sb = sa;
+        sb.out = ob;
+        /* a: one recording in the test's own command buffer, submitted N times */
+        VkCommandPool pool;
+        VkCommandPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .queueFamilyIndex = ctx->queue_family };
+        assert_int_equal(ctx->vk.vkCreateCommandPool(ctx->device, &pci, NULL, &pool), VK_SUCCESS);
+        VkCommandBufferAllocateInfo cai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = pool,
+                                            .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
+        VkCommandBuffer cb;
+        assert_int_equal(ctx->vk.vkAllocateCommandBuffers(ctx->device, &cai, &cb), VK_SUCCESS);
+        VkCommandBufferBeginInfo bi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO };
+        assert_int_equal(ctx->vk.vkBeginCommandBuffer(cb, &bi), VK_SUCCESS);
+        assert_int_equal(vkh2o_cmd_kvcache_step(a, cb, &sa), VKH2O_OK);
+        assert_int_equal(ctx->vk.vkEndCommandBuffer(cb), VK_SUCCESS);
+        uint64_t mark = vkh2o_context_mark(ctx);
+        VkFence fence;
+        VkFenceCreateInfo fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
+        assert_int_equal(ctx->vk.vkCreateFence(ctx->device, &fci, NULL, &fence), VK_SUCCESS);
+        for (uint32_t i = 0; i < N; i++) {
+            VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb };
+            assert_int_equal(ctx->vk.vkQueueSubmit(ctx->queue, 1, &si, fence), VK_SUCCESS);
+            assert_int_equal(ctx->vk.vkWaitForFences(ctx->device, 1, &fence, VK_TRUE, UINT64_MAX), VK_SUCCESS);
+            assert_int_equal(ctx->vk.vkResetFences(ctx->device, 1, &fence), VK_SUCCESS);
+        }
+        /* b: N recordings */
+        for (uint32_t i = 0; i < N; i++)
+            assert_int_equal(vkh2o_run_kvcache_step(b, &sb), VKH2O_OK);
+        snap x = { 0 }, y = { 0 };
+        snap_read(a, &x);
+        snap_read(b, &y);
+        assert_int_equal(x.len, y.len);
+        assert_memory_equal(x.pos, y.pos, 4ull * x.len);
+        assert_memory_equal(x.score, y.score, 4ull * x.len);
+        assert_memory_equal(x.tier, y.tier, x.len);
+        assert_memory_equal(x.rows, y.rows, 4ull * x.len * W);
+        float* fa = malloc(4ull * H * KVL);
+        float* fb = malloc(4ull * H * KVL);
+        vt_download_f32(oa, fa, (size_t)H * KVL);
+        vt_download_f32(ob, fb, (size_t)H * KVL);
+        assert_memory_equal(fa, fb, 4ull * H * KVL);
+        vkh2o_kvcache_stats st;
+        assert_int_equal(vkh2o_kvcache_read_stats(a, 0, &st), VKH2O_OK);
+        assert_int_equal(st.position, N);
+        printf("%s: %u submissions of one recording = %u recordings (%u tokens held)\n", kc->name, N, N, x.len);
+        free(fa);
+        free(fb);
+        snap_free(&x);
+        snap_free(&y);
+        ctx->vk.vkDestroyFence(ctx->device, fence, NULL);
+        ctx->vk.vkDestroyCommandPool(ctx->device, pool, NULL);
+        assert_int_equal(vkh2o_context_retire(ctx, mark), VKH2O_OK);
+        free(q);
+        free(row);
+        vkh2o_buffer_destroy(bq);
+        vkh2o_buffer_destroy(br);
+        vkh2o_buffer_destroy(oa);
+        vkh2o_buffer_destroy(ob);
+        vkh2o_kvcache_destroy(a);
+        vkh2o_kvcache_destroy(b);
+    }
+    vt_check_validation();
+}
+
+/* past max_tokens a step is refused on the device and leaves the cache as it was */
+static void test_overflow(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    vkh2o_kvcache_desc d = base_desc(2, 6, 4, 5);
+    vkh2o_kvcache* c;
+    assert_int_equal(vkh2o_kvcache_create(ctx, &d, &c), VKH2O_OK);
+    float q[20] = { 0.5f }, row[10] = { 1.0f };
+    vkh2o_buffer* bq = vt_upload_f32(q, 20);
+    vkh2o_buffer* br = vt_upload_f32(row, 10);
+    vkh2o_kvcache_step s = { .q = bq, .ckv = br, .kpe = br, .kpe_offset = 24 };
+    for (int i = 0; i < 7; i++)
+        assert_int_equal(vkh2o_run_kvcache_step(c, &s), VKH2O_OK);
+    vkh2o_kvcache_stats st;
+    assert_int_equal(vkh2o_kvcache_read_stats(c, 0, &st), VKH2O_OK);
+    assert_int_equal(st.position, 5);
+    assert_int_equal(st.len, 5);
+    assert_int_equal(st.overflow, 2);
+    /* the full cache does no score work */
+    float sc[8];
+    uint32_t pos[8];
+    vkh2o_kvcache_snapshot ks = { .positions = pos, .scores = sc };
+    assert_int_equal(vkh2o_kvcache_read_snapshot(c, 0, &ks), VKH2O_OK);
+    for (uint32_t i = 0; i < ks.len; i++) {
+        assert_int_equal(pos[i], i);
+        assert_true(sc[i] == 0.0f);
+    }
+    assert_false(vkh2o_kvcache_get_plan(c)->selects);
+    /* a bad buffer is refused before anything is recorded */
+    s.q_offset = 2;
+    assert_int_equal(vkh2o_run_kvcache_step(c, &s), VKH2O_ERROR_INVALID_ARGUMENT);
+    vkh2o_buffer_destroy(bq);
+    vkh2o_buffer_destroy(br);
+    vkh2o_kvcache_destroy(c);
+    vt_check_validation();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resolve),
+        cmocka_unit_test(test_overflow),
+        cmocka_unit_test(test_steps),
+        cmocka_unit_test(test_record_once),
+    };
+    return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
+}
