@@ -123,6 +123,11 @@ VKH2O_API uint32_t vkh2o_budget_for_layer(vkh2o_budget_schedule schedule, uint32
  *                 and once at the end of a prefill
  *   qselector, budget_blocks   the blocks a step attends to (ALL = every non-evicted block)
  * Quantised decoding submits once per route_every tokens (routing reads counts back).
+ * The one KV cache instead (kv_cache true: one vkh2o_kvcache per layer, vkh2o/kvcache.h): kv
+ * gives which tokens stay and at what precision (capacity_tokens or capacity_bytes per layer,
+ * n_sink, n_recent, policy, score_mode, decay, seed, precision, tier_tokens, group_size); its
+ * shape, max_tokens and num_layers are the session's. budget, schedule, layout, storage and the
+ * quantised-cache fields must be 0; obs_window, pool and pool_size apply to its prefill.
  */
 typedef struct vkh2o_model_cache_desc {
     uint32_t budget, n_sink, n_recent;
@@ -142,6 +147,8 @@ typedef struct vkh2o_model_cache_desc {
     uint32_t route_every;
     vkh2o_qselector qselector;
     uint32_t budget_blocks;
+    bool kv_cache;
+    vkh2o_kvcache_desc kv;
 } vkh2o_model_cache_desc;
 
 /* Results: OK, INVALID_ARGUMENT / BUDGET (the cache desc, max_tokens above the model's
@@ -158,7 +165,8 @@ VKH2O_API uint32_t vkh2o_model_session_get_position(const vkh2o_model_session* s
 VKH2O_API vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s, uint32_t layer, uint32_t* len);
 /* Device bytes of every layer's cache rows at the session's cap (or max_tokens for the full
  * cache); for the quantised cache the data and scale bytes of max_tokens tokens routed by the
- * policy (vkh2o_qpolicy_counts; metadata and FP16 headroom not counted). */
+ * policy (vkh2o_qpolicy_counts; metadata and FP16 headroom not counted); for the one KV cache
+ * every slot of every tier with its scales, position and score (vkh2o_kvcache_plan_bytes). */
 VKH2O_API uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session* s);
 
 /*

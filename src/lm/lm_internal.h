@@ -62,6 +62,7 @@ typedef struct vkh2o_lm_attn {
     vkh2o_lm_mode mode;
     vkh2o_cache* const* caches;         /* PREFILL / DECODE: one H2O cache per layer */
     vkh2o_qcache* const* qcaches;       /* QDECODE: one quantised cache per layer */
+    vkh2o_kvcache* const* kvcaches;     /* PREFILL / DECODE with the one KV cache (instead of caches) */
     const vkh2o_qattn_desc* qattn;      /* QDECODE: the selector */
     uint32_t position;                  /* DECODE / QDECODE: position of the first token */
     uint32_t obs_window, pool_size;     /* PREFILL: the observation window (0: the prompt's mass) */

@@ -12,6 +12,7 @@ struct vkh2o_model_session {
     vkh2o_cache** cache;       /* [num_layers] one-layer H2O caches (budgets may differ by layer) */
     vkh2o_cache_desc* cd;      /* [num_layers] their resolved descs */
     vkh2o_qcache** qc;         /* [num_layers] (quantised cache) */
+    vkh2o_kvcache** kv;        /* [num_layers] (the one KV cache) */
     vkh2o_qattn_desc qattn;
     uint32_t route_every;
     uint32_t max_tokens;
@@ -42,6 +43,31 @@ static vkh2o_result make_qcaches(vkh2o_model_session* s)
     return VKH2O_OK;
 }
 
+static vkh2o_result make_kvcaches(vkh2o_model_session* s)
+{
+    vkh2o_model* m = s->m;
+    const uint32_t NL = m->cfg.attn.num_layers;
+    const vkh2o_model_cache_desc* d = &s->d;
+    if (d->budget || d->n_sink || d->n_recent || d->policy || d->score_mode || d->decay != 0.0f || d->schedule || d->layout ||
+        d->storage || d->quantised || d->qpolicy || d->route_every || d->qselector || d->budget_blocks)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "model session: with kv_cache the policy goes in kv (budget, schedule, sinks, recents, policy, score "
+                          "mode, layout, storage and the quantised cache's fields must be 0)");
+    s->kv = vkh2o_calloc(m->ctx, NL, sizeof *s->kv);
+    if (!s->kv)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
+    vkh2o_kvcache_desc kd = d->kv;
+    vkh2o_kvcache_desc_from_mla(&m->cfg.attn, &kd);
+    kd.num_layers = 1;
+    kd.max_tokens = s->max_tokens;
+    for (uint32_t l = 0; l < NL; l++) {
+        vkh2o_result r = vkh2o_kvcache_create(m->ctx, &kd, &s->kv[l]);
+        if (r != VKH2O_OK)
+            return vkh2o_fail(m->ctx, r, "model session: layer %u: %s", l, vkh2o_last_error(m->ctx));
+    }
+    return VKH2O_OK;
+}
+
 vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_desc* desc, vkh2o_model_session** out)
 {
     if (out)
@@ -60,7 +86,9 @@ vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_
     s->d = d;
     s->max_tokens = max_tokens;
     vkh2o_result r;
-    if (d.quantised) {
+    if (d.kv_cache) {
+        r = make_kvcaches(s);
+    } else if (d.quantised) {
         r = make_qcaches(s);
     } else {
         const uint32_t NL = m->cfg.attn.num_layers;
@@ -118,6 +146,10 @@ void vkh2o_model_session_destroy(vkh2o_model_session* s)
         for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
             vkh2o_qcache_destroy(s->qc[l]);
     free(s->qc);
+    if (s->kv)
+        for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
+            vkh2o_kvcache_destroy(s->kv[l]);
+    free(s->kv);
     free(s);
 }
 
@@ -137,6 +169,9 @@ vkh2o_result vkh2o_model_session_reset(vkh2o_model_session* s)
         s->qc = NULL;
         VKH2O_CHECK(make_qcaches(s));
     }
+    if (s->kv)
+        for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
+            VKH2O_CHECK(vkh2o_run_kvcache_reset(s->kv[l]));
     s->pos = 0;
     return VKH2O_OK;
 }
@@ -147,6 +182,12 @@ vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s, uint32_t
 {
     if (!s || !len || layer >= s->m->cfg.attn.num_layers)
         return vkh2o_fail(s ? s->m->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "model session: bad layer or NULL argument");
+    if (s->kv) {
+        vkh2o_kvcache_stats st;
+        VKH2O_CHECK(vkh2o_kvcache_read_stats(s->kv[layer], 0, &st));
+        *len = st.len;
+        return VKH2O_OK;
+    }
     if (s->qc) {
         vkh2o_qcache_stats st;
         vkh2o_qcache_get_stats(s->qc[layer], &st);
@@ -166,6 +207,12 @@ uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session* s)
 {
     if (!s)
         return 0;
+    if (s->kv) {
+        uint64_t bytes = 0;
+        for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
+            bytes += vkh2o_kvcache_plan_bytes(vkh2o_kvcache_get_plan(s->kv[l]));
+        return bytes;
+    }
     if (s->qc) {
         const vkh2o_qcache_desc* qd = vkh2o_qcache_get_desc(s->qc[0]);
         uint32_t counts[4];
@@ -211,7 +258,7 @@ vkh2o_result vkh2o_run_model_prefill(vkh2o_model_session* s, const uint32_t* tok
         VKH2O_CHECK(vkh2o_model_run_qprefill(s->m, tokens, n, s->qc, logits, n > 1 ? next_logprobs : NULL));
         VKH2O_CHECK(route_all(s));
     } else {
-        vkh2o_lm_attn at = { .mode = VKH2O_LM_PREFILL, .caches = s->cache, .obs_window = s->d.obs_window,
+        vkh2o_lm_attn at = { .mode = VKH2O_LM_PREFILL, .caches = s->cache, .kvcaches = s->kv, .obs_window = s->d.obs_window,
                              .pool = s->d.pool, .pool_size = s->d.pool_size };
         VKH2O_CHECK(vkh2o_model_run(s->m, "model prefill", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,
                                     next_logprobs, &at));
@@ -227,7 +274,7 @@ vkh2o_result vkh2o_run_model_decode(vkh2o_model_session* s, const uint32_t* toke
         return VKH2O_ERROR_INVALID_ARGUMENT;
     VKH2O_CHECK(check_room(s, "model decode", n));
     if (!s->qc) {
-        vkh2o_lm_attn at = { .mode = VKH2O_LM_DECODE, .caches = s->cache, .position = s->pos };
+        vkh2o_lm_attn at = { .mode = VKH2O_LM_DECODE, .caches = s->cache, .kvcaches = s->kv, .position = s->pos };
         VKH2O_CHECK(vkh2o_model_run(s->m, "model decode", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,
                                     next_logprobs, &at));
         s->pos += n;

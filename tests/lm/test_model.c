@@ -563,6 +563,83 @@ static void test_session_quantised(void** state)
     vt_check_validation();
 }
 
+/* The one KV cache in a session: its full cache is the H2O session's full cache (FP16 rows) and
+ * the forward; FP16 with a token capacity evicts in place what the order-preserving H2O cache
+ * evicts (the same logits up to rounding); tiers at a byte capacity hold the cap. */
+static void test_session_kvcache(void** state)
+{
+    (void)state;
+    loaded x;
+    load_tiny(&x, "session_kv", 48);
+    enum { N = 36, P = 10, V = 67 };
+    const uint32_t NS = 2, B = 7, NR = 3, CAP = NS + B + NR;
+    uint32_t tok[N];
+    vt_rng rng;
+    vt_rng_seed(&rng, 13);
+    for (int i = 0; i < N; i++)
+        tok[i] = vt_u32_below(&rng, V);
+    float* a = malloc(N * V * 4);
+    float* b = malloc(N * V * 4);
+    float* fw = malloc(N * V * 4);
+    float* lp = malloc(N * 4);
+    assert_true(a && b && fw && lp);
+    assert_int_equal(vkh2o_run_model_forward(x.m, tok, N, fw, NULL), VKH2O_OK);
+    /* full */
+    vkh2o_model_session* h = session(x.m, NULL);
+    vkh2o_model_session* k = session(x.m, &(vkh2o_model_cache_desc){ .kv_cache = true });
+    assert_int_equal(vkh2o_run_model_prefill(h, tok, P, a, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_run_model_decode(h, tok + P, N - P, a + P * V, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_run_model_prefill(k, tok, P, b, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_run_model_decode(k, tok + P, N - P, b + P * V, NULL), VKH2O_OK);
+    vt_assert_nmse("kvcache full vs h2o full (fp16 rows)", b, a, N * V, 1e-10);
+    vt_assert_nmse("kvcache full vs forward", b, fw, N * V, 1e-6);
+    assert_int_equal(cache_len(k, 1), N);
+    vkh2o_model_session_destroy(h);
+    vkh2o_model_session_destroy(k);
+    /* fp16 with a capacity: eviction in place against the order-preserving cache */
+    h = session(x.m, &(vkh2o_model_cache_desc){ .budget = B, .n_sink = NS, .n_recent = NR });
+    k = session(x.m, &(vkh2o_model_cache_desc){ .kv_cache = true,
+                                                 .kv = { .capacity_tokens = CAP, .n_sink = NS, .n_recent = NR } });
+    assert_int_equal(vkh2o_run_model_prefill(h, tok, P, a, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_run_model_prefill(k, tok, P, b, NULL), VKH2O_OK);
+    for (int i = P; i < N; i++) {
+        assert_int_equal(vkh2o_run_model_decode(h, &tok[i], 1, a + (size_t)i * V, NULL), VKH2O_OK);
+        assert_int_equal(vkh2o_run_model_decode(k, &tok[i], 1, b + (size_t)i * V, NULL), VKH2O_OK);
+    }
+    vt_assert_nmse("kvcache fp16 h2o (in place) vs h2o cache (order kept)", b, a, N * V, 1e-8);
+    assert_int_equal(cache_len(k, 0), CAP);
+    assert_int_equal(cache_len(h, 0), CAP);
+    vkh2o_model_session_destroy(h);
+    vkh2o_model_session_destroy(k);
+    /* tiers at a byte capacity: FP16 -> INT8 -> INT4, the coldest evicted; the capacity holds
+     * the top tier, 4 INT8 and 10 INT4 tokens */
+    vkh2o_model_cache_desc td = { .kv_cache = true,
+                                  .kv = { .n_sink = NS, .n_recent = NR, .precision = VKH2O_PRECISION_TIERED,
+                                          .tier_tokens = { 2, 4, 10, 0 }, .max_tokens = 48 } };   /* (T3 unused below) */
+    vkh2o_kvcache_desc_from_mla(&x.t.cfg.attn, &td.kv);
+    vkh2o_kvcache_plan pl;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&td.kv, NULL, &pl, NULL), VKH2O_OK);
+    const uint64_t cap = (uint64_t)pl.slots[0] * pl.token_bytes[0] + 4ull * pl.token_bytes[1] + 11ull * pl.token_bytes[2] - 1;
+    td.kv = (vkh2o_kvcache_desc){ .capacity_bytes = cap, .n_sink = NS, .n_recent = NR, .precision = VKH2O_PRECISION_TIERED,
+                                  .tier_tokens = { 2, 4, 0, 0 } };
+    k = session(x.m, &td);
+    assert_int_equal(vkh2o_run_model_decode(k, tok, N, b, lp), VKH2O_OK);
+    vt_assert_finite("kvcache tiered", lp, N - 1);
+    assert_true(vkh2o_model_session_get_cache_bytes(k) <= 2 * cap);
+    uint32_t held = cache_len(k, 1);
+    printf("  kvcache tiered at %llu bytes per layer: %u tokens held of %d\n", (unsigned long long)cap, held, N);
+    assert_int_equal(held, NS + NR + 2 + 4 + 10);
+    vkh2o_model_session_destroy(k);
+    /* the policy goes in kv */
+    vkh2o_model_session* bad = NULL;
+    assert_int_equal(vkh2o_model_session_create(x.m, &(vkh2o_model_cache_desc){ .kv_cache = true, .budget = 3 }, &bad),
+                     VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_null(bad);
+    free(a); free(b); free(fw); free(lp);
+    unload_tiny(&x);
+    vt_check_validation();
+}
+
 /* The committed model (models/tiny-mla) against the PyTorch forward that trained it
  * (reference.safetensors, written by tools/train/train_tiny_mla.py): logits within nmse 1e-9
  * and log-probabilities within 1e-4 absolute over the first 64 held-out bytes. */
@@ -626,6 +703,7 @@ int main(void)
         cmocka_unit_test(test_session_big_budget),
         cmocka_unit_test(test_session_evict),
         cmocka_unit_test(test_session_quantised),
+        cmocka_unit_test(test_session_kvcache),
         cmocka_unit_test(test_committed_model),
     };
     int rc = cmocka_run_group_tests(tests, NULL, vt_group_teardown);
