@@ -147,7 +147,9 @@ static void usage(FILE* f)
             "  --n-recent R    last tokens always kept (default 16)\n"
             "  --decay F       h2o-decay's factor, in (0, 1) (default 0.9)\n"
             "  --obs-window W, --pool max|avg|none, --pool-size K   snapkv's window (default 32), pooling\n"
-            "                  (max) and odd kernel size (7)\n"
+            "                  (max) and odd kernel size (default 15: these models read bytes, and SnapKV's\n"
+            "                  7, meant for subword tokens, spans too little of a word; on models/tiny-mla\n"
+            "                  it finds 0.15 of the passkeys at 25%%, 15 finds 0.90)\n"
             "  --kv-quant Q    the quantised cache instead (blocks of 16 tokens in FP16 / INT8 / INT4, latent):\n"
             "                  fp16, conservative, balanced, aggressive (also evicts 20%% of the blocks),\n"
             "                  uniform-int8, uniform-int4; routed every --route-every R tokens (default 16)\n"
@@ -226,8 +228,11 @@ static uint32_t kept_recents(const opts* o)
 /* 0 ok, 1 --help, 2 bad usage (message printed) */
 static int parse(int argc, char** argv, opts* o)
 {
+    /* pool size 15: SnapKV's 7 is for subword tokens; a byte is a fraction of one, and with 7 the
+     * committed byte model keeps a 5-digit key's first digits only (passkey 0.15 at 25 %, 0.90 with
+     * 15; docs/QUALITY.md). Every model this tool reads is byte-level (vocab 256). */
     *o = (opts){ .ctx = 512, .trials = 10, .seed = 1, .ndepths = 6, .depths = { 0.0, 0.2, 0.4, 0.6, 0.8, 1.0 },
-                 .policy = &POLICIES[0], .n_sink = 4, .n_recent = 16, .obs_window = 32, .pool_size = 7 };
+                 .policy = &POLICIES[0], .n_sink = 4, .n_recent = 16, .obs_window = 32, .pool_size = 15 };
     /* repeats are refused before parse (cli_no_repeats); these say which flags were given, for the
      * checks of what applies to the run */
     bool seen_policy = false, seen_budget = false, seen_sink = false, seen_recent = false, seen_decay = false;
