@@ -22,6 +22,9 @@
 /* The passkey prompt, identical to tools/train/train_tiny_mla.py's passkey_prompt. */
 static const char FILLER[] = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
 static const char QUESTION[] = "What is the pass key? The pass key is ";
+#define KEY_LINE "The pass key is %s. Remember it. %s is the pass key. "
+/* The shortest context that holds a prompt (the key line, the question) and the 5-byte answer. */
+#define PASSKEY_MIN_CTX (sizeof KEY_LINE - 1 - 4 + 2 * 5 + sizeof QUESTION - 1 + 5)
 
 /* A cache policy as the tool names it. */
 typedef struct policy_def {
@@ -63,6 +66,8 @@ typedef struct opts {
     const policy_def* policy;
     uint32_t budget;          /* tokens; 0 with budget_frac */
     double budget_frac;       /* --budget P%: fraction of the context for the whole cache */
+    const char* budget_arg;   /* "P%" as given (for messages) */
+    bool ctx_given;
     uint32_t n_sink, n_recent;
     double decay;
     uint32_t obs_window, pool_size;
@@ -110,7 +115,8 @@ static void usage(FILE* f)
     fprintf(f,
             "usage: vkh2o-eval --weights DIR [--text FILE] [--ctx N] [--windows K]\n"
             "                  [--policy P] [--budget B | --budget F%%] [--n-sink S] [--n-recent R] [--decay F]\n"
-            "                  [--kv-quant Q [--route-every R]] [--sweep]\n"
+            "                  [--obs-window W] [--pool max|avg|none] [--pool-size K]\n"
+            "                  [--kv-quant Q [--route-every R]] [--sweep] [--bench [--bench-steps N]]\n"
             "                  [--passkey [--stream [--stream-trials T]] [--trials T] [--depths D1,D2,...]] [--seed S]\n"
             "                  [--recall [--recall-windows K]]\n"
             "                  [--csv FILE] [--json FILE] [--plot FILE.svg] [--quiet] [--help]\n"
@@ -135,24 +141,32 @@ static void usage(FILE* f)
         fprintf(f, "  %-11s %s\n", POLICIES[i].name, POLICIES[i].help);
     fprintf(f,
             "  --budget B      heavy hitters per layer (tokens), or F%% of the context for the whole cache\n"
-            "                  (sinks + budget + recents); required unless --policy full\n"
+            "                  (sinks + heavy hitters + recents <= F%% of --ctx, rounded down; refused when\n"
+            "                  the sinks and recents leave no room for one); required unless --policy full\n"
             "  --n-sink S      first tokens always kept (default 4)\n"
             "  --n-recent R    last tokens always kept (default 16)\n"
             "  --decay F       h2o-decay's factor, in (0, 1) (default 0.9)\n"
             "  --obs-window W, --pool max|avg|none, --pool-size K   snapkv's window (default 32), pooling\n"
-            "                  (max) and odd kernel size (7)\n"
+            "                  (max) and odd kernel size (default 15: these models read bytes, and SnapKV's\n"
+            "                  7, meant for subword tokens, spans too little of a word; on models/tiny-mla\n"
+            "                  it finds 0.15 of the passkeys at 25%%, 15 finds 0.90)\n"
             "  --kv-quant Q    the quantised cache instead (blocks of 16 tokens in FP16 / INT8 / INT4, latent):\n"
             "                  fp16, conservative, balanced, aggressive (also evicts 20%% of the blocks),\n"
             "                  uniform-int8, uniform-int4; routed every --route-every R tokens (default 16)\n"
             "                  and once after a prompt; with --policy full only\n"
+            "  A policy's flags (--n-sink, --n-recent, --decay, --obs-window, --pool, --pool-size,\n"
+            "                  --route-every) are refused when no row of the run uses them, as is a flag\n"
+            "                  given twice\n"
             "  --sweep         the grid: full, every policy at caches of 12.5%%, 25%% and 50%% of the context\n"
             "                  (recents at most a quarter of the cache), and every --kv-quant policy; implies\n"
             "                  --stream\n"
             "  --weights DIR   the model directory (or its .safetensors with config.json beside it)\n"
             "  --text FILE     held-out text for perplexity (bytes as tokens)\n"
-            "  --ctx N         window / prompt length in bytes (default 512; 2..model limit)\n"
-            "  --windows K     at most K windows of the file (default: all)\n"
-            "  --passkey       run the passkey test (--trials, default 10; --depths, default 0,0.2,...,1)\n"
+            "  --ctx N         window / prompt length in bytes (default 512; 2 .. the model's\n"
+            "                  max_position_embeddings; --sweep: at least 8)\n"
+            "  --windows K     at most K windows of --text (default: all)\n"
+            "  --passkey       run the passkey test (--trials, default 10; --depths, default 0,0.2,...,1;\n"
+            "                  --stream: also streamed; these three need --passkey)\n"
             "  --stream-trials T  trials per depth of the streamed passkey test (default: --trials); the\n"
             "                  streamed prompt costs a decode step per byte, the compressed one a prefill\n"
             "  --seed S        keys of the passkey test (default 1)\n"
@@ -172,7 +186,8 @@ static void usage(FILE* f)
             "                  with --recall, the recurrence's bits/byte against cache size\n"
             "                  (outputs are written only when the whole run succeeds)\n"
             "  --quiet         no progress line (it is shown only on a terminal anyway)\n"
-            "At least one of --text and --passkey is needed.\n");
+            "At least one of --text and --passkey is needed. The library's warnings and errors go to stderr;\n"
+            "with VKH2O_VALIDATION=1 the Khronos validation layer is on, and any message of it fails the run.\n");
 }
 
 static bool parse_depths(const char* s, opts* o)
@@ -197,12 +212,32 @@ static bool parse_depths(const char* s, opts* o)
     return true;
 }
 
+/* The tokens of a cache of a fraction of the context: rounded down, so that the cache is never
+ * larger than the fraction says (the epsilon keeps 0.25 x 16 at 4 against binary rounding). */
+static uint32_t frac_tokens(double frac, uint32_t ctx)
+{
+    return (uint32_t)floor(frac * ctx + 1e-9);
+}
+
+/* The recents a row of the chosen policy keeps: SnapKV keeps its observation window as recents. */
+static uint32_t kept_recents(const opts* o)
+{
+    return o->policy->obs && o->n_recent < o->obs_window ? o->obs_window : o->n_recent;
+}
+
 /* 0 ok, 1 --help, 2 bad usage (message printed) */
 static int parse(int argc, char** argv, opts* o)
 {
+    /* pool size 15: SnapKV's 7 is for subword tokens; a byte is a fraction of one, and with 7 the
+     * committed byte model keeps a 5-digit key's first digits only (passkey 0.15 at 25 %, 0.90 with
+     * 15; docs/QUALITY.md). Every model this tool reads is byte-level (vocab 256). */
     *o = (opts){ .ctx = 512, .trials = 10, .seed = 1, .ndepths = 6, .depths = { 0.0, 0.2, 0.4, 0.6, 0.8, 1.0 },
-                 .policy = &POLICIES[0], .n_sink = 4, .n_recent = 16, .obs_window = 32, .pool_size = 7 };
-    bool seen_depths = false, seen_policy = false, seen_budget = false;
+                 .policy = &POLICIES[0], .n_sink = 4, .n_recent = 16, .obs_window = 32, .pool_size = 15 };
+    /* repeats are refused before parse (cli_no_repeats); these say which flags were given, for the
+     * checks of what applies to the run */
+    bool seen_policy = false, seen_budget = false, seen_sink = false, seen_recent = false, seen_decay = false;
+    bool seen_route = false, seen_obs = false, seen_pool = false, seen_pool_size = false, seen_trials = false;
+    bool seen_depths = false;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -212,12 +247,14 @@ static int parse(int argc, char** argv, opts* o)
         if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--ctx", 2, 1u << 20, &o->ctx)) != 0) {
             if (r < 0)
                 return 2;
+            o->ctx_given = true;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--windows", 1, UINT32_MAX, &o->max_windows)) != 0) {
             if (r < 0)
                 return 2;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--trials", 1, 100000, &o->trials)) != 0) {
             if (r < 0)
                 return 2;
+            seen_trials = true;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--recall-windows", 1, 100000, &o->recall_windows)) != 0) {
             if (r < 0)
                 return 2;
@@ -230,15 +267,18 @@ static int parse(int argc, char** argv, opts* o)
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--n-sink", 0, 1u << 20, &o->n_sink)) != 0) {
             if (r < 0)
                 return 2;
+            seen_sink = true;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--n-recent", 0, 1u << 20, &o->n_recent)) != 0) {
             if (r < 0)
                 return 2;
+            seen_recent = true;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--route-every", 1, 1u << 20, &o->route_every)) != 0) {
             if (r < 0)
                 return 2;
+            seen_route = true;
         } else if (!strcmp(a, "--kv-quant")) {
-            if (!v || o->kv_quant) {
-                fprintf(stderr, TOOL ": --kv-quant %s\n", v ? "given twice" : "needs a value");
+            if (!v) {
+                fprintf(stderr, TOOL ": --kv-quant needs a value\n");
                 return 2;
             }
             if (!vkh2o_qpolicy_parse(v, &o->qpolicy)) {
@@ -251,9 +291,11 @@ static int parse(int argc, char** argv, opts* o)
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--obs-window", 1, 4096, &o->obs_window)) != 0) {
             if (r < 0)
                 return 2;
+            seen_obs = true;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--pool-size", 1, 255, &o->pool_size)) != 0) {
             if (r < 0)
                 return 2;
+            seen_pool_size = true;
             if (!(o->pool_size & 1u)) {
                 fprintf(stderr, TOOL ": --pool-size: %u is not odd\n", o->pool_size);
                 return 2;
@@ -264,6 +306,7 @@ static int parse(int argc, char** argv, opts* o)
                 return 2;
             }
             o->pool = !strcmp(v, "max") ? VKH2O_POOL_MAX : !strcmp(v, "avg") ? VKH2O_POOL_AVG : VKH2O_POOL_NONE;
+            seen_pool = true;
             i++;
         } else if (!strcmp(a, "--decay")) {
             if (!v) {
@@ -272,10 +315,11 @@ static int parse(int argc, char** argv, opts* o)
             }
             if (!cli_parse_f64(TOOL, "--decay", v, 1e-6, 0.999999, &o->decay))
                 return 2;
+            seen_decay = true;
             i++;
         } else if (!strcmp(a, "--policy")) {
-            if (!v || seen_policy) {
-                fprintf(stderr, TOOL ": --policy %s\n", v ? "given twice" : "needs a value");
+            if (!v) {
+                fprintf(stderr, TOOL ": --policy needs a value\n");
                 return 2;
             }
             seen_policy = true;
@@ -292,8 +336,8 @@ static int parse(int argc, char** argv, opts* o)
             }
             i++;
         } else if (!strcmp(a, "--budget")) {
-            if (!v || seen_budget) {
-                fprintf(stderr, TOOL ": --budget %s\n", v ? "given twice" : "needs a value");
+            if (!v) {
+                fprintf(stderr, TOOL ": --budget needs a value\n");
                 return 2;
             }
             seen_budget = true;
@@ -305,6 +349,7 @@ static int parse(int argc, char** argv, opts* o)
                 if (!cli_parse_f64(TOOL, "--budget", num, 0.001, 100.0, &f))
                     return 2;
                 o->budget_frac = f / 100.0;
+                o->budget_arg = v;
             } else if (!cli_parse_u32(TOOL, "--budget", v, 1, 1u << 20, &o->budget)) {
                 return 2;
             }
@@ -333,21 +378,11 @@ static int parse(int argc, char** argv, opts* o)
             const char** dst = !strcmp(a, "--weights") ? &o->weights : !strcmp(a, "--text") ? &o->text
                              : !strcmp(a, "--csv") ? &o->csv : !strcmp(a, "--json") ? &o->json
                              : !strcmp(a, "--plot") ? &o->plot : NULL;
-            if (dst && *dst) {
-                fprintf(stderr, TOOL ": %s given twice\n", a);
-                return 2;
-            }
             if (dst)
                 *dst = v;
-            else {
-                if (seen_depths) {
-                    fprintf(stderr, TOOL ": --depths given twice\n");
-                    return 2;
-                }
-                seen_depths = true;
-                if (!parse_depths(v, o))
-                    return 2;
-            }
+            else if (!parse_depths(v, o))
+                return 2;
+            seen_depths = seen_depths || !dst;
             i++;
         } else {
             fprintf(stderr, TOOL ": unknown option '%s' (see --help)\n", a);
@@ -358,22 +393,41 @@ static int parse(int argc, char** argv, opts* o)
         fprintf(stderr, TOOL ": --weights DIR is required\n");
         return 2;
     }
+    if (o->bench_steps && !o->bench) {
+        fprintf(stderr, TOOL ": --bench-steps needs --bench\n");
+        return 2;
+    }
     if (!o->bench_steps)
         o->bench_steps = 64;
     if (o->bench) {
-        if (o->sweep || o->passkey || o->recall || seen_policy || seen_budget || o->csv || o->plot) {
-            fprintf(stderr, TOOL ": --bench runs its own grid: no --sweep, --passkey, --recall, --policy, --budget, --csv or "
-                            "--plot\n");
+        const char* other = o->sweep ? "--sweep" : o->passkey ? "--passkey" : o->recall ? "--recall" : o->stream ? "--stream"
+                          : seen_policy ? "--policy" : seen_budget ? "--budget" : o->kv_quant ? "--kv-quant"
+                          : o->max_windows ? "--windows" : o->csv ? "--csv" : o->plot ? "--plot" : NULL;
+        if (other) {
+            fprintf(stderr, TOOL ": --bench times its own grid (every eviction policy at 25%% of the context, and the full "
+                            "cache): it takes no %s\n", other);
             return 2;
         }
         if (!o->text) {
             fprintf(stderr, TOOL ": --bench needs --text FILE (the decoded bytes)\n");
             return 2;
         }
-        return 0;
     }
     if (!o->text && !o->passkey) {
         fprintf(stderr, TOOL ": nothing to do: give --text FILE and/or --passkey\n");
+        return 2;
+    }
+    if (o->max_windows && !o->text) {
+        fprintf(stderr, TOOL ": --windows needs --text FILE (the windows are the file's)\n");
+        return 2;
+    }
+    if (!o->passkey && (seen_trials || seen_depths || o->stream)) {
+        fprintf(stderr, TOOL ": %s needs --passkey\n", seen_trials ? "--trials" : seen_depths ? "--depths" : "--stream");
+        return 2;
+    }
+    if (o->passkey && o->ctx < PASSKEY_MIN_CTX) {
+        fprintf(stderr, TOOL ": --passkey needs --ctx of at least %zu bytes (the key line, the question and the answer)\n",
+                PASSKEY_MIN_CTX);
         return 2;
     }
     if (o->recall && !o->text) {
@@ -406,6 +460,55 @@ static int parse(int argc, char** argv, opts* o)
         fprintf(stderr, TOOL ": --kv-quant goes with --policy full only (the quantised cache evicts by its own policy: "
                         "aggressive)\n");
         return 2;
+    }
+    if (o->sweep && o->ctx < 8) {
+        fprintf(stderr, TOOL ": --sweep needs --ctx of at least 8 bytes (its smallest cache is 12.5%% of the context)\n");
+        return 2;
+    }
+    /* A flag that no row of the run reads is refused rather than ignored: the run's figures would
+     * not be the ones it asked for. --sweep and --bench run every eviction policy (and --sweep
+     * every quantisation policy), so for them a flag applies when some row reads it. */
+    const bool every = o->sweep || o->bench;
+    const char* pname = o->policy->name;
+    if (seen_decay && !every && o->policy->mode != VKH2O_SCORE_DECAY) {
+        fprintf(stderr, TOOL ": --decay does not apply to --policy %s: it is h2o-decay's factor\n", pname);
+        return 2;
+    }
+    if (seen_route && !o->kv_quant && !o->sweep) {
+        fprintf(stderr, TOOL ": --route-every does not apply %s: it is the quantised cache's routing interval\n",
+                o->bench ? "to --bench (it times no quantised cache)" : "without --kv-quant");
+        return 2;
+    }
+    if ((seen_obs || seen_pool || seen_pool_size) && !every && !o->policy->obs) {
+        fprintf(stderr, TOOL ": %s does not apply to --policy %s: it is snapkv's (how the prompt is scored)\n",
+                seen_obs ? "--obs-window" : seen_pool ? "--pool" : "--pool-size", pname);
+        return 2;
+    }
+    if ((seen_sink || seen_recent) && !every && o->policy->full) {
+        if (o->kv_quant)
+            fprintf(stderr, TOOL ": %s does not apply to the quantised cache (--kv-quant %s): it keeps or evicts whole "
+                            "blocks by its routing policy\n", seen_sink ? "--n-sink" : "--n-recent", o->kv_quant);
+        else
+            fprintf(stderr, TOOL ": %s does not apply to --policy full: every token is kept\n",
+                    seen_sink ? "--n-sink" : "--n-recent");
+        return 2;
+    }
+    /* --budget F%: the whole cache, sinks and recents included, within F % of the context; a
+     * heavy-hitter budget of 0 would be the full cache, so at least one must fit */
+    if (!o->sweep && o->budget_frac > 0) {
+        const uint32_t total = frac_tokens(o->budget_frac, o->ctx), recents = kept_recents(o);
+        const uint32_t need = o->n_sink + recents + 1;
+        if (total < need) {
+            char rs[64];
+            if (recents != o->n_recent)
+                snprintf(rs, sizeof rs, "--obs-window %u (snapkv's recents)", recents);
+            else
+                snprintf(rs, sizeof rs, "--n-recent %u", recents);
+            fprintf(stderr, TOOL ": --budget %s: %s of --ctx %u is %u token%s, fewer than --n-sink %u + %s + one heavy "
+                            "hitter (%u tokens, %.4g%% of the context)\n", o->budget_arg, o->budget_arg, o->ctx, total,
+                    total == 1 ? "" : "s", o->n_sink, rs, need, 100.0 * need / o->ctx);
+            return 2;
+        }
     }
     if (o->sweep)
         o->stream = true;
@@ -469,6 +572,46 @@ static unsigned char* read_file(const char* path, size_t* len)
     }
     *len = n;
     return buf;
+}
+
+/* The model's config.json, read before any device work: its vocabulary must be bytes, and --ctx
+ * within the positions it was made for. Returns 0 or the exit status (2: --ctx too long). */
+static int check_model(const opts* o)
+{
+    char path[4096];
+    cli_config_path(o->weights, NULL, path, sizeof path);
+    if (!path[0]) {
+        fprintf(stderr, TOOL ": --weights %s: no config.json (in the directory, or beside the file)\n", o->weights);
+        return 1;
+    }
+    vkh2o_model_config mc;
+    vkh2o_error err = { 0 };
+    if (vkh2o_model_config_from_json(path, &mc, &err) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": --weights %s: %s\n", o->weights, err.message);
+        return 1;
+    }
+    if (mc.vocab_size != 256) {
+        fprintf(stderr, TOOL ": --weights %s: vocab_size is %u; vkh2o-eval reads bytes as tokens (vocab 256)\n", o->weights,
+                mc.vocab_size);
+        return 1;
+    }
+    if (mc.max_position_embeddings && o->ctx > mc.max_position_embeddings) {
+        fprintf(stderr, TOOL ": --ctx %u%s is above the model's max_position_embeddings %u (%s)\n", o->ctx,
+                o->ctx_given ? "" : " (the default)", mc.max_position_embeddings, path);
+        return 2;
+    }
+    return 0;
+}
+
+/* Validation-layer messages were shown as they came (cli_log); any of them fails the run, before
+ * its outputs are written. Returns 0 or 1. */
+static int validation_check(const vkh2o_context* ctx)
+{
+    const uint32_t n = vkh2o_context_get_validation_messages(ctx);
+    if (!n)
+        return 0;
+    fprintf(stderr, TOOL ": %u validation-layer message%s (above)\n", n, n == 1 ? "" : "s");
+    return 1;
 }
 
 /* ---- sessions ---- */
@@ -595,7 +738,7 @@ static int run_windows(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const 
 static size_t passkey_prompt(char* p, size_t ctx, const char key[6], double depth)
 {
     char ks[96];
-    int kl = snprintf(ks, sizeof ks, "The pass key is %s. Remember it. %s is the pass key. ", key, key);
+    int kl = snprintf(ks, sizeof ks, KEY_LINE, key, key);
     size_t ql = sizeof QUESTION - 1, fl = sizeof FILLER - 1;
     if (ctx < (size_t)kl + ql + 5)
         return 0;
@@ -923,13 +1066,11 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
         }
         if (!o->policy->full) {
             r.n_sink = o->n_sink;
-            r.n_recent = o->policy->obs && o->n_recent < o->obs_window ? o->obs_window : o->n_recent;
-            if (o->budget_frac > 0) {
-                uint32_t total = (uint32_t)lround(o->budget_frac * o->ctx);
-                r.budget = total > r.n_sink + r.n_recent ? total - r.n_sink - r.n_recent : 1;
-            } else {
+            r.n_recent = kept_recents(o);
+            if (o->budget_frac > 0)   /* parse made sure that at least one heavy hitter fits */
+                r.budget = frac_tokens(o->budget_frac, o->ctx) - r.n_sink - r.n_recent;
+            else
                 r.budget = o->budget;
-            }
         }
         rows[n++] = r;
         return n;
@@ -941,7 +1082,7 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
         for (size_t f = 0; f < sizeof fracs / sizeof fracs[0]; f++) {
             row r = base;
             r.policy = &POLICIES[k];
-            uint32_t total = (uint32_t)lround(fracs[f] * o->ctx);
+            uint32_t total = frac_tokens(fracs[f], o->ctx);
             r.n_sink = o->n_sink < total / 4 ? o->n_sink : total / 4;
             r.n_recent = o->n_recent < total / 4 ? o->n_recent : total / 4;
             if (r.policy->obs)   /* the window is kept */
@@ -1036,6 +1177,8 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
         cli_progress_update(&prog, st + 1);
     }
     cli_progress_end(&prog);
+    if (!rc)
+        rc = validation_check(ctx);
     if (!rc) {
         double full_tps = 0;
         for (uint32_t k = 0; k < n; k++)
@@ -1087,6 +1230,8 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
 int main(int argc, char** argv)
 {
     opts o;
+    if (!cli_no_repeats(TOOL, argc, argv))
+        return 2;
     int pr = parse(argc, argv, &o);
     if (pr == 1) {
         usage(stdout);
@@ -1095,6 +1240,8 @@ int main(int argc, char** argv)
     if (pr)
         return 2;
     int prc = check_paths(&o);
+    if (!prc)
+        prc = check_model(&o);
     if (prc)
         return prc;
     size_t len = 0;
@@ -1102,9 +1249,16 @@ int main(int argc, char** argv)
     if (o.text && !(text = read_file(o.text, &len)))
         return 1;
 
+    /* cli_log shows the library's warnings and errors, validation-layer messages among them
+     * (VKH2O_VALIDATION=1 turns the layer on); they are counted, and a run with any fails */
     vkh2o_context* ctx = NULL;
-    if (vkh2o_context_create(&(vkh2o_context_desc){ 0 }, &ctx) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": no usable Vulkan 1.2 device\n");
+    vkh2o_result cr = vkh2o_context_create(&(vkh2o_context_desc){ .log = cli_log, .user_data = (void*)TOOL }, &ctx);
+    if (cr != VKH2O_OK) {
+        const char* why = cli_log_last_error();
+        fprintf(stderr, TOOL ": %s: %s%s%s\n",
+                cr == VKH2O_ERROR_NO_DEVICE || cr == VKH2O_ERROR_UNSUPPORTED ? "no usable Vulkan 1.2 device"
+                                                                              : "cannot create the Vulkan context",
+                vkh2o_result_string(cr), *why ? ": " : "", why);
         free(text);
         return 1;
     }
@@ -1117,12 +1271,7 @@ int main(int argc, char** argv)
         return 1;
     }
     int rc = 0;
-    if (vkh2o_model_get_config(m)->vocab_size != 256) {
-        fprintf(stderr, TOOL ": --weights %s: vocab_size is %u; vkh2o-eval reads bytes as tokens (vocab 256)\n", o.weights,
-                vkh2o_model_get_config(m)->vocab_size);
-        rc = 1;
-    }
-    if (!rc && o.bench) {
+    if (o.bench) {
         rc = run_bench(ctx, m, &o, text, len);
         vkh2o_model_destroy(m);
         vkh2o_context_destroy(ctx);
@@ -1148,6 +1297,8 @@ int main(int argc, char** argv)
         if (!rc && o.passkey && o.stream)
             rc = run_passkey(ctx, m, &o, true, r);
     }
+    if (!rc)
+        rc = validation_check(ctx);
     if (!rc) {
         print_rows(&o, rows, nrows);
         if (!write_outputs(&o, rows, nrows))

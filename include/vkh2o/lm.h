@@ -33,6 +33,8 @@ typedef struct vkh2o_model_config {
     uint32_t first_k_dense_replace;      /* layers below it are dense; = num_layers when no MoE */
     uint32_t n_routed_experts;           /* 0 when the config has none (null or absent) */
     bool tie_word_embeddings;            /* lm_head shares model.embed_tokens */
+    uint32_t max_position_embeddings;    /* the longest sequence the model was made for; 0 when
+                                            config.json does not say */
 } vkh2o_model_config;
 
 /* Reads config.json (see vkh2o_mla_config_from_json for the attention keys; the defaults of

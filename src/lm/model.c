@@ -65,7 +65,8 @@ vkh2o_result vkh2o_model_config_from_json(const char* path, vkh2o_model_config* 
         goto done;
     c.first_k_dense_replace = layers;
     if ((r = cfg_uint(root, path, "first_k_dense_replace", false, false, &c.first_k_dense_replace, err)) != VKH2O_OK ||
-        (r = cfg_uint(root, path, "n_routed_experts", false, true, &c.n_routed_experts, err)) != VKH2O_OK)
+        (r = cfg_uint(root, path, "n_routed_experts", false, true, &c.n_routed_experts, err)) != VKH2O_OK ||
+        (r = cfg_uint(root, path, "max_position_embeddings", false, false, &c.max_position_embeddings, err)) != VKH2O_OK)
         goto done;
     const cJSON* tie = cfg_get(root, "tie_word_embeddings");
     if (tie && !cJSON_IsBool(tie)) {

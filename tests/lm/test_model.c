@@ -177,6 +177,7 @@ static void forward_case(bool tied, uint32_t n)
     assert_int_equal(c->vocab_size, 67);
     assert_int_equal(c->attn.num_layers, 2);
     assert_int_equal(c->tie_word_embeddings, tied);
+    assert_int_equal(c->max_position_embeddings, 4096);
     uint32_t* tok = malloc(n * 4);
     float* got = malloc((size_t)n * 67 * 4);
     float* ref = malloc((size_t)n * 67 * 4);

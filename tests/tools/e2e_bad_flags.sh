@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every bad flag of every tool refused (issue 12, item 4), table-driven: for each flag of
-# vkh2o-demo, -validate, -quant, -bench, -info and -mkshard, the bad values its kind admits
+# vkh2o-demo, -validate, -quant, -bench, -info, -mkshard and -eval, the bad values its kind admits
 # (missing, non-numeric, negative, zero, huge, out of range, repeated; bad choices; non-existent,
 # unreadable, directory and special-file inputs; outputs that cannot be written, name an input
-# or another output; budgets larger than the sequence; sequence lengths 0 and 1), plus unknown
-# flags and stray arguments. Every case must:
+# or another output; budgets larger than the sequence; sequence lengths 0 and 1; flags that do
+# not apply to the run, such as a policy's flag without that policy), plus unknown flags and
+# stray arguments. Every case must:
 #   - exit non-zero (and not by the timeout),
 #   - print exactly one line on stderr, naming the flag,
 #   - leave no file behind (the output directory stays empty, no temporary anywhere),
@@ -15,6 +16,7 @@
 set -uo pipefail
 bin=${1:-${VKH2O_BUILD_DIR:-.}}
 bin=$(cd "$bin" && pwd)
+SRC=${VKH2O_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 T=$(mktemp -d "$bin/e2e_bad_flags.XXXXXX")
 chmod 755 "$T"
 trap 'chmod -R u+rwx "$T" 2>/dev/null; rm -rf "$T"' EXIT
@@ -27,6 +29,13 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$bin/vkh2o-mkshard" --out "$IN/tiny.safetensors" --preset tiny --quiet || fail "mkshard of the input shard"
 CFG=$IN/config.json
 W=$IN/tiny.safetensors
+# vkh2o-eval reads byte-level models: the committed one, copied so that its files are inputs
+# whose checksums are compared like the others'
+EW=$IN/tiny-mla
+ET=$IN/heldout.txt
+mkdir "$EW"
+cp "$SRC/models/tiny-mla/config.json" "$SRC/models/tiny-mla/model.safetensors" "$EW/" || fail "copy of models/tiny-mla"
+cp "$SRC/models/tiny-mla/heldout.txt" "$ET" || fail "copy of the held-out text"
 mkdir "$IN/adir" "$IN/rodir"
 chmod 555 "$IN/rodir"
 mkfifo "$IN/fifo"
@@ -270,8 +279,81 @@ case_ vkh2o-mkshard --out --quiet --sharded --out "$W"           # --sharded nee
 for f in --embedding --sharded --force --no-q-lora --verify --quiet; do case_ vkh2o-mkshard $f "${M[@]}" $f $f; done
 common vkh2o-mkshard "${M[@]}"
 
+# ---- vkh2o-eval (every case is refused before a device is opened) ----
+E=(--weights "$EW" --text "$ET" --quiet)
+num vkh2o-eval --ctx 2 1048576 "${E[@]}"
+case_ vkh2o-eval --ctx "${E[@]}" --ctx 4097                          # above max_position_embeddings (4096)
+case_ vkh2o-eval --ctx "${E[@]}" --ctx 7 --sweep                     # the sweep's 12.5 % would hold no token
+case_ vkh2o-eval --ctx "${E[@]}" --ctx 101 --passkey                 # shorter than the passkey prompt and answer
+num vkh2o-eval --windows 1 max "${E[@]}"
+num vkh2o-eval --trials 1 100000 "${E[@]}" --passkey
+num vkh2o-eval --stream-trials 1 100000 "${E[@]}" --passkey --stream
+num vkh2o-eval --recall-windows 1 100000 "${E[@]}" --recall
+num vkh2o-eval --seed 0 max "${E[@]}"
+for f in --n-sink --n-recent; do num vkh2o-eval $f 0 1048576 "${E[@]}" --policy h2o --budget 8; done
+num vkh2o-eval --route-every 1 1048576 "${E[@]}" --kv-quant balanced
+num vkh2o-eval --obs-window 1 4096 "${E[@]}" --passkey --policy snapkv --budget 8
+num vkh2o-eval --pool-size 1 255 "${E[@]}" --passkey --policy snapkv --budget 8
+case_ vkh2o-eval --pool-size "${E[@]}" --passkey --policy snapkv --budget 8 --pool-size 8   # even
+num vkh2o-eval --bench-steps 1 100000 "${E[@]}" --bench
+for v in "" abc 0 -1 12x 0% 200% % -5% nan%; do case_ vkh2o-eval --budget "${E[@]}" --policy h2o --budget "$v"; done
+case_ vkh2o-eval --budget "${E[@]}" --policy h2o --budget
+case_ vkh2o-eval --budget "${E[@]}" --policy h2o --budget 8 --budget 8
+case_ vkh2o-eval --budget "${E[@]}" --policy h2o                     # an eviction policy needs one
+case_ vkh2o-eval --budget "${E[@]}" --budget 8                       # the full cache takes none
+case_ vkh2o-eval --budget "${E[@]}" --sweep --budget 8
+# --budget F%: sinks + heavy hitters + recents within F % of --ctx; 25 % of 16 is 4 tokens, too few
+# for 4 sinks + 16 recents, and 25 % of 128 too few for snapkv's 32-query window kept as recents
+case_ vkh2o-eval --budget "${E[@]}" --ctx 16 --policy h2o --budget 25%
+case_ vkh2o-eval --budget "${E[@]}" --passkey --ctx 128 --policy snapkv --budget 25%
+for v in "" abc 0 1 -0.5 1.5 nan inf; do case_ vkh2o-eval --decay "${E[@]}" --policy h2o-decay --budget 8 --decay "$v"; done
+case_ vkh2o-eval --decay "${E[@]}" --policy h2o-decay --budget 8 --decay
+case_ vkh2o-eval --decay "${E[@]}" --policy h2o-decay --budget 8 --decay 0.5 --decay 0.5
+choice vkh2o-eval --policy h2o "${E[@]}" --budget 8
+choice vkh2o-eval --kv-quant balanced "${E[@]}"
+case_ vkh2o-eval --kv-quant "${E[@]}" --policy h2o --budget 8 --kv-quant balanced
+choice vkh2o-eval --pool max "${E[@]}" --passkey --policy snapkv --budget 8
+for v in "" x 0.5,2 -0.1 0.5,,1; do case_ vkh2o-eval --depths "${E[@]}" --passkey --depths "$v"; done
+case_ vkh2o-eval --depths "${E[@]}" --passkey --depths
+case_ vkh2o-eval --depths "${E[@]}" --passkey --depths 0.5 --depths 0.5
+# flags that do not apply to the run: a policy's flag without that policy (with --sweep or
+# --bench a flag applies when some row reads it), a mode's flag without the mode
+case_ vkh2o-eval --decay "${E[@]}" --policy h2o --budget 8 --decay 0.5
+case_ vkh2o-eval --route-every "${E[@]}" --route-every 4
+case_ vkh2o-eval --route-every "${E[@]}" --policy h2o --budget 8 --route-every 4
+case_ vkh2o-eval --route-every "${E[@]}" --bench --route-every 4
+for f in "--obs-window 8" "--pool avg" "--pool-size 9"; do
+    case_ vkh2o-eval "${f% *}" "${E[@]}" --policy h2o --budget 8 $f
+    case_ vkh2o-eval "${f% *}" "${E[@]}" $f
+done
+for f in --n-sink --n-recent; do
+    case_ vkh2o-eval $f "${E[@]}" $f 2
+    case_ vkh2o-eval $f "${E[@]}" --kv-quant fp16 $f 2
+done
+for f in "--kv-quant balanced" "--policy h2o" "--budget 25%" --sweep --passkey --recall --stream "--windows 2"; do
+    case_ vkh2o-eval "${f% *}" "${E[@]}" --bench $f
+done
+for f in --csv --plot; do case_ vkh2o-eval $f "${E[@]}" --bench $f "$OUT/x"; done
+case_ vkh2o-eval --text --weights "$EW" --quiet --bench
+case_ vkh2o-eval --bench-steps "${E[@]}" --bench-steps 8
+for f in "--trials 2" "--depths 0.5" --stream; do case_ vkh2o-eval "${f% *}" "${E[@]}" $f; done
+case_ vkh2o-eval --windows --weights "$EW" --quiet --passkey --windows 2
+case_ vkh2o-eval --stream-trials "${E[@]}" --passkey --stream-trials 2
+case_ vkh2o-eval --recall-windows "${E[@]}" --recall-windows 2
+case_ vkh2o-eval --recall --weights "$EW" --quiet --passkey --recall
+case_ vkh2o-eval --recall "${E[@]}" --recall --ctx 32
+input vkh2o-eval --weights 1 --text "$ET" --quiet
+case_ vkh2o-eval --weights --weights "$W" --text "$ET" --quiet     # a layer shard: its config.json is no model's
+input vkh2o-eval --text 0 --weights "$EW" --quiet
+for f in --csv --json --plot; do
+    ok=--csv; [ $f != --csv ] || ok=--json
+    output vkh2o-eval $f "$ET" $ok "${E[@]}"
+done
+for f in --passkey --stream --sweep --recall --bench --quiet; do case_ vkh2o-eval $f "${E[@]}" $f $f; done
+common vkh2o-eval "${E[@]}"
+
 total=0
-for t in vkh2o-demo vkh2o-validate vkh2o-quant vkh2o-bench vkh2o-info vkh2o-mkshard; do
+for t in vkh2o-demo vkh2o-validate vkh2o-quant vkh2o-bench vkh2o-info vkh2o-mkshard vkh2o-eval; do
     echo "e2e_bad_flags: $t: ${COUNT[$t]:-0} cases refused correctly${SKIP[$t]:+, ${SKIP[$t]} skipped (no unprivileged user)}"
     total=$((total + ${COUNT[$t]:-0}))
 done

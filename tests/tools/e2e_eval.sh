@@ -5,8 +5,11 @@
 # 1e-4 relative; h2o with a budget larger than the context matches the full cache; a recurring
 # passage costs the model clearly fewer bits the second time (--recall: it copies); every policy
 # and quantisation policy of the sweep gives a finite perplexity and writes CSV / JSON / SVG; the
-# passkey harness finds planted keys with the full cache on a short context; bad flags exit 2
-# with a message and write nothing. (snapkv compresses prompts only: its rows have passkey figures.)
+# passkey harness finds planted keys with the full cache on a short context; --budget F% keeps
+# the whole cache within F % of the context; bad flags (a policy's flag without the policy, a
+# budget that cannot fit, --ctx beyond the model's positions) exit 2 with a message and write
+# nothing; a failed context creation names the result and the library's reason. (snapkv
+# compresses prompts only: its rows have passkey figures.)
 set -euo pipefail
 BUILD="${1:-${VKH2O_BUILD_DIR:-build}}"
 SRC="${VKH2O_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -50,8 +53,16 @@ b2=$(json_get "$TMP/rb.json" "d[0]['recall_second_bits']")
     || fail "recall: the recurrence costs $r2 bits/byte, its first occurrence $r1: the model does not copy"
 echo "recurring passage (full cache, ctx 256): first $r1, recurrence $r2 bits/byte"
 
-# ---- the sweep: every policy finite, every output written ----
+# ---- --budget F%: the whole cache (sinks + heavy hitters + recents) within F % of the context ----
+"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 16 --windows 1 --policy h2o --budget 25% --n-sink 1 --n-recent 2 \
+    --json "$TMP/pct.json" --quiet > /dev/null
+json_get "$TMP/pct.json" "d[0]['cache_tokens'] == 4 and (d[0]['n_sink'], d[0]['budget'], d[0]['n_recent']) == (1, 1, 2)" \
+    | grep -qx True || fail "--budget 25% of --ctx 16: $(cat "$TMP/pct.json")"
+
+# ---- the sweep: every policy finite, every output written (a policy's flags apply to a sweep,
+# which has rows of every policy; these are their defaults, so the figures do not change) ----
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 1 --sweep --passkey --trials 1 --depths 0.5 --recall --recall-windows 1 \
+    --obs-window 32 --route-every 16 --decay 0.9 \
     --csv "$TMP/s.csv" --json "$TMP/s.json" --plot "$TMP/s.svg" --quiet > "$TMP/s.txt"
 rows=$(json_get "$TMP/s.json" "len(d)")
 [ "$rows" = 31 ] || fail "sweep has $rows rows, expected 31 (full + 8 policies x 3 budgets + 6 quantisation policies)"
@@ -114,6 +125,23 @@ bad "--recall needs --text" --weights "$MODEL" --passkey --recall
 bad "--recall needs --ctx" --weights "$MODEL" --text "$HELD" --recall --ctx 32
 bad "--recall-windows needs --recall" --weights "$MODEL" --text "$HELD" --recall-windows 2
 bad "--recall" --weights "$MODEL" --text "$HELD" --bench --recall
+bad "--ctx given twice" --weights "$MODEL" --text "$HELD" --ctx 16 --ctx 24
+bad "--ctx 4097 is above the model's max_position_embeddings 4096" --weights "$MODEL" --text "$HELD" --ctx 4097
+bad "--budget 25%: 25% of --ctx 16 is 4 tokens, fewer than --n-sink 4 + --n-recent 16 + one heavy hitter (21 tokens" \
+    --weights "$MODEL" --text "$HELD" --ctx 16 --policy h2o --budget 25%
+bad "--decay does not apply to --policy h2o" --weights "$MODEL" --text "$HELD" --policy h2o --budget 8 --decay 0.5
+bad "--route-every does not apply without --kv-quant" --weights "$MODEL" --text "$HELD" --route-every 4
+bad "--pool-size does not apply to --policy tova" --weights "$MODEL" --text "$HELD" --policy tova --budget 8 --pool-size 9
+bad "--n-sink does not apply to --policy full" --weights "$MODEL" --text "$HELD" --n-sink 2
+bad "it takes no --kv-quant" --weights "$MODEL" --text "$HELD" --bench --kv-quant balanced
+# a context that cannot be created says why: the result and the library's message (the library's
+# fault hook fails vkCreateInstance, its second injection point)
+set +e
+VKH2O_FAULT_AT=2 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 16 --windows 1 --json "$TMP/bad.json" --quiet > /dev/null 2> "$TMP/bad.err"; rc=$?
+set -e
+[ $rc = 1 ] && grep -v '^vkh2o-fault: ' "$TMP/bad.err" | tail -1 \
+    | grep -qF "cannot create the Vulkan context: VKH2O_ERROR_OUT_OF_HOST_MEMORY: vkCreateInstance: VK_ERROR_OUT_OF_HOST_MEMORY" \
+    && [ ! -e "$TMP/bad.json" ] || fail "a failed context creation: rc $rc, $(cat "$TMP/bad.err")"
 set +e
 "$TOOL" --weights "$TMP/nowhere" --text "$HELD" --json "$TMP/bad.json" --quiet > /dev/null 2> "$TMP/bad.err"; rc=$?
 set -e

@@ -134,11 +134,20 @@ void cli_progress_end(cli_progress* p)
         fprintf(stderr, "\r\033[K");
 }
 
+static char log_last_error[1024];
+
 void cli_log(vkh2o_log_level level, const char* message, void* user_data)
 {
+    if (level == VKH2O_LOG_ERROR)
+        snprintf(log_last_error, sizeof log_last_error, "%s", message);
     if (level >= VKH2O_LOG_WARNING)
         fprintf(stderr, "%s: %s%s\n", user_data ? (const char*)user_data : "vkh2o",
                 level == VKH2O_LOG_ERROR ? "error: " : "warning: ", message);
+}
+
+const char* cli_log_last_error(void)
+{
+    return log_last_error;
 }
 
 bool cli_check_device(const char* tool, int argc, char** argv, uint32_t index)

@@ -47,6 +47,9 @@ double cli_now(void);
  * (user_data is the tool name). */
 #include "vkh2o.h"
 void cli_log(vkh2o_log_level level, const char* message, void* user_data);
+/* The last ERROR message cli_log was given ("" if none): a failed vkh2o_context_create leaves no
+ * context to ask vkh2o_last_error, and its reason went only to the log callback. */
+const char* cli_log_last_error(void);
 /* When argv has --device, its value `index` must name a device the loader lists: else prints
  * "<tool>: --device N: ..." and returns false (before a context is made, so that no second
  * message comes from the context). */
