@@ -74,6 +74,11 @@ typedef struct opts {
     vkh2o_obs_pool pool;
     const char* kv_quant;     /* quantisation policy name, NULL: the H2O cache */
     vkh2o_qpolicy qpolicy;
+    const char* kv;           /* --kv: the one KV cache at this precision, NULL: not used */
+    vkh2o_kv_precision kv_prec;
+    double kv_bytes;          /* --bytes P%: its byte capacity as a fraction of the full FP16 cache's */
+    uint32_t kv_tiers[VKH2O_TIER_COUNT];
+    bool byte_sweep;
     uint32_t route_every;
     bool stream, sweep;
     bool bench;
@@ -101,6 +106,11 @@ typedef struct row {
     const char* kv_quant;     /* "none", or the quantisation policy of the quantised cache */
     bool quant;
     vkh2o_qpolicy qpolicy;
+    bool kv;                  /* the one KV cache (kv_prec, kv_bytes, kv_tiers) */
+    vkh2o_kv_precision kv_prec;
+    double kv_bytes;
+    uint32_t kv_tiers[VKH2O_TIER_COUNT];
+    char kv_name[40];         /* its kv_quant column: "kv-int4", "kv-tiered-1/32/0/0" */
     double bits;              /* per byte; NAN when perplexity was not run */
     uint64_t bytes_scored;
     double passkey_acc;       /* prefill compressed once at its end; NAN when not run */
@@ -288,6 +298,39 @@ static int parse(int argc, char** argv, opts* o)
             }
             o->kv_quant = v;
             i++;
+        } else if (!strcmp(a, "--kv")) {
+            if (!v || !vkh2o_kv_precision_parse(v, &o->kv_prec)) {
+                fprintf(stderr, TOOL ": --kv: '%s' is not one of fp16, int8, int4, int2, tiered\n", v ? v : "");
+                return 2;
+            }
+            o->kv = v;
+            i++;
+        } else if (!strcmp(a, "--bytes")) {
+            size_t vl = v ? strlen(v) : 0;
+            char num[64];
+            if (!v || vl < 2 || vl >= sizeof num || v[vl - 1] != '%') {
+                fprintf(stderr, TOOL ": --bytes needs a percentage of the full FP16 cache's bytes, e.g. 25%%\n");
+                return 2;
+            }
+            memcpy(num, v, vl - 1);
+            num[vl - 1] = 0;
+            if (!cli_parse_f64(TOOL, "--bytes", num, 0.001, 100.0, &o->kv_bytes))
+                return 2;
+            o->kv_bytes /= 100.0;
+            i++;
+        } else if (!strcmp(a, "--tiers")) {
+            unsigned t[4];
+            char tail;
+            if (!v || sscanf(v, "%u,%u,%u,%u%c", &t[0], &t[1], &t[2], &t[3], &tail) != 4 || t[0] > (1u << 20) ||
+                t[1] > (1u << 20) || t[2] > (1u << 20) || t[3] > (1u << 20)) {
+                fprintf(stderr, TOOL ": --tiers needs four token counts A,B,C,D (FP16, INT8, INT4, INT2 middle tokens)\n");
+                return 2;
+            }
+            for (int k = 0; k < 4; k++)
+                o->kv_tiers[k] = t[k];
+            i++;
+        } else if (!strcmp(a, "--byte-sweep")) {
+            o->byte_sweep = true;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--obs-window", 1, 4096, &o->obs_window)) != 0) {
             if (r < 0)
                 return 2;
@@ -448,8 +491,33 @@ static int parse(int argc, char** argv, opts* o)
         fprintf(stderr, TOOL ": --sweep runs every policy and budget; it takes no --policy or --budget\n");
         return 2;
     }
-    if (!o->sweep && !o->policy->full && !seen_budget) {
-        fprintf(stderr, TOOL ": --policy %s needs --budget\n", o->policy->name);
+    if (o->byte_sweep && (o->sweep || seen_policy || seen_budget || o->kv || o->kv_quant || o->bench)) {
+        fprintf(stderr, TOOL ": --byte-sweep runs its own grid (every policy at 50 / 25 / 18.75 / 12.5 %% of the FP16 "
+                        "cache's bytes); it takes no --sweep, --policy, --budget, --kv, --kv-quant or --bench\n");
+        return 2;
+    }
+    if (o->byte_sweep)
+        o->sweep = true;   /* the sweep's rules for the flags of its rows */
+    if ((o->kv_bytes > 0 || o->kv_tiers[0] || o->kv_tiers[1] || o->kv_tiers[2] || o->kv_tiers[3]) && !o->kv) {
+        fprintf(stderr, TOOL ": %s needs --kv (the one KV cache's capacity and tiers)\n", o->kv_bytes > 0 ? "--bytes" : "--tiers");
+        return 2;
+    }
+    if (o->kv && o->kv_quant) {
+        fprintf(stderr, TOOL ": --kv and --kv-quant are two different caches: give one\n");
+        return 2;
+    }
+    if (o->kv && (o->kv_prec == VKH2O_PRECISION_TIERED) != (o->kv_tiers[0] || o->kv_tiers[1] || o->kv_tiers[2] || o->kv_tiers[3])) {
+        fprintf(stderr, TOOL ": %s\n", o->kv_prec == VKH2O_PRECISION_TIERED ? "--kv tiered needs --tiers A,B,C,D"
+                                                                           : "--tiers applies to --kv tiered only");
+        return 2;
+    }
+    if (o->kv && o->kv_bytes > 0 && (seen_budget || o->policy->full)) {
+        fprintf(stderr, TOOL ": --bytes %s\n", seen_budget ? "and --budget are two capacities: give one"
+                                                          : "needs an eviction policy (--policy full keeps every token)");
+        return 2;
+    }
+    if (!o->sweep && !o->policy->full && !seen_budget && !(o->kv && o->kv_bytes > 0)) {
+        fprintf(stderr, TOOL ": --policy %s needs --budget%s\n", o->policy->name, o->kv ? " or --bytes" : "");
         return 2;
     }
     if (!o->sweep && o->policy->full && seen_budget) {
@@ -616,12 +684,41 @@ static int validation_check(const vkh2o_context* ctx)
 
 /* ---- sessions ---- */
 
+/* The one KV cache's desc for a row (vkh2o-eval --kv / --byte-sweep): its policy, precision,
+ * tiers and capacity; the shape is the model's. */
+static void fill_kv(const opts* o, const vkh2o_model* m, const row* r, vkh2o_kvcache_desc* kd)
+{
+    const vkh2o_model_config* mc = vkh2o_model_get_config(m);
+    *kd = (vkh2o_kvcache_desc){ .seed = o->seed, .precision = r->kv_prec };
+    memcpy(kd->tier_tokens, r->kv_tiers, sizeof kd->tier_tokens);
+    if (r->policy->full)
+        return;
+    kd->n_sink = r->n_sink;
+    kd->n_recent = r->n_recent;
+    kd->policy = r->policy->policy;
+    kd->score_mode = r->policy->mode;
+    if (r->policy->mode == VKH2O_SCORE_DECAY)
+        kd->decay = (float)o->decay;
+    if (r->kv_bytes > 0)   /* the full FP16 cache: 2 bytes per number of the latent row, every position */
+        kd->capacity_bytes = (uint64_t)(r->kv_bytes * 2.0 * (mc->attn.kv_lora_rank + mc->attn.qk_rope_head_dim) * o->ctx);
+    else
+        kd->capacity_tokens = r->n_sink + r->budget + r->n_recent;
+}
+
 /* A session for the row's policy (NULL for the full cache, which uses the plain forward). */
 static int open_session(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const row* r, vkh2o_model_session** out)
 {
     *out = NULL;
     vkh2o_model_cache_desc d = { .max_tokens = o->ctx, .seed = o->seed };
-    if (r->quant) {
+    if (r->kv) {
+        d = (vkh2o_model_cache_desc){ .max_tokens = o->ctx, .kv_cache = true };
+        fill_kv(o, m, r, &d.kv);
+        if (r->policy->obs) {
+            d.obs_window = o->obs_window;
+            d.pool = o->pool;
+            d.pool_size = o->pool_size;
+        }
+    } else if (r->quant) {
         d.quantised = true;
         d.qpolicy = r->qpolicy;
         d.route_every = o->route_every;
@@ -640,8 +737,8 @@ static int open_session(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const
         }
     }
     if (vkh2o_model_session_create(m, &d, out) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": policy %s (sinks %u, budget %u, recents %u): %s\n", r->policy->name, r->n_sink, r->budget,
-                r->n_recent, vkh2o_last_error(ctx));
+        fprintf(stderr, TOOL ": policy %s%s%s (sinks %u, budget %u, recents %u): %s\n", r->policy->name, r->kv ? " " : "",
+                r->kv ? r->kv_name : "", r->n_sink, r->budget, r->n_recent, vkh2o_last_error(ctx));
         return 1;
     }
     return 0;
@@ -678,7 +775,7 @@ static int run_windows(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const 
     }
     const uint32_t L = o->ctx / 8, a = o->ctx / 16, b = o->ctx - L;
     vkh2o_model_session* s = NULL;
-    if ((!out->policy->full || out->quant) && open_session(ctx, m, o, out, &s))
+    if ((!out->policy->full || out->quant || out->kv) && open_session(ctx, m, o, out, &s))
         return 1;
     uint32_t* tok = malloc(o->ctx * sizeof *tok);
     float* lp = malloc(o->ctx * sizeof *lp);
@@ -809,7 +906,7 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool s
 {
     const uint32_t V = vkh2o_model_get_config(m)->vocab_size;
     vkh2o_model_session* s = NULL;
-    if ((!out->policy->full || out->quant) && open_session(ctx, m, o, out, &s))
+    if ((!out->policy->full || out->quant || out->kv) && open_session(ctx, m, o, out, &s))
         return 1;
     char* prompt = malloc(o->ctx + 1);
     uint32_t* tok = malloc(o->ctx * sizeof *tok);
@@ -1064,7 +1161,16 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
             r.qpolicy = o->qpolicy;
             r.kv_quant = vkh2o_qpolicy_name(o->qpolicy);
         }
-        if (!o->policy->full) {
+        if (o->kv) {
+            r.kv = true;
+            r.kv_prec = o->kv_prec;
+            r.kv_bytes = o->kv_bytes;
+            memcpy(r.kv_tiers, o->kv_tiers, sizeof r.kv_tiers);
+        }
+        if (!o->policy->full && o->kv && o->kv_bytes > 0) {
+            r.n_sink = o->n_sink;
+            r.n_recent = kept_recents(o);
+        } else if (!o->policy->full) {
             r.n_sink = o->n_sink;
             r.n_recent = kept_recents(o);
             if (o->budget_frac > 0)   /* parse made sure that at least one heavy hitter fits */
@@ -1077,6 +1183,47 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
     }
     rows[n] = base;
     rows[n++].policy = &POLICIES[0];
+    if (o->byte_sweep) {
+        /* the one KV cache at byte capacities: eviction only (FP16, every decoding policy),
+         * uniform quantisation evicting to fit (h2o), tiers by score (h2o) */
+        rows[n] = base;
+        rows[n].policy = &POLICIES[0];
+        rows[n++].kv = true;   /* its full cache: the baseline through the kvcache */
+        static const double bfr[] = { 0.5, 0.25, 0.1875, 0.125 };
+        const uint32_t t8 = o->ctx / 16, t4 = o->ctx / 8;
+        for (size_t f = 0; f < sizeof bfr / sizeof bfr[0]; f++) {
+            for (size_t k = 1; k < NPOLICIES; k++) {
+                if (POLICIES[k].obs || POLICIES[k].schedule)
+                    continue;   /* prompt compression and per-layer budgets: the token sweep's */
+                row r = base;
+                r.policy = &POLICIES[k];
+                r.kv = true;
+                r.kv_bytes = bfr[f];
+                r.n_sink = o->n_sink;
+                r.n_recent = o->n_recent;
+                rows[n++] = r;
+            }
+            for (int p = 1; p <= 5; p++) {
+                row r = base;
+                r.policy = &POLICIES[1];
+                r.kv = true;
+                r.kv_bytes = bfr[f];
+                r.n_sink = o->n_sink;
+                r.n_recent = o->n_recent;
+                r.kv_prec = p <= 3 ? (vkh2o_kv_precision)p : VKH2O_PRECISION_TIERED;
+                if (p == 4) {   /* FP16 -> INT8 -> INT4 (the rest) */
+                    r.kv_tiers[0] = 1;
+                    r.kv_tiers[1] = t8;
+                } else if (p == 5) {   /* FP16 -> INT8 -> INT4 -> INT2 (the rest) */
+                    r.kv_tiers[0] = 1;
+                    r.kv_tiers[1] = t8;
+                    r.kv_tiers[2] = t4;
+                }
+                rows[n++] = r;
+            }
+        }
+        return n;
+    }
     static const double fracs[] = { 0.125, 0.25, 0.5 };
     for (size_t k = 1; k < NPOLICIES; k++)
         for (size_t f = 0; f < sizeof fracs / sizeof fracs[0]; f++) {
@@ -1283,6 +1430,21 @@ int main(int argc, char** argv)
     for (uint32_t i = 0; i < nrows && !rc; i++) {
         row* r = &rows[i];
         r->cache_tokens = r->policy->full ? o.ctx : r->n_sink + r->budget + r->n_recent;
+        if (r->kv) {
+            vkh2o_kvcache_desc kd;
+            vkh2o_kvcache_plan pl;
+            fill_kv(&o, m, r, &kd);
+            vkh2o_kvcache_desc_from_mla(&vkh2o_model_get_config(m)->attn, &kd);
+            kd.max_tokens = o.ctx;
+            if (vkh2o_kvcache_desc_resolve(&kd, NULL, &pl, NULL) == VKH2O_OK)
+                r->cache_tokens = pl.kept_tokens < o.ctx ? pl.kept_tokens : o.ctx;
+            if (r->kv_prec == VKH2O_PRECISION_TIERED)
+                snprintf(r->kv_name, sizeof r->kv_name, "kv-tiered:%u/%u/%u/%u", r->kv_tiers[0], r->kv_tiers[1], r->kv_tiers[2],
+                         r->kv_tiers[3]);
+            else
+                snprintf(r->kv_name, sizeof r->kv_name, "kv-%s", vkh2o_kv_precision_name(r->kv_prec));
+            r->kv_quant = r->kv_name;
+        }
         vkh2o_model_session* s = NULL;
         if ((rc = open_session(ctx, m, &o, r, &s)) != 0)
             break;

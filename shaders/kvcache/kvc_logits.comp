@@ -2,24 +2,33 @@
 /*
  * Stage 2a of a decode step: the logits of the query over every slot of every tier, each row
  * dequantised as it is read: sc[h * STOT + g] = scale * q[h] . row(g), NEG for an empty slot.
- * One invocation per (slot, head); dispatch (ceil(STOT / WG), H). Spec constants and bindings:
+ * One invocation per (slot, group of HG heads): each element is dequantised once for the HG
+ * heads. Dispatch (ceil(STOT / WG), ceil(H / HG)). Spec constants and bindings:
  * kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "kvc_common.glsl"
 #include "kvc_bindings.glsl"
 
+const uint HG = 8u;
+
 void main()
 {
-    const uint g = gl_GlobalInvocationID.x, h = gl_GlobalInvocationID.y;
+    const uint g = gl_GlobalInvocationID.x, h0 = gl_GlobalInvocationID.y * HG;
     const uint STOT = total_slots();
-    if (g >= STOT || h >= H || state[g_st() + ST_SKIP] != 0u) return;
-    float l = NEG;
-    if (positions[g_slot0() + g] != EMPTY) {
-        const uint k = slot_tier(g), base = g_rows0() + slot_base(g), qb = p.q_off + h * W;
-        float s = 0.0;
-        for (uint e = 0u; e < W; e++) s += in_q[qb + e] * deq(k, base, e);
-        l = s * p.scale;
+    if (g >= STOT || h0 >= H || state[g_st() + ST_SKIP] != 0u) return;
+    const uint nh = min(HG, H - h0);
+    float acc[HG];
+    [[unroll]] for (uint j = 0u; j < HG; j++) acc[j] = 0.0;
+    const bool held = positions[g_slot0() + g] != EMPTY;
+    if (held) {
+        const uint k = slot_tier(g), base = g_rows0() + slot_base(g);
+        for (uint e = 0u; e < W; e++) {
+            const float x = deq(k, base, e);
+            [[unroll]] for (uint j = 0u; j < HG; j++)
+                if (j < nh) acc[j] += in_q[p.q_off + (h0 + j) * W + e] * x;
+        }
     }
-    sc[h * STOT + g] = l;
+    for (uint j = 0u; j < nh; j++) sc[(h0 + j) * STOT + g] = held ? acc[j] * p.scale : NEG;
 }

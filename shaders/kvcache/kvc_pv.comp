@@ -2,26 +2,36 @@
 /*
  * Stage 3 of a decode step: the attention output before W_uv, out[h][d] = sum over occupied
  * slots g of P[h][g] * c_kv(g)[d], every tier dequantised in the same pass. One invocation per
- * (head, c_kv number); dispatch ceil(H * KVL / WG). Spec constants and bindings:
- * kvc_common.glsl, kvc_bindings.glsl.
+ * (group of HG heads, c_kv number): each element is dequantised once for the HG heads.
+ * Dispatch ceil(ceil(H / HG) * KVL / WG). Spec constants and bindings: kvc_common.glsl,
+ * kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "kvc_common.glsl"
 #include "kvc_bindings.glsl"
 
+const uint HG = 8u;
+
 void main()
 {
-    const uint i = gl_GlobalInvocationID.x;
-    if (i >= H * KVL || state[g_st() + ST_SKIP] != 0u) return;
-    const uint h = i / KVL, d = i % KVL, STOT = total_slots(), s0 = g_slot0(), r0 = g_rows0();
-    float o = 0.0;
-    uint g = 0u;
+    const uint i = gl_GlobalInvocationID.x, NHG = (H + HG - 1u) / HG;
+    if (i >= NHG * KVL || state[g_st() + ST_SKIP] != 0u) return;
+    const uint h0 = (i / KVL) * HG, d = i % KVL, STOT = total_slots(), s0 = g_slot0(), r0 = g_rows0();
+    const uint nh = min(HG, H - h0);
+    float o[HG];
+    [[unroll]] for (uint j = 0u; j < HG; j++) o[j] = 0.0;
+    uint g = 0u, base0 = r0;
     for (uint k = 0u; k < 4u; k++) {
         const uint ns = tier_slots(k), rw = tier_row_words(k);
-        uint base = r0;
-        for (uint j = 0u; j < k; j++) base += tier_slots(j) * tier_row_words(j);
-        for (uint j = 0u; j < ns; j++, g++, base += rw)
-            if (positions[s0 + g] != EMPTY) o += sc[h * STOT + g] * deq(k, base, d);
+        uint base = base0;
+        for (uint j = 0u; j < ns; j++, g++, base += rw) {
+            if (positions[s0 + g] == EMPTY) continue;
+            const float x = deq(k, base, d);
+            [[unroll]] for (uint t = 0u; t < HG; t++)
+                if (t < nh) o[t] += sc[(h0 + t) * STOT + g] * x;
+        }
+        base0 += ns * rw;
     }
-    out_f[p.out_off + i] = o;
+    for (uint t = 0u; t < nh; t++) out_f[p.out_off + (h0 + t) * KVL + d] = o[t];
 }

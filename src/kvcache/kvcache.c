@@ -449,9 +449,9 @@ vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const 
                            .scale = d->scale, .keep = keep_factor(d), .seed = d->seed, .flags = s->out ? 1u : 0u };
     const uint32_t S = c->plan.total_slots;
     VKH2O_CHECK(dispatch(c, cb, "kvc_append", b, &pc, 1, 1));
-    VKH2O_CHECK(dispatch(c, cb, "kvc_logits", b, &pc, vkh2o_div_up(S, KVC_WG), H));
+    VKH2O_CHECK(dispatch(c, cb, "kvc_logits", b, &pc, vkh2o_div_up(S, KVC_WG), vkh2o_div_up(H, KVC_HG)));
     VKH2O_CHECK(dispatch(c, cb, "kvc_softmax", b, &pc, 1, 1));
-    VKH2O_CHECK(dispatch(c, cb, "kvc_pv", b, &pc, vkh2o_div_up(H * KVL, KVC_WG), 1));
+    VKH2O_CHECK(dispatch(c, cb, "kvc_pv", b, &pc, vkh2o_div_up(vkh2o_div_up(H, KVC_HG) * KVL, KVC_WG), 1));
     if (c->plan.selects)
         VKH2O_CHECK(dispatch(c, cb, "kvc_select", b, &pc, 1, 1));
     return VKH2O_OK;

@@ -35,6 +35,7 @@ enum {
 
 #define KVC_EMPTY 0xffffffffu
 #define KVC_WG 64u
+#define KVC_HG 8u    /* heads per invocation of kvc_logits and kvc_pv (their HG) */
 
 struct kvc_push {
     uint32_t layer;
