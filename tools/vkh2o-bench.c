@@ -78,6 +78,7 @@ typedef struct bench_env {
     bool decode;             /* --decode: the Kimi decode step, BF16 and FP8 weights */
     bool scaling;            /* --scaling: the scaling tables */
     bool policy_cost;        /* --policy-cost: select + compact per eviction policy */
+    bool kv_decode;          /* --kv-decode: the decode step on the one KV cache per precision */
     uint32_t cache_len;      /* --cache-len: kept tokens of --decode / --policy-cost (4096) */
     uint32_t scaling_max;    /* --scaling-max: larger sizes are skipped rows (0: none) */
     double read_gbps;        /* the best read bandwidth of this run (--read rows), 0 = not measured */
@@ -981,6 +982,155 @@ static vkh2o_result bench_decode(bench_env* env)
     return r;
 }
 
+/* --kv-decode: one token through the Kimi layer (BF16 weights) against the one KV cache at each
+ * precision (FP16, INT8, INT4, INT2 and FP16 -> INT8 -> INT4 tiers; --cache-len tokens kept, at
+ * the cap so that every step demotes or evicts), and against the order-keeping H2O cache, side by
+ * side in the same rounds; each row's bytes are what its step reads, stage by stage, from the
+ * cache's plan (the kernels' access pattern), against the minimum: the weights once, every held
+ * row once, one new row written. */
+typedef struct kv_work {
+    vkh2o_mla_layer* layer;
+    vkh2o_kvcache* kv;
+    vkh2o_buffer *hidden, *out;
+    uint32_t pos;
+} kv_work;
+static vkh2o_result rec_kv_decode(VkCommandBuffer cb, void* user)
+{
+    kv_work* w = user;
+    return vkh2o_cmd_mla_decode_kv(w->layer, cb, w->kv,
+                                   &(vkh2o_mla_decode){ .hidden = w->hidden, .out = w->out, .position = w->pos++ });
+}
+
+/* bytes of one step by stage (reads + writes), and the minimum */
+static void kv_step_bytes(const vkh2o_kvcache* kv, double weights, char* out, size_t cap, double* total, double* minimum)
+{
+    const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(kv);
+    const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(kv);
+    const double H = d->num_heads, S = p->total_slots, W = d->kv_lora_rank + d->qk_rope_head_dim;
+    const double hg = ceil(H / 8.0);
+    double rows = 0.0, held = 0.0;
+    for (int k = 0; k < VKH2O_TIER_COUNT; k++) {
+        rows += (double)p->slots[k] * (p->token_bytes[k] - 8);
+        held += (double)(k == 0 && p->slots[0] ? p->slots[0] - 1 : p->slots[k]) * p->token_bytes[k];
+    }
+    const double q = 4.0 * H * W;
+    const double append = 4.0 * S + 2.0 * W + 8.0 + 4.0 * W;                 /* free-slot scan, the row in and out */
+    const double logits = hg * rows + 4.0 * S + hg * q + 4.0 * H * S;        /* rows per head group, logits out */
+    const double softmax = 4.0 * H * S * 5.0 + 4.0 * S * 3.0;                /* 3 reads + 2 writes of P, scores */
+    const double pv = hg * rows + 4.0 * H * S + 4.0 * H * d->kv_lora_rank;
+    const double select = p->selects ? 12.0 * S + 4.0 * 2.0 * W * 4.0 : 0.0; /* keys, at most 4 rows moved */
+    *total = weights + append + logits + softmax + pv + select;
+    *minimum = weights + held + 2.0 * W;
+    snprintf(out, cap,
+             "bytes/step: weights %.1f MB; append %.1f kB; logits %.1f MB; softmax+scores %.1f MB; P.rows %.1f MB; select+demote "
+             "%.1f kB; minimum (weights, held rows once, one new row) %.1f MB",
+             weights / 1e6, append / 1e3, logits / 1e6, softmax / 1e6, pv / 1e6, select / 1e3, *minimum / 1e6);
+}
+
+static vkh2o_result bench_kv_decode(bench_env* env)
+{
+    vkh2o_context* ctx = env->ctx;
+    vkh2o_mla_config cfg;
+    const char* label;
+    bench_config(env, &cfg, &label);
+    const uint32_t len = env->cache_len;
+    uint32_t ns, bu, nr;
+    kept_split(len, &ns, &bu, &nr);
+    enum { NKV = 6 };
+    static const char* names[NKV] = { "fp16", "int8", "int4", "int2", "tiered fp16>int8>int4", "h2o cache (fp16, order kept)" };
+    vkh2o_mla_layer* L = NULL;
+    vkh2o_kvcache* kv[NKV - 1] = { NULL };
+    vkh2o_cache* h2o = NULL;
+    vkh2o_buffer *hb = NULL, *ob = NULL, *bc = NULL, *bk = NULL, *bm = NULL;
+    note(env, "%s: kv-decode layer (BF16) with random weights\n", label);
+    vkh2o_result r = make_layer(env, &cfg, VKH2O_DTYPE_BF16, 16, &L);
+    const uint32_t W = cfg.kv_lora_rank + cfg.qk_rope_head_dim;
+    float* h = malloc(4ull * (cfg.hidden_size > len * W ? cfg.hidden_size : (size_t)len * cfg.kv_lora_rank));
+    if (!h && r == VKH2O_OK) r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: kv-decode inputs");
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4ull * cfg.hidden_size, &hb);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4ull * cfg.hidden_size, &ob);
+    for (uint32_t i = 0; r == VKH2O_OK && i < cfg.hidden_size; i++) h[i] = rand_normal();
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(hb, 0, h, 4ull * cfg.hidden_size);
+    /* the prompt rows every cache is filled with */
+    const uint64_t nc = (uint64_t)len * cfg.kv_lora_rank, nk = (uint64_t)len * cfg.qk_rope_head_dim;
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4 * nc, &bc);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4 * nk, &bk);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4ull * len, &bm);
+    for (uint64_t i = 0; r == VKH2O_OK && i < nc; i++) h[i] = rand_normal();
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bc, 0, h, 4 * nc);
+    for (uint64_t i = 0; r == VKH2O_OK && i < nk; i++) h[i] = rand_normal();
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bk, 0, h, 4 * nk);
+    for (uint32_t i = 0; r == VKH2O_OK && i < len; i++) h[i] = fabsf(rand_normal());
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bm, 0, h, 4ull * len);
+    free(h);
+    for (int k = 0; r == VKH2O_OK && k < NKV - 1; k++) {
+        vkh2o_kvcache_desc d = { .max_tokens = len + env->runs + 4, .capacity_tokens = len, .n_sink = ns, .n_recent = nr };
+        vkh2o_kvcache_desc_from_mla(&cfg, &d);
+        d.precision = k < 4 ? (vkh2o_kv_precision)k : VKH2O_PRECISION_TIERED;
+        if (k == 4) {
+            d.tier_tokens[0] = 1;
+            d.tier_tokens[1] = len / 4;
+        }
+        r = vkh2o_kvcache_create(ctx, &d, &kv[k]);
+        if (r == VKH2O_OK)
+            r = vkh2o_run_kvcache_prefill(kv[k], &(vkh2o_kvcache_prefill){ .n = len, .ckv = bc, .kpe = bk, .mass = bm });
+    }
+    if (r == VKH2O_OK) r = make_cache(env, &cfg, 1, ns, bu, nr, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, len, &h2o);
+    if (r != VKH2O_OK && refusal(r)) {
+        char name[192];
+        snprintf(name, sizeof name, "kv-decode %s layer, %u tokens", label, len);
+        row_status(env, "kv-decode", name, "refused", vkh2o_last_error(ctx));
+        r = VKH2O_OK;
+        goto done;
+    }
+    if (r == VKH2O_OK) {
+        kv_work kw[NKV - 1];
+        for (int k = 0; k < NKV - 1; k++) kw[k] = (kv_work){ L, kv[k], hb, ob, len };
+        decode_work dw = { L, h2o, hb, ob, len };
+        double* t = calloc((size_t)NKV * env->runs, sizeof *t);
+        if (!t) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+        bool ts = env->caps->timestamps;
+        for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
+            note(env, run ? "%s: kv-decode steps\n" : "%s: kv-decode warm-up\n", label);
+            for (int k = 0; k < NKV && r == VKH2O_OK; k++) {
+                double ms = 0.0;
+                r = k < NKV - 1 ? time_once(env, rec_kv_decode, &kw[k], &ms, &ts) : time_once(env, rec_decode, &dw, &ms, &ts);
+                if (run) t[(size_t)k * env->runs + run - 1] = ms;
+            }
+        }
+        const double weights = (double)vkh2o_mla_layer_get_weight_bytes(L);
+        const double base = r == VKH2O_OK ? cli_median(t + (size_t)(NKV - 1) * env->runs, env->runs) : 0.0;
+        for (int k = 0; r == VKH2O_OK && k < NKV; k++) {
+            char name[192];
+            snprintf(name, sizeof name, "kv-decode %s layer, %u tokens kept, %s", label, len, names[k]);
+            const double ms = cli_median(t + (size_t)k * env->runs, env->runs);
+            bench_row* row = row_ok(env, "kv-decode", name, ms, decode_flops(&cfg, len) / (ms * 1e6), ts);
+            if (!row) continue;
+            row->size = len;
+            row->ratio = base / ms;
+            snprintf(row->param, sizeof row->param, "%s", names[k]);
+            if (k < NKV - 1) {
+                double total, minimum;
+                kv_step_bytes(kv[k], weights, row->reason, sizeof row->reason, &total, &minimum);
+                fill_bytes_row(env, row, total);
+            } else {
+                fill_bytes_row(env, row, decode_bytes(L, h2o, len));
+            }
+        }
+        free(t);
+    }
+done:
+    for (int k = 0; k < NKV - 1; k++) vkh2o_kvcache_destroy(kv[k]);
+    vkh2o_cache_destroy(h2o);
+    vkh2o_mla_layer_destroy(L);
+    vkh2o_buffer_destroy(hb);
+    vkh2o_buffer_destroy(ob);
+    vkh2o_buffer_destroy(bc);
+    vkh2o_buffer_destroy(bk);
+    vkh2o_buffer_destroy(bm);
+    return r;
+}
+
 /* how many tokens short of its cap the non-evicting reference starts: runs + 2 (warm-up and
  * one spare), at most half the cache (more runs than that, and its last steps evict) */
 static uint32_t ref_short(const bench_env* env, uint32_t len)
@@ -1429,6 +1579,7 @@ static const struct { const char* name; bench_fn fn; } benches[] = {
     { "topk", bench_topk },
     { "decode", bench_decode },
     { "policy-cost", bench_policy_cost },
+    { "kv-decode", bench_kv_decode },
     { "scaling", bench_scaling },
 };
 
@@ -1445,7 +1596,8 @@ static void print_text(const bench_env* env)
                r->runs == 1 ? "" : "s", r->timing);
         if (r->speedup > 0) printf("  %.1fx the CPU", r->speedup);
         if (r->gbps > 0) printf("  %.2f GB/s", r->gbps);
-        if (r->ratio > 0) printf("  %.2fx the storage form", r->ratio);
+        if (r->ratio > 0)
+            printf("  %.2fx the %s", r->ratio, r->group && !strcmp(r->group, "kv-decode") ? "h2o cache's speed" : "storage form");
         if (r->bytes > 0) printf("  %.1f MB read", r->bytes / 1e6);
         if (r->read_fraction > 0) printf(", %.0f%% of the read bandwidth", 100.0 * r->read_fraction);
         if (r->group && !strcmp(r->group, "policy") && r->attn_ms >= 0.0)
@@ -1495,7 +1647,7 @@ static int print_json(const bench_env* env)
         cJSON_AddStringToObject(o, "timing", r->timing);
         if (r->speedup > 0) cJSON_AddNumberToObject(o, "speedup_vs_cpu", r->speedup);
         if (r->gbps > 0) cJSON_AddNumberToObject(o, "gbps", r->gbps);
-        if (r->ratio > 0) cJSON_AddNumberToObject(o, "ratio_vs_storage", r->ratio);
+        if (r->ratio > 0) cJSON_AddNumberToObject(o, r->group && !strcmp(r->group, "kv-decode") ? "ratio_vs_h2o_cache" : "ratio_vs_storage", r->ratio);
         cJSON_AddItemToArray(arr, o);
     }
     char* s = cJSON_Print(arr);
@@ -1540,7 +1692,11 @@ static void usage(FILE* f)
                "                with GPU timestamps also each step's stages: the attention (query absorption and\n"
                "                token tiles) and the policy's part (tile combine, mass, score update, selection,\n"
                "                compaction and the row moves)\n"
-               "  --cache-len N kept tokens of --decode and --policy-cost (default 4096); a length the\n"
+               "  --kv-decode   the decode step on the one KV cache (vkh2o/kvcache.h) at each precision, FP16,\n"
+               "                INT8, INT4, INT2 and FP16 > INT8 > INT4 tiers, at its cap of --cache-len tokens, and on\n"
+               "                the order-keeping H2O cache, side by side (ratio: speed against the H2O cache), with\n"
+               "                each step's bytes by stage against the minimum (weights, held rows once, one new row)\n"
+               "  --cache-len N kept tokens of --decode, --policy-cost and --kv-decode (default 4096); a length the\n"
                "                device refuses is a refused row, then the next halved length is measured\n"
                "  --scaling     the scaling tables: the forward at S = 256..4096, the decode step at cache\n"
                "                lengths 512..128K, the H2O cache step (all layers) and the top-k at budgets\n"
@@ -1598,6 +1754,8 @@ int main(int argc, char** argv)
             env.decode = true;
         } else if (!strcmp(o, "--policy-cost")) {
             env.policy_cost = true;
+        } else if (!strcmp(o, "--kv-decode")) {
+            env.kv_decode = true;
         } else if (!strcmp(o, "--scaling")) {
             env.scaling = true;
         } else if (!strcmp(o, "--json")) {
@@ -1616,8 +1774,8 @@ int main(int argc, char** argv)
         seen_cache_len = seen_cache_len || !strcmp(argv[i], "--cache-len");
         seen_max = seen_max || !strcmp(argv[i], "--scaling-max");
     }
-    if (seen_cache_len && !env.decode && !env.policy_cost) {
-        fprintf(stderr, TOOL ": --cache-len needs --decode or --policy-cost\n");
+    if (seen_cache_len && !env.decode && !env.policy_cost && !env.kv_decode) {
+        fprintf(stderr, TOOL ": --cache-len needs --decode, --policy-cost or --kv-decode\n");
         return 2;
     }
     if ((seen_max || plot) && !env.scaling) {
@@ -1631,8 +1789,8 @@ int main(int argc, char** argv)
     if (!cli_check_device(TOOL, argc, argv, select ? select - 1 : 0)) return 2;
     if (env.quick && !seq_given) env.seq_len = 16;
     if (env.quick && !seen_cache_len) env.cache_len = 256;
-    const bool modes = env.decode || env.policy_cost || env.scaling;
-    if (env.decode || env.scaling) env.read = true;
+    const bool modes = env.decode || env.policy_cost || env.scaling || env.kv_decode;
+    if (env.decode || env.scaling || env.kv_decode) env.read = true;
     env.progress = !json && isatty(2);
 
     vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = select, .log = cli_log,
@@ -1648,6 +1806,7 @@ int main(int argc, char** argv)
         if ((benches[b].fn == bench_read && !env.read) || (benches[b].fn == bench_topk && !env.topk) ||
             (modes && (benches[b].fn == bench_matmul || benches[b].fn == bench_forward)) ||
             (benches[b].fn == bench_decode && !env.decode) || (benches[b].fn == bench_policy_cost && !env.policy_cost) ||
+            (benches[b].fn == bench_kv_decode && !env.kv_decode) ||
             (benches[b].fn == bench_scaling && !env.scaling))
             continue;
         r = benches[b].fn(&env);

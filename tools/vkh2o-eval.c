@@ -644,6 +644,9 @@ static unsigned char* read_file(const char* path, size_t* len)
 
 /* The model's config.json, read before any device work: its vocabulary must be bytes, and --ctx
  * within the positions it was made for. Returns 0 or the exit status (2: --ctx too long). */
+static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows);
+static void fill_kv(const opts* o, const vkh2o_model_config* mc, const row* r, vkh2o_kvcache_desc* kd);
+
 static int check_model(const opts* o)
 {
     char path[4096];
@@ -668,6 +671,27 @@ static int check_model(const opts* o)
                 o->ctx_given ? "" : " (the default)", mc.max_position_embeddings, path);
         return 2;
     }
+    /* the one KV cache's rows: a capacity or tiers the model's rows cannot hold are refused here,
+     * with the library's figures, before a device is opened */
+    static row rows[MAX_ROWS];
+    const uint32_t n = (o->kv || o->byte_sweep) ? make_rows(o, NULL, rows) : 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!rows[i].kv)
+            continue;
+        vkh2o_kvcache_desc kd;
+        fill_kv(o, &mc, &rows[i], &kd);
+        vkh2o_kvcache_desc_from_mla(&mc.attn, &kd);
+        kd.max_tokens = o->ctx;
+        if (vkh2o_kvcache_desc_resolve(&kd, NULL, NULL, &err) != VKH2O_OK) {
+            if (o->byte_sweep)
+                fprintf(stderr, TOOL ": --byte-sweep at --ctx %u: row %s at %.4g%% of the bytes: %s\n", o->ctx, rows[i].policy->name,
+                        100.0 * rows[i].kv_bytes, err.message);
+            else
+                fprintf(stderr, TOOL ": %s: %s\n", o->kv_bytes > 0 ? "--bytes" : o->kv_prec == VKH2O_PRECISION_TIERED ? "--tiers" : "--kv",
+                        err.message);
+            return 2;
+        }
+    }
     return 0;
 }
 
@@ -686,9 +710,8 @@ static int validation_check(const vkh2o_context* ctx)
 
 /* The one KV cache's desc for a row (vkh2o-eval --kv / --byte-sweep): its policy, precision,
  * tiers and capacity; the shape is the model's. */
-static void fill_kv(const opts* o, const vkh2o_model* m, const row* r, vkh2o_kvcache_desc* kd)
+static void fill_kv(const opts* o, const vkh2o_model_config* mc, const row* r, vkh2o_kvcache_desc* kd)
 {
-    const vkh2o_model_config* mc = vkh2o_model_get_config(m);
     *kd = (vkh2o_kvcache_desc){ .seed = o->seed, .precision = r->kv_prec };
     memcpy(kd->tier_tokens, r->kv_tiers, sizeof kd->tier_tokens);
     if (r->policy->full)
@@ -712,7 +735,7 @@ static int open_session(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const
     vkh2o_model_cache_desc d = { .max_tokens = o->ctx, .seed = o->seed };
     if (r->kv) {
         d = (vkh2o_model_cache_desc){ .max_tokens = o->ctx, .kv_cache = true };
-        fill_kv(o, m, r, &d.kv);
+        fill_kv(o, vkh2o_model_get_config(m), r, &d.kv);
         if (r->policy->obs) {
             d.obs_window = o->obs_window;
             d.pool = o->pool;
@@ -1433,7 +1456,7 @@ int main(int argc, char** argv)
         if (r->kv) {
             vkh2o_kvcache_desc kd;
             vkh2o_kvcache_plan pl;
-            fill_kv(&o, m, r, &kd);
+            fill_kv(&o, vkh2o_model_get_config(m), r, &kd);
             vkh2o_kvcache_desc_from_mla(&vkh2o_model_get_config(m)->attn, &kd);
             kd.max_tokens = o.ctx;
             if (vkh2o_kvcache_desc_resolve(&kd, NULL, &pl, NULL) == VKH2O_OK)

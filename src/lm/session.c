@@ -60,11 +60,12 @@ static vkh2o_result make_kvcaches(vkh2o_model_session* s)
     vkh2o_kvcache_desc_from_mla(&m->cfg.attn, &kd);
     kd.num_layers = 1;
     kd.max_tokens = s->max_tokens;
-    for (uint32_t l = 0; l < NL; l++) {
-        vkh2o_result r = vkh2o_kvcache_create(m->ctx, &kd, &s->kv[l]);
-        if (r != VKH2O_OK)
-            return vkh2o_fail(m->ctx, r, "model session: layer %u: %s", l, vkh2o_last_error(m->ctx));
-    }
+    vkh2o_error e = { 0 };
+    vkh2o_result r = vkh2o_kvcache_desc_resolve(&kd, NULL, NULL, &e);
+    if (r != VKH2O_OK)
+        return vkh2o_fail(m->ctx, r, "model session: %s", e.message);
+    for (uint32_t l = 0; l < NL; l++)
+        VKH2O_CHECK(vkh2o_kvcache_create(m->ctx, &kd, &s->kv[l]));
     return VKH2O_OK;
 }
 

@@ -313,6 +313,20 @@ choice vkh2o-eval --policy h2o "${E[@]}" --budget 8
 choice vkh2o-eval --kv-quant balanced "${E[@]}"
 case_ vkh2o-eval --kv-quant "${E[@]}" --policy h2o --budget 8 --kv-quant balanced
 choice vkh2o-eval --pool max "${E[@]}" --passkey --policy snapkv --budget 8
+# the one KV cache: --kv PREC, --bytes F% (of the FP16 cache's bytes), --tiers A,B,C,D, --byte-sweep
+choice vkh2o-eval --kv int4 "${E[@]}"
+for v in "" abc 0 25 0% 200% % -5% nan%; do case_ vkh2o-eval --bytes "${E[@]}" --policy h2o --kv int4 --bytes "$v"; done
+case_ vkh2o-eval --bytes "${E[@]}" --policy h2o --bytes 25%                 # needs --kv
+case_ vkh2o-eval --bytes "${E[@]}" --kv int4 --bytes 25%                    # the full cache evicts nothing
+case_ vkh2o-eval --bytes "${E[@]}" --policy h2o --kv int4 --budget 8 --bytes 25%   # two capacities
+case_ vkh2o-eval --bytes "${E[@]}" --policy h2o --kv int4 --bytes 25% --bytes 25%
+case_ vkh2o-eval --bytes "${E[@]}" --policy h2o --kv int4 --bytes 0.5%      # too small for the sinks and recents
+for v in "" 1 1,2,3 1,2,3,4,5 a,b,c,d 1,2,3,4x -1,2,3,4; do case_ vkh2o-eval --tiers "${E[@]}" --policy h2o --kv tiered --bytes 25% --tiers "$v"; done
+case_ vkh2o-eval --tiers "${E[@]}" --policy h2o --kv tiered --bytes 25%     # tiered needs its tiers
+case_ vkh2o-eval --tiers "${E[@]}" --policy h2o --kv int4 --bytes 25% --tiers 1,2,0,0
+case_ vkh2o-eval --tiers "${E[@]}" --tiers 1,2,0,0                          # needs --kv
+case_ vkh2o-eval --kv "${E[@]}" --kv int4 --kv-quant balanced
+for f in --sweep "--policy h2o" "--budget 8" "--kv int4" --bench; do case_ vkh2o-eval --byte-sweep "${E[@]}" --byte-sweep $f; done
 for v in "" x 0.5,2 -0.1 0.5,,1; do case_ vkh2o-eval --depths "${E[@]}" --passkey --depths "$v"; done
 case_ vkh2o-eval --depths "${E[@]}" --passkey --depths
 case_ vkh2o-eval --depths "${E[@]}" --passkey --depths 0.5 --depths 0.5
@@ -349,7 +363,7 @@ for f in --csv --json --plot; do
     ok=--csv; [ $f != --csv ] || ok=--json
     output vkh2o-eval $f "$ET" $ok "${E[@]}"
 done
-for f in --passkey --stream --sweep --recall --bench --quiet; do case_ vkh2o-eval $f "${E[@]}" $f $f; done
+for f in --passkey --stream --sweep --byte-sweep --recall --bench --quiet; do case_ vkh2o-eval $f "${E[@]}" $f $f; done
 common vkh2o-eval "${E[@]}"
 
 total=0

@@ -38,6 +38,21 @@ big=$(json_get "$TMP/big.json" "d[0]['bits_per_byte']")
 "$PY" -c "import sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(g-w)<=1e-4*w else 1)" "$big" "$got" \
     || fail "h2o with budget 200 > ctx 128 gives $big bits/byte, the full cache $got"
 
+# ---- the one KV cache (--kv): its full cache is the forward's perplexity (FP16 rows); a tiered
+# cache at 25 % of the FP16 bytes holds at most those bytes and costs the model little ----
+"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --kv fp16 --json "$TMP/kvf.json" --quiet > /dev/null
+kvf=$(json_get "$TMP/kvf.json" "d[0]['bits_per_byte']")
+"$PY" -c "import sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(g-w)<=1e-3*w else 1)" "$kvf" "$got" \
+    || fail "--kv fp16 full cache gives $kvf bits/byte, the forward $got"
+"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --policy h2o --kv tiered --tiers 1,8,0,0 --bytes 25% \
+    --json "$TMP/kvt.json" --quiet > /dev/null
+json_get "$TMP/kvt.json" "d[0]['cache_bytes'] <= 2 * 0.25 * 128 * 160 and d[0]['kv_quant'] == 'kv-tiered:1/8/0/0'" \
+    | grep -qx True || fail "--kv tiered at 25%: $(cat "$TMP/kvt.json")"
+kvt=$(json_get "$TMP/kvt.json" "d[0]['bits_per_byte']")
+"$PY" -c "import sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if 0.95*w <= g <= 1.1*w else 1)" "$kvt" "$got" \
+    || fail "--kv tiered at 25% gives $kvt bits/byte, the full cache $got"
+echo "one KV cache (ctx 128): full $kvf, tiered at 25 % of the bytes $kvt bits/byte"
+
 # ---- the recurring passage: the full cache and h2o above the context agree; the recurrence of a
 # passage costs the committed model clearly fewer bits than its first occurrence (it copies) ----
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 256 --windows 1 --recall --recall-windows 4 --json "$TMP/rf.json" --quiet > /dev/null
