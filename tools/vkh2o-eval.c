@@ -117,7 +117,9 @@ typedef struct row {
     double acc_by_depth[MAX_DEPTHS];
     double passkey_stream;    /* prompt decoded token by token with eviction; NAN when not run */
     double stream_by_depth[MAX_DEPTHS];
-    double recall_first, recall_second;   /* bits/byte of a passage and of its recurrence; NAN when not run */
+    double recall_first, recall_second;   /* bits/byte of a passage and of its recurrence (the mean over the
+                                             three depths); NAN when not run */
+    double recall_first_d[3], recall_second_d[3];   /* by depth of the first occurrence: early, middle, late */
 } row;
 
 static void usage(FILE* f)
@@ -180,7 +182,10 @@ static void usage(FILE* f)
             "  --stream-trials T  trials per depth of the streamed passkey test (default: --trials); the\n"
             "                  streamed prompt costs a decode step per byte, the compressed one a prefill\n"
             "  --seed S        keys of the passkey test (default 1)\n"
-            "  --recall        run the recurring-passage test (needs --text and --ctx >= 64)\n"
+            "  --recall        run the recurring-passage test (needs --text and --ctx >= 64): a passage of\n"
+            "                  ctx/8 bytes recurs at the window's end, its first occurrence early, in the\n"
+            "                  middle and late in the window (each window decoded once per depth); the\n"
+            "                  figures are the mean over the depths, the JSON has each (recall_by_depth)\n"
             "  --recall-windows K  windows of the recurring-passage test (default 8)\n"
             "  --bench         decode speed instead: for every policy at 25%% of the context and the full cache,\n"
             "                  tokens per second of single-token decode steps (the prompt prefilled, then\n"
@@ -781,10 +786,18 @@ static vkh2o_result window_logprobs(vkh2o_model* m, vkh2o_model_session* s, cons
 
 /* Perplexity (recall false): the text's non-overlapping windows of ctx bytes (at most
  * --windows), every byte after the first scored. The recurring passage (recall true): in each of
- * the first --recall-windows windows the passage of L = ctx/8 bytes at byte a = ctx/16 is copied
- * over the last L bytes, and the passage's bytes 1..L-1 are scored at both occurrences (byte 0
- * has no earlier byte of the passage to go by): training's measure (tools/train), through the
- * library under the row's policy. */
+ * the first --recall-windows windows the passage of L = ctx/8 bytes at byte a is copied over the
+ * last L bytes, and the passage's bytes 1..L-1 are scored at both occurrences (byte 0 has no
+ * earlier byte of the passage to go by): training's measure (tools/train), through the library
+ * under the row's policy, with the first occurrence at three depths so that no policy is helped
+ * by where it sits: early (a = ctx/16), middle (a = (ctx - 2L)/2) and late (a = ctx - 2L - ctx/16,
+ * the passage ending ctx/16 bytes before its recurrence); each window is decoded once per depth. */
+static const char* const RECALL_DEPTHS[3] = { "early", "middle", "late" };
+static uint32_t recall_at(uint32_t ctx, int d)
+{
+    const uint32_t L = ctx / 8;
+    return d == 0 ? ctx / 16 : d == 1 ? (ctx - 2 * L) / 2 : ctx - 2 * L - ctx / 16;
+}
 static int run_windows(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned char* text, size_t len, row* out,
                        bool recall)
 {
@@ -796,7 +809,7 @@ static int run_windows(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const 
         fprintf(stderr, TOOL ": --text: %zu bytes is less than one window of --ctx %u\n", len, o->ctx);
         return 1;
     }
-    const uint32_t L = o->ctx / 8, a = o->ctx / 16, b = o->ctx - L;
+    const uint32_t L = o->ctx / 8, b = o->ctx - L;
     vkh2o_model_session* s = NULL;
     if ((!out->policy->full || out->quant || out->kv) && open_session(ctx, m, o, out, &s))
         return 1;
@@ -813,34 +826,44 @@ static int run_windows(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const 
     snprintf(label, sizeof label, "%s %s %u", recall ? "recall" : "perplexity", out->policy->name, out->cache_tokens);
     cli_progress prog;
     cli_progress_begin(&prog, label, windows, o->quiet);
-    double nats = 0.0, first = 0.0, second = 0.0;
+    double nats = 0.0, first[3] = { 0 }, second[3] = { 0 };
     int rc = 0;
-    for (uint64_t w = 0; w < windows; w++) {
-        for (uint32_t i = 0; i < o->ctx; i++)
-            tok[i] = text[w * o->ctx + i];
-        for (uint32_t i = 0; recall && i < L; i++)
-            tok[b + i] = tok[a + i];
-        if (window_logprobs(m, s, tok, o->ctx, lp) != VKH2O_OK) {
-            fprintf(stderr, TOOL ": %swindow %llu (%s): %s\n", recall ? "recall " : "", (unsigned long long)w,
-                    out->policy->name, vkh2o_last_error(ctx));
-            rc = 1;
-            break;
-        }
-        if (recall) {
-            for (uint32_t j = 1; j < L; j++) {   /* byte t is predicted at t - 1 */
-                first -= lp[a + j - 1];
-                second -= lp[b + j - 1];
+    const int ndepth = recall ? 3 : 1;
+    for (uint64_t w = 0; w < windows && !rc; w++) {
+        for (int d = 0; d < ndepth; d++) {
+            const uint32_t a = recall_at(o->ctx, d);
+            for (uint32_t i = 0; i < o->ctx; i++)
+                tok[i] = text[w * o->ctx + i];
+            for (uint32_t i = 0; recall && i < L; i++)
+                tok[b + i] = tok[a + i];
+            if (window_logprobs(m, s, tok, o->ctx, lp) != VKH2O_OK) {
+                fprintf(stderr, TOOL ": %swindow %llu (%s): %s\n", recall ? "recall " : "", (unsigned long long)w,
+                        out->policy->name, vkh2o_last_error(ctx));
+                rc = 1;
+                break;
             }
-        } else {
-            for (uint32_t i = 0; i + 1 < o->ctx; i++)
-                nats -= lp[i];
+            if (recall) {
+                for (uint32_t j = 1; j < L; j++) {   /* byte t is predicted at t - 1 */
+                    first[d] -= lp[a + j - 1];
+                    second[d] -= lp[b + j - 1];
+                }
+            } else {
+                for (uint32_t i = 0; i + 1 < o->ctx; i++)
+                    nats -= lp[i];
+            }
         }
         cli_progress_update(&prog, w + 1);
     }
     cli_progress_end(&prog);
     if (recall) {
-        out->recall_first = first / (double)(windows * (L - 1)) / log(2.0);
-        out->recall_second = second / (double)(windows * (L - 1)) / log(2.0);
+        const double per = (double)(windows * (L - 1)) * log(2.0);
+        out->recall_first = out->recall_second = 0.0;
+        for (int d = 0; d < 3; d++) {
+            out->recall_first_d[d] = first[d] / per;
+            out->recall_second_d[d] = second[d] / per;
+            out->recall_first += out->recall_first_d[d] / 3.0;
+            out->recall_second += out->recall_second_d[d] / 3.0;
+        }
     } else {
         out->bytes_scored = windows * (o->ctx - 1);
         out->bits = nats / (double)out->bytes_scored / log(2.0);
@@ -1010,6 +1033,12 @@ static void print_rows(const opts* o, const row* rows, uint32_t n)
             printf("%8s %8s\n", "-", "-");
         else
             printf("%8.3f %8.3f\n", r->recall_first, r->recall_second);
+        if (!isnan(r->recall_first)) {
+            printf("           recurrence by depth (1st -> 2nd bits/byte):");
+            for (int d = 0; d < 3; d++)
+                printf(" %s %.3f -> %.3f", RECALL_DEPTHS[d], r->recall_first_d[d], r->recall_second_d[d]);
+            printf("\n");
+        }
         for (int k = 0; k < 2; k++) {
             double acc = k ? r->passkey_stream : r->passkey_acc;
             if (isnan(acc))
@@ -1160,6 +1189,17 @@ static bool write_outputs(const opts* o, const row* rows, uint32_t n)
             json_num(fj, "recall_first_bits", r->recall_first, "%.6f");
             fprintf(fj, ", ");
             json_num(fj, "recall_second_bits", r->recall_second, "%.6f");
+            if (!isnan(r->recall_first)) {
+                fprintf(fj, ", \"recall_by_depth\": {");
+                for (int d = 0; d < 3; d++) {
+                    fprintf(fj, "%s\"%s\": {\"at\": %u, ", d ? ", " : "", RECALL_DEPTHS[d], recall_at(o->ctx, d));
+                    json_num(fj, "first_bits", r->recall_first_d[d], "%.6f");
+                    fprintf(fj, ", ");
+                    json_num(fj, "second_bits", r->recall_second_d[d], "%.6f");
+                    fprintf(fj, "}");
+                }
+                fprintf(fj, "}");
+            }
             fprintf(fj, "}%s\n", i + 1 < n ? "," : "");
         }
         fprintf(fj, "]\n");
