@@ -14,6 +14,11 @@ static float f16(float x) { return ref_round(VKH2O_DTYPE_F16, x); }
 static uint32_t row_groups(const ref_kvc_config* c, uint32_t tier, uint32_t* first, uint32_t* count)
 {
     uint32_t gs = c->group_size[tier], gr = gs < c->rope ? gs : c->rope, n = 0;
+    if (gs >= c->kvl + c->rope) {   /* the whole row, c_kv and k_pe together */
+        first[0] = 0;
+        count[0] = c->kvl + c->rope;
+        return 1;
+    }
     for (uint32_t f = 0; f < c->kvl; f += gs, n++) {
         first[n] = f;
         count[n] = f + gs <= c->kvl ? gs : c->kvl - f;

@@ -78,6 +78,7 @@ typedef struct opts {
     vkh2o_kv_precision kv_prec;
     double kv_bytes;          /* --bytes P%: its byte capacity as a fraction of the full FP16 cache's */
     uint32_t kv_tiers[VKH2O_TIER_COUNT];
+    uint32_t kv_groups[VKH2O_TIER_COUNT];   /* --kv-groups: c_kv numbers per group of INT8, INT4, INT2 (0: default) */
     bool byte_sweep;
     uint32_t route_every;
     bool stream, sweep;
@@ -110,7 +111,8 @@ typedef struct row {
     vkh2o_kv_precision kv_prec;
     double kv_bytes;
     uint32_t kv_tiers[VKH2O_TIER_COUNT];
-    char kv_name[40];         /* its kv_quant column: "kv-int4", "kv-tiered-1/32/0/0" */
+    uint32_t kv_groups[VKH2O_TIER_COUNT];
+    char kv_name[48];         /* its kv_quant column: "kv-int4", "kv-tiered-1/32/0/0" */
     double bits;              /* per byte; NAN when perplexity was not run */
     uint64_t bytes_scored;
     double passkey_acc;       /* prefill compressed once at its end; NAN when not run */
@@ -166,6 +168,21 @@ static void usage(FILE* f)
             "                  fp16, conservative, balanced, aggressive (also evicts 20%% of the blocks),\n"
             "                  uniform-int8, uniform-int4; routed every --route-every R tokens (default 16)\n"
             "                  and once after a prompt; with --policy full only\n"
+            "  --kv P          the one KV cache (vkh2o/kvcache.h) at precision P: fp16, int8, int4, int2 (the\n"
+            "                  middle tokens; sinks and recents stay FP16) or tiered (--tiers); the --policy\n"
+            "                  decides which tokens stay, and with a capacity the lowest-scored middle token\n"
+            "                  moves down a tier, FP16 -> INT8 -> INT4 -> INT2, the lowest tier's is evicted\n"
+            "  --bytes F%%      its capacity: F%% of the full FP16 cache's bytes (2 bytes per latent number,\n"
+            "                  every position); slots, scales, positions and scores all count; needs an\n"
+            "                  eviction --policy (or give --budget: a capacity in tokens)\n"
+            "  --tiers A,B,C,D --kv tiered: middle tokens kept at FP16, INT8, INT4, INT2; a 0 after the last\n"
+            "                  count takes what the capacity leaves (1,32,0,0: 1 FP16, 32 INT8, the rest INT4)\n"
+            "  --kv-groups A,B,C  c_kv numbers per quantisation group of INT8, INT4, INT2 (0: the defaults,\n"
+            "                  the whole c_kv for INT8 / INT4 and 32 for INT2; k_pe is grouped on its own)\n"
+            "  --byte-sweep    the one KV cache at 50, 25, 18.75 and 12.5%% of the FP16 cache's bytes: eviction\n"
+            "                  only (FP16; h2o, h2o-mean, h2o-decay, tova, streaming, random), uniform INT8 /\n"
+            "                  INT4 / INT2 evicting to fit (h2o), tiers 1,ctx/16,0,0 and 1,ctx/16,ctx/8,0 (h2o);\n"
+            "                  plus the full cache (forward, and through the kvcache)\n"
             "  A policy's flags (--n-sink, --n-recent, --decay, --obs-window, --pool, --pool-size,\n"
             "                  --route-every) are refused when no row of the run uses them, as is a flag\n"
             "                  given twice\n"
@@ -333,6 +350,17 @@ static int parse(int argc, char** argv, opts* o)
             }
             for (int k = 0; k < 4; k++)
                 o->kv_tiers[k] = t[k];
+            i++;
+        } else if (!strcmp(a, "--kv-groups")) {
+            unsigned t[3];
+            char tail;
+            if (!v || sscanf(v, "%u,%u,%u%c", &t[0], &t[1], &t[2], &tail) != 3 || t[0] > 4096 || t[1] > 4096 || t[2] > 4096) {
+                fprintf(stderr, TOOL ": --kv-groups needs three group sizes A,B,C (c_kv numbers per group of INT8, INT4, "
+                                "INT2; 0: the default)\n");
+                return 2;
+            }
+            for (int k = 0; k < 3; k++)
+                o->kv_groups[k + 1] = t[k];
             i++;
         } else if (!strcmp(a, "--byte-sweep")) {
             o->byte_sweep = true;
@@ -503,8 +531,10 @@ static int parse(int argc, char** argv, opts* o)
     }
     if (o->byte_sweep)
         o->sweep = true;   /* the sweep's rules for the flags of its rows */
-    if ((o->kv_bytes > 0 || o->kv_tiers[0] || o->kv_tiers[1] || o->kv_tiers[2] || o->kv_tiers[3]) && !o->kv) {
-        fprintf(stderr, TOOL ": %s needs --kv (the one KV cache's capacity and tiers)\n", o->kv_bytes > 0 ? "--bytes" : "--tiers");
+    if ((o->kv_bytes > 0 || o->kv_tiers[0] || o->kv_tiers[1] || o->kv_tiers[2] || o->kv_tiers[3] || o->kv_groups[1] ||
+         o->kv_groups[2] || o->kv_groups[3]) && !o->kv) {
+        fprintf(stderr, TOOL ": %s needs --kv (the one KV cache's capacity, tiers and groups)\n",
+                o->kv_bytes > 0 ? "--bytes" : (o->kv_groups[1] || o->kv_groups[2] || o->kv_groups[3]) ? "--kv-groups" : "--tiers");
         return 2;
     }
     if (o->kv && o->kv_quant) {
@@ -692,8 +722,9 @@ static int check_model(const opts* o)
                 fprintf(stderr, TOOL ": --byte-sweep at --ctx %u: row %s at %.4g%% of the bytes: %s\n", o->ctx, rows[i].policy->name,
                         100.0 * rows[i].kv_bytes, err.message);
             else
-                fprintf(stderr, TOOL ": %s: %s\n", o->kv_bytes > 0 ? "--bytes" : o->kv_prec == VKH2O_PRECISION_TIERED ? "--tiers" : "--kv",
-                        err.message);
+                fprintf(stderr, TOOL ": %s: %s\n",
+                        strstr(err.message, "group_size") ? "--kv-groups" : o->kv_bytes > 0 ? "--bytes"
+                        : o->kv_prec == VKH2O_PRECISION_TIERED ? "--tiers" : "--kv", err.message);
             return 2;
         }
     }
@@ -719,6 +750,7 @@ static void fill_kv(const opts* o, const vkh2o_model_config* mc, const row* r, v
 {
     *kd = (vkh2o_kvcache_desc){ .seed = o->seed, .precision = r->kv_prec };
     memcpy(kd->tier_tokens, r->kv_tiers, sizeof kd->tier_tokens);
+    memcpy(kd->group_size, r->kv_groups, sizeof kd->group_size);
     if (r->policy->full)
         return;
     kd->n_sink = r->n_sink;
@@ -1229,6 +1261,7 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
             r.kv_prec = o->kv_prec;
             r.kv_bytes = o->kv_bytes;
             memcpy(r.kv_tiers, o->kv_tiers, sizeof r.kv_tiers);
+            memcpy(r.kv_groups, o->kv_groups, sizeof r.kv_groups);
         }
         if (!o->policy->full && o->kv && o->kv_bytes > 0) {
             r.n_sink = o->n_sink;
@@ -1506,6 +1539,10 @@ int main(int argc, char** argv)
                          r->kv_tiers[3]);
             else
                 snprintf(r->kv_name, sizeof r->kv_name, "kv-%s", vkh2o_kv_precision_name(r->kv_prec));
+            if (r->kv_groups[1] || r->kv_groups[2] || r->kv_groups[3]) {
+                size_t l = strlen(r->kv_name);
+                snprintf(r->kv_name + l, sizeof r->kv_name - l, ",g%u/%u/%u", r->kv_groups[1], r->kv_groups[2], r->kv_groups[3]);
+            }
             r->kv_quant = r->kv_name;
         }
         vkh2o_model_session* s = NULL;

@@ -41,7 +41,8 @@
  *   INTb  (b = 8, 4, 2) element e in bits [(e * b) % 32, + b) of word (e * b) / 32, an unsigned
  *         code q in [0, 2^b - 1]; value = zero + q * scale. The row is split into groups of
  *         group_size numbers along c_kv, and k_pe is grouped on its own (groups of
- *         min(group_size, qk_rope_head_dim)); per group one word: scale (low half) and zero
+ *         min(group_size, qk_rope_head_dim)), or the whole row is one group (group_size =
+ *         kv_lora_rank + qk_rope_head_dim); per group one word: scale (low half) and zero
  *         (high half), both fp16: zero = fp16(min), scale = fp16((max - zero) / (2^b - 1)),
  *         q = clamp(round((x - zero) / scale)) (round half to even; scale 0 gives q = 0).
  * Bytes per token of a tier (vkh2o_kvcache_token_bytes) count the row words and the slot's
@@ -99,7 +100,8 @@ typedef enum vkh2o_kv_precision {
  *                    vkh2o_kvcache_desc_resolve, which writes the pools it chose.
  *   group_size       numbers per quantisation group of c_kv per integer tier (index tier; 0 =
  *                    the default: INT8 and INT4 the whole c_kv, INT2 32); k_pe is its own group
- *                    of min(group_size, qk_rope_head_dim) numbers.
+ *                    of min(group_size, qk_rope_head_dim) numbers. kv_lora_rank +
+ *                    qk_rope_head_dim (the whole row) makes one group of c_kv and k_pe together.
  */
 typedef struct vkh2o_kvcache_desc {
     uint32_t num_layers;

@@ -47,7 +47,12 @@ uint tier_gs(uint k) { return k == 1u ? GS1 : (k == 2u ? GS2 : GS3); }
 uint tier_gr(uint k) { return min(tier_gs(k), R); }
 uint tier_data_words(uint k) { return (W * tier_bits(k) + 31u) / 32u; }
 uint tier_groups_ckv(uint k) { return k == 0u ? 0u : (KVL + tier_gs(k) - 1u) / tier_gs(k); }
-uint tier_groups(uint k) { return k == 0u ? 0u : tier_groups_ckv(k) + (R + tier_gr(k) - 1u) / tier_gr(k); }
+// a group size of the whole row (KVL + R) puts c_kv and k_pe in one group
+bool tier_whole(uint k) { return tier_gs(k) >= W; }
+uint tier_groups(uint k)
+{
+    return k == 0u ? 0u : (tier_whole(k) ? 1u : tier_groups_ckv(k) + (R + tier_gr(k) - 1u) / tier_gr(k));
+}
 uint tier_row_words(uint k) { return tier_data_words(k) + tier_groups(k); }
 uint total_slots() { return SLOTS0 + SLOTS1 + SLOTS2 + SLOTS3; }
 uint layer_words()
@@ -81,10 +86,15 @@ uint next_tier(uint k)
         if (tier_slots(j) > 0u) return j;
     return 4u;
 }
-uint group_of(uint k, uint e) { return e < KVL ? e / tier_gs(k) : tier_groups_ckv(k) + (e - KVL) / tier_gr(k); }
+uint group_of(uint k, uint e)
+{
+    if (tier_whole(k)) return 0u;
+    return e < KVL ? e / tier_gs(k) : tier_groups_ckv(k) + (e - KVL) / tier_gr(k);
+}
 // numbers [first, first + count) of group gi of a tier-k row
 uvec2 group_range(uint k, uint gi)
 {
+    if (tier_whole(k)) return uvec2(0u, W);
     uint gc = tier_groups_ckv(k);
     if (gi < gc) { uint f = gi * tier_gs(k); return uvec2(f, min(tier_gs(k), KVL - f)); }
     uint f = (gi - gc) * tier_gr(k);

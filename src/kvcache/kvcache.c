@@ -48,9 +48,16 @@ static uint32_t groups_ckv(const vkh2o_kvcache_desc* d, uint32_t k)
 {
     return k == 0 ? 0 : vkh2o_div_up(d->kv_lora_rank, group_size(d, k));
 }
+/* a group size of the whole row (kv_lora_rank + qk_rope_head_dim) puts c_kv and k_pe in one group */
+static bool whole_row(const vkh2o_kvcache_desc* d, uint32_t k)
+{
+    return group_size(d, k) >= d->kv_lora_rank + d->qk_rope_head_dim;
+}
 static uint32_t groups(const vkh2o_kvcache_desc* d, uint32_t k)
 {
-    return k == 0 ? 0 : groups_ckv(d, k) + vkh2o_div_up(d->qk_rope_head_dim, group_rope(d, k));
+    if (k == 0)
+        return 0;
+    return whole_row(d, k) ? 1 : groups_ckv(d, k) + vkh2o_div_up(d->qk_rope_head_dim, group_rope(d, k));
 }
 static uint32_t data_words(const vkh2o_kvcache_desc* d, uint32_t k)
 {
@@ -75,6 +82,8 @@ uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* p)
 
 uint32_t vkh2o_kvcache_group_of(const vkh2o_kvcache_desc* d, uint32_t k, uint32_t e)
 {
+    if (whole_row(d, k))
+        return 0;
     return e < d->kv_lora_rank ? e / group_size(d, k) : groups_ckv(d, k) + (e - d->kv_lora_rank) / group_rope(d, k);
 }
 
@@ -236,9 +245,11 @@ vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kv
     for (uint32_t k = 1; k < VKH2O_TIER_COUNT; k++) {
         if (!d.group_size[k])
             d.group_size[k] = def_gs[k] < d.kv_lora_rank ? def_gs[k] : d.kv_lora_rank;
-        if (d.group_size[k] > d.kv_lora_rank)
-            return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: group_size[%s] %u above kv_lora_rank %u",
-                                   tier_names[k], d.group_size[k], d.kv_lora_rank);
+        if (d.group_size[k] > d.kv_lora_rank && d.group_size[k] != W)
+            return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                                   "kvcache: group_size[%s] %u above kv_lora_rank %u (the whole row, one group for c_kv and "
+                                   "k_pe together, is %llu)",
+                                   tier_names[k], d.group_size[k], d.kv_lora_rank, (unsigned long long)W);
     }
     if (d.capacity_tokens && d.capacity_bytes)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,

@@ -74,6 +74,9 @@ static void test_resolve(void** state)
     e = d;
     e.group_size[2] = 600;
     assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    e.group_size[2] = 576;   /* the whole row: one group */
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, &p, &err), VKH2O_OK);
+    assert_int_equal(p.token_bytes[2], 288 + 4 + 8);
     e = d;
     e.capacity_tokens = 5000;
     assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_BUDGET);
@@ -342,6 +345,9 @@ static const kcase cases[] = {
     { "tiered mean, 11 heads (two head groups)", 11, 40, 8, 70, 15, 30,
       { .n_sink = 3, .n_recent = 4, .capacity_tokens = 26, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 2, 5, 0, 0 },
         H2O(VKH2O_SCORE_MEAN) } },
+    { "int4 whole-row groups, int8 groups of 7", 3, 30, 6, 90, 9, 40,
+      { .n_sink = 2, .n_recent = 3, .capacity_tokens = 24, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 1, 5, 0, 0 },
+        .group_size = { 0, 7, 36, 0 } } },
     { "int4 random", 3, 30, 6, 90, 9, 40,
       { .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_INT4, .policy = VKH2O_POLICY_RANDOM,
         .seed = 7 } },
@@ -362,7 +368,7 @@ static void test_record_once(void** state)
     vkh2o_context* ctx = vt_ctx();
     vt_rng rng;
     vt_rng_seed(&rng, vt_seed("kvcache record once"));
-    const uint32_t idx[] = { 0, 1, 3, 5, 7, 8, 9 };
+    const uint32_t idx[] = { 0, 1, 3, 5, 7, 8, 9, 10 };
     for (size_t ci = 0; ci < sizeof idx / sizeof idx[0]; ci++) {
         const kcase* kc = &cases[idx[ci]];
         vkh2o_kvcache_desc d = kc->d;
