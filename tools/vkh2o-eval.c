@@ -181,7 +181,8 @@ static void usage(FILE* f)
             "                  the whole c_kv for INT8 / INT4 and 32 for INT2; k_pe is grouped on its own)\n"
             "  --byte-sweep    the one KV cache at 50, 25, 18.75 and 12.5%% of the FP16 cache's bytes: eviction\n"
             "                  only (FP16; h2o, h2o-mean, h2o-decay, tova, streaming, random), uniform INT8 /\n"
-            "                  INT4 / INT2 evicting to fit (h2o), tiers 1,ctx/16,0,0 and 1,ctx/16,ctx/8,0 (h2o);\n"
+            "                  INT4 / INT2 evicting to fit (h2o), tiers 1,A,0,0 and 1,A,B,0 (h2o; A = F x ctx / 4\n"
+            "                  INT8 and B = F x ctx / 2 INT4 tokens at capacity F: 32 and 64 at 25%% of 512);\n"
             "                  plus the full cache (forward, and through the kvcache)\n"
             "  A policy's flags (--n-sink, --n-recent, --decay, --obs-window, --pool, --pool-size,\n"
             "                  --route-every) are refused when no row of the run uses them, as is a flag\n"
@@ -1286,8 +1287,9 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
         rows[n].policy = &POLICIES[0];
         rows[n++].kv = true;   /* its full cache: the baseline through the kvcache */
         static const double bfr[] = { 0.5, 0.25, 0.1875, 0.125 };
-        const uint32_t t8 = o->ctx / 16, t4 = o->ctx / 8;
         for (size_t f = 0; f < sizeof bfr / sizeof bfr[0]; f++) {
+            /* tiers scale with the capacity: ctx/16 INT8 and ctx/8 INT4 tokens at 25 % */
+            const uint32_t t8 = (uint32_t)(bfr[f] * o->ctx / 4), t4 = (uint32_t)(bfr[f] * o->ctx / 2);
             for (size_t k = 1; k < NPOLICIES; k++) {
                 if (POLICIES[k].obs || POLICIES[k].schedule)
                     continue;   /* prompt compression and per-layer budgets: the token sweep's */
