@@ -236,6 +236,51 @@ static void make_room(ref_kvc* r, uint32_t cur)
     r->n = m;
 }
 
+static uint64_t held_bytes(const ref_kvc* r)
+{
+    uint64_t b = 0;
+    for (uint32_t i = 0; i < r->n; i++)
+        b += r->c.token_bytes[r->tok[i].tier];
+    return b;
+}
+
+/* tiers by bytes: while the held tokens and room for one more FP16 token exceed the budget, the
+ * lowest-valued middle token of the highest tier that has one moves down a tier (evicted from the
+ * lowest) */
+static void make_room_bytes(ref_kvc* r, uint32_t cur)
+{
+    const uint32_t W = W_of(&r->c);
+    float* tmp = malloc(W * sizeof(float));
+    while (held_bytes(r) + r->c.token_bytes[0] > r->c.budget) {
+        int v = -1;
+        uint32_t k = 0;
+        for (; k < 4 && v < 0; k++)
+            if (r->c.slots[k])
+                v = victim(r, k, cur);
+        if (v < 0)
+            break;
+        k--;
+        ref_kvc_token* t = &r->tok[v];
+        uint32_t nk = next_tier(r, k);
+        r->moved[k] = t->pos;
+        if (nk == 4) {
+            r->gone = t->pos;
+            r->evicted++;
+            /* swap the evicted token to the end (its row buffer stays owned by the array) */
+            ref_kvc_token gone = r->tok[v];
+            r->tok[v] = r->tok[r->n - 1];
+            r->tok[r->n - 1] = gone;
+            r->n--;
+            continue;
+        }
+        ref_kvc_quantise(&r->c, nk, t->row, tmp);
+        memcpy(t->row, tmp, W * sizeof(float));
+        t->tier = nk;
+        r->demoted[k]++;
+    }
+    free(tmp);
+}
+
 void ref_kvc_step(ref_kvc* r, const float* q, const float* ckv, const float* kpe, double* out_lat)
 {
     const ref_kvc_config* c = &r->c;
@@ -281,7 +326,10 @@ void ref_kvc_step(ref_kvc* r, const float* q, const float* ckv, const float* kpe
     if (c->selects) {
         for (uint32_t i = 0; i < r->n; i++)
             r->tok[i].score = c->keep * r->tok[i].score + mass[i];
-        make_room(r, cur);
+        if (c->by_bytes)
+            make_room_bytes(r, cur);
+        else
+            make_room(r, cur);
     }
     free(p);
     free(mass);
@@ -319,7 +367,32 @@ void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* ckv, const float* kpe,
     uint32_t* tier = malloc(n * sizeof *tier);
     for (uint32_t i = 0; i < n; i++)
         tier[i] = c->selects ? 0 : 0;
-    if (c->selects) {
+    if (c->selects && c->by_bytes) {
+        /* every token starts FP16; while over the budget (with room for one more FP16 token), the
+         * lowest-ranked middle token of the highest tier that has one moves down (out of the lowest) */
+        uint64_t held = (uint64_t)n * c->token_bytes[0];
+        while (held + c->token_bytes[0] > c->budget) {
+            int at = -1;
+            uint32_t k = 0;
+            for (; k < 4 && at < 0; k++)
+                for (uint32_t o = nm; o-- > 0;)
+                    if (c->slots[k] && tier[order[o]] == k) {
+                        at = (int)order[o];
+                        break;
+                    }
+            if (at < 0)
+                break;
+            k--;
+            uint32_t nk = next_tier(r, k);
+            held -= c->token_bytes[k];
+            if (nk == 4) {
+                tier[at] = 99;
+            } else {
+                tier[at] = nk;
+                held += c->token_bytes[nk];
+            }
+        }
+    } else if (c->selects) {
         uint32_t room[4] = { c->slots[0] - 1 - ntop, c->slots[1], c->slots[2], c->slots[3] };
         uint32_t k = 0, used = 0;
         for (uint32_t o = 0; o < nm; o++) {

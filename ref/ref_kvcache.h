@@ -21,6 +21,9 @@ typedef struct ref_kvc_config {
     uint32_t slots[4];                /* per tier (the plan's) */
     uint32_t group_size[4];           /* c_kv numbers per group, tiers 1..3 */
     bool selects;
+    bool by_bytes;                    /* tiers by bytes: budget decides, not the slots */
+    uint64_t budget;
+    uint32_t token_bytes[4];          /* what a held token of each tier counts */
 } ref_kvc_config;
 
 typedef struct ref_kvc_token {

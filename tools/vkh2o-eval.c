@@ -79,6 +79,7 @@ typedef struct opts {
     double kv_bytes;          /* --bytes P%: its byte capacity as a fraction of the full FP16 cache's */
     uint32_t kv_tiers[VKH2O_TIER_COUNT];
     uint32_t kv_groups[VKH2O_TIER_COUNT];   /* --kv-groups: c_kv numbers per group of INT8, INT4, INT2 (0: default) */
+    uint32_t kv_mask;         /* --tier-set: tiers by bytes in use (bits; 0: the library's default) */
     bool byte_sweep;
     uint32_t route_every;
     bool stream, sweep;
@@ -112,6 +113,7 @@ typedef struct row {
     double kv_bytes;
     uint32_t kv_tiers[VKH2O_TIER_COUNT];
     uint32_t kv_groups[VKH2O_TIER_COUNT];
+    uint32_t kv_mask;
     char kv_name[48];         /* its kv_quant column: "kv-int4", "kv-tiered-1/32/0/0" */
     double bits;              /* per byte; NAN when perplexity was not run */
     uint64_t bytes_scored;
@@ -177,12 +179,16 @@ static void usage(FILE* f)
             "                  eviction --policy (or give --budget: a capacity in tokens)\n"
             "  --tiers A,B,C,D --kv tiered: middle tokens kept at FP16, INT8, INT4, INT2; a 0 after the last\n"
             "                  count takes what the capacity leaves (1,32,0,0: 1 FP16, 32 INT8, the rest INT4)\n"
+            "                  --kv tiered with --bytes and no --tiers: tiers by bytes, every token FP16 until\n"
+            "                  the capacity forces the lowest-scored middle token of the highest tier down\n"
+            "  --tier-set T,..  tiers by bytes: the lower tiers in use (default int8,int4; e.g. int8,int4,int2)\n"
             "  --kv-groups A,B,C  c_kv numbers per quantisation group of INT8, INT4, INT2 (0: the defaults,\n"
             "                  the whole c_kv for INT8 / INT4 and 32 for INT2; k_pe is grouped on its own)\n"
             "  --byte-sweep    the one KV cache at 50, 25, 18.75 and 12.5%% of the FP16 cache's bytes: eviction\n"
             "                  only (FP16; h2o, h2o-mean, h2o-decay, tova, streaming, random), uniform INT8 /\n"
             "                  INT4 / INT2 evicting to fit (h2o), tiers 1,A,0,0 and 1,A,B,0 (h2o; A = F x ctx / 4\n"
-            "                  INT8 and B = F x ctx / 2 INT4 tokens at capacity F: 32 and 64 at 25%% of 512);\n"
+            "                  INT8 and B = F x ctx / 2 INT4 tokens at capacity F: 32 and 64 at 25%% of 512),\n"
+            "                  tiers by bytes to INT4 and to INT2 (h2o);\n"
             "                  plus the full cache (forward, and through the kvcache)\n"
             "  A policy's flags (--n-sink, --n-recent, --decay, --obs-window, --pool, --pool-size,\n"
             "                  --route-every) are refused when no row of the run uses them, as is a flag\n"
@@ -363,6 +369,27 @@ static int parse(int argc, char** argv, opts* o)
             for (int k = 0; k < 3; k++)
                 o->kv_groups[k + 1] = t[k];
             i++;
+        } else if (!strcmp(a, "--tier-set")) {
+            char buf[64];
+            if (!v || strlen(v) >= sizeof buf) {
+                fprintf(stderr, TOOL ": --tier-set needs the lower tiers in use, e.g. int8,int4 (FP16 is always in)\n");
+                return 2;
+            }
+            strcpy(buf, v);
+            o->kv_mask = 1u;
+            for (char* t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+                uint32_t bit = !strcmp(t, "int8") ? 2u : !strcmp(t, "int4") ? 4u : !strcmp(t, "int2") ? 8u : 0u;
+                if (!bit || (o->kv_mask & bit)) {
+                    fprintf(stderr, TOOL ": --tier-set: '%s' is not int8, int4 or int2 (each once)\n", t);
+                    return 2;
+                }
+                o->kv_mask |= bit;
+            }
+            if (o->kv_mask == 1u) {
+                fprintf(stderr, TOOL ": --tier-set needs the lower tiers in use, e.g. int8,int4 (FP16 is always in)\n");
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--byte-sweep")) {
             o->byte_sweep = true;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--obs-window", 1, 4096, &o->obs_window)) != 0) {
@@ -542,9 +569,21 @@ static int parse(int argc, char** argv, opts* o)
         fprintf(stderr, TOOL ": --kv and --kv-quant are two different caches: give one\n");
         return 2;
     }
-    if (o->kv && (o->kv_prec == VKH2O_PRECISION_TIERED) != (o->kv_tiers[0] || o->kv_tiers[1] || o->kv_tiers[2] || o->kv_tiers[3])) {
-        fprintf(stderr, TOOL ": %s\n", o->kv_prec == VKH2O_PRECISION_TIERED ? "--kv tiered needs --tiers A,B,C,D"
-                                                                           : "--tiers applies to --kv tiered only");
+    const bool any_tiers = o->kv_tiers[0] || o->kv_tiers[1] || o->kv_tiers[2] || o->kv_tiers[3];
+    if (o->kv && o->kv_prec != VKH2O_PRECISION_TIERED && (any_tiers || o->kv_mask)) {
+        fprintf(stderr, TOOL ": %s applies to --kv tiered only\n", any_tiers ? "--tiers" : "--tier-set");
+        return 2;
+    }
+    if (o->kv_mask && !o->kv) {
+        fprintf(stderr, TOOL ": --tier-set needs --kv tiered\n");
+        return 2;
+    }
+    if (o->kv && o->kv_prec == VKH2O_PRECISION_TIERED && any_tiers && o->kv_mask) {
+        fprintf(stderr, TOOL ": --tier-set is for tiers by bytes; --tiers A,B,C,D names the tiers itself\n");
+        return 2;
+    }
+    if (o->kv && o->kv_prec == VKH2O_PRECISION_TIERED && !any_tiers && !(o->kv_bytes > 0)) {
+        fprintf(stderr, TOOL ": --kv tiered needs --tiers A,B,C,D (token counts), or --bytes F%% (tiers by bytes)\n");
         return 2;
     }
     if (o->kv && o->kv_bytes > 0 && (seen_budget || o->policy->full)) {
@@ -752,6 +791,7 @@ static void fill_kv(const opts* o, const vkh2o_model_config* mc, const row* r, v
     *kd = (vkh2o_kvcache_desc){ .seed = o->seed, .precision = r->kv_prec };
     memcpy(kd->tier_tokens, r->kv_tiers, sizeof kd->tier_tokens);
     memcpy(kd->group_size, r->kv_groups, sizeof kd->group_size);
+    kd->tier_mask = r->kv_mask;
     if (r->policy->full)
         return;
     kd->n_sink = r->n_sink;
@@ -1263,6 +1303,7 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
             r.kv_bytes = o->kv_bytes;
             memcpy(r.kv_tiers, o->kv_tiers, sizeof r.kv_tiers);
             memcpy(r.kv_groups, o->kv_groups, sizeof r.kv_groups);
+            r.kv_mask = o->kv_mask;
         }
         if (!o->policy->full && o->kv && o->kv_bytes > 0) {
             r.n_sink = o->n_sink;
@@ -1301,7 +1342,7 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
                 r.n_recent = o->n_recent;
                 rows[n++] = r;
             }
-            for (int p = 1; p <= 5; p++) {
+            for (int p = 1; p <= 7; p++) {
                 row r = base;
                 r.policy = &POLICIES[1];
                 r.kv = true;
@@ -1309,6 +1350,8 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
                 r.n_sink = o->n_sink;
                 r.n_recent = o->n_recent;
                 r.kv_prec = p <= 3 ? (vkh2o_kv_precision)p : VKH2O_PRECISION_TIERED;
+                if (p == 7)   /* tiers by bytes, FP16 -> INT8 -> INT4 -> INT2 (p == 6: the default, to INT4) */
+                    r.kv_mask = 0xfu;
                 if (p == 4) {   /* FP16 -> INT8 -> INT4 (the rest) */
                     r.kv_tiers[0] = 1;
                     r.kv_tiers[1] = t8;
@@ -1536,7 +1579,9 @@ int main(int argc, char** argv)
             kd.max_tokens = o.ctx;
             if (vkh2o_kvcache_desc_resolve(&kd, NULL, &pl, NULL) == VKH2O_OK)
                 r->cache_tokens = pl.kept_tokens < o.ctx ? pl.kept_tokens : o.ctx;
-            if (r->kv_prec == VKH2O_PRECISION_TIERED)
+            if (r->kv_prec == VKH2O_PRECISION_TIERED && !(r->kv_tiers[0] | r->kv_tiers[1] | r->kv_tiers[2] | r->kv_tiers[3]))
+                snprintf(r->kv_name, sizeof r->kv_name, "kv-tiered-bytes:%s", (r->kv_mask & 8u) ? "16/8/4/2" : "16/8/4");
+            else if (r->kv_prec == VKH2O_PRECISION_TIERED)
                 snprintf(r->kv_name, sizeof r->kv_name, "kv-tiered:%u/%u/%u/%u", r->kv_tiers[0], r->kv_tiers[1], r->kv_tiers[2],
                          r->kv_tiers[3]);
             else

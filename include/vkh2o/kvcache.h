@@ -25,6 +25,14 @@
  *        to the next tier in use, requantised on the device from the values it has now; when
  *        that tier is full too, its lowest-keyed middle token moves down first, and so on;
  *        the lowest tier's lowest-keyed middle token is evicted. No other row moves.
+ *   Tiers by bytes (TIERED with capacity_bytes and no tier_tokens): the byte capacity, not the
+ *   pools, decides. While the held tokens and room for the next one exceed it, the lowest-keyed
+ *   middle token of the highest tier that has one moves down one tier (every middle token
+ *   drops one tier before any drops two), and once every middle token is in the lowest tier in
+ *   use (tier_mask) its lowest-keyed one is evicted. Tokens stay FP16 until the bytes force
+ *   them down. Each tier's pool is sized for the most tokens the capacity could hold in it, so
+ *   the device memory (vkh2o_kvcache_plan_bytes) is about the tiers in use times the capacity,
+ *   of which at most the capacity is held (vkh2o_kvcache_stats.bytes_used).
  *   Keys (larger stays; equal keys: the lower position stays): H2O sum / decayed / TOVA: the
  *   score; mean: score / (cur - position + 1); streaming: the position; random: a hash of
  *   (seed, layer, cur, position). Sinks and recents stay at the top tier.
@@ -91,13 +99,16 @@ typedef enum vkh2o_kv_precision {
  *   n_sink, n_recent 0: the first / last positions every policy keeps at the top tier
  *   policy, score_mode, decay, seed  vkh2o/cache.h's (H2O with summed scores; decay 0 = 0.9)
  *   precision        FP16
- *   tier_tokens      TIERED only: middle tokens per tier (index vkh2o_kv_tier; T0's count is
+ *   tier_tokens      TIERED with pools: middle tokens per tier (index vkh2o_kv_tier; T0's count is
  *                    on top of the sinks and recents). Tiers with 0 are not used, except that the
  *                    lowest tier with a count may be followed by one with 0 that takes every
  *                    remaining token (capacity) or byte (capacity_bytes): TIERED with
  *                    tier_tokens {32, 64, 0, 0} and a capacity keeps 32 FP16 and 64 INT8 middle
  *                    tokens and gives the rest of the capacity to INT4 ... see
- *                    vkh2o_kvcache_desc_resolve, which writes the pools it chose.
+ *                    vkh2o_kvcache_desc_resolve, which writes the pools it chose. All zero with
+ *                    capacity_bytes: tiers by bytes (above).
+ *   tier_mask        tiers by bytes: the tiers in use, bit (1 << tier); 0 = FP16, INT8, INT4. FP16
+ *                    is always in use.
  *   group_size       numbers per quantisation group of c_kv per integer tier (index tier; 0 =
  *                    the default: INT8 and INT4 the whole c_kv, INT2 32); k_pe is its own group
  *                    of min(group_size, qk_rope_head_dim) numbers. kv_lora_rank +
@@ -119,6 +130,7 @@ typedef struct vkh2o_kvcache_desc {
     vkh2o_kv_precision precision;
     uint32_t tier_tokens[VKH2O_TIER_COUNT];
     uint32_t group_size[VKH2O_TIER_COUNT];
+    uint32_t tier_mask;
 } vkh2o_kvcache_desc;
 
 /* What a desc resolves to: the slots of each tier's pool per layer (0: tier not used; T0's
@@ -129,8 +141,10 @@ typedef struct vkh2o_kvcache_plan {
     uint32_t token_bytes[VKH2O_TIER_COUNT];
     uint32_t groups[VKH2O_TIER_COUNT];     /* quantisation groups per row (0 for FP16) */
     uint32_t total_slots;                  /* per layer */
-    uint32_t kept_tokens;                  /* tokens a layer holds once full: total_slots - 1 */
+    uint32_t kept_tokens;                  /* tokens a layer holds once full (pools: total_slots - 1) */
     bool selects;                          /* scores, selection and demotion are recorded */
+    bool by_bytes;                         /* tiers by bytes: capacity_bytes decides, not the pools */
+    uint64_t budget_bytes;                 /* by_bytes: the held tokens + one FP16 token fit in it */
 } vkh2o_kvcache_plan;
 
 /* Fills num_heads, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim and scale (the
@@ -148,6 +162,11 @@ VKH2O_API vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc
 VKH2O_API uint32_t vkh2o_kvcache_token_bytes(const vkh2o_kvcache_desc* desc, vkh2o_kv_tier tier);
 /* Device bytes of one layer's slots under a plan: sum over tiers of slots x token_bytes. */
 VKH2O_API uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* plan);
+/* Middle tokens per tier after a prefill of n tokens (the rest of the n - sinks - recents middle
+ * tokens are evicted): under pools the free slots of each pool, by bytes what the capacity
+ * holds once every middle token that must has moved down. */
+VKH2O_API void vkh2o_kvcache_plan_counts(const vkh2o_kvcache_desc* resolved, const vkh2o_kvcache_plan* plan, uint32_t n,
+                                         uint32_t middle[VKH2O_TIER_COUNT]);
 VKH2O_API const char* vkh2o_kv_tier_name(vkh2o_kv_tier t);               /* "int4" */
 VKH2O_API const char* vkh2o_kv_precision_name(vkh2o_kv_precision p);     /* "tiered" */
 VKH2O_API bool vkh2o_kv_precision_parse(const char* name, vkh2o_kv_precision* out);

@@ -168,7 +168,8 @@ VKH2O_API vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s
 /* Device bytes of every layer's cache rows at the session's cap (or max_tokens for the full
  * cache); for the quantised cache the data and scale bytes of max_tokens tokens routed by the
  * policy (vkh2o_qpolicy_counts; metadata and FP16 headroom not counted); for the one KV cache
- * every slot of every tier with its scales, position and score (vkh2o_kvcache_plan_bytes). */
+ * every slot of every tier with its scales, position and score (vkh2o_kvcache_plan_bytes), or
+ * with tiers by bytes the capacity the held tokens stay within (its pools allocate more). */
 VKH2O_API uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session* s);
 
 /*

@@ -10,7 +10,7 @@
 #include "kvc_common.glsl"
 #include "kvc_bindings.glsl"
 
-layout(constant_id = 16) const uint MAXTOK = 512;
+layout(constant_id = 18) const uint MAXTOK = 512;
 
 shared uint sh_slot[WG];
 

@@ -21,6 +21,7 @@ layout(push_constant) uniform Push {
     uint seed;
     uint n;            // prefill: prompt tokens
     uint flags;        // 1: write out
+    uint middle[4];    // prefill: middle tokens per tier
 } p;
 
 KVC_DEFINE_DEQ(deq, rows)

@@ -23,6 +23,8 @@ layout(constant_id = 12) const uint NRECENT = 0;
 layout(constant_id = 13) const uint POLMODE = 0;   // policy | score mode << 4
 layout(constant_id = 14) const uint SELECTS = 0;   // 1: scores and selection are kept
 layout(constant_id = 15) const uint WROW = 80;     // KVL + R (shared arrays)
+layout(constant_id = 16) const uint BYBYTES = 0;   // 1: tiers by bytes (BUDGET decides, not the pools)
+layout(constant_id = 17) const uint BUDGET = 0;    // tiers by bytes: the capacity in bytes
 
 const uint WG = gl_WorkGroupSize.x;
 const uint W = KVL + R;
@@ -54,6 +56,8 @@ uint tier_groups(uint k)
     return k == 0u ? 0u : (tier_whole(k) ? 1u : tier_groups_ckv(k) + (R + tier_gr(k) - 1u) / tier_gr(k));
 }
 uint tier_row_words(uint k) { return tier_data_words(k) + tier_groups(k); }
+// bytes a held token of tier k counts: its row, position and score
+uint tier_token_bytes(uint k) { return 4u * tier_row_words(k) + 8u; }
 uint total_slots() { return SLOTS0 + SLOTS1 + SLOTS2 + SLOTS3; }
 uint layer_words()
 {

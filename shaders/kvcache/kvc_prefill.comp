@@ -3,8 +3,9 @@
  * Prefill of one layer with p.n prompt tokens at positions 0 .. n-1 (the layer's slots emptied
  * before by the host's fill). One invocation per token: sinks and recents take the top tier's
  * first slots in position order; a middle token's rank among the middle tokens by key (larger
- * first, ties to the lower position; cur = n - 1) places it in the top tier's remaining slots
- * (all but the one the next append takes), then in each lower tier in use, in order; a rank
+ * first, ties to the lower position; cur = n - 1) places it in the top tier (the first
+ * p.middle[0] ranks), then in each lower tier in use, p.middle[k] ranks each (the host's
+ * vkh2o_kvcache_plan_counts: the pools' free slots, or what the byte capacity holds); a rank
  * beyond them is evicted. Without SELECTS token i takes top-tier slot i. Each invocation writes
  * its own row in its tier's format (rows from in_ckv / in_kpe, scores from out_f = the mass),
  * and invocation 0 the layer's state.
@@ -24,7 +25,7 @@ void main()
     // top tokens: [0, min(NSINK, n)) and [max(NSINK, n - NRECENT), n)
     const uint rs = max(NSINK, n > NRECENT ? n - NRECENT : 0u);
     const uint ntop = min(NSINK, n) + (n > rs ? n - rs : 0u);
-    const uint room0 = SELECTS == 1u ? SLOTS0 - 1u - ntop : SLOTS0;
+    const uint room0 = p.middle[0];
     if (i == 0u) {
         uint nmid = n - ntop, c0 = SELECTS == 1u ? ntop + min(room0, nmid) : n;
         uint left = SELECTS == 1u ? nmid - min(room0, nmid) : 0u;
@@ -33,7 +34,7 @@ void main()
         state[st + ST_SKIP] = 0u;
         state[st + ST_COUNT] = c0;
         for (uint k = 1u; k < 4u; k++) {
-            uint c = min(tier_slots(k), left);
+            uint c = min(p.middle[k], left);
             state[st + ST_COUNT + k] = c;
             left -= c;
         }
@@ -60,8 +61,8 @@ void main()
             r -= room0;
             tier = 4u;
             for (uint k = 1u; k < 4u; k++) {
-                if (r < tier_slots(k)) { tier = k; break; }
-                r -= tier_slots(k);
+                if (r < p.middle[k]) { tier = k; break; }
+                r -= p.middle[k];
             }
             if (tier == 4u) return;             // evicted
             slot = tier_first(tier) + r;

@@ -7,6 +7,10 @@
  * dequantised, requantised into the next tier's format and written to the slot the tier below
  * freed (or to its lowest free slot), with its position and score; the top tier's victim leaves
  * the slot the next append takes. Middle: position >= NSINK and position + NRECENT <= cur.
+ * Tiers by bytes (BYBYTES): while the held tokens and one more FP16 token exceed BUDGET bytes,
+ * the lowest-keyed middle token of the highest tier that has one (and a tier below it) moves
+ * down one tier into that tier's lowest free slot; when every middle token is in the lowest
+ * tier, its lowest-keyed one is evicted. Each move frees bytes, so the loop ends.
  * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
@@ -96,12 +100,56 @@ void move_row(uint from, uint kf, uint to, uint kt)
     barrier();
 }
 
+uint held_bytes()
+{
+    const uint st = g_st();
+    uint b = 0u;
+    for (uint k = 0u; k < 4u; k++) b += state[st + ST_COUNT + k] * tier_token_bytes(k);
+    return b;
+}
+
+void by_bytes(uint cur)
+{
+    const uint tid = gl_LocalInvocationID.x;
+    const uint st = g_st();
+    // each pass moves one token down or evicts one: at most every held token once per tier
+    for (uint it = 0u; it < 4u * total_slots(); it++) {
+        if (held_bytes() + tier_token_bytes(0u) <= BUDGET) break;
+        uint moved = 0u;
+        for (uint k = 0u; k < 4u && moved == 0u; k++) {
+            if (tier_slots(k) == 0u || state[st + ST_COUNT + k] == 0u) continue;
+            const uint nk = next_tier(k);
+            const uint v = pick(k, false, cur);
+            if (v == EMPTY) continue;
+            if (nk == 4u) {
+                if (tid == 0u) {
+                    positions[g_slot0() + v] = EMPTY;
+                    state[st + ST_COUNT + k] -= 1u;
+                    state[st + ST_EVICTED] += 1u;
+                }
+            } else {
+                const uint d = pick(nk, true, cur);
+                if (d == EMPTY) continue;     // (pools are sized so that this does not happen)
+                move_row(v, k, d, nk);
+            }
+            moved = 1u;
+        }
+        memoryBarrierBuffer();
+        barrier();
+        if (moved == 0u) break;
+    }
+}
+
 void main()
 {
     const uint tid = gl_LocalInvocationID.x;
     const uint st = g_st();
     if (state[st + ST_SKIP] != 0u) return;
     const uint cur = state[st + ST_CUR];
+    if (BYBYTES == 1u) {
+        by_bytes(cur);
+        return;
+    }
     if (tid == 0u) {
         for (uint k = 0u; k < 4u; k++) sh_chain[k] = EMPTY;
         sh_dest = EMPTY;

@@ -104,6 +104,33 @@ static vkh2o_result plan_pools(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* 
     if (d->precision == VKH2O_PRECISION_FP16 && !capped) {
         pl->slots[0] = d->max_tokens + 1;   /* the full cache: every position, no selection */
         pl->selects = false;
+    } else if (d->precision == VKH2O_PRECISION_TIERED && d->capacity_bytes && !(d->tier_tokens[0] | d->tier_tokens[1] |
+                                                                                  d->tier_tokens[2] | d->tier_tokens[3])) {
+        /* tiers by bytes: each tier in use gets the slots the capacity could fill with it */
+        if (d->capacity_bytes > UINT32_MAX)
+            return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                                   "kvcache: tiers by bytes take a capacity_bytes below 4 GiB per layer (%llu)",
+                                   (unsigned long long)d->capacity_bytes);
+        pl->selects = pl->by_bytes = true;
+        pl->budget_bytes = d->capacity_bytes;
+        uint32_t last = 0;
+        for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
+            if (!(d->tier_mask & (1u << k)))
+                continue;
+            uint64_t n = d->capacity_bytes / pl->token_bytes[k] + 1;
+            pl->slots[k] = (uint32_t)(n < (uint64_t)d->max_tokens + 1 ? n : (uint64_t)d->max_tokens + 1);
+            last = k;
+        }
+        if (pl->slots[0] < top + 2)
+            pl->slots[0] = top + 2;
+        /* the sinks and recents at FP16, one middle token in the lowest tier and room for the next */
+        const uint64_t need = (uint64_t)(top + 1) * pl->token_bytes[0] + pl->token_bytes[last];
+        if (d->capacity_bytes < need)
+            return vkh2o_error_set(err, VKH2O_ERROR_BUDGET,
+                                   "kvcache: capacity_bytes %llu holds too few tokens: the %u sinks + %u recents at fp16, room "
+                                   "for the next token and one middle token (%s) need %llu bytes per layer",
+                                   (unsigned long long)d->capacity_bytes, d->n_sink, d->n_recent, tier_names[last],
+                                   (unsigned long long)need);
     } else {
         pl->selects = true;
         uint32_t m0 = 1, fill = 4;
@@ -190,7 +217,61 @@ static vkh2o_result plan_pools(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* 
     for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
         pl->total_slots += pl->slots[k];
     pl->kept_tokens = pl->total_slots - 1;
+    if (pl->by_bytes) {
+        uint32_t m[VKH2O_TIER_COUNT];
+        vkh2o_kvcache_plan_counts(d, pl, d->max_tokens, m);
+        pl->kept_tokens = top + m[0] + m[1] + m[2] + m[3];
+    }
     return VKH2O_OK;
+}
+
+/* sinks and recents among the first n positions: [0, min(n_sink, n)) and [max(n_sink, n - n_recent), n) */
+static uint32_t top_tokens(const vkh2o_kvcache_desc* d, uint32_t n)
+{
+    const uint32_t rs = d->n_sink > (n > d->n_recent ? n - d->n_recent : 0) ? d->n_sink : (n > d->n_recent ? n - d->n_recent : 0);
+    return (d->n_sink < n ? d->n_sink : n) + (n > rs ? n - rs : 0);
+}
+
+void vkh2o_kvcache_plan_counts(const vkh2o_kvcache_desc* d, const vkh2o_kvcache_plan* pl, uint32_t n,
+                               uint32_t middle[VKH2O_TIER_COUNT])
+{
+    memset(middle, 0, sizeof(uint32_t) * VKH2O_TIER_COUNT);
+    if (!d || !pl || !n)
+        return;
+    const uint32_t ntop = top_tokens(d, n), nmid = n - ntop;
+    if (!pl->selects) {
+        middle[0] = nmid;
+        return;
+    }
+    if (!pl->by_bytes) {
+        uint32_t left = nmid;
+        for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
+            uint32_t room = k == 0 ? pl->slots[0] - 1 - ntop : pl->slots[k];
+            middle[k] = room < left ? room : left;
+            left -= middle[k];
+        }
+        return;
+    }
+    /* the steps' rule on counts alone: every middle token starts FP16; while the held tokens and
+     * room for one more FP16 token exceed the budget, one leaves the highest tier that has one */
+    uint64_t held = (uint64_t)n * pl->token_bytes[0];
+    middle[0] = nmid;
+    while (held + pl->token_bytes[0] > pl->budget_bytes) {
+        uint32_t k = 0;
+        while (k < VKH2O_TIER_COUNT && (!pl->slots[k] || !middle[k]))
+            k++;
+        if (k == VKH2O_TIER_COUNT)
+            break;
+        uint32_t nk = k + 1;
+        while (nk < VKH2O_TIER_COUNT && !pl->slots[nk])
+            nk++;
+        middle[k]--;
+        held -= pl->token_bytes[k];
+        if (nk < VKH2O_TIER_COUNT) {
+            middle[nk]++;
+            held += pl->token_bytes[nk];
+        }
+    }
 }
 
 vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kvcache_desc* out, vkh2o_kvcache_plan* plan,
@@ -234,10 +315,21 @@ vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kv
     if (any_tier && d.precision != VKH2O_PRECISION_TIERED)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: tier_tokens are for the tiered precision, not %s",
                                precision_names[d.precision]);
-    if (d.precision == VKH2O_PRECISION_TIERED && !any_tier)
+    if (d.precision == VKH2O_PRECISION_TIERED && !any_tier && !d.capacity_bytes)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
                                "kvcache: the tiered precision needs tier_tokens (middle tokens per tier; a 0 after the last "
-                               "count takes the rest of the capacity)");
+                               "count takes the rest of the capacity), or capacity_bytes alone (tiers by bytes)");
+    if (any_tier && desc->tier_mask)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                               "kvcache: tier_mask is for tiers by bytes; tier_tokens name the tiers of pools themselves");
+    if (d.tier_mask & ~0xfu)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: tier_mask 0x%x names tiers beyond int2", d.tier_mask);
+    if (d.tier_mask && d.precision != VKH2O_PRECISION_TIERED)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: tier_mask is for the tiered precision, not %s",
+                               precision_names[d.precision]);
+    if (d.precision == VKH2O_PRECISION_TIERED && !d.tier_mask)
+        d.tier_mask = 0x7u;
+    d.tier_mask |= d.precision == VKH2O_PRECISION_TIERED ? 1u : 0u;
     if (d.group_size[0])
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: group_size[fp16] %u: the fp16 tier has no groups",
                                d.group_size[0]);
@@ -332,6 +424,8 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     s[KVC_SPEC_POLMODE] = (uint32_t)d.policy | ((uint32_t)d.score_mode << 4);
     s[KVC_SPEC_SELECTS] = pl.selects ? 1u : 0u;
     s[KVC_SPEC_WROW] = d.kv_lora_rank + d.qk_rope_head_dim;
+    s[KVC_SPEC_BYBYTES] = pl.by_bytes ? 1u : 0u;
+    s[KVC_SPEC_BUDGET] = pl.by_bytes ? (uint32_t)(d.capacity_bytes < UINT32_MAX ? d.capacity_bytes : UINT32_MAX) : 0u;
     s[KVC_SPEC_MAXTOK] = d.max_tokens;
     *out = c;
     return VKH2O_OK;
@@ -503,6 +597,7 @@ vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, con
     struct kvc_push pc = { .layer = p->layer, .ckv_off = (uint32_t)(p->ckv_offset / 4), .kpe_off = (uint32_t)(p->kpe_offset / 4),
                            .out_off = c->plan.selects ? (uint32_t)(p->mass_offset / 4) : 0, .scale = d->scale,
                            .keep = keep_factor(d), .seed = d->seed, .n = p->n };
+    vkh2o_kvcache_plan_counts(d, &c->plan, p->n, pc.middle);
     return dispatch(c, cb, "kvc_prefill", b, &pc, vkh2o_div_up(p->n, KVC_WG), 1);
 }
 

@@ -17,8 +17,10 @@ enum kvc_spec {
     KVC_SPEC_POLMODE = 13,   /* policy | score mode << 4 */
     KVC_SPEC_SELECTS = 14,
     KVC_SPEC_WROW = 15,
-    KVC_SPEC_COUNT = 16,
-    KVC_SPEC_MAXTOK = 16,    /* kvc_append only */
+    KVC_SPEC_BYBYTES = 16,   /* 1: tiers by bytes (the capacity decides, not the pools) */
+    KVC_SPEC_BUDGET = 17,    /* tiers by bytes: the capacity in bytes */
+    KVC_SPEC_COUNT = 18,
+    KVC_SPEC_MAXTOK = 18,    /* kvc_append only */
 };
 
 /* state words per layer (kvc_common.glsl ST_*) */
@@ -45,6 +47,7 @@ struct kvc_push {
     uint32_t seed;
     uint32_t n;
     uint32_t flags;
+    uint32_t middle[4];      /* prefill: middle tokens per tier (vkh2o_kvcache_plan_counts) */
 };
 _Static_assert(sizeof(struct kvc_push) <= VKH2O_PUSH_MAX, "kvc push constants");
 

@@ -90,6 +90,36 @@ static void test_resolve(void** state)
     assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
     e = base_desc(4, 64, 16, 0);
     assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    /* tiers by bytes: capacity_bytes alone; pools sized for what the bytes could hold per tier */
+    vkh2o_kvcache_desc b = base_desc(64, 512, 64, 4096);
+    b.n_sink = 4;
+    b.n_recent = 16;
+    b.precision = VKH2O_PRECISION_TIERED;
+    b.capacity_bytes = 1000000;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&b, &r, &p, &err), VKH2O_OK);
+    assert_true(p.by_bytes && p.selects);
+    assert_int_equal(r.tier_mask, 0x7u);
+    assert_int_equal(p.slots[0], 1000000 / 1160 + 1);
+    assert_int_equal(p.slots[2], 1000000 / 304 + 1);
+    assert_int_equal(p.slots[3], 0);
+    uint32_t m[4];
+    vkh2o_kvcache_plan_counts(&r, &p, 4096, m);
+    uint64_t held = 20ull * 1160 + (uint64_t)m[0] * 1160 + (uint64_t)m[1] * 592 + (uint64_t)m[2] * 304;
+    printf("kimi, 1 MB by bytes at 4096 tokens: middle fp16 %u int8 %u int4 %u, %llu bytes held\n", m[0], m[1], m[2],
+           (unsigned long long)held);
+    assert_true(held + 1160 <= 1000000 && held + 1160 + 304 > 1000000);   /* full, and not one INT4 more */
+    assert_int_equal(m[0], 0);
+    assert_int_equal(p.kept_tokens, 20 + m[1] + m[2]);
+    vkh2o_kvcache_plan_counts(&r, &p, 100, m);   /* a short prompt fits at FP16 */
+    assert_int_equal(m[0], 80);
+    b.capacity_bytes = 21 * 1160 + 300;          /* no room for one INT4 middle token */
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&b, NULL, NULL, &err), VKH2O_ERROR_BUDGET);
+    b.capacity_bytes = 1000000;
+    b.tier_mask = 0x10;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&b, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    b.tier_mask = 0x3;
+    b.tier_tokens[1] = 5;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&b, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_kv_precision pr;
     assert_true(vkh2o_kv_precision_parse("tiered", &pr) && pr == VKH2O_PRECISION_TIERED);
     assert_false(vkh2o_kv_precision_parse("int3", &pr));
@@ -116,10 +146,12 @@ static ref_kvc_config ref_config(const vkh2o_kvcache* c)
     const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(c);
     ref_kvc_config rc = { .heads = d->num_heads, .kvl = d->kv_lora_rank, .rope = d->qk_rope_head_dim, .scale = d->scale,
                           .n_sink = d->n_sink, .n_recent = d->n_recent, .policy = d->policy, .mode = d->score_mode,
-                          .seed = d->seed, .keep = keep_of(d), .selects = p->selects };
+                          .seed = d->seed, .keep = keep_of(d), .selects = p->selects, .by_bytes = p->by_bytes,
+                          .budget = p->budget_bytes };
     for (int k = 0; k < 4; k++) {
         rc.slots[k] = p->slots[k];
         rc.group_size[k] = d->group_size[k];
+        rc.token_bytes[k] = p->token_bytes[k];
     }
     return rc;
 }
@@ -348,6 +380,13 @@ static const kcase cases[] = {
     { "int4 whole-row groups, int8 groups of 7", 3, 30, 6, 90, 9, 40,
       { .n_sink = 2, .n_recent = 3, .capacity_tokens = 24, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 1, 5, 0, 0 },
         .group_size = { 0, 7, 36, 0 } } },
+    { "tiered by bytes, fp16 > int8 > int4", 3, 30, 6, 120, 20, 90,
+      { .n_sink = 2, .n_recent = 4, .capacity_bytes = 2600, .precision = VKH2O_PRECISION_TIERED } },
+    { "tiered by bytes to int2, decayed, 11 heads", 11, 40, 8, 100, 40, 50,
+      { .n_sink = 3, .n_recent = 5, .capacity_bytes = 3000, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0xf,
+        H2O(VKH2O_SCORE_DECAY), .group_size = { 0, 0, 48, 16 } } },
+    { "tiered by bytes, fp16 > int4, prefill over the budget", 3, 30, 6, 120, 80, 30,
+      { .n_sink = 1, .n_recent = 3, .capacity_bytes = 1800, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0x5 } },
     { "int4 random", 3, 30, 6, 90, 9, 40,
       { .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_INT4, .policy = VKH2O_POLICY_RANDOM,
         .seed = 7 } },
@@ -368,7 +407,7 @@ static void test_record_once(void** state)
     vkh2o_context* ctx = vt_ctx();
     vt_rng rng;
     vt_rng_seed(&rng, vt_seed("kvcache record once"));
-    const uint32_t idx[] = { 0, 1, 3, 5, 7, 8, 9, 10 };
+    const uint32_t idx[] = { 0, 1, 3, 5, 7, 8, 9, 10, 11, 12 };
     for (size_t ci = 0; ci < sizeof idx / sizeof idx[0]; ci++) {
         const kcase* kc = &cases[idx[ci]];
         vkh2o_kvcache_desc d = kc->d;
