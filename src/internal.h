@@ -209,6 +209,8 @@ uint32_t vkh2o_retired_count(const vkh2o_context* ctx);
 void vkh2o_arena_reset(vkh2o_context* ctx);
 void vkh2o_arena_abandon(vkh2o_context* ctx);
 void vkh2o_arena_destroy(vkh2o_context* ctx);
+/* Empties the context's kernel cache (tests: a fault sweep meets every pipeline creation again). */
+void vkh2o_kernels_destroy(vkh2o_context* ctx);
 /* Number of embedded shaders and their names (vkh2o-info, tests). */
 uint32_t vkh2o_shader_count(void);
 const char* vkh2o_shader_name(uint32_t i);

@@ -529,6 +529,106 @@ static void test_overflow(void** state)
     vt_check_validation();
 }
 
+/* Every host allocation and Vulkan create / allocate of a cache's life (create, prefill, steps,
+ * statistics, snapshot, destroy) failed in turn: each call reports out of memory and hands back
+ * nothing, or succeeds with the fault-free numbers; device memory returns to where it was; the
+ * context then runs the scenario again with the fault-free result. */
+typedef struct fault_out {
+    uint32_t len, pos[40];
+    float score[40];
+    float out[3 * 30];
+} fault_out;
+
+static vkh2o_result fault_run(vkh2o_context* ctx, fault_out* o)
+{
+    vkh2o_kvcache_desc d = base_desc(3, 30, 6, 40);
+    d.n_sink = 1;
+    d.n_recent = 2;
+    d.capacity_bytes = 600;   /* 3 FP16 top tokens, room for one more, about 7 INT4: the 11 positions do not all fit */
+    d.precision = VKH2O_PRECISION_TIERED;
+    float rows[6 * 36], q[3 * 36], mass[6];
+    for (int i = 0; i < 6 * 36; i++) rows[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+    for (int i = 0; i < 3 * 36; i++) q[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+    for (int i = 0; i < 6; i++) mass[i] = 1.0f + (float)((i * 3) % 5);
+    vkh2o_kvcache* c = NULL;
+    vkh2o_buffer *br = NULL, *bq = NULL, *bm = NULL, *bo = NULL;
+    vkh2o_result r = vkh2o_kvcache_create(ctx, &d, &c);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, sizeof rows, &br);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, sizeof q, &bq);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, sizeof mass, &bm);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, sizeof o->out, &bo);
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(br, 0, rows, sizeof rows);
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bq, 0, q, sizeof q);
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bm, 0, mass, sizeof mass);
+    /* c_kv rows of 30 from the front of the buffer, k_pe rows of 6 from its tail */
+    if (r == VKH2O_OK)
+        r = vkh2o_run_kvcache_prefill(c, &(vkh2o_kvcache_prefill){ .n = 5, .ckv = br, .kpe = br, .kpe_offset = 4 * 150, .mass = bm });
+    for (int i = 0; r == VKH2O_OK && i < 6; i++)
+        r = vkh2o_run_kvcache_step(c, &(vkh2o_kvcache_step){ .q = bq, .ckv = br, .ckv_offset = 4ull * 30 * (i % 5), .kpe = br,
+                                                            .kpe_offset = 4 * 180, .out = bo });
+    if (r == VKH2O_OK) r = vkh2o_buffer_download(bo, 0, o->out, sizeof o->out);
+    vkh2o_kvcache_snapshot sn = { .positions = o->pos, .scores = o->score };
+    if (r == VKH2O_OK) r = vkh2o_kvcache_read_snapshot(c, 0, &sn);
+    o->len = sn.len;
+    vkh2o_buffer_destroy(br);
+    vkh2o_buffer_destroy(bq);
+    vkh2o_buffer_destroy(bm);
+    vkh2o_buffer_destroy(bo);
+    vkh2o_kvcache_destroy(c);
+    return r;
+}
+
+static void fault_same(const fault_out* a, const fault_out* b, uint64_t n)
+{
+    if (a->len != b->len || memcmp(a->pos, b->pos, 4 * a->len) || memcmp(a->score, b->score, 4 * a->len) ||
+        memcmp(a->out, b->out, sizeof a->out))
+        fail_msg("point %llu: a result differs from the fault-free run", (unsigned long long)n);
+}
+
+static void test_faults(void** state)
+{
+    (void)state;
+    vt_ctx();
+    vkh2o_context* ctx = vt_ctx_new(0);
+    const vkh2o_memory_stats mem0 = vkh2o_context_get_memory_stats(ctx);
+    fault_out want, got;
+    memset(&want, 0, sizeof want);
+    vkh2o_fault_arm(ctx, VKH2O_FAULT_ALL, 0);
+    assert_int_equal(fault_run(ctx, &want), VKH2O_OK);
+    const uint64_t total = vkh2o_fault_points(ctx, VKH2O_FAULT_ALL);
+    assert_true(want.len > 0 && want.len < 11);
+    uint32_t failed = 0, succeeded = 0;
+    for (uint64_t n = 1; n <= total; n++) {
+        vkh2o_kernels_destroy(ctx);
+        vkh2o_fault_arm(ctx, VKH2O_FAULT_ALL, n);
+        memset(&got, 0, sizeof got);
+        vkh2o_result r = fault_run(ctx, &got);
+        if (!vkh2o_fault_fired(ctx))
+            fail_msg("point %llu of %llu did not fire", (unsigned long long)n, (unsigned long long)total);
+        if (r == VKH2O_OK) {
+            fault_same(&want, &got, n);
+            succeeded++;
+        } else {
+            if (r != VKH2O_ERROR_OUT_OF_HOST_MEMORY && r != VKH2O_ERROR_OUT_OF_DEVICE_MEMORY)
+                fail_msg("point %llu (%s): %s: %s", (unsigned long long)n, ctx->fault.what, vkh2o_result_string(r),
+                         vkh2o_last_error(ctx));
+            failed++;
+        }
+        vkh2o_memory_stats m = vkh2o_context_get_memory_stats(ctx);
+        if (m.device_bytes != mem0.device_bytes || m.device_allocations != mem0.device_allocations)
+            fail_msg("point %llu: %llu device bytes left (before: %llu)", (unsigned long long)n,
+                     (unsigned long long)m.device_bytes, (unsigned long long)mem0.device_bytes);
+        vkh2o_fault_arm(ctx, VKH2O_FAULT_ALL, 0);
+        memset(&got, 0, sizeof got);
+        assert_int_equal(fault_run(ctx, &got), VKH2O_OK);
+        fault_same(&want, &got, n);
+    }
+    printf("kvcache fault sweep: %llu points, %u failed with out of memory, %u succeeded anyway\n", (unsigned long long)total,
+           failed, succeeded);
+    assert_int_equal(failed + succeeded, total);
+    vkh2o_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -536,6 +636,7 @@ int main(void)
         cmocka_unit_test(test_overflow),
         cmocka_unit_test(test_steps),
         cmocka_unit_test(test_record_once),
+        cmocka_unit_test(test_faults),
     };
     return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
 }
