@@ -1397,7 +1397,11 @@ typedef struct bench_row {
     vkh2o_model_session* s;       /* the policy's session */
     vkh2o_model_session* ref;     /* the full cache, prefilled to the policy's cache length */
     double t, t_ref;              /* seconds over the timed steps */
+    char name[48];                /* the policy's name, or the one KV cache's row ("kv-int4 25%") */
 } bench_row;
+
+/* --bench's rows on the one KV cache, at 25 % of the full FP16 cache's bytes (and its full cache) */
+#define KV_BENCH_ROWS 4
 
 static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned char* text, size_t len)
 {
@@ -1407,7 +1411,7 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
         fprintf(stderr, TOOL ": --bench needs a text of at least --ctx + --bench-steps bytes and --bench-steps <= 3/4 --ctx\n");
         return 1;
     }
-    bench_row rows[NPOLICIES];
+    bench_row rows[NPOLICIES + KV_BENCH_ROWS];
     uint32_t n = 0;
     int rc = 0;
     uint32_t* tok = malloc((size_t)o->ctx * sizeof *tok);
@@ -1418,27 +1422,49 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
     /* every policy session: prefill ctx - steps tokens (evicted to the cap), then steps decode steps,
      * each an evicting step at length cap + 1; its full-cache twin holds cap tokens (prefilled) and
      * decodes the same steps without evicting, at lengths cap + 1 .. cap + steps */
-    for (size_t k = 0; k < NPOLICIES && !rc; k++) {
+    for (size_t k = 0; k < NPOLICIES + KV_BENCH_ROWS && !rc; k++) {
         bench_row* b = &rows[n];
         memset(b, 0, sizeof *b);
-        b->policy = &POLICIES[k];
+        const size_t kv = k >= NPOLICIES ? k - NPOLICIES + 1 : 0;   /* 1: full, 2: fp16 h2o, 3: int4, 4: tiers by bytes */
+        b->policy = kv ? &POLICIES[kv == 1 ? 0 : 1] : &POLICIES[k];
         row r = { .policy = b->policy };
-        if (!b->policy->full) {
+        if (kv) {
+            static const char* const names[] = { "", "kv full", "kv-fp16 25%", "kv-int4 25%", "kv-tiered 25%" };
+            snprintf(b->name, sizeof b->name, "%s", names[kv]);
+            r.kv = true;
+            r.kv_prec = kv == 3 ? VKH2O_PRECISION_INT4 : kv == 4 ? VKH2O_PRECISION_TIERED : VKH2O_PRECISION_FP16;
+            r.kv_bytes = kv == 1 ? 0.0 : 0.25;
+            r.n_sink = o->n_sink;
+            r.n_recent = o->n_recent;
+        } else {
+            snprintf(b->name, sizeof b->name, "%s", b->policy->name);
+        }
+        if (!kv && !b->policy->full) {
             r.n_sink = o->n_sink < cap / 4 ? o->n_sink : cap / 4;
             r.n_recent = o->n_recent < cap / 4 ? o->n_recent : cap / 4;
             r.budget = cap - r.n_sink - r.n_recent;
         }
         b->cap = b->policy->full ? o->ctx : cap;
-        /* the twin: a cache of about the same capacity that never evicts while it is timed */
+        if (kv > 1) {   /* the tokens its plan keeps once full */
+            vkh2o_kvcache_desc kd;
+            vkh2o_kvcache_plan pl;
+            fill_kv(o, vkh2o_model_get_config(m), &r, &kd);
+            vkh2o_kvcache_desc_from_mla(&vkh2o_model_get_config(m)->attn, &kd);
+            kd.max_tokens = o->ctx;
+            b->cap = vkh2o_kvcache_desc_resolve(&kd, NULL, &pl, NULL) == VKH2O_OK ? pl.kept_tokens : 0;
+        }
+        /* the twin: a cache of about the same capacity that never evicts while it is timed (the
+         * one KV cache's rows have none: their share is not measured) */
         row twin = { .policy = &POLICIES[1], .budget = cap + warm + steps };
-        if ((rc = open_session(ctx, m, o, &r, &b->s)) != 0 || (!b->policy->full && (rc = open_session(ctx, m, o, &twin, &b->ref)) != 0))
+        if ((rc = open_session(ctx, m, o, &r, &b->s)) != 0 ||
+            (!kv && !b->policy->full && (rc = open_session(ctx, m, o, &twin, &b->ref)) != 0))
             break;
         uint32_t pre = o->ctx - steps - warm;
         if (vkh2o_run_model_prefill(b->s, tok, pre, NULL, NULL) != VKH2O_OK ||
             vkh2o_run_model_decode(b->s, tok + pre, warm, NULL, NULL) != VKH2O_OK ||
             (b->ref && (vkh2o_run_model_prefill(b->ref, tok, cap - warm, NULL, NULL) != VKH2O_OK ||
                         vkh2o_run_model_decode(b->ref, tok + cap - warm, warm, NULL, NULL) != VKH2O_OK))) {
-            fprintf(stderr, TOOL ": bench prefill (%s): %s\n", b->policy->name, vkh2o_last_error(ctx));
+            fprintf(stderr, TOOL ": bench prefill (%s): %s\n", b->name, vkh2o_last_error(ctx));
             rc = 1;
         }
         n++;
@@ -1460,7 +1486,7 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
                 b->t_ref += cli_now() - t1;
             }
             if (rc)
-                fprintf(stderr, TOOL ": bench step (%s): %s\n", b->policy->name, vkh2o_last_error(ctx));
+                fprintf(stderr, TOOL ": bench step (%s): %s\n", b->name, vkh2o_last_error(ctx));
         }
         cli_progress_update(&prog, st + 1);
     }
@@ -1470,14 +1496,14 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
     if (!rc) {
         double full_tps = 0;
         for (uint32_t k = 0; k < n; k++)
-            if (rows[k].policy->full)
+            if (rows[k].policy->full && !full_tps)
                 full_tps = steps / rows[k].t;
         printf("decode speed: %u single-token steps per policy, interleaved (wall time per step, submit + wait)\n", steps);
-        printf("%-10s %8s %12s %10s %16s\n", "policy", "cache", "tokens/s", "vs full", "eviction share");
+        printf("%-14s %8s %12s %10s %16s\n", "policy", "cache", "tokens/s", "vs full", "eviction share");
         for (uint32_t k = 0; k < n; k++) {
             const bench_row* b = &rows[k];
             double tps = steps / b->t;
-            printf("%-10s %8u %12.1f %9.2fx ", b->policy->name, b->cap, tps, full_tps > 0 ? tps / full_tps : 0.0);
+            printf("%-14s %8u %12.1f %9.2fx ", b->name, b->cap, tps, full_tps > 0 ? tps / full_tps : 0.0);
             if (b->ref)
                 printf("%15.1f%%\n", 100.0 * (b->t - b->t_ref) / b->t);
             else
@@ -1497,7 +1523,7 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
                     const bench_row* b = &rows[k];
                     fprintf(fj, "  {\"policy\": \"%s\", \"cache_tokens\": %u, \"ctx\": %u, \"steps\": %u, "
                                 "\"tokens_per_s\": %.3f, \"vs_full\": %.4f, ",
-                            b->policy->name, b->cap, o->ctx, steps, steps / b->t, full_tps > 0 ? steps / b->t / full_tps : 0.0);
+                            b->name, b->cap, o->ctx, steps, steps / b->t, full_tps > 0 ? steps / b->t / full_tps : 0.0);
                     json_num(fj, "eviction_share", b->ref ? (b->t - b->t_ref) / b->t : NAN, "%.4f");
                     fprintf(fj, "}%s\n", k + 1 < n ? "," : "");
                 }
