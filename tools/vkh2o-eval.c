@@ -1400,8 +1400,9 @@ typedef struct bench_row {
     char name[48];                /* the policy's name, or the one KV cache's row ("kv-int4 25%") */
 } bench_row;
 
-/* --bench's rows on the one KV cache, at 25 % of the full FP16 cache's bytes (and its full cache) */
-#define KV_BENCH_ROWS 4
+/* --bench's rows on the one KV cache at 25 % of the full FP16 cache's bytes (the full cache row is
+ * the one KV cache without a capacity already) */
+#define KV_BENCH_ROWS 3
 
 static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned char* text, size_t len)
 {
@@ -1425,7 +1426,7 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
     for (size_t k = 0; k < NPOLICIES + KV_BENCH_ROWS && !rc; k++) {
         bench_row* b = &rows[n];
         memset(b, 0, sizeof *b);
-        const size_t kv = k >= NPOLICIES ? k - NPOLICIES + 1 : 0;   /* 1: full, 2: fp16 h2o, 3: int4, 4: tiers by bytes */
+        const size_t kv = k >= NPOLICIES ? k - NPOLICIES + 2 : 0;   /* 2: fp16 h2o, 3: int4, 4: tiers by bytes */
         b->policy = kv ? &POLICIES[kv == 1 ? 0 : 1] : &POLICIES[k];
         row r = { .policy = b->policy };
         if (kv) {

@@ -103,7 +103,8 @@ VKH2O_API uint32_t vkh2o_budget_for_layer(vkh2o_budget_schedule schedule, uint32
                                           uint32_t num_layers);
 
 /*
- * Session desc; all zero = the full cache (no eviction) in the latent layout, FP16 rows:
+ * Session desc; all zero = the full cache (no eviction) in the latent layout, FP16 rows: one
+ * vkh2o_kvcache per layer without a capacity, which records no score or selection work:
  *   budget        heavy hitters kept per layer; 0 = every token (full cache; the other eviction
  *                 fields are then ignored)
  *   schedule      UNIFORM, or PYRAMID: the per-layer budgets of vkh2o_budget_for_layer

@@ -78,6 +78,8 @@ vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* t
                              const uint32_t* targets, uint32_t n_lp, float* logits, float* lps, const vkh2o_lm_attn* at);
 /* A prefill of n tokens into one quantised cache per layer (vkh2o_run_mla_prefill_qcache, which
  * cannot be recorded: one submission per layer with host copies); lps [n - 1] may be NULL. */
+/* Layer `layer`'s one KV cache of a session (tests), NULL when the session uses another cache. */
+const vkh2o_kvcache* vkh2o_model_session_kvcache(const vkh2o_model_session* s, uint32_t layer);
 vkh2o_result vkh2o_model_run_qprefill(vkh2o_model* m, const uint32_t* tokens, uint32_t n, vkh2o_qcache* const* qcs,
                                       float* logits, float* lps);
 

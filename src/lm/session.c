@@ -87,7 +87,15 @@ vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_
     s->d = d;
     s->max_tokens = max_tokens;
     vkh2o_result r;
-    if (d.kv_cache) {
+    /* the full cache (no budget, FP16 latent rows) is the one KV cache without a capacity: it
+     * appends and attends, and records no score, selection or eviction work at all */
+    const bool full = !d.kv_cache && !d.quantised && d.budget == 0 && !d.obs_window && !d.schedule &&
+                      (d.layout == VKH2O_LAYOUT_DEFAULT || d.layout == VKH2O_LAYOUT_LATENT) &&
+                      (d.storage == VKH2O_DTYPE_UNKNOWN || d.storage == VKH2O_DTYPE_F16);
+    if (full) {
+        s->d = (vkh2o_model_cache_desc){ .max_tokens = d.max_tokens, .kv_cache = true };
+        r = make_kvcaches(s);
+    } else if (d.kv_cache) {
         r = make_kvcaches(s);
     } else if (d.quantised) {
         r = make_qcaches(s);
@@ -178,6 +186,11 @@ vkh2o_result vkh2o_model_session_reset(vkh2o_model_session* s)
 }
 
 uint32_t vkh2o_model_session_get_position(const vkh2o_model_session* s) { return s ? s->pos : 0; }
+
+const vkh2o_kvcache* vkh2o_model_session_kvcache(const vkh2o_model_session* s, uint32_t layer)
+{
+    return s && s->kv && layer < s->m->cfg.attn.num_layers ? s->kv[layer] : NULL;
+}
 
 vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s, uint32_t layer, uint32_t* len)
 {
