@@ -7,8 +7,11 @@
  * This is the cache the library is converging on: it holds the MLA latent row of a token
  * ([c_kv after kv_a_layernorm (kv_lora_rank) | k_pe roped (qk_rope_head_dim)], shared by every
  * head), which is the layout of the model session's caches and of Kimi K2. The expanded
- * per-head layout, observation-window prefills and routing by block are still served by the
- * two older caches (vkh2o/cache.h, vkh2o/kvquant.h).
+ * per-head layout, F32 rows, mock steps and the quantised cache's block routing and block
+ * selectors (score, Quest) are still served by the two older caches (vkh2o/cache.h,
+ * vkh2o/kvquant.h). A step's RoPE position comes from the caller (vkh2o_mla_decode.position):
+ * a recorded layer decode step replays the cache's part exactly, its projections at the position
+ * it was recorded with.
  *
  * Slots, not order
  *   Per layer the cache has slot pools, one per tier T0 (FP16), T1 (INT8), T2 (INT4), T3 (INT2)
