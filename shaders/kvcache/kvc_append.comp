@@ -48,6 +48,6 @@ void main()
         uint e = 2u * w;
         float a = e < KVL ? in_ckv[p.ckv_off + e] : in_kpe[p.kpe_off + e - KVL];
         float b = e + 1u < KVL ? in_ckv[p.ckv_off + e + 1u] : in_kpe[p.kpe_off + e + 1u - KVL];
-        rows[rb + w] = kvc_f16(a) | (kvc_f16(b) << 16);
+        rows[rb + w] = f32_to_f16_rne(a) | (f32_to_f16_rne(b) << 16);
     }
 }

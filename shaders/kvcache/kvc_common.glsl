@@ -4,6 +4,7 @@
 #ifndef KVC_COMMON_GLSL
 #define KVC_COMMON_GLSL
 
+#include "common.glsl"       // f32_to_f16_rne, f16_round
 #include "h2o_common.glsl"
 
 // spec ids (enum kvc_spec in src/kvcache/kvcache_internal.h)
@@ -105,40 +106,13 @@ uvec2 group_range(uint k, uint gi)
     return uvec2(KVL + f, min(tier_gr(k), R - f));
 }
 
-// float -> IEEE binary16 bits, round to nearest even (not left to the driver's conversion, whose
-// rounding mode Vulkan leaves open); overflow -> inf, NaN -> quiet NaN
-uint kvc_f16(float f)
-{
-    uint x = floatBitsToUint(f);
-    uint sign = (x >> 16) & 0x8000u;
-    uint ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return sign | 0x7e00u;
-    if (ax >= 0x477ff000u) return sign | 0x7c00u;
-    if (ax < 0x38800000u) {
-        if (ax < 0x33000000u) return sign;
-        uint e = ax >> 23;
-        uint m = (ax & 0x7fffffu) | 0x800000u;
-        uint sh = 126u - e;
-        uint r = m >> sh;
-        uint rem = m & ((1u << sh) - 1u);
-        uint half_ = 1u << (sh - 1u);
-        if (rem > half_ || (rem == half_ && (r & 1u) != 0u)) r++;
-        return sign | r;
-    }
-    uint h = (ax >> 13) - (112u << 10);
-    uint rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u) != 0u)) h++;
-    return sign | h;
-}
-float kvc_f16_round(float f) { return unpackHalf2x16(kvc_f16(f)).x; }
-
 // The group word of numbers with minimum lo and maximum hi at b bits: scale (low half), zero
 // (high half), both fp16.
 uint group_word(float lo, float hi, uint b)
 {
-    uint z = kvc_f16(lo);
+    uint z = f32_to_f16_rne(lo);
     float zf = unpackHalf2x16(z).x;
-    uint s = kvc_f16(max(hi - zf, 0.0) / float((1u << b) - 1u));
+    uint s = f32_to_f16_rne(max(hi - zf, 0.0) / float((1u << b) - 1u));
     return s | (z << 16);
 }
 // the code of x in a group word

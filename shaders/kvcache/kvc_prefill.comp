@@ -73,16 +73,16 @@ void main()
     const uint base = g_rows0() + slot_base(slot);
     if (tier == 0u) {
         for (uint w = 0u; w < W / 2u; w++)
-            rows[base + w] = kvc_f16(in_row(i, 2u * w)) | (kvc_f16(in_row(i, 2u * w + 1u)) << 16);
+            rows[base + w] = f32_to_f16_rne(in_row(i, 2u * w)) | (f32_to_f16_rne(in_row(i, 2u * w + 1u)) << 16);
         return;
     }
     // quantised from the fp16-rounded row, as a demotion from the top tier would
     const uint b = tier_bits(tier), ng = tier_groups(tier), dw = tier_data_words(tier), per = 32u / b;
     for (uint gi = 0u; gi < ng; gi++) {
         uvec2 r = group_range(tier, gi);
-        float lo = kvc_f16_round(in_row(i, r.x)), hi = lo;
+        float lo = f16_round(in_row(i, r.x)), hi = lo;
         for (uint e = r.x + 1u; e < r.x + r.y; e++) {
-            float x = kvc_f16_round(in_row(i, e));
+            float x = f16_round(in_row(i, e));
             lo = min(lo, x);
             hi = max(hi, x);
         }
@@ -92,7 +92,7 @@ void main()
         uint word = 0u;
         for (uint j = 0u; j < per; j++) {
             uint e = w * per + j;
-            if (e < W) word |= quant_code(kvc_f16_round(in_row(i, e)), rows[base + dw + group_of(tier, e)], b) << (j * b);
+            if (e < W) word |= quant_code(f16_round(in_row(i, e)), rows[base + dw + group_of(tier, e)], b) << (j * b);
         }
         rows[base + w] = word;
     }

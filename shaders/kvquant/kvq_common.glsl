@@ -3,6 +3,8 @@
 #ifndef KVQ_COMMON_GLSL
 #define KVQ_COMMON_GLSL
 
+#include "common.glsl"   // f32_to_f16_rne, f16_round
+
 // spec ids 0..8 (mirrored by enum kvq_spec in src/kvquant/kvquant_internal.h)
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint B = 16;       // tokens per block
@@ -48,34 +50,6 @@ uint kvq_scale_index(uint grp, uint d, uint t, uint c)
 // one thread would get the FP16 blocks and the other the INT4 ones; the multiplicative stride
 // gives every contiguous range a fair mix. The host keeps n * k below 2^32.
 uint kvq_wg_perm(uint w, uint n, uint k) { return (w * k) % n; }
-
-// float -> IEEE binary16 bits, round to nearest even (not left to the driver's conversion,
-// whose rounding mode Vulkan leaves open); overflow -> inf, NaN -> quiet NaN
-uint f32_to_f16_rne(float f)
-{
-    uint x = floatBitsToUint(f);
-    uint sign = (x >> 16) & 0x8000u;
-    uint ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return sign | 0x7e00u;
-    if (ax >= 0x477ff000u) return sign | 0x7c00u;
-    if (ax < 0x38800000u) {
-        if (ax < 0x33000000u) return sign;       // below 2^-25 (2^-25 itself ties to 0)
-        uint e = ax >> 23;
-        uint m = (ax & 0x7fffffu) | 0x800000u;
-        uint sh = 126u - e;                      // 14..24
-        uint r = m >> sh;
-        uint rem = m & ((1u << sh) - 1u);
-        uint half_ = 1u << (sh - 1u);
-        if (rem > half_ || (rem == half_ && (r & 1u) != 0u)) r++;
-        return sign | r;
-    }
-    uint h = (ax >> 13) - (112u << 10);
-    uint rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u) != 0u)) h++;
-    return sign | h;
-}
-
-float f16_round(float f) { return unpackHalf2x16(f32_to_f16_rne(f)).x; }
 
 // fp16 scale of a group with the given max |x|
 float kvq_scale(float maxabs, uint p)
