@@ -3,7 +3,8 @@
 --json files of single --kv rows; docs/QUALITY.md "At a byte capacity" is made from it).
 
 usage: scripts/byte-table.py FILE.json [FILE.json ...]
-Rows are grouped by capacity (the fraction of the full FP16 cache's bytes), best perplexity first;
+Rows are grouped by capacity (kv_capacity: the fraction of the full FP16 cache's bytes a row was
+given; a cache that needs less, such as INT4 holding every token, holds less), best perplexity first;
 "vs full" compares with the full cache of the same file set (the forward: policy full, no --kv).
 The recurrence is the passage's bits/byte at its recurrence, the mean over its three depths, and
 its change against the full cache's recurrence; passkey compressed and streamed."""
@@ -32,13 +33,14 @@ def main():
         if not r["kv_quant"].startswith("kv-"):
             continue
         cap = r["cache_bytes"] / fp16
-        keyed.append((-round(cap * 16) / 16, r["ppl"] if r["ppl"] is not None else 1e9, r, cap))
-    for _, _, r, cap in sorted(keyed, key=lambda k: (k[0], k[1])):
+        asked = r.get("kv_capacity", 1.0 if r["policy"] == "full" else cap)   # the capacity the row was given
+        keyed.append((-asked, r["ppl"] if r["ppl"] is not None else 1e9, r, cap, asked))
+    for _, _, r, cap, asked in sorted(keyed, key=lambda k: (k[0], k[1])):
         rec = r.get("recall_second_bits")
         bd = r.get("recall_by_depth") or {}
         depths = " / ".join("%.2f" % bd[d]["second_bits"] for d in ("early", "middle", "late") if d in bd) or "-"
         print("| %s | %s | %s | %d | %.1f %% | %s | %s | %s | %s | %s | %s |" % (
-            "100 %" if r["policy"] == "full" else "%.2f %%" % (100.0 * round(cap * 16) / 16),
+            "100 %" if r["policy"] == "full" else "%.2f %%" % (100.0 * asked),
             r["policy"], r["kv_quant"][3:], r["cache_tokens"], 100.0 * cap, val(r["ppl"], "%.4f"),
             "-" if r["ppl"] is None else "%+.2f %%" % (100.0 * (r["ppl"] / full["ppl"] - 1.0)),
             "-" if rec is None else "%.3f (%+.1f %%)" % (rec, 100.0 * (rec / fr - 1.0)) if fr else "%.3f" % rec,

@@ -1247,6 +1247,8 @@ static bool write_outputs(const opts* o, const row* rows, uint32_t n)
                         "\"cache_bytes\": %llu, \"ctx\": %u, \"kv_quant\": \"%s\", ",
                     r->policy->name, r->budget, r->n_sink, r->n_recent, r->cache_tokens, (unsigned long long)r->cache_bytes,
                     o->ctx, r->kv_quant);
+            if (r->kv && r->kv_bytes > 0)   /* the one KV cache's capacity: a fraction of the FP16 cache's bytes */
+                fprintf(fj, "\"kv_capacity\": %.6g, ", r->kv_bytes);
             json_num(fj, "bits_per_byte", r->bits, "%.6f");
             fprintf(fj, ", ");
             json_num(fj, "ppl", isnan(r->bits) ? NAN : pow(2.0, r->bits), "%.6f");
