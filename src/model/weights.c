@@ -196,8 +196,18 @@ static vkh2o_result check_fp8(const vkh2o_tensor_view* q, const vkh2o_tensor_vie
                                    "must be finite and > 0", s->file, s->name, (unsigned long long)(i / s->shape[1]),
                                    (unsigned long long)(i % s->shape[1]), (double)x, q->name);
     }
+    /* eight codes at a time (this reads every FP8 byte of a load): a byte b has (b & 0x7f) ==
+     * 0x7f exactly when (b & 0x7f) + 1 sets its top bit, and no carry leaves a byte; the
+     * bytewise loop then finds the first such byte for the message, or checks the tail. */
     const uint8_t* b = q->data;
-    for (uint64_t i = 0; i < q->numel; i++)
+    uint64_t i = 0;
+    for (; i + 8 <= q->numel; i += 8) {
+        uint64_t x;
+        memcpy(&x, b + i, 8);
+        if (((x & 0x7f7f7f7f7f7f7f7full) + 0x0101010101010101ull) & 0x8080808080808080ull)
+            break;
+    }
+    for (; i < q->numel; i++)
         if ((b[i] & 0x7fu) == 0x7fu)
             return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: tensor '%s': element [%llu, %llu] is NaN (byte 0x%02x)",
                                    q->file, q->name, (unsigned long long)(i / q->shape[1]),
