@@ -141,15 +141,17 @@ const vkh2o_tensor_view* vkh2o_mla_host_weights_get_scale(const vkh2o_mla_host_w
 
 double vkh2o_mla_host_weights_get_value(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w, uint64_t i)
 {
-    const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, w);
-    if (!v || !v->data || i >= v->numel)
+    if (!hw || (unsigned)w >= VKH2O_W_COUNT)
         return NAN;
-    const double x = vkh2o_load_elem(v->dtype, v->data, i);
+    const vkh2o_tensor_view* v = &hw->v[w];
+    if (!v->data || i >= v->numel)
+        return NAN;
     const vkh2o_tensor_view* s = &hw->scale[w];
-    if (v->dtype != VKH2O_DTYPE_F8_E4M3 || !s->data)
-        return x;
+    if (!s->data)   /* set only beside an F8_E4M3 weight */
+        return vkh2o_load_elem(v->dtype, v->data, i);
     const uint64_t cols = v->shape[1], r = i / cols, c = i % cols;
-    return x * (double)vkh2o_load_elem(s->dtype, s->data, (r / FP8_BLOCK) * s->shape[1] + c / FP8_BLOCK);
+    return (double)vkh2o_f8e4m3_to_f32(((const uint8_t*)v->data)[i]) *
+           (double)vkh2o_load_elem(s->dtype, s->data, (r / FP8_BLOCK) * s->shape[1] + c / FP8_BLOCK);
 }
 
 /* w[r][c] = fp8[r][c] * scale_inv[r / 128][c / 128], rounded to BF16. Edge blocks are partial. */
