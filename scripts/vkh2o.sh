@@ -22,7 +22,7 @@ PACKAGES=(cmake ninja-build gcc pkg-config python3 libvulkan-dev glslang-tools l
           mesa-vulkan-drivers vulkan-validationlayers libcjson-dev)
 EXTRA_PACKAGES=()   # per command: clang for fuzz, valgrind for memcheck
 JOBS=${JOBS:-$(nproc)}
-FUZZ_TARGETS=(safetensors index config fp8)
+FUZZ_TARGETS=(safetensors index config fp8 model)
 
 deps() {
     [ "${VKH2O_SKIP_APT:-0}" = 1 ] && return 0

@@ -51,11 +51,14 @@ uint16_t vkh2o_f32_to_f16(float f)
 
 float vkh2o_f8e4m3_to_f32(uint8_t b)
 {
-    uint32_t sign = b & 0x80u, exp = (b >> 3) & 0xfu, man = b & 7u;
+    uint32_t sign = (uint32_t)(b & 0x80u) << 24, exp = (b >> 3) & 0xfu, man = b & 7u;
     if (exp == 0xf && man == 7)
         return NAN;
-    float v = exp == 0 ? ldexpf((float)man, -9) : ldexpf((float)(8 + man), (int)exp - 10);
-    return sign ? -v : v;
+    if (exp == 0) {
+        float v = (float)man * 0x1p-9f;             /* subnormal or zero: exact */
+        return sign ? -v : v;
+    }
+    return u2f(sign | ((exp + 120u) << 23) | (man << 20));   /* (1 + man/8) 2^(exp-7); all 256 codes as before */
 }
 
 uint8_t vkh2o_f32_to_f8e4m3(float f)

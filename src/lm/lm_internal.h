@@ -56,6 +56,32 @@ struct vkh2o_model {
     vkh2o_buffer *ids, *tgt, *h, *xn, *ao, *g, *u, *m, *logits, *lp;
 };
 
+/* The host side of loading a model directory (model.c), everything vkh2o_model_create does
+ * before the device: config.json (vkh2o_model_config_from_json; beside a .safetensors file when
+ * dir is one), the weights (model.safetensors.index.json + shards, else model.safetensors, else
+ * what vkh2o_checkpoint_open finds at dir), and every tensor the model reads found and checked
+ * against the config: embedding / norm / lm_head and each layer's MLP and post-attention norm
+ * (shape; F32, F16 or BF16), each layer's attention (vkh2o_mla_host_weights_load with
+ * VKH2O_LOAD_INPUT_LAYERNORM: shapes, dtypes, FP8 block scales). The views point into h->ck's
+ * mappings. ctx may be NULL (it is only the fault-injection point of the layer array). On
+ * failure *h is zeroed and err holds the code and message vkh2o_model_create reports. Results: OK,
+ * INVALID_ARGUMENT, IO, FORMAT, UNSUPPORTED, MISSING_TENSOR, SHAPE, DTYPE, OUT_OF_HOST_MEMORY. */
+typedef struct vkh2o_model_host_layer {
+    vkh2o_mla_host_weights* attn;               /* with its input_layernorm */
+    vkh2o_tensor_view post_ln, gate, up, down;  /* [D], [I, D], [I, D], [D, I] */
+} vkh2o_model_host_layer;
+
+typedef struct vkh2o_model_host {
+    vkh2o_model_config cfg;
+    vkh2o_checkpoint* ck;
+    vkh2o_tensor_view embed, norm, lm_head;     /* [V, D], [D], [V, D] (lm_head.data NULL when tied) */
+    vkh2o_model_host_layer* layers;             /* cfg.attn.num_layers */
+} vkh2o_model_host;
+
+vkh2o_result vkh2o_model_host_load(vkh2o_context* ctx, const char* dir, vkh2o_model_host* h, vkh2o_error* err);
+/* Releases what vkh2o_model_host_load holds (a zeroed *h is fine) and zeroes *h. */
+void vkh2o_model_host_free(vkh2o_model_host* h);
+
 /* How a recording runs each layer's attention. */
 typedef enum vkh2o_lm_mode { VKH2O_LM_FORWARD = 0, VKH2O_LM_PREFILL, VKH2O_LM_DECODE, VKH2O_LM_QDECODE } vkh2o_lm_mode;
 typedef struct vkh2o_lm_attn {

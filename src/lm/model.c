@@ -104,28 +104,35 @@ static vkh2o_result fail_err(vkh2o_context* ctx, const vkh2o_error* e)
     return vkh2o_fail(ctx, e->code ? e->code : VKH2O_ERROR_FORMAT, "%s", e->message);
 }
 
-/* Finds name, checks it is [d0] (d1 == 0) or [d0, d1] of a float dtype, uploads it (widened to
- * f32 when f32 is set). */
-static vkh2o_result load_weight(vkh2o_model* m, vkh2o_checkpoint* ck, const char* name, uint64_t d0, uint64_t d1,
-                                bool f32, vkh2o_dev_weight* out)
+/* Finds name and checks it is [d0] (d1 == 0) or [d0, d1] of a float dtype. */
+static vkh2o_result host_weight(vkh2o_checkpoint* ck, const char* name, uint64_t d0, uint64_t d1,
+                                vkh2o_tensor_view* out, vkh2o_error* err)
 {
-    vkh2o_error e = { 0 };
     vkh2o_tensor_view v;
-    if (vkh2o_checkpoint_find(ck, name, &v, &e) != VKH2O_OK)
-        return fail_err(m->ctx, &e);
+    vkh2o_result r = vkh2o_checkpoint_find(ck, name, &v, err);
+    if (r != VKH2O_OK)
+        return r;
     uint32_t nd = d1 ? 2 : 1;
     if (v.ndim != nd || v.shape[0] != d0 || (d1 && v.shape[1] != d1)) {
         char got[96], want[96];
         uint64_t ws[2] = { d0, d1 };
-        return vkh2o_fail(m->ctx, VKH2O_ERROR_SHAPE, "%s: tensor %s has shape %s; config.json implies %s", v.file, name,
-                          vkh2o_shape_str(got, sizeof got, v.ndim, v.shape), vkh2o_shape_str(want, sizeof want, nd, ws));
+        return vkh2o_error_set(err, VKH2O_ERROR_SHAPE, "%s: tensor %s has shape %s; config.json implies %s", v.file, name,
+                               vkh2o_shape_str(got, sizeof got, v.ndim, v.shape),
+                               vkh2o_shape_str(want, sizeof want, nd, ws));
     }
     if (v.dtype != VKH2O_DTYPE_F32 && v.dtype != VKH2O_DTYPE_F16 && v.dtype != VKH2O_DTYPE_BF16)
-        return vkh2o_fail(m->ctx, VKH2O_ERROR_DTYPE, "%s: tensor %s is %s; F32, F16 or BF16 is supported here", v.file, name,
-                          vkh2o_dtype_name(v.dtype));
-    vkh2o_result r = f32 ? vkh2o_weight_upload_f32(m->ctx, &v, out) : vkh2o_weight_upload(m->ctx, &v, out);
+        return vkh2o_error_set(err, VKH2O_ERROR_DTYPE, "%s: tensor %s is %s; F32, F16 or BF16 is supported here", v.file,
+                               name, vkh2o_dtype_name(v.dtype));
+    *out = v;
+    return VKH2O_OK;
+}
+
+/* Uploads a checked view (widened to f32 when f32 is set). */
+static vkh2o_result upload_weight(vkh2o_model* m, const vkh2o_tensor_view* v, bool f32, vkh2o_dev_weight* out)
+{
+    vkh2o_result r = f32 ? vkh2o_weight_upload_f32(m->ctx, v, out) : vkh2o_weight_upload(m->ctx, v, out);
     if (r == VKH2O_OK)
-        m->weight_bytes += v.numel * (f32 ? 4u : vkh2o_dtype_size(v.dtype));
+        m->weight_bytes += v->numel * (f32 ? 4u : vkh2o_dtype_size(v->dtype));
     return r;
 }
 
@@ -173,29 +180,30 @@ static void config_path(const char* path, char* out, size_t cap)
         snprintf(out, cap, "%.*s/config.json", (int)(slash - path), path);
 }
 
-vkh2o_result vkh2o_model_create(vkh2o_context* ctx, const char* dir, const vkh2o_model_desc* desc, vkh2o_model** out)
+void vkh2o_model_host_free(vkh2o_model_host* h)
 {
-    if (out)
-        *out = NULL;
-    if (!ctx || !dir || !out)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model create: NULL argument");
-    vkh2o_model_desc d = desc ? *desc : (vkh2o_model_desc){ 0 };
-    if (d.flags)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model create: unknown flags 0x%x", d.flags);
+    if (!h)
+        return;
+    if (h->layers)
+        for (uint32_t l = 0; l < h->cfg.attn.num_layers; l++)
+            vkh2o_mla_host_weights_destroy(h->layers[l].attn);
+    free(h->layers);
+    vkh2o_checkpoint_destroy(h->ck);
+    memset(h, 0, sizeof *h);
+}
+
+vkh2o_result vkh2o_model_host_load(vkh2o_context* ctx, const char* dir, vkh2o_model_host* h, vkh2o_error* err)
+{
+    if (!h)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "model create: NULL argument");
+    memset(h, 0, sizeof *h);
+    if (!dir)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "model create: NULL argument");
     char cpath[PATH_MAX];
     config_path(dir, cpath, sizeof cpath);
-    vkh2o_model* m = vkh2o_calloc(ctx, 1, sizeof *m);
-    if (!m)
-        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model create: out of host memory");
-    m->ctx = ctx;
-    m->max_seq = d.max_seq_len ? d.max_seq_len : DEFAULT_MAX_SEQ;
-    vkh2o_error e = { 0 };
-    vkh2o_checkpoint* ck = NULL;
-    vkh2o_result r = vkh2o_model_config_from_json(cpath, &m->cfg, &e);
-    if (r != VKH2O_OK) {
-        r = fail_err(ctx, &e);
+    vkh2o_result r = vkh2o_model_config_from_json(cpath, &h->cfg, err);
+    if (r != VKH2O_OK)
         goto fail;
-    }
     /* a directory's weights: its index, else its model.safetensors (other .safetensors files beside
      * it, such as reference outputs, are not weights), else whatever the checkpoint finds */
     char wpath[PATH_MAX];
@@ -208,10 +216,65 @@ vkh2o_result vkh2o_model_create(vkh2o_context* ctx, const char* dir, const vkh2o
     } else {
         snprintf(wpath, sizeof wpath, "%s", dir);
     }
-    if ((r = vkh2o_checkpoint_open(wpath, &ck, &e)) != VKH2O_OK) {
-        r = fail_err(ctx, &e);
+    if ((r = vkh2o_checkpoint_open(wpath, &h->ck, err)) != VKH2O_OK)
+        goto fail;
+    const vkh2o_model_config* c = &h->cfg;
+    const uint32_t D = c->attn.hidden_size, I = c->intermediate_size, V = c->vocab_size, NL = c->attn.num_layers;
+    h->layers = vkh2o_calloc(ctx, NL, sizeof *h->layers);
+    if (!h->layers) {
+        r = vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model create: out of host memory");
         goto fail;
     }
+    if ((r = host_weight(h->ck, "model.embed_tokens.weight", V, D, &h->embed, err)) != VKH2O_OK ||
+        (r = host_weight(h->ck, "model.norm.weight", D, 0, &h->norm, err)) != VKH2O_OK)
+        goto fail;
+    if (!c->tie_word_embeddings && (r = host_weight(h->ck, "lm_head.weight", V, D, &h->lm_head, err)) != VKH2O_OK)
+        goto fail;
+    for (uint32_t l = 0; l < NL; l++) {
+        vkh2o_model_host_layer* L = &h->layers[l];
+        char name[160];
+        if ((r = vkh2o_mla_host_weights_load(h->ck, &c->attn, l, VKH2O_LOAD_INPUT_LAYERNORM, &L->attn, err)) != VKH2O_OK)
+            goto fail;
+#define HW(field, suffix, d0, d1)                                                                 \
+        snprintf(name, sizeof name, "model.layers.%u.%s.weight", l, suffix);                      \
+        if ((r = host_weight(h->ck, name, d0, d1, &L->field, err)) != VKH2O_OK)                    \
+            goto fail;
+        HW(post_ln, "post_attention_layernorm", D, 0)
+        HW(gate, "mlp.gate_proj", I, D)
+        HW(up, "mlp.up_proj", I, D)
+        HW(down, "mlp.down_proj", D, I)
+#undef HW
+    }
+    return VKH2O_OK;
+fail:
+    vkh2o_model_host_free(h);
+    return r;
+}
+
+vkh2o_result vkh2o_model_create(vkh2o_context* ctx, const char* dir, const vkh2o_model_desc* desc, vkh2o_model** out)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !dir || !out)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model create: NULL argument");
+    vkh2o_model_desc d = desc ? *desc : (vkh2o_model_desc){ 0 };
+    if (d.flags)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model create: unknown flags 0x%x", d.flags);
+    vkh2o_model* m = vkh2o_calloc(ctx, 1, sizeof *m);
+    if (!m)
+        return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model create: out of host memory");
+    m->ctx = ctx;
+    m->max_seq = d.max_seq_len ? d.max_seq_len : DEFAULT_MAX_SEQ;
+    /* every file read and every tensor checked against config.json before anything reaches the device */
+    vkh2o_error e = { 0 };
+    vkh2o_model_host h;
+    vkh2o_result r = vkh2o_model_host_load(ctx, dir, &h, &e);
+    if (r != VKH2O_OK) {
+        r = fail_err(ctx, &e);
+        free(m);
+        return r;
+    }
+    m->cfg = h.cfg;
     const vkh2o_model_config* c = &m->cfg;
     const uint32_t D = c->attn.hidden_size, I = c->intermediate_size, V = c->vocab_size, NL = c->attn.num_layers;
     m->layers = vkh2o_calloc(ctx, NL, sizeof *m->layers);
@@ -219,56 +282,45 @@ vkh2o_result vkh2o_model_create(vkh2o_context* ctx, const char* dir, const vkh2o
         r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model create: out of host memory");
         goto fail;
     }
-    if ((r = load_weight(m, ck, "model.embed_tokens.weight", V, D, false, &m->embed)) != VKH2O_OK ||
-        (r = load_weight(m, ck, "model.norm.weight", D, 0, true, &m->norm)) != VKH2O_OK)
+    if ((r = upload_weight(m, &h.embed, false, &m->embed)) != VKH2O_OK ||
+        (r = upload_weight(m, &h.norm, true, &m->norm)) != VKH2O_OK)
         goto fail;
-    if (!c->tie_word_embeddings && (r = load_weight(m, ck, "lm_head.weight", V, D, false, &m->lm_head)) != VKH2O_OK)
+    if (!c->tie_word_embeddings && (r = upload_weight(m, &h.lm_head, false, &m->lm_head)) != VKH2O_OK)
         goto fail;
     for (uint32_t l = 0; l < NL; l++) {
         lm_layer* L = &m->layers[l];
-        char name[160];
-        vkh2o_mla_host_weights* hw = NULL;
-        if ((r = vkh2o_mla_host_weights_load(ck, &c->attn, l, VKH2O_LOAD_INPUT_LAYERNORM, &hw, &e)) != VKH2O_OK) {
-            r = fail_err(ctx, &e);
-            goto fail;
-        }
+        const vkh2o_model_host_layer* HL = &h.layers[l];
         vkh2o_mla_layer_desc ld = { .max_seq_len = m->max_seq, .max_decode_tokens = m->max_seq,
                                     .max_obs_window = d.max_obs_window };
-        r = vkh2o_mla_layer_create(ctx, &c->attn, hw, &ld, &L->attn);
+        r = vkh2o_mla_layer_create(ctx, &c->attn, HL->attn, &ld, &L->attn);
         if (r == VKH2O_OK)
-            r = vkh2o_weight_upload_f32(ctx, vkh2o_mla_host_weights_get_view(hw, VKH2O_W_INPUT_LAYERNORM), &L->input_ln);
+            r = vkh2o_weight_upload_f32(ctx, vkh2o_mla_host_weights_get_view(HL->attn, VKH2O_W_INPUT_LAYERNORM),
+                                        &L->input_ln);
         for (int w = 0; r == VKH2O_OK && w < VKH2O_W_COUNT; w++) {
-            const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, (vkh2o_mla_weight)w);
+            const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(HL->attn, (vkh2o_mla_weight)w);
             bool norm = w == VKH2O_W_Q_A_LAYERNORM || w == VKH2O_W_KV_A_LAYERNORM || w == VKH2O_W_INPUT_LAYERNORM;
             if (v && v->data)
                 m->weight_bytes += v->numel * (norm ? 4u : vkh2o_dtype_size(v->dtype));
         }
-        vkh2o_mla_host_weights_destroy(hw);
-        if (r != VKH2O_OK)
+        if (r != VKH2O_OK || (r = upload_weight(m, &HL->post_ln, true, &L->post_ln)) != VKH2O_OK ||
+            (r = upload_weight(m, &HL->gate, false, &L->gate)) != VKH2O_OK ||
+            (r = upload_weight(m, &HL->up, false, &L->up)) != VKH2O_OK ||
+            (r = upload_weight(m, &HL->down, false, &L->down)) != VKH2O_OK)
             goto fail;
-#define LW(field, suffix, d0, d1, f32)                                                            \
-        snprintf(name, sizeof name, "model.layers.%u.%s.weight", l, suffix);                      \
-        if ((r = load_weight(m, ck, name, d0, d1, f32, &L->field)) != VKH2O_OK)                    \
-            goto fail;
-        LW(post_ln, "post_attention_layernorm", D, 0, true)
-        LW(gate, "mlp.gate_proj", I, D, false)
-        LW(up, "mlp.up_proj", I, D, false)
-        LW(down, "mlp.down_proj", D, I, false)
-#undef LW
     }
-    vkh2o_checkpoint_destroy(ck);
-    ck = NULL;
+    vkh2o_model_host_free(&h);
     const uint64_t S = m->max_seq;
     if ((r = make_buffer(m, S * 4, &m->ids)) != VKH2O_OK || (r = make_buffer(m, S * 4, &m->tgt)) != VKH2O_OK ||
         (r = make_buffer(m, S * 4, &m->lp)) != VKH2O_OK || (r = make_buffer(m, S * D * 4, &m->h)) != VKH2O_OK ||
         (r = make_buffer(m, S * D * 4, &m->xn)) != VKH2O_OK || (r = make_buffer(m, S * D * 4, &m->ao)) != VKH2O_OK ||
         (r = make_buffer(m, S * I * 4, &m->g)) != VKH2O_OK || (r = make_buffer(m, S * I * 4, &m->u)) != VKH2O_OK ||
         (r = make_buffer(m, S * I * 4, &m->m)) != VKH2O_OK || (r = make_buffer(m, S * V * 4, &m->logits)) != VKH2O_OK)
-        goto fail;
+        goto fail_buffers;
     *out = m;
     return VKH2O_OK;
 fail:
-    vkh2o_checkpoint_destroy(ck);
+    vkh2o_model_host_free(&h);
+fail_buffers:
     vkh2o_model_destroy(m);
     return r;
 }

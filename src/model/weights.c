@@ -141,15 +141,17 @@ const vkh2o_tensor_view* vkh2o_mla_host_weights_get_scale(const vkh2o_mla_host_w
 
 double vkh2o_mla_host_weights_get_value(const vkh2o_mla_host_weights* hw, vkh2o_mla_weight w, uint64_t i)
 {
-    const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, w);
-    if (!v || !v->data || i >= v->numel)
+    if (!hw || (unsigned)w >= VKH2O_W_COUNT)
         return NAN;
-    const double x = vkh2o_load_elem(v->dtype, v->data, i);
+    const vkh2o_tensor_view* v = &hw->v[w];
+    if (!v->data || i >= v->numel)
+        return NAN;
     const vkh2o_tensor_view* s = &hw->scale[w];
-    if (v->dtype != VKH2O_DTYPE_F8_E4M3 || !s->data)
-        return x;
+    if (!s->data)   /* set only beside an F8_E4M3 weight */
+        return vkh2o_load_elem(v->dtype, v->data, i);
     const uint64_t cols = v->shape[1], r = i / cols, c = i % cols;
-    return x * (double)vkh2o_load_elem(s->dtype, s->data, (r / FP8_BLOCK) * s->shape[1] + c / FP8_BLOCK);
+    return (double)vkh2o_f8e4m3_to_f32(((const uint8_t*)v->data)[i]) *
+           (double)vkh2o_load_elem(s->dtype, s->data, (r / FP8_BLOCK) * s->shape[1] + c / FP8_BLOCK);
 }
 
 /* w[r][c] = fp8[r][c] * scale_inv[r / 128][c / 128], rounded to BF16. Edge blocks are partial. */
@@ -196,8 +198,18 @@ static vkh2o_result check_fp8(const vkh2o_tensor_view* q, const vkh2o_tensor_vie
                                    "must be finite and > 0", s->file, s->name, (unsigned long long)(i / s->shape[1]),
                                    (unsigned long long)(i % s->shape[1]), (double)x, q->name);
     }
+    /* eight codes at a time (this reads every FP8 byte of a load): a byte b has (b & 0x7f) ==
+     * 0x7f exactly when (b & 0x7f) + 1 sets its top bit, and no carry leaves a byte; the
+     * bytewise loop then finds the first such byte for the message, or checks the tail. */
     const uint8_t* b = q->data;
-    for (uint64_t i = 0; i < q->numel; i++)
+    uint64_t i = 0;
+    for (; i + 8 <= q->numel; i += 8) {
+        uint64_t x;
+        memcpy(&x, b + i, 8);
+        if (((x & 0x7f7f7f7f7f7f7f7full) + 0x0101010101010101ull) & 0x8080808080808080ull)
+            break;
+    }
+    for (; i < q->numel; i++)
         if ((b[i] & 0x7fu) == 0x7fu)
             return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: tensor '%s': element [%llu, %llu] is NaN (byte 0x%02x)",
                                    q->file, q->name, (unsigned long long)(i / q->shape[1]),

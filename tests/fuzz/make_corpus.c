@@ -3,7 +3,12 @@
  * safetensors: valid files of every dtype in several layouts (0-D, 1-D, 2-D, 8-D, empty,
  * holes between tensors, metadata, space padding) written by the library's writer, plus the
  * corrupt headers the test suites refuse. index, config: the valid spellings the readers take
- * and the broken ones the tests have. fp8: parameter blocks for fuzz_fp8 (see its header). */
+ * and the broken ones the tests have. fp8: parameter blocks for fuzz_fp8 (see its header).
+ * model: model directories for fuzz_model in its encoding (config.json + "\n@@<file>" sections),
+ * models/tiny-mla's shapes and smaller ones, single file and index + shards, F32 / BF16 / F16
+ * and FP8 attention, plus the refusals (a missing tensor, scale or shard, a transposed or I32
+ * tensor, a zero block scale, MoE layers, no weights, an empty config, a hidden size the
+ * tensors do not have). */
 #include "vkh2o.h"
 
 #include <errno.h>
@@ -255,10 +260,288 @@ static void fp8_seeds(void)
     }
 }
 
+/* ---- model: directories for fuzz_model (see its header for the encoding) ---- */
+
+typedef struct model_spec {
+    uint32_t D, I, V, NL, H, q_lora, kv_lora, nope, rope, vdim;
+    bool tied, q_lora_null;
+    vkh2o_dtype dt;       /* every tensor's, norms included */
+    bool fp8;             /* attention projections F8_E4M3 with F32 block scales of 1.0 */
+    const char* skip;     /* a tensor left out */
+    const char* swap;     /* a 2-D tensor written transposed */
+    const char* bad_dt;   /* a tensor written as I32 */
+    uint32_t experts, first_k;   /* n_routed_experts (0: null), first_k_dense_replace (0: NL) */
+} model_spec;
+
+static const model_spec tiny_mla = { .D = 128, .I = 256, .V = 256, .NL = 2, .H = 4, .q_lora = 64, .kv_lora = 64,
+                                     .nope = 32, .rope = 16, .vdim = 32, .dt = VKH2O_DTYPE_F32 };
+
+static size_t model_config(char* out, size_t cap, const model_spec* m, const char* extra)
+{
+    char qlr[16], experts[16];
+    snprintf(qlr, sizeof qlr, "%u", m->q_lora);
+    snprintf(experts, sizeof experts, "%u", m->experts);
+    return (size_t)snprintf(out, cap,
+        "{\n  \"architectures\": [\"DeepseekV3ForCausalLM\"],\n  \"model_type\": \"deepseek_v3\",\n"
+        "  \"vocab_size\": %u,\n  \"hidden_size\": %u,\n  \"intermediate_size\": %u,\n"
+        "  \"moe_intermediate_size\": %u,\n  \"num_hidden_layers\": %u,\n  \"num_attention_heads\": %u,\n"
+        "  \"num_key_value_heads\": %u,\n  \"q_lora_rank\": %s,\n  \"kv_lora_rank\": %u,\n"
+        "  \"qk_nope_head_dim\": %u,\n  \"qk_rope_head_dim\": %u,\n  \"v_head_dim\": %u,\n"
+        "  \"n_routed_experts\": %s,\n  \"n_shared_experts\": null,\n  \"first_k_dense_replace\": %u,\n"
+        "  \"hidden_act\": \"silu\",\n  \"max_position_embeddings\": 4096,\n  \"rope_theta\": 10000.0,\n"
+        "  \"rope_scaling\": null,\n  \"rope_interleave\": true,\n  \"rms_norm_eps\": 1e-06,\n"
+        "  \"attention_bias\": false,\n  \"tie_word_embeddings\": %s%s\n}",
+        m->V, m->D, m->I, m->I, m->NL, m->H, m->H, m->q_lora_null ? "null" : qlr, m->kv_lora, m->nope, m->rope,
+        m->vdim, m->experts ? experts : "null", m->first_k ? m->first_k : m->NL, m->tied ? "true" : "false", extra ? extra : "");
+}
+
+enum { MAX_MT = 160 };
+typedef struct model_tensors {
+    vkh2o_tensor_write t[MAX_MT];
+    char names[MAX_MT][96];
+    uint32_t layer[MAX_MT];   /* UINT32_MAX: not a layer's */
+    uint32_t n;
+} model_tensors;
+
+static void mt_add(model_tensors* mt, const model_spec* m, uint32_t layer, const char* name, vkh2o_dtype dt,
+                   uint64_t d0, uint64_t d1)
+{
+    if (m->skip && !strcmp(m->skip, name))
+        return;
+    uint32_t i = mt->n++;
+    snprintf(mt->names[i], sizeof mt->names[i], "%s", name);
+    bool swap = m->swap && !strcmp(m->swap, name);
+    mt->t[i] = (vkh2o_tensor_write){ .name = mt->names[i], .dtype = m->bad_dt && !strcmp(m->bad_dt, name)
+                                                                   ? VKH2O_DTYPE_I32 : dt,
+                                     .ndim = d1 ? 2 : 1, .shape = { swap ? d1 : d0, swap ? d0 : d1 } };
+    mt->layer[i] = layer;
+}
+
+/* Every tensor of the model, scales first (their bytes lead the data section). */
+static void model_tensor_list(model_tensors* mt, const model_spec* m)
+{
+    mt->n = 0;
+    char nm[96];
+    const uint64_t qk = (uint64_t)m->nope + m->rope;
+    const uint32_t q_lora = m->q_lora_null ? 0 : m->q_lora;
+    struct { const char* s; uint64_t r, c; bool proj; } a[] = {
+        { "q_a_proj", q_lora, m->D, true }, { "q_a_layernorm", q_lora, 0, false },
+        { "q_b_proj", m->H * qk, q_lora, true }, { "q_proj", m->H * qk, m->D, true },
+        { "kv_a_proj_with_mqa", (uint64_t)m->kv_lora + m->rope, m->D, true }, { "kv_a_layernorm", m->kv_lora, 0, false },
+        { "kv_b_proj", (uint64_t)m->H * (m->nope + m->vdim), m->kv_lora, true }, { "o_proj", m->D, (uint64_t)m->H * m->vdim, true },
+    };
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t l = 0; l < m->NL; l++) {
+            for (size_t k = 0; k < sizeof a / sizeof a[0]; k++) {
+                bool used = q_lora ? strcmp(a[k].s, "q_proj") != 0 : strncmp(a[k].s, "q_a", 3) && strncmp(a[k].s, "q_b", 3);
+                if (!used)
+                    continue;
+                if (pass == 0 && m->fp8 && a[k].proj) {
+                    snprintf(nm, sizeof nm, "model.layers.%u.self_attn.%s.weight_scale_inv", l, a[k].s);
+                    mt_add(mt, m, l, nm, VKH2O_DTYPE_F32, (a[k].r + 127) / 128, (a[k].c + 127) / 128);
+                } else if (pass == 1) {
+                    snprintf(nm, sizeof nm, "model.layers.%u.self_attn.%s.weight", l, a[k].s);
+                    mt_add(mt, m, l, nm, m->fp8 && a[k].proj ? VKH2O_DTYPE_F8_E4M3 : m->dt, a[k].r, a[k].c);
+                }
+            }
+            if (pass == 0)
+                continue;
+            snprintf(nm, sizeof nm, "model.layers.%u.input_layernorm.weight", l);
+            mt_add(mt, m, l, nm, m->dt, m->D, 0);
+            snprintf(nm, sizeof nm, "model.layers.%u.post_attention_layernorm.weight", l);
+            mt_add(mt, m, l, nm, m->dt, m->D, 0);
+            snprintf(nm, sizeof nm, "model.layers.%u.mlp.gate_proj.weight", l);
+            mt_add(mt, m, l, nm, m->dt, m->I, m->D);
+            snprintf(nm, sizeof nm, "model.layers.%u.mlp.up_proj.weight", l);
+            mt_add(mt, m, l, nm, m->dt, m->I, m->D);
+            snprintf(nm, sizeof nm, "model.layers.%u.mlp.down_proj.weight", l);
+            mt_add(mt, m, l, nm, m->dt, m->D, m->I);
+        }
+    mt_add(mt, m, UINT32_MAX, "model.embed_tokens.weight", m->dt, m->V, m->D);
+    mt_add(mt, m, UINT32_MAX, "model.norm.weight", m->dt, m->D, 0);
+    if (!m->tied)
+        mt_add(mt, m, UINT32_MAX, "lm_head.weight", m->dt, m->V, m->D);
+}
+
+typedef struct seed_buf {
+    uint8_t* p;
+    size_t n, cap;
+} seed_buf;
+
+static void sb_add(seed_buf* b, const void* p, size_t n)
+{
+    if (!n)
+        return;
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->p = realloc(b->p, b->cap);
+        if (!b->p)
+            exit(1);
+    }
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+}
+
+static void sb_text(seed_buf* b, const char* s) { sb_add(b, s, strlen(s)); }
+
+/* One "\n@@<file> <data size>[ *]\n" section: the tensors written by the library's writer,
+ * given as header text, plus the data section's bytes up to its last non-zero one (scales of
+ * 1.0: F32 tensors named *_scale_inv; everything else zero) and its size for the rest. */
+static void sb_safetensors(seed_buf* b, const char* file, const vkh2o_tensor_write* t, uint32_t n, bool pick,
+                           bool zero_scale)
+{
+    static float ones[4096];
+    static uint8_t zeros[1u << 20];
+    for (int i = 0; i < 4096; i++)
+        ones[i] = zero_scale && i == 0 ? 0.0f : 1.0f;
+    vkh2o_tensor_write* w = calloc(n ? n : 1, sizeof *w);
+    for (uint32_t i = 0; i < n; i++) {
+        w[i] = t[i];
+        w[i].data = strstr(t[i].name, "_scale_inv") && t[i].dtype == VKH2O_DTYPE_F32 ? (const void*)ones : (const void*)zeros;
+    }
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s/.model-seed.safetensors", g_root);
+    vkh2o_error e = { 0 };
+    if (vkh2o_safetensors_write(tmp, w, n, NULL, &e) != VKH2O_OK) {
+        fprintf(stderr, "%s\n", e.message);
+        exit(1);
+    }
+    free(w);
+    FILE* f = fopen(tmp, "rb");
+    if (!f || fseek(f, 0, SEEK_END) != 0)
+        exit(1);
+    long fs = ftell(f);
+    rewind(f);
+    uint8_t* all = malloc((size_t)fs);
+    if (!all || fread(all, 1, (size_t)fs, f) != (size_t)fs)
+        exit(1);
+    fclose(f);
+    remove(tmp);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)all[i] << (8 * i);
+    size_t dstart = 8 + (size_t)hlen, dsize = (size_t)fs - dstart, last = 0;
+    for (size_t i = 0; i < dsize; i++)
+        if (all[dstart + i])
+            last = i + 1;
+    char line[200];
+    snprintf(line, sizeof line, "\n@@%s %zu%s\n", file, dsize, pick ? " *" : "");
+    sb_text(b, line);
+    sb_add(b, all + 8, (size_t)hlen);
+    if (last) {
+        sb_text(b, "\n##\n");
+        sb_add(b, all + dstart, last);
+    }
+    free(all);
+}
+
+typedef struct model_seed {
+    const char* name;
+    model_spec m;
+    const char* config_extra;
+    int shards;            /* 0: model.safetensors; 2: an index, layer 0 in shard 1, the rest in shard 2 */
+    bool pick_file;        /* load model.safetensors's path instead of the directory */
+    bool zero_scale;       /* one FP8 block scale 0 */
+    bool no_config, no_weights, missing_shard;
+} model_seed;
+
+static void model_seed_write(const model_seed* s)
+{
+    seed_buf b = { 0 };
+    char cfg[4096];
+    if (s->no_config)
+        sb_text(&b, "");   /* an empty config.json */
+    else
+        sb_add(&b, cfg, model_config(cfg, sizeof cfg, &s->m, s->config_extra));
+    static model_tensors mt;
+    model_tensor_list(&mt, &s->m);
+    if (s->no_weights) {
+    } else if (!s->shards) {
+        sb_safetensors(&b, "model.safetensors", mt.t, mt.n, s->pick_file, s->zero_scale);
+    } else {
+        static vkh2o_tensor_write part[2][MAX_MT];
+        uint32_t np[2] = { 0, 0 };
+        seed_buf idx = { 0 };
+        sb_text(&idx, "\n@@model.safetensors.index.json\n{\"metadata\": {\"total_size\": 0}, \"weight_map\": {");
+        for (uint32_t i = 0; i < mt.n; i++) {
+            int k = mt.layer[i] == 0 ? 0 : 1;
+            part[k][np[k]++] = mt.t[i];
+            char e[200];
+            snprintf(e, sizeof e, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", i ? ", " : "", mt.t[i].name, k + 1);
+            sb_text(&idx, e);
+        }
+        sb_text(&idx, "}}");
+        sb_add(&b, idx.p, idx.n);
+        free(idx.p);
+        sb_safetensors(&b, "model-00001-of-00002.safetensors", part[0], np[0], false, s->zero_scale);
+        if (!s->missing_shard)
+            sb_safetensors(&b, "model-00002-of-00002.safetensors", part[1], np[1], false, false);
+    }
+    put("model", s->name, b.p, b.n);
+    free(b.p);
+}
+
+static void model_seeds(void)
+{
+    model_spec bf16_tied = tiny_mla;
+    bf16_tied.dt = VKH2O_DTYPE_BF16;
+    bf16_tied.tied = true;
+    model_spec fp8 = tiny_mla;
+    fp8.fp8 = true;
+    fp8.dt = VKH2O_DTYPE_BF16;
+    /* a small one: q_lora_rank null (a plain q_proj), one layer, F16, partial FP8 blocks */
+    model_spec small = { .D = 40, .I = 24, .V = 30, .NL = 1, .H = 2, .q_lora = 0, .q_lora_null = true,
+                         .kv_lora = 16, .nope = 8, .rope = 4, .vdim = 8, .dt = VKH2O_DTYPE_F16 };
+    model_spec small_fp8 = small;
+    small_fp8.fp8 = true;
+    small_fp8.D = 130;
+    model_spec skip = tiny_mla, swap = tiny_mla, bad_dt = tiny_mla, skip_attn = tiny_mla, skip_scale = fp8;
+    skip.skip = "model.layers.1.mlp.down_proj.weight";
+    swap.swap = "model.layers.0.mlp.gate_proj.weight";
+    bad_dt.bad_dt = "model.embed_tokens.weight";
+    skip_attn.skip = "model.layers.1.self_attn.kv_b_proj.weight";
+    skip_scale.skip = "model.layers.0.self_attn.o_proj.weight_scale_inv";
+    model_spec moe = tiny_mla;
+    moe.experts = 8;
+    moe.first_k = 1;
+    model_spec wide = tiny_mla;   /* the config says hidden 128, the tensors are 96 wide */
+    wide.D = 96;
+    const model_seed seeds[] = {
+        { "valid-tiny-mla", tiny_mla, NULL, 0, false, false, false, false, false },
+        { "valid-tiny-mla-file-path", tiny_mla, NULL, 0, true, false, false, false, false },
+        { "valid-bf16-tied", bf16_tied, NULL, 0, false, false, false, false, false },
+        { "valid-sharded", tiny_mla, NULL, 2, false, false, false, false, false },
+        { "valid-fp8-attention", fp8, NULL, 0, false, false, false, false, false },
+        { "valid-small-q-proj-f16", small, NULL, 0, false, false, false, false, false },
+        { "valid-small-fp8-sharded", small_fp8, NULL, 2, false, false, false, false, false },
+        { "bad-missing-mlp", skip, NULL, 0, false, false, false, false, false },
+        { "bad-missing-attn", skip_attn, NULL, 2, false, false, false, false, false },
+        { "bad-missing-scale", skip_scale, NULL, 0, false, false, false, false, false },
+        { "bad-transposed", swap, NULL, 0, false, false, false, false, false },
+        { "bad-i32-embed", bad_dt, NULL, 0, false, false, false, false, false },
+        { "bad-zero-scale", fp8, NULL, 0, false, true, false, false, false },
+        { "bad-moe", moe, NULL, 0, false, false, false, false, false },
+        { "bad-missing-shard", tiny_mla, NULL, 2, false, false, false, false, true },
+        { "bad-no-weights", tiny_mla, NULL, 0, false, false, false, true, false },
+        { "bad-empty-config", tiny_mla, NULL, 0, false, false, true, false, false },
+    };
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++)
+        model_seed_write(&seeds[i]);
+    /* the config's hidden_size and the tensors disagree */
+    seed_buf b = { 0 };
+    char cfg[4096];
+    sb_add(&b, cfg, model_config(cfg, sizeof cfg, &tiny_mla, NULL));
+    static model_tensors mt;
+    model_tensor_list(&mt, &wide);
+    sb_safetensors(&b, "model.safetensors", mt.t, mt.n, false, false);
+    put("model", "bad-hidden-size", b.p, b.n);
+    free(b.p);
+}
+
 int main(int argc, char** argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: vkh2o-fuzz-corpus <dir>   (writes <dir>/{safetensors,index,config,fp8}/)\n");
+        fprintf(stderr, "usage: vkh2o-fuzz-corpus <dir>   (writes <dir>/{safetensors,index,config,fp8,model}/)\n");
         return 2;
     }
     snprintf(g_root, sizeof g_root, "%s", argv[1]);
@@ -267,5 +550,6 @@ int main(int argc, char** argv)
     index_seeds();
     config_seeds();
     fp8_seeds();
+    model_seeds();
     return 0;
 }
