@@ -1609,7 +1609,8 @@ int main(int argc, char** argv)
             if (vkh2o_kvcache_desc_resolve(&kd, NULL, &pl, NULL) == VKH2O_OK)
                 r->cache_tokens = pl.kept_tokens < o.ctx ? pl.kept_tokens : o.ctx;
             if (r->kv_prec == VKH2O_PRECISION_TIERED && !(r->kv_tiers[0] | r->kv_tiers[1] | r->kv_tiers[2] | r->kv_tiers[3]))
-                snprintf(r->kv_name, sizeof r->kv_name, "kv-tiered-bytes:%s", (r->kv_mask & 8u) ? "16/8/4/2" : "16/8/4");
+                snprintf(r->kv_name, sizeof r->kv_name, "kv-tiered-bytes:16%s%s%s", (!r->kv_mask || (r->kv_mask & 2u)) ? "/8" : "",
+                         (!r->kv_mask || (r->kv_mask & 4u)) ? "/4" : "", (r->kv_mask & 8u) ? "/2" : "");
             else if (r->kv_prec == VKH2O_PRECISION_TIERED)
                 snprintf(r->kv_name, sizeof r->kv_name, "kv-tiered:%u/%u/%u/%u", r->kv_tiers[0], r->kv_tiers[1], r->kv_tiers[2],
                          r->kv_tiers[3]);
