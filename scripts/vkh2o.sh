@@ -127,10 +127,11 @@ case "$cmd" in
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # test_syncval first proves the variable switches the checks on (a known hazard is
         # reported); then cache steps, prefill + eviction, the layer, quantised route + attend,
-        # and short validate / quant (--weights, re-routing) runs, with no message allowed
+        # the one KV cache (steps, prefills, a recording replayed), and short validate / quant
+        # (--weights, re-routing) runs, with no message allowed
         export VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
         (cd "${BUILD_DIR:-build}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 \
-            -R '^(test_syncval|test_cache|test_compact|test_mla|test_decode|test_demo|test_kvquant|test_kvquant_attn)$')
+            -R '^(test_syncval|test_cache|test_compact|test_mla|test_decode|test_demo|test_kvquant|test_kvquant_attn|test_kvcache)$')
         bash tests/tools/soak.sh "${BUILD_DIR:-build}" 2000 48 3 ;;
     memcheck)
         EXTRA_PACKAGES=(valgrind); deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
