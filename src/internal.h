@@ -274,6 +274,12 @@ bool vkh2o_fault_hit(vkh2o_fault* f, uint32_t kind, const char* what);
 /* With the environment's switch on: "vkh2o-fault: points host H vulkan V; ..." on stderr. */
 void vkh2o_fault_report(const vkh2o_context* ctx);
 
+/* ---- weights (model/weights.c) ---- */
+/* FORMAT, naming the file, the tensor and the element, when a F32, F16 or BF16 tensor holds a
+ * NaN or an infinity (a weight that is not a number poisons every output it touches, silently);
+ * OK otherwise, and for other dtypes (F8_E4M3 is checked with its block scales). */
+vkh2o_result vkh2o_tensor_check_finite(const vkh2o_tensor_view* v, vkh2o_error* err);
+
 /* ---- small utilities ---- */
 static inline uint32_t vkh2o_div_up(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 /* Environment flag: "1", "true", "yes", "on" (case-insensitive). */

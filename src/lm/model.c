@@ -123,6 +123,7 @@ static vkh2o_result host_weight(vkh2o_checkpoint* ck, const char* name, uint64_t
     if (v.dtype != VKH2O_DTYPE_F32 && v.dtype != VKH2O_DTYPE_F16 && v.dtype != VKH2O_DTYPE_BF16)
         return vkh2o_error_set(err, VKH2O_ERROR_DTYPE, "%s: tensor %s is %s; F32, F16 or BF16 is supported here", v.file,
                                name, vkh2o_dtype_name(v.dtype));
+    VKH2O_CHECK(vkh2o_tensor_check_finite(&v, err));
     *out = v;
     return VKH2O_OK;
 }

@@ -217,6 +217,28 @@ static vkh2o_result check_fp8(const vkh2o_tensor_view* q, const vkh2o_tensor_vie
     return VKH2O_OK;
 }
 
+vkh2o_result vkh2o_tensor_check_finite(const vkh2o_tensor_view* v, vkh2o_error* err)
+{
+    /* an all-ones exponent is a NaN or an infinity: F32 0x7f800000, F16 0x7c00, BF16 0x7f80 */
+    const uint32_t bytes = v->dtype == VKH2O_DTYPE_F32 ? 4 : (v->dtype == VKH2O_DTYPE_F16 || v->dtype == VKH2O_DTYPE_BF16) ? 2 : 0;
+    if (!bytes)
+        return VKH2O_OK;
+    const uint32_t expo = v->dtype == VKH2O_DTYPE_F32 ? 0x7f800000u : v->dtype == VKH2O_DTYPE_F16 ? 0x7c00u : 0x7f80u;
+    const uint8_t* d = v->data;
+    for (uint64_t i = 0; i < v->numel; i++) {
+        uint32_t x = 0;
+        memcpy(&x, d + i * bytes, bytes);   /* little endian, as safetensors stores them */
+        if ((x & expo) != expo)
+            continue;
+        const float f = vkh2o_load_elem(v->dtype, v->data, i);
+        const uint64_t cols = v->ndim >= 2 ? v->shape[v->ndim - 1] : v->numel;
+        return vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: tensor '%s': element [%llu, %llu] is %s; weights must be finite",
+                               v->file ? v->file : "(memory)", v->name ? v->name : "?", (unsigned long long)(i / cols),
+                               (unsigned long long)(i % cols), isnan(f) ? "NaN" : f > 0 ? "+inf" : "-inf");
+    }
+    return VKH2O_OK;
+}
+
 static vkh2o_result load_one(vkh2o_checkpoint* ck, const vkh2o_mla_config* cfg, vkh2o_mla_weight w,
                              const char* name, uint32_t flags, vkh2o_mla_host_weights* hw, vkh2o_error* err)
 {
@@ -224,6 +246,7 @@ static vkh2o_result load_one(vkh2o_checkpoint* ck, const vkh2o_mla_config* cfg, 
     VKH2O_CHECK(vkh2o_checkpoint_find(ck, name, &v, err));
     VKH2O_CHECK(check_shape(cfg, w, &v, err));
     if (float_dtype(v.dtype)) {
+        VKH2O_CHECK(vkh2o_tensor_check_finite(&v, err));
         hw->v[w] = v;
         return VKH2O_OK;
     }

@@ -255,6 +255,20 @@ static void test_bad_input(void** state)
     expect_create(dir, VKH2O_ERROR_MISSING_TENSOR, "model.layers.1.mlp.down_proj.weight");
     write_weights(dir, &t, NULL, "model.layers.0.mlp.gate_proj.weight");
     expect_create(dir, VKH2O_ERROR_SHAPE, "model.layers.0.mlp.gate_proj.weight");
+    /* a weight that is not a number is refused at load, naming the tensor and the element: a NaN
+     * in an attention projection, an infinity in an MLP weight */
+    float* kva = (float*)t.attn[1].views[VKH2O_W_KV_A_PROJ].data;
+    const float keep_a = kva[7];
+    kva[7] = NAN;
+    write_weights(dir, &t, NULL, NULL);
+    expect_create(dir, VKH2O_ERROR_FORMAT, "model.layers.1.self_attn.kv_a_proj_with_mqa.weight': element [0, 7] is NaN");
+    kva[7] = keep_a;
+    const float keep_d = t.down[0][40];
+    t.down[0][40] = -INFINITY;
+    write_weights(dir, &t, NULL, NULL);
+    expect_create(dir, VKH2O_ERROR_FORMAT, "model.layers.0.mlp.down_proj.weight");
+    expect_create(dir, VKH2O_ERROR_FORMAT, "is -inf");
+    t.down[0][40] = keep_d;
     /* a token outside the vocabulary, and too many tokens */
     write_weights(dir, &t, NULL, NULL);
     vkh2o_model* m = NULL;
