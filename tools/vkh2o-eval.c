@@ -1103,8 +1103,7 @@ int main(int argc, char** argv)
         return 1;
 
     vkh2o_context* ctx = NULL;
-    if (vkh2o_context_create(&(vkh2o_context_desc){ 0 }, &ctx) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": no usable Vulkan 1.2 device\n");
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ 0 }, &ctx) != VKH2O_OK) {
         free(text);
         return 1;
     }

@@ -414,8 +414,16 @@ vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context*
         desc = &zero;
     vkh2o_fault fault;   /* armed before the first allocation, so that one is a point too */
     vkh2o_fault_from_env(&fault);
-    vkh2o_context* ctx = vkh2o_fault_hit(&fault, VKH2O_FAULT_HOST, "vkh2o_context_create") ? NULL : calloc(1, sizeof *ctx);
+    const bool injected = vkh2o_fault_hit(&fault, VKH2O_FAULT_HOST, "vkh2o_context_create");
+    vkh2o_context* ctx = injected ? NULL : calloc(1, sizeof *ctx);
     if (!ctx) {
+        /* no context to hold the message: the log callback is the only place it can go */
+        if (desc->log) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "out of host memory: %zu bytes in vkh2o_context_create (the context itself)%s",
+                     sizeof *ctx, injected ? " (injected fault, point 1)" : "");
+            desc->log(VKH2O_LOG_ERROR, msg, desc->user_data);
+        }
         if (fault.report)
             fprintf(stderr, "vkh2o-fault: points host %llu vulkan 0; fired at the context itself\n",
                     (unsigned long long)fault.host_points);
