@@ -343,6 +343,10 @@ static vkh2o_result init_common(vkh2o_context* ctx)
     vr = VKH2O_VK_CREATE(ctx, vkCreateFence, ctx->device, &fci, ctx->alloc, &ctx->fence);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkCreateFence");
+    /* the record that retires the first unfinished submission (oneshot_abandon); made here so
+     * that every submission meets the same allocations (the fault sweeps count on it) */
+    if (!(ctx->retire_spare = vkh2o_calloc(ctx, 1, sizeof *ctx->retire_spare)))
+        return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
     if (ctx->caps.timestamps) {
         VkQueryPoolCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
                                       .queryCount = VKH2O_MAX_TIMESTAMPS };
@@ -729,7 +733,8 @@ vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb)
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkEndCommandBuffer");
     /* the record that retires this submission's objects if its wait fails (oneshot_abandon):
-     * taken now, while running out of host memory is still a plain failure with nothing pending */
+     * made at context creation, and again here after a failed wait used it, while running out
+     * of host memory is still a plain failure with nothing pending */
     if (!ctx->retire_spare && !(ctx->retire_spare = vkh2o_calloc(ctx, 1, sizeof *ctx->retire_spare)))
         return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
     VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb };
