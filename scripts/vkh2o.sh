@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian 12 machine:
 #   scripts/vkh2o.sh demo [demo flags]   install packages, build, run vkh2o-demo
-#   scripts/vkh2o.sh test                install packages, build, run the whole test suite
+#   scripts/vkh2o.sh test                install packages, build, run the test suite: every
+#                                        suite, the long grids and sweeps in part (minutes)
+#   scripts/vkh2o.sh test-full           the same with every grid and sweep whole
+#                                        (VKH2O_TEST_FULL=1; CI runs this)
 #   scripts/vkh2o.sh test-sanitize       the same under AddressSanitizer + UBSan (build-asan/)
 #   scripts/vkh2o.sh test-gpu-shapes     the suite again with the kernel shapes a GPU gets
 #                                        (VKH2O_GPU_SHAPES=1: GPU variants run on lavapipe)
@@ -14,7 +17,8 @@
 #   scripts/vkh2o.sh soak [N] [D] [P]    vkh2o-validate N steps (50000) and vkh2o-quant decode D
 #                                        (256) x P passes (3): memory flat, no validation message
 #   scripts/vkh2o.sh deps | build        just the packages / just the build
-# Environment: BUILD_DIR (default build), JOBS (default: nproc), VKH2O_SKIP_APT=1 to skip apt.
+# Environment: BUILD_DIR (default build), JOBS (default: nproc), VKH2O_SKIP_APT=1 to skip apt,
+# VKH2O_TEST_FULL=1 the whole grids and sweeps in every test command (CI sets it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -102,6 +106,9 @@ case "$cmd" in
     test)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         run_tests "${BUILD_DIR:-build}" ;;
+    test-full)
+        deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
+        VKH2O_TEST_FULL=1 run_tests "${BUILD_DIR:-build}" ;;
     test-gpu-shapes)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         VKH2O_GPU_SHAPES=1 run_tests "${BUILD_DIR:-build}" ;;
@@ -147,5 +154,5 @@ case "$cmd" in
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         bash tests/tools/soak.sh "${BUILD_DIR:-build}" "${1:-50000}" "${2:-256}" "${3:-3}" ;;
     fuzz-corpus) build_fuzz; "${BUILD_DIR:-build-fuzz}/vkh2o-fuzz-corpus" tests/fuzz/corpus ;;
-    *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
+    *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
 esac

@@ -99,6 +99,8 @@ struct vkh2o_context {
 
     bool lost;                    /* VK_ERROR_DEVICE_LOST seen: every device call fails */
     retired_node* retired;        /* see retired_node */
+    retired_node* retire_spare;   /* taken before each one-shot submit, so that retiring its
+                                   * fence after a failed wait needs no allocation */
     VkResult test_wait_result;    /* test hook: the next submit_wait's wait "returns" this */
     vkh2o_fault fault;            /* test hook: injected allocation failures (fault.c) */
 

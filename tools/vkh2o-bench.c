@@ -1793,12 +1793,9 @@ int main(int argc, char** argv)
     if (env.decode || env.scaling || env.kv_decode) env.read = true;
     env.progress = !json && isatty(2);
 
-    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = select, .log = cli_log,
-                                                                 .user_data = (void*)TOOL }, &env.ctx);
-    if (r != VKH2O_OK) {
-        fprintf(stderr, TOOL ": no device: %s\n", vkh2o_result_string(r));
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = select, .log = cli_log,
+                                                        .user_data = (void*)TOOL }, &env.ctx) != VKH2O_OK)
         return 1;
-    }
     env.caps = vkh2o_context_get_caps(env.ctx);
     if (!json) printf("device: %s (%s)\n", env.caps->device_name, env.caps->driver_info);
     int rc = 0;
@@ -1809,7 +1806,7 @@ int main(int argc, char** argv)
             (benches[b].fn == bench_kv_decode && !env.kv_decode) ||
             (benches[b].fn == bench_scaling && !env.scaling))
             continue;
-        r = benches[b].fn(&env);
+        vkh2o_result r = benches[b].fn(&env);
         if (r != VKH2O_OK) {
             fprintf(stderr, TOOL ": %s: %s: %s\n", benches[b].name, vkh2o_result_string(r), vkh2o_last_error(env.ctx));
             rc = 1;

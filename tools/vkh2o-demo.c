@@ -552,15 +552,9 @@ static int load(demo_run* dm)
 {
     vkh2o_error err = { 0 };
     /* device */
-    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = dm->o.device_given ? VKH2O_DEVICE_INDEX(dm->o.device) : 0,
-                                                                 .log = cli_log, .user_data = TOOL }, &dm->ctx);
-    if (r != VKH2O_OK) {
-        fprintf(stderr, "%s: %s (%s)%s\n", TOOL,
-                r == VKH2O_ERROR_NO_DEVICE || r == VKH2O_ERROR_UNSUPPORTED ? "no usable Vulkan device" : "cannot create the Vulkan context",
-                vkh2o_result_string(r),
-                r == VKH2O_ERROR_NO_DEVICE ? ": install a driver (Debian: mesa-vulkan-drivers for lavapipe)" : "");
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = dm->o.device_given ? VKH2O_DEVICE_INDEX(dm->o.device) : 0,
+                                                        .log = cli_log, .user_data = TOOL }, &dm->ctx) != VKH2O_OK)
         return 1;
-    }
     dm->caps = vkh2o_context_get_caps(dm->ctx);
     if (!dm->o.quiet) {
         printf("device:        %s (%s %s)\n", dm->caps->device_name, dm->caps->driver_name, dm->caps->driver_info);
@@ -619,6 +613,7 @@ static int load(demo_run* dm)
         return 1;
 
     dm->P = dm->o.prefill_given ? dm->o.prefill : dm->S;
+    vkh2o_result r;
     if ((r = vkh2o_mla_layer_create(dm->ctx, &dm->cfg, dm->hw, &(vkh2o_mla_layer_desc){ .max_seq_len = dm->S, .max_decode_tokens = 1 },
                                     &dm->layer)) != VKH2O_OK) {
         fprintf(stderr, "%s: cannot create the layer on %s: %s\n", TOOL, dm->caps->device_name, vkh2o_last_error(dm->ctx));

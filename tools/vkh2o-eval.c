@@ -1569,13 +1569,7 @@ int main(int argc, char** argv)
     /* cli_log shows the library's warnings and errors, validation-layer messages among them
      * (VKH2O_VALIDATION=1 turns the layer on); they are counted, and a run with any fails */
     vkh2o_context* ctx = NULL;
-    vkh2o_result cr = vkh2o_context_create(&(vkh2o_context_desc){ .log = cli_log, .user_data = (void*)TOOL }, &ctx);
-    if (cr != VKH2O_OK) {
-        const char* why = cli_log_last_error();
-        fprintf(stderr, TOOL ": %s: %s%s%s\n",
-                cr == VKH2O_ERROR_NO_DEVICE || cr == VKH2O_ERROR_UNSUPPORTED ? "no usable Vulkan 1.2 device"
-                                                                              : "cannot create the Vulkan context",
-                vkh2o_result_string(cr), *why ? ": " : "", why);
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .log = cli_log, .user_data = (void*)TOOL }, &ctx) != VKH2O_OK) {
         free(text);
         return 1;
     }

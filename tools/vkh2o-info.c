@@ -87,12 +87,9 @@ int main(int argc, char** argv)
         print_caps(&list[i]);
     }
     vkh2o_context* ctx;
-    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = select, .flags = flags,
-                                                                 .log = cli_log, .user_data = "vkh2o-info" }, &ctx);
-    if (r != VKH2O_OK) {
-        fprintf(stderr, "vkh2o-info: could not create a context: %s\n", vkh2o_result_string(r));
+    if (cli_context_create("vkh2o-info", &(vkh2o_context_desc){ .device_select = select, .flags = flags,
+                                                                 .log = cli_log, .user_data = "vkh2o-info" }, &ctx) != VKH2O_OK)
         return 1;
-    }
     const vkh2o_device_caps* c = vkh2o_context_get_caps(ctx);
     printf("chosen: %s\n", c->device_name);
     printf("  enabled: shaderFloat16 %s, 16-bit storage %s, 8-bit storage %s, push descriptors %s, timestamps %s\n",

@@ -1379,13 +1379,9 @@ int main(int argc, char** argv)
     if ((rc = check_args(&o, argc, argv)) != 0)
         return rc;
     vkh2o_context* ctx = NULL;
-    vkh2o_result r = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o.device), .log = cli_log,
-                                                                 .user_data = (void*)TOOL }, &ctx);
-    if (r != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s: %s\n", r == VKH2O_ERROR_NO_DEVICE || r == VKH2O_ERROR_UNSUPPORTED ? "no usable Vulkan device"
-                : "cannot create the Vulkan context", vkh2o_result_string(r));
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o.device), .log = cli_log,
+                                                        .user_data = (void*)TOOL }, &ctx) != VKH2O_OK)
         return 1;
-    }
     if (!o.quiet)
         printf("device: %s\n", vkh2o_context_get_caps(ctx)->device_name);
     if (o.bench) {

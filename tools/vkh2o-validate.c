@@ -461,14 +461,11 @@ static int setup(run* R, outset* files)
     const opts* o = &R->o;
     const bool lat = o->layout == VKH2O_LAYOUT_LATENT;
     vkh2o_result res;
-    res = vkh2o_context_create(&(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o->device),
-                                                      .flags = o->validation ? VKH2O_CONTEXT_VALIDATION : 0,
-                                                      .log = cli_log, .user_data = TOOL }, &R->ctx);
-    if (res != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s: %s\n", res == VKH2O_ERROR_NO_DEVICE || res == VKH2O_ERROR_UNSUPPORTED ? "no usable Vulkan device"
-                : "cannot create the Vulkan context", vkh2o_result_string(res));
+    res = cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o->device),
+                                                          .flags = o->validation ? VKH2O_CONTEXT_VALIDATION : 0,
+                                                          .log = cli_log, .user_data = TOOL }, &R->ctx);
+    if (res != VKH2O_OK)
         return 1;
-    }
     if ((res = vkh2o_cache_create(R->ctx, &R->desc, &R->cache)) != VKH2O_OK) {
         return fail_vk(R, res, "creating the cache");
     }

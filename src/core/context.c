@@ -343,6 +343,10 @@ static vkh2o_result init_common(vkh2o_context* ctx)
     vr = VKH2O_VK_CREATE(ctx, vkCreateFence, ctx->device, &fci, ctx->alloc, &ctx->fence);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkCreateFence");
+    /* the record that retires the first unfinished submission (oneshot_abandon); made here so
+     * that every submission meets the same allocations (the fault sweeps count on it) */
+    if (!(ctx->retire_spare = vkh2o_calloc(ctx, 1, sizeof *ctx->retire_spare)))
+        return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
     if (ctx->caps.timestamps) {
         VkQueryPoolCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
                                       .queryCount = VKH2O_MAX_TIMESTAMPS };
@@ -414,8 +418,16 @@ vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context*
         desc = &zero;
     vkh2o_fault fault;   /* armed before the first allocation, so that one is a point too */
     vkh2o_fault_from_env(&fault);
-    vkh2o_context* ctx = vkh2o_fault_hit(&fault, VKH2O_FAULT_HOST, "vkh2o_context_create") ? NULL : calloc(1, sizeof *ctx);
+    const bool injected = vkh2o_fault_hit(&fault, VKH2O_FAULT_HOST, "vkh2o_context_create");
+    vkh2o_context* ctx = injected ? NULL : calloc(1, sizeof *ctx);
     if (!ctx) {
+        /* no context to hold the message: the log callback is the only place it can go */
+        if (desc->log) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "out of host memory: %zu bytes in vkh2o_context_create (the context itself)%s",
+                     sizeof *ctx, injected ? " (injected fault, point 1)" : "");
+            desc->log(VKH2O_LOG_ERROR, msg, desc->user_data);
+        }
         if (fault.report)
             fprintf(stderr, "vkh2o-fault: points host %llu vulkan 0; fired at the context itself\n",
                     (unsigned long long)fault.host_points);
@@ -535,6 +547,7 @@ void vkh2o_context_destroy(vkh2o_context* ctx)
         ctx->vk.vkDestroyQueryPool(ctx->device, ctx->ts_pool, ctx->alloc);
     if (ctx->fence)
         ctx->vk.vkDestroyFence(ctx->device, ctx->fence, ctx->alloc);
+    free(ctx->retire_spare);
     if (ctx->cmd_pool)
         ctx->vk.vkDestroyCommandPool(ctx->device, ctx->cmd_pool, ctx->alloc);
     /* a device that failed half-way has no table yet: fetch vkDestroyDevice from the instance */
@@ -600,32 +613,61 @@ static void retired_destroy(vkh2o_context* ctx)
     }
 }
 
+/* The one-shot fence and command buffer, made again after oneshot_abandon retired the old ones.
+ * Out of memory leaves what could not be made NULL and the context usable: the next vkh2o_begin
+ * tries again. Only VK_ERROR_DEVICE_LOST (vkh2o_vk_fail) marks the context lost. */
+static vkh2o_result oneshot_renew(vkh2o_context* ctx)
+{
+    if (!ctx->fence) {
+        VkFenceCreateInfo fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
+        VkResult vr = VKH2O_VK_CREATE(ctx, vkCreateFence, ctx->device, &fci, ctx->alloc, &ctx->fence);
+        if (vr != VK_SUCCESS) {
+            ctx->fence = VK_NULL_HANDLE;
+            return vkh2o_vk_fail(ctx, vr, "vkCreateFence (the one-shot fence, made again after an unfinished submission)");
+        }
+    }
+    if (!ctx->cmd) {
+        VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = ctx->cmd_pool,
+                                           .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
+        VkCommandBuffer cb = VK_NULL_HANDLE;
+        VkResult vr = VKH2O_VK_CREATE(ctx, vkAllocateCommandBuffers, ctx->device, &ai, &cb);
+        if (vr != VK_SUCCESS)
+            return vkh2o_vk_fail(ctx, vr,
+                                 "vkAllocateCommandBuffers (the one-shot command buffer, made again after an unfinished submission)");
+        ctx->cmd = cb;
+    }
+    return VKH2O_OK;
+}
+
 /* The one-shot submission did not provably finish: its fence, command buffer, query pool and
  * descriptor sets may still be in use by the device. Retire them all and make fresh ones, so
- * nothing pending is ever reset or reused (the old command buffer goes with its pool). */
+ * nothing pending is ever reset or reused (the old command buffer goes with its pool). The
+ * retirement record is the spare that vkh2o_submit_wait took before submitting, so it cannot
+ * fail; making the fresh objects can (out of memory), which oneshot_renew leaves to the next
+ * vkh2o_begin. */
 static void oneshot_abandon(vkh2o_context* ctx)
 {
-    if (retire_push(ctx, ctx->fence, ctx->ts_pool, NULL) != VKH2O_OK) {
-        ctx->lost = true;   /* cannot keep them safely: refuse further work */
-        return;
-    }
+    retired_node* n = ctx->retire_spare;
+    ctx->retire_spare = NULL;
+    n->fence = ctx->fence;
+    n->query_pool = ctx->ts_pool;
+    n->buffer = NULL;
+    n->next = ctx->retired;
+    ctx->retired = n;
     ctx->fence = VK_NULL_HANDLE;
+    ctx->cmd = VK_NULL_HANDLE;
     ctx->ts_pool = VK_NULL_HANDLE;
     ctx->ts_used = 0;
     vkh2o_arena_abandon(ctx);
     if (ctx->lost)
         return;
-    VkFenceCreateInfo fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
-    VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = ctx->cmd_pool,
-                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
-    VkCommandBuffer cb;
-    if (VKH2O_VK_CREATE(ctx, vkCreateFence, ctx->device, &fci, ctx->alloc, &ctx->fence) != VK_SUCCESS ||
-        VKH2O_VK_CREATE(ctx, vkAllocateCommandBuffers, ctx->device, &ai, &cb) != VK_SUCCESS) {
-        ctx->lost = true;
-        return;
-    }
-    ctx->cmd = cb;
-    if (ctx->caps.timestamps) {
+    /* the submission's own error is what the caller gets; a failure here is reported again,
+     * with its own code, by the next vkh2o_begin */
+    char kept[sizeof ctx->last_error];
+    memcpy(kept, ctx->last_error, sizeof kept);
+    if (oneshot_renew(ctx) != VKH2O_OK && !ctx->lost)
+        memcpy(ctx->last_error, kept, sizeof kept);
+    if (ctx->caps.timestamps && !ctx->lost) {
         VkQueryPoolCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
                                       .queryCount = VKH2O_MAX_TIMESTAMPS };
         if (VKH2O_VK_CREATE(ctx, vkCreateQueryPool, ctx->device, &qci, ctx->alloc, &ctx->ts_pool) != VK_SUCCESS)
@@ -658,6 +700,7 @@ vkh2o_result vkh2o_begin(vkh2o_context* ctx, VkCommandBuffer* cb)
     VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_begin"));
     if (ctx->recording)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_begin: the one-shot command buffer is already recording");
+    VKH2O_CHECK(oneshot_renew(ctx));
     VkResult vr = ctx->vk.vkResetCommandBuffer(ctx->cmd, 0);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkResetCommandBuffer");
@@ -689,6 +732,11 @@ vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb)
     VkResult vr = ctx->vk.vkEndCommandBuffer(cb);
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkEndCommandBuffer");
+    /* the record that retires this submission's objects if its wait fails (oneshot_abandon):
+     * made at context creation, and again here after a failed wait used it, while running out
+     * of host memory is still a plain failure with nothing pending */
+    if (!ctx->retire_spare && !(ctx->retire_spare = vkh2o_calloc(ctx, 1, sizeof *ctx->retire_spare)))
+        return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
     VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb };
     vr = ctx->vk.vkQueueSubmit(ctx->queue, 1, &si, ctx->fence);
     if (vr != VK_SUCCESS) {

@@ -130,6 +130,22 @@ uint64_t vt_seed(const char* test_name)
     return s;
 }
 
+bool vt_full(void)
+{
+    static int full = -1;
+    if (full < 0) {
+        full = vkh2o_env_flag("VKH2O_TEST_FULL");
+        printf("# %s\n", full ? "full run (VKH2O_TEST_FULL=1): every grid and sweep whole"
+                               : "default run: part of the long grids and sweeps (VKH2O_TEST_FULL=1 runs them whole)");
+    }
+    return full;
+}
+
+bool vt_pick(uint64_t seed, uint64_t i, uint32_t n)
+{
+    return vt_full() || n <= 1 || i % n == seed % n;
+}
+
 /* ---- guarded buffers ---- */
 vkh2o_buffer* vt_buffer(size_t bytes)
 {

@@ -40,6 +40,18 @@ void vt_fill_normal(vt_rng* r, float* x, size_t n, float scale);
 /* Seed for a test: VKH2O_TEST_SEED if set, else a fresh one from the clock; printed. */
 uint64_t vt_seed(const char* test_name);
 
+/* ---- the default run and the full run ----
+ * The long shape grids and sweeps run whole only in the full run (environment
+ * VKH2O_TEST_FULL=1: `scripts/vkh2o.sh test-full`, which CI runs). The default run (the
+ * README's test command) keeps every kind of case (every dtype, layout, policy, read path, odd
+ * shapes, the largest sizes a suite has) and drops part of the grid between them.
+ * vt_full(): whether this is the full run (says which once per process).
+ * vt_pick(seed, i, n): whether case i of a grid runs: always in the full run, else one case in
+ * n, those with i % n == seed % n (the test's seed, so VKH2O_TEST_SEED replays the same part
+ * and runs with other seeds cover the others). */
+bool vt_full(void);
+bool vt_pick(uint64_t seed, uint64_t i, uint32_t n);
+
 /* ---- device buffers with guard words ----
  * vt_buffer(bytes): a device buffer of bytes + VT_GUARD_BYTES, all poisoned with VT_POISON
  * (a NaN pattern). vt_check_guard(buf, bytes) asserts the guard tail is untouched. */

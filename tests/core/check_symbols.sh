@@ -7,6 +7,8 @@
 # Usage: tests/core/check_symbols.sh <include-dir> <libvkh2o.a> <libvkh2o.so>
 set -euo pipefail
 inc=$1; static=$2; shared=$3
+# (exit 77: ctest's SKIP_RETURN_CODE, so that a check that cannot run is reported as skipped)
+command -v nm > /dev/null || { echo "SKIP: no nm (binutils) to read the libraries' symbols"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # "VKH2O_API <return type> name(" on one line (the house style of every declaration)

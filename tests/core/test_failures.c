@@ -9,7 +9,13 @@
  *     descriptor-pool path.
  *   test_device_lost: DEVICE_LOST is reported with its own code and message, the context says it
  *     is lost, and every later call that would touch the device returns DEVICE_LOST; destroy
- *     still works (and leaves no validation message). */
+ *     still works (and leaves no validation message).
+ *   test_renew_out_of_memory: after a timeout the one-shot fence and command buffer are made
+ *     again; out of memory there (the fault hooks fail the fence, then the command buffer) keeps
+ *     the submission's TIMEOUT, the next vkh2o_begin tries again and names the out-of-memory
+ *     failure with its own code, the context is not lost and its work is then correct; the record
+ *     that retires a submission's objects is taken before submitting, so running out of host
+ *     memory for it is a plain out-of-memory failure too. */
 #include "vkh2o_test.h"
 #include "ref_mla.h"
 
@@ -106,6 +112,76 @@ static void test_timeout(void** state)
     timeout_on(VKH2O_CONTEXT_BASELINE_ONLY);   /* descriptor pools of the timed-out work too */
 }
 
+/* at: the Vulkan injection point after the timed-out wait that fails (1: the fence, 2: the
+ * command buffer); what: the call that vkh2o_begin then names */
+static void renew_out_of_memory(uint64_t at, const char* what)
+{
+    vt_ctx();
+    vkh2o_context* ctx = vt_ctx_new(0);
+    assert_non_null(ctx);
+    const uint32_t n = 300;
+    float x[300], got[300];
+    for (uint32_t i = 0; i < n; i++)
+        x[i] = (float)i;
+    vkh2o_buffer *bx, *by;
+    assert_int_equal(vkh2o_buffer_create(ctx, n * 4, &bx), VKH2O_OK);
+    assert_int_equal(vkh2o_buffer_create(ctx, n * 4, &by), VKH2O_OK);
+    assert_int_equal(vkh2o_buffer_upload(bx, 0, x, n * 4), VKH2O_OK);
+
+    VkCommandBuffer cb;
+    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+    vkh2o_barrier(ctx, cb);
+    ctx->test_wait_result = VK_TIMEOUT;
+    vkh2o_fault_arm(ctx, VKH2O_FAULT_VULKAN, at);
+    assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_ERROR_TIMEOUT);
+    assert_true(vkh2o_fault_fired(ctx));
+    assert_non_null(strstr(vkh2o_last_error(ctx), "VK_TIMEOUT"));
+    assert_false(vkh2o_context_is_lost(ctx));
+    assert_true(at == 1 ? ctx->fence == VK_NULL_HANDLE : ctx->cmd == VK_NULL_HANDLE);
+
+    /* the next vkh2o_begin makes them again: out of memory once more, then it works */
+    vkh2o_fault_arm(ctx, VKH2O_FAULT_VULKAN, 1);
+    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_ERROR_OUT_OF_HOST_MEMORY);
+    printf("#   %s: %s\n", what, vkh2o_last_error(ctx));
+    assert_non_null(strstr(vkh2o_last_error(ctx), what));
+    assert_non_null(strstr(vkh2o_last_error(ctx), "VK_ERROR_OUT_OF_HOST_MEMORY"));
+    assert_false(vkh2o_context_is_lost(ctx));
+    vkh2o_fault_arm(ctx, 0, 0);
+    assert_int_equal(vkh2o_buffer_fill(by, 0, n * 4, 0), VKH2O_OK);
+    assert_int_equal(axpby_once(ctx, bx, by, n), VKH2O_OK);
+    assert_int_equal(vkh2o_buffer_download(by, 0, got, n * 4), VKH2O_OK);
+    for (uint32_t i = 0; i < n; i++)
+        assert_true(got[i] == 2.0f * x[i]);
+
+    /* another timeout used the retirement record; out of host memory for the next one refuses
+     * that submission before anything is pending */
+    ctx->test_wait_result = VK_TIMEOUT;
+    assert_int_equal(axpby_once(ctx, bx, by, n), VKH2O_ERROR_TIMEOUT);
+    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+    vkh2o_barrier(ctx, cb);
+    vkh2o_fault_arm(ctx, VKH2O_FAULT_HOST, 1);
+    assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_ERROR_OUT_OF_HOST_MEMORY);
+    assert_non_null(strstr(vkh2o_last_error(ctx), "out of host memory"));
+    assert_false(vkh2o_context_is_lost(ctx));
+    vkh2o_fault_arm(ctx, 0, 0);
+    assert_int_equal(vkh2o_context_wait_idle(ctx), VKH2O_OK);
+    assert_int_equal(vkh2o_buffer_fill(by, 0, n * 4, 0), VKH2O_OK);
+    assert_int_equal(axpby_once(ctx, bx, by, n), VKH2O_OK);
+    assert_int_equal(vkh2o_buffer_download(by, 0, got, n * 4), VKH2O_OK);
+    for (uint32_t i = 0; i < n; i++)
+        assert_true(got[i] == 2.0f * x[i]);
+    vkh2o_buffer_destroy(bx);
+    vkh2o_buffer_destroy(by);
+    assert_int_equal(vkh2o_context_get_validation_messages(ctx), 0);
+    vkh2o_context_destroy(ctx);
+}
+
+static void test_renew_out_of_memory(void** state)
+{
+    renew_out_of_memory(1, "vkCreateFence");
+    renew_out_of_memory(2, "vkAllocateCommandBuffers");
+}
+
 static void test_device_lost(void** state)
 {
     vt_ctx();
@@ -170,6 +246,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_result_strings),
         cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_renew_out_of_memory),
         cmocka_unit_test(test_device_lost),
     };
     return cmocka_run_group_tests_name("failures", tests, NULL, vt_group_teardown);

@@ -145,6 +145,10 @@ static void run_case(const tq_case* tc, uint64_t seed)
         }
         const size_t nruns = sizeof runs / sizeof runs[0];
         for (size_t rr = 0; rr < (wide ? 3u : 2u) * nruns; rr++) {
+            /* the default run: a third of the (read mode, selector run) pairs per policy, turning
+             * with the policy, so that every pair runs under one policy and every policy meets
+             * the ALL selector; the full run every pair under every policy */
+            if (!vt_pick(seed, rr + (size_t)pi, 3)) continue;
             size_t ri = rr % nruns, mode = rr / nruns;
             bool gpu_tiles = mode == (wide ? 2u : 1u);
             qc->tiles = gpu_tiles ? KVQ_TILES_GPU : KVQ_TILES_AUTO;

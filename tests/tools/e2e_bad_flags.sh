@@ -89,19 +89,27 @@ case_() {
     COUNT[$tool]=$(( ${COUNT[$tool]:-0} + 1 ))
 }
 
-# num TOOL FLAG LO HI BASE...: the integer cases of FLAG (range [LO, HI]) after BASE args
+# num TOOL FLAG LO HI BASE...: the integer cases of FLAG (range [LO, HI]) after BASE args. The
+# full run (VKH2O_TEST_FULL=1) gives every flag every case; the default run every flag the missing,
+# non-numeric and out-of-range values and one more case, turning from flag to flag, so that every
+# case still meets many flags (they share one parser, cli_parse_u32/u64)
+NUM_TURN=0
 num() {
     local tool=$1 flag=$2 lo=$3 hi=$4
     shift 4
+    local full=0 pick
+    [ "${VKH2O_TEST_FULL:-0}" = 1 ] && full=1
+    pick=$((NUM_TURN % 6)); NUM_TURN=$((NUM_TURN + 1))
     case_ "$tool" "$flag" "$@" "$flag"                       # missing value
     case_ "$tool" "$flag" "$@" "$flag" abc                   # non-numeric
-    case_ "$tool" "$flag" "$@" "$flag" 12x                   # trailing garbage
-    case_ "$tool" "$flag" "$@" "$flag" ""                    # empty
-    case_ "$tool" "$flag" "$@" "$flag" -1                    # negative
-    case_ "$tool" "$flag" "$@" "$flag" 99999999999999999999999   # huge
+    [ $full = 0 ] && [ $pick != 0 ] || case_ "$tool" "$flag" "$@" "$flag" 12x                   # trailing garbage
+    [ $full = 0 ] && [ $pick != 1 ] || case_ "$tool" "$flag" "$@" "$flag" ""                    # empty
+    [ $full = 0 ] && [ $pick != 2 ] || case_ "$tool" "$flag" "$@" "$flag" -1                    # negative
+    [ $full = 0 ] && [ $pick != 3 ] && [ "$hi" != max ] ||
+        case_ "$tool" "$flag" "$@" "$flag" 99999999999999999999999   # huge (the range's end when unbounded)
     [ "$hi" = max ] || case_ "$tool" "$flag" "$@" "$flag" $((hi + 1))   # above the range
-    [ "$lo" -eq 0 ] || case_ "$tool" "$flag" "$@" "$flag" $((lo - 1))   # below it (0 when lo = 1)
-    case_ "$tool" "$flag" "$@" "$flag" "$lo" "$flag" "$lo"   # repeated
+    [ "$lo" -eq 0 ] || { [ $full = 0 ] && [ $pick != 4 ]; } || case_ "$tool" "$flag" "$@" "$flag" $((lo - 1))   # below it (0 when lo = 1)
+    [ $full = 0 ] && [ $pick != 5 ] || case_ "$tool" "$flag" "$@" "$flag" "$lo" "$flag" "$lo"   # repeated
 }
 # choice TOOL FLAG GOOD BASE...: a value not among the choices, missing, repeated
 choice() {
@@ -374,4 +382,9 @@ for t in vkh2o-demo vkh2o-validate vkh2o-quant vkh2o-bench vkh2o-info vkh2o-mksh
     echo "e2e_bad_flags: $t: ${COUNT[$t]:-0} cases refused correctly${SKIP[$t]:+, ${SKIP[$t]} skipped (no unprivileged user)}"
     total=$((total + ${COUNT[$t]:-0}))
 done
+# the rest passed, but not every case ran: reported as skipped (ctest's SKIP_RETURN_CODE)
+if [ $unpriv = 0 ]; then
+    echo "SKIP: e2e_bad_flags: $total cases ok; the unprivileged cases need setpriv (running as root)"
+    exit 77
+fi
 echo "e2e_bad_flags: ok ($total cases)"

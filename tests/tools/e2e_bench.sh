@@ -3,6 +3,8 @@
 # --read adds the bandwidth rows, --topk the top-k rows, --decode / --policy-cost / --scaling give
 # their JSON rows (refused and skipped ones with reasons) and a plot, and a bad flag exits 2.
 set -euo pipefail
+# (exit 77: ctest's SKIP_RETURN_CODE, so that a check that cannot run is reported as skipped)
+command -v python3 > /dev/null || { echo "SKIP: e2e_bench reads the JSON with python3, which is not installed"; exit 77; }
 bin=${1:-${VKH2O_BUILD_DIR:-.}}
 bench="$bin/vkh2o-bench"
 tmp=$(mktemp -d "$bin/e2e_bench.XXXXXX")

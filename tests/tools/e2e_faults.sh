@@ -19,7 +19,8 @@
 # tests/lsan.supp can name its allocations; the step sets it).
 #
 # Points swept: 1, 1 + S, 1 + 2S, ... and the last, where the stride S is FAULT_STRIDE, or by
-# default the smallest that keeps each tool to FAULT_RUNS (default 8) runs. FAULT_STRIDE=1
+# default the smallest that keeps each tool to FAULT_RUNS runs (8 in the full run, VKH2O_TEST_FULL=1;
+# 4 by default). FAULT_STRIDE=1
 # sweeps every point (slow on lavapipe: see docs/HACKING.md). FAULT_TOOLS picks tools.
 set -euo pipefail
 BUILD="${1:-${VKH2O_BUILD_DIR:-build}}"
@@ -28,7 +29,8 @@ for t in vkh2o-demo vkh2o-quant vkh2o-validate vkh2o-mkshard; do
 done
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-RUNS=${FAULT_RUNS:-8}
+# the full run (VKH2O_TEST_FULL=1, scripts/vkh2o.sh test-full) 8 points per tool, the default 4
+if [ "${VKH2O_TEST_FULL:-0}" = 1 ]; then RUNS=${FAULT_RUNS:-8}; else RUNS=${FAULT_RUNS:-4}; fi
 TIMEOUT=${FAULT_TIMEOUT:-120}
 TOOLS=${FAULT_TOOLS:-"demo quant validate"}
 export VKH2O_VALIDATION=1

@@ -8,6 +8,8 @@ set -euo pipefail
 BUILD="${1:-${VKH2O_BUILD_DIR:-build}}"
 TOOL="$BUILD/vkh2o-quant"
 [ -x "$TOOL" ] || { echo "missing $TOOL"; exit 1; }
+# (exit 77: ctest's SKIP_RETURN_CODE, so that a check that cannot run is reported as skipped)
+command -v python3 > /dev/null || { echo "SKIP: e2e_quant reads the tables with python3, which is not installed"; exit 77; }
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 

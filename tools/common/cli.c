@@ -134,20 +134,51 @@ void cli_progress_end(cli_progress* p)
         fprintf(stderr, "\r\033[K");
 }
 
-static char log_last_error[1024];
-
 void cli_log(vkh2o_log_level level, const char* message, void* user_data)
 {
-    if (level == VKH2O_LOG_ERROR)
-        snprintf(log_last_error, sizeof log_last_error, "%s", message);
     if (level >= VKH2O_LOG_WARNING)
         fprintf(stderr, "%s: %s%s\n", user_data ? (const char*)user_data : "vkh2o",
                 level == VKH2O_LOG_ERROR ? "error: " : "warning: ", message);
 }
 
-const char* cli_log_last_error(void)
+/* a failed vkh2o_context_create leaves no context to ask vkh2o_last_error, so its messages are
+ * kept as they come */
+static struct {
+    vkh2o_log_fn log;
+    void* user_data;
+    bool creating;
+    char last_error[1024];
+} create_log;
+
+static void create_log_fn(vkh2o_log_level level, const char* message, void* user_data)
 {
-    return log_last_error;
+    (void)user_data;
+    if (create_log.creating && level == VKH2O_LOG_ERROR) {
+        snprintf(create_log.last_error, sizeof create_log.last_error, "%s", message);
+        return;
+    }
+    if (create_log.log)
+        create_log.log(level, message, create_log.user_data);
+}
+
+vkh2o_result cli_context_create(const char* tool, const vkh2o_context_desc* desc, vkh2o_context** out)
+{
+    vkh2o_context_desc d = *desc;
+    create_log.log = desc->log;
+    create_log.user_data = desc->user_data;
+    create_log.creating = true;
+    create_log.last_error[0] = 0;
+    d.log = create_log_fn;
+    d.user_data = NULL;
+    vkh2o_result r = vkh2o_context_create(&d, out);
+    create_log.creating = false;
+    if (r == VKH2O_OK)
+        return r;
+    const bool no_device = r == VKH2O_ERROR_NO_DEVICE || r == VKH2O_ERROR_UNSUPPORTED;
+    fprintf(stderr, "%s: %s: %s%s%s%s\n", tool, no_device ? "no usable Vulkan device" : "cannot create the Vulkan context",
+            vkh2o_result_string(r), create_log.last_error[0] ? ": " : "", create_log.last_error,
+            r == VKH2O_ERROR_NO_DEVICE ? " (install a driver; Debian: mesa-vulkan-drivers for lavapipe)" : "");
+    return r;
 }
 
 bool cli_check_device(const char* tool, int argc, char** argv, uint32_t index)

@@ -6,8 +6,8 @@ Offline tool (not part of the library, not run by CI). It writes an HF-style mod
 plus the training log, the held-out text and reference logits of this PyTorch forward, so the
 library's GPU forward can be checked against it.
 
-The architecture is written from the HF DeepseekV3 semantics the library follows (see
-../shared/DESIGN.md): per layer input_layernorm -> MLA attention (q LoRA + RMSNorm, kv LoRA +
+The architecture is written from the HF DeepseekV3 semantics the library follows (src/mla/,
+ref/ref_mla.c): per layer input_layernorm -> MLA attention (q LoRA + RMSNorm, kv LoRA +
 RMSNorm, interleaved RoPE on the rope part, softmax scale qk_head_dim^-0.5) ->
 post_attention_layernorm -> SwiGLU MLP; then model.norm and lm_head. One token per byte.
 
@@ -29,7 +29,9 @@ import json
 import math
 import os
 import random
+import shlex
 import struct
+import subprocess
 import sys
 import time
 
@@ -455,6 +457,19 @@ def load_text(heldout_name):
     return train, held
 
 
+def git_commit():
+    """The commit of the source tree this script is in, "+dirty" when it has uncommitted
+    changes; "unknown" outside a git checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="model directory to write")
@@ -526,6 +541,11 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
     state = {"step": 0, "phase": 1, "phase1_end": None, "best_passkey": -1.0}
     sp = os.path.join(a.out, "train_state.pt")
+    # every start, resumed or not, says how it was started and from which source, so that a
+    # log of several runs (train.log is appended to) tells which code made each step
+    say("start: %s; commit %s; %d parameters; seed %d; threads %d"
+        % (" ".join(shlex.quote(v) for v in [sys.executable] + sys.argv), git_commit(),
+           sum(p.numel() for p in model.parameters()), a.seed, a.threads))
     if a.resume and os.path.exists(sp):
         ck = torch.load(sp)
         model.load_state_dict(ck["model"])
@@ -533,9 +553,8 @@ def main():
         state = ck["state"]
         rng = np.random.default_rng(a.seed + state["step"])
         say("resumed at step %d (phase %d)" % (state["step"], state["phase"]))
-    else:
-        say("start: %s; %d parameters; seed %d; threads %d" % (" ".join(sys.argv), sum(p.numel() for p in model.parameters()),
-                                                              a.seed, a.threads))
+    elif a.resume:
+        say("--resume: no %s, starting at step 0" % sp)
     mix = [float(v) for v in a.mix.split(",")]
     if len(mix) not in (4, 5) or min(mix) < 0 or sum(mix) <= 0:
         ap.error("--mix: 4 or 5 non-negative weights (natural,recurring,segments,passkey[,natsegments])")
