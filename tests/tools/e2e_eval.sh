@@ -110,9 +110,10 @@ echo "passkey (full cache, ctx 128): $acc"
 json_get "$TMP/st.json" "d[0]['passkey_acc'] in (0, 0.5, 1) and d[0]['passkey_stream_acc'] in (0, 1)" | grep -qx True \
     || fail "--stream-trials 1 (of --trials 2): accuracies $(cat "$TMP/st.json")"
 
-# ---- --bench: decode speed per policy, JSON rows (their shape, not their timings) ----
+# ---- --bench: decode speed per policy and of the one KV cache at 25 % of the bytes, JSON rows
+# (their shape, not their timings) ----
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --bench --bench-steps 8 --json "$TMP/bench.json" --quiet > /dev/null
-json_get "$TMP/bench.json" "len(d) == 9 and d[0]['policy'] == 'full' and d[0]['vs_full'] == 1 and d[0]['eviction_share'] is None and all(r['tokens_per_s'] > 0 and r['steps'] == 8 and (r['policy'] == 'full' or r['cache_tokens'] == 32) for r in d)" \
+json_get "$TMP/bench.json" "len(d) == 12 and d[0]['policy'] == 'full' and d[0]['vs_full'] == 1 and d[0]['eviction_share'] is None and all(r['tokens_per_s'] > 0 and r['steps'] == 8 and (r['policy'] == 'full' or r['cache_tokens'] == 32) for r in d[:9]) and [r['policy'] for r in d[9:]] == ['kv-fp16 25%', 'kv-int4 25%', 'kv-tiered 25%'] and all(0 < r['cache_tokens'] < 128 and r['eviction_share'] is None for r in d[9:])" \
     | grep -qx True || fail "--bench --json rows: $(cat "$TMP/bench.json")"
 
 # ---- bad flags: exit 2, a message naming the flag, no output file ----
