@@ -333,7 +333,7 @@ for v in "" 1,2 1,2,3,4 x,y,z 1,2,3x 5000,0,0; do case_ vkh2o-eval --kv-groups "
 case_ vkh2o-eval --kv-groups "${E[@]}" --kv-groups 0,32,0                    # needs --kv
 case_ vkh2o-eval --kv-groups "${E[@]}" --policy h2o --kv int4 --bytes 25% --kv-groups 0,100,0   # above kv_lora_rank 64
 for v in "" 1 1,2,3 1,2,3,4,5 a,b,c,d 1,2,3,4x -1,2,3,4; do case_ vkh2o-eval --tiers "${E[@]}" --policy h2o --kv tiered --bytes 25% --tiers "$v"; done
-case_ vkh2o-eval --tiers "${E[@]}" --policy h2o --kv tiered --bytes 25%     # tiered needs its tiers
+case_ vkh2o-eval --tiers "${E[@]}" --kv tiered                                # tiered needs --tiers (pools) or --bytes (tiers by bytes)
 case_ vkh2o-eval --tiers "${E[@]}" --policy h2o --kv int4 --bytes 25% --tiers 1,2,0,0
 case_ vkh2o-eval --tiers "${E[@]}" --tiers 1,2,0,0                          # needs --kv
 case_ vkh2o-eval --kv "${E[@]}" --kv int4 --kv-quant balanced

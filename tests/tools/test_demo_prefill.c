@@ -3,7 +3,10 @@
  * prefill of P tokens, then one decode step per token with eviction to the cap) run here on
  * the same weights: every token's output (nmse <= 1e-8: fp16 cache rows, f32 arithmetic; the
  * demo's own --check max error <= 2e-3 of the largest output, two fp16 ulps), the
- * final cache's kept set exactly, the kept tokens' scores (relative 1e-4, the CSV's 6 decimals)
+ * final cache's kept set exactly, the kept tokens' scores (relative 1e-3: they sum attention
+ * probabilities over every step, each computed from fp16 cache rows that the device rounds from
+ * f32 and the reference from double, so an element can land one fp16 ulp apart and move a
+ * token's logits; 2.6e-4 was seen over 24 seeds, 1e-4 failed about one seed in twelve)
  * and the categories. Cases: a prompt longer than the cap (the prefill evicts) in the latent
  * layout, a shorter one in the expanded layout, P = S (no decode token); --check agrees; bad
  * --prefill values exit 2 with a message. */
@@ -102,6 +105,7 @@ static void check_prefill(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32
     char* line = strtok(csv, "\n");
     assert_string_equal(line, "token_idx,attention_score,kept,category");
     uint32_t n = 0, ri = 0;
+    double worst = 0.0;
     while ((line = strtok(NULL, "\n"))) {
         uint32_t idx;
         double score;
@@ -115,7 +119,9 @@ static void check_prefill(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32
         assert_string_equal(cat, want_cat);
         if (in_ref) {
             double e = fabs(score - ref.score[ri]);
-            if (e > 1e-4 * fabs(ref.score[ri]) + 1e-6)
+            if (e / (fabs(ref.score[ri]) + 1e-6) > worst)
+                worst = e / (fabs(ref.score[ri]) + 1e-6);
+            if (e > 1e-3 * fabs(ref.score[ri]) + 1e-6)
                 fail_msg("token %u: CSV score %.6f, reference %.6f", idx, score, ref.score[ri]);
             ri++;
         }
@@ -123,6 +129,7 @@ static void check_prefill(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32
     }
     assert_int_equal(n, S);
     assert_int_equal(ri, ref.len);
+    printf("#   CSV scores of the kept tokens: worst relative error %.2e (bound 1e-3)\n", worst);
     free(csv);
 
     char* js = vt_slurp(path("r.json"));
