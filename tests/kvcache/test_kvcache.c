@@ -529,6 +529,87 @@ static void test_overflow(void** state)
     vt_check_validation();
 }
 
+/* A cache of three layers: steps and prefills of layers 0 and 2 leave layer 1 empty and give each
+ * layer what a one-layer cache given the same inputs holds, bit for bit. */
+static void test_layers(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("kvcache layers"));
+    vkh2o_kvcache_desc d = base_desc(3, 30, 6, 60);
+    d.n_sink = 2;
+    d.n_recent = 3;
+    d.capacity_bytes = 1400;
+    d.precision = VKH2O_PRECISION_TIERED;
+    vkh2o_kvcache *multi, *one[2];
+    vkh2o_kvcache_desc dm = d;
+    dm.num_layers = 3;
+    assert_int_equal(vkh2o_kvcache_create(ctx, &dm, &multi), VKH2O_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(vkh2o_kvcache_create(ctx, &d, &one[i]), VKH2O_OK);
+    const uint32_t W = 36, H = 3;
+    float rows[8 * 36], q[3 * 36];
+    vkh2o_buffer* bo = vt_buffer(4ull * H * 30);
+    vkh2o_buffer* bo2 = vt_buffer(4ull * H * 30);
+    for (int step = 0; step < 24; step++) {
+        const uint32_t li = step % 2, layer = li ? 2 : 0;
+        vt_fill_normal(&rng, q, H * W, 0.7f);
+        vt_fill_normal(&rng, rows, 8 * W, 1.0f);
+        vkh2o_buffer* bq = vt_upload_f32(q, H * W);
+        vkh2o_buffer* br = vt_upload_f32(rows, 8 * W);
+        if (step < 2) {   /* a prefill of 8 tokens into each layer first */
+            float mass[8];
+            for (int i = 0; i < 8; i++) mass[i] = vt_uniform(&rng) * 3.0f;
+            vkh2o_buffer* bm = vt_upload_f32(mass, 8);
+            vkh2o_kvcache_prefill p = { .layer = layer, .n = 8, .ckv = br, .kpe = br, .kpe_offset = 4ull * 8 * 30, .mass = bm };
+            assert_int_equal(vkh2o_run_kvcache_prefill(multi, &p), VKH2O_OK);
+            p.layer = 0;
+            assert_int_equal(vkh2o_run_kvcache_prefill(one[li], &p), VKH2O_OK);
+            vkh2o_buffer_destroy(bm);
+        } else {
+            vkh2o_kvcache_step s = { .layer = layer, .q = bq, .ckv = br, .kpe = br, .kpe_offset = 4ull * 30, .out = bo };
+            assert_int_equal(vkh2o_run_kvcache_step(multi, &s), VKH2O_OK);
+            s.layer = 0;
+            s.out = bo2;
+            assert_int_equal(vkh2o_run_kvcache_step(one[li], &s), VKH2O_OK);
+            float a[90], b[90];
+            vt_download_f32(bo, a, 90);
+            vt_download_f32(bo2, b, 90);
+            assert_memory_equal(a, b, sizeof a);
+        }
+        vkh2o_buffer_destroy(bq);
+        vkh2o_buffer_destroy(br);
+    }
+    for (uint32_t li = 0; li < 2; li++) {
+        snap x = { 0 }, y = { 0 };
+        uint32_t S = vkh2o_kvcache_get_plan(multi)->total_slots;
+        x.pos = calloc(S, 4), x.score = calloc(S, 4), x.tier = calloc(S, 1), x.rows = calloc((size_t)S * W, 4);
+        vkh2o_kvcache_snapshot k = { .positions = x.pos, .scores = x.score, .tiers = x.tier, .rows = x.rows };
+        assert_int_equal(vkh2o_kvcache_read_snapshot(multi, li ? 2 : 0, &k), VKH2O_OK);
+        x.len = k.len;
+        snap_read(one[li], &y);
+        assert_int_equal(x.len, y.len);
+        assert_memory_equal(x.pos, y.pos, 4ull * x.len);
+        assert_memory_equal(x.score, y.score, 4ull * x.len);
+        assert_memory_equal(x.tier, y.tier, x.len);
+        assert_memory_equal(x.rows, y.rows, 4ull * W * x.len);
+        snap_free(&x);
+        snap_free(&y);
+    }
+    vkh2o_kvcache_stats st;
+    assert_int_equal(vkh2o_kvcache_read_stats(multi, 1, &st), VKH2O_OK);
+    assert_int_equal(st.len, 0);
+    assert_int_equal(st.position, 0);
+    assert_int_equal(vkh2o_kvcache_read_stats(multi, 3, &st), VKH2O_ERROR_INVALID_ARGUMENT);
+    vkh2o_buffer_destroy(bo);
+    vkh2o_buffer_destroy(bo2);
+    vkh2o_kvcache_destroy(multi);
+    vkh2o_kvcache_destroy(one[0]);
+    vkh2o_kvcache_destroy(one[1]);
+    vt_check_validation();
+}
+
 /* Every host allocation and Vulkan create / allocate of a cache's life (create, prefill, steps,
  * statistics, snapshot, destroy) failed in turn: each call reports out of memory and hands back
  * nothing, or succeeds with the fault-free numbers; device memory returns to where it was; the
@@ -636,6 +717,7 @@ int main(void)
         cmocka_unit_test(test_overflow),
         cmocka_unit_test(test_steps),
         cmocka_unit_test(test_record_once),
+        cmocka_unit_test(test_layers),
         cmocka_unit_test(test_faults),
     };
     return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
