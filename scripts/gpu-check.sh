@@ -69,11 +69,14 @@ run bench.json "$BUILD/vkh2o-bench" --json --read
 # the decode step (BF16 / FP8) and the per-policy costs at 4096 kept tokens, and the scaling
 # tables with their plot; on a CPU device (CI's lavapipe run) a reduced grid and fewer runs keep
 # the step bounded (lavapipe runs the 4096-token step too, but slowly: the full grid is for GPUs)
+# (and the one KV cache's decode step per precision beside the H2O cache)
 if [ "$chosen_type" = CPU ]; then
     run bench-decode.json "$BUILD/vkh2o-bench" --json --decode --policy-cost --cache-len 1024 --runs 2
+    run bench-kv-decode.json "$BUILD/vkh2o-bench" --json --kv-decode --cache-len 256 --runs 1
     run bench-scaling.json "$BUILD/vkh2o-bench" --json --scaling --scaling-max 512 --runs 1 --plot "$OUT/scaling.svg"
 else
     run bench-decode.json "$BUILD/vkh2o-bench" --json --decode --policy-cost --cache-len 4096
+    run bench-kv-decode.json "$BUILD/vkh2o-bench" --json --kv-decode --cache-len 4096
     run bench-scaling.json "$BUILD/vkh2o-bench" --json --scaling --runs 3 --plot "$OUT/scaling.svg"
 fi
 run validate.txt "$BUILD/vkh2o-validate" --quiet
