@@ -51,7 +51,15 @@ build() {   # build <dir> [cmake args...]
 run_tests() {   # run_tests <dir>
     # The harness turns a missing device into a failure (no silent skips) and runs every GPU
     # test with the Khronos validation layer on; any validation warning or error fails.
-    (cd "$1" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200)
+    # Compiling pipelines (LLVM, on lavapipe) is most of a first run's time: Mesa's shader disk
+    # cache lets the suites share what one of them compiled. It lives under ~/.cache, which a
+    # fresh machine may not have writable; then the build directory holds it.
+    local cache=()
+    if [ -z "${MESA_SHADER_CACHE_DIR:-}" ] && ! { mkdir -p "${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}" 2>/dev/null &&
+                                                  [ -w "${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}" ]; }; then
+        cache=(MESA_SHADER_CACHE_DIR="$(cd "$1" && pwd)/mesa-shader-cache")
+    fi
+    (cd "$1" && env "${cache[@]}" VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200)
 }
 
 build_fuzz() {
