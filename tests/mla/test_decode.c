@@ -17,7 +17,10 @@
  *   F16 storage: the reference rounds its rows to fp16 too; the device's rows are the fp16 of
  *   its own f32 projections, which differ from the reference's in the last f32 bits, so a few
  *   elements round to the neighbouring fp16 value (2^-11 relative): nmse(out) <= 1e-8, scores
- *   <= 2e-5 (observed <= 5e-11 and 9e-7; every run prints its figures).
+ *   <= 1e-4 (observed <= 5e-11 typically and 9e-7 for the scores, with a heavy tail: a flipped
+ *   element of a much-attended token moves its logit by up to |q_e k_e| 2^-11 scale at every
+ *   later step; 8.3e-6 and 2.9e-6 in 80 cases on this CPU, and 2.07e-5 with
+ *   VKH2O_TEST_SEED=1796292260650837672, where the former 2e-5 failed; every run prints its figures).
  * Ties in the kept set would need scores equal to ~1e-6: random inputs make them vanishingly
  * rare, and a mismatch is reported with both position lists.
  *
@@ -29,8 +32,9 @@
  * importance is its accumulated mass. Checked per chunk: every token's output and every block's
  * importance sum. Bounds: FP16 nmse(out) <= 5e-7 (a device row element whose f32 value differs
  * from the reference's in the last bits can round to the neighbouring fp16 value, 2^-11 relative:
- * (2^-11)^2 = 2.4e-7; observed 2e-10 typically, 3.6e-8 once under ASan), importance <= 1e-5
- * relative to the largest block (observed <= 6e-7); INT8 / INT4 nmse(out) <= 1e-6, importance <= 1e-4
+ * (2^-11)^2 = 2.4e-7; observed 2e-10 typically, 3.6e-8 once under ASan), importance <= 1e-4
+ * relative to the largest block (observed <= 6e-7 typically; 1.23e-5 with the seed above, for the
+ * same reason as the scores); INT8 / INT4 nmse(out) <= 1e-6, importance <= 1e-4
  * (observed <= 3e-10, 1.5e-6: a device fp16 row that rounds to the neighbouring value can move a
  * block's scale, and INT4 steps are 1/7 of it, hence the looser bound).
  *
@@ -225,7 +229,7 @@ static void run_decode(fixture* f, vkh2o_kv_layout layout, vkh2o_dtype storage, 
     vkh2o_cache_destroy(c);
 }
 
-static const bounds f32_bounds = { 1e-9, 1e-5 }, f16_bounds = { 1e-8, 2e-5 };
+static const bounds f32_bounds = { 1e-9, 1e-5 }, f16_bounds = { 1e-8, 1e-4 };
 
 static void test_expanded(void** state)
 {
@@ -702,7 +706,7 @@ static void test_qcache(void** state)
     vt_rng rng;
     fixture f;
     fixture_seeded(&f, &rng, "decode qcache");
-    static const bounds q16 = { 5e-7, 1e-5 }, q8 = { 1e-6, 1e-4 }, q4 = { 1e-6, 1e-4 };
+    static const bounds q16 = { 5e-7, 1e-4 }, q8 = { 1e-6, 1e-4 }, q4 = { 1e-6, 1e-4 };
     run_qdecode(&f, VKH2O_LAYOUT_LATENT, VKH2O_QPOLICY_FP16, &rng, &q16);
     run_qdecode(&f, VKH2O_LAYOUT_EXPANDED, VKH2O_QPOLICY_FP16, &rng, &q16);
     run_qdecode(&f, VKH2O_LAYOUT_LATENT, VKH2O_QPOLICY_UNIFORM_INT8, &rng, &q8);
