@@ -16,7 +16,9 @@
  *   (observed <= 7e-13 and 3e-7);
  *   F16 storage: the reference rounds its rows to fp16 too; the device's rows are the fp16 of
  *   its own f32 projections, which differ from the reference's in the last f32 bits, so a few
- *   elements round to the neighbouring fp16 value (2^-11 relative): nmse(out) <= 1e-8, scores
+ *   elements round to the neighbouring fp16 value (2^-11 relative): nmse(out) <= 5e-7 (one such
+ *   step of a row: (2^-11)^2 = 2.4e-7, as for the quantised cache's FP16 below; 1.9e-8 was seen
+ *   under ASan with VKH2O_TEST_SEED=1796298694524888823, where the former 1e-8 failed), scores
  *   <= 1e-4 (observed <= 5e-11 typically and 9e-7 for the scores, with a heavy tail: a flipped
  *   element of a much-attended token moves its logit by up to |q_e k_e| 2^-11 scale at every
  *   later step; 8.3e-6 and 2.9e-6 in 80 cases on this CPU, and 2.07e-5 with
@@ -229,7 +231,7 @@ static void run_decode(fixture* f, vkh2o_kv_layout layout, vkh2o_dtype storage, 
     vkh2o_cache_destroy(c);
 }
 
-static const bounds f32_bounds = { 1e-9, 1e-5 }, f16_bounds = { 1e-8, 1e-4 };
+static const bounds f32_bounds = { 1e-9, 1e-5 }, f16_bounds = { 5e-7, 1e-4 };
 
 static void test_expanded(void** state)
 {
