@@ -40,14 +40,7 @@ extern "C" {
 
 typedef struct vkh2o_cache vkh2o_cache;
 
-/* How a cache stores a token (shared by the H2O cache and the quantised cache of
- * vkh2o/kvquant.h). 0 is each cache's default: EXPANDED for vkh2o_cache (HF DynamicCache's
- * per-head K/V), LATENT for vkh2o_qcache (the MLA latent row). */
-typedef enum vkh2o_kv_layout {
-    VKH2O_LAYOUT_DEFAULT = 0,
-    VKH2O_LAYOUT_EXPANDED = 1,   /* per head K = [k_nope | k_pe] and V */
-    VKH2O_LAYOUT_LATENT = 2,     /* per token c_kv (normed) and k_pe, shared by all heads */
-} vkh2o_kv_layout;
+/* vkh2o_kv_layout (how a cache stores a token) is in vkh2o/mla.h. */
 
 typedef enum vkh2o_evict_policy {
     VKH2O_POLICY_H2O = 0,        /* the budget middle tokens of largest score */

@@ -488,13 +488,7 @@ vkh2o_result vkh2o_run_kvcache_reset(vkh2o_kvcache* c)
 /* bytes [off, off + floats * 4) of b, off a multiple of 4 */
 static vkh2o_result check_range(vkh2o_kvcache* c, const char* what, const vkh2o_buffer* b, uint64_t off, uint64_t floats)
 {
-    if (!b)
-        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: %s buffer is NULL", what);
-    if ((off & 3u) || off > b->size || b->size - off < floats * 4)
-        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "kvcache: %s needs %llu floats from byte %llu (a multiple of 4); the buffer has %llu bytes", what,
-                          (unsigned long long)floats, (unsigned long long)off, (unsigned long long)b->size);
-    return VKH2O_OK;
+    return vkh2o_check_floats(c->ctx, "kvcache", what, b, off, floats);
 }
 
 static vkh2o_result kernel(vkh2o_kvcache* c, const char* name, uint32_t nspec, vkh2o_kernel** k)
