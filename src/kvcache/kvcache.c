@@ -72,6 +72,13 @@ uint32_t vkh2o_kvcache_token_bytes(const vkh2o_kvcache_desc* d, vkh2o_kv_tier ti
     return 4u * row_words(d, tier) + 8u;
 }
 
+uint32_t vkh2o_kvcache_row_numbers(const vkh2o_kvcache_desc* d)
+{
+    if (!d)
+        return 0;
+    return d->kv_lora_rank + d->qk_rope_head_dim;
+}
+
 uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* p)
 {
     uint64_t b = 0;
@@ -282,6 +289,19 @@ vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kv
     vkh2o_kvcache_desc d = *desc;
     if (!d.num_layers)
         d.num_layers = 1;
+    if ((unsigned)d.layout > VKH2O_LAYOUT_LATENT)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: unknown layout %d", (int)d.layout);
+    if (d.layout == VKH2O_LAYOUT_DEFAULT)
+        d.layout = VKH2O_LAYOUT_LATENT;
+    if (d.storage == VKH2O_DTYPE_UNKNOWN)
+        d.storage = VKH2O_DTYPE_F16;
+    if (d.storage != VKH2O_DTYPE_F16 && d.storage != VKH2O_DTYPE_F32)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: storage %s: the top tier's rows are f16 or f32",
+                               vkh2o_dtype_name(d.storage));
+    if (d.layout == VKH2O_LAYOUT_EXPANDED)
+        return vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED, "kvcache: the expanded layout is not implemented yet (use LATENT)");
+    if (d.storage == VKH2O_DTYPE_F32)
+        return vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED, "kvcache: storage f32 is not implemented yet (use F16)");
     if (!d.num_heads || d.num_heads > KVC_MAX_HEADS)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: num_heads %u outside 1..%u", d.num_heads, KVC_MAX_HEADS);
     const uint64_t W = (uint64_t)d.kv_lora_rank + d.qk_rope_head_dim;
