@@ -574,6 +574,29 @@ vkh2o_result vkh2o_run_kvcache_step(vkh2o_kvcache* c, const vkh2o_kvcache_step* 
     return run_recorded(c, rec_step, s);
 }
 
+typedef struct kvc_steps_arg {
+    const vkh2o_kvcache_step* s;
+    uint32_t n;
+} kvc_steps_arg;
+
+static vkh2o_result rec_steps(vkh2o_kvcache* c, VkCommandBuffer cb, const void* arg)
+{
+    const kvc_steps_arg* a = arg;
+    for (uint32_t i = 0; i < a->n; i++)
+        VKH2O_CHECK(vkh2o_cmd_kvcache_step(c, cb, &a->s[i]));
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_run_kvcache_steps(vkh2o_kvcache* c, const vkh2o_kvcache_step* s, uint32_t n)
+{
+    if (!c || (!s && n))
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    if (!n)
+        return VKH2O_OK;
+    const kvc_steps_arg a = { s, n };
+    return run_recorded(c, rec_steps, &a);
+}
+
 vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_kvcache_prefill* p)
 {
     if (!c || !cb || !p)
