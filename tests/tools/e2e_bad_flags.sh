@@ -197,16 +197,19 @@ case_ vkh2o-validate --budget --steps 10 --budget 11 --out-csv "$OUT/ok.csv"    
 for f in --n-sink --n-recent; do num vkh2o-validate $f 0 16777216 "${V[@]}"; done
 num vkh2o-validate --layers 1 4096 "${V[@]}"
 num vkh2o-validate --heads 1 512 "${V[@]}"
-for f in --qk-dim --v-dim; do num vkh2o-validate $f 1 4096 "${V[@]}"; done
+num vkh2o-validate --qk-dim 2 4096 "${V[@]}"
 num vkh2o-validate --kv-lora 1 8192 "${V[@]}"
 num vkh2o-validate --seed 0 4294967295 "${V[@]}"
 num vkh2o-validate --device 0 63 "${V[@]}"
 num vkh2o-validate --context 1 1073741824 --memory
-num vkh2o-validate --steps-per-dispatch 1 50 "${V[@]}"
-choice vkh2o-validate --layout latent "${V[@]}"
+num vkh2o-validate --batch 1 1000 "${V[@]}"
+case_ vkh2o-validate --batch "${V[@]}" --batch 8 --check                        # --check runs every step
+case_ vkh2o-validate --batch "${V[@]}" --batch 8 --out-csv "$OUT/ok.csv"         # so does --out-csv
 choice vkh2o-validate --policy h2o "${V[@]}"
 choice vkh2o-validate --score-mode mean "${V[@]}"
-choice vkh2o-validate --storage fp32 "${V[@]}"
+choice vkh2o-validate --kv int4 "${V[@]}"
+# the old cache's layout and storage: not in the one cache (refused with the reason)
+for f in "--layout expanded" "--layout latent" "--storage fp32" "--storage fp16"; do case_ vkh2o-validate "${f% *}" "${V[@]}" $f; done
 choice vkh2o-validate --model kimi --memory
 case_ vkh2o-validate --budgets --memory --budgets 64,x
 case_ vkh2o-validate --budgets --memory --budgets ""
