@@ -260,8 +260,8 @@ num vkh2o-bench --device 0 63 --quick
 case_ vkh2o-bench --device --quick --device 9
 num vkh2o-bench --seq-len 1 65536 --quick
 num vkh2o-bench --runs 1 1000 --quick
-num vkh2o-bench --topk 1 67108864 --quick
-for f in --json --quick --read --decode --policy-cost --scaling; do case_ vkh2o-bench $f --quick $f $f; done
+case_ vkh2o-bench --topk --quick --topk 5000                          # retired with the old cache's top-k kernel
+for f in --json --quick --read --decode --policy-cost --kv-decode --scaling; do case_ vkh2o-bench $f --quick $f $f; done
 num vkh2o-bench --cache-len 16 1048576 --quick --decode
 num vkh2o-bench --scaling-max 1 1048576 --quick --scaling
 case_ vkh2o-bench --cache-len --quick --cache-len 64                 # without --decode / --policy-cost
