@@ -363,9 +363,9 @@ VKH2O_API vkh2o_result vkh2o_buffer_wrap(vkh2o_context* ctx, VkBuffer buffer, ui
 
 #include "vkh2o/model.h"
 #include "vkh2o/mla.h"
+#include "vkh2o/kvcache.h"
 #include "vkh2o/cache.h"
 #include "vkh2o/kvquant.h"
-#include "vkh2o/kvcache.h"
 #include "vkh2o/lm.h"
 
 #endif /* VKH2O_H */
