@@ -31,7 +31,8 @@
 #define PROGRESS 50u        /* the progress interval of the seed (steps 0, 50, 100, ...) */
 
 typedef struct opts {
-    uint32_t steps, budget, n_sink, n_recent, layers, heads, qk_dim, kv_lora, seed, device, batch;
+    uint32_t steps, budget, n_sink, n_recent, layers, heads, qk_dim, kv_lora, v_dim, seed, device, batch;
+    bool expanded, f32;
     vkh2o_evict_policy policy;
     vkh2o_score_mode mode;
     vkh2o_kv_precision kv;
@@ -46,9 +47,9 @@ static void usage(FILE* f)
 {
     fprintf(f,
             "usage: " TOOL " [options]\n"
-            "Runs N simulated generation steps of the KV cache (vkh2o_kvcache, the latent MLA row:\n"
-            "c_kv + k_pe) on the GPU, one token per layer and step, and checks the seed's four\n"
-            "properties. Step inputs (query, c_kv, k_pe) come from a host PRNG seeded by --seed.\n"
+            "Runs N simulated generation steps of the KV cache (vkh2o_kvcache) on the GPU, one token\n"
+            "per layer and step, and checks the seed's four properties. Step inputs (the query and\n"
+            "the new row: c_kv and k_pe, or per-head K and V) come from a host PRNG seeded by --seed.\n"
             "Exit status 0 when all pass.\n"
             "  --steps N          steps (1000; at least 2, and at least --budget)\n"
             "  --budget N         middle (heavy-hitter) tokens kept per layer (64)\n"
@@ -58,7 +59,11 @@ static void usage(FILE* f)
             "  --heads N          heads (4)\n"
             "  --qk-dim N         q/k head dim, nope + rope (192): rope is 64 when qk > 64, else qk / 2;\n"
             "                     the softmax scale is qk^-0.5\n"
-            "  --kv-lora N        kv_lora_rank, the c_kv part of a row (512)\n"
+            "  --kv-lora N        kv_lora_rank, the c_kv part of a latent row (512)\n"
+            "  --v-dim N          v head dim of the expanded layout (128)\n"
+            "  --layout L         latent | expanded (latent): one row [c_kv | k_pe] shared by the heads,\n"
+            "                     the query absorbed; or per head K = [k_nope | k_pe] and V\n"
+            "  --storage S        fp16 | fp32 (fp16): the top tier's rows (sinks, recents, FP16 tokens)\n"
             "  --policy P         h2o | streaming | random (h2o)\n"
             "  --score-mode M     sum | mean | decay | tova (sum): the accumulated mass; it divided by the\n"
             "                     queries that could see the token; score <- 0.9 score + mass each step;\n"
@@ -83,9 +88,7 @@ static void usage(FILE* f)
             "  --quiet            no progress lines\n"
             "  --memory           print the memory table instead (with --model kimi|deepseek-v3,\n"
             "                     --context N (32768), --budgets a,b,... (64,4096), --n-sink, --n-recent)\n"
-            "  --help\n"
-            "The expanded per-head layout and F32 rows are not in the one cache yet: --layout expanded\n"
-            "and --storage fp32 are refused.\n");
+            "  --help\n");
 }
 
 static bool parse_choice(const char* flag, const char* s, const char* const* names, int n, int* out)
@@ -105,7 +108,7 @@ static bool parse_choice(const char* flag, const char* s, const char* const* nam
 static int parse_args(int argc, char** argv, opts* o)
 {
     *o = (opts){ .steps = 1000, .budget = 64, .n_sink = 4, .n_recent = 16, .layers = 4, .heads = 4, .qk_dim = 192,
-                 .kv_lora = 512, .model = "kimi", .context = 32768, .batch = PROGRESS };
+                 .kv_lora = 512, .v_dim = 128, .model = "kimi", .context = 32768, .batch = PROGRESS };
     strcpy(o->budgets, "64,4096");
     static const char* const policies[] = { "h2o", "streaming", "random" };
     static const char* const modes[] = { "sum", "mean", "decay", "tova" };
@@ -128,6 +131,7 @@ static int parse_args(int argc, char** argv, opts* o)
         U32("--heads", heads, 1, 512)
         U32("--qk-dim", qk_dim, 2, 4096)
         U32("--kv-lora", kv_lora, 1, 8192)
+        U32("--v-dim", v_dim, 1, 4096)
         U32("--seed", seed, 0, UINT32_MAX)
         U32("--device", device, 0, 63)
         U32("--context", context, 1, 1u << 30)
@@ -146,15 +150,15 @@ static int parse_args(int argc, char** argv, opts* o)
             o->no_output = true;
         } else if (!strcmp(a, "--validation")) {
             o->validation = true;
-        } else if (!strcmp(a, "--layout") || !strcmp(a, "--storage")) {
+        } else if (v && (!strcmp(a, "--layout") || !strcmp(a, "--storage"))) {
+            static const char* const layouts[] = { "latent", "expanded" };
+            static const char* const storages[] = { "fp16", "fp32" };
             const bool lay = !strcmp(a, "--layout");
-            if (v && !strcmp(v, lay ? "latent" : "fp16"))
-                fprintf(stderr, TOOL ": %s: the one cache has only the %s; drop the flag\n", a,
-                        lay ? "latent layout" : "fp16 rows");
-            else
-                fprintf(stderr, TOOL ": %s: the one cache (vkh2o_kvcache) has the latent layout with fp16 rows only; "
-                                "the expanded layout and fp32 rows are not in it yet\n", a);
-            return 2;
+            if (!parse_choice(a, v, lay ? layouts : storages, 2, &c))
+                return 2;
+            if (lay) o->expanded = c == 1;
+            else o->f32 = c == 1;
+            i++;
         } else if (v && (!strcmp(a, "--policy") || !strcmp(a, "--score-mode") || !strcmp(a, "--kv"))) {
             const bool pol = !strcmp(a, "--policy"), mode = !strcmp(a, "--score-mode");
             if (!parse_choice(a, v, pol ? policies : mode ? modes : kvs, pol ? 3 : mode ? 4 : 5, &c))
@@ -217,7 +221,7 @@ static uint64_t held_bytes(const vkh2o_kvcache_desc* shape, uint32_t tokens, uin
 {
     vkh2o_kvcache_desc d = *shape, r;
     vkh2o_kvcache_plan plan;
-    if (tokens <= d.n_sink + d.n_recent) {   /* every token a sink or a recent one: FP16 */
+    if (tokens <= d.n_sink + d.n_recent) {   /* every token a sink or a recent one: the top tier */
         d.max_tokens = d.n_sink + d.n_recent + 2;
         return vkh2o_kvcache_desc_resolve(&d, &r, NULL, NULL) == VKH2O_OK
                    ? (uint64_t)tokens * vkh2o_kvcache_token_bytes(&r, VKH2O_TIER_FP16) : 0;
@@ -229,32 +233,44 @@ static uint64_t held_bytes(const vkh2o_kvcache_desc* shape, uint32_t tokens, uin
         return 0;
     uint32_t mid[VKH2O_TIER_COUNT];
     vkh2o_kvcache_plan_counts(&r, &plan, tokens, mid);
-    const uint32_t edge = r.n_sink + r.n_recent < tokens ? r.n_sink + r.n_recent : tokens;
-    uint64_t b = (uint64_t)edge * plan.token_bytes[0];
+    uint64_t b = (uint64_t)(r.n_sink + r.n_recent) * plan.token_bytes[0];
     for (int k = 0; k < VKH2O_TIER_COUNT; k++)
         b += (uint64_t)mid[k] * plan.token_bytes[k];
     return b;
 }
 
+/* the columns of the memory table: layout, top-tier storage, precision of the middle tokens */
+static const struct { const char* name; vkh2o_kv_layout layout; vkh2o_dtype storage; vkh2o_kv_precision p; } MEM_COLS[] = {
+    { "latent fp32", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F32, VKH2O_PRECISION_FP16 },
+    { "latent fp16", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_PRECISION_FP16 },
+    { "latent int8", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_PRECISION_INT8 },
+    { "latent int4", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_PRECISION_INT4 },
+    { "latent int2", VKH2O_LAYOUT_LATENT, VKH2O_DTYPE_F16, VKH2O_PRECISION_INT2 },
+    { "expanded fp16", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F16, VKH2O_PRECISION_FP16 },
+    { "expanded fp32", VKH2O_LAYOUT_EXPANDED, VKH2O_DTYPE_F32, VKH2O_PRECISION_FP16 },
+};
+#define NCOLS (int)(sizeof MEM_COLS / sizeof MEM_COLS[0])
+
 static int memory_table(const opts* o)
 {
     bool ds = !strcmp(o->model, "deepseek-v3");
     const uint32_t layers = 61, heads = ds ? 128 : 64;
-    vkh2o_kvcache_desc shape = { .num_heads = heads, .kv_lora_rank = 512, .qk_rope_head_dim = 64, .qk_nope_head_dim = 128,
-                                 .v_head_dim = 128, .n_sink = o->n_sink, .n_recent = o->n_recent };
-    /* the seed's expanded FP16 cache, K (nope + rope) and V per head: for comparison only (the one
-     * cache holds the latent row) */
-    const uint64_t expanded = (uint64_t)heads * (128 + 64 + 128) * 2;
-    printf("Memory of the KV cache (vkh2o_kvcache): %s (%u layers, latent row c_kv 512 + k_pe 64 per token)\n",
-           ds ? "DeepSeek-V3" : "Kimi K2", layers);
+    const vkh2o_kvcache_desc shape = { .num_heads = heads, .kv_lora_rank = 512, .qk_rope_head_dim = 64,
+                                       .qk_nope_head_dim = 128, .v_head_dim = 128, .n_sink = o->n_sink,
+                                       .n_recent = o->n_recent };
+    printf("Memory of the KV cache (vkh2o_kvcache): %s (%u layers; latent row c_kv 512 + k_pe 64 per token,\n"
+           "expanded %u heads x K 192 + V 128)\n", ds ? "DeepSeek-V3" : "Kimi K2", layers, heads);
     printf("GB = 1e9 bytes; an evicted cache holds n_sink %u + budget + n_recent %u tokens per layer, the sinks and\n"
-           "recents FP16 and the middle tokens at the column's precision; bytes per token include its position\n"
-           "and score (8 bytes). Last column: the seed's expanded FP16 cache (%u heads x K 192 + V 128), for comparison.\n\n",
-           o->n_sink, o->n_recent, heads);
-    printf("| %-36s | %8s | %10s | %10s | %10s | %10s | %13s |\n", "Cache state", "tokens", "fp16", "int8", "int4", "int2",
-           "expanded fp16");
-    printf("|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------------------------", "----------", "------------",
-           "------------", "------------", "------------", "---------------");
+           "recents at the top tier (fp16 or fp32) and the middle tokens at the column's precision; bytes per token\n"
+           "include its position and score (8 bytes).\n\n",
+           o->n_sink, o->n_recent);
+    printf("| %-36s | %8s |", "Cache state", "tokens");
+    for (int c = 0; c < NCOLS; c++)
+        printf(" %13s |", MEM_COLS[c].name);
+    printf("\n|--------------------------------------|----------|");
+    for (int c = 0; c < NCOLS; c++)
+        printf("---------------|");
+    printf("\n");
     struct { char label[64]; uint32_t cap; uint64_t tokens; } rows[34];
     int nrows = 0;
     snprintf(rows[0].label, sizeof rows[0].label, "Full cache at %u context", o->context);
@@ -273,26 +289,34 @@ static int memory_table(const opts* o)
     }
     for (int i = 0; i < nrows; i++) {
         printf("| %-36s | %8" PRIu64 " |", rows[i].label, rows[i].tokens);
-        for (int p = 0; p < 4; p++) {
-            const uint64_t b = held_bytes(&shape, o->context, rows[i].cap, (vkh2o_kv_precision)p);
+        for (int c = 0; c < NCOLS; c++) {
+            vkh2o_kvcache_desc d = shape;
+            d.layout = MEM_COLS[c].layout;
+            d.storage = MEM_COLS[c].storage;
+            const uint64_t b = held_bytes(&d, o->context, rows[i].cap, MEM_COLS[c].p);
             if (b)
-                printf(" %7.3f GB |", gb(b * layers));
+                printf(" %10.3f GB |", gb(b * layers));
             else
-                printf(" %10s |", "refused");
+                printf(" %13s |", "refused");
         }
-        printf(" %10.2f GB |\n", gb(expanded * rows[i].tokens * layers));
+        printf("\n");
     }
     printf("\nPer token and layer (vkh2o_kvcache_token_bytes):");
-    for (int k = 0; k < VKH2O_TIER_COUNT; k++) {
+    for (int c = 0; c < NCOLS; c++) {
         vkh2o_kvcache_desc d = shape, r;
+        d.layout = MEM_COLS[c].layout;
+        d.storage = MEM_COLS[c].storage;
         d.max_tokens = o->context > d.n_sink + d.n_recent + 2 ? o->context : d.n_sink + d.n_recent + 2;
         if (vkh2o_kvcache_desc_resolve(&d, &r, NULL, NULL) == VKH2O_OK)
-            printf(" %s %u B%s", vkh2o_kv_tier_name((vkh2o_kv_tier)k), vkh2o_kvcache_token_bytes(&r, (vkh2o_kv_tier)k),
-                   k + 1 < VKH2O_TIER_COUNT ? "," : ";");
+            printf(" %s %u B%s", MEM_COLS[c].name, vkh2o_kvcache_token_bytes(&r, (vkh2o_kv_tier)MEM_COLS[c].p),
+                   c + 1 < NCOLS ? "," : ".\n");
     }
-    printf(" the seed's expanded fp16 %" PRIu64 " B.\n", expanded);
-    printf("(The seed's ~10.2 GB at budget 4096 counts the 4096 heavy hitters alone in the expanded layout: %.2f GB.)\n",
-           gb(expanded * 4096 * layers));
+    vkh2o_kvcache_desc d = shape, r;
+    d.layout = VKH2O_LAYOUT_EXPANDED;
+    d.max_tokens = 4096 + d.n_sink + d.n_recent + 2;
+    if (vkh2o_kvcache_desc_resolve(&d, &r, NULL, NULL) == VKH2O_OK)
+        printf("(The seed's ~10.2 GB at budget 4096 counts the 4096 heavy hitters alone in the expanded fp16 layout: "
+               "%.2f GB.)\n", gb((uint64_t)vkh2o_kvcache_token_bytes(&r, VKH2O_TIER_FP16) * 4096 * layers));
     return 0;
 }
 
@@ -306,7 +330,10 @@ typedef struct run {
     vkh2o_kvcache_desc desc;       /* resolved */
     vkh2o_kvcache_plan plan;
     vkh2o_buffer *in, *out;
-    uint32_t cap, W, per_step;      /* kept tokens; row width; floats of one layer's step inputs */
+    ref_kvc_config rc;              /* the cache's shape and policy, for the reference and the sizes */
+    uint32_t cap, W, WA, QW, OW;    /* kept tokens; row numbers, of its first input (c_kv or K), per
+                                       head of the query and of the output */
+    uint32_t per_step;              /* floats of one layer's step inputs: q, then the row's two inputs */
     uint32_t batch;                 /* steps per batch in effect */
     float* host_in;
     vkh2o_kvcache_step* ks;         /* the steps of a batch, every layer */
@@ -354,7 +381,8 @@ static float rng_uniform(uint64_t* s)
     return (float)((double)((*s * 0x2545f4914f6cdd1dull) >> 40) * (1.0 / 8388608.0) - 1.0);
 }
 
-/* the inputs of step `s` of a batch, layer l: q [heads][W], then ckv [kv_lora], kpe [rope] */
+/* the inputs of step `s` of a batch, layer l: q [heads][QW], then the row's first input (LATENT
+ * ckv [kv_lora], EXPANDED k [heads][nope + rope]) and its second (kpe [rope], v [heads][v_dim]) */
 static float* step_in(run* R, uint32_t s, uint32_t l)
 {
     return R->host_in + ((size_t)s * R->o.layers + l) * R->per_step;
@@ -404,7 +432,8 @@ static void check_sizes(run* r, uint32_t step, uint32_t nb, const vkh2o_kvcache_
     }
 }
 
-/* sinks are positions 0..n_sink-1 and the recent window the last n_recent positions, all FP16;
+/* sinks are positions 0..n_sink-1 and the recent window the last n_recent positions, all at the
+ * top tier (FP16, or F32 with --storage fp32);
  * the snapshot is sorted by position */
 static vkh2o_result check_positions(run* r, uint32_t step)
 {
@@ -418,14 +447,14 @@ static vkh2o_result check_positions(run* r, uint32_t step)
         for (uint32_t i = 0; i < ns; i++)
             if (pos[i] != i || r->stier[i] != VKH2O_TIER_FP16) {
                 r->sink_bad++;
-                problem(r, "sink %u holds position %u (or not at FP16)", step, l, i, pos[i]);
+                problem(r, "sink %u holds position %u (or not at the top tier)", step, l, i, pos[i]);
                 break;
             }
         uint32_t nr = r->o.n_recent < s.len ? r->o.n_recent : s.len;
         for (uint32_t j = 0; j < nr; j++)
             if (pos[s.len - 1 - j] != step - j || r->stier[s.len - 1 - j] != VKH2O_TIER_FP16) {
                 r->recent_bad++;
-                problem(r, "recent token holds position %u, expected %u at FP16", step, l, pos[s.len - 1 - j], step - j);
+                problem(r, "recent token holds position %u, expected %u at the top tier", step, l, pos[s.len - 1 - j], step - j);
                 break;
             }
     }
@@ -452,13 +481,13 @@ static vkh2o_result check_sync(run* r, uint32_t step)
  * within nmse 1e-9 (the reference reads the same stored rows, in double) */
 static vkh2o_result check_step(run* r, uint32_t step)
 {
-    const uint32_t H = r->o.heads, KVL = r->o.kv_lora;
+    const uint32_t H = r->o.heads, OW = r->OW;
     if (r->out)
-        TRY(vkh2o_buffer_download(r->out, 0, r->outh, 4ull * r->o.layers * H * KVL));
+        TRY(vkh2o_buffer_download(r->out, 0, r->outh, 4ull * r->o.layers * H * OW));
     for (uint32_t l = 0; l < r->o.layers && !r->check_failed; l++) {
         ref_kvc* ref = &r->ref[l];
         const float* in = step_in(r, 0, l);
-        ref_kvc_step(ref, in, in + (size_t)H * r->W, in + (size_t)H * r->W + KVL, r->rout);
+        ref_kvc_step(ref, in, in + (size_t)H * r->QW, in + (size_t)H * r->QW + r->WA, r->rout);
         vkh2o_kvcache_snapshot s = { .positions = r->spos, .scores = r->ssc, .tiers = r->stier };
         TRY(vkh2o_kvcache_read_snapshot(r->cache, l, &s));
         bool same = s.len == ref->n;
@@ -492,9 +521,9 @@ static vkh2o_result check_step(run* r, uint32_t step)
         }
         if (r->check_failed || !r->out)
             continue;
-        const float* o = r->outh + (size_t)l * H * KVL;
+        const float* o = r->outh + (size_t)l * H * OW;
         double num = 0, den = 0;
-        for (uint32_t i = 0; i < H * KVL; i++) {
+        for (uint32_t i = 0; i < H * OW; i++) {
             num += (o[i] - r->rout[i]) * (o[i] - r->rout[i]);
             den += r->rout[i] * r->rout[i];
         }
@@ -529,6 +558,11 @@ static int check_args(const opts* o, int argc, char** argv)
         fprintf(stderr, TOOL ": --budget %u: more heavy hitters than the %u tokens of --steps\n", o->budget, o->steps);
         return 2;
     }
+    for (int i = 1; i < argc; i++)
+        if ((!strcmp(argv[i], "--v-dim") && !o->expanded) || (!strcmp(argv[i], "--kv-lora") && o->expanded)) {
+            fprintf(stderr, TOOL ": %s: only with --layout %s\n", argv[i], o->expanded ? "latent" : "expanded");
+            return 2;
+        }
     if (o->budget == 0) {
         fprintf(stderr, TOOL ": --budget 0: the budget is 0; at least one middle token must be kept\n");
         return 2;
@@ -547,8 +581,10 @@ static int make_desc(run* R)
     const opts* o = &R->o;
     const uint32_t rope = o->qk_dim > 64 ? 64 : o->qk_dim / 2;
     vkh2o_kvcache_desc d = {
-        .num_layers = o->layers, .num_heads = o->heads, .kv_lora_rank = o->kv_lora, .qk_rope_head_dim = rope,
-        .qk_nope_head_dim = o->qk_dim - rope, .scale = 1.0f / sqrtf((float)o->qk_dim), .max_tokens = o->steps,
+        .num_layers = o->layers, .num_heads = o->heads, .kv_lora_rank = o->expanded ? 0 : o->kv_lora,
+        .qk_rope_head_dim = rope, .qk_nope_head_dim = o->qk_dim - rope, .v_head_dim = o->expanded ? o->v_dim : 0,
+        .layout = o->expanded ? VKH2O_LAYOUT_EXPANDED : VKH2O_LAYOUT_LATENT,
+        .storage = o->f32 ? VKH2O_DTYPE_F32 : VKH2O_DTYPE_F16, .scale = 1.0f / sqrtf((float)o->qk_dim), .max_tokens = o->steps,
         .capacity_tokens = o->n_sink + o->budget + o->n_recent, .n_sink = o->n_sink, .n_recent = o->n_recent,
         .policy = o->policy, .score_mode = o->mode, .seed = o->seed, .precision = o->kv,
     };
@@ -562,13 +598,30 @@ static int make_desc(run* R)
     vkh2o_error err = { 0 };
     const vkh2o_result res = vkh2o_kvcache_desc_resolve(&d, &R->desc, &R->plan, &err);
     if (res != VKH2O_OK) {
-        fprintf(stderr, TOOL ": --budget/--n-sink/--n-recent/--layers/--heads/--qk-dim/--kv-lora/--kv: %s (%s)\n",
+        fprintf(stderr, TOOL ": --budget/--n-sink/--n-recent/--layers/--heads/--qk-dim/--kv-lora/--v-dim/--kv: %s (%s)\n",
                 err.message, vkh2o_result_string(res));
         return 2;
     }
     R->cap = o->n_sink + o->budget + o->n_recent;
-    R->W = o->kv_lora + rope;
-    R->per_step = o->heads * R->W + R->W;
+    const vkh2o_kvcache_desc* r = &R->desc;
+    R->rc = (ref_kvc_config){ .heads = r->num_heads, .kvl = r->kv_lora_rank, .rope = r->qk_rope_head_dim,
+                              .expanded = o->expanded, .nope = r->qk_nope_head_dim, .vdim = r->v_head_dim, .f32 = o->f32,
+                              .scale = r->scale, .n_sink = r->n_sink, .n_recent = r->n_recent, .policy = r->policy,
+                              .mode = r->score_mode, .seed = r->seed,
+                              .keep = r->policy != VKH2O_POLICY_H2O ? 1.0f
+                                    : r->score_mode == VKH2O_SCORE_DECAY ? r->decay
+                                    : r->score_mode == VKH2O_SCORE_TOVA ? 0.0f : 1.0f,
+                              .selects = R->plan.selects, .by_bytes = R->plan.by_bytes, .budget = R->plan.budget_bytes };
+    for (int k = 0; k < VKH2O_TIER_COUNT; k++) {
+        R->rc.slots[k] = R->plan.slots[k];
+        R->rc.group_size[k] = r->group_size[k];
+        R->rc.token_bytes[k] = R->plan.token_bytes[k];
+    }
+    R->W = vkh2o_kvcache_row_numbers(r);
+    R->WA = ref_kvc_first(&R->rc);
+    R->QW = ref_kvc_qw(&R->rc);
+    R->OW = ref_kvc_ow(&R->rc);
+    R->per_step = o->heads * R->QW + R->W;
     R->batch = o->check || o->csv ? 1 : o->batch;
     return 0;
 }
@@ -600,7 +653,7 @@ static int setup(run* R, outset* files)
     if ((res = vkh2o_buffer_create(R->ctx, in_floats * 4, &R->in)) != VKH2O_OK)
         return fail_vk(R, res, "creating the input buffer");
     if (!o->no_output &&
-        (res = vkh2o_buffer_create(R->ctx, 4ull * o->layers * o->heads * o->kv_lora, &R->out)) != VKH2O_OK)
+        (res = vkh2o_buffer_create(R->ctx, 4ull * o->layers * o->heads * R->OW, &R->out)) != VKH2O_OK)
         return fail_vk(R, res, "creating the output buffer");
     R->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)o->seed << 17) ^ o->seed;
     if (o->check) {
@@ -608,26 +661,15 @@ static int setup(run* R, outset* files)
         R->ssc = malloc(4ull * S);
         R->srows = malloc(4ull * S * R->W);
         R->tier32 = malloc(4ull * S);
-        R->outh = malloc(4ull * o->layers * o->heads * o->kv_lora);
-        R->rout = malloc(sizeof(double) * o->heads * o->kv_lora);
+        R->outh = malloc(4ull * o->layers * o->heads * R->OW);
+        R->rout = malloc(sizeof(double) * o->heads * R->OW);
         if (!R->ref || !R->ssc || !R->srows || !R->tier32 || !R->outh || !R->rout) {
             fprintf(stderr, TOOL ": out of host memory\n");
             return 1;
         }
-        const vkh2o_kvcache_desc* d = &R->desc;
-        const float keep = d->policy != VKH2O_POLICY_H2O ? 1.0f
-                         : d->score_mode == VKH2O_SCORE_DECAY ? d->decay
-                         : d->score_mode == VKH2O_SCORE_TOVA ? 0.0f : 1.0f;
         for (uint32_t l = 0; l < o->layers; l++) {
-            ref_kvc_config rc = { .heads = d->num_heads, .kvl = d->kv_lora_rank, .rope = d->qk_rope_head_dim,
-                                  .scale = d->scale, .n_sink = d->n_sink, .n_recent = d->n_recent, .policy = d->policy,
-                                  .mode = d->score_mode, .seed = d->seed, .layer = l, .keep = keep,
-                                  .selects = R->plan.selects, .by_bytes = R->plan.by_bytes, .budget = R->plan.budget_bytes };
-            for (int k = 0; k < VKH2O_TIER_COUNT; k++) {
-                rc.slots[k] = R->plan.slots[k];
-                rc.group_size[k] = d->group_size[k];
-                rc.token_bytes[k] = R->plan.token_bytes[k];
-            }
+            ref_kvc_config rc = R->rc;
+            rc.layer = l;
             ref_kvc_init(&R->ref[l], &rc);
         }
     }
@@ -649,17 +691,33 @@ static int setup(run* R, outset* files)
 static vkh2o_result submit_steps(run* R, uint32_t nb)
 {
     const opts* o = &R->o;
-    const uint32_t H = o->heads, W = R->W;
+    const uint32_t H = o->heads, A = H * R->QW, B = A + R->WA;   /* offsets of the row's inputs */
     const size_t n = (size_t)nb * o->layers * R->per_step;
     for (size_t i = 0; i < n; i++)
         R->host_in[i] = rng_uniform(&R->rng);
+    if (o->expanded)   /* k_pe is one per token, the same in every head's K */
+        for (size_t j = 0; j < (size_t)nb * o->layers; j++) {
+            float* k = R->host_in + j * R->per_step + A;
+            const uint32_t kw = R->rc.nope + R->rc.rope;
+            for (uint32_t h = 1; h < H; h++)
+                memcpy(k + (size_t)h * kw + R->rc.nope, k + R->rc.nope, 4ull * R->rc.rope);
+        }
     TRY(vkh2o_buffer_upload(R->in, 0, R->host_in, 4ull * n));
     for (uint32_t s = 0; s < nb; s++)
         for (uint32_t l = 0; l < o->layers; l++) {
             const uint64_t off = 4ull * (uint64_t)(step_in(R, s, l) - R->host_in);
-            R->ks[s * o->layers + l] = (vkh2o_kvcache_step){
-                .layer = l, .q = R->in, .q_offset = off, .ckv = R->in, .ckv_offset = off + 4ull * H * W, .kpe = R->in,
-                .kpe_offset = off + 4ull * (H * W + o->kv_lora), .out = R->out, .out_offset = 4ull * l * H * o->kv_lora };
+            vkh2o_kvcache_step ks = { .layer = l, .q = R->in, .q_offset = off, .out = R->out,
+                                      .out_offset = 4ull * l * H * R->OW };
+            if (o->expanded) {
+                ks.k = ks.v = R->in;
+                ks.k_offset = off + 4ull * A;
+                ks.v_offset = off + 4ull * B;
+            } else {
+                ks.ckv = ks.kpe = R->in;
+                ks.ckv_offset = off + 4ull * A;
+                ks.kpe_offset = off + 4ull * B;
+            }
+            R->ks[s * o->layers + l] = ks;
         }
     return vkh2o_run_kvcache_steps(R->cache, R->ks, nb * o->layers);
 }
@@ -671,11 +729,16 @@ static int run_steps(run* R)
     const opts* o = &R->o;
     static const char* pname[] = { "h2o", "streaming", "random" };
     static const char* mname[] = { "sum", "mean", "decay", "tova" };
-    printf("[B1] config: layers=%u heads=%u qk_dim=%u (rope %u) kv_lora=%u kv=%s policy=%s score=%s "
+    char shape[64];
+    if (o->expanded)
+        snprintf(shape, sizeof shape, "layout=expanded v_dim=%u", o->v_dim);
+    else
+        snprintf(shape, sizeof shape, "layout=latent kv_lora=%u", o->kv_lora);
+    printf("[B1] config: layers=%u heads=%u qk_dim=%u (rope %u) %s storage=%s kv=%s policy=%s score=%s "
            "n_sink=%u budget=%u n_recent=%u seed=%u\n",
-           o->layers, o->heads, o->qk_dim, R->desc.qk_rope_head_dim, o->kv_lora, vkh2o_kv_precision_name(o->kv),
+           o->layers, o->heads, o->qk_dim, R->desc.qk_rope_head_dim, shape, o->f32 ? "fp32" : "fp16", vkh2o_kv_precision_name(o->kv),
            pname[o->policy], mname[o->mode], o->n_sink, o->budget, o->n_recent, o->seed);
-    printf("[B1] device: %s; one cache (latent rows, evicted in place), %u step%s per batch (every layer's steps in one submission)%s\n",
+    printf("[B1] device: %s; one cache (evicted in place), %u step%s per batch (every layer's steps in one submission)%s\n",
            vkh2o_context_get_caps(R->ctx)->device_name, R->batch, R->batch == 1 ? "" : "s",
            o->check ? " (--check)" : o->csv ? " (--out-csv)" : "");
     printf("[B1] running %u simulated generation steps...\n\n", o->steps);
@@ -796,7 +859,7 @@ static int report(run* R)
             "%" PRIu64 " eviction events triggered correctly (expected (%u - %u) x %u = %" PRIu64 ", one token each)", events,
             o->steps, R->cap, L, want_events);
     VERDICT(R->sink_bad == 0 && R->recent_bad == 0,
-            "sinks (positions 0-%d) and the %u most recent positions preserved at FP16 in every layer", (int)o->n_sink - 1,
+            "sinks (positions 0-%d) and the %u most recent positions preserved at the top tier in every layer", (int)o->n_sink - 1,
             o->n_recent);
     if (o->check) {
         if (R->check_failed)

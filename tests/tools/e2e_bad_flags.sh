@@ -199,6 +199,9 @@ num vkh2o-validate --layers 1 4096 "${V[@]}"
 num vkh2o-validate --heads 1 512 "${V[@]}"
 num vkh2o-validate --qk-dim 2 4096 "${V[@]}"
 num vkh2o-validate --kv-lora 1 8192 "${V[@]}"
+num vkh2o-validate --v-dim 1 4096 "${V[@]}" --layout expanded
+case_ vkh2o-validate --v-dim "${V[@]}" --v-dim 64                             # the latent row has no V
+case_ vkh2o-validate --kv-lora "${V[@]}" --layout expanded --kv-lora 64      # the expanded row has no c_kv
 num vkh2o-validate --seed 0 4294967295 "${V[@]}"
 num vkh2o-validate --device 0 63 "${V[@]}"
 num vkh2o-validate --context 1 1073741824 --memory
@@ -208,8 +211,8 @@ case_ vkh2o-validate --batch "${V[@]}" --batch 8 --out-csv "$OUT/ok.csv"        
 choice vkh2o-validate --policy h2o "${V[@]}"
 choice vkh2o-validate --score-mode mean "${V[@]}"
 choice vkh2o-validate --kv int4 "${V[@]}"
-# the old cache's layout and storage: not in the one cache (refused with the reason)
-for f in "--layout expanded" "--layout latent" "--storage fp32" "--storage fp16"; do case_ vkh2o-validate "${f% *}" "${V[@]}" $f; done
+choice vkh2o-validate --layout expanded "${V[@]}"
+choice vkh2o-validate --storage fp32 "${V[@]}"
 choice vkh2o-validate --model kimi --memory
 case_ vkh2o-validate --budgets --memory --budgets 64,x
 case_ vkh2o-validate --budgets --memory --budgets ""
