@@ -267,6 +267,11 @@ typedef struct vkh2o_kvcache_step {
 } vkh2o_kvcache_step;
 VKH2O_API vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_kvcache_step* s);
 VKH2O_API vkh2o_result vkh2o_run_kvcache_step(vkh2o_kvcache* c, const vkh2o_kvcache_step* s);
+/* s[0..n) recorded in order into one command buffer (each step sees the one before it), one
+ * submission and wait: many steps (layers, tokens) for the cost of one submission. Results:
+ * INVALID_ARGUMENT (NULL), those of vkh2o_cmd_kvcache_step: the first failing step's (it records
+ * nothing; the steps before it run), or the submission's. */
+VKH2O_API vkh2o_result vkh2o_run_kvcache_steps(vkh2o_kvcache* c, const vkh2o_kvcache_step* s, uint32_t n);
 
 /*
  * Prefill one layer with n prompt tokens (positions 0 .. n-1), replacing its contents: LATENT

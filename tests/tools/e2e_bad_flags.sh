@@ -197,15 +197,21 @@ case_ vkh2o-validate --budget --steps 10 --budget 11 --out-csv "$OUT/ok.csv"    
 for f in --n-sink --n-recent; do num vkh2o-validate $f 0 16777216 "${V[@]}"; done
 num vkh2o-validate --layers 1 4096 "${V[@]}"
 num vkh2o-validate --heads 1 512 "${V[@]}"
-for f in --qk-dim --v-dim; do num vkh2o-validate $f 1 4096 "${V[@]}"; done
+num vkh2o-validate --qk-dim 2 4096 "${V[@]}"
 num vkh2o-validate --kv-lora 1 8192 "${V[@]}"
+num vkh2o-validate --v-dim 1 4096 "${V[@]}" --layout expanded
+case_ vkh2o-validate --v-dim "${V[@]}" --v-dim 64                             # the latent row has no V
+case_ vkh2o-validate --kv-lora "${V[@]}" --layout expanded --kv-lora 64      # the expanded row has no c_kv
 num vkh2o-validate --seed 0 4294967295 "${V[@]}"
 num vkh2o-validate --device 0 63 "${V[@]}"
 num vkh2o-validate --context 1 1073741824 --memory
-num vkh2o-validate --steps-per-dispatch 1 50 "${V[@]}"
-choice vkh2o-validate --layout latent "${V[@]}"
+num vkh2o-validate --batch 1 1000 "${V[@]}"
+case_ vkh2o-validate --batch "${V[@]}" --batch 8 --check                        # --check runs every step
+case_ vkh2o-validate --batch "${V[@]}" --batch 8 --out-csv "$OUT/ok.csv"         # so does --out-csv
 choice vkh2o-validate --policy h2o "${V[@]}"
 choice vkh2o-validate --score-mode mean "${V[@]}"
+choice vkh2o-validate --kv int4 "${V[@]}"
+choice vkh2o-validate --layout expanded "${V[@]}"
 choice vkh2o-validate --storage fp32 "${V[@]}"
 choice vkh2o-validate --model kimi --memory
 case_ vkh2o-validate --budgets --memory --budgets 64,x
@@ -257,8 +263,8 @@ num vkh2o-bench --device 0 63 --quick
 case_ vkh2o-bench --device --quick --device 9
 num vkh2o-bench --seq-len 1 65536 --quick
 num vkh2o-bench --runs 1 1000 --quick
-num vkh2o-bench --topk 1 67108864 --quick
-for f in --json --quick --read --decode --policy-cost --scaling; do case_ vkh2o-bench $f --quick $f $f; done
+case_ vkh2o-bench --topk --quick --topk 5000                          # retired with the old cache's top-k kernel
+for f in --json --quick --read --decode --policy-cost --kv-decode --scaling; do case_ vkh2o-bench $f --quick $f $f; done
 num vkh2o-bench --cache-len 16 1048576 --quick --decode
 num vkh2o-bench --scaling-max 1 1048576 --quick --scaling
 case_ vkh2o-bench --cache-len --quick --cache-len 64                 # without --decode / --policy-cost
