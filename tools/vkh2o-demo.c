@@ -546,9 +546,8 @@ static int check_kv(const demo_run* dm, uint32_t S)
     vkh2o_error err = { 0 };
     if (demo_kv_desc(&dm->cfg, &dm->kv, S, &d, NULL, &err) == VKH2O_OK)
         return 0;
-    fprintf(stderr, "%s: --layout %s --kv %s --n-sink %u --budget %u --n-recent %u over %u tokens: %s\n", TOOL,
-            layout_name(dm->o.layout), vkh2o_kv_precision_name(dm->o.kv), dm->o.n_sink, dm->o.budget, dm->o.n_recent, S,
-            err.message);
+    fprintf(stderr, "%s: --layout %s --kv %s --n-sink %u --budget %u --n-recent %u: %s\n", TOOL, layout_name(dm->o.layout),
+            vkh2o_kv_precision_name(dm->o.kv), dm->o.n_sink, dm->o.budget, dm->o.n_recent, err.message);
     return 2;
 }
 
