@@ -2,10 +2,11 @@
  * vkh2o-demo: the Kimi K2.6 layer-0 H2O demo (seed walkthrough 002), end to end on the GPU.
  * Loads one layer's attention weights from a checkpoint shard (mmap: only that layer's bytes
  * are read), runs one causal forward over S synthetic tokens, reduces each token's attention
- * mass over heads and queries, selects the H2O kept set (sinks + heavy hitters + recent) and
- * compacts a KV cache of the chosen layout to it, then reports. With --prefill P the first P
- * tokens are a prefill into an H2O cache and the rest are decoded one at a time through the
- * public decode API (tools/common/demo_decode.c).
+ * mass over heads and queries, prefills the one KV cache (vkh2o_kvcache) of the chosen layout and
+ * precision with the rows and that mass, reads the H2O kept set (sinks + heavy hitters + recent)
+ * back from it, then reports (tools/common/demo_h2o.c). With --prefill P the first P tokens are
+ * a prefill through the layer into the cache and the rest are decoded one at a time through the
+ * public layer calls (tools/common/demo_decode.c).
  */
 #include "cli.h"
 #include "demo_h2o.h"
@@ -44,7 +45,6 @@ typedef struct opts {
     uint64_t seed;
     vkh2o_kv_layout layout;
     vkh2o_kv_precision kv;
-    bool kv_given;
 } opts;
 
 static void usage(FILE* f)
@@ -173,7 +173,6 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
                 fprintf(stderr, "%s: --kv: '%s' is not fp16, int8, int4 or int2\n", TOOL, v);
                 return false;
             }
-            o->kv_given = true;
             i++;
         } else if (!strcmp(a, "--normed-input")) o->normed_input = true;
         else if (!strcmp(a, "--check")) o->check = true;
@@ -736,8 +735,8 @@ static int run_forward(demo_run* dm)
 /* The kept set from the attention mass, through the public cache prefill. */
 static int run_h2o(demo_run* dm)
 {
-    /* H2O on the GPU: select the kept set from the attention mass and compact a KV cache of the
-     * chosen layout to it */
+    /* H2O on the GPU: the cache keeps the heaviest middle tokens of the attention mass; the kept
+     * set is what it holds */
     if (dm->o.prefill_given) {
         /* decode mode: prefill P tokens into a cache, then decode P..S-1 one at a time */
         if (demo_decode_run(dm->ctx, dm->layer, &dm->cfg, dm->hidden, dm->S, dm->P, &dm->kv, dm->out, dm->score, dm->cat,
@@ -972,7 +971,7 @@ static int write_outputs(demo_run* dm)
         cJSON_AddNumberToObject(j, "evicted_mean", dm->st.evicted_mean);
         cJSON_AddNumberToObject(j, "heavy_evicted_ratio", dm->st.ratio);
         cJSON* jt = cJSON_AddObjectToObject(j, "timings_ms");
-        cJSON_AddStringToObject(jt, "clock", dm->gpu_time ? "gpu" : "wall");
+        cJSON_AddStringToObject(jt, "clock", dm->gpu_time ? "gpu" : "wall");   /* the forward's; the cache's are wall clock */
         cJSON_AddNumberToObject(jt, "runs", dm->timed);
         cJSON_AddNumberToObject(jt, "forward", dm->fwd_ms);
         cJSON_AddNumberToObject(jt, "projections", dm->proj_ms);
