@@ -2,7 +2,7 @@
 /*
  * Stage 1 of a decode step (one workgroup): the new token takes the free FP16 slot of lowest
  * index in the layer's top tier, with its position (the layer's counter), score 0 and its row
- * rounded to fp16. A step at max_tokens positions is refused on the device: the overflow count
+ * (LATENT [ckv | kpe], EXPANDED [k | v]) rounded to fp16 (f32 with F32TOP). A step at max_tokens positions is refused on the device: the overflow count
  * goes up and ST_SKIP tells the later stages to do nothing.
  * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
  */
@@ -10,9 +10,11 @@
 #include "kvc_common.glsl"
 #include "kvc_bindings.glsl"
 
-layout(constant_id = 18) const uint MAXTOK = 512;
+layout(constant_id = 21) const uint MAXTOK = 512;
 
 shared uint sh_slot[WG];
+
+float in_row(uint e) { return e < WA ? in_ckv[p.ckv_off + e] : in_kpe[p.kpe_off + e - WA]; }
 
 void main()
 {
@@ -44,10 +46,12 @@ void main()
     const uint slot = sh_slot[0];
     if (pos >= MAXTOK || slot == EMPTY) return;
     const uint rb = g_rows0() + slot * tier_row_words(0u);   // tier 0 is the first pool
-    for (uint w = tid; w < W / 2u; w += WG) {
-        uint e = 2u * w;
-        float a = e < KVL ? in_ckv[p.ckv_off + e] : in_kpe[p.kpe_off + e - KVL];
-        float b = e + 1u < KVL ? in_ckv[p.ckv_off + e + 1u] : in_kpe[p.kpe_off + e + 1u - KVL];
-        rows[rb + w] = f32_to_f16_rne(a) | (f32_to_f16_rne(b) << 16);
+    for (uint w = tid; w < tier_data_words(0u); w += WG) {
+        if (F32TOP != 0u) {
+            rows[rb + w] = floatBitsToUint(in_row(w));
+            continue;
+        }
+        const uint e = 2u * w;
+        rows[rb + w] = f32_to_f16_rne(in_row(e)) | (e + 1u < W ? f32_to_f16_rne(in_row(e + 1u)) << 16 : 0u);
     }
 }
