@@ -1,7 +1,6 @@
 /* End-to-end tests of vkh2o-demo on small synthetic shards made by vkh2o-mkshard: the report's
  * invariants (the kept set read back from the one KV cache equals the CPU selection as a set),
- * CSV / JSON / safetensors / SVG outputs, the layouts (--layout expanded refused with the
- * library's reason while vkh2o_kvcache does not hold it), --kv precisions, sharded checkpoints,
+ * CSV / JSON / safetensors / SVG outputs, both layouts, --kv precisions, sharded checkpoints,
  * --input and --normed-input, and every bad-input case with its message and exit code. */
 #include "vkh2o_test.h"
 #include "ref_mla.h"
@@ -91,37 +90,6 @@ static double jnum(const cJSON* o, const char* a, const char* b)
     return x->valuedouble;
 }
 
-/* Whether the one KV cache holds the expanded layout (the demo refuses it, with the library's
- * reason, where it does not). */
-static char expanded_reason[sizeof((vkh2o_error){ 0 }).message];
-
-static bool expanded_supported(void)
-{
-    vkh2o_mla_config cfg;
-    vkh2o_mla_config_kimi_k26(&cfg);
-    vkh2o_kvcache_desc d = { .layout = VKH2O_LAYOUT_EXPANDED, .max_tokens = 64, .capacity_tokens = 16, .n_sink = 2, .n_recent = 4 };
-    vkh2o_kvcache_desc_from_mla(&cfg, &d);
-    vkh2o_error err = { 0 };
-    vkh2o_result r = vkh2o_kvcache_desc_resolve(&d, NULL, NULL, &err);
-    assert_true(r == VKH2O_OK || r == VKH2O_ERROR_UNSUPPORTED);
-    snprintf(expanded_reason, sizeof expanded_reason, "%s", err.message);
-    return r == VKH2O_OK;
-}
-
-/* A run with --layout expanded where the cache does not hold it: exit 2, one message that
- * names the flag and gives the library's reason, no output. */
-static void check_expanded_refused(const char* const* args)
-{
-    assert_int_equal(vt_run_tool("vkh2o-demo", args), 2);
-    char* err = vt_slurp(path("stderr.txt"));
-    assert_non_null(err);
-    printf("#   --layout expanded refused: %s", err);
-    assert_non_null(strstr(err, "--layout expanded"));
-    if (!strstr(err, expanded_reason))
-        fail_msg("the message does not give the library's reason '%s'", expanded_reason);
-    free(err);
-}
-
 /* Runs the demo over one shard and checks the report's invariants; kv: the precision of the
  * middle tokens (--kv). */
 static void check_run_kv(const char* weights, uint32_t S, uint32_t sink, uint32_t budget, uint32_t recent, const char* layout,
@@ -136,11 +104,6 @@ static void check_run_kv(const char* weights, uint32_t S, uint32_t sink, uint32_
                            "--layout", layout, "--kv", kv, "--runs", "1", "--check", "--csv", path("r.csv"), "--json",
                            path("r.json"), "--plot", path("r.svg"), NULL };
     unlink(path("r.csv"));
-    if (!strcmp(layout, "expanded") && !expanded_supported()) {
-        check_expanded_refused(args);
-        assert_false(exists(path("r.csv")));
-        return;
-    }
     int rc = vt_run_tool("vkh2o-demo", args);
     char* out = vt_slurp(path("stdout.txt"));
     if (rc != 0) {
@@ -249,6 +212,7 @@ static void test_kv_precision(void** state)
     free(want);
     /* the whole sequence fits: every token kept, the middle ones but one below fp16 */
     check_run_kv(path("kv.safetensors"), 20, 3, 11, 6, "latent", "int4");
+    check_run_kv(path("kv.safetensors"), 61, 3, 11, 6, "expanded", "int4");
 }
 
 static void test_dtypes(void** state)
