@@ -41,7 +41,7 @@ typedef struct opts {
     const char* plot;
     const char* cache_dir;
     uint32_t layer, seq_len, budget, n_sink, n_recent, runs, device, prefill;
-    bool seq_len_given, device_given, normed_input, check, quiet, prefill_given, layout_given;
+    bool seq_len_given, device_given, normed_input, check, quiet, prefill_given;
     uint64_t seed;
     vkh2o_kv_layout layout;
     vkh2o_kv_precision kv;
@@ -76,9 +76,7 @@ static void usage(FILE* f)
         "  --input FILE        read tensor 'hidden_states' (F32 [seq, hidden]) from a safetensors file\n"
         "  --normed-input      apply the layer's input_layernorm first (decoder order)\n"
         "  --layout L          KV cache layout: expanded (per head K/V, HF DynamicCache's; the default) or\n"
-        "                      latent (c_kv + k_pe per token). With --prefill the default is latent and\n"
-        "                      expanded is refused: the layer's decode calls (vkh2o_run_mla_prefill_kv,\n"
-        "                      vkh2o_run_mla_decode_kv) take a latent cache only so far\n"
+        "                      latent (c_kv + k_pe per token, shared by the heads)\n"
         "  --kv P              precision of the middle tokens in the cache: fp16 (default), int8, int4 or int2\n"
         "                      (the sinks, the recents and one middle token stay fp16; the report gives the\n"
         "                      tokens and bytes per tier). The default mode's kept set does not depend on it;\n"
@@ -167,7 +165,6 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
             if (!strcmp(v, "expanded")) o->layout = VKH2O_LAYOUT_EXPANDED;
             else if (!strcmp(v, "latent")) o->layout = VKH2O_LAYOUT_LATENT;
             else { fprintf(stderr, "%s: --layout: '%s' is not expanded or latent\n", TOOL, v); return false; }
-            o->layout_given = true;
             i++;
         } else if (!strcmp(a, "--kv")) {
             if (!v) goto missing;
@@ -186,13 +183,6 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
         continue;
     missing:
         fprintf(stderr, "%s: %s needs a value\n", TOOL, a);
-        return false;
-    }
-    if (o->prefill_given && !o->layout_given)
-        o->layout = VKH2O_LAYOUT_LATENT;
-    if (o->prefill_given && o->layout == VKH2O_LAYOUT_EXPANDED) {
-        fprintf(stderr, "%s: --layout expanded with --prefill: the layer's decode calls (vkh2o_run_mla_prefill_kv, "
-                "vkh2o_run_mla_decode_kv) take a latent cache only so far; use --layout latent, the default with --prefill\n", TOOL);
         return false;
     }
     if (o->check && o->prefill_given && o->kv != VKH2O_PRECISION_FP16) {
