@@ -13,15 +13,16 @@
  *   EXPANDED  HF DynamicCache's per-head K and V: the row is [K_0 .. K_(H-1) | V_0 .. V_(H-1)]
  *             with K_h = [k_nope_h (qk_nope_head_dim) | k_pe (qk_rope_head_dim)] and V_h
  *             (v_head_dim); head h's logits read K_h, its P . V reads V_h. H (nope + rope + v)
- *             numbers per token.
+ *             numbers per token (at most 60000); odd counts are allowed. The query is not
+ *             absorbed and the output is the attention output per head.
  * The mock steps and the quantised cache's block routing and block selectors (score, Quest)
  * are still served by the two older caches (vkh2o/cache.h, vkh2o/kvquant.h). A step's RoPE
  * position comes from the caller (vkh2o_mla_decode.position): a recorded layer decode step
  * replays the cache's part exactly, its projections at the position it was recorded with.
  *
  * Slots, not order
- *   Per layer the cache has slot pools, one per tier T0 (FP16), T1 (INT8), T2 (INT4), T3 (INT2)
- *   in use, each a fixed number of slots sized at create. A slot holds one token's row in its
+ *   Per layer the cache has slot pools, one per tier T0 (FP16, or f32 with storage F32), T1
+ *   (INT8), T2 (INT4), T3 (INT2) in use, each a fixed number of slots sized at create. A slot holds one token's row in its
  *   tier's format, the token's position and its policy score (f32). The rows are never kept
  *   in position order: attention does not depend on it. A decode step
  *     1. appends the new token at the top tier, into the free T0 slot of lowest index;
@@ -38,7 +39,7 @@
  *   pools, decides. While the held tokens and room for the next one exceed it, the lowest-keyed
  *   middle token of the highest tier that has one moves down one tier (every middle token
  *   drops one tier before any drops two), and once every middle token is in the lowest tier in
- *   use (tier_mask) its lowest-keyed one is evicted. Tokens stay FP16 until the bytes force
+ *   use (tier_mask) its lowest-keyed one is evicted. Tokens stay at T0 until the bytes force
  *   them down. Each tier's pool is sized for the most tokens the capacity could hold in it, so
  *   the device memory (vkh2o_kvcache_plan_bytes) is about the tiers in use times the capacity,
  *   of which at most the capacity is held (vkh2o_kvcache_stats.bytes_used).
@@ -321,9 +322,10 @@ typedef struct vkh2o_kvcache_snapshot {
 VKH2O_API vkh2o_result vkh2o_kvcache_read_snapshot(vkh2o_kvcache* c, uint32_t layer, vkh2o_kvcache_snapshot* snap);
 
 /* Decode step of an MLA layer against a kvcache (vkh2o/mla.h "Decode" with this cache): the
- * projections, the query absorbed on the device, one cache step per token (d->layer is the
- * cache layer; d->position feeds RoPE and must equal the cache layer's position, which the
- * caller tracks), W_uv and o_proj. d->n_tokens tokens in one recording. Never submits. Results:
+ * projections, LATENT the query absorbed on the device, one cache step per token (d->layer is
+ * the cache layer; d->position feeds RoPE and must equal the cache layer's position, which the
+ * caller tracks), W_uv and o_proj; EXPANDED the steps take the projections' per-head q, K (k_nope
+ * through kv_b_proj) and V and give the output before o_proj directly (no W_uk / W_uv). d->n_tokens tokens in one recording. Never submits. Results:
  * as vkh2o_cmd_mla_decode, INVALID_ARGUMENT when the cache's shape or scale is not the layer's. */
 VKH2O_API vkh2o_result vkh2o_cmd_mla_decode_kv(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
                                                const vkh2o_mla_decode* d);
@@ -331,7 +333,8 @@ VKH2O_API vkh2o_result vkh2o_run_mla_decode_kv(vkh2o_mla_layer* layer, vkh2o_kvc
                                                const float* hidden, uint32_t n, uint32_t position, float* out);
 /* Prefill of a kvcache layer through the layer's forward (vkh2o_cmd_mla_prefill with this
  * cache): the prompt's rows and its attention mass (or, with p->obs_window, the observation
- * window's pooled scores) into vkh2o_cmd_kvcache_prefill. */
+ * window's pooled scores) into vkh2o_cmd_kvcache_prefill (LATENT c_kv and k_pe, EXPANDED the
+ * forward's per-head K and V rows). */
 VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill_kv(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
                                                 const vkh2o_mla_prefill* p);
 VKH2O_API vkh2o_result vkh2o_run_mla_prefill_kv(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,

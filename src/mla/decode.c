@@ -455,11 +455,20 @@ static vkh2o_result check_kvcache(vkh2o_mla_layer* L, const vkh2o_kvcache* c, ui
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
     const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
     const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(c);
-    if (d->num_heads != st->heads || d->kv_lora_rank != st->kv_lora || d->qk_rope_head_dim != st->rope)
+    if (d->layout == VKH2O_LAYOUT_EXPANDED) {
+        if (d->num_heads != st->heads || d->qk_nope_head_dim != st->nope || d->qk_rope_head_dim != st->rope ||
+            d->v_head_dim != st->v_dim)
+            return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                              "mla decode: the expanded kvcache (%u heads, qk_nope_head_dim %u, qk_rope_head_dim %u, v_head_dim %u) "
+                              "does not have the layer's shape (%u, %u, %u, %u); fill its desc with vkh2o_kvcache_desc_from_mla",
+                              d->num_heads, d->qk_nope_head_dim, d->qk_rope_head_dim, d->v_head_dim, st->heads, st->nope, st->rope,
+                              st->v_dim);
+    } else if (d->num_heads != st->heads || d->kv_lora_rank != st->kv_lora || d->qk_rope_head_dim != st->rope) {
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "mla decode: the kvcache (%u heads, kv_lora_rank %u, qk_rope_head_dim %u) does not have the layer's shape "
                           "(%u, %u, %u); fill its desc with vkh2o_kvcache_desc_from_mla",
                           d->num_heads, d->kv_lora_rank, d->qk_rope_head_dim, st->heads, st->kv_lora, st->rope);
+    }
     if (!same_scale(d->scale, st->scale))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "mla decode: the kvcache's softmax scale %g is not the layer's %g (vkh2o_kvcache_desc_from_mla sets it)",
@@ -479,6 +488,19 @@ vkh2o_result vkh2o_cmd_mla_decode_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh
     const uint32_t n = d->n_tokens ? d->n_tokens : 1;
     const uint32_t H = st->heads, kvl = st->kv_lora, rope = st->rope;
     VKH2O_CHECK(project_rows(L, cb, d, n));
+    if (vkh2o_kvcache_get_desc(c)->layout == VKH2O_LAYOUT_EXPANDED) {
+        /* per head q, K = [k_nope (kv_b_proj of the token's c_kv) | k_pe] and V from the projections */
+        const uint64_t qk = st->nope + rope, dv = st->v_dim;
+        for (uint32_t i = 0; i < n; i++) {
+            vkh2o_kvcache_step s = { .layer = d->layer,
+                                     .q = st->q, .q_offset = 4ull * i * H * qk,
+                                     .k = st->k, .k_offset = 4ull * i * H * qk,
+                                     .v = st->v, .v_offset = 4ull * i * H * dv,
+                                     .out = st->o, .out_offset = 4ull * i * H * dv };
+            VKH2O_CHECK(vkh2o_cmd_kvcache_step(c, cb, &s));
+        }
+        return output_rows(L, cb, d, n);
+    }
     VKH2O_CHECK(absorb_query(L, cb, n));
     for (uint32_t i = 0; i < n; i++) {
         vkh2o_kvcache_step s = { .layer = d->layer,
@@ -522,6 +544,8 @@ vkh2o_result vkh2o_cmd_mla_prefill_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, vk
         VKH2O_CHECK(record_obs_window(L, cb, p));
     vkh2o_kvcache_prefill kp = { .layer = p->layer, .n = p->seq_len, .ckv = st->ckv, .kpe = st->kpe,
                                  .mass = p->obs_window ? db.obs_score : db.mass };
+    if (vkh2o_kvcache_get_desc(c)->layout == VKH2O_LAYOUT_EXPANDED)   /* the forward's per-head K and V rows */
+        kp.k = st->k, kp.v = st->v;
     return vkh2o_cmd_kvcache_prefill(c, cb, &kp);
 }
 

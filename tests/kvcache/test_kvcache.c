@@ -7,6 +7,7 @@
 #include "vkh2o_test.h"
 #include "kvcache_internal.h"
 #include "ref_kvcache.h"
+#include "ref_mla.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -687,53 +688,64 @@ static void test_overflow(void** state)
 }
 
 /* A cache of three layers: steps and prefills of layers 0 and 2 leave layer 1 empty and give each
- * layer what a one-layer cache given the same inputs holds, bit for bit. */
-static void test_layers(void** state)
+ * layer what a one-layer cache given the same inputs holds, bit for bit. LATENT rows of 30 + 6, or
+ * EXPANDED 3 x (12 + 4 + 10) with an f32 top tier. */
+static void layers_case(bool expanded)
 {
-    (void)state;
     vkh2o_context* ctx = vt_ctx();
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("kvcache layers"));
+    vt_rng_seed(&rng, vt_seed(expanded ? "kvcache layers, expanded" : "kvcache layers"));
     vkh2o_kvcache_desc d = base_desc(3, 30, 6, 60);
     d.n_sink = 2;
     d.n_recent = 3;
     d.capacity_bytes = 1400;
     d.precision = VKH2O_PRECISION_TIERED;
+    if (expanded) {
+        d.layout = VKH2O_LAYOUT_EXPANDED;
+        d.qk_rope_head_dim = 4;
+        d.qk_nope_head_dim = 12;
+        d.v_head_dim = 10;
+        d.storage = VKH2O_DTYPE_F32;
+        d.capacity_bytes = 3000;
+    }
     vkh2o_kvcache *multi, *one[2];
     vkh2o_kvcache_desc dm = d;
     dm.num_layers = 3;
     assert_int_equal(vkh2o_kvcache_create(ctx, &dm, &multi), VKH2O_OK);
     for (int i = 0; i < 2; i++)
         assert_int_equal(vkh2o_kvcache_create(ctx, &d, &one[i]), VKH2O_OK);
-    const uint32_t W = 36, H = 3;
-    float rows[8 * 36], q[3 * 36];
-    vkh2o_buffer* bo = vt_buffer(4ull * H * 30);
-    vkh2o_buffer* bo2 = vt_buffer(4ull * H * 30);
+    const ref_kvc_config rc = ref_config(multi);
+    const uint32_t H = 3, W = ref_kvc_row(&rc), WA = ref_kvc_first(&rc), QW = ref_kvc_qw(&rc), OW = ref_kvc_ow(&rc);
+    float rows[8 * 78], q[3 * 36];
+    vkh2o_buffer* bo = vt_buffer(4ull * H * OW);
+    vkh2o_buffer* bo2 = vt_buffer(4ull * H * OW);
     for (int step = 0; step < 24; step++) {
         const uint32_t li = step % 2, layer = li ? 2 : 0;
-        vt_fill_normal(&rng, q, H * W, 0.7f);
+        vt_fill_normal(&rng, q, H * QW, 0.7f);
         vt_fill_normal(&rng, rows, 8 * W, 1.0f);
-        vkh2o_buffer* bq = vt_upload_f32(q, H * W);
+        vkh2o_buffer* bq = vt_upload_f32(q, H * QW);
         vkh2o_buffer* br = vt_upload_f32(rows, 8 * W);
         if (step < 2) {   /* a prefill of 8 tokens into each layer first */
             float mass[8];
             for (int i = 0; i < 8; i++) mass[i] = vt_uniform(&rng) * 3.0f;
             vkh2o_buffer* bm = vt_upload_f32(mass, 8);
-            vkh2o_kvcache_prefill p = { .layer = layer, .n = 8, .ckv = br, .kpe = br, .kpe_offset = 4ull * 8 * 30, .mass = bm };
+            vkh2o_kvcache_prefill p = { .layer = layer, .n = 8, .mass = bm };
+            prefill_inputs(&p, multi, br, 0, br, 4ull * 8 * WA);
             assert_int_equal(vkh2o_run_kvcache_prefill(multi, &p), VKH2O_OK);
             p.layer = 0;
             assert_int_equal(vkh2o_run_kvcache_prefill(one[li], &p), VKH2O_OK);
             vkh2o_buffer_destroy(bm);
         } else {
-            vkh2o_kvcache_step s = { .layer = layer, .q = bq, .ckv = br, .kpe = br, .kpe_offset = 4ull * 30, .out = bo };
+            vkh2o_kvcache_step s = { .layer = layer, .q = bq, .out = bo };
+            step_inputs(&s, multi, br, 0, br, 4ull * WA);
             assert_int_equal(vkh2o_run_kvcache_step(multi, &s), VKH2O_OK);
             s.layer = 0;
             s.out = bo2;
             assert_int_equal(vkh2o_run_kvcache_step(one[li], &s), VKH2O_OK);
             float a[90], b[90];
-            vt_download_f32(bo, a, 90);
-            vt_download_f32(bo2, b, 90);
-            assert_memory_equal(a, b, sizeof a);
+            vt_download_f32(bo, a, H * OW);
+            vt_download_f32(bo2, b, H * OW);
+            assert_memory_equal(a, b, 4ull * H * OW);
         }
         vkh2o_buffer_destroy(bq);
         vkh2o_buffer_destroy(br);
@@ -767,6 +779,13 @@ static void test_layers(void** state)
     vt_check_validation();
 }
 
+static void test_layers(void** state)
+{
+    (void)state;
+    layers_case(false);
+    layers_case(true);
+}
+
 /* Every host allocation and Vulkan create / allocate of a cache's life (create, prefill, steps,
  * statistics, snapshot, destroy) failed in turn: each call reports out of memory and hands back
  * nothing, or succeeds with the fault-free numbers; device memory returns to where it was; the
@@ -775,17 +794,31 @@ typedef struct fault_out {
     uint32_t len, pos[40];
     float score[40];
     float out[3 * 30];
+    uint32_t nout;           /* numbers of out written: heads x (LATENT kv_lora_rank, EXPANDED v_head_dim) */
 } fault_out;
 
-static vkh2o_result fault_run(vkh2o_context* ctx, fault_out* o)
+/* LATENT: 3 heads, rows of 30 + 6; EXPANDED (f32 top tier): 3 heads x (12 + 4 + 10) */
+static vkh2o_result fault_run(vkh2o_context* ctx, fault_out* o, bool expanded)
 {
     vkh2o_kvcache_desc d = base_desc(3, 30, 6, 40);
     d.n_sink = 1;
     d.n_recent = 2;
     d.capacity_bytes = 600;   /* 3 FP16 top tokens, room for one more, about 7 INT4: the 11 positions do not all fit */
     d.precision = VKH2O_PRECISION_TIERED;
-    float rows[6 * 36], q[3 * 36], mass[6];
-    for (int i = 0; i < 6 * 36; i++) rows[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+    /* the row's inputs: a [n][WA] from the front of one buffer, b [n][WB] from byte boff */
+    uint32_t WA = 30, WB = 6;
+    uint64_t boff = 4 * 150;
+    if (expanded) {
+        d.layout = VKH2O_LAYOUT_EXPANDED;
+        d.qk_rope_head_dim = 4;
+        d.qk_nope_head_dim = 12;
+        d.v_head_dim = 10;
+        d.storage = VKH2O_DTYPE_F32;
+        d.capacity_bytes = 1870;   /* 3 f32 top tokens (320 bytes each), room for one more, 7 INT4 (84) */
+        WA = 48, WB = 30, boff = 4 * 240;
+    }
+    float rows[6 * 78], q[3 * 36], mass[6];
+    for (int i = 0; i < 6 * 78; i++) rows[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
     for (int i = 0; i < 3 * 36; i++) q[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
     for (int i = 0; i < 6; i++) mass[i] = 1.0f + (float)((i * 3) % 5);
     vkh2o_kvcache* c = NULL;
@@ -798,13 +831,18 @@ static vkh2o_result fault_run(vkh2o_context* ctx, fault_out* o)
     if (r == VKH2O_OK) r = vkh2o_buffer_upload(br, 0, rows, sizeof rows);
     if (r == VKH2O_OK) r = vkh2o_buffer_upload(bq, 0, q, sizeof q);
     if (r == VKH2O_OK) r = vkh2o_buffer_upload(bm, 0, mass, sizeof mass);
-    /* c_kv rows of 30 from the front of the buffer, k_pe rows of 6 from its tail */
-    if (r == VKH2O_OK)
-        r = vkh2o_run_kvcache_prefill(c, &(vkh2o_kvcache_prefill){ .n = 5, .ckv = br, .kpe = br, .kpe_offset = 4 * 150, .mass = bm });
-    for (int i = 0; r == VKH2O_OK && i < 6; i++)
-        r = vkh2o_run_kvcache_step(c, &(vkh2o_kvcache_step){ .q = bq, .ckv = br, .ckv_offset = 4ull * 30 * (i % 5), .kpe = br,
-                                                            .kpe_offset = 4 * 180, .out = bo });
-    if (r == VKH2O_OK) r = vkh2o_buffer_download(bo, 0, o->out, sizeof o->out);
+    if (r == VKH2O_OK) {
+        vkh2o_kvcache_prefill p = { .n = 5, .mass = bm };
+        prefill_inputs(&p, c, br, 0, br, boff);
+        r = vkh2o_run_kvcache_prefill(c, &p);
+    }
+    for (int i = 0; r == VKH2O_OK && i < 6; i++) {
+        vkh2o_kvcache_step s = { .q = bq, .out = bo };
+        step_inputs(&s, c, br, 4ull * WA * (i % 5), br, boff + 4ull * WB * (i % 3));
+        r = vkh2o_run_kvcache_step(c, &s);
+    }
+    o->nout = expanded ? 3 * 10 : 3 * 30;
+    if (r == VKH2O_OK) r = vkh2o_buffer_download(bo, 0, o->out, 4ull * o->nout);
     vkh2o_kvcache_snapshot sn = { .positions = o->pos, .scores = o->score };
     if (r == VKH2O_OK) r = vkh2o_kvcache_read_snapshot(c, 0, &sn);
     o->len = sn.len;
@@ -819,20 +857,18 @@ static vkh2o_result fault_run(vkh2o_context* ctx, fault_out* o)
 static void fault_same(const fault_out* a, const fault_out* b, uint64_t n)
 {
     if (a->len != b->len || memcmp(a->pos, b->pos, 4 * a->len) || memcmp(a->score, b->score, 4 * a->len) ||
-        memcmp(a->out, b->out, sizeof a->out))
+        a->nout != b->nout || memcmp(a->out, b->out, 4ull * a->nout))
         fail_msg("point %llu: a result differs from the fault-free run", (unsigned long long)n);
 }
 
-static void test_faults(void** state)
+static void fault_sweep(bool expanded)
 {
-    (void)state;
-    vt_ctx();
     vkh2o_context* ctx = vt_ctx_new(0);
     const vkh2o_memory_stats mem0 = vkh2o_context_get_memory_stats(ctx);
     fault_out want, got;
     memset(&want, 0, sizeof want);
     vkh2o_fault_arm(ctx, VKH2O_FAULT_ALL, 0);
-    assert_int_equal(fault_run(ctx, &want), VKH2O_OK);
+    assert_int_equal(fault_run(ctx, &want, expanded), VKH2O_OK);
     const uint64_t total = vkh2o_fault_points(ctx, VKH2O_FAULT_ALL);
     assert_true(want.len > 0 && want.len < 11);
     uint32_t failed = 0, succeeded = 0;
@@ -840,7 +876,7 @@ static void test_faults(void** state)
         vkh2o_kernels_destroy(ctx);
         vkh2o_fault_arm(ctx, VKH2O_FAULT_ALL, n);
         memset(&got, 0, sizeof got);
-        vkh2o_result r = fault_run(ctx, &got);
+        vkh2o_result r = fault_run(ctx, &got, expanded);
         if (!vkh2o_fault_fired(ctx))
             fail_msg("point %llu of %llu did not fire", (unsigned long long)n, (unsigned long long)total);
         if (r == VKH2O_OK) {
@@ -858,13 +894,130 @@ static void test_faults(void** state)
                      (unsigned long long)m.device_bytes, (unsigned long long)mem0.device_bytes);
         vkh2o_fault_arm(ctx, VKH2O_FAULT_ALL, 0);
         memset(&got, 0, sizeof got);
-        assert_int_equal(fault_run(ctx, &got), VKH2O_OK);
+        assert_int_equal(fault_run(ctx, &got, expanded), VKH2O_OK);
         fault_same(&want, &got, n);
     }
-    printf("kvcache fault sweep: %llu points, %u failed with out of memory, %u succeeded anyway\n", (unsigned long long)total,
-           failed, succeeded);
+    printf("kvcache fault sweep (%s): %llu points, %u failed with out of memory, %u succeeded anyway\n",
+           expanded ? "expanded, f32 top tier" : "latent", (unsigned long long)total, failed, succeeded);
     assert_int_equal(failed + succeeded, total);
     vkh2o_context_destroy(ctx);
+}
+
+static void test_faults(void** state)
+{
+    (void)state;
+    vt_ctx();
+    fault_sweep(false);
+    if (vt_full())   /* the same create / record / read paths with the expanded kernels' spec constants */
+        fault_sweep(true);
+}
+
+/* An MLA layer's decode (vkh2o_cmd_mla_decode_kv) and prefill (vkh2o_cmd_mla_prefill_kv) against an
+ * expanded kvcache and against a latent one with the same policy: the same layer output up to
+ * rounding, and the same tokens kept. The latent path absorbs the query through W_uk and applies
+ * W_uv after attention; the expanded one attends over k_nope = kv_b_proj . c_kv and V per head:
+ * with f32 top-tier rows the two differ only by the f32 order of the products (nmse <= 1e-9,
+ * observed ~1e-13); with fp16 rows each rounds a different row (c_kv vs K, V: nmse <= 1e-5,
+ * observed ~1e-7). The layer: Kimi's config cut to 3 heads, nope 16, rope 8, v 12, kv_lora 24. */
+typedef struct layer_pair_case {
+    const char* name;
+    vkh2o_dtype storage;
+    uint32_t capacity, n_sink, n_recent;
+    double bound;
+} layer_pair_case;
+
+static void layer_pair(const layer_pair_case* lc, uint64_t seed)
+{
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, seed);
+    vkh2o_mla_config cfg = vt_small_mla_config(200, 20, 24);
+    ref_mla_weights w;
+    assert_int_equal(ref_mla_random_weights(&cfg, VKH2O_DTYPE_BF16, vt_u64(&rng), &w), 0);
+    vkh2o_error err = { 0 };
+    vkh2o_mla_host_weights* hw;
+    if (vkh2o_mla_host_weights_wrap(&cfg, w.views, &hw, &err) != VKH2O_OK)
+        fail_msg("wrap: %s", err.message);
+    vkh2o_mla_layer* layer;
+    assert_int_equal(vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = 32, .max_decode_tokens = 4 },
+                                            &layer),
+                     VKH2O_OK);
+    vkh2o_kvcache* c[2];   /* latent, expanded */
+    for (int i = 0; i < 2; i++) {
+        vkh2o_kvcache_desc d = { .max_tokens = 32, .storage = lc->storage, .capacity_tokens = lc->capacity, .n_sink = lc->n_sink,
+                                 .n_recent = lc->n_recent };
+        vkh2o_kvcache_desc_from_mla(&cfg, &d);
+        d.layout = i ? VKH2O_LAYOUT_EXPANDED : VKH2O_LAYOUT_LATENT;
+        assert_int_equal(vkh2o_kvcache_create(ctx, &d, &c[i]), VKH2O_OK);
+    }
+    const uint32_t P = 13, hid = cfg.hidden_size;
+    const uint32_t chunks[] = { 1, 3, 1, 2, 4 };
+    float* hidden = malloc(4ull * P * hid);
+    float* out[2] = { malloc(4ull * P * hid), malloc(4ull * P * hid) };
+    vt_fill_normal(&rng, hidden, (size_t)P * hid, 1.0f);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(vkh2o_run_mla_prefill_kv(layer, c[i], 0, hidden, P, out[i]), VKH2O_OK);
+    assert_memory_equal(out[0], out[1], 4ull * P * hid);   /* the forward does not depend on the cache */
+    uint32_t pos = P;
+    double worst = 0.0;
+    for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+        const uint32_t n = chunks[k];
+        vt_fill_normal(&rng, hidden, (size_t)n * hid, 1.0f);
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(vkh2o_run_mla_decode_kv(layer, c[i], 0, hidden, n, pos, out[i]), VKH2O_OK);
+        vt_assert_finite("expanded decode", out[1], (size_t)n * hid);
+        const double e = vt_nmse_f(out[1], out[0], (size_t)n * hid);
+        worst = e > worst ? e : worst;
+        if (!(e <= lc->bound))
+            fail_msg("%s, tokens %u..%u: expanded vs latent output nmse %.3g above %.3g", lc->name, pos, pos + n - 1, e, lc->bound);
+        pos += n;
+        /* the same tokens held */
+        snap x = { 0 }, y = { 0 };
+        snap_read(c[0], &x);
+        snap_read(c[1], &y);
+        assert_int_equal(x.len, y.len);
+        assert_memory_equal(x.pos, y.pos, 4ull * x.len);
+        for (uint32_t j = 0; j < x.len; j++)
+            assert_true(fabsf(x.score[j] - y.score[j]) <= 1e-3f * (fabsf(x.score[j]) + 1e-3f));
+        snap_free(&x);
+        snap_free(&y);
+    }
+    vkh2o_kvcache_stats st;
+    assert_int_equal(vkh2o_kvcache_read_stats(c[1], 0, &st), VKH2O_OK);
+    assert_int_equal(st.position, pos);
+    printf("%s: layer output, expanded vs latent kvcache: worst nmse %.2e over %u decode tokens, %u held, %u evicted\n", lc->name,
+           worst, pos - P, st.len, st.evicted);
+    /* a cache of another shape is refused with both shapes named */
+    vkh2o_kvcache_desc bad = { .max_tokens = 32, .layout = VKH2O_LAYOUT_EXPANDED };
+    vkh2o_kvcache_desc_from_mla(&cfg, &bad);
+    bad.v_head_dim = 10;
+    vkh2o_kvcache* cb;
+    assert_int_equal(vkh2o_kvcache_create(ctx, &bad, &cb), VKH2O_OK);
+    assert_int_equal(vkh2o_run_mla_decode_kv(layer, cb, 0, hidden, 1, 0, out[1]), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(vkh2o_last_error(ctx), "v_head_dim 10"));
+    vkh2o_kvcache_destroy(cb);
+    for (int i = 0; i < 2; i++) {
+        vkh2o_kvcache_destroy(c[i]);
+        free(out[i]);
+    }
+    free(hidden);
+    vkh2o_mla_layer_destroy(layer);
+    vkh2o_mla_host_weights_destroy(hw);
+    ref_mla_weights_free(&w);
+    vt_check_validation();
+}
+
+static void test_layer_expanded(void** state)
+{
+    (void)state;
+    static const layer_pair_case lcs[] = {
+        { "full cache, f32 rows", VKH2O_DTYPE_F32, 0, 0, 0, 1e-9 },
+        { "h2o, 14 tokens, f32 rows", VKH2O_DTYPE_F32, 14, 2, 3, 1e-9 },
+        { "full cache, fp16 rows", VKH2O_DTYPE_F16, 0, 0, 0, 1e-5 },
+    };
+    uint64_t seed = vt_seed("kvcache layer expanded");
+    for (size_t i = 0; i < sizeof lcs / sizeof lcs[0]; i++)
+        layer_pair(&lcs[i], seed + i);
 }
 
 int main(void)
@@ -875,6 +1028,7 @@ int main(void)
         cmocka_unit_test(test_steps),
         cmocka_unit_test(test_record_once),
         cmocka_unit_test(test_layers),
+        cmocka_unit_test(test_layer_expanded),
         cmocka_unit_test(test_faults),
     };
     return cmocka_run_group_tests(tests, NULL, vt_group_teardown);

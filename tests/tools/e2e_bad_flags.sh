@@ -172,6 +172,9 @@ case_ vkh2o-demo --device "${D[@]}" --device 9
 num vkh2o-demo --seed 0 max "${D[@]}"
 num vkh2o-demo --runs 1 1000 --weights "$W"
 choice vkh2o-demo --layout latent "${D[@]}"
+choice vkh2o-demo --kv int4 "${D[@]}"
+case_ vkh2o-demo --kv "${D[@]}" --kv tiered                       # tiers by score need a byte budget: not a demo flag
+case_ vkh2o-demo --kv "${D[@]}" --seq-len 8 --prefill 4 --check --kv int8   # --check's decode reference is fp16
 input vkh2o-demo --weights 1 --runs 1
 input vkh2o-demo --config 0 "${D[@]}"
 input vkh2o-demo --input 0 "${D[@]}"
