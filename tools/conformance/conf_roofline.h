@@ -10,6 +10,6 @@ typedef struct conf_roofline {
     uint64_t bytes;
 } conf_roofline;
 
-/* Median of `runs` timed probes after one warm-up each. UNSUPPORTED without timestamps. */
+/* The fastest of `runs` timed probes after one warm-up each. UNSUPPORTED without timestamps. */
 vkh2o_result conf_roofline_measure(vkh2o_context* ctx, uint32_t runs, conf_roofline* out);
 #endif
