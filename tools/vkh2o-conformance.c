@@ -144,6 +144,7 @@ static void write_json(FILE* f, const vkh2o_device_caps* caps, const char* mode,
         cJSON_AddNumberToObject(ro, "read_gbps", roof->read_gbps);
         cJSON_AddNumberToObject(ro, "read_texel_gbps", roof->read_texel_gbps);
         cJSON_AddNumberToObject(ro, "gflops", roof->gflops);
+        cJSON_AddNumberToObject(ro, "dispatch_ms", roof->dispatch_ms);
     }
     cJSON* arr = cJSON_AddArrayToObject(root, "cases");
     for (uint32_t i = 0; i < n; i++) {
@@ -165,6 +166,8 @@ static void write_json(FILE* f, const vkh2o_device_caps* caps, const char* mode,
             cJSON_AddNumberToObject(o, "ms", w->r.ms);
             cJSON_AddNumberToObject(o, "bytes", w->r.bytes);
             cJSON_AddNumberToObject(o, "flops", w->r.flops);
+            cJSON_AddNumberToObject(o, "dispatches", w->r.dispatches);
+            cJSON_AddNumberToObject(o, "launch_ms", w->r.dispatches * roof->dispatch_ms);
             cJSON_AddNumberToObject(o, "gbps", w->r.bytes / (w->r.ms * 1e6));
             cJSON_AddNumberToObject(o, "gflops", w->r.flops / (w->r.ms * 1e6));
             if (w->bound_ms > 0) {
@@ -374,8 +377,8 @@ int main(int argc, char** argv)
             if (r == VKH2O_OK) {
                 have_roof = true;
                 if (!quiet)
-                    printf("roofline: read %.2f GB/s (storage), %.2f GB/s (texel), fma %.2f GFLOP/s\n", roof.read_gbps,
-                           roof.read_texel_gbps, roof.gflops);
+                    printf("roofline: read %.2f GB/s (storage), %.2f GB/s (texel), fma %.2f GFLOP/s, %.4f ms a dispatch\n",
+                           roof.read_gbps, roof.read_texel_gbps, roof.gflops, roof.dispatch_ms);
             } else {
                 fprintf(stderr, TOOL ": the roofline probes failed: %s: %s (perf figures without the roofline)\n",
                         vkh2o_result_string(r), vkh2o_last_error(ctx));

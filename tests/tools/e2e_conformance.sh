@@ -83,10 +83,10 @@ python3 - "$tmp/perf.json" << 'PY' || fail "perf JSON"
 import json, sys
 d = json.load(open(sys.argv[1]))
 r = d["roofline"]
-assert r["read_gbps"] > 0 and r["gflops"] > 0, r
+assert r["read_gbps"] > 0 and r["gflops"] > 0 and r["dispatch_ms"] > 0, r
 for c in d["cases"]:
     assert c["status"] == "PASS", c
-    for k in ("ms", "bytes", "flops", "gbps", "gflops", "roofline_ms", "roofline_fraction"):
+    for k in ("ms", "bytes", "flops", "dispatches", "launch_ms", "gbps", "gflops", "roofline_ms", "roofline_fraction"):
         assert k in c and c[k] >= 0, (c["name"], k)
     assert c["ms"] > 0 and c["roofline_fraction"] > 0
 PY

@@ -37,6 +37,7 @@ typedef struct conf_result {
     char note[512];             /* why it failed, or the missing feature */
     double ms;                  /* median device ms of the timed runs (perf), negative: none */
     double bytes, flops;        /* moved / computed per run (perf) */
+    double dispatches;          /* kernel dispatches per timed run (perf) */
 } conf_result;
 
 struct conf_case;
@@ -85,6 +86,9 @@ vkh2o_buffer* conf_buffer(const conf_env* env, conf_result* r, uint64_t bytes);
 vkh2o_buffer* conf_upload(const conf_env* env, conf_result* r, const void* data, uint64_t bytes);
 /* The test hook: when env->poison, corrupt one element of a downloaded float output. */
 void conf_poison_f32(const conf_env* env, float* x, size_t n);
+/* Dispatches of every embedded kernel the context recorded so far (a timed run's count is the
+ * difference around it). */
+uint64_t conf_dispatches(const vkh2o_context* ctx);
 /* The median of the device times t[0..n) (sorts). */
 double conf_median(double* t, uint32_t n);
 

@@ -49,7 +49,9 @@ static void run_probe(const conf_env* env, const conf_case* c, conf_result* r)
     const uint32_t runs = env->perf ? 1 + env->perf_runs : 1;
     for (uint32_t run = 0; run < runs; run++) {
         double ms;
+        const uint64_t d0 = conf_dispatches(env->ctx);
         vkh2o_result res = vkh2o_run_probe(env->ctx, &p, &ms);
+        r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
         if (res != VKH2O_OK) {
             conf_set_failure(env, r, res, "vkh2o_run_probe");
             goto done;
@@ -173,6 +175,10 @@ vkh2o_result conf_roofline_measure(vkh2o_context* ctx, uint32_t runs, conf_roofl
                           .m = (float)FMA_M, .c = (float)FMA_C };
         r = time_probe(ctx, &p, runs, &ms);
         if (r == VKH2O_OK && ms > 0) out->gflops = 16.0 * steps * fn / (ms * 1e6);
+    }
+    if (r == VKH2O_OK) {
+        vkh2o_probe p = { .kind = VKH2O_PROBE_READ, .src = src, .out = out_b, .n_inv = 1, .per_inv = 1 };
+        r = time_probe(ctx, &p, runs, &out->dispatch_ms);
     }
     out->bytes = bytes;
     vkh2o_buffer_destroy(src);

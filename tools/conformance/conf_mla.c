@@ -95,7 +95,9 @@ static void run_forward(const conf_env* env, const conf_case* c, conf_result* r)
     const uint32_t runs = env->perf ? 1 + env->perf_runs : 1;
     for (uint32_t run = 0; run < runs; run++) {
         vkh2o_mla_timings tm;
+        const uint64_t d0 = conf_dispatches(env->ctx);
         res = vkh2o_run_mla_forward(L, hidden, S, pos0, out, sc, &tm);
+        r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
         if (res != VKH2O_OK) {
             conf_set_failure(env, r, res, "vkh2o_run_mla_forward");
             goto done;

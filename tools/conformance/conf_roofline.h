@@ -7,6 +7,7 @@ typedef struct conf_roofline {
     double read_gbps;          /* storage-buffer reads (read_probe, 64 MiB or the binding limit) */
     double read_texel_gbps;    /* the same through a uniform texel buffer (0: not available) */
     double gflops;             /* fp32 FMA throughput (fma_probe), FLOPs counted 2 per FMA */
+    double dispatch_ms;        /* one dispatch of one invocation: the launch cost a kernel pays */
     uint64_t bytes;
 } conf_roofline;
 

@@ -126,6 +126,14 @@ void conf_poison_f32(const conf_env* env, float* x, size_t n)
         x[n / 2] = x[n / 2] * 1.5f + 1.0f;
 }
 
+uint64_t conf_dispatches(const vkh2o_context* ctx)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < vkh2o_kernel_count(); i++)
+        n += vkh2o_context_get_kernel_dispatches(ctx, i);
+    return n;
+}
+
 static int cmp_double(const void* a, const void* b)
 {
     double x = *(const double*)a, y = *(const double*)b;
