@@ -4,7 +4,8 @@
  * texel reads (the automatic choice on a CPU device) and with storage reads (register-blocked
  * matmul.comp, attn_*.comp), the GPU shapes with shared-memory tiles (the automatic choice on a
  * GPU) and with texel reads. The variants are forced through the environment switches the
- * library reads (VKH2O_MATMUL_PATH, VKH2O_ATTN_TEXEL).
+ * library reads (VKH2O_MATMUL_PATH, VKH2O_ATTN_TEXEL). Weights BF16, F16, F32, and F8_E4M3 with
+ * 128 x 128 block scales (written as a checkpoint and loaded: FP8 has no host-wrap form).
  *
  * Bounds: the reference widens the same rounded weights, so the dtype does not change the
  * bound: fp32 accumulation in the five projections (nmse ~ K u^2 each), the norms, RoPE and
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { P_DTYPE, P_S, P_POS0, P_QLORA, P_VARIANT, P_KIMI };
 enum { V_AUTO_CPU, V_STORAGE, V_AUTO_GPU, V_TEXEL };
@@ -50,6 +52,85 @@ static void variant_env(int v, bool set)
     }
 }
 
+static bool is_projection(vkh2o_mla_weight k)
+{
+    return k == VKH2O_W_Q_A_PROJ || k == VKH2O_W_Q_B_PROJ || k == VKH2O_W_Q_PROJ || k == VKH2O_W_KV_A_PROJ ||
+           k == VKH2O_W_KV_B_PROJ || k == VKH2O_W_O_PROJ;
+}
+
+/* FP8 weights reach the device only from a checkpoint (F8_E4M3 + 128 x 128 block scales
+ * <name>_scale_inv, as DeepSeek-V3 and Kimi ship them): the F32 random weights w quantised
+ * per block (scale = the block's largest magnitude / 448) and written with the F32 norms into
+ * dir/layer.safetensors, then loaded as a checkpoint would be. The reference reads the same
+ * decoded values times their scales (vkh2o_mla_host_weights_get_value). */
+static vkh2o_result fp8_weights(const vkh2o_mla_config* cfg, const ref_mla_weights* w, const char* dir,
+                                vkh2o_checkpoint** ck, vkh2o_mla_host_weights** hw, char* note, size_t cap)
+{
+    enum { B = 128 };
+    vkh2o_tensor_write t[2 * VKH2O_W_COUNT];
+    char names[2 * VKH2O_W_COUNT][128];
+    void* owned[2 * VKH2O_W_COUNT] = { NULL };
+    uint32_t n = 0;
+    vkh2o_result res = VKH2O_OK;
+    for (int k = 0; k < VKH2O_W_COUNT && res == VKH2O_OK; k++) {
+        const vkh2o_tensor_view* v = &w->views[k];
+        if (!v->data) continue;
+        snprintf(names[n], sizeof names[n], "model.layers.0.self_attn.%s.weight", vkh2o_mla_weight_short_name((vkh2o_mla_weight)k));
+        if (!is_projection((vkh2o_mla_weight)k)) {
+            t[n] = (vkh2o_tensor_write){ .name = names[n], .dtype = v->dtype, .ndim = v->ndim,
+                                         .shape = { v->shape[0], v->ndim > 1 ? v->shape[1] : 0 }, .data = v->data };
+            n++;
+            continue;
+        }
+        const uint64_t rows = v->shape[0], cols = v->shape[1], br = (rows + B - 1) / B, bc = (cols + B - 1) / B;
+        const float* x = v->data;
+        uint8_t* q = malloc(rows * cols);
+        float* sc = malloc(br * bc * sizeof(float));
+        float* tmp = malloc(cols * sizeof(float));
+        owned[n] = q;
+        owned[n + 1] = sc;
+        if (!q || !sc || !tmp) {
+            free(tmp);
+            snprintf(note, cap, "out of host memory for the FP8 weights");
+            res = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+            break;
+        }
+        for (uint64_t i = 0; i < br; i++)
+            for (uint64_t j = 0; j < bc; j++) {
+                float amax = 0.0f;
+                for (uint64_t r0 = i * B; r0 < rows && r0 < (i + 1) * B; r0++)
+                    for (uint64_t c0 = j * B; c0 < cols && c0 < (j + 1) * B; c0++)
+                        amax = fmaxf(amax, fabsf(x[r0 * cols + c0]));
+                sc[i * bc + j] = amax > 0.0f ? amax / 448.0f : 1.0f;
+            }
+        for (uint64_t r0 = 0; r0 < rows && res == VKH2O_OK; r0++) {
+            for (uint64_t c0 = 0; c0 < cols; c0++)
+                tmp[c0] = x[r0 * cols + c0] / sc[(r0 / B) * bc + c0 / B];
+            res = vkh2o_dtype_convert(VKH2O_DTYPE_F8_E4M3, q + r0 * cols, VKH2O_DTYPE_F32, tmp, cols);
+        }
+        free(tmp);
+        t[n] = (vkh2o_tensor_write){ .name = names[n], .dtype = VKH2O_DTYPE_F8_E4M3, .ndim = 2, .shape = { rows, cols },
+                                     .data = q };
+        memcpy(names[n + 1], names[n], sizeof names[n]);
+        strncat(names[n + 1], "_scale_inv", sizeof names[n + 1] - strlen(names[n + 1]) - 1);
+        t[n + 1] = (vkh2o_tensor_write){ .name = names[n + 1], .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { br, bc },
+                                         .data = sc };
+        n += 2;
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/layer.safetensors", dir);
+    vkh2o_error err = { 0 };
+    if (res == VKH2O_OK && (res = vkh2o_safetensors_write(path, t, n, NULL, &err)) != VKH2O_OK)
+        snprintf(note, cap, "writing the FP8 layer: %.400s", err.message);
+    for (uint32_t i = 0; i < 2 * VKH2O_W_COUNT; i++)
+        free(owned[i]);
+    if (res == VKH2O_OK && (res = vkh2o_checkpoint_open(path, ck, &err)) != VKH2O_OK)
+        snprintf(note, cap, "opening the FP8 layer: %.400s", err.message);
+    if (res == VKH2O_OK && (res = vkh2o_mla_host_weights_load(*ck, cfg, 0, 0, hw, &err)) != VKH2O_OK)
+        snprintf(note, cap, "loading the FP8 layer: %.400s", err.message);
+    return res;
+}
+
 static void run_forward(const conf_env* env, const conf_case* c, conf_result* r)
 {
     const vkh2o_mla_config cfg = case_config(c);
@@ -57,14 +138,17 @@ static void run_forward(const conf_env* env, const conf_case* c, conf_result* r)
     const uint32_t S = (uint32_t)c->p[P_S], pos0 = (uint32_t)c->p[P_POS0], D = cfg.hidden_size;
     conf_rng rng;
     conf_rng_seed(&rng, env->seed, c->name);
+    const bool fp8 = dt == VKH2O_DTYPE_F8_E4M3;
     ref_mla_weights w;
-    if (ref_mla_random_weights(&cfg, dt, conf_u64(&rng), &w) != 0) {
+    if (ref_mla_random_weights(&cfg, fp8 ? VKH2O_DTYPE_F32 : dt, conf_u64(&rng), &w) != 0) {
         r->status = CONF_ERROR;
         snprintf(r->note, sizeof r->note, "out of host memory for the weights");
         return;
     }
     vkh2o_error err = { 0 };
     vkh2o_mla_host_weights* hw = NULL;
+    vkh2o_checkpoint* ck = NULL;
+    char dir[512] = "";
     vkh2o_mla_layer* L = NULL;
     float* hidden = malloc((size_t)S * D * 4);
     float* out = malloc((size_t)S * D * 4);
@@ -77,8 +161,21 @@ static void run_forward(const conf_env* env, const conf_case* c, conf_result* r)
         snprintf(r->note, sizeof r->note, "out of host memory");
         goto done;
     }
-    vkh2o_result res = vkh2o_mla_host_weights_wrap(&cfg, w.views, &hw, &err);
-    if (res != VKH2O_OK) {
+    vkh2o_result res;
+    if (fp8) {
+        const char* tmp = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/vkh2o-conformance.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(dir)) {
+            r->status = CONF_ERROR;
+            snprintf(r->note, sizeof r->note, "cannot make a temporary directory %.400s", dir);
+            dir[0] = '\0';
+            goto done;
+        }
+        if (fp8_weights(&cfg, &w, dir, &ck, &hw, r->note, sizeof r->note) != VKH2O_OK) {
+            r->status = CONF_ERROR;
+            goto done;
+        }
+    } else if ((res = vkh2o_mla_host_weights_wrap(&cfg, w.views, &hw, &err)) != VKH2O_OK) {
         r->status = CONF_ERROR;
         snprintf(r->note, sizeof r->note, "vkh2o_mla_host_weights_wrap: %.400s", err.message);
         goto done;
@@ -128,6 +225,13 @@ done:
     variant_env(0, false);
     vkh2o_mla_layer_destroy(L);
     vkh2o_mla_host_weights_destroy(hw);
+    vkh2o_checkpoint_destroy(ck);
+    if (dir[0]) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/layer.safetensors", dir);
+        unlink(p);
+        rmdir(dir);
+    }
     ref_mla_weights_free(&w);
     free(hidden);
     free(out);
@@ -138,7 +242,7 @@ done:
 
 static const char* dt_name(vkh2o_dtype dt)
 {
-    return dt == VKH2O_DTYPE_BF16 ? "bf16" : dt == VKH2O_DTYPE_F16 ? "f16" : "f32";
+    return dt == VKH2O_DTYPE_BF16 ? "bf16" : dt == VKH2O_DTYPE_F16 ? "f16" : dt == VKH2O_DTYPE_F8_E4M3 ? "fp8" : "f32";
 }
 
 static const char* kernels_of(int v)
@@ -155,7 +259,7 @@ void conf_register_mla(conf_registry* reg)
 {
     static const struct { vkh2o_dtype dt; uint32_t S, pos0, q_lora; } small[] = {
         { VKH2O_DTYPE_BF16, 17, 5, 24 }, { VKH2O_DTYPE_BF16, 1, 0, 24 }, { VKH2O_DTYPE_F16, 33, 1000, 24 },
-        { VKH2O_DTYPE_F32, 23, 77, 0 },
+        { VKH2O_DTYPE_F32, 23, 77, 0 }, { VKH2O_DTYPE_F8_E4M3, 17, 9, 24 },
     };
     static const struct { int v; uint32_t shapes; const char* name; } variants[] = {
         { V_AUTO_CPU, CONF_SHAPES_CPU, "cpu.texel" }, { V_STORAGE, CONF_SHAPES_CPU, "cpu.storage" },
