@@ -70,10 +70,12 @@ static bool matches(const conf_case* c, char pats[][160], int np)
     return false;
 }
 
+static bool g_support_mode;   /* --mode support: a case that can run is SUPPORTED, not PASS */
+
 static const char* status_name(conf_status s)
 {
     switch (s) {
-    case CONF_PASS: return "PASS";
+    case CONF_PASS: return g_support_mode ? "SUPPORTED" : "PASS";
     case CONF_FAIL: return "FAIL";
     case CONF_NOT_SUPPORTED: return "NOT_SUPPORTED";
     default: return "ERROR";
@@ -128,7 +130,9 @@ static void write_json(FILE* f, const vkh2o_device_caps* caps, const char* mode,
     cJSON* root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "tool", TOOL);
     cJSON_AddStringToObject(root, "mode", mode);
-    cJSON_AddNumberToObject(root, "seed", (double)seed);
+    char seed_s[32];   /* a string: a JSON number would round seeds above 2^53 */
+    snprintf(seed_s, sizeof seed_s, "%llu", (unsigned long long)seed);
+    cJSON_AddStringToObject(root, "seed", seed_s);
     cJSON* dev = cJSON_AddObjectToObject(root, "device");
     if (caps) {
         cJSON_AddStringToObject(dev, "name", caps->device_name);
@@ -178,7 +182,7 @@ static void write_json(FILE* f, const vkh2o_device_caps* caps, const char* mode,
         cJSON_AddItemToArray(arr, o);
     }
     cJSON* sum = cJSON_AddObjectToObject(root, "summary");
-    cJSON_AddNumberToObject(sum, "pass", counts[CONF_PASS]);
+    cJSON_AddNumberToObject(sum, g_support_mode ? "supported" : "pass", counts[CONF_PASS]);
     cJSON_AddNumberToObject(sum, "fail", counts[CONF_FAIL]);
     cJSON_AddNumberToObject(sum, "not_supported", counts[CONF_NOT_SUPPORTED]);
     cJSON_AddNumberToObject(sum, "error", counts[CONF_ERROR]);
@@ -292,6 +296,7 @@ int main(int argc, char** argv)
     const uint32_t shape_mask = !strcmp(shapes_arg, "cpu") ? CONF_SHAPES_CPU
                               : !strcmp(shapes_arg, "gpu") ? CONF_SHAPES_GPU : (CONF_SHAPES_CPU | CONF_SHAPES_GPU);
     const bool perf = !strcmp(mode, "perf"), support = !strcmp(mode, "support");
+    g_support_mode = support;
 
     conf_registry reg = { 0 };
     conf_register_core(&reg);
@@ -309,10 +314,16 @@ int main(int argc, char** argv)
         }
     }
     run_row* rows = calloc(reg.n ? reg.n : 1, sizeof *rows);
+    if (!rows || reg.n == 0) {
+        fprintf(stderr, TOOL ": out of host memory for the registry\n");
+        free(rows);
+        free(reg.cases);
+        return 1;
+    }
     uint32_t nsel = 0;
     for (uint32_t i = 0; i < reg.n; i++)
         if ((reg.cases[i].shapes & shape_mask) && matches(&reg.cases[i], pats, np)) rows[nsel++].c = &reg.cases[i];
-    if (!rows || nsel == 0) {
+    if (nsel == 0) {
         fprintf(stderr, TOOL ": no case matches the patterns with --shapes %s\n", shapes_arg);
         free(rows);
         free(reg.cases);
@@ -379,6 +390,8 @@ int main(int argc, char** argv)
                 if (!quiet)
                     printf("roofline: read %.2f GB/s (storage), %.2f GB/s (texel), fma %.2f GFLOP/s, %.4f ms a dispatch\n",
                            roof.read_gbps, roof.read_texel_gbps, roof.gflops, roof.dispatch_ms);
+            } else if (!caps->timestamps) {
+                fprintf(stderr, TOOL ": this device's queue has no timestamps: no timings, no roofline\n");
             } else {
                 fprintf(stderr, TOOL ": the roofline probes failed: %s: %s (perf figures without the roofline)\n",
                         vkh2o_result_string(r), vkh2o_last_error(ctx));
@@ -393,6 +406,8 @@ int main(int argc, char** argv)
             if (sh == CONF_SHAPES_CPU && !cpu_dev) {
                 w->r.status = CONF_NOT_SUPPORTED;
                 snprintf(w->r.note, sizeof w->r.note, "the CPU kernel shapes are chosen only on a CPU device");
+            } else if (w->c->support && !w->c->support(caps, w->c, w->r.note, sizeof w->r.note)) {
+                w->r.status = CONF_NOT_SUPPORTED;
             } else if (support) {
                 w->r.status = CONF_PASS;
             } else {
@@ -429,8 +444,7 @@ int main(int argc, char** argv)
             if (show) {
                 if (prog.enabled) fprintf(stderr, "\r\033[K");
                 if (support) {
-                    printf("%-13s %s%s%s\n", w->r.status == CONF_PASS ? "SUPPORTED" : status_name(w->r.status), w->c->name,
-                           w->r.note[0] ? "  " : "", w->r.note);
+                    printf("%-13s %s%s%s\n", status_name(w->r.status), w->c->name, w->r.note[0] ? "  " : "", w->r.note);
                 } else {
                     printf("%-13s %-58s", status_name(w->r.status), w->c->name);
                     if (w->r.metric) printf(" %s %.3g (bound %.3g)", w->r.metric, w->r.error, w->r.bound);
@@ -453,8 +467,11 @@ int main(int argc, char** argv)
         if (lost) break;
     }
     cli_progress_end(&prog);
-    printf("%u cases: %u passed, %u failed, %u not supported, %u could not run\n", done, counts[CONF_PASS],
-           counts[CONF_FAIL], counts[CONF_NOT_SUPPORTED], counts[CONF_ERROR]);
+    if (support)
+        printf("%u cases: %u supported, %u not supported\n", done, counts[CONF_PASS], counts[CONF_NOT_SUPPORTED]);
+    else
+        printf("%u cases: %u passed, %u failed, %u not supported, %u could not run\n", done, counts[CONF_PASS],
+               counts[CONF_FAIL], counts[CONF_NOT_SUPPORTED], counts[CONF_ERROR]);
     if (json || csv) {
         outset os;
         outset_init(&os, TOOL);

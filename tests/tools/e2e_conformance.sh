@@ -30,12 +30,13 @@ grep -q "^[a-z].*\.gpu\." "$tmp/sel.txt" && fail "--shapes cpu listed a gpu case
 
 # a run in test mode: JSON and CSV written whole, exit 0
 sel='core.probe.cpu.read_texel.n65_p7,mla.forward.cpu.texel.bf16.s1_p0_h200,kvcache.step.cpu.int4.random*'
-"$conf" --shapes cpu -o "$sel" --json "$tmp/out.json" --csv "$tmp/out.csv" > "$tmp/run.txt" || fail "the test run exited $?"
+"$conf" --shapes cpu -o "$sel" --seed 7 --json "$tmp/out.json" --csv "$tmp/out.csv" > "$tmp/run.txt" || fail "the test run exited $?"
 grep -q "3 cases: 3 passed, 0 failed" "$tmp/run.txt" || fail "summary: $(tail -n1 "$tmp/run.txt")"
 python3 - "$tmp/out.json" << 'PY' || fail "JSON shape"
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["tool"] == "vkh2o-conformance" and d["mode"] == "test", d.get("mode")
+assert d["seed"] == "7", d["seed"]
 assert d["device"]["name"] and d["device"]["subgroup_size"] > 0
 cases = d["cases"]
 assert len(cases) == 3, len(cases)
@@ -94,6 +95,7 @@ PY
 # support mode says what the device can run, runs nothing
 "$conf" --mode support --shapes cpu -o core.probe > "$tmp/sup.txt" || fail "support mode exited $?"
 grep -q "^SUPPORTED  *core.probe.cpu.fma.n1_i1" "$tmp/sup.txt" || fail "support mode: $(head -n3 "$tmp/sup.txt")"
+grep -q "^12 cases: 12 supported, 0 not supported$" "$tmp/sup.txt" || fail "support mode summary: $(tail -n1 "$tmp/sup.txt")"
 
 # bad input: one line on stderr, exit 2, no output file; an existing file is left alone
 echo keep > "$tmp/keep.json"

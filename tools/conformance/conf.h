@@ -42,6 +42,9 @@ typedef struct conf_result {
 
 struct conf_case;
 typedef void (*conf_run_fn)(const conf_env* env, const struct conf_case* c, conf_result* r);
+/* The support probe: false (and why in `why`: the missing feature or limit, with the figures)
+ * when this device cannot run the case; checked before the run, and alone in --mode support. */
+typedef bool (*conf_support_fn)(const vkh2o_device_caps* caps, const struct conf_case* c, char* why, size_t cap);
 
 typedef struct conf_case {
     char name[160];
@@ -50,6 +53,7 @@ typedef struct conf_case {
     char kernels[256];          /* the embedded kernels it must dispatch, comma-separated */
     uint32_t shapes;            /* CONF_SHAPES_CPU or _GPU */
     conf_run_fn run;
+    conf_support_fn support;    /* NULL: nothing beyond Vulkan 1.2 and the shapes */
     int32_t p[12];              /* the family's parameters */
 } conf_case;
 

@@ -98,6 +98,23 @@ done:
     free(fwant);
 }
 
+static bool probe_support(const vkh2o_device_caps* caps, const conf_case* c, char* why, size_t cap)
+{
+    const uint64_t n = (uint64_t)c->p[P_NINV], per = (uint64_t)c->p[P_PER];
+    const uint64_t bytes = c->p[P_KIND] == VKH2O_PROBE_FMA ? n * 4 : n * per * 16;
+    if (bytes > caps->max_storage_buffer_range) {
+        snprintf(why, cap, "maxStorageBufferRange %llu below the %llu bytes of one binding",
+                 (unsigned long long)caps->max_storage_buffer_range, (unsigned long long)bytes);
+        return false;
+    }
+    if (c->p[P_KIND] == VKH2O_PROBE_READ_TEXEL && n * per > caps->max_texel_buffer_elements) {
+        snprintf(why, cap, "maxTexelBufferElements %u below the %llu texels read", caps->max_texel_buffer_elements,
+                 (unsigned long long)(n * per));
+        return false;
+    }
+    return true;
+}
+
 void conf_register_core(conf_registry* reg)
 {
     static const uint32_t read_sizes[][2] = { { 1, 1 }, { 65, 7 }, { 200, 13 }, { 4099, 64 } };
@@ -109,6 +126,7 @@ void conf_register_core(conf_registry* reg)
                 conf_case* c = conf_add(reg, run_probe, s, "read_probe", "core.probe.%s.read_%s.n%u_p%u", sh,
                                         texel ? "texel" : "storage", read_sizes[i][0], read_sizes[i][1]);
                 if (!c) return;
+                c->support = probe_support;
                 c->p[P_KIND] = texel ? VKH2O_PROBE_READ_TEXEL : VKH2O_PROBE_READ;
                 c->p[P_NINV] = (int32_t)read_sizes[i][0];
                 c->p[P_PER] = (int32_t)read_sizes[i][1];
@@ -119,6 +137,7 @@ void conf_register_core(conf_registry* reg)
             conf_case* c = conf_add(reg, run_probe, s, "fma_probe", "core.probe.%s.fma.n%u_i%u", sh, fma_sizes[i][0],
                                     fma_sizes[i][1]);
             if (!c) return;
+            c->support = probe_support;
             c->p[P_KIND] = VKH2O_PROBE_FMA;
             c->p[P_NINV] = (int32_t)fma_sizes[i][0];
             c->p[P_PER] = (int32_t)fma_sizes[i][1];

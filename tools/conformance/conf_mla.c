@@ -240,6 +240,28 @@ done:
     free(sref);
 }
 
+/* The texel variants view each weight (up to a binding's worth of rows) as one texel buffer:
+ * the largest weight must fit maxTexelBufferElements (16-byte texels) */
+static bool forward_support(const vkh2o_device_caps* caps, const conf_case* c, char* why, size_t cap)
+{
+    if (c->p[P_VARIANT] != V_AUTO_CPU && c->p[P_VARIANT] != V_TEXEL) return true;
+    const vkh2o_mla_config cfg = case_config(c);
+    const uint64_t esize = c->p[P_DTYPE] == VKH2O_DTYPE_F32 ? 4 : c->p[P_DTYPE] == VKH2O_DTYPE_F8_E4M3 ? 1 : 2;
+    uint64_t most = 0;
+    for (int k = 0; k < VKH2O_W_COUNT; k++) {
+        uint64_t shape[2] = { 0, 0 };
+        if (vkh2o_mla_weight_shape(&cfg, (vkh2o_mla_weight)k, shape) == 2 && shape[0] * shape[1] * esize > most)
+            most = shape[0] * shape[1] * esize;
+    }
+    if (most > caps->max_storage_buffer_range) most = caps->max_storage_buffer_range;
+    if (most / 16 > caps->max_texel_buffer_elements) {
+        snprintf(why, cap, "maxTexelBufferElements %u below the %llu texels of the largest weight chunk",
+                 caps->max_texel_buffer_elements, (unsigned long long)(most / 16));
+        return false;
+    }
+    return true;
+}
+
 static const char* dt_name(vkh2o_dtype dt)
 {
     return dt == VKH2O_DTYPE_BF16 ? "bf16" : dt == VKH2O_DTYPE_F16 ? "f16" : dt == VKH2O_DTYPE_F8_E4M3 ? "fp8" : "f32";
@@ -276,6 +298,7 @@ void conf_register_mla(conf_registry* reg)
             c->p[P_POS0] = (int32_t)small[i].pos0;
             c->p[P_QLORA] = (int32_t)small[i].q_lora;
             c->p[P_VARIANT] = variants[v].v;
+            c->support = forward_support;
             snprintf(c->params, sizeof c->params, "S %u from position %u, hidden 200, 3 heads, q_lora %u, kv_lora 24, "
                      "%s weights", small[i].S, small[i].pos0, small[i].q_lora, vkh2o_dtype_name(small[i].dt));
         }
@@ -288,6 +311,7 @@ void conf_register_mla(conf_registry* reg)
             c->p[P_S] = 5;
             c->p[P_POS0] = 3;
             c->p[P_VARIANT] = variants[v].v;
+            c->support = forward_support;
             c->p[P_KIMI] = 1;
             snprintf(c->params, sizeof c->params, "S 5 from position 3, the Kimi K2.6 layer shapes, BF16 weights");
         }
