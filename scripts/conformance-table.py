@@ -17,7 +17,8 @@ def ops_table(d):
     print("| op | cases | pass | fail | not supported | could not run | worst error / bound |")
     print("|---|---|---|---|---|---|---|")
     for op, cs in ops.items():
-        n = {s: sum(1 for c in cs if c["status"] == s) for s in ("PASS", "FAIL", "NOT_SUPPORTED", "ERROR")}
+        n = {s: sum(1 for c in cs if c["status"] == s) for s in ("PASS", "SUPPORTED", "FAIL", "NOT_SUPPORTED", "ERROR")}
+        n["PASS"] += n["SUPPORTED"]
         ratios = [c["error"] / c["bound"] for c in cs if "error" in c and c.get("bound", 0) > 0]
         exact = [c for c in cs if "error" in c and c.get("bound") == 0]
         worst = "%.2g" % max(ratios) if ratios else ("exact" if exact and all(c["error"] == 0 for c in exact) else "-")
@@ -67,8 +68,11 @@ def main():
         d = json.load(open(path))
         s = d["summary"]
         print("### %s --mode %s on %s (%s)\n" % (d["tool"], d["mode"], d["device"].get("name", "?"), path))
-        print("%d passed, %d failed, %d not supported, %d could not run.\n"
-              % (s["pass"], s["fail"], s["not_supported"], s["error"]))
+        if "supported" in s:
+            print("%d supported, %d not supported.\n" % (s["supported"], s["not_supported"]))
+        else:
+            print("%d passed, %d failed, %d not supported, %d could not run.\n"
+                  % (s["pass"], s["fail"], s["not_supported"], s["error"]))
         ops_table(d)
         perf_table(d)
         print()
