@@ -5,6 +5,9 @@
  * error and bound; with --mode perf each case also timed with GPU timestamps and set against
  * this device's roofline, measured in the same run (read bandwidth and FMA throughput probes).
  * Exit status: 0 when nothing failed, 1 when a case failed or could not run, 2 on bad usage.
+ * Internal test hook (not in --help): VKH2O_CONFORMANCE_POISON=PATTERN[,...] corrupts one element
+ * of the downloaded device output of the matching cases, so that tests/tools/e2e_conformance.sh
+ * sees the comparison fail.
  */
 #include "cli.h"
 #include "conf.h"
