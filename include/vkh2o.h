@@ -22,7 +22,8 @@
  *      vkh2o/cache.h) or vkh2o_qcache_create (quantised, vkh2o/kvquant.h); then
  *      vkh2o_run_mla_prefill(layer, cache, 0, prompt, P, out) and per new token
  *      vkh2o_run_mla_decode(layer, cache, 0, hidden, 1, position, out) -- or the recording
- *      vkh2o_cmd_mla_prefill / vkh2o_cmd_mla_decode (and the _qcache forms), vkh2o/mla.h.
+ *      vkh2o_cmd_mla_prefill / vkh2o_cmd_mla_decode, vkh2o/mla.h; the one cache
+ *      (vkh2o/kvcache.h) has vkh2o_run/cmd_mla_prefill_kv and _decode_kv.
  *      An app's own VkBuffer becomes a vkh2o_buffer with vkh2o_buffer_wrap.
  *   6. destroy in reverse order; every destroy accepts NULL.
  *
@@ -401,9 +402,9 @@ VKH2O_API vkh2o_result vkh2o_buffer_wrap(vkh2o_context* ctx, VkBuffer buffer, ui
 
 #include "vkh2o/model.h"
 #include "vkh2o/mla.h"
+#include "vkh2o/kvcache.h"
 #include "vkh2o/cache.h"
 #include "vkh2o/kvquant.h"
-#include "vkh2o/kvcache.h"
 #include "vkh2o/lm.h"
 
 #endif /* VKH2O_H */

@@ -162,6 +162,11 @@ vkh2o_result vkh2o_error_set(vkh2o_error* err, vkh2o_result r, const char* fmt, 
 #define VKH2O_CHECK(expr) do { vkh2o_result r_ = (expr); if (r_ != VKH2O_OK) return r_; } while (0)
 
 /* ---- buffers (buffer.c) ---- */
+/* A caller's f32 rows: bytes [offset, offset + floats * 4) of b, offset a multiple of 4. OK, or
+ * INVALID_ARGUMENT recorded as "<who>: <what> buffer is NULL" / "<who>: <what> needs N floats
+ * from byte O (a multiple of 4); the buffer has B bytes". */
+vkh2o_result vkh2o_check_floats(vkh2o_context* ctx, const char* who, const char* what, const vkh2o_buffer* b, uint64_t offset,
+                                uint64_t floats);
 static inline vkh2o_binding vkh2o_bind(const vkh2o_buffer* b)
 {
     vkh2o_binding x = { b->buffer, 0, b->size, VK_NULL_HANDLE };

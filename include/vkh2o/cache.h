@@ -40,31 +40,7 @@ extern "C" {
 
 typedef struct vkh2o_cache vkh2o_cache;
 
-/* How a cache stores a token (shared by the H2O cache and the quantised cache of
- * vkh2o/kvquant.h). 0 is each cache's default: EXPANDED for vkh2o_cache (HF DynamicCache's
- * per-head K/V), LATENT for vkh2o_qcache (the MLA latent row). */
-typedef enum vkh2o_kv_layout {
-    VKH2O_LAYOUT_DEFAULT = 0,
-    VKH2O_LAYOUT_EXPANDED = 1,   /* per head K = [k_nope | k_pe] and V */
-    VKH2O_LAYOUT_LATENT = 2,     /* per token c_kv (normed) and k_pe, shared by all heads */
-} vkh2o_kv_layout;
-
-typedef enum vkh2o_evict_policy {
-    VKH2O_POLICY_H2O = 0,        /* the budget middle tokens of largest score */
-    VKH2O_POLICY_STREAMING = 1,  /* StreamingLLM: sinks + the most recent cap - n_sink tokens
-                                    (the budget middle tokens of largest position) */
-    VKH2O_POLICY_RANDOM = 2,     /* budget middle tokens chosen by a seeded RNG, fresh each step
-                                    (the key of a token is hash(seed, layer, step, position)) */
-} vkh2o_evict_policy;
-
-typedef enum vkh2o_score_mode {
-    VKH2O_SCORE_SUM = 0,   /* accumulated attention mass (the seed's) */
-    VKH2O_SCORE_MEAN = 1,  /* accumulated mass / number of queries that have seen the token
-                              (cur_position - position + 1), against the early-token bias */
-    VKH2O_SCORE_DECAY = 2, /* score <- decay * score + mass at every step (decay: the desc's) */
-    VKH2O_SCORE_TOVA = 3,  /* TOVA: score <- the current query's mass only (no accumulation; summed
-                              over heads, which ranks as the mean over heads does) */
-} vkh2o_score_mode;
+/* vkh2o_kv_layout is in vkh2o/mla.h; vkh2o_evict_policy and vkh2o_score_mode in vkh2o/kvcache.h. */
 
 /*
  * Cache desc. Required: num_heads and the dims of the layout, and budget (except with the

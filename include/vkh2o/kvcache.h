@@ -4,14 +4,20 @@
  * (FP16, INT8, INT4 or INT2 for every token past the sinks and recents, or tiers by score).
  * Included by vkh2o.h; do not include directly.
  *
- * This is the cache the library is converging on: it holds the MLA latent row of a token
- * ([c_kv after kv_a_layernorm (kv_lora_rank) | k_pe roped (qk_rope_head_dim)], shared by every
- * head), which is the layout of the model session's caches and of Kimi K2. The expanded
- * per-head layout, F32 rows, mock steps and the quantised cache's block routing and block
- * selectors (score, Quest) are still served by the two older caches (vkh2o/cache.h,
- * vkh2o/kvquant.h). A step's RoPE position comes from the caller (vkh2o_mla_decode.position):
- * a recorded layer decode step replays the cache's part exactly, its projections at the position
- * it was recorded with.
+ * This is the cache the library is converging on. Per token it holds one row, in one of two
+ * layouts (desc.layout):
+ *   LATENT    (the default) the MLA latent row [c_kv after kv_a_layernorm (kv_lora_rank) | k_pe
+ *             roped (qk_rope_head_dim)], shared by every head; the query is absorbed through
+ *             W_uk and the output is taken before W_uv. The layout of the model session's caches
+ *             and of Kimi K2.
+ *   EXPANDED  HF DynamicCache's per-head K and V: the row is [K_0 .. K_(H-1) | V_0 .. V_(H-1)]
+ *             with K_h = [k_nope_h (qk_nope_head_dim) | k_pe (qk_rope_head_dim)] and V_h
+ *             (v_head_dim); head h's logits read K_h, its P . V reads V_h. H (nope + rope + v)
+ *             numbers per token.
+ * The mock steps and the quantised cache's block routing and block selectors (score, Quest)
+ * are still served by the two older caches (vkh2o/cache.h, vkh2o/kvquant.h). A step's RoPE
+ * position comes from the caller (vkh2o_mla_decode.position): a recorded layer decode step
+ * replays the cache's part exactly, its projections at the position it was recorded with.
  *
  * Slots, not order
  *   Per layer the cache has slot pools, one per tier T0 (FP16), T1 (INT8), T2 (INT4), T3 (INT2)
@@ -49,16 +55,27 @@
  *
  * Row formats (32-bit words; a tier's row is its data words then its group words):
  *   FP16  element e in half e & 1 of word e >> 1 (low half first); no group words
+ *   F32   (the top tier T0 with desc.storage F32: sinks, recents and T0's middle tokens) element
+ *         e in word e as an IEEE f32; no group words. The lower tiers are as below.
  *   INTb  (b = 8, 4, 2) element e in bits [(e * b) % 32, + b) of word (e * b) / 32, an unsigned
- *         code q in [0, 2^b - 1]; value = zero + q * scale. The row is split into groups of
- *         group_size numbers along c_kv, and k_pe is grouped on its own (groups of
- *         min(group_size, qk_rope_head_dim)), or the whole row is one group (group_size =
- *         kv_lora_rank + qk_rope_head_dim); per group one word: scale (low half) and zero
- *         (high half), both fp16: zero = fp16(min), scale = fp16((max - zero) / (2^b - 1)),
- *         q = clamp(round((x - zero) / scale)) (round half to even; scale 0 gives q = 0).
+ *         code q in [0, 2^b - 1]; value = zero + q * scale. Per group one word: scale (low
+ *         half) and zero (high half), both fp16: zero = fp16(min), scale = fp16((max - zero) /
+ *         (2^b - 1)), q = clamp(round((x - zero) / scale)) (round half to even; scale 0 gives
+ *         q = 0). Groups, in row order:
+ *           LATENT    c_kv in groups of group_size numbers, then k_pe in groups of
+ *                     min(group_size, qk_rope_head_dim);
+ *           EXPANDED  per head K_h: k_nope_h in groups of min(group_size, qk_nope_head_dim),
+ *                     then its k_pe in groups of min(group_size, qk_rope_head_dim); then per
+ *                     head V_h in groups of min(group_size, v_head_dim);
+ *         the last group of a segment may be shorter. group_size = the whole row (W numbers)
+ *         makes the row one group.
  * Bytes per token of a tier (vkh2o_kvcache_token_bytes) count the row words and the slot's
- * position and score (8 bytes): for Kimi K2.6 (576 numbers) with the default groups
- * FP16 1160, INT8 592, INT4 304, INT2 224 (groups of 32).
+ * position and score (8 bytes). Kimi K2.6 (64 heads, kv_lora_rank 512, nope 128, rope 64,
+ * v 128), default groups:
+ *                   T0 F32    T0 FP16   INT8     INT4     INT2 (groups of 32)
+ *   LATENT (576)      2312      1160      592      304      224
+ *   EXPANDED        81928     40968    21256    11016     7688
+ *   (EXPANDED: 64 x (192 + 128) = 20480 numbers; 3 groups per head at INT8 / INT4, 10 at INT2)
  *
  * Threads: a kvcache belongs to its context (one thread at a time, as the context).
  */
@@ -69,6 +86,27 @@ extern "C" {
 #endif
 
 typedef struct vkh2o_kvcache vkh2o_kvcache;
+
+/* vkh2o_kv_layout (how a cache stores a token) is in vkh2o/mla.h: LATENT is this cache's default. */
+
+/* Which middle tokens a capped cache keeps (the caches of vkh2o/cache.h count a budget). */
+typedef enum vkh2o_evict_policy {
+    VKH2O_POLICY_H2O = 0,        /* the budget middle tokens of largest score */
+    VKH2O_POLICY_STREAMING = 1,  /* StreamingLLM: sinks + the most recent cap - n_sink tokens
+                                    (the budget middle tokens of largest position) */
+    VKH2O_POLICY_RANDOM = 2,     /* budget middle tokens chosen by a seeded RNG, fresh each step
+                                    (the key of a token is hash(seed, layer, step, position)) */
+} vkh2o_evict_policy;
+
+/* How the H2O policy accumulates a token's score. */
+typedef enum vkh2o_score_mode {
+    VKH2O_SCORE_SUM = 0,   /* accumulated attention mass (the seed's) */
+    VKH2O_SCORE_MEAN = 1,  /* accumulated mass / number of queries that have seen the token
+                              (cur_position - position + 1), against the early-token bias */
+    VKH2O_SCORE_DECAY = 2, /* score <- decay * score + mass at every step (decay: the desc's) */
+    VKH2O_SCORE_TOVA = 3,  /* TOVA: score <- the current query's mass only (no accumulation; summed
+                              over heads, which ranks as the mean over heads does) */
+} vkh2o_score_mode;
 
 typedef enum vkh2o_kv_tier {
     VKH2O_TIER_FP16 = 0,
@@ -88,8 +126,9 @@ typedef enum vkh2o_kv_precision {
 } vkh2o_kv_precision;
 
 /*
- * Desc. Required: num_heads, kv_lora_rank, qk_rope_head_dim (vkh2o_kvcache_desc_from_mla fills
- * them, with the layer's scale) and max_tokens. Defaults (0):
+ * Desc. Required: num_heads, qk_rope_head_dim, kv_lora_rank (LATENT) or qk_nope_head_dim and
+ * v_head_dim (EXPANDED) (vkh2o_kvcache_desc_from_mla fills them all, with the layer's scale) and
+ * max_tokens. Defaults (0):
  *   num_layers       1
  *   max_tokens       the longest sequence (the positions a cache sees; the full cache's slots)
  *   scale            (qk_nope_head_dim + qk_rope_head_dim)^-0.5, or kv_lora + rope without nope
@@ -100,7 +139,10 @@ typedef enum vkh2o_kv_precision {
  *                    in it (vkh2o_kvcache_bytes <= capacity_bytes); the tokens follow from the
  *                    precision. Give one of capacity_tokens and capacity_bytes.
  *   n_sink, n_recent 0: the first / last positions every policy keeps at the top tier
- *   policy, score_mode, decay, seed  vkh2o/cache.h's (H2O with summed scores; decay 0 = 0.9)
+ *   layout           LATENT (DEFAULT); EXPANDED needs qk_nope_head_dim and v_head_dim too
+ *   storage          the top tier's rows (sinks, recents, T0's middle tokens): F16 (0 = the
+ *                    default) or F32; the integer tiers are the same either way
+ *   policy, score_mode, decay, seed  above (H2O with summed scores; decay 0 = 0.9)
  *   precision        FP16
  *   tier_tokens      TIERED with pools: middle tokens per tier (index vkh2o_kv_tier; T0's count is
  *                    on top of the sinks and recents). Tiers with 0 are not used, except that the
@@ -112,10 +154,11 @@ typedef enum vkh2o_kv_precision {
  *                    capacity_bytes: tiers by bytes (above).
  *   tier_mask        tiers by bytes: the tiers in use, bit (1 << tier); 0 = FP16, INT8, INT4. FP16
  *                    is always in use.
- *   group_size       numbers per quantisation group of c_kv per integer tier (index tier; 0 =
- *                    the default: INT8 and INT4 the whole c_kv, INT2 32); k_pe is its own group
- *                    of min(group_size, qk_rope_head_dim) numbers. kv_lora_rank +
- *                    qk_rope_head_dim (the whole row) makes one group of c_kv and k_pe together.
+ *   group_size       numbers per quantisation group per integer tier (index tier; Row formats
+ *                    above). 0 = the default: INT8 and INT4 one group per segment (LATENT the
+ *                    whole c_kv, EXPANDED each head's k_nope, k_pe and V), INT2 32. At most
+ *                    kv_lora_rank (LATENT) or the longest of nope, rope and v (EXPANDED), or the
+ *                    whole row (one group).
  */
 typedef struct vkh2o_kvcache_desc {
     uint32_t num_layers;
@@ -134,6 +177,8 @@ typedef struct vkh2o_kvcache_desc {
     uint32_t tier_tokens[VKH2O_TIER_COUNT];
     uint32_t group_size[VKH2O_TIER_COUNT];
     uint32_t tier_mask;
+    vkh2o_kv_layout layout;
+    vkh2o_dtype storage;
 } vkh2o_kvcache_desc;
 
 /* What a desc resolves to: the slots of each tier's pool per layer (0: tier not used; T0's
@@ -155,14 +200,18 @@ typedef struct vkh2o_kvcache_plan {
 VKH2O_API void vkh2o_kvcache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kvcache_desc* desc);
 /* Validates desc (no device) and writes the defaults into *out and the pools into *plan (either
  * may be NULL). Results: OK; INVALID_ARGUMENT (zero or oversized shapes, unknown enum, a group
- * size above the row, decay outside (0, 1), tier_tokens without TIERED, both capacities);
+ * size above the row, decay outside (0, 1), tier_tokens without TIERED, both capacities, a
+ * storage other than F16 / F32, EXPANDED without qk_nope_head_dim or v_head_dim);
  * BUDGET (a capacity too small for the sinks and recents at the top tier plus one middle
  * token and the append slot, a capacity above max_tokens, sinks + recents above max_tokens).
  * err names the field and gives the figure and the limit. */
 VKH2O_API vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kvcache_desc* out,
                                                   vkh2o_kvcache_plan* plan, vkh2o_error* err);
-/* Bytes per token of a tier for a (resolved) desc: row words x 4 + 8 (position and score). */
+/* Bytes per token of a tier for a (resolved) desc: row words x 4 + 8 (position and score).
+ * vkh2o_kvcache_row_numbers: the numbers of a row (LATENT kv_lora_rank + qk_rope_head_dim,
+ * EXPANDED num_heads x (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)). */
 VKH2O_API uint32_t vkh2o_kvcache_token_bytes(const vkh2o_kvcache_desc* desc, vkh2o_kv_tier tier);
+VKH2O_API uint32_t vkh2o_kvcache_row_numbers(const vkh2o_kvcache_desc* desc);
 /* Device bytes of one layer's slots under a plan: sum over tiers of slots x token_bytes. */
 VKH2O_API uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* plan);
 /* Middle tokens per tier after a prefill of n tokens (the rest of the n - sinks - recents middle
@@ -186,13 +235,21 @@ VKH2O_API vkh2o_result vkh2o_cmd_kvcache_reset(vkh2o_kvcache* c, VkCommandBuffer
 VKH2O_API vkh2o_result vkh2o_run_kvcache_reset(vkh2o_kvcache* c);
 
 /*
- * One decode step of one layer (the four stages of the header comment), for one token:
+ * One decode step of one layer (the four stages of the header comment), for one token.
+ * LATENT:
  *   q     f32 [num_heads][kv_lora_rank + qk_rope_head_dim]: the query absorbed through W_uk
  *         ([q_nope[h] . W_uk[h] | q_pe[h] roped]; vkh2o_cmd_mla_decode_inputs writes it)
  *   ckv   f32 [kv_lora_rank]: the new token's c_kv after kv_a_layernorm
  *   kpe   f32 [qk_rope_head_dim]: its roped k_pe
  *   out   f32 [num_heads][kv_lora_rank]: the attention output before W_uv (may be NULL)
- * The token's position is the cache's own counter (the tokens this layer has seen).
+ * EXPANDED:
+ *   q     f32 [num_heads][qk_nope_head_dim + qk_rope_head_dim]: [q_nope[h] | q_pe[h] roped]
+ *   k     f32 [num_heads][qk_nope_head_dim + qk_rope_head_dim]: the new token's K per head
+ *         ([k_nope[h] | k_pe roped], k_pe the same for every head)
+ *   v     f32 [num_heads][v_head_dim]: its V per head
+ *   out   f32 [num_heads][v_head_dim]: the attention output (may be NULL)
+ * The buffers of the other layout are ignored. The token's position is the cache's own counter
+ * (the tokens this layer has seen).
  * Offsets in bytes, multiples of 4. Records a few dispatches with barriers; never submits.
  * Results: OK, INVALID_ARGUMENT (layer, buffers too small), kernel errors (VULKAN,
  * OUT_OF_HOST_MEMORY). The buffers must outlive the command buffer's execution.
@@ -205,14 +262,18 @@ typedef struct vkh2o_kvcache_step {
     const vkh2o_buffer* ckv;  uint64_t ckv_offset;
     const vkh2o_buffer* kpe;  uint64_t kpe_offset;
     const vkh2o_buffer* out;  uint64_t out_offset;
+    const vkh2o_buffer* k;    uint64_t k_offset;     /* EXPANDED */
+    const vkh2o_buffer* v;    uint64_t v_offset;     /* EXPANDED */
 } vkh2o_kvcache_step;
 VKH2O_API vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_kvcache_step* s);
 VKH2O_API vkh2o_result vkh2o_run_kvcache_step(vkh2o_kvcache* c, const vkh2o_kvcache_step* s);
 
 /*
- * Prefill one layer with n prompt tokens (positions 0 .. n-1), replacing its contents:
- * ckv f32 [n][kv_lora_rank], kpe f32 [n][qk_rope_head_dim], mass f32 [n] (each token's summed
- * prompt attention, its starting score; may be NULL when the cache does not select). Sinks and recents take T0;
+ * Prefill one layer with n prompt tokens (positions 0 .. n-1), replacing its contents: LATENT
+ * ckv f32 [n][kv_lora_rank] and kpe f32 [n][qk_rope_head_dim], EXPANDED k f32
+ * [n][num_heads][qk_nope_head_dim + qk_rope_head_dim] and v f32 [n][num_heads][v_head_dim];
+ * mass f32 [n] (each token's summed prompt attention, its starting score; may be NULL when the
+ * cache does not select). Sinks and recents take T0;
  * the middle tokens are ranked by key (as a step's selection ranks them, cur = n - 1) and fill
  * T0's free slots (all but the append slot), then T1, T2, T3 in that order; the rest are evicted.
  * Results: OK, INVALID_ARGUMENT (n 0 or above max_tokens, layer, buffers), kernel errors.
@@ -223,6 +284,8 @@ typedef struct vkh2o_kvcache_prefill {
     const vkh2o_buffer* ckv;   uint64_t ckv_offset;
     const vkh2o_buffer* kpe;   uint64_t kpe_offset;
     const vkh2o_buffer* mass;  uint64_t mass_offset;
+    const vkh2o_buffer* k;     uint64_t k_offset;    /* EXPANDED */
+    const vkh2o_buffer* v;     uint64_t v_offset;    /* EXPANDED */
 } vkh2o_kvcache_prefill;
 VKH2O_API vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_kvcache_prefill* p);
 VKH2O_API vkh2o_result vkh2o_run_kvcache_prefill(vkh2o_kvcache* c, const vkh2o_kvcache_prefill* p);
@@ -241,8 +304,8 @@ VKH2O_API vkh2o_result vkh2o_kvcache_read_stats(vkh2o_kvcache* c, uint32_t layer
 
 /* A copy of one layer's held tokens (blocking), ordered by position: their number in *len and,
  * into arrays of at least max(plan.total_slots, ...) = plan.total_slots entries (NULL: skipped),
- * positions, scores, tiers, and rows (f32 [len][kv_lora_rank + qk_rope_head_dim], dequantised
- * as attention reads them). Results: OK, INVALID_ARGUMENT, VULKAN. */
+ * positions, scores, tiers, and rows (f32 [len][vkh2o_kvcache_row_numbers], in the layout's row
+ * order, dequantised as attention reads them). Results: OK, INVALID_ARGUMENT, VULKAN. */
 typedef struct vkh2o_kvcache_snapshot {
     uint32_t len;
     uint32_t* positions;

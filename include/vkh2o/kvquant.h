@@ -272,59 +272,6 @@ VKH2O_API vkh2o_result vkh2o_cmd_qcache_attend(vkh2o_qcache* qc, VkCommandBuffer
 VKH2O_API vkh2o_result vkh2o_run_qcache_attend(vkh2o_qcache* qc, const vkh2o_buffer* q, vkh2o_buffer* out,
                                                const vkh2o_qattn_desc* desc, uint32_t* selected_tokens);
 
-/*
- * The inputs of a decode step of an MLA layer (vkh2o/mla.h "Decode"), without a cache: the
- * projections of n tokens at positions position.. (the first stage of vkh2o_cmd_mla_decode and
- * vkh2o_cmd_mla_decode_qcache), handed out in full precision for an app that drives a cache
- * itself (its own appends, selection, importance or routing on a vkh2o_qcache, e.g.
- * vkh2o_cmd_qcache_append + vkh2o_cmd_qcache_attend). Per token, f32, row-major:
- *   layout LATENT (or DEFAULT)
- *     rows    [n, kv_lora + rope]          [c_kv after kv_a_layernorm | k_pe roped at its position]:
- *                                          a latent vkh2o_qcache_rows.k row
- *     values  ignored (the latent values are the first kv_lora numbers of rows)
- *     query   [n, heads, kv_lora + rope]   the query absorbed on the device (as the decode step
- *                                          does): [q_nope[h] . W_uk[h] | q_pe[h] roped], so that
- *                                          query[h] . row = q[h] . K[h] of the expanded layout; the
- *                                          q of vkh2o_cmd_qcache_attend for a latent cache
- *   layout EXPANDED
- *     rows    [n, heads, nope + rope]      K = [k_nope (kv_b_proj) | k_pe roped] per head
- *     values  [n, heads, v]                V per head
- *     query   [n, heads, nope + rope]      [q_nope | q_pe roped]
- * Each output buffer may be NULL (not written); offsets in bytes, multiples of 4. hidden
- * [n, hidden_size] as vkh2o_mla_decode.hidden. W_uk is the layer's kv_b_proj as uploaded (16-bit
- * or f32; F8_E4M3 decoded). Nothing but the caller's outputs and the layer's scratch is written:
- * no cache is touched, and the layer's scratch is shared with its other calls (do not record two
- * calls of one layer that may execute concurrently). Threads: as the layer (one thread at a time,
- * as its context).
- */
-typedef struct vkh2o_mla_decode_inputs {
-    vkh2o_buffer* hidden;  uint64_t hidden_offset;
-    uint32_t n_tokens;     /* 0 = 1; at most the layer's max_decode_tokens */
-    uint32_t position;     /* of the first token (RoPE); positions below 2^24 */
-    vkh2o_kv_layout layout;
-    vkh2o_buffer* rows;    uint64_t rows_offset;
-    vkh2o_buffer* values;  uint64_t values_offset;
-    vkh2o_buffer* query;   uint64_t query_offset;
-} vkh2o_mla_decode_inputs;
-
-/* Records the projections (and, latent, the absorption) of d->n_tokens tokens and copies the
- * outputs into the caller's buffers, then a barrier after which compute and transfer work may
- * read them. Never submits. The caller orders writes of hidden before it; the buffers are
- * borrowed until cb has executed.
- * Results: OK, INVALID_ARGUMENT (NULL layer/cb/d/hidden, n above max_decode_tokens, a buffer too
- * small from its offset or an offset not a multiple of 4, unknown layout, positions >= 2^24),
- * and what pipeline creation returns (VULKAN, OUT_OF_HOST_MEMORY); the message is in
- * vkh2o_last_error. */
-VKH2O_API vkh2o_result vkh2o_cmd_mla_decode_inputs(vkh2o_mla_layer* layer, VkCommandBuffer cb,
-                                                   const vkh2o_mla_decode_inputs* d);
-/* Host convenience: hidden [n, hidden_size] (host) at positions position.., the outputs into
- * host arrays of the sizes above (each may be NULL; values is ignored for LATENT). Submits on
- * the context's queue and waits. Results: as the cmd_ form (INVALID_ARGUMENT for NULL hidden or
- * n = 0), plus TIMEOUT, VULKAN, OUT_OF_DEVICE_MEMORY. */
-VKH2O_API vkh2o_result vkh2o_run_mla_decode_inputs(vkh2o_mla_layer* layer, const float* hidden, uint32_t n,
-                                                   uint32_t position, vkh2o_kv_layout layout, float* rows, float* values,
-                                                   float* query);
-
 /* ---- measuring the decode attention (tools, benchmarks) ---- */
 
 /* How the attention reads the query, probabilities and pools: AUTO is the device's choice

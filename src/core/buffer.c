@@ -139,6 +139,18 @@ vkh2o_memory_stats vkh2o_context_get_memory_stats(const vkh2o_context* ctx)
 uint64_t vkh2o_buffer_get_size(const vkh2o_buffer* b) { return b ? b->size : 0; }
 VkBuffer vkh2o_buffer_get_vk(const vkh2o_buffer* b) { return b ? b->buffer : VK_NULL_HANDLE; }
 
+vkh2o_result vkh2o_check_floats(vkh2o_context* ctx, const char* who, const char* what, const vkh2o_buffer* b, uint64_t offset,
+                                uint64_t floats)
+{
+    if (!b)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "%s: %s buffer is NULL", who, what);
+    if ((offset & 3u) || offset > b->size || b->size - offset < floats * 4)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "%s: %s needs %llu floats from byte %llu (a multiple of 4); the buffer has %llu bytes", who, what,
+                          (unsigned long long)floats, (unsigned long long)offset, (unsigned long long)b->size);
+    return VKH2O_OK;
+}
+
 static vkh2o_result check_range(const vkh2o_buffer* b, uint64_t offset, uint64_t bytes, const char* what)
 {
     if (!b)

@@ -72,6 +72,13 @@ uint32_t vkh2o_kvcache_token_bytes(const vkh2o_kvcache_desc* d, vkh2o_kv_tier ti
     return 4u * row_words(d, tier) + 8u;
 }
 
+uint32_t vkh2o_kvcache_row_numbers(const vkh2o_kvcache_desc* d)
+{
+    if (!d)
+        return 0;
+    return d->kv_lora_rank + d->qk_rope_head_dim;
+}
+
 uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* p)
 {
     uint64_t b = 0;
@@ -282,6 +289,19 @@ vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kv
     vkh2o_kvcache_desc d = *desc;
     if (!d.num_layers)
         d.num_layers = 1;
+    if ((unsigned)d.layout > VKH2O_LAYOUT_LATENT)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: unknown layout %d", (int)d.layout);
+    if (d.layout == VKH2O_LAYOUT_DEFAULT)
+        d.layout = VKH2O_LAYOUT_LATENT;
+    if (d.storage == VKH2O_DTYPE_UNKNOWN)
+        d.storage = VKH2O_DTYPE_F16;
+    if (d.storage != VKH2O_DTYPE_F16 && d.storage != VKH2O_DTYPE_F32)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: storage %s: the top tier's rows are f16 or f32",
+                               vkh2o_dtype_name(d.storage));
+    if (d.layout == VKH2O_LAYOUT_EXPANDED)
+        return vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED, "kvcache: the expanded layout is not implemented yet (use LATENT)");
+    if (d.storage == VKH2O_DTYPE_F32)
+        return vkh2o_error_set(err, VKH2O_ERROR_UNSUPPORTED, "kvcache: storage f32 is not implemented yet (use F16)");
     if (!d.num_heads || d.num_heads > KVC_MAX_HEADS)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: num_heads %u outside 1..%u", d.num_heads, KVC_MAX_HEADS);
     const uint64_t W = (uint64_t)d.kv_lora_rank + d.qk_rope_head_dim;
@@ -488,13 +508,7 @@ vkh2o_result vkh2o_run_kvcache_reset(vkh2o_kvcache* c)
 /* bytes [off, off + floats * 4) of b, off a multiple of 4 */
 static vkh2o_result check_range(vkh2o_kvcache* c, const char* what, const vkh2o_buffer* b, uint64_t off, uint64_t floats)
 {
-    if (!b)
-        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: %s buffer is NULL", what);
-    if ((off & 3u) || off > b->size || b->size - off < floats * 4)
-        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "kvcache: %s needs %llu floats from byte %llu (a multiple of 4); the buffer has %llu bytes", what,
-                          (unsigned long long)floats, (unsigned long long)off, (unsigned long long)b->size);
-    return VKH2O_OK;
+    return vkh2o_check_floats(c->ctx, "kvcache", what, b, off, floats);
 }
 
 static vkh2o_result kernel(vkh2o_kvcache* c, const char* name, uint32_t nspec, vkh2o_kernel** k)

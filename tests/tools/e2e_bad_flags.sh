@@ -316,7 +316,7 @@ num vkh2o-eval --stream-trials 1 100000 "${E[@]}" --passkey --stream
 num vkh2o-eval --recall-windows 1 100000 "${E[@]}" --recall
 num vkh2o-eval --seed 0 max "${E[@]}"
 for f in --n-sink --n-recent; do num vkh2o-eval $f 0 1048576 "${E[@]}" --policy h2o --budget 8; done
-num vkh2o-eval --route-every 1 1048576 "${E[@]}" --kv-quant balanced
+case_ vkh2o-eval --route-every "${E[@]}" --kv-quant balanced --route-every 16   # retired with the block cache
 num vkh2o-eval --obs-window 1 4096 "${E[@]}" --passkey --policy snapkv --budget 8
 num vkh2o-eval --pool-size 1 255 "${E[@]}" --passkey --policy snapkv --budget 8
 case_ vkh2o-eval --pool-size "${E[@]}" --passkey --policy snapkv --budget 8 --pool-size 8   # even
@@ -337,6 +337,7 @@ case_ vkh2o-eval --decay "${E[@]}" --policy h2o-decay --budget 8 --decay 0.5 --d
 choice vkh2o-eval --policy h2o "${E[@]}" --budget 8
 choice vkh2o-eval --kv-quant balanced "${E[@]}"
 case_ vkh2o-eval --kv-quant "${E[@]}" --policy h2o --budget 8 --kv-quant balanced
+case_ vkh2o-eval --kv-quant "${E[@]}" --ctx 29 --kv-quant aggressive     # 4 sinks + 16 recents + 10 middle tokens need 30
 choice vkh2o-eval --pool max "${E[@]}" --passkey --policy snapkv --budget 8
 # the one KV cache: --kv PREC, --bytes F% (of the FP16 cache's bytes), --tiers A,B,C,D, --byte-sweep
 choice vkh2o-eval --kv int4 "${E[@]}"
@@ -362,8 +363,7 @@ case_ vkh2o-eval --depths "${E[@]}" --passkey --depths 0.5 --depths 0.5
 # --bench a flag applies when some row reads it), a mode's flag without the mode
 case_ vkh2o-eval --decay "${E[@]}" --policy h2o --budget 8 --decay 0.5
 case_ vkh2o-eval --route-every "${E[@]}" --route-every 4
-case_ vkh2o-eval --route-every "${E[@]}" --policy h2o --budget 8 --route-every 4
-case_ vkh2o-eval --route-every "${E[@]}" --bench --route-every 4
+case_ vkh2o-eval --bytes "${E[@]}" --policy h2o-pyramid --kv int4 --bytes 25%     # a schedule of tokens
 for f in "--obs-window 8" "--pool avg" "--pool-size 9"; do
     case_ vkh2o-eval "${f% *}" "${E[@]}" --policy h2o --budget 8 $f
     case_ vkh2o-eval "${f% *}" "${E[@]}" $f
