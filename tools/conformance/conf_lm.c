@@ -234,7 +234,7 @@ static void run_lm(const conf_env* env, const conf_case* c, conf_result* r)
         }
     } else {
         const uint32_t NS = 2, B = 6, NR = 3;
-        vkh2o_model_cache_desc d = { .kv_cache = true, .obs_window = P, .pool = VKH2O_POOL_NONE,
+        vkh2o_model_cache_desc d = { .obs_window = P, .pool = VKH2O_POOL_NONE,
                                      .kv = { .capacity_tokens = NS + B + NR, .n_sink = NS, .n_recent = NR } };
         if ((res = vkh2o_model_session_create(m, &d, &s)) != VKH2O_OK) {
             conf_set_failure(env, r, res, "vkh2o_model_session_create");
