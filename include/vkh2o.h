@@ -285,6 +285,44 @@ VKH2O_API uint32_t vkh2o_context_get_flags(const vkh2o_context* ctx);
  * the name of the i-th ("topk", ...; NULL for i >= count). No context needed; thread-safe. */
 VKH2O_API uint32_t vkh2o_kernel_count(void);
 VKH2O_API const char* vkh2o_kernel_name(uint32_t i);
+/* How many dispatches of the i-th embedded kernel (vkh2o_kernel_name(i)) this context has
+ * recorded so far, into its own command buffers and into callers'. A conformance tool reads
+ * them before and after a call to know which kernels the call ran. 0 for a NULL context or
+ * i >= vkh2o_kernel_count(). Same thread rules as the context. */
+VKH2O_API uint64_t vkh2o_context_get_kernel_dispatches(const vkh2o_context* ctx, uint32_t i);
+/* Device milliseconds of every submission the context made itself so far (each vkh2o_run_*
+ * call and blocking buffer copy, timed by GPU timestamps at its start and end): the difference
+ * around a call is that call's device time. Negative when the device has no timestamps. Work
+ * recorded into the app's command buffers is not counted. */
+VKH2O_API double vkh2o_context_get_device_ms(const vkh2o_context* ctx);
+
+/* Device probes: the roofline a tool measures kernels against, in the same run.
+ *   READ        src holds n_inv x per_inv uvec4 words; invocation g writes to out[g] the
+ *               wrapping uint32 sum of its 4 x per_inv words, read through a storage buffer
+ *               (bytes read: n_inv x per_inv x 16).
+ *   READ_TEXEL  the same, the words read through a uniform texel buffer (rgba32ui).
+ *   FMA         src holds n_inv floats (seeds); invocation g runs 8 chains
+ *               a_j = fma(a_j, m, c) (a_j starting at seed[g] + j / 4) for per_inv steps and
+ *               writes out[g] = a_0 + ... + a_7 as a float (FLOPs: 16 x per_inv x n_inv).
+ *               Choose |m| < 1 so rounding errors shrink.
+ * out holds n_inv 32-bit words. Submits and waits; *device_ms (may be NULL) is the dispatch's
+ * GPU time, negative without timestamps. Results: OK, INVALID_ARGUMENT (NULL, n_inv or per_inv
+ * 0, buffers too small, unknown kind), UNSUPPORTED (a binding beyond maxStorageBufferRange,
+ * texels beyond maxTexelBufferElements, too many workgroups), VULKAN, TIMEOUT, DEVICE_LOST. */
+typedef enum vkh2o_probe_kind {
+    VKH2O_PROBE_READ = 0,
+    VKH2O_PROBE_READ_TEXEL = 1,
+    VKH2O_PROBE_FMA = 2,
+} vkh2o_probe_kind;
+typedef struct vkh2o_probe {
+    vkh2o_probe_kind kind;
+    struct vkh2o_buffer* src;
+    struct vkh2o_buffer* out;
+    uint32_t n_inv;
+    uint32_t per_inv;      /* READ: uvec4 words per invocation; FMA: steps */
+    float m, c;            /* FMA only */
+} vkh2o_probe;
+VKH2O_API vkh2o_result vkh2o_run_probe(vkh2o_context* ctx, const vkh2o_probe* p, double* device_ms);
 
 /* True once any call on this context saw VK_ERROR_DEVICE_LOST. From then on every call that
  * would touch the device (buffer creation and copies, pipelines, vkh2o_cmd_*, vkh2o_run_*)

@@ -17,6 +17,9 @@
 #   scripts/vkh2o.sh soak [N] [D] [P]    vkh2o-validate N steps (50000) and vkh2o-quant decode D
 #                                        (256) x P passes (3): memory flat, no validation message
 #   scripts/vkh2o.sh deps | build        just the packages / just the build
+# On a machine with a GPU: bash scripts/gpu-check.sh OUTDIR builds, then runs vkh2o-conformance
+# (every kernel against its CPU reference, then timed against the device's roofline) and the
+# decode benchmark, leaving OUTDIR/summary.md and the JSON (under 8 minutes on a discrete GPU).
 # Environment: BUILD_DIR (default build), JOBS (default: nproc), VKH2O_SKIP_APT=1 to skip apt,
 # VKH2O_TEST_FULL=1 the whole grids and sweeps in every test command (CI sets it).
 set -euo pipefail
@@ -162,5 +165,5 @@ case "$cmd" in
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         bash tests/tools/soak.sh "${BUILD_DIR:-build}" "${1:-50000}" "${2:-256}" "${3:-3}" ;;
     fuzz-corpus) build_fuzz; "${BUILD_DIR:-build-fuzz}/vkh2o-fuzz-corpus" tests/fuzz/corpus ;;
-    *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
+    *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
 esac

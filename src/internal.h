@@ -21,6 +21,8 @@
 #define VKH2O_MAX_BINDINGS 12
 #define VKH2O_PUSH_MAX 128u
 #define VKH2O_MAX_TIMESTAMPS 256u
+/* the embedded shaders a context counts dispatches of (pipeline.c asserts the registry fits) */
+#define VKH2O_MAX_SHADERS 128u
 
 typedef struct vkh2o_kernel vkh2o_kernel;
 
@@ -86,6 +88,9 @@ struct vkh2o_context {
     VkQueryPool ts_pool;
     uint32_t ts_used;
     uint64_t ts_values[VKH2O_MAX_TIMESTAMPS];
+    uint32_t ts_start;            /* the timestamp vkh2o_begin wrote (UINT32_MAX: none) */
+    double device_ms;             /* summed device time of the one-shot submissions */
+    uint64_t dispatches[VKH2O_MAX_SHADERS];   /* recorded dispatches per embedded shader */
 
     vkh2o_kernel* kernels;        /* cache of pipelines by (shader, bindings, spec constants) */
     /* descriptor arenas for devices without push descriptors (pipeline.c) */

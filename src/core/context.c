@@ -568,6 +568,16 @@ void vkh2o_context_destroy(vkh2o_context* ctx)
 
 const vkh2o_device_caps* vkh2o_context_get_caps(const vkh2o_context* ctx) { return &ctx->caps; }
 uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ctx) { return ctx ? ctx->validation_messages : 0; }
+
+double vkh2o_context_get_device_ms(const vkh2o_context* ctx)
+{
+    return ctx && ctx->caps.timestamps ? ctx->device_ms : -1.0;
+}
+
+uint64_t vkh2o_context_get_kernel_dispatches(const vkh2o_context* ctx, uint32_t i)
+{
+    return ctx && i < vkh2o_shader_count() ? ctx->dispatches[i] : 0;
+}
 VkDevice vkh2o_context_get_device(const vkh2o_context* ctx) { return ctx->device; }
 
 bool vkh2o_context_is_lost(const vkh2o_context* ctx) { return ctx && ctx->lost; }
@@ -714,6 +724,8 @@ vkh2o_result vkh2o_begin(vkh2o_context* ctx, VkCommandBuffer* cb)
     if (ctx->ts_pool)
         ctx->vk.vkCmdResetQueryPool(ctx->cmd, ctx->ts_pool, 0, VKH2O_MAX_TIMESTAMPS);
     *cb = ctx->cmd;
+    /* brackets every one-shot submission, for vkh2o_context_get_device_ms */
+    ctx->ts_start = vkh2o_timestamp(ctx, ctx->cmd);
     return VKH2O_OK;
 }
 
@@ -727,6 +739,7 @@ vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb)
 {
     if (!ctx->recording || cb != ctx->cmd)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_submit_wait: not the recording one-shot command buffer");
+    const uint32_t ts_end = ctx->ts_start != UINT32_MAX ? vkh2o_timestamp(ctx, cb) : UINT32_MAX;
     ctx->recording = false;
     VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_submit_wait"));
     VkResult vr = ctx->vk.vkEndCommandBuffer(cb);
@@ -767,6 +780,9 @@ vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb)
         if (vr != VK_SUCCESS)
             ctx->ts_used = 0;
     }
+    const double ms = vkh2o_timestamp_ms(ctx, ctx->ts_start, ts_end);
+    if (ms > 0.0)
+        ctx->device_ms += ms;
     return VKH2O_OK;
 }
 

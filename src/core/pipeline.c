@@ -18,8 +18,12 @@ struct vkh2o_kernel {
     VkPipelineLayout layout;
     VkPipeline pipeline;
     bool push_desc;
+    int shader_index;             /* in the embedded registry; -1 for a test's own SPIR-V */
     struct vkh2o_kernel* next;
 };
+
+_Static_assert(sizeof shader_registry / sizeof shader_registry[0] <= VKH2O_MAX_SHADERS + 1,
+               "more embedded shaders than vkh2o_context.dispatches counts: raise VKH2O_MAX_SHADERS");
 
 uint32_t vkh2o_shader_count(void) { return (uint32_t)(sizeof shader_registry / sizeof shader_registry[0]) - 1; }
 const char* vkh2o_shader_name(uint32_t i) { return i < vkh2o_shader_count() ? shader_registry[i].name : NULL; }
@@ -95,6 +99,10 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     if (!k)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     k->name = shader;
+    k->shader_index = -1;
+    for (uint32_t i = 0; i < vkh2o_shader_count(); i++)
+        if (shader_registry[i].code == code)
+            k->shader_index = (int)i;
     k->nbindings = nbindings;
     k->nspec = nspec;
     k->texel_mask = texel_mask;
@@ -349,6 +357,8 @@ vkh2o_result vkh2o_dispatch(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_kernel
     if (push_size)
         ctx->vk.vkCmdPushConstants(cb, k->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
     ctx->vk.vkCmdDispatch(cb, gx, gy, gz);
+    if (k->shader_index >= 0)
+        ctx->dispatches[k->shader_index]++;
     return VKH2O_OK;
 }
 

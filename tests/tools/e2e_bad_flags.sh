@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every bad flag of every tool refused (issue 12, item 4), table-driven: for each flag of
-# vkh2o-demo, -validate, -quant, -bench, -info, -mkshard and -eval, the bad values its kind admits
+# vkh2o-demo, -validate, -quant, -bench, -info, -conformance, -mkshard and -eval, the bad values its kind admits
 # (missing, non-numeric, negative, zero, huge, out of range, repeated; bad choices; non-existent,
 # unreadable, directory and special-file inputs; outputs that cannot be written, name an input
 # or another output; budgets larger than the sequence; sequence lengths 0 and 1; flags that do
@@ -282,6 +282,23 @@ case_ vkh2o-info --device --device 9
 for f in --validation --shaders; do case_ vkh2o-info $f $f $f; done
 common vkh2o-info
 
+# ---- vkh2o-conformance (every case is refused before a device is opened, except --device 9,
+# refused once the loader has listed the devices) ----
+C=(-o core.probe.cpu.fma.n1_i1 --shapes cpu)
+num vkh2o-conformance --device 0 63 "${C[@]}"
+case_ vkh2o-conformance --device "${C[@]}" --device 9
+num vkh2o-conformance --seed 0 max "${C[@]}"
+choice vkh2o-conformance --mode test "${C[@]}"
+choice vkh2o-conformance --shapes cpu -o core.probe.cpu.fma.n1_i1
+case_ vkh2o-conformance -o --shapes cpu -o
+case_ vkh2o-conformance -o --shapes cpu -o ""
+case_ vkh2o-conformance -o --shapes cpu -o no.such.op
+case_ vkh2o-conformance -o --shapes cpu -o 'core.probe,*nothing*'
+output vkh2o-conformance --json "" --csv "${C[@]}"
+output vkh2o-conformance --csv "" --json "${C[@]}"
+for f in --list --quiet; do case_ vkh2o-conformance $f "${C[@]}" $f $f; done
+common vkh2o-conformance "${C[@]}"
+
 # ---- vkh2o-mkshard ----
 M=(--out "$OUT/m.safetensors" --quiet)
 num vkh2o-mkshard --layers 1 1000 "${M[@]}"
@@ -387,7 +404,7 @@ for f in --passkey --stream --sweep --byte-sweep --recall --bench --quiet; do ca
 common vkh2o-eval "${E[@]}"
 
 total=0
-for t in vkh2o-demo vkh2o-validate vkh2o-quant vkh2o-bench vkh2o-info vkh2o-mkshard vkh2o-eval; do
+for t in vkh2o-demo vkh2o-validate vkh2o-quant vkh2o-bench vkh2o-info vkh2o-conformance vkh2o-mkshard vkh2o-eval; do
     echo "e2e_bad_flags: $t: ${COUNT[$t]:-0} cases refused correctly${SKIP[$t]:+, ${SKIP[$t]} skipped (no unprivileged user)}"
     total=$((total + ${COUNT[$t]:-0}))
 done
