@@ -1079,19 +1079,7 @@ static int check_args(const opts* o, int argc, char** argv, vkh2o_mla_config* cf
     for (int k = 1; k < VKH2O_TIER_COUNT; k++)
         base->group_size[k] = o->group[k];
     *ns = make_specs(o, specs);
-    const uint64_t fp16_bytes = (uint64_t)n_final * vkh2o_kvcache_token_bytes(base, VKH2O_TIER_FP16);
-    for (int i = 0; i < *ns; i++) {
-        vkh2o_kvcache_desc d;
-        vkh2o_error err = { 0 };
-        fill_desc(&specs[i], base, n_final, fp16_bytes, &d);
-        vkh2o_result r = vkh2o_kvcache_desc_resolve(&d, NULL, NULL, &err);
-        if (r != VKH2O_OK) {
-            const char* flag = specs[i].kind == CK_BYTES ? "--byte-budgets" : has_flag(argc, argv, "--group") && r == VKH2O_ERROR_INVALID_ARGUMENT
-                                                                                 ? "--group" : "--sinks/--recents";
-            fprintf(stderr, TOOL ": %s: configuration %s: %s\n", flag, specs[i].name, err.message);
-            return 2;
-        }
-    }
+    /* --bench: fp16 and the listed rows, and only those must resolve */
     *nb = 0;
     if (b) {
         bench_specs[(*nb)++] = specs[0];
@@ -1107,6 +1095,24 @@ static int check_args(const opts* o, int argc, char** argv, vkh2o_mla_config* cf
             }
             if (k > 0)
                 bench_specs[(*nb)++] = specs[k];
+        }
+    }
+    const cfgspec* list = b ? bench_specs : specs;
+    const int n = b ? *nb : *ns;
+    const uint64_t fp16_bytes = (uint64_t)n_final * vkh2o_kvcache_token_bytes(base, VKH2O_TIER_FP16);
+    for (int i = 0; i < n; i++) {
+        vkh2o_kvcache_desc d;
+        vkh2o_error err = { 0 };
+        fill_desc(&list[i], base, n_final, fp16_bytes, &d);
+        if (b)
+            d.max_tokens = o->bench_tokens + o->reps + 2;
+        vkh2o_result r = vkh2o_kvcache_desc_resolve(&d, NULL, NULL, &err);
+        if (r != VKH2O_OK) {
+            const bool shape = r == VKH2O_ERROR_INVALID_ARGUMENT;   /* groups or the row's shape; else a budget */
+            const char* flag = shape ? (has_flag(argc, argv, "--group") ? "--group" : w ? "--weights" : "--heads")
+                               : list[i].kind == CK_BYTES ? "--byte-budgets" : "--sinks/--recents";
+            fprintf(stderr, TOOL ": %s: configuration %s: %s\n", flag, list[i].name, err.message);
+            return 2;
         }
     }
     return 0;
