@@ -122,7 +122,10 @@ static void usage(FILE* f)
             "  --bench            the cache's decode step at --bench-tokens held tokens, fp16 against the\n"
             "                     --bench-configs, one cache each, steps alternating; median wall time of\n"
             "                     vkh2o_run_kvcache_step (record, submit, wait) and the bytes it reads\n"
-            "  --bench-tokens N   prompt tokens of --bench (default 32768; 64 to %u)\n"
+            "  --bench-tokens N   prompt tokens of --bench (default 8192; 64 to %u). On a CPU device the one\n"
+            "                     cache's step refuses heads x slots beyond the loop limit (64 heads: about\n"
+            "                     14,000 slots; the pools of balanced and of tiers by bytes take about 1.75x and up to\n"
+            "                     3.5x the tokens): 8192 runs every row there; 32768 suits a GPU\n"
             "  --bench-configs L  comma-separated rows of the table --bench times against fp16 (default\n"
             "                     int8,int4,int2,balanced,bytes-25%%)\n"
             "  --reps N           timed steps per --bench configuration (default 5; the median is shown)\n"
@@ -238,7 +241,7 @@ static bool has_flag(int argc, char** argv, const char* flag)
 
 static int parse(int argc, char** argv, opts* o)
 {
-    *o = (opts){ .tokens = 4096, .decode = 16, .heads = 64, .seed = 1, .sinks = 16, .recents = 32, .bench_tokens = 32768,
+    *o = (opts){ .tokens = 4096, .decode = 16, .heads = 64, .seed = 1, .sinks = 16, .recents = 32, .bench_tokens = 8192,
                  .reps = 5, .seq_len = 512, .passes = 1, .decay = 0.9, .n_budgets = 3, .budgets = { 50, 25, 12.5 } };
     parse_bench_configs("int8,int4,int2,balanced,bytes-25%", o);
     for (int i = 1; i < argc; i++) {
