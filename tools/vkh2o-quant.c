@@ -967,8 +967,8 @@ static int bench_one(vkh2o_context* ctx, const opts* o, const vkh2o_kvcache_desc
     for (int p = 0; p < np; p++)
         ms[p] = cli_median(t + (size_t)p * o->reps, o->reps);
     for (int p = 0; p < np; p++)
-        printf("  %-5u %-16s %10.3f %8.3f %7u %12.2f %7.4f %9.2f\n", heads, specs[p].name, ms[p], ms[p] / ms[0], st[p].len,
-               st[p].bytes_used / 1e6, (double)st[p].bytes_used / (double)st[0].bytes_used, st[p].bytes_used / 1e6 / ms[p]);
+        printf("  %-5u %-16s %10.3f %8.3f %7u %12.2f %7.4f %9.1f\n", heads, specs[p].name, ms[p], ms[p] / ms[0], st[p].len,
+               st[p].bytes_used / 1e6, (double)st[p].bytes_used / (double)st[0].bytes_used, st[p].bytes_used / 1e3 / ms[p]);
     rc = 0;
 done:
     cli_progress_end(&prog);
@@ -987,7 +987,7 @@ static int bench(vkh2o_context* ctx, const opts* o, const vkh2o_kvcache_desc* ba
                "       (record, submit, wait), one cache per configuration, steps alternating; held_MB = the held tokens'\n"
                "       bytes (bytes_used), which the attention reads every step; bytes_x = against fp16\n",
                o->bench_tokens, o->reps);
-    printf("  %-5s %-16s %10s %8s %7s %12s %7s %9s\n", "heads", "config", "ms", "vs_fp16", "held", "held_MB", "bytes_x", "GB/s");
+    printf("  %-5s %-16s %10s %8s %7s %12s %7s %9s\n", "heads", "config", "ms", "vs_fp16", "held", "held_MB", "bytes_x", "MB/s");
     const uint32_t heads[2] = { o->heads, 1 };
     for (int h = 0; h < (o->heads_set || o->heads == 1 ? 1 : 2); h++)
         if (bench_one(ctx, o, base, specs, np, heads[h]))
