@@ -111,7 +111,8 @@ static void usage(FILE* f)
             "  --json FILE        the table as a JSON array, one object per row\n"
             "  --kivi             also a host-side measurement on the FP16 cache's rows: the one cache's\n"
             "                     grouping along the row against KIVI's per-channel grouping over blocks of\n"
-            "                     tokens (the same numbers per group, so the same metadata), INT8/INT4/INT2\n"
+            "                     tokens (the same numbers per group of c_kv, so the same metadata), INT8,\n"
+            "                     INT4, INT2 in groups of 32, 64, 128\n"
             "  --weights FILE|DIR a real MLA layer of a safetensors checkpoint: the layer's prefill over\n"
             "                     seeded-normal tokens, then --decode steps; the error is on the layer's output\n"
             "  --config FILE      HF config.json (default: config.json beside the weights, else Kimi K2.6)\n"
@@ -897,8 +898,9 @@ static void report_kivi(const runner* R)
     printf("\nhost-side measurement (--kivi): the FP16 cache's %u rows quantised on the host with the cache's quantiser\n"
            "(fp16 scale and zero per group of g numbers), grouped along the row per token (the one cache: c_kv in\n"
            "groups of g, k_pe in groups of min(g, %u)) or per channel over blocks of g tokens (KIVI's keys); both\n"
-           "keep one scale/zero word per g numbers. NMSE of c_kv and of k_pe against the unquantised rows:\n",
-           R->nrows, d->R);
+           "keep one scale/zero word per g numbers of c_kv (k_pe per token: per min(g, %u)). NMSE of c_kv and of\n"
+           "k_pe against the unquantised rows:\n",
+           R->nrows, d->R, d->R);
     printf("  %-4s %5s %14s %14s %14s %14s\n", "bits", "g", "c_kv per-token", "c_kv per-chan", "k_pe per-token", "k_pe per-chan");
     const uint32_t bits[3] = { 8, 4, 2 }, gs[3] = { 32, 64, 128 };
     for (int b = 0; b < 3; b++)
