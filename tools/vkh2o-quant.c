@@ -635,8 +635,8 @@ typedef struct runner {
     uint32_t nrows;
 } runner;
 
-/* Prefill and steps of one cache; out: [D][out_n]. The stats of layer 0 at the end and, when
- * rows is not NULL, a snapshot of the rows. */
+/* Prefill and steps of one cache; out: [D][out_n]. Its stats, desc and plan at the end into rw
+ * and, with snapshot (the first time), its rows into R->rows for --kivi. */
 static int run_cache(runner* R, const vkh2o_kvcache_desc* desc, float* out, row* rw, bool snapshot)
 {
     data* d = &R->d;
@@ -843,7 +843,7 @@ static float fp16_round(float x)
 }
 
 /* The cache's quantiser (kvcache.h "Row formats") on n numbers x[i * stride]: zero = fp16(min),
- * scale = fp16((max - zero) / (2^b - 1)), q = clamp(round(x - zero) / scale); the squared error
+ * scale = fp16((max - zero) / (2^b - 1)), q = clamp(round((x - zero) / scale)); the squared error
  * of zero + q scale against x added to *e2. */
 static void quant_group(const float* x, size_t stride, uint32_t n, uint32_t bits, double* e2)
 {
