@@ -225,40 +225,53 @@ for f in --check --quiet --memory --no-output --validation; do case_ vkh2o-valid
 common vkh2o-validate "${V[@]}"
 
 # ---- vkh2o-quant ----
-Q=(--tokens 256 --heads 4 --quiet)
-num vkh2o-quant --tokens 1 1048576 --heads 4 --quiet
-case_ vkh2o-quant --tokens --heads 4 --quiet --tokens 1          # one token: no block to route
-for f in --block --group; do num vkh2o-quant $f 0 1048576 "${Q[@]}"; done
-case_ vkh2o-quant --block "${Q[@]}" --block 1
-case_ vkh2o-quant --group "${Q[@]}" --group 1
+Q=(--tokens 400 --heads 4 --quiet)
+QW=(--weights "$W" --seq-len 64 --decode 2 --quiet)
+QB=(--bench --bench-tokens 64 --quiet)
+num vkh2o-quant --tokens 2 65536 --heads 4 --quiet
+case_ vkh2o-quant --tokens --heads 4 --quiet --tokens 40          # no middle token past 16 sinks + 32 recents
+num vkh2o-quant --decode 1 4096 "${Q[@]}"
+num vkh2o-quant --heads 1 1024 --tokens 400 --quiet
+num vkh2o-quant --sinks 0 65536 "${Q[@]}"
+num vkh2o-quant --recents 0 65536 "${Q[@]}"
+case_ vkh2o-quant --sinks "${Q[@]}" --sinks 400                   # sinks past the tokens
 num vkh2o-quant --seed 0 4294967295 "${Q[@]}"
 num vkh2o-quant --device 0 63 "${Q[@]}"
-num vkh2o-quant --bench-tokens 64 1048576 "${Q[@]}"
-num vkh2o-quant --reps 1 1000 "${Q[@]}"
-num vkh2o-quant --layer 0 100000 "${Q[@]}"
-num vkh2o-quant --seq-len 2 1048576 "${Q[@]}"
-num vkh2o-quant --decode 1 4096 "${Q[@]}"
-num vkh2o-quant --route-every 0 4096 "${Q[@]}"
-num vkh2o-quant --heads 1 1024 --tokens 256 --quiet
-for v in "" abc -0.5 1.5 nan inf 1e999; do case_ vkh2o-quant --budget "${Q[@]}" --budget "$v"; done
-case_ vkh2o-quant --budget "${Q[@]}" --budget
-case_ vkh2o-quant --budget "${Q[@]}" --budget 0.5 --budget 0.5
-choice vkh2o-quant --layout latent "${Q[@]}"
-choice vkh2o-quant --bench-read texel "${Q[@]}"
-choice vkh2o-quant --bench-policies balanced "${Q[@]}"
-case_ vkh2o-quant --bench-policies "${Q[@]}" --bench-policies balanced,nope
-input vkh2o-quant --weights 1 "${Q[@]}"
-input vkh2o-quant --config 0 "${Q[@]}" --weights "$W"
-output vkh2o-quant --csv "$W" --json "${Q[@]}" --weights "$W" --seq-len 32 --decode 2
-output vkh2o-quant --json "$W" --csv "${Q[@]}" --weights "$W" --seq-len 32 --decode 2
-case_ vkh2o-quant --weights "${Q[@]}" --weights "$W" --bench
-choice vkh2o-quant --score-mode tova "${Q[@]}" --weights "$W"
-case_ vkh2o-quant --score-mode "${Q[@]}" --score-mode mean            # a mode without --weights' decode steps
-for v in "" abc 0 1 -0.5 1.5 nan inf; do case_ vkh2o-quant --decay "${Q[@]}" --weights "$W" --score-mode decay --decay "$v"; done
-case_ vkh2o-quant --decay "${Q[@]}" --weights "$W" --score-mode decay --decay
-case_ vkh2o-quant --decay "${Q[@]}" --weights "$W" --score-mode decay --decay 0.5 --decay 0.5
-case_ vkh2o-quant --decay "${Q[@]}" --weights "$W" --score-mode tova --decay 0.5   # not the decay mode
-for f in --bench --profile --quiet; do case_ vkh2o-quant $f "${Q[@]}" $f $f; done
+num vkh2o-quant --bench-tokens 64 65536 "${QB[@]}"
+num vkh2o-quant --reps 1 1000 "${QB[@]}"
+num vkh2o-quant --layer 0 100000 "${QW[@]}"
+num vkh2o-quant --seq-len 2 65536 "${QW[@]}"
+num vkh2o-quant --passes 1 100000 "${Q[@]}"
+for v in "" abc 0 1025 int3=8 int4=0 int4= int4=8,int4=8 600; do case_ vkh2o-quant --group "${Q[@]}" --group "$v"; done
+case_ vkh2o-quant --group "${Q[@]}" --group
+for v in "" abc 0 101 nan 50,50 1; do case_ vkh2o-quant --byte-budgets "${Q[@]}" --byte-budgets "$v"; done
+case_ vkh2o-quant --byte-budgets "${Q[@]}" --byte-budgets
+choice vkh2o-quant --score-mode tova "${Q[@]}"
+for v in "" abc 0 1 -0.5 1.5 nan inf; do case_ vkh2o-quant --decay "${Q[@]}" --score-mode decay --decay "$v"; done
+case_ vkh2o-quant --decay "${Q[@]}" --score-mode decay --decay
+case_ vkh2o-quant --decay "${Q[@]}" --score-mode decay --decay 0.5 --decay 0.5
+case_ vkh2o-quant --decay "${Q[@]}" --score-mode tova --decay 0.5   # not the decay mode
+choice vkh2o-quant --bench-configs int4 "${QB[@]}"
+case_ vkh2o-quant --bench-configs "${QB[@]}" --bench-configs int4,int4
+case_ vkh2o-quant --bench-configs "${QB[@]}" --bench-configs ""
+# retired with the quantised cache: refused with the reason
+for f in --block --budget --route-every --layout --bench-read --bench-policies --profile; do case_ vkh2o-quant $f "${Q[@]}" $f 1; done
+# flags that do not apply to the run
+case_ vkh2o-quant --seq-len "${Q[@]}" --seq-len 64
+case_ vkh2o-quant --layer "${Q[@]}" --layer 1
+case_ vkh2o-quant --heads "${QW[@]}" --heads 4
+case_ vkh2o-quant --reps "${Q[@]}" --reps 3
+case_ vkh2o-quant --bench-tokens "${Q[@]}" --bench-tokens 128
+case_ vkh2o-quant --decode "${QB[@]}" --decode 4
+case_ vkh2o-quant --kivi "${QB[@]}" --kivi
+case_ vkh2o-quant --passes "${QB[@]}" --passes 3
+case_ vkh2o-quant --csv "${QB[@]}" --csv "$OUT/b.csv"
+case_ vkh2o-quant --weights --weights "$W" --bench
+input vkh2o-quant --weights 1 --quiet
+input vkh2o-quant --config 0 "${QW[@]}"
+output vkh2o-quant --csv "$W" --json "${QW[@]}"
+output vkh2o-quant --json "$W" --csv "${QW[@]}"
+for f in --bench --kivi --quiet; do case_ vkh2o-quant $f "${Q[@]}" $f $f; done
 common vkh2o-quant "${Q[@]}"
 
 # ---- vkh2o-bench ----
