@@ -542,6 +542,7 @@ void vkh2o_context_destroy(vkh2o_context* ctx)
         retired_destroy(ctx);
         vkh2o_kernels_destroy(ctx);
         vkh2o_arena_destroy(ctx);
+        vkh2o_mem_destroy(ctx);   /* the buffers' memory blocks (every buffer is gone by now) */
     }
     if (ctx->ts_pool)
         ctx->vk.vkDestroyQueryPool(ctx->device, ctx->ts_pool, ctx->alloc);
