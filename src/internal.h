@@ -82,6 +82,7 @@ struct vkh2o_context {
         uint32_t max_count;       /* maxMemoryAllocationCount */
         uint64_t atom;            /* nonCoherentAtomSize */
         bool queried;
+        bool priority;            /* VK_EXT_memory_priority enabled (a device vkh2o made) */
     } mem;
     uint32_t flags;
     vkh2o_device_caps caps;

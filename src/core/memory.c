@@ -114,7 +114,12 @@ static VkResult block_new(vkh2o_context* ctx, uint64_t size, uint32_t type, bool
     vkh2o_mem_block* blk = vkh2o_calloc(ctx, 1, sizeof *blk);
     if (!blk)
         return VK_ERROR_OUT_OF_HOST_MEMORY;
-    VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = size, .memoryTypeIndex = type };
+    VkMemoryPropertyFlags f = ctx->mem_props.memoryTypes[type].propertyFlags;
+    /* device-local blocks hold the working set (weights, caches, scratch): highest; staging lowest */
+    VkMemoryPriorityAllocateInfoEXT prio = { .sType = VK_STRUCTURE_TYPE_MEMORY_PRIORITY_ALLOCATE_INFO_EXT,
+                                             .priority = (f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) ? 1.0f : 0.0f };
+    VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = ctx->mem.priority ? &prio : NULL,
+                                .allocationSize = size, .memoryTypeIndex = type };
     VkResult vr = VKH2O_VK_CREATE(ctx, vkAllocateMemory, ctx->device, &ai, ctx->alloc, &blk->memory);
     if (vr != VK_SUCCESS) {
         free(blk);
@@ -125,7 +130,6 @@ static VkResult block_new(vkh2o_context* ctx, uint64_t size, uint32_t type, bool
     blk->size = size;
     blk->type = type;
     blk->dedicated = dedicated;
-    VkMemoryPropertyFlags f = ctx->mem_props.memoryTypes[type].propertyFlags;
     const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     /* non-coherent memory is never mapped: we never flush/invalidate, buffers there are staged */
     if ((f & hv) == hv && ctx->vk.vkMapMemory(ctx->device, blk->memory, 0, VK_WHOLE_SIZE, 0, &blk->mapped) != VK_SUCCESS)
