@@ -97,6 +97,7 @@ struct vkh2o_context {
     uint64_t ts_values[VKH2O_MAX_TIMESTAMPS];
 
     vkh2o_kernel* kernels;        /* cache of pipelines by (shader, bindings, spec constants) */
+    vkh2o_kernel* kernel_hash[256];   /* the same, by a hash of that key (pipeline.c) */
     /* descriptor arenas for devices without push descriptors (pipeline.c) */
     desc_pool_node* desc_pools;   /* the one-shot command buffer's */
     desc_pool_node* batch_pools;  /* the open batch of recordings into callers' command buffers */
