@@ -267,6 +267,8 @@ VKH2O_API uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ct
 /* Device memory the context's objects hold now: every vkh2o_buffer (caches, weights, scratch,
  * the temporary staging of uploads/downloads) counted by its requested size while it lives,
  * and the peak so far. For leak checks in long runs (vkh2o-validate and vkh2o-quant print it).
+ * device_allocations counts buffers; they are ranges of a few larger VkDeviceMemory blocks
+ * (a large buffer has one of its own), so the driver sees far fewer allocations.
  * Same thread rules as the context's buffers. */
 typedef struct vkh2o_memory_stats {
     uint64_t device_bytes;

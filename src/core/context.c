@@ -280,6 +280,10 @@ static vkh2o_result create_device(vkh2o_context* ctx)
     VkPhysicalDevice8BitStorageFeatures s8 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES };
     VkPhysicalDevice16BitStorageFeatures s16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES, .pNext = &s8 };
     VkPhysicalDeviceShaderFloat16Int8Features f16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, .pNext = &s16 };
+    VkPhysicalDeviceMemoryPriorityFeaturesEXT mp = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PRIORITY_FEATURES_EXT };
+    bool has_mp = !baseline && has_device_ext(vki, ctx->phys, VK_EXT_MEMORY_PRIORITY_EXTENSION_NAME);
+    if (has_mp)
+        s8.pNext = &mp;
     VkPhysicalDeviceFeatures2 avail = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16 };
     vki->vkGetPhysicalDeviceFeatures2(ctx->phys, &avail);
 
@@ -291,8 +295,14 @@ static vkh2o_result create_device(vkh2o_context* ctx)
     VkPhysicalDeviceShaderFloat16Int8Features ef16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, .pNext = &e16,
         .shaderFloat16 = !baseline && f16.shaderFloat16, .shaderInt8 = !baseline && f16.shaderInt8 };
     VkPhysicalDeviceFeatures2 en = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &ef16 };
+    /* memory priorities (VK_EXT_memory_priority): the buffers' blocks say what stays resident
+     * under memory pressure (memory.c); NVIDIA's best practices ask for them */
+    VkPhysicalDeviceMemoryPriorityFeaturesEXT emp = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PRIORITY_FEATURES_EXT,
+                                                      .memoryPriority = VK_TRUE };
+    if (has_mp && mp.memoryPriority)
+        e8.pNext = &emp;
 
-    const char* exts[2];
+    const char* exts[3];
     uint32_t next = 0;
     bool push = !baseline && has_device_ext(vki, ctx->phys, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
     if (push)
@@ -300,6 +310,8 @@ static vkh2o_result create_device(vkh2o_context* ctx)
     /* a portability (non-conformant) implementation must have its subset extension enabled */
     if (has_device_ext(vki, ctx->phys, "VK_KHR_portability_subset"))
         exts[next++] = "VK_KHR_portability_subset";
+    if (has_mp && mp.memoryPriority)
+        exts[next++] = VK_EXT_MEMORY_PRIORITY_EXTENSION_NAME;
 
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = ctx->queue_family,
@@ -316,6 +328,7 @@ static vkh2o_result create_device(vkh2o_context* ctx)
     ctx->caps.storage_16bit = e16.storageBuffer16BitAccess;
     ctx->caps.storage_8bit = e8.storageBuffer8BitAccess;
     ctx->caps.push_descriptor = push;
+    ctx->mem.priority = has_mp && mp.memoryPriority;
     return VKH2O_OK;
 }
 
@@ -542,6 +555,7 @@ void vkh2o_context_destroy(vkh2o_context* ctx)
         retired_destroy(ctx);
         vkh2o_kernels_destroy(ctx);
         vkh2o_arena_destroy(ctx);
+        vkh2o_mem_destroy(ctx);   /* the buffers' memory blocks (every buffer is gone by now) */
     }
     if (ctx->ts_pool)
         ctx->vk.vkDestroyQueryPool(ctx->device, ctx->ts_pool, ctx->alloc);
