@@ -132,7 +132,7 @@ static void usage(FILE* f)
             "  --reps N           timed steps per --bench configuration (default 5; the median is shown)\n"
             "  --quiet            only the table (and the memory lines of --passes)\n"
             "  --help\n"
-            "Retired with the quantised cache (vkh2o/kvquant.h): --block and its per-channel (KIVI) key\n"
+            "Retired with the quantised block cache: --block and its per-channel (KIVI) key\n"
             "grouping (the one cache has per-token slots and groups along the row; --kivi measures the\n"
             "alternative on the host), the block selectors and --budget (read-time block sparsity, not a\n"
             "memory policy: the one cache attends to every token it holds), --route-every (the one cache\n"

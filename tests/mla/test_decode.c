@@ -1,4 +1,5 @@
-/* The public decode API (vkh2o_cmd/run_mla_prefill_kv and _decode_kv, include/vkh2o/kvcache.h): a
+/* The public decode API (vkh2o_cmd/run_mla_prefill and _decode with the one KV cache,
+ * include/vkh2o/kvcache.h): a
  * prefill of S prompt tokens through the layer into the one KV cache, then decode tokens one at a
  * time and in chunks, against the double reference ref/ref_decode.c (projections by
  * ref_mla_forward, latent rows expanded through kv_b_proj instead of absorbed, attention, mass,
