@@ -5,9 +5,10 @@
  * Overview
  *   A context owns (or borrows) a Vulkan device and queue. Weights of one MLA layer are read
  *   from a safetensors checkpoint (vkh2o/model.h), uploaded to the device (vkh2o/mla.h), and
- *   run by GLSL compute shaders embedded in the library as SPIR-V. The KV cache with its
- *   attention-mass score state and H2O eviction lives in vkh2o/cache.h; the quantised cache in
- *   vkh2o/kvquant.h.
+ *   run by GLSL compute shaders embedded in the library as SPIR-V. The KV cache
+ *   (vkh2o/kvcache.h) is one object with two choices: which tokens stay (none evicted, H2O by
+ *   accumulated attention mass, TOVA, streaming, random) and at what precision (FP16, INT8,
+ *   INT4, INT2, or tiers by score within a byte budget).
  *
  * Usage walkthrough
  *   1. vkh2o_context_create(&(vkh2o_context_desc){0}, &ctx)      -- own instance and device
@@ -18,12 +19,10 @@
  *   3. vkh2o_mla_layer_create(ctx, &cfg, hw, &desc, &layer)        -- uploads the weights
  *   4. vkh2o_run_mla_forward(layer, hidden, seq_len, pos0, out, scores, &timings)
  *      (or vkh2o_cmd_mla_forward to record into your own command buffer)
- *   5. decode against a cache: vkh2o_cache_desc_from_mla + vkh2o_cache_create (H2O eviction,
- *      vkh2o/cache.h) or vkh2o_qcache_create (quantised, vkh2o/kvquant.h); then
- *      vkh2o_run_mla_prefill(layer, cache, 0, prompt, P, out) and per new token
- *      vkh2o_run_mla_decode(layer, cache, 0, hidden, 1, position, out) -- or the recording
- *      vkh2o_cmd_mla_prefill / vkh2o_cmd_mla_decode, vkh2o/mla.h; the one cache
- *      (vkh2o/kvcache.h) has vkh2o_run/cmd_mla_prefill_kv and _decode_kv.
+ *   5. decode against a cache: vkh2o_kvcache_desc_from_mla + vkh2o_kvcache_create
+ *      (vkh2o/kvcache.h); then vkh2o_run_mla_prefill(layer, cache, 0, prompt, P, out) and per
+ *      new token vkh2o_run_mla_decode(layer, cache, 0, hidden, 1, position, out) -- or the
+ *      recording vkh2o_cmd_mla_prefill / vkh2o_cmd_mla_decode.
  *      An app's own VkBuffer becomes a vkh2o_buffer with vkh2o_buffer_wrap.
  *   6. destroy in reverse order; every destroy accepts NULL.
  *
@@ -44,7 +43,7 @@
  *     different threads at the same time, in any order, with or without validation, on the
  *     same VkDevice or not (two contexts adopting one queue share it: see below).
  *   - One thread at a time per context. A context and every object made from it (buffers,
- *     layers, caches, qcaches) form one unit: calls on the unit must not overlap; calls on
+ *     layers, caches) form one unit: calls on the unit must not overlap; calls on
  *     different units may. The app serialises, e.g. with a mutex per context; moving a context
  *     to another thread between calls is fine. vkh2o takes no locks of its own.
  *   - Host objects without a context (vkh2o_safetensors, vkh2o_checkpoint, host weights,
@@ -52,8 +51,7 @@
  *   - What submits. These calls submit to the context's queue and wait for that submission:
  *     every vkh2o_run_*; vkh2o_buffer_fill, and vkh2o_buffer_upload / _download when the memory
  *     is not host-visible; the creates and reads that initialise or fetch device data
- *     (vkh2o_mla_layer_create, vkh2o_cache_create / _reset / _read_*, and the vkh2o_qcache_*
- *     calls not named cmd_); vkh2o_context_wait_idle and vkh2o_context_destroy
+ *     (vkh2o_mla_layer_create, vkh2o_kvcache_create / _read_*); vkh2o_context_wait_idle and vkh2o_context_destroy
  *     (vkQueueWaitIdle). vkh2o_cmd_* only record into the app's command buffer: they never
  *     submit, wait or touch the queue, and the app submits that command buffer itself.
  *     Vulkan requires vkQueueSubmit / vkQueueWaitIdle on one VkQueue to be externally
@@ -393,7 +391,7 @@ VKH2O_API vkh2o_result vkh2o_buffer_fill(vkh2o_buffer* buf, uint64_t offset, uin
  * buffer needs: VK_BUFFER_USAGE_STORAGE_BUFFER_BIT always; TRANSFER_SRC_BIT and TRANSFER_DST_BIT
  * for vkh2o_buffer_upload / download / fill (which go through a staging copy, since vkh2o never
  * maps the app's memory); UNIFORM_TEXEL_BUFFER_BIT where a call may read it through texel views
- * (vkh2o_cmd_qcache_attend's q). vkh2o_buffer_create uses all four. The app orders its own
+ * (none today; a faster path may). vkh2o_buffer_create uses all four. The app orders its own
  * writes and reads of the buffer against vkh2o's recorded work with its own barriers.
  * Results: OK, INVALID_ARGUMENT (NULL ctx/out, VK_NULL_HANDLE, 0 bytes), OUT_OF_HOST_MEMORY. */
 VKH2O_API vkh2o_result vkh2o_buffer_wrap(vkh2o_context* ctx, VkBuffer buffer, uint64_t bytes, vkh2o_buffer** out);
@@ -405,8 +403,6 @@ VKH2O_API vkh2o_result vkh2o_buffer_wrap(vkh2o_context* ctx, VkBuffer buffer, ui
 #include "vkh2o/model.h"
 #include "vkh2o/mla.h"
 #include "vkh2o/kvcache.h"
-#include "vkh2o/cache.h"
-#include "vkh2o/kvquant.h"
 #include "vkh2o/lm.h"
 
 #endif /* VKH2O_H */

@@ -148,12 +148,12 @@ case "$cmd" in
     test-sync)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # test_syncval first proves the variable switches the checks on (a known hazard is
-        # reported); then cache steps, prefill + eviction, the layer, quantised route + attend,
-        # the one KV cache (steps, prefills, a recording replayed), and short validate / quant
-        # (--weights, re-routing) runs, with no message allowed
+        # reported); then the layer, its decode, the KV cache (steps, prefills and their
+        # selection, a recording replayed, batched steps), the demo, and short validate / quant
+        # runs, with no message allowed
         export VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
         (cd "${BUILD_DIR:-build}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 \
-            -R '^(test_syncval|test_cache|test_compact|test_mla|test_decode|test_demo|test_kvquant|test_kvquant_attn|test_kvcache)$')
+            -R '^(test_syncval|test_mla|test_decode|test_demo|test_kvcache|test_kvcache_select|test_kvcache_steps)$')
         bash tests/tools/soak.sh "${BUILD_DIR:-build}" 2000 48 3 ;;
     test-vendor)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release

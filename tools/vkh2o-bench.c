@@ -16,7 +16,7 @@
  * The layer forward itself runs through the public vkh2o_run_mla_forward; --decode, --policy-cost,
  * --kv-decode and --scaling build their layers, caches and steps through the public API (layer
  * create, FP8 weights through the checkpoint loader, the one KV cache of vkh2o/kvcache.h: create,
- * prefill, step, vkh2o_cmd_mla_decode_kv) and use the hook only for the GPU timestamps around
+ * prefill, step, vkh2o_cmd_mla_decode) and use the hook only for the GPU timestamps around
  * what they record (vkh2o_begin / vkh2o_timestamp / vkh2o_submit_wait) and the forward's FLOP
  * count (vkh2o_mla_forward_flops).
  */
@@ -667,7 +667,7 @@ typedef struct decode_work {
 static vkh2o_result rec_decode(VkCommandBuffer cb, void* user)
 {
     decode_work* w = user;
-    return vkh2o_cmd_mla_decode_kv(w->layer, cb, w->kv, &(vkh2o_mla_decode){ .hidden = w->hidden, .out = w->out, .position = w->pos++ });
+    return vkh2o_cmd_mla_decode(w->layer, cb, w->kv, &(vkh2o_mla_decode){ .hidden = w->hidden, .out = w->out, .position = w->pos++ });
 }
 
 /* The cache step of every layer (append, attention, score, selection; no projections) with
@@ -1533,7 +1533,7 @@ static void usage(FILE* f)
                "                \"read ...\")\n"
                "The modes use the one KV cache (vkh2o/kvcache.h), which evicts in place:\n"
                "  --decode      the decode step of the Kimi K2.6 layer (random weights, BF16 and FP8 in\n"
-               "                alternating rounds) through vkh2o_cmd_mla_decode_kv against an FP16 kvcache\n"
+               "                alternating rounds) through vkh2o_cmd_mla_decode against an FP16 kvcache\n"
                "                of --cache-len kept tokens (H2O, 4 sinks, 64 recents, at its cap: every step\n"
                "                evicts one token), and the cache step alone; each row's bytes read and\n"
                "                written by stage (stages) beside the minimum (bytes_min: weights once, held\n"

@@ -221,7 +221,7 @@ static void usage(FILE* f)
             "                  plus the full cache (forward, and through the kvcache)\n"
             "  A policy's flags (--n-sink, --n-recent, --decay, --obs-window, --pool, --pool-size) are\n"
             "                  refused when no row of the run uses them, as is a flag given twice\n"
-            "  Retired with the quantised block cache (vkh2o_qcache): --route-every (the one cache demotes\n"
+            "  Retired with the quantised block cache: --route-every (the one cache demotes\n"
             "                  and evicts on the device at every step, so there is no routing interval) and\n"
             "                  block selectors (score, Quest, random: which blocks a step reads; read-time\n"
             "                  sparsity saves no memory, and it was the only user of block metadata)\n"

@@ -4,8 +4,9 @@
  * (FP16, INT8, INT4 or INT2 for every token past the sinks and recents, or tiers by score).
  * Included by vkh2o.h; do not include directly.
  *
- * This is the cache the library is converging on. Per token it holds one row, in one of two
- * layouts (desc.layout):
+ * It is the library's only cache (the H2O cache of vkh2o/cache.h and the quantised block cache
+ * of vkh2o/kvquant.h were retired into it). Per token it holds one row, in one of two layouts
+ * (desc.layout):
  *   LATENT    (the default) the MLA latent row [c_kv after kv_a_layernorm (kv_lora_rank) | k_pe
  *             roped (qk_rope_head_dim)], shared by every head; the query is absorbed through
  *             W_uk and the output is taken before W_uv. The layout of the model session's caches
@@ -15,8 +16,9 @@
  *             (v_head_dim); head h's logits read K_h, its P . V reads V_h. H (nope + rope + v)
  *             numbers per token (at most 60000); odd counts are allowed. The query is not
  *             absorbed and the output is the attention output per head.
- * The mock steps and the quantised cache's block routing and block selectors (score, Quest)
- * are still served by the two older caches (vkh2o/cache.h, vkh2o/kvquant.h). A step's RoPE
+ * Retired with the older caches: mock steps (tools generate their inputs on the host), the
+ * block cache's routing batches (this cache demotes on the device at every step) and its block
+ * selectors (score, Quest: read-time sparsity that saves no memory). A step's RoPE
  * position comes from the caller (vkh2o_mla_decode.position): a recorded layer decode step
  * replays the cache's part exactly, its projections at the position it was recorded with.
  *
@@ -90,7 +92,7 @@ typedef struct vkh2o_kvcache vkh2o_kvcache;
 
 /* vkh2o_kv_layout (how a cache stores a token) is in vkh2o/mla.h: LATENT is this cache's default. */
 
-/* Which middle tokens a capped cache keeps (the caches of vkh2o/cache.h count a budget). */
+/* Which middle tokens a capped cache keeps. */
 typedef enum vkh2o_evict_policy {
     VKH2O_POLICY_H2O = 0,        /* the budget middle tokens of largest score */
     VKH2O_POLICY_STREAMING = 1,  /* StreamingLLM: sinks + the most recent cap - n_sink tokens
@@ -327,17 +329,17 @@ VKH2O_API vkh2o_result vkh2o_kvcache_read_snapshot(vkh2o_kvcache* c, uint32_t la
  * caller tracks), W_uv and o_proj; EXPANDED the steps take the projections' per-head q, K (k_nope
  * through kv_b_proj) and V and give the output before o_proj directly (no W_uk / W_uv). d->n_tokens tokens in one recording. Never submits. Results:
  * as vkh2o_cmd_mla_decode, INVALID_ARGUMENT when the cache's shape or scale is not the layer's. */
-VKH2O_API vkh2o_result vkh2o_cmd_mla_decode_kv(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
+VKH2O_API vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
                                                const vkh2o_mla_decode* d);
-VKH2O_API vkh2o_result vkh2o_run_mla_decode_kv(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,
+VKH2O_API vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,
                                                const float* hidden, uint32_t n, uint32_t position, float* out);
 /* Prefill of a kvcache layer through the layer's forward (vkh2o_cmd_mla_prefill with this
  * cache): the prompt's rows and its attention mass (or, with p->obs_window, the observation
  * window's pooled scores) into vkh2o_cmd_kvcache_prefill (LATENT c_kv and k_pe, EXPANDED the
  * forward's per-head K and V rows). */
-VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill_kv(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
+VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
                                                 const vkh2o_mla_prefill* p);
-VKH2O_API vkh2o_result vkh2o_run_mla_prefill_kv(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,
+VKH2O_API vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,
                                                 const float* hidden, uint32_t seq_len, float* out);
 
 #ifdef __cplusplus

@@ -5,7 +5,7 @@
 #define KVC_COMMON_GLSL
 
 #include "common.glsl"       // f32_to_f16_rne, f16_round
-#include "h2o_common.glsl"
+#include "kvc_keys.glsl"
 
 // spec ids (enum kvc_spec in src/kvcache/kvcache_internal.h)
 layout(local_size_x_id = 0) in;

@@ -377,10 +377,10 @@ static vkh2o_result rec_attn(vkh2o_model* m, VkCommandBuffer cb, uint32_t l, uin
     } else if (at->mode == VKH2O_LM_PREFILL) {
         vkh2o_mla_prefill p = { .hidden = m->xn, .out = m->ao, .seq_len = n, .layer = 0, .obs_window = at->obs_window,
                                 .pool = at->pool, .pool_size = at->pool_size };
-        VKH2O_CHECK(vkh2o_cmd_mla_prefill_kv(L->attn, cb, at->kvcaches[l], &p));
+        VKH2O_CHECK(vkh2o_cmd_mla_prefill(L->attn, cb, at->kvcaches[l], &p));
     } else {
         vkh2o_mla_decode d = { .hidden = m->xn, .out = m->ao, .n_tokens = n, .position = at->position, .layer = 0 };
-        VKH2O_CHECK(vkh2o_cmd_mla_decode_kv(L->attn, cb, at->kvcaches[l], &d));
+        VKH2O_CHECK(vkh2o_cmd_mla_decode(L->attn, cb, at->kvcaches[l], &d));
     }
     vkh2o_barrier(m->ctx, cb);
     return VKH2O_OK;

@@ -1,25 +1,13 @@
-/* The decode step of an MLA layer against its cache (include/vkh2o/mla.h "Decode"): projections,
- * on-device query absorption for the latent layout, the cache's append / attention / score /
- * eviction, W_uv and o_proj; and the prefill of a cache through the layer's forward. */
+/* The decode step of an MLA layer against the one KV cache (include/vkh2o/mla.h "Decode",
+ * include/vkh2o/kvcache.h): projections, on-device query absorption for the latent layout, the
+ * cache's append / attention / score / demotion and eviction, W_uv and o_proj; and the prefill of
+ * a cache through the layer's forward. */
 #include "mla_internal.h"
-#include "cache_internal.h"
+#include "kvcache_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-void vkh2o_cache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kv_layout layout, vkh2o_cache_desc* desc)
-{
-    if (!cfg || !desc)
-        return;
-    desc->layout = layout;
-    desc->num_heads = cfg->num_heads;
-    desc->qk_nope_dim = cfg->qk_nope_head_dim;
-    desc->qk_rope_dim = cfg->qk_rope_head_dim;
-    desc->v_dim = cfg->v_head_dim;
-    desc->kv_lora_rank = cfg->kv_lora_rank;
-    desc->scale = vkh2o_mla_softmax_scale(cfg);
-}
 
 /* byte range [offset, offset + floats * 4) of b, offset a multiple of 4 */
 static vkh2o_result check_rows(vkh2o_context* ctx, const char* what, const vkh2o_buffer* b, uint64_t offset, uint64_t floats)
@@ -135,63 +123,6 @@ static vkh2o_result output_rows(vkh2o_mla_layer* L, VkCommandBuffer cb, const vk
     return VKH2O_OK;
 }
 
-/* ---- the H2O cache ---- */
-
-static vkh2o_result check_cache(vkh2o_mla_layer* L, const vkh2o_cache* c, uint32_t layer)
-{
-    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    const vkh2o_cache_desc* cd = &c->desc;
-    bool lat = cd->layout == VKH2O_LAYOUT_LATENT;
-    if (cd->num_heads != st->heads || cd->qk_nope_dim != st->nope || cd->qk_rope_dim != st->rope || cd->v_dim != st->v_dim ||
-        (lat && cd->kv_lora_rank != st->kv_lora))
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "mla decode: the cache (%u heads, nope %u, rope %u, v %u, kv_lora %u) does not have the layer's shape "
-                          "(%u, %u, %u, %u, %u); fill its desc with vkh2o_cache_desc_from_mla",
-                          cd->num_heads, cd->qk_nope_dim, cd->qk_rope_dim, cd->v_dim, cd->kv_lora_rank, st->heads, st->nope,
-                          st->rope, st->v_dim, st->kv_lora);
-    if (!same_scale(c->scale, st->scale))
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "mla decode: the cache's softmax scale %g is not the layer's %g (vkh2o_cache_desc_from_mla sets it)",
-                          c->scale, st->scale);
-    if (layer >= cd->num_layers)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla decode: cache layer %u of %u", layer, cd->num_layers);
-    return VKH2O_OK;
-}
-
-vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_cache* c, const vkh2o_mla_decode* d)
-{
-    if (!L || !cb || !c || !d)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_decode: NULL argument");
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
-    VKH2O_CHECK(check_cache(L, c, d->layer));
-    const uint32_t n = d->n_tokens ? d->n_tokens : 1;
-    const uint32_t H = st->heads, qk = st->nope + st->rope, dv = st->v_dim, kvl = st->kv_lora, rope = st->rope;
-    const bool lat = c->desc.layout == VKH2O_LAYOUT_LATENT, own_absorb = lat && !c->absorb;
-    VKH2O_CHECK(project_rows(L, cb, d, n));
-    if (own_absorb)
-        VKH2O_CHECK(absorb_query(L, cb, n));
-    /* the step's inputs: per token q [H][q_width], rows a and b; its output [H][out_width] */
-    vkh2o_buffer* q = own_absorb ? db.q : st->q;
-    vkh2o_buffer* a = lat ? st->ckv : st->k;
-    vkh2o_buffer* b = lat ? st->kpe : st->v;
-    vkh2o_buffer* o = own_absorb ? db.o : st->o;
-    const uint64_t qw = own_absorb ? kvl + rope : qk, aw = lat ? kvl : (uint64_t)H * qk, bw = lat ? rope : (uint64_t)H * dv,
-                   ow = own_absorb ? kvl : dv;
-    for (uint32_t i = 0; i < n; i++) {
-        vkh2o_cache_step s = {
-            .layer_first = d->layer, .layer_count = 1, .position = d->position + i, .step = d->step + i,
-            .q = q, .q_offset = 4ull * i * H * qw, .a = a, .a_offset = 4ull * i * aw, .b = b, .b_offset = 4ull * i * bw,
-            .out = o, .out_offset = 4ull * i * H * ow,
-        };
-        VKH2O_CHECK(vkh2o_cmd_cache_step(c, cb, &s));
-    }
-    if (own_absorb)
-        VKH2O_CHECK(apply_w_uv(L, cb, n));
-    return output_rows(L, cb, d, n);
-}
-
 /* The host rows hidden [n, hidden_size] (n in 1..max) into the layer's host buffers *hb; *ob is
  * the matching out buffer. */
 static vkh2o_result upload_hidden(vkh2o_mla_layer* L, const char* what, const float* hidden, uint32_t n, uint32_t max,
@@ -220,20 +151,6 @@ static vkh2o_result run_rows(vkh2o_mla_layer* L, const float* hidden, uint32_t n
     VKH2O_CHECK(vkh2o_begin(ctx, &cb));
     VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, fn(L, cb, obj, d)));
     return out ? vkh2o_buffer_download(ob, 0, out, 4ull * n * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
-}
-
-static vkh2o_result rec_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d)
-{
-    return vkh2o_cmd_mla_decode(L, cb, (vkh2o_cache*)obj, d);
-}
-
-vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* L, vkh2o_cache* c, uint32_t cache_layer, const float* hidden, uint32_t n,
-                                  uint32_t position, float* out)
-{
-    if (!L || !c)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode: NULL argument");
-    vkh2o_mla_decode d = { .position = position, .layer = cache_layer, .step = position };
-    return run_rows(L, hidden, n, out, &d, rec_decode, c);
 }
 
 /* The forward of a prompt with its attention mass into the layer's scratch. */
@@ -291,25 +208,6 @@ static vkh2o_result record_obs_window(vkh2o_mla_layer* L, VkCommandBuffer cb, co
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_cache* c, const vkh2o_mla_prefill* p)
-{
-    if (!L || !cb || !c || !p)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_prefill: NULL argument");
-    VKH2O_CHECK(check_cache(L, c, p->layer));
-    if (p->seq_len > c->desc.max_prefill)
-        return vkh2o_fail(vkh2o_mla_layer_context(L), VKH2O_ERROR_INVALID_ARGUMENT,
-                          "mla prefill: %u prompt tokens exceed the cache's max_prefill %u", p->seq_len, c->desc.max_prefill);
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    VKH2O_CHECK(prompt_forward(L, cb, p));
-    if (p->obs_window)
-        VKH2O_CHECK(record_obs_window(L, cb, p));
-    bool lat = c->desc.layout == VKH2O_LAYOUT_LATENT;
-    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
-    vkh2o_cache_prefill cp = { .layer = p->layer, .seq_len = p->seq_len, .a = lat ? st->ckv : st->k,
-                               .b = lat ? st->kpe : st->v, .mass = p->obs_window ? db.obs_score : db.mass };
-    return vkh2o_cmd_cache_prefill(c, cb, &cp);
-}
-
 /* Host round trip of a prompt: upload, record (fn), submit, wait, download out. */
 typedef vkh2o_result (*prefill_fn)(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p);
 
@@ -326,25 +224,6 @@ static vkh2o_result run_prompt(vkh2o_mla_layer* L, const float* hidden, uint32_t
     VKH2O_CHECK(vkh2o_begin(ctx, &cb));
     VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, fn(L, cb, obj, p)));
     return out ? vkh2o_buffer_download(ob, 0, out, 4ull * S * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
-}
-
-static vkh2o_result rec_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p)
-{
-    return vkh2o_cmd_mla_prefill(L, cb, (vkh2o_cache*)obj, p);
-}
-
-vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* L, vkh2o_cache* c, uint32_t cache_layer, const float* hidden,
-                                   uint32_t seq_len, float* out)
-{
-    if (!L || !c)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_prefill: NULL argument");
-    /* the checks of the recording, before anything is uploaded */
-    VKH2O_CHECK(check_cache(L, c, cache_layer));
-    if (seq_len > c->desc.max_prefill)
-        return vkh2o_fail(vkh2o_mla_layer_context(L), VKH2O_ERROR_INVALID_ARGUMENT,
-                          "mla prefill: %u prompt tokens exceed the cache's max_prefill %u", seq_len, c->desc.max_prefill);
-    vkh2o_mla_prefill p = { .layer = cache_layer };
-    return run_prompt(L, hidden, seq_len, out, &p, rec_prefill, c);
 }
 
 /* The latent cache rows [c_kv | k_pe] of n projected tokens into the layer's row scratch. */
@@ -478,10 +357,10 @@ static vkh2o_result check_kvcache(vkh2o_mla_layer* L, const vkh2o_kvcache* c, ui
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_cmd_mla_decode_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_kvcache* c, const vkh2o_mla_decode* d)
+vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_kvcache* c, const vkh2o_mla_decode* d)
 {
     if (!L || !cb || !c || !d)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_decode_kv: NULL argument");
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_decode: NULL argument");
     VKH2O_CHECK(check_kvcache(L, c, d->layer));
     const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
     vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
@@ -516,22 +395,22 @@ vkh2o_result vkh2o_cmd_mla_decode_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh
 
 static vkh2o_result rec_decode_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d)
 {
-    return vkh2o_cmd_mla_decode_kv(L, cb, (vkh2o_kvcache*)obj, d);
+    return vkh2o_cmd_mla_decode(L, cb, (vkh2o_kvcache*)obj, d);
 }
 
-vkh2o_result vkh2o_run_mla_decode_kv(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden, uint32_t n,
+vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden, uint32_t n,
                                      uint32_t position, float* out)
 {
     if (!L || !c)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode_kv: NULL argument");
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode: NULL argument");
     vkh2o_mla_decode d = { .position = position, .layer = cache_layer };
     return run_rows(L, hidden, n, out, &d, rec_decode_kv, c);
 }
 
-vkh2o_result vkh2o_cmd_mla_prefill_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_kvcache* c, const vkh2o_mla_prefill* p)
+vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_kvcache* c, const vkh2o_mla_prefill* p)
 {
     if (!L || !cb || !c || !p)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_prefill_kv: NULL argument");
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_prefill: NULL argument");
     VKH2O_CHECK(check_kvcache(L, c, p->layer));
     if (p->seq_len > vkh2o_kvcache_get_desc(c)->max_tokens)
         return vkh2o_fail(vkh2o_mla_layer_context(L), VKH2O_ERROR_INVALID_ARGUMENT,
@@ -551,14 +430,14 @@ vkh2o_result vkh2o_cmd_mla_prefill_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, vk
 
 static vkh2o_result rec_prefill_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p)
 {
-    return vkh2o_cmd_mla_prefill_kv(L, cb, (vkh2o_kvcache*)obj, p);
+    return vkh2o_cmd_mla_prefill(L, cb, (vkh2o_kvcache*)obj, p);
 }
 
-vkh2o_result vkh2o_run_mla_prefill_kv(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden,
+vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden,
                                       uint32_t seq_len, float* out)
 {
     if (!L || !c)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_prefill_kv: NULL argument");
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_prefill: NULL argument");
     VKH2O_CHECK(check_kvcache(L, c, cache_layer));
     vkh2o_mla_prefill p = { .layer = cache_layer };
     return run_prompt(L, hidden, seq_len, out, &p, rec_prefill_kv, c);

@@ -1,4 +1,5 @@
-/* The public decode API (vkh2o_cmd/run_mla_prefill_kv and _decode_kv, include/vkh2o/kvcache.h): a
+/* The public decode API (vkh2o_cmd/run_mla_prefill and _decode with the one KV cache,
+ * include/vkh2o/kvcache.h): a
  * prefill of S prompt tokens through the layer into the one KV cache, then decode tokens one at a
  * time and in chunks, against the double reference ref/ref_decode.c (projections by
  * ref_mla_forward, latent rows expanded through kv_b_proj instead of absorbed, attention, mass,
@@ -7,7 +8,7 @@
  * Shapes: an odd config (3 heads, hidden 200, kv_lora 24, nope 16, rope 8, v 12: no size a
  * multiple of a workgroup), S = 13 prompt tokens over a capacity of 2 + 5 + 3 = 10 (the prefill
  * evicts), 11 decode tokens in chunks of 1, 3, 1, 2, 4 (eviction after every token), through
- * vkh2o_run_mla_decode_kv (the first chunk) and vkh2o_cmd_mla_decode_kv with hidden/out at odd
+ * vkh2o_run_mla_decode (the first chunk) and vkh2o_cmd_mla_decode with hidden/out at odd
  * offsets in poisoned, guarded buffers.
  *
  * Checked after the prefill and after every chunk: the kept positions exactly (as a set: the
@@ -97,21 +98,21 @@ static void test_errors(void** state)
     vkh2o_kvcache* c = NULL;
     assert_int_equal(vkh2o_kvcache_create(ctx, &cd, &c), VKH2O_OK);
     /* more tokens than max_decode_tokens, none, NULLs, a cache layer beyond the cache's */
-    assert_int_equal(vkh2o_run_mla_decode_kv(f.layer, c, 0, h, 5, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_decode_kv(f.layer, c, 0, h, 0, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_decode_kv(f.layer, NULL, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_decode_kv(f.layer, c, 1, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 5, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 0, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, NULL, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 1, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
     /* a prompt beyond the cache's max_tokens */
-    assert_int_equal(vkh2o_run_mla_prefill_kv(f.layer, c, 0, h, 9, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_prefill(f.layer, c, 0, h, 9, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     /* too small buffers, misaligned offsets */
     vkh2o_buffer* small = vt_buffer(4ull * D);
     VkCommandBuffer cb;
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
     vkh2o_mla_decode d = { .hidden = small, .out = small, .n_tokens = 2 };
-    assert_int_equal(vkh2o_cmd_mla_decode_kv(f.layer, cb, c, &d), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cmd_mla_decode(f.layer, cb, c, &d), VKH2O_ERROR_INVALID_ARGUMENT);
     d.n_tokens = 1;
     d.hidden_offset = 2;
-    assert_int_equal(vkh2o_cmd_mla_decode_kv(f.layer, cb, c, &d), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cmd_mla_decode(f.layer, cb, c, &d), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
     vkh2o_kvcache_stats st;
     assert_int_equal(vkh2o_kvcache_read_stats(c, 0, &st), VKH2O_OK);
@@ -122,13 +123,13 @@ static void test_errors(void** state)
     vkh2o_kvcache_desc bad = cd;
     bad.qk_rope_head_dim += 2;
     assert_int_equal(vkh2o_kvcache_create(ctx, &bad, &c), VKH2O_OK);
-    assert_int_equal(vkh2o_run_mla_decode_kv(f.layer, c, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_non_null(strstr(vkh2o_last_error(ctx), "shape"));
     vkh2o_kvcache_destroy(c);
     bad = cd;
     bad.scale = 0;
     assert_int_equal(vkh2o_kvcache_create(ctx, &bad, &c), VKH2O_OK);
-    assert_int_equal(vkh2o_run_mla_decode_kv(f.layer, c, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_non_null(strstr(vkh2o_last_error(ctx), "scale"));
     vkh2o_kvcache_destroy(c);
     vkh2o_buffer_destroy(small);
@@ -356,7 +357,7 @@ static void test_inputs(void** state)
     vt_check_validation();
 }
 
-/* ---- the one cache (vkh2o_cmd_mla_decode_kv / _prefill_kv, include/vkh2o/kvcache.h) ---- */
+/* ---- the one cache (vkh2o_cmd_mla_decode / _prefill_kv, include/vkh2o/kvcache.h) ---- */
 
 /* The kvcache's held tokens (by position) against the reference: the kept set exactly (the
  * cache evicts in place, so it is compared as a set: both lists sorted by position), scores
@@ -399,8 +400,8 @@ static void compare_kvcache(vkh2o_kvcache* c, const ref_decode* ref, const bound
 
 /* The layer's prefill and decode against the one cache (FP16, H2O with summed scores, a capacity
  * of N_SINK + BUDGET + N_RECENT tokens, so the prefill evicts and every decode token evicts one),
- * against the reference with fp16 rows: vkh2o_run_mla_prefill_kv, then the decode chunks through
- * vkh2o_run_mla_decode_kv (the first) and vkh2o_cmd_mla_decode_kv with hidden/out at odd offsets
+ * against the reference with fp16 rows: vkh2o_run_mla_prefill, then the decode chunks through
+ * vkh2o_run_mla_decode (the first) and vkh2o_cmd_mla_decode with hidden/out at odd offsets
  * in poisoned, guarded buffers. Bounds: the F16 storage's (the same rows, rounding). */
 static void run_kvcache(fixture* f0, vkh2o_kv_layout layout, vkh2o_dtype storage, vt_rng* rng_in)
 {
@@ -429,7 +430,7 @@ static void run_kvcache(fixture* f0, vkh2o_kv_layout layout, vkh2o_dtype storage
         got[i] = NAN;
 
     assert_int_equal(ref_decode_prefill(&ref, hidden, PROMPT, want), 0);
-    if (vkh2o_run_mla_prefill_kv(f.layer, c, 0, hidden, PROMPT, got) != VKH2O_OK)
+    if (vkh2o_run_mla_prefill(f.layer, c, 0, hidden, PROMPT, got) != VKH2O_OK)
         fail_msg("prefill: %s", vkh2o_last_error(ctx));
     vt_assert_nmse("kvcache prefill out", got, want, (size_t)PROMPT * D, 1e-9);
     double worst = 0;
@@ -445,7 +446,7 @@ static void run_kvcache(fixture* f0, vkh2o_kv_layout layout, vkh2o_dtype storage
         for (uint32_t i = 0; i < n; i++)
             assert_int_equal(ref_decode_step(&ref, hidden + (size_t)(t + i) * D, t + i, want + (size_t)(t + i) * D), 0);
         if (ci == 0) {
-            if (vkh2o_run_mla_decode_kv(f.layer, c, 0, hidden + (size_t)t * D, n, t, g) != VKH2O_OK)
+            if (vkh2o_run_mla_decode(f.layer, c, 0, hidden + (size_t)t * D, n, t, g) != VKH2O_OK)
                 fail_msg("run decode: %s", vkh2o_last_error(ctx));
         } else {
             vt_poison(ob);
@@ -454,7 +455,7 @@ static void run_kvcache(fixture* f0, vkh2o_kv_layout layout, vkh2o_dtype storage
             assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
             vkh2o_mla_decode d = { .hidden = hb, .hidden_offset = off_h, .out = ob, .out_offset = off_o, .n_tokens = n,
                                    .position = t };
-            vkh2o_result r = vkh2o_cmd_mla_decode_kv(f.layer, cb, c, &d);
+            vkh2o_result r = vkh2o_cmd_mla_decode(f.layer, cb, c, &d);
             vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
             if (r != VKH2O_OK || r2 != VKH2O_OK)
                 fail_msg("cmd decode of %u tokens: %s", n, vkh2o_last_error(ctx));
@@ -490,9 +491,9 @@ static void run_kvcache(fixture* f0, vkh2o_kv_layout layout, vkh2o_dtype storage
     VkCommandBuffer cb;
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
     vkh2o_mla_decode d = { .hidden = hb, .out = ob, .position = t };
-    assert_int_equal(vkh2o_cmd_mla_decode_kv(f.layer, cb, other, &d), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cmd_mla_decode(f.layer, cb, other, &d), VKH2O_ERROR_INVALID_ARGUMENT);
     d.layer = 1;
-    assert_int_equal(vkh2o_cmd_mla_decode_kv(f.layer, cb, c, &d), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cmd_mla_decode(f.layer, cb, c, &d), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
     vkh2o_kvcache_destroy(other);
 

@@ -3,7 +3,7 @@
  * from the last W prompt queries, pooled over neighbours, then the cache's top-k. Against a CPU
  * reference built from ref_mla_forward's probability tensor (double), over windows of 1, a few,
  * the whole prompt and more than it, max / average / no pooling, into the one KV cache
- * (vkh2o_cmd_mla_prefill_kv; it keeps what it selects in place, so its snapshot is sorted by
+ * (vkh2o_cmd_mla_prefill; it keeps what it selects in place, so its snapshot is sorted by
  * position and compared as a set).
  *
  * Bounds: the window's probabilities are fp32 softmaxes (exp within 3 + 2|x| ulp, |x| < 30 here)
@@ -121,7 +121,7 @@ static void run_case(vkh2o_kv_layout layout, uint32_t W, vkh2o_obs_pool pool, ui
         vkh2o_mla_prefill p = { .hidden = hb, .out = ob, .seq_len = S, .obs_window = W, .pool = pool, .pool_size = K };
         VkCommandBuffer cb;
         assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
-        assert_int_equal(vkh2o_cmd_mla_prefill_kv(L, cb, c, &p), VKH2O_OK);
+        assert_int_equal(vkh2o_cmd_mla_prefill(L, cb, c, &p), VKH2O_OK);
         assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
         uint32_t pos[S + 1];
         float score[S + 1];
@@ -185,10 +185,10 @@ static void test_bad_args(void** state)
     VkCommandBuffer cb;
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
     vkh2o_mla_prefill p = { .hidden = hb, .out = ob, .seq_len = S, .obs_window = 9 };   /* above max_obs_window */
-    assert_int_equal(vkh2o_cmd_mla_prefill_kv(L, cb, c, &p), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cmd_mla_prefill(L, cb, c, &p), VKH2O_ERROR_INVALID_ARGUMENT);
     p.obs_window = 4;
     p.pool_size = 4;   /* even */
-    assert_int_equal(vkh2o_cmd_mla_prefill_kv(L, cb, c, &p), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cmd_mla_prefill(L, cb, c, &p), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
     vkh2o_buffer_destroy(hb);
     vkh2o_buffer_destroy(ob);

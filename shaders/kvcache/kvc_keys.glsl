@@ -1,10 +1,10 @@
-// Shared GLSL of the H2O cache shaders (h2o_step.comp, topk.comp): selection keys and the
-// counter-based hash RNG of mock runs. Mirrored bit for bit in C by src/h2o/cache.c
-// (vkh2o_hash32, vkh2o_mock_base, vkh2o_mock_value) and ref/ref_h2o.c.
-#ifndef VKH2O_H2O_COMMON_GLSL
-#define VKH2O_H2O_COMMON_GLSL
+// Selection keys of the one KV cache's shaders (kvc_select.comp, kvc_prefill.comp) and the
+// counter-based hash of the random policy. Mirrored bit for bit in C by ref/ref_h2o.c
+// (ref_select_value, ref_float_key).
+#ifndef VKH2O_KVC_KEYS_GLSL
+#define VKH2O_KVC_KEYS_GLSL
 
-// policies and score modes as in include/vkh2o/cache.h
+// policies and score modes as in include/vkh2o/kvcache.h
 #define POLICY_H2O 0u
 #define POLICY_STREAMING 1u
 #define POLICY_RANDOM 2u
@@ -21,18 +21,12 @@ uint hash32(uint x)
     return x;
 }
 
-uint mock_base(uint seed, uint layer, uint pos, uint stream)
+uint hash_base(uint seed, uint layer, uint pos, uint stream)
 {
     uint h = hash32(seed + 0x68e31da4u);
     h = hash32(h ^ (layer * 0x85ebca6bu + 0x1b873593u));
     h = hash32(h ^ pos);
     return hash32(h ^ ((stream + 1u) * 0x27d4eb2fu));
-}
-
-// multiples of 1/1024 in [-1, 1): exact in fp16 and fp32
-float mock_value(uint base, uint i)
-{
-    return float(hash32(base + i * 0x9e3779b9u) >> 21) * (1.0 / 1024.0) - 1.0;
 }
 
 // Order-preserving u32 key of a float: a > b (as floats) <=> key(a) > key(b); -0 is +0.
@@ -48,7 +42,7 @@ uint float_key(float f)
 uint select_key(uint policy, uint mode, float score, uint pos, uint cur, uint seed, uint layer)
 {
     if (policy == POLICY_STREAMING) return pos;
-    if (policy == POLICY_RANDOM) return hash32(mock_base(seed, layer, cur, 3u) + pos * 0x9e3779b9u);
+    if (policy == POLICY_RANDOM) return hash32(hash_base(seed, layer, cur, 3u) + pos * 0x9e3779b9u);
     if (mode == SCORE_MEAN) return float_key(score / float(cur - pos + 1u));
     return float_key(score);
 }
