@@ -167,7 +167,7 @@ case "$cmd" in
         VK_LAYER_MESSAGE_ID_FILTER=$(grep -v '^#' tests/core/bestpractices.filter | grep . | paste -sd:)
         export VK_LAYER_MESSAGE_ID_FILTER
         (cd "${BUILD_DIR:-build}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 \
-            -R '^(test_vendorchecks|test_decode|test_kvcache|test_model|test_memory)$') ;;
+            -R '^(test_vendorchecks|test_decode|test_kvcache|test_kvcache_select|test_model|test_memory)$') ;;
     test-baseline)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # Push descriptors, 16-bit and 8-bit storage and float16 off (VKH2O_CONTEXT_BASELINE_ONLY):
@@ -177,7 +177,7 @@ case "$cmd" in
         # and test_model run).
         (cd "${BUILD_DIR:-build}" && VKH2O_TEST_BASELINE=1 VKH2O_GPU_SHAPES=1 VKH2O_REQUIRE_DEVICE=1 \
             ctest --output-on-failure -j "$JOBS" --timeout 1200 \
-            -R '^(test_recording|test_compact|test_topk|test_kvcache|test_lm_kernels|test_model|test_attention|test_decode|test_obs_window|test_rmsnorm|test_rope|test_demo|test_memory)$') ;;
+            -R '^(test_recording|test_kvcache|test_kvcache_select|test_kvcache_steps|test_lm_kernels|test_model|test_attention|test_decode|test_obs_window|test_rmsnorm|test_rope|test_demo|test_memory)$') ;;
     memcheck)
         EXTRA_PACKAGES=(valgrind); deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # CPU-only suites: no Vulkan driver in the process, so every report is ours
