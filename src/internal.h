@@ -107,6 +107,7 @@ struct vkh2o_context {
     vkh2o_log_fn log;
     void* user_data;
     char last_error[2048];
+    uint64_t oom_mark;            /* vkh2o_fail: when last_error became an out-of-memory failure */
 };
 
 /* The device is a CPU (lavapipe): its loop limit applies (safeguards, budgets). */
