@@ -4,8 +4,10 @@
  *   test_model_session_sweep: the committed model (models/tiny-mla) made on a context, a session
  *     with H2O eviction, a 5-token prefill and 3 decode steps, then everything destroyed: counted
  *     once (every point passed, none fired; a second fault-free run passes the same number), then
- *     for every N from 1 to that count (the full run, VKH2O_TEST_FULL=1; the default run about 8:
- *     the first, the last and a stride between), on one context whose kernel cache is emptied
+ *     for every N from 1 to that count with VKH2O_FAULT_SWEEP=1 (scripts/vkh2o.sh faults, a CI
+ *     step; otherwise about 32 points in the full run, VKH2O_TEST_FULL=1, which CI also runs
+ *     under ASan, and about 8 in the default run: the first, the last and a stride between),
+ *     on one context whose kernel cache is emptied
  *     before each N so that every run meets the same points:
  *     the fault fires; the run fails with OUT_OF_HOST_MEMORY or OUT_OF_DEVICE_MEMORY, no object
  *     handed back, and the context's last error says out of memory and names the failed point
@@ -110,7 +112,9 @@ static void test_model_session_sweep(void** state)
     assert_memory_equal(&want, &got, sizeof want);
 
     const uint64_t seed = vt_seed("faults_model_sweep");
-    const uint32_t stride = vt_full() ? 1 : (uint32_t)(total / 8 > 1 ? total / 8 : 1);
+    const char* every = getenv("VKH2O_FAULT_SWEEP");
+    const uint64_t runs = every && !strcmp(every, "1") ? total : vt_full() ? 32 : 8;
+    const uint32_t stride = (uint32_t)(total / runs > 1 ? total / runs : 1);
     uint32_t failed = 0, succeeded = 0, swept = 0;
     for (uint64_t n = 1; n <= total; n++) {
         if (n != 1 && n != total && !vt_pick(seed, n, stride))
