@@ -27,11 +27,13 @@
 #   name | compared outputs | filter | command line
 #   - command line: the tool and its options; @IN@ is a directory of inputs the SETUP commands
 #     made (shared by every run), @OUT@ an empty directory of this run's own
-#   - compared outputs: 'stdout' and/or files under @OUT@; '-' compares nothing (exit status and
-#     message only: the tool's outputs are timings)
-#   - filter: a command each compared output goes through first, to drop what differs between
-#     identical runs (timings): 'cat' for none; csv_drop RE drops the CSV columns whose header
-#     matches the extended regex RE; json_drop RE drops the JSON lines whose key matches RE.
+#   - compared outputs: 'stdout' and/or files under @OUT@ (*.safetensors compared whole); '-'
+#     compares nothing (exit status and message only)
+#   - filter: a command (no '|' in it) each compared output goes through first, to drop what
+#     differs between identical runs (timings): 'cat' for none; csv_drop RE drops the CSV
+#     columns whose header matches the extended regex RE; json_drop RE drops the JSON lines whose
+#     key matches RE, json_keep RE keeps only those (vkh2o-bench: which rows it measured, not
+#     their timings)
 # Keep the runs small: a full sweep of every row runs in CI (scripts/vkh2o.sh faults).
 SETUP=(
     'vkh2o-mkshard --out @IN@/tiny.safetensors --preset tiny --quiet'
@@ -41,7 +43,7 @@ TOOLS=(
     'eval     | stdout eval.csv | cat | vkh2o-eval --weights @SRC@/models/tiny-mla --text @SRC@/models/tiny-mla/heldout.txt --ctx 16 --windows 1 --policy h2o --budget 4 --n-sink 2 --n-recent 4 --csv @OUT@/eval.csv --quiet'
     'validate | steps.csv | csv_drop ^wall | vkh2o-validate --steps 20 --budget 4 --n-sink 2 --n-recent 4 --layers 2 --heads 2 --qk-dim 16 --v-dim 8 --kv-lora 16 --out-csv @OUT@/steps.csv --quiet'
     'quant    | quant.csv | csv_drop _ms$ | vkh2o-quant --tokens 64 --heads 2 --csv @OUT@/quant.csv --quiet'
-    'bench    | - | cat | vkh2o-bench --quick --runs 1 --json'
+    'bench    | stdout | json_keep ^name$ | vkh2o-bench --quick --runs 1 --json'
 )
 set -euo pipefail
 
@@ -49,7 +51,9 @@ csv_drop() {
     awk -F, -v re="$1" 'NR == 1 { for (i = 1; i <= NF; i++) keep[i] = $i !~ re }
         { o = ""; n = 0; for (i = 1; i <= NF; i++) if (keep[i]) { o = o (n++ ? "," : "") $i }; print o }'
 }
-json_drop() { grep -vE "^[[:space:]]*\"($1)\"[[:space:]]*:" || true; }
+json_key() { sed -n 's/^[[:space:]]*"\([^"]*\)"[[:space:]]*:.*/\1/p'; }
+json_drop() { while IFS= read -r l; do json_key <<<"$l" | grep -qE "$1" || printf '%s\n' "$l"; done; }
+json_keep() { while IFS= read -r l; do ! json_key <<<"$l" | grep -qE "$1" || printf '%s\n' "$l"; done; }
 
 field() { echo "$1" | cut -d'|' -f"$2" | sed 's/^ *//; s/ *$//'; }
 expand() { sed "s|@IN@|$IN|g; s|@OUT@|$2|g; s|@SRC@|$SRC|g" <<<"$1"; }
@@ -113,7 +117,7 @@ check_point() {
         echo "FAIL point $n (fired at ${what:-?}): $why"
         grep -E 'SUMMARY|ERROR|#[0-9]+ |VUID|error' "$dir/stderr" | head -12 | sed 's/^/    /'
     else
-        [ "$rc" -eq 0 ] && echo "ok exit0" || echo "ok exit1"
+        if [ "$rc" -eq 0 ]; then echo "ok exit0 $n $what"; else echo "ok exit1 $n"; fi
         rm -rf "$dir"
     fi
 }
@@ -178,12 +182,13 @@ for name in $WANT; do
     exit0=$(grep -c '^ok exit0' "$WORK/$name.results" || true)
     failed=$(grep -c '^FAIL' "$WORK/$name.results" || true)
     grep -v '^ok ' "$WORK/$name.results" | sed "s/^/vkh2o-$name: /" || true
-    line="vkh2o-$name: $T points (host $H, vulkan $V), stride $STRIDE: $swept swept, $((swept - failed)) survived ($exit0 of them exit 0 with the same outputs), $(($(date +%s) - t0)) s"
+    did_without=$(awk '/^ok exit0/ { printf "%s%s", n++ ? ", " : ": ", $4 }' "$WORK/$name.results")
+    line="vkh2o-$name: $T points (host $H, vulkan $V), stride $STRIDE: $swept swept, $((swept - failed)) survived ($exit0 of them exit 0 with the same outputs$did_without), $(($(date +%s) - t0)) s"
     echo "$line"
     summary+=("$line")
     bad=$((bad + failed))
 done
-echo "---- fault sweep"
+echo "---- fault sweep ($SECONDS s)"
 printf '%s\n' "${summary[@]}"
 [ $bad -eq 0 ] || { echo "FAIL: $bad points not survived"; exit 1; }
 echo "ok"
