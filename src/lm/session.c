@@ -102,7 +102,7 @@ vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_
     } else {
         const uint32_t NL = m->cfg.attn.num_layers;
         s->cache = vkh2o_calloc(m->ctx, NL, sizeof *s->cache);
-        s->cd = vkh2o_calloc(m->ctx, NL, sizeof *s->cd);
+        s->cd = s->cache ? vkh2o_calloc(m->ctx, NL, sizeof *s->cd) : NULL;
         r = s->cache && s->cd ? VKH2O_OK : vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
         if (r == VKH2O_OK && (unsigned)d.schedule > VKH2O_BUDGET_PYRAMID)
             r = vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model session: unknown budget schedule %d", (int)d.schedule);
