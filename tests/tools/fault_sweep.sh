@@ -32,8 +32,9 @@
 #   - filter: a command (no '|' in it) each compared output goes through first, to drop what
 #     differs between identical runs (timings): 'cat' for none; csv_drop RE drops the CSV
 #     columns whose header matches the extended regex RE; json_drop RE drops the JSON lines whose
-#     key matches RE, json_keep RE keeps only those (vkh2o-bench: which rows it measured, not
-#     their timings)
+#     key matches RE, json_keep RE keeps only those; json_names RE keeps the "name" lines but
+#     those matching RE (vkh2o-bench: which rows it measured, not their timings, and not the
+#     per-stage rows that only GPU timestamps give: a timestamp pool it could not make drops them)
 # Keep the runs small: a full sweep of every row runs in CI (scripts/vkh2o.sh faults).
 SETUP=(
     'vkh2o-mkshard --out @IN@/tiny.safetensors --preset tiny --quiet'
@@ -43,7 +44,7 @@ TOOLS=(
     'eval     | stdout eval.csv | cat | vkh2o-eval --weights @SRC@/models/tiny-mla --text @SRC@/models/tiny-mla/heldout.txt --ctx 16 --windows 1 --policy h2o --budget 4 --n-sink 2 --n-recent 4 --csv @OUT@/eval.csv --quiet'
     'validate | steps.csv | csv_drop ^wall | vkh2o-validate --steps 20 --budget 4 --n-sink 2 --n-recent 4 --layers 2 --heads 2 --qk-dim 16 --v-dim 8 --kv-lora 16 --out-csv @OUT@/steps.csv --quiet'
     'quant    | quant.csv | csv_drop _ms$ | vkh2o-quant --tokens 64 --heads 2 --csv @OUT@/quant.csv --quiet'
-    'bench    | stdout | json_keep ^name$ | vkh2o-bench --quick --runs 1 --json'
+    'bench    | stdout | json_names stage: | vkh2o-bench --quick --runs 1 --json'
 )
 set -euo pipefail
 
@@ -54,6 +55,7 @@ csv_drop() {
 json_key() { sed -n 's/^[[:space:]]*"\([^"]*\)"[[:space:]]*:.*/\1/p'; }
 json_drop() { while IFS= read -r l; do json_key <<<"$l" | grep -qE "$1" || printf '%s\n' "$l"; done; }
 json_keep() { while IFS= read -r l; do ! json_key <<<"$l" | grep -qE "$1" || printf '%s\n' "$l"; done; }
+json_names() { json_keep '^name$' | { grep -vE -- "$1" || true; }; }
 
 field() { echo "$1" | cut -d'|' -f"$2" | sed 's/^ *//; s/ *$//'; }
 expand() { sed "s|@IN@|$IN|g; s|@OUT@|$2|g; s|@SRC@|$SRC|g" <<<"$1"; }
