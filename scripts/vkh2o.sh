@@ -20,6 +20,9 @@
 #   scripts/vkh2o.sh fuzz-corpus         regenerate the seed corpus in tests/fuzz/corpus
 #   scripts/vkh2o.sh soak [N] [D] [P]    vkh2o-validate N steps (50000) and vkh2o-quant decode D
 #                                        (256) x P passes (3): memory flat, no validation message
+#   scripts/vkh2o.sh faults              every injection point of one small run of each tool
+#                                        (tests/tools/fault_sweep.sh) and of a model session
+#                                        (test_model_faults, whole)
 #   scripts/vkh2o.sh deps | build        just the packages / just the build
 # On a machine with a GPU: bash scripts/gpu-check.sh OUTDIR builds, then runs vkh2o-conformance
 # (every kernel against its CPU reference, then timed against the device's roofline) and the
@@ -191,6 +194,11 @@ case "$cmd" in
     soak)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         bash tests/tools/soak.sh "${BUILD_DIR:-build}" "${1:-50000}" "${2:-256}" "${3:-3}" ;;
+    faults)
+        deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
+        FAULT_JOBS=$JOBS bash tests/tools/fault_sweep.sh "${BUILD_DIR:-build}"
+        (cd "${BUILD_DIR:-build}" && VKH2O_FAULT_SWEEP=1 VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure --timeout 1800 \
+            -R '^test_model_faults$') ;;
     fuzz-corpus) build_fuzz; "${BUILD_DIR:-build-fuzz}/vkh2o-fuzz-corpus" tests/fuzz/corpus ;;
-    *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
+    *) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
 esac

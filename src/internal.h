@@ -122,6 +122,7 @@ struct vkh2o_context {
     vkh2o_log_fn log;
     void* user_data;
     char last_error[2048];
+    uint64_t oom_mark;            /* vkh2o_fail: when last_error became an out-of-memory failure */
 };
 
 /* The device is a CPU (lavapipe): its loop limit applies (safeguards, budgets). */
@@ -295,6 +296,8 @@ void* vkh2o_realloc_at(vkh2o_context* ctx, void* old, size_t bytes, const char* 
 #define vkh2o_malloc(ctx, bytes) vkh2o_malloc_at((ctx), (bytes), __func__)
 #define vkh2o_calloc(ctx, count, size) vkh2o_calloc_at((ctx), (count), (size), __func__)
 #define vkh2o_realloc(ctx, old, bytes) vkh2o_realloc_at((ctx), (old), (bytes), __func__)
+char* vkh2o_strdup_at(vkh2o_context* ctx, const char* s, const char* where);
+#define vkh2o_strdup(ctx, s) vkh2o_strdup_at((ctx), (s), __func__)
 /* true: the Vulkan call fn is to fail (logged as a warning naming fn) */
 bool vkh2o_fault_vk(vkh2o_context* ctx, const char* fn);
 #define VKH2O_VK_CREATE(ctx, fn, ...) \

@@ -43,7 +43,7 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
     if (vr != VK_SUCCESS) {
         free(b);
         return vr == VK_ERROR_OUT_OF_DEVICE_MEMORY
-                   ? vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_DEVICE_MEMORY, "device out of memory creating a buffer of %llu bytes",
+                   ? vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_DEVICE_MEMORY, "vkCreateBuffer: device out of memory creating a buffer of %llu bytes",
                                 (unsigned long long)bytes)
                    : vkh2o_vk_fail(ctx, vr, "vkCreateBuffer");
     }
@@ -74,7 +74,7 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
     if (vr != VK_SUCCESS) {
         drop_unbound(b);
         if (vr == VK_ERROR_OUT_OF_DEVICE_MEMORY || vr == VK_ERROR_OUT_OF_HOST_MEMORY)
-            return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_DEVICE_MEMORY, "device out of memory allocating %llu bytes (%s)",
+            return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_DEVICE_MEMORY, "vkAllocateMemory: device out of memory allocating %llu bytes (%s)",
                               (unsigned long long)bytes, vkh2o_vk_result_string(vr));
         return vkh2o_vk_fail(ctx, vr, "vkAllocateMemory");
     }

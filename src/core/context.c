@@ -28,42 +28,49 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBi
     return VK_FALSE;
 }
 
-static bool has_layer(const vkh2o_instance_table* vki, const char* name)
+/* 1: listed, 0: not, -1: out of host memory (recorded on ctx, which may be NULL: no point) */
+static int has_layer(vkh2o_context* ctx, const vkh2o_instance_table* vki, const char* name)
 {
     uint32_t n = 0;
     if (vki->vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0)
-        return false;
-    VkLayerProperties* p = calloc(n, sizeof *p);
-    bool found = false;
-    if (p && vki->vkEnumerateInstanceLayerProperties(&n, p) == VK_SUCCESS)
+        return 0;
+    VkLayerProperties* p = vkh2o_calloc(ctx, n, sizeof *p);
+    if (!p)
+        return -1;
+    int found = 0;
+    if (vki->vkEnumerateInstanceLayerProperties(&n, p) == VK_SUCCESS)
         for (uint32_t i = 0; i < n; i++)
             found |= !strcmp(p[i].layerName, name);
     free(p);
     return found;
 }
 
-static bool has_instance_ext(const vkh2o_instance_table* vki, const char* name)
+static int has_instance_ext(vkh2o_context* ctx, const vkh2o_instance_table* vki, const char* name)
 {
     uint32_t n = 0;
     if (vki->vkEnumerateInstanceExtensionProperties(NULL, &n, NULL) != VK_SUCCESS || n == 0)
-        return false;
-    VkExtensionProperties* p = calloc(n, sizeof *p);
-    bool found = false;
-    if (p && vki->vkEnumerateInstanceExtensionProperties(NULL, &n, p) == VK_SUCCESS)
+        return 0;
+    VkExtensionProperties* p = vkh2o_calloc(ctx, n, sizeof *p);
+    if (!p)
+        return -1;
+    int found = 0;
+    if (vki->vkEnumerateInstanceExtensionProperties(NULL, &n, p) == VK_SUCCESS)
         for (uint32_t i = 0; i < n; i++)
             found |= !strcmp(p[i].extensionName, name);
     free(p);
     return found;
 }
 
-static bool has_device_ext(const vkh2o_instance_table* vki, VkPhysicalDevice pd, const char* name)
+static int has_device_ext(vkh2o_context* ctx, const vkh2o_instance_table* vki, VkPhysicalDevice pd, const char* name)
 {
     uint32_t n = 0;
     if (vki->vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0)
-        return false;
-    VkExtensionProperties* p = calloc(n, sizeof *p);
-    bool found = false;
-    if (p && vki->vkEnumerateDeviceExtensionProperties(pd, NULL, &n, p) == VK_SUCCESS)
+        return 0;
+    VkExtensionProperties* p = vkh2o_calloc(ctx, n, sizeof *p);
+    if (!p)
+        return -1;
+    int found = 0;
+    if (vki->vkEnumerateDeviceExtensionProperties(pd, NULL, &n, p) == VK_SUCCESS)
         for (uint32_t i = 0; i < n; i++)
             found |= !strcmp(p[i].extensionName, name);
     free(p);
@@ -96,8 +103,9 @@ static void copy_str(char* dst, size_t cap, const char* src)
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
-/* Everything the library may use, read once. `family` is the queue family used (-1: none). */
-static void query_caps(const vkh2o_instance_table* vki, VkPhysicalDevice pd, int family, vkh2o_device_caps* c, VkPhysicalDeviceMemoryProperties* mp)
+/* Everything the library may use, read once. `family` is the queue family used (-1: none).
+ * false: out of host memory (recorded on ctx, which may be NULL). */
+static bool query_caps(vkh2o_context* ctx, const vkh2o_instance_table* vki, VkPhysicalDevice pd, int family, vkh2o_device_caps* c, VkPhysicalDeviceMemoryProperties* mp)
 {
     memset(c, 0, sizeof *c);
     VkPhysicalDeviceSubgroupProperties sub = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES };
@@ -132,7 +140,10 @@ static void query_caps(const vkh2o_instance_table* vki, VkPhysicalDevice pd, int
     c->shader_float16 = f16.shaderFloat16;
     c->storage_16bit = s16.storageBuffer16BitAccess;
     c->storage_8bit = s8.storageBuffer8BitAccess;
-    c->push_descriptor = has_device_ext(vki, pd, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    const int push = has_device_ext(ctx, vki, pd, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    if (push < 0)
+        return false;
+    c->push_descriptor = push;
 
     vki->vkGetPhysicalDeviceMemoryProperties(pd, mp);
     for (uint32_t h = 0; h < mp->memoryHeapCount; h++)
@@ -146,6 +157,7 @@ static void query_caps(const vkh2o_instance_table* vki, VkPhysicalDevice pd, int
         uint32_t n = queue_families(vki, pd, q);
         c->timestamps = (uint32_t)family < n && q[family].timestampValidBits > 0 && p->limits.timestampPeriod > 0;
     }
+    return true;
 }
 
 static int type_rank(VkPhysicalDeviceType t)
@@ -162,7 +174,7 @@ static int type_rank(VkPhysicalDeviceType t)
 /* Instance flags and extensions for a loader: debug utils for validation messages, and
  * portability enumeration (with its flag) where the loader offers it, so that portability
  * drivers such as MoltenVK are listed. */
-static VkResult make_instance(const vkh2o_instance_table* vki, bool validation, bool debug_utils,
+static VkResult make_instance(vkh2o_context* ctx, const vkh2o_instance_table* vki, bool validation, bool debug_utils,
                               const VkAllocationCallbacks* alloc, VkInstance* out)
 {
     const char* layers[1] = { VALIDATION_LAYER };
@@ -171,7 +183,10 @@ static VkResult make_instance(const vkh2o_instance_table* vki, bool validation, 
     VkInstanceCreateFlags flags = 0;
     if (debug_utils)
         exts[next++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
-    if (has_instance_ext(vki, VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME)) {
+    const int portability = has_instance_ext(ctx, vki, VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME);
+    if (portability < 0)
+        return VK_ERROR_OUT_OF_HOST_MEMORY;
+    if (portability) {
         exts[next++] = VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME;
         flags |= VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR;
     }
@@ -194,7 +209,7 @@ vkh2o_result vkh2o_enumerate_devices(vkh2o_device_caps* caps, uint32_t max, uint
     if (!vkh2o_loader_open(NULL, &lib, &t, why, sizeof why))
         return VKH2O_ERROR_NO_DEVICE;
     VkInstance inst;
-    if (make_instance(&t, false, false, NULL, &inst) != VK_SUCCESS) {
+    if (make_instance(NULL, &t, false, false, NULL, &inst) != VK_SUCCESS) {
         vkh2o_loader_close(lib);
         return VKH2O_ERROR_NO_DEVICE;
     }
@@ -208,7 +223,7 @@ vkh2o_result vkh2o_enumerate_devices(vkh2o_device_caps* caps, uint32_t max, uint
         t.vkEnumeratePhysicalDevices(inst, &n, pds);
         for (uint32_t i = 0; i < n && i < max && caps; i++) {
             VkPhysicalDeviceMemoryProperties mp;
-            query_caps(&t, pds[i], compute_family(&t, pds[i]), &caps[i], &mp);
+            query_caps(NULL, &t, pds[i], compute_family(&t, pds[i]), &caps[i], &mp);
         }
         *count = n;
         r = VKH2O_OK;
@@ -281,7 +296,10 @@ static vkh2o_result create_device(vkh2o_context* ctx)
     VkPhysicalDevice16BitStorageFeatures s16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES, .pNext = &s8 };
     VkPhysicalDeviceShaderFloat16Int8Features f16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, .pNext = &s16 };
     VkPhysicalDeviceMemoryPriorityFeaturesEXT mp = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PRIORITY_FEATURES_EXT };
-    bool has_mp = !baseline && has_device_ext(vki, ctx->phys, VK_EXT_MEMORY_PRIORITY_EXTENSION_NAME);
+    const int mp_ext = baseline ? 0 : has_device_ext(ctx, vki, ctx->phys, VK_EXT_MEMORY_PRIORITY_EXTENSION_NAME);
+    if (mp_ext < 0)
+        return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+    const bool has_mp = mp_ext > 0;
     if (has_mp)
         s8.pNext = &mp;
     VkPhysicalDeviceFeatures2 avail = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16 };
@@ -304,11 +322,14 @@ static vkh2o_result create_device(vkh2o_context* ctx)
 
     const char* exts[3];
     uint32_t next = 0;
-    bool push = !baseline && has_device_ext(vki, ctx->phys, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    const int push = baseline ? 0 : has_device_ext(ctx, vki, ctx->phys, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    /* a portability (non-conformant) implementation must have its subset extension enabled */
+    const int portability = push < 0 ? -1 : has_device_ext(ctx, vki, ctx->phys, "VK_KHR_portability_subset");
+    if (portability < 0)
+        return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
     if (push)
         exts[next++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
-    /* a portability (non-conformant) implementation must have its subset extension enabled */
-    if (has_device_ext(vki, ctx->phys, "VK_KHR_portability_subset"))
+    if (portability)
         exts[next++] = "VK_KHR_portability_subset";
     if (has_mp && mp.memoryPriority)
         exts[next++] = VK_EXT_MEMORY_PRIORITY_EXTENSION_NAME;
@@ -323,7 +344,8 @@ static vkh2o_result create_device(vkh2o_context* ctx)
     if (vr != VK_SUCCESS)
         return vkh2o_vk_fail(ctx, vr, "vkCreateDevice");
     ctx->owns_device = true;
-    query_caps(vki, ctx->phys, fam, &ctx->caps, &ctx->mem_props);
+    if (!query_caps(ctx, vki, ctx->phys, fam, &ctx->caps, &ctx->mem_props))
+        return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
     ctx->caps.shader_float16 = ef16.shaderFloat16;
     ctx->caps.storage_16bit = e16.storageBuffer16BitAccess;
     ctx->caps.storage_8bit = e8.storageBuffer8BitAccess;
@@ -493,18 +515,27 @@ vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context*
             r = vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "adopted device %s is below Vulkan 1.2", p.deviceName);
             goto fail;
         }
-        query_caps(vki, ctx->phys, (int)ctx->queue_family, &ctx->caps, &ctx->mem_props);
+        if (!query_caps(ctx, vki, ctx->phys, (int)ctx->queue_family, &ctx->caps, &ctx->mem_props)) {
+            r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+            goto fail;
+        }
         adopted_features(ctx, desc);
     } else {
         bool validation = ctx->flags & VKH2O_CONTEXT_VALIDATION;
-        if (validation && !has_layer(vki, VALIDATION_LAYER)) {
+        const int layer = validation ? has_layer(ctx, vki, VALIDATION_LAYER) : 0;
+        const int dbg_ext = layer > 0 ? has_instance_ext(ctx, vki, VK_EXT_DEBUG_UTILS_EXTENSION_NAME) : 0;
+        if (layer < 0 || dbg_ext < 0) {
+            r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+            goto fail;
+        }
+        if (validation && !layer) {
             r = vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                            "validation requested but %s is not installed (Debian: vulkan-validationlayers)", VALIDATION_LAYER);
             goto fail;
         }
-        bool dbg = validation && has_instance_ext(vki, VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+        const bool dbg = dbg_ext > 0;
         VkResult vr = vkh2o_fault_vk(ctx, "vkCreateInstance") ? VK_ERROR_OUT_OF_HOST_MEMORY
-                                                               : make_instance(vki, validation, dbg, ctx->alloc, &ctx->instance);
+                                                               : make_instance(ctx, vki, validation, dbg, ctx->alloc, &ctx->instance);
         if (vr != VK_SUCCESS) {
             r = vr == VK_ERROR_INCOMPATIBLE_DRIVER ? vkh2o_fail(ctx, VKH2O_ERROR_NO_DEVICE, "no Vulkan driver found (vkCreateInstance: %s)", vkh2o_vk_result_string(vr))
                                                     : vkh2o_vk_fail(ctx, vr, "vkCreateInstance");

@@ -126,3 +126,12 @@ void* vkh2o_realloc_at(vkh2o_context* ctx, void* old, size_t bytes, const char* 
     void* p = realloc(old, bytes ? bytes : 1);
     return p ? p : host_failed(ctx, bytes, where);
 }
+
+char* vkh2o_strdup_at(vkh2o_context* ctx, const char* s, const char* where)
+{
+    const size_t n = strlen(s) + 1;
+    char* p = vkh2o_malloc_at(ctx, n, where);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}

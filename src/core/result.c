@@ -55,14 +55,38 @@ void vkh2o_log(vkh2o_context* ctx, vkh2o_log_level level, const char* fmt, ...)
     ctx->log(level, msg, ctx->user_data);
 }
 
+/* Injection points passed so far, plus one (never 0): marks when an out-of-memory failure was
+ * recorded (the counts advance at every host allocation and Vulkan create, armed or not). */
+static uint64_t oom_mark_now(const vkh2o_context* ctx)
+{
+    return ctx->fault.host_points + ctx->fault.vk_points + 1;
+}
+
 vkh2o_result vkh2o_fail(vkh2o_context* ctx, vkh2o_result r, const char* fmt, ...)
 {
     if (!ctx)
         return r;
+    char msg[sizeof ctx->last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    const bool oom = r == VKH2O_ERROR_OUT_OF_HOST_MEMORY || r == VKH2O_ERROR_OUT_OF_DEVICE_MEMORY;
+    if (oom && ctx->oom_mark == oom_mark_now(ctx) && ctx->last_error[0] && !strstr(msg, ctx->last_error)) {
+        /* A caller passing on an out-of-memory failure ("kv cache: out of host memory") right
+         * after the allocation or Vulkan call that failed recorded what and where (no
+         * allocation in between): keep that, after the caller's words. */
+        static const char tail[] = "out of host memory";
+        const size_t n = strlen(msg), t = sizeof tail - 1;
+        const bool same = n >= t && !strcmp(msg + n - t, tail) && !strncmp(ctx->last_error, tail, t);
+        char joined[2 * sizeof ctx->last_error + 2];
+        snprintf(joined, sizeof joined, "%s%s%s", msg, same ? "" : ": ", ctx->last_error + (same ? t : 0));
+        memcpy(ctx->last_error, joined, sizeof ctx->last_error - 1);
+        ctx->last_error[sizeof ctx->last_error - 1] = 0;
+    } else {
+        memcpy(ctx->last_error, msg, sizeof msg);
+    }
+    ctx->oom_mark = oom ? oom_mark_now(ctx) : 0;
     if (ctx->log)
         ctx->log(VKH2O_LOG_ERROR, ctx->last_error, ctx->user_data);
     return r;

@@ -767,10 +767,12 @@ vkh2o_result vkh2o_kvcache_read_snapshot(vkh2o_kvcache* c, uint32_t layer, vkh2o
     if (!c || !snap || layer >= c->d.num_layers)
         return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_kvcache_read_snapshot: bad layer or NULL argument");
     const uint32_t S = c->plan.total_slots, W = vkh2o_kvcache_shape(&c->d).w;
+    /* each allocation only after the one before succeeded: a failure stays the last thing the
+     * context recorded, so the error names it */
     uint32_t* pos = vkh2o_malloc(c->ctx, 4ull * S);
-    float* sc = vkh2o_malloc(c->ctx, 4ull * S);
-    uint32_t* rows = vkh2o_malloc(c->ctx, 4ull * c->layer_words);
-    snap_item* items = vkh2o_malloc(c->ctx, sizeof *items * S);
+    float* sc = pos ? vkh2o_malloc(c->ctx, 4ull * S) : NULL;
+    uint32_t* rows = sc ? vkh2o_malloc(c->ctx, 4ull * c->layer_words) : NULL;
+    snap_item* items = rows ? vkh2o_malloc(c->ctx, sizeof *items * S) : NULL;
     vkh2o_result r = pos && sc && rows && items ? VKH2O_OK
                                                 : vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache snapshot: out of host memory");
     if (r == VKH2O_OK && (r = vkh2o_buffer_download(c->pos, 4ull * S * layer, pos, 4ull * S)) == VKH2O_OK &&

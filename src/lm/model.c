@@ -56,7 +56,7 @@ vkh2o_result vkh2o_model_config_from_json(const char* path, vkh2o_model_config* 
     if (r != VKH2O_OK)
         return r;
     cJSON* root = NULL;
-    if ((r = vkh2o_read_json_file(path, CONFIG_MAX_BYTES, &root, err)) != VKH2O_OK)
+    if ((r = vkh2o_read_json_file(NULL, path, CONFIG_MAX_BYTES, &root, err)) != VKH2O_OK)
         return r;
     uint32_t layers = 0;
     if ((r = cfg_uint(root, path, "vocab_size", true, false, &c.vocab_size, err)) != VKH2O_OK ||
@@ -217,7 +217,7 @@ vkh2o_result vkh2o_model_host_load(vkh2o_context* ctx, const char* dir, vkh2o_mo
     } else {
         snprintf(wpath, sizeof wpath, "%s", dir);
     }
-    if ((r = vkh2o_checkpoint_open(wpath, &h->ck, err)) != VKH2O_OK)
+    if ((r = vkh2o_checkpoint_open_ctx(ctx, wpath, &h->ck, err)) != VKH2O_OK)
         goto fail;
     const vkh2o_model_config* c = &h->cfg;
     const uint32_t D = c->attn.hidden_size, I = c->intermediate_size, V = c->vocab_size, NL = c->attn.num_layers;

@@ -29,6 +29,7 @@ typedef struct ck_entry {
 } ck_entry;
 
 struct vkh2o_checkpoint {
+    vkh2o_context* ctx;         /* the reader's allocations are its injection points (NULL: none) */
     char* path;
     char* index_path;           /* NULL: a single file (files[0]) */
     ck_file* files;
@@ -38,10 +39,10 @@ struct vkh2o_checkpoint {
     pthread_mutex_t lock;       /* guards the lazy opens */
 };
 
-static char* join_path(const char* dir, const char* name)
+static char* join_path(vkh2o_context* ctx, const char* dir, const char* name)
 {
     size_t a = strlen(dir), b = strlen(name);
-    char* s = malloc(a + b + 2);
+    char* s = vkh2o_malloc(ctx, a + b + 2);
     if (!s)
         return NULL;
     memcpy(s, dir, a);
@@ -102,14 +103,14 @@ static vkh2o_result add_file(vkh2o_checkpoint* ck, const char* dir, const char* 
             return VKH2O_OK;
         }
     }
-    ck_file* nf = realloc(ck->files, (size_t)(ck->nfiles + 1) * sizeof *nf);
+    ck_file* nf = vkh2o_realloc(ck->ctx, ck->files, (size_t)(ck->nfiles + 1) * sizeof *nf);
     if (!nf)
         return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
     ck->files = nf;
     ck_file* f = &ck->files[ck->nfiles];
     memset(f, 0, sizeof *f);
-    f->rel = strdup(rel);
-    f->path = join_path(dir, rel);
+    f->rel = vkh2o_strdup(ck->ctx, rel);
+    f->path = f->rel ? join_path(ck->ctx, dir, rel) : NULL;
     ck->nfiles++;
     if (!f->rel || !f->path)
         return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
@@ -121,7 +122,7 @@ static vkh2o_result parse_index(vkh2o_checkpoint* ck, const char* dir, vkh2o_err
 {
     const char* ip = ck->index_path;
     cJSON* root;
-    VKH2O_CHECK(vkh2o_read_json_file(ip, INDEX_MAX_BYTES, &root, err));
+    VKH2O_CHECK(vkh2o_read_json_file(ck->ctx, ip, INDEX_MAX_BYTES, &root, err));
     vkh2o_result r = VKH2O_OK;
     const cJSON* wm = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(wm)) {
@@ -131,7 +132,7 @@ static vkh2o_result parse_index(vkh2o_checkpoint* ck, const char* dir, vkh2o_err
     uint32_t n = 0;
     for (const cJSON* c = wm->child; c; c = c->next)
         n++;
-    ck->map = calloc(n ? n : 1, sizeof *ck->map);
+    ck->map = vkh2o_calloc(ck->ctx, n ? n : 1, sizeof *ck->map);
     if (!ck->map) {
         r = vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", ip);
         goto done;
@@ -153,7 +154,7 @@ static vkh2o_result parse_index(vkh2o_checkpoint* ck, const char* dir, vkh2o_err
         }
         uint32_t fi = 0;
         ck_entry* e = &ck->map[ck->nmap];
-        e->name = strdup(c->string);
+        e->name = vkh2o_strdup(ck->ctx, c->string);
         if (!e->name || add_file(ck, dir, c->valuestring, &fi) != VKH2O_OK) {
             free(e->name);
             e->name = NULL;
@@ -193,7 +194,7 @@ static vkh2o_result find_single(vkh2o_checkpoint* ck, const char* dir, vkh2o_err
         if (de->d_name[0] == '.' || !has_suffix(de->d_name, ".safetensors"))
             continue;
         if (n++ == 0)
-            found = strdup(de->d_name);
+            found = vkh2o_strdup(ck->ctx, de->d_name);
     }
     closedir(d);
     if (n != 1) {
@@ -210,10 +211,20 @@ static vkh2o_result find_single(vkh2o_checkpoint* ck, const char* dir, vkh2o_err
     free(found);
     if (r != VKH2O_OK)
         return vkh2o_error_set(err, r, "%s: out of host memory", dir);
-    return vkh2o_safetensors_open(ck->files[0].path, &ck->files[0].st, err);
+    return vkh2o_safetensors_open_ctx(ck->ctx, ck->files[0].path, &ck->files[0].st, err);
 }
 
 vkh2o_result vkh2o_checkpoint_open(const char* path, vkh2o_checkpoint** out, vkh2o_error* err)
+{
+    return vkh2o_checkpoint_open_ctx(NULL, path, out, err);
+}
+
+vkh2o_context* vkh2o_checkpoint_get_ctx(const vkh2o_checkpoint* ck)
+{
+    return ck ? ck->ctx : NULL;
+}
+
+vkh2o_result vkh2o_checkpoint_open_ctx(vkh2o_context* ctx, const char* path, vkh2o_checkpoint** out, vkh2o_error* err)
 {
     if (out)
         *out = NULL;
@@ -222,18 +233,19 @@ vkh2o_result vkh2o_checkpoint_open(const char* path, vkh2o_checkpoint** out, vkh
     struct stat sb;
     if (stat(path, &sb) != 0)
         return vkh2o_error_set(err, VKH2O_ERROR_IO, "%s: cannot open checkpoint: %s", path, strerror(errno));
-    vkh2o_checkpoint* ck = calloc(1, sizeof *ck);
+    vkh2o_checkpoint* ck = vkh2o_calloc(ctx, 1, sizeof *ck);
     if (!ck)
         return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
     pthread_mutex_init(&ck->lock, NULL);
-    ck->path = strdup(path);
+    ck->ctx = ctx;
+    ck->path = vkh2o_strdup(ctx, path);
     if (!ck->path) {
         vkh2o_checkpoint_destroy(ck);
         return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
     }
     vkh2o_result r;
     if (S_ISDIR(sb.st_mode)) {
-        char* ip = join_path(path, INDEX_NAME);
+        char* ip = join_path(ctx, path, INDEX_NAME);
         struct stat ib;
         if (!ip) {
             r = vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
@@ -250,7 +262,7 @@ vkh2o_result vkh2o_checkpoint_open(const char* path, vkh2o_checkpoint** out, vkh
         if (r != VKH2O_OK)
             vkh2o_error_set(err, r, "%s: out of host memory", path);
         else
-            r = vkh2o_safetensors_open(path, &ck->files[0].st, err);
+            r = vkh2o_safetensors_open_ctx(ctx, path, &ck->files[0].st, err);
     }
     if (r != VKH2O_OK) {
         vkh2o_checkpoint_destroy(ck);
@@ -283,7 +295,7 @@ static vkh2o_result find_locked(vkh2o_checkpoint* ck, const char* name, vkh2o_te
     ck_file* f = &ck->files[e->file];
     if (!f->st) {
         vkh2o_error inner = { 0 };
-        vkh2o_result r = vkh2o_safetensors_open(f->path, &f->st, &inner);
+        vkh2o_result r = vkh2o_safetensors_open_ctx(ck->ctx, f->path, &f->st, &inner);
         if (r != VKH2O_OK)
             return vkh2o_error_set(err, r, "%s: shard '%s' (holding tensor '%s' per %s): %s", ck->path, f->rel, name,
                                    INDEX_NAME, inner.message);

@@ -564,7 +564,7 @@ vkh2o_result vkh2o_mla_config_from_json(const char* path, vkh2o_mla_config* cfg,
     if (!path || !cfg)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_config_from_json: NULL argument");
     cJSON* root;
-    VKH2O_CHECK(vkh2o_read_json_file(path, CONFIG_MAX_BYTES, &root, err));
+    VKH2O_CHECK(vkh2o_read_json_file(NULL, path, CONFIG_MAX_BYTES, &root, err));
     vkh2o_result r;
     if (!cJSON_IsObject(root)) {
         r = vkh2o_error_set(err, VKH2O_ERROR_FORMAT, "%s: not a JSON object", path);

@@ -26,6 +26,16 @@ vkh2o_result vkh2o_json_check(const char* text, size_t len, const char* what, ui
 void vkh2o_safetensors_get_data_section(const vkh2o_safetensors* st, const uint8_t** data, uint64_t* size);
 
 struct cJSON;
-vkh2o_result vkh2o_read_json_file(const char* path, size_t max_bytes, struct cJSON** out, vkh2o_error* err);
+vkh2o_result vkh2o_read_json_file(vkh2o_context* ctx, const char* path, size_t max_bytes, struct cJSON** out, vkh2o_error* err);
+
+/* vkh2o_safetensors_open / vkh2o_checkpoint_open for a context's use (vkh2o_model_create):
+ * every host allocation of the reader, then and in later finds, is an injection point of ctx
+ * (src/core/fault.c), whose last error also names it on failure. ctx (NULL: as the public
+ * calls) must outlive the object. JSON parsing's own allocations (cJSON, the strict checker)
+ * are not points. */
+vkh2o_result vkh2o_safetensors_open_ctx(vkh2o_context* ctx, const char* path, vkh2o_safetensors** out, vkh2o_error* err);
+vkh2o_result vkh2o_checkpoint_open_ctx(vkh2o_context* ctx, const char* path, vkh2o_checkpoint** out, vkh2o_error* err);
+/* The context a checkpoint was opened for (NULL: none). */
+vkh2o_context* vkh2o_checkpoint_get_ctx(const vkh2o_checkpoint* ck);
 
 #endif

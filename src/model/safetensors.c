@@ -73,14 +73,14 @@ const char* vkh2o_shape_str(char* buf, size_t size, uint32_t ndim, const uint64_
 }
 
 /* Reads a whole small file into a NUL-terminated heap buffer (files above max_bytes: FORMAT). */
-static vkh2o_result read_small_file(const char* path, size_t max_bytes, char** out, size_t* len, vkh2o_error* err)
+static vkh2o_result read_small_file(vkh2o_context* ctx, const char* path, size_t max_bytes, char** out, size_t* len, vkh2o_error* err)
 {
     *out = NULL;
     FILE* f = fopen(path, "rb");
     if (!f)
         return vkh2o_error_set(err, VKH2O_ERROR_IO, "%s: cannot open: %s", path, strerror(errno));
     size_t cap = 4096, n = 0;
-    char* buf = malloc(cap + 1);
+    char* buf = vkh2o_malloc(ctx, cap + 1);
     while (buf) {
         if (n == cap) {
             if (cap >= max_bytes) {
@@ -90,7 +90,7 @@ static vkh2o_result read_small_file(const char* path, size_t max_bytes, char** o
                                        path, max_bytes);
             }
             cap *= 2;
-            char* nb = realloc(buf, cap + 1);
+            char* nb = vkh2o_realloc(ctx, buf, cap + 1);
             if (!nb) {
                 free(buf);
                 buf = NULL;
@@ -120,12 +120,12 @@ static vkh2o_result read_small_file(const char* path, size_t max_bytes, char** o
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_read_json_file(const char* path, size_t max_bytes, cJSON** out, vkh2o_error* err)
+vkh2o_result vkh2o_read_json_file(vkh2o_context* ctx, const char* path, size_t max_bytes, cJSON** out, vkh2o_error* err)
 {
     *out = NULL;
     char* text = NULL;
     size_t len = 0;
-    VKH2O_CHECK(read_small_file(path, max_bytes, &text, &len, err));
+    VKH2O_CHECK(read_small_file(ctx, path, max_bytes, &text, &len, err));
     vkh2o_result r = vkh2o_json_check(text, len, path, 0, err);
     if (r != VKH2O_OK) {
         free(text);
@@ -152,6 +152,7 @@ typedef struct st_entry {
 } st_entry;
 
 struct vkh2o_safetensors {
+    vkh2o_context* ctx;               /* the reader's allocations are its injection points (NULL: none) */
     char* path;
     void* map;
     size_t map_size;
@@ -238,12 +239,12 @@ static vkh2o_result parse_metadata(vkh2o_safetensors* st, const cJSON* md, vkh2o
                                    st->path, c->string ? c->string : "?");
         n++;
     }
-    st->meta = calloc((size_t)n * 2 + 1, sizeof *st->meta);
+    st->meta = vkh2o_calloc(st->ctx, (size_t)n * 2 + 1, sizeof *st->meta);
     if (!st->meta)
         return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", st->path);
     for (const cJSON* c = md->child; c; c = c->next) {
-        char* k = strdup(c->string);
-        char* v = strdup(c->valuestring);
+        char* k = vkh2o_strdup(st->ctx, c->string);
+        char* v = k ? vkh2o_strdup(st->ctx, c->valuestring) : NULL;
         st->meta[2 * st->nmeta] = k;
         st->meta[2 * st->nmeta + 1] = v;
         st->nmeta++;
@@ -350,8 +351,8 @@ static vkh2o_result parse_header(vkh2o_safetensors* st, const char* hdr, size_t 
         }
         n++;
     }
-    st->entries = calloc(n ? n : 1, sizeof *st->entries);
-    st->by_name = calloc(n ? n : 1, sizeof *st->by_name);
+    st->entries = vkh2o_calloc(st->ctx, n ? n : 1, sizeof *st->entries);
+    st->by_name = st->entries ? vkh2o_calloc(st->ctx, n ? n : 1, sizeof *st->by_name) : NULL;
     if (!st->entries || !st->by_name) {
         r = vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory for %u tensors", f, n);
         goto done;
@@ -367,7 +368,7 @@ static vkh2o_result parse_header(vkh2o_safetensors* st, const char* hdr, size_t 
             continue;
         }
         st_entry* e = &st->entries[st->count];
-        e->name = strdup(c->string);
+        e->name = vkh2o_strdup(st->ctx, c->string);
         if (!e->name) {
             r = vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", f);
             goto done;
@@ -382,8 +383,8 @@ static vkh2o_result parse_header(vkh2o_safetensors* st, const char* hdr, size_t 
     }
 
     /* duplicate names (cJSON keeps both copies of a repeated key) and the lookup index */
-    name_ref* names = malloc((size_t)(n ? n : 1) * sizeof *names);
-    span_ref* spans = malloc((size_t)(n ? n : 1) * sizeof *spans);
+    name_ref* names = vkh2o_malloc(st->ctx, (size_t)(n ? n : 1) * sizeof *names);
+    span_ref* spans = names ? vkh2o_malloc(st->ctx, (size_t)(n ? n : 1) * sizeof *spans) : NULL;
     if (!names || !spans) {
         free(names);
         free(spans);
@@ -431,6 +432,11 @@ done:
 
 vkh2o_result vkh2o_safetensors_open(const char* path, vkh2o_safetensors** out, vkh2o_error* err)
 {
+    return vkh2o_safetensors_open_ctx(NULL, path, out, err);
+}
+
+vkh2o_result vkh2o_safetensors_open_ctx(vkh2o_context* ctx, const char* path, vkh2o_safetensors** out, vkh2o_error* err)
+{
     if (out)
         *out = NULL;
     if (!path || !out)
@@ -466,14 +472,15 @@ vkh2o_result vkh2o_safetensors_open(const char* path, vkh2o_safetensors** out, v
         return vkh2o_error_set(err, VKH2O_ERROR_IO, "%s: cannot mmap %llu bytes: %s", path, (unsigned long long)fsize,
                                strerror(map_errno));
 
-    vkh2o_safetensors* st = calloc(1, sizeof *st);
-    char* path_copy = strdup(path);
+    vkh2o_safetensors* st = vkh2o_calloc(ctx, 1, sizeof *st);
+    char* path_copy = st ? vkh2o_strdup(ctx, path) : NULL;
     if (!st || !path_copy) {
         munmap(map, (size_t)fsize);
         free(st);
         free(path_copy);
         return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
     }
+    st->ctx = ctx;
     st->path = path_copy;
     st->map = map;
     st->map_size = (size_t)fsize;

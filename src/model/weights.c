@@ -155,12 +155,12 @@ double vkh2o_mla_host_weights_get_value(const vkh2o_mla_host_weights* hw, vkh2o_
 }
 
 /* w[r][c] = fp8[r][c] * scale_inv[r / 128][c / 128], rounded to BF16. Edge blocks are partial. */
-static vkh2o_result dequant_fp8(vkh2o_mla_host_weights* hw, vkh2o_mla_weight w, const vkh2o_tensor_view* q,
+static vkh2o_result dequant_fp8(vkh2o_context* ctx, vkh2o_mla_host_weights* hw, vkh2o_mla_weight w, const vkh2o_tensor_view* q,
                                 const vkh2o_tensor_view* s, vkh2o_error* err)
 {
     uint64_t rows = q->shape[0], cols = q->shape[1];
     uint64_t sc = s->shape[1];
-    uint16_t* out = malloc(q->numel ? q->numel * sizeof *out : 1);
+    uint16_t* out = vkh2o_malloc(ctx, q->numel ? q->numel * sizeof *out : 1);
     if (!out)
         return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY,
                                "%s: tensor '%s': out of host memory for its %llu-element BF16 copy", q->file, q->name,
@@ -276,7 +276,7 @@ static vkh2o_result load_one(vkh2o_checkpoint* ck, const vkh2o_mla_config* cfg, 
                                s.file, s.name, vkh2o_dtype_name(s.dtype), v.name);
     VKH2O_CHECK(check_fp8(&v, &s, err));
     if (flags & VKH2O_LOAD_FP8_TO_BF16)
-        return dequant_fp8(hw, w, &v, &s, err);
+        return dequant_fp8(vkh2o_checkpoint_get_ctx(ck), hw, w, &v, &s, err);
     hw->v[w] = v;
     hw->scale[w] = s;
     return VKH2O_OK;
@@ -315,7 +315,7 @@ vkh2o_result vkh2o_mla_host_weights_load(vkh2o_checkpoint* ck, const vkh2o_mla_c
                                "%s: layer %u not found: none of '%s', '%s', '%s' is in the checkpoint",
                                vkh2o_checkpoint_get_path(ck), layer, probe[0], probe[1], probe[2]);
 
-    vkh2o_mla_host_weights* hw = calloc(1, sizeof *hw);
+    vkh2o_mla_host_weights* hw = vkh2o_calloc(vkh2o_checkpoint_get_ctx(ck), 1, sizeof *hw);
     if (!hw)
         return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     vkh2o_result r = VKH2O_OK;
