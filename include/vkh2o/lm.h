@@ -118,7 +118,9 @@ VKH2O_API uint32_t vkh2o_budget_for_layer(vkh2o_budget_schedule schedule, uint32
  *   layout        DEFAULT = LATENT (c_kv + k_pe, the query absorbed on the device), or EXPANDED
  *   storage       F16 (default) or F32 rows
  *   max_tokens    longest sequence the session takes (prefill + decode); 0 = the model's
- *                 max_seq_len
+ *                 max_seq_len, which bounds it, except for the one KV cache with a capacity
+ *                 (up to 2^24: decode calls of at most max_seq_len tokens; positions past the
+ *                 model's max_position_embeddings are beyond its training length)
  * The quantised cache instead (quantised true: one vkh2o_qcache per layer, latent, default block
  * and group sizes; budget, policy and the eviction fields above must be 0):
  *   qpolicy       the routing policy (FP16 = every block FP16; aggressive also evicts blocks)
@@ -128,8 +130,8 @@ VKH2O_API uint32_t vkh2o_budget_for_layer(vkh2o_budget_schedule schedule, uint32
  * Quantised decoding submits once per route_every tokens (routing reads counts back).
  * The one KV cache instead (kv_cache true: one vkh2o_kvcache per layer, vkh2o/kvcache.h): kv
  * gives which tokens stay and at what precision (capacity_tokens or capacity_bytes per layer,
- * n_sink, n_recent, policy, score_mode, decay, seed, precision, tier_tokens, group_size); its
- * shape, max_tokens and num_layers are the session's. budget, schedule, layout, storage and the
+ * n_sink, n_recent, policy, score_mode, decay, seed, precision, tier_tokens, group_size,
+ * check_finite: vkh2o_model_session_read_kv_stats reports per layer); its shape, max_tokens and num_layers are the session's. budget, schedule, layout, storage and the
  * quantised-cache fields must be 0; obs_window, pool and pool_size apply to its prefill.
  */
 typedef struct vkh2o_model_cache_desc {
@@ -155,7 +157,7 @@ typedef struct vkh2o_model_cache_desc {
 } vkh2o_model_cache_desc;
 
 /* Results: OK, INVALID_ARGUMENT / BUDGET (the cache desc, max_tokens above the model's
- * max_seq_len), OUT_OF_DEVICE_MEMORY, VULKAN. m must outlive the session; one session of a
+ * max_seq_len without a kvcache capacity), OUT_OF_DEVICE_MEMORY, VULKAN. m must outlive the session; one session of a
  * model may run at a time (they share the model's scratch). */
 VKH2O_API vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_desc* desc,
                                                   vkh2o_model_session** out);
@@ -166,6 +168,12 @@ VKH2O_API vkh2o_result vkh2o_model_session_reset(vkh2o_model_session* s);
 VKH2O_API uint32_t vkh2o_model_session_get_position(const vkh2o_model_session* s);
 /* Tokens held now by layer `layer`'s cache (blocking read). Results: OK, INVALID_ARGUMENT, VULKAN. */
 VKH2O_API vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s, uint32_t layer, uint32_t* len);
+/* Layer `layer`'s vkh2o_kvcache_stats (blocking read) for a session of the one KV cache: with
+ * kv.check_finite its nonfinite count and the first non-finite position and input of that layer
+ * (vkh2o/kvcache.h "Non-finite values"). Results: OK, INVALID_ARGUMENT (layer, NULL, another
+ * cache), VULKAN. */
+VKH2O_API vkh2o_result vkh2o_model_session_read_kv_stats(vkh2o_model_session* s, uint32_t layer,
+                                                        vkh2o_kvcache_stats* out);
 /* Device bytes of every layer's cache rows at the session's cap (or max_tokens for the full
  * cache); for the quantised cache the data and scale bytes of max_tokens tokens routed by the
  * policy (vkh2o_qpolicy_counts; metadata and FP16 headroom not counted); for the one KV cache

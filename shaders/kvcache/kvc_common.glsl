@@ -26,6 +26,8 @@ layout(constant_id = 14) const uint SELECTS = 0;   // 1: scores and selection ar
 layout(constant_id = 15) const uint WROW = 80;     // KVL + R (shared arrays)
 layout(constant_id = 16) const uint BYBYTES = 0;   // 1: tiers by bytes (BUDGET decides, not the pools)
 layout(constant_id = 17) const uint BUDGET = 0;    // tiers by bytes: the capacity in bytes
+// (18: kvc_append's MAXTOK)
+layout(constant_id = 19) const uint CHECKFIN = 0;  // 1: count non-finite inputs and scores
 
 const uint WG = gl_WorkGroupSize.x;
 const uint W = KVL + R;
@@ -43,6 +45,17 @@ const uint ST_EVICTED = 9u;
 const uint ST_OVERFLOW = 10u;
 const uint ST_SKIP = 11u;     // 1: this step was refused (past max_tokens); later stages do nothing
 const uint ST_CUR = 12u;      // position of the latest token
+const uint ST_NF_COUNT = 13u; // CHECKFIN: steps / prefill tokens that saw a non-finite number
+const uint ST_NF_FIRST = 14u; // ~(position << 4 | what) of the first one (0: none; atomicMax keeps the lowest)
+const uint ST_NF_LAST = 15u;  // position + 1 of the last step counted (0: none)
+// what (vkh2o_kv_nonfinite)
+const uint NF_Q = 1u;
+const uint NF_CKV = 2u;
+const uint NF_KPE = 4u;
+const uint NF_SCORE = 8u;
+
+// NaN or +-Inf, by the bits (no float compare a compiler may assume finite)
+bool non_finite(float x) { return (floatBitsToUint(x) & 0x7f800000u) == 0x7f800000u; }
 
 uint tier_slots(uint k) { return k == 0u ? SLOTS0 : (k == 1u ? SLOTS1 : (k == 2u ? SLOTS2 : SLOTS3)); }
 uint tier_bits(uint k) { return 16u >> k; }

@@ -21,6 +21,8 @@ enum kvc_spec {
     KVC_SPEC_BUDGET = 17,    /* tiers by bytes: the capacity in bytes */
     KVC_SPEC_COUNT = 18,
     KVC_SPEC_MAXTOK = 18,    /* kvc_append only */
+    KVC_SPEC_CHECKFIN = 19,  /* 1: desc.check_finite (kvc_append, kvc_softmax, kvc_prefill) */
+    KVC_SPEC_ALL = 20,
 };
 
 /* state words per layer (kvc_common.glsl ST_*) */
@@ -32,6 +34,9 @@ enum {
     KVC_ST_OVERFLOW = 10,
     KVC_ST_SKIP = 11,
     KVC_ST_CUR = 12,
+    KVC_ST_NF_COUNT = 13,    /* check_finite: steps / prefill tokens with a non-finite number */
+    KVC_ST_NF_FIRST = 14,    /* ~(position << 4 | what) of the first (0: none) */
+    KVC_ST_NF_LAST = 15,     /* position + 1 of the last step counted (0: none) */
     KVC_ST_WORDS = 16,
 };
 
@@ -64,7 +69,7 @@ struct vkh2o_kvcache {
     vkh2o_buffer* scores;          /* f32 [layers][total_slots] */
     vkh2o_buffer* scratch;         /* f32 [heads][total_slots] */
     vkh2o_buffer* dummy;           /* bound where a call has no buffer of its own (out, mass) */
-    uint32_t spec[KVC_SPEC_COUNT + 1];
+    uint32_t spec[KVC_SPEC_ALL];
 };
 
 /* Host mirror of the row format (snapshots, tests): element e of a row of tier k at words w. */
