@@ -10,7 +10,8 @@
  * and hashes the step's logits (FNV-1a over their bits). Required:
  *   - from the first checkpoint at or past 2 x capacity on (the warm point: the cache full, every
  *     pipeline made), the device bytes and buffer count equal the warm point's at every
- *     checkpoint, and host RSS at the end within --rss-slack KiB of it;
+ *     checkpoint, and at the end host RSS within --rss-slack KiB of it and the C heap in use
+ *     (glibc's mallinfo2) within --heap-slack bytes;
  *   - once the capacity is reached, every layer holds exactly the plan's kept tokens;
  *   - a replay (a second session of the same model over the recorded tokens, one decode call per
  *     token) gives bit-identical logits at every checkpoint within --replay steps;
@@ -43,7 +44,7 @@ typedef struct soak_opts {
     uint32_t steps, cap, sink, recent, every, replay, threads;
     vkh2o_kv_precision precision;
     vkh2o_evict_policy policy;
-    uint64_t rss_slack_kib;
+    uint64_t rss_slack_kib, heap_slack;
     bool validation, quiet, progress;
 } soak_opts;
 
@@ -263,6 +264,9 @@ static void run_session(soak_run* r, vkh2o_context* ctx, vkh2o_model* m, uint32_
             r->dev_warm = r->dev_end;
             r->alloc_warm = r->alloc_end;
         }
+        if (r->heap_end > r->heap_warm + o->heap_slack)
+            FAIL(r, 1, "heap in use grew from %" PRIu64 " to %" PRIu64 " bytes after the warm point (slack %" PRIu64 ")",
+                 r->heap_warm, r->heap_end, o->heap_slack);
         if (r->rss_end > r->rss_warm + o->rss_slack_kib)
             FAIL(r, 1, "host RSS grew from %" PRIu64 " to %" PRIu64 " KiB after the warm point (slack %" PRIu64 " KiB)",
                  r->rss_warm, r->rss_end, o->rss_slack_kib);
@@ -318,12 +322,14 @@ static void usage(FILE* f)
             "usage: soak_session [--model DIR] [--steps N] [--cap C] [--sink S] [--recent R]\n"
             "                    [--precision fp16|int8|int4|int2|tiered] [--policy h2o|streaming|random]\n"
             "                    [--checkpoint-every K] [--replay N] [--threads T] [--rss-slack KIB]\n"
+            "                    [--heap-slack BYTES]\n"
             "                    [--validation] [--quiet]\n"
             "A model session generating N tokens (argmax fed back) under a kvcache of C tokens: memory\n"
             "flat after the warm point (2 x C steps), the cache at its cap, the logits at every K-th\n"
             "step identical to a replay of the first --replay steps (default all). --threads T: T\n"
             "contexts and sessions at once, compared with each other. Defaults: models/tiny-mla,\n"
-            "20000 steps, cap 64, 4 sinks, 8 recents, int4, h2o, K = steps / 10, slack 4096 KiB.\n");
+            "20000 steps, cap 64, 4 sinks, 8 recents, int4, h2o, K = steps / 10, RSS slack 4096 KiB,\n"
+            "heap slack (C heap in use, glibc) 65536 bytes.\n");
 }
 
 static bool parse_u32(const char* s, uint32_t* out)
@@ -341,7 +347,7 @@ int main(int argc, char** argv)
 {
     soak_opts o = { .model = "models/tiny-mla", .steps = 20000, .cap = 64, .sink = 4, .recent = 8, .threads = 1,
                     .precision = VKH2O_PRECISION_INT4, .policy = VKH2O_POLICY_H2O, .replay = UINT32_MAX,
-                    .rss_slack_kib = 4096 };
+                    .rss_slack_kib = 4096, .heap_slack = 65536 };
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -378,7 +384,14 @@ int main(int argc, char** argv)
             u = &o.replay;
         else if (!strcmp(a, "--threads"))
             u = &o.threads;
-        else if (!strcmp(a, "--rss-slack")) {
+        else if (!strcmp(a, "--heap-slack")) {
+            uint32_t k;
+            if (!parse_u32(v, &k)) {
+                fprintf(stderr, "soak_session: --heap-slack %s: not a number of bytes\n", v);
+                return 2;
+            }
+            o.heap_slack = k;
+        } else if (!strcmp(a, "--rss-slack")) {
             uint32_t k;
             if (!parse_u32(v, &k)) {
                 fprintf(stderr, "soak_session: --rss-slack %s: not a number of KiB\n", v);
