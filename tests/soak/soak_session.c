@@ -295,6 +295,10 @@ static void run_one(soak_run* r, soak_run* replay)
         FAIL(r, 2, "model %s: %s", o->model, vkh2o_last_error(ctx));
     if (replay && !(tokens = malloc((size_t)o->steps * sizeof *tokens)))
         FAIL(r, 2, "out of host memory for %u tokens", o->steps);
+    /* touched now: else the record's pages become resident one by one as the steps write them
+     * (4 bytes a step), which RSS would count as growth */
+    if (tokens)
+        memset(tokens, 0, (size_t)o->steps * sizeof *tokens);
     run_session(r, ctx, m, tokens, NULL);
     if (r->status == 0 && replay) {
         replay->o = o;
