@@ -296,9 +296,10 @@ static void run_one(soak_run* r, soak_run* replay)
     if (replay && !(tokens = malloc((size_t)o->steps * sizeof *tokens)))
         FAIL(r, 2, "out of host memory for %u tokens", o->steps);
     /* touched now: else the record's pages become resident one by one as the steps write them
-     * (4 bytes a step), which RSS would count as growth */
+     * (4 bytes a step), which RSS would count as growth. Not with zeros: the compiler may turn
+     * malloc + memset(0) into calloc, whose fresh mmap'd pages are left untouched */
     if (tokens)
-        memset(tokens, 0, (size_t)o->steps * sizeof *tokens);
+        memset(tokens, 0xff, (size_t)o->steps * sizeof *tokens);
     run_session(r, ctx, m, tokens, NULL);
     if (r->status == 0 && replay) {
         replay->o = o;
