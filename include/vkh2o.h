@@ -5,9 +5,10 @@
  * Overview
  *   A context owns (or borrows) a Vulkan device and queue. Weights of one MLA layer are read
  *   from a safetensors checkpoint (vkh2o/model.h), uploaded to the device (vkh2o/mla.h), and
- *   run by GLSL compute shaders embedded in the library as SPIR-V. The KV cache with its
- *   attention-mass score state and H2O eviction lives in vkh2o/cache.h; the quantised cache in
- *   vkh2o/kvquant.h.
+ *   run by GLSL compute shaders embedded in the library as SPIR-V. The KV cache
+ *   (vkh2o/kvcache.h) is one object with two choices: which tokens stay (none evicted, H2O by
+ *   accumulated attention mass, TOVA, streaming, random) and at what precision (FP16, INT8,
+ *   INT4, INT2, or tiers by score within a byte budget).
  *
  * Usage walkthrough
  *   1. vkh2o_context_create(&(vkh2o_context_desc){0}, &ctx)      -- own instance and device
@@ -18,11 +19,10 @@
  *   3. vkh2o_mla_layer_create(ctx, &cfg, hw, &desc, &layer)        -- uploads the weights
  *   4. vkh2o_run_mla_forward(layer, hidden, seq_len, pos0, out, scores, &timings)
  *      (or vkh2o_cmd_mla_forward to record into your own command buffer)
- *   5. decode against a cache: vkh2o_cache_desc_from_mla + vkh2o_cache_create (H2O eviction,
- *      vkh2o/cache.h) or vkh2o_qcache_create (quantised, vkh2o/kvquant.h); then
- *      vkh2o_run_mla_prefill(layer, cache, 0, prompt, P, out) and per new token
- *      vkh2o_run_mla_decode(layer, cache, 0, hidden, 1, position, out) -- or the recording
- *      vkh2o_cmd_mla_prefill / vkh2o_cmd_mla_decode (and the _qcache forms), vkh2o/mla.h.
+ *   5. decode against a cache: vkh2o_kvcache_desc_from_mla + vkh2o_kvcache_create
+ *      (vkh2o/kvcache.h); then vkh2o_run_mla_prefill(layer, cache, 0, prompt, P, out) and per
+ *      new token vkh2o_run_mla_decode(layer, cache, 0, hidden, 1, position, out) -- or the
+ *      recording vkh2o_cmd_mla_prefill / vkh2o_cmd_mla_decode.
  *      An app's own VkBuffer becomes a vkh2o_buffer with vkh2o_buffer_wrap.
  *   6. destroy in reverse order; every destroy accepts NULL.
  *
@@ -43,7 +43,7 @@
  *     different threads at the same time, in any order, with or without validation, on the
  *     same VkDevice or not (two contexts adopting one queue share it: see below).
  *   - One thread at a time per context. A context and every object made from it (buffers,
- *     layers, caches, qcaches) form one unit: calls on the unit must not overlap; calls on
+ *     layers, caches) form one unit: calls on the unit must not overlap; calls on
  *     different units may. The app serialises, e.g. with a mutex per context; moving a context
  *     to another thread between calls is fine. vkh2o takes no locks of its own.
  *   - Host objects without a context (vkh2o_safetensors, vkh2o_checkpoint, host weights,
@@ -51,8 +51,7 @@
  *   - What submits. These calls submit to the context's queue and wait for that submission:
  *     every vkh2o_run_*; vkh2o_buffer_fill, and vkh2o_buffer_upload / _download when the memory
  *     is not host-visible; the creates and reads that initialise or fetch device data
- *     (vkh2o_mla_layer_create, vkh2o_cache_create / _reset / _read_*, and the vkh2o_qcache_*
- *     calls not named cmd_); vkh2o_context_wait_idle and vkh2o_context_destroy
+ *     (vkh2o_mla_layer_create, vkh2o_kvcache_create / _read_*); vkh2o_context_wait_idle and vkh2o_context_destroy
  *     (vkQueueWaitIdle). vkh2o_cmd_* only record into the app's command buffer: they never
  *     submit, wait or touch the queue, and the app submits that command buffer itself.
  *     Vulkan requires vkQueueSubmit / vkQueueWaitIdle on one VkQueue to be externally
@@ -266,6 +265,8 @@ VKH2O_API uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ct
 /* Device memory the context's objects hold now: every vkh2o_buffer (caches, weights, scratch,
  * the temporary staging of uploads/downloads) counted by its requested size while it lives,
  * and the peak so far. For leak checks in long runs (vkh2o-validate and vkh2o-quant print it).
+ * device_allocations counts buffers; they are ranges of a few larger VkDeviceMemory blocks
+ * (a large buffer has one of its own), so the driver sees far fewer allocations.
  * Same thread rules as the context's buffers. */
 typedef struct vkh2o_memory_stats {
     uint64_t device_bytes;
@@ -284,6 +285,44 @@ VKH2O_API uint32_t vkh2o_context_get_flags(const vkh2o_context* ctx);
  * the name of the i-th ("topk", ...; NULL for i >= count). No context needed; thread-safe. */
 VKH2O_API uint32_t vkh2o_kernel_count(void);
 VKH2O_API const char* vkh2o_kernel_name(uint32_t i);
+/* How many dispatches of the i-th embedded kernel (vkh2o_kernel_name(i)) this context has
+ * recorded so far, into its own command buffers and into callers'. A conformance tool reads
+ * them before and after a call to know which kernels the call ran. 0 for a NULL context or
+ * i >= vkh2o_kernel_count(). Same thread rules as the context. */
+VKH2O_API uint64_t vkh2o_context_get_kernel_dispatches(const vkh2o_context* ctx, uint32_t i);
+/* Device milliseconds of every submission the context made itself so far (each vkh2o_run_*
+ * call and blocking buffer copy, timed by GPU timestamps at its start and end): the difference
+ * around a call is that call's device time. Negative when the device has no timestamps. Work
+ * recorded into the app's command buffers is not counted. */
+VKH2O_API double vkh2o_context_get_device_ms(const vkh2o_context* ctx);
+
+/* Device probes: the roofline a tool measures kernels against, in the same run.
+ *   READ        src holds n_inv x per_inv uvec4 words; invocation g writes to out[g] the
+ *               wrapping uint32 sum of its 4 x per_inv words, read through a storage buffer
+ *               (bytes read: n_inv x per_inv x 16).
+ *   READ_TEXEL  the same, the words read through a uniform texel buffer (rgba32ui).
+ *   FMA         src holds n_inv floats (seeds); invocation g runs 8 chains
+ *               a_j = fma(a_j, m, c) (a_j starting at seed[g] + j / 4) for per_inv steps and
+ *               writes out[g] = a_0 + ... + a_7 as a float (FLOPs: 16 x per_inv x n_inv).
+ *               Choose |m| < 1 so rounding errors shrink.
+ * out holds n_inv 32-bit words. Submits and waits; *device_ms (may be NULL) is the dispatch's
+ * GPU time, negative without timestamps. Results: OK, INVALID_ARGUMENT (NULL, n_inv or per_inv
+ * 0, buffers too small, unknown kind), UNSUPPORTED (a binding beyond maxStorageBufferRange,
+ * texels beyond maxTexelBufferElements, too many workgroups), VULKAN, TIMEOUT, DEVICE_LOST. */
+typedef enum vkh2o_probe_kind {
+    VKH2O_PROBE_READ = 0,
+    VKH2O_PROBE_READ_TEXEL = 1,
+    VKH2O_PROBE_FMA = 2,
+} vkh2o_probe_kind;
+typedef struct vkh2o_probe {
+    vkh2o_probe_kind kind;
+    struct vkh2o_buffer* src;
+    struct vkh2o_buffer* out;
+    uint32_t n_inv;
+    uint32_t per_inv;      /* READ: uvec4 words per invocation; FMA: steps */
+    float m, c;            /* FMA only */
+} vkh2o_probe;
+VKH2O_API vkh2o_result vkh2o_run_probe(vkh2o_context* ctx, const vkh2o_probe* p, double* device_ms);
 
 /* True once any call on this context saw VK_ERROR_DEVICE_LOST. From then on every call that
  * would touch the device (buffer creation and copies, pipelines, vkh2o_cmd_*, vkh2o_run_*)
@@ -352,7 +391,7 @@ VKH2O_API vkh2o_result vkh2o_buffer_fill(vkh2o_buffer* buf, uint64_t offset, uin
  * buffer needs: VK_BUFFER_USAGE_STORAGE_BUFFER_BIT always; TRANSFER_SRC_BIT and TRANSFER_DST_BIT
  * for vkh2o_buffer_upload / download / fill (which go through a staging copy, since vkh2o never
  * maps the app's memory); UNIFORM_TEXEL_BUFFER_BIT where a call may read it through texel views
- * (vkh2o_cmd_qcache_attend's q). vkh2o_buffer_create uses all four. The app orders its own
+ * (none today; a faster path may). vkh2o_buffer_create uses all four. The app orders its own
  * writes and reads of the buffer against vkh2o's recorded work with its own barriers.
  * Results: OK, INVALID_ARGUMENT (NULL ctx/out, VK_NULL_HANDLE, 0 bytes), OUT_OF_HOST_MEMORY. */
 VKH2O_API vkh2o_result vkh2o_buffer_wrap(vkh2o_context* ctx, VkBuffer buffer, uint64_t bytes, vkh2o_buffer** out);
@@ -363,8 +402,6 @@ VKH2O_API vkh2o_result vkh2o_buffer_wrap(vkh2o_context* ctx, VkBuffer buffer, ui
 
 #include "vkh2o/model.h"
 #include "vkh2o/mla.h"
-#include "vkh2o/cache.h"
-#include "vkh2o/kvquant.h"
 #include "vkh2o/kvcache.h"
 #include "vkh2o/lm.h"
 

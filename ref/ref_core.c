@@ -86,3 +86,27 @@ float ref_round(vkh2o_dtype dt, float v)
     ref_store(dt, &h, 0, v);
     return (float)ref_elem(dt, &h, 0);
 }
+
+void ref_read_probe(const uint32_t* words, uint32_t n_inv, uint32_t per_inv, uint32_t* out)
+{
+    for (uint32_t g = 0; g < n_inv; g++) {
+        uint32_t s = 0;
+        for (uint64_t w = 0; w < 4ull * per_inv; w++)
+            s += words[(uint64_t)g * 4u * per_inv + w];
+        out[g] = s;
+    }
+}
+
+void ref_fma_probe(const float* seed, uint32_t n_inv, uint32_t iters, double m, double c, double* out)
+{
+    for (uint32_t g = 0; g < n_inv; g++) {
+        double sum = 0.0;
+        for (uint32_t j = 0; j < 8; j++) {
+            double a = (double)seed[g] + j * 0.25;
+            for (uint32_t i = 0; i < iters; i++)
+                a = a * m + c;
+            sum += a;
+        }
+        out[g] = sum;
+    }
+}

@@ -20,4 +20,11 @@ double ref_elem(vkh2o_dtype dt, const void* data, uint64_t i);
 void ref_store(vkh2o_dtype dt, void* data, uint64_t i, float v);
 /* v rounded to dtype dt and widened back (F32 returns v). */
 float ref_round(vkh2o_dtype dt, float v);
+
+/* The device probes of vkh2o_run_probe (shaders/core/read_probe.comp, fma_probe.comp):
+ * read: out[g] = the wrapping uint32 sum of words [g * 4 * per_inv, (g + 1) * 4 * per_inv);
+ * fma: out[g] = sum over j < 8 of the chain a = a * m + c run iters times from seed[g] + j / 4,
+ * in double. */
+void ref_read_probe(const uint32_t* words, uint32_t n_inv, uint32_t per_inv, uint32_t* out);
+void ref_fma_probe(const float* seed, uint32_t n_inv, uint32_t iters, double m, double c, double* out);
 #endif

@@ -2,7 +2,6 @@
 #include "ref_decode.h"
 
 #include "ref_h2o.h"
-#include "ref_kvquant.h"
 #include "ref_mla.h"
 
 #include <math.h>
@@ -51,7 +50,7 @@ void ref_decode_free(ref_decode* r)
     memset(r, 0, sizeof *r);
 }
 
-static float stored(const ref_decode* r, float x) { return r->f16 ? ref_kvq_f16(x) : x; }
+static float stored(const ref_decode* r, float x) { return r->f16 ? ref_f16_round(x) : x; }
 
 /* The cache rows of token i of the projection parts into slot `slot`. */
 static void put_rows(ref_decode* r, uint32_t slot, const ref_mla_parts* p, uint32_t i)

@@ -7,26 +7,47 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint32_t W_of(const ref_kvc_config* c) { return c->kvl + c->rope; }
+uint32_t ref_kvc_row(const ref_kvc_config* c)
+{
+    return c->expanded ? c->heads * (c->nope + c->rope + c->vdim) : c->kvl + c->rope;
+}
+uint32_t ref_kvc_first(const ref_kvc_config* c) { return c->expanded ? c->heads * (c->nope + c->rope) : c->kvl; }
+uint32_t ref_kvc_qw(const ref_kvc_config* c) { return c->expanded ? c->nope + c->rope : c->kvl + c->rope; }
+uint32_t ref_kvc_ow(const ref_kvc_config* c) { return c->expanded ? c->vdim : c->kvl; }
+static uint32_t W_of(const ref_kvc_config* c) { return ref_kvc_row(c); }
 static float f16(float x) { return ref_round(VKH2O_DTYPE_F16, x); }
 
-/* groups of a tier's row: [first, first + count) */
+/* one segment [at, at + len) cut into groups of min(gs, len) */
+static uint32_t add_segment(uint32_t at, uint32_t len, uint32_t gs, uint32_t n, uint32_t* first, uint32_t* count)
+{
+    const uint32_t g = gs < len ? gs : len;
+    for (uint32_t f = 0; f < len; f += g, n++) {
+        first[n] = at + f;
+        count[n] = f + g <= len ? g : len - f;
+    }
+    return n;
+}
+
+/* groups of a tier's row: [first, first + count) (arrays of at least the row's numbers) */
 static uint32_t row_groups(const ref_kvc_config* c, uint32_t tier, uint32_t* first, uint32_t* count)
 {
-    uint32_t gs = c->group_size[tier], gr = gs < c->rope ? gs : c->rope, n = 0;
-    if (gs >= c->kvl + c->rope) {   /* the whole row, c_kv and k_pe together */
+    const uint32_t gs = c->group_size[tier], W = W_of(c);
+    if (gs >= W) {   /* the whole row, one group */
         first[0] = 0;
-        count[0] = c->kvl + c->rope;
+        count[0] = W;
         return 1;
     }
-    for (uint32_t f = 0; f < c->kvl; f += gs, n++) {
-        first[n] = f;
-        count[n] = f + gs <= c->kvl ? gs : c->kvl - f;
+    if (!c->expanded)   /* c_kv, then k_pe */
+        return add_segment(c->kvl, c->rope, gs, add_segment(0, c->kvl, gs, 0, first, count), first, count);
+    /* per head k_nope then k_pe; then per head V */
+    uint32_t n = 0;
+    const uint32_t dk = c->nope + c->rope;
+    for (uint32_t h = 0; h < c->heads; h++) {
+        n = add_segment(h * dk, c->nope, gs, n, first, count);
+        n = add_segment(h * dk + c->nope, c->rope, gs, n, first, count);
     }
-    for (uint32_t f = 0; f < c->rope; f += gr, n++) {
-        first[n] = c->kvl + f;
-        count[n] = f + gr <= c->rope ? gr : c->rope - f;
-    }
+    for (uint32_t h = 0; h < c->heads; h++)
+        n = add_segment(c->heads * dk + h * c->vdim, c->vdim, gs, n, first, count);
     return n;
 }
 
@@ -50,10 +71,11 @@ void ref_kvc_quantise(const ref_kvc_config* c, uint32_t tier, const float* x, fl
     const uint32_t W = W_of(c);
     if (tier == 0) {
         for (uint32_t e = 0; e < W; e++)
-            out[e] = f16(x[e]);
+            out[e] = c->f32 ? x[e] : f16(x[e]);
         return;
     }
-    uint32_t first[4096], count[4096];
+    uint32_t* first = malloc(sizeof(uint32_t) * W);
+    uint32_t* count = malloc(sizeof(uint32_t) * W);
     const uint32_t ng = row_groups(c, tier, first, count);
     const float qmax = (float)((1u << (16u >> tier)) - 1u);
     for (uint32_t g = 0; g < ng; g++) {
@@ -68,15 +90,20 @@ void ref_kvc_quantise(const ref_kvc_config* c, uint32_t tier, const float* x, fl
             out[e] = zero + q * scale;
         }
     }
+    free(first);
+    free(count);
 }
 
 double ref_kvc_bound(const ref_kvc_config* c, uint32_t tier, const float* x, uint32_t e)
 {
     if (tier == 0)
-        return fabs(x[e]) * (1.0 / 2048.0) + 1e-7;
-    uint32_t first[4096], count[4096];
+        return c->f32 ? 0.0 : fabs(x[e]) * (1.0 / 2048.0) + 1e-7;
+    const uint32_t W = W_of(c);
+    uint32_t* first = malloc(sizeof(uint32_t) * W);
+    uint32_t* count = malloc(sizeof(uint32_t) * W);
     const uint32_t ng = row_groups(c, tier, first, count);
-    for (uint32_t g = 0; g < ng; g++)
+    double bound = 0.0;
+    for (uint32_t g = 0; g < ng && bound == 0.0; g++)
         if (e >= first[g] && e < first[g] + count[g]) {
             float zero, scale;
             group_params(c, tier, x, first[g], count[g], &zero, &scale);
@@ -85,9 +112,11 @@ double ref_kvc_bound(const ref_kvc_config* c, uint32_t tier, const float* x, uin
                 m = fabs(x[i]) > m ? fabs(x[i]) : m;
             /* one code step (a division off by an ulp may round the other way), the fp16 rounding
              * of the zero and of the scale over the whole code range */
-            return scale + m * (1.0 / 1024.0) + 1e-7;
+            bound = scale + m * (1.0 / 1024.0) + 1e-7;
         }
-    return 0.0;
+    free(first);
+    free(count);
+    return bound;
 }
 
 void ref_kvc_init(ref_kvc* r, const ref_kvc_config* c)
@@ -291,10 +320,12 @@ static void make_room_bytes(ref_kvc* r, uint32_t cur)
     free(tmp);
 }
 
-void ref_kvc_step(ref_kvc* r, const float* q, const float* ckv, const float* kpe, double* out_lat)
+void ref_kvc_step(ref_kvc* r, const float* q, const float* in_a, const float* in_b, double* out)
 {
     const ref_kvc_config* c = &r->c;
-    const uint32_t W = W_of(c), H = c->heads;
+    const uint32_t W = W_of(c), H = c->heads, WA = ref_kvc_first(c), QW = ref_kvc_qw(c), OW = ref_kvc_ow(c);
+    /* head h's logits read row numbers [h * kstep, + QW), its P . V [voff + h * vstep, + OW) */
+    const uint32_t kstep = c->expanded ? QW : 0, voff = c->expanded ? WA : 0, vstep = c->expanded ? OW : 0;
     for (uint32_t k = 0; k < 4; k++)
         r->moved[k] = UINT32_MAX;
     r->gone = UINT32_MAX;
@@ -302,8 +333,8 @@ void ref_kvc_step(ref_kvc* r, const float* q, const float* ckv, const float* kpe
     /* append */
     ref_kvc_token* t = &r->tok[r->n++];
     float* x = malloc(W * sizeof(float));
-    memcpy(x, ckv, c->kvl * sizeof(float));
-    memcpy(x + c->kvl, kpe, c->rope * sizeof(float));
+    memcpy(x, in_a, WA * sizeof(float));
+    memcpy(x + WA, in_b, (W - WA) * sizeof(float));
     ref_kvc_quantise(c, 0, x, t->row);
     free(x);
     t->pos = r->next_pos++;
@@ -317,18 +348,18 @@ void ref_kvc_step(ref_kvc* r, const float* q, const float* ckv, const float* kpe
         double m = -INFINITY, z = 0.0;
         for (uint32_t i = 0; i < r->n; i++) {
             double s = 0.0;
-            for (uint32_t e = 0; e < W; e++)
-                s += (double)q[h * W + e] * r->tok[i].row[e];
+            for (uint32_t e = 0; e < QW; e++)
+                s += (double)q[h * QW + e] * r->tok[i].row[h * kstep + e];
             p[i] = s * c->scale;
             m = p[i] > m ? p[i] : m;
         }
         for (uint32_t i = 0; i < r->n; i++)
             z += (p[i] = exp(p[i] - m));
-        for (uint32_t d = 0; d < c->kvl; d++) {
+        for (uint32_t d = 0; d < OW; d++) {
             double o = 0.0;
             for (uint32_t i = 0; i < r->n; i++)
-                o += p[i] / z * r->tok[i].row[d];
-            out_lat[h * c->kvl + d] = o;
+                o += p[i] / z * r->tok[i].row[voff + h * vstep + d];
+            out[h * OW + d] = o;
         }
         for (uint32_t i = 0; i < r->n; i++)
             mass[i] += p[i] / z;
@@ -345,10 +376,10 @@ void ref_kvc_step(ref_kvc* r, const float* q, const float* ckv, const float* kpe
     free(mass);
 }
 
-void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* ckv, const float* kpe, const float* mass)
+void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* in_a, const float* in_b, const float* mass)
 {
     const ref_kvc_config* c = &r->c;
-    const uint32_t W = W_of(c), cur = n - 1;
+    const uint32_t W = W_of(c), WA = ref_kvc_first(c), cur = n - 1;
     float* x = malloc(W * sizeof(float));
     float* xr = malloc(W * sizeof(float));
     /* middle tokens by value, largest first, ties to the lower position */
@@ -421,13 +452,13 @@ void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* ckv, const float* kpe,
             r->evicted++;
             continue;
         }
-        memcpy(x, ckv + (size_t)i * c->kvl, c->kvl * sizeof(float));
-        memcpy(x + c->kvl, kpe + (size_t)i * c->rope, c->rope * sizeof(float));
+        memcpy(x, in_a + (size_t)i * WA, WA * sizeof(float));
+        memcpy(x + WA, in_b + (size_t)i * (W - WA), (W - WA) * sizeof(float));
         ref_kvc_token* t = &r->tok[r->n++];
         t->pos = i;
         t->tier = tier[i];
         t->score = c->selects ? mass[i] : 0.0;
-        ref_kvc_quantise(c, 0, x, xr);                 /* the fp16 row, as a demotion would read it */
+        ref_kvc_quantise(c, 0, x, xr);                 /* the top tier's row, as a demotion would read it */
         if (tier[i] == 0)
             memcpy(t->row, xr, W * sizeof(float));
         else

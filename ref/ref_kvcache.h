@@ -4,7 +4,10 @@
  * dequantised values); a decode step appends, attends in double over every token, adds the
  * mass and then walks the tiers top down choosing victims by sorting, as the header describes.
  * Quantisation follows the documented row format (fp16 rounding of the group's minimum and
- * scale, codes by round half to even) in f32.
+ * scale, codes by round half to even) in f32. Both layouts: LATENT rows [c_kv | k_pe] (every
+ * head's logits read the whole row, P . row reads c_kv), EXPANDED rows [K_0 .. K_(H-1) | V_0 ..
+ * V_(H-1)] with K_h = [k_nope_h | k_pe] (head h's logits read K_h, its P . V reads V_h); the top
+ * tier in fp16 or f32.
  */
 #ifndef REF_KVCACHE_H
 #define REF_KVCACHE_H
@@ -13,13 +16,16 @@
 #include <stdint.h>
 
 typedef struct ref_kvc_config {
-    uint32_t heads, kvl, rope;
+    uint32_t heads, kvl, rope;        /* kvl: LATENT's kv_lora_rank */
+    bool expanded;                    /* the EXPANDED layout: nope, vdim */
+    uint32_t nope, vdim;
+    bool f32;                         /* the top tier holds f32 rows (else fp16) */
     float scale;
     uint32_t n_sink, n_recent;
     uint32_t policy, mode, seed, layer;
     float keep;                       /* a score's factor before the mass: 1, decay or 0 */
     uint32_t slots[4];                /* per tier (the plan's) */
-    uint32_t group_size[4];           /* c_kv numbers per group, tiers 1..3 */
+    uint32_t group_size[4];           /* numbers per group, tiers 1..3 (capped per segment) */
     bool selects;
     bool by_bytes;                    /* tiers by bytes: budget decides, not the slots */
     uint64_t budget;
@@ -29,7 +35,7 @@ typedef struct ref_kvc_config {
 typedef struct ref_kvc_token {
     uint32_t pos, tier;
     double score;
-    float* row;                       /* kvl + rope values */
+    float* row;                       /* ref_kvc_row values */
 } ref_kvc_token;
 
 typedef struct ref_kvc {
@@ -43,19 +49,26 @@ typedef struct ref_kvc {
     double gap;                       /* the smallest relative key gap of the last decisions */
 } ref_kvc;
 
+/* numbers per row (LATENT kvl + rope, EXPANDED heads (nope + rope + vdim)), of the row's first
+ * input (LATENT ckv: kvl, EXPANDED k: heads (nope + rope)), per head of the query and output */
+uint32_t ref_kvc_row(const ref_kvc_config* c);
+uint32_t ref_kvc_first(const ref_kvc_config* c);
+uint32_t ref_kvc_qw(const ref_kvc_config* c);
+uint32_t ref_kvc_ow(const ref_kvc_config* c);
 void ref_kvc_init(ref_kvc* r, const ref_kvc_config* c);
 void ref_kvc_free(ref_kvc* r);
-/* x [kvl + rope] stored at a tier: out = the values the cache holds (fp16 for tier 0). */
+/* x [row] stored at a tier: out = the values the cache holds (fp16 or f32 for tier 0). */
 void ref_kvc_quantise(const ref_kvc_config* c, uint32_t tier, const float* x, float* out);
 /* The largest |stored - x| a tier allows for x (one code step per group plus fp16 rounding). */
 double ref_kvc_bound(const ref_kvc_config* c, uint32_t tier, const float* x, uint32_t e);
 /* Replaces the state: n tokens (rows copied), next position. */
 void ref_kvc_set(ref_kvc* r, uint32_t n, const uint32_t* pos, const uint32_t* tier, const float* score, const float* rows,
                  uint32_t next_pos);
-/* One step: q [heads][kvl + rope], the new row ckv [kvl] | kpe [rope]; out_lat [heads][kvl]. */
-void ref_kvc_step(ref_kvc* r, const float* q, const float* ckv, const float* kpe, double* out_lat);
-/* Prefill of n tokens (rows [n][kvl] and [n][rope], mass [n]). */
-void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* ckv, const float* kpe, const float* mass);
+/* One step: q [heads][qw], the new row [a (first numbers) | b (the rest)] (LATENT ckv, kpe;
+ * EXPANDED k [heads][nope + rope], v [heads][vdim]); out [heads][ow]. */
+void ref_kvc_step(ref_kvc* r, const float* q, const float* in_a, const float* in_b, double* out);
+/* Prefill of n tokens (rows [n][first] and [n][row - first], mass [n]). */
+void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* in_a, const float* in_b, const float* mass);
 /* The token at position pos, or NULL. */
 const ref_kvc_token* ref_kvc_find(const ref_kvc* r, uint32_t pos);
 

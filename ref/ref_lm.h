@@ -37,7 +37,7 @@ int ref_lm_forward(const vkh2o_model_config* cfg, const float* embed, const ref_
 #include "ref_decode.h"
 
 /* The whole model decoding one token at a time against per-layer caches (ref_decode), for
- * comparison with vkh2o_model_session: eviction as vkh2o_cache (H2O sum scores). */
+ * comparison with vkh2o_model_session: eviction as the one KV cache's H2O (sum scores). */
 typedef struct ref_lm_session {
     const vkh2o_model_config* cfg;
     const float* embed;

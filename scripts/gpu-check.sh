@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The one-command GPU check: builds in Release, prints the device, runs the whole conformance
-# suite on it with the validation layer on, then the benchmarks, writing every log and JSON
-# into OUTDIR. Meant for a machine with a real GPU (a discrete one should finish in well under
-# 8 minutes); it refuses to run on a CPU device (lavapipe) unless --allow-cpu is given, which CI
-# uses so that the script cannot rot.
+# The one-command GPU check, what to run when a GPU machine is lent: builds in Release, prints
+# the device, runs vkh2o-conformance --mode test (every kernel's cases against the CPU
+# references, both shape sets, validation layer on) and --mode perf (each case timed with GPU
+# timestamps against this device's roofline, measured in the same run), then the decode
+# benchmarks; leaves their JSON, the logs and one summary table (summary.md) in OUTDIR. A
+# discrete GPU should finish in under 8 minutes (the script prints the total time). It refuses
+# to run on a CPU device (lavapipe) unless --allow-cpu is given, which CI uses so that the script
+# cannot rot.
 #
 #   bash scripts/gpu-check.sh OUTDIR [--allow-cpu] [--device N]
 #
@@ -11,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 OUT=""
 ALLOW_CPU=0
 DEVICE=""
@@ -48,13 +51,22 @@ if [ "$chosen_type" = CPU ] && [ "$ALLOW_CPU" != 1 ]; then
     exit 1
 fi
 
-step "conformance suite (ctest, validation layer on, device required)"
-if ! (cd "$BUILD" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200) > "$OUT/ctest.log" 2>&1; then
-    tail -60 "$OUT/ctest.log"
-    echo "gpu-check: FAILED: conformance suite (full log: $OUT/ctest.log)" >&2
-    exit 1
-fi
-tail -3 "$OUT/ctest.log"
+run_conf() {   # run_conf NAME ARGS...: vkh2o-conformance with its JSON in OUT/NAME.json, output in OUT/NAME.txt
+    local name=$1; shift
+    step "$name: vkh2o-conformance $*"
+    if ! "$BUILD/vkh2o-conformance" --quiet --json "$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1; then
+        tail -40 "$OUT/$name.txt"
+        echo "gpu-check: FAILED: $name (full output: $OUT/$name.txt)" >&2
+        exit 1
+    fi
+    tail -1 "$OUT/$name.txt"
+}
+# every case, both shape sets (the CPU shapes are NOT_SUPPORTED on a GPU), validation layer on
+VKH2O_VALIDATION=1 run_conf conformance-test --mode test --shapes all
+# the shapes this device's kernels take, timed against the roofline
+perf_shapes=gpu
+[ "$chosen_type" = CPU ] && perf_shapes=cpu
+run_conf conformance-perf --mode perf --shapes "$perf_shapes"
 
 run() {   # run NAME CMD...: stdout to OUT/NAME, stderr to OUT/NAME.err
     local name=$1; shift
@@ -65,22 +77,27 @@ run() {   # run NAME CMD...: stdout to OUT/NAME, stderr to OUT/NAME.err
         exit 1
     fi
 }
-run bench.json "$BUILD/vkh2o-bench" --json --read
-# the decode step (BF16 / FP8) and the per-policy costs at 4096 kept tokens, and the scaling
-# tables with their plot; on a CPU device (CI's lavapipe run) a reduced grid and fewer runs keep
-# the step bounded (lavapipe runs the 4096-token step too, but slowly: the full grid is for GPUs)
-# (and the one KV cache's decode step per precision beside the H2O cache)
+# the decode step (BF16 / FP8) and the per-policy costs at 4096 kept tokens, and the one KV
+# cache's decode step per precision beside the H2O cache; on a CPU device (CI's lavapipe run)
+# shorter caches and fewer runs keep the step bounded (the full grid is for GPUs)
 if [ "$chosen_type" = CPU ]; then
     run bench-decode.json "$BUILD/vkh2o-bench" --json --decode --policy-cost --cache-len 1024 --runs 2
     run bench-kv-decode.json "$BUILD/vkh2o-bench" --json --kv-decode --cache-len 256 --runs 1
-    run bench-scaling.json "$BUILD/vkh2o-bench" --json --scaling --scaling-max 512 --runs 1 --plot "$OUT/scaling.svg"
 else
     run bench-decode.json "$BUILD/vkh2o-bench" --json --decode --policy-cost --cache-len 4096
     run bench-kv-decode.json "$BUILD/vkh2o-bench" --json --kv-decode --cache-len 4096
-    run bench-scaling.json "$BUILD/vkh2o-bench" --json --scaling --runs 3 --plot "$OUT/scaling.svg"
 fi
-run validate.txt "$BUILD/vkh2o-validate" --quiet
-run quant-bench.txt "$BUILD/vkh2o-quant" --bench --quiet
-run demo.txt "$BUILD/vkh2o-demo" --quiet
-step "done: logs and JSON in $OUT"
+step "summary"
+{
+    echo "# gpu-check on $(sed -n 's/^chosen: //p' "$OUT/info.txt")"
+    echo
+    python3 scripts/conformance-table.py "$OUT/conformance-test.json" "$OUT/conformance-perf.json"
+    echo "### The decode benchmarks"
+    echo
+    python3 scripts/perf-tables.py "$OUT/bench-decode.json" "$OUT/bench-kv-decode.json"
+} > "$OUT/summary.md"
+cat "$OUT/summary.md"
+total=$(( $(date +%s) - t0 ))
+step "done in $total s: summary.md, the JSON and the logs in $OUT"
+[ "$chosen_type" = CPU ] || [ "$total" -le 480 ] || echo "gpu-check: note: $total s, over the 8 minutes this check should take on a GPU" >&2
 ls -l "$OUT"

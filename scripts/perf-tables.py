@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Markdown tables from vkh2o-bench --json output (--decode, --policy-cost, --scaling rows), as
+"""Markdown tables from vkh2o-bench --json output (--decode, --policy-cost, --kv-decode, --scaling rows), as
 docs/PERFORMANCE.md shows them:  python3 scripts/perf-tables.py decode.json [scaling.json ...]"""
 import json
 import sys
@@ -32,25 +32,32 @@ def main():
         print()
     g = lambda name: [r for r in rows if r.get("group") == name]
     if g("decode"):
-        print("| decode step | ms | MB read | GB/s | of read bandwidth | GFLOP/s | status |\n|---|---|---|---|---|---|---|")
+        print("| decode step | ms | MB moved | MB minimum | GB/s | of read bandwidth | GFLOP/s | status |\n"
+              "|---|---|---|---|---|---|---|---|")
         for r in g("decode"):
-            print("| %s | %s | %s | %s | %s | %s | %s |" % (
-                r["name"], ms(r), num(r, "bytes", "%.1f", 1e-6), num(r, "gbps", "%.2f"),
+            print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                r["name"], ms(r), num(r, "bytes", "%.1f", 1e-6), num(r, "bytes_min", "%.1f", 1e-6), num(r, "gbps", "%.2f"),
                 num(r, "read_fraction", "%.0f %%", 100), "%.2f" % r["gflops"] if r.get("gflops") else "-", status(r)))
         print()
     if g("policy"):
-        # each configuration's reference: the non-evicting row of the same name prefix
+        # each configuration's reference: the full cache's row of the same name prefix
         refs = {r["name"].split(": ")[0]: r for r in g("policy") if r["status"] == "ok" and r.get("param") == "none"}
-        print("| policy (cache step at the cap) | ms | attention, ms | score + select + compact, ms | "
-              "select + compact vs the non-evicting step, ms | share of the step | status |\n|---|---|---|---|---|---|---|")
+        print("| policy (cache step at the cap) | ms | the policy vs the full cache's step, ms | share of the step | status |\n"
+              "|---|---|---|---|---|")
         for r in g("policy"):
             ok = r["status"] == "ok"
             ref = refs.get(r["name"].split(": ")[0])
             d = r["median_ms"] - ref["median_ms"] if ok and ref and r.get("param") != "none" else None
-            print("| %s | %s | %s | %s | %s | %s | %s |" % (
-                r["name"], ms(r), num(r, "attention_ms", "%.2f"), num(r, "score_select_compact_ms", "%.2f"),
-                "%.2f" % d if d is not None else "-", "%.0f %%" % (100 * d / r["median_ms"]) if d is not None else "-",
-                status(r)))
+            print("| %s | %s | %s | %s | %s |" % (
+                r["name"], ms(r), "%.2f" % d if d is not None else "-",
+                "%.0f %%" % (100 * d / r["median_ms"]) if d is not None else "-", status(r)))
+        print()
+    if g("kv-decode"):
+        print("| kv-decode step | ms | speed vs fp16 | MB moved | MB minimum | status |\n|---|---|---|---|---|---|")
+        for r in g("kv-decode"):
+            print("| %s | %s | %s | %s | %s | %s |" % (
+                r["name"], ms(r), num(r, "ratio_vs_fp16", "%.2fx"), num(r, "bytes", "%.1f", 1e-6),
+                num(r, "bytes_min", "%.1f", 1e-6), status(r)))
         print()
     # the forward and decode scaling rows: size, time, a rate and a share
     for grp, head, rate, fmt, share in (
@@ -63,7 +70,8 @@ def main():
             print("| %d | %s | %s | %s | %s |" % (r["size"], ms(r), num(r, rate, fmt), num(r, share, "%.0f %%", 100),
                                                  status(r)))
         print()
-    for grp, title in (("scaling-h2o", "H2O cache step (all layers, one token each), ms"), ("scaling-topk", "top-k (k = budget of 32 x budget scores, once per layer), ms")):
+    for grp, title in (("scaling-h2o", "kvcache step, H2O (all layers, one token each), ms"),
+                       ("scaling-prefill", "prefill selection (32 x budget tokens into the cap, once per layer), ms")):
         rs = g(grp)
         if not rs:
             continue

@@ -10,6 +10,10 @@
 #                                        (VKH2O_GPU_SHAPES=1: GPU variants run on lavapipe)
 #   scripts/vkh2o.sh test-sync           the multi-step suites and tool runs with the layer's
 #                                        synchronisation validation on (VK_LAYER_ENABLES)
+#   scripts/vkh2o.sh test-vendor         the decode path and a model session under the layer's
+#                                        best practices with its NVIDIA and AMD checks
+#   scripts/vkh2o.sh test-baseline       the GPU suites without push descriptors or optional
+#                                        features (VKH2O_TEST_BASELINE=1), in the GPU shapes
 #   scripts/vkh2o.sh memcheck            the CPU-only suites under valgrind memcheck
 #   scripts/vkh2o.sh fuzz [seconds]      libFuzzer targets (clang, build-fuzz/), each for
 #                                        [seconds] (default 60) on tests/fuzz/corpus
@@ -20,6 +24,9 @@
 #   scripts/vkh2o.sh test-tsan [S]       4 threads, each its own context and model session, S
 #                                        decode steps (300) at once under ThreadSanitizer (build-tsan/)
 #   scripts/vkh2o.sh deps | build        just the packages / just the build
+# On a machine with a GPU: bash scripts/gpu-check.sh OUTDIR builds, then runs vkh2o-conformance
+# (every kernel against its CPU reference, then timed against the device's roofline) and the
+# decode benchmark, leaving OUTDIR/summary.md and the JSON (under 8 minutes on a discrete GPU).
 # Environment: BUILD_DIR (default build), JOBS (default: nproc), VKH2O_SKIP_APT=1 to skip apt,
 # VKH2O_TEST_FULL=1 the whole grids and sweeps in every test command (CI sets it).
 set -euo pipefail
@@ -144,13 +151,36 @@ case "$cmd" in
     test-sync)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # test_syncval first proves the variable switches the checks on (a known hazard is
-        # reported); then cache steps, prefill + eviction, the layer, quantised route + attend,
-        # the one KV cache (steps, prefills, a recording replayed), and short validate / quant
-        # (--weights, re-routing) runs, with no message allowed
+        # reported); then the layer, its decode, the KV cache (steps, prefills and their
+        # selection, a recording replayed, batched steps), the demo, and short validate / quant
+        # runs, with no message allowed
         export VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
         (cd "${BUILD_DIR:-build}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 \
-            -R '^(test_syncval|test_cache|test_compact|test_mla|test_decode|test_demo|test_kvquant|test_kvquant_attn|test_kvcache)$')
+            -R '^(test_syncval|test_mla|test_decode|test_demo|test_kvcache|test_kvcache_select|test_kvcache_steps)$')
         bash tests/tools/soak.sh "${BUILD_DIR:-build}" 2000 48 3 400 ;;
+    test-vendor)
+        deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
+        # Best practices plus the NVIDIA- and AMD-specific checks (VK_LAYER_ENABLES, ':'-separated
+        # for this layer version); the message IDs in tests/core/bestpractices.filter are dropped
+        # by the layer (each justified in docs/HACKING.md), every other warning fails. test_vendorchecks
+        # first proves the checks are on and that the filter drops those IDs only. The suites: the
+        # decode path on the one cache (test_decode, test_kvcache), a model session (test_model),
+        # the buffers' memory blocks (test_memory).
+        export VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_BEST_PRACTICES_EXT:VALIDATION_CHECK_ENABLE_VENDOR_SPECIFIC_NVIDIA:VALIDATION_CHECK_ENABLE_VENDOR_SPECIFIC_AMD
+        VK_LAYER_MESSAGE_ID_FILTER=$(grep -v '^#' tests/core/bestpractices.filter | grep . | paste -sd:)
+        export VK_LAYER_MESSAGE_ID_FILTER
+        (cd "${BUILD_DIR:-build}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 \
+            -R '^(test_vendorchecks|test_decode|test_kvcache|test_kvcache_select|test_model|test_memory)$') ;;
+    test-baseline)
+        deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
+        # Push descriptors, 16-bit and 8-bit storage and float16 off (VKH2O_CONTEXT_BASELINE_ONLY):
+        # descriptor sets from the arena of pools, the 32-bit kernel variants; with the GPU shapes,
+        # the combination a GPU without push descriptors gets. The suites that dispatch kernels,
+        # less the two longest grids (test_matmul, test_mla: their kernels are the ones test_decode
+        # and test_model run).
+        (cd "${BUILD_DIR:-build}" && VKH2O_TEST_BASELINE=1 VKH2O_GPU_SHAPES=1 VKH2O_REQUIRE_DEVICE=1 \
+            ctest --output-on-failure -j "$JOBS" --timeout 1200 \
+            -R '^(test_recording|test_kvcache|test_kvcache_select|test_kvcache_steps|test_lm_kernels|test_model|test_attention|test_decode|test_obs_window|test_rmsnorm|test_rope|test_demo|test_memory)$') ;;
     memcheck)
         EXTRA_PACKAGES=(valgrind); deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # CPU-only suites: no Vulkan driver in the process, so every report is ours
@@ -168,5 +198,5 @@ case "$cmd" in
         deps; build "${BUILD_DIR:-build-tsan}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVKH2O_TSAN=ON -DVKH2O_BUILD_TOOLS=OFF
         bash tests/soak/tsan.sh "${BUILD_DIR:-build-tsan}" "${1:-300}" ;;
     fuzz-corpus) build_fuzz; "${BUILD_DIR:-build-fuzz}/vkh2o-fuzz-corpus" tests/fuzz/corpus ;;
-    *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
+    *) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
 esac

@@ -21,6 +21,8 @@
 #define VKH2O_MAX_BINDINGS 12
 #define VKH2O_PUSH_MAX 128u
 #define VKH2O_MAX_TIMESTAMPS 256u
+/* the embedded shaders a context counts dispatches of (pipeline.c asserts the registry fits) */
+#define VKH2O_MAX_SHADERS 128u
 
 typedef struct vkh2o_kernel vkh2o_kernel;
 
@@ -75,6 +77,15 @@ struct vkh2o_context {
     VkDebugUtilsMessengerEXT messenger;
     uint32_t validation_messages;
     vkh2o_memory_stats mem_stats; /* kept by buffer.c */
+    struct {                      /* the buffers' memory blocks (memory.c) */
+        struct vkh2o_mem_block* blocks;
+        uint32_t live;            /* VkDeviceMemory objects alive */
+        uint32_t allocate_calls;  /* vkAllocateMemory calls that succeeded, ever */
+        uint32_t max_count;       /* maxMemoryAllocationCount */
+        uint64_t atom;            /* nonCoherentAtomSize */
+        bool queried;
+        bool priority;            /* VK_EXT_memory_priority enabled (a device vkh2o made) */
+    } mem;
     uint32_t flags;
     vkh2o_device_caps caps;
     VkPhysicalDeviceMemoryProperties mem_props;
@@ -86,8 +97,12 @@ struct vkh2o_context {
     VkQueryPool ts_pool;
     uint32_t ts_used;
     uint64_t ts_values[VKH2O_MAX_TIMESTAMPS];
+    uint32_t ts_start;            /* the timestamp vkh2o_begin wrote (UINT32_MAX: none) */
+    double device_ms;             /* summed device time of the one-shot submissions */
+    uint64_t dispatches[VKH2O_MAX_SHADERS];   /* recorded dispatches per embedded shader */
 
     vkh2o_kernel* kernels;        /* cache of pipelines by (shader, bindings, spec constants) */
+    vkh2o_kernel* kernel_hash[256];   /* the same, by a hash of that key (pipeline.c) */
     /* descriptor arenas for devices without push descriptors (pipeline.c) */
     desc_pool_node* desc_pools;   /* the one-shot command buffer's */
     desc_pool_node* batch_pools;  /* the open batch of recordings into callers' command buffers */
@@ -132,11 +147,31 @@ typedef struct buffer_view_node {
 struct vkh2o_buffer {
     vkh2o_context* ctx;
     VkBuffer buffer;
-    VkDeviceMemory memory;
+    VkDeviceMemory memory;        /* its block's (NULL: an app's VkBuffer, vkh2o_buffer_wrap) */
+    struct vkh2o_mem_block* block;
+    uint64_t memory_offset;       /* where in the block it is bound */
     uint64_t size;
     void* mapped;                 /* non-NULL when host-visible */
     buffer_view_node* views;      /* texel views, created on demand, freed with the buffer */
 };
+
+/* ---- device memory for buffers (memory.c) ----
+ * vkh2o_mem_alloc places a buffer with these requirements in a block of memory type `type`
+ * (an existing one with room, a fresh one, or an allocation of its own when it is large) and
+ * sets b->block, ->memory, ->memory_offset and ->mapped; it returns vkAllocateMemory's result
+ * (VK_ERROR_OUT_OF_HOST_MEMORY when host memory ran out, VK_ERROR_TOO_MANY_OBJECTS at
+ * maxMemoryAllocationCount) and changes nothing on failure. vkh2o_mem_free gives the range
+ * back; vkh2o_mem_destroy frees every block (context teardown). The counters are for tests:
+ * vkAllocateMemory calls made so far, and VkDeviceMemory objects alive now. */
+VkResult vkh2o_mem_alloc(vkh2o_context* ctx, const VkMemoryRequirements* req, uint32_t type, vkh2o_buffer* b);
+void vkh2o_mem_free(vkh2o_context* ctx, vkh2o_buffer* b);
+void vkh2o_mem_destroy(vkh2o_context* ctx);
+uint32_t vkh2o_mem_allocate_calls(const vkh2o_context* ctx);
+uint32_t vkh2o_mem_live_blocks(const vkh2o_context* ctx);
+bool vkh2o_mem_block_is_own(const struct vkh2o_mem_block* blk);   /* one large buffer's own allocation */
+const struct vkh2o_mem_block* vkh2o_mem_block_next(const struct vkh2o_mem_block* blk);
+uint64_t vkh2o_mem_block_size(const struct vkh2o_mem_block* blk);
+uint64_t vkh2o_mem_block_used(const struct vkh2o_mem_block* blk);   /* bytes of its ranges */
 
 /* ---- errors and logging (result.c) ---- */
 void vkh2o_log(vkh2o_context* ctx, vkh2o_log_level level, const char* fmt, ...) VKH2O_PRINTF(3, 4);
@@ -157,6 +192,11 @@ vkh2o_result vkh2o_error_set(vkh2o_error* err, vkh2o_result r, const char* fmt, 
 #define VKH2O_CHECK(expr) do { vkh2o_result r_ = (expr); if (r_ != VKH2O_OK) return r_; } while (0)
 
 /* ---- buffers (buffer.c) ---- */
+/* A caller's f32 rows: bytes [offset, offset + floats * 4) of b, offset a multiple of 4. OK, or
+ * INVALID_ARGUMENT recorded as "<who>: <what> buffer is NULL" / "<who>: <what> needs N floats
+ * from byte O (a multiple of 4); the buffer has B bytes". */
+vkh2o_result vkh2o_check_floats(vkh2o_context* ctx, const char* who, const char* what, const vkh2o_buffer* b, uint64_t offset,
+                                uint64_t floats);
 static inline vkh2o_binding vkh2o_bind(const vkh2o_buffer* b)
 {
     vkh2o_binding x = { b->buffer, 0, b->size, VK_NULL_HANDLE };

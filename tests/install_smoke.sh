@@ -8,15 +8,15 @@ trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 mkdir -p "$tmp/app"
 # the consumer links the Vulkan loader and calls it itself, before, between and after vkh2o,
-# and runs the decode loop an embedder writes: a prefill into a latent H2O cache, then tokens
-# decoded one at a time (append, attend, score, evict back to the cap)
+# and runs the decode loop an embedder writes: a prefill into the one KV cache (H2O eviction), then
+# tokens decoded one at a time (append, attend, score, evict back to the capacity)
 cat > "$tmp/app/main.c" <<'C'
 #include <vulkan/vulkan.h>
 #include <vkh2o.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-/* a tiny MLA layer with deterministic F32 weights, decoding against a latent H2O cache */
+/* a tiny MLA layer with deterministic F32 weights, decoding against an H2O-evicting KV cache */
 static float* fill(size_t n, float s) {
   float* p = malloc(n * sizeof *p);
   for (size_t i = 0; p && i < n; i++) p[i] = s * (float)((int)((i * 2654435761u) % 2001) - 1000) / 1000.0f;
@@ -44,13 +44,13 @@ static int decode_demo(void) {
   vkh2o_error err = { 0 };
   vkh2o_mla_host_weights* hw = NULL;
   vkh2o_mla_layer* layer = NULL;
-  vkh2o_cache* cache = NULL;
+  vkh2o_kvcache* cache = NULL;
   int rc = 11;
   if (vkh2o_mla_host_weights_wrap(&c, views, &hw, &err) != VKH2O_OK) { fprintf(stderr, "%s\n", err.message); goto out; }
   if (vkh2o_mla_layer_create(ctx, &c, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = 16 }, &layer) != VKH2O_OK) goto out;
-  vkh2o_cache_desc cd = { .n_sink = 1, .budget = 3, .n_recent = 2, .layout = VKH2O_LAYOUT_LATENT, .max_prefill = 8 };
-  vkh2o_cache_desc_from_mla(&c, cd.layout, &cd);
-  if (vkh2o_cache_create(ctx, &cd, &cache) != VKH2O_OK) goto out;
+  vkh2o_kvcache_desc cd = { .max_tokens = 12, .capacity_tokens = 6, .n_sink = 1, .n_recent = 2 };
+  vkh2o_kvcache_desc_from_mla(&c, &cd);
+  if (vkh2o_kvcache_create(ctx, &cd, &cache) != VKH2O_OK) goto out;
   float* hidden = fill(12 * D, 1.0f);
   float* out = calloc(12 * D, sizeof *out);
   rc = 12;
@@ -59,13 +59,13 @@ static int decode_demo(void) {
     for (uint32_t t = 8; t < 12 && rc == 0; t++)   /* append, attend, score, evict */
       if (vkh2o_run_mla_decode(layer, cache, 0, hidden + t * D, 1, t, out + t * D) != VKH2O_OK) rc = 13;
     for (uint64_t i = 0; i < 12 * D && rc == 0; i++) if (!isfinite(out[i])) rc = 14;
-    vkh2o_cache_stats st;
-    if (rc == 0 && (vkh2o_cache_read_stats(cache, &st, 1) != VKH2O_OK || st.len != 6)) rc = 15;
+    vkh2o_kvcache_stats st;
+    if (rc == 0 && (vkh2o_kvcache_read_stats(cache, 0, &st) != VKH2O_OK || st.len != 6 || st.position != 12)) rc = 15;
   }
   if (rc) fprintf(stderr, "decode (%d): %s\n", rc, vkh2o_last_error(ctx));
   free(hidden); free(out);
 out:
-  vkh2o_cache_destroy(cache);
+  vkh2o_kvcache_destroy(cache);
   vkh2o_mla_layer_destroy(layer);
   vkh2o_mla_host_weights_destroy(hw);
   for (int w = 0; w < VKH2O_W_COUNT; w++) free(data[w]);

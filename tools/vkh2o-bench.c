@@ -13,21 +13,17 @@
  *                      single dispatches), vkh2o_kernel_get_texel + vkh2o_dispatch (read probe)
  *   matmul_internal.h  vkh2o_cmd_matmul with a forced path and device weights (matmul rows)
  *   mla_internal.h     vkh2o_mla_layer_set_matmul_path, vkh2o_mla_forward_flops (forward rows)
- *   cache_internal.h   vkh2o_cmd_topk with the storage or texel read (--topk rows, and the
- *                      --scaling top-k rows: the prefill's selection once per layer)
- * The layer forward itself runs through the public vkh2o_run_mla_forward; --decode, --policy-cost
- * and --scaling build their layers, caches and steps through the public API (layer create,
- * FP8 weights through the checkpoint loader, cache create / prefill / step, vkh2o_cmd_mla_decode)
- * and use the hook only for the GPU timestamps around what they record (vkh2o_begin /
- * vkh2o_timestamp / vkh2o_submit_wait), the forward's FLOP count (vkh2o_mla_forward_flops) and
- * the top-k rows.
+ * The layer forward itself runs through the public vkh2o_run_mla_forward; --decode, --policy-cost,
+ * --kv-decode and --scaling build their layers, caches and steps through the public API (layer
+ * create, FP8 weights through the checkpoint loader, the one KV cache of vkh2o/kvcache.h: create,
+ * prefill, step, vkh2o_cmd_mla_decode) and use the hook only for the GPU timestamps around
+ * what they record (vkh2o_begin / vkh2o_timestamp / vkh2o_submit_wait) and the forward's FLOP
+ * count (vkh2o_mla_forward_flops).
  */
 #include "cli.h"
 #include "internal.h"
-#include "cache_internal.h"
 #include "matmul_internal.h"
 #include "mla_internal.h"
-#include "ref_h2o.h"
 #include "ref_matmul.h"
 #include "ref_mla.h"
 #include "outfile.h"
@@ -57,14 +53,14 @@ typedef struct bench_row {
     const char* group;       /* "decode", "scaling-forward", ...; NULL for the classic rows */
     const char* status;      /* "ok", "refused" (the device or library said no) or "skipped" (--scaling-max) */
     char reason[512];        /* why a row is refused or skipped */
-    double bytes;            /* bytes the work must read (weights as stored + cache), 0 = none */
+    double bytes;            /* bytes the work reads and writes (weights as stored + cache), 0 = none */
     double read_fraction;    /* (bytes / median) / the read bandwidth of this run, 0 = none */
     double share;            /* attention's share of the time (forward rows), 0 = none */
     double size;             /* S, cache length or budget of the row */
     uint32_t layers;         /* layers of the row (H2O step / top-k), 0 = none */
     char param[64];          /* dtype or policy */
-    double attn_ms, policy_ms;   /* --policy-cost: the step's attention and its score + select + compact
-                                    stages (GPU timestamps between them; < 0: not measured) */
+    double bytes_min;        /* the minimum of those bytes (weights once, held rows once, one new row) */
+    char stages[384];        /* the bytes by stage of a cache step */
 } bench_row;
 
 typedef struct bench_env {
@@ -74,10 +70,9 @@ typedef struct bench_env {
     uint32_t runs;
     bool quick;
     bool read;               /* --read: also the memory read-bandwidth rows */
-    uint32_t topk;           /* --topk N: also the standalone top-k over N scores (0: not) */
     bool decode;             /* --decode: the Kimi decode step, BF16 and FP8 weights */
     bool scaling;            /* --scaling: the scaling tables */
-    bool policy_cost;        /* --policy-cost: select + compact per eviction policy */
+    bool policy_cost;        /* --policy-cost: the cache step per eviction policy against the full cache */
     bool kv_decode;          /* --kv-decode: the decode step on the one KV cache per precision */
     uint32_t cache_len;      /* --cache-len: kept tokens of --decode / --policy-cost (4096) */
     uint32_t scaling_max;    /* --scaling-max: larger sizes are skipped rows (0: none) */
@@ -100,7 +95,6 @@ static bench_row* bench_add(bench_env* env, const char* name, const char* device
     r->gflops = gflops;
     r->runs = runs;
     r->timing = timing;
-    r->attn_ms = r->policy_ms = -1.0;
     return r;
 }
 
@@ -425,95 +419,11 @@ static vkh2o_result bench_read(bench_env* env)
     return r;
 }
 
-/* The standalone exact top-k of the H2O cache (shaders/h2o/topk.comp, radix select + scatter)
- * over env->topk scores with k = N/32 and 4 sinks / 16 recents (vkh2o-validate's defaults),
- * scores read from a storage binding and through a texel view, in alternating rounds; each
- * selection is timed as record + submit + wait (wall) and its kept set checked against the CPU
- * reference (ref_topk_keep). The cache calls this kernel inside its steps; it has no public
- * entry of its own, which is why it is measured here, through the internal hook. */
-static vkh2o_result bench_topk(bench_env* env)
-{
-    vkh2o_context* ctx = env->ctx;
-    const uint32_t n = env->topk, k = n / 32 ? n / 32 : 1, n_sink = 4, n_recent = 16;
-    const uint32_t begin = n > n_sink + n_recent ? n_sink : 0, end = n > n_sink + n_recent ? n - n_recent : n;
-    float* x = malloc((size_t)n * 4);
-    double* v = malloc((size_t)n * sizeof *v);
-    uint32_t* want = malloc((size_t)n * 4);
-    uint32_t* got = malloc((size_t)n * 4);
-    const uint32_t runs = env->runs;
-    double* t = calloc(2 * (size_t)runs, sizeof *t);
-    vkh2o_buffer *bs = NULL, *bo = NULL, *bw = NULL;
-    vkh2o_result r = VKH2O_OK;
-    if (!x || !v || !want || !got || !t) {
-        r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "top-k bench: out of host memory");
-        goto done;
-    }
-    const uint32_t base = vkh2o_mock_base(0, 0, 0, 5);
-    for (uint32_t i = 0; i < n; i++) {
-        x[i] = (vkh2o_mock_value(base, i) + 1.0f) * 0.5f;   /* [0, 1), with duplicates */
-        v[i] = x[i];
-    }
-    const uint32_t nw = ref_topk_keep(v, n, begin, end, k, want);
-    if ((r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bs)) != VKH2O_OK ||
-        (r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bo)) != VKH2O_OK ||
-        (r = vkh2o_buffer_create(ctx, vkh2o_topk_work_bytes(end - begin), &bw)) != VKH2O_OK ||
-        (r = vkh2o_buffer_upload(bs, 0, x, (uint64_t)n * 4)) != VKH2O_OK)
-        goto done;
-    vkh2o_topk_args a = { .scores = vkh2o_bind(bs), .n = n, .begin = begin, .end = end, .k = k,
-                          .out = vkh2o_bind(bo), .work = vkh2o_bind(bw) };
-    /* round 0 builds both pipelines (not timed); then each round runs both paths in turn */
-    for (uint32_t run = 0; run <= runs && r == VKH2O_OK; run++)
-        for (int tex = 0; tex < 2 && r == VKH2O_OK; tex++) {
-            a.scores_buffer = tex ? bs : NULL;
-            if (run == runs && (r = vkh2o_buffer_fill(bo, 0, (uint64_t)n * 4, 0xffffffffu)) != VKH2O_OK)   /* poison */
-                break;
-            VkCommandBuffer cb;
-            if ((r = vkh2o_begin(ctx, &cb)) != VKH2O_OK)
-                break;
-            const double t0 = cli_now();
-            r = vkh2o_cmd_topk(ctx, cb, &a);
-            const vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
-            if (run)
-                t[tex * runs + run - 1] = (cli_now() - t0) * 1e3;
-            if (r == VKH2O_OK) r = r2;
-            if (r != VKH2O_OK || run != runs)
-                continue;
-            if ((r = vkh2o_buffer_download(bo, 0, got, (uint64_t)nw * 4)) != VKH2O_OK)
-                break;
-            if (memcmp(got, want, (size_t)nw * 4)) {
-                r = vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "top-k (%s path): the kept set differs from the CPU reference",
-                               tex ? "texel" : "storage");
-                break;
-            }
-        }
-    if (r != VKH2O_OK)
-        goto done;
-    double med[2];
-    for (int tex = 0; tex < 2; tex++) {
-        char name[192];
-        snprintf(name, sizeof name, "topk %u scores, k=%u, %s%s", n, k, tex ? "[texel view]" : "storage reads",
-                 ", kept set checked");
-        med[tex] = cli_median(t + tex * runs, runs);
-        bench_row* row = bench_add(env, name, env->caps->device_name, med[tex], 0.0, runs, "wall");
-        if (row && tex && med[1] > 0) row->ratio = med[0] / med[1];
-    }
-done:
-    vkh2o_buffer_destroy(bs);
-    vkh2o_buffer_destroy(bo);
-    vkh2o_buffer_destroy(bw);
-    free(x);
-    free(v);
-    free(want);
-    free(got);
-    free(t);
-    return r;
-}
-
 /* ---- the decode step, the scaling tables and the per-policy costs (--decode, --scaling,
  * --policy-cost) ----
  * Everything below runs through the public API (layer, cache, decode step, cache step), timed
  * by GPU timestamps around the recorded work (vkh2o_begin / vkh2o_timestamp of the internal
- * hook) or wall time; only the top-k rows call the internal vkh2o_cmd_topk. A size the device
+ * hook) or wall time. A size the device
  * or the library refuses (memory, maxStorageBufferRange, llvmpipe's loop limit) is a row with
  * status "refused" and the library's message; a size above --scaling-max is a "skipped" row. */
 
@@ -671,47 +581,55 @@ static vkh2o_result make_layer(bench_env* env, const vkh2o_mla_config* cfg, vkh2
     return r;
 }
 
-/* A latent FP16 H2O cache of `layers` layers (n_sink + budget + n_recent kept, the given
- * policy), each layer filled with `fill` random tokens at positions 0..fill-1 through the
- * public prefill (no eviction: fill <= cap). */
-static vkh2o_result make_cache(bench_env* env, const vkh2o_mla_config* cfg, uint32_t layers, uint32_t n_sink, uint32_t budget,
-                               uint32_t n_recent, vkh2o_evict_policy pol, vkh2o_score_mode mode, uint32_t fill, vkh2o_cache** out)
+/* A kvcache (vkh2o/kvcache.h) of the layer's shape for the bench: `layers` layers, capacity
+ * `cap` tokens (0: the full cache, which never selects) with ns sinks and nr recents, the
+ * policy, score mode and precision (tiered: 1 FP16 and cap/4 INT8 middle tokens, the rest
+ * INT4), room for max_tokens positions; every layer prefilled through the public prefill with
+ * `fill` random tokens (rows and a positive mass). */
+typedef struct kv_spec {
+    uint32_t layers, fill, cap, ns, nr, max_tokens;
+    vkh2o_evict_policy pol;
+    vkh2o_score_mode mode;
+    vkh2o_kv_precision prec;
+} kv_spec;
+static vkh2o_result make_kv(bench_env* env, const vkh2o_mla_config* cfg, const kv_spec* s, vkh2o_kvcache** out)
 {
     vkh2o_context* ctx = env->ctx;
-    vkh2o_cache_desc cd = { .num_layers = layers, .n_sink = n_sink, .budget = budget, .n_recent = n_recent,
-                            .storage = VKH2O_DTYPE_F16, .policy = pol, .score_mode = mode, .max_prefill = fill };
-    vkh2o_cache_desc_from_mla(cfg, VKH2O_LAYOUT_LATENT, &cd);
-    VKH2O_CHECK(vkh2o_cache_create(ctx, &cd, out));
-    const vkh2o_cache_widths w = vkh2o_cache_get_widths(*out);
-    float* a = malloc((size_t)fill * w.a_width * 4);
-    float* b = malloc((size_t)fill * w.b_width * 4);
-    float* m = malloc((size_t)fill * 4);
-    vkh2o_buffer *ba = NULL, *bb = NULL, *bm = NULL;
-    vkh2o_result r = (a && b && m) ? VKH2O_OK : vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: cache rows");
-    for (size_t i = 0; r == VKH2O_OK && i < (size_t)fill * w.a_width; i++) a[i] = rand_normal();
-    for (size_t i = 0; r == VKH2O_OK && i < (size_t)fill * w.b_width; i++) b[i] = rand_normal();
-    for (size_t i = 0; r == VKH2O_OK && i < fill; i++) m[i] = fabsf(rand_normal());
-    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, (uint64_t)fill * w.a_width * 4, &ba);
-    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, (uint64_t)fill * w.b_width * 4, &bb);
-    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, (uint64_t)fill * 4, &bm);
-    if (r == VKH2O_OK) r = vkh2o_buffer_upload(ba, 0, a, (uint64_t)fill * w.a_width * 4);
-    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bb, 0, b, (uint64_t)fill * w.b_width * 4);
-    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bm, 0, m, (uint64_t)fill * 4);
-    for (uint32_t l = 0; r == VKH2O_OK && l < layers; l++)
-        r = vkh2o_run_cache_prefill(*out, &(vkh2o_cache_prefill){ .layer = l, .seq_len = fill, .a = ba, .b = bb, .mass = bm });
-    vkh2o_buffer_destroy(ba);
-    vkh2o_buffer_destroy(bb);
+    *out = NULL;
+    vkh2o_kvcache_desc d = { .num_layers = s->layers, .max_tokens = s->max_tokens, .capacity_tokens = s->cap,
+                             .n_sink = s->ns, .n_recent = s->nr, .policy = s->pol, .score_mode = s->mode,
+                             .precision = s->prec };
+    vkh2o_kvcache_desc_from_mla(cfg, &d);
+    if (s->prec == VKH2O_PRECISION_TIERED) {
+        d.tier_tokens[0] = 1;
+        d.tier_tokens[1] = s->cap / 4;
+    }
+    VKH2O_CHECK(vkh2o_kvcache_create(ctx, &d, out));
+    const uint64_t nc = (uint64_t)s->fill * cfg->kv_lora_rank, nk = (uint64_t)s->fill * cfg->qk_rope_head_dim;
+    float* h = malloc(4 * (nc > s->fill ? nc : s->fill));
+    vkh2o_buffer *bc = NULL, *bk = NULL, *bm = NULL;
+    vkh2o_result r = h ? VKH2O_OK : vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: cache rows");
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4 * nc, &bc);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4 * nk, &bk);
+    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4ull * s->fill, &bm);
+    for (uint64_t i = 0; r == VKH2O_OK && i < nc; i++) h[i] = rand_normal();
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bc, 0, h, 4 * nc);
+    for (uint64_t i = 0; r == VKH2O_OK && i < nk; i++) h[i] = rand_normal();
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bk, 0, h, 4 * nk);
+    for (uint32_t i = 0; r == VKH2O_OK && i < s->fill; i++) h[i] = fabsf(rand_normal());
+    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bm, 0, h, 4ull * s->fill);
+    for (uint32_t l = 0; r == VKH2O_OK && l < s->layers; l++)
+        r = vkh2o_run_kvcache_prefill(*out, &(vkh2o_kvcache_prefill){ .layer = l, .n = s->fill, .ckv = bc, .kpe = bk, .mass = bm });
+    vkh2o_buffer_destroy(bc);
+    vkh2o_buffer_destroy(bk);
     vkh2o_buffer_destroy(bm);
-    free(a);
-    free(b);
-    free(m);
+    free(h);
     if (r != VKH2O_OK) {
-        vkh2o_cache_destroy(*out);
+        vkh2o_kvcache_destroy(*out);
         *out = NULL;
     }
     return r;
 }
-
 /* Splits `len` kept tokens into sinks, heavy hitters and recents: 4 sinks and 64 recents (fewer
  * for short caches), the rest heavy hitters. */
 static void kept_split(uint32_t len, uint32_t* n_sink, uint32_t* budget, uint32_t* n_recent)
@@ -742,47 +660,42 @@ static vkh2o_result time_once(bench_env* env, record_work fn, void* user, double
 
 typedef struct decode_work {
     vkh2o_mla_layer* layer;
-    vkh2o_cache* cache;
+    vkh2o_kvcache* kv;
     vkh2o_buffer *hidden, *out;
-    uint32_t pos;                /* the next token's position */
+    uint32_t pos;                /* the next token's position (the cache's, which the caller tracks) */
 } decode_work;
 static vkh2o_result rec_decode(VkCommandBuffer cb, void* user)
 {
     decode_work* w = user;
-    const uint32_t p = w->pos++;
-    return vkh2o_cmd_mla_decode(w->layer, cb, w->cache,
-                                &(vkh2o_mla_decode){ .hidden = w->hidden, .out = w->out, .position = p, .step = p });
+    return vkh2o_cmd_mla_decode(w->layer, cb, w->kv, &(vkh2o_mla_decode){ .hidden = w->hidden, .out = w->out, .position = w->pos++ });
 }
 
-/* One cache step of every layer with real inputs (the layer's step without its projections)
- * or mock ones (on-device inputs: the H2O scaling rows). */
+/* The cache step of every layer (append, attention, score, selection; no projections) with
+ * random inputs from the host, all layers in one recording. */
 typedef struct step_work {
-    vkh2o_cache* cache;
-    vkh2o_buffer *q, *a, *b;     /* NULL: mock */
-    uint32_t pos;
+    vkh2o_kvcache* kv;
+    vkh2o_buffer *q, *ckv, *kpe, *out;
+    uint32_t layers;
 } step_work;
 static vkh2o_result rec_step(VkCommandBuffer cb, void* user)
 {
     step_work* w = user;
-    const uint32_t p = w->pos++;
-    vkh2o_cache_step s = { .position = p, .step = p };
-    if (w->q) {
-        s.q = w->q;
-        s.a = w->a;
-        s.b = w->b;
-    } else {
-        s.flags = VKH2O_STEP_MOCK;
-    }
-    return vkh2o_cmd_cache_step(w->cache, cb, &s);
+    for (uint32_t l = 0; l < w->layers; l++)
+        VKH2O_CHECK(vkh2o_cmd_kvcache_step(w->kv, cb, &(vkh2o_kvcache_step){ .layer = l, .q = w->q, .ckv = w->ckv, .kpe = w->kpe,
+                                                                            .out = w->out }));
+    return VKH2O_OK;
 }
 
-/* Random step inputs for a cache of one layer (q, rows a and b). */
-static vkh2o_result step_inputs(bench_env* env, vkh2o_cache* c, step_work* w)
+/* Random step inputs for a cache (q [heads][kv_lora + rope], ckv, kpe) and its output buffer. */
+static vkh2o_result step_inputs(bench_env* env, vkh2o_kvcache* kv, uint32_t layers, step_work* w)
 {
-    const vkh2o_cache_widths cw = vkh2o_cache_get_widths(c);
-    const uint64_t n[3] = { (uint64_t)vkh2o_cache_get_desc(c)->num_heads * cw.q_width, cw.a_width, cw.b_width };
-    vkh2o_buffer** b[3] = { &w->q, &w->a, &w->b };
-    for (int i = 0; i < 3; i++) {
+    const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(kv);
+    w->kv = kv;
+    w->layers = layers;
+    const uint64_t n[4] = { (uint64_t)d->num_heads * (d->kv_lora_rank + d->qk_rope_head_dim), d->kv_lora_rank,
+                            d->qk_rope_head_dim, (uint64_t)d->num_heads * d->kv_lora_rank };
+    vkh2o_buffer** b[4] = { &w->q, &w->ckv, &w->kpe, &w->out };
+    for (int i = 0; i < 4; i++) {
         float* h = malloc(n[i] * 4);
         if (!h) return vkh2o_fail(env->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: step inputs");
         for (uint64_t j = 0; j < n[i]; j++) h[j] = rand_normal() * 0.1f;
@@ -796,16 +709,38 @@ static vkh2o_result step_inputs(bench_env* env, vkh2o_cache* c, step_work* w)
 static void step_inputs_free(step_work* w)
 {
     vkh2o_buffer_destroy(w->q);
-    vkh2o_buffer_destroy(w->a);
-    vkh2o_buffer_destroy(w->b);
-    w->q = w->a = w->b = NULL;
+    vkh2o_buffer_destroy(w->ckv);
+    vkh2o_buffer_destroy(w->kpe);
+    vkh2o_buffer_destroy(w->out);
+    w->q = w->ckv = w->kpe = w->out = NULL;
 }
 
-/* Bytes a decode step must read: the layer's weights as stored on the device, the cache's rows
- * (FP16), scores and positions. */
-static double decode_bytes(vkh2o_mla_layer* L, const vkh2o_cache* c, uint32_t len)
+/* Bytes one step of one layer moves, by stage (reads + writes, modelled on the kernels' access
+ * pattern from the cache's plan), and the minimum: `weights` (the layer's weights as stored; 0
+ * for the cache step alone) once, every held row once, one new row written. */
+static void kv_step_bytes(const vkh2o_kvcache* kv, double weights, char* out, size_t cap, double* total, double* minimum)
 {
-    return (double)vkh2o_mla_layer_get_weight_bytes(L) + (double)vkh2o_cache_bytes(vkh2o_cache_get_desc(c), len) + 8.0 * len;
+    const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(kv);
+    const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(kv);
+    const double H = d->num_heads, S = p->total_slots, W = d->kv_lora_rank + d->qk_rope_head_dim;
+    const double hg = ceil(H / 8.0);
+    double rows = 0.0, held = 0.0;
+    for (int k = 0; k < VKH2O_TIER_COUNT; k++) {
+        rows += (double)p->slots[k] * (p->token_bytes[k] - 8);
+        held += (double)(k == 0 && p->slots[0] ? p->slots[0] - 1 : p->slots[k]) * p->token_bytes[k];
+    }
+    const double q = 4.0 * H * W;
+    const double append = 4.0 * S + 2.0 * W + 8.0 + 4.0 * W;                 /* free-slot scan, the row in and out */
+    const double logits = hg * rows + 4.0 * S + hg * q + 4.0 * H * S;        /* rows per head group, logits out */
+    const double softmax = 4.0 * H * S * 5.0 + 4.0 * S * 3.0;                /* 3 reads + 2 writes of P, scores */
+    const double pv = hg * rows + 4.0 * H * S + 4.0 * H * d->kv_lora_rank;
+    const double select = p->selects ? 12.0 * S + 4.0 * 2.0 * W * 4.0 : 0.0; /* keys, at most 4 rows moved */
+    *total = weights + append + logits + softmax + pv + select;
+    *minimum = weights + held + 2.0 * W;
+    snprintf(out, cap,
+             "weights %.1f MB; append %.1f kB; logits %.2f MB; softmax+scores %.2f MB; P.rows %.2f MB; select+demote %.1f kB; "
+             "minimum (weights, held rows once, one new row) %.2f MB",
+             weights / 1e6, append / 1e3, logits / 1e6, softmax / 1e6, pv / 1e6, select / 1e3, *minimum / 1e6);
 }
 /* Multiply-adds x 2 of one decode step: the projections (M = 1), the absorption and W_uv
  * through kv_b_proj, and the attention over len tokens (logits over kv_lora + rope, P.V over
@@ -865,11 +800,21 @@ static void probe_free(probe_work* w)
     vkh2o_buffer_destroy(w->out);
 }
 
+/* A row's bytes by stage (the step's model, kv_step_bytes) and the minimum beside them. */
+static void fill_stage_bytes(bench_env* env, bench_row* row, const vkh2o_kvcache* kv, double weights)
+{
+    if (!row) return;
+    double total, minimum;
+    kv_step_bytes(kv, weights, row->stages, sizeof row->stages, &total, &minimum);
+    row->bytes_min = minimum;
+    fill_bytes_row(env, row, total);
+}
+
 /* --decode: one token through the Kimi layer (BF16 and FP8 weights, alternating) against a
- * latent H2O cache of --cache-len kept tokens, and the cache step alone (append, attention,
- * score, eviction) on the BF16 layer's cache. On a device that refuses the length (llvmpipe's
- * loop limit for the single-workgroup cache step), a refused row, then the next shorter length
- * (halving, down to 256) so the step is still measured. */
+ * kvcache of --cache-len tokens (FP16, H2O with summed scores, at its cap so that every step
+ * evicts one token, in place), and the cache step alone (append, attention, score, eviction) on
+ * a third such cache; each row's bytes by stage beside the minimum. A length the device refuses
+ * is a refused row, then the next shorter length (halving, down to 256, 16 with --quick). */
 static vkh2o_result bench_decode(bench_env* env)
 {
     vkh2o_context* ctx = env->ctx;
@@ -879,7 +824,7 @@ static vkh2o_result bench_decode(bench_env* env)
     static const vkh2o_dtype dts[2] = { VKH2O_DTYPE_BF16, VKH2O_DTYPE_F8_E4M3 };
     static const char* dtn[2] = { "bf16", "fp8" };
     vkh2o_mla_layer* L[2] = { NULL, NULL };
-    vkh2o_cache* C[3] = { NULL, NULL, NULL };
+    vkh2o_kvcache* C[3] = { NULL, NULL, NULL };
     vkh2o_buffer *hb = NULL, *ob = NULL;
     step_work sw = { 0 };
     vkh2o_result r = VKH2O_OK;
@@ -896,16 +841,14 @@ static vkh2o_result bench_decode(bench_env* env)
     }
     uint32_t len = env->cache_len;
     for (; r == VKH2O_OK; len /= 2) {
-        uint32_t ns, bu, nr;
-        kept_split(len, &ns, &bu, &nr);
-        for (int i = 0; i < 3 && r == VKH2O_OK; i++)
-            r = make_cache(env, &cfg, 1, ns, bu, nr, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, len, &C[i]);
-        if (r == VKH2O_OK) break;
-        if (!refusal(r)) break;
+        kv_spec ks = { .layers = 1, .fill = len, .cap = len, .max_tokens = len + env->runs + 4 };
+        kept_split(len, &ks.ns, &(uint32_t){ 0 }, &ks.nr);
+        for (int i = 0; i < 3 && r == VKH2O_OK; i++) r = make_kv(env, &cfg, &ks, &C[i]);
+        if (r == VKH2O_OK || !refusal(r)) break;
         char name[192];
-        snprintf(name, sizeof name, "decode %s layer, latent cache %u tokens", label, len);
+        snprintf(name, sizeof name, "decode %s layer, kvcache %u tokens", label, len);
         row_status(env, "decode", name, "refused", vkh2o_last_error(ctx));
-        for (int i = 0; i < 3; i++) { vkh2o_cache_destroy(C[i]); C[i] = NULL; }
+        for (int i = 0; i < 3; i++) { vkh2o_kvcache_destroy(C[i]); C[i] = NULL; }
         r = VKH2O_OK;
         if (len / 2 < (env->quick ? 16u : 256u)) {
             len = 0;
@@ -914,9 +857,7 @@ static vkh2o_result bench_decode(bench_env* env)
     }
     if (r == VKH2O_OK && len) {
         decode_work dw[2] = { { L[0], C[0], hb, ob, len }, { L[1], C[1], hb, ob, len } };
-        sw.cache = C[2];
-        sw.pos = len;
-        r = step_inputs(env, C[2], &sw);
+        r = step_inputs(env, C[2], 1, &sw);
         probe_work pw = { 0 };
         if (r == VKH2O_OK) r = probe_make(env, &pw);
         double* t = calloc(4 * (size_t)env->runs, sizeof *t);
@@ -948,7 +889,7 @@ static vkh2o_result bench_decode(bench_env* env)
         probe_free(&pw);
         for (int k = 0; r == VKH2O_OK && k < 2; k++) {
             char name[192];
-            snprintf(name, sizeof name, "decode %s layer, latent cache %u tokens, %s weights", label, len, dtn[k]);
+            snprintf(name, sizeof name, "decode %s layer, kvcache fp16 %u tokens, %s weights", label, len, dtn[k]);
             const double ms = cli_median(t + (size_t)k * env->runs, env->runs);
             bench_row* row = row_ok(env, "decode", name, ms, decode_flops(&cfg, len) / (ms * 1e6), ts);
             if (row) {
@@ -958,75 +899,35 @@ static vkh2o_result bench_decode(bench_env* env)
                     snprintf(row->reason, sizeof row->reason, "%u tokens refused on this device; the longest accepted cache",
                              env->cache_len);
             }
-            fill_bytes_row(env, row, decode_bytes(L[k], C[k], len));
+            fill_stage_bytes(env, row, C[k], (double)vkh2o_mla_layer_get_weight_bytes(L[k]));
         }
         if (r == VKH2O_OK) {
             char name[192];
-            snprintf(name, sizeof name, "decode %s stage: cache step alone (append, attention, score, evict), %u tokens", label, len);
+            snprintf(name, sizeof name, "decode %s stage: cache step alone (append, attention, score, evict in place), %u tokens",
+                     label, len);
             const double ms = cli_median(t + 2 * (size_t)env->runs, env->runs);
             const double att = 2.0 * cfg.num_heads * len * (2.0 * cfg.kv_lora_rank + cfg.qk_rope_head_dim);
             bench_row* row = row_ok(env, "decode", name, ms, att / (ms * 1e6), ts);
             if (row) {
                 row->size = len;
                 snprintf(row->param, sizeof row->param, "cache step");
-                fill_bytes_row(env, row, (double)vkh2o_cache_bytes(vkh2o_cache_get_desc(C[2]), len) + 8.0 * len);
             }
+            fill_stage_bytes(env, row, C[2], 0.0);
         }
         free(t);
     }
     step_inputs_free(&sw);
-    for (int i = 0; i < 3; i++) vkh2o_cache_destroy(C[i]);
+    for (int i = 0; i < 3; i++) vkh2o_kvcache_destroy(C[i]);
     for (int i = 0; i < 2; i++) vkh2o_mla_layer_destroy(L[i]);
     vkh2o_buffer_destroy(hb);
     vkh2o_buffer_destroy(ob);
     return r;
 }
 
-/* --kv-decode: one token through the Kimi layer (BF16 weights) against the one KV cache at each
+/* --kv-decode: one token through the Kimi layer (BF16 weights) against the kvcache at each
  * precision (FP16, INT8, INT4, INT2 and FP16 -> INT8 -> INT4 tiers; --cache-len tokens kept, at
- * the cap so that every step demotes or evicts), and against the order-keeping H2O cache, side by
- * side in the same rounds; each row's bytes are what its step reads, stage by stage, from the
- * cache's plan (the kernels' access pattern), against the minimum: the weights once, every held
- * row once, one new row written. */
-typedef struct kv_work {
-    vkh2o_mla_layer* layer;
-    vkh2o_kvcache* kv;
-    vkh2o_buffer *hidden, *out;
-    uint32_t pos;
-} kv_work;
-static vkh2o_result rec_kv_decode(VkCommandBuffer cb, void* user)
-{
-    kv_work* w = user;
-    return vkh2o_cmd_mla_decode_kv(w->layer, cb, w->kv,
-                                   &(vkh2o_mla_decode){ .hidden = w->hidden, .out = w->out, .position = w->pos++ });
-}
-
-/* bytes of one step by stage (reads + writes), and the minimum */
-static void kv_step_bytes(const vkh2o_kvcache* kv, double weights, char* out, size_t cap, double* total, double* minimum)
-{
-    const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(kv);
-    const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(kv);
-    const double H = d->num_heads, S = p->total_slots, W = d->kv_lora_rank + d->qk_rope_head_dim;
-    const double hg = ceil(H / 8.0);
-    double rows = 0.0, held = 0.0;
-    for (int k = 0; k < VKH2O_TIER_COUNT; k++) {
-        rows += (double)p->slots[k] * (p->token_bytes[k] - 8);
-        held += (double)(k == 0 && p->slots[0] ? p->slots[0] - 1 : p->slots[k]) * p->token_bytes[k];
-    }
-    const double q = 4.0 * H * W;
-    const double append = 4.0 * S + 2.0 * W + 8.0 + 4.0 * W;                 /* free-slot scan, the row in and out */
-    const double logits = hg * rows + 4.0 * S + hg * q + 4.0 * H * S;        /* rows per head group, logits out */
-    const double softmax = 4.0 * H * S * 5.0 + 4.0 * S * 3.0;                /* 3 reads + 2 writes of P, scores */
-    const double pv = hg * rows + 4.0 * H * S + 4.0 * H * d->kv_lora_rank;
-    const double select = p->selects ? 12.0 * S + 4.0 * 2.0 * W * 4.0 : 0.0; /* keys, at most 4 rows moved */
-    *total = weights + append + logits + softmax + pv + select;
-    *minimum = weights + held + 2.0 * W;
-    snprintf(out, cap,
-             "bytes/step: weights %.1f MB; append %.1f kB; logits %.1f MB; softmax+scores %.1f MB; P.rows %.1f MB; select+demote "
-             "%.1f kB; minimum (weights, held rows once, one new row) %.1f MB",
-             weights / 1e6, append / 1e3, logits / 1e6, softmax / 1e6, pv / 1e6, select / 1e3, *minimum / 1e6);
-}
-
+ * the cap so that every step demotes or evicts), side by side in the same rounds; the ratio is
+ * each row's speed against the FP16 row's; bytes by stage beside the minimum. */
 static vkh2o_result bench_kv_decode(bench_env* env)
 {
     vkh2o_context* ctx = env->ctx;
@@ -1034,48 +935,28 @@ static vkh2o_result bench_kv_decode(bench_env* env)
     const char* label;
     bench_config(env, &cfg, &label);
     const uint32_t len = env->cache_len;
-    uint32_t ns, bu, nr;
-    kept_split(len, &ns, &bu, &nr);
-    enum { NKV = 6 };
-    static const char* names[NKV] = { "fp16", "int8", "int4", "int2", "tiered fp16>int8>int4", "h2o cache (fp16, order kept)" };
+    enum { NKV = 5 };
+    static const char* names[NKV] = { "fp16", "int8", "int4", "int2", "tiered fp16>int8>int4" };
     vkh2o_mla_layer* L = NULL;
-    vkh2o_kvcache* kv[NKV - 1] = { NULL };
-    vkh2o_cache* h2o = NULL;
-    vkh2o_buffer *hb = NULL, *ob = NULL, *bc = NULL, *bk = NULL, *bm = NULL;
+    vkh2o_kvcache* kv[NKV] = { NULL };
+    vkh2o_buffer *hb = NULL, *ob = NULL;
     note(env, "%s: kv-decode layer (BF16) with random weights\n", label);
     vkh2o_result r = make_layer(env, &cfg, VKH2O_DTYPE_BF16, 16, &L);
-    const uint32_t W = cfg.kv_lora_rank + cfg.qk_rope_head_dim;
-    float* h = malloc(4ull * (cfg.hidden_size > len * W ? cfg.hidden_size : (size_t)len * cfg.kv_lora_rank));
-    if (!h && r == VKH2O_OK) r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: kv-decode inputs");
     if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4ull * cfg.hidden_size, &hb);
     if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4ull * cfg.hidden_size, &ob);
-    for (uint32_t i = 0; r == VKH2O_OK && i < cfg.hidden_size; i++) h[i] = rand_normal();
-    if (r == VKH2O_OK) r = vkh2o_buffer_upload(hb, 0, h, 4ull * cfg.hidden_size);
-    /* the prompt rows every cache is filled with */
-    const uint64_t nc = (uint64_t)len * cfg.kv_lora_rank, nk = (uint64_t)len * cfg.qk_rope_head_dim;
-    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4 * nc, &bc);
-    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4 * nk, &bk);
-    if (r == VKH2O_OK) r = vkh2o_buffer_create(ctx, 4ull * len, &bm);
-    for (uint64_t i = 0; r == VKH2O_OK && i < nc; i++) h[i] = rand_normal();
-    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bc, 0, h, 4 * nc);
-    for (uint64_t i = 0; r == VKH2O_OK && i < nk; i++) h[i] = rand_normal();
-    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bk, 0, h, 4 * nk);
-    for (uint32_t i = 0; r == VKH2O_OK && i < len; i++) h[i] = fabsf(rand_normal());
-    if (r == VKH2O_OK) r = vkh2o_buffer_upload(bm, 0, h, 4ull * len);
-    free(h);
-    for (int k = 0; r == VKH2O_OK && k < NKV - 1; k++) {
-        vkh2o_kvcache_desc d = { .max_tokens = len + env->runs + 4, .capacity_tokens = len, .n_sink = ns, .n_recent = nr };
-        vkh2o_kvcache_desc_from_mla(&cfg, &d);
-        d.precision = k < 4 ? (vkh2o_kv_precision)k : VKH2O_PRECISION_TIERED;
-        if (k == 4) {
-            d.tier_tokens[0] = 1;
-            d.tier_tokens[1] = len / 4;
-        }
-        r = vkh2o_kvcache_create(ctx, &d, &kv[k]);
-        if (r == VKH2O_OK)
-            r = vkh2o_run_kvcache_prefill(kv[k], &(vkh2o_kvcache_prefill){ .n = len, .ckv = bc, .kpe = bk, .mass = bm });
+    if (r == VKH2O_OK) {
+        float* h = malloc(4ull * cfg.hidden_size);
+        if (!h) r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: kv-decode inputs");
+        for (uint32_t i = 0; h && i < cfg.hidden_size; i++) h[i] = rand_normal();
+        if (h) r = vkh2o_buffer_upload(hb, 0, h, 4ull * cfg.hidden_size);
+        free(h);
     }
-    if (r == VKH2O_OK) r = make_cache(env, &cfg, 1, ns, bu, nr, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, len, &h2o);
+    for (int k = 0; r == VKH2O_OK && k < NKV; k++) {
+        kv_spec ks = { .layers = 1, .fill = len, .cap = len, .max_tokens = len + env->runs + 4,
+                       .prec = k < 4 ? (vkh2o_kv_precision)k : VKH2O_PRECISION_TIERED };
+        kept_split(len, &ks.ns, &(uint32_t){ 0 }, &ks.nr);
+        r = make_kv(env, &cfg, &ks, &kv[k]);
+    }
     if (r != VKH2O_OK && refusal(r)) {
         char name[192];
         snprintf(name, sizeof name, "kv-decode %s layer, %u tokens", label, len);
@@ -1084,9 +965,8 @@ static vkh2o_result bench_kv_decode(bench_env* env)
         goto done;
     }
     if (r == VKH2O_OK) {
-        kv_work kw[NKV - 1];
-        for (int k = 0; k < NKV - 1; k++) kw[k] = (kv_work){ L, kv[k], hb, ob, len };
-        decode_work dw = { L, h2o, hb, ob, len };
+        decode_work kw[NKV];
+        for (int k = 0; k < NKV; k++) kw[k] = (decode_work){ L, kv[k], hb, ob, len };
         double* t = calloc((size_t)NKV * env->runs, sizeof *t);
         if (!t) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
         bool ts = env->caps->timestamps;
@@ -1094,12 +974,12 @@ static vkh2o_result bench_kv_decode(bench_env* env)
             note(env, run ? "%s: kv-decode steps\n" : "%s: kv-decode warm-up\n", label);
             for (int k = 0; k < NKV && r == VKH2O_OK; k++) {
                 double ms = 0.0;
-                r = k < NKV - 1 ? time_once(env, rec_kv_decode, &kw[k], &ms, &ts) : time_once(env, rec_decode, &dw, &ms, &ts);
+                r = time_once(env, rec_decode, &kw[k], &ms, &ts);
                 if (run) t[(size_t)k * env->runs + run - 1] = ms;
             }
         }
         const double weights = (double)vkh2o_mla_layer_get_weight_bytes(L);
-        const double base = r == VKH2O_OK ? cli_median(t + (size_t)(NKV - 1) * env->runs, env->runs) : 0.0;
+        const double base = r == VKH2O_OK ? cli_median(t, env->runs) : 0.0;
         for (int k = 0; r == VKH2O_OK && k < NKV; k++) {
             char name[192];
             snprintf(name, sizeof name, "kv-decode %s layer, %u tokens kept, %s", label, len, names[k]);
@@ -1109,41 +989,23 @@ static vkh2o_result bench_kv_decode(bench_env* env)
             row->size = len;
             row->ratio = base / ms;
             snprintf(row->param, sizeof row->param, "%s", names[k]);
-            if (k < NKV - 1) {
-                double total, minimum;
-                kv_step_bytes(kv[k], weights, row->reason, sizeof row->reason, &total, &minimum);
-                fill_bytes_row(env, row, total);
-            } else {
-                fill_bytes_row(env, row, decode_bytes(L, h2o, len));
-            }
+            fill_stage_bytes(env, row, kv[k], weights);
         }
         free(t);
     }
 done:
-    for (int k = 0; k < NKV - 1; k++) vkh2o_kvcache_destroy(kv[k]);
-    vkh2o_cache_destroy(h2o);
+    for (int k = 0; k < NKV; k++) vkh2o_kvcache_destroy(kv[k]);
     vkh2o_mla_layer_destroy(L);
     vkh2o_buffer_destroy(hb);
     vkh2o_buffer_destroy(ob);
-    vkh2o_buffer_destroy(bc);
-    vkh2o_buffer_destroy(bk);
-    vkh2o_buffer_destroy(bm);
     return r;
 }
 
-/* how many tokens short of its cap the non-evicting reference starts: runs + 2 (warm-up and
- * one spare), at most half the cache (more runs than that, and its last steps evict) */
-static uint32_t ref_short(const bench_env* env, uint32_t len)
-{
-    return env->runs + 2 < len / 2 ? env->runs + 2 : len / 2;
-}
-
-/* --policy-cost: the cache step (real inputs: append, attention, score, select, compact) of every
- * eviction policy / score mode side by side at the Kimi latent shape, each at its cap (one
- * token evicted per step), next to a cache of the same desc filled runs + 2 tokens short of its
- * cap, so that it never evicts (attention over up to 0.2 % fewer tokens at 4096): the difference
- * is the selection and compaction; the score update is O(length) additions inside both. Same
- * length refusal and halving as --decode. */
+/* --policy-cost: the cache step (random inputs: append, attention, score, selection, eviction
+ * in place) of every eviction policy / score mode side by side at the Kimi latent shape, each
+ * at its cap of --cache-len tokens (one token evicted per step), next to the full cache of the
+ * same length (FP16, no capacity: append and attention only, no score and no selection work):
+ * the difference is the policy's cost. Same length refusal and halving as --decode. */
 static vkh2o_result policy_cost_at(bench_env* env, const vkh2o_mla_config* cfgp, const char* label);
 static vkh2o_result bench_policy_cost(bench_env* env)
 {
@@ -1151,8 +1013,8 @@ static vkh2o_result bench_policy_cost(bench_env* env)
     const char* label;
     bench_config(env, &cfg, &label);
     VKH2O_CHECK(policy_cost_at(env, &cfg, label));
-    /* one head: the same cache and policies with a 64x cheaper attention, where select +
-     * compact stand out of the noise (and, on CPU devices, the longer caches fit the loop limit) */
+    /* one head: the same caches and policies with a 64x cheaper attention, where the policy's
+     * part stands out of the noise */
     char l1[64];
     snprintf(l1, sizeof l1, "%s 1 head", label);
     cfg.num_heads = 1;
@@ -1164,7 +1026,7 @@ static vkh2o_result policy_cost_at(bench_env* env, const vkh2o_mla_config* cfgp,
     vkh2o_context* ctx = env->ctx;
     const vkh2o_mla_config cfg = *cfgp;
     static const struct { const char* name; vkh2o_evict_policy pol; vkh2o_score_mode mode; } pols[] = {
-        { "no eviction (attention + score + append)", VKH2O_POLICY_H2O, VKH2O_SCORE_SUM },
+        { "full cache (append + attention, no selection)", VKH2O_POLICY_H2O, VKH2O_SCORE_SUM },
         { "h2o sum", VKH2O_POLICY_H2O, VKH2O_SCORE_SUM },
         { "h2o mean", VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN },
         { "h2o decay", VKH2O_POLICY_H2O, VKH2O_SCORE_DECAY },
@@ -1173,39 +1035,29 @@ static vkh2o_result policy_cost_at(bench_env* env, const vkh2o_mla_config* cfgp,
         { "random", VKH2O_POLICY_RANDOM, VKH2O_SCORE_SUM },
     };
     enum { NP = sizeof pols / sizeof pols[0] };
-    vkh2o_cache* C[NP] = { NULL };
+    vkh2o_kvcache* C[NP] = { NULL };
     step_work sw[NP];
     memset(sw, 0, sizeof sw);
     vkh2o_result r = VKH2O_OK;
     uint32_t len = env->cache_len;
     for (;; len /= 2) {
-        uint32_t ns, bu, nr;
-        kept_split(len, &ns, &bu, &nr);
-        /* the same desc for all (the step kernel's shape and workgroup follow the capacity); the
-         * reference is filled runs + 2 tokens short of the cap, so its steps never evict */
-        for (uint32_t i = 0; i < NP && r == VKH2O_OK; i++)
-            r = make_cache(env, &cfg, 1, ns, bu, nr, pols[i].pol, pols[i].mode, i ? len : len - ref_short(env, len), &C[i]);
+        for (uint32_t i = 0; i < NP && r == VKH2O_OK; i++) {
+            kv_spec ks = { .layers = 1, .fill = len, .cap = i ? len : 0, .max_tokens = len + env->runs + 4,
+                           .pol = pols[i].pol, .mode = pols[i].mode };
+            if (i) kept_split(len, &ks.ns, &(uint32_t){ 0 }, &ks.nr);
+            r = make_kv(env, &cfg, &ks, &C[i]);
+        }
         if (r == VKH2O_OK || !refusal(r)) break;
         char name[192];
-        snprintf(name, sizeof name, "policy cost %s, latent cache %u tokens", label, len);
+        snprintf(name, sizeof name, "policy cost %s, kvcache %u tokens", label, len);
         row_status(env, "policy", name, "refused", vkh2o_last_error(ctx));
-        for (uint32_t i = 0; i < NP; i++) { vkh2o_cache_destroy(C[i]); C[i] = NULL; }
+        for (uint32_t i = 0; i < NP; i++) { vkh2o_kvcache_destroy(C[i]); C[i] = NULL; }
         r = VKH2O_OK;
         if (len / 2 < (env->quick ? 16u : 256u)) { len = 0; break; }
     }
-    /* per run: the whole step, and with timestamps its stages (the cache's stage marks) */
-    double* t = calloc(3 * NP * (size_t)env->runs, sizeof *t);
+    double* t = calloc(NP * (size_t)env->runs, sizeof *t);
     if (!t && r == VKH2O_OK) r = vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: policy timings");
-    double* ta = t ? t + NP * (size_t)env->runs : NULL;       /* attention: absorption + tiles */
-    double* tp = t ? t + 2 * NP * (size_t)env->runs : NULL;   /* combine, mass, score, select, compact, flush */
-    for (uint32_t i = 0; i < NP; i++)
-        if (C[i])
-            C[i]->profile = true;
-    for (uint32_t i = 0; r == VKH2O_OK && len && i < NP; i++) {
-        sw[i].cache = C[i];
-        sw[i].pos = i ? len : len - ref_short(env, len);
-        r = step_inputs(env, C[i], &sw[i]);
-    }
+    for (uint32_t i = 0; r == VKH2O_OK && len && i < NP; i++) r = step_inputs(env, C[i], 1, &sw[i]);
     bool ts = env->caps->timestamps;
     for (uint32_t run = 0; r == VKH2O_OK && len && run <= env->runs; run++) {
         note(env, "%s: policy steps\n", label);
@@ -1213,41 +1065,30 @@ static vkh2o_result policy_cost_at(bench_env* env, const vkh2o_mla_config* cfgp,
             const uint32_t i = (j + run) % NP;   /* each round starts elsewhere: no position bias */
             double ms = 0.0;
             r = time_once(env, rec_step, &sw[i], &ms, &ts);
-            if (run) {
-                const size_t k = (size_t)i * env->runs + run - 1;
-                const uint32_t* m = C[i]->stage_ts;
-                t[k] = ms;
-                ta[k] = ts ? vkh2o_timestamp_ms(ctx, m[0], m[1]) : -1.0;
-                tp[k] = ts ? vkh2o_timestamp_ms(ctx, m[1], m[2]) : -1.0;
-            }
+            if (run) t[(size_t)i * env->runs + run - 1] = ms;
         }
     }
     double ref = 0.0;
     for (uint32_t i = 0; r == VKH2O_OK && len && i < NP; i++) {
         char name[192];
-        snprintf(name, sizeof name, "policy cost %s, latent cache %u tokens: %s", label, len, pols[i].name);
+        snprintf(name, sizeof name, "policy cost %s, kvcache %u tokens: %s", label, len, pols[i].name);
         const double ms = cli_median(t + (size_t)i * env->runs, env->runs);
         if (i == 0) ref = ms;
         bench_row* row = row_ok(env, "policy", name, ms, 0.0, ts);
         if (!row) continue;
         row->size = len;
         snprintf(row->param, sizeof row->param, "%s", i ? pols[i].name : "none");
-        row->ratio = 0;
-        row->share = i ? (ms - ref) / ms : 0.0;   /* select + compact's share of the step */
-        const size_t k0 = (size_t)i * env->runs;
-        row->attn_ms = ta[k0] >= 0.0 ? cli_median(ta + k0, env->runs) : -1.0;
-        row->policy_ms = tp[k0] >= 0.0 ? cli_median(tp + k0, env->runs) : -1.0;
+        row->share = i ? (ms - ref) / ms : 0.0;   /* the policy's share of the step */
         if (len != env->cache_len)
             snprintf(row->reason, sizeof row->reason, "%u tokens refused on this device; the longest accepted cache", env->cache_len);
     }
     free(t);
     for (uint32_t i = 0; i < NP; i++) {
         step_inputs_free(&sw[i]);
-        vkh2o_cache_destroy(C[i]);
+        vkh2o_kvcache_destroy(C[i]);
     }
     return r;
 }
-
 /* The grids of --scaling (--quick: the small layer and small sizes). */
 static const uint32_t SC_S[] = { 256, 512, 1024, 2048, 4096 }, SC_S_Q[] = { 16, 32, 64 };
 static const uint32_t SC_N[] = { 512, 1024, 4096, 16384, 65536, 131072 }, SC_N_Q[] = { 64, 256, 131072 };
@@ -1274,22 +1115,21 @@ static vkh2o_result refused_row(bench_env* env, vkh2o_result r, const char* grou
     return VKH2O_OK;
 }
 
-typedef struct topk_work {
-    vkh2o_context* ctx;
-    vkh2o_topk_args a;
-    uint32_t layers;
-} topk_work;
-static vkh2o_result rec_topk(VkCommandBuffer cb, void* user)
+/* The prefill of every layer of a kvcache with n tokens (the selection of a prompt's kept
+ * tokens), all layers in one recording. */
+typedef struct prefill_work {
+    vkh2o_kvcache* kv;
+    vkh2o_buffer *ckv, *kpe, *mass;
+    uint32_t n, layers;
+} prefill_work;
+static vkh2o_result rec_prefill(VkCommandBuffer cb, void* user)
 {
-    topk_work* w = user;
-    for (uint32_t l = 0; l < w->layers; l++) {
-        w->a.layer = l;
-        VKH2O_CHECK(vkh2o_cmd_topk(w->ctx, cb, &w->a));
-        vkh2o_barrier(w->ctx, cb);
-    }
+    prefill_work* w = user;
+    for (uint32_t l = 0; l < w->layers; l++)
+        VKH2O_CHECK(vkh2o_cmd_kvcache_prefill(w->kv, cb, &(vkh2o_kvcache_prefill){ .layer = l, .n = w->n, .ckv = w->ckv,
+                                                                                   .kpe = w->kpe, .mass = w->mass }));
     return VKH2O_OK;
 }
-
 static vkh2o_result scaling_forward(bench_env* env, const vkh2o_mla_config* cfg, const char* label)
 {
     vkh2o_context* ctx = env->ctx;
@@ -1383,7 +1223,7 @@ static vkh2o_result scaling_decode(bench_env* env, const vkh2o_mla_config* cfg, 
     vkh2o_result r = VKH2O_OK;
     for (uint32_t i = 0; i < nN && r == VKH2O_OK; i++) {
         char name[128];
-        snprintf(name, sizeof name, "scaling decode %s layer bf16, latent cache %u tokens", label, N[i]);
+        snprintf(name, sizeof name, "scaling decode %s layer bf16, kvcache fp16 %u tokens", label, N[i]);
         if (skipped(env, "scaling-decode", name, N[i], 1)) continue;
         if (!L) {
             note(env, "%s: scaling: the decode layer\n", label);
@@ -1393,11 +1233,11 @@ static vkh2o_result scaling_decode(bench_env* env, const vkh2o_mla_config* cfg, 
             if (r == VKH2O_OK) r = vkh2o_buffer_fill(hb, 0, 4ull * cfg->hidden_size, 0x3c000000u);   /* 2^-7 */
             if (r != VKH2O_OK) break;
         }
-        uint32_t ns, bu, nr;
-        kept_split(N[i], &ns, &bu, &nr);
-        vkh2o_cache* c = NULL;
+        kv_spec ks = { .layers = 1, .fill = N[i], .cap = N[i], .max_tokens = N[i] + env->runs + 4 };
+        kept_split(N[i], &ks.ns, &(uint32_t){ 0 }, &ks.nr);
+        vkh2o_kvcache* c = NULL;
         note(env, "%s: filling the cache\n", name);
-        r = make_cache(env, cfg, 1, ns, bu, nr, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, N[i], &c);
+        r = make_kv(env, cfg, &ks, &c);
         if (r != VKH2O_OK) {
             r = refused_row(env, r, "scaling-decode", name, N[i], 1);
             continue;
@@ -1421,11 +1261,11 @@ static vkh2o_result scaling_decode(bench_env* env, const vkh2o_mla_config* cfg, 
             bench_row* row = row_ok(env, "scaling-decode", name, ms, decode_flops(cfg, N[i]) / (ms * 1e6), ts);
             if (row) { row->size = N[i]; row->layers = 1; snprintf(row->param, sizeof row->param, "bf16"); }
             env->read_gbps = (double)pw.bytes / (cli_median(t + env->runs, env->runs) * 1e6);
-            fill_bytes_row(env, row, decode_bytes(L, c, N[i]));
+            fill_stage_bytes(env, row, c, (double)vkh2o_mla_layer_get_weight_bytes(L));
         }
         probe_free(&pw);
         free(t);
-        vkh2o_cache_destroy(c);
+        vkh2o_kvcache_destroy(c);
     }
     vkh2o_mla_layer_destroy(L);
     vkh2o_buffer_destroy(hb);
@@ -1433,10 +1273,11 @@ static vkh2o_result scaling_decode(bench_env* env, const vkh2o_mla_config* cfg, 
     return r;
 }
 
-/* The H2O cache step of every layer (mock inputs, one dispatch + the row flush) at each budget
- * and layer count, the cache at its cap so that each step evicts one token per layer; and the
- * exact top-k (k = budget of n = 32 x budget scores, the prompt compression of a prefill) once
- * per layer in one command buffer. */
+/* The kvcache step (FP16, H2O with summed scores, random inputs from the host) of every layer in
+ * one recording, at each budget and layer count, the cache at its cap so that each step evicts
+ * one token per layer (group "scaling-h2o"); and the prefill selection (group
+ * "scaling-prefill"): n = 32 x budget prompt tokens ranked by their mass into a cache of 4
+ * sinks + budget + recents, once per layer in one recording. */
 static vkh2o_result scaling_h2o(bench_env* env, const vkh2o_mla_config* cfg, const char* label)
 {
     vkh2o_context* ctx = env->ctx;
@@ -1448,17 +1289,19 @@ static vkh2o_result scaling_h2o(bench_env* env, const vkh2o_mla_config* cfg, con
         for (uint32_t li = 0; li < nL && r == VKH2O_OK; li++) {
             char name[160];
             const uint32_t ns = 4, nr = env->quick ? 8 : 64, cap = ns + B[bi] + nr;
-            snprintf(name, sizeof name, "scaling h2o step %s latent, budget %u (cap %u), %u layers", label, B[bi], cap, Ls[li]);
+            snprintf(name, sizeof name, "scaling h2o step %s kvcache fp16, budget %u (cap %u), %u layers", label, B[bi], cap,
+                     Ls[li]);
             if (skipped(env, "scaling-h2o", name, B[bi], Ls[li])) continue;
-            vkh2o_cache* c = NULL;
+            vkh2o_kvcache* c = NULL;
             note(env, "%s: filling the cache\n", name);
-            r = make_cache(env, cfg, Ls[li], ns, B[bi], nr, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, cap, &c);
+            const kv_spec ks = { .layers = Ls[li], .fill = cap, .cap = cap, .ns = ns, .nr = nr, .max_tokens = cap + env->runs + 4 };
+            r = make_kv(env, cfg, &ks, &c);
             if (r != VKH2O_OK) {
                 r = refused_row(env, r, "scaling-h2o", name, B[bi], Ls[li]);
                 continue;
             }
-            r = vkh2o_cache_prepare(c, VKH2O_STEP_MOCK);
-            step_work w = { .cache = c, .pos = cap };
+            step_work w = { 0 };
+            r = step_inputs(env, c, Ls[li], &w);
             double* t = calloc(env->runs, sizeof *t);
             bool ts = env->caps->timestamps;
             if (!t && r == VKH2O_OK) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
@@ -1473,52 +1316,66 @@ static vkh2o_result scaling_h2o(bench_env* env, const vkh2o_mla_config* cfg, con
                 if (row) { row->size = B[bi]; row->layers = Ls[li]; snprintf(row->param, sizeof row->param, "h2o sum"); }
             }
             free(t);
-            vkh2o_cache_destroy(c);
+            step_inputs_free(&w);
+            vkh2o_kvcache_destroy(c);
         }
-    /* top-k */
+    /* the prefill selection */
     for (uint32_t bi = 0; bi < nB && r == VKH2O_OK; bi++) {
         const uint32_t k = B[bi], n = 32 * k, ns = 4, nr = 64 < n / 4 ? 64 : n / 4;
-        float* x = malloc((size_t)n * 4);
-        vkh2o_buffer *bs = NULL, *bo = NULL, *bw = NULL;
-        if (!x) return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: top-k scores");
-        for (uint32_t i = 0; i < n; i++) x[i] = fabsf(rand_normal());
+        const uint64_t nc = (uint64_t)n * cfg->kv_lora_rank, nk = (uint64_t)n * cfg->qk_rope_head_dim;
+        prefill_work w = { .n = n };
         bool made = false;
         for (uint32_t li = 0; li < nL && r == VKH2O_OK; li++) {
             char name[160];
-            snprintf(name, sizeof name, "scaling topk k=%u of %u scores, %u layers", k, n, Ls[li]);
-            if (skipped(env, "scaling-topk", name, k, Ls[li])) continue;
+            snprintf(name, sizeof name, "scaling prefill selection %s kvcache, %u of %u tokens kept, %u layers", label,
+                     ns + k + nr, n, Ls[li]);
+            if (skipped(env, "scaling-prefill", name, k, Ls[li])) continue;
             if (!made) {
                 made = true;
-                if ((r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bs)) == VKH2O_OK &&
-                    (r = vkh2o_buffer_create(ctx, (uint64_t)n * 4, &bo)) == VKH2O_OK &&
-                    (r = vkh2o_buffer_create(ctx, vkh2o_topk_work_bytes(n - ns - nr), &bw)) == VKH2O_OK)
-                    r = vkh2o_buffer_upload(bs, 0, x, (uint64_t)n * 4);
-                if (r != VKH2O_OK) { r = refused_row(env, r, "scaling-topk", name, k, Ls[li]); break; }
+                float* x = malloc(4 * (nc > n ? nc : n));
+                if (!x) return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: prefill rows");
+                if ((r = vkh2o_buffer_create(ctx, 4 * nc, &w.ckv)) == VKH2O_OK &&
+                    (r = vkh2o_buffer_create(ctx, 4 * nk, &w.kpe)) == VKH2O_OK &&
+                    (r = vkh2o_buffer_create(ctx, 4ull * n, &w.mass)) == VKH2O_OK) {
+                    for (uint64_t i = 0; i < nc; i++) x[i] = rand_normal();
+                    r = vkh2o_buffer_upload(w.ckv, 0, x, 4 * nc);
+                    for (uint64_t i = 0; r == VKH2O_OK && i < nk; i++) x[i] = rand_normal();
+                    if (r == VKH2O_OK) r = vkh2o_buffer_upload(w.kpe, 0, x, 4 * nk);
+                    for (uint32_t i = 0; r == VKH2O_OK && i < n; i++) x[i] = fabsf(rand_normal());
+                    if (r == VKH2O_OK) r = vkh2o_buffer_upload(w.mass, 0, x, 4ull * n);
+                }
+                free(x);
+                if (r != VKH2O_OK) { r = refused_row(env, r, "scaling-prefill", name, k, Ls[li]); break; }
             }
-            topk_work w = { ctx, { .scores = vkh2o_bind(bs), .scores_buffer = bs, .n = n, .begin = ns, .end = n - nr, .k = k,
-                                   .out = vkh2o_bind(bo), .work = vkh2o_bind(bw) }, Ls[li] };
+            vkh2o_kvcache_desc d = { .num_layers = Ls[li], .max_tokens = n, .capacity_tokens = ns + k + nr, .n_sink = ns,
+                                     .n_recent = nr };
+            vkh2o_kvcache_desc_from_mla(cfg, &d);
+            r = vkh2o_kvcache_create(ctx, &d, &w.kv);
+            if (r != VKH2O_OK) { r = refused_row(env, r, "scaling-prefill", name, k, Ls[li]); continue; }
+            w.layers = Ls[li];
             double* t = calloc(env->runs, sizeof *t);
             bool ts = env->caps->timestamps;
             if (!t) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
             for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
                 double ms = 0.0;
-                r = time_once(env, rec_topk, &w, &ms, &ts);
+                note(env, "%s\n", name);
+                r = time_once(env, rec_prefill, &w, &ms, &ts);
                 if (run) t[run - 1] = ms;
             }
             if (r == VKH2O_OK) {
-                bench_row* row = row_ok(env, "scaling-topk", name, cli_median(t, env->runs), 0.0, ts);
-                if (row) { row->size = k; row->layers = Ls[li]; snprintf(row->param, sizeof row->param, "texel"); }
+                bench_row* row = row_ok(env, "scaling-prefill", name, cli_median(t, env->runs), 0.0, ts);
+                if (row) { row->size = k; row->layers = Ls[li]; snprintf(row->param, sizeof row->param, "h2o sum"); }
             }
             free(t);
+            vkh2o_kvcache_destroy(w.kv);
+            w.kv = NULL;
         }
-        vkh2o_buffer_destroy(bs);
-        vkh2o_buffer_destroy(bo);
-        vkh2o_buffer_destroy(bw);
-        free(x);
+        vkh2o_buffer_destroy(w.ckv);
+        vkh2o_buffer_destroy(w.kpe);
+        vkh2o_buffer_destroy(w.mass);
     }
     return r;
 }
-
 static vkh2o_result bench_scaling(bench_env* env)
 {
     vkh2o_mla_config cfg;
@@ -1532,7 +1389,7 @@ static vkh2o_result bench_scaling(bench_env* env)
 /* --plot: the scaling rows as four panels against log2 of the size. */
 static bool write_scaling_plot(FILE* f, const bench_env* env)
 {
-    static const char* groups[4] = { "scaling-forward", "scaling-decode", "scaling-h2o", "scaling-topk" };
+    static const char* groups[4] = { "scaling-forward", "scaling-decode", "scaling-h2o", "scaling-prefill" };
     enum { MAXS = 8, MAXP = 32 };
     static double xs[4][MAXS][MAXP], ys[4][MAXS][MAXP];
     static char names[4][MAXS][32];
@@ -1563,8 +1420,8 @@ static bool write_scaling_plot(FILE* f, const bench_env* env)
     plot_panel p[4] = {
         { "Kimi layer forward", "log2 S (tokens)", "ms", series[0], nser[0] },
         { "decode step (weights + cache)", "log2 cache tokens", "GB/s read", series[1], nser[1] },
-        { "H2O cache step, all layers", "log2 budget", "ms", series[2], nser[2] },
-        { "top-k (32 x k scores), all layers", "log2 k", "ms", series[3], nser[3] },
+        { "kvcache step (h2o), all layers", "log2 budget", "ms", series[2], nser[2] },
+        { "prefill selection (32 x budget tokens), all layers", "log2 budget", "ms", series[3], nser[3] },
     };
     return plot_svg(f, p, 4);
 }
@@ -1576,7 +1433,6 @@ static const struct { const char* name; bench_fn fn; } benches[] = {
     { "matmul", bench_matmul },
     { "forward", bench_forward },
     { "read", bench_read },
-    { "topk", bench_topk },
     { "decode", bench_decode },
     { "policy-cost", bench_policy_cost },
     { "kv-decode", bench_kv_decode },
@@ -1597,14 +1453,14 @@ static void print_text(const bench_env* env)
         if (r->speedup > 0) printf("  %.1fx the CPU", r->speedup);
         if (r->gbps > 0) printf("  %.2f GB/s", r->gbps);
         if (r->ratio > 0)
-            printf("  %.2fx the %s", r->ratio, r->group && !strcmp(r->group, "kv-decode") ? "h2o cache's speed" : "storage form");
-        if (r->bytes > 0) printf("  %.1f MB read", r->bytes / 1e6);
+            printf("  %.2fx the %s", r->ratio, r->group && !strcmp(r->group, "kv-decode") ? "fp16 cache's speed" : "storage form");
+        if (r->bytes > 0) printf("  %.1f MB moved", r->bytes / 1e6);
+        if (r->bytes_min > 0) printf(" (minimum %.1f MB)", r->bytes_min / 1e6);
         if (r->read_fraction > 0) printf(", %.0f%% of the read bandwidth", 100.0 * r->read_fraction);
-        if (r->group && !strcmp(r->group, "policy") && r->attn_ms >= 0.0)
-            printf("  attention %.2f ms, score + select + compact %.2f ms", r->attn_ms, r->policy_ms);
-        if (r->share != 0 && r->group && !strcmp(r->group, "policy")) printf("  select + compact %.0f%% of the step", 100.0 * r->share);
+        if (r->share != 0 && r->group && !strcmp(r->group, "policy")) printf("  the policy %.0f%% of the step", 100.0 * r->share);
         else if (r->share > 0) printf("  attention %.0f%%", 100.0 * r->share);
         if (r->reason[0]) printf("  (%s)", r->reason);
+        if (r->stages[0]) printf("  [%s]", r->stages);
         printf("\n");
     }
 }
@@ -1628,12 +1484,10 @@ static int print_json(const bench_env* env)
             if (r->layers > 0) cJSON_AddNumberToObject(o, "layers", r->layers);
             if (r->param[0]) cJSON_AddStringToObject(o, "param", r->param);
             if (r->bytes > 0) cJSON_AddNumberToObject(o, "bytes", r->bytes);
+            if (r->bytes_min > 0) cJSON_AddNumberToObject(o, "bytes_min", r->bytes_min);
+            if (r->stages[0]) cJSON_AddStringToObject(o, "stages", r->stages);
             if (r->read_fraction > 0) cJSON_AddNumberToObject(o, "read_fraction", r->read_fraction);
-            if (!strcmp(r->group, "policy") && ok && r->attn_ms >= 0.0) {
-                cJSON_AddNumberToObject(o, "attention_ms", r->attn_ms);
-                cJSON_AddNumberToObject(o, "score_select_compact_ms", r->policy_ms);
-            }
-            if (r->share != 0 && !strcmp(r->group, "policy")) cJSON_AddNumberToObject(o, "select_compact_share", r->share);
+            if (r->share != 0 && !strcmp(r->group, "policy")) cJSON_AddNumberToObject(o, "policy_share", r->share);
             else if (r->share > 0) cJSON_AddNumberToObject(o, "attention_share", r->share);
         }
         if (!ok) {
@@ -1647,7 +1501,7 @@ static int print_json(const bench_env* env)
         cJSON_AddStringToObject(o, "timing", r->timing);
         if (r->speedup > 0) cJSON_AddNumberToObject(o, "speedup_vs_cpu", r->speedup);
         if (r->gbps > 0) cJSON_AddNumberToObject(o, "gbps", r->gbps);
-        if (r->ratio > 0) cJSON_AddNumberToObject(o, r->group && !strcmp(r->group, "kv-decode") ? "ratio_vs_h2o_cache" : "ratio_vs_storage", r->ratio);
+        if (r->ratio > 0) cJSON_AddNumberToObject(o, r->group && !strcmp(r->group, "kv-decode") ? "ratio_vs_fp16" : "ratio_vs_storage", r->ratio);
         cJSON_AddItemToArray(arr, o);
     }
     char* s = cJSON_Print(arr);
@@ -1660,57 +1514,57 @@ static int print_json(const bench_env* env)
 
 static void usage(FILE* f)
 {
-    fprintf(f, "usage: " TOOL " [--device N] [--seq-len S] [--runs R] [--json] [--quick] [--read] [--topk N]\n"
-               "                   [--decode] [--policy-cost] [--cache-len N] [--scaling] [--scaling-max N]\n"
-               "                   [--plot FILE.svg] [--help]\n"
+    fprintf(f, "usage: " TOOL " [--device N] [--seq-len S] [--runs R] [--json] [--quick] [--read]\n"
+               "                   [--decode] [--policy-cost] [--kv-decode] [--cache-len N] [--scaling]\n"
+               "                   [--scaling-max N] [--plot FILE.svg] [--help]\n"
                "Times vkh2o kernels on a Vulkan device (median of R runs after a warm-up, GPU\n"
                "timestamps when the device has them, else wall time) and the same work on the CPU.\n"
                "  --device N    use physical device N (default: the automatic choice, env VKH2O_DEVICE)\n"
                "  --seq-len S   tokens of the prefill matmul and the layer forward (default 256)\n"
                "  --runs R      timed runs per measurement (default 5)\n"
                "  --json        print a JSON array, one object per measurement\n"
-               "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu, gbps; the rows\n"
-               "                of the modes below also group, status, reason, size, layers, param, bytes,\n"
-               "                read_fraction, attention_share, select_compact_share, attention_ms,\n"
-               "                score_select_compact_ms; median_ms is null\n"
-               "                in a row whose status is \"refused\" or \"skipped\")\n"
+               "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu, gbps,\n"
+               "                ratio_vs_storage; the rows of the modes below also group, status, reason,\n"
+               "                size, layers, param, bytes, bytes_min, stages, read_fraction,\n"
+               "                attention_share, policy_share, ratio_vs_fp16; median_ms is null in a row\n"
+               "                whose status is \"refused\" or \"skipped\")\n"
                "  --quick       small shapes and a small layer, S=16 (seconds on a CPU device; for tests)\n"
                "  --read        also measure the read bandwidth of storage vs texel buffers (rows named\n"
                "                \"read ...\")\n"
-               "  --topk N      also time the H2O cache's exact top-k (radix select + scatter) over N\n"
-               "                scores (k = N/32, 4 sinks, 16 recents), scores read from a storage binding\n"
-               "                and through a texel view, each kept set checked against the CPU reference\n"
-               "                (rows named \"topk ...\", wall time of record + submit + wait)\n"
+               "The modes use the one KV cache (vkh2o/kvcache.h), which evicts in place:\n"
                "  --decode      the decode step of the Kimi K2.6 layer (random weights, BF16 and FP8 in\n"
-               "                alternating rounds) through the public decode API against a latent FP16\n"
-               "                H2O cache of --cache-len kept tokens (4 sinks, 64 recents), and the cache\n"
-               "                step alone; bytes read (weights as stored + cache) and the fraction of the\n"
-               "                texel read bandwidth timed in the same rounds (group \"decode\")\n"
+               "                alternating rounds) through vkh2o_cmd_mla_decode against an FP16 kvcache\n"
+               "                of --cache-len kept tokens (H2O, 4 sinks, 64 recents, at its cap: every step\n"
+               "                evicts one token), and the cache step alone; each row's bytes read and\n"
+               "                written by stage (stages) beside the minimum (bytes_min: weights once, held\n"
+               "                rows once, one new row), and the fraction of the texel read bandwidth timed\n"
+               "                in the same rounds (group \"decode\")\n"
                "  --policy-cost the cache step of every eviction policy / score mode (h2o sum, mean, decay,\n"
-               "                tova, streaming, random) at the cap, side by side with a cache of the same\n"
-               "                length that does not evict: the difference is select + compact (group \"policy\");\n"
-               "                with GPU timestamps also each step's stages: the attention (query absorption and\n"
-               "                token tiles) and the policy's part (tile combine, mass, score update, selection,\n"
-               "                compaction and the row moves)\n"
-               "  --kv-decode   the decode step on the one KV cache (vkh2o/kvcache.h) at each precision, FP16,\n"
-               "                INT8, INT4, INT2 and FP16 > INT8 > INT4 tiers, at its cap of --cache-len tokens, and on\n"
-               "                the order-keeping H2O cache, side by side (ratio: speed against the H2O cache), with\n"
-               "                each step's bytes by stage against the minimum (weights, held rows once, one new row)\n"
+               "                tova, streaming, random) at its cap, side by side with the full cache of the\n"
+               "                same length (no capacity: no score and no selection work); policy_share: the\n"
+               "                difference's share of the step (group \"policy\")\n"
+               "  --kv-decode   the decode step at each precision of the kvcache, FP16, INT8, INT4, INT2 and\n"
+               "                FP16 > INT8 > INT4 tiers, at its cap of --cache-len tokens, side by side\n"
+               "                (ratio_vs_fp16: speed against the FP16 row), with bytes by stage and the\n"
+               "                minimum (group \"kv-decode\")\n"
                "  --cache-len N kept tokens of --decode, --policy-cost and --kv-decode (default 4096); a length the\n"
-               "                device refuses is a refused row, then the next halved length is measured\n"
+               "                device refuses is a refused row (--decode, --policy-cost: then the next\n"
+               "                halved length is measured)\n"
                "  --scaling     the scaling tables: the forward at S = 256..4096, the decode step at cache\n"
-               "                lengths 512..128K, the H2O cache step (all layers) and the top-k at budgets\n"
-               "                64..4096 and 1..61 layers; sizes the device refuses are \"refused\" rows with\n"
-               "                the reason (groups \"scaling-forward\", \"scaling-decode\", \"scaling-h2o\",\n"
-               "                \"scaling-topk\")\n"
+               "                lengths 512..128K, the kvcache step (H2O, all layers in one recording) at\n"
+               "                budgets 64..4096 and 1..61 layers, and the prefill selection of 32 x budget\n"
+               "                prompt tokens (once per layer); sizes the device refuses are \"refused\" rows\n"
+               "                with the reason (groups \"scaling-forward\", \"scaling-decode\",\n"
+               "                \"scaling-h2o\", \"scaling-prefill\")\n"
                "  --scaling-max N  sizes (S, cache length, budget) above N are \"skipped\" rows (bounds the run)\n"
                "  --plot FILE.svg  with --scaling: the tables as an SVG plot\n"
                "Measurements: by default the q_a_proj matmul (S x 1536 x 7168, BF16) on the device and as a\n"
                "single-thread fp32 CPU loop, its decode form (M = 1), and one Kimi K2.6 MLA layer\n"
                "forward at S tokens (random BF16 weights) with its per-stage GPU times. Rows in [brackets]\n"
                "time other kernel forms in the same rounds as the automatic one (ratio_vs_storage: speed\n"
-               "against the storage-read register-blocked matmul). --decode, --policy-cost and --scaling\n"
-               "replace the default matmul and forward rows (and imply --read: the reference bandwidth).\n");
+               "against the storage-read register-blocked matmul). --decode, --policy-cost, --kv-decode and\n"
+               "--scaling replace the default matmul and forward rows (and imply --read: the reference\n"
+               "bandwidth).\n");
 }
 
 int main(int argc, char** argv)
@@ -1737,9 +1591,6 @@ int main(int argc, char** argv)
             if (dev) select = VKH2O_DEVICE_INDEX(v);
             else if (seq) { env.seq_len = v; seq_given = true; }
             else env.runs = v;
-        } else if (!strcmp(o, "--topk")) {
-            const int rr = cli_flag_u32(TOOL, argc, argv, &i, o, 1, 1u << 26, &env.topk);
-            if (rr < 0) return 2;
         } else if (!strcmp(o, "--cache-len")) {
             if (cli_flag_u32(TOOL, argc, argv, &i, o, 16, 1u << 20, &env.cache_len) < 0) return 2;
         } else if (!strcmp(o, "--scaling-max")) {
@@ -1800,7 +1651,7 @@ int main(int argc, char** argv)
     if (!json) printf("device: %s (%s)\n", env.caps->device_name, env.caps->driver_info);
     int rc = 0;
     for (size_t b = 0; b < sizeof benches / sizeof benches[0]; b++) {
-        if ((benches[b].fn == bench_read && !env.read) || (benches[b].fn == bench_topk && !env.topk) ||
+        if ((benches[b].fn == bench_read && !env.read) ||
             (modes && (benches[b].fn == bench_matmul || benches[b].fn == bench_forward)) ||
             (benches[b].fn == bench_decode && !env.decode) || (benches[b].fn == bench_policy_cost && !env.policy_cost) ||
             (benches[b].fn == bench_kv_decode && !env.kv_decode) ||

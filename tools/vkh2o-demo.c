@@ -2,10 +2,11 @@
  * vkh2o-demo: the Kimi K2.6 layer-0 H2O demo (seed walkthrough 002), end to end on the GPU.
  * Loads one layer's attention weights from a checkpoint shard (mmap: only that layer's bytes
  * are read), runs one causal forward over S synthetic tokens, reduces each token's attention
- * mass over heads and queries, selects the H2O kept set (sinks + heavy hitters + recent) and
- * compacts a KV cache of the chosen layout to it, then reports. With --prefill P the first P
- * tokens are a prefill into an H2O cache and the rest are decoded one at a time through the
- * public decode API (tools/common/demo_decode.c).
+ * mass over heads and queries, prefills the one KV cache (vkh2o_kvcache) of the chosen layout and
+ * precision with the rows and that mass, reads the H2O kept set (sinks + heavy hitters + recent)
+ * back from it, then reports (tools/common/demo_h2o.c). With --prefill P the first P tokens are
+ * a prefill through the layer into the cache and the rest are decoded one at a time through the
+ * public layer calls (tools/common/demo_decode.c).
  */
 #include "cli.h"
 #include "demo_h2o.h"
@@ -42,7 +43,8 @@ typedef struct opts {
     uint32_t layer, seq_len, budget, n_sink, n_recent, runs, device, prefill;
     bool seq_len_given, device_given, normed_input, check, quiet, prefill_given;
     uint64_t seed;
-    demo_layout layout;
+    vkh2o_kv_layout layout;
+    vkh2o_kv_precision kv;
 } opts;
 
 static void usage(FILE* f)
@@ -55,7 +57,8 @@ static void usage(FILE* f)
         "usage: vkh2o-demo [--weights FILE|DIR] [options]\n"
         "The Kimi K2.6 layer-0 H2O eviction demo: one causal forward of an MLA layer over S tokens\n"
         "on the GPU, each token's attention mass (summed over heads and queries), the H2O kept set\n"
-        "(n_sink first + budget heaviest middle + n_recent last tokens) and a KV cache compacted to it.\n"
+        "(n_sink first + budget heaviest middle + n_recent last tokens) and the KV cache (vkh2o_kvcache)\n"
+        "prefilled with the rows and their mass, which keeps that set; the kept set is read back from it.\n"
         "\n"
         "  --weights FILE|DIR  a .safetensors shard, or a checkpoint directory with\n"
         "                      model.safetensors.index.json. Without it, a synthetic Kimi-shaped bf16\n"
@@ -72,10 +75,17 @@ static void usage(FILE* f)
         "  --seed N            seed of the standard-normal synthetic input (default 0)\n"
         "  --input FILE        read tensor 'hidden_states' (F32 [seq, hidden]) from a safetensors file\n"
         "  --normed-input      apply the layer's input_layernorm first (decoder order)\n"
-        "  --layout L          KV cache layout: expanded (per head K/V) or latent (c_kv + k_pe); default expanded\n"
-        "  --prefill P         decode mode: the first P tokens are a prefill into an H2O cache of the layout\n"
-        "                      (fp16, cap n_sink + budget + n_recent; evicted once to the cap if P exceeds it),\n"
-        "                      then tokens P..S-1 are decoded one at a time through the public decode API:\n"
+        "  --layout L          KV cache layout: expanded (per head K/V, HF DynamicCache's; the default) or\n"
+        "                      latent (c_kv + k_pe per token, shared by the heads)\n"
+        "  --kv P              precision of the middle tokens in the cache: fp16 (default), int8, int4 or int2\n"
+        "                      (the sinks, the recents and one middle token stay fp16; the report gives the\n"
+        "                      tokens and bytes per tier). The default mode's kept set does not depend on it;\n"
+        "                      with --prefill a token leaving the fp16 slots moves to the integer tier and a\n"
+        "                      step evicts that tier's lowest score (vkh2o/kvcache.h)\n"
+        "  --prefill P         decode mode: the first P tokens are a prefill through the layer into the cache\n"
+        "                      (vkh2o_run_mla_prefill; cap n_sink + budget + n_recent, evicted once to the\n"
+        "                      cap if P exceeds it), then tokens P..S-1 are decoded one at a time\n"
+        "                      (vkh2o_run_mla_decode):\n"
         "                      each is appended, attends to every cached token including itself, adds its\n"
         "                      attention mass to every cached token's score, and the cache is evicted back\n"
         "                      to the cap. attn_output then holds each token's output given the cache it\n"
@@ -89,7 +99,8 @@ static void usage(FILE* f)
         "  --json FILE         the summary as JSON\n"
         "  --out FILE          safetensors with attn_output (F32 [seq, hidden]) and attention_score (F32 [seq])\n"
         "  --plot FILE         SVG of score against token index, coloured by category\n"
-        "  --check             also run the CPU reference (double) and compare\n"
+        "  --check             also run the CPU reference (double) and compare; kept sets as sets (with\n"
+        "                      --prefill: against an fp16 cache, so --kv fp16 only)\n"
         "  --cache-dir DIR     where the synthetic shard lives (default $VKH2O_CACHE_DIR,\n"
         "                      $XDG_CACHE_HOME/vkh2o or ~/.cache/vkh2o)\n"
         "  --quiet             only errors and the final result line\n"
@@ -103,7 +114,8 @@ static void usage(FILE* f)
 
 static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
 {
-    *o = (opts){ .seq_len = 256, .budget = 64, .n_sink = 4, .n_recent = 32, .runs = 0, .layout = DEMO_LAYOUT_EXPANDED };
+    *o = (opts){ .seq_len = 256, .budget = 64, .n_sink = 4, .n_recent = 32, .runs = 0, .layout = VKH2O_LAYOUT_EXPANDED,
+                 .kv = VKH2O_PRECISION_FP16 };
     *exit_code = 2;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
@@ -151,9 +163,16 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
             i++;
         } else if (!strcmp(a, "--layout")) {
             if (!v) goto missing;
-            if (!strcmp(v, "expanded")) o->layout = DEMO_LAYOUT_EXPANDED;
-            else if (!strcmp(v, "latent")) o->layout = DEMO_LAYOUT_LATENT;
+            if (!strcmp(v, "expanded")) o->layout = VKH2O_LAYOUT_EXPANDED;
+            else if (!strcmp(v, "latent")) o->layout = VKH2O_LAYOUT_LATENT;
             else { fprintf(stderr, "%s: --layout: '%s' is not expanded or latent\n", TOOL, v); return false; }
+            i++;
+        } else if (!strcmp(a, "--kv")) {
+            if (!v) goto missing;
+            if (!vkh2o_kv_precision_parse(v, &o->kv) || o->kv == VKH2O_PRECISION_TIERED) {
+                fprintf(stderr, "%s: --kv: '%s' is not fp16, int8, int4 or int2\n", TOOL, v);
+                return false;
+            }
             i++;
         } else if (!strcmp(a, "--normed-input")) o->normed_input = true;
         else if (!strcmp(a, "--check")) o->check = true;
@@ -165,6 +184,11 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
         continue;
     missing:
         fprintf(stderr, "%s: %s needs a value\n", TOOL, a);
+        return false;
+    }
+    if (o->check && o->prefill_given && o->kv != VKH2O_PRECISION_FP16) {
+        fprintf(stderr, "%s: --check with --prefill compares against a reference whose cache is fp16: it takes --kv fp16, "
+                "not --kv %s\n", TOOL, vkh2o_kv_precision_name(o->kv));
         return false;
     }
     if (o->budget == 0) {
@@ -341,6 +365,11 @@ static int cmp_desc(const void* a, const void* b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+static const char* layout_name(vkh2o_kv_layout l)
+{
+    return l == VKH2O_LAYOUT_EXPANDED ? "expanded" : "latent";
+}
+
 static const char* cat_name(demo_category c)
 {
     switch (c) {
@@ -496,8 +525,8 @@ typedef struct demo_run {
     double fwd_ms, proj_ms, attn_ms, mass_ms, oproj_ms;
     bool gpu_time;
     uint32_t timed;
-    demo_h2o_result hr;
-    demo_decode_result dr;          /* --prefill */
+    demo_kv kv;                     /* the cache asked for */
+    demo_cache_result cr;           /* what it holds at the end */
     const char* preset;
     const char* preset_title;
     uint32_t P;                     /* tokens of the (timed) forward: the prompt with --prefill */
@@ -507,6 +536,19 @@ typedef struct demo_run {
     bool kept_agree;
     uint32_t kept_diff;
 } demo_run;
+
+/* The KV cache the flags ask for over S tokens, resolved without a device: a layout or
+ * precision the library cannot hold, or a cache it refuses, is a usage error. Returns 0 or 2. */
+static int check_kv(const demo_run* dm, uint32_t S)
+{
+    vkh2o_kvcache_desc d;
+    vkh2o_error err = { 0 };
+    if (demo_kv_desc(&dm->cfg, &dm->kv, S, &d, NULL, &err) == VKH2O_OK)
+        return 0;
+    fprintf(stderr, "%s: --layout %s --kv %s --n-sink %u --budget %u --n-recent %u: %s\n", TOOL, layout_name(dm->o.layout),
+            vkh2o_kv_precision_name(dm->o.kv), dm->o.n_sink, dm->o.budget, dm->o.n_recent, err.message);
+    return 2;
+}
 
 /* The weights (the synthetic shard made once when none are given) and the config beside them
  * or given. Returns 0 or the exit status. */
@@ -543,7 +585,10 @@ static int load_config(demo_run* dm)
         fprintf(stderr, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
         return 1;
     }
-    return 0;
+    /* the cache the flags ask for, before any work (again once --input has given the length) */
+    dm->kv = (demo_kv){ .n_sink = dm->o.n_sink, .budget = dm->o.budget, .n_recent = dm->o.n_recent, .layout = dm->o.layout,
+                        .precision = dm->o.kv };
+    return check_kv(dm, dm->o.seq_len > 1 ? dm->o.seq_len : 2);
 }
 
 /* The device, the layer's weights (uploaded), the input tokens and the host buffers of a run.
@@ -551,6 +596,8 @@ static int load_config(demo_run* dm)
 static int load(demo_run* dm)
 {
     vkh2o_error err = { 0 };
+    vkh2o_result r;
+    int rc;
     /* device */
     if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = dm->o.device_given ? VKH2O_DEVICE_INDEX(dm->o.device) : 0,
                                                         .log = cli_log, .user_data = TOOL }, &dm->ctx) != VKH2O_OK)
@@ -608,12 +655,13 @@ static int load(demo_run* dm)
             fprintf(stderr, "%s: --budget %u: more heavy hitters than the %u tokens of the sequence\n", TOOL, dm->o.budget, dm->S);
         return 2;
     }
+    if ((rc = check_kv(dm, dm->S)) != 0)
+        return rc;
     if (dm->o.normed_input &&
         !input_layernorm(dm->hidden, dm->S, dm->cfg.hidden_size, vkh2o_mla_host_weights_get_view(dm->hw, VKH2O_W_INPUT_LAYERNORM), dm->cfg.rms_norm_eps))
         return 1;
 
     dm->P = dm->o.prefill_given ? dm->o.prefill : dm->S;
-    vkh2o_result r;
     if ((r = vkh2o_mla_layer_create(dm->ctx, &dm->cfg, dm->hw, &(vkh2o_mla_layer_desc){ .max_seq_len = dm->S, .max_decode_tokens = 1 },
                                     &dm->layer)) != VKH2O_OK) {
         fprintf(stderr, "%s: cannot create the layer on %s: %s\n", TOOL, dm->caps->device_name, vkh2o_last_error(dm->ctx));
@@ -687,17 +735,14 @@ static int run_forward(demo_run* dm)
 /* The kept set from the attention mass, through the public cache prefill. */
 static int run_h2o(demo_run* dm)
 {
-    /* H2O on the GPU: select the kept set from the attention mass and compact a KV cache of the
-     * chosen layout to it */
+    /* H2O on the GPU: the cache keeps the heaviest middle tokens of the attention mass; the kept
+     * set is what it holds */
     if (dm->o.prefill_given) {
         /* decode mode: prefill P tokens into a cache, then decode P..S-1 one at a time */
-        if (demo_decode_run(dm->ctx, dm->layer, &dm->cfg, dm->hidden, dm->S, dm->P, dm->o.n_sink, dm->o.budget, dm->o.n_recent,
-                            dm->o.layout, dm->out, dm->score, dm->cat, &dm->dr) != 0)
+        if (demo_decode_run(dm->ctx, dm->layer, &dm->cfg, dm->hidden, dm->S, dm->P, &dm->kv, dm->out, dm->score, dm->cat,
+                            &dm->cr) != 0)
             return 1;
-        dm->hr.bytes_before = dm->dr.bytes_before;
-        dm->hr.bytes_after = dm->dr.bytes_after;
-    } else if (demo_h2o_run(dm->ctx, dm->layer, &dm->cfg, dm->score, dm->S, dm->o.n_sink, dm->o.budget, dm->o.n_recent,
-                            dm->o.layout, dm->cat, &dm->hr) != 0) {
+    } else if (demo_h2o_run(dm->ctx, dm->layer, &dm->cfg, dm->score, dm->S, &dm->kv, dm->cat, &dm->cr) != 0) {
         return 1;
     }
     compute_stats(dm->score, dm->cat, dm->S, &dm->st);
@@ -718,7 +763,7 @@ static int run_check(demo_run* dm)
         const size_t D = dm->cfg.hidden_size;
         ref_decode rd;
         dm->ref_out = malloc((size_t)S * D * sizeof *dm->ref_out);
-        bool lat = dm->o.layout == DEMO_LAYOUT_LATENT;
+        bool lat = dm->o.layout == VKH2O_LAYOUT_LATENT;
         if (!dm->ref_out || ref_decode_init(&rd, &dm->cfg, dm->hw, lat, true, true, dm->o.n_sink, dm->o.budget, dm->o.n_recent,
                                             dm->o.n_sink + dm->o.budget + dm->o.n_recent + 1) != 0) {
             fprintf(stderr, "%s: --check: out of host memory for the reference\n", TOOL);
@@ -783,8 +828,8 @@ static int run_check(demo_run* dm)
 static void report(const demo_run* dm)
 {
     if (!dm->o.quiet) {
-        printf("seq_len:       %u   budget: %u   n_sink: %u   n_recent: %u   layout: %s\n", dm->S, dm->o.budget, dm->o.n_sink, dm->o.n_recent,
-               dm->o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
+        printf("seq_len:       %u   budget: %u   n_sink: %u   n_recent: %u   layout: %s   kv: %s\n", dm->S, dm->o.budget, dm->o.n_sink,
+               dm->o.n_recent, layout_name(dm->o.layout), vkh2o_kv_precision_name(dm->o.kv));
         if (dm->o.prefill_given)
             printf("decode mode:   prefill of %u tokens into the cache, then %u tokens decoded one at a time; the\n"
                    "               categories below describe the final cache\n", dm->P, dm->S - dm->P);
@@ -823,16 +868,23 @@ static void report(const demo_run* dm)
                dm->oproj_ms, dm->o.prefill_given ? "; the prompt" : "");
         printf("  score (mass)   %9.3f ms\n", dm->mass_ms);
         if (dm->o.prefill_given) {
-            printf("  cache prefill  %9.3f ms   (wall clock: forward + rows into the cache + eviction)\n", dm->dr.prefill_ms);
-            printf("  decode token   %9.3f ms   (wall clock, median over the tokens after the first)\n", dm->dr.decode_ms);
+            printf("  cache prefill  %9.3f ms   (wall clock: forward + rows into the cache + eviction)\n", dm->cr.prefill_ms);
+            printf("  decode token   %9.3f ms   (wall clock, median over the tokens after the first)\n", dm->cr.decode_ms);
         } else {
-            printf("  H2O prefill    %9.3f ms   (top-k of the mass + gather of the kept rows into the cache)\n", dm->hr.prefill_ms);
+            printf("  H2O prefill    %9.3f ms   (wall clock: the rows and their mass into the cache, which keeps the heaviest)\n",
+                   dm->cr.prefill_ms);
         }
         printf("  load + upload  %9.3f ms\n", dm->t_load * 1e3);
-        printf("KV cache (%s, fp16): %llu bytes before eviction, %llu after (%.1f%%)\n",
-               dm->o.layout == DEMO_LAYOUT_LATENT ? "latent: c_kv + k_pe per token" : "expanded: per-head K and V",
-               (unsigned long long)dm->hr.bytes_before, (unsigned long long)dm->hr.bytes_after,
-               dm->hr.bytes_before ? 100.0 * dm->hr.bytes_after / dm->hr.bytes_before : 0.0);
+        printf("KV cache (%s, vkh2o_kvcache): %llu bytes for all %u tokens at fp16, %llu held (%.1f%%)\n",
+               dm->o.layout == VKH2O_LAYOUT_LATENT ? "latent: c_kv + k_pe per token" : "expanded: per-head K and V",
+               (unsigned long long)dm->cr.bytes_before, dm->S, (unsigned long long)dm->cr.bytes_after,
+               dm->cr.bytes_before ? 100.0 * dm->cr.bytes_after / dm->cr.bytes_before : 0.0);
+        printf("  held per tier:");
+        for (uint32_t t = 0; t < VKH2O_TIER_COUNT; t++)
+            if (dm->cr.by_tier[t] || t == 0)
+                printf("%s %u %s (%u bytes each)", t ? "," : "", dm->cr.by_tier[t], vkh2o_kv_tier_name((vkh2o_kv_tier)t),
+                       dm->cr.token_bytes[t]);
+        printf("; bytes per token include its position and score\n");
         if (dm->o.check)
             printf("check vs CPU reference (double): output max rel err %.3e, score max rel err %.3e, kept sets %s\n", dm->out_err,
                    dm->score_err, dm->kept_agree ? "agree" : "DIFFER");
@@ -894,7 +946,8 @@ static int write_outputs(demo_run* dm)
         cJSON_AddNumberToObject(j, "budget", dm->o.budget);
         cJSON_AddNumberToObject(j, "n_sink", dm->o.n_sink);
         cJSON_AddNumberToObject(j, "n_recent", dm->o.n_recent);
-        cJSON_AddStringToObject(j, "layout", dm->o.layout == DEMO_LAYOUT_LATENT ? "latent" : "expanded");
+        cJSON_AddStringToObject(j, "layout", layout_name(dm->o.layout));
+        cJSON_AddStringToObject(j, "kv", vkh2o_kv_precision_name(dm->o.kv));
         if (dm->o.prefill_given) {
             cJSON_AddNumberToObject(j, "prefill", dm->P);
             cJSON_AddNumberToObject(j, "decode_tokens", dm->S - dm->P);
@@ -918,7 +971,7 @@ static int write_outputs(demo_run* dm)
         cJSON_AddNumberToObject(j, "evicted_mean", dm->st.evicted_mean);
         cJSON_AddNumberToObject(j, "heavy_evicted_ratio", dm->st.ratio);
         cJSON* jt = cJSON_AddObjectToObject(j, "timings_ms");
-        cJSON_AddStringToObject(jt, "clock", dm->gpu_time ? "gpu" : "wall");
+        cJSON_AddStringToObject(jt, "clock", dm->gpu_time ? "gpu" : "wall");   /* the forward's; the cache's are wall clock */
         cJSON_AddNumberToObject(jt, "runs", dm->timed);
         cJSON_AddNumberToObject(jt, "forward", dm->fwd_ms);
         cJSON_AddNumberToObject(jt, "projections", dm->proj_ms);
@@ -926,15 +979,21 @@ static int write_outputs(demo_run* dm)
         cJSON_AddNumberToObject(jt, "o_proj", dm->oproj_ms);
         cJSON_AddNumberToObject(jt, "score", dm->mass_ms);
         if (dm->o.prefill_given) {
-            cJSON_AddNumberToObject(jt, "cache_prefill", dm->dr.prefill_ms);
-            cJSON_AddNumberToObject(jt, "decode_token", dm->dr.decode_ms);
+            cJSON_AddNumberToObject(jt, "cache_prefill", dm->cr.prefill_ms);
+            cJSON_AddNumberToObject(jt, "decode_token", dm->cr.decode_ms);
         } else {
-            cJSON_AddNumberToObject(jt, "h2o_prefill", dm->hr.prefill_ms);
+            cJSON_AddNumberToObject(jt, "h2o_prefill", dm->cr.prefill_ms);
         }
         cJSON_AddNumberToObject(jt, "load", dm->t_load * 1e3);
         cJSON* jb = cJSON_AddObjectToObject(j, "kv_bytes");
-        cJSON_AddNumberToObject(jb, "before", (double)dm->hr.bytes_before);
-        cJSON_AddNumberToObject(jb, "after", (double)dm->hr.bytes_after);
+        cJSON_AddNumberToObject(jb, "before", (double)dm->cr.bytes_before);
+        cJSON_AddNumberToObject(jb, "after", (double)dm->cr.bytes_after);
+        cJSON* jtier = cJSON_AddObjectToObject(j, "tiers");
+        for (uint32_t t = 0; t < VKH2O_TIER_COUNT; t++) {
+            cJSON* jx = cJSON_AddObjectToObject(jtier, vkh2o_kv_tier_name((vkh2o_kv_tier)t));
+            cJSON_AddNumberToObject(jx, "tokens", dm->cr.by_tier[t]);
+            cJSON_AddNumberToObject(jx, "token_bytes", dm->cr.token_bytes[t]);
+        }
         if (dm->o.check) {
             cJSON* jx = cJSON_AddObjectToObject(j, "check");
             cJSON_AddNumberToObject(jx, "output_max_rel_err", dm->out_err);
@@ -979,7 +1038,7 @@ int main(int argc, char** argv)
     free(dm->cat);
     free(dm->ref_out);
     free(dm->ref_score);
-    free(dm->dr.kept_pos);
+    free(dm->cr.kept_pos);
     vkh2o_mla_layer_destroy(dm->layer);
     vkh2o_mla_host_weights_destroy(dm->hw);
     vkh2o_checkpoint_destroy(dm->ck);

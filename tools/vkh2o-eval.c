@@ -1,7 +1,8 @@
 /* vkh2o-eval: what a cache policy costs a whole model, measured on the device: perplexity per
  * byte over a text file in non-overlapping windows, and passkey retrieval (a 5-digit key planted
  * in filler text, asked for at the end, scored by exact match of the greedy continuation).
- * Byte-level models (vocab 256, one token per byte) loaded with the public vkh2o_model API. */
+ * Byte-level models (vocab 256, one token per byte) loaded with the public vkh2o_model API; every
+ * policy runs on the one cache (vkh2o_kvcache, one per layer, through vkh2o_model_session). */
 #include "cli.h"
 #include "outfile.h"
 #include "plot.h"
@@ -59,6 +60,29 @@ static const policy_def POLICIES[] = {
 };
 #define NPOLICIES (sizeof POLICIES / sizeof POLICIES[0])
 
+/* The quantisation ladders (--kv-quant), once the retired block cache's routing policies, now
+ * precisions of the one cache: fractions of the middle tokens M (the window less the sinks and
+ * recents, which stay FP16), ranked by summed attention (h2o), counts floor(cumulative fraction x
+ * M): the TIERED pools FP16 = floor(f16 M), INT8 = floor(f8 M) - that, INT4 = the rest of a
+ * capacity of sinks + recents + floor(kept M) tokens; or one precision for every middle token. */
+typedef struct ladder_def {
+    const char* name;
+    vkh2o_kv_precision prec;
+    double f16, f8, kept;     /* cumulative fractions of M (TIERED) */
+    const char* help;
+} ladder_def;
+static const ladder_def LADDERS[] = {
+    { "fp16", VKH2O_PRECISION_FP16, 1, 1, 1, "every token FP16 (the full cache, through a session)" },
+    { "conservative", VKH2O_PRECISION_TIERED, 0.5, 1, 1, "50 % FP16, 50 % INT8" },
+    { "balanced", VKH2O_PRECISION_TIERED, 0.25, 0.75, 1, "25 % FP16, 50 % INT8, 25 % INT4" },
+    { "aggressive", VKH2O_PRECISION_TIERED, 0.1, 0.4, 0.8, "10 % FP16, 30 % INT8, 40 % INT4, 20 % evicted" },
+    { "uniform-int8", VKH2O_PRECISION_INT8, 0, 0, 1, "every middle token INT8" },
+    { "uniform-int4", VKH2O_PRECISION_INT4, 0, 0, 1, "every middle token INT4" },
+};
+#define NLADDERS (sizeof LADDERS / sizeof LADDERS[0])
+/* a TIERED ladder needs a middle token in each of its tiers: floor(0.1 M) >= 1 */
+#define LADDER_MIN_MIDDLE 10u
+
 typedef struct opts {
     const char* weights;
     const char* text;
@@ -72,8 +96,8 @@ typedef struct opts {
     double decay;
     uint32_t obs_window, pool_size;
     vkh2o_obs_pool pool;
-    const char* kv_quant;     /* quantisation policy name, NULL: the H2O cache */
-    vkh2o_qpolicy qpolicy;
+    const char* kv_quant;     /* --kv-quant: the ladder's name, NULL: none */
+    const ladder_def* ladder;
     const char* kv;           /* --kv: the one KV cache at this precision, NULL: not used */
     vkh2o_kv_precision kv_prec;
     double kv_bytes;          /* --bytes P%: its byte capacity as a fraction of the full FP16 cache's */
@@ -81,7 +105,6 @@ typedef struct opts {
     uint32_t kv_groups[VKH2O_TIER_COUNT];   /* --kv-groups: c_kv numbers per group of INT8, INT4, INT2 (0: default) */
     uint32_t kv_mask;         /* --tier-set: tiers by bytes in use (bits; 0: the library's default) */
     bool byte_sweep;
-    uint32_t route_every;
     bool stream, sweep;
     bool bench;
     uint32_t bench_steps;
@@ -105,16 +128,16 @@ typedef struct row {
     uint32_t n_sink, budget, n_recent;   /* budget 0: the full cache */
     uint32_t cache_tokens;    /* cap (the context for the full cache) */
     uint64_t cache_bytes;     /* device bytes of the rows at the cap */
-    const char* kv_quant;     /* "none", or the quantisation policy of the quantised cache */
-    bool quant;
-    vkh2o_qpolicy qpolicy;
-    bool kv;                  /* the one KV cache (kv_prec, kv_bytes, kv_tiers) */
+    const char* kv_quant;     /* "none" (FP16, no quantisation), or kv_name */
+    const ladder_def* ladder; /* a --kv-quant ladder (then kv is set), or NULL */
+    bool kv;                  /* a precision or capacity of the one cache was named (kv_prec, kv_bytes,
+                                 kv_tiers, or the ladder); false: FP16 with the policy's token capacity */
     vkh2o_kv_precision kv_prec;
     double kv_bytes;
     uint32_t kv_tiers[VKH2O_TIER_COUNT];
     uint32_t kv_groups[VKH2O_TIER_COUNT];
     uint32_t kv_mask;
-    char kv_name[48];         /* its kv_quant column: "kv-int4", "kv-tiered-1/32/0/0" */
+    char kv_name[48];         /* its kv_quant column: "kv-int4", "kv-tiered:1/32/0/0", "kv-balanced" */
     double bits;              /* per byte; NAN when perplexity was not run */
     uint64_t bytes_scored;
     double passkey_acc;       /* prefill compressed once at its end; NAN when not run */
@@ -132,12 +155,15 @@ static void usage(FILE* f)
             "usage: vkh2o-eval --weights DIR [--text FILE] [--ctx N] [--windows K]\n"
             "                  [--policy P] [--budget B | --budget F%%] [--n-sink S] [--n-recent R] [--decay F]\n"
             "                  [--obs-window W] [--pool max|avg|none] [--pool-size K]\n"
-            "                  [--kv-quant Q [--route-every R]] [--sweep] [--bench [--bench-steps N]]\n"
+            "                  [--kv P [--bytes F%%] [--tiers A,B,C,D] [--tier-set T,..] [--kv-groups A,B,C]]\n"
+            "                  [--kv-quant Q] [--sweep | --byte-sweep] [--bench [--bench-steps N]]\n"
             "                  [--passkey [--stream [--stream-trials T]] [--trials T] [--depths D1,D2,...]] [--seed S]\n"
             "                  [--recall [--recall-windows K]]\n"
             "                  [--csv FILE] [--json FILE] [--plot FILE.svg] [--quiet] [--help]\n"
             "Runs a byte-level DeepSeek-V3-architecture model (an HF directory: config.json + safetensors,\n"
             "vocab 256) on the default Vulkan device with every layer's KV cache under a policy, and reports:\n"
+            "(every policy runs on the one cache, vkh2o_kvcache: latent rows, FP16 unless --kv or --kv-quant\n"
+            "names a precision; the full cache's perplexity is a plain causal forward)\n"
             "  perplexity  over FILE in non-overlapping windows of N bytes: in each window the first byte is\n"
             "              context only, every later byte is decoded one at a time with the policy acting\n"
             "              after each step, and byte t+1 is predicted from the output at byte t (so the full\n"
@@ -166,10 +192,13 @@ static void usage(FILE* f)
             "                  (max) and odd kernel size (default 15: these models read bytes, and SnapKV's\n"
             "                  7, meant for subword tokens, spans too little of a word; on models/tiny-mla\n"
             "                  it finds 0.15 of the passkeys at 25%%, 15 finds 0.90)\n"
-            "  --kv-quant Q    the quantised cache instead (blocks of 16 tokens in FP16 / INT8 / INT4, latent):\n"
-            "                  fp16, conservative, balanced, aggressive (also evicts 20%% of the blocks),\n"
-            "                  uniform-int8, uniform-int4; routed every --route-every R tokens (default 16)\n"
-            "                  and once after a prompt; with --policy full only\n"
+            "  --kv-quant Q    a quantisation ladder on the one cache, with --policy full only: of the middle\n"
+            "                  tokens (the window less --n-sink and --n-recent, which stay FP16), ranked by\n"
+            "                  summed attention (h2o), fp16 keeps every token FP16; conservative 50%% FP16 /\n"
+            "                  50%% INT8; balanced 25%% / 50%% / 25%% INT4; aggressive 10%% / 30%% / 40%% and the\n"
+            "                  coldest 20%% evicted (tiers by score: --kv tiered pools of those sizes); uniform-int8,\n"
+            "                  uniform-int4 every middle token at that precision (--kv int8 / int4). The tiered\n"
+            "                  ladders need %u middle tokens or more\n"
             "  --kv P          the one KV cache (vkh2o/kvcache.h) at precision P: fp16, int8, int4, int2 (the\n"
             "                  middle tokens; sinks and recents stay FP16) or tiered (--tiers); the --policy\n"
             "                  decides which tokens stay, and with a capacity the lowest-scored middle token\n"
@@ -190,12 +219,15 @@ static void usage(FILE* f)
             "                  INT8 and B = F x ctx / 2 INT4 tokens at capacity F: 32 and 64 at 25%% of 512),\n"
             "                  tiers by bytes to INT4 and to INT2 (h2o);\n"
             "                  plus the full cache (forward, and through the kvcache)\n"
-            "  A policy's flags (--n-sink, --n-recent, --decay, --obs-window, --pool, --pool-size,\n"
-            "                  --route-every) are refused when no row of the run uses them, as is a flag\n"
-            "                  given twice\n"
+            "  A policy's flags (--n-sink, --n-recent, --decay, --obs-window, --pool, --pool-size) are\n"
+            "                  refused when no row of the run uses them, as is a flag given twice\n"
+            "  Retired with the quantised block cache: --route-every (the one cache demotes\n"
+            "                  and evicts on the device at every step, so there is no routing interval) and\n"
+            "                  block selectors (score, Quest, random: which blocks a step reads; read-time\n"
+            "                  sparsity saves no memory, and it was the only user of block metadata)\n"
             "  --sweep         the grid: full, every policy at caches of 12.5%%, 25%% and 50%% of the context\n"
-            "                  (recents at most a quarter of the cache), and every --kv-quant policy; implies\n"
-            "                  --stream\n"
+            "                  (recents at most a quarter of the cache), and every --kv-quant ladder; implies\n"
+            "                  --stream; --ctx at least --n-sink + --n-recent + %u (the ladders)\n"
             "  --weights DIR   the model directory (or its .safetensors with config.json beside it)\n"
             "  --text FILE     held-out text for perplexity (bytes as tokens)\n"
             "  --ctx N         window / prompt length in bytes (default 512; 2 .. the model's\n"
@@ -226,7 +258,8 @@ static void usage(FILE* f)
             "                  (outputs are written only when the whole run succeeds)\n"
             "  --quiet         no progress line (it is shown only on a terminal anyway)\n"
             "At least one of --text and --passkey is needed. The library's warnings and errors go to stderr;\n"
-            "with VKH2O_VALIDATION=1 the Khronos validation layer is on, and any message of it fails the run.\n");
+            "with VKH2O_VALIDATION=1 the Khronos validation layer is on, and any message of it fails the run.\n",
+            LADDER_MIN_MIDDLE, LADDER_MIN_MIDDLE);
 }
 
 static bool parse_depths(const char* s, opts* o)
@@ -275,7 +308,7 @@ static int parse(int argc, char** argv, opts* o)
     /* repeats are refused before parse (cli_no_repeats); these say which flags were given, for the
      * checks of what applies to the run */
     bool seen_policy = false, seen_budget = false, seen_sink = false, seen_recent = false, seen_decay = false;
-    bool seen_route = false, seen_obs = false, seen_pool = false, seen_pool_size = false, seen_trials = false;
+    bool seen_obs = false, seen_pool = false, seen_pool_size = false, seen_trials = false;
     bool seen_depths = false;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
@@ -311,18 +344,23 @@ static int parse(int argc, char** argv, opts* o)
             if (r < 0)
                 return 2;
             seen_recent = true;
-        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--route-every", 1, 1u << 20, &o->route_every)) != 0) {
-            if (r < 0)
-                return 2;
-            seen_route = true;
+        } else if (!strcmp(a, "--route-every")) {
+            fprintf(stderr, TOOL ": --route-every was retired with the quantised block cache: the one cache demotes and "
+                            "evicts on the device at every step, so there is no routing interval (see --help)\n");
+            return 2;
         } else if (!strcmp(a, "--kv-quant")) {
             if (!v) {
                 fprintf(stderr, TOOL ": --kv-quant needs a value\n");
                 return 2;
             }
-            if (!vkh2o_qpolicy_parse(v, &o->qpolicy)) {
-                fprintf(stderr, TOOL ": --kv-quant: unknown policy '%s' (fp16, conservative, balanced, aggressive, "
-                                "uniform-int8, uniform-int4)\n", v);
+            for (size_t k = 0; k < NLADDERS; k++)
+                if (!strcmp(v, LADDERS[k].name))
+                    o->ladder = &LADDERS[k];
+            if (!o->ladder) {
+                fprintf(stderr, TOOL ": --kv-quant: unknown ladder '%s' (", v);
+                for (size_t k = 0; k < NLADDERS; k++)
+                    fprintf(stderr, "%s%s", k ? ", " : "", LADDERS[k].name);
+                fprintf(stderr, ")\n");
                 return 2;
             }
             o->kv_quant = v;
@@ -566,7 +604,7 @@ static int parse(int argc, char** argv, opts* o)
         return 2;
     }
     if (o->kv && o->kv_quant) {
-        fprintf(stderr, TOOL ": --kv and --kv-quant are two different caches: give one\n");
+        fprintf(stderr, TOOL ": --kv and --kv-quant both name the precision: give one (a ladder is a --kv preset)\n");
         return 2;
     }
     const bool any_tiers = o->kv_tiers[0] || o->kv_tiers[1] || o->kv_tiers[2] || o->kv_tiers[3];
@@ -586,6 +624,11 @@ static int parse(int argc, char** argv, opts* o)
         fprintf(stderr, TOOL ": --kv tiered needs --tiers A,B,C,D (token counts), or --bytes F%% (tiers by bytes)\n");
         return 2;
     }
+    if (o->kv && o->kv_bytes > 0 && o->policy->schedule == VKH2O_BUDGET_PYRAMID) {
+        fprintf(stderr, TOOL ": --bytes does not apply to --policy %s: its schedule spreads a capacity in tokens over the "
+                        "layers (give --budget)\n", o->policy->name);
+        return 2;
+    }
     if (o->kv && o->kv_bytes > 0 && (seen_budget || o->policy->full)) {
         fprintf(stderr, TOOL ": --bytes %s\n", seen_budget ? "and --budget are two capacities: give one"
                                                           : "needs an eviction policy (--policy full keeps every token)");
@@ -600,12 +643,21 @@ static int parse(int argc, char** argv, opts* o)
         return 2;
     }
     if (o->kv_quant && (o->sweep || !o->policy->full)) {
-        fprintf(stderr, TOOL ": --kv-quant goes with --policy full only (the quantised cache evicts by its own policy: "
-                        "aggressive)\n");
+        fprintf(stderr, TOOL ": --kv-quant goes with --policy full only (a ladder ranks by summed attention and keeps "
+                        "its own fractions of the tokens: aggressive evicts 20%%)\n");
         return 2;
     }
     if (o->sweep && o->ctx < 8) {
         fprintf(stderr, TOOL ": --sweep needs --ctx of at least 8 bytes (its smallest cache is 12.5%% of the context)\n");
+        return 2;
+    }
+    /* a tiered ladder (the sweep runs every ladder) needs a middle token in each of its tiers */
+    if (((o->ladder && o->ladder->prec == VKH2O_PRECISION_TIERED) || (o->sweep && !o->byte_sweep)) &&
+        (uint64_t)o->ctx < (uint64_t)o->n_sink + o->n_recent + LADDER_MIN_MIDDLE) {
+        fprintf(stderr, TOOL ": %s%s needs --ctx of at least --n-sink %u + --n-recent %u + %u middle tokens (%llu); "
+                        "--ctx is %u\n", o->ladder ? "--kv-quant " : "--sweep", o->ladder ? o->ladder->name : " (its ladders)",
+                o->n_sink, o->n_recent, LADDER_MIN_MIDDLE,
+                (unsigned long long)o->n_sink + o->n_recent + LADDER_MIN_MIDDLE, o->ctx);
         return 2;
     }
     /* A flag that no row of the run reads is refused rather than ignored: the run's figures would
@@ -617,20 +669,16 @@ static int parse(int argc, char** argv, opts* o)
         fprintf(stderr, TOOL ": --decay does not apply to --policy %s: it is h2o-decay's factor\n", pname);
         return 2;
     }
-    if (seen_route && !o->kv_quant && !o->sweep) {
-        fprintf(stderr, TOOL ": --route-every does not apply %s: it is the quantised cache's routing interval\n",
-                o->bench ? "to --bench (it times no quantised cache)" : "without --kv-quant");
-        return 2;
-    }
     if ((seen_obs || seen_pool || seen_pool_size) && !every && !o->policy->obs) {
         fprintf(stderr, TOOL ": %s does not apply to --policy %s: it is snapkv's (how the prompt is scored)\n",
                 seen_obs ? "--obs-window" : seen_pool ? "--pool" : "--pool-size", pname);
         return 2;
     }
-    if ((seen_sink || seen_recent) && !every && o->policy->full) {
-        if (o->kv_quant)
-            fprintf(stderr, TOOL ": %s does not apply to the quantised cache (--kv-quant %s): it keeps or evicts whole "
-                            "blocks by its routing policy\n", seen_sink ? "--n-sink" : "--n-recent", o->kv_quant);
+    if ((seen_sink || seen_recent) && !every && o->policy->full &&
+        (!o->ladder || o->ladder->prec == VKH2O_PRECISION_FP16)) {
+        if (o->ladder)
+            fprintf(stderr, TOOL ": %s does not apply to --kv-quant fp16: every token is kept at FP16\n",
+                    seen_sink ? "--n-sink" : "--n-recent");
         else
             fprintf(stderr, TOOL ": %s does not apply to --policy full: every token is kept\n",
                     seen_sink ? "--n-sink" : "--n-recent");
@@ -721,6 +769,7 @@ static unsigned char* read_file(const char* path, size_t* len)
  * within the positions it was made for. Returns 0 or the exit status (2: --ctx too long). */
 static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows);
 static void fill_kv(const opts* o, const vkh2o_model_config* mc, const row* r, vkh2o_kvcache_desc* kd);
+static bool needs_session(const row* r);
 
 static int check_model(const opts* o)
 {
@@ -746,12 +795,12 @@ static int check_model(const opts* o)
                 o->ctx_given ? "" : " (the default)", mc.max_position_embeddings, path);
         return 2;
     }
-    /* the one KV cache's rows: a capacity or tiers the model's rows cannot hold are refused here,
-     * with the library's figures, before a device is opened */
+    /* every row's cache: a capacity or tiers the model's rows cannot hold are refused here, with
+     * the library's figures, before a device is opened */
     static row rows[MAX_ROWS];
-    const uint32_t n = (o->kv || o->byte_sweep) ? make_rows(o, NULL, rows) : 0;
+    const uint32_t n = make_rows(o, NULL, rows);
     for (uint32_t i = 0; i < n; i++) {
-        if (!rows[i].kv)
+        if (!needs_session(&rows[i]))
             continue;
         vkh2o_kvcache_desc kd;
         fill_kv(o, &mc, &rows[i], &kd);
@@ -761,10 +810,17 @@ static int check_model(const opts* o)
             if (o->byte_sweep)
                 fprintf(stderr, TOOL ": --byte-sweep at --ctx %u: row %s at %.4g%% of the bytes: %s\n", o->ctx, rows[i].policy->name,
                         100.0 * rows[i].kv_bytes, err.message);
-            else
+            else if (o->sweep)
+                fprintf(stderr, TOOL ": --sweep at --ctx %u: row %s%s%s: %s\n", o->ctx, rows[i].policy->name,
+                        rows[i].ladder ? " --kv-quant " : "", rows[i].ladder ? rows[i].ladder->name : "", err.message);
+            else if (rows[i].ladder)
+                fprintf(stderr, TOOL ": --kv-quant %s: %s\n", rows[i].ladder->name, err.message);
+            else if (o->kv)
                 fprintf(stderr, TOOL ": %s: %s\n",
                         strstr(err.message, "group_size") ? "--kv-groups" : o->kv_bytes > 0 ? "--bytes"
                         : o->kv_prec == VKH2O_PRECISION_TIERED ? "--tiers" : "--kv", err.message);
+            else
+                fprintf(stderr, TOOL ": --budget: %s\n", err.message);
             return 2;
         }
     }
@@ -784,11 +840,30 @@ static int validation_check(const vkh2o_context* ctx)
 
 /* ---- sessions ---- */
 
-/* The one KV cache's desc for a row (vkh2o-eval --kv / --byte-sweep): its policy, precision,
- * tiers and capacity; the shape is the model's. */
+/* The one cache's desc for a row: its policy, precision, tiers and capacity (in tokens:
+ * sinks + budget + recents; or in bytes); a --kv-quant ladder's pools; the shape is the model's
+ * (the session fills it). */
 static void fill_kv(const opts* o, const vkh2o_model_config* mc, const row* r, vkh2o_kvcache_desc* kd)
 {
     *kd = (vkh2o_kvcache_desc){ .seed = o->seed, .precision = r->kv_prec };
+    if (r->ladder) {
+        const ladder_def* L = r->ladder;
+        kd->precision = L->prec;
+        if (L->prec == VKH2O_PRECISION_FP16)
+            return;   /* the full cache */
+        kd->n_sink = r->n_sink;
+        kd->n_recent = r->n_recent;
+        if (L->prec != VKH2O_PRECISION_TIERED)
+            return;   /* every middle token at one precision, none evicted */
+        const uint32_t M = o->ctx - r->n_sink - r->n_recent;
+        const uint32_t c16 = (uint32_t)floor(L->f16 * M + 1e-9), c8 = (uint32_t)floor(L->f8 * M + 1e-9);
+        const uint32_t kept = (uint32_t)floor(L->kept * M + 1e-9);
+        kd->tier_tokens[0] = c16;
+        if (c8 < kept)   /* INT8 fixed, INT4 takes the rest of the capacity; else INT8 takes it */
+            kd->tier_tokens[1] = c8 - c16;
+        kd->capacity_tokens = r->n_sink + r->n_recent + kept;
+        return;
+    }
     memcpy(kd->tier_tokens, r->kv_tiers, sizeof kd->tier_tokens);
     memcpy(kd->group_size, r->kv_groups, sizeof kd->group_size);
     kd->tier_mask = r->kv_mask;
@@ -802,40 +877,25 @@ static void fill_kv(const opts* o, const vkh2o_model_config* mc, const row* r, v
         kd->decay = (float)o->decay;
     if (r->kv_bytes > 0)   /* the full FP16 cache: 2 bytes per number of the latent row, every position */
         kd->capacity_bytes = (uint64_t)(r->kv_bytes * 2.0 * (mc->attn.kv_lora_rank + mc->attn.qk_rope_head_dim) * o->ctx);
-    else
-        kd->capacity_tokens = r->n_sink + r->budget + r->n_recent;
+    else   /* a budget above the window keeps the window: no sequence is longer than --ctx */
+        kd->capacity_tokens = (uint32_t)((uint64_t)r->n_sink + r->budget + r->n_recent < o->ctx
+                                         ? r->n_sink + r->budget + r->n_recent : o->ctx);
 }
 
-/* A session for the row's policy (NULL for the full cache, which uses the plain forward). */
+/* Whether a row's perplexity and passkey run through a session (the full FP16 cache without a
+ * named precision is the plain causal forward). */
+static bool needs_session(const row* r) { return !r->policy->full || r->kv; }
+
+/* A session for the row's policy on the one cache. */
 static int open_session(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const row* r, vkh2o_model_session** out)
 {
     *out = NULL;
-    vkh2o_model_cache_desc d = { .max_tokens = o->ctx, .seed = o->seed };
-    if (r->kv) {
-        d = (vkh2o_model_cache_desc){ .max_tokens = o->ctx, .kv_cache = true };
-        fill_kv(o, vkh2o_model_get_config(m), r, &d.kv);
-        if (r->policy->obs) {
-            d.obs_window = o->obs_window;
-            d.pool = o->pool;
-            d.pool_size = o->pool_size;
-        }
-    } else if (r->quant) {
-        d.quantised = true;
-        d.qpolicy = r->qpolicy;
-        d.route_every = o->route_every;
-    } else if (!r->policy->full) {
-        d.budget = r->budget;
-        d.n_sink = r->n_sink;
-        d.n_recent = r->n_recent;
-        d.policy = r->policy->policy;
-        d.score_mode = r->policy->mode;
-        d.decay = (float)o->decay;
-        d.schedule = r->policy->schedule;
-        if (r->policy->obs) {
-            d.obs_window = o->obs_window;
-            d.pool = o->pool;
-            d.pool_size = o->pool_size;
-        }
+    vkh2o_model_cache_desc d = { .max_tokens = o->ctx, .schedule = r->policy->schedule };
+    fill_kv(o, vkh2o_model_get_config(m), r, &d.kv);
+    if (r->policy->obs) {
+        d.obs_window = o->obs_window;
+        d.pool = o->pool;
+        d.pool_size = o->pool_size;
     }
     if (vkh2o_model_session_create(m, &d, out) != VKH2O_OK) {
         fprintf(stderr, TOOL ": policy %s%s%s (sinks %u, budget %u, recents %u): %s\n", r->policy->name, r->kv ? " " : "",
@@ -884,7 +944,7 @@ static int run_windows(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const 
     }
     const uint32_t L = o->ctx / 8, b = o->ctx - L;
     vkh2o_model_session* s = NULL;
-    if ((!out->policy->full || out->quant || out->kv) && open_session(ctx, m, o, out, &s))
+    if (needs_session(out) && open_session(ctx, m, o, out, &s))
         return 1;
     uint32_t* tok = malloc(o->ctx * sizeof *tok);
     float* lp = malloc(o->ctx * sizeof *lp);
@@ -1025,7 +1085,7 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool s
 {
     const uint32_t V = vkh2o_model_get_config(m)->vocab_size;
     vkh2o_model_session* s = NULL;
-    if ((!out->policy->full || out->quant || out->kv) && open_session(ctx, m, o, out, &s))
+    if (needs_session(out) && open_session(ctx, m, o, out, &s))
         return 1;
     char* prompt = malloc(o->ctx + 1);
     uint32_t* tok = malloc(o->ctx * sizeof *tok);
@@ -1084,11 +1144,11 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool s
 
 static void print_rows(const opts* o, const row* rows, uint32_t n)
 {
-    printf("%-10s %6s %6s %6s %6s %9s %6s %-12s %10s %10s %8s %8s %8s %8s\n", "policy", "sinks", "budget", "recent", "cache",
+    printf("%-10s %6s %6s %6s %6s %9s %6s %-16s %10s %10s %8s %8s %8s %8s\n", "policy", "sinks", "budget", "recent", "cache",
            "bytes", "ctx", "kv_quant", "bits/byte", "ppl/byte", "passkey", "stream", "rec.1st", "rec.2nd");
     for (uint32_t i = 0; i < n; i++) {
         const row* r = &rows[i];
-        printf("%-10s %6u %6u %6u %6u %9llu %6u %-12s ", r->policy->name, r->n_sink, r->budget, r->n_recent, r->cache_tokens,
+        printf("%-10s %6u %6u %6u %6u %9llu %6u %-16s ", r->policy->name, r->n_sink, r->budget, r->n_recent, r->cache_tokens,
                (unsigned long long)r->cache_bytes, o->ctx, r->kv_quant);
         if (isnan(r->bits))
             printf("%10s %10s ", "-", "-");
@@ -1151,14 +1211,14 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
     uint32_t ns = 0;
     const row* full = NULL;
     for (uint32_t i = 0; i < n; i++)
-        if (rows[i].policy->full && !rows[i].quant)
+        if (rows[i].policy->full && !rows[i].kv)
             full = &rows[i];
     for (size_t k = 0; k < NPOLICIES; k++) {
         if (POLICIES[k].full)
             continue;
         uint32_t c = 0;
         for (uint32_t i = 0; i < n && c < MAX_ROWS - 1; i++)
-            if (rows[i].policy == &POLICIES[k]) {
+            if (rows[i].policy == &POLICIES[k] && !rows[i].ladder) {
                 kb[ns][c] = rows[i].cache_bytes / 1024.0;
                 xs[ns][c] = 100.0 * rows[i].cache_tokens / o->ctx;
                 ppl[ns][c] = isnan(rows[i].bits) ? NAN : pow(2.0, rows[i].bits);
@@ -1185,10 +1245,10 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
         sr[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], rec[ns] };
         ns++;
     }
-    /* the quantised cache: one series over its policies, by bytes (every token kept) */
+    /* the quantisation ladders: one series over them, by bytes */
     uint32_t nq = 0, order[MAX_ROWS];
     for (uint32_t i = 0; i < n; i++)
-        if (rows[i].quant)
+        if (rows[i].ladder)
             order[nq++] = i;
     for (uint32_t a = 1; a < nq; a++)
         for (uint32_t b = a; b > 0 && rows[order[b]].cache_bytes < rows[order[b - 1]].cache_bytes; b--) {
@@ -1202,7 +1262,7 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
             kb[nb][a] = rows[order[a]].cache_bytes / 1024.0;
             ppl[nb][a] = isnan(rows[order[a]].bits) ? NAN : pow(2.0, rows[order[a]].bits);
         }
-        sb[nb] = (plot_series){ "quantised (kv-quant policies)", nq, kb[nb], ppl[nb] };
+        sb[nb] = (plot_series){ "quantisation ladders (--kv-quant)", nq, kb[nb], ppl[nb] };
         nb++;
     }
     plot_panel panels[5] = {
@@ -1294,10 +1354,13 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
     if (!o->sweep) {
         row r = base;
         r.policy = o->policy;
-        if (o->kv_quant) {
-            r.quant = true;
-            r.qpolicy = o->qpolicy;
-            r.kv_quant = vkh2o_qpolicy_name(o->qpolicy);
+        if (o->ladder) {
+            r.kv = true;
+            r.ladder = o->ladder;
+            if (o->ladder->prec != VKH2O_PRECISION_FP16) {   /* fp16: the full cache, no sinks or recents */
+                r.n_sink = o->n_sink;
+                r.n_recent = o->n_recent;
+            }
         }
         if (o->kv) {
             r.kv = true;
@@ -1380,12 +1443,15 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
             r.budget = total > r.n_sink + r.n_recent ? total - r.n_sink - r.n_recent : 1;
             rows[n++] = r;
         }
-    for (int q = 0; q < VKH2O_QPOLICY_COUNT; q++) {
+    for (size_t q = 0; q < NLADDERS; q++) {
         row r = base;
         r.policy = &POLICIES[0];
-        r.quant = true;
-        r.qpolicy = (vkh2o_qpolicy)q;
-        r.kv_quant = vkh2o_qpolicy_name(r.qpolicy);
+        r.kv = true;
+        r.ladder = &LADDERS[q];
+        if (LADDERS[q].prec != VKH2O_PRECISION_FP16) {
+            r.n_sink = o->n_sink;
+            r.n_recent = o->n_recent;
+        }
         rows[n++] = r;
     }
     return n;
@@ -1457,7 +1523,7 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
             b->cap = vkh2o_kvcache_desc_resolve(&kd, NULL, &pl, NULL) == VKH2O_OK ? pl.kept_tokens : 0;
         }
         /* the twin: a cache of about the same capacity that never evicts while it is timed (the
-         * one KV cache's rows have none: their share is not measured) */
+         * rows at a byte capacity have none: their share is not measured) */
         row twin = { .policy = &POLICIES[1], .budget = cap + warm + steps };
         if ((rc = open_session(ctx, m, o, &r, &b->s)) != 0 ||
             (!kv && !b->policy->full && (rc = open_session(ctx, m, o, &twin, &b->ref)) != 0))
@@ -1513,9 +1579,9 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
                 printf("%16s\n", "-");
         }
         printf("(eviction share: the step's extra time over a step of a cache holding as many tokens with room to\n"
-               " spare, which appends, attends and scores the same way but never selects or compacts; the H2O\n"
-               " step selects and compacts inside its per-layer pass, so this difference is how that cost is measured;\n"
-               " small or negative values are within the run-to-run noise)\n");
+               " spare, which appends, attends, scores and selects the same way but finds nothing to evict; the one\n"
+               " cache evicts in place (the new token takes the evicted token's slot), so this difference is what\n"
+               " choosing and freeing that slot costs; small or negative values are within the run-to-run noise)\n");
         if (o->json) {   /* one object per policy, written only when the whole run succeeded */
             outset os;
             outset_init(&os, TOOL);
@@ -1602,7 +1668,9 @@ int main(int argc, char** argv)
             kd.max_tokens = o.ctx;
             if (vkh2o_kvcache_desc_resolve(&kd, NULL, &pl, NULL) == VKH2O_OK)
                 r->cache_tokens = pl.kept_tokens < o.ctx ? pl.kept_tokens : o.ctx;
-            if (r->kv_prec == VKH2O_PRECISION_TIERED && !(r->kv_tiers[0] | r->kv_tiers[1] | r->kv_tiers[2] | r->kv_tiers[3]))
+            if (r->ladder)
+                snprintf(r->kv_name, sizeof r->kv_name, "kv-%s", r->ladder->name);
+            else if (r->kv_prec == VKH2O_PRECISION_TIERED && !(r->kv_tiers[0] | r->kv_tiers[1] | r->kv_tiers[2] | r->kv_tiers[3]))
                 snprintf(r->kv_name, sizeof r->kv_name, "kv-tiered-bytes:16%s%s%s", (!r->kv_mask || (r->kv_mask & 2u)) ? "/8" : "",
                          (!r->kv_mask || (r->kv_mask & 4u)) ? "/4" : "", (r->kv_mask & 8u) ? "/2" : "");
             else if (r->kv_prec == VKH2O_PRECISION_TIERED)

@@ -4,18 +4,27 @@
  * (FP16, INT8, INT4 or INT2 for every token past the sinks and recents, or tiers by score).
  * Included by vkh2o.h; do not include directly.
  *
- * This is the cache the library is converging on: it holds the MLA latent row of a token
- * ([c_kv after kv_a_layernorm (kv_lora_rank) | k_pe roped (qk_rope_head_dim)], shared by every
- * head), which is the layout of the model session's caches and of Kimi K2. The expanded
- * per-head layout, F32 rows, mock steps and the quantised cache's block routing and block
- * selectors (score, Quest) are still served by the two older caches (vkh2o/cache.h,
- * vkh2o/kvquant.h). A step's RoPE position comes from the caller (vkh2o_mla_decode.position):
- * a recorded layer decode step replays the cache's part exactly, its projections at the position
- * it was recorded with.
+ * It is the library's only cache (the H2O cache of vkh2o/cache.h and the quantised block cache
+ * of vkh2o/kvquant.h were retired into it). Per token it holds one row, in one of two layouts
+ * (desc.layout):
+ *   LATENT    (the default) the MLA latent row [c_kv after kv_a_layernorm (kv_lora_rank) | k_pe
+ *             roped (qk_rope_head_dim)], shared by every head; the query is absorbed through
+ *             W_uk and the output is taken before W_uv. The layout of the model session's caches
+ *             and of Kimi K2.
+ *   EXPANDED  HF DynamicCache's per-head K and V: the row is [K_0 .. K_(H-1) | V_0 .. V_(H-1)]
+ *             with K_h = [k_nope_h (qk_nope_head_dim) | k_pe (qk_rope_head_dim)] and V_h
+ *             (v_head_dim); head h's logits read K_h, its P . V reads V_h. H (nope + rope + v)
+ *             numbers per token (at most 60000); odd counts are allowed. The query is not
+ *             absorbed and the output is the attention output per head.
+ * Retired with the older caches: mock steps (tools generate their inputs on the host), the
+ * block cache's routing batches (this cache demotes on the device at every step) and its block
+ * selectors (score, Quest: read-time sparsity that saves no memory). A step's RoPE
+ * position comes from the caller (vkh2o_mla_decode.position): a recorded layer decode step
+ * replays the cache's part exactly, its projections at the position it was recorded with.
  *
  * Slots, not order
- *   Per layer the cache has slot pools, one per tier T0 (FP16), T1 (INT8), T2 (INT4), T3 (INT2)
- *   in use, each a fixed number of slots sized at create. A slot holds one token's row in its
+ *   Per layer the cache has slot pools, one per tier T0 (FP16, or f32 with storage F32), T1
+ *   (INT8), T2 (INT4), T3 (INT2) in use, each a fixed number of slots sized at create. A slot holds one token's row in its
  *   tier's format, the token's position and its policy score (f32). The rows are never kept
  *   in position order: attention does not depend on it. A decode step
  *     1. appends the new token at the top tier, into the free T0 slot of lowest index;
@@ -32,7 +41,7 @@
  *   pools, decides. While the held tokens and room for the next one exceed it, the lowest-keyed
  *   middle token of the highest tier that has one moves down one tier (every middle token
  *   drops one tier before any drops two), and once every middle token is in the lowest tier in
- *   use (tier_mask) its lowest-keyed one is evicted. Tokens stay FP16 until the bytes force
+ *   use (tier_mask) its lowest-keyed one is evicted. Tokens stay at T0 until the bytes force
  *   them down. Each tier's pool is sized for the most tokens the capacity could hold in it, so
  *   the device memory (vkh2o_kvcache_plan_bytes) is about the tiers in use times the capacity,
  *   of which at most the capacity is held (vkh2o_kvcache_stats.bytes_used).
@@ -49,22 +58,33 @@
  *
  * Row formats (32-bit words; a tier's row is its data words then its group words):
  *   FP16  element e in half e & 1 of word e >> 1 (low half first); no group words
+ *   F32   (the top tier T0 with desc.storage F32: sinks, recents and T0's middle tokens) element
+ *         e in word e as an IEEE f32; no group words. The lower tiers are as below.
  *   INTb  (b = 8, 4, 2) element e in bits [(e * b) % 32, + b) of word (e * b) / 32, an unsigned
- *         code q in [0, 2^b - 1]; value = zero + q * scale. The row is split into groups of
- *         group_size numbers along c_kv, and k_pe is grouped on its own (groups of
- *         min(group_size, qk_rope_head_dim)), or the whole row is one group (group_size =
- *         kv_lora_rank + qk_rope_head_dim); per group one word: scale (low half) and zero
- *         (high half), both fp16: zero = fp16(min), scale = fp16((max - zero) / (2^b - 1)),
- *         q = clamp(round((x - zero) / scale)) (round half to even; scale 0 gives q = 0).
+ *         code q in [0, 2^b - 1]; value = zero + q * scale. Per group one word: scale (low
+ *         half) and zero (high half), both fp16: zero = fp16(min), scale = fp16((max - zero) /
+ *         (2^b - 1)), q = clamp(round((x - zero) / scale)) (round half to even; scale 0 gives
+ *         q = 0). Groups, in row order:
+ *           LATENT    c_kv in groups of group_size numbers, then k_pe in groups of
+ *                     min(group_size, qk_rope_head_dim);
+ *           EXPANDED  per head K_h: k_nope_h in groups of min(group_size, qk_nope_head_dim),
+ *                     then its k_pe in groups of min(group_size, qk_rope_head_dim); then per
+ *                     head V_h in groups of min(group_size, v_head_dim);
+ *         the last group of a segment may be shorter. group_size = the whole row (W numbers)
+ *         makes the row one group.
  * Bytes per token of a tier (vkh2o_kvcache_token_bytes) count the row words and the slot's
- * position and score (8 bytes): for Kimi K2.6 (576 numbers) with the default groups
- * FP16 1160, INT8 592, INT4 304, INT2 224 (groups of 32).
+ * position and score (8 bytes). Kimi K2.6 (64 heads, kv_lora_rank 512, nope 128, rope 64,
+ * v 128), default groups:
+ *                   T0 F32    T0 FP16   INT8     INT4     INT2 (groups of 32)
+ *   LATENT (576)      2312      1160      592      304      224
+ *   EXPANDED        81928     40968    21256    11016     7688
+ *   (EXPANDED: 64 x (192 + 128) = 20480 numbers; 3 groups per head at INT8 / INT4, 10 at INT2)
  *
- * Non-finite values (NaN, +-Inf) in a step's q, c_kv or k_pe, a prefill's rows or mass, and the
- * scores they lead to. The cache stores and attends to what it is given; it does not test or
+ * Non-finite values (NaN, +-Inf) in a step's q and row inputs (LATENT c_kv and k_pe, EXPANDED k
+ * and v), a prefill's rows or mass, and the scores they lead to. The cache stores and attends to what it is given; it does not test or
  * repair values unless asked (check_finite):
- *   - a row keeps its non-finite numbers at FP16 (NaN stays NaN; +-Inf and magnitudes above
- *     65504 are +-Inf); requantised to an integer tier, a group holding one has unspecified codes
+ *   - a row keeps its non-finite numbers at F32 and FP16 (NaN stays NaN; at FP16 +-Inf and
+ *     magnitudes above 65504 are +-Inf); requantised to an integer tier, a group holding one has unspecified codes
  *     (its numbers dequantise to unspecified values; the slot itself stays valid);
  *   - a non-finite logit (a NaN or Inf in q or in a held row) makes that head's softmax NaN, so
  *     the step's output and the mass added to every held token's score are NaN;
@@ -77,11 +97,11 @@
  *     is held at most once, sinks and recents stay at the top tier, the per-tier counts are the
  *     held slots of each tier. Only the numbers are affected, never the slots.
  * Weights with a non-finite value are refused when a model or layer loads (naming the tensor).
- * check_finite (desc) counts, per layer, the steps whose q, c_kv or k_pe holds a non-finite
+ * check_finite (desc) counts, per layer, the steps whose q or row inputs hold a non-finite
  * number or whose attention produced a non-finite weight or score (and the prefill tokens with
  * a non-finite row or mass), and keeps the first one's position and what was non-finite
  * (vkh2o_kvcache_stats.nonfinite*). Off: nothing is recorded and the shaders do no test (a
- * specialisation constant); on: one read of q, c_kv and k_pe per step and of the new scores.
+ * specialisation constant); on: one read of q and the row inputs per step and of the new scores.
  *
  * Threads: a kvcache belongs to its context (one thread at a time, as the context).
  */
@@ -92,6 +112,27 @@ extern "C" {
 #endif
 
 typedef struct vkh2o_kvcache vkh2o_kvcache;
+
+/* vkh2o_kv_layout (how a cache stores a token) is in vkh2o/mla.h: LATENT is this cache's default. */
+
+/* Which middle tokens a capped cache keeps. */
+typedef enum vkh2o_evict_policy {
+    VKH2O_POLICY_H2O = 0,        /* the budget middle tokens of largest score */
+    VKH2O_POLICY_STREAMING = 1,  /* StreamingLLM: sinks + the most recent cap - n_sink tokens
+                                    (the budget middle tokens of largest position) */
+    VKH2O_POLICY_RANDOM = 2,     /* budget middle tokens chosen by a seeded RNG, fresh each step
+                                    (the key of a token is hash(seed, layer, step, position)) */
+} vkh2o_evict_policy;
+
+/* How the H2O policy accumulates a token's score. */
+typedef enum vkh2o_score_mode {
+    VKH2O_SCORE_SUM = 0,   /* accumulated attention mass (the seed's) */
+    VKH2O_SCORE_MEAN = 1,  /* accumulated mass / number of queries that have seen the token
+                              (cur_position - position + 1), against the early-token bias */
+    VKH2O_SCORE_DECAY = 2, /* score <- decay * score + mass at every step (decay: the desc's) */
+    VKH2O_SCORE_TOVA = 3,  /* TOVA: score <- the current query's mass only (no accumulation; summed
+                              over heads, which ranks as the mean over heads does) */
+} vkh2o_score_mode;
 
 typedef enum vkh2o_kv_tier {
     VKH2O_TIER_FP16 = 0,
@@ -111,8 +152,9 @@ typedef enum vkh2o_kv_precision {
 } vkh2o_kv_precision;
 
 /*
- * Desc. Required: num_heads, kv_lora_rank, qk_rope_head_dim (vkh2o_kvcache_desc_from_mla fills
- * them, with the layer's scale) and max_tokens. Defaults (0):
+ * Desc. Required: num_heads, qk_rope_head_dim, kv_lora_rank (LATENT) or qk_nope_head_dim and
+ * v_head_dim (EXPANDED) (vkh2o_kvcache_desc_from_mla fills them all, with the layer's scale) and
+ * max_tokens. Defaults (0):
  *   num_layers       1
  *   max_tokens       the longest sequence (the positions a cache sees; the full cache's slots)
  *   scale            (qk_nope_head_dim + qk_rope_head_dim)^-0.5, or kv_lora + rope without nope
@@ -123,7 +165,10 @@ typedef enum vkh2o_kv_precision {
  *                    in it (vkh2o_kvcache_bytes <= capacity_bytes); the tokens follow from the
  *                    precision. Give one of capacity_tokens and capacity_bytes.
  *   n_sink, n_recent 0: the first / last positions every policy keeps at the top tier
- *   policy, score_mode, decay, seed  vkh2o/cache.h's (H2O with summed scores; decay 0 = 0.9)
+ *   layout           LATENT (DEFAULT); EXPANDED needs qk_nope_head_dim and v_head_dim too
+ *   storage          the top tier's rows (sinks, recents, T0's middle tokens): F16 (0 = the
+ *                    default) or F32; the integer tiers are the same either way
+ *   policy, score_mode, decay, seed  above (H2O with summed scores; decay 0 = 0.9)
  *   precision        FP16
  *   tier_tokens      TIERED with pools: middle tokens per tier (index vkh2o_kv_tier; T0's count is
  *                    on top of the sinks and recents). Tiers with 0 are not used, except that the
@@ -135,10 +180,11 @@ typedef enum vkh2o_kv_precision {
  *                    capacity_bytes: tiers by bytes (above).
  *   tier_mask        tiers by bytes: the tiers in use, bit (1 << tier); 0 = FP16, INT8, INT4. FP16
  *                    is always in use.
- *   group_size       numbers per quantisation group of c_kv per integer tier (index tier; 0 =
- *                    the default: INT8 and INT4 the whole c_kv, INT2 32); k_pe is its own group
- *                    of min(group_size, qk_rope_head_dim) numbers. kv_lora_rank +
- *                    qk_rope_head_dim (the whole row) makes one group of c_kv and k_pe together.
+ *   group_size       numbers per quantisation group per integer tier (index tier; Row formats
+ *                    above). 0 = the default: INT8 and INT4 one group per segment (LATENT the
+ *                    whole c_kv, EXPANDED each head's k_nope, k_pe and V), INT2 32. At most
+ *                    kv_lora_rank (LATENT) or the longest of nope, rope and v (EXPANDED), or the
+ *                    whole row (one group).
  */
 typedef struct vkh2o_kvcache_desc {
     uint32_t num_layers;
@@ -157,6 +203,8 @@ typedef struct vkh2o_kvcache_desc {
     uint32_t tier_tokens[VKH2O_TIER_COUNT];
     uint32_t group_size[VKH2O_TIER_COUNT];
     uint32_t tier_mask;
+    vkh2o_kv_layout layout;
+    vkh2o_dtype storage;
     bool check_finite;          /* count non-finite inputs and scores (stats.nonfinite*); off: no cost */
 } vkh2o_kvcache_desc;
 
@@ -179,14 +227,18 @@ typedef struct vkh2o_kvcache_plan {
 VKH2O_API void vkh2o_kvcache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kvcache_desc* desc);
 /* Validates desc (no device) and writes the defaults into *out and the pools into *plan (either
  * may be NULL). Results: OK; INVALID_ARGUMENT (zero or oversized shapes, unknown enum, a group
- * size above the row, decay outside (0, 1), tier_tokens without TIERED, both capacities);
+ * size above the row, decay outside (0, 1), tier_tokens without TIERED, both capacities, a
+ * storage other than F16 / F32, EXPANDED without qk_nope_head_dim or v_head_dim);
  * BUDGET (a capacity too small for the sinks and recents at the top tier plus one middle
  * token and the append slot, a capacity above max_tokens, sinks + recents above max_tokens).
  * err names the field and gives the figure and the limit. */
 VKH2O_API vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kvcache_desc* out,
                                                   vkh2o_kvcache_plan* plan, vkh2o_error* err);
-/* Bytes per token of a tier for a (resolved) desc: row words x 4 + 8 (position and score). */
+/* Bytes per token of a tier for a (resolved) desc: row words x 4 + 8 (position and score).
+ * vkh2o_kvcache_row_numbers: the numbers of a row (LATENT kv_lora_rank + qk_rope_head_dim,
+ * EXPANDED num_heads x (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)). */
 VKH2O_API uint32_t vkh2o_kvcache_token_bytes(const vkh2o_kvcache_desc* desc, vkh2o_kv_tier tier);
+VKH2O_API uint32_t vkh2o_kvcache_row_numbers(const vkh2o_kvcache_desc* desc);
 /* Device bytes of one layer's slots under a plan: sum over tiers of slots x token_bytes. */
 VKH2O_API uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* plan);
 /* Middle tokens per tier after a prefill of n tokens (the rest of the n - sinks - recents middle
@@ -210,13 +262,21 @@ VKH2O_API vkh2o_result vkh2o_cmd_kvcache_reset(vkh2o_kvcache* c, VkCommandBuffer
 VKH2O_API vkh2o_result vkh2o_run_kvcache_reset(vkh2o_kvcache* c);
 
 /*
- * One decode step of one layer (the four stages of the header comment), for one token:
+ * One decode step of one layer (the four stages of the header comment), for one token.
+ * LATENT:
  *   q     f32 [num_heads][kv_lora_rank + qk_rope_head_dim]: the query absorbed through W_uk
  *         ([q_nope[h] . W_uk[h] | q_pe[h] roped]; vkh2o_cmd_mla_decode_inputs writes it)
  *   ckv   f32 [kv_lora_rank]: the new token's c_kv after kv_a_layernorm
  *   kpe   f32 [qk_rope_head_dim]: its roped k_pe
  *   out   f32 [num_heads][kv_lora_rank]: the attention output before W_uv (may be NULL)
- * The token's position is the cache's own counter (the tokens this layer has seen).
+ * EXPANDED:
+ *   q     f32 [num_heads][qk_nope_head_dim + qk_rope_head_dim]: [q_nope[h] | q_pe[h] roped]
+ *   k     f32 [num_heads][qk_nope_head_dim + qk_rope_head_dim]: the new token's K per head
+ *         ([k_nope[h] | k_pe roped], k_pe the same for every head)
+ *   v     f32 [num_heads][v_head_dim]: its V per head
+ *   out   f32 [num_heads][v_head_dim]: the attention output (may be NULL)
+ * The buffers of the other layout are ignored. The token's position is the cache's own counter
+ * (the tokens this layer has seen).
  * Offsets in bytes, multiples of 4. Records a few dispatches with barriers; never submits.
  * Results: OK, INVALID_ARGUMENT (layer, buffers too small), kernel errors (VULKAN,
  * OUT_OF_HOST_MEMORY). The buffers must outlive the command buffer's execution.
@@ -229,14 +289,23 @@ typedef struct vkh2o_kvcache_step {
     const vkh2o_buffer* ckv;  uint64_t ckv_offset;
     const vkh2o_buffer* kpe;  uint64_t kpe_offset;
     const vkh2o_buffer* out;  uint64_t out_offset;
+    const vkh2o_buffer* k;    uint64_t k_offset;     /* EXPANDED */
+    const vkh2o_buffer* v;    uint64_t v_offset;     /* EXPANDED */
 } vkh2o_kvcache_step;
 VKH2O_API vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_kvcache_step* s);
 VKH2O_API vkh2o_result vkh2o_run_kvcache_step(vkh2o_kvcache* c, const vkh2o_kvcache_step* s);
+/* s[0..n) recorded in order into one command buffer (each step sees the one before it), one
+ * submission and wait: many steps (layers, tokens) for the cost of one submission. Results:
+ * INVALID_ARGUMENT (NULL), those of vkh2o_cmd_kvcache_step: the first failing step's (it records
+ * nothing; the steps before it run), or the submission's. */
+VKH2O_API vkh2o_result vkh2o_run_kvcache_steps(vkh2o_kvcache* c, const vkh2o_kvcache_step* s, uint32_t n);
 
 /*
- * Prefill one layer with n prompt tokens (positions 0 .. n-1), replacing its contents:
- * ckv f32 [n][kv_lora_rank], kpe f32 [n][qk_rope_head_dim], mass f32 [n] (each token's summed
- * prompt attention, its starting score; may be NULL when the cache does not select). Sinks and recents take T0;
+ * Prefill one layer with n prompt tokens (positions 0 .. n-1), replacing its contents: LATENT
+ * ckv f32 [n][kv_lora_rank] and kpe f32 [n][qk_rope_head_dim], EXPANDED k f32
+ * [n][num_heads][qk_nope_head_dim + qk_rope_head_dim] and v f32 [n][num_heads][v_head_dim];
+ * mass f32 [n] (each token's summed prompt attention, its starting score; may be NULL when the
+ * cache does not select). Sinks and recents take T0;
  * the middle tokens are ranked by key (as a step's selection ranks them, cur = n - 1) and fill
  * T0's free slots (all but the append slot), then T1, T2, T3 in that order; the rest are evicted.
  * Results: OK, INVALID_ARGUMENT (n 0 or above max_tokens, layer, buffers), kernel errors.
@@ -247,6 +316,8 @@ typedef struct vkh2o_kvcache_prefill {
     const vkh2o_buffer* ckv;   uint64_t ckv_offset;
     const vkh2o_buffer* kpe;   uint64_t kpe_offset;
     const vkh2o_buffer* mass;  uint64_t mass_offset;
+    const vkh2o_buffer* k;     uint64_t k_offset;    /* EXPANDED */
+    const vkh2o_buffer* v;     uint64_t v_offset;    /* EXPANDED */
 } vkh2o_kvcache_prefill;
 VKH2O_API vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_kvcache_prefill* p);
 VKH2O_API vkh2o_result vkh2o_run_kvcache_prefill(vkh2o_kvcache* c, const vkh2o_kvcache_prefill* p);
@@ -269,8 +340,8 @@ typedef struct vkh2o_kvcache_stats {
 /* What was non-finite at vkh2o_kvcache_stats.nonfinite_position (bits). */
 typedef enum vkh2o_kv_nonfinite {
     VKH2O_NONFINITE_Q = 1u << 0,       /* the step's query */
-    VKH2O_NONFINITE_CKV = 1u << 1,     /* the token's c_kv */
-    VKH2O_NONFINITE_KPE = 1u << 2,     /* the token's k_pe */
+    VKH2O_NONFINITE_CKV = 1u << 1,     /* the token's c_kv (EXPANDED: its k) */
+    VKH2O_NONFINITE_KPE = 1u << 2,     /* the token's k_pe (EXPANDED: its v) */
     VKH2O_NONFINITE_SCORE = 1u << 3,   /* an attention weight or a held token's score after the
                                           step; a prefill token's mass */
 } vkh2o_kv_nonfinite;
@@ -278,8 +349,8 @@ VKH2O_API vkh2o_result vkh2o_kvcache_read_stats(vkh2o_kvcache* c, uint32_t layer
 
 /* A copy of one layer's held tokens (blocking), ordered by position: their number in *len and,
  * into arrays of at least max(plan.total_slots, ...) = plan.total_slots entries (NULL: skipped),
- * positions, scores, tiers, and rows (f32 [len][kv_lora_rank + qk_rope_head_dim], dequantised
- * as attention reads them). Results: OK, INVALID_ARGUMENT, VULKAN. */
+ * positions, scores, tiers, and rows (f32 [len][vkh2o_kvcache_row_numbers], in the layout's row
+ * order, dequantised as attention reads them). Results: OK, INVALID_ARGUMENT, VULKAN. */
 typedef struct vkh2o_kvcache_snapshot {
     uint32_t len;
     uint32_t* positions;
@@ -290,20 +361,22 @@ typedef struct vkh2o_kvcache_snapshot {
 VKH2O_API vkh2o_result vkh2o_kvcache_read_snapshot(vkh2o_kvcache* c, uint32_t layer, vkh2o_kvcache_snapshot* snap);
 
 /* Decode step of an MLA layer against a kvcache (vkh2o/mla.h "Decode" with this cache): the
- * projections, the query absorbed on the device, one cache step per token (d->layer is the
- * cache layer; d->position feeds RoPE and must equal the cache layer's position, which the
- * caller tracks), W_uv and o_proj. d->n_tokens tokens in one recording. Never submits. Results:
+ * projections, LATENT the query absorbed on the device, one cache step per token (d->layer is
+ * the cache layer; d->position feeds RoPE and must equal the cache layer's position, which the
+ * caller tracks), W_uv and o_proj; EXPANDED the steps take the projections' per-head q, K (k_nope
+ * through kv_b_proj) and V and give the output before o_proj directly (no W_uk / W_uv). d->n_tokens tokens in one recording. Never submits. Results:
  * as vkh2o_cmd_mla_decode, INVALID_ARGUMENT when the cache's shape or scale is not the layer's. */
-VKH2O_API vkh2o_result vkh2o_cmd_mla_decode_kv(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
+VKH2O_API vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
                                                const vkh2o_mla_decode* d);
-VKH2O_API vkh2o_result vkh2o_run_mla_decode_kv(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,
+VKH2O_API vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,
                                                const float* hidden, uint32_t n, uint32_t position, float* out);
 /* Prefill of a kvcache layer through the layer's forward (vkh2o_cmd_mla_prefill with this
  * cache): the prompt's rows and its attention mass (or, with p->obs_window, the observation
- * window's pooled scores) into vkh2o_cmd_kvcache_prefill. */
-VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill_kv(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
+ * window's pooled scores) into vkh2o_cmd_kvcache_prefill (LATENT c_kv and k_pe, EXPANDED the
+ * forward's per-head K and V rows). */
+VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
                                                 const vkh2o_mla_prefill* p);
-VKH2O_API vkh2o_result vkh2o_run_mla_prefill_kv(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,
+VKH2O_API vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,
                                                 const float* hidden, uint32_t seq_len, float* out);
 
 #ifdef __cplusplus

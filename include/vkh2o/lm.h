@@ -80,20 +80,28 @@ VKH2O_API vkh2o_result vkh2o_run_model_forward(vkh2o_model* m, const uint32_t* t
                                                float* next_logprobs);
 
 /* ------------------------------------------------------------------------------------------
- * Decoding with a cache policy: a session holds every layer's KV cache (vkh2o/cache.h) for one
- * sequence. Tokens go in as a prefill (one causal forward over the prompt; the cache is then set
- * to the prompt's rows with scores = its attention mass and evicted once to the cap) and/or
- * decoded one at a time (each token appended, attending to every cached token including itself,
- * its mass added to the scores, the policy evicting back to the cap, in every layer). Teacher-
- * forced decoding of n known tokens runs the n steps layer by layer in one submission (the same
- * result as n single steps: a layer's step t depends only on its own cache and on step t of the
- * layer below).
+ * Decoding with a cache policy: a session holds one KV cache per layer (vkh2o_kvcache,
+ * vkh2o/kvcache.h) for one sequence. Tokens go in as a prefill (one causal forward over the
+ * prompt; each layer's cache is then set to the prompt's rows with scores = its attention mass,
+ * and the middle tokens beyond the cache's pools are evicted) and/or decoded one at a time (each
+ * token appended, attending to every cached token including itself, its mass added to the
+ * scores, the cache demoting and evicting back to its capacity, in every layer). Teacher-forced
+ * decoding of n known tokens runs the n steps layer by layer in one submission (the same result
+ * as n single steps: a layer's step t depends only on its own cache and on step t of the layer
+ * below).
+ *
+ * The session's caches are latent (the row [c_kv | k_pe], the query absorbed on the device) with
+ * FP16 rows at the top tier. The expanded layout and F32 rows of the retired H2O-cache session
+ * are not offered: tests/lm/test_model held them to the same bounds as the latent layout (nmse
+ * 1e-8 against the forward and the CPU reference session), equal up to rounding, so in a
+ * session they only cost memory (the expanded layout is a layer-level choice of vkh2o_kvcache).
  * ---------------------------------------------------------------------------------------- */
 typedef struct vkh2o_model_session vkh2o_model_session;
 
-/* How the heavy-hitter budget is spread over the layers (the total stays layers x budget). */
+/* How the middle tokens of the capacity are spread over the layers (the total stays layers x
+ * the middle tokens). */
 typedef enum vkh2o_budget_schedule {
-    VKH2O_BUDGET_UNIFORM = 0,   /* every layer keeps budget tokens */
+    VKH2O_BUDGET_UNIFORM = 0,   /* every layer keeps the same capacity */
     VKH2O_BUDGET_PYRAMID = 1,   /* PyramidKV-style: decreasing linearly with depth, from 1.5 x budget
                                    at the first layer to 0.5 x budget at the last (rounded, the
                                    remainder given to the first layers so the total is exact) */
@@ -103,62 +111,43 @@ VKH2O_API uint32_t vkh2o_budget_for_layer(vkh2o_budget_schedule schedule, uint32
                                           uint32_t num_layers);
 
 /*
- * Session desc; all zero = the full cache (no eviction) in the latent layout, FP16 rows: one
- * vkh2o_kvcache per layer without a capacity, which records no score or selection work:
- *   budget        heavy hitters kept per layer; 0 = every token (full cache; the other eviction
- *                 fields are then ignored)
- *   schedule      UNIFORM, or PYRAMID: the per-layer budgets of vkh2o_budget_for_layer
+ * Session desc; all zero = the full cache: one vkh2o_kvcache per layer without a capacity, FP16,
+ * which records no score, selection or demotion work at all.
+ *   kv          the one cache's desc (vkh2o/kvcache.h): which tokens stay and at what precision
+ *               (capacity_tokens or capacity_bytes per layer, n_sink, n_recent, policy,
+ *               score_mode, decay, seed, precision, tier_tokens, group_size, tier_mask). Its
+ *               shape (num_heads, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim,
+ *               scale) is the model's: leave it 0 (or give the model's own figures); num_layers
+ *               and max_tokens are the session's and must be 0.
+ *   schedule    UNIFORM, or PYRAMID: layer l keeps n_sink + n_recent + vkh2o_budget_for_layer(
+ *               PYRAMID, capacity_tokens - n_sink - n_recent, l, num_layers) tokens (each layer
+ *               has its own vkh2o_kvcache). Needs kv.capacity_tokens (a schedule of bytes is not
+ *               defined).
  *   obs_window, pool, pool_size   a prefill scores the prompt by the attention of its last
- *                 obs_window queries only, pooled (SnapKV; vkh2o_mla_prefill), and compresses
- *                 it once to the cap; decoding then accumulates as the score mode says.
- *                 0 = the whole prompt's mass. Needs the model's max_obs_window.
- *   n_sink, n_recent  first / last tokens every policy keeps
- *   policy, score_mode, seed, decay   as in vkh2o_cache_desc (H2O sum / mean / decayed scores,
- *                 TOVA, streaming, random)
- *   layout        DEFAULT = LATENT (c_kv + k_pe, the query absorbed on the device), or EXPANDED
- *   storage       F16 (default) or F32 rows
- *   max_tokens    longest sequence the session takes (prefill + decode); 0 = the model's
- *                 max_seq_len, which bounds it, except for the one KV cache with a capacity
- *                 (up to 2^24: decode calls of at most max_seq_len tokens; positions past the
- *                 model's max_position_embeddings are beyond its training length)
- * The quantised cache instead (quantised true: one vkh2o_qcache per layer, latent, default block
- * and group sizes; budget, policy and the eviction fields above must be 0):
- *   qpolicy       the routing policy (FP16 = every block FP16; aggressive also evicts blocks)
- *   route_every   route every layer's cache after every route_every tokens decoded (0 = 16),
- *                 and once at the end of a prefill
- *   qselector, budget_blocks   the blocks a step attends to (ALL = every non-evicted block)
- * Quantised decoding submits once per route_every tokens (routing reads counts back).
- * The one KV cache instead (kv_cache true: one vkh2o_kvcache per layer, vkh2o/kvcache.h): kv
- * gives which tokens stay and at what precision (capacity_tokens or capacity_bytes per layer,
- * n_sink, n_recent, policy, score_mode, decay, seed, precision, tier_tokens, group_size,
- * check_finite: vkh2o_model_session_read_kv_stats reports per layer); its shape, max_tokens and num_layers are the session's. budget, schedule, layout, storage and the
- * quantised-cache fields must be 0; obs_window, pool and pool_size apply to its prefill.
+ *               obs_window queries only, pooled (SnapKV; vkh2o_mla_prefill), and compresses it
+ *               once; decoding then accumulates as the score mode says. 0 = the whole prompt's
+ *               mass. Needs a cache that selects (a capacity or a quantised precision) and the
+ *               model's max_obs_window; pool and pool_size need obs_window.
+ *   max_tokens  longest sequence the session takes (prefill + decode); 0 = the model's
+ *               max_seq_len, which bounds it, except for a cache with a capacity (kv.
+ *               capacity_tokens or capacity_bytes; up to 2^24: decode calls of at most
+ *               max_seq_len tokens; positions past the model's max_position_embeddings are
+ *               beyond its training length)
+ * kv.check_finite counts non-finite numbers per layer: vkh2o_model_session_read_kv_stats.
  */
 typedef struct vkh2o_model_cache_desc {
-    uint32_t budget, n_sink, n_recent;
+    vkh2o_kvcache_desc kv;
     vkh2o_budget_schedule schedule;
     uint32_t obs_window;
     vkh2o_obs_pool pool;
     uint32_t pool_size;
-    vkh2o_evict_policy policy;
-    vkh2o_score_mode score_mode;
-    uint32_t seed;
-    float decay;
-    vkh2o_kv_layout layout;
-    vkh2o_dtype storage;
     uint32_t max_tokens;
-    bool quantised;
-    vkh2o_qpolicy qpolicy;
-    uint32_t route_every;
-    vkh2o_qselector qselector;
-    uint32_t budget_blocks;
-    bool kv_cache;
-    vkh2o_kvcache_desc kv;
 } vkh2o_model_cache_desc;
 
-/* Results: OK, INVALID_ARGUMENT / BUDGET (the cache desc, max_tokens above the model's
- * max_seq_len without a kvcache capacity), OUT_OF_DEVICE_MEMORY, VULKAN. m must outlive the session; one session of a
- * model may run at a time (they share the model's scratch). */
+/* Results: OK, INVALID_ARGUMENT / BUDGET (the cache desc, as vkh2o_kvcache_desc_resolve says,
+ * naming the layer for a schedule; an option for another policy; max_tokens above the model's
+ * max_seq_len without a kv capacity), OUT_OF_DEVICE_MEMORY, VULKAN. m must outlive the session;
+ * one session of a model may run at a time (they share the model's scratch). */
 VKH2O_API vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_desc* desc,
                                                   vkh2o_model_session** out);
 VKH2O_API void vkh2o_model_session_destroy(vkh2o_model_session* s);
@@ -168,17 +157,15 @@ VKH2O_API vkh2o_result vkh2o_model_session_reset(vkh2o_model_session* s);
 VKH2O_API uint32_t vkh2o_model_session_get_position(const vkh2o_model_session* s);
 /* Tokens held now by layer `layer`'s cache (blocking read). Results: OK, INVALID_ARGUMENT, VULKAN. */
 VKH2O_API vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s, uint32_t layer, uint32_t* len);
-/* Layer `layer`'s vkh2o_kvcache_stats (blocking read) for a session of the one KV cache: with
- * kv.check_finite its nonfinite count and the first non-finite position and input of that layer
- * (vkh2o/kvcache.h "Non-finite values"). Results: OK, INVALID_ARGUMENT (layer, NULL, another
- * cache), VULKAN. */
+/* Layer `layer`'s vkh2o_kvcache_stats (blocking read): with kv.check_finite its nonfinite count
+ * and the first non-finite position and input of that layer (vkh2o/kvcache.h "Non-finite
+ * values"). Results: OK, INVALID_ARGUMENT (layer, NULL), VULKAN. */
 VKH2O_API vkh2o_result vkh2o_model_session_read_kv_stats(vkh2o_model_session* s, uint32_t layer,
                                                         vkh2o_kvcache_stats* out);
-/* Device bytes of every layer's cache rows at the session's cap (or max_tokens for the full
- * cache); for the quantised cache the data and scale bytes of max_tokens tokens routed by the
- * policy (vkh2o_qpolicy_counts; metadata and FP16 headroom not counted); for the one KV cache
- * every slot of every tier with its scales, position and score (vkh2o_kvcache_plan_bytes), or
- * with tiers by bytes the capacity the held tokens stay within (its pools allocate more). */
+/* Device bytes of every layer's cache summed over the layers: every slot of every tier with its
+ * scales, position and score (vkh2o_kvcache_plan_bytes; the full cache: max_tokens + 1 FP16
+ * slots), or with tiers by bytes the capacity the held tokens stay within (its pools allocate
+ * more). */
 VKH2O_API uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session* s);
 
 /*

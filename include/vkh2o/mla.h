@@ -25,11 +25,12 @@ extern "C" {
 #endif
 
 typedef struct vkh2o_mla_layer vkh2o_mla_layer;
-/* the caches of vkh2o/cache.h and vkh2o/kvquant.h (vkh2o_cache, vkh2o_qcache), which the decode
- * step below takes */
-struct vkh2o_cache;
-struct vkh2o_qcache;
-struct vkh2o_qattn_desc;
+/* How the KV cache (vkh2o/kvcache.h) stores a token. 0 = LATENT. */
+typedef enum vkh2o_kv_layout {
+    VKH2O_LAYOUT_DEFAULT = 0,    /* LATENT */
+    VKH2O_LAYOUT_EXPANDED = 1,   /* per head K = [k_nope | k_pe] and V (HF DynamicCache's) */
+    VKH2O_LAYOUT_LATENT = 2,     /* per token c_kv (normed) and k_pe, shared by all heads */
+} vkh2o_kv_layout;
 
 typedef enum vkh2o_mla_flags {
     /* Allow vkh2o_mla_io.probs: the full probability tensor [heads, S, S] is written (only for
@@ -160,52 +161,36 @@ VKH2O_API vkh2o_result vkh2o_run_mla_forward(vkh2o_mla_layer* layer, const float
  * one after another (token i sees the cache token i - 1 left), recorded into one command buffer.
  * The projections of the whole chunk run first (they do not depend on the cache).
  *
- * H2O cache (vkh2o/cache.h): both layouts. The cache's heads and dims must be the layer's
- * (vkh2o_cache_desc_from_mla fills them, and its scale with the layer's softmax scale, which a
- * decode requires). A latent cache with kv_b_proj absorbs inside its step; without it the layer
- * absorbs the query and applies W_uv with its own (16-bit) kv_b_proj on the device.
- *
- * Quantised cache (vkh2o/kvquant.h): the token is appended in FP16 (importance 0), its query
- * attends over the blocks the selector picks, in their precisions (latent: absorbed query,
- * value = c_kv, then W_uv), and each attended token's probability summed over heads is added
- * to its importance (block sums and maxima refreshed). Routing is not part of a step: call
- * vkh2o_run_qcache_route when the policy should act. The qcache's host bookkeeping (tokens,
- * blocks, FP16 slots) advances when a step is recorded, so a recorded command buffer must be
- * submitted exactly once, before anything else is recorded or run on the cache; appends need
- * free FP16 slots reserved beforehand (vkh2o_run_qcache_reserve; the run_ form reserves itself).
+ * The cache (vkh2o_kvcache, vkh2o/kvcache.h: vkh2o_cmd_mla_decode and vkh2o_run_mla_decode are
+ * declared there): both layouts. Its heads and dims must be the layer's (vkh2o_kvcache_desc_from_mla
+ * fills them, and its scale with the layer's softmax scale, which a decode requires). The latent
+ * layout absorbs the query through the layer's (16-bit) kv_b_proj on the device and applies
+ * W_uv after the attention.
  *
  * Buffers: hidden [n, hidden_size] and out [n, hidden_size] f32 from byte offsets that are
  * multiples of 4 (they are copied through the layer's scratch). The layer's scratch is shared
  * by all its calls: do not record two calls of one layer that may execute concurrently.
  * Results: OK, INVALID_ARGUMENT (NULL, n = 0 or above max_decode_tokens, buffers too small,
- * a cache whose shape or scale does not match the layer, layer index out of range), BUDGET
- * (qcache: beyond max_tokens, or no reserved FP16 slot), UNSUPPORTED (shapes beyond the
- * device's limits), VULKAN, OUT_OF_DEVICE_MEMORY; the message is in vkh2o_last_error.
+ * a cache whose shape or scale does not match the layer, layer index out of range),
+ * UNSUPPORTED (shapes beyond the device's limits), VULKAN, OUT_OF_DEVICE_MEMORY; the message is in vkh2o_last_error.
  * ---------------------------------------------------------------------------------------- */
 typedef struct vkh2o_mla_decode {
     vkh2o_buffer* hidden;  uint64_t hidden_offset;
     vkh2o_buffer* out;     uint64_t out_offset;
     uint32_t n_tokens;     /* 0 = 1 */
     uint32_t position;     /* of the first token; the cache's tokens must be at lower positions */
-    uint32_t layer;        /* H2O cache: which of its num_layers layers (0 for a one-layer cache) */
-    uint32_t step;         /* H2O cache: history index of the first token (vkh2o_cache_step.step) */
+    uint32_t layer;        /* which of the cache's num_layers layers (0 for a one-layer cache) */
 } vkh2o_mla_decode;
 
-/* Records the steps of d->n_tokens tokens against an H2O cache. Never submits. */
-VKH2O_API vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* layer, VkCommandBuffer cb, struct vkh2o_cache* cache,
-                                            const vkh2o_mla_decode* d);
-/* Host convenience: hidden [n, hidden_size] at positions position.., out [n, hidden_size];
- * layer index `cache_layer`; history steps numbered from the position. Submits and waits. */
-VKH2O_API vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* layer, struct vkh2o_cache* cache, uint32_t cache_layer,
-                                            const float* hidden, uint32_t n, uint32_t position, float* out);
-/* The same against a quantised cache; attn: the selector (NULL = all blocks), its scale 0 =
- * the layer's softmax scale. */
-VKH2O_API vkh2o_result vkh2o_cmd_mla_decode_qcache(vkh2o_mla_layer* layer, VkCommandBuffer cb, struct vkh2o_qcache* qc,
-                                                   const vkh2o_mla_decode* d, const struct vkh2o_qattn_desc* attn);
-VKH2O_API vkh2o_result vkh2o_run_mla_decode_qcache(vkh2o_mla_layer* layer, struct vkh2o_qcache* qc, const float* hidden,
-                                                   uint32_t n, uint32_t position, float* out,
-                                                   const struct vkh2o_qattn_desc* attn);
-
+/* The rows a cache of `layout` stores for the tokens of the layer's last forward (recorded or
+ * run), as vkh2o_cmd_kvcache_prefill takes them: in the layer's scratch on the device, f32, row s
+ * of the forward's S tokens at float s * (the row's width), S = that forward's seq_len:
+ *   LATENT (or DEFAULT)  a = c_kv after kv_a_layernorm [S][kv_lora], b = roped k_pe [S][rope]
+ *   EXPANDED             a = K [S][heads][nope + rope] (roped k_pe in every head), b = V [S][heads][v]
+ * The buffers belong to the layer: the next forward overwrites them, and they go with the layer.
+ * Results: OK, INVALID_ARGUMENT (NULL argument, unknown layout). */
+VKH2O_API vkh2o_result vkh2o_mla_layer_get_kv_rows(const vkh2o_mla_layer* layer, vkh2o_kv_layout layout,
+                                                   vkh2o_buffer** a, vkh2o_buffer** b);
 /* The per-head attention output before o_proj, [S, heads, v] f32 (row s, head h at float
  * (s * heads + h) * v), of the layer's last forward, prefill or decode call (S = that call's
  * token count; latent decode: after W_uv): in the layer's scratch on the device, like
@@ -215,14 +200,66 @@ VKH2O_API vkh2o_result vkh2o_run_mla_decode_qcache(vkh2o_mla_layer* layer, struc
 VKH2O_API vkh2o_result vkh2o_mla_layer_get_attn_output(const vkh2o_mla_layer* layer, vkh2o_buffer** o);
 
 /*
+ * The inputs of a decode step of an MLA layer (vkh2o/mla.h "Decode"), without a cache: the
+ * projections of n tokens at positions position.. (the first stage of vkh2o_cmd_mla_decode and
+ * vkh2o_cmd_mla_decode), handed out in full precision for an app that drives a cache itself
+ * (its own appends and attention, e.g. vkh2o_cmd_kvcache_step with q, ckv and kpe taken from
+ * these rows). Per token, f32, row-major:
+ *   layout LATENT (or DEFAULT)
+ *     rows    [n, kv_lora + rope]          [c_kv after kv_a_layernorm | k_pe roped at its position]:
+ *                                          the latent row a cache stores
+ *     values  ignored (the latent values are the first kv_lora numbers of rows)
+ *     query   [n, heads, kv_lora + rope]   the query absorbed on the device (as the decode step
+ *                                          does): [q_nope[h] . W_uk[h] | q_pe[h] roped], so that
+ *                                          query[h] . row = q[h] . K[h] of the expanded layout; the
+ *                                          q of vkh2o_cmd_kvcache_step
+ *   layout EXPANDED
+ *     rows    [n, heads, nope + rope]      K = [k_nope (kv_b_proj) | k_pe roped] per head
+ *     values  [n, heads, v]                V per head
+ *     query   [n, heads, nope + rope]      [q_nope | q_pe roped]
+ * Each output buffer may be NULL (not written); offsets in bytes, multiples of 4. hidden
+ * [n, hidden_size] as vkh2o_mla_decode.hidden. W_uk is the layer's kv_b_proj as uploaded (16-bit
+ * or f32; F8_E4M3 decoded). Nothing but the caller's outputs and the layer's scratch is written:
+ * no cache is touched, and the layer's scratch is shared with its other calls (do not record two
+ * calls of one layer that may execute concurrently). Threads: as the layer (one thread at a time,
+ * as its context).
+ */
+typedef struct vkh2o_mla_decode_inputs {
+    vkh2o_buffer* hidden;  uint64_t hidden_offset;
+    uint32_t n_tokens;     /* 0 = 1; at most the layer's max_decode_tokens */
+    uint32_t position;     /* of the first token (RoPE); positions below 2^24 */
+    vkh2o_kv_layout layout;
+    vkh2o_buffer* rows;    uint64_t rows_offset;
+    vkh2o_buffer* values;  uint64_t values_offset;
+    vkh2o_buffer* query;   uint64_t query_offset;
+} vkh2o_mla_decode_inputs;
+
+/* Records the projections (and, latent, the absorption) of d->n_tokens tokens and copies the
+ * outputs into the caller's buffers, then a barrier after which compute and transfer work may
+ * read them. Never submits. The caller orders writes of hidden before it; the buffers are
+ * borrowed until cb has executed.
+ * Results: OK, INVALID_ARGUMENT (NULL layer/cb/d/hidden, n above max_decode_tokens, a buffer too
+ * small from its offset or an offset not a multiple of 4, unknown layout, positions >= 2^24),
+ * and what pipeline creation returns (VULKAN, OUT_OF_HOST_MEMORY); the message is in
+ * vkh2o_last_error. */
+VKH2O_API vkh2o_result vkh2o_cmd_mla_decode_inputs(vkh2o_mla_layer* layer, VkCommandBuffer cb,
+                                                   const vkh2o_mla_decode_inputs* d);
+/* Host convenience: hidden [n, hidden_size] (host) at positions position.., the outputs into
+ * host arrays of the sizes above (each may be NULL; values is ignored for LATENT). Submits on
+ * the context's queue and waits. Results: as the cmd_ form (INVALID_ARGUMENT for NULL hidden or
+ * n = 0), plus TIMEOUT, VULKAN, OUT_OF_DEVICE_MEMORY. */
+VKH2O_API vkh2o_result vkh2o_run_mla_decode_inputs(vkh2o_mla_layer* layer, const float* hidden, uint32_t n,
+                                                   uint32_t position, vkh2o_kv_layout layout, float* rows, float* values,
+                                                   float* query);
+
+/*
  * Prefill through the layer: the causal forward of seq_len prompt tokens at positions
  * 0..seq_len-1 (out [seq_len, hidden_size] as vkh2o_cmd_mla_forward; buffer offsets multiples
  * of 256), then the cache is set to the prompt: its rows (latent: c_kv normed, k_pe roped;
  * expanded: K, V per head) with scores = the prompt's attention mass (summed over heads and
- * queries), evicted once to the cap with the cache's policy when seq_len exceeds it (H2O
- * cache; create it with max_prefill >= seq_len). The quantised cache takes every token in
- * FP16 with importance = mass (its prefill reallocates the pools, so it has only a run_ form).
- * Results: as vkh2o_cmd_mla_forward and vkh2o_cmd_cache_prefill / vkh2o_run_qcache_prefill.
+ * queries), placed by the cache's policy and precision (vkh2o_cmd_kvcache_prefill; seq_len at
+ * most the cache's max_tokens). vkh2o_cmd_mla_prefill and vkh2o_run_mla_prefill are declared in
+ * vkh2o/kvcache.h. Results: as vkh2o_cmd_mla_forward and vkh2o_cmd_kvcache_prefill.
  */
 /* Pooling of observation-window scores over neighbouring positions. */
 typedef enum vkh2o_obs_pool {
@@ -231,7 +268,7 @@ typedef enum vkh2o_obs_pool {
     VKH2O_POOL_NONE = 2,   /* the window's mass as it is */
 } vkh2o_obs_pool;
 
-/* obs_window W > 0 (H2O cache only; W <= the layer's max_obs_window): the prompt's tokens are
+/* obs_window W > 0 (W <= the layer's max_obs_window): the prompt's tokens are
  * scored by the attention they receive from the last W prompt queries only (summed over heads
  * and those queries, the observation window of SnapKV), smoothed by `pool` over pool_size
  * neighbouring positions (odd, 0 = 7), instead of by the whole prompt's mass. Keep the window
@@ -240,18 +277,11 @@ typedef struct vkh2o_mla_prefill {
     vkh2o_buffer* hidden;  uint64_t hidden_offset;
     vkh2o_buffer* out;     uint64_t out_offset;
     uint32_t seq_len;
-    uint32_t layer;        /* H2O cache layer */
+    uint32_t layer;        /* the cache's layer */
     uint32_t obs_window;
     vkh2o_obs_pool pool;
     uint32_t pool_size;
 } vkh2o_mla_prefill;
-VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* layer, VkCommandBuffer cb, struct vkh2o_cache* cache,
-                                             const vkh2o_mla_prefill* p);
-/* Host conveniences (out may be NULL: not downloaded). */
-VKH2O_API vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* layer, struct vkh2o_cache* cache, uint32_t cache_layer,
-                                             const float* hidden, uint32_t seq_len, float* out);
-VKH2O_API vkh2o_result vkh2o_run_mla_prefill_qcache(vkh2o_mla_layer* layer, struct vkh2o_qcache* qc, const float* hidden,
-                                                    uint32_t seq_len, float* out);
 
 #ifdef __cplusplus
 }

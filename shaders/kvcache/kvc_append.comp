@@ -2,19 +2,22 @@
 /*
  * Stage 1 of a decode step (one workgroup): the new token takes the free FP16 slot of lowest
  * index in the layer's top tier, with its position (the layer's counter), score 0 and its row
- * rounded to fp16. A step at max_tokens positions is refused on the device: the overflow count
- * goes up and ST_SKIP tells the later stages to do nothing. With CHECKFIN a step whose q, c_kv
- * or k_pe holds a NaN or Inf is counted (ST_NF_*; kvc_softmax adds the scores).
+ * (LATENT [ckv | kpe], EXPANDED [k | v]) rounded to fp16 (f32 with F32TOP). A step at max_tokens
+ * positions is refused on the device: the overflow count goes up and ST_SKIP tells the later
+ * stages to do nothing. With CHECKFIN a step whose q or row inputs (LATENT c_kv / k_pe, EXPANDED
+ * k / v) hold a NaN or Inf is counted (ST_NF_*; kvc_softmax adds the scores).
  * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
 #include "kvc_common.glsl"
 #include "kvc_bindings.glsl"
 
-layout(constant_id = 18) const uint MAXTOK = 512;
+layout(constant_id = 21) const uint MAXTOK = 512;
 
 shared uint sh_slot[WG];
 shared uint sh_nf;
+
+float in_row(uint e) { return e < WA ? in_ckv[p.ckv_off + e] : in_kpe[p.kpe_off + e - WA]; }
 
 void main()
 {
@@ -29,9 +32,9 @@ void main()
         if (tid == 0u) sh_nf = 0u;
         barrier();
         uint nf = 0u;
-        for (uint e = tid; e < KVL; e += WG) if (non_finite(in_ckv[p.ckv_off + e])) nf |= NF_CKV;
-        for (uint e = tid; e < R; e += WG) if (non_finite(in_kpe[p.kpe_off + e])) nf |= NF_KPE;
-        for (uint e = tid; e < H * W; e += WG) if (non_finite(in_q[p.q_off + e])) nf |= NF_Q;
+        for (uint e = tid; e < WA; e += WG) if (non_finite(in_ckv[p.ckv_off + e])) nf |= NF_CKV;
+        for (uint e = tid; e < W - WA; e += WG) if (non_finite(in_kpe[p.kpe_off + e])) nf |= NF_KPE;
+        for (uint e = tid; e < H * QW; e += WG) if (non_finite(in_q[p.q_off + e])) nf |= NF_Q;
         if (nf != 0u) atomicOr(sh_nf, nf);
     }
     barrier();
@@ -60,10 +63,12 @@ void main()
     const uint slot = sh_slot[0];
     if (pos >= MAXTOK || slot == EMPTY) return;
     const uint rb = g_rows0() + slot * tier_row_words(0u);   // tier 0 is the first pool
-    for (uint w = tid; w < W / 2u; w += WG) {
-        uint e = 2u * w;
-        float a = e < KVL ? in_ckv[p.ckv_off + e] : in_kpe[p.kpe_off + e - KVL];
-        float b = e + 1u < KVL ? in_ckv[p.ckv_off + e + 1u] : in_kpe[p.kpe_off + e + 1u - KVL];
-        rows[rb + w] = f32_to_f16_rne(a) | (f32_to_f16_rne(b) << 16);
+    for (uint w = tid; w < tier_data_words(0u); w += WG) {
+        if (F32TOP != 0u) {
+            rows[rb + w] = floatBitsToUint(in_row(w));
+            continue;
+        }
+        const uint e = 2u * w;
+        rows[rb + w] = f32_to_f16_rne(in_row(e)) | (e + 1u < W ? f32_to_f16_rne(in_row(e + 1u)) << 16 : 0u);
     }
 }

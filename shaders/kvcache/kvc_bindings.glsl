@@ -4,18 +4,21 @@
 #define KVC_BINDINGS_GLSL
 
 layout(set = 0, binding = 0) buffer State { uint state[]; };
-layout(set = 0, binding = 1) buffer Rows { uint rows[]; };
+#ifndef KVC_ROWS_QUAL
+#define KVC_ROWS_QUAL
+#endif
+layout(set = 0, binding = 1) KVC_ROWS_QUAL buffer Rows { uint rows[]; };
 layout(set = 0, binding = 2) buffer Pos { uint positions[]; };
 layout(set = 0, binding = 3) buffer Scores { float scores[]; };
 layout(set = 0, binding = 4) buffer Scratch { float sc[]; };
 layout(set = 0, binding = 5) readonly buffer InQ { float in_q[]; };
-layout(set = 0, binding = 6) readonly buffer InCkv { float in_ckv[]; };
-layout(set = 0, binding = 7) readonly buffer InKpe { float in_kpe[]; };
+layout(set = 0, binding = 6) readonly buffer InCkv { float in_ckv[]; };   // LATENT ckv, EXPANDED k
+layout(set = 0, binding = 7) readonly buffer InKpe { float in_kpe[]; };   // LATENT kpe, EXPANDED v
 layout(set = 0, binding = 8) buffer Out { float out_f[]; };
 
 layout(push_constant) uniform Push {
     uint layer;
-    uint q_off, ckv_off, kpe_off, out_off;   // floats
+    uint q_off, ckv_off, kpe_off, out_off;   // floats (EXPANDED: ckv_off is k's, kpe_off v's)
     float scale;
     float keep;        // a score's factor before the mass is added: 1, decay, 0 (TOVA)
     uint seed;

@@ -5,32 +5,43 @@
 #define KVC_COMMON_GLSL
 
 #include "common.glsl"       // f32_to_f16_rne, f16_round
-#include "h2o_common.glsl"
+#include "kvc_keys.glsl"
 
 // spec ids (enum kvc_spec in src/kvcache/kvcache_internal.h)
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint H = 4;          // query heads
-layout(constant_id = 2) const uint KVL = 64;       // kv_lora_rank (c_kv numbers)
+layout(constant_id = 2) const uint SA = 64;        // LATENT: kv_lora_rank (c_kv); EXPANDED: qk_nope_head_dim
 layout(constant_id = 3) const uint R = 16;         // qk_rope_head_dim (k_pe numbers)
 layout(constant_id = 4) const uint SLOTS0 = 32;    // slots per tier (0: tier unused)
 layout(constant_id = 5) const uint SLOTS1 = 0;
 layout(constant_id = 6) const uint SLOTS2 = 0;
 layout(constant_id = 7) const uint SLOTS3 = 0;
-layout(constant_id = 8) const uint GS1 = 64;       // c_kv numbers per group, INT8 / INT4 / INT2
+layout(constant_id = 8) const uint GS1 = 64;       // numbers per group, INT8 / INT4 / INT2 (capped per segment)
 layout(constant_id = 9) const uint GS2 = 64;
 layout(constant_id = 10) const uint GS3 = 32;
 layout(constant_id = 11) const uint NSINK = 0;
 layout(constant_id = 12) const uint NRECENT = 0;
 layout(constant_id = 13) const uint POLMODE = 0;   // policy | score mode << 4
 layout(constant_id = 14) const uint SELECTS = 0;   // 1: scores and selection are kept
-layout(constant_id = 15) const uint WROW = 80;     // KVL + R (shared arrays)
+layout(constant_id = 15) const uint WROW = 80;     // numbers per row: LATENT SA + R, EXPANDED H (SA + R + SV)
 layout(constant_id = 16) const uint BYBYTES = 0;   // 1: tiers by bytes (BUDGET decides, not the pools)
 layout(constant_id = 17) const uint BUDGET = 0;    // tiers by bytes: the capacity in bytes
-// (18: kvc_append's MAXTOK)
-layout(constant_id = 19) const uint CHECKFIN = 0;  // 1: count non-finite inputs and scores
+layout(constant_id = 18) const uint EXP = 0;       // 1: the EXPANDED layout
+layout(constant_id = 19) const uint SV = 0;        // EXPANDED: v_head_dim (0 for LATENT)
+layout(constant_id = 20) const uint F32TOP = 0;    // 1: the top tier's rows are f32 (storage F32)
+// (21: kvc_append's MAXTOK)
+layout(constant_id = 22) const uint CHECKFIN = 0;  // 1: count non-finite inputs and scores
 
 const uint WG = gl_WorkGroupSize.x;
-const uint W = KVL + R;
+const uint W = WROW;
+// A row is NAB segments [A (SA) | B (R)] then NAB segments V (SV): LATENT [c_kv | k_pe] (NAB 1,
+// SV 0), EXPANDED [K_0 .. K_(H-1) | V_0 .. V_(H-1)] with K_h = [k_nope_h | k_pe].
+const uint NAB = EXP != 0u ? H : 1u;
+const uint DK = SA + R;                 // EXPANDED: K numbers per head
+const uint KW = NAB * DK;               // numbers before the V segments (LATENT: the row)
+const uint WA = EXP != 0u ? KW : SA;    // the row's first input (ckv / k) numbers, the rest from kpe / v
+const uint QW = EXP != 0u ? DK : W;     // query numbers per head (the row numbers a head's logits read)
+const uint OW = EXP != 0u ? SV : SA;    // output numbers per head (P . c_kv, P . V_h)
 const uint POLICY = POLMODE & 15u;
 const uint MODE = POLMODE >> 4;
 const uint EMPTY = 0xffffffffu;
@@ -60,14 +71,23 @@ bool non_finite(float x) { return (floatBitsToUint(x) & 0x7f800000u) == 0x7f8000
 uint tier_slots(uint k) { return k == 0u ? SLOTS0 : (k == 1u ? SLOTS1 : (k == 2u ? SLOTS2 : SLOTS3)); }
 uint tier_bits(uint k) { return 16u >> k; }
 uint tier_gs(uint k) { return k == 1u ? GS1 : (k == 2u ? GS2 : GS3); }
+uint tier_gsa(uint k) { return min(tier_gs(k), SA); }
 uint tier_gr(uint k) { return min(tier_gs(k), R); }
-uint tier_data_words(uint k) { return (W * tier_bits(k) + 31u) / 32u; }
-uint tier_groups_ckv(uint k) { return k == 0u ? 0u : (KVL + tier_gs(k) - 1u) / tier_gs(k); }
-// a group size of the whole row (KVL + R) puts c_kv and k_pe in one group
+uint tier_gsv(uint k) { return min(tier_gs(k), SV); }
+uint tier_data_words(uint k)
+{
+    if (k == 0u) return F32TOP != 0u ? W : (W + 1u) / 2u;
+    return (W * tier_bits(k) + 31u) / 32u;
+}
+// groups of one A, B and V segment
+uint tier_ga(uint k) { return (SA + tier_gsa(k) - 1u) / tier_gsa(k); }
+uint tier_gb(uint k) { return (R + tier_gr(k) - 1u) / tier_gr(k); }
+uint tier_gv(uint k) { return SV == 0u ? 0u : (SV + tier_gsv(k) - 1u) / tier_gsv(k); }
+// a group size of the whole row puts every number in one group
 bool tier_whole(uint k) { return tier_gs(k) >= W; }
 uint tier_groups(uint k)
 {
-    return k == 0u ? 0u : (tier_whole(k) ? 1u : tier_groups_ckv(k) + (R + tier_gr(k) - 1u) / tier_gr(k));
+    return k == 0u ? 0u : (tier_whole(k) ? 1u : NAB * (tier_ga(k) + tier_gb(k) + tier_gv(k)));
 }
 uint tier_row_words(uint k) { return tier_data_words(k) + tier_groups(k); }
 // bytes a held token of tier k counts: its row, position and score
@@ -107,17 +127,30 @@ uint next_tier(uint k)
 uint group_of(uint k, uint e)
 {
     if (tier_whole(k)) return 0u;
-    return e < KVL ? e / tier_gs(k) : tier_groups_ckv(k) + (e - KVL) / tier_gr(k);
+    const uint ga = tier_ga(k), gab = ga + tier_gb(k);
+    if (e < KW) {
+        const uint u = e / DK, r = e - u * DK;
+        return u * gab + (r < SA ? r / tier_gsa(k) : ga + (r - SA) / tier_gr(k));
+    }
+    const uint e2 = e - KW, u = e2 / SV;
+    return NAB * gab + u * tier_gv(k) + (e2 - u * SV) / tier_gsv(k);
 }
 // numbers [first, first + count) of group gi of a tier-k row
 uvec2 group_range(uint k, uint gi)
 {
     if (tier_whole(k)) return uvec2(0u, W);
-    uint gc = tier_groups_ckv(k);
-    if (gi < gc) { uint f = gi * tier_gs(k); return uvec2(f, min(tier_gs(k), KVL - f)); }
-    uint f = (gi - gc) * tier_gr(k);
-    return uvec2(KVL + f, min(tier_gr(k), R - f));
+    const uint ga = tier_ga(k), gab = ga + tier_gb(k);
+    if (gi < NAB * gab) {
+        const uint u = gi / gab, j = gi - u * gab;
+        if (j < ga) { uint f = j * tier_gsa(k); return uvec2(u * DK + f, min(tier_gsa(k), SA - f)); }
+        uint f = (j - ga) * tier_gr(k);
+        return uvec2(u * DK + SA + f, min(tier_gr(k), R - f));
+    }
+    const uint g2 = gi - NAB * gab, gv = tier_gv(k), u = g2 / gv, f = (g2 - u * gv) * tier_gsv(k);
+    return uvec2(KW + u * SV + f, min(tier_gsv(k), SV - f));
 }
+// a value as the top tier holds it
+float top_round(float x) { return F32TOP != 0u ? x : f16_round(x); }
 
 // The group word of numbers with minimum lo and maximum hi at b bits: scale (low half), zero
 // (high half), both fp16.
@@ -140,6 +173,7 @@ uint quant_code(float x, uint gw, uint b)
     float NAME(uint k, uint base, uint e)                                                     \
     {                                                                                         \
         if (k == 0u) {                                                                        \
+            if (F32TOP != 0u) return uintBitsToFloat(ROWS[base + e]);                         \
             vec2 h = unpackHalf2x16(ROWS[base + (e >> 1)]);                                   \
             return (e & 1u) != 0u ? h.y : h.x;                                                \
         }                                                                                     \

@@ -1,9 +1,9 @@
 #version 450
 /*
  * Stage 2a of a decode step: the logits of the query over every slot of every tier, each row
- * dequantised as it is read: sc[h * STOT + g] = scale * q[h] . row(g), NEG for an empty slot.
- * One invocation per (slot, group of HG heads): each element is dequantised once for the HG
- * heads. Dispatch (ceil(STOT / WG), ceil(H / HG)). Spec constants and bindings:
+ * dequantised as it is read: sc[h * STOT + g] = scale * q[h] . row(g) (LATENT: the whole row;
+ * EXPANDED: head h's K segment), NEG for an empty slot. One invocation per (slot, group of HG
+ * heads): LATENT dequantises each element once for the HG heads. Dispatch (ceil(STOT / WG), ceil(H / HG)). Spec constants and bindings:
  * kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
@@ -24,10 +24,20 @@ void main()
     const bool held = positions[g_slot0() + g] != EMPTY;
     if (held) {
         const uint k = slot_tier(g), base = g_rows0() + slot_base(g);
-        for (uint e = 0u; e < W; e++) {
-            const float x = deq(k, base, e);
-            [[unroll]] for (uint j = 0u; j < HG; j++)
-                if (j < nh) acc[j] += in_q[p.q_off + (h0 + j) * W + e] * x;
+        if (EXP == 0u) {
+            for (uint e = 0u; e < W; e++) {
+                const float x = deq(k, base, e);
+                [[unroll]] for (uint j = 0u; j < HG; j++)
+                    if (j < nh) acc[j] += in_q[p.q_off + (h0 + j) * W + e] * x;
+            }
+        } else {
+            [[unroll]] for (uint j = 0u; j < HG; j++) {
+                if (j >= nh) break;
+                const uint qb = p.q_off + (h0 + j) * DK, kb = (h0 + j) * DK;
+                float a = 0.0;
+                for (uint e = 0u; e < DK; e++) a += in_q[qb + e] * deq(k, base, kb + e);
+                acc[j] = a;
+            }
         }
     }
     for (uint j = 0u; j < nh; j++) sc[(h0 + j) * STOT + g] = held ? acc[j] * p.scale : NEG;

@@ -7,7 +7,8 @@
  * p.middle[0] ranks), then in each lower tier in use, p.middle[k] ranks each (the host's
  * vkh2o_kvcache_plan_counts: the pools' free slots, or what the byte capacity holds); a rank
  * beyond them is evicted. Without SELECTS token i takes top-tier slot i. Each invocation writes
- * its own row in its tier's format (rows from in_ckv / in_kpe, scores from out_f = the mass),
+ * its own row in its tier's format (rows [in_ckv | in_kpe]: LATENT ckv [n][SA] and kpe [n][R],
+ * EXPANDED k [n][H][SA + R] and v [n][H][SV]; scores from out_f = the mass),
  * and invocation 0 the layer's state. With CHECKFIN a token whose row or mass holds a NaN or Inf
  * is counted (ST_NF_COUNT, ST_NF_FIRST: the lowest such position, by atomics).
  * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
@@ -17,7 +18,7 @@
 #include "kvc_bindings.glsl"
 
 bool is_top(uint i, uint n) { return i < NSINK || i + NRECENT >= n; }   // i + NRECENT > cur
-float in_row(uint i, uint e) { return e < KVL ? in_ckv[p.ckv_off + i * KVL + e] : in_kpe[p.kpe_off + i * R + e - KVL]; }
+float in_row(uint i, uint e) { return e < WA ? in_ckv[p.ckv_off + i * WA + e] : in_kpe[p.kpe_off + i * (W - WA) + e - WA]; }
 
 void main()
 {
@@ -45,8 +46,8 @@ void main()
     const float score = SELECTS == 1u ? out_f[p.out_off + i] : 0.0;
     if (CHECKFIN == 1u) {
         uint nf = SELECTS == 1u && non_finite(score) ? NF_SCORE : 0u;
-        for (uint e = 0u; e < KVL; e++) if (non_finite(in_ckv[p.ckv_off + i * KVL + e])) nf |= NF_CKV;
-        for (uint e = 0u; e < R; e++) if (non_finite(in_kpe[p.kpe_off + i * R + e])) nf |= NF_KPE;
+        for (uint e = 0u; e < WA; e++) if (non_finite(in_ckv[p.ckv_off + i * WA + e])) nf |= NF_CKV;
+        for (uint e = 0u; e < W - WA; e++) if (non_finite(in_kpe[p.kpe_off + i * (W - WA) + e])) nf |= NF_KPE;
         if (nf != 0u) {
             atomicAdd(state[st + ST_NF_COUNT], 1u);
             atomicMax(state[st + ST_NF_FIRST], ~((i << 4) | nf));
@@ -82,17 +83,23 @@ void main()
     scores[s0 + slot] = score;
     const uint base = g_rows0() + slot_base(slot);
     if (tier == 0u) {
-        for (uint w = 0u; w < W / 2u; w++)
-            rows[base + w] = f32_to_f16_rne(in_row(i, 2u * w)) | (f32_to_f16_rne(in_row(i, 2u * w + 1u)) << 16);
+        for (uint w = 0u; w < tier_data_words(0u); w++) {
+            if (F32TOP != 0u) {
+                rows[base + w] = floatBitsToUint(in_row(i, w));
+                continue;
+            }
+            const uint e = 2u * w;
+            rows[base + w] = f32_to_f16_rne(in_row(i, e)) | (e + 1u < W ? f32_to_f16_rne(in_row(i, e + 1u)) << 16 : 0u);
+        }
         return;
     }
-    // quantised from the fp16-rounded row, as a demotion from the top tier would
+    // quantised from the row as the top tier holds it (fp16-rounded, or f32), as a demotion would
     const uint b = tier_bits(tier), ng = tier_groups(tier), dw = tier_data_words(tier), per = 32u / b;
     for (uint gi = 0u; gi < ng; gi++) {
         uvec2 r = group_range(tier, gi);
-        float lo = f16_round(in_row(i, r.x)), hi = lo;
+        float lo = top_round(in_row(i, r.x)), hi = lo;
         for (uint e = r.x + 1u; e < r.x + r.y; e++) {
-            float x = f16_round(in_row(i, e));
+            float x = top_round(in_row(i, e));
             lo = min(lo, x);
             hi = max(hi, x);
         }
@@ -102,7 +109,7 @@ void main()
         uint word = 0u;
         for (uint j = 0u; j < per; j++) {
             uint e = w * per + j;
-            if (e < W) word |= quant_code(f16_round(in_row(i, e)), rows[base + dw + group_of(tier, e)], b) << (j * b);
+            if (e < W) word |= quant_code(top_round(in_row(i, e)), rows[base + dw + group_of(tier, e)], b) << (j * b);
         }
         rows[base + w] = word;
     }

@@ -14,6 +14,7 @@
  * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
+#define KVC_ROWS_QUAL coherent   // move_row reads back the group words other invocations wrote
 #include "kvc_common.glsl"
 #include "kvc_bindings.glsl"
 
@@ -22,8 +23,6 @@ shared uint sh_slot[WG];
 shared uint sh_chain[4];     // victim slot per tier of the chain (EMPTY: not in the chain)
 shared uint sh_dest;         // free slot of the tier below the chain's last victim, or EMPTY: evict
 shared uint sh_last;         // the chain's last tier
-shared float sh_row[WROW];
-shared uint sh_gw[WROW];
 
 // the slot of tier k whose (key, position) is lowest among its middle tokens (want_empty:
 // the lowest free slot instead); EMPTY when there is none
@@ -62,28 +61,31 @@ uint pick(uint k, bool want_empty, uint cur)
     return r;
 }
 
-// row of slot `from` (tier kf) into slot `to` (tier kt), requantised; position and score move
+// row of slot `from` (tier kf) into slot `to` (tier kt < 4, below kf), requantised from the
+// values kf holds; position and score move. The group words first (one invocation per group),
+// then the data words (one per word: a word may hold numbers of two groups).
 void move_row(uint from, uint kf, uint to, uint kt)
 {
     const uint tid = gl_LocalInvocationID.x;
     const uint r0 = g_rows0(), fb = r0 + slot_base(from), tb = r0 + slot_base(to);
-    for (uint e = tid; e < W; e += WG) sh_row[e] = deq(kf, fb, e);
-    barrier();
     const uint b = tier_bits(kt), ng = tier_groups(kt), dw = tier_data_words(kt), per = 32u / b;
     for (uint gi = tid; gi < ng; gi += WG) {
         uvec2 r = group_range(kt, gi);
-        float lo = sh_row[r.x], hi = lo;
-        for (uint e = r.x + 1u; e < r.x + r.y; e++) { lo = min(lo, sh_row[e]); hi = max(hi, sh_row[e]); }
-        uint gw = group_word(lo, hi, b);
-        sh_gw[gi] = gw;
-        rows[tb + dw + gi] = gw;
+        float lo = deq(kf, fb, r.x), hi = lo;
+        for (uint e = r.x + 1u; e < r.x + r.y; e++) {
+            float x = deq(kf, fb, e);
+            lo = min(lo, x);
+            hi = max(hi, x);
+        }
+        rows[tb + dw + gi] = group_word(lo, hi, b);
     }
+    memoryBarrierBuffer();
     barrier();
     for (uint w = tid; w < dw; w += WG) {
         uint word = 0u;
         for (uint i = 0u; i < per; i++) {
             uint e = w * per + i;
-            if (e < W) word |= quant_code(sh_row[e], sh_gw[group_of(kt, e)], b) << (i * b);
+            if (e < W) word |= quant_code(deq(kf, fb, e), rows[tb + dw + group_of(kt, e)], b) << (i * b);
         }
         rows[tb + w] = word;
     }

@@ -1,5 +1,6 @@
 /* Device buffers: device-local storage, mapped directly where the memory is host-visible
- * (CPU and integrated devices), staged through a temporary host buffer elsewhere. */
+ * (CPU and integrated devices), staged through a temporary host buffer elsewhere. Each buffer
+ * is a range of a larger VkDeviceMemory block shared with others (memory.c). */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -69,11 +70,8 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
                           "device out of memory: a buffer of %llu bytes exceeds the %llu-byte memory heap",
                           (unsigned long long)bytes, (unsigned long long)ctx->mem_props.memoryHeaps[heap].size);
     }
-    VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
-                                .memoryTypeIndex = (uint32_t)type };
-    vr = VKH2O_VK_CREATE(ctx, vkAllocateMemory, ctx->device, &ai, ctx->alloc, &b->memory);
+    vr = vkh2o_mem_alloc(ctx, &req, (uint32_t)type, b);   /* a range in a shared block (memory.c) */
     if (vr != VK_SUCCESS) {
-        b->memory = VK_NULL_HANDLE;
         drop_unbound(b);
         if (vr == VK_ERROR_OUT_OF_DEVICE_MEMORY || vr == VK_ERROR_OUT_OF_HOST_MEMORY)
             return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_DEVICE_MEMORY, "device out of memory allocating %llu bytes (%s)",
@@ -84,18 +82,13 @@ static vkh2o_result raw_create(vkh2o_context* ctx, uint64_t bytes, bool host, vk
     ctx->mem_stats.device_allocations++;
     if (ctx->mem_stats.device_bytes > ctx->mem_stats.peak_device_bytes)
         ctx->mem_stats.peak_device_bytes = ctx->mem_stats.device_bytes;
-    vr = ctx->vk.vkBindBufferMemory(ctx->device, b->buffer, b->memory, 0);
+    vr = ctx->vk.vkBindBufferMemory(ctx->device, b->buffer, b->memory, b->memory_offset);
     if (vr != VK_SUCCESS) {
         vkh2o_buffer_destroy(b);
         return vkh2o_vk_fail(ctx, vr, "vkBindBufferMemory");
     }
-    if (ctx->mem_props.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
-        vr = ctx->vk.vkMapMemory(ctx->device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped);
-        if (vr != VK_SUCCESS)
-            b->mapped = NULL;
-        if (!(ctx->mem_props.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT))
-            b->mapped = NULL;   /* we never flush/invalidate: use staging instead */
-    }
+    /* b->mapped: set by vkh2o_mem_alloc where the block is host-visible and coherent (we never
+     * flush/invalidate: other memory is staged) */
     *out = b;
     return VKH2O_OK;
 }
@@ -118,13 +111,11 @@ void vkh2o_buffer_destroy(vkh2o_buffer* b)
         free(v);
         v = n;
     }
-    if (b->mapped)
-        ctx->vk.vkUnmapMemory(ctx->device, b->memory);
     /* a buffer without memory of its own is an app's VkBuffer (vkh2o_buffer_wrap): borrowed */
     if (b->buffer && b->memory)
         ctx->vk.vkDestroyBuffer(ctx->device, b->buffer, ctx->alloc);
     if (b->memory) {
-        ctx->vk.vkFreeMemory(ctx->device, b->memory, ctx->alloc);
+        vkh2o_mem_free(ctx, b);   /* the range goes back to its block */
         ctx->mem_stats.device_bytes -= b->size;
         ctx->mem_stats.device_allocations--;
     }
@@ -138,6 +129,18 @@ vkh2o_memory_stats vkh2o_context_get_memory_stats(const vkh2o_context* ctx)
 
 uint64_t vkh2o_buffer_get_size(const vkh2o_buffer* b) { return b ? b->size : 0; }
 VkBuffer vkh2o_buffer_get_vk(const vkh2o_buffer* b) { return b ? b->buffer : VK_NULL_HANDLE; }
+
+vkh2o_result vkh2o_check_floats(vkh2o_context* ctx, const char* who, const char* what, const vkh2o_buffer* b, uint64_t offset,
+                                uint64_t floats)
+{
+    if (!b)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "%s: %s buffer is NULL", who, what);
+    if ((offset & 3u) || offset > b->size || b->size - offset < floats * 4)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "%s: %s needs %llu floats from byte %llu (a multiple of 4); the buffer has %llu bytes", who, what,
+                          (unsigned long long)floats, (unsigned long long)offset, (unsigned long long)b->size);
+    return VKH2O_OK;
+}
 
 static vkh2o_result check_range(const vkh2o_buffer* b, uint64_t offset, uint64_t bytes, const char* what)
 {

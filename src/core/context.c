@@ -280,6 +280,10 @@ static vkh2o_result create_device(vkh2o_context* ctx)
     VkPhysicalDevice8BitStorageFeatures s8 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES };
     VkPhysicalDevice16BitStorageFeatures s16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES, .pNext = &s8 };
     VkPhysicalDeviceShaderFloat16Int8Features f16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, .pNext = &s16 };
+    VkPhysicalDeviceMemoryPriorityFeaturesEXT mp = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PRIORITY_FEATURES_EXT };
+    bool has_mp = !baseline && has_device_ext(vki, ctx->phys, VK_EXT_MEMORY_PRIORITY_EXTENSION_NAME);
+    if (has_mp)
+        s8.pNext = &mp;
     VkPhysicalDeviceFeatures2 avail = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16 };
     vki->vkGetPhysicalDeviceFeatures2(ctx->phys, &avail);
 
@@ -291,8 +295,14 @@ static vkh2o_result create_device(vkh2o_context* ctx)
     VkPhysicalDeviceShaderFloat16Int8Features ef16 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, .pNext = &e16,
         .shaderFloat16 = !baseline && f16.shaderFloat16, .shaderInt8 = !baseline && f16.shaderInt8 };
     VkPhysicalDeviceFeatures2 en = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &ef16 };
+    /* memory priorities (VK_EXT_memory_priority): the buffers' blocks say what stays resident
+     * under memory pressure (memory.c); NVIDIA's best practices ask for them */
+    VkPhysicalDeviceMemoryPriorityFeaturesEXT emp = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PRIORITY_FEATURES_EXT,
+                                                      .memoryPriority = VK_TRUE };
+    if (has_mp && mp.memoryPriority)
+        e8.pNext = &emp;
 
-    const char* exts[2];
+    const char* exts[3];
     uint32_t next = 0;
     bool push = !baseline && has_device_ext(vki, ctx->phys, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
     if (push)
@@ -300,6 +310,8 @@ static vkh2o_result create_device(vkh2o_context* ctx)
     /* a portability (non-conformant) implementation must have its subset extension enabled */
     if (has_device_ext(vki, ctx->phys, "VK_KHR_portability_subset"))
         exts[next++] = "VK_KHR_portability_subset";
+    if (has_mp && mp.memoryPriority)
+        exts[next++] = VK_EXT_MEMORY_PRIORITY_EXTENSION_NAME;
 
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = ctx->queue_family,
@@ -316,6 +328,7 @@ static vkh2o_result create_device(vkh2o_context* ctx)
     ctx->caps.storage_16bit = e16.storageBuffer16BitAccess;
     ctx->caps.storage_8bit = e8.storageBuffer8BitAccess;
     ctx->caps.push_descriptor = push;
+    ctx->mem.priority = has_mp && mp.memoryPriority;
     return VKH2O_OK;
 }
 
@@ -542,6 +555,7 @@ void vkh2o_context_destroy(vkh2o_context* ctx)
         retired_destroy(ctx);
         vkh2o_kernels_destroy(ctx);
         vkh2o_arena_destroy(ctx);
+        vkh2o_mem_destroy(ctx);   /* the buffers' memory blocks (every buffer is gone by now) */
     }
     if (ctx->ts_pool)
         ctx->vk.vkDestroyQueryPool(ctx->device, ctx->ts_pool, ctx->alloc);
@@ -568,6 +582,16 @@ void vkh2o_context_destroy(vkh2o_context* ctx)
 
 const vkh2o_device_caps* vkh2o_context_get_caps(const vkh2o_context* ctx) { return &ctx->caps; }
 uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ctx) { return ctx ? ctx->validation_messages : 0; }
+
+double vkh2o_context_get_device_ms(const vkh2o_context* ctx)
+{
+    return ctx && ctx->caps.timestamps ? ctx->device_ms : -1.0;
+}
+
+uint64_t vkh2o_context_get_kernel_dispatches(const vkh2o_context* ctx, uint32_t i)
+{
+    return ctx && i < vkh2o_shader_count() ? ctx->dispatches[i] : 0;
+}
 VkDevice vkh2o_context_get_device(const vkh2o_context* ctx) { return ctx->device; }
 
 bool vkh2o_context_is_lost(const vkh2o_context* ctx) { return ctx && ctx->lost; }
@@ -714,6 +738,8 @@ vkh2o_result vkh2o_begin(vkh2o_context* ctx, VkCommandBuffer* cb)
     if (ctx->ts_pool)
         ctx->vk.vkCmdResetQueryPool(ctx->cmd, ctx->ts_pool, 0, VKH2O_MAX_TIMESTAMPS);
     *cb = ctx->cmd;
+    /* brackets every one-shot submission, for vkh2o_context_get_device_ms */
+    ctx->ts_start = vkh2o_timestamp(ctx, ctx->cmd);
     return VKH2O_OK;
 }
 
@@ -727,6 +753,7 @@ vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb)
 {
     if (!ctx->recording || cb != ctx->cmd)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_submit_wait: not the recording one-shot command buffer");
+    const uint32_t ts_end = ctx->ts_start != UINT32_MAX ? vkh2o_timestamp(ctx, cb) : UINT32_MAX;
     ctx->recording = false;
     VKH2O_CHECK(vkh2o_check_lost(ctx, "vkh2o_submit_wait"));
     VkResult vr = ctx->vk.vkEndCommandBuffer(cb);
@@ -767,6 +794,9 @@ vkh2o_result vkh2o_submit_wait(vkh2o_context* ctx, VkCommandBuffer cb)
         if (vr != VK_SUCCESS)
             ctx->ts_used = 0;
     }
+    const double ms = vkh2o_timestamp_ms(ctx, ctx->ts_start, ts_end);
+    if (ms > 0.0)
+        ctx->device_ms += ms;
     return VKH2O_OK;
 }
 

@@ -7,7 +7,7 @@
 
 #include "shader_registry.h"
 
-#define MAX_SPEC 24   /* h2o_step has 18 */
+#define MAX_SPEC 24   /* the kvcache kernels use 23 */
 #define ARENA_SETS_PER_POOL 256u
 
 struct vkh2o_kernel {
@@ -18,8 +18,40 @@ struct vkh2o_kernel {
     VkPipelineLayout layout;
     VkPipeline pipeline;
     bool push_desc;
-    struct vkh2o_kernel* next;
+    int shader_index;             /* in the embedded registry; -1 for a test's own SPIR-V */
+    uint32_t hash;                /* of (name, nbindings, texel_mask, spec) */
+    struct vkh2o_kernel* next;    /* ctx->kernels: every kernel */
+    struct vkh2o_kernel* hnext;   /* ctx->kernel_hash[hash % 256]: its bucket */
 };
+
+_Static_assert(sizeof shader_registry / sizeof shader_registry[0] <= VKH2O_MAX_SHADERS + 1,
+               "more embedded shaders than vkh2o_context.dispatches counts: raise VKH2O_MAX_SHADERS");
+
+/* FNV-1a over the lookup key. Recording a dispatch finds its kernel by this hash and one string
+ * compare, instead of comparing names along the registry and the list of every kernel made. */
+static uint32_t kernel_key_hash(const char* name, uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char* c = (const unsigned char*)name; *c; c++)
+        h = (h ^ *c) * 16777619u;
+    uint32_t words[3] = { nbindings, texel_mask, nspec };
+    for (int i = 0; i < 3 + (int)nspec; i++) {
+        uint32_t w = i < 3 ? words[i] : spec[i - 3];
+        for (int b = 0; b < 4; b++)
+            h = (h ^ ((w >> (8 * b)) & 0xffu)) * 16777619u;
+    }
+    return h;
+}
+
+static vkh2o_kernel* kernel_find(const vkh2o_context* ctx, uint32_t h, const char* name, uint32_t nbindings, uint32_t texel_mask,
+                                 const uint32_t* spec, uint32_t nspec)
+{
+    for (vkh2o_kernel* k = ctx->kernel_hash[h & 255u]; k; k = k->hnext)
+        if (k->hash == h && k->nbindings == nbindings && k->nspec == nspec && k->texel_mask == texel_mask &&
+            !strcmp(k->name, name) && (nspec == 0 || !memcmp(k->spec, spec, nspec * sizeof *spec)))
+            return k;
+    return NULL;
+}
 
 uint32_t vkh2o_shader_count(void) { return (uint32_t)(sizeof shader_registry / sizeof shader_registry[0]) - 1; }
 const char* vkh2o_shader_name(uint32_t i) { return i < vkh2o_shader_count() ? shader_registry[i].name : NULL; }
@@ -51,6 +83,7 @@ void vkh2o_kernels_destroy(vkh2o_context* ctx)
         k = n;
     }
     ctx->kernels = NULL;
+    memset(ctx->kernel_hash, 0, sizeof ctx->kernel_hash);
 }
 
 vkh2o_result vkh2o_kernel_get(vkh2o_context* ctx, const char* shader, uint32_t nbindings,
@@ -67,6 +100,15 @@ static VkDescriptorType binding_type(uint32_t texel_mask, uint32_t i)
 vkh2o_result vkh2o_kernel_get_texel(vkh2o_context* ctx, const char* shader, uint32_t nbindings, uint32_t texel_mask,
                                     const uint32_t* spec, uint32_t nspec, vkh2o_kernel** out)
 {
+    /* a kernel made before needs no registry search (nbindings and nspec are checked on a miss) */
+    if (nbindings <= VKH2O_MAX_BINDINGS && nspec <= MAX_SPEC && !ctx->lost) {
+        vkh2o_kernel* k = kernel_find(ctx, kernel_key_hash(shader, nbindings, texel_mask, spec, nspec), shader, nbindings,
+                                      texel_mask, spec, nspec);
+        if (k) {
+            *out = k;
+            return VKH2O_OK;
+        }
+    }
     int si = find_shader(shader);
     if (si < 0) {
         *out = NULL;
@@ -85,16 +127,20 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     if (nbindings > VKH2O_MAX_BINDINGS || nspec > MAX_SPEC)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s': %u bindings / %u spec constants is too many",
                           shader, nbindings, nspec);
-    for (vkh2o_kernel* k = ctx->kernels; k; k = k->next)
-        if (!strcmp(k->name, shader) && k->nbindings == nbindings && k->nspec == nspec && k->texel_mask == texel_mask &&
-            (nspec == 0 || !memcmp(k->spec, spec, nspec * sizeof *spec))) {
-            *out = k;
-            return VKH2O_OK;
-        }
+    const uint32_t h = kernel_key_hash(shader, nbindings, texel_mask, spec, nspec);
+    vkh2o_kernel* found = kernel_find(ctx, h, shader, nbindings, texel_mask, spec, nspec);
+    if (found) {
+        *out = found;
+        return VKH2O_OK;
+    }
     vkh2o_kernel* k = vkh2o_calloc(ctx, 1, sizeof *k);
     if (!k)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     k->name = shader;
+    k->shader_index = -1;
+    for (uint32_t i = 0; i < vkh2o_shader_count(); i++)
+        if (shader_registry[i].code == code)
+            k->shader_index = (int)i;
     k->nbindings = nbindings;
     k->nspec = nspec;
     k->texel_mask = texel_mask;
@@ -146,6 +192,9 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     }
     k->next = ctx->kernels;
     ctx->kernels = k;
+    k->hash = h;
+    k->hnext = ctx->kernel_hash[h & 255u];
+    ctx->kernel_hash[h & 255u] = k;
     *out = k;
     return VKH2O_OK;
 }
@@ -349,6 +398,8 @@ vkh2o_result vkh2o_dispatch(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_kernel
     if (push_size)
         ctx->vk.vkCmdPushConstants(cb, k->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
     ctx->vk.vkCmdDispatch(cb, gx, gy, gz);
+    if (k->shader_index >= 0)
+        ctx->dispatches[k->shader_index]++;
     return VKH2O_OK;
 }
 

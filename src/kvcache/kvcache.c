@@ -39,29 +39,46 @@ void vkh2o_kvcache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kvcache_desc
 }
 
 static uint32_t tier_bits(uint32_t k) { return 16u >> k; }
-static uint32_t group_size(const vkh2o_kvcache_desc* d, uint32_t k) { return d->group_size[k]; }
-static uint32_t group_rope(const vkh2o_kvcache_desc* d, uint32_t k)
+static uint32_t umin(uint32_t a, uint32_t b) { return a < b ? a : b; }
+
+kvc_shape vkh2o_kvcache_shape(const vkh2o_kvcache_desc* d)
 {
-    return group_size(d, k) < d->qk_rope_head_dim ? group_size(d, k) : d->qk_rope_head_dim;
+    kvc_shape s = { 0 };
+    if (d->layout == VKH2O_LAYOUT_EXPANDED) {
+        s.sa = d->qk_nope_head_dim;
+        s.sb = d->qk_rope_head_dim;
+        s.sv = d->v_head_dim;
+        s.nab = d->num_heads;
+    } else {
+        s.sa = d->kv_lora_rank;
+        s.sb = d->qk_rope_head_dim;
+        s.nab = 1;
+    }
+    uint64_t w = (uint64_t)s.nab * ((uint64_t)s.sa + s.sb + s.sv);
+    s.w = w > UINT32_MAX ? UINT32_MAX : (uint32_t)w;
+    return s;
 }
-static uint32_t groups_ckv(const vkh2o_kvcache_desc* d, uint32_t k)
-{
-    return k == 0 ? 0 : vkh2o_div_up(d->kv_lora_rank, group_size(d, k));
-}
-/* a group size of the whole row (kv_lora_rank + qk_rope_head_dim) puts c_kv and k_pe in one group */
-static bool whole_row(const vkh2o_kvcache_desc* d, uint32_t k)
-{
-    return group_size(d, k) >= d->kv_lora_rank + d->qk_rope_head_dim;
-}
+
+/* groups of one segment of a tier-k row (k > 0): groups of min(group_size, its length) */
+static uint32_t seg_groups(uint32_t len, uint32_t gs) { return len ? vkh2o_div_up(len, umin(gs, len)) : 0; }
+/* a group size of the whole row makes the row one group */
+static bool whole_row(const vkh2o_kvcache_desc* d, uint32_t k) { return d->group_size[k] >= vkh2o_kvcache_shape(d).w; }
 static uint32_t groups(const vkh2o_kvcache_desc* d, uint32_t k)
 {
     if (k == 0)
         return 0;
-    return whole_row(d, k) ? 1 : groups_ckv(d, k) + vkh2o_div_up(d->qk_rope_head_dim, group_rope(d, k));
+    if (whole_row(d, k))
+        return 1;
+    const kvc_shape s = vkh2o_kvcache_shape(d);
+    const uint32_t gs = d->group_size[k];
+    return s.nab * (seg_groups(s.sa, gs) + seg_groups(s.sb, gs) + seg_groups(s.sv, gs));
 }
 static uint32_t data_words(const vkh2o_kvcache_desc* d, uint32_t k)
 {
-    return (uint32_t)(((uint64_t)(d->kv_lora_rank + d->qk_rope_head_dim) * tier_bits(k) + 31) / 32);
+    const uint64_t w = vkh2o_kvcache_shape(d).w;
+    if (k == 0 && d->storage == VKH2O_DTYPE_F32)
+        return (uint32_t)w;
+    return (uint32_t)((w * tier_bits(k) + 31) / 32);
 }
 static uint32_t row_words(const vkh2o_kvcache_desc* d, uint32_t k) { return data_words(d, k) + groups(d, k); }
 
@@ -71,6 +88,8 @@ uint32_t vkh2o_kvcache_token_bytes(const vkh2o_kvcache_desc* d, vkh2o_kv_tier ti
         return 0;
     return 4u * row_words(d, tier) + 8u;
 }
+
+uint32_t vkh2o_kvcache_row_numbers(const vkh2o_kvcache_desc* d) { return d ? vkh2o_kvcache_shape(d).w : 0; }
 
 uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* p)
 {
@@ -84,10 +103,19 @@ uint32_t vkh2o_kvcache_group_of(const vkh2o_kvcache_desc* d, uint32_t k, uint32_
 {
     if (whole_row(d, k))
         return 0;
-    return e < d->kv_lora_rank ? e / group_size(d, k) : groups_ckv(d, k) + (e - d->kv_lora_rank) / group_rope(d, k);
+    const kvc_shape s = vkh2o_kvcache_shape(d);
+    const uint32_t gs = d->group_size[k], ga = seg_groups(s.sa, gs), gab = ga + seg_groups(s.sb, gs);
+    const uint32_t dk = s.sa + s.sb, kw = s.nab * dk;
+    if (e < kw) {
+        const uint32_t u = e / dk, r = e % dk;
+        return u * gab + (r < s.sa ? r / umin(gs, s.sa) : ga + (r - s.sa) / umin(gs, s.sb));
+    }
+    const uint32_t e2 = e - kw;
+    return s.nab * gab + (e2 / s.sv) * seg_groups(s.sv, gs) + (e2 % s.sv) / umin(gs, s.sv);
 }
 
 #define KVC_MAX_ROW 2048u
+#define KVC_MAX_ROW_EXPANDED 60000u   /* a prefill invocation walks its row in one loop (CPU devices end loops at 65535) */
 #define KVC_MAX_HEADS 1024u
 
 /* The middle tokens T0 keeps (at least 1: the token that just left the recent window waits
@@ -282,13 +310,35 @@ vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kv
     vkh2o_kvcache_desc d = *desc;
     if (!d.num_layers)
         d.num_layers = 1;
+    if ((unsigned)d.layout > VKH2O_LAYOUT_LATENT)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: unknown layout %d", (int)d.layout);
+    if (d.layout == VKH2O_LAYOUT_DEFAULT)
+        d.layout = VKH2O_LAYOUT_LATENT;
+    if (d.storage == VKH2O_DTYPE_UNKNOWN)
+        d.storage = VKH2O_DTYPE_F16;
+    if (d.storage != VKH2O_DTYPE_F16 && d.storage != VKH2O_DTYPE_F32)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: storage %s: the top tier's rows are f16 or f32",
+                               vkh2o_dtype_name(d.storage));
     if (!d.num_heads || d.num_heads > KVC_MAX_HEADS)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: num_heads %u outside 1..%u", d.num_heads, KVC_MAX_HEADS);
-    const uint64_t W = (uint64_t)d.kv_lora_rank + d.qk_rope_head_dim;
-    if (!d.kv_lora_rank || !d.qk_rope_head_dim || W > KVC_MAX_ROW || (W & 1u))
-        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
-                               "kvcache: kv_lora_rank %u + qk_rope_head_dim %u must both be non-zero, with an even sum of at most %u",
-                               d.kv_lora_rank, d.qk_rope_head_dim, KVC_MAX_ROW);
+    const bool expanded = d.layout == VKH2O_LAYOUT_EXPANDED;
+    if (expanded) {
+        const uint64_t row = (uint64_t)d.num_heads * ((uint64_t)d.qk_nope_head_dim + d.qk_rope_head_dim + d.v_head_dim);
+        if (!d.qk_nope_head_dim || !d.qk_rope_head_dim || !d.v_head_dim || row > KVC_MAX_ROW_EXPANDED)
+            return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                                   "kvcache: the expanded layout needs non-zero qk_nope_head_dim (%u), qk_rope_head_dim (%u) and "
+                                   "v_head_dim (%u), with num_heads %u x their sum = %llu numbers per token at most %u",
+                                   d.qk_nope_head_dim, d.qk_rope_head_dim, d.v_head_dim, d.num_heads, (unsigned long long)row,
+                                   KVC_MAX_ROW_EXPANDED);
+    } else {
+        const uint64_t row = (uint64_t)d.kv_lora_rank + d.qk_rope_head_dim;
+        if (!d.kv_lora_rank || !d.qk_rope_head_dim || row > KVC_MAX_ROW || (row & 1u))
+            return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                                   "kvcache: kv_lora_rank %u + qk_rope_head_dim %u must both be non-zero, with an even sum of at most %u",
+                                   d.kv_lora_rank, d.qk_rope_head_dim, KVC_MAX_ROW);
+    }
+    const kvc_shape shp = vkh2o_kvcache_shape(&d);
+    const uint64_t W = shp.w;
     if (!d.max_tokens)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: max_tokens is required (the longest sequence)");
     if (d.max_tokens > (1u << 24))
@@ -296,7 +346,7 @@ vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kv
     if (!(d.scale >= 0.0f) || !isfinite(d.scale))
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: scale %g is not a finite non-negative number", d.scale);
     if (d.scale == 0.0f)
-        d.scale = 1.0f / sqrtf((float)(d.qk_nope_head_dim ? d.qk_nope_head_dim + d.qk_rope_head_dim : W));
+        d.scale = 1.0f / sqrtf((float)(d.qk_nope_head_dim ? d.qk_nope_head_dim + d.qk_rope_head_dim : d.kv_lora_rank + d.qk_rope_head_dim));
     if ((unsigned)d.policy > VKH2O_POLICY_RANDOM)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: unknown policy %d", (int)d.policy);
     if ((unsigned)d.score_mode > VKH2O_SCORE_TOVA)
@@ -333,15 +383,27 @@ vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kv
     if (d.group_size[0])
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: group_size[fp16] %u: the fp16 tier has no groups",
                                d.group_size[0]);
-    const uint32_t def_gs[VKH2O_TIER_COUNT] = { 0, d.kv_lora_rank, d.kv_lora_rank, 32 };
+    /* the longest segment: LATENT c_kv, EXPANDED the longest of k_nope, k_pe and V */
+    uint32_t seg = shp.sa;
+    if (expanded && shp.sb > seg)
+        seg = shp.sb;
+    if (expanded && shp.sv > seg)
+        seg = shp.sv;
+    const uint32_t def_gs[VKH2O_TIER_COUNT] = { 0, seg, seg, 32 };
     for (uint32_t k = 1; k < VKH2O_TIER_COUNT; k++) {
         if (!d.group_size[k])
-            d.group_size[k] = def_gs[k] < d.kv_lora_rank ? def_gs[k] : d.kv_lora_rank;
-        if (d.group_size[k] > d.kv_lora_rank && d.group_size[k] != W)
+            d.group_size[k] = umin(def_gs[k], seg);
+        if (d.group_size[k] > seg && d.group_size[k] != W) {
+            if (expanded)
+                return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                                       "kvcache: group_size[%s] %u above the longest of qk_nope_head_dim, qk_rope_head_dim and "
+                                       "v_head_dim (%u) (the whole row, one group, is %llu)",
+                                       tier_names[k], d.group_size[k], seg, (unsigned long long)W);
             return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
                                    "kvcache: group_size[%s] %u above kv_lora_rank %u (the whole row, one group for c_kv and "
                                    "k_pe together, is %llu)",
                                    tier_names[k], d.group_size[k], d.kv_lora_rank, (unsigned long long)W);
+        }
     }
     if (d.capacity_tokens && d.capacity_bytes)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
@@ -395,17 +457,23 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     c->ctx = ctx;
     c->d = d;
     c->plan = pl;
+    const kvc_shape shp = vkh2o_kvcache_shape(&d);
+    const bool expanded = d.layout == VKH2O_LAYOUT_EXPANDED;
+    c->qw = expanded ? shp.sa + shp.sb : shp.w;
+    c->ow = expanded ? shp.sv : shp.sa;
+    uint64_t lw = 0;
     for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
         c->row_words[k] = row_words(&d, k);
         c->data_words[k] = data_words(&d, k);
-        c->layer_words += pl.slots[k] * c->row_words[k];
+        lw += (uint64_t)pl.slots[k] * c->row_words[k];
     }
+    c->layer_words = lw > UINT32_MAX ? UINT32_MAX : (uint32_t)lw;
     const uint64_t L = d.num_layers;
     if ((r = make_buffer(ctx, 4 * L * KVC_ST_WORDS, &c->state)) != VKH2O_OK ||
-        (r = make_buffer(ctx, 4 * L * c->layer_words, &c->rows)) != VKH2O_OK ||
+        (r = make_buffer(ctx, 4 * L * lw, &c->rows)) != VKH2O_OK ||
         (r = make_buffer(ctx, 4 * L * S, &c->pos)) != VKH2O_OK || (r = make_buffer(ctx, 4 * L * S, &c->scores)) != VKH2O_OK ||
         (r = make_buffer(ctx, 4ull * H * S, &c->scratch)) != VKH2O_OK ||
-        (r = make_buffer(ctx, 4ull * H * d.kv_lora_rank, &c->dummy)) != VKH2O_OK ||
+        (r = make_buffer(ctx, 4ull * H * c->ow, &c->dummy)) != VKH2O_OK ||
         (r = vkh2o_run_kvcache_reset(c)) != VKH2O_OK) {
         vkh2o_kvcache_destroy(c);
         return r;
@@ -413,7 +481,7 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     uint32_t* s = c->spec;
     s[KVC_SPEC_WG] = KVC_WG;
     s[KVC_SPEC_H] = H;
-    s[KVC_SPEC_KVL] = d.kv_lora_rank;
+    s[KVC_SPEC_SA] = shp.sa;
     s[KVC_SPEC_R] = d.qk_rope_head_dim;
     for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
         s[KVC_SPEC_SLOTS + k] = pl.slots[k];
@@ -423,7 +491,10 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     s[KVC_SPEC_NRECENT] = d.n_recent;
     s[KVC_SPEC_POLMODE] = (uint32_t)d.policy | ((uint32_t)d.score_mode << 4);
     s[KVC_SPEC_SELECTS] = pl.selects ? 1u : 0u;
-    s[KVC_SPEC_WROW] = d.kv_lora_rank + d.qk_rope_head_dim;
+    s[KVC_SPEC_WROW] = shp.w;
+    s[KVC_SPEC_EXP] = expanded ? 1u : 0u;
+    s[KVC_SPEC_SV] = shp.sv;
+    s[KVC_SPEC_F32] = d.storage == VKH2O_DTYPE_F32 ? 1u : 0u;
     s[KVC_SPEC_BYBYTES] = pl.by_bytes ? 1u : 0u;
     s[KVC_SPEC_BUDGET] = pl.by_bytes ? (uint32_t)(d.capacity_bytes < UINT32_MAX ? d.capacity_bytes : UINT32_MAX) : 0u;
     s[KVC_SPEC_MAXTOK] = d.max_tokens;
@@ -489,25 +560,24 @@ vkh2o_result vkh2o_run_kvcache_reset(vkh2o_kvcache* c)
 /* bytes [off, off + floats * 4) of b, off a multiple of 4 */
 static vkh2o_result check_range(vkh2o_kvcache* c, const char* what, const vkh2o_buffer* b, uint64_t off, uint64_t floats)
 {
-    if (!b)
-        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: %s buffer is NULL", what);
-    if ((off & 3u) || off > b->size || b->size - off < floats * 4)
-        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "kvcache: %s needs %llu floats from byte %llu (a multiple of 4); the buffer has %llu bytes", what,
-                          (unsigned long long)floats, (unsigned long long)off, (unsigned long long)b->size);
-    return VKH2O_OK;
-}
-
-static vkh2o_result kernel(vkh2o_kvcache* c, const char* name, uint32_t nspec, vkh2o_kernel** k)
-{
-    return vkh2o_kernel_get(c->ctx, name, 9, c->spec, nspec, k);
+    return vkh2o_check_floats(c->ctx, "kvcache", what, b, off, floats);
 }
 
 static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, const char* name, const vkh2o_binding* b,
                              const struct kvc_push* pc, uint32_t gx, uint32_t gy)
 {
+    /* MAXTOK is kvc_append's, CHECKFIN that of kvc_append, kvc_softmax and kvc_prefill: the other
+     * kernels see 0 there, so caches that differ only in those share their pipelines */
+    const bool append = !strcmp(name, "kvc_append");
+    const bool checkfin = append || !strcmp(name, "kvc_softmax") || !strcmp(name, "kvc_prefill");
+    uint32_t spec[KVC_SPEC_ALL];
+    memcpy(spec, c->spec, sizeof spec);
+    if (!append)
+        spec[KVC_SPEC_MAXTOK] = 0;
+    if (!checkfin)
+        spec[KVC_SPEC_CHECKFIN] = 0;
     vkh2o_kernel* k;
-    VKH2O_CHECK(kernel(c, name, KVC_SPEC_ALL, &k));
+    VKH2O_CHECK(vkh2o_kernel_get(c->ctx, name, 9, spec, KVC_SPEC_ALL, &k));
     VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, k, b, 9, pc, sizeof *pc, gx, gy, 1));
     vkh2o_barrier(c->ctx, cb);
     return VKH2O_OK;
@@ -540,24 +610,34 @@ vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const 
     if (!c || !cb || !s)
         return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_kvcache_step: NULL argument");
     const vkh2o_kvcache_desc* d = &c->d;
-    const uint32_t H = d->num_heads, KVL = d->kv_lora_rank, R = d->qk_rope_head_dim, W = KVL + R;
+    const uint32_t H = d->num_heads;
     if (s->layer >= d->num_layers)
         return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache step: layer %u of %u", s->layer, d->num_layers);
-    VKH2O_CHECK(check_range(c, "q", s->q, s->q_offset, (uint64_t)H * W));
-    VKH2O_CHECK(check_range(c, "ckv", s->ckv, s->ckv_offset, KVL));
-    VKH2O_CHECK(check_range(c, "kpe", s->kpe, s->kpe_offset, R));
+    /* the row's two inputs: LATENT ckv and kpe, EXPANDED k and v */
+    const bool expanded = d->layout == VKH2O_LAYOUT_EXPANDED;
+    const vkh2o_buffer* in_a = expanded ? s->k : s->ckv;
+    const vkh2o_buffer* in_b = expanded ? s->v : s->kpe;
+    const uint64_t off_a = expanded ? s->k_offset : s->ckv_offset, off_b = expanded ? s->v_offset : s->kpe_offset;
+    VKH2O_CHECK(check_range(c, "q", s->q, s->q_offset, (uint64_t)H * c->qw));
+    if (expanded) {
+        VKH2O_CHECK(check_range(c, "k", in_a, off_a, (uint64_t)H * c->qw));
+        VKH2O_CHECK(check_range(c, "v", in_b, off_b, (uint64_t)H * c->ow));
+    } else {
+        VKH2O_CHECK(check_range(c, "ckv", in_a, off_a, d->kv_lora_rank));
+        VKH2O_CHECK(check_range(c, "kpe", in_b, off_b, d->qk_rope_head_dim));
+    }
     if (s->out)
-        VKH2O_CHECK(check_range(c, "out", s->out, s->out_offset, (uint64_t)H * KVL));
+        VKH2O_CHECK(check_range(c, "out", s->out, s->out_offset, (uint64_t)H * c->ow));
     vkh2o_binding b[9];
-    bindings(c, b, s->q, s->ckv, s->kpe, s->out);
-    struct kvc_push pc = { .layer = s->layer, .q_off = (uint32_t)(s->q_offset / 4), .ckv_off = (uint32_t)(s->ckv_offset / 4),
-                           .kpe_off = (uint32_t)(s->kpe_offset / 4), .out_off = s->out ? (uint32_t)(s->out_offset / 4) : 0,
+    bindings(c, b, s->q, in_a, in_b, s->out);
+    struct kvc_push pc = { .layer = s->layer, .q_off = (uint32_t)(s->q_offset / 4), .ckv_off = (uint32_t)(off_a / 4),
+                           .kpe_off = (uint32_t)(off_b / 4), .out_off = s->out ? (uint32_t)(s->out_offset / 4) : 0,
                            .scale = d->scale, .keep = keep_factor(d), .seed = d->seed, .flags = s->out ? 1u : 0u };
     const uint32_t S = c->plan.total_slots;
     VKH2O_CHECK(dispatch(c, cb, "kvc_append", b, &pc, 1, 1));
     VKH2O_CHECK(dispatch(c, cb, "kvc_logits", b, &pc, vkh2o_div_up(S, KVC_WG), vkh2o_div_up(H, KVC_HG)));
     VKH2O_CHECK(dispatch(c, cb, "kvc_softmax", b, &pc, 1, 1));
-    VKH2O_CHECK(dispatch(c, cb, "kvc_pv", b, &pc, vkh2o_div_up(vkh2o_div_up(H, KVC_HG) * KVL, KVC_WG), 1));
+    VKH2O_CHECK(dispatch(c, cb, "kvc_pv", b, &pc, vkh2o_div_up(vkh2o_div_up(H, KVC_HG) * c->ow, KVC_WG), 1));
     if (c->plan.selects)
         VKH2O_CHECK(dispatch(c, cb, "kvc_select", b, &pc, 1, 1));
     return VKH2O_OK;
@@ -575,6 +655,29 @@ vkh2o_result vkh2o_run_kvcache_step(vkh2o_kvcache* c, const vkh2o_kvcache_step* 
     return run_recorded(c, rec_step, s);
 }
 
+typedef struct kvc_steps_arg {
+    const vkh2o_kvcache_step* s;
+    uint32_t n;
+} kvc_steps_arg;
+
+static vkh2o_result rec_steps(vkh2o_kvcache* c, VkCommandBuffer cb, const void* arg)
+{
+    const kvc_steps_arg* a = arg;
+    for (uint32_t i = 0; i < a->n; i++)
+        VKH2O_CHECK(vkh2o_cmd_kvcache_step(c, cb, &a->s[i]));
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_run_kvcache_steps(vkh2o_kvcache* c, const vkh2o_kvcache_step* s, uint32_t n)
+{
+    if (!c || (!s && n))
+        return VKH2O_ERROR_INVALID_ARGUMENT;
+    if (!n)
+        return VKH2O_OK;
+    const kvc_steps_arg a = { s, n };
+    return run_recorded(c, rec_steps, &a);
+}
+
 vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_kvcache_prefill* p)
 {
     if (!c || !cb || !p)
@@ -585,8 +688,17 @@ vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, con
     if (!p->n || p->n > d->max_tokens)
         return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache prefill: %u tokens outside 1..max_tokens %u", p->n,
                           d->max_tokens);
-    VKH2O_CHECK(check_range(c, "ckv", p->ckv, p->ckv_offset, (uint64_t)p->n * d->kv_lora_rank));
-    VKH2O_CHECK(check_range(c, "kpe", p->kpe, p->kpe_offset, (uint64_t)p->n * d->qk_rope_head_dim));
+    const bool expanded = d->layout == VKH2O_LAYOUT_EXPANDED;
+    const vkh2o_buffer* in_a = expanded ? p->k : p->ckv;
+    const vkh2o_buffer* in_b = expanded ? p->v : p->kpe;
+    const uint64_t off_a = expanded ? p->k_offset : p->ckv_offset, off_b = expanded ? p->v_offset : p->kpe_offset;
+    if (expanded) {
+        VKH2O_CHECK(check_range(c, "k", in_a, off_a, (uint64_t)p->n * d->num_heads * c->qw));
+        VKH2O_CHECK(check_range(c, "v", in_b, off_b, (uint64_t)p->n * d->num_heads * c->ow));
+    } else {
+        VKH2O_CHECK(check_range(c, "ckv", in_a, off_a, (uint64_t)p->n * d->kv_lora_rank));
+        VKH2O_CHECK(check_range(c, "kpe", in_b, off_b, (uint64_t)p->n * d->qk_rope_head_dim));
+    }
     if (c->plan.selects)
         VKH2O_CHECK(check_range(c, "mass", p->mass, p->mass_offset, p->n));
     const uint64_t S = c->plan.total_slots;
@@ -594,8 +706,8 @@ vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, con
     fill(c, cb, c->state, 4ull * KVC_ST_WORDS * p->layer, 4ull * KVC_ST_WORDS, 0);
     vkh2o_barrier(c->ctx, cb);
     vkh2o_binding b[9];
-    bindings(c, b, NULL, p->ckv, p->kpe, c->plan.selects ? p->mass : NULL);
-    struct kvc_push pc = { .layer = p->layer, .ckv_off = (uint32_t)(p->ckv_offset / 4), .kpe_off = (uint32_t)(p->kpe_offset / 4),
+    bindings(c, b, NULL, in_a, in_b, c->plan.selects ? p->mass : NULL);
+    struct kvc_push pc = { .layer = p->layer, .ckv_off = (uint32_t)(off_a / 4), .kpe_off = (uint32_t)(off_b / 4),
                            .out_off = c->plan.selects ? (uint32_t)(p->mass_offset / 4) : 0, .scale = d->scale,
                            .keep = keep_factor(d), .seed = d->seed, .n = p->n };
     vkh2o_kvcache_plan_counts(d, &c->plan, p->n, pc.middle);
@@ -640,6 +752,11 @@ vkh2o_result vkh2o_kvcache_read_stats(vkh2o_kvcache* c, uint32_t layer, vkh2o_kv
 
 float vkh2o_kvcache_deq(const vkh2o_kvcache* c, uint32_t k, const uint32_t* w, uint32_t e)
 {
+    if (k == 0 && c->d.storage == VKH2O_DTYPE_F32) {
+        float f;
+        memcpy(&f, &w[e], 4);
+        return f;
+    }
     if (k == 0)
         return vkh2o_f16_to_f32((uint16_t)(w[e >> 1] >> (16 * (e & 1))));
     const uint32_t b = tier_bits(k), per = 32 / b;
@@ -660,7 +777,7 @@ vkh2o_result vkh2o_kvcache_read_snapshot(vkh2o_kvcache* c, uint32_t layer, vkh2o
 {
     if (!c || !snap || layer >= c->d.num_layers)
         return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_kvcache_read_snapshot: bad layer or NULL argument");
-    const uint32_t S = c->plan.total_slots, W = c->d.kv_lora_rank + c->d.qk_rope_head_dim;
+    const uint32_t S = c->plan.total_slots, W = vkh2o_kvcache_shape(&c->d).w;
     uint32_t* pos = vkh2o_malloc(c->ctx, 4ull * S);
     float* sc = vkh2o_malloc(c->ctx, 4ull * S);
     uint32_t* rows = vkh2o_malloc(c->ctx, 4ull * c->layer_words);

@@ -8,21 +8,24 @@
 enum kvc_spec {
     KVC_SPEC_WG = 0,
     KVC_SPEC_H = 1,
-    KVC_SPEC_KVL = 2,
+    KVC_SPEC_SA = 2,         /* LATENT kv_lora_rank, EXPANDED qk_nope_head_dim */
     KVC_SPEC_R = 3,
     KVC_SPEC_SLOTS = 4,      /* 4..7: slots per tier */
-    KVC_SPEC_GS = 8,         /* 8..10: c_kv numbers per group of INT8 / INT4 / INT2 */
+    KVC_SPEC_GS = 8,         /* 8..10: numbers per group of INT8 / INT4 / INT2 (capped per segment) */
     KVC_SPEC_NSINK = 11,
     KVC_SPEC_NRECENT = 12,
     KVC_SPEC_POLMODE = 13,   /* policy | score mode << 4 */
     KVC_SPEC_SELECTS = 14,
-    KVC_SPEC_WROW = 15,
+    KVC_SPEC_WROW = 15,      /* numbers per row */
     KVC_SPEC_BYBYTES = 16,   /* 1: tiers by bytes (the capacity decides, not the pools) */
     KVC_SPEC_BUDGET = 17,    /* tiers by bytes: the capacity in bytes */
-    KVC_SPEC_COUNT = 18,
-    KVC_SPEC_MAXTOK = 18,    /* kvc_append only */
-    KVC_SPEC_CHECKFIN = 19,  /* 1: desc.check_finite (kvc_append, kvc_softmax, kvc_prefill) */
-    KVC_SPEC_ALL = 20,
+    KVC_SPEC_EXP = 18,       /* 1: the EXPANDED layout */
+    KVC_SPEC_SV = 19,        /* EXPANDED: v_head_dim */
+    KVC_SPEC_F32 = 20,       /* 1: the top tier's rows are f32 */
+    KVC_SPEC_COUNT = 21,
+    KVC_SPEC_MAXTOK = 21,    /* kvc_append only */
+    KVC_SPEC_CHECKFIN = 22,  /* 1: desc.check_finite (kvc_append, kvc_softmax, kvc_prefill) */
+    KVC_SPEC_ALL = 23,
 };
 
 /* state words per layer (kvc_common.glsl ST_*) */
@@ -63,6 +66,8 @@ struct vkh2o_kvcache {
     uint32_t row_words[VKH2O_TIER_COUNT];
     uint32_t data_words[VKH2O_TIER_COUNT];
     uint32_t layer_words;          /* rows of one layer */
+    uint32_t qw, ow;               /* query and output numbers per head (LATENT W and kv_lora_rank,
+                                      EXPANDED nope + rope and v_head_dim) */
     vkh2o_buffer* state;           /* u32 [layers][KVC_ST_WORDS] */
     vkh2o_buffer* rows;            /* u32 [layers][layer_words] */
     vkh2o_buffer* pos;             /* u32 [layers][total_slots] */
@@ -71,6 +76,13 @@ struct vkh2o_kvcache {
     vkh2o_buffer* dummy;           /* bound where a call has no buffer of its own (out, mass) */
     uint32_t spec[KVC_SPEC_ALL];
 };
+
+/* A row's shape (kvc_common.glsl): NAB segments [A (sa) | B (sb)], then NAB segments V (sv); w
+ * numbers. LATENT: [c_kv | k_pe] (nab 1, sv 0); EXPANDED: [K_0 .. K_(H-1) | V_0 .. V_(H-1)]. */
+typedef struct kvc_shape {
+    uint32_t sa, sb, sv, nab, w;
+} kvc_shape;
+kvc_shape vkh2o_kvcache_shape(const vkh2o_kvcache_desc* d);
 
 /* Host mirror of the row format (snapshots, tests): element e of a row of tier k at words w. */
 float vkh2o_kvcache_deq(const vkh2o_kvcache* c, uint32_t tier, const uint32_t* w, uint32_t e);

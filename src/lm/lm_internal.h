@@ -83,14 +83,11 @@ vkh2o_result vkh2o_model_host_load(vkh2o_context* ctx, const char* dir, vkh2o_mo
 void vkh2o_model_host_free(vkh2o_model_host* h);
 
 /* How a recording runs each layer's attention. */
-typedef enum vkh2o_lm_mode { VKH2O_LM_FORWARD = 0, VKH2O_LM_PREFILL, VKH2O_LM_DECODE, VKH2O_LM_QDECODE } vkh2o_lm_mode;
+typedef enum vkh2o_lm_mode { VKH2O_LM_FORWARD = 0, VKH2O_LM_PREFILL, VKH2O_LM_DECODE } vkh2o_lm_mode;
 typedef struct vkh2o_lm_attn {
     vkh2o_lm_mode mode;
-    vkh2o_cache* const* caches;         /* PREFILL / DECODE: one H2O cache per layer */
-    vkh2o_qcache* const* qcaches;       /* QDECODE: one quantised cache per layer */
-    vkh2o_kvcache* const* kvcaches;     /* PREFILL / DECODE with the one KV cache (instead of caches) */
-    const vkh2o_qattn_desc* qattn;      /* QDECODE: the selector */
-    uint32_t position;                  /* DECODE / QDECODE: position of the first token */
+    vkh2o_kvcache* const* kvcaches;     /* PREFILL / DECODE: one KV cache per layer */
+    uint32_t position;                  /* DECODE: position of the first token */
     uint32_t obs_window, pool_size;     /* PREFILL: the observation window (0: the prompt's mass) */
     vkh2o_obs_pool pool;
 } vkh2o_lm_attn;
@@ -102,11 +99,7 @@ vkh2o_result vkh2o_model_record(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, 
  * lps [n_lp]; either may be NULL); what: the message prefix. */
 vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* tokens, uint32_t n,
                              const uint32_t* targets, uint32_t n_lp, float* logits, float* lps, const vkh2o_lm_attn* at);
-/* A prefill of n tokens into one quantised cache per layer (vkh2o_run_mla_prefill_qcache, which
- * cannot be recorded: one submission per layer with host copies); lps [n - 1] may be NULL. */
-/* Layer `layer`'s one KV cache of a session (tests), NULL when the session uses another cache. */
+/* Layer `layer`'s KV cache of a session (tests), NULL for a layer out of range. */
 const vkh2o_kvcache* vkh2o_model_session_kvcache(const vkh2o_model_session* s, uint32_t layer);
-vkh2o_result vkh2o_model_run_qprefill(vkh2o_model* m, const uint32_t* tokens, uint32_t n, vkh2o_qcache* const* qcs,
-                                      float* logits, float* lps);
 
 #endif

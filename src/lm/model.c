@@ -377,20 +377,10 @@ static vkh2o_result rec_attn(vkh2o_model* m, VkCommandBuffer cb, uint32_t l, uin
     } else if (at->mode == VKH2O_LM_PREFILL) {
         vkh2o_mla_prefill p = { .hidden = m->xn, .out = m->ao, .seq_len = n, .layer = 0, .obs_window = at->obs_window,
                                 .pool = at->pool, .pool_size = at->pool_size };
-        if (at->kvcaches)
-            VKH2O_CHECK(vkh2o_cmd_mla_prefill_kv(L->attn, cb, at->kvcaches[l], &p));
-        else
-            VKH2O_CHECK(vkh2o_cmd_mla_prefill(L->attn, cb, at->caches[l], &p));
-    } else if (at->mode == VKH2O_LM_DECODE) {
-        vkh2o_mla_decode d = { .hidden = m->xn, .out = m->ao, .n_tokens = n, .position = at->position, .layer = 0,
-                               .step = at->position };
-        if (at->kvcaches)
-            VKH2O_CHECK(vkh2o_cmd_mla_decode_kv(L->attn, cb, at->kvcaches[l], &d));
-        else
-            VKH2O_CHECK(vkh2o_cmd_mla_decode(L->attn, cb, at->caches[l], &d));
+        VKH2O_CHECK(vkh2o_cmd_mla_prefill(L->attn, cb, at->kvcaches[l], &p));
     } else {
-        vkh2o_mla_decode d = { .hidden = m->xn, .out = m->ao, .n_tokens = n, .position = at->position };
-        VKH2O_CHECK(vkh2o_cmd_mla_decode_qcache(L->attn, cb, at->qcaches[l], &d, at->qattn));
+        vkh2o_mla_decode d = { .hidden = m->xn, .out = m->ao, .n_tokens = n, .position = at->position, .layer = 0 };
+        VKH2O_CHECK(vkh2o_cmd_mla_decode(L->attn, cb, at->kvcaches[l], &d));
     }
     vkh2o_barrier(m->ctx, cb);
     return VKH2O_OK;
@@ -493,42 +483,6 @@ vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* t
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(m->ctx, &cb));
     VKH2O_CHECK(vkh2o_submit_wait_recorded(m->ctx, cb, vkh2o_model_record(m, cb, n, n_lp, at)));
-    return download_outputs(m, n, n_lp, logits, lps);
-}
-
-vkh2o_result vkh2o_model_run_qprefill(vkh2o_model* m, const uint32_t* tokens, uint32_t n, vkh2o_qcache* const* qcs,
-                                      float* logits, float* lps)
-{
-    const char* what = "model prefill (quantised cache)";
-    VKH2O_CHECK(check_tokens(m, what, tokens, n));
-    const uint32_t D = m->cfg.attn.hidden_size, NL = m->cfg.attn.num_layers, n_lp = lps ? n - 1 : 0;
-    float* x = vkh2o_malloc(m->ctx, (size_t)n * D * sizeof *x);
-    float* y = vkh2o_malloc(m->ctx, (size_t)n * D * sizeof *y);
-    if (!x || !y) {
-        free(x);
-        free(y);
-        return vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", what);
-    }
-    /* the quantised cache's prefill reallocates its pools, so it cannot be recorded: each layer's
-     * attention runs between two submissions, through host copies of its input and output */
-    vkh2o_result r = upload_inputs(m, tokens, n, tokens + 1, n_lp);
-    for (uint32_t l = 0; r == VKH2O_OK && l <= NL; l++) {
-        VkCommandBuffer cb;
-        if ((r = vkh2o_begin(m->ctx, &cb)) != VKH2O_OK)
-            break;
-        vkh2o_result rr = l == 0 ? rec_embed(m, cb, n) : rec_layer_out(m, cb, l - 1, n);
-        if (rr == VKH2O_OK)
-            rr = l < NL ? rec_attn_in(m, cb, l, n) : rec_head(m, cb, n, n_lp);
-        if ((r = vkh2o_submit_wait_recorded(m->ctx, cb, rr)) != VKH2O_OK || l == NL)
-            break;
-        if ((r = vkh2o_buffer_download(m->xn, 0, x, (uint64_t)n * D * 4)) != VKH2O_OK ||
-            (r = vkh2o_run_mla_prefill_qcache(m->layers[l].attn, qcs[l], x, n, y)) != VKH2O_OK ||
-            (r = vkh2o_buffer_upload(m->ao, 0, y, (uint64_t)n * D * 4)) != VKH2O_OK)
-            break;
-    }
-    free(x);
-    free(y);
-    VKH2O_CHECK(r);
     return download_outputs(m, n, n_lp, logits, lps);
 }
 

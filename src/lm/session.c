@@ -1,6 +1,5 @@
-/* Decoding sessions: every layer's KV cache for one sequence (the H2O cache, or one quantised
- * cache per layer), the prefill and the teacher-forced or generating decode through the layers'
- * public decode steps. */
+/* Decoding sessions: one KV cache (vkh2o_kvcache) per layer for one sequence, the prefill and the
+ * teacher-forced or generating decode through the layers' public decode steps. */
 #include "lm_internal.h"
 
 #include <stdlib.h>
@@ -9,63 +8,89 @@
 struct vkh2o_model_session {
     vkh2o_model* m;
     vkh2o_model_cache_desc d;
-    vkh2o_cache** cache;       /* [num_layers] one-layer H2O caches (budgets may differ by layer) */
-    vkh2o_cache_desc* cd;      /* [num_layers] their resolved descs */
-    vkh2o_qcache** qc;         /* [num_layers] (quantised cache) */
-    vkh2o_kvcache** kv;        /* [num_layers] (the one KV cache) */
-    vkh2o_qattn_desc qattn;
-    uint32_t route_every;
+    vkh2o_kvcache** kv;        /* [num_layers] one-layer caches (capacities may differ by layer) */
     uint32_t max_tokens;
     uint32_t pos;
 };
 
-static vkh2o_result make_qcaches(vkh2o_model_session* s)
+/* A shape field of the cache desc: 0, or the model's own figure. */
+static vkh2o_result check_shape(vkh2o_model* m, const char* field, double given, double model)
 {
-    vkh2o_model* m = s->m;
-    const uint32_t NL = m->cfg.attn.num_layers;
-    const vkh2o_model_cache_desc* d = &s->d;
-    if (d->budget || d->n_sink || d->n_recent || d->policy || d->score_mode || d->obs_window || d->schedule)
+    if (given != 0.0 && given != model)
         return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "model session: the quantised cache takes no H2O budget, sinks, recents, policy or score mode");
-    if ((unsigned)d->qpolicy >= VKH2O_QPOLICY_COUNT || (unsigned)d->qselector >= VKH2O_QSELECT_COUNT)
-        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model session: unknown quantisation policy or selector");
-    s->qc = vkh2o_calloc(s->m->ctx, NL, sizeof *s->qc);
-    if (!s->qc)
-        return vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
-    vkh2o_qcache_desc qd = { .max_tokens = s->max_tokens };
-    vkh2o_qcache_desc_from_mla(&m->cfg.attn, VKH2O_LAYOUT_LATENT, &qd);
-    if (d->qselector == VKH2O_QSELECT_QUEST)
-        qd.flags |= VKH2O_QCACHE_QUEST_BOUNDS;
-    for (uint32_t l = 0; l < NL; l++)
-        VKH2O_CHECK(vkh2o_qcache_create(m->ctx, &qd, &s->qc[l]));
-    s->route_every = d->route_every ? d->route_every : 16;
-    s->qattn = (vkh2o_qattn_desc){ .selector = d->qselector, .budget_blocks = d->budget_blocks, .seed = d->seed };
+                          "model session: kv.%s %g is not the model's %g (leave the cache's shape 0: it is the model's)", field,
+                          given, model);
     return VKH2O_OK;
 }
 
-static vkh2o_result make_kvcaches(vkh2o_model_session* s)
+/* Checks the session's own fields and the cache desc's shape; *kd: the desc of layer 0's cache
+ * (its capacity before the schedule). */
+static vkh2o_result check_desc(vkh2o_model* m, const vkh2o_model_cache_desc* d, uint32_t max_tokens, vkh2o_kvcache_desc* kd)
+{
+    const vkh2o_kvcache_desc* k = &d->kv;
+    vkh2o_kvcache_desc shape = { 0 };
+    vkh2o_kvcache_desc_from_mla(&m->cfg.attn, &shape);
+    VKH2O_CHECK(check_shape(m, "num_heads", k->num_heads, shape.num_heads));
+    VKH2O_CHECK(check_shape(m, "kv_lora_rank", k->kv_lora_rank, shape.kv_lora_rank));
+    VKH2O_CHECK(check_shape(m, "qk_rope_head_dim", k->qk_rope_head_dim, shape.qk_rope_head_dim));
+    VKH2O_CHECK(check_shape(m, "qk_nope_head_dim", k->qk_nope_head_dim, shape.qk_nope_head_dim));
+    VKH2O_CHECK(check_shape(m, "v_head_dim", k->v_head_dim, shape.v_head_dim));
+    VKH2O_CHECK(check_shape(m, "scale", k->scale, shape.scale));
+    if (k->num_layers || k->max_tokens)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "model session: kv.%s %u must be 0 (the session's: one cache per layer, max_tokens in the session desc)",
+                          k->num_layers ? "num_layers" : "max_tokens", k->num_layers ? k->num_layers : k->max_tokens);
+    if ((unsigned)d->schedule > VKH2O_BUDGET_PYRAMID)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model session: unknown budget schedule %d", (int)d->schedule);
+    if (d->schedule == VKH2O_BUDGET_PYRAMID && !k->capacity_tokens)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "model session: the PYRAMID schedule spreads kv.capacity_tokens over the layers; give a capacity in "
+                          "tokens (%s)", k->capacity_bytes ? "a schedule of bytes is not defined" : "none given");
+    if ((d->pool || d->pool_size) && !d->obs_window)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "model session: %s %u applies to an observation window (obs_window 0)", d->pool ? "pool" : "pool_size",
+                          d->pool ? (unsigned)d->pool : d->pool_size);
+    *kd = *k;
+    vkh2o_kvcache_desc_from_mla(&m->cfg.attn, kd);
+    kd->num_layers = 1;
+    kd->max_tokens = max_tokens;
+    vkh2o_kvcache_plan pl;
+    vkh2o_error e = { 0 };
+    vkh2o_result r = vkh2o_kvcache_desc_resolve(kd, NULL, &pl, &e);
+    if (r != VKH2O_OK)
+        return vkh2o_fail(m->ctx, r, "model session: %s", e.message);
+    if (d->obs_window && !pl.selects)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "model session: obs_window %u scores a prompt for a cache that evicts or quantises; this one keeps "
+                          "every token at FP16 (no capacity)", d->obs_window);
+    if (d->schedule == VKH2O_BUDGET_PYRAMID && (uint64_t)k->n_sink + k->n_recent >= k->capacity_tokens)
+        return vkh2o_fail(m->ctx, VKH2O_ERROR_BUDGET,
+                          "model session: capacity_tokens %u leaves no middle tokens for the PYRAMID schedule after %u sinks + "
+                          "%u recents", k->capacity_tokens, k->n_sink, k->n_recent);
+    return VKH2O_OK;
+}
+
+static vkh2o_result make_caches(vkh2o_model_session* s)
 {
     vkh2o_model* m = s->m;
     const uint32_t NL = m->cfg.attn.num_layers;
-    const vkh2o_model_cache_desc* d = &s->d;
-    if (d->budget || d->n_sink || d->n_recent || d->policy || d->score_mode || d->decay != 0.0f || d->schedule || d->layout ||
-        d->storage || d->quantised || d->qpolicy || d->route_every || d->qselector || d->budget_blocks)
-        return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "model session: with kv_cache the policy goes in kv (budget, schedule, sinks, recents, policy, score "
-                          "mode, layout, storage and the quantised cache's fields must be 0)");
+    vkh2o_kvcache_desc kd;
+    VKH2O_CHECK(check_desc(m, &s->d, s->max_tokens, &kd));
     s->kv = vkh2o_calloc(m->ctx, NL, sizeof *s->kv);
     if (!s->kv)
         return vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
-    vkh2o_kvcache_desc kd = d->kv;
-    vkh2o_kvcache_desc_from_mla(&m->cfg.attn, &kd);
-    kd.num_layers = 1;
-    kd.max_tokens = s->max_tokens;
-    vkh2o_error e = { 0 };
-    vkh2o_result r = vkh2o_kvcache_desc_resolve(&kd, NULL, NULL, &e);
-    if (r != VKH2O_OK)
-        return vkh2o_fail(m->ctx, r, "model session: %s", e.message);
-    for (uint32_t l = 0; l < NL; l++)
-        VKH2O_CHECK(vkh2o_kvcache_create(m->ctx, &kd, &s->kv[l]));
+    const uint32_t top = kd.n_sink + kd.n_recent;
+    for (uint32_t l = 0; l < NL; l++) {
+        vkh2o_kvcache_desc ld = kd;
+        if (s->d.schedule == VKH2O_BUDGET_PYRAMID)
+            ld.capacity_tokens = top + vkh2o_budget_for_layer(VKH2O_BUDGET_PYRAMID, kd.capacity_tokens - top, l, NL);
+        vkh2o_error e = { 0 };
+        vkh2o_result r = vkh2o_kvcache_desc_resolve(&ld, NULL, NULL, &e);
+        if (r != VKH2O_OK)
+            return vkh2o_fail(m->ctx, r, "model session: layer %u (capacity_tokens %u under the PYRAMID schedule): %s", l,
+                              ld.capacity_tokens, e.message);
+        VKH2O_CHECK(vkh2o_kvcache_create(m->ctx, &ld, &s->kv[l]));
+    }
     return VKH2O_OK;
 }
 
@@ -80,7 +105,7 @@ vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_
     /* the model's scratch bounds one call's tokens (vkh2o_model_run checks n), not the
      * positions: a kvcache with a capacity holds at most that many, so its session may run past
      * max_seq_len one decode call at a time (the long soak runs 10^6 positions) */
-    const bool capped = d.kv_cache && (d.kv.capacity_tokens || d.kv.capacity_bytes);
+    const bool capped = d.kv.capacity_tokens || d.kv.capacity_bytes;
     if (max_tokens > m->max_seq && !capped)
         return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model session: max_tokens %u above the model's max_seq_len %u",
                           max_tokens, m->max_seq);
@@ -90,54 +115,7 @@ vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_
     s->m = m;
     s->d = d;
     s->max_tokens = max_tokens;
-    vkh2o_result r;
-    /* the full cache (no budget, FP16 latent rows) is the one KV cache without a capacity: it
-     * appends and attends, and records no score, selection or eviction work at all */
-    const bool full = !d.kv_cache && !d.quantised && d.budget == 0 && !d.obs_window && !d.schedule &&
-                      (d.layout == VKH2O_LAYOUT_DEFAULT || d.layout == VKH2O_LAYOUT_LATENT) &&
-                      (d.storage == VKH2O_DTYPE_UNKNOWN || d.storage == VKH2O_DTYPE_F16);
-    if (full) {
-        s->d = (vkh2o_model_cache_desc){ .max_tokens = d.max_tokens, .kv_cache = true };
-        r = make_kvcaches(s);
-    } else if (d.kv_cache) {
-        r = make_kvcaches(s);
-    } else if (d.quantised) {
-        r = make_qcaches(s);
-    } else {
-        const uint32_t NL = m->cfg.attn.num_layers;
-        s->cache = vkh2o_calloc(m->ctx, NL, sizeof *s->cache);
-        s->cd = vkh2o_calloc(m->ctx, NL, sizeof *s->cd);
-        r = s->cache && s->cd ? VKH2O_OK : vkh2o_fail(m->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "model session: out of host memory");
-        if (r == VKH2O_OK && (unsigned)d.schedule > VKH2O_BUDGET_PYRAMID)
-            r = vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model session: unknown budget schedule %d", (int)d.schedule);
-        for (uint32_t l = 0; r == VKH2O_OK && l < NL; l++) {
-            vkh2o_cache_desc cd = { 0 };
-            vkh2o_cache_desc_from_mla(&m->cfg.attn, d.layout ? d.layout : VKH2O_LAYOUT_LATENT, &cd);
-            cd.storage = d.storage;
-            cd.seed = d.seed;
-            if (d.budget == 0) {
-                /* the full cache: a cap that no sequence of max_tokens reaches */
-                cd.policy = VKH2O_POLICY_H2O;
-                cd.budget = max_tokens;
-            } else {
-                cd.policy = d.policy;
-                cd.score_mode = d.score_mode;
-                cd.decay = d.decay;
-                cd.budget = vkh2o_budget_for_layer(d.schedule, d.budget, l, NL);
-                cd.n_sink = d.n_sink;
-                cd.n_recent = d.n_recent;
-            }
-            /* capacity stays cap + 1 (the appended token before eviction): a prefill longer than
-             * that is gathered into the cache straight from the prompt's rows */
-            cd.max_prefill = max_tokens;
-            vkh2o_error e = { 0 };
-            r = vkh2o_cache_desc_validate(&cd, &e);
-            if (r != VKH2O_OK)
-                r = vkh2o_fail(m->ctx, r, "model session: layer %u: %s", l, e.message);
-            else if ((r = vkh2o_cache_create(m->ctx, &cd, &s->cache[l])) == VKH2O_OK)
-                s->cd[l] = *vkh2o_cache_get_desc(s->cache[l]);
-        }
-    }
+    vkh2o_result r = make_caches(s);
     if (r != VKH2O_OK) {
         vkh2o_model_session_destroy(s);
         return r;
@@ -150,15 +128,6 @@ void vkh2o_model_session_destroy(vkh2o_model_session* s)
 {
     if (!s)
         return;
-    if (s->cache)
-        for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
-            vkh2o_cache_destroy(s->cache[l]);
-    free(s->cache);
-    free(s->cd);
-    if (s->qc)
-        for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
-            vkh2o_qcache_destroy(s->qc[l]);
-    free(s->qc);
     if (s->kv)
         for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
             vkh2o_kvcache_destroy(s->kv[l]);
@@ -170,21 +139,8 @@ vkh2o_result vkh2o_model_session_reset(vkh2o_model_session* s)
 {
     if (!s)
         return VKH2O_ERROR_INVALID_ARGUMENT;
-    if (s->cache)
-        for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
-            VKH2O_CHECK(vkh2o_cache_reset(s->cache[l]));
-    if (s->qc) {
-        /* a quantised cache empties by being made again */
-        vkh2o_model* m = s->m;
-        for (uint32_t l = 0; l < m->cfg.attn.num_layers; l++)
-            vkh2o_qcache_destroy(s->qc[l]);
-        free(s->qc);
-        s->qc = NULL;
-        VKH2O_CHECK(make_qcaches(s));
-    }
-    if (s->kv)
-        for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
-            VKH2O_CHECK(vkh2o_run_kvcache_reset(s->kv[l]));
+    for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
+        VKH2O_CHECK(vkh2o_run_kvcache_reset(s->kv[l]));
     s->pos = 0;
     return VKH2O_OK;
 }
@@ -193,16 +149,13 @@ uint32_t vkh2o_model_session_get_position(const vkh2o_model_session* s) { return
 
 const vkh2o_kvcache* vkh2o_model_session_kvcache(const vkh2o_model_session* s, uint32_t layer)
 {
-    return s && s->kv && layer < s->m->cfg.attn.num_layers ? s->kv[layer] : NULL;
+    return s && layer < s->m->cfg.attn.num_layers ? s->kv[layer] : NULL;
 }
 
 vkh2o_result vkh2o_model_session_read_kv_stats(vkh2o_model_session* s, uint32_t layer, vkh2o_kvcache_stats* out)
 {
     if (!s || !out || layer >= s->m->cfg.attn.num_layers)
         return vkh2o_fail(s ? s->m->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "model session: bad layer or NULL argument");
-    if (!s->kv)
-        return vkh2o_fail(s->m->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "model session: kv statistics need the one KV cache (kv_cache, or the full cache)");
     return vkh2o_kvcache_read_stats(s->kv[layer], 0, out);
 }
 
@@ -210,23 +163,8 @@ vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s, uint32_t
 {
     if (!s || !len || layer >= s->m->cfg.attn.num_layers)
         return vkh2o_fail(s ? s->m->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "model session: bad layer or NULL argument");
-    if (s->kv) {
-        vkh2o_kvcache_stats st;
-        VKH2O_CHECK(vkh2o_kvcache_read_stats(s->kv[layer], 0, &st));
-        *len = st.len;
-        return VKH2O_OK;
-    }
-    if (s->qc) {
-        vkh2o_qcache_stats st;
-        vkh2o_qcache_get_stats(s->qc[layer], &st);
-        /* tokens held: those of the blocks not evicted */
-        uint32_t B = vkh2o_qcache_get_desc(s->qc[layer])->block_size;
-        uint32_t ev = st.blocks_by_prec[VKH2O_QPREC_EVICTED] * B;
-        *len = st.tokens > ev ? st.tokens - ev : 0;
-        return VKH2O_OK;
-    }
-    vkh2o_cache_stats st;
-    VKH2O_CHECK(vkh2o_cache_read_stats(s->cache[layer], &st, 1));
+    vkh2o_kvcache_stats st;
+    VKH2O_CHECK(vkh2o_kvcache_read_stats(s->kv[layer], 0, &st));
     *len = st.len;
     return VKH2O_OK;
 }
@@ -235,27 +173,10 @@ uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session* s)
 {
     if (!s)
         return 0;
-    if (s->kv) {
-        uint64_t bytes = 0;
-        for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++) {
-            const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(s->kv[l]);
-            bytes += p->by_bytes ? p->budget_bytes : vkh2o_kvcache_plan_bytes(p);
-        }
-        return bytes;
-    }
-    if (s->qc) {
-        const vkh2o_qcache_desc* qd = vkh2o_qcache_get_desc(s->qc[0]);
-        uint32_t counts[4];
-        vkh2o_qpolicy_counts(qd, s->d.qpolicy, s->max_tokens, counts);
-        uint64_t bytes = 0;
-        for (int p = 0; p < 3; p++)
-            bytes += (uint64_t)counts[p] * vkh2o_qcache_slot_bytes(qd, (vkh2o_qprec)p);
-        return bytes * s->m->cfg.attn.num_layers;
-    }
     uint64_t bytes = 0;
     for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++) {
-        uint32_t cap = s->cd[l].n_sink + s->cd[l].budget + s->cd[l].n_recent;
-        bytes += vkh2o_cache_bytes(&s->cd[l], cap < s->max_tokens ? cap : s->max_tokens);
+        const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(s->kv[l]);
+        bytes += p->by_bytes ? p->budget_bytes : vkh2o_kvcache_plan_bytes(p);
     }
     return bytes;
 }
@@ -268,13 +189,6 @@ static vkh2o_result check_room(vkh2o_model_session* s, const char* what, uint32_
     return VKH2O_OK;
 }
 
-static vkh2o_result route_all(vkh2o_model_session* s)
-{
-    for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++)
-        VKH2O_CHECK(vkh2o_run_qcache_route(s->qc[l], s->d.qpolicy));
-    return VKH2O_OK;
-}
-
 vkh2o_result vkh2o_run_model_prefill(vkh2o_model_session* s, const uint32_t* tokens, uint32_t n, float* logits,
                                      float* next_logprobs)
 {
@@ -284,15 +198,10 @@ vkh2o_result vkh2o_run_model_prefill(vkh2o_model_session* s, const uint32_t* tok
         return vkh2o_fail(s->m->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "model prefill: the session already holds %u tokens (prefill needs an empty one: reset it)", s->pos);
     VKH2O_CHECK(check_room(s, "model prefill", n));
-    if (s->qc) {
-        VKH2O_CHECK(vkh2o_model_run_qprefill(s->m, tokens, n, s->qc, logits, n > 1 ? next_logprobs : NULL));
-        VKH2O_CHECK(route_all(s));
-    } else {
-        vkh2o_lm_attn at = { .mode = VKH2O_LM_PREFILL, .caches = s->cache, .kvcaches = s->kv, .obs_window = s->d.obs_window,
-                             .pool = s->d.pool, .pool_size = s->d.pool_size };
-        VKH2O_CHECK(vkh2o_model_run(s->m, "model prefill", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,
-                                    next_logprobs, &at));
-    }
+    vkh2o_lm_attn at = { .mode = VKH2O_LM_PREFILL, .kvcaches = s->kv, .obs_window = s->d.obs_window, .pool = s->d.pool,
+                         .pool_size = s->d.pool_size };
+    VKH2O_CHECK(vkh2o_model_run(s->m, "model prefill", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,
+                                next_logprobs, &at));
     s->pos = n;
     return VKH2O_OK;
 }
@@ -303,30 +212,10 @@ vkh2o_result vkh2o_run_model_decode(vkh2o_model_session* s, const uint32_t* toke
     if (!s)
         return VKH2O_ERROR_INVALID_ARGUMENT;
     VKH2O_CHECK(check_room(s, "model decode", n));
-    if (!s->qc) {
-        vkh2o_lm_attn at = { .mode = VKH2O_LM_DECODE, .caches = s->cache, .kvcaches = s->kv, .position = s->pos };
-        VKH2O_CHECK(vkh2o_model_run(s->m, "model decode", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,
-                                    next_logprobs, &at));
-        s->pos += n;
-        return VKH2O_OK;
-    }
-    /* quantised: chunks that end where the policy routes (every route_every positions) */
-    const uint32_t V = s->m->cfg.vocab_size, NL = s->m->cfg.attn.num_layers;
-    for (uint32_t i = 0; i < n;) {
-        uint32_t k = s->route_every - s->pos % s->route_every;
-        if (k > n - i)
-            k = n - i;
-        for (uint32_t l = 0; l < NL; l++)
-            VKH2O_CHECK(vkh2o_run_qcache_reserve(s->qc[l], k));
-        uint32_t n_lp = next_logprobs ? (i + k < n ? k : k - 1) : 0;
-        vkh2o_lm_attn at = { .mode = VKH2O_LM_QDECODE, .qcaches = s->qc, .qattn = &s->qattn, .position = s->pos };
-        VKH2O_CHECK(vkh2o_model_run(s->m, "model decode (quantised cache)", tokens + i, k, tokens + i + 1, n_lp,
-                                    logits ? logits + (size_t)i * V : NULL, next_logprobs ? next_logprobs + i : NULL, &at));
-        s->pos += k;
-        i += k;
-        if (s->pos % s->route_every == 0)
-            VKH2O_CHECK(route_all(s));
-    }
+    vkh2o_lm_attn at = { .mode = VKH2O_LM_DECODE, .kvcaches = s->kv, .position = s->pos };
+    VKH2O_CHECK(vkh2o_model_run(s->m, "model decode", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,
+                                next_logprobs, &at));
+    s->pos += n;
     return VKH2O_OK;
 }
 

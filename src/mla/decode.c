@@ -1,37 +1,18 @@
-/* The decode step of an MLA layer against its cache (include/vkh2o/mla.h "Decode"): projections,
- * on-device query absorption for the latent layout, the cache's append / attention / score /
- * eviction, W_uv and o_proj; and the prefill of a cache through the layer's forward. */
+/* The decode step of an MLA layer against the one KV cache (include/vkh2o/mla.h "Decode",
+ * include/vkh2o/kvcache.h): projections, on-device query absorption for the latent layout, the
+ * cache's append / attention / score / demotion and eviction, W_uv and o_proj; and the prefill of
+ * a cache through the layer's forward. */
 #include "mla_internal.h"
-#include "cache_internal.h"
-#include "kvquant_internal.h"
+#include "kvcache_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-void vkh2o_cache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kv_layout layout, vkh2o_cache_desc* desc)
-{
-    if (!cfg || !desc)
-        return;
-    desc->layout = layout;
-    desc->num_heads = cfg->num_heads;
-    desc->qk_nope_dim = cfg->qk_nope_head_dim;
-    desc->qk_rope_dim = cfg->qk_rope_head_dim;
-    desc->v_dim = cfg->v_head_dim;
-    desc->kv_lora_rank = cfg->kv_lora_rank;
-    desc->scale = vkh2o_mla_softmax_scale(cfg);
-}
-
 /* byte range [offset, offset + floats * 4) of b, offset a multiple of 4 */
 static vkh2o_result check_rows(vkh2o_context* ctx, const char* what, const vkh2o_buffer* b, uint64_t offset, uint64_t floats)
 {
-    if (!b)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla decode: %s buffer is NULL", what);
-    if ((offset & 3u) || offset > vkh2o_buffer_get_size(b) || vkh2o_buffer_get_size(b) - offset < floats * 4)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "mla decode: %s needs %llu floats from byte %llu (a multiple of 4); the buffer has %llu bytes", what,
-                          (unsigned long long)floats, (unsigned long long)offset, (unsigned long long)vkh2o_buffer_get_size(b));
-    return VKH2O_OK;
+    return vkh2o_check_floats(ctx, "mla decode", what, b, offset, floats);
 }
 
 static void copy(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_buffer* src, uint64_t src_off, const vkh2o_buffer* dst,
@@ -142,63 +123,6 @@ static vkh2o_result output_rows(vkh2o_mla_layer* L, VkCommandBuffer cb, const vk
     return VKH2O_OK;
 }
 
-/* ---- the H2O cache ---- */
-
-static vkh2o_result check_cache(vkh2o_mla_layer* L, const vkh2o_cache* c, uint32_t layer)
-{
-    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    const vkh2o_cache_desc* cd = &c->desc;
-    bool lat = cd->layout == VKH2O_LAYOUT_LATENT;
-    if (cd->num_heads != st->heads || cd->qk_nope_dim != st->nope || cd->qk_rope_dim != st->rope || cd->v_dim != st->v_dim ||
-        (lat && cd->kv_lora_rank != st->kv_lora))
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "mla decode: the cache (%u heads, nope %u, rope %u, v %u, kv_lora %u) does not have the layer's shape "
-                          "(%u, %u, %u, %u, %u); fill its desc with vkh2o_cache_desc_from_mla",
-                          cd->num_heads, cd->qk_nope_dim, cd->qk_rope_dim, cd->v_dim, cd->kv_lora_rank, st->heads, st->nope,
-                          st->rope, st->v_dim, st->kv_lora);
-    if (!same_scale(c->scale, st->scale))
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "mla decode: the cache's softmax scale %g is not the layer's %g (vkh2o_cache_desc_from_mla sets it)",
-                          c->scale, st->scale);
-    if (layer >= cd->num_layers)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla decode: cache layer %u of %u", layer, cd->num_layers);
-    return VKH2O_OK;
-}
-
-vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_cache* c, const vkh2o_mla_decode* d)
-{
-    if (!L || !cb || !c || !d)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_decode: NULL argument");
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
-    VKH2O_CHECK(check_cache(L, c, d->layer));
-    const uint32_t n = d->n_tokens ? d->n_tokens : 1;
-    const uint32_t H = st->heads, qk = st->nope + st->rope, dv = st->v_dim, kvl = st->kv_lora, rope = st->rope;
-    const bool lat = c->desc.layout == VKH2O_LAYOUT_LATENT, own_absorb = lat && !c->absorb;
-    VKH2O_CHECK(project_rows(L, cb, d, n));
-    if (own_absorb)
-        VKH2O_CHECK(absorb_query(L, cb, n));
-    /* the step's inputs: per token q [H][q_width], rows a and b; its output [H][out_width] */
-    vkh2o_buffer* q = own_absorb ? db.q : st->q;
-    vkh2o_buffer* a = lat ? st->ckv : st->k;
-    vkh2o_buffer* b = lat ? st->kpe : st->v;
-    vkh2o_buffer* o = own_absorb ? db.o : st->o;
-    const uint64_t qw = own_absorb ? kvl + rope : qk, aw = lat ? kvl : (uint64_t)H * qk, bw = lat ? rope : (uint64_t)H * dv,
-                   ow = own_absorb ? kvl : dv;
-    for (uint32_t i = 0; i < n; i++) {
-        vkh2o_cache_step s = {
-            .layer_first = d->layer, .layer_count = 1, .position = d->position + i, .step = d->step + i,
-            .q = q, .q_offset = 4ull * i * H * qw, .a = a, .a_offset = 4ull * i * aw, .b = b, .b_offset = 4ull * i * bw,
-            .out = o, .out_offset = 4ull * i * H * ow,
-        };
-        VKH2O_CHECK(vkh2o_cmd_cache_step(c, cb, &s));
-    }
-    if (own_absorb)
-        VKH2O_CHECK(apply_w_uv(L, cb, n));
-    return output_rows(L, cb, d, n);
-}
-
 /* The host rows hidden [n, hidden_size] (n in 1..max) into the layer's host buffers *hb; *ob is
  * the matching out buffer. */
 static vkh2o_result upload_hidden(vkh2o_mla_layer* L, const char* what, const float* hidden, uint32_t n, uint32_t max,
@@ -212,11 +136,10 @@ static vkh2o_result upload_hidden(vkh2o_mla_layer* L, const char* what, const fl
 }
 
 /* Host round trip of a recorder over n rows: upload, record, submit, wait, download. */
-typedef vkh2o_result (*record_fn)(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d,
-                                  const void* extra);
+typedef vkh2o_result (*record_fn)(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d);
 
 static vkh2o_result run_rows(vkh2o_mla_layer* L, const float* hidden, uint32_t n, float* out, vkh2o_mla_decode* d,
-                             record_fn fn, void* obj, const void* extra)
+                             record_fn fn, void* obj)
 {
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
     vkh2o_buffer *hb, *ob;
@@ -226,23 +149,8 @@ static vkh2o_result run_rows(vkh2o_mla_layer* L, const float* hidden, uint32_t n
     d->n_tokens = n;
     VkCommandBuffer cb;
     VKH2O_CHECK(vkh2o_begin(ctx, &cb));
-    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, fn(L, cb, obj, d, extra)));
+    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, fn(L, cb, obj, d)));
     return out ? vkh2o_buffer_download(ob, 0, out, 4ull * n * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
-}
-
-static vkh2o_result rec_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d, const void* extra)
-{
-    (void)extra;
-    return vkh2o_cmd_mla_decode(L, cb, (vkh2o_cache*)obj, d);
-}
-
-vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* L, vkh2o_cache* c, uint32_t cache_layer, const float* hidden, uint32_t n,
-                                  uint32_t position, float* out)
-{
-    if (!L || !c)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode: NULL argument");
-    vkh2o_mla_decode d = { .position = position, .layer = cache_layer, .step = position };
-    return run_rows(L, hidden, n, out, &d, rec_decode, c, NULL);
 }
 
 /* The forward of a prompt with its attention mass into the layer's scratch. */
@@ -300,25 +208,6 @@ static vkh2o_result record_obs_window(vkh2o_mla_layer* L, VkCommandBuffer cb, co
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_cache* c, const vkh2o_mla_prefill* p)
-{
-    if (!L || !cb || !c || !p)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_prefill: NULL argument");
-    VKH2O_CHECK(check_cache(L, c, p->layer));
-    if (p->seq_len > c->desc.max_prefill)
-        return vkh2o_fail(vkh2o_mla_layer_context(L), VKH2O_ERROR_INVALID_ARGUMENT,
-                          "mla prefill: %u prompt tokens exceed the cache's max_prefill %u", p->seq_len, c->desc.max_prefill);
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    VKH2O_CHECK(prompt_forward(L, cb, p));
-    if (p->obs_window)
-        VKH2O_CHECK(record_obs_window(L, cb, p));
-    bool lat = c->desc.layout == VKH2O_LAYOUT_LATENT;
-    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
-    vkh2o_cache_prefill cp = { .layer = p->layer, .seq_len = p->seq_len, .a = lat ? st->ckv : st->k,
-                               .b = lat ? st->kpe : st->v, .mass = p->obs_window ? db.obs_score : db.mass };
-    return vkh2o_cmd_cache_prefill(c, cb, &cp);
-}
-
 /* Host round trip of a prompt: upload, record (fn), submit, wait, download out. */
 typedef vkh2o_result (*prefill_fn)(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p);
 
@@ -337,44 +226,6 @@ static vkh2o_result run_prompt(vkh2o_mla_layer* L, const float* hidden, uint32_t
     return out ? vkh2o_buffer_download(ob, 0, out, 4ull * S * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
 }
 
-static vkh2o_result rec_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p)
-{
-    return vkh2o_cmd_mla_prefill(L, cb, (vkh2o_cache*)obj, p);
-}
-
-vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* L, vkh2o_cache* c, uint32_t cache_layer, const float* hidden,
-                                   uint32_t seq_len, float* out)
-{
-    if (!L || !c)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_prefill: NULL argument");
-    /* the checks of the recording, before anything is uploaded */
-    VKH2O_CHECK(check_cache(L, c, cache_layer));
-    if (seq_len > c->desc.max_prefill)
-        return vkh2o_fail(vkh2o_mla_layer_context(L), VKH2O_ERROR_INVALID_ARGUMENT,
-                          "mla prefill: %u prompt tokens exceed the cache's max_prefill %u", seq_len, c->desc.max_prefill);
-    vkh2o_mla_prefill p = { .layer = cache_layer };
-    return run_prompt(L, hidden, seq_len, out, &p, rec_prefill, c);
-}
-
-/* ---- the quantised cache ---- */
-
-static vkh2o_result check_qcache(vkh2o_mla_layer* L, const vkh2o_qcache* qc)
-{
-    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    const vkh2o_qcache_desc* d = &qc->d;
-    bool lat = d->layout == VKH2O_LAYOUT_LATENT;
-    bool ok = d->num_heads == st->heads && d->qk_rope_head_dim == st->rope &&
-              (lat ? d->kv_lora_rank == st->kv_lora : d->qk_nope_head_dim == st->nope && d->v_head_dim == st->v_dim);
-    if (!ok)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "mla decode: the quantised cache (%s, %u heads, kv_lora %u, rope %u, nope %u, v %u) does not have the "
-                          "layer's shape (%u, %u, %u, %u, %u); fill its desc with vkh2o_qcache_desc_from_mla",
-                          lat ? "latent" : "expanded", d->num_heads, d->kv_lora_rank, d->qk_rope_head_dim, d->qk_nope_head_dim,
-                          d->v_head_dim, st->heads, st->kv_lora, st->rope, st->nope, st->v_dim);
-    return VKH2O_OK;
-}
-
 /* The latent cache rows [c_kv | k_pe] of n projected tokens into the layer's row scratch. */
 static vkh2o_result join_latent_rows(vkh2o_mla_layer* L, VkCommandBuffer cb, uint32_t n)
 {
@@ -388,109 +239,7 @@ static vkh2o_result join_latent_rows(vkh2o_mla_layer* L, VkCommandBuffer cb, uin
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_cmd_mla_decode_qcache(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_qcache* qc, const vkh2o_mla_decode* d,
-                                         const vkh2o_qattn_desc* attn)
-{
-    if (!L || !cb || !qc || !d)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "vkh2o_cmd_mla_decode_qcache: NULL argument");
-    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
-    VKH2O_CHECK(check_qcache(L, qc));
-    const uint32_t n = d->n_tokens ? d->n_tokens : 1;
-    VKH2O_CHECK(check_decode_tokens(L, n));
-    const uint32_t H = st->heads, qk = st->nope + st->rope, dv = st->v_dim, kvl = st->kv_lora, rope = st->rope;
-    const bool lat = qc->d.layout == VKH2O_LAYOUT_LATENT;
-    vkh2o_qattn_desc a = attn ? *attn : (vkh2o_qattn_desc){ 0 };
-    if (a.scale == 0.0f)
-        a.scale = st->scale;
-    /* everything that could fail is checked before the first step is recorded */
-    if ((uint64_t)qc->tokens + n > qc->d.max_tokens)
-        return vkh2o_fail(ctx, VKH2O_ERROR_BUDGET, "mla decode: %u + %u tokens exceed the quantised cache's max_tokens %u",
-                          qc->tokens, n, qc->d.max_tokens);
-    const uint32_t B = qc->d.block_size;
-    uint32_t fresh = (uint32_t)(((uint64_t)qc->tokens + n + B - 1) / B) - qc->blocks;
-    if (qc->fp16_used + fresh > qc->cap[0])
-        return vkh2o_fail(ctx, VKH2O_ERROR_BUDGET,
-                          "mla decode: %u tokens need %u free FP16 slots in the quantised cache, %u are reserved "
-                          "(vkh2o_run_qcache_reserve)", n, fresh, qc->cap[0] - qc->fp16_used);
-    VKH2O_CHECK(kvq_decode_reserve(qc, &a, n));
-
-    ctx->vk.vkCmdFillBuffer(cb, qc->dec_zero->buffer, 0, 16, 0);   /* the appended tokens' importance */
-    VKH2O_CHECK(project_rows(L, cb, d, n));
-    if (lat) {
-        VKH2O_CHECK(absorb_query(L, cb, n));
-        VKH2O_CHECK(join_latent_rows(L, cb, n));
-    }
-    /* per token: the query row, the key row(s) and value rows, the output row (floats) */
-    vkh2o_buffer* q = lat ? db.q : st->q;
-    vkh2o_buffer* k = lat ? db.rows : st->k;
-    vkh2o_buffer* o = lat ? db.o : st->o;
-    const uint64_t qw = (uint64_t)H * (lat ? kvl + rope : qk), kw = lat ? kvl + rope : (uint64_t)H * qk,
-                   vw = (uint64_t)H * dv, ow = (uint64_t)H * (lat ? kvl : dv);
-    for (uint32_t i = 0; i < n; i++) {
-        vkh2o_qcache_rows rows = { .k = k, .k_offset = 4ull * i * kw, .v = lat ? NULL : st->v, .v_offset = 4ull * i * vw,
-                                   .importance = qc->dec_zero, .n = 1 };
-        VKH2O_CHECK(vkh2o_cmd_qcache_append(qc, cb, &rows));
-        copy(ctx, cb, q, 4ull * i * qw, qc->dec_q, 0, 4ull * qw);
-        vkh2o_barrier(ctx, cb);
-        VKH2O_CHECK(vkh2o_cmd_qcache_attend(qc, cb, qc->dec_q, qc->dec_o, &a));
-        copy(ctx, cb, qc->dec_o, 0, o, 4ull * i * ow, 4ull * ow);
-        VKH2O_CHECK(kvq_record_mass(qc, cb, &a));
-    }
-    vkh2o_barrier(ctx, cb);
-    if (lat)
-        VKH2O_CHECK(apply_w_uv(L, cb, n));
-    return output_rows(L, cb, d, n);
-}
-
-static vkh2o_result rec_decode_q(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d, const void* extra)
-{
-    return vkh2o_cmd_mla_decode_qcache(L, cb, (vkh2o_qcache*)obj, d, (const vkh2o_qattn_desc*)extra);
-}
-
-vkh2o_result vkh2o_run_mla_decode_qcache(vkh2o_mla_layer* L, vkh2o_qcache* qc, const float* hidden, uint32_t n,
-                                         uint32_t position, float* out, const vkh2o_qattn_desc* attn)
-{
-    if (!L || !qc)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "vkh2o_run_mla_decode_qcache: NULL argument");
-    if (n && (uint64_t)qc->tokens + n <= qc->d.max_tokens)
-        VKH2O_CHECK(vkh2o_run_qcache_reserve(qc, n));
-    vkh2o_mla_decode d = { .position = position };
-    return run_rows(L, hidden, n, out, &d, rec_decode_q, qc, attn);
-}
-
-vkh2o_result vkh2o_run_mla_prefill_qcache(vkh2o_mla_layer* L, vkh2o_qcache* qc, const float* hidden, uint32_t seq_len, float* out)
-{
-    if (!L || !qc)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT,
-                          "vkh2o_run_mla_prefill_qcache: NULL argument");
-    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
-    VKH2O_CHECK(check_qcache(L, qc));
-    if (seq_len > qc->d.max_tokens)
-        return vkh2o_fail(ctx, VKH2O_ERROR_BUDGET, "mla prefill: %u prompt tokens exceed the quantised cache's max_tokens %u",
-                          seq_len, qc->d.max_tokens);
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
-    /* the forward (with the mass) and, for the latent layout, the joined rows; then the prefill */
-    vkh2o_buffer *hb, *ob;
-    VKH2O_CHECK(upload_hidden(L, "mla prefill", hidden, seq_len, st->max_seq_len, &hb, &ob));
-    VkCommandBuffer cb;
-    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
-    vkh2o_mla_prefill p = { .hidden = hb, .out = ob, .seq_len = seq_len };
-    vkh2o_result r = prompt_forward(L, cb, &p);
-    bool lat = qc->d.layout == VKH2O_LAYOUT_LATENT;
-    if (r == VKH2O_OK && lat)
-        r = join_latent_rows(L, cb, seq_len);
-    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, r));
-    vkh2o_qcache_rows rows = { .k = lat ? db.rows : st->k, .v = lat ? NULL : st->v, .importance = db.mass, .n = seq_len };
-    VKH2O_CHECK(vkh2o_run_qcache_prefill(qc, &rows));
-    return out ? vkh2o_buffer_download(ob, 0, out, 4ull * seq_len * st->hidden) : VKH2O_OK;
-}
-
-/* ---- the inputs of a decode step (include/vkh2o/kvquant.h) ---- */
+/* ---- the inputs of a decode step (include/vkh2o/mla.h) ---- */
 
 /* Where a layout's outputs lie in the layer's scratch after record_inputs, with their floats
  * per token (values NULL for the latent layout). */
@@ -585,11 +334,20 @@ static vkh2o_result check_kvcache(vkh2o_mla_layer* L, const vkh2o_kvcache* c, ui
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
     const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
     const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(c);
-    if (d->num_heads != st->heads || d->kv_lora_rank != st->kv_lora || d->qk_rope_head_dim != st->rope)
+    if (d->layout == VKH2O_LAYOUT_EXPANDED) {
+        if (d->num_heads != st->heads || d->qk_nope_head_dim != st->nope || d->qk_rope_head_dim != st->rope ||
+            d->v_head_dim != st->v_dim)
+            return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                              "mla decode: the expanded kvcache (%u heads, qk_nope_head_dim %u, qk_rope_head_dim %u, v_head_dim %u) "
+                              "does not have the layer's shape (%u, %u, %u, %u); fill its desc with vkh2o_kvcache_desc_from_mla",
+                              d->num_heads, d->qk_nope_head_dim, d->qk_rope_head_dim, d->v_head_dim, st->heads, st->nope, st->rope,
+                              st->v_dim);
+    } else if (d->num_heads != st->heads || d->kv_lora_rank != st->kv_lora || d->qk_rope_head_dim != st->rope) {
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "mla decode: the kvcache (%u heads, kv_lora_rank %u, qk_rope_head_dim %u) does not have the layer's shape "
                           "(%u, %u, %u); fill its desc with vkh2o_kvcache_desc_from_mla",
                           d->num_heads, d->kv_lora_rank, d->qk_rope_head_dim, st->heads, st->kv_lora, st->rope);
+    }
     if (!same_scale(d->scale, st->scale))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "mla decode: the kvcache's softmax scale %g is not the layer's %g (vkh2o_kvcache_desc_from_mla sets it)",
@@ -599,16 +357,29 @@ static vkh2o_result check_kvcache(vkh2o_mla_layer* L, const vkh2o_kvcache* c, ui
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_cmd_mla_decode_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_kvcache* c, const vkh2o_mla_decode* d)
+vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_kvcache* c, const vkh2o_mla_decode* d)
 {
     if (!L || !cb || !c || !d)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_decode_kv: NULL argument");
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_decode: NULL argument");
     VKH2O_CHECK(check_kvcache(L, c, d->layer));
     const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
     vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
     const uint32_t n = d->n_tokens ? d->n_tokens : 1;
     const uint32_t H = st->heads, kvl = st->kv_lora, rope = st->rope;
     VKH2O_CHECK(project_rows(L, cb, d, n));
+    if (vkh2o_kvcache_get_desc(c)->layout == VKH2O_LAYOUT_EXPANDED) {
+        /* per head q, K = [k_nope (kv_b_proj of the token's c_kv) | k_pe] and V from the projections */
+        const uint64_t qk = st->nope + rope, dv = st->v_dim;
+        for (uint32_t i = 0; i < n; i++) {
+            vkh2o_kvcache_step s = { .layer = d->layer,
+                                     .q = st->q, .q_offset = 4ull * i * H * qk,
+                                     .k = st->k, .k_offset = 4ull * i * H * qk,
+                                     .v = st->v, .v_offset = 4ull * i * H * dv,
+                                     .out = st->o, .out_offset = 4ull * i * H * dv };
+            VKH2O_CHECK(vkh2o_cmd_kvcache_step(c, cb, &s));
+        }
+        return output_rows(L, cb, d, n);
+    }
     VKH2O_CHECK(absorb_query(L, cb, n));
     for (uint32_t i = 0; i < n; i++) {
         vkh2o_kvcache_step s = { .layer = d->layer,
@@ -622,25 +393,24 @@ vkh2o_result vkh2o_cmd_mla_decode_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh
     return output_rows(L, cb, d, n);
 }
 
-static vkh2o_result rec_decode_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d, const void* extra)
+static vkh2o_result rec_decode_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d)
 {
-    (void)extra;
-    return vkh2o_cmd_mla_decode_kv(L, cb, (vkh2o_kvcache*)obj, d);
+    return vkh2o_cmd_mla_decode(L, cb, (vkh2o_kvcache*)obj, d);
 }
 
-vkh2o_result vkh2o_run_mla_decode_kv(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden, uint32_t n,
+vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden, uint32_t n,
                                      uint32_t position, float* out)
 {
     if (!L || !c)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode_kv: NULL argument");
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode: NULL argument");
     vkh2o_mla_decode d = { .position = position, .layer = cache_layer };
-    return run_rows(L, hidden, n, out, &d, rec_decode_kv, c, NULL);
+    return run_rows(L, hidden, n, out, &d, rec_decode_kv, c);
 }
 
-vkh2o_result vkh2o_cmd_mla_prefill_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_kvcache* c, const vkh2o_mla_prefill* p)
+vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_kvcache* c, const vkh2o_mla_prefill* p)
 {
     if (!L || !cb || !c || !p)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_prefill_kv: NULL argument");
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_prefill: NULL argument");
     VKH2O_CHECK(check_kvcache(L, c, p->layer));
     if (p->seq_len > vkh2o_kvcache_get_desc(c)->max_tokens)
         return vkh2o_fail(vkh2o_mla_layer_context(L), VKH2O_ERROR_INVALID_ARGUMENT,
@@ -653,19 +423,21 @@ vkh2o_result vkh2o_cmd_mla_prefill_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, vk
         VKH2O_CHECK(record_obs_window(L, cb, p));
     vkh2o_kvcache_prefill kp = { .layer = p->layer, .n = p->seq_len, .ckv = st->ckv, .kpe = st->kpe,
                                  .mass = p->obs_window ? db.obs_score : db.mass };
+    if (vkh2o_kvcache_get_desc(c)->layout == VKH2O_LAYOUT_EXPANDED)   /* the forward's per-head K and V rows */
+        kp.k = st->k, kp.v = st->v;
     return vkh2o_cmd_kvcache_prefill(c, cb, &kp);
 }
 
 static vkh2o_result rec_prefill_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p)
 {
-    return vkh2o_cmd_mla_prefill_kv(L, cb, (vkh2o_kvcache*)obj, p);
+    return vkh2o_cmd_mla_prefill(L, cb, (vkh2o_kvcache*)obj, p);
 }
 
-vkh2o_result vkh2o_run_mla_prefill_kv(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden,
+vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden,
                                       uint32_t seq_len, float* out)
 {
     if (!L || !c)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_prefill_kv: NULL argument");
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_prefill: NULL argument");
     VKH2O_CHECK(check_kvcache(L, c, cache_layer));
     vkh2o_mla_prefill p = { .layer = cache_layer };
     return run_prompt(L, hidden, seq_len, out, &p, rec_prefill_kv, c);

@@ -589,8 +589,8 @@ vkh2o_result vkh2o_mla_layer_get_kv_rows(const vkh2o_mla_layer* L, vkh2o_kv_layo
     if (!L || !a || !b)
         return VKH2O_ERROR_INVALID_ARGUMENT;
     switch (layout) {
-    case VKH2O_LAYOUT_DEFAULT:
     case VKH2O_LAYOUT_EXPANDED: *a = L->st.k; *b = L->st.v; return VKH2O_OK;
+    case VKH2O_LAYOUT_DEFAULT:
     case VKH2O_LAYOUT_LATENT: *a = L->st.ckv; *b = L->st.kpe; return VKH2O_OK;
     default: return vkh2o_fail(L->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_layer_get_kv_rows: unknown layout %d", (int)layout);
     }

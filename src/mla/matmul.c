@@ -81,6 +81,19 @@ static uint64_t env_binding_limit(void)
     return (end && *end == '\0') ? (uint64_t)v : 0;
 }
 
+/* VKH2O_MATMUL_PATH=register|tiled|texel forces the kernel the automatic choice would pick,
+ * so that a conformance run (vkh2o-conformance) reaches every variant through the public
+ * calls on any device; anything else keeps the automatic choice. */
+static uint32_t env_matmul_path(void)
+{
+    const char* s = getenv("VKH2O_MATMUL_PATH");
+    if (!s) return VKH2O_MATMUL_PATH_AUTO;
+    if (!strcmp(s, "register")) return VKH2O_MATMUL_PATH_REGISTER;
+    if (!strcmp(s, "tiled")) return VKH2O_MATMUL_PATH_TILED;
+    if (!strcmp(s, "texel")) return VKH2O_MATMUL_PATH_TEXEL;
+    return VKH2O_MATMUL_PATH_AUTO;
+}
+
 void vkh2o_weight_free(vkh2o_dev_weight* w)
 {
     if (!w) return;
@@ -368,6 +381,8 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
     for (uint32_t c = 0; c < w->nchunks; c++)
         chunks_fit_texels = chunks_fit_texels && vkh2o_buffer_get_size(w->chunk[c]) / 16u <= caps->max_texel_buffer_elements;
     uint32_t path = a->path;
+    if (path == VKH2O_MATMUL_PATH_AUTO)
+        path = env_matmul_path();
     if (path == VKH2O_MATMUL_PATH_AUTO) {
         if (!vkh2o_cpu_shapes(ctx)) path = VKH2O_MATMUL_PATH_TILED;
         else path = chunks_fit_texels ? VKH2O_MATMUL_PATH_TEXEL : VKH2O_MATMUL_PATH_REGISTER;

@@ -5,8 +5,8 @@
  *     creation) for every point of a context's creation: vkh2o_context_create returns
  *     OUT_OF_HOST/DEVICE_MEMORY and no context, or (a point it can do without: the timestamp
  *     pool, the debug messenger) a context that works; no leak, no validation message.
- *   test_api_sweep: a small MLA layer (create, a 2-token forward), an H2O cache and 3 decode
- *     steps against it, a buffer round trip: counted once (every point passed, none fired), then
+ *   test_api_sweep: a small MLA layer (create, a 2-token forward), the one KV cache (H2O, a
+ *     capacity of 2, so the third step evicts) and 3 decode steps against it, a buffer round trip: counted once (every point passed, none fired), then
  *     for every N from 1 to that count (one context, its kernel cache emptied before each N; the
  *     default run takes about 8 of them, the first, the last and a stride between, and
  *     VKH2O_TEST_FULL=1 every one):
@@ -89,7 +89,7 @@ static vkh2o_result run(vkh2o_context* ctx, const scenario* s, outputs* o)
 {
     memset(o, 0, sizeof *o);
     vkh2o_mla_layer* layer = (vkh2o_mla_layer*)1;
-    vkh2o_cache* cache = (vkh2o_cache*)1;
+    vkh2o_kvcache* cache = (vkh2o_kvcache*)1;
     vkh2o_buffer* b = (vkh2o_buffer*)1;
     vkh2o_result r = vkh2o_mla_layer_create(ctx, &s->cfg, s->hw, NULL, &layer);
     if (r != VKH2O_OK) {
@@ -98,9 +98,9 @@ static vkh2o_result run(vkh2o_context* ctx, const scenario* s, outputs* o)
     }
     r = vkh2o_run_mla_forward(layer, s->hidden, S_PREFILL, 0, o->fwd, NULL, NULL);
     if (r == VKH2O_OK) {
-        vkh2o_cache_desc d = { .n_sink = 1, .budget = 1, .n_recent = 1 };
-        vkh2o_cache_desc_from_mla(&s->cfg, VKH2O_LAYOUT_EXPANDED, &d);
-        r = vkh2o_cache_create(ctx, &d, &cache);
+        vkh2o_kvcache_desc d = { .max_tokens = S_DECODE, .capacity_tokens = 2, .n_sink = 1 };
+        vkh2o_kvcache_desc_from_mla(&s->cfg, &d);
+        r = vkh2o_kvcache_create(ctx, &d, &cache);
         if (r != VKH2O_OK)
             assert_null(cache);
     } else {
@@ -124,7 +124,7 @@ static vkh2o_result run(vkh2o_context* ctx, const scenario* s, outputs* o)
             r = vkh2o_buffer_download(b, 0, o->bytes, sizeof o->bytes);
     }
     vkh2o_buffer_destroy(b);
-    vkh2o_cache_destroy(cache);
+    vkh2o_kvcache_destroy(cache);
     vkh2o_mla_layer_destroy(layer);
     return r;
 }

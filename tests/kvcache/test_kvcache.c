@@ -2,10 +2,12 @@
  * then on the device, against ref/ref_kvcache.c, step by step: the attention output, every held
  * token's tier (exact, near ties aside), each demoted row within its tier's bound, untouched rows
  * unchanged, the scores; prefills (exact tiers); and a step recorded once and submitted again and
- * again, bit-identical to steps recorded one by one. Shapes are no multiple of the workgroup. */
+ * again, bit-identical to steps recorded one by one. Both layouts (LATENT, EXPANDED at odd head
+ * counts and dims), fp16 and f32 top tiers. Shapes are no multiple of the workgroup. */
 #include "vkh2o_test.h"
 #include "kvcache_internal.h"
 #include "ref_kvcache.h"
+#include "ref_mla.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -122,6 +124,78 @@ static void test_resolve(void** state)
     assert_int_equal(vkh2o_kvcache_desc_resolve(&b, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_kv_precision pr;
     assert_true(vkh2o_kv_precision_parse("tiered", &pr) && pr == VKH2O_PRECISION_TIERED);
+
+    /* Kimi K2.6 expanded: 64 heads x (192 + 128) = 20480 numbers per token; one group per segment
+     * (k_nope, k_pe, V: 192 per row) at INT8 / INT4, groups of 32 at INT2 (4 + 2 + 4 per head) */
+    vkh2o_kvcache_desc x = base_desc(64, 512, 64, 4096);
+    x.qk_nope_head_dim = 128;
+    x.v_head_dim = 128;
+    x.layout = VKH2O_LAYOUT_EXPANDED;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&x, &r, &p, &err), VKH2O_OK);
+    assert_int_equal(vkh2o_kvcache_row_numbers(&r), 20480);
+    assert_true(fabsf(r.scale - 1.0f / sqrtf(192.0f)) < 1e-7f);
+    assert_int_equal(p.token_bytes[0], 40960 + 8);
+    assert_int_equal(p.token_bytes[1], 20480 + 192 * 4 + 8);
+    assert_int_equal(p.token_bytes[2], 10240 + 192 * 4 + 8);
+    assert_int_equal(p.token_bytes[3], 5120 + 640 * 4 + 8);
+    assert_int_equal(p.groups[3], 640);
+    printf("kimi expanded bytes/token: fp16 %u int8 %u int4 %u int2 %u\n", p.token_bytes[0], p.token_bytes[1], p.token_bytes[2],
+           p.token_bytes[3]);
+    x.storage = VKH2O_DTYPE_F32;   /* f32 top tier; the integer tiers as before */
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&x, &r, &p, &err), VKH2O_OK);
+    assert_int_equal(p.token_bytes[0], 81920 + 8);
+    assert_int_equal(p.token_bytes[1], 20480 + 192 * 4 + 8);
+    vkh2o_kvcache_desc lf = base_desc(64, 512, 64, 4096);
+    lf.storage = VKH2O_DTYPE_F32;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&lf, &r, &p, &err), VKH2O_OK);
+    assert_int_equal(p.token_bytes[0], 2304 + 8);
+    assert_int_equal(r.layout, VKH2O_LAYOUT_LATENT);
+    printf("kimi f32 top tier bytes/token: latent %u, expanded %u\n", p.token_bytes[0], 81928u);
+    /* a byte capacity in expanded tokens: sinks + recents + 2 FP16 slots, the rest INT4 */
+    x.storage = VKH2O_DTYPE_F16;
+    x.n_sink = 4;
+    x.n_recent = 16;
+    x.precision = VKH2O_PRECISION_INT4;
+    x.capacity_bytes = 10000000;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&x, &r, &p, &err), VKH2O_OK);
+    assert_int_equal(p.slots[0], 22);
+    assert_int_equal(p.slots[2], (10000000 - 22 * 40968) / 11016);
+    assert_true(vkh2o_kvcache_plan_bytes(&p) <= x.capacity_bytes);
+    /* groups: up to the longest segment (128), or the whole row */
+    vkh2o_kvcache_desc y = x;
+    y.group_size[2] = 129;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&y, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "group_size[int4] 129"));
+    y.group_size[2] = 20480;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&y, NULL, &p, &err), VKH2O_OK);
+    assert_int_equal(p.token_bytes[2], 10240 + 4 + 8);
+    y.group_size[2] = 48;   /* k_nope 48 + 48 + 32, k_pe 48 + 16, V 48 + 48 + 32: 8 per head */
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&y, NULL, &p, &err), VKH2O_OK);
+    assert_int_equal(p.groups[2], 64 * 8);
+    /* refusals */
+    y = x;
+    y.v_head_dim = 0;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&y, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "v_head_dim (0)"));
+    y = x;
+    y.num_heads = 200;   /* 64000 numbers per token */
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&y, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "64000"));
+    y = x;
+    y.storage = VKH2O_DTYPE_BF16;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&y, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "storage"));
+    y = x;
+    y.layout = (vkh2o_kv_layout)7;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&y, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "layout 7"));
+    /* an odd expanded row: 3 x (12 + 4 + 11) = 81 numbers, 41 words at FP16 */
+    y = base_desc(3, 0, 4, 100);
+    y.qk_nope_head_dim = 12;
+    y.v_head_dim = 11;
+    y.layout = VKH2O_LAYOUT_EXPANDED;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&y, &r, &p, &err), VKH2O_OK);
+    assert_int_equal(p.token_bytes[0], 41 * 4 + 8);
     assert_false(vkh2o_kv_precision_parse("int3", &pr));
 }
 
@@ -130,8 +204,30 @@ static void test_resolve(void** state)
 typedef struct kcase {
     const char* name;
     uint32_t H, kvl, rope, max_tokens, prefill, steps;
-    vkh2o_kvcache_desc d;    /* policy and precision fields; the shape is filled in */
+    vkh2o_kvcache_desc d;    /* policy, precision, layout and storage fields (EXPANDED: nope and v too); the
+                                rest of the shape is filled in */
 } kcase;
+
+/* the row's two inputs of a step or prefill: LATENT ckv and kpe, EXPANDED k and v */
+static bool is_expanded(const vkh2o_kvcache* c) { return vkh2o_kvcache_get_desc(c)->layout == VKH2O_LAYOUT_EXPANDED; }
+static void step_inputs(vkh2o_kvcache_step* s, const vkh2o_kvcache* c, const vkh2o_buffer* a, uint64_t ao, const vkh2o_buffer* b,
+                        uint64_t bo)
+{
+    if (is_expanded(c)) {
+        s->k = a, s->k_offset = ao, s->v = b, s->v_offset = bo;
+    } else {
+        s->ckv = a, s->ckv_offset = ao, s->kpe = b, s->kpe_offset = bo;
+    }
+}
+static void prefill_inputs(vkh2o_kvcache_prefill* p, const vkh2o_kvcache* c, const vkh2o_buffer* a, uint64_t ao,
+                           const vkh2o_buffer* b, uint64_t bo)
+{
+    if (is_expanded(c)) {
+        p->k = a, p->k_offset = ao, p->v = b, p->v_offset = bo;
+    } else {
+        p->ckv = a, p->ckv_offset = ao, p->kpe = b, p->kpe_offset = bo;
+    }
+}
 
 static float keep_of(const vkh2o_kvcache_desc* d)
 {
@@ -145,6 +241,8 @@ static ref_kvc_config ref_config(const vkh2o_kvcache* c)
     const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(c);
     const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(c);
     ref_kvc_config rc = { .heads = d->num_heads, .kvl = d->kv_lora_rank, .rope = d->qk_rope_head_dim, .scale = d->scale,
+                          .expanded = d->layout == VKH2O_LAYOUT_EXPANDED, .nope = d->qk_nope_head_dim, .vdim = d->v_head_dim,
+                          .f32 = d->storage == VKH2O_DTYPE_F32,
                           .n_sink = d->n_sink, .n_recent = d->n_recent, .policy = d->policy, .mode = d->score_mode,
                           .seed = d->seed, .keep = keep_of(d), .selects = p->selects, .by_bytes = p->by_bytes,
                           .budget = p->budget_bytes };
@@ -167,7 +265,7 @@ typedef struct snap {
 static void snap_read(vkh2o_kvcache* c, snap* s)
 {
     const uint32_t S = vkh2o_kvcache_get_plan(c)->total_slots;
-    const uint32_t W = vkh2o_kvcache_get_desc(c)->kv_lora_rank + vkh2o_kvcache_get_desc(c)->qk_rope_head_dim;
+    const uint32_t W = vkh2o_kvcache_row_numbers(vkh2o_kvcache_get_desc(c));
     if (!s->pos) {
         s->pos = calloc(S, 4);
         s->score = calloc(S, 4);
@@ -224,75 +322,86 @@ static void run_case(const kcase* kc, uint64_t seed)
     vkh2o_kvcache* c;
     assert_int_equal(vkh2o_kvcache_create(ctx, &d, &c), VKH2O_OK);
     const vkh2o_kvcache_plan* pl = vkh2o_kvcache_get_plan(c);
-    printf("%s: H %u kvl %u rope %u, slots %u/%u/%u/%u, prefill %u, %u steps\n", kc->name, kc->H, kc->kvl, kc->rope,
-           pl->slots[0], pl->slots[1], pl->slots[2], pl->slots[3], kc->prefill, kc->steps);
-    const uint32_t H = kc->H, KVL = kc->kvl, R = kc->rope, W = KVL + R;
     ref_kvc_config rc = ref_config(c);
+    /* row numbers, of the first input (ckv / k), per head of the query and output */
+    const uint32_t H = kc->H, W = ref_kvc_row(&rc), WA = ref_kvc_first(&rc), WB = W - WA, QW = ref_kvc_qw(&rc), OW = ref_kvc_ow(&rc);
+    assert_int_equal(W, vkh2o_kvcache_row_numbers(vkh2o_kvcache_get_desc(c)));
+    if (rc.expanded)
+        printf("%s: expanded, H %u nope %u rope %u v %u", kc->name, kc->H, rc.nope, kc->rope, rc.vdim);
+    else
+        printf("%s: H %u kvl %u rope %u", kc->name, kc->H, kc->kvl, kc->rope);
+    printf("%s, slots %u/%u/%u/%u, prefill %u, %u steps\n", rc.f32 ? ", f32 top tier" : "", pl->slots[0], pl->slots[1],
+           pl->slots[2], pl->slots[3], kc->prefill, kc->steps);
     ref_kvc ref;
     ref_kvc_init(&ref, &rc);
 
     /* prefill: rows and a mass with distinct values */
     const uint32_t P = kc->prefill;
-    float* pckv = malloc(sizeof(float) * P * KVL);
-    float* pkpe = malloc(sizeof(float) * P * R);
+    float* pa = malloc(sizeof(float) * P * WA);
+    float* pb = malloc(sizeof(float) * P * WB);
     float* pmass = malloc(sizeof(float) * P);
-    vt_fill_normal(&rng, pckv, (size_t)P * KVL, 1.0f);
-    vt_fill_normal(&rng, pkpe, (size_t)P * R, 1.0f);
+    float* x = malloc(sizeof(float) * W);
+    vt_fill_normal(&rng, pa, (size_t)P * WA, 1.0f);
+    vt_fill_normal(&rng, pb, (size_t)P * WB, 1.0f);
     for (uint32_t i = 0; i < P; i++)
         pmass[i] = 0.5f + vt_uniform(&rng) * 4.0f;
-    vkh2o_buffer* bckv = vt_upload_f32(pckv, (size_t)P * KVL);
-    vkh2o_buffer* bkpe = vt_upload_f32(pkpe, (size_t)P * R);
+    vkh2o_buffer* bpa = vt_upload_f32(pa, (size_t)P * WA);
+    vkh2o_buffer* bpb = vt_upload_f32(pb, (size_t)P * WB);
     vkh2o_buffer* bmass = vt_upload_f32(pmass, P);
-    vkh2o_kvcache_prefill kp = { .n = P, .ckv = bckv, .kpe = bkpe, .mass = bmass };
+    vkh2o_kvcache_prefill kp = { .n = P, .mass = bmass };
+    prefill_inputs(&kp, c, bpa, 0, bpb, 0);
     assert_int_equal(vkh2o_run_kvcache_prefill(c, &kp), VKH2O_OK);
-    ref_kvc_prefill(&ref, P, pckv, pkpe, pmass);
+    ref_kvc_prefill(&ref, P, pa, pb, pmass);
     snap s = { 0 };
     snap_read(c, &s);
     assert_true(same_tiers(&s, &ref));
     for (uint32_t i = 0; i < s.len; i++) {
         const ref_kvc_token* t = ref_kvc_find(&ref, s.pos[i]);
-        float x[4096];
-        memcpy(x, pckv + (size_t)s.pos[i] * KVL, KVL * 4);
-        memcpy(x + KVL, pkpe + (size_t)s.pos[i] * R, R * 4);
+        memcpy(x, pa + (size_t)s.pos[i] * WA, WA * 4);
+        memcpy(x + WA, pb + (size_t)s.pos[i] * WB, WB * 4);
         for (uint32_t e = 0; e < W; e++)
             assert_true(fabs(s.rows[(size_t)i * W + e] - t->row[e]) <= 2 * ref_kvc_bound(&rc, t->tier, x, e));
+        if (rc.f32 && t->tier == 0)   /* an f32 top tier holds the input exactly */
+            assert_memory_equal(s.rows + (size_t)i * W, x, 4ull * W);
     }
-    vkh2o_buffer_destroy(bckv);
-    vkh2o_buffer_destroy(bkpe);
+    vkh2o_buffer_destroy(bpa);
+    vkh2o_buffer_destroy(bpb);
     vkh2o_buffer_destroy(bmass);
 
     /* steps, the reference synced from the device before each */
-    float* q = malloc(sizeof(float) * H * W);
-    float* ckv = malloc(sizeof(float) * KVL);
-    float* kpe = malloc(sizeof(float) * R);
-    float* out = malloc(sizeof(float) * H * KVL);
-    double* rout = malloc(sizeof(double) * H * KVL);
-    float* routf = malloc(sizeof(float) * H * KVL);
-    vkh2o_buffer* bq = vt_buffer(sizeof(float) * H * W);
-    vkh2o_buffer* bc = vt_buffer(sizeof(float) * KVL);
-    vkh2o_buffer* bk = vt_buffer(sizeof(float) * R);
-    vkh2o_buffer* bo = vt_buffer(sizeof(float) * H * KVL);
+    float* q = malloc(sizeof(float) * H * QW);
+    float* ra = malloc(sizeof(float) * WA);
+    float* rb = malloc(sizeof(float) * WB);
+    float* out = malloc(sizeof(float) * H * OW);
+    double* rout = malloc(sizeof(double) * H * OW);
+    float* routf = malloc(sizeof(float) * H * OW);
+    vkh2o_buffer* bq = vt_buffer(sizeof(float) * H * QW);
+    vkh2o_buffer* ba = vt_buffer(sizeof(float) * WA);
+    vkh2o_buffer* bb = vt_buffer(sizeof(float) * WB);
+    vkh2o_buffer* bo = vt_buffer(sizeof(float) * H * OW);
     uint32_t near = 0, moved_rows = 0;
     double worst = 0.0;
     snap before = { 0 };
-    for (uint32_t st = 0; st < kc->steps; st++) {
-        vt_fill_normal(&rng, q, (size_t)H * W, 0.6f);
-        vt_fill_normal(&rng, ckv, KVL, 1.0f);
-        vt_fill_normal(&rng, kpe, R, 1.0f);
-        assert_int_equal(vkh2o_buffer_upload(bq, 0, q, 4ull * H * W), VKH2O_OK);
-        assert_int_equal(vkh2o_buffer_upload(bc, 0, ckv, 4ull * KVL), VKH2O_OK);
-        assert_int_equal(vkh2o_buffer_upload(bk, 0, kpe, 4ull * R), VKH2O_OK);
+    const uint32_t steps = kc->steps;
+    for (uint32_t st = 0; st < steps; st++) {
+        vt_fill_normal(&rng, q, (size_t)H * QW, 0.6f);
+        vt_fill_normal(&rng, ra, WA, 1.0f);
+        vt_fill_normal(&rng, rb, WB, 1.0f);
+        assert_int_equal(vkh2o_buffer_upload(bq, 0, q, 4ull * H * QW), VKH2O_OK);
+        assert_int_equal(vkh2o_buffer_upload(ba, 0, ra, 4ull * WA), VKH2O_OK);
+        assert_int_equal(vkh2o_buffer_upload(bb, 0, rb, 4ull * WB), VKH2O_OK);
         vt_poison(bo);
         snap_read(c, &before);
         sync_ref(&ref, &before, P + st);
-        vkh2o_kvcache_step ks = { .q = bq, .ckv = bc, .kpe = bk, .out = bo };
+        vkh2o_kvcache_step ks = { .q = bq, .out = bo };
+        step_inputs(&ks, c, ba, 0, bb, 0);
         assert_int_equal(vkh2o_run_kvcache_step(c, &ks), VKH2O_OK);
-        ref_kvc_step(&ref, q, ckv, kpe, rout);
-        vt_download_f32(bo, out, (size_t)H * KVL);
-        vt_check_guard(bo, sizeof(float) * H * KVL);
-        for (uint32_t i = 0; i < H * KVL; i++)
+        ref_kvc_step(&ref, q, ra, rb, rout);
+        vt_download_f32(bo, out, (size_t)H * OW);
+        vt_check_guard(bo, sizeof(float) * H * OW);
+        for (uint32_t i = 0; i < H * OW; i++)
             routf[i] = (float)rout[i];
-        double e = vt_nmse_f(out, routf, (size_t)H * KVL);
+        double e = vt_nmse_f(out, routf, (size_t)H * OW);
         worst = e > worst ? e : worst;
         assert_true(e < 1e-9);
         snap_read(c, &s);
@@ -302,10 +411,16 @@ static void run_case(const kcase* kc, uint64_t seed)
         assert_int_equal(stats.len, s.len);
         assert_true(s.len <= pl->kept_tokens);
         uint32_t by[4] = { 0 };
-        for (uint32_t i = 0; i < s.len; i++)
+        uint64_t bytes = 0;
+        for (uint32_t i = 0; i < s.len; i++) {
             by[s.tier[i]]++;
+            bytes += vkh2o_kvcache_token_bytes(vkh2o_kvcache_get_desc(c), (vkh2o_kv_tier)s.tier[i]);
+        }
         for (int k = 0; k < 4; k++)
             assert_int_equal(by[k], stats.by_tier[k]);
+        assert_int_equal(stats.bytes_used, bytes);
+        if (pl->by_bytes)
+            assert_true(stats.bytes_used + pl->token_bytes[0] <= pl->budget_bytes);
         if (!same_tiers(&s, &ref)) {
             /* allowed only where the reference decided between near-equal keys */
             assert_true(ref.gap < 1e-4);
@@ -316,15 +431,15 @@ static void run_case(const kcase* kc, uint64_t seed)
             const ref_kvc_token* t = ref_kvc_find(&ref, s.pos[i]);
             const float* dev = s.rows + (size_t)i * W;
             assert_true(fabs(s.score[i] - t->score) <= 1e-4 * (fabs(t->score) + 1e-3));
-            /* the token's row before the step (or the new token's fp16 row) */
+            /* the token's row before the step (or the new token's top-tier row) */
             const float* old = NULL;
             for (uint32_t j = 0; j < before.len; j++)
                 if (before.pos[j] == s.pos[i]) {
                     old = before.rows + (size_t)j * W;
                     if (before.tier[j] != s.tier[i]) {
                         moved_rows++;
-                        for (uint32_t x = 0; x < W; x++)
-                            assert_true(fabs(dev[x] - t->row[x]) <= ref_kvc_bound(&rc, s.tier[i], old, x));
+                        for (uint32_t y = 0; y < W; y++)
+                            assert_true(fabs(dev[y] - t->row[y]) <= ref_kvc_bound(&rc, s.tier[i], old, y));
                     } else {
                         assert_memory_equal(dev, old, W * 4);
                     }
@@ -334,27 +449,29 @@ static void run_case(const kcase* kc, uint64_t seed)
         }
     }
     printf("  worst output nmse %.2e, %u rows demoted and checked, %u near-tie steps\n", worst, moved_rows, near);
-    assert_true(near * 10 <= kc->steps);
+    assert_true(near * 10 <= steps);
     ref_kvc_free(&ref);
     snap_free(&s);
     snap_free(&before);
-    free(pckv);
-    free(pkpe);
+    free(pa);
+    free(pb);
     free(pmass);
+    free(x);
     free(q);
-    free(ckv);
-    free(kpe);
+    free(ra);
+    free(rb);
     free(out);
     free(rout);
     free(routf);
     vkh2o_buffer_destroy(bq);
-    vkh2o_buffer_destroy(bc);
-    vkh2o_buffer_destroy(bk);
+    vkh2o_buffer_destroy(ba);
+    vkh2o_buffer_destroy(bb);
     vkh2o_buffer_destroy(bo);
     vkh2o_kvcache_destroy(c);
     vt_check_validation();
 }
 
+#define FIRST_FULL 21
 #define H2O(mode) .policy = VKH2O_POLICY_H2O, .score_mode = (mode)
 static const kcase cases[] = {
     { "full fp16", 3, 30, 6, 60, 7, 40, { 0 } },
@@ -390,6 +507,43 @@ static const kcase cases[] = {
     { "int4 random", 3, 30, 6, 90, 9, 40,
       { .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_INT4, .policy = VKH2O_POLICY_RANDOM,
         .seed = 7 } },
+    /* f32 top tier, latent */
+    { "f32 top, tiered by bytes, decayed", 3, 30, 6, 100, 20, 60,
+      { .n_sink = 2, .n_recent = 4, .capacity_bytes = 3600, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0xf,
+        H2O(VKH2O_SCORE_DECAY), .storage = VKH2O_DTYPE_F32 } },
+    /* expanded: per head K = [k_nope | k_pe], V; heads 3 and 5, nope / rope / v 12 / 4 / 10 and 24 / 8 / 20 */
+#define EXP12 .layout = VKH2O_LAYOUT_EXPANDED, .qk_nope_head_dim = 12, .v_head_dim = 10
+#define EXP12V11 .layout = VKH2O_LAYOUT_EXPANDED, .qk_nope_head_dim = 12, .v_head_dim = 11   /* an odd row */
+#define EXP24 .layout = VKH2O_LAYOUT_EXPANDED, .qk_nope_head_dim = 24, .v_head_dim = 20
+    { "expanded full fp16, odd row", 3, 0, 4, 60, 7, 30, { EXP12V11 } },
+    { "expanded int8 h2o mean, 5 heads", 5, 0, 4, 90, 30, 40,
+      { EXP12, .n_sink = 3, .n_recent = 4, .capacity_tokens = 24, .precision = VKH2O_PRECISION_INT8, H2O(VKH2O_SCORE_MEAN) } },
+    { "expanded tiered sum, groups of 5 / - / 8", 3, 0, 8, 100, 20, 50,
+      { EXP24, .n_sink = 2, .n_recent = 4, .capacity_tokens = 30, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 2, 6, 5, 0 },
+        .group_size = { 0, 5, 0, 8 } } },
+    { "expanded tiered by bytes to int2, tova, 5 heads, odd row", 5, 0, 4, 100, 30, 50,
+      { EXP12V11, .n_sink = 3, .n_recent = 5, .capacity_bytes = 5000, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0xf,
+        H2O(VKH2O_SCORE_TOVA) } },
+    { "expanded f32 top, int4 decayed, bytes", 3, 0, 4, 90, 12, 50,
+      { EXP12, .n_sink = 1, .n_recent = 6, .capacity_bytes = 7000, .precision = VKH2O_PRECISION_INT4, H2O(VKH2O_SCORE_DECAY),
+        .decay = 0.8f, .storage = VKH2O_DTYPE_F32 } },
+    { "expanded int2 streaming, whole-row groups", 3, 0, 8, 90, 9, 30,
+      { EXP24, .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_INT2,
+        .policy = VKH2O_POLICY_STREAMING, .group_size = { 0, 0, 0, 156 } } },
+    /* the full run (cases from FIRST_FULL on): more of the grid */
+    { "expanded int4 random, 5 heads", 5, 0, 8, 90, 9, 40,
+      { EXP24, .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_INT4, .policy = VKH2O_POLICY_RANDOM,
+        .seed = 3 } },
+    { "expanded tiered sum, f32 top, 11 heads", 11, 0, 4, 70, 15, 40,
+      { EXP12, .n_sink = 3, .n_recent = 4, .capacity_tokens = 26, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 2, 5, 0, 0 },
+        .storage = VKH2O_DTYPE_F32 } },
+    { "expanded tiered by bytes, fp16 > int4, prefill over the budget", 3, 0, 8, 120, 80, 40,
+      { EXP24, .n_sink = 1, .n_recent = 3, .capacity_bytes = 6000, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0x5,
+        H2O(VKH2O_SCORE_MEAN) } },
+    { "expanded int8 h2o sum, f32 top, groups of 3", 5, 0, 4, 90, 20, 50,
+      { EXP12, .n_sink = 2, .n_recent = 5, .capacity_tokens = 20, .precision = VKH2O_PRECISION_INT8, .group_size = { 0, 3, 0, 0 },
+        .storage = VKH2O_DTYPE_F32 } },
+    { "f32 top, full cache", 3, 30, 6, 60, 7, 30, { .storage = VKH2O_DTYPE_F32 } },
 };
 
 static void test_steps(void** state)
@@ -397,7 +551,8 @@ static void test_steps(void** state)
     (void)state;
     uint64_t seed = vt_seed("kvcache steps");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        run_case(&cases[i], seed + i);
+        if (i < FIRST_FULL || vt_full())
+            run_case(&cases[i], seed + i);
 }
 
 /* one step recorded once and submitted n times against n steps recorded one by one */
@@ -407,7 +562,7 @@ static void test_record_once(void** state)
     vkh2o_context* ctx = vt_ctx();
     vt_rng rng;
     vt_rng_seed(&rng, vt_seed("kvcache record once"));
-    const uint32_t idx[] = { 0, 1, 3, 5, 7, 8, 9, 10, 11, 12 };
+    const uint32_t idx[] = { 0, 1, 3, 5, 7, 8, 9, 10, 11, 12, 14, 15, 16, 17, 18, 19, 20 };
     for (size_t ci = 0; ci < sizeof idx / sizeof idx[0]; ci++) {
         const kcase* kc = &cases[idx[ci]];
         vkh2o_kvcache_desc d = kc->d;
@@ -415,19 +570,22 @@ static void test_record_once(void** state)
         d.kv_lora_rank = kc->kvl;
         d.qk_rope_head_dim = kc->rope;
         d.max_tokens = kc->max_tokens;
-        const uint32_t H = kc->H, KVL = kc->kvl, W = KVL + kc->rope, N = 30;
         vkh2o_kvcache *a, *b;
         assert_int_equal(vkh2o_kvcache_create(ctx, &d, &a), VKH2O_OK);
         assert_int_equal(vkh2o_kvcache_create(ctx, &d, &b), VKH2O_OK);
-        float* q = malloc(4ull * H * W);
+        const ref_kvc_config rc = ref_config(a);
+        const uint32_t H = kc->H, W = ref_kvc_row(&rc), WA = ref_kvc_first(&rc), QW = ref_kvc_qw(&rc), OW = ref_kvc_ow(&rc);
+        const uint32_t N = 30;
+        float* q = malloc(4ull * H * QW);
         float* row = malloc(4ull * W);
-        vt_fill_normal(&rng, q, (size_t)H * W, 0.6f);
+        vt_fill_normal(&rng, q, (size_t)H * QW, 0.6f);
         vt_fill_normal(&rng, row, W, 1.0f);
-        vkh2o_buffer* bq = vt_upload_f32(q, (size_t)H * W);
+        vkh2o_buffer* bq = vt_upload_f32(q, (size_t)H * QW);
         vkh2o_buffer* br = vt_upload_f32(row, W);
-        vkh2o_buffer* oa = vt_buffer(4ull * H * KVL);
-        vkh2o_buffer* ob = vt_buffer(4ull * H * KVL);
-        vkh2o_kvcache_step sa = { .q = bq, .ckv = br, .kpe = br, .kpe_offset = 4ull * KVL, .out = oa };
+        vkh2o_buffer* oa = vt_buffer(4ull * H * OW);
+        vkh2o_buffer* ob = vt_buffer(4ull * H * OW);
+        vkh2o_kvcache_step sa = { .q = bq, .out = oa };
+        step_inputs(&sa, a, br, 0, br, 4ull * WA);
         vkh2o_kvcache_step sb = sa;
         sb.out = ob;
         /* a: one recording in the test's own command buffer, submitted N times */
@@ -463,11 +621,11 @@ static void test_record_once(void** state)
         assert_memory_equal(x.score, y.score, 4ull * x.len);
         assert_memory_equal(x.tier, y.tier, x.len);
         assert_memory_equal(x.rows, y.rows, 4ull * x.len * W);
-        float* fa = malloc(4ull * H * KVL);
-        float* fb = malloc(4ull * H * KVL);
-        vt_download_f32(oa, fa, (size_t)H * KVL);
-        vt_download_f32(ob, fb, (size_t)H * KVL);
-        assert_memory_equal(fa, fb, 4ull * H * KVL);
+        float* fa = malloc(4ull * H * OW);
+        float* fb = malloc(4ull * H * OW);
+        vt_download_f32(oa, fa, (size_t)H * OW);
+        vt_download_f32(ob, fb, (size_t)H * OW);
+        assert_memory_equal(fa, fb, 4ull * H * OW);
         vkh2o_kvcache_stats st;
         assert_int_equal(vkh2o_kvcache_read_stats(a, 0, &st), VKH2O_OK);
         assert_int_equal(st.position, N);
@@ -530,53 +688,64 @@ static void test_overflow(void** state)
 }
 
 /* A cache of three layers: steps and prefills of layers 0 and 2 leave layer 1 empty and give each
- * layer what a one-layer cache given the same inputs holds, bit for bit. */
-static void test_layers(void** state)
+ * layer what a one-layer cache given the same inputs holds, bit for bit. LATENT rows of 30 + 6, or
+ * EXPANDED 3 x (12 + 4 + 10) with an f32 top tier. */
+static void layers_case(bool expanded)
 {
-    (void)state;
     vkh2o_context* ctx = vt_ctx();
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("kvcache layers"));
+    vt_rng_seed(&rng, vt_seed(expanded ? "kvcache layers, expanded" : "kvcache layers"));
     vkh2o_kvcache_desc d = base_desc(3, 30, 6, 60);
     d.n_sink = 2;
     d.n_recent = 3;
     d.capacity_bytes = 1400;
     d.precision = VKH2O_PRECISION_TIERED;
+    if (expanded) {
+        d.layout = VKH2O_LAYOUT_EXPANDED;
+        d.qk_rope_head_dim = 4;
+        d.qk_nope_head_dim = 12;
+        d.v_head_dim = 10;
+        d.storage = VKH2O_DTYPE_F32;
+        d.capacity_bytes = 3000;
+    }
     vkh2o_kvcache *multi, *one[2];
     vkh2o_kvcache_desc dm = d;
     dm.num_layers = 3;
     assert_int_equal(vkh2o_kvcache_create(ctx, &dm, &multi), VKH2O_OK);
     for (int i = 0; i < 2; i++)
         assert_int_equal(vkh2o_kvcache_create(ctx, &d, &one[i]), VKH2O_OK);
-    const uint32_t W = 36, H = 3;
-    float rows[8 * 36], q[3 * 36];
-    vkh2o_buffer* bo = vt_buffer(4ull * H * 30);
-    vkh2o_buffer* bo2 = vt_buffer(4ull * H * 30);
+    const ref_kvc_config rc = ref_config(multi);
+    const uint32_t H = 3, W = ref_kvc_row(&rc), WA = ref_kvc_first(&rc), QW = ref_kvc_qw(&rc), OW = ref_kvc_ow(&rc);
+    float rows[8 * 78], q[3 * 36];
+    vkh2o_buffer* bo = vt_buffer(4ull * H * OW);
+    vkh2o_buffer* bo2 = vt_buffer(4ull * H * OW);
     for (int step = 0; step < 24; step++) {
         const uint32_t li = step % 2, layer = li ? 2 : 0;
-        vt_fill_normal(&rng, q, H * W, 0.7f);
+        vt_fill_normal(&rng, q, H * QW, 0.7f);
         vt_fill_normal(&rng, rows, 8 * W, 1.0f);
-        vkh2o_buffer* bq = vt_upload_f32(q, H * W);
+        vkh2o_buffer* bq = vt_upload_f32(q, H * QW);
         vkh2o_buffer* br = vt_upload_f32(rows, 8 * W);
         if (step < 2) {   /* a prefill of 8 tokens into each layer first */
             float mass[8];
             for (int i = 0; i < 8; i++) mass[i] = vt_uniform(&rng) * 3.0f;
             vkh2o_buffer* bm = vt_upload_f32(mass, 8);
-            vkh2o_kvcache_prefill p = { .layer = layer, .n = 8, .ckv = br, .kpe = br, .kpe_offset = 4ull * 8 * 30, .mass = bm };
+            vkh2o_kvcache_prefill p = { .layer = layer, .n = 8, .mass = bm };
+            prefill_inputs(&p, multi, br, 0, br, 4ull * 8 * WA);
             assert_int_equal(vkh2o_run_kvcache_prefill(multi, &p), VKH2O_OK);
             p.layer = 0;
             assert_int_equal(vkh2o_run_kvcache_prefill(one[li], &p), VKH2O_OK);
             vkh2o_buffer_destroy(bm);
         } else {
-            vkh2o_kvcache_step s = { .layer = layer, .q = bq, .ckv = br, .kpe = br, .kpe_offset = 4ull * 30, .out = bo };
+            vkh2o_kvcache_step s = { .layer = layer, .q = bq, .out = bo };
+            step_inputs(&s, multi, br, 0, br, 4ull * WA);
             assert_int_equal(vkh2o_run_kvcache_step(multi, &s), VKH2O_OK);
             s.layer = 0;
             s.out = bo2;
             assert_int_equal(vkh2o_run_kvcache_step(one[li], &s), VKH2O_OK);
             float a[90], b[90];
-            vt_download_f32(bo, a, 90);
-            vt_download_f32(bo2, b, 90);
-            assert_memory_equal(a, b, sizeof a);
+            vt_download_f32(bo, a, H * OW);
+            vt_download_f32(bo2, b, H * OW);
+            assert_memory_equal(a, b, 4ull * H * OW);
         }
         vkh2o_buffer_destroy(bq);
         vkh2o_buffer_destroy(br);
@@ -610,6 +779,13 @@ static void test_layers(void** state)
     vt_check_validation();
 }
 
+static void test_layers(void** state)
+{
+    (void)state;
+    layers_case(false);
+    layers_case(true);
+}
+
 /* Every host allocation and Vulkan create / allocate of a cache's life (create, prefill, steps,
  * statistics, snapshot, destroy) failed in turn: each call reports out of memory and hands back
  * nothing, or succeeds with the fault-free numbers; device memory returns to where it was; the
@@ -618,17 +794,31 @@ typedef struct fault_out {
     uint32_t len, pos[40];
     float score[40];
     float out[3 * 30];
+    uint32_t nout;           /* numbers of out written: heads x (LATENT kv_lora_rank, EXPANDED v_head_dim) */
 } fault_out;
 
-static vkh2o_result fault_run(vkh2o_context* ctx, fault_out* o)
+/* LATENT: 3 heads, rows of 30 + 6; EXPANDED (f32 top tier): 3 heads x (12 + 4 + 10) */
+static vkh2o_result fault_run(vkh2o_context* ctx, fault_out* o, bool expanded)
 {
     vkh2o_kvcache_desc d = base_desc(3, 30, 6, 40);
     d.n_sink = 1;
     d.n_recent = 2;
     d.capacity_bytes = 600;   /* 3 FP16 top tokens, room for one more, about 7 INT4: the 11 positions do not all fit */
     d.precision = VKH2O_PRECISION_TIERED;
-    float rows[6 * 36], q[3 * 36], mass[6];
-    for (int i = 0; i < 6 * 36; i++) rows[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+    /* the row's inputs: a [n][WA] from the front of one buffer, b [n][WB] from byte boff */
+    uint32_t WA = 30, WB = 6;
+    uint64_t boff = 4 * 150;
+    if (expanded) {
+        d.layout = VKH2O_LAYOUT_EXPANDED;
+        d.qk_rope_head_dim = 4;
+        d.qk_nope_head_dim = 12;
+        d.v_head_dim = 10;
+        d.storage = VKH2O_DTYPE_F32;
+        d.capacity_bytes = 1870;   /* 3 f32 top tokens (320 bytes each), room for one more, 7 INT4 (84) */
+        WA = 48, WB = 30, boff = 4 * 240;
+    }
+    float rows[6 * 78], q[3 * 36], mass[6];
+    for (int i = 0; i < 6 * 78; i++) rows[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
     for (int i = 0; i < 3 * 36; i++) q[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
     for (int i = 0; i < 6; i++) mass[i] = 1.0f + (float)((i * 3) % 5);
     vkh2o_kvcache* c = NULL;
@@ -641,13 +831,18 @@ static vkh2o_result fault_run(vkh2o_context* ctx, fault_out* o)
     if (r == VKH2O_OK) r = vkh2o_buffer_upload(br, 0, rows, sizeof rows);
     if (r == VKH2O_OK) r = vkh2o_buffer_upload(bq, 0, q, sizeof q);
     if (r == VKH2O_OK) r = vkh2o_buffer_upload(bm, 0, mass, sizeof mass);
-    /* c_kv rows of 30 from the front of the buffer, k_pe rows of 6 from its tail */
-    if (r == VKH2O_OK)
-        r = vkh2o_run_kvcache_prefill(c, &(vkh2o_kvcache_prefill){ .n = 5, .ckv = br, .kpe = br, .kpe_offset = 4 * 150, .mass = bm });
-    for (int i = 0; r == VKH2O_OK && i < 6; i++)
-        r = vkh2o_run_kvcache_step(c, &(vkh2o_kvcache_step){ .q = bq, .ckv = br, .ckv_offset = 4ull * 30 * (i % 5), .kpe = br,
-                                                            .kpe_offset = 4 * 180, .out = bo });
-    if (r == VKH2O_OK) r = vkh2o_buffer_download(bo, 0, o->out, sizeof o->out);
+    if (r == VKH2O_OK) {
+        vkh2o_kvcache_prefill p = { .n = 5, .mass = bm };
+        prefill_inputs(&p, c, br, 0, br, boff);
+        r = vkh2o_run_kvcache_prefill(c, &p);
+    }
+    for (int i = 0; r == VKH2O_OK && i < 6; i++) {
+        vkh2o_kvcache_step s = { .q = bq, .out = bo };
+        step_inputs(&s, c, br, 4ull * WA * (i % 5), br, boff + 4ull * WB * (i % 3));
+        r = vkh2o_run_kvcache_step(c, &s);
+    }
+    o->nout = expanded ? 3 * 10 : 3 * 30;
+    if (r == VKH2O_OK) r = vkh2o_buffer_download(bo, 0, o->out, 4ull * o->nout);
     vkh2o_kvcache_snapshot sn = { .positions = o->pos, .scores = o->score };
     if (r == VKH2O_OK) r = vkh2o_kvcache_read_snapshot(c, 0, &sn);
     o->len = sn.len;
@@ -662,20 +857,21 @@ static vkh2o_result fault_run(vkh2o_context* ctx, fault_out* o)
 static void fault_same(const fault_out* a, const fault_out* b, uint64_t n)
 {
     if (a->len != b->len || memcmp(a->pos, b->pos, 4 * a->len) || memcmp(a->score, b->score, 4 * a->len) ||
-        memcmp(a->out, b->out, sizeof a->out))
+        a->nout != b->nout || memcmp(a->out, b->out, 4ull * a->nout))
         fail_msg("point %llu: a result differs from the fault-free run", (unsigned long long)n);
 }
 
-static void test_faults(void** state)
+static void fault_sweep(bool expanded)
 {
-    (void)state;
-    vt_ctx();
     vkh2o_context* ctx = vt_ctx_new(0);
     const vkh2o_memory_stats mem0 = vkh2o_context_get_memory_stats(ctx);
     fault_out want, got;
     memset(&want, 0, sizeof want);
+    /* once unarmed first: what the context keeps between runs (without push descriptors, the
+     * descriptor arena's pools) then exists for the counted run as for every later one */
+    assert_int_equal(fault_run(ctx, &want, expanded), VKH2O_OK);
     vkh2o_fault_arm(ctx, VKH2O_FAULT_ALL, 0);
-    assert_int_equal(fault_run(ctx, &want), VKH2O_OK);
+    assert_int_equal(fault_run(ctx, &want, expanded), VKH2O_OK);
     const uint64_t total = vkh2o_fault_points(ctx, VKH2O_FAULT_ALL);
     assert_true(want.len > 0 && want.len < 11);
     uint32_t failed = 0, succeeded = 0;
@@ -683,7 +879,7 @@ static void test_faults(void** state)
         vkh2o_kernels_destroy(ctx);
         vkh2o_fault_arm(ctx, VKH2O_FAULT_ALL, n);
         memset(&got, 0, sizeof got);
-        vkh2o_result r = fault_run(ctx, &got);
+        vkh2o_result r = fault_run(ctx, &got, expanded);
         if (!vkh2o_fault_fired(ctx))
             fail_msg("point %llu of %llu did not fire", (unsigned long long)n, (unsigned long long)total);
         if (r == VKH2O_OK) {
@@ -701,13 +897,130 @@ static void test_faults(void** state)
                      (unsigned long long)m.device_bytes, (unsigned long long)mem0.device_bytes);
         vkh2o_fault_arm(ctx, VKH2O_FAULT_ALL, 0);
         memset(&got, 0, sizeof got);
-        assert_int_equal(fault_run(ctx, &got), VKH2O_OK);
+        assert_int_equal(fault_run(ctx, &got, expanded), VKH2O_OK);
         fault_same(&want, &got, n);
     }
-    printf("kvcache fault sweep: %llu points, %u failed with out of memory, %u succeeded anyway\n", (unsigned long long)total,
-           failed, succeeded);
+    printf("kvcache fault sweep (%s): %llu points, %u failed with out of memory, %u succeeded anyway\n",
+           expanded ? "expanded, f32 top tier" : "latent", (unsigned long long)total, failed, succeeded);
     assert_int_equal(failed + succeeded, total);
     vkh2o_context_destroy(ctx);
+}
+
+static void test_faults(void** state)
+{
+    (void)state;
+    vt_ctx();
+    fault_sweep(false);
+    if (vt_full())   /* the same create / record / read paths with the expanded kernels' spec constants */
+        fault_sweep(true);
+}
+
+/* An MLA layer's decode (vkh2o_cmd_mla_decode) and prefill (vkh2o_cmd_mla_prefill) against an
+ * expanded kvcache and against a latent one with the same policy: the same layer output up to
+ * rounding, and the same tokens kept. The latent path absorbs the query through W_uk and applies
+ * W_uv after attention; the expanded one attends over k_nope = kv_b_proj . c_kv and V per head:
+ * with f32 top-tier rows the two differ only by the f32 order of the products (nmse <= 1e-9,
+ * observed ~1e-13); with fp16 rows each rounds a different row (c_kv vs K, V: nmse <= 1e-5,
+ * observed ~1e-7). The layer: Kimi's config cut to 3 heads, nope 16, rope 8, v 12, kv_lora 24. */
+typedef struct layer_pair_case {
+    const char* name;
+    vkh2o_dtype storage;
+    uint32_t capacity, n_sink, n_recent;
+    double bound;
+} layer_pair_case;
+
+static void layer_pair(const layer_pair_case* lc, uint64_t seed)
+{
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, seed);
+    vkh2o_mla_config cfg = vt_small_mla_config(200, 20, 24);
+    ref_mla_weights w;
+    assert_int_equal(ref_mla_random_weights(&cfg, VKH2O_DTYPE_BF16, vt_u64(&rng), &w), 0);
+    vkh2o_error err = { 0 };
+    vkh2o_mla_host_weights* hw;
+    if (vkh2o_mla_host_weights_wrap(&cfg, w.views, &hw, &err) != VKH2O_OK)
+        fail_msg("wrap: %s", err.message);
+    vkh2o_mla_layer* layer;
+    assert_int_equal(vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = 32, .max_decode_tokens = 4 },
+                                            &layer),
+                     VKH2O_OK);
+    vkh2o_kvcache* c[2];   /* latent, expanded */
+    for (int i = 0; i < 2; i++) {
+        vkh2o_kvcache_desc d = { .max_tokens = 32, .storage = lc->storage, .capacity_tokens = lc->capacity, .n_sink = lc->n_sink,
+                                 .n_recent = lc->n_recent };
+        vkh2o_kvcache_desc_from_mla(&cfg, &d);
+        d.layout = i ? VKH2O_LAYOUT_EXPANDED : VKH2O_LAYOUT_LATENT;
+        assert_int_equal(vkh2o_kvcache_create(ctx, &d, &c[i]), VKH2O_OK);
+    }
+    const uint32_t P = 13, hid = cfg.hidden_size;
+    const uint32_t chunks[] = { 1, 3, 1, 2, 4 };
+    float* hidden = malloc(4ull * P * hid);
+    float* out[2] = { malloc(4ull * P * hid), malloc(4ull * P * hid) };
+    vt_fill_normal(&rng, hidden, (size_t)P * hid, 1.0f);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(vkh2o_run_mla_prefill(layer, c[i], 0, hidden, P, out[i]), VKH2O_OK);
+    assert_memory_equal(out[0], out[1], 4ull * P * hid);   /* the forward does not depend on the cache */
+    uint32_t pos = P;
+    double worst = 0.0;
+    for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+        const uint32_t n = chunks[k];
+        vt_fill_normal(&rng, hidden, (size_t)n * hid, 1.0f);
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(vkh2o_run_mla_decode(layer, c[i], 0, hidden, n, pos, out[i]), VKH2O_OK);
+        vt_assert_finite("expanded decode", out[1], (size_t)n * hid);
+        const double e = vt_nmse_f(out[1], out[0], (size_t)n * hid);
+        worst = e > worst ? e : worst;
+        if (!(e <= lc->bound))
+            fail_msg("%s, tokens %u..%u: expanded vs latent output nmse %.3g above %.3g", lc->name, pos, pos + n - 1, e, lc->bound);
+        pos += n;
+        /* the same tokens held */
+        snap x = { 0 }, y = { 0 };
+        snap_read(c[0], &x);
+        snap_read(c[1], &y);
+        assert_int_equal(x.len, y.len);
+        assert_memory_equal(x.pos, y.pos, 4ull * x.len);
+        for (uint32_t j = 0; j < x.len; j++)
+            assert_true(fabsf(x.score[j] - y.score[j]) <= 1e-3f * (fabsf(x.score[j]) + 1e-3f));
+        snap_free(&x);
+        snap_free(&y);
+    }
+    vkh2o_kvcache_stats st;
+    assert_int_equal(vkh2o_kvcache_read_stats(c[1], 0, &st), VKH2O_OK);
+    assert_int_equal(st.position, pos);
+    printf("%s: layer output, expanded vs latent kvcache: worst nmse %.2e over %u decode tokens, %u held, %u evicted\n", lc->name,
+           worst, pos - P, st.len, st.evicted);
+    /* a cache of another shape is refused with both shapes named */
+    vkh2o_kvcache_desc bad = { .max_tokens = 32, .layout = VKH2O_LAYOUT_EXPANDED };
+    vkh2o_kvcache_desc_from_mla(&cfg, &bad);
+    bad.v_head_dim = 10;
+    vkh2o_kvcache* cb;
+    assert_int_equal(vkh2o_kvcache_create(ctx, &bad, &cb), VKH2O_OK);
+    assert_int_equal(vkh2o_run_mla_decode(layer, cb, 0, hidden, 1, 0, out[1]), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(vkh2o_last_error(ctx), "v_head_dim 10"));
+    vkh2o_kvcache_destroy(cb);
+    for (int i = 0; i < 2; i++) {
+        vkh2o_kvcache_destroy(c[i]);
+        free(out[i]);
+    }
+    free(hidden);
+    vkh2o_mla_layer_destroy(layer);
+    vkh2o_mla_host_weights_destroy(hw);
+    ref_mla_weights_free(&w);
+    vt_check_validation();
+}
+
+static void test_layer_expanded(void** state)
+{
+    (void)state;
+    static const layer_pair_case lcs[] = {
+        { "full cache, f32 rows", VKH2O_DTYPE_F32, 0, 0, 0, 1e-9 },
+        { "h2o, 14 tokens, f32 rows", VKH2O_DTYPE_F32, 14, 2, 3, 1e-9 },
+        { "full cache, fp16 rows", VKH2O_DTYPE_F16, 0, 0, 0, 1e-5 },
+    };
+    uint64_t seed = vt_seed("kvcache layer expanded");
+    for (size_t i = 0; i < sizeof lcs / sizeof lcs[0]; i++)
+        layer_pair(&lcs[i], seed + i);
 }
 
 int main(void)
@@ -718,6 +1031,7 @@ int main(void)
         cmocka_unit_test(test_steps),
         cmocka_unit_test(test_record_once),
         cmocka_unit_test(test_layers),
+        cmocka_unit_test(test_layer_expanded),
         cmocka_unit_test(test_faults),
     };
     return cmocka_run_group_tests(tests, NULL, vt_group_teardown);

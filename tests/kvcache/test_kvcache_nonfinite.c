@@ -8,7 +8,8 @@
  *     unique, sinks and recents at the top tier); a poisoned cache recovers (the NaN-scored middle
  *     tokens leave first);
  *   - check_finite: the count, the first position and what was non-finite, for steps (q, c_kv,
- *     k_pe, the scores) and prefills (rows, mass), per layer; off: nothing counted.
+ *     k_pe, the scores) and prefills (rows, mass), per layer; off: nothing counted; on the
+ *     EXPANDED layout (f16 and f32 rows) each input read to its last number and not past it.
  * Shapes are no multiple of the workgroup. */
 #include "vkh2o_test.h"
 #include "ref_h2o.h"
@@ -472,12 +473,100 @@ static void test_check_finite(void** state)
     vt_check_validation();
 }
 
+/* check_finite on the EXPANDED layout (f16 and f32 rows): a step reads q over H x (nope + rope),
+ * k over H x (nope + rope) and v over H x v_head_dim (the last number of each counts, a NaN just
+ * past each does not); a prefill reads each token's k and v rows at their own strides */
+static void test_check_finite_expanded(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("kvcache check_finite expanded"));
+    enum { H = 3, NOPE = 10, R = 6, SV = 7, DK = NOPE + R, QW = H * DK, KW = H * DK, VW = H * SV, P = 5 };
+    for (int f32 = 0; f32 < 2; f32++) {
+        vkh2o_kvcache_desc d = { .num_heads = H, .kv_lora_rank = 30, .qk_rope_head_dim = R, .qk_nope_head_dim = NOPE,
+                                 .v_head_dim = SV, .max_tokens = 32, .num_layers = 1, .scale = 0.25f,
+                                 .layout = VKH2O_LAYOUT_EXPANDED, .storage = f32 ? VKH2O_DTYPE_F32 : VKH2O_DTYPE_F16,
+                                 .check_finite = true };
+        vkh2o_kvcache* c;
+        assert_int_equal(vkh2o_kvcache_create(ctx, &d, &c), VKH2O_OK);
+        float q[QW + 1], k[KW + 1], v[VW + 1];
+        vkh2o_buffer* bq = vt_buffer(sizeof q);
+        vkh2o_buffer* bk = vt_buffer(sizeof k);
+        vkh2o_buffer* bv = vt_buffer(sizeof v);
+        vkh2o_kvcache_stats st;
+        /* 0: finite inputs, a NaN one past each; 1: q's last number; 2: k's; 3: v's */
+        for (int where = 0; where < 4; where++) {
+            assert_int_equal(vkh2o_run_kvcache_reset(c), VKH2O_OK);
+            vt_fill_normal(&rng, q, QW, 0.5f);
+            vt_fill_normal(&rng, k, KW, 1.0f);
+            vt_fill_normal(&rng, v, VW, 1.0f);
+            q[QW] = k[KW] = v[VW] = NAN;
+            if (where == 1)
+                q[QW - 1] = NAN;
+            if (where == 2)
+                k[KW - 1] = INFINITY;
+            if (where == 3)
+                v[VW - 1] = NAN;
+            assert_int_equal(vkh2o_buffer_upload(bq, 0, q, sizeof q), VKH2O_OK);
+            assert_int_equal(vkh2o_buffer_upload(bk, 0, k, sizeof k), VKH2O_OK);
+            assert_int_equal(vkh2o_buffer_upload(bv, 0, v, sizeof v), VKH2O_OK);
+            vkh2o_kvcache_step ks = { .layer = 0, .q = bq, .k = bk, .v = bv };
+            assert_int_equal(vkh2o_run_kvcache_step(c, &ks), VKH2O_OK);
+            assert_int_equal(vkh2o_kvcache_read_stats(c, 0, &st), VKH2O_OK);
+            printf("check_finite, expanded %s, step with %s: %u counted (what 0x%x)\n", f32 ? "f32" : "f16",
+                   (const char*[]){ "a NaN past each input", "q NaN", "k Inf", "v NaN" }[where], st.nonfinite,
+                   st.nonfinite_what);
+            if (where == 0) {
+                assert_int_equal(st.nonfinite, 0);
+                assert_int_equal(st.nonfinite_what, 0);
+                continue;
+            }
+            assert_int_equal(st.nonfinite, 1);
+            assert_int_equal(st.nonfinite_position, 0);
+            /* a non-finite q or k makes the head's logit, hence its weight, non-finite; v does not */
+            if (where == 1)
+                assert_int_equal(st.nonfinite_what, VKH2O_NONFINITE_Q | VKH2O_NONFINITE_SCORE);
+            if (where == 2)
+                assert_int_equal(st.nonfinite_what, VKH2O_NONFINITE_CKV | VKH2O_NONFINITE_SCORE);
+            if (where == 3)
+                assert_int_equal(st.nonfinite_what, VKH2O_NONFINITE_KPE);
+        }
+        /* prefills: token 2's last k number and token 3's last v number; then token 3's v alone */
+        float pk[P * KW], pv[P * VW];
+        for (int both = 1; both >= 0; both--) {
+            assert_int_equal(vkh2o_run_kvcache_reset(c), VKH2O_OK);
+            vt_fill_normal(&rng, pk, P * KW, 1.0f);
+            vt_fill_normal(&rng, pv, P * VW, 1.0f);
+            if (both)
+                pk[2 * KW + KW - 1] = -INFINITY;
+            pv[3 * VW + VW - 1] = NAN;
+            vkh2o_buffer* bpk = vt_upload_f32(pk, P * KW);
+            vkh2o_buffer* bpv = vt_upload_f32(pv, P * VW);
+            vkh2o_kvcache_prefill pf = { .layer = 0, .n = P, .k = bpk, .v = bpv };
+            assert_int_equal(vkh2o_run_kvcache_prefill(c, &pf), VKH2O_OK);
+            assert_int_equal(vkh2o_kvcache_read_stats(c, 0, &st), VKH2O_OK);
+            assert_int_equal(st.nonfinite, both ? 2 : 1);
+            assert_int_equal(st.nonfinite_position, both ? 2 : 3);
+            assert_int_equal(st.nonfinite_what, both ? VKH2O_NONFINITE_CKV : VKH2O_NONFINITE_KPE);
+            vkh2o_buffer_destroy(bpk);
+            vkh2o_buffer_destroy(bpv);
+        }
+        vkh2o_buffer_destroy(bq);
+        vkh2o_buffer_destroy(bk);
+        vkh2o_buffer_destroy(bv);
+        vkh2o_kvcache_destroy(c);
+    }
+    vt_check_validation();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_order),
         cmocka_unit_test(test_order_and_invariants),
         cmocka_unit_test(test_check_finite),
+        cmocka_unit_test(test_check_finite_expanded),
     };
     return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
 }

@@ -78,7 +78,7 @@ typedef struct run_out {
 /* prefill 6 tokens, decode 4 (argmax fed back) under a 16-token INT4 H2O cache */
 static void run(vkh2o_model* m, bool check, run_out* o)
 {
-    vkh2o_model_cache_desc d = { .kv_cache = true, .max_tokens = 64 };
+    vkh2o_model_cache_desc d = { .max_tokens = 64 };
     d.kv.capacity_tokens = 8;
     d.kv.n_sink = 1;
     d.kv.n_recent = 2;

@@ -120,8 +120,8 @@ static void run_layer(const vkh2o_mla_config* cfg, vkh2o_dtype dt, uint32_t S, u
     assert_int_equal(vkh2o_mla_layer_get_kv_rows(f.layer, VKH2O_LAYOUT_EXPANDED, &ek, &ev), VKH2O_OK);
     assert_int_equal(vkh2o_mla_layer_get_kv_rows(f.layer, VKH2O_LAYOUT_LATENT, &lc, &lp), VKH2O_OK);
     assert_int_equal(vkh2o_mla_layer_get_kv_rows(f.layer, VKH2O_LAYOUT_DEFAULT, &dk, &dvb), VKH2O_OK);
-    assert_ptr_equal(dk, ek);
-    assert_ptr_equal(dvb, ev);
+    assert_ptr_equal(dk, lc);   /* DEFAULT is LATENT, the cache's default */
+    assert_ptr_equal(dvb, lp);
     assert_int_equal(vkh2o_mla_layer_get_kv_rows(f.layer, (vkh2o_kv_layout)7, &dk, &dvb), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_mla_layer_get_kv_rows(NULL, VKH2O_LAYOUT_LATENT, &dk, &dvb), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_mla_layer_get_kv_rows(f.layer, VKH2O_LAYOUT_LATENT, NULL, &dvb), VKH2O_ERROR_INVALID_ARGUMENT);

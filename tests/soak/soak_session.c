@@ -122,7 +122,7 @@ static void log_quiet(vkh2o_log_level level, const char* msg, void* user)
 
 static vkh2o_model_cache_desc session_desc(const soak_opts* o, uint32_t max_tokens)
 {
-    vkh2o_model_cache_desc d = { .kv_cache = true, .max_tokens = max_tokens };
+    vkh2o_model_cache_desc d = { .max_tokens = max_tokens };
     d.kv.capacity_tokens = o->cap;
     d.kv.n_sink = o->sink;
     d.kv.n_recent = o->recent;

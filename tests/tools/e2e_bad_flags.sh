@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every bad flag of every tool refused (issue 12, item 4), table-driven: for each flag of
-# vkh2o-demo, -validate, -quant, -bench, -info, -mkshard and -eval, the bad values its kind admits
+# vkh2o-demo, -validate, -quant, -bench, -info, -conformance, -mkshard and -eval, the bad values its kind admits
 # (missing, non-numeric, negative, zero, huge, out of range, repeated; bad choices; non-existent,
 # unreadable, directory and special-file inputs; outputs that cannot be written, name an input
 # or another output; budgets larger than the sequence; sequence lengths 0 and 1; flags that do
@@ -172,6 +172,9 @@ case_ vkh2o-demo --device "${D[@]}" --device 9
 num vkh2o-demo --seed 0 max "${D[@]}"
 num vkh2o-demo --runs 1 1000 --weights "$W"
 choice vkh2o-demo --layout latent "${D[@]}"
+choice vkh2o-demo --kv int4 "${D[@]}"
+case_ vkh2o-demo --kv "${D[@]}" --kv tiered                       # tiers by score need a byte budget: not a demo flag
+case_ vkh2o-demo --kv "${D[@]}" --seq-len 8 --prefill 4 --check --kv int8   # --check's decode reference is fp16
 input vkh2o-demo --weights 1 --runs 1
 input vkh2o-demo --config 0 "${D[@]}"
 input vkh2o-demo --input 0 "${D[@]}"
@@ -197,15 +200,21 @@ case_ vkh2o-validate --budget --steps 10 --budget 11 --out-csv "$OUT/ok.csv"    
 for f in --n-sink --n-recent; do num vkh2o-validate $f 0 16777216 "${V[@]}"; done
 num vkh2o-validate --layers 1 4096 "${V[@]}"
 num vkh2o-validate --heads 1 512 "${V[@]}"
-for f in --qk-dim --v-dim; do num vkh2o-validate $f 1 4096 "${V[@]}"; done
+num vkh2o-validate --qk-dim 2 4096 "${V[@]}"
 num vkh2o-validate --kv-lora 1 8192 "${V[@]}"
+num vkh2o-validate --v-dim 1 4096 "${V[@]}" --layout expanded
+case_ vkh2o-validate --v-dim "${V[@]}" --v-dim 64                             # the latent row has no V
+case_ vkh2o-validate --kv-lora "${V[@]}" --layout expanded --kv-lora 64      # the expanded row has no c_kv
 num vkh2o-validate --seed 0 4294967295 "${V[@]}"
 num vkh2o-validate --device 0 63 "${V[@]}"
 num vkh2o-validate --context 1 1073741824 --memory
-num vkh2o-validate --steps-per-dispatch 1 50 "${V[@]}"
-choice vkh2o-validate --layout latent "${V[@]}"
+num vkh2o-validate --batch 1 1000 "${V[@]}"
+case_ vkh2o-validate --batch "${V[@]}" --batch 8 --check                        # --check runs every step
+case_ vkh2o-validate --batch "${V[@]}" --batch 8 --out-csv "$OUT/ok.csv"         # so does --out-csv
 choice vkh2o-validate --policy h2o "${V[@]}"
 choice vkh2o-validate --score-mode mean "${V[@]}"
+choice vkh2o-validate --kv int4 "${V[@]}"
+choice vkh2o-validate --layout expanded "${V[@]}"
 choice vkh2o-validate --storage fp32 "${V[@]}"
 choice vkh2o-validate --model kimi --memory
 case_ vkh2o-validate --budgets --memory --budgets 64,x
@@ -216,40 +225,53 @@ for f in --check --quiet --memory --no-output --validation; do case_ vkh2o-valid
 common vkh2o-validate "${V[@]}"
 
 # ---- vkh2o-quant ----
-Q=(--tokens 256 --heads 4 --quiet)
-num vkh2o-quant --tokens 1 1048576 --heads 4 --quiet
-case_ vkh2o-quant --tokens --heads 4 --quiet --tokens 1          # one token: no block to route
-for f in --block --group; do num vkh2o-quant $f 0 1048576 "${Q[@]}"; done
-case_ vkh2o-quant --block "${Q[@]}" --block 1
-case_ vkh2o-quant --group "${Q[@]}" --group 1
+Q=(--tokens 400 --heads 4 --quiet)
+QW=(--weights "$W" --seq-len 64 --decode 2 --quiet)
+QB=(--bench --bench-tokens 64 --quiet)
+num vkh2o-quant --tokens 2 65536 --heads 4 --quiet
+case_ vkh2o-quant --tokens --heads 4 --quiet --tokens 40          # no middle token past 16 sinks + 32 recents
+num vkh2o-quant --decode 1 4096 "${Q[@]}"
+num vkh2o-quant --heads 1 1024 --tokens 400 --quiet
+num vkh2o-quant --sinks 0 65536 "${Q[@]}"
+num vkh2o-quant --recents 0 65536 "${Q[@]}"
+case_ vkh2o-quant --sinks "${Q[@]}" --sinks 400                   # sinks past the tokens
 num vkh2o-quant --seed 0 4294967295 "${Q[@]}"
 num vkh2o-quant --device 0 63 "${Q[@]}"
-num vkh2o-quant --bench-tokens 64 1048576 "${Q[@]}"
-num vkh2o-quant --reps 1 1000 "${Q[@]}"
-num vkh2o-quant --layer 0 100000 "${Q[@]}"
-num vkh2o-quant --seq-len 2 1048576 "${Q[@]}"
-num vkh2o-quant --decode 1 4096 "${Q[@]}"
-num vkh2o-quant --route-every 0 4096 "${Q[@]}"
-num vkh2o-quant --heads 1 1024 --tokens 256 --quiet
-for v in "" abc -0.5 1.5 nan inf 1e999; do case_ vkh2o-quant --budget "${Q[@]}" --budget "$v"; done
-case_ vkh2o-quant --budget "${Q[@]}" --budget
-case_ vkh2o-quant --budget "${Q[@]}" --budget 0.5 --budget 0.5
-choice vkh2o-quant --layout latent "${Q[@]}"
-choice vkh2o-quant --bench-read texel "${Q[@]}"
-choice vkh2o-quant --bench-policies balanced "${Q[@]}"
-case_ vkh2o-quant --bench-policies "${Q[@]}" --bench-policies balanced,nope
-input vkh2o-quant --weights 1 "${Q[@]}"
-input vkh2o-quant --config 0 "${Q[@]}" --weights "$W"
-output vkh2o-quant --csv "$W" --json "${Q[@]}" --weights "$W" --seq-len 32 --decode 2
-output vkh2o-quant --json "$W" --csv "${Q[@]}" --weights "$W" --seq-len 32 --decode 2
-case_ vkh2o-quant --weights "${Q[@]}" --weights "$W" --bench
-choice vkh2o-quant --score-mode tova "${Q[@]}" --weights "$W"
-case_ vkh2o-quant --score-mode "${Q[@]}" --score-mode mean            # a mode without --weights' decode steps
-for v in "" abc 0 1 -0.5 1.5 nan inf; do case_ vkh2o-quant --decay "${Q[@]}" --weights "$W" --score-mode decay --decay "$v"; done
-case_ vkh2o-quant --decay "${Q[@]}" --weights "$W" --score-mode decay --decay
-case_ vkh2o-quant --decay "${Q[@]}" --weights "$W" --score-mode decay --decay 0.5 --decay 0.5
-case_ vkh2o-quant --decay "${Q[@]}" --weights "$W" --score-mode tova --decay 0.5   # not the decay mode
-for f in --bench --profile --quiet; do case_ vkh2o-quant $f "${Q[@]}" $f $f; done
+num vkh2o-quant --bench-tokens 64 65536 "${QB[@]}"
+num vkh2o-quant --reps 1 1000 "${QB[@]}"
+num vkh2o-quant --layer 0 100000 "${QW[@]}"
+num vkh2o-quant --seq-len 2 65536 "${QW[@]}"
+num vkh2o-quant --passes 1 100000 "${Q[@]}"
+for v in "" abc 0 1025 int3=8 int4=0 int4= int4=8,int4=8 600; do case_ vkh2o-quant --group "${Q[@]}" --group "$v"; done
+case_ vkh2o-quant --group "${Q[@]}" --group
+for v in "" abc 0 101 nan 50,50 1; do case_ vkh2o-quant --byte-budgets "${Q[@]}" --byte-budgets "$v"; done
+case_ vkh2o-quant --byte-budgets "${Q[@]}" --byte-budgets
+choice vkh2o-quant --score-mode tova "${Q[@]}"
+for v in "" abc 0 1 -0.5 1.5 nan inf; do case_ vkh2o-quant --decay "${Q[@]}" --score-mode decay --decay "$v"; done
+case_ vkh2o-quant --decay "${Q[@]}" --score-mode decay --decay
+case_ vkh2o-quant --decay "${Q[@]}" --score-mode decay --decay 0.5 --decay 0.5
+case_ vkh2o-quant --decay "${Q[@]}" --score-mode tova --decay 0.5   # not the decay mode
+choice vkh2o-quant --bench-configs int4 "${QB[@]}"
+case_ vkh2o-quant --bench-configs "${QB[@]}" --bench-configs int4,int4
+case_ vkh2o-quant --bench-configs "${QB[@]}" --bench-configs ""
+# retired with the quantised cache: refused with the reason
+for f in --block --budget --route-every --layout --bench-read --bench-policies --profile; do case_ vkh2o-quant $f "${Q[@]}" $f 1; done
+# flags that do not apply to the run
+case_ vkh2o-quant --seq-len "${Q[@]}" --seq-len 64
+case_ vkh2o-quant --layer "${Q[@]}" --layer 1
+case_ vkh2o-quant --heads "${QW[@]}" --heads 4
+case_ vkh2o-quant --reps "${Q[@]}" --reps 3
+case_ vkh2o-quant --bench-tokens "${Q[@]}" --bench-tokens 128
+case_ vkh2o-quant --decode "${QB[@]}" --decode 4
+case_ vkh2o-quant --kivi "${QB[@]}" --kivi
+case_ vkh2o-quant --passes "${QB[@]}" --passes 3
+case_ vkh2o-quant --csv "${QB[@]}" --csv "$OUT/b.csv"
+case_ vkh2o-quant --weights --weights "$W" --bench
+input vkh2o-quant --weights 1 --quiet
+input vkh2o-quant --config 0 "${QW[@]}"
+output vkh2o-quant --csv "$W" --json "${QW[@]}"
+output vkh2o-quant --json "$W" --csv "${QW[@]}"
+for f in --bench --kivi --quiet; do case_ vkh2o-quant $f "${Q[@]}" $f $f; done
 common vkh2o-quant "${Q[@]}"
 
 # ---- vkh2o-bench ----
@@ -257,8 +279,8 @@ num vkh2o-bench --device 0 63 --quick
 case_ vkh2o-bench --device --quick --device 9
 num vkh2o-bench --seq-len 1 65536 --quick
 num vkh2o-bench --runs 1 1000 --quick
-num vkh2o-bench --topk 1 67108864 --quick
-for f in --json --quick --read --decode --policy-cost --scaling; do case_ vkh2o-bench $f --quick $f $f; done
+case_ vkh2o-bench --topk --quick --topk 5000                          # retired with the old cache's top-k kernel
+for f in --json --quick --read --decode --policy-cost --kv-decode --scaling; do case_ vkh2o-bench $f --quick $f $f; done
 num vkh2o-bench --cache-len 16 1048576 --quick --decode
 num vkh2o-bench --scaling-max 1 1048576 --quick --scaling
 case_ vkh2o-bench --cache-len --quick --cache-len 64                 # without --decode / --policy-cost
@@ -272,6 +294,23 @@ num vkh2o-info --device 0 63
 case_ vkh2o-info --device --device 9
 for f in --validation --shaders; do case_ vkh2o-info $f $f $f; done
 common vkh2o-info
+
+# ---- vkh2o-conformance (every case is refused before a device is opened, except --device 9,
+# refused once the loader has listed the devices) ----
+C=(-o core.probe.cpu.fma.n1_i1 --shapes cpu)
+num vkh2o-conformance --device 0 63 "${C[@]}"
+case_ vkh2o-conformance --device "${C[@]}" --device 9
+num vkh2o-conformance --seed 0 max "${C[@]}"
+choice vkh2o-conformance --mode test "${C[@]}"
+choice vkh2o-conformance --shapes cpu -o core.probe.cpu.fma.n1_i1
+case_ vkh2o-conformance -o --shapes cpu -o
+case_ vkh2o-conformance -o --shapes cpu -o ""
+case_ vkh2o-conformance -o --shapes cpu -o no.such.op
+case_ vkh2o-conformance -o --shapes cpu -o 'core.probe,*nothing*'
+output vkh2o-conformance --json "" --csv "${C[@]}"
+output vkh2o-conformance --csv "" --json "${C[@]}"
+for f in --list --quiet; do case_ vkh2o-conformance $f "${C[@]}" $f $f; done
+common vkh2o-conformance "${C[@]}"
 
 # ---- vkh2o-mkshard ----
 M=(--out "$OUT/m.safetensors" --quiet)
@@ -299,7 +338,7 @@ num vkh2o-eval --stream-trials 1 100000 "${E[@]}" --passkey --stream
 num vkh2o-eval --recall-windows 1 100000 "${E[@]}" --recall
 num vkh2o-eval --seed 0 max "${E[@]}"
 for f in --n-sink --n-recent; do num vkh2o-eval $f 0 1048576 "${E[@]}" --policy h2o --budget 8; done
-num vkh2o-eval --route-every 1 1048576 "${E[@]}" --kv-quant balanced
+case_ vkh2o-eval --route-every "${E[@]}" --kv-quant balanced --route-every 16   # retired with the block cache
 num vkh2o-eval --obs-window 1 4096 "${E[@]}" --passkey --policy snapkv --budget 8
 num vkh2o-eval --pool-size 1 255 "${E[@]}" --passkey --policy snapkv --budget 8
 case_ vkh2o-eval --pool-size "${E[@]}" --passkey --policy snapkv --budget 8 --pool-size 8   # even
@@ -320,6 +359,7 @@ case_ vkh2o-eval --decay "${E[@]}" --policy h2o-decay --budget 8 --decay 0.5 --d
 choice vkh2o-eval --policy h2o "${E[@]}" --budget 8
 choice vkh2o-eval --kv-quant balanced "${E[@]}"
 case_ vkh2o-eval --kv-quant "${E[@]}" --policy h2o --budget 8 --kv-quant balanced
+case_ vkh2o-eval --kv-quant "${E[@]}" --ctx 29 --kv-quant aggressive     # 4 sinks + 16 recents + 10 middle tokens need 30
 choice vkh2o-eval --pool max "${E[@]}" --passkey --policy snapkv --budget 8
 # the one KV cache: --kv PREC, --bytes F% (of the FP16 cache's bytes), --tiers A,B,C,D, --byte-sweep
 choice vkh2o-eval --kv int4 "${E[@]}"
@@ -345,8 +385,7 @@ case_ vkh2o-eval --depths "${E[@]}" --passkey --depths 0.5 --depths 0.5
 # --bench a flag applies when some row reads it), a mode's flag without the mode
 case_ vkh2o-eval --decay "${E[@]}" --policy h2o --budget 8 --decay 0.5
 case_ vkh2o-eval --route-every "${E[@]}" --route-every 4
-case_ vkh2o-eval --route-every "${E[@]}" --policy h2o --budget 8 --route-every 4
-case_ vkh2o-eval --route-every "${E[@]}" --bench --route-every 4
+case_ vkh2o-eval --bytes "${E[@]}" --policy h2o-pyramid --kv int4 --bytes 25%     # a schedule of tokens
 for f in "--obs-window 8" "--pool avg" "--pool-size 9"; do
     case_ vkh2o-eval "${f% *}" "${E[@]}" --policy h2o --budget 8 $f
     case_ vkh2o-eval "${f% *}" "${E[@]}" $f
@@ -378,7 +417,7 @@ for f in --passkey --stream --sweep --byte-sweep --recall --bench --quiet; do ca
 common vkh2o-eval "${E[@]}"
 
 total=0
-for t in vkh2o-demo vkh2o-validate vkh2o-quant vkh2o-bench vkh2o-info vkh2o-mkshard vkh2o-eval; do
+for t in vkh2o-demo vkh2o-validate vkh2o-quant vkh2o-bench vkh2o-info vkh2o-conformance vkh2o-mkshard vkh2o-eval; do
     echo "e2e_bad_flags: $t: ${COUNT[$t]:-0} cases refused correctly${SKIP[$t]:+, ${SKIP[$t]} skipped (no unprivileged user)}"
     total=$((total + ${COUNT[$t]:-0}))
 done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # vkh2o-bench --quick: runs, prints well-formed JSON whose rows all name matmul or forward,
-# --read adds the bandwidth rows, --topk the top-k rows, --decode / --policy-cost / --scaling give
-# their JSON rows (refused and skipped ones with reasons) and a plot, and a bad flag exits 2.
+# --read adds the bandwidth rows, --decode / --policy-cost / --kv-decode / --scaling give their
+# JSON rows on the one KV cache (refused and skipped ones with reasons; bytes by stage beside the
+# minimum) and a plot, the retired --topk is refused, and a bad flag exits 2.
 set -euo pipefail
 # (exit 77: ctest's SKIP_RETURN_CODE, so that a check that cannot run is reported as skipped)
 command -v python3 > /dev/null || { echo "SKIP: e2e_bench reads the JSON with python3, which is not installed"; exit 77; }
@@ -34,16 +35,14 @@ grep '"median_ms":' "$tmp/out.json" | grep -q -E ':[[:space:]]*0,' && fail "a me
 grep -q "read .*storage buffer.*GB/s" "$tmp/out.txt" || fail "no storage read row"
 grep -q "read .*texel buffer.*GB/s" "$tmp/out.txt" || fail "no texel read row"
 
-# --topk: the standalone top-k rows, both read forms, kept sets checked (exit 0 only then)
-"$bench" --quick --runs 2 --topk 5000 > "$tmp/topk.txt" || fail "vkh2o-bench --topk exited $?"
-grep -q "topk 5000 scores, k=156, storage reads, kept set checked" "$tmp/topk.txt" || fail "no storage top-k row"
-grep -q "topk 5000 scores, k=156, \[texel view\], kept set checked.*the storage form" "$tmp/topk.txt" || fail "no texel top-k row"
+# --topk (the old H2O cache's top-k kernel) is retired: the one cache's prefill selection is timed
+# by --scaling ("scaling-prefill")
+if "$bench" --quick --topk 5000 > "$tmp/topk.txt" 2>&1; then fail "--topk accepted"; fi
 
-# --decode, --policy-cost, --scaling (--quick): well-formed JSON with every group's rows, each row
+# --decode, --policy-cost, --kv-decode, --scaling (--quick): well-formed JSON with every group's rows, each row
 # "ok" with a positive median or "refused" / "skipped" with a reason and a null median; the plot
-# is an SVG. Timings are not checked. On a CPU device the 64K-token decode cache is refused
-# (llvmpipe's loop limit), so a refused row must be there.
-"$bench" --quick --runs 1 --decode --policy-cost --cache-len 65536 --scaling --scaling-max 64 --json \
+# is an SVG. Timings are not checked.
+"$bench" --quick --runs 1 --decode --policy-cost --kv-decode --cache-len 256 --scaling --scaling-max 64 --json \
     --plot "$tmp/scaling.svg" > "$tmp/modes.json" 2> "$tmp/modes.err" || { cat "$tmp/modes.err" >&2; fail "vkh2o-bench modes exited $?"; }
 cpu=0
 grep -q '"device":[[:space:]]*"llvmpipe' "$tmp/modes.json" && cpu=1
@@ -70,7 +69,7 @@ for r in rows:
             bad("%s row without a reason or with a median: %s" % (st, r["name"]))
     else:
         bad("unknown status %r: %s" % (st, r["name"]))
-for g in ("decode", "policy", "scaling-forward", "scaling-decode", "scaling-h2o", "scaling-topk"):
+for g in ("decode", "policy", "kv-decode", "scaling-forward", "scaling-decode", "scaling-h2o", "scaling-prefill"):
     if g not in groups:
         bad("no %s rows" % g)
 dec = [r for r in groups["decode"] if r["status"] == "ok"]
@@ -81,29 +80,55 @@ for r in dec:
         continue
     if not (r.get("bytes", 0) > 0 and r.get("read_fraction", 0) > 0):
         bad("decode row without bytes / read_fraction: %s" % r["name"])
+    if not (0 < r.get("bytes_min", 0) <= r["bytes"] and "minimum" in r.get("stages", "")):
+        bad("decode row without its stages and minimum (%r of %r): %s" % (r.get("bytes_min"), r["bytes"], r["name"]))
 pol = [r.get("param") for r in groups["policy"] if r["status"] == "ok"]
 for p in ("none", "h2o sum", "h2o mean", "h2o decay", "tova", "streaming", "random"):
     if p not in pol:
         bad("no policy row %s" % p)
-for r in groups["policy"]:   # timed by timestamps: the step's stages, each a part of the step
-    if r["status"] == "ok" and r["timing"] == "gpu-timestamps":
-        a, s = r.get("attention_ms"), r.get("score_select_compact_ms")
-        if not (isinstance(a, (int, float)) and isinstance(s, (int, float)) and a > 0 and s > 0
-                and a + s <= r["median_ms"] * 1.01):
-            bad("policy row without its stages (attention %r, score + select + compact %r of %r ms): %s"
-                % (a, s, r["median_ms"], r["name"]))
+for r in groups["policy"]:   # every policy row beside the full cache: the difference's share of the step
+    if r["status"] == "ok" and r.get("param") != "none":
+        s = r.get("policy_share")
+        if not (isinstance(s, (int, float)) and s < 1):
+            bad("policy row without its share against the full cache (%r): %s" % (s, r["name"]))
+    if "attention_ms" in r or "select_compact_share" in r:
+        bad("the old cache's stage fields in a policy row: %s" % r["name"])
+kvd = groups["kv-decode"]
+if any(r["status"] == "ok" for r in kvd):
+    got = sorted(r.get("param") for r in kvd if r["status"] == "ok")
+    if got != sorted(["fp16", "int8", "int4", "int2", "tiered fp16>int8>int4"]):
+        bad("kv-decode rows: %s" % got)
+    for r in kvd:
+        if not (r["ratio_vs_fp16"] > 0 and 0 < r["bytes_min"] <= r["bytes"]) or "ratio_vs_h2o_cache" in r:
+            bad("kv-decode row without ratio_vs_fp16 / bytes: %s" % r["name"])
+        if r["param"] == "fp16" and abs(r["ratio_vs_fp16"] - 1) > 1e-9:
+            bad("the fp16 row's ratio is not 1: %s" % r["ratio_vs_fp16"])
+    q = {r["param"]: r["bytes_min"] for r in kvd}   # fewer bytes at each lower precision
+    if not q["fp16"] > q["int8"] > q["int4"] > q["int2"]:
+        bad("kv-decode minimum bytes not falling with the precision: %s" % q)
 sizes = {(r["group"], r["size"], r.get("layers", 0)): r["status"] for g in groups.values() for r in g if g[0]["group"].startswith("scaling")}
 want = {("scaling-forward", 16, 1): "ok", ("scaling-forward", 64, 1): "ok", ("scaling-decode", 64, 1): "ok",
         ("scaling-decode", 256, 1): "skipped", ("scaling-decode", 131072, 1): "skipped",
-        ("scaling-h2o", 16, 4): "ok", ("scaling-h2o", 64, 1): "ok", ("scaling-topk", 64, 4): "ok"}
+        ("scaling-h2o", 16, 4): "ok", ("scaling-h2o", 64, 1): "ok", ("scaling-prefill", 64, 4): "ok"}
 for k, v in want.items():
     if sizes.get(k) != v:
         bad("row %s: %s, expected %s" % (k, sizes.get(k), v))
-if cpu and not any(r["status"] == "refused" for r in groups["decode"] + groups["policy"]):
-    bad("no refused row for the 64K-token cache on a CPU device")
 print("modes: %d rows, groups %s" % (len(rows), sorted(groups)))
 PY
 head -c 200 "$tmp/scaling.svg" | grep -q '<svg' || fail "--plot wrote no SVG"
+
+# a length the device refuses is a refused row with the library's reason (on a CPU device the
+# 64K-token cache is above llvmpipe's loop limit of the step), exit 0
+if grep -q '"device":[[:space:]]*"llvmpipe' "$tmp/modes.json"; then
+    "$bench" --quick --runs 1 --kv-decode --cache-len 65536 --json > "$tmp/refused.json" || fail "--kv-decode 65536 exited $?"
+    python3 - "$tmp/refused.json" <<'PY' || fail "the refused row"
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1])) if r.get("group") == "kv-decode"]
+if not (len(rows) == 1 and rows[0]["status"] == "refused" and "loop limit" in rows[0]["reason"] and rows[0]["median_ms"] is None):
+    print("FAIL: %s" % rows, file=sys.stderr)
+    sys.exit(1)
+PY
+fi
 
 set +e
 "$bench" --frobnicate > "$tmp/bad.out" 2> "$tmp/bad.err"; rc=$?

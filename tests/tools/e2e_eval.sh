@@ -3,8 +3,9 @@
 # tools/train/train_tiny_mla.py): it loads; full-cache perplexity on a held-out slice equals the
 # PyTorch forward's (reference.json, written by the training tool from its own forward) within
 # 1e-4 relative; h2o with a budget larger than the context matches the full cache; a recurring
-# passage costs the model clearly fewer bits the second time (--recall: it copies); every policy
-# and quantisation policy of the sweep gives a finite perplexity and writes CSV / JSON / SVG; the
+# passage costs the model clearly fewer bits the second time (--recall: it copies); the
+# quantisation ladders (--kv-quant) on the one cache keep their fractions of the tokens and bytes;
+# every policy and ladder of the sweep gives a finite perplexity and writes CSV / JSON / SVG; the
 # passkey harness finds planted keys with the full cache on a short context; --budget F% keeps
 # the whole cache within F % of the context; bad flags (a policy's flag without the policy, a
 # budget that cannot fit, --ctx beyond the model's positions) exit 2 with a message and write
@@ -55,6 +56,23 @@ kvt=$(json_get "$TMP/kvt.json" "d[0]['bits_per_byte']")
     || fail "--kv tiered at 25% gives $kvt bits/byte, the full cache $got"
 echo "one KV cache (ctx 128): full $kvf, tiered at 25 % of the bytes $kvt bits/byte"
 
+# ---- the quantisation ladders on the one cache (ctx 128: 108 middle tokens): balanced keeps every
+# token in 25 / 50 / 25 % FP16 / INT8 / INT4 pools (its bytes: the pools' slots x the bytes per token
+# of the 80-number rows, FP16 168, INT8 96, INT4 56 with positions and scores, per layer x 2
+# layers); aggressive keeps 4 + 16 + 86 tokens; both cost the model under 1 % ----
+"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --kv-quant balanced --json "$TMP/qb.json" --quiet > /dev/null
+"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --kv-quant aggressive --json "$TMP/qa.json" --quiet > /dev/null
+json_get "$TMP/qb.json" "d[0]['kv_quant'] == 'kv-balanced' and d[0]['cache_tokens'] == 128 and d[0]['cache_bytes'] == 2 * ((20 + 1 + 27) * 168 + 54 * 96 + 27 * 56)" \
+    | grep -qx True || fail "--kv-quant balanced: $(cat "$TMP/qb.json")"
+json_get "$TMP/qa.json" "d[0]['kv_quant'] == 'kv-aggressive' and d[0]['cache_tokens'] == 106" \
+    | grep -qx True || fail "--kv-quant aggressive: $(cat "$TMP/qa.json")"
+for f in qb qa; do
+    q=$(json_get "$TMP/$f.json" "d[0]['bits_per_byte']")
+    "$PY" -c "import sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if w <= g * 1.001 and g <= 1.01 * w else 1)" "$q" "$got" \
+        || fail "--kv-quant ($f) gives $q bits/byte, the full cache $got"
+done
+echo "quantisation ladders (ctx 128): balanced $(json_get "$TMP/qb.json" "d[0]['bits_per_byte']"), aggressive $(json_get "$TMP/qa.json" "d[0]['bits_per_byte']") bits/byte"
+
 # ---- the recurring passage: the full cache and h2o above the context agree; the recurrence of a
 # passage costs the committed model clearly fewer bits than its first occurrence (it copies) ----
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 256 --windows 1 --recall --recall-windows 4 --json "$TMP/rf.json" --quiet > /dev/null
@@ -83,10 +101,10 @@ json_get "$TMP/pct.json" "d[0]['cache_tokens'] == 4 and (d[0]['n_sink'], d[0]['b
 extra=()
 [ "${VKH2O_TEST_FULL:-0}" = 1 ] && extra=(--passkey --trials 1 --depths 0.5 --recall --recall-windows 1)
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 1 --sweep "${extra[@]}" \
-    --obs-window 32 --route-every 16 --decay 0.9 \
+    --obs-window 32 --decay 0.9 \
     --csv "$TMP/s.csv" --json "$TMP/s.json" --plot "$TMP/s.svg" --quiet > "$TMP/s.txt"
 rows=$(json_get "$TMP/s.json" "len(d)")
-[ "$rows" = 31 ] || fail "sweep has $rows rows, expected 31 (full + 8 policies x 3 budgets + 6 quantisation policies)"
+[ "$rows" = 31 ] || fail "sweep has $rows rows, expected 31 (full + 8 policies x 3 budgets + 6 quantisation ladders)"
 json_get "$TMP/s.json" "all(r['ppl'] is not None and r['ppl'] == r['ppl'] and 1 < r['ppl'] < 256 for r in d if r['policy'] != 'snapkv')" \
     | grep -qx True || fail "a sweep row has no finite perplexity"
 if [ ${#extra[@]} -gt 0 ]; then
@@ -154,7 +172,10 @@ bad "--ctx 4097 is above the model's max_position_embeddings 4096" --weights "$M
 bad "--budget 25%: 25% of --ctx 16 is 4 tokens, fewer than --n-sink 4 + --n-recent 16 + one heavy hitter (21 tokens" \
     --weights "$MODEL" --text "$HELD" --ctx 16 --policy h2o --budget 25%
 bad "--decay does not apply to --policy h2o" --weights "$MODEL" --text "$HELD" --policy h2o --budget 8 --decay 0.5
-bad "--route-every does not apply without --kv-quant" --weights "$MODEL" --text "$HELD" --route-every 4
+bad "--route-every was retired with the quantised block cache" --weights "$MODEL" --text "$HELD" --route-every 4
+bad "--kv-quant aggressive needs --ctx of at least --n-sink 4 + --n-recent 16 + 10 middle tokens (30); --ctx is 29" \
+    --weights "$MODEL" --text "$HELD" --kv-quant aggressive --ctx 29
+bad "--bytes does not apply to --policy h2o-pyramid" --weights "$MODEL" --text "$HELD" --policy h2o-pyramid --kv int4 --bytes 25%
 bad "--pool-size does not apply to --policy tova" --weights "$MODEL" --text "$HELD" --policy tova --budget 8 --pool-size 9
 bad "--n-sink does not apply to --policy full" --weights "$MODEL" --text "$HELD" --n-sink 2
 bad "it takes no --kv-quant" --weights "$MODEL" --text "$HELD" --bench --kv-quant balanced

@@ -43,8 +43,8 @@ PRELOAD=()
 args_of() {
     case $1 in
         demo) echo "--weights $TMP/tiny.safetensors --runs 1 --seq-len 16 --budget 4 --n-sink 2 --n-recent 4 --quiet" ;;
-        quant) echo "--tokens 64 --heads 2 --quiet" ;;
-        validate) echo "--steps 24 --budget 4 --n-sink 2 --n-recent 4 --layers 2 --heads 2 --qk-dim 16 --v-dim 8 --kv-lora 16 --quiet" ;;
+        quant) echo "--tokens 64 --heads 2 --decode 4 --sinks 4 --recents 8 --byte-budgets 50 --quiet" ;;
+        validate) echo "--steps 24 --budget 4 --n-sink 2 --n-recent 4 --layers 2 --heads 2 --qk-dim 16 --kv-lora 16 --quiet" ;;
     esac
 }
 

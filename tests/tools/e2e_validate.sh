@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# vkh2o-validate end to end: the seed's 1000-step configuration reproduces the document's figures
-# exactly (progress lines at steps 100/150/950, max_cache=84 expected_cap=84 over_cap=0, 3664
-# eviction events, four PASS lines, exit 0); --check passes for both layouts and all three
-# policies (and the mean score mode) on short runs; the CSV has one row per step; the memory
-# table has the seed's Kimi figures; the top-k benchmark checks its result; bad flags and bad
-# budgets exit with 2 and a message.
+# vkh2o-validate end to end, on the one cache (vkh2o_kvcache): the seed's 1000-step configuration
+# reproduces the document's figures exactly (progress lines at steps 100/150/950, max_cache=84
+# expected_cap=84 over_cap=0, 3664 eviction events, four PASS lines, exit 0); --check passes for
+# the three policies, the four score modes, the four quantised precisions, the expanded layout and
+# f32 rows on short runs;
+# batches of 7 steps end where single steps do; the CSV has one row per step; the memory table
+# has the seed's Kimi figures and the one cache's bytes per token; bad flags, another layout's
+# flags, gone flags and bad budgets exit with 2 and a message.
 set -euo pipefail
 BUILD="${1:-${VKH2O_BUILD_DIR:-build}}"
 TOOL="$BUILD/vkh2o-validate"
@@ -15,7 +17,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 has() { grep -qF -- "$2" "$1" || fail "'$2' not in $(basename "$1")"; }
 
 # ---- the seed configuration ----
-"$TOOL" --steps 1000 --budget 64 --n-sink 4 --n-recent 16 --layers 4 --heads 4 --qk-dim 192 --v-dim 128 \
+"$TOOL" --steps 1000 --budget 64 --n-sink 4 --n-recent 16 --layers 4 --heads 4 --qk-dim 192 \
     --out-csv "$TMP/seed.csv" | tee "$TMP/seed.txt"
 has "$TMP/seed.txt" "[B1] running 1000 simulated generation steps..."
 has "$TMP/seed.txt" "  [step     0/1000] max=    1  avg=1.0   events=0"
@@ -34,34 +36,44 @@ grep -q '^100,84,84,84,84,68,4,' "$TMP/seed.csv" || fail "CSV row of step 100"
 grep -q '^83,84,84,84,84,0,0,' "$TMP/seed.csv" || fail "CSV row of step 83"
 grep -q '^999,84,84,84,84,3664,4,' "$TMP/seed.csv" || fail "CSV row of step 999"
 
-# ---- --check: both layouts, all policies (short runs, small cap) ----
-for layout in expanded latent; do
-    for policy in h2o streaming random; do
-        "$TOOL" --steps 70 --budget 24 --n-sink 2 --n-recent 8 --layers 2 --heads 2 --qk-dim 96 --v-dim 64 --kv-lora 128 \
-            --layout "$layout" --policy "$policy" --seed 11 --check --quiet > "$TMP/c.txt" || { cat "$TMP/c.txt"; fail "--check $layout $policy"; }
-        has "$TMP/c.txt" "[B1] PASS: --check: 70 steps x 2 layers match the CPU simulation"
-        has "$TMP/c.txt" "[B1] PASS: 72 eviction events"
-        echo "check $layout $policy: ok"
-    done
+# ---- --check: all policies, every score mode and precision, both layouts (short runs, small cap) ----
+for policy in h2o streaming random; do
+    "$TOOL" --steps 70 --budget 24 --n-sink 2 --n-recent 8 --layers 2 --heads 2 --qk-dim 96 --kv-lora 128 \
+        --policy "$policy" --seed 11 --check --quiet > "$TMP/c.txt" || { cat "$TMP/c.txt"; fail "--check $policy"; }
+    has "$TMP/c.txt" "[B1] PASS: --check: 70 steps x 2 layers match the CPU reference"
+    has "$TMP/c.txt" "[B1] PASS: 72 eviction events"
+    echo "check $policy: ok"
 done
-"$TOOL" --steps 60 --budget 16 --n-sink 2 --n-recent 4 --layers 1 --heads 3 --qk-dim 72 --v-dim 40 --score-mode mean \
-    --storage fp32 --check --quiet > "$TMP/m.txt" || { cat "$TMP/m.txt"; fail "--check mean fp32"; }
-has "$TMP/m.txt" "PASS: --check"
-for mode in decay tova; do   # decayed scores and TOVA, both layouts
-    for layout in expanded latent; do
-        "$TOOL" --steps 80 --budget 12 --n-sink 2 --n-recent 4 --layers 2 --heads 3 --qk-dim 72 --v-dim 40 --kv-lora 48 \
-            --layout $layout --score-mode $mode --check --quiet > "$TMP/m.txt" || { cat "$TMP/m.txt"; fail "--check $mode $layout"; }
-        has "$TMP/m.txt" "PASS: --check"
-    done
+for mk in "mean int8" "decay int4" "tova tiered" "sum int2"; do   # score modes x precisions (odd shapes)
+    set -- $mk
+    "$TOOL" --steps 60 --budget 16 --n-sink 2 --n-recent 4 --layers 2 --heads 3 --qk-dim 72 --kv-lora 48 \
+        --score-mode $1 --kv $2 --check --quiet > "$TMP/m.txt" || { cat "$TMP/m.txt"; fail "--check $1 $2"; }
+    has "$TMP/m.txt" "PASS: --check: 60 steps x 2 layers"
+    grep -qE 'demotions=[1-9]' "$TMP/m.txt" || fail "--kv $2: no demotion counted"
+    echo "check $1 $2: ok"
 done
+for ls in "latent fp32" "expanded fp16" "expanded fp32"; do   # the expanded layout and f32 top-tier rows
+    set -- $ls
+    "$TOOL" --steps 50 --budget 12 --n-sink 2 --n-recent 4 --layers 2 --heads 3 --qk-dim 72 --layout $1 --storage $2 \
+        --kv int4 --policy random --check --quiet > "$TMP/l.txt" || { cat "$TMP/l.txt"; fail "--check $1 $2"; }
+    has "$TMP/l.txt" "layout=$1"
+    has "$TMP/l.txt" "storage=$2"
+    has "$TMP/l.txt" "PASS: --check: 50 steps x 2 layers"
+    echo "check $1 $2: ok"
+done
+# batches: the same run in batches of 7 steps reaches the same end
+"$TOOL" --steps 100 --budget 16 --n-sink 2 --n-recent 4 --layers 2 --batch 7 --quiet > "$TMP/b.txt" || { cat "$TMP/b.txt"; fail "--batch 7"; }
+has "$TMP/b.txt" "7 steps per batch"
+has "$TMP/b.txt" "[B1] PASS: 156 eviction events"
 
 # ---- memory table (Kimi, 32K context) ----
 "$TOOL" --memory | tee "$TMP/mem.txt"
 has "$TMP/mem.txt" "Full cache at 32768 context"
-has "$TMP/mem.txt" "81.87 GB"
-has "$TMP/mem.txt" "0.21 GB"
-has "$TMP/mem.txt" "10.28 GB"
-has "$TMP/mem.txt" "2.303 GB"
+has "$TMP/mem.txt" "81.889 GB"     # the seed's ~82 GB: expanded fp16, 61 x 32768 x 40968 B
+has "$TMP/mem.txt" "0.210 GB"      # the seed's ~0.2 GB at budget 64
+has "$TMP/mem.txt" "10.286 GB"
+has "$TMP/mem.txt" "|      2.319 GB |      1.184 GB |      0.609 GB |      0.449 GB |"   # latent 1160 / 592 / 304 / 224 B
+has "$TMP/mem.txt" "latent fp32 2312 B, latent fp16 1160 B, latent int8 592 B, latent int4 304 B, latent int2 224 B, expanded fp16 40968 B, expanded fp32 81928 B"
 
 # ---- bad flags ----
 set +e
@@ -74,6 +86,18 @@ set +e
 set -e
 [ $rc = 2 ] || fail "--budget 0: exit $rc"
 has "$TMP/e" "budget is 0"
+for f in "--v-dim 64" "--layout expanded --kv-lora 64" "--steps-per-dispatch 4"; do   # another layout's flag; gone
+    set +e
+    "$TOOL" $f > "$TMP/o" 2> "$TMP/e"; rc=$?
+    set -e
+    [ $rc = 2 ] || fail "$f: exit $rc"
+    [ "$(wc -l < "$TMP/e")" = 1 ] || fail "$f: not one line on stderr"
+done
+set +e
+"$TOOL" --check --batch 8 > "$TMP/o" 2> "$TMP/e"; rc=$?
+set -e
+[ $rc = 2 ] || fail "--check --batch 8: exit $rc"
+has "$TMP/e" "--batch 8"
 set +e
 "$TOOL" --frobnicate > "$TMP/o" 2> "$TMP/e"; rc=$?
 set -e

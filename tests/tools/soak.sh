@@ -9,8 +9,9 @@
 #    host RSS grown by at most RSS_SLACK_KIB (default 4096: glibc and lavapipe grow it in one-time
 #    steps, +1000 KiB by 150k steps and no more by 200k; a per-step leak of 5+ bytes exceeds it
 #    by a million steps).
-# 2. vkh2o-quant --weights on a small synthetic layer: D decode steps per run with re-routing
-#    every 16 tokens, the whole table measured P times; every run of passes 3.. must end with the
+# 2. vkh2o-quant --weights on a small synthetic layer: D decode steps per run on each
+#    configuration of the one KV cache (demoting or evicting at every step once its pools or
+#    bytes are full), the whole table measured P times; every run of passes 3.. must end with the
 #    device memory of its pass-2 run, nothing may be left after teardown, RSS as above.
 # 3. soak_session (tests/soak/soak_session.c) on the committed model (models/tiny-mla): a model
 #    session generating S tokens under a 64-token H2O kvcache at INT4 (validation off, the full
@@ -57,7 +58,7 @@ echo "validate soak: $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
 "$BUILD/vkh2o-mkshard" --out "$TMP/small.safetensors" --preset small --seed 5 > /dev/null
 VKH2O_VALIDATION=1 "$BUILD/vkh2o-quant" --weights "$TMP/small.safetensors" --seq-len 96 --decode "$DECODE" \
-    --route-every 16 --seed 3 --passes "$PASSES" --quiet > "$TMP/q.txt" 2> "$TMP/q.err" ||
+    --sinks 4 --recents 8 --byte-budgets 50,25 --seed 3 --passes "$PASSES" --quiet > "$TMP/q.txt" 2> "$TMP/q.err" ||
     { cat "$TMP/q.txt" "$TMP/q.err"; fail "vkh2o-quant --decode $DECODE --passes $PASSES"; }
 [ ! -s "$TMP/q.err" ] || { cat "$TMP/q.err"; fail "quant: stderr not empty (validation messages go there)"; }
 grep -E "^memory: $PASSES passes of [0-9]+ decode runs x $DECODE steps; .*: 0$" "$TMP/q.txt" ||

@@ -1,6 +1,7 @@
 /* End-to-end tests of vkh2o-demo on small synthetic shards made by vkh2o-mkshard: the report's
- * invariants, CSV / JSON / safetensors / SVG outputs, sharded checkpoints, --input and
- * --normed-input, and every bad-input case with its message and exit code. */
+ * invariants (the kept set read back from the one KV cache equals the CPU selection as a set),
+ * CSV / JSON / safetensors / SVG outputs, both layouts, --kv precisions, sharded checkpoints,
+ * --input and --normed-input, and every bad-input case with its message and exit code. */
 #include "vkh2o_test.h"
 #include "ref_mla.h"
 
@@ -89,8 +90,10 @@ static double jnum(const cJSON* o, const char* a, const char* b)
     return x->valuedouble;
 }
 
-/* Runs the demo over one shard and checks the report's invariants. */
-static void check_run(const char* weights, uint32_t S, uint32_t sink, uint32_t budget, uint32_t recent, const char* layout)
+/* Runs the demo over one shard and checks the report's invariants; kv: the precision of the
+ * middle tokens (--kv). */
+static void check_run_kv(const char* weights, uint32_t S, uint32_t sink, uint32_t budget, uint32_t recent, const char* layout,
+                         const char* kv)
 {
     char s_s[16], s_b[16], s_k[16], s_r[16];
     snprintf(s_s, sizeof s_s, "%u", S);
@@ -98,8 +101,9 @@ static void check_run(const char* weights, uint32_t S, uint32_t sink, uint32_t b
     snprintf(s_k, sizeof s_k, "%u", sink);
     snprintf(s_r, sizeof s_r, "%u", recent);
     const char* args[] = { "--weights", weights, "--seq-len", s_s, "--budget", s_b, "--n-sink", s_k, "--n-recent", s_r,
-                           "--layout", layout, "--runs", "1", "--check", "--csv", path("r.csv"), "--json", path("r.json"),
-                           "--plot", path("r.svg"), NULL };
+                           "--layout", layout, "--kv", kv, "--runs", "1", "--check", "--csv", path("r.csv"), "--json",
+                           path("r.json"), "--plot", path("r.svg"), NULL };
+    unlink(path("r.csv"));
     int rc = vt_run_tool("vkh2o-demo", args);
     char* out = vt_slurp(path("stdout.txt"));
     if (rc != 0) {
@@ -109,7 +113,8 @@ static void check_run(const char* weights, uint32_t S, uint32_t sink, uint32_t b
     cJSON* j = read_json(path("r.json"));
     const double heads = jnum(j, "config", "num_heads");
     const double mean = jnum(j, "score", "mean");
-    printf("#   %s S=%u sink=%u budget=%u recent=%u %s: mean %.6f (heads %.0f)\n", weights, S, sink, budget, recent, layout, mean, heads);
+    printf("#   %s S=%u sink=%u budget=%u recent=%u %s --kv %s: mean %.6f (heads %.0f)\n", weights, S, sink, budget, recent, layout, kv,
+           mean, heads);
     /* the mass of each query sums to 1 per head: the mean score is the number of heads */
     assert_true(fabs(mean - heads) <= 1e-4 * heads);
     uint32_t cap = sink + budget + recent;
@@ -120,7 +125,28 @@ static void check_run(const char* weights, uint32_t S, uint32_t sink, uint32_t b
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(chk, "kept_agree")));
     assert_true(jnum(j, "check", "output_max_rel_err") < 1e-4);
     assert_true(jnum(j, "check", "score_max_rel_err") < 1e-4);
-    assert_true(jnum(j, "kv_bytes", "after") * S == jnum(j, "kv_bytes", "before") * kept);
+    /* the bytes the cache reports: every token at fp16 before, each held one at its tier after */
+    const cJSON* tiers = cJSON_GetObjectItemCaseSensitive(j, "tiers");
+    static const char* const tier_names[4] = { "fp16", "int8", "int4", "int2" };
+    double held = 0, bytes = 0;
+    for (int t = 0; t < 4; t++) {
+        const cJSON* jt = cJSON_GetObjectItemCaseSensitive(tiers, tier_names[t]);
+        held += jnum(jt, "tokens", NULL);
+        bytes += jnum(jt, "tokens", NULL) * jnum(jt, "token_bytes", NULL);
+        if (strcmp(tier_names[t], kv) && t)
+            assert_true(jnum(jt, "tokens", NULL) == 0);
+    }
+    assert_true(held == kept);
+    assert_true(jnum(j, "kv_bytes", "after") == bytes);
+    assert_true(jnum(j, "kv_bytes", "before") == S * jnum(cJSON_GetObjectItemCaseSensitive(tiers, "fp16"), "token_bytes", NULL));
+    if (!strcmp(kv, "fp16")) {
+        assert_true(jnum(j, "kv_bytes", "after") * S == jnum(j, "kv_bytes", "before") * kept);
+    } else if (S > sink + budget + recent) {
+        /* the sinks, the recents and the heaviest middle token at fp16, the other budget - 1 below */
+        assert_true(jnum(cJSON_GetObjectItemCaseSensitive(tiers, "fp16"), "tokens", NULL) == sink + recent + 1);
+        assert_true(jnum(cJSON_GetObjectItemCaseSensitive(tiers, kv), "tokens", NULL) == budget - 1);
+        assert_true(jnum(j, "kv_bytes", "after") < jnum(j, "kv_bytes", "before") * kept / S);
+    }
 
     csv_row* rows = calloc(S + 1, sizeof *rows);
     assert_int_equal(read_csv(path("r.csv"), rows, S + 1), S);
@@ -160,6 +186,35 @@ static void check_run(const char* weights, uint32_t S, uint32_t sink, uint32_t b
     cJSON_Delete(j);
 }
 
+static void check_run(const char* weights, uint32_t S, uint32_t sink, uint32_t budget, uint32_t recent, const char* layout)
+{
+    check_run_kv(weights, S, sink, budget, recent, layout, "fp16");
+}
+
+/* --kv: the middle tokens at int8 / int4 / int2 keep the same set as fp16 (the default mode's
+ * prefill ranks by the mass alone) in fewer bytes, per tier as the cache reports. */
+static void test_kv_precision(void** state)
+{
+    vt_ctx();
+    mkshard(path("kv.safetensors"), "small", "bf16", NULL);
+    check_run_kv(path("kv.safetensors"), 61, 3, 11, 6, "latent", "fp16");
+    char* want = vt_slurp(path("r.csv"));
+    assert_non_null(want);
+    const char* kvs[] = { "int8", "int4", "int2" };
+    for (int k = 0; k < 3; k++) {
+        check_run_kv(path("kv.safetensors"), 61, 3, 11, 6, "latent", kvs[k]);
+        char* got = vt_slurp(path("r.csv"));
+        assert_non_null(got);
+        if (strcmp(got, want))
+            fail_msg("--kv %s: the CSV (scores and kept set) differs from --kv fp16's", kvs[k]);
+        free(got);
+    }
+    free(want);
+    /* the whole sequence fits: every token kept, the middle ones but one below fp16 */
+    check_run_kv(path("kv.safetensors"), 20, 3, 11, 6, "latent", "int4");
+    check_run_kv(path("kv.safetensors"), 61, 3, 11, 6, "expanded", "int4");
+}
+
 static void test_dtypes(void** state)
 {
     vt_ctx();
@@ -168,13 +223,17 @@ static void test_dtypes(void** state)
         char name[64];
         snprintf(name, sizeof name, "tiny_%s.safetensors", dtypes[d]);
         mkshard(path(name), "tiny", dtypes[d], NULL);
-        check_run(path(name), 45, 3, 10, 7, d % 2 ? "latent" : "expanded");
+        check_run(path(name), 45, 3, 10, 7, "latent");
+        if (d % 2 == 0)
+            check_run(path(name), 45, 3, 10, 7, "expanded");
     }
     /* small preset, odd sizes; a sequence that fits the cap (nothing evicted) */
     mkshard(path("small.safetensors"), "small", "bf16", NULL);
     check_run(path("small.safetensors"), 77, 4, 20, 9, "latent");
+    check_run(path("small.safetensors"), 30, 4, 20, 9, "latent");
     check_run(path("small.safetensors"), 30, 4, 20, 9, "expanded");
     /* more sinks and recents than tokens */
+    check_run(path("small.safetensors"), 5, 4, 2, 9, "latent");
     check_run(path("small.safetensors"), 5, 4, 2, 9, "expanded");
 }
 
@@ -184,6 +243,7 @@ static void test_sharded_and_outputs(void** state)
     const char* args[] = { "--out", path("ckpt"), "--preset", "small", "--sharded", "--quiet", "--force", NULL };
     assert_int_equal(vt_run_tool("vkh2o-mkshard", args), 0);
     assert_true(exists(path("ckpt/model.safetensors.index.json")));
+    check_run(path("ckpt"), 33, 2, 8, 5, "latent");
     check_run(path("ckpt"), 33, 2, 8, 5, "expanded");
 
     /* --input: the test's own hidden states; --out must equal the CPU reference */
@@ -333,6 +393,12 @@ static void test_bad_inputs(void** state)
         const char* a5[] = { "--weights", path("missing.safetensors"), NULL };
         const char* n5[] = { "missing.safetensors", NULL };
         expect_fail(a5, 1, n5);
+        const char* a6[] = { "--weights", path("good.safetensors"), "--kv", "tiered", NULL };
+        const char* n6[] = { "--kv", "tiered", NULL };
+        expect_fail(a6, 2, n6);
+        const char* a7[] = { "--weights", path("good.safetensors"), "--seq-len", "8", "--prefill", "4", "--check", "--kv", "int4", NULL };
+        const char* n7[] = { "--check", "--kv int4", NULL };
+        expect_fail(a7, 2, n7);
     }
     /* an output that is an input of the run is refused and left untouched */
     {
@@ -357,6 +423,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtypes),
         cmocka_unit_test(test_sharded_and_outputs),
+        cmocka_unit_test(test_kv_precision),
         cmocka_unit_test(test_bad_inputs),
     };
     return cmocka_run_group_tests_name("demo", tests, setup, teardown) | vt_group_teardown(NULL);

@@ -7,9 +7,11 @@
  * probabilities over every step, each computed from fp16 cache rows that the device rounds from
  * f32 and the reference from double, so an element can land one fp16 ulp apart and move a
  * token's logits; 2.6e-4 was seen over 24 seeds, 1e-4 failed about one seed in twelve)
- * and the categories. Cases: a prompt longer than the cap (the prefill evicts) in the latent
- * layout, a shorter one in the expanded layout, P = S (no decode token); --check agrees; bad
- * --prefill values exit 2 with a message. */
+ * and the categories. The demo runs on the one KV cache (vkh2o_kvcache, vkh2o_run_mla_prefill /
+ * _decode_kv), whose slots are in no order: the kept sets are compared as sets. Cases: a prompt
+ * longer than the cap (the prefill evicts), a shorter one, P = S (no decode token), each in both
+ * layouts; --check agrees; --kv int8 holds the middle tokens but one at int8 and stays near the
+ * fp16 reference; bad --prefill values exit 2 with a message. */
 #include "vkh2o_test.h"
 #include "ref_decode.h"
 
@@ -163,9 +165,98 @@ static void test_prefill_then_decode(void** state)
     vt_rng_seed(&rng, vt_seed("demo --prefill"));
     shard sh;
     shard_open(&sh);
-    check_prefill(&sh, &rng, 37, 19, 3, 7, 4, "latent");     /* the prompt exceeds the cap of 14 */
-    check_prefill(&sh, &rng, 29, 9, 2, 9, 3, "expanded");    /* the prompt fits; decode evicts */
-    check_prefill(&sh, &rng, 17, 17, 2, 5, 3, "expanded");   /* P = S: no decode token */
+    static const char* const layouts[2] = { "latent", "expanded" };
+    for (int l = 0; l < 2; l++) {
+        check_prefill(&sh, &rng, 37, 19, 3, 7, 4, layouts[l]);   /* the prompt exceeds the cap of 14 */
+        check_prefill(&sh, &rng, 29, 9, 2, 9, 3, layouts[l]);    /* the prompt fits; decode evicts */
+        check_prefill(&sh, &rng, 17, 17, 2, 5, 3, layouts[l]);   /* P = S: no decode token */
+    }
+    shard_close(&sh);
+}
+
+/* --kv int8 in decode mode: the cache ends with the sinks, the recents and one middle token at
+ * fp16 and the other middle tokens it holds at int8, in the bytes its tiers say. A step evicts
+ * the int8 tier's lowest score (not the lowest of all middle tokens, as the fp16 cache and the
+ * reference do), so once it evicts its kept set and outputs part from the fp16 reference's
+ * (nmse 0.1 seen); with a cap that holds the sequence the outputs differ by the int8 rows only
+ * (nmse 4.7e-5 seen, bound 1e-3). */
+static void run_int8(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32_t sink, uint32_t budget, uint32_t recent,
+                     const char* layout)
+{
+    const uint32_t D = sh->cfg.hidden_size, cap = sink + budget + recent;
+    printf("# --kv int8: S=%u prefill %u, sink %u budget %u recent %u, %s\n", S, P, sink, budget, recent,
+           layout ? layout : "the default layout");
+    float* x = malloc(4ull * S * D);
+    vt_fill_normal(rng, x, (size_t)S * D, 1.0f);
+    vkh2o_error err = { 0 };
+    vkh2o_tensor_write tw = { .name = "hidden_states", .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { S, D }, .data = x };
+    assert_int_equal(vkh2o_safetensors_write(path("in8.safetensors"), &tw, 1, NULL, &err), VKH2O_OK);
+    char s_p[16], s_b[16], s_k[16], s_r[16];
+    snprintf(s_p, sizeof s_p, "%u", P);
+    snprintf(s_b, sizeof s_b, "%u", budget);
+    snprintf(s_k, sizeof s_k, "%u", sink);
+    snprintf(s_r, sizeof s_r, "%u", recent);
+    const char* args[] = { "--weights", path("small.safetensors"), "--input", path("in8.safetensors"), "--prefill", s_p,
+                           "--budget", s_b, "--n-sink", s_k, "--n-recent", s_r, "--kv", "int8", "--runs", "1",
+                           "--out", path("o8.safetensors"), "--json", path("r8.json"), "--quiet",
+                           layout ? "--layout" : NULL, layout, NULL };
+    int rc = vt_run_tool("vkh2o-demo", args);
+    if (rc != 0) {
+        char* e = vt_slurp(path("stderr.txt"));
+        fail_msg("vkh2o-demo exited %d: %s", rc, e);
+    }
+    char* js = vt_slurp(path("r8.json"));
+    cJSON* j = cJSON_Parse(js);
+    assert_non_null(j);
+    const cJSON* tiers = cJSON_GetObjectItem(j, "tiers");
+    const cJSON* t0 = cJSON_GetObjectItem(tiers, "fp16");
+    const cJSON* t1 = cJSON_GetObjectItem(tiers, "int8");
+    const double n0 = cJSON_GetObjectItem(t0, "tokens")->valuedouble, n1 = cJSON_GetObjectItem(t1, "tokens")->valuedouble;
+    const uint32_t kept = S < cap ? S : cap;
+    printf("#   %.0f fp16 + %.0f int8 tokens held\n", n0, n1);
+    const bool latent = layout && !strcmp(layout, "latent");
+    assert_string_equal(cJSON_GetObjectItem(j, "layout")->valuestring, latent ? "latent" : "expanded");   /* the default */
+    assert_true(n0 == sink + recent + 1);
+    assert_true(n1 == kept - (sink + recent + 1));
+    assert_true(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "kept"), "total")->valuedouble == kept);
+    assert_true(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "kv_bytes"), "after")->valuedouble ==
+                n0 * cJSON_GetObjectItem(t0, "token_bytes")->valuedouble + n1 * cJSON_GetObjectItem(t1, "token_bytes")->valuedouble);
+    assert_true(cJSON_GetObjectItem(t1, "token_bytes")->valuedouble < cJSON_GetObjectItem(t0, "token_bytes")->valuedouble);
+    cJSON_Delete(j);
+    free(js);
+
+    ref_decode ref;
+    assert_int_equal(ref_decode_init(&ref, &sh->cfg, sh->hw, latent, true, true, sink, budget, recent, cap + 1), 0);
+    float* want = malloc(4ull * S * D);
+    assert_int_equal(ref_decode_prefill(&ref, x, P, want), 0);
+    for (uint32_t t = P; t < S; t++)
+        assert_int_equal(ref_decode_step(&ref, x + (size_t)t * D, t, want + (size_t)t * D), 0);
+    vkh2o_safetensors* st;
+    assert_int_equal(vkh2o_safetensors_open(path("o8.safetensors"), &st, &err), VKH2O_OK);
+    vkh2o_tensor_view o;
+    assert_int_equal(vkh2o_safetensors_find(st, "attn_output", &o, &err), VKH2O_OK);
+    /* the prompt's outputs are the forward's; the decoded ones read int8 middle rows */
+    vt_assert_nmse("attn_output, prompt tokens", o.data, want, (size_t)P * D, 1e-8);
+    if (S <= cap)
+        vt_assert_nmse("attn_output, decoded tokens (int8 middle rows)", (const float*)o.data + (size_t)P * D,
+                       want + (size_t)P * D, (size_t)(S - P) * D, 1e-3);
+    vkh2o_safetensors_destroy(st);
+    ref_decode_free(&ref);
+    free(want);
+    free(x);
+}
+
+static void test_prefill_kv_int8(void** state)
+{
+    (void)state;
+    vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("demo --prefill --kv int8"));
+    shard sh;
+    shard_open(&sh);
+    run_int8(&sh, &rng, 41, 15, 3, 8, 5, NULL);          /* evicts from the int8 tier */
+    run_int8(&sh, &rng, 41, 15, 3, 40, 5, NULL);         /* the cap holds the sequence: int8 rows only */
+    run_int8(&sh, &rng, 41, 15, 3, 40, 5, "latent");
     shard_close(&sh);
 }
 
@@ -182,12 +273,14 @@ static void test_prefill_bad(void** state)
     e = vt_slurp(path("stderr.txt"));
     assert_non_null(strstr(e, "--prefill 9 exceeds"));
     free(e);
+
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefill_then_decode),
+        cmocka_unit_test(test_prefill_kv_int8),
         cmocka_unit_test(test_prefill_bad),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

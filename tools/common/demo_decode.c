@@ -1,5 +1,6 @@
-/* vkh2o-demo --prefill P: a prompt prefill through the layer into an H2O cache, then one decode
- * step per remaining token, through the public decode API (include/vkh2o/mla.h). */
+/* vkh2o-demo --prefill P: a prompt prefill through the layer into the one KV cache, then one
+ * decode step per remaining token, through the public layer calls of include/vkh2o/kvcache.h
+ * (vkh2o_run_mla_prefill, vkh2o_run_mla_decode). */
 #include "demo_h2o.h"
 #include "cli.h"
 
@@ -15,38 +16,44 @@ static int cmp_double(const void* a, const void* b)
     return x < y ? -1 : x > y;
 }
 
-/* each cached token's current score into score[position] */
-static int note_scores(vkh2o_context* ctx, vkh2o_cache* c, uint32_t* pos, float* sc, float* score, uint32_t* len)
+/* each held token's current score into score[position] */
+static int note_scores(vkh2o_context* ctx, vkh2o_kvcache* c, uint32_t S, uint32_t* pos, float* sc, float* score)
 {
-    vkh2o_cache_snapshot snap = { .positions = pos, .scores = sc };
-    if (vkh2o_cache_read_snapshot(c, 0, &snap) != VKH2O_OK) {
+    vkh2o_kvcache_snapshot snap = { .positions = pos, .scores = sc };
+    if (vkh2o_kvcache_read_snapshot(c, 0, &snap) != VKH2O_OK) {
         fprintf(stderr, "vkh2o-demo: reading the cache failed: %s\n", vkh2o_last_error(ctx));
         return -1;
     }
-    for (uint32_t i = 0; i < snap.len; i++)
+    for (uint32_t i = 0; i < snap.len; i++) {
+        if (pos[i] >= S) {
+            fprintf(stderr, "vkh2o-demo: the cache holds position %u beyond the %u tokens\n", pos[i], S);
+            return -1;
+        }
         score[pos[i]] = sc[i];
-    *len = snap.len;
+    }
     return 0;
 }
 
 int demo_decode_run(vkh2o_context* ctx, vkh2o_mla_layer* layer, const vkh2o_mla_config* cfg, const float* hidden, uint32_t S,
-                    uint32_t P, uint32_t n_sink, uint32_t budget, uint32_t n_recent, demo_layout layout, float* out,
-                    float* score, demo_category* cat, demo_decode_result* res)
+                    uint32_t P, const demo_kv* kv, float* out, float* score, demo_category* cat, demo_cache_result* res)
 {
     memset(res, 0, sizeof *res);
     int rc = -1;
     const size_t D = cfg->hidden_size;
-    vkh2o_cache_desc cd = { .n_sink = n_sink, .budget = budget, .n_recent = n_recent, .storage = VKH2O_DTYPE_F16,
-                            .max_prefill = P };
-    vkh2o_cache_desc_from_mla(cfg, layout == DEMO_LAYOUT_LATENT ? VKH2O_LAYOUT_LATENT : VKH2O_LAYOUT_EXPANDED, &cd);
-    vkh2o_cache* c = NULL;
-    uint32_t cap = n_sink + budget + n_recent;
-    uint32_t* pos = malloc(sizeof *pos * (cap + 1));
-    float* sc = malloc(sizeof *sc * (cap + 1));
+    vkh2o_kvcache_desc d;
+    vkh2o_kvcache_plan plan;
+    vkh2o_error err = { 0 };
+    vkh2o_kvcache* c = NULL;
+    uint32_t* pos = NULL;
+    float* sc = NULL;
     double* t_dec = malloc(sizeof *t_dec * (S - P + 1));
+    if (demo_kv_desc(cfg, kv, S, &d, &plan, &err) != VKH2O_OK)
+        FAIL("the KV cache: %s", err.message);
+    pos = malloc(sizeof *pos * plan.total_slots);
+    sc = malloc(sizeof *sc * plan.total_slots);
     if (!pos || !sc || !t_dec)
         FAIL("out of host memory");
-    if (vkh2o_cache_create(ctx, &cd, &c) != VKH2O_OK)
+    if (vkh2o_kvcache_create(ctx, &d, &c) != VKH2O_OK)
         FAIL("cannot create the KV cache: %s", vkh2o_last_error(ctx));
     for (uint32_t i = P; i < S; i++)
         score[i] = 0.0f;
@@ -55,19 +62,19 @@ int demo_decode_run(vkh2o_context* ctx, vkh2o_mla_layer* layer, const vkh2o_mla_
         FAIL("prefill of %u tokens failed: %s", P, vkh2o_last_error(ctx));
     res->prefill_ms = (cli_now() - t0) * 1e3;
     /* a prompt token the prefill evicts keeps the prompt mass the caller put in score */
-    uint32_t len = 0;
-    if (note_scores(ctx, c, pos, sc, score, &len))
+    if (note_scores(ctx, c, S, pos, sc, score))
         goto done;
     cli_progress prog;
     cli_progress_begin(&prog, "decode tokens", S - P, false);
     for (uint32_t t = P; t < S; t++) {
         double w0 = cli_now();
+        /* the position feeds RoPE and is the cache's own counter: t tokens seen so far */
         if (vkh2o_run_mla_decode(layer, c, 0, hidden + (size_t)t * D, 1, t, out + (size_t)t * D) != VKH2O_OK) {
             cli_progress_end(&prog);
             FAIL("decode of token %u failed: %s", t, vkh2o_last_error(ctx));
         }
         t_dec[t - P] = (cli_now() - w0) * 1e3;
-        if (note_scores(ctx, c, pos, sc, score, &len)) {
+        if (note_scores(ctx, c, S, pos, sc, score)) {
             cli_progress_end(&prog);
             goto done;
         }
@@ -81,24 +88,16 @@ int demo_decode_run(vkh2o_context* ctx, vkh2o_mla_layer* layer, const vkh2o_mla_
         qsort(v, n, sizeof *v, cmp_double);
         res->decode_ms = n & 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
     }
-    for (uint32_t i = 0; i < S; i++)
-        cat[i] = DEMO_EVICTED;
-    for (uint32_t i = 0; i < len; i++) {
-        uint32_t p = pos[i];
-        if (p >= S || (i && p <= pos[i - 1]))
-            FAIL("the cache holds positions out of order (%u after %u)", p, i ? pos[i - 1] : 0);
-        cat[p] = p < n_sink ? DEMO_SINK : p + n_recent >= S ? DEMO_RECENT : DEMO_HEAVY;
-    }
-    res->kept_pos = malloc(sizeof *res->kept_pos * (len ? len : 1));
-    if (!res->kept_pos)
-        FAIL("out of host memory");
-    memcpy(res->kept_pos, pos, sizeof *pos * len);
-    res->kept = len;
-    res->bytes_before = vkh2o_cache_bytes(&cd, S);
-    res->bytes_after = vkh2o_cache_bytes(&cd, len);
+    vkh2o_kvcache_stats stats;
+    if (vkh2o_kvcache_read_stats(c, 0, &stats) != VKH2O_OK)
+        FAIL("reading the cache's statistics failed: %s", vkh2o_last_error(ctx));
+    if (stats.position != S || stats.overflow)
+        FAIL("the cache saw %u positions (%u refused), not the %u tokens", stats.position, stats.overflow, S);
+    if (demo_cache_finish(ctx, c, S, kv, cat, res))
+        goto done;
     rc = 0;
 done:
-    vkh2o_cache_destroy(c);
+    vkh2o_kvcache_destroy(c);
     free(pos);
     free(sc);
     free(t_dec);

@@ -1,0 +1,319 @@
+/* vkh2o-conformance, the MLA family: the whole layer forward (vkh2o_run_mla_forward: the
+ * projections' matmul, rmsnorm, rope, the three attention passes) against ref_mla_forward, with
+ * random weights in each dtype, in every kernel variant a device can get: the CPU shapes with
+ * texel reads (the automatic choice on a CPU device) and with storage reads (register-blocked
+ * matmul.comp, attn_*.comp), the GPU shapes with shared-memory tiles (the automatic choice on a
+ * GPU) and with texel reads. The variants are forced through the environment switches the
+ * library reads (VKH2O_MATMUL_PATH, VKH2O_ATTN_TEXEL). Weights BF16, F16, F32, and F8_E4M3 with
+ * 128 x 128 block scales (written as a checkpoint and loaded: FP8 has no host-wrap form).
+ *
+ * Bounds: the reference widens the same rounded weights, so the dtype does not change the
+ * bound: fp32 accumulation in the five projections (nmse ~ K u^2 each), the norms, RoPE and
+ * attention compounded through the layer: nmse(out) <= 1e-10 and nmse(attention mass) <= 1e-11
+ * at the small config, nmse(out) <= 1e-9 at the Kimi K2 shapes (K = 7168, 8192). */
+#include "conf.h"
+#include "ref_mla.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { P_DTYPE, P_S, P_POS0, P_QLORA, P_VARIANT, P_KIMI };
+enum { V_AUTO_CPU, V_STORAGE, V_AUTO_GPU, V_TEXEL };
+
+static vkh2o_mla_config case_config(const conf_case* c)
+{
+    vkh2o_mla_config cfg;
+    vkh2o_mla_config_kimi_k26(&cfg);   /* YaRN and its softmax scale */
+    if (c->p[P_KIMI]) return cfg;
+    cfg.hidden_size = 200;
+    cfg.num_heads = 3;
+    cfg.q_lora_rank = (uint32_t)c->p[P_QLORA];
+    cfg.kv_lora_rank = 24;
+    cfg.qk_nope_head_dim = 16;
+    cfg.qk_rope_head_dim = 8;
+    cfg.v_head_dim = 12;
+    cfg.rope_interleave = c->p[P_POS0] % 2 == 0;
+    return cfg;
+}
+
+/* the environment switches of a variant, set around the layer's life */
+static void variant_env(int v, bool set)
+{
+    const char* mm = v == V_STORAGE ? "register" : v == V_TEXEL ? "texel" : NULL;
+    const char* at = v == V_STORAGE ? "0" : v == V_TEXEL ? "1" : NULL;
+    if (set && mm) setenv("VKH2O_MATMUL_PATH", mm, 1);
+    if (set && at) setenv("VKH2O_ATTN_TEXEL", at, 1);
+    if (!set) {
+        unsetenv("VKH2O_MATMUL_PATH");
+        unsetenv("VKH2O_ATTN_TEXEL");
+    }
+}
+
+static bool is_projection(vkh2o_mla_weight k)
+{
+    return k == VKH2O_W_Q_A_PROJ || k == VKH2O_W_Q_B_PROJ || k == VKH2O_W_Q_PROJ || k == VKH2O_W_KV_A_PROJ ||
+           k == VKH2O_W_KV_B_PROJ || k == VKH2O_W_O_PROJ;
+}
+
+/* FP8 weights reach the device only from a checkpoint (F8_E4M3 + 128 x 128 block scales
+ * <name>_scale_inv, as DeepSeek-V3 and Kimi ship them): the F32 random weights w quantised
+ * per block (scale = the block's largest magnitude / 448) and written with the F32 norms into
+ * dir/layer.safetensors, then loaded as a checkpoint would be. The reference reads the same
+ * decoded values times their scales (vkh2o_mla_host_weights_get_value). */
+static vkh2o_result fp8_weights(const vkh2o_mla_config* cfg, const ref_mla_weights* w, const char* dir,
+                                vkh2o_checkpoint** ck, vkh2o_mla_host_weights** hw, char* note, size_t cap)
+{
+    enum { B = 128 };
+    vkh2o_tensor_write t[2 * VKH2O_W_COUNT];
+    char names[2 * VKH2O_W_COUNT][128];
+    void* owned[2 * VKH2O_W_COUNT] = { NULL };
+    uint32_t n = 0;
+    vkh2o_result res = VKH2O_OK;
+    for (int k = 0; k < VKH2O_W_COUNT && res == VKH2O_OK; k++) {
+        const vkh2o_tensor_view* v = &w->views[k];
+        if (!v->data) continue;
+        snprintf(names[n], sizeof names[n], "model.layers.0.self_attn.%s.weight", vkh2o_mla_weight_short_name((vkh2o_mla_weight)k));
+        if (!is_projection((vkh2o_mla_weight)k)) {
+            t[n] = (vkh2o_tensor_write){ .name = names[n], .dtype = v->dtype, .ndim = v->ndim,
+                                         .shape = { v->shape[0], v->ndim > 1 ? v->shape[1] : 0 }, .data = v->data };
+            n++;
+            continue;
+        }
+        const uint64_t rows = v->shape[0], cols = v->shape[1], br = (rows + B - 1) / B, bc = (cols + B - 1) / B;
+        const float* x = v->data;
+        uint8_t* q = malloc(rows * cols);
+        float* sc = malloc(br * bc * sizeof(float));
+        float* tmp = malloc(cols * sizeof(float));
+        owned[n] = q;
+        owned[n + 1] = sc;
+        if (!q || !sc || !tmp) {
+            free(tmp);
+            snprintf(note, cap, "out of host memory for the FP8 weights");
+            res = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
+            break;
+        }
+        for (uint64_t i = 0; i < br; i++)
+            for (uint64_t j = 0; j < bc; j++) {
+                float amax = 0.0f;
+                for (uint64_t r0 = i * B; r0 < rows && r0 < (i + 1) * B; r0++)
+                    for (uint64_t c0 = j * B; c0 < cols && c0 < (j + 1) * B; c0++)
+                        amax = fmaxf(amax, fabsf(x[r0 * cols + c0]));
+                sc[i * bc + j] = amax > 0.0f ? amax / 448.0f : 1.0f;
+            }
+        for (uint64_t r0 = 0; r0 < rows && res == VKH2O_OK; r0++) {
+            for (uint64_t c0 = 0; c0 < cols; c0++)
+                tmp[c0] = x[r0 * cols + c0] / sc[(r0 / B) * bc + c0 / B];
+            res = vkh2o_dtype_convert(VKH2O_DTYPE_F8_E4M3, q + r0 * cols, VKH2O_DTYPE_F32, tmp, cols);
+        }
+        free(tmp);
+        t[n] = (vkh2o_tensor_write){ .name = names[n], .dtype = VKH2O_DTYPE_F8_E4M3, .ndim = 2, .shape = { rows, cols },
+                                     .data = q };
+        memcpy(names[n + 1], names[n], sizeof names[n]);
+        strncat(names[n + 1], "_scale_inv", sizeof names[n + 1] - strlen(names[n + 1]) - 1);
+        t[n + 1] = (vkh2o_tensor_write){ .name = names[n + 1], .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { br, bc },
+                                         .data = sc };
+        n += 2;
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/layer.safetensors", dir);
+    vkh2o_error err = { 0 };
+    if (res == VKH2O_OK && (res = vkh2o_safetensors_write(path, t, n, NULL, &err)) != VKH2O_OK)
+        snprintf(note, cap, "writing the FP8 layer: %.400s", err.message);
+    for (uint32_t i = 0; i < 2 * VKH2O_W_COUNT; i++)
+        free(owned[i]);
+    if (res == VKH2O_OK && (res = vkh2o_checkpoint_open(path, ck, &err)) != VKH2O_OK)
+        snprintf(note, cap, "opening the FP8 layer: %.400s", err.message);
+    if (res == VKH2O_OK && (res = vkh2o_mla_host_weights_load(*ck, cfg, 0, 0, hw, &err)) != VKH2O_OK)
+        snprintf(note, cap, "loading the FP8 layer: %.400s", err.message);
+    return res;
+}
+
+static void run_forward(const conf_env* env, const conf_case* c, conf_result* r)
+{
+    const vkh2o_mla_config cfg = case_config(c);
+    const vkh2o_dtype dt = (vkh2o_dtype)c->p[P_DTYPE];
+    const uint32_t S = (uint32_t)c->p[P_S], pos0 = (uint32_t)c->p[P_POS0], D = cfg.hidden_size;
+    conf_rng rng;
+    conf_rng_seed(&rng, env->seed, c->name);
+    const bool fp8 = dt == VKH2O_DTYPE_F8_E4M3;
+    ref_mla_weights w;
+    if (ref_mla_random_weights(&cfg, fp8 ? VKH2O_DTYPE_F32 : dt, conf_u64(&rng), &w) != 0) {
+        r->status = CONF_ERROR;
+        snprintf(r->note, sizeof r->note, "out of host memory for the weights");
+        return;
+    }
+    vkh2o_error err = { 0 };
+    vkh2o_mla_host_weights* hw = NULL;
+    vkh2o_checkpoint* ck = NULL;
+    char dir[512] = "";
+    vkh2o_mla_layer* L = NULL;
+    float* hidden = malloc((size_t)S * D * 4);
+    float* out = malloc((size_t)S * D * 4);
+    float* ref = malloc((size_t)S * D * 4);
+    float* sc = malloc((size_t)S * 4);
+    float* sref = malloc((size_t)S * 4);
+    variant_env(c->p[P_VARIANT], true);
+    if (!hidden || !out || !ref || !sc || !sref) {
+        r->status = CONF_ERROR;
+        snprintf(r->note, sizeof r->note, "out of host memory");
+        goto done;
+    }
+    vkh2o_result res;
+    if (fp8) {
+        const char* tmp = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/vkh2o-conformance.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(dir)) {
+            r->status = CONF_ERROR;
+            snprintf(r->note, sizeof r->note, "cannot make a temporary directory %.400s", dir);
+            dir[0] = '\0';
+            goto done;
+        }
+        if (fp8_weights(&cfg, &w, dir, &ck, &hw, r->note, sizeof r->note) != VKH2O_OK) {
+            r->status = CONF_ERROR;
+            goto done;
+        }
+    } else if ((res = vkh2o_mla_host_weights_wrap(&cfg, w.views, &hw, &err)) != VKH2O_OK) {
+        r->status = CONF_ERROR;
+        snprintf(r->note, sizeof r->note, "vkh2o_mla_host_weights_wrap: %.400s", err.message);
+        goto done;
+    }
+    res = vkh2o_mla_layer_create(env->ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S }, &L);
+    if (res != VKH2O_OK) {
+        conf_set_failure(env, r, res, "vkh2o_mla_layer_create");
+        goto done;
+    }
+    conf_fill_normal(&rng, hidden, (size_t)S * D, 1.0f);
+    for (size_t i = 0; i < (size_t)S * D; i++)
+        memcpy(&out[i], &(uint32_t){ CONF_POISON_WORD }, 4);
+    double t[64];
+    const uint32_t runs = env->perf ? 1 + env->perf_runs : 1;
+    for (uint32_t run = 0; run < runs; run++) {
+        vkh2o_mla_timings tm;
+        const uint64_t d0 = conf_dispatches(env->ctx);
+        res = vkh2o_run_mla_forward(L, hidden, S, pos0, out, sc, &tm);
+        r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
+        if (res != VKH2O_OK) {
+            conf_set_failure(env, r, res, "vkh2o_run_mla_forward");
+            goto done;
+        }
+        if (run) t[run - 1] = tm.total_ms;
+    }
+    if (ref_mla_forward(&cfg, hw, hidden, S, pos0, ref, sref, NULL, NULL) != 0) {
+        r->status = CONF_ERROR;
+        snprintf(r->note, sizeof r->note, "the reference ran out of host memory");
+        goto done;
+    }
+    conf_poison_f32(env, out, (size_t)S * D);
+    const double bound = c->p[P_KIMI] ? 1e-9 : 1e-10;
+    const double e_out = conf_nmse(out, ref, (size_t)S * D), e_sc = conf_nmse(sc, sref, S);
+    if (e_sc > 1e-11 || !(e_sc == e_sc)) {
+        snprintf(r->note, sizeof r->note, "attention mass nmse %.3g above its bound 1e-11", e_sc);
+        conf_judge(r, "nmse", e_sc / 1e-11 * bound, bound);
+    } else {
+        conf_judge(r, "nmse", e_out, bound);
+    }
+    if (env->perf) {
+        r->ms = conf_median(t, runs - 1);
+        const double H = cfg.num_heads, qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, dv = cfg.v_head_dim;
+        r->bytes = (double)vkh2o_mla_layer_get_weight_bytes(L) + 8.0 * S * D;
+        r->flops = 2.0 * (double)vkh2o_mla_param_count(&cfg) * S + 2.0 * H * S * (S + 1) / 2.0 * (qk + dv);
+    }
+done:
+    variant_env(0, false);
+    vkh2o_mla_layer_destroy(L);
+    vkh2o_mla_host_weights_destroy(hw);
+    vkh2o_checkpoint_destroy(ck);
+    if (dir[0]) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/layer.safetensors", dir);
+        unlink(p);
+        rmdir(dir);
+    }
+    ref_mla_weights_free(&w);
+    free(hidden);
+    free(out);
+    free(ref);
+    free(sc);
+    free(sref);
+}
+
+/* The texel variants view each weight (up to a binding's worth of rows) as one texel buffer:
+ * the largest weight must fit maxTexelBufferElements (16-byte texels) */
+static bool forward_support(const vkh2o_device_caps* caps, const conf_case* c, char* why, size_t cap)
+{
+    if (c->p[P_VARIANT] != V_AUTO_CPU && c->p[P_VARIANT] != V_TEXEL) return true;
+    const vkh2o_mla_config cfg = case_config(c);
+    const uint64_t esize = c->p[P_DTYPE] == VKH2O_DTYPE_F32 ? 4 : c->p[P_DTYPE] == VKH2O_DTYPE_F8_E4M3 ? 1 : 2;
+    uint64_t most = 0;
+    for (int k = 0; k < VKH2O_W_COUNT; k++) {
+        uint64_t shape[2] = { 0, 0 };
+        if (vkh2o_mla_weight_shape(&cfg, (vkh2o_mla_weight)k, shape) == 2 && shape[0] * shape[1] * esize > most)
+            most = shape[0] * shape[1] * esize;
+    }
+    if (most > caps->max_storage_buffer_range) most = caps->max_storage_buffer_range;
+    if (most / 16 > caps->max_texel_buffer_elements) {
+        snprintf(why, cap, "maxTexelBufferElements %u below the %llu texels of the largest weight chunk",
+                 caps->max_texel_buffer_elements, (unsigned long long)(most / 16));
+        return false;
+    }
+    return true;
+}
+
+static const char* dt_name(vkh2o_dtype dt)
+{
+    return dt == VKH2O_DTYPE_BF16 ? "bf16" : dt == VKH2O_DTYPE_F16 ? "f16" : dt == VKH2O_DTYPE_F8_E4M3 ? "fp8" : "f32";
+}
+
+static const char* kernels_of(int v)
+{
+    switch (v) {
+    case V_AUTO_CPU:
+    case V_TEXEL: return "matmul_texel,rmsnorm,rope,attn_lse_texel,attn_pv_texel,attn_reduce";
+    case V_STORAGE: return "matmul,rmsnorm,rope,attn_lse,attn_pv,attn_reduce";
+    default: return "matmul_tiled,rmsnorm,rope,attn_lse,attn_pv,attn_reduce";
+    }
+}
+
+void conf_register_mla(conf_registry* reg)
+{
+    static const struct { vkh2o_dtype dt; uint32_t S, pos0, q_lora; } small[] = {
+        { VKH2O_DTYPE_BF16, 17, 5, 24 }, { VKH2O_DTYPE_BF16, 1, 0, 24 }, { VKH2O_DTYPE_F16, 33, 1000, 24 },
+        { VKH2O_DTYPE_F32, 23, 77, 0 }, { VKH2O_DTYPE_F8_E4M3, 17, 9, 24 },
+    };
+    static const struct { int v; uint32_t shapes; const char* name; } variants[] = {
+        { V_AUTO_CPU, CONF_SHAPES_CPU, "cpu.texel" }, { V_STORAGE, CONF_SHAPES_CPU, "cpu.storage" },
+        { V_AUTO_GPU, CONF_SHAPES_GPU, "gpu.tiled" }, { V_TEXEL, CONF_SHAPES_GPU, "gpu.texel" },
+    };
+    for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
+        for (size_t i = 0; i < sizeof small / sizeof *small; i++) {
+            conf_case* c = conf_add(reg, run_forward, variants[v].shapes, kernels_of(variants[v].v),
+                                    "mla.forward.%s.%s.s%u_p%u_h200%s", variants[v].name, dt_name(small[i].dt),
+                                    small[i].S, small[i].pos0, small[i].q_lora ? "" : "_noqlora");
+            if (!c) return;
+            c->p[P_DTYPE] = small[i].dt;
+            c->p[P_S] = (int32_t)small[i].S;
+            c->p[P_POS0] = (int32_t)small[i].pos0;
+            c->p[P_QLORA] = (int32_t)small[i].q_lora;
+            c->p[P_VARIANT] = variants[v].v;
+            c->support = forward_support;
+            snprintf(c->params, sizeof c->params, "S %u from position %u, hidden 200, 3 heads, q_lora %u, kv_lora 24, "
+                     "%s weights", small[i].S, small[i].pos0, small[i].q_lora, vkh2o_dtype_name(small[i].dt));
+        }
+        /* the Kimi K2 layer (hidden 7168, 64 heads) in BF16, S = 5: the automatic variants only */
+        if (variants[v].v == V_AUTO_CPU || variants[v].v == V_AUTO_GPU) {
+            conf_case* c = conf_add(reg, run_forward, variants[v].shapes, kernels_of(variants[v].v),
+                                    "mla.forward.%s.bf16.s5_p3_kimi", variants[v].name);
+            if (!c) return;
+            c->p[P_DTYPE] = VKH2O_DTYPE_BF16;
+            c->p[P_S] = 5;
+            c->p[P_POS0] = 3;
+            c->p[P_VARIANT] = variants[v].v;
+            c->support = forward_support;
+            c->p[P_KIMI] = 1;
+            snprintf(c->params, sizeof c->params, "S 5 from position 3, the Kimi K2.6 layer shapes, BF16 weights");
+        }
+    }
+}
