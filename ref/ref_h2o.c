@@ -54,6 +54,8 @@ uint32_t ref_float_key(float f)
 {
     uint32_t b;
     memcpy(&b, &f, 4);
+    if ((b & 0x7fffffffu) > 0x7f800000u)   /* NaN: below -Inf */
+        return 0;
     if (b == 0x80000000u)
         b = 0;
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);

@@ -25,7 +25,8 @@ uint32_t ref_topk_keep(const double* value, uint32_t n, uint32_t begin, uint32_t
  * computes it from an f32 score; in double otherwise); STREAMING: pos; RANDOM: the hash key. */
 double ref_select_value(uint32_t policy, uint32_t mode, double score, uint32_t pos, uint32_t cur, uint32_t seed,
                         uint32_t layer, bool f32_mean);
-/* The u32 key of the device for an f32 score (order-preserving float bits, -0 -> +0). */
+/* The u32 key of the device for an f32 score (order-preserving float bits, -0 -> +0, NaN -> 0:
+ * NaN < -Inf < finite < +Inf). */
 uint32_t ref_float_key(float f);
 
 /* dst row r = src row idx[r], rows of `width` u32 words. */

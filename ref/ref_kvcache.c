@@ -172,8 +172,17 @@ static double value_of(const ref_kvc* r, const ref_kvc_token* t, uint32_t cur)
     return ref_select_value(r->c.policy, r->c.mode, t->score, t->pos, cur, r->c.seed, r->c.layer, false);
 }
 
+/* The order of selection values (kvcache.h "Non-finite values"): NaN < -Inf < finite < +Inf,
+ * every NaN equal. -1, 0, 1 as a is below, equal to, above b. */
+static int value_cmp(double a, double b)
+{
+    if (isnan(a) || isnan(b))
+        return isnan(a) ? (isnan(b) ? 0 : -1) : 1;
+    return a < b ? -1 : a > b;
+}
+
 /* index of the victim of tier k: the middle token of lowest value (ties: the higher position);
- * records the relative gap to the runner-up */
+ * records the relative gap to the runner-up (finite values only) */
 static int victim(ref_kvc* r, uint32_t k, uint32_t cur)
 {
     int best = -1, second = -1;
@@ -182,15 +191,16 @@ static int victim(ref_kvc* r, uint32_t k, uint32_t cur)
         if (t->tier != k || t->pos < r->c.n_sink || t->pos + r->c.n_recent > cur)
             continue;
         double v = value_of(r, t, cur);
-        if (best < 0 || v < value_of(r, &r->tok[best], cur) ||
-            (v == value_of(r, &r->tok[best], cur) && t->pos > r->tok[best].pos)) {
+        int cb = best < 0 ? -1 : value_cmp(v, value_of(r, &r->tok[best], cur));
+        if (best < 0 || cb < 0 || (cb == 0 && t->pos > r->tok[best].pos)) {
             second = best;
             best = (int)i;
-        } else if (second < 0 || v < value_of(r, &r->tok[second], cur)) {
+        } else if (second < 0 || value_cmp(v, value_of(r, &r->tok[second], cur)) < 0) {
             second = (int)i;
         }
     }
-    if (best >= 0 && second >= 0) {
+    if (best >= 0 && second >= 0 && isfinite(value_of(r, &r->tok[best], cur)) &&
+        isfinite(value_of(r, &r->tok[second], cur))) {
         double a = value_of(r, &r->tok[best], cur), b = value_of(r, &r->tok[second], cur);
         double g = fabs(b - a) / (fabs(a) + fabs(b) + 1e-30);
         if (r->c.policy == 0 && g < r->gap)
@@ -388,7 +398,8 @@ void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* in_a, const float* in_
     for (uint32_t a = 1; a < nm; a++)   /* insertion sort: clear, and n is small in tests */
         for (uint32_t b = a; b > 0; b--) {
             uint32_t i = order[b - 1], j = order[b];
-            if (val[j] > val[i] || (val[j] == val[i] && j < i)) {
+            int cv = value_cmp(val[j], val[i]);
+            if (cv > 0 || (cv == 0 && j < i)) {
                 order[b - 1] = j;
                 order[b] = i;
             } else {

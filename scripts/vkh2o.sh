@@ -18,8 +18,11 @@
 #   scripts/vkh2o.sh fuzz [seconds]      libFuzzer targets (clang, build-fuzz/), each for
 #                                        [seconds] (default 60) on tests/fuzz/corpus
 #   scripts/vkh2o.sh fuzz-corpus         regenerate the seed corpus in tests/fuzz/corpus
-#   scripts/vkh2o.sh soak [N] [D] [P]    vkh2o-validate N steps (50000) and vkh2o-quant decode D
-#                                        (256) x P passes (3): memory flat, no validation message
+#   scripts/vkh2o.sh soak [N] [D] [P] [S]  vkh2o-validate N steps (50000), vkh2o-quant decode D
+#                                        (256) x P passes (3), a model session S steps (20000):
+#                                        memory flat, no validation message, replay identical
+#   scripts/vkh2o.sh test-tsan [S]       4 threads, each its own context and model session, S
+#                                        decode steps (300) at once under ThreadSanitizer (build-tsan/)
 #   scripts/vkh2o.sh faults              every injection point of one small run of each tool
 #                                        (tests/tools/fault_sweep.sh) and of a model session
 #                                        (test_model_faults, whole)
@@ -157,7 +160,7 @@ case "$cmd" in
         export VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
         (cd "${BUILD_DIR:-build}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 \
             -R '^(test_syncval|test_mla|test_decode|test_demo|test_kvcache|test_kvcache_select|test_kvcache_steps)$')
-        bash tests/tools/soak.sh "${BUILD_DIR:-build}" 2000 48 3 ;;
+        bash tests/tools/soak.sh "${BUILD_DIR:-build}" 2000 48 3 400 ;;
     test-vendor)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # Best practices plus the NVIDIA- and AMD-specific checks (VK_LAYER_ENABLES, ':'-separated
@@ -193,12 +196,15 @@ case "$cmd" in
     fuzz) build_fuzz; fuzz "${1:-60}" ;;
     soak)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
-        bash tests/tools/soak.sh "${BUILD_DIR:-build}" "${1:-50000}" "${2:-256}" "${3:-3}" ;;
+        bash tests/tools/soak.sh "${BUILD_DIR:-build}" "${1:-50000}" "${2:-256}" "${3:-3}" "${4:-20000}" ;;
+    test-tsan)
+        deps; build "${BUILD_DIR:-build-tsan}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVKH2O_TSAN=ON -DVKH2O_BUILD_TOOLS=OFF
+        bash tests/soak/tsan.sh "${BUILD_DIR:-build-tsan}" "${1:-300}" ;;
     faults)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         FAULT_JOBS=$JOBS bash tests/tools/fault_sweep.sh "${BUILD_DIR:-build}"
         (cd "${BUILD_DIR:-build}" && VKH2O_FAULT_SWEEP=1 VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure --timeout 1800 \
             -R '^test_model_faults$') ;;
     fuzz-corpus) build_fuzz; "${BUILD_DIR:-build-fuzz}/vkh2o-fuzz-corpus" tests/fuzz/corpus ;;
-    *) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
+    *) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
 esac

@@ -80,6 +80,29 @@
  *   EXPANDED        81928     40968    21256    11016     7688
  *   (EXPANDED: 64 x (192 + 128) = 20480 numbers; 3 groups per head at INT8 / INT4, 10 at INT2)
  *
+ * Non-finite values (NaN, +-Inf) in a step's q and row inputs (LATENT c_kv and k_pe, EXPANDED k
+ * and v), a prefill's rows or mass, and the scores they lead to. The cache stores and attends to what it is given; it does not test or
+ * repair values unless asked (check_finite):
+ *   - a row keeps its non-finite numbers at F32 and FP16 (NaN stays NaN; at FP16 +-Inf and
+ *     magnitudes above 65504 are +-Inf); requantised to an integer tier, a group holding one has unspecified codes
+ *     (its numbers dequantise to unspecified values; the slot itself stays valid);
+ *   - a non-finite logit (a NaN or Inf in q or in a held row) makes that head's softmax NaN, so
+ *     the step's output and the mass added to every held token's score are NaN;
+ *   - selection keys are totally ordered: NaN (any sign or payload) < -Inf < finite < +Inf,
+ *     -0 = +0, every NaN equal, and equal keys keep the lower position. The lowest-keyed token
+ *     goes first, so a NaN score is demoted / evicted before any other: the tokens a NaN step
+ *     poisoned leave, newest first, and the tokens after them score finite again. Prefill ranks
+ *     the mass in the same order. The mean mode divides first (NaN / n is NaN, Inf / n is Inf);
+ *   - whatever the values: at most the capacity (or the byte budget) is held, every position
+ *     is held at most once, sinks and recents stay at the top tier, the per-tier counts are the
+ *     held slots of each tier. Only the numbers are affected, never the slots.
+ * Weights with a non-finite value are refused when a model or layer loads (naming the tensor).
+ * check_finite (desc) counts, per layer, the steps whose q or row inputs hold a non-finite
+ * number or whose attention produced a non-finite weight or score (and the prefill tokens with
+ * a non-finite row or mass), and keeps the first one's position and what was non-finite
+ * (vkh2o_kvcache_stats.nonfinite*). Off: nothing is recorded and the shaders do no test (a
+ * specialisation constant); on: one read of q and the row inputs per step and of the new scores.
+ *
  * Threads: a kvcache belongs to its context (one thread at a time, as the context).
  */
 #ifndef VKH2O_KVCACHE_H
@@ -182,6 +205,7 @@ typedef struct vkh2o_kvcache_desc {
     uint32_t tier_mask;
     vkh2o_kv_layout layout;
     vkh2o_dtype storage;
+    bool check_finite;          /* count non-finite inputs and scores (stats.nonfinite*); off: no cost */
 } vkh2o_kvcache_desc;
 
 /* What a desc resolves to: the slots of each tier's pool per layer (0: tier not used; T0's
@@ -307,7 +331,20 @@ typedef struct vkh2o_kvcache_stats {
     uint32_t evicted;                          /* tokens evicted (prefill and steps) */
     uint32_t overflow;                         /* steps refused past max_tokens */
     uint64_t bytes_used;                       /* held tokens x their tier's token bytes */
+    /* with desc.check_finite (else 0): steps (and prefill tokens) that saw a non-finite number,
+     * the first one's position (lowest, for a prefill) and what it was (vkh2o_kv_nonfinite bits) */
+    uint32_t nonfinite;
+    uint32_t nonfinite_position;
+    uint32_t nonfinite_what;
 } vkh2o_kvcache_stats;
+/* What was non-finite at vkh2o_kvcache_stats.nonfinite_position (bits). */
+typedef enum vkh2o_kv_nonfinite {
+    VKH2O_NONFINITE_Q = 1u << 0,       /* the step's query */
+    VKH2O_NONFINITE_CKV = 1u << 1,     /* the token's c_kv (EXPANDED: its k) */
+    VKH2O_NONFINITE_KPE = 1u << 2,     /* the token's k_pe (EXPANDED: its v) */
+    VKH2O_NONFINITE_SCORE = 1u << 3,   /* an attention weight or a held token's score after the
+                                          step; a prefill token's mass */
+} vkh2o_kv_nonfinite;
 VKH2O_API vkh2o_result vkh2o_kvcache_read_stats(vkh2o_kvcache* c, uint32_t layer, vkh2o_kvcache_stats* out);
 
 /* A copy of one layer's held tokens (blocking), ordered by position: their number in *len and,

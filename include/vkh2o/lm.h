@@ -129,7 +129,11 @@ VKH2O_API uint32_t vkh2o_budget_for_layer(vkh2o_budget_schedule schedule, uint32
  *               mass. Needs a cache that selects (a capacity or a quantised precision) and the
  *               model's max_obs_window; pool and pool_size need obs_window.
  *   max_tokens  longest sequence the session takes (prefill + decode); 0 = the model's
- *               max_seq_len
+ *               max_seq_len, which bounds it, except for a cache with a capacity (kv.
+ *               capacity_tokens or capacity_bytes; up to 2^24: decode calls of at most
+ *               max_seq_len tokens; positions past the model's max_position_embeddings are
+ *               beyond its training length)
+ * kv.check_finite counts non-finite numbers per layer: vkh2o_model_session_read_kv_stats.
  */
 typedef struct vkh2o_model_cache_desc {
     vkh2o_kvcache_desc kv;
@@ -142,8 +146,8 @@ typedef struct vkh2o_model_cache_desc {
 
 /* Results: OK, INVALID_ARGUMENT / BUDGET (the cache desc, as vkh2o_kvcache_desc_resolve says,
  * naming the layer for a schedule; an option for another policy; max_tokens above the model's
- * max_seq_len), OUT_OF_DEVICE_MEMORY, VULKAN. m must outlive the session; one session of a
- * model may run at a time (they share the model's scratch). */
+ * max_seq_len without a kv capacity), OUT_OF_DEVICE_MEMORY, VULKAN. m must outlive the session;
+ * one session of a model may run at a time (they share the model's scratch). */
 VKH2O_API vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_desc* desc,
                                                   vkh2o_model_session** out);
 VKH2O_API void vkh2o_model_session_destroy(vkh2o_model_session* s);
@@ -153,6 +157,11 @@ VKH2O_API vkh2o_result vkh2o_model_session_reset(vkh2o_model_session* s);
 VKH2O_API uint32_t vkh2o_model_session_get_position(const vkh2o_model_session* s);
 /* Tokens held now by layer `layer`'s cache (blocking read). Results: OK, INVALID_ARGUMENT, VULKAN. */
 VKH2O_API vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s, uint32_t layer, uint32_t* len);
+/* Layer `layer`'s vkh2o_kvcache_stats (blocking read): with kv.check_finite its nonfinite count
+ * and the first non-finite position and input of that layer (vkh2o/kvcache.h "Non-finite
+ * values"). Results: OK, INVALID_ARGUMENT (layer, NULL), VULKAN. */
+VKH2O_API vkh2o_result vkh2o_model_session_read_kv_stats(vkh2o_model_session* s, uint32_t layer,
+                                                        vkh2o_kvcache_stats* out);
 /* Device bytes of every layer's cache summed over the layers: every slot of every tier with its
  * scales, position and score (vkh2o_kvcache_plan_bytes; the full cache: max_tokens + 1 FP16
  * slots), or with tiers by bytes the capacity the held tokens stay within (its pools allocate

@@ -2,8 +2,10 @@
 /*
  * Stage 1 of a decode step (one workgroup): the new token takes the free FP16 slot of lowest
  * index in the layer's top tier, with its position (the layer's counter), score 0 and its row
- * (LATENT [ckv | kpe], EXPANDED [k | v]) rounded to fp16 (f32 with F32TOP). A step at max_tokens positions is refused on the device: the overflow count
- * goes up and ST_SKIP tells the later stages to do nothing.
+ * (LATENT [ckv | kpe], EXPANDED [k | v]) rounded to fp16 (f32 with F32TOP). A step at max_tokens
+ * positions is refused on the device: the overflow count goes up and ST_SKIP tells the later
+ * stages to do nothing. With CHECKFIN a step whose q or row inputs (LATENT c_kv / k_pe, EXPANDED
+ * k / v) hold a NaN or Inf is counted (ST_NF_*; kvc_softmax adds the scores).
  * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
@@ -13,6 +15,7 @@
 layout(constant_id = 21) const uint MAXTOK = 512;
 
 shared uint sh_slot[WG];
+shared uint sh_nf;
 
 float in_row(uint e) { return e < WA ? in_ckv[p.ckv_off + e] : in_kpe[p.kpe_off + e - WA]; }
 
@@ -25,6 +28,15 @@ void main()
     for (uint g = tid; g < SLOTS0; g += WG)
         if (positions[s0 + g] == EMPTY) { best = g; break; }
     sh_slot[tid] = best;
+    if (CHECKFIN == 1u) {
+        if (tid == 0u) sh_nf = 0u;
+        barrier();
+        uint nf = 0u;
+        for (uint e = tid; e < WA; e += WG) if (non_finite(in_ckv[p.ckv_off + e])) nf |= NF_CKV;
+        for (uint e = tid; e < W - WA; e += WG) if (non_finite(in_kpe[p.kpe_off + e])) nf |= NF_KPE;
+        for (uint e = tid; e < H * QW; e += WG) if (non_finite(in_q[p.q_off + e])) nf |= NF_Q;
+        if (nf != 0u) atomicOr(sh_nf, nf);
+    }
     barrier();
     if (tid == 0u) {
         uint b = EMPTY;
@@ -40,6 +52,11 @@ void main()
             state[st + ST_POS] = pos + 1u;
             state[st + ST_CUR] = pos;
             state[st + ST_COUNT] += 1u;
+            if (CHECKFIN == 1u && sh_nf != 0u) {
+                state[st + ST_NF_COUNT] += 1u;
+                state[st + ST_NF_LAST] = pos + 1u;
+                if (state[st + ST_NF_FIRST] == 0u) state[st + ST_NF_FIRST] = ~((pos << 4) | sh_nf);
+            }
         }
     }
     barrier();

@@ -29,6 +29,8 @@ layout(constant_id = 17) const uint BUDGET = 0;    // tiers by bytes: the capaci
 layout(constant_id = 18) const uint EXP = 0;       // 1: the EXPANDED layout
 layout(constant_id = 19) const uint SV = 0;        // EXPANDED: v_head_dim (0 for LATENT)
 layout(constant_id = 20) const uint F32TOP = 0;    // 1: the top tier's rows are f32 (storage F32)
+// (21: kvc_append's MAXTOK)
+layout(constant_id = 22) const uint CHECKFIN = 0;  // 1: count non-finite inputs and scores
 
 const uint WG = gl_WorkGroupSize.x;
 const uint W = WROW;
@@ -54,6 +56,17 @@ const uint ST_EVICTED = 9u;
 const uint ST_OVERFLOW = 10u;
 const uint ST_SKIP = 11u;     // 1: this step was refused (past max_tokens); later stages do nothing
 const uint ST_CUR = 12u;      // position of the latest token
+const uint ST_NF_COUNT = 13u; // CHECKFIN: steps / prefill tokens that saw a non-finite number
+const uint ST_NF_FIRST = 14u; // ~(position << 4 | what) of the first one (0: none; atomicMax keeps the lowest)
+const uint ST_NF_LAST = 15u;  // position + 1 of the last step counted (0: none)
+// what (vkh2o_kv_nonfinite)
+const uint NF_Q = 1u;
+const uint NF_CKV = 2u;
+const uint NF_KPE = 4u;
+const uint NF_SCORE = 8u;
+
+// NaN or +-Inf, by the bits (no float compare a compiler may assume finite)
+bool non_finite(float x) { return (floatBitsToUint(x) & 0x7f800000u) == 0x7f800000u; }
 
 uint tier_slots(uint k) { return k == 0u ? SLOTS0 : (k == 1u ? SLOTS1 : (k == 2u ? SLOTS2 : SLOTS3)); }
 uint tier_bits(uint k) { return 16u >> k; }

@@ -29,10 +29,12 @@ uint hash_base(uint seed, uint layer, uint pos, uint stream)
     return hash32(h ^ ((stream + 1u) * 0x27d4eb2fu));
 }
 
-// Order-preserving u32 key of a float: a > b (as floats) <=> key(a) > key(b); -0 is +0.
+// Order-preserving u32 key of a float: a > b (as floats) <=> key(a) > key(b); -0 is +0. A NaN
+// (any sign or payload) is 0, below -Inf (0x007fffff): the order is NaN < -Inf < finite < +Inf.
 uint float_key(float f)
 {
     uint b = floatBitsToUint(f);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return 0u;
     if (b == 0x80000000u) b = 0u;
     return (b & 0x80000000u) != 0u ? ~b : (b | 0x80000000u);
 }

@@ -9,7 +9,8 @@
  * beyond them is evicted. Without SELECTS token i takes top-tier slot i. Each invocation writes
  * its own row in its tier's format (rows [in_ckv | in_kpe]: LATENT ckv [n][SA] and kpe [n][R],
  * EXPANDED k [n][H][SA + R] and v [n][H][SV]; scores from out_f = the mass),
- * and invocation 0 the layer's state.
+ * and invocation 0 the layer's state. With CHECKFIN a token whose row or mass holds a NaN or Inf
+ * is counted (ST_NF_COUNT, ST_NF_FIRST: the lowest such position, by atomics).
  * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
@@ -43,6 +44,15 @@ void main()
     }
     if (i >= n) return;
     const float score = SELECTS == 1u ? out_f[p.out_off + i] : 0.0;
+    if (CHECKFIN == 1u) {
+        uint nf = SELECTS == 1u && non_finite(score) ? NF_SCORE : 0u;
+        for (uint e = 0u; e < WA; e++) if (non_finite(in_ckv[p.ckv_off + i * WA + e])) nf |= NF_CKV;
+        for (uint e = 0u; e < W - WA; e++) if (non_finite(in_kpe[p.kpe_off + i * (W - WA) + e])) nf |= NF_KPE;
+        if (nf != 0u) {
+            atomicAdd(state[st + ST_NF_COUNT], 1u);
+            atomicMax(state[st + ST_NF_FIRST], ~((i << 4) | nf));
+        }
+    }
     uint tier = 0u, slot;
     if (SELECTS == 0u) {
         slot = i;

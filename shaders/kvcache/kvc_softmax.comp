@@ -3,14 +3,16 @@
  * Stage 2b of a decode step (one workgroup): per head the softmax of the logits over the slots
  * (max, sum of exponentials, then P = exp(l - max) / sum written over the logits; empty slots
  * get 0), and with SELECTS the attention mass of each occupied slot (sum over heads of P) added
- * to its score after the score is scaled by keep. Spec constants and bindings: kvc_common.glsl,
- * kvc_bindings.glsl.
+ * to its score after the score is scaled by keep. With CHECKFIN a non-finite weight or new score
+ * counts the step (once, with kvc_append's count; ST_NF_*). Spec constants and bindings:
+ * kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
 #include "kvc_common.glsl"
 #include "kvc_bindings.glsl"
 
 shared float red[WG];
+shared uint sh_nf;
 
 void main()
 {
@@ -45,13 +47,38 @@ void main()
         barrier();
         for (uint g = tid; g < STOT; g += WG) sc[b + g] *= iz;
     }
-    if (SELECTS == 0u) return;
+    if (CHECKFIN == 1u && tid == 0u) sh_nf = 0u;
+    if (SELECTS == 1u) {
+        memoryBarrierBuffer();
+        barrier();
+        for (uint g = tid; g < STOT; g += WG) {
+            if (positions[s0 + g] == EMPTY) continue;
+            float mass = 0.0;
+            for (uint h = 0u; h < H; h++) mass += sc[h * STOT + g];
+            const float v = p.keep * scores[s0 + g] + mass;
+            scores[s0 + g] = v;
+            if (CHECKFIN == 1u && non_finite(v)) atomicOr(sh_nf, NF_SCORE);
+        }
+    }
+    if (CHECKFIN == 0u) return;
     memoryBarrierBuffer();
     barrier();
+    // the weights (the full cache keeps no scores; a NaN weight there is what a NaN score is)
     for (uint g = tid; g < STOT; g += WG) {
         if (positions[s0 + g] == EMPTY) continue;
-        float mass = 0.0;
-        for (uint h = 0u; h < H; h++) mass += sc[h * STOT + g];
-        scores[s0 + g] = p.keep * scores[s0 + g] + mass;
+        for (uint h = 0u; h < H; h++)
+            if (non_finite(sc[h * STOT + g])) atomicOr(sh_nf, NF_SCORE);
+    }
+    barrier();
+    if (tid == 0u && sh_nf != 0u) {
+        const uint st = g_st(), cur = state[st + ST_CUR];
+        if (state[st + ST_NF_LAST] != cur + 1u) {
+            // not counted by kvc_append: the first non-finite number of this step is a score
+            state[st + ST_NF_COUNT] += 1u;
+            state[st + ST_NF_LAST] = cur + 1u;
+            if (state[st + ST_NF_FIRST] == 0u) state[st + ST_NF_FIRST] = ~((cur << 4) | NF_SCORE);
+        } else if (state[st + ST_NF_FIRST] != 0u && (~state[st + ST_NF_FIRST] >> 4) == cur) {
+            state[st + ST_NF_FIRST] = ~(~state[st + ST_NF_FIRST] | NF_SCORE);
+        }
     }
 }

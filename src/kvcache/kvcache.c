@@ -498,6 +498,7 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     s[KVC_SPEC_BYBYTES] = pl.by_bytes ? 1u : 0u;
     s[KVC_SPEC_BUDGET] = pl.by_bytes ? (uint32_t)(d.capacity_bytes < UINT32_MAX ? d.capacity_bytes : UINT32_MAX) : 0u;
     s[KVC_SPEC_MAXTOK] = d.max_tokens;
+    s[KVC_SPEC_CHECKFIN] = d.check_finite ? 1u : 0u;
     *out = c;
     return VKH2O_OK;
 }
@@ -562,16 +563,21 @@ static vkh2o_result check_range(vkh2o_kvcache* c, const char* what, const vkh2o_
     return vkh2o_check_floats(c->ctx, "kvcache", what, b, off, floats);
 }
 
-static vkh2o_result kernel(vkh2o_kvcache* c, const char* name, uint32_t nspec, vkh2o_kernel** k)
-{
-    return vkh2o_kernel_get(c->ctx, name, 9, c->spec, nspec, k);
-}
-
 static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, const char* name, const vkh2o_binding* b,
                              const struct kvc_push* pc, uint32_t gx, uint32_t gy)
 {
+    /* MAXTOK is kvc_append's, CHECKFIN that of kvc_append, kvc_softmax and kvc_prefill: the other
+     * kernels see 0 there, so caches that differ only in those share their pipelines */
+    const bool append = !strcmp(name, "kvc_append");
+    const bool checkfin = append || !strcmp(name, "kvc_softmax") || !strcmp(name, "kvc_prefill");
+    uint32_t spec[KVC_SPEC_ALL];
+    memcpy(spec, c->spec, sizeof spec);
+    if (!append)
+        spec[KVC_SPEC_MAXTOK] = 0;
+    if (!checkfin)
+        spec[KVC_SPEC_CHECKFIN] = 0;
     vkh2o_kernel* k;
-    VKH2O_CHECK(kernel(c, name, !strcmp(name, "kvc_append") ? KVC_SPEC_COUNT + 1 : KVC_SPEC_COUNT, &k));
+    VKH2O_CHECK(vkh2o_kernel_get(c->ctx, name, 9, spec, KVC_SPEC_ALL, &k));
     VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, k, b, 9, pc, sizeof *pc, gx, gy, 1));
     vkh2o_barrier(c->ctx, cb);
     return VKH2O_OK;
@@ -736,6 +742,11 @@ vkh2o_result vkh2o_kvcache_read_stats(vkh2o_kvcache* c, uint32_t layer, vkh2o_kv
     }
     out->evicted = st[KVC_ST_EVICTED];
     out->overflow = st[KVC_ST_OVERFLOW];
+    out->nonfinite = st[KVC_ST_NF_COUNT];
+    if (st[KVC_ST_NF_FIRST]) {
+        out->nonfinite_position = ~st[KVC_ST_NF_FIRST] >> 4;
+        out->nonfinite_what = ~st[KVC_ST_NF_FIRST] & 15u;
+    }
     return VKH2O_OK;
 }
 

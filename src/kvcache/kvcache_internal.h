@@ -24,6 +24,8 @@ enum kvc_spec {
     KVC_SPEC_F32 = 20,       /* 1: the top tier's rows are f32 */
     KVC_SPEC_COUNT = 21,
     KVC_SPEC_MAXTOK = 21,    /* kvc_append only */
+    KVC_SPEC_CHECKFIN = 22,  /* 1: desc.check_finite (kvc_append, kvc_softmax, kvc_prefill) */
+    KVC_SPEC_ALL = 23,
 };
 
 /* state words per layer (kvc_common.glsl ST_*) */
@@ -35,6 +37,9 @@ enum {
     KVC_ST_OVERFLOW = 10,
     KVC_ST_SKIP = 11,
     KVC_ST_CUR = 12,
+    KVC_ST_NF_COUNT = 13,    /* check_finite: steps / prefill tokens with a non-finite number */
+    KVC_ST_NF_FIRST = 14,    /* ~(position << 4 | what) of the first (0: none) */
+    KVC_ST_NF_LAST = 15,     /* position + 1 of the last step counted (0: none) */
     KVC_ST_WORDS = 16,
 };
 
@@ -69,7 +74,7 @@ struct vkh2o_kvcache {
     vkh2o_buffer* scores;          /* f32 [layers][total_slots] */
     vkh2o_buffer* scratch;         /* f32 [heads][total_slots] */
     vkh2o_buffer* dummy;           /* bound where a call has no buffer of its own (out, mass) */
-    uint32_t spec[KVC_SPEC_COUNT + 1];
+    uint32_t spec[KVC_SPEC_ALL];
 };
 
 /* A row's shape (kvc_common.glsl): NAB segments [A (sa) | B (sb)], then NAB segments V (sv); w

@@ -102,7 +102,11 @@ vkh2o_result vkh2o_model_session_create(vkh2o_model* m, const vkh2o_model_cache_
         return vkh2o_fail(m ? m->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "model session: NULL argument");
     vkh2o_model_cache_desc d = desc ? *desc : (vkh2o_model_cache_desc){ 0 };
     uint32_t max_tokens = d.max_tokens ? d.max_tokens : m->max_seq;
-    if (max_tokens > m->max_seq)
+    /* the model's scratch bounds one call's tokens (vkh2o_model_run checks n), not the
+     * positions: a kvcache with a capacity holds at most that many, so its session may run past
+     * max_seq_len one decode call at a time (the long soak runs 10^6 positions) */
+    const bool capped = d.kv.capacity_tokens || d.kv.capacity_bytes;
+    if (max_tokens > m->max_seq && !capped)
         return vkh2o_fail(m->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "model session: max_tokens %u above the model's max_seq_len %u",
                           max_tokens, m->max_seq);
     vkh2o_model_session* s = vkh2o_calloc(m->ctx, 1, sizeof *s);
@@ -146,6 +150,13 @@ uint32_t vkh2o_model_session_get_position(const vkh2o_model_session* s) { return
 const vkh2o_kvcache* vkh2o_model_session_kvcache(const vkh2o_model_session* s, uint32_t layer)
 {
     return s && layer < s->m->cfg.attn.num_layers ? s->kv[layer] : NULL;
+}
+
+vkh2o_result vkh2o_model_session_read_kv_stats(vkh2o_model_session* s, uint32_t layer, vkh2o_kvcache_stats* out)
+{
+    if (!s || !out || layer >= s->m->cfg.attn.num_layers)
+        return vkh2o_fail(s ? s->m->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "model session: bad layer or NULL argument");
+    return vkh2o_kvcache_read_stats(s->kv[layer], 0, out);
 }
 
 vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s, uint32_t layer, uint32_t* len)

@@ -2,6 +2,7 @@
 # Soak: long runs that must leave memory where it was (scripts/vkh2o.sh soak; CI runs the
 # defaults, docs/HACKING.md the long local form).
 #   soak.sh <build-dir> [validate-steps (50000)] [quant-decode-steps (256)] [quant-passes (3)]
+#           [session-steps (20000)]
 # 1. vkh2o-validate for N steps with the validation layer on: the seed's four PASS lines (the
 #    cache at its cap from step cap on, one eviction per layer and step), no FAIL, no validation
 #    message, device bytes and buffer count equal after the cap was reached and at the end,
@@ -12,11 +13,17 @@
 #    configuration of the one KV cache (demoting or evicting at every step once its pools or
 #    bytes are full), the whole table measured P times; every run of passes 3.. must end with the
 #    device memory of its pass-2 run, nothing may be left after teardown, RSS as above.
+# 3. soak_session (tests/soak/soak_session.c) on the committed model (models/tiny-mla): a model
+#    session generating S tokens under a 64-token H2O kvcache at INT4 (validation off, the full
+#    replay), then S / 4 at TIERED with the validation layer on: device bytes and buffers equal
+#    at every checkpoint from the warm point (2 x 64 steps) on, RSS as above, every layer at its
+#    cap, the logits at every checkpoint bit-identical to a replay session over the same tokens.
 set -euo pipefail
 BUILD="${1:-build}"
 STEPS="${2:-50000}"
 DECODE="${3:-256}"
 PASSES="${4:-3}"
+SESSION="${5:-20000}"
 SLACK="${RSS_SLACK_KIB:-4096}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
@@ -59,4 +66,18 @@ grep -E "^memory: $PASSES passes of [0-9]+ decode runs x $DECODE steps; .*: 0$" 
 grep -qx '  after teardown: 0 device bytes in 0 buffers' "$TMP/q.txt" || fail "quant: buffers left after teardown"
 check_mem_line "$TMP/q.txt" "quant $PASSES x decode $DECODE"
 echo "quant soak: $(( $(date +%s) - t0 )) s"
+
+MODEL="$(cd "$(dirname "$0")/../.." && pwd)/models/tiny-mla"
+for run in "int4 $SESSION" "tiered $(( SESSION / 4 > 0 ? SESSION / 4 : 1 )) --validation"; do
+    set -- $run
+    prec=$1; steps=$2; shift 2
+    t0=$(date +%s)
+    "$BUILD/soak_session" --model "$MODEL" --steps "$steps" --precision "$prec" --quiet "$@" \
+        > "$TMP/s.txt" 2> "$TMP/s.err" || { cat "$TMP/s.txt" "$TMP/s.err"; fail "soak_session $prec $steps steps"; }
+    [ ! -s "$TMP/s.err" ] || { cat "$TMP/s.err"; fail "session $prec: stderr not empty (validation messages go there)"; }
+    grep -qx 'soak ok' "$TMP/s.txt" || { cat "$TMP/s.txt"; fail "session $prec: no 'soak ok'"; }
+    grep -E '^(soak:|replay:)' "$TMP/s.txt"
+    check_mem_line "$TMP/s.txt" "session $prec $steps steps"
+    echo "session soak ($prec): $(( $(date +%s) - t0 )) s"
+done
 echo "soak ok"
