@@ -12,7 +12,8 @@ tmp=$(mktemp -d "$bin/e2e_conformance.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-"$conf" --help | grep -q -- "--mode test|perf|support" || fail "--help does not show --mode"
+"$conf" --help > "$tmp/help.txt"   # a file, not a pipe: grep -q leaving early would SIGPIPE the tool
+grep -q -- "--mode test|perf|support" "$tmp/help.txt" || fail "--help does not show --mode"
 
 # --list: every case with its kernels; an op selects its cases, wildcards work on names
 "$conf" --list > "$tmp/list.txt" || fail "--list exited $?"

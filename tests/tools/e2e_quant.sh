@@ -162,17 +162,21 @@ set +e
 "$TOOL" --weights "$TMP/none.safetensors" > /dev/null 2> "$TMP/err.txt"; rc=$?
 set -e
 [ "$rc" -eq 1 ] || { echo "--weights missing file: exit $rc, want 1"; exit 1; }
-grep -q "none.safetensors" "$TMP/err.txt"
-"$TOOL" --help | grep -q "KIVI"
-"$TOOL" --help | grep -q "route-every (the one cache"
+grep -q "none.safetensors" "$TMP/err.txt" || { echo "--weights missing file: the message does not name it"; cat "$TMP/err.txt"; exit 1; }
+# (the help into a file first: grep -q leaving a pipe early would kill the tool with SIGPIPE)
+"$TOOL" --help > "$TMP/help.txt"
+grep -q "KIVI" "$TMP/help.txt" || { echo "--help does not mention KIVI"; exit 1; }
+grep -q "route-every (the one cache" "$TMP/help.txt" || { echo "--help does not say why --route-every was retired"; exit 1; }
 
 # --bench: fp16 and the default configurations, one row each; stderr not a terminal: no progress
-"$TOOL" --bench --bench-tokens 512 --heads 2 --reps 1 > "$TMP/bench.txt" 2> "$TMP/bench.err"
+"$TOOL" --bench --bench-tokens 512 --heads 2 --reps 1 > "$TMP/bench.txt" 2> "$TMP/bench.err" ||
+    { echo "--bench failed:"; cat "$TMP/bench.txt" "$TMP/bench.err"; exit 1; }
 [ ! -s "$TMP/bench.err" ] || { echo "progress or messages on a pipe:"; cat "$TMP/bench.err"; exit 1; }
 for c in fp16 int8 int4 int2 balanced 'bytes-25%'; do
     grep -qE "^ +2 +$c +[0-9.]+ " "$TMP/bench.txt" || { cat "$TMP/bench.txt"; echo "bench: no $c row"; exit 1; }
 done
-"$TOOL" --bench --bench-tokens 512 --heads 1 --reps 2 --bench-configs 'aggressive,bytes-12.5%+int2' --quiet > "$TMP/bench2.txt"
+"$TOOL" --bench --bench-tokens 512 --heads 1 --reps 2 --bench-configs 'aggressive,bytes-12.5%+int2' --quiet > "$TMP/bench2.txt" 2> "$TMP/bench2.err" ||
+    { echo "--bench --bench-configs failed:"; cat "$TMP/bench2.txt" "$TMP/bench2.err"; exit 1; }
 python3 - "$TMP/bench2.txt" <<'PY'
 import sys
 rows = {}
