@@ -409,6 +409,10 @@ int main(int argc, char** argv)
             if (sh == CONF_SHAPES_CPU && !cpu_dev) {
                 w->r.status = CONF_NOT_SUPPORTED;
                 snprintf(w->r.note, sizeof w->r.note, "the CPU kernel shapes are chosen only on a CPU device");
+            } else if (sh == CONF_SHAPES_CPU && (vkh2o_context_get_flags(ctx) & VKH2O_CONTEXT_GPU_SHAPES)) {
+                /* VKH2O_GPU_SHAPES=1 in the environment forces the GPU shapes on every context */
+                w->r.status = CONF_NOT_SUPPORTED;
+                snprintf(w->r.note, sizeof w->r.note, "VKH2O_GPU_SHAPES=1 forces the GPU kernel shapes");
             } else if (w->c->support && !w->c->support(caps, w->c, w->r.note, sizeof w->r.note)) {
                 w->r.status = CONF_NOT_SUPPORTED;
             } else if (support) {
