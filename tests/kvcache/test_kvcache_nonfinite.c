@@ -218,6 +218,7 @@ static void run_case(const ncase* nc, uint64_t seed)
         vkh2o_buffer* bmass = vt_upload_f32(pmass, P);
         vkh2o_kvcache_prefill kp = { .n = P, .ckv = bckv, .kpe = bkpe, .mass = bmass };
         assert_int_equal(vkh2o_run_kvcache_prefill(c, &kp), VKH2O_OK);
+        ref_kvc_free(&ref);   /* a prefill replaces the contents: a fresh reference */
         ref_kvc_init(&ref, &rc);
         ref_kvc_prefill(&ref, P, pckv, pkpe, pmass);
         snap_read(c, &s);
