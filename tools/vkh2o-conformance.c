@@ -344,17 +344,23 @@ int main(int argc, char** argv)
     const char* outs[2];
     const char* out_flags[2];
     int n_outs = 0;
+    int early = 0;   /* a refusal below: the registry is freed before the exit */
     if (json) {
         int rc = cli_check_output(TOOL, "--json", json, NULL, 0, outs, out_flags, n_outs);
-        if (rc) return rc == 1 ? 2 : rc;
+        if (rc) early = rc == 1 ? 2 : rc;
         outs[n_outs] = json;
         out_flags[n_outs++] = "--json";
     }
-    if (csv) {
+    if (!early && csv) {
         int rc = cli_check_output(TOOL, "--csv", csv, NULL, 0, outs, out_flags, n_outs);
-        if (rc) return rc == 1 ? 2 : rc;
+        if (rc) early = rc == 1 ? 2 : rc;
     }
-    if (device_given && !cli_check_device(TOOL, argc, argv, device)) return 2;
+    if (!early && device_given && !cli_check_device(TOOL, argc, argv, device)) early = 2;
+    if (early) {
+        free(rows);
+        free(reg.cases);
+        return early;
+    }
 
     uint32_t counts[4] = { 0 };
     conf_roofline roof = { 0 };
