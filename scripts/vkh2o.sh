@@ -18,7 +18,7 @@
 #   scripts/vkh2o.sh fuzz [seconds]      libFuzzer targets (clang, build-fuzz/), each for
 #                                        [seconds] (default 60) on tests/fuzz/corpus
 #   scripts/vkh2o.sh fuzz-corpus         regenerate the seed corpus in tests/fuzz/corpus
-#   scripts/vkh2o.sh soak [N] [D] [P] [S]  vkh2o-validate N steps (50000), vkh2o-quant decode D
+#   scripts/vkh2o.sh soak [N] [D] [P] [S]  vkh2o-validate N steps (20000), vkh2o-quant decode D
 #                                        (256) x P passes (3), a model session S steps (20000):
 #                                        memory flat, no validation message, replay identical
 #   scripts/vkh2o.sh test-tsan [S]       4 threads, each its own context and model session, S
@@ -196,7 +196,7 @@ case "$cmd" in
     fuzz) build_fuzz; fuzz "${1:-60}" ;;
     soak)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
-        bash tests/tools/soak.sh "${BUILD_DIR:-build}" "${1:-50000}" "${2:-256}" "${3:-3}" "${4:-20000}" ;;
+        bash tests/tools/soak.sh "${BUILD_DIR:-build}" "${1:-20000}" "${2:-256}" "${3:-3}" "${4:-20000}" ;;
     test-tsan)
         deps; build "${BUILD_DIR:-build-tsan}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVKH2O_TSAN=ON -DVKH2O_BUILD_TOOLS=OFF
         bash tests/soak/tsan.sh "${BUILD_DIR:-build-tsan}" "${1:-300}" ;;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Soak: long runs that must leave memory where it was (scripts/vkh2o.sh soak; CI runs the
 # defaults, docs/HACKING.md the long local form).
-#   soak.sh <build-dir> [validate-steps (50000)] [quant-decode-steps (256)] [quant-passes (3)]
+#   soak.sh <build-dir> [validate-steps (20000)] [quant-decode-steps (256)] [quant-passes (3)]
 #           [session-steps (20000)]
 # 1. vkh2o-validate for N steps with the validation layer on: the seed's four PASS lines (the
 #    cache at its cap from step cap on, one eviction per layer and step), no FAIL, no validation
@@ -20,7 +20,7 @@
 #    cap, the logits at every checkpoint bit-identical to a replay session over the same tokens.
 set -euo pipefail
 BUILD="${1:-build}"
-STEPS="${2:-50000}"
+STEPS="${2:-20000}"
 DECODE="${3:-256}"
 PASSES="${4:-3}"
 SESSION="${5:-20000}"
