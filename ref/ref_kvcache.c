@@ -3,6 +3,8 @@
 #include "ref_core.h"
 #include "ref_h2o.h"
 
+#include "vkh2o.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -470,4 +472,26 @@ void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* in_a, const float* in_
     free(order);
     free(val);
     free(tier);
+}
+
+ref_kvc_config ref_kvc_config_of(const vkh2o_kvcache* c, uint32_t layer)
+{
+    const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(c);
+    const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(c);
+    const float keep = d->policy != VKH2O_POLICY_H2O            ? 1.0f
+                       : d->score_mode == VKH2O_SCORE_DECAY ? d->decay
+                       : d->score_mode == VKH2O_SCORE_TOVA  ? 0.0f
+                                                            : 1.0f;
+    ref_kvc_config rc = { .heads = d->num_heads, .kvl = d->kv_lora_rank, .rope = d->qk_rope_head_dim, .scale = d->scale,
+                          .expanded = d->layout == VKH2O_LAYOUT_EXPANDED, .nope = d->qk_nope_head_dim, .vdim = d->v_head_dim,
+                          .f32 = d->storage == VKH2O_DTYPE_F32,
+                          .n_sink = d->n_sink, .n_recent = d->n_recent, .policy = d->policy, .mode = d->score_mode,
+                          .seed = d->seed, .layer = layer, .keep = keep, .selects = p->selects, .by_bytes = p->by_bytes,
+                          .budget = p->budget_bytes };
+    for (int k = 0; k < 4; k++) {
+        rc.slots[k] = p->slots[k];
+        rc.group_size[k] = d->group_size[k];
+        rc.token_bytes[k] = p->token_bytes[k];
+    }
+    return rc;
 }

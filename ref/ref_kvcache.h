@@ -72,4 +72,11 @@ void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* in_a, const float* in_
 /* The token at position pos, or NULL. */
 const ref_kvc_token* ref_kvc_find(const ref_kvc* r, uint32_t pos);
 
+/* The reference's config for layer `layer` of a device cache (vkh2o.h's vkh2o_kvcache: its
+ * resolved desc and plan), so that tests drive the reference with exactly the device's choices.
+ * The score's factor before the mass: decay (SCORE_DECAY), 0 (TOVA), 1 otherwise and for the
+ * streaming and random policies. */
+struct vkh2o_kvcache;
+ref_kvc_config ref_kvc_config_of(const struct vkh2o_kvcache* c, uint32_t layer);
+
 #endif

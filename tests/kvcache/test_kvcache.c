@@ -229,31 +229,6 @@ static void prefill_inputs(vkh2o_kvcache_prefill* p, const vkh2o_kvcache* c, con
     }
 }
 
-static float keep_of(const vkh2o_kvcache_desc* d)
-{
-    if (d->policy != VKH2O_POLICY_H2O)
-        return 1.0f;
-    return d->score_mode == VKH2O_SCORE_DECAY ? d->decay : d->score_mode == VKH2O_SCORE_TOVA ? 0.0f : 1.0f;
-}
-
-static ref_kvc_config ref_config(const vkh2o_kvcache* c)
-{
-    const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(c);
-    const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(c);
-    ref_kvc_config rc = { .heads = d->num_heads, .kvl = d->kv_lora_rank, .rope = d->qk_rope_head_dim, .scale = d->scale,
-                          .expanded = d->layout == VKH2O_LAYOUT_EXPANDED, .nope = d->qk_nope_head_dim, .vdim = d->v_head_dim,
-                          .f32 = d->storage == VKH2O_DTYPE_F32,
-                          .n_sink = d->n_sink, .n_recent = d->n_recent, .policy = d->policy, .mode = d->score_mode,
-                          .seed = d->seed, .keep = keep_of(d), .selects = p->selects, .by_bytes = p->by_bytes,
-                          .budget = p->budget_bytes };
-    for (int k = 0; k < 4; k++) {
-        rc.slots[k] = p->slots[k];
-        rc.group_size[k] = d->group_size[k];
-        rc.token_bytes[k] = p->token_bytes[k];
-    }
-    return rc;
-}
-
 typedef struct snap {
     uint32_t len;
     uint32_t* pos;
@@ -322,7 +297,7 @@ static void run_case(const kcase* kc, uint64_t seed)
     vkh2o_kvcache* c;
     assert_int_equal(vkh2o_kvcache_create(ctx, &d, &c), VKH2O_OK);
     const vkh2o_kvcache_plan* pl = vkh2o_kvcache_get_plan(c);
-    ref_kvc_config rc = ref_config(c);
+    ref_kvc_config rc = ref_kvc_config_of(c, 0);
     /* row numbers, of the first input (ckv / k), per head of the query and output */
     const uint32_t H = kc->H, W = ref_kvc_row(&rc), WA = ref_kvc_first(&rc), WB = W - WA, QW = ref_kvc_qw(&rc), OW = ref_kvc_ow(&rc);
     assert_int_equal(W, vkh2o_kvcache_row_numbers(vkh2o_kvcache_get_desc(c)));
@@ -573,7 +548,7 @@ static void test_record_once(void** state)
         vkh2o_kvcache *a, *b;
         assert_int_equal(vkh2o_kvcache_create(ctx, &d, &a), VKH2O_OK);
         assert_int_equal(vkh2o_kvcache_create(ctx, &d, &b), VKH2O_OK);
-        const ref_kvc_config rc = ref_config(a);
+        const ref_kvc_config rc = ref_kvc_config_of(a, 0);
         const uint32_t H = kc->H, W = ref_kvc_row(&rc), WA = ref_kvc_first(&rc), QW = ref_kvc_qw(&rc), OW = ref_kvc_ow(&rc);
         const uint32_t N = 30;
         float* q = malloc(4ull * H * QW);
@@ -714,7 +689,7 @@ static void layers_case(bool expanded)
     assert_int_equal(vkh2o_kvcache_create(ctx, &dm, &multi), VKH2O_OK);
     for (int i = 0; i < 2; i++)
         assert_int_equal(vkh2o_kvcache_create(ctx, &d, &one[i]), VKH2O_OK);
-    const ref_kvc_config rc = ref_config(multi);
+    const ref_kvc_config rc = ref_kvc_config_of(multi, 0);
     const uint32_t H = 3, W = ref_kvc_row(&rc), WA = ref_kvc_first(&rc), QW = ref_kvc_qw(&rc), OW = ref_kvc_ow(&rc);
     float rows[8 * 78], q[3 * 36];
     vkh2o_buffer* bo = vt_buffer(4ull * H * OW);

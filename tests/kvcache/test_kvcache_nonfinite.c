@@ -45,27 +45,6 @@ static const ncase cases[] = {
       { .n_sink = 2, .n_recent = 4, .capacity_bytes = 2600, .precision = VKH2O_PRECISION_TIERED, H2O(VKH2O_SCORE_TOVA) } },
 };
 
-static float keep_of(const vkh2o_kvcache_desc* d)
-{
-    return d->score_mode == VKH2O_SCORE_DECAY ? d->decay : d->score_mode == VKH2O_SCORE_TOVA ? 0.0f : 1.0f;
-}
-
-static ref_kvc_config ref_config(const vkh2o_kvcache* c)
-{
-    const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(c);
-    const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(c);
-    ref_kvc_config rc = { .heads = d->num_heads, .kvl = d->kv_lora_rank, .rope = d->qk_rope_head_dim, .scale = d->scale,
-                          .n_sink = d->n_sink, .n_recent = d->n_recent, .policy = d->policy, .mode = d->score_mode,
-                          .seed = d->seed, .keep = keep_of(d), .selects = p->selects, .by_bytes = p->by_bytes,
-                          .budget = p->budget_bytes };
-    for (int k = 0; k < 4; k++) {
-        rc.slots[k] = p->slots[k];
-        rc.group_size[k] = d->group_size[k];
-        rc.token_bytes[k] = p->token_bytes[k];
-    }
-    return rc;
-}
-
 typedef struct snap {
     uint32_t len;
     uint32_t* pos;
@@ -198,7 +177,7 @@ static void run_case(const ncase* nc, uint64_t seed)
     assert_int_equal(vkh2o_kvcache_create(ctx, &d, &c), VKH2O_OK);
     const vkh2o_kvcache_plan* pl = vkh2o_kvcache_get_plan(c);
     const uint32_t H = nc->H, KVL = nc->kvl, R = nc->rope, W = KVL + R, P = nc->prefill;
-    ref_kvc_config rc = ref_config(c);
+    ref_kvc_config rc = ref_kvc_config_of(c, 0);
     ref_kvc ref;
     ref_kvc_init(&ref, &rc);
     snap s = { 0 };
