@@ -59,12 +59,6 @@ static const kv_def defs[] = {
 
 enum { P_DEF };
 
-static float keep_of(const vkh2o_kvcache_desc* d)
-{
-    if (d->policy != VKH2O_POLICY_H2O) return 1.0f;
-    return d->score_mode == VKH2O_SCORE_DECAY ? d->decay : d->score_mode == VKH2O_SCORE_TOVA ? 0.0f : 1.0f;
-}
-
 typedef struct snap {
     uint32_t len;
     uint32_t* pos;
@@ -125,7 +119,6 @@ static void run_kv(const conf_env* env, const conf_case* c, conf_result* r)
         goto done;
     }
     const vkh2o_kvcache_plan* pl = vkh2o_kvcache_get_plan(kc);
-    const vkh2o_kvcache_desc* rd = vkh2o_kvcache_get_desc(kc);
     const uint32_t S = pl->total_slots;
     s.pos = calloc(S, 4);
     s.score = calloc(S, 4);
@@ -138,15 +131,7 @@ static void run_kv(const conf_env* env, const conf_case* c, conf_result* r)
         snprintf(r->note, sizeof r->note, "out of host memory");
         goto done;
     }
-    ref_kvc_config rc = { .heads = H, .kvl = KVL, .rope = R, .scale = rd->scale, .n_sink = rd->n_sink,
-                          .n_recent = rd->n_recent, .policy = rd->policy, .mode = rd->score_mode, .seed = rd->seed,
-                          .keep = keep_of(rd), .selects = pl->selects, .by_bytes = pl->by_bytes,
-                          .budget = pl->budget_bytes };
-    for (int t = 0; t < 4; t++) {
-        rc.slots[t] = pl->slots[t];
-        rc.group_size[t] = rd->group_size[t];
-        rc.token_bytes[t] = pl->token_bytes[t];
-    }
+    const ref_kvc_config rc = ref_kvc_config_of(kc, 0);
     ref_kvc_init(&ref, &rc);
     ref_made = true;
     conf_fill_normal(&rng, pckv, (size_t)P * KVL, 1.0f);
