@@ -57,39 +57,73 @@ static void shard_close(shard* s)
     vkh2o_checkpoint_destroy(s->ck);
 }
 
-static void check_prefill(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32_t sink, uint32_t budget, uint32_t recent,
-                          const char* layout)
+/* S random hidden states of the shard's width, written as FILE's hidden_states (--input) */
+static float* write_input(const shard* sh, vt_rng* rng, uint32_t S, const char* file)
 {
     const uint32_t D = sh->cfg.hidden_size;
-    printf("# S=%u prefill %u, sink %u budget %u recent %u, %s\n", S, P, sink, budget, recent, layout);
     float* x = malloc(4ull * S * D);
     vt_fill_normal(rng, x, (size_t)S * D, 1.0f);
     vkh2o_error err = { 0 };
     vkh2o_tensor_write tw = { .name = "hidden_states", .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { S, D }, .data = x };
-    assert_int_equal(vkh2o_safetensors_write(path("in.safetensors"), &tw, 1, NULL, &err), VKH2O_OK);
-    char s_p[16], s_b[16], s_k[16], s_r[16];
-    snprintf(s_p, sizeof s_p, "%u", P);
-    snprintf(s_b, sizeof s_b, "%u", budget);
-    snprintf(s_k, sizeof s_k, "%u", sink);
-    snprintf(s_r, sizeof s_r, "%u", recent);
-    const char* args[] = { "--weights", path("small.safetensors"), "--input", path("in.safetensors"), "--prefill", s_p,
-                           "--budget", s_b, "--n-sink", s_k, "--n-recent", s_r, "--layout", layout, "--runs", "1", "--check",
-                           "--out", path("o.safetensors"), "--csv", path("r.csv"), "--json", path("r.json"), "--quiet", NULL };
+    assert_int_equal(vkh2o_safetensors_write(path(file), &tw, 1, NULL, &err), VKH2O_OK);
+    return x;
+}
+
+/* the cache's figures as command-line arguments */
+typedef struct cache_args {
+    char prefill[16], budget[16], sink[16], recent[16];
+} cache_args;
+
+static cache_args cache_args_of(uint32_t P, uint32_t sink, uint32_t budget, uint32_t recent)
+{
+    cache_args a;
+    snprintf(a.prefill, sizeof a.prefill, "%u", P);
+    snprintf(a.budget, sizeof a.budget, "%u", budget);
+    snprintf(a.sink, sizeof a.sink, "%u", sink);
+    snprintf(a.recent, sizeof a.recent, "%u", recent);
+    return a;
+}
+
+static void run_demo(const char* const* args)
+{
     int rc = vt_run_tool("vkh2o-demo", args);
     if (rc != 0) {
         char* e = vt_slurp(path("stderr.txt"));
         fail_msg("vkh2o-demo exited %d: %s", rc, e);
     }
+}
 
-    /* the reference */
-    ref_decode ref;
-    assert_int_equal(ref_decode_init(&ref, &sh->cfg, sh->hw, !strcmp(layout, "latent"), true, true, sink, budget, recent,
+/* The double reference over the same tokens: a prefill of P, then one decode step per token with
+ * eviction to the cap; returns every token's output (S x D) and leaves the final cache in *ref. */
+static float* ref_outputs(const shard* sh, ref_decode* ref, const float* x, uint32_t S, uint32_t P, bool latent,
+                          uint32_t sink, uint32_t budget, uint32_t recent)
+{
+    const uint32_t D = sh->cfg.hidden_size;
+    assert_int_equal(ref_decode_init(ref, &sh->cfg, sh->hw, latent, true, true, sink, budget, recent,
                                      sink + budget + recent + 1), 0);
     float* want = malloc(4ull * S * D);
-    assert_int_equal(ref_decode_prefill(&ref, x, P, want), 0);
+    assert_int_equal(ref_decode_prefill(ref, x, P, want), 0);
     for (uint32_t t = P; t < S; t++)
-        assert_int_equal(ref_decode_step(&ref, x + (size_t)t * D, t, want + (size_t)t * D), 0);
+        assert_int_equal(ref_decode_step(ref, x + (size_t)t * D, t, want + (size_t)t * D), 0);
+    return want;
+}
 
+static void check_prefill(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32_t sink, uint32_t budget, uint32_t recent,
+                          const char* layout)
+{
+    const uint32_t D = sh->cfg.hidden_size;
+    printf("# S=%u prefill %u, sink %u budget %u recent %u, %s\n", S, P, sink, budget, recent, layout);
+    float* x = write_input(sh, rng, S, "in.safetensors");
+    const cache_args c = cache_args_of(P, sink, budget, recent);
+    const char* args[] = { "--weights", path("small.safetensors"), "--input", path("in.safetensors"), "--prefill", c.prefill,
+                           "--budget", c.budget, "--n-sink", c.sink, "--n-recent", c.recent, "--layout", layout, "--runs", "1",
+                           "--check", "--out", path("o.safetensors"), "--csv", path("r.csv"), "--json", path("r.json"), "--quiet",
+                           NULL };
+    run_demo(args);
+
+    ref_decode ref;
+    float* want = ref_outputs(sh, &ref, x, S, P, !strcmp(layout, "latent"), sink, budget, recent);
+    vkh2o_error err = { 0 };
     vkh2o_safetensors* st;
     assert_int_equal(vkh2o_safetensors_open(path("o.safetensors"), &st, &err), VKH2O_OK);
     vkh2o_tensor_view o;
@@ -186,25 +220,13 @@ static void run_int8(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32_t si
     const uint32_t D = sh->cfg.hidden_size, cap = sink + budget + recent;
     printf("# --kv int8: S=%u prefill %u, sink %u budget %u recent %u, %s\n", S, P, sink, budget, recent,
            layout ? layout : "the default layout");
-    float* x = malloc(4ull * S * D);
-    vt_fill_normal(rng, x, (size_t)S * D, 1.0f);
-    vkh2o_error err = { 0 };
-    vkh2o_tensor_write tw = { .name = "hidden_states", .dtype = VKH2O_DTYPE_F32, .ndim = 2, .shape = { S, D }, .data = x };
-    assert_int_equal(vkh2o_safetensors_write(path("in8.safetensors"), &tw, 1, NULL, &err), VKH2O_OK);
-    char s_p[16], s_b[16], s_k[16], s_r[16];
-    snprintf(s_p, sizeof s_p, "%u", P);
-    snprintf(s_b, sizeof s_b, "%u", budget);
-    snprintf(s_k, sizeof s_k, "%u", sink);
-    snprintf(s_r, sizeof s_r, "%u", recent);
-    const char* args[] = { "--weights", path("small.safetensors"), "--input", path("in8.safetensors"), "--prefill", s_p,
-                           "--budget", s_b, "--n-sink", s_k, "--n-recent", s_r, "--kv", "int8", "--runs", "1",
+    float* x = write_input(sh, rng, S, "in8.safetensors");
+    const cache_args c = cache_args_of(P, sink, budget, recent);
+    const char* args[] = { "--weights", path("small.safetensors"), "--input", path("in8.safetensors"), "--prefill", c.prefill,
+                           "--budget", c.budget, "--n-sink", c.sink, "--n-recent", c.recent, "--kv", "int8", "--runs", "1",
                            "--out", path("o8.safetensors"), "--json", path("r8.json"), "--quiet",
                            layout ? "--layout" : NULL, layout, NULL };
-    int rc = vt_run_tool("vkh2o-demo", args);
-    if (rc != 0) {
-        char* e = vt_slurp(path("stderr.txt"));
-        fail_msg("vkh2o-demo exited %d: %s", rc, e);
-    }
+    run_demo(args);
     char* js = vt_slurp(path("r8.json"));
     cJSON* j = cJSON_Parse(js);
     assert_non_null(j);
@@ -226,11 +248,8 @@ static void run_int8(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32_t si
     free(js);
 
     ref_decode ref;
-    assert_int_equal(ref_decode_init(&ref, &sh->cfg, sh->hw, latent, true, true, sink, budget, recent, cap + 1), 0);
-    float* want = malloc(4ull * S * D);
-    assert_int_equal(ref_decode_prefill(&ref, x, P, want), 0);
-    for (uint32_t t = P; t < S; t++)
-        assert_int_equal(ref_decode_step(&ref, x + (size_t)t * D, t, want + (size_t)t * D), 0);
+    float* want = ref_outputs(sh, &ref, x, S, P, latent, sink, budget, recent);
+    vkh2o_error err = { 0 };
     vkh2o_safetensors* st;
     assert_int_equal(vkh2o_safetensors_open(path("o8.safetensors"), &st, &err), VKH2O_OK);
     vkh2o_tensor_view o;
