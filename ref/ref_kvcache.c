@@ -476,8 +476,11 @@ void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* in_a, const float* in_
 
 ref_kvc_config ref_kvc_config_of(const vkh2o_kvcache* c, uint32_t layer)
 {
-    const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(c);
-    const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(c);
+    return ref_kvc_config_from(vkh2o_kvcache_get_desc(c), vkh2o_kvcache_get_plan(c), layer);
+}
+
+ref_kvc_config ref_kvc_config_from(const vkh2o_kvcache_desc* d, const vkh2o_kvcache_plan* p, uint32_t layer)
+{
     const float keep = d->policy != VKH2O_POLICY_H2O            ? 1.0f
                        : d->score_mode == VKH2O_SCORE_DECAY ? d->decay
                        : d->score_mode == VKH2O_SCORE_TOVA  ? 0.0f

@@ -78,5 +78,9 @@ const ref_kvc_token* ref_kvc_find(const ref_kvc* r, uint32_t pos);
  * streaming and random policies. */
 struct vkh2o_kvcache;
 ref_kvc_config ref_kvc_config_of(const struct vkh2o_kvcache* c, uint32_t layer);
+/* The same from a resolved desc and plan (vkh2o_kvcache_desc_resolve), before any cache exists. */
+struct vkh2o_kvcache_desc;
+struct vkh2o_kvcache_plan;
+ref_kvc_config ref_kvc_config_from(const struct vkh2o_kvcache_desc* d, const struct vkh2o_kvcache_plan* p, uint32_t layer);
 
 #endif

@@ -604,19 +604,7 @@ static int make_desc(run* R)
     }
     R->cap = o->n_sink + o->budget + o->n_recent;
     const vkh2o_kvcache_desc* r = &R->desc;
-    R->rc = (ref_kvc_config){ .heads = r->num_heads, .kvl = r->kv_lora_rank, .rope = r->qk_rope_head_dim,
-                              .expanded = o->expanded, .nope = r->qk_nope_head_dim, .vdim = r->v_head_dim, .f32 = o->f32,
-                              .scale = r->scale, .n_sink = r->n_sink, .n_recent = r->n_recent, .policy = r->policy,
-                              .mode = r->score_mode, .seed = r->seed,
-                              .keep = r->policy != VKH2O_POLICY_H2O ? 1.0f
-                                    : r->score_mode == VKH2O_SCORE_DECAY ? r->decay
-                                    : r->score_mode == VKH2O_SCORE_TOVA ? 0.0f : 1.0f,
-                              .selects = R->plan.selects, .by_bytes = R->plan.by_bytes, .budget = R->plan.budget_bytes };
-    for (int k = 0; k < VKH2O_TIER_COUNT; k++) {
-        R->rc.slots[k] = R->plan.slots[k];
-        R->rc.group_size[k] = r->group_size[k];
-        R->rc.token_bytes[k] = R->plan.token_bytes[k];
-    }
+    R->rc = ref_kvc_config_from(r, &R->plan, 0);
     R->W = vkh2o_kvcache_row_numbers(r);
     R->WA = ref_kvc_first(&R->rc);
     R->QW = ref_kvc_qw(&R->rc);
