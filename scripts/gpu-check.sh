@@ -196,7 +196,10 @@ prebuilt_env() {
     done
     PREP_LIB=$PREP/prefix/$libdir
     export LD_LIBRARY_PATH=$PREP_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export VK_LAYER_PATH=$PREP/prefix/$(manifest_get layer_dir)
+    VK_LAYER_PATH=$PREP/prefix/$(manifest_get layer_dir)
+    [ -f "$VK_LAYER_PATH/VkLayer_khronos_validation.json" ] ||
+        die "$PREP is incomplete: no VkLayer_khronos_validation.json in $VK_LAYER_PATH (prepare it again)"
+    export VK_LAYER_PATH
     echo "gpu-check: prepared folder $PREP ($(manifest_get vkh2o), $(manifest_get prepared))"
     echo "gpu-check: Vulkan loader, cJSON, cmocka from $PREP_LIB (LD_LIBRARY_PATH); validation layer from $VK_LAYER_PATH (VK_LAYER_PATH)"
 
