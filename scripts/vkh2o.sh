@@ -30,6 +30,8 @@
 # On a machine with a GPU: bash scripts/gpu-check.sh OUTDIR builds, then runs vkh2o-conformance
 # (every kernel against its CPU reference, then timed against the device's roofline) and the
 # decode benchmark, leaving OUTDIR/summary.md and the JSON (under 8 minutes on a discrete GPU).
+# For an offline GPU node: gpu-check.sh --prepare DIR here, then DIR/gpu-check.sh --prebuilt DIR
+# OUTDIR there (the tools, suites and runtime packages in DIR; no build, no apt-get).
 # Environment: BUILD_DIR (default build), JOBS (default: nproc), VKH2O_SKIP_APT=1 to skip apt,
 # VKH2O_TEST_FULL=1 the whole grids and sweeps in every test command (CI sets it).
 set -euo pipefail
@@ -206,5 +208,5 @@ case "$cmd" in
         (cd "${BUILD_DIR:-build}" && VKH2O_FAULT_SWEEP=1 VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure --timeout 1800 \
             -R '^test_model_faults$') ;;
     fuzz-corpus) build_fuzz; "${BUILD_DIR:-build-fuzz}/vkh2o-fuzz-corpus" tests/fuzz/corpus ;;
-    *) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
+    *) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
 esac
