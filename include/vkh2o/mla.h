@@ -174,11 +174,16 @@ VKH2O_API vkh2o_result vkh2o_run_mla_forward(vkh2o_mla_layer* layer, const float
  * a cache whose shape or scale does not match the layer, layer index out of range),
  * UNSUPPORTED (shapes beyond the device's limits), VULKAN, OUT_OF_DEVICE_MEMORY; the message is in vkh2o_last_error.
  * ---------------------------------------------------------------------------------------- */
+/* vkh2o_mla_decode.position: the first token's position is the next position the cache's layer
+ * holds on the device when the step runs (the position its append gives the token), not a
+ * number fixed at recording; tokens i of a chunk at that + i. */
+#define VKH2O_POSITION_FROM_CACHE 0xffffffffu
 typedef struct vkh2o_mla_decode {
     vkh2o_buffer* hidden;  uint64_t hidden_offset;
     vkh2o_buffer* out;     uint64_t out_offset;
     uint32_t n_tokens;     /* 0 = 1 */
-    uint32_t position;     /* of the first token; the cache's tokens must be at lower positions */
+    uint32_t position;     /* of the first token (RoPE), below 2^24 with the chunk; the cache's tokens
+                              must be at lower positions. VKH2O_POSITION_FROM_CACHE: the cache's */
     uint32_t layer;        /* which of the cache's num_layers layers (0 for a one-layer cache) */
 } vkh2o_mla_decode;
 
