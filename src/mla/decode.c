@@ -58,6 +58,9 @@ static vkh2o_result project_hidden(vkh2o_mla_layer* L, VkCommandBuffer cb, const
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
     vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
     VKH2O_CHECK(check_decode_tokens(L, n));
+    if (!pos_buf && position == VKH2O_POSITION_FROM_CACHE)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla decode inputs: VKH2O_POSITION_FROM_CACHE needs a cache (vkh2o_cmd_mla_decode); give the position");
     const uint64_t rowsf = (uint64_t)n * vkh2o_mla_layer_state(L)->hidden;
     VKH2O_CHECK(check_rows(ctx, "hidden", hidden, hidden_offset, rowsf));
     copy(ctx, cb, hidden, hidden_offset, db.hidden, 0, rowsf * 4);

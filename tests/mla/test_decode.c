@@ -30,7 +30,8 @@
  * by tests/kvcache, which checks every precision and tier against ref/ref_kvcache.)
  *
  * A decode step's inputs alone (vkh2o_cmd/run_mla_decode_inputs: rows and queries, both layouts)
- * and vkh2o_mla_layer_get_attn_output: check_inputs below. */
+ * and vkh2o_mla_layer_get_attn_output: check_inputs below. One decode recorded once with
+ * VKH2O_POSITION_FROM_CACHE and submitted again and again: test_replay below. */
 #include "vkh2o_test.h"
 #include "mla_internal.h"
 #include "ref_decode.h"
@@ -102,6 +103,11 @@ static void test_errors(void** state)
     assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 0, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_run_mla_decode(f.layer, NULL, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 1, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    /* an explicit position whose chunk reaches 2^24; the cache's position without a cache */
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 2, (1u << 24) - 1, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, h, 1, VKH2O_POSITION_FROM_CACHE, VKH2O_LAYOUT_LATENT, h, NULL, NULL),
+                     VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(vkh2o_last_error(ctx), "VKH2O_POSITION_FROM_CACHE"));
     /* a prompt beyond the cache's max_tokens */
     assert_int_equal(vkh2o_run_mla_prefill(f.layer, c, 0, h, 9, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     /* too small buffers, misaligned offsets */

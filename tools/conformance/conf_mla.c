@@ -7,6 +7,9 @@
  * library reads (VKH2O_MATMUL_PATH, VKH2O_ATTN_TEXEL). Weights BF16, F16, F32, and F8_E4M3 with
  * 128 x 128 block scales (written as a checkpoint and loaded: FP8 has no host-wrap form).
  *
+ * The layer decode at the cache's device position (mla.decode.*.from_cache) has its own block
+ * below, register_decode_from_cache.
+ *
  * Bounds: the reference widens the same rounded weights, so the dtype does not change the
  * bound: fp32 accumulation in the five projections (nmse ~ K u^2 each), the norms, RoPE and
  * attention compounded through the layer: nmse(out) <= 1e-10 and nmse(attention mass) <= 1e-11
