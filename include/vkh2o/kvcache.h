@@ -18,9 +18,10 @@
  *             absorbed and the output is the attention output per head.
  * Retired with the older caches: mock steps (tools generate their inputs on the host), the
  * block cache's routing batches (this cache demotes on the device at every step) and its block
- * selectors (score, Quest: read-time sparsity that saves no memory). A step's RoPE
- * position comes from the caller (vkh2o_mla_decode.position): a recorded layer decode step
- * replays the cache's part exactly, its projections at the position it was recorded with.
+ * selectors (score, Quest: read-time sparsity that saves no memory). A layer decode step's
+ * RoPE position is the caller's (vkh2o_mla_decode.position) or, with VKH2O_POSITION_FROM_CACHE,
+ * the cache layer's next position read on the device: then a recorded layer step
+ * (vkh2o_cmd_mla_decode) replays whole, projections included, each submission the next token.
  *
  * Slots, not order
  *   Per layer the cache has slot pools, one per tier T0 (FP16, or f32 with storage F32), T1
@@ -363,9 +364,13 @@ VKH2O_API vkh2o_result vkh2o_kvcache_read_snapshot(vkh2o_kvcache* c, uint32_t la
 /* Decode step of an MLA layer against a kvcache (vkh2o/mla.h "Decode" with this cache): the
  * projections, LATENT the query absorbed on the device, one cache step per token (d->layer is
  * the cache layer; d->position feeds RoPE and must equal the cache layer's position, which the
- * caller tracks), W_uv and o_proj; EXPANDED the steps take the projections' per-head q, K (k_nope
- * through kv_b_proj) and V and give the output before o_proj directly (no W_uk / W_uv). d->n_tokens tokens in one recording. Never submits. Results:
- * as vkh2o_cmd_mla_decode, INVALID_ARGUMENT when the cache's shape or scale is not the layer's. */
+ * caller tracks, or is VKH2O_POSITION_FROM_CACHE: that position read on the device when the
+ * work runs, so the recording may be submitted again for the next token), W_uv and o_proj;
+ * EXPANDED the steps take the projections' per-head q, K (k_nope through kv_b_proj) and V and
+ * give the output before o_proj directly (no W_uk / W_uv). d->n_tokens tokens in one
+ * recording. Never submits. vkh2o_run_mla_decode: the same on the context's queue, waited for
+ * (position as d->position, VKH2O_POSITION_FROM_CACHE included). Results: as
+ * vkh2o_cmd_mla_decode, INVALID_ARGUMENT when the cache's shape or scale is not the layer's. */
 VKH2O_API vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
                                                const vkh2o_mla_decode* d);
 VKH2O_API vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,

@@ -160,6 +160,12 @@ VKH2O_API vkh2o_result vkh2o_run_mla_forward(vkh2o_mla_layer* layer, const float
  * A chunk of n tokens (n <= max_decode_tokens) runs these steps for the n consecutive tokens
  * one after another (token i sees the cache token i - 1 left), recorded into one command buffer.
  * The projections of the whole chunk run first (they do not depend on the cache).
+ * p is vkh2o_mla_decode.position (+ i), or with VKH2O_POSITION_FROM_CACHE the cache layer's next
+ * position (+ i) as the device holds it when the work runs: a call only records, and one recorded
+ * call can be submitted again and again (new hidden rows written between submissions), each
+ * submission the next tokens, bit for bit what calls recorded with the explicit positions give.
+ * Past the cache's max_tokens the cache refuses the step on the device (its stats.overflow);
+ * a position at or past 2^24 (only a refused step's) ropes to NaN, never to a wrapped angle.
  *
  * The cache (vkh2o_kvcache, vkh2o/kvcache.h: vkh2o_cmd_mla_decode and vkh2o_run_mla_decode are
  * declared there): both layouts. Its heads and dims must be the layer's (vkh2o_kvcache_desc_from_mla
@@ -171,14 +177,20 @@ VKH2O_API vkh2o_result vkh2o_run_mla_forward(vkh2o_mla_layer* layer, const float
  * multiples of 4 (they are copied through the layer's scratch). The layer's scratch is shared
  * by all its calls: do not record two calls of one layer that may execute concurrently.
  * Results: OK, INVALID_ARGUMENT (NULL, n = 0 or above max_decode_tokens, buffers too small,
- * a cache whose shape or scale does not match the layer, layer index out of range),
+ * a cache whose shape or scale does not match the layer, layer index out of range, explicit
+ * positions reaching 2^24),
  * UNSUPPORTED (shapes beyond the device's limits), VULKAN, OUT_OF_DEVICE_MEMORY; the message is in vkh2o_last_error.
  * ---------------------------------------------------------------------------------------- */
+/* vkh2o_mla_decode.position: the first token's position is the next position the cache's layer
+ * holds on the device when the step runs (the position its append gives the token), not a
+ * number fixed at recording; tokens i of a chunk at that + i. */
+#define VKH2O_POSITION_FROM_CACHE 0xffffffffu
 typedef struct vkh2o_mla_decode {
     vkh2o_buffer* hidden;  uint64_t hidden_offset;
     vkh2o_buffer* out;     uint64_t out_offset;
     uint32_t n_tokens;     /* 0 = 1 */
-    uint32_t position;     /* of the first token; the cache's tokens must be at lower positions */
+    uint32_t position;     /* of the first token (RoPE), below 2^24 with the chunk; the cache's tokens
+                              must be at lower positions. VKH2O_POSITION_FROM_CACHE: the cache's */
     uint32_t layer;        /* which of the cache's num_layers layers (0 for a one-layer cache) */
 } vkh2o_mla_decode;
 

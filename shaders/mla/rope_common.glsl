@@ -2,6 +2,12 @@
  * RoPE helpers shared by rope.comp and rmsnorm.comp (included after the including shader has
  * declared `rope_tab` (float[]) and the spec constant ROPE, the rope dimension).
  *
+ * Positions: pos0 + row from the push constants, or, with the spec constant POS_FROM_BUF = 1,
+ * base + pos0 + row where base is a u32 the device holds (pos_base[pos_word]: the next position
+ * of a KV cache layer, so one recorded step replays at the cache's position). A position at or
+ * past 2^24 (only a device base can make one: the host checks pos0 + rows) gives NaN rope values
+ * instead of a wrapped angle (rope_position).
+ *
  * The table holds cos/sin of p * inv_freq[i] for a position split in three bytes
  * p = a + 256 b + 65536 c, computed on the host in double (vkh2o_rope_table_fill):
  *   rope_tab[2 * ((level * 256 + byte) * HALF + i) + {0, 1}] = {cos, sin}(byte * 256^level * f_i)
@@ -10,6 +16,14 @@
  * varies between drivers).
  */
 #define ROPE_HALF (ROPE / 2u)
+#define ROPE_MAX_POSITION 16777216u
+
+/* p = base + off; false when it reaches 2^24 (the table covers three bytes), overflow-safe */
+bool rope_position(uint base, uint off, out uint p)
+{
+    p = base + off;
+    return base < ROPE_MAX_POSITION && off < ROPE_MAX_POSITION - base;
+}
 
 vec2 rope_entry(uint level, uint b, uint i)
 {

@@ -89,4 +89,13 @@ float vkh2o_kvcache_deq(const vkh2o_kvcache* c, uint32_t tier, const uint32_t* w
 /* The quantisation group of element e of a tier-k row, and [first, first + count) of group gi. */
 uint32_t vkh2o_kvcache_group_of(const vkh2o_kvcache_desc* d, uint32_t tier, uint32_t e);
 
+/* Where the device keeps a layer's next position (the position the next step's token gets; it
+ * stays at max_tokens once steps are refused): the u32 at word *word of *buf, for a recording
+ * that reads it on the device (the MLA decode's RoPE, src/mla/decode.c). */
+static inline void vkh2o_kvcache_position_word(const vkh2o_kvcache* c, uint32_t layer, vkh2o_buffer** buf, uint32_t* word)
+{
+    *buf = c->state;
+    *word = layer * KVC_ST_WORDS + KVC_ST_POS;
+}
+
 #endif

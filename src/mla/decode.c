@@ -50,26 +50,39 @@ static vkh2o_result check_decode_tokens(vkh2o_mla_layer* L, uint32_t n)
     return VKH2O_OK;
 }
 
-/* The hidden rows into the layer's scratch, then the projections of n tokens from `position`. */
+/* The hidden rows into the layer's scratch, then the projections of n tokens from `position`,
+ * or, with pos_buf, from the position the device holds at word pos_word of pos_buf (a cache's). */
 static vkh2o_result project_hidden(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_buffer* hidden, uint64_t hidden_offset,
-                                   uint32_t n, uint32_t position)
+                                   uint32_t n, uint32_t position, const vkh2o_buffer* pos_buf, uint32_t pos_word)
 {
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
     vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
     VKH2O_CHECK(check_decode_tokens(L, n));
+    if (!pos_buf && position == VKH2O_POSITION_FROM_CACHE)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "mla decode inputs: VKH2O_POSITION_FROM_CACHE needs a cache (vkh2o_cmd_mla_decode); give the position");
     const uint64_t rowsf = (uint64_t)n * vkh2o_mla_layer_state(L)->hidden;
     VKH2O_CHECK(check_rows(ctx, "hidden", hidden, hidden_offset, rowsf));
     copy(ctx, cb, hidden, hidden_offset, db.hidden, 0, rowsf * 4);
     vkh2o_barrier(ctx, cb);
+    if (pos_buf)
+        return vkh2o_cmd_mla_project_dev(L, cb, vkh2o_bind_range(db.hidden, 0, rowsf * 4), n, pos_buf, pos_word);
     return vkh2o_cmd_mla_project(L, cb, vkh2o_bind_range(db.hidden, 0, rowsf * 4), n, position);
 }
 
-/* The same for a decode call, whose out rows are checked first. */
-static vkh2o_result project_rows(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_decode* d, uint32_t n)
+/* The same for a decode call against cache c, whose out rows are checked first: at d->position,
+ * or with VKH2O_POSITION_FROM_CACHE at the next position the cache's layer holds on the device
+ * when the work runs. */
+static vkh2o_result project_rows(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_kvcache* c, const vkh2o_mla_decode* d,
+                                 uint32_t n)
 {
     VKH2O_CHECK(check_decode_tokens(L, n));
     VKH2O_CHECK(check_rows(vkh2o_mla_layer_context(L), "out", d->out, d->out_offset, (uint64_t)n * vkh2o_mla_layer_state(L)->hidden));
-    return project_hidden(L, cb, d->hidden, d->hidden_offset, n, d->position);
+    vkh2o_buffer* pos_buf = NULL;
+    uint32_t pos_word = 0;
+    if (d->position == VKH2O_POSITION_FROM_CACHE)
+        vkh2o_kvcache_position_word(c, d->layer, &pos_buf, &pos_word);
+    return project_hidden(L, cb, d->hidden, d->hidden_offset, n, d->position, pos_buf, pos_word);
 }
 
 /* q_abs [n, H, kvl + rope] = [q_nope[h] . W_uk[h] | q_pe[h]] from the state's roped q. */
@@ -273,7 +286,7 @@ static vkh2o_result inputs_source(vkh2o_mla_layer* L, vkh2o_kv_layout layout, in
 static vkh2o_result record_inputs(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_buffer* hidden, uint64_t hidden_offset,
                                   uint32_t n, uint32_t position, const inputs_src* src)
 {
-    VKH2O_CHECK(project_hidden(L, cb, hidden, hidden_offset, n, position));
+    VKH2O_CHECK(project_hidden(L, cb, hidden, hidden_offset, n, position, NULL, 0));
     if (src->values)
         return VKH2O_OK;
     VKH2O_CHECK(absorb_query(L, cb, n));
@@ -366,7 +379,7 @@ vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_
     vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
     const uint32_t n = d->n_tokens ? d->n_tokens : 1;
     const uint32_t H = st->heads, kvl = st->kv_lora, rope = st->rope;
-    VKH2O_CHECK(project_rows(L, cb, d, n));
+    VKH2O_CHECK(project_rows(L, cb, c, d, n));
     if (vkh2o_kvcache_get_desc(c)->layout == VKH2O_LAYOUT_EXPANDED) {
         /* per head q, K = [k_nope (kv_b_proj of the token's c_kv) | k_pe] and V from the projections */
         const uint64_t qk = st->nope + rope, dv = st->v_dim;

@@ -10,12 +10,12 @@
 struct rmsnorm_push {
     uint32_t rows, n, x_stride, y_stride;
     float eps;
-    uint32_t pos0, pe_stride, bc_heads, bc_tok_stride, bc_head_stride, bc_offset;
+    uint32_t pos0, pe_stride, bc_heads, bc_tok_stride, bc_head_stride, bc_offset, pos_word;
 };
 _Static_assert(sizeof(struct rmsnorm_push) <= 128, "push constants");
 
 struct rope_push {
-    uint32_t tokens, heads, tok_stride, head_stride, offset, pos0;
+    uint32_t tokens, heads, tok_stride, head_stride, offset, pos0, pos_word;
 };
 _Static_assert(sizeof(struct rope_push) <= 128, "push constants");
 
@@ -36,8 +36,8 @@ struct attn_reduce_push {
 _Static_assert(sizeof(struct attn_reduce_push) <= 128, "push constants");
 
 /* spec constant ids (mirrors the comments at the top of each shader) */
-enum { RMSNORM_SPEC_WG, RMSNORM_SPEC_ROPE, RMSNORM_SPEC_INTERLEAVE, RMSNORM_SPEC_COUNT };
-enum { ROPE_SPEC_WG, ROPE_SPEC_ROPE, ROPE_SPEC_INTERLEAVE, ROPE_SPEC_COUNT };
+enum { RMSNORM_SPEC_WG, RMSNORM_SPEC_ROPE, RMSNORM_SPEC_INTERLEAVE, RMSNORM_SPEC_POSBUF, RMSNORM_SPEC_COUNT };
+enum { ROPE_SPEC_WG, ROPE_SPEC_ROPE, ROPE_SPEC_INTERLEAVE, ROPE_SPEC_POSBUF, ROPE_SPEC_COUNT };
 enum { LSE_SPEC_WG, LSE_SPEC_D, LSE_SPEC_RQ, LSE_SPEC_RK, LSE_SPEC_COUNT };
 enum { PV_SPEC_WG, PV_SPEC_D, PV_SPEC_RQ, PV_SPEC_RK, PV_SPEC_DV, PV_SPEC_HG, PV_SPEC_PROBS, PV_SPEC_COUNT };
 enum { REDUCE_SPEC_WG, REDUCE_SPEC_RQ, REDUCE_SPEC_COUNT };
@@ -84,16 +84,22 @@ vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
         (a->rope && (uint64_t)a->pos0 + a->rows > VKH2O_ROPE_MAX_POSITION))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rmsnorm: rope dim %u / positions %u + %u out of range",
                           a->rope, a->pos0, a->rows);
+    const bool dev_pos = a->rope && a->pos_buf;
+    if (dev_pos && 4ull * a->pos_word + 4 > a->pos_buf->size)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rmsnorm: position word %u outside its buffer of %llu bytes",
+                          a->pos_word, (unsigned long long)a->pos_buf->size);
     uint32_t spec[RMSNORM_SPEC_COUNT];
     spec[RMSNORM_SPEC_WG] = vkh2o_cpu_shapes(ctx) ? 64 : 128;
     spec[RMSNORM_SPEC_ROPE] = a->rope;
     spec[RMSNORM_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
+    spec[RMSNORM_SPEC_POSBUF] = dev_pos ? 1 : 0;
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "rmsnorm", 6, spec, RMSNORM_SPEC_COUNT, &k));
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, "rmsnorm", 7, spec, RMSNORM_SPEC_COUNT, &k));
     struct rmsnorm_push pc = { a->rows, a->n, a->x_stride, a->y_stride, a->eps, a->pos0, a->pe_stride,
-                               a->rope ? a->bc_heads : 0, a->bc_tok_stride, a->bc_head_stride, a->bc_offset };
-    vkh2o_binding b[6] = { x, w, table, y, pe, bc };
-    return vkh2o_dispatch(ctx, cb, k, b, 6, &pc, sizeof pc, a->rows, 1, 1);
+                               a->rope ? a->bc_heads : 0, a->bc_tok_stride, a->bc_head_stride, a->bc_offset,
+                               dev_pos ? a->pos_word : 0 };
+    vkh2o_binding b[7] = { x, w, table, y, pe, bc, dev_pos ? vkh2o_bind(a->pos_buf) : table };   /* table: unused */
+    return vkh2o_dispatch(ctx, cb, k, b, 7, &pc, sizeof pc, a->rows, 1, 1);
 }
 
 vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rope_args* a,
@@ -103,15 +109,20 @@ vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_
         (uint64_t)a->pos0 + a->tokens > VKH2O_ROPE_MAX_POSITION)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rope: bad arguments (tokens %u, heads %u, rope %u, pos0 %u)",
                           a ? a->tokens : 0, a ? a->heads : 0, a ? a->rope : 0, a ? a->pos0 : 0);
+    if (a->pos_buf && 4ull * a->pos_word + 4 > a->pos_buf->size)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rope: position word %u outside its buffer of %llu bytes",
+                          a->pos_word, (unsigned long long)a->pos_buf->size);
     uint32_t spec[ROPE_SPEC_COUNT];
     spec[ROPE_SPEC_WG] = 64;
     spec[ROPE_SPEC_ROPE] = a->rope;
     spec[ROPE_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
+    spec[ROPE_SPEC_POSBUF] = a->pos_buf ? 1 : 0;
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "rope", 2, spec, ROPE_SPEC_COUNT, &k));
-    struct rope_push pc = { a->tokens, a->heads, a->tok_stride, a->head_stride, a->offset, a->pos0 };
-    vkh2o_binding b[2] = { table, x };
-    return vkh2o_dispatch(ctx, cb, k, b, 2, &pc, sizeof pc, vkh2o_div_up(a->tokens * a->heads, 64), 1, 1);
+    VKH2O_CHECK(vkh2o_kernel_get(ctx, "rope", 3, spec, ROPE_SPEC_COUNT, &k));
+    struct rope_push pc = { a->tokens, a->heads, a->tok_stride, a->head_stride, a->offset, a->pos0,
+                            a->pos_buf ? a->pos_word : 0 };
+    vkh2o_binding b[3] = { table, x, a->pos_buf ? vkh2o_bind(a->pos_buf) : table };   /* table: unused */
+    return vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, vkh2o_div_up(a->tokens * a->heads, 64), 1, 1);
 }
 
 vkh2o_attn_tuning vkh2o_attn_tuning_default(const vkh2o_context* ctx)
@@ -656,8 +667,9 @@ void vkh2o_mla_layer_set_attn_texel(vkh2o_mla_layer* L, bool texel)
     if (L) L->st.tuning.texel = texel ? 1u : 0u;
 }
 
+/* pos_buf: positions pos_buf[pos_word] + pos0 + s read on the device (NULL: pos0 + s) */
 static vkh2o_result project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_binding hidden, vkh2o_buffer* hidden_buf,
-                            uint32_t S, uint32_t pos0)
+                            uint32_t S, uint32_t pos0, const vkh2o_buffer* pos_buf, uint32_t pos_word)
 {
     VKH2O_CHECK(check_seq(L, S, pos0));
     vkh2o_context* ctx = L->ctx;
@@ -687,7 +699,8 @@ static vkh2o_result project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_bindin
     }
     vkh2o_rmsnorm_args ka = { .rows = S, .n = lkv, .x_stride = lkv + rope, .y_stride = lkv, .eps = 1e-6f, .rope = rope,
                               .interleave = st->interleave, .pos0 = pos0, .pe_stride = rope, .bc_heads = H,
-                              .bc_tok_stride = H * qk, .bc_head_stride = qk, .bc_offset = nope };
+                              .bc_tok_stride = H * qk, .bc_head_stride = qk, .bc_offset = nope,
+                              .pos_buf = pos_buf, .pos_word = pos_word };
     VKH2O_CHECK(vkh2o_cmd_rmsnorm(ctx, cb, &ka, ckv_full, vkh2o_weight_binding(&L->w[VKH2O_W_KV_A_LAYERNORM], 0), tab,
                                   ckv, kpe, k));
     vkh2o_barrier(ctx, cb);
@@ -710,7 +723,8 @@ static vkh2o_result project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_bindin
 
     /* stage 4: RoPE of q_pe in place */
     vkh2o_rope_args ra = { .tokens = S, .heads = H, .tok_stride = H * qk, .head_stride = qk, .offset = nope,
-                           .pos0 = pos0, .rope = rope, .interleave = st->interleave };
+                           .pos0 = pos0, .rope = rope, .interleave = st->interleave, .pos_buf = pos_buf,
+                           .pos_word = pos_word };
     VKH2O_CHECK(vkh2o_cmd_rope(ctx, cb, &ra, tab, q));
     vkh2o_barrier(ctx, cb);
     return VKH2O_OK;
@@ -720,7 +734,15 @@ vkh2o_result vkh2o_cmd_mla_project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o
 {
     if (!L || !cb)
         return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_project: NULL argument");
-    return project(L, cb, hidden, own_buffer(L, hidden), S, pos0);
+    return project(L, cb, hidden, own_buffer(L, hidden), S, pos0, NULL, 0);
+}
+
+vkh2o_result vkh2o_cmd_mla_project_dev(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_binding hidden, uint32_t S,
+                                       const vkh2o_buffer* pos_buf, uint32_t pos_word)
+{
+    if (!L || !cb || !pos_buf)
+        return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_project_dev: NULL argument");
+    return project(L, cb, hidden, own_buffer(L, hidden), S, 0, pos_buf, pos_word);
 }
 
 vkh2o_result vkh2o_cmd_mla_o_proj(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_binding o, vkh2o_binding out, uint32_t S)
@@ -768,7 +790,7 @@ static vkh2o_result record_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const
     if (ts)
         ts[0] = vkh2o_timestamp(ctx, cb);
     VKH2O_CHECK(project(L, cb, vkh2o_bind_range(io->hidden, io->hidden_offset, act), io->hidden_offset ? NULL : io->hidden,
-                        S, io->pos0));
+                        S, io->pos0, NULL, 0));
     if (ts)
         ts[1] = vkh2o_timestamp(ctx, cb);
 

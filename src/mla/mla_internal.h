@@ -30,7 +30,11 @@ void vkh2o_rope_table_fill(const float* inv_freq, uint32_t rope, float attention
  * when rope > 0 also pe[r * pe_stride + :] = RoPE_{pos0 + r}(x[r * x_stride + n + 0 .. rope-1])
  * and, for h < bc_heads, bc[r * bc_tok_stride + h * bc_head_stride + bc_offset + :] = the same.
  * Unused bindings (table/pe/bc without rope, bc without bc_heads) may be any valid binding.
- * Results: OK, INVALID_ARGUMENT (zero sizes, odd rope, positions >= 2^24), kernel errors. */
+ * With pos_buf (and rope > 0) the positions are base + pos0 + r, base the u32 at word pos_word of
+ * pos_buf read on the device when the dispatch runs (a KV cache layer's next position,
+ * vkh2o_kvcache_position_word); a position at or past 2^24 gives NaN rope values.
+ * Results: OK, INVALID_ARGUMENT (zero sizes, odd rope, pos0 + rows > 2^24, pos_word outside
+ * pos_buf), kernel errors. */
 typedef struct vkh2o_rmsnorm_args {
     uint32_t rows, n, x_stride, y_stride;
     float eps;
@@ -38,6 +42,8 @@ typedef struct vkh2o_rmsnorm_args {
     bool interleave;
     uint32_t pos0, pe_stride;
     uint32_t bc_heads, bc_tok_stride, bc_head_stride, bc_offset;
+    const vkh2o_buffer* pos_buf;   /* NULL: positions pos0 + r */
+    uint32_t pos_word;
 } vkh2o_rmsnorm_args;
 vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rmsnorm_args* a,
                                vkh2o_binding x, vkh2o_binding w, vkh2o_binding table,
@@ -45,10 +51,13 @@ vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
 
 /* ---- RoPE in place : shaders/mla/rope.comp ----
  * x[s * tok_stride + h * head_stride + offset + 0 .. rope-1] rotated for position pos0 + s,
- * s < tokens, h < heads. Results: OK, INVALID_ARGUMENT, kernel errors. */
+ * s < tokens, h < heads; with pos_buf at base + pos0 + s as vkh2o_rmsnorm_args says (NaN rope
+ * values at or past 2^24). Results: OK, INVALID_ARGUMENT, kernel errors. */
 typedef struct vkh2o_rope_args {
     uint32_t tokens, heads, tok_stride, head_stride, offset, pos0, rope;
     bool interleave;
+    const vkh2o_buffer* pos_buf;   /* NULL: positions pos0 + s */
+    uint32_t pos_word;
 } vkh2o_rope_args;
 vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rope_args* a,
                             vkh2o_binding table, vkh2o_binding x);
@@ -152,6 +161,11 @@ const vkh2o_dev_weight* vkh2o_mla_layer_weight(const vkh2o_mla_layer* layer, vkh
  * state q, k, v, ckv, kpe. Ends with a barrier. Results: as vkh2o_cmd_mla_forward. */
 vkh2o_result vkh2o_cmd_mla_project(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_binding hidden,
                                    uint32_t S, uint32_t pos0);
+/* The same at positions base + 0 .. S-1, base the u32 at word pos_word of pos_buf read on the
+ * device (a KV cache layer's next position: vkh2o_kvcache_position_word), so the recording
+ * does not fix the positions; NaN rope values at or past 2^24. */
+vkh2o_result vkh2o_cmd_mla_project_dev(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_binding hidden,
+                                       uint32_t S, const vkh2o_buffer* pos_buf, uint32_t pos_word);
 
 /* Records out [S, hidden] = o_proj(o) for o [S, H * v] (e.g. the state's o, or the cache
  * attention's output). No barriers. */

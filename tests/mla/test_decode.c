@@ -30,7 +30,8 @@
  * by tests/kvcache, which checks every precision and tier against ref/ref_kvcache.)
  *
  * A decode step's inputs alone (vkh2o_cmd/run_mla_decode_inputs: rows and queries, both layouts)
- * and vkh2o_mla_layer_get_attn_output: check_inputs below. */
+ * and vkh2o_mla_layer_get_attn_output: check_inputs below. One decode recorded once with
+ * VKH2O_POSITION_FROM_CACHE and submitted again and again: test_replay below. */
 #include "vkh2o_test.h"
 #include "mla_internal.h"
 #include "ref_decode.h"
@@ -102,6 +103,11 @@ static void test_errors(void** state)
     assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 0, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_run_mla_decode(f.layer, NULL, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 1, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    /* an explicit position whose chunk reaches 2^24; the cache's position without a cache */
+    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 2, (1u << 24) - 1, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, h, 1, VKH2O_POSITION_FROM_CACHE, VKH2O_LAYOUT_LATENT, h, NULL, NULL),
+                     VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(vkh2o_last_error(ctx), "VKH2O_POSITION_FROM_CACHE"));
     /* a prompt beyond the cache's max_tokens */
     assert_int_equal(vkh2o_run_mla_prefill(f.layer, c, 0, h, 9, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     /* too small buffers, misaligned offsets */
@@ -516,6 +522,166 @@ static void test_kvcache(void** state)
     vt_check_validation();
 }
 
+
+/* ---- one recorded decode step submitted again and again (VKH2O_POSITION_FROM_CACHE) ---- */
+
+/* A layer's held tokens, everything the snapshot gives. */
+typedef struct held {
+    vkh2o_kvcache_snapshot s;
+    uint32_t w;
+} held;
+
+static void held_read(vkh2o_kvcache* c, held* h)
+{
+    const uint32_t S = vkh2o_kvcache_get_plan(c)->total_slots;
+    h->w = vkh2o_kvcache_row_numbers(vkh2o_kvcache_get_desc(c));
+    h->s = (vkh2o_kvcache_snapshot){ .positions = malloc(4ull * S), .scores = malloc(4ull * S), .tiers = malloc(S),
+                                     .rows = malloc(4ull * S * h->w) };
+    assert_true(h->s.positions && h->s.scores && h->s.tiers && h->s.rows);
+    assert_int_equal(vkh2o_kvcache_read_snapshot(c, 0, &h->s), VKH2O_OK);
+}
+
+static void held_same(const held* a, const held* b, const char* when)
+{
+    if (a->s.len != b->s.len)
+        fail_msg("%s: %u tokens held against %u", when, a->s.len, b->s.len);
+    if (memcmp(a->s.positions, b->s.positions, 4ull * a->s.len) || memcmp(a->s.scores, b->s.scores, 4ull * a->s.len) ||
+        memcmp(a->s.tiers, b->s.tiers, a->s.len) || memcmp(a->s.rows, b->s.rows, 4ull * a->s.len * a->w))
+        fail_msg("%s: the snapshots differ (positions, scores, tiers or rows)", when);
+}
+
+static void held_free(held* h)
+{
+    free(h->s.positions);
+    free(h->s.scores);
+    free(h->s.tiers);
+    free(h->s.rows);
+}
+
+typedef struct replay_case {
+    const char* name;
+    vkh2o_kv_layout layout;
+    vkh2o_kv_precision precision;
+    uint32_t per;           /* tokens per recorded call */
+} replay_case;
+
+/* Cache a: one vkh2o_cmd_mla_decode of `per` tokens with VKH2O_POSITION_FROM_CACHE, recorded once
+ * into the test's own command buffer and submitted N times (new hidden rows uploaded between the
+ * submissions); cache b: the same rows through N vkh2o_run_mla_decode calls at explicit positions.
+ * Both after the same prefill. Outputs and snapshots must agree bit for bit after every
+ * submission: a recording that kept its recorded position would rope every later token wrongly.
+ * One more submission than max_tokens allows is refused on the device by both, which stay equal. */
+static void run_replay(fixture* f, const replay_case* rc, vt_rng* rng)
+{
+    vkh2o_context* ctx = vt_ctx();
+    const vkh2o_mla_config* cfg = &f->cfg;
+    enum { N = 7 };
+    const uint32_t D = cfg->hidden_size, per = rc->per, total = PROMPT + N * per;
+    vkh2o_kvcache_desc kd = { .layout = rc->layout, .precision = rc->precision, .max_tokens = total,
+                              .capacity_tokens = N_SINK + BUDGET + N_RECENT, .n_sink = N_SINK, .n_recent = N_RECENT };
+    if (rc->precision == VKH2O_PRECISION_TIERED)
+        kd.tier_tokens[0] = 1, kd.tier_tokens[1] = 2;   /* and INT4 for the other 2 middle tokens */
+    vkh2o_kvcache_desc_from_mla(cfg, &kd);
+    vkh2o_kvcache *a = NULL, *b = NULL;
+    if (vkh2o_kvcache_create(ctx, &kd, &a) != VKH2O_OK || vkh2o_kvcache_create(ctx, &kd, &b) != VKH2O_OK)
+        fail_msg("kvcache: %s", vkh2o_last_error(ctx));
+    const size_t rows = (size_t)(total + per) * D;
+    float* hidden = malloc(4 * rows);
+    float* ga = malloc(4 * rows);
+    float* gb = malloc(4 * rows);
+    assert_true(hidden && ga && gb);
+    vt_fill_normal(rng, hidden, rows, 1.0f);
+    if (vkh2o_run_mla_prefill(f->layer, a, 0, hidden, PROMPT, ga) != VKH2O_OK ||
+        vkh2o_run_mla_prefill(f->layer, b, 0, hidden, PROMPT, gb) != VKH2O_OK)
+        fail_msg("prefill: %s", vkh2o_last_error(ctx));
+
+    const uint64_t off_h = 4 * 5, off_o = 4 * 11, bytes = 4ull * per * D;
+    vkh2o_buffer* hb = vt_buffer(off_h + bytes);
+    vkh2o_buffer* ob = vt_buffer(off_o + bytes);
+    VkCommandPool pool;
+    VkCommandPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .queueFamilyIndex = ctx->queue_family };
+    assert_int_equal(ctx->vk.vkCreateCommandPool(ctx->device, &pci, NULL, &pool), VK_SUCCESS);
+    VkCommandBufferAllocateInfo cai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = pool,
+                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
+    VkCommandBuffer cb;
+    assert_int_equal(ctx->vk.vkAllocateCommandBuffers(ctx->device, &cai, &cb), VK_SUCCESS);
+    VkCommandBufferBeginInfo bi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO };
+    assert_int_equal(ctx->vk.vkBeginCommandBuffer(cb, &bi), VK_SUCCESS);
+    vkh2o_mla_decode d = { .hidden = hb, .hidden_offset = off_h, .out = ob, .out_offset = off_o, .n_tokens = per,
+                           .position = VKH2O_POSITION_FROM_CACHE };
+    if (vkh2o_cmd_mla_decode(f->layer, cb, a, &d) != VKH2O_OK)
+        fail_msg("record: %s", vkh2o_last_error(ctx));
+    assert_int_equal(ctx->vk.vkEndCommandBuffer(cb), VK_SUCCESS);
+    const uint64_t mark = vkh2o_context_mark(ctx);
+    VkFence fence;
+    VkFenceCreateInfo fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
+    assert_int_equal(ctx->vk.vkCreateFence(ctx->device, &fci, NULL, &fence), VK_SUCCESS);
+
+    for (uint32_t i = 0; i <= N; i++) {   /* i == N: past max_tokens */
+        const uint32_t t = PROMPT + i * per;
+        const float* h = hidden + (size_t)t * D;
+        vt_poison(ob);
+        assert_int_equal(vkh2o_buffer_upload(hb, off_h, h, bytes), VKH2O_OK);
+        VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb };
+        assert_int_equal(ctx->vk.vkQueueSubmit(ctx->queue, 1, &si, fence), VK_SUCCESS);
+        assert_int_equal(ctx->vk.vkWaitForFences(ctx->device, 1, &fence, VK_TRUE, UINT64_MAX), VK_SUCCESS);
+        assert_int_equal(ctx->vk.vkResetFences(ctx->device, 1, &fence), VK_SUCCESS);
+        assert_int_equal(vkh2o_buffer_download(ob, off_o, ga + (size_t)t * D, bytes), VKH2O_OK);
+        if (vkh2o_run_mla_decode(f->layer, b, 0, h, per, t, gb + (size_t)t * D) != VKH2O_OK)
+            fail_msg("run decode at %u: %s", t, vkh2o_last_error(ctx));
+        char when[96];
+        snprintf(when, sizeof when, "%s: submission %u (tokens %u..%u)", rc->name, i, t, t + per - 1);
+        held x, y;
+        held_read(a, &x);
+        held_read(b, &y);
+        held_same(&x, &y, when);
+        held_free(&x);
+        held_free(&y);
+        vkh2o_kvcache_stats sa, sb;
+        assert_int_equal(vkh2o_kvcache_read_stats(a, 0, &sa), VKH2O_OK);
+        assert_int_equal(vkh2o_kvcache_read_stats(b, 0, &sb), VKH2O_OK);
+        assert_int_equal(sa.position, i < N ? t + per : total);
+        assert_int_equal(sa.overflow, i < N ? 0 : per);
+        assert_memory_equal(&sa, &sb, sizeof sa);
+        if (i == N)   /* refused: the output is not a token's; only the cache is compared */
+            break;
+        for (size_t e = 0; e < (size_t)per * D; e++)
+            if (!isfinite(ga[(size_t)t * D + e]))
+                fail_msg("%s: output %zu not finite", when, e);
+        if (memcmp(ga + (size_t)t * D, gb + (size_t)t * D, bytes))
+            fail_msg("%s: the outputs differ from the explicit positions'", when);
+    }
+    printf("#   %s: %u submissions of one recording of %u token(s) = %u recorded calls, bit for bit\n", rc->name, N, per, N);
+    vt_check_guard(hb, off_h + bytes);
+    vt_check_guard(ob, off_o + bytes);
+    ctx->vk.vkDestroyFence(ctx->device, fence, NULL);
+    ctx->vk.vkDestroyCommandPool(ctx->device, pool, NULL);
+    assert_int_equal(vkh2o_context_retire(ctx, mark), VKH2O_OK);
+    vkh2o_buffer_destroy(hb);
+    vkh2o_buffer_destroy(ob);
+    free(hidden); free(ga); free(gb);
+    vkh2o_kvcache_destroy(a);
+    vkh2o_kvcache_destroy(b);
+}
+
+static void test_replay(void** state)
+{
+    (void)state;
+    vt_rng rng;
+    fixture f;
+    fixture_seeded(&f, &rng, "decode replay");
+    static const replay_case cases[] = {
+        { "latent h2o fp16", VKH2O_LAYOUT_LATENT, VKH2O_PRECISION_FP16, 1 },
+        { "latent tiered", VKH2O_LAYOUT_LATENT, VKH2O_PRECISION_TIERED, 2 },
+        { "expanded h2o fp16", VKH2O_LAYOUT_EXPANDED, VKH2O_PRECISION_FP16, 2 },
+        { "expanded tiered", VKH2O_LAYOUT_EXPANDED, VKH2O_PRECISION_TIERED, 1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        run_replay(&f, &cases[i], &rng);
+    fixture_free(&f);
+    vt_check_validation();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -523,6 +689,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_inputs),
         cmocka_unit_test(test_kvcache),
+        cmocka_unit_test(test_replay),
     };
     return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
 }

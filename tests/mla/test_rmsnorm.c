@@ -8,7 +8,11 @@
  *    nmse <= 4 (ceil(n/64) + 10)^2 u^2 (n = 1536: 1.6e-11).
  *  - roped tail and its broadcast copies: nmse <= 1e-12 as in test_rope.c; the copies must
  *    equal the tail bit for bit, and every element the op must not write (stride gaps, the
- *    non-rope part of K, guard words) keeps its poison. NaN never passes. */
+ *    non-rope part of K, guard words) keeps its poison. NaN never passes.
+ *  - the device-position variant (pos_buf: the base position read on the device from a u32 at
+ *    an odd word of a poisoned buffer, as the decode reads a cache's next position): the same
+ *    bounds at base + pos0 + row; rows whose position reaches 2^24 (the table's limit) must be
+ *    NaN in the tail and in every broadcast copy, including a base that would wrap 32 bits. */
 #include "vkh2o_test.h"
 #include "mla_internal.h"
 #include "ref_mla.h"
@@ -22,6 +26,8 @@ typedef struct norm_case {
     uint32_t rows, n, x_pad, y_pad, rope;
     bool interleave;
     uint32_t pos0, bc_heads;
+    bool dev;               /* the base position from a device buffer */
+    uint32_t base;
 } norm_case;
 
 static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -62,10 +68,13 @@ static void run_case(const norm_case* c, vt_rng* rng)
     vkh2o_buffer* by = vt_buffer(ny * 4);
     vkh2o_buffer* bpe = vt_buffer(npe * 4);
     vkh2o_buffer* bbc = vt_buffer(nbc * 4);
+    const uint32_t pos_word = 3;
+    vkh2o_buffer* bpos = vt_buffer(4 * 8);
+    assert_int_equal(vkh2o_buffer_upload(bpos, 4 * pos_word, &c->base, 4), VKH2O_OK);
     vkh2o_rmsnorm_args a = { .rows = c->rows, .n = c->n, .x_stride = xs, .y_stride = ys, .eps = 1e-6f,
                              .rope = c->rope, .interleave = c->interleave, .pos0 = c->pos0, .pe_stride = pes,
                              .bc_heads = c->bc_heads, .bc_tok_stride = bc_ts, .bc_head_stride = bc_hs,
-                             .bc_offset = bc_off };
+                             .bc_offset = bc_off, .pos_buf = c->dev ? bpos : NULL, .pos_word = pos_word };
     VkCommandBuffer cb;
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
     assert_int_equal(vkh2o_cmd_rmsnorm(ctx, cb, &a, vkh2o_bind_range(bx, 0, nx * 4), vkh2o_bind_range(bw, 0, c->n * 4),
@@ -101,12 +110,22 @@ static void run_case(const norm_case* c, vt_rng* rng)
 
     if (c->rope) {
         k = 0;
+        uint32_t out_of_range = 0;
         for (uint32_t row = 0; row < c->rows; row++) {
-            float ref_pe[VKH2O_ROPE_MAX_DIM];
-            ref_rope(x + (size_t)row * xs + c->n, c->rope, c->interleave, c->pos0 + row, inv_freq, af, ref_pe);
-            for (uint32_t i = 0; i < c->rope; i++, k++) {
-                g[k] = peg[(size_t)row * pes + i];
-                r[k] = ref_pe[i];
+            const uint64_t pos = (c->dev ? (uint64_t)c->base : 0) + c->pos0 + row;
+            if (pos >= VKH2O_ROPE_MAX_POSITION) {   /* NaN, not a wrapped angle */
+                for (uint32_t i = 0; i < c->rope; i++)
+                    if (!isnan(peg[(size_t)row * pes + i]))
+                        fail_msg("row %u at position %llu >= 2^24: tail element %u is %g, not NaN", row,
+                                 (unsigned long long)pos, i, peg[(size_t)row * pes + i]);
+                out_of_range++;
+            } else {
+                float ref_pe[VKH2O_ROPE_MAX_DIM];
+                ref_rope(x + (size_t)row * xs + c->n, c->rope, c->interleave, (uint32_t)pos, inv_freq, af, ref_pe);
+                for (uint32_t i = 0; i < c->rope; i++, k++) {
+                    g[k] = peg[(size_t)row * pes + i];
+                    r[k] = ref_pe[i];
+                }
             }
             assert_int_equal(bits(peg[(size_t)row * pes + c->rope]), VT_POISON);
             for (uint32_t h = 0; h < c->bc_heads; h++)
@@ -120,15 +139,18 @@ static void run_case(const norm_case* c, vt_rng* rng)
             for (uint32_t e = c->bc_heads * bc_hs; c->bc_heads && e < bc_ts; e++)
                 assert_int_equal(bits(bcg[(size_t)row * bc_ts + e]), VT_POISON);
         }
-        snprintf(label, sizeof label, "  rope tail r=%u pos0=%u heads=%u %s", c->rope, c->pos0, c->bc_heads,
-                 c->interleave ? "il" : "half");
-        vt_assert_nmse(label, g, r, k, 1e-12);
+        snprintf(label, sizeof label, "  rope tail r=%u pos0=%u heads=%u %s%s", c->rope, c->pos0, c->bc_heads,
+                 c->interleave ? "il" : "half", c->dev ? " base on device" : "");
+        if (k)
+            vt_assert_nmse(label, g, r, k, 1e-12);
+        if (out_of_range)
+            printf("#   %s: %u rows at positions >= 2^24 are NaN\n", label, out_of_range);
     } else {
         for (size_t i = 0; i < npe; i++)
             assert_int_equal(bits(peg[i]), VT_POISON);
     }
-    vkh2o_buffer* bufs[] = { bx, bw, bt, by, bpe, bbc };
-    for (size_t i = 0; i < 6; i++)
+    vkh2o_buffer* bufs[] = { bx, bw, bt, by, bpe, bbc, bpos };
+    for (size_t i = 0; i < 7; i++)
         vkh2o_buffer_destroy(bufs[i]);
     free(x); free(w); free(yr); free(yg); free(per); free(peg); free(bcg); free(tab); free(g); free(r);
 }
@@ -139,14 +161,20 @@ static void test_shapes(void** state)
     vt_rng rng;
     vt_rng_seed(&rng, vt_seed("rmsnorm shapes"));
     const norm_case cases[] = {
-        { 1, 1, 0, 0, 0, false, 0, 0 },
-        { 5, 7, 2, 1, 0, false, 0, 0 },
-        { 37, 100, 0, 3, 0, false, 0, 0 },
-        { 3, 1536, 0, 0, 0, false, 0, 0 },          /* q_a_layernorm */
-        { 13, 24, 1, 2, 8, true, 9, 3 },            /* small MLA: kv_lora 24, rope 8, 3 heads */
-        { 13, 24, 0, 0, 8, false, 0, 1 },
-        { 6, 512, 0, 0, 64, true, 70000, 5 },       /* Kimi kv_a: [512 | 64] */
-        { 4, 65, 3, 0, 2, true, 1, 0 },             /* tail without broadcast */
+        { 1, 1, 0, 0, 0, false, 0, 0, false, 0 },
+        { 5, 7, 2, 1, 0, false, 0, 0, false, 0 },
+        { 37, 100, 0, 3, 0, false, 0, 0, false, 0 },
+        { 3, 1536, 0, 0, 0, false, 0, 0, false, 0 },          /* q_a_layernorm */
+        { 13, 24, 1, 2, 8, true, 9, 3, false, 0 },            /* small MLA: kv_lora 24, rope 8, 3 heads */
+        { 13, 24, 0, 0, 8, false, 0, 1, false, 0 },
+        { 6, 512, 0, 0, 64, true, 70000, 5, false, 0 },       /* Kimi kv_a: [512 | 64] */
+        { 4, 65, 3, 0, 2, true, 1, 0, false, 0 },             /* tail without broadcast */
+        /* the base position read on the device */
+        { 13, 24, 1, 2, 8, true, 2, 3, true, 11 },
+        { 6, 512, 0, 0, 64, true, 0, 5, true, 123457 },
+        { 7, 65, 0, 1, 6, false, 1, 2, true, (1u << 24) - 5 },   /* rows 4..6 at 2^24 and past: NaN */
+        { 3, 24, 0, 0, 8, false, 0, 2, true, 0xfffffff0u },       /* base + row would wrap 32 bits */
+        { 5, 7, 2, 1, 0, false, 0, 0, true, 9 },                  /* no tail: the base is not read */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(&cases[i], &rng);
@@ -169,6 +197,8 @@ static void test_errors(void** state)
     a.x_stride = 13, a.rope = 5;  /* odd */
     assert_int_equal(vkh2o_cmd_rmsnorm(ctx, VK_NULL_HANDLE, &a, bb, bb, bb, bb, bb, bb), VKH2O_ERROR_INVALID_ARGUMENT);
     a.rope = 4, a.pos0 = (1u << 24) - 1;
+    assert_int_equal(vkh2o_cmd_rmsnorm(ctx, VK_NULL_HANDLE, &a, bb, bb, bb, bb, bb, bb), VKH2O_ERROR_INVALID_ARGUMENT);
+    a.pos0 = 0, a.pos_buf = b, a.pos_word = (4096 + VT_GUARD_BYTES) / 4;   /* the position word past its buffer */
     assert_int_equal(vkh2o_cmd_rmsnorm(ctx, VK_NULL_HANDLE, &a, bb, bb, bb, bb, bb, bb), VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_buffer_destroy(b);
     vt_check_validation();

@@ -7,11 +7,15 @@
  * library reads (VKH2O_MATMUL_PATH, VKH2O_ATTN_TEXEL). Weights BF16, F16, F32, and F8_E4M3 with
  * 128 x 128 block scales (written as a checkpoint and loaded: FP8 has no host-wrap form).
  *
+ * The layer decode at the cache's device position (mla.decode.*.from_cache) has its own block
+ * below, register_decode_from_cache.
+ *
  * Bounds: the reference widens the same rounded weights, so the dtype does not change the
  * bound: fp32 accumulation in the five projections (nmse ~ K u^2 each), the norms, RoPE and
  * attention compounded through the layer: nmse(out) <= 1e-10 and nmse(attention mass) <= 1e-11
  * at the small config, nmse(out) <= 1e-9 at the Kimi K2 shapes (K = 7168, 8192). */
 #include "conf.h"
+#include "ref_decode.h"
 #include "ref_mla.h"
 
 #include <math.h>
@@ -277,6 +281,155 @@ static const char* kernels_of(int v)
     }
 }
 
+/* ---- the layer decode at the cache's position (VKH2O_POSITION_FROM_CACHE) ----
+ * A prompt of 13 tokens through vkh2o_run_mla_prefill into an FP16 H2O cache of 2 sinks + 5 +
+ * 3 recents (the prefill evicts, every step evicts), then 6 tokens in calls of 1, 2, 1, 2 through
+ * vkh2o_run_mla_decode with position VKH2O_POSITION_FROM_CACHE: rmsnorm and rope take the base
+ * position from the cache's device counter (a recording replays at the cache's position).
+ * Against ref_decode (positions counted on the host, fp16 rows), both layouts, BF16 weights at
+ * the small config, in the automatic kernel variant of the shapes. Bounds (tests/mla/test_decode.c,
+ * f16 rows): nmse(out of every token) <= 5e-7; the kept positions exactly after the last call. */
+enum { DEC_PROMPT = 13, DEC_SINK = 2, DEC_BUDGET = 5, DEC_RECENT = 3 };
+enum { P_DEC_LATENT = P_KIMI + 1 };   /* 1 LATENT, 0 EXPANDED; P_VARIANT, P_DTYPE, P_QLORA as the forward's */
+
+static void run_decode_from_cache(const conf_env* env, const conf_case* c, conf_result* r)
+{
+    static const uint32_t calls[] = { 1, 2, 1, 2 };
+    const vkh2o_mla_config cfg = case_config(c);   /* P_POS0 0: interleaved rope */
+    const bool latent = c->p[P_DEC_LATENT] != 0;
+    const uint32_t D = cfg.hidden_size, cap = DEC_SINK + DEC_BUDGET + DEC_RECENT;
+    uint32_t total = DEC_PROMPT;
+    for (size_t i = 0; i < sizeof calls / sizeof *calls; i++) total += calls[i];
+    conf_rng rng;
+    conf_rng_seed(&rng, env->seed, c->name);
+    ref_mla_weights w;
+    if (ref_mla_random_weights(&cfg, VKH2O_DTYPE_BF16, conf_u64(&rng), &w) != 0) {
+        r->status = CONF_ERROR;
+        snprintf(r->note, sizeof r->note, "out of host memory for the weights");
+        return;
+    }
+    vkh2o_error err = { 0 };
+    vkh2o_mla_host_weights* hw = NULL;
+    vkh2o_mla_layer* L = NULL;
+    vkh2o_kvcache* kc = NULL;
+    ref_decode ref;
+    bool ref_ok = false;
+    float* hidden = malloc((size_t)total * D * 4);
+    float* out = malloc((size_t)total * D * 4);
+    float* want = malloc((size_t)total * D * 4);
+    uint32_t* pos = NULL;
+    variant_env(c->p[P_VARIANT], true);
+    vkh2o_result res;
+    if (!hidden || !out || !want) {
+        r->status = CONF_ERROR;
+        snprintf(r->note, sizeof r->note, "out of host memory");
+        goto done;
+    }
+    if ((res = vkh2o_mla_host_weights_wrap(&cfg, w.views, &hw, &err)) != VKH2O_OK) {
+        r->status = CONF_ERROR;
+        snprintf(r->note, sizeof r->note, "vkh2o_mla_host_weights_wrap: %.400s", err.message);
+        goto done;
+    }
+    res = vkh2o_mla_layer_create(env->ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = 32, .max_decode_tokens = 2 }, &L);
+    if (res != VKH2O_OK) {
+        conf_set_failure(env, r, res, "vkh2o_mla_layer_create");
+        goto done;
+    }
+    vkh2o_kvcache_desc kd = { .layout = latent ? VKH2O_LAYOUT_LATENT : VKH2O_LAYOUT_EXPANDED, .max_tokens = total,
+                              .capacity_tokens = cap, .n_sink = DEC_SINK, .n_recent = DEC_RECENT };
+    vkh2o_kvcache_desc_from_mla(&cfg, &kd);
+    if ((res = vkh2o_kvcache_create(env->ctx, &kd, &kc)) != VKH2O_OK) {
+        conf_set_failure(env, r, res, "vkh2o_kvcache_create");
+        goto done;
+    }
+    if (ref_decode_init(&ref, &cfg, hw, latent, true, true, DEC_SINK, DEC_BUDGET, DEC_RECENT, cap + 1) != 0) {
+        r->status = CONF_ERROR;
+        snprintf(r->note, sizeof r->note, "the reference ran out of host memory");
+        goto done;
+    }
+    ref_ok = true;
+    conf_fill_normal(&rng, hidden, (size_t)total * D, 1.0f);
+    for (size_t i = 0; i < (size_t)total * D; i++)
+        memcpy(&out[i], &(uint32_t){ CONF_POISON_WORD }, 4);
+    const uint64_t d0 = conf_dispatches(env->ctx);
+    if ((res = vkh2o_run_mla_prefill(L, kc, 0, hidden, DEC_PROMPT, NULL)) != VKH2O_OK) {
+        conf_set_failure(env, r, res, "vkh2o_run_mla_prefill");
+        goto done;
+    }
+    uint32_t t = DEC_PROMPT;
+    for (size_t i = 0; i < sizeof calls / sizeof *calls; t += calls[i++]) {
+        res = vkh2o_run_mla_decode(L, kc, 0, hidden + (size_t)t * D, calls[i], VKH2O_POSITION_FROM_CACHE, out + (size_t)t * D);
+        if (res != VKH2O_OK) {
+            conf_set_failure(env, r, res, "vkh2o_run_mla_decode");
+            goto done;
+        }
+    }
+    r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
+    bool ref_bad = ref_decode_prefill(&ref, hidden, DEC_PROMPT, NULL) != 0;
+    for (uint32_t s = DEC_PROMPT; s < total && !ref_bad; s++)
+        ref_bad = ref_decode_step(&ref, hidden + (size_t)s * D, s, want + (size_t)s * D) != 0;
+    if (ref_bad) {
+        r->status = CONF_ERROR;
+        snprintf(r->note, sizeof r->note, "the reference ran out of host memory");
+        goto done;
+    }
+    const size_t nd = (size_t)(total - DEC_PROMPT) * D;
+    conf_poison_f32(env, out + (size_t)DEC_PROMPT * D, nd);
+    const uint32_t slots = vkh2o_kvcache_get_plan(kc)->total_slots;
+    pos = malloc(4ull * slots);
+    vkh2o_kvcache_snapshot snap = { .positions = pos };
+    if (!pos || (res = vkh2o_kvcache_read_snapshot(kc, 0, &snap)) != VKH2O_OK) {
+        conf_set_failure(env, r, pos ? res : VKH2O_ERROR_OUT_OF_HOST_MEMORY, "vkh2o_kvcache_read_snapshot");
+        goto done;
+    }
+    bool same = snap.len == ref.len;
+    for (uint32_t i = 0; same && i < snap.len; i++)
+        same = pos[i] == ref.pos[i];
+    const double e_out = conf_nmse(out + (size_t)DEC_PROMPT * D, want + (size_t)DEC_PROMPT * D, nd);
+    if (!same) {
+        snprintf(r->note, sizeof r->note, "kept positions differ from the reference's (%u held against %u)", snap.len, ref.len);
+        conf_judge(r, "nmse", INFINITY, 5e-7);
+    } else {
+        conf_judge(r, "nmse", e_out, 5e-7);
+    }
+done:
+    variant_env(0, false);
+    if (ref_ok) ref_decode_free(&ref);
+    vkh2o_kvcache_destroy(kc);
+    vkh2o_mla_layer_destroy(L);
+    vkh2o_mla_host_weights_destroy(hw);
+    ref_mla_weights_free(&w);
+    free(hidden);
+    free(out);
+    free(want);
+    free(pos);
+}
+
+static void register_decode_from_cache(conf_registry* reg)
+{
+    static const struct { int v; uint32_t shapes; const char* name; } variants[] = {
+        { V_AUTO_CPU, CONF_SHAPES_CPU, "cpu" }, { V_AUTO_GPU, CONF_SHAPES_GPU, "gpu" },
+    };
+    for (size_t v = 0; v < sizeof variants / sizeof *variants; v++)
+        for (int latent = 1; latent >= 0; latent--) {
+            char kernels[256];
+            snprintf(kernels, sizeof kernels, "%s,kvc_prefill,kvc_append,kvc_logits,kvc_softmax,kvc_pv,kvc_select",
+                     kernels_of(variants[v].v));
+            conf_case* c = conf_add(reg, run_decode_from_cache, variants[v].shapes, kernels,
+                                    "mla.decode.%s.%s.from_cache.p%u_n6_h200", variants[v].name,
+                                    latent ? "latent" : "expanded", (unsigned)DEC_PROMPT);
+            if (!c) return;
+            c->p[P_VARIANT] = variants[v].v;
+            c->p[P_DTYPE] = VKH2O_DTYPE_BF16;
+            c->p[P_QLORA] = 24;
+            c->p[P_DEC_LATENT] = latent;
+            c->support = forward_support;
+            snprintf(c->params, sizeof c->params, "prompt %u, 6 tokens in calls of 1, 2, 1, 2 at the cache's device "
+                     "position, %s FP16 H2O cache of 10, hidden 200, 3 heads, BF16", (unsigned)DEC_PROMPT,
+                     latent ? "latent" : "expanded");
+        }
+}
+
 void conf_register_mla(conf_registry* reg)
 {
     static const struct { vkh2o_dtype dt; uint32_t S, pos0, q_lora; } small[] = {
@@ -316,4 +469,5 @@ void conf_register_mla(conf_registry* reg)
             snprintf(c->params, sizeof c->params, "S 5 from position 3, the Kimi K2.6 layer shapes, BF16 weights");
         }
     }
+    register_decode_from_cache(reg);   /* the decode's device-position variant */
 }
