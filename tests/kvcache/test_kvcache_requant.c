@@ -5,7 +5,8 @@
  * refuses and the shadow's bytes. On the device, in both modes, against ref/ref_kvcache.c over a
  * few hundred steps on odd shapes (both layouts, fp16 and f32 top tiers, tiers by bytes and
  * pools): the attention output, exact tiers and kept sets (near ties aside), each demoted row
- * within its tier's bound of the reference's (quantised from the original or from the tier),
+ * within its tier's bound of the reference's (quantised from the original or from the tier) and
+ * equal to it in all but a rare number (at least 99.9 %),
  * rows that kept their tier unchanged, the statistics (shadow bytes apart from bytes used). And
  * the point of the mode: after FP16 -> INT8 -> INT4, FROM_ORIGINAL's INT4 words (codes and group
  * words) equal a direct FP16 -> INT4 quantisation of the token's original row bit for bit, and
@@ -308,6 +309,8 @@ static void run_case(const rcase* rc_, vkh2o_requant_source mode, uint64_t seed)
            "the reference's), %u near-tie steps\n",
            worst, moved[0], moved[1], moved[2], numbers ? (double)exact / numbers : 1.0, near);
     assert_true(near * 10 <= steps);
+    /* the same source gives the same codes: a division an ulp off may flip a rare tie */
+    assert_true((uint64_t)exact * 1000 >= (uint64_t)numbers * 999);
     assert_true(moved[0] > 0);
     if (pl->slots[2] || pl->slots[3])
         assert_true(moved[1] > 0);   /* two-step demotions were checked */
