@@ -127,14 +127,18 @@ void ref_kvc_init(ref_kvc* r, const ref_kvc_config* c)
     r->c = *c;
     r->cap = c->slots[0] + c->slots[1] + c->slots[2] + c->slots[3];
     r->tok = calloc(r->cap + 1, sizeof *r->tok);
-    for (uint32_t i = 0; i <= r->cap; i++)
+    for (uint32_t i = 0; i <= r->cap; i++) {
         r->tok[i].row = calloc(W_of(c), sizeof(float));
+        r->tok[i].orig = calloc(W_of(c), sizeof(float));
+    }
 }
 
 void ref_kvc_free(ref_kvc* r)
 {
-    for (uint32_t i = 0; r->tok && i <= r->cap; i++)
+    for (uint32_t i = 0; r->tok && i <= r->cap; i++) {
         free(r->tok[i].row);
+        free(r->tok[i].orig);
+    }
     free(r->tok);
     memset(r, 0, sizeof *r);
 }
@@ -149,6 +153,7 @@ void ref_kvc_set(ref_kvc* r, uint32_t n, const uint32_t* pos, const uint32_t* ti
         r->tok[i].tier = tier[i];
         r->tok[i].score = score[i];
         memcpy(r->tok[i].row, rows + (size_t)i * W, W * sizeof(float));
+        memcpy(r->tok[i].orig, rows + (size_t)i * W, W * sizeof(float));
     }
     r->next_pos = next_pos;
 }
@@ -243,7 +248,7 @@ static void make_room(ref_kvc* r, uint32_t cur)
         return;
     const uint32_t W = W_of(&r->c);
     float* tmp = malloc(W * sizeof(float));
-    /* top down is the same as bottom up here: each victim requantises from its own tier */
+    /* top down is the same as bottom up here: each victim requantises from its own tier (or its orig) */
     for (uint32_t j = 0; j <= last; j++) {
         if (chain[j] < 0)
             continue;
@@ -256,7 +261,7 @@ static void make_room(ref_kvc* r, uint32_t cur)
             continue;
         }
         uint32_t nk = next_tier(r, j);
-        ref_kvc_quantise(&r->c, nk, t->row, tmp);
+        ref_kvc_quantise(&r->c, nk, r->c.from_original ? t->orig : t->row, tmp);
         memcpy(t->row, tmp, W * sizeof(float));
         t->tier = nk;
         r->demoted[j]++;
@@ -314,7 +319,7 @@ static void make_room_bytes(ref_kvc* r, uint32_t cur)
             r->n--;
             continue;
         }
-        ref_kvc_quantise(&r->c, nk, t->row, tmp);
+        ref_kvc_quantise(&r->c, nk, r->c.from_original ? t->orig : t->row, tmp);
         memcpy(t->row, tmp, W * sizeof(float));
         t->tier = nk;
         r->demoted[k]++;
@@ -338,6 +343,7 @@ void ref_kvc_step(ref_kvc* r, const float* q, const float* in_a, const float* in
     memcpy(x, in_a, WA * sizeof(float));
     memcpy(x + WA, in_b, (W - WA) * sizeof(float));
     ref_kvc_quantise(c, 0, x, t->row);
+    memcpy(t->orig, t->row, W * sizeof(float));
     free(x);
     t->pos = r->next_pos++;
     t->tier = 0;
@@ -461,6 +467,7 @@ void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* in_a, const float* in_
         t->tier = tier[i];
         t->score = c->selects ? mass[i] : 0.0;
         ref_kvc_quantise(c, 0, x, xr);                 /* the top tier's row, as a demotion would read it */
+        memcpy(t->orig, xr, W * sizeof(float));
         if (tier[i] == 0)
             memcpy(t->row, xr, W * sizeof(float));
         else
@@ -490,7 +497,8 @@ ref_kvc_config ref_kvc_config_from(const vkh2o_kvcache_desc* d, const vkh2o_kvca
                           .f32 = d->storage == VKH2O_DTYPE_F32,
                           .n_sink = d->n_sink, .n_recent = d->n_recent, .policy = d->policy, .mode = d->score_mode,
                           .seed = d->seed, .layer = layer, .keep = keep, .selects = p->selects, .by_bytes = p->by_bytes,
-                          .budget = p->budget_bytes };
+                          .budget = p->budget_bytes,
+                          .from_original = d->requant_source == VKH2O_REQUANT_FROM_ORIGINAL };
     for (int k = 0; k < 4; k++) {
         rc.slots[k] = p->slots[k];
         rc.group_size[k] = d->group_size[k];

@@ -7,7 +7,8 @@
  * scale, codes by round half to even) in f32. Both layouts: LATENT rows [c_kv | k_pe] (every
  * head's logits read the whole row, P . row reads c_kv), EXPANDED rows [K_0 .. K_(H-1) | V_0 ..
  * V_(H-1)] with K_h = [k_nope_h | k_pe] (head h's logits read K_h, its P . V reads V_h); the top
- * tier in fp16 or f32.
+ * tier in fp16 or f32. With from_original (requant_source FROM_ORIGINAL) each token keeps its
+ * top-tier row and every demotion quantises from it.
  */
 #ifndef REF_KVCACHE_H
 #define REF_KVCACHE_H
@@ -30,12 +31,15 @@ typedef struct ref_kvc_config {
     bool by_bytes;                    /* tiers by bytes: budget decides, not the slots */
     uint64_t budget;
     uint32_t token_bytes[4];          /* what a held token of each tier counts */
+    bool from_original;               /* requant_source FROM_ORIGINAL: demotions quantise the
+                                         token's top-tier row (orig), not its current row */
 } ref_kvc_config;
 
 typedef struct ref_kvc_token {
     uint32_t pos, tier;
     double score;
     float* row;                       /* ref_kvc_row values */
+    float* orig;                      /* its row as the top tier holds it (from_original's source) */
 } ref_kvc_token;
 
 typedef struct ref_kvc {
@@ -61,7 +65,8 @@ void ref_kvc_free(ref_kvc* r);
 void ref_kvc_quantise(const ref_kvc_config* c, uint32_t tier, const float* x, float* out);
 /* The largest |stored - x| a tier allows for x (one code step per group plus fp16 rounding). */
 double ref_kvc_bound(const ref_kvc_config* c, uint32_t tier, const float* x, uint32_t e);
-/* Replaces the state: n tokens (rows copied), next position. */
+/* Replaces the state: n tokens (rows copied; each one's orig is its row, as if it were at the
+ * top tier), next position. */
 void ref_kvc_set(ref_kvc* r, uint32_t n, const uint32_t* pos, const uint32_t* tier, const float* score, const float* rows,
                  uint32_t next_pos);
 /* One step: q [heads][qw], the new row [a (first numbers) | b (the rest)] (LATENT ckv, kpe;

@@ -104,6 +104,8 @@ typedef struct opts {
     uint32_t kv_tiers[VKH2O_TIER_COUNT];
     uint32_t kv_groups[VKH2O_TIER_COUNT];   /* --kv-groups: c_kv numbers per group of INT8, INT4, INT2 (0: default) */
     uint32_t kv_mask;         /* --tier-set: tiers by bytes in use (bits; 0: the library's default) */
+    const char* requant_arg;  /* --requant as given (NULL: not given) */
+    vkh2o_requant_source requant;
     bool byte_sweep;
     bool stream, sweep;
     bool bench;
@@ -137,7 +139,11 @@ typedef struct row {
     uint32_t kv_tiers[VKH2O_TIER_COUNT];
     uint32_t kv_groups[VKH2O_TIER_COUNT];
     uint32_t kv_mask;
-    char kv_name[48];         /* its kv_quant column: "kv-int4", "kv-tiered:1/32/0/0", "kv-balanced" */
+    const char* requant_arg;  /* --requant as given (then in kv_name and the JSON), or NULL */
+    vkh2o_requant_source requant;
+    uint64_t held_bytes, shadow_bytes;    /* --requant: at the end of the last perplexity window, summed over
+                                             the layers (stats bytes_used, shadow_bytes) */
+    char kv_name[64];         /* its kv_quant column: "kv-int4", "kv-tiered:1/32/0/0", "kv-balanced" */
     double bits;              /* per byte; NAN when perplexity was not run */
     uint64_t bytes_scored;
     double passkey_acc;       /* prefill compressed once at its end; NAN when not run */
@@ -155,7 +161,8 @@ static void usage(FILE* f)
             "usage: vkh2o-eval --weights DIR [--text FILE] [--ctx N] [--windows K]\n"
             "                  [--policy P] [--budget B | --budget F%%] [--n-sink S] [--n-recent R] [--decay F]\n"
             "                  [--obs-window W] [--pool max|avg|none] [--pool-size K]\n"
-            "                  [--kv P [--bytes F%%] [--tiers A,B,C,D] [--tier-set T,..] [--kv-groups A,B,C]]\n"
+            "                  [--kv P [--bytes F%%] [--tiers A,B,C,D] [--tier-set T,..] [--kv-groups A,B,C]\n"
+            "                  [--requant tier|original]]\n"
             "                  [--kv-quant Q] [--sweep | --byte-sweep] [--bench [--bench-steps N]]\n"
             "                  [--passkey [--stream [--stream-trials T]] [--trials T] [--depths D1,D2,...]] [--seed S]\n"
             "                  [--recall [--recall-windows K]]\n"
@@ -213,6 +220,12 @@ static void usage(FILE* f)
             "  --tier-set T,..  tiers by bytes: the lower tiers in use (default int8,int4; e.g. int8,int4,int2)\n"
             "  --kv-groups A,B,C  c_kv numbers per quantisation group of INT8, INT4, INT2 (0: the defaults,\n"
             "                  the whole c_kv for INT8 / INT4 and 32 for INT2; k_pe is grouped on its own)\n"
+            "  --requant tier|original  a measurement mode of --kv tiered with two integer tiers or more: a\n"
+            "                  token moving down is requantised from its tier's codes (tier, the cache's\n"
+            "                  default) or from its FP16 row (original), which the cache then keeps in a\n"
+            "                  shadow store outside the capacity (same tiers, same tokens); the rows and the\n"
+            "                  JSON name the source, and the JSON gives held_bytes and shadow_bytes (all\n"
+            "                  layers, at the end of the last perplexity window; docs/QUALITY.md)\n"
             "  --byte-sweep    the one KV cache at 50, 25, 18.75 and 12.5%% of the FP16 cache's bytes: eviction\n"
             "                  only (FP16; h2o, h2o-mean, h2o-decay, tova, streaming, random), uniform INT8 /\n"
             "                  INT4 / INT2 evicting to fit (h2o), tiers 1,A,0,0 and 1,A,B,0 (h2o; A = F x ctx / 4\n"
@@ -428,6 +441,14 @@ static int parse(int argc, char** argv, opts* o)
                 return 2;
             }
             i++;
+        } else if (!strcmp(a, "--requant")) {
+            if (!v || (strcmp(v, "tier") && strcmp(v, "original"))) {
+                fprintf(stderr, TOOL ": --requant: '%s' is not tier or original\n", v ? v : "");
+                return 2;
+            }
+            o->requant_arg = v;
+            o->requant = !strcmp(v, "original") ? VKH2O_REQUANT_FROM_ORIGINAL : VKH2O_REQUANT_FROM_TIER;
+            i++;
         } else if (!strcmp(a, "--byte-sweep")) {
             o->byte_sweep = true;
         } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--obs-window", 1, 4096, &o->obs_window)) != 0) {
@@ -624,6 +645,13 @@ static int parse(int argc, char** argv, opts* o)
         fprintf(stderr, TOOL ": --kv tiered needs --tiers A,B,C,D (token counts), or --bytes F%% (tiers by bytes)\n");
         return 2;
     }
+    if (o->requant_arg && (o->sweep || o->bench || !o->kv || o->kv_prec != VKH2O_PRECISION_TIERED)) {
+        fprintf(stderr, TOOL ": --requant %s\n", o->sweep || o->bench ? "runs one --kv tiered row; it takes no --sweep, "
+                                                                        "--byte-sweep or --bench"
+                        : "needs --kv tiered (with one integer tier, or none, every demotion is from FP16 and the "
+                          "source is the same)");
+        return 2;
+    }
     if (o->kv && o->kv_bytes > 0 && o->policy->schedule == VKH2O_BUDGET_PYRAMID) {
         fprintf(stderr, TOOL ": --bytes does not apply to --policy %s: its schedule spreads a capacity in tokens over the "
                         "layers (give --budget)\n", o->policy->name);
@@ -803,9 +831,17 @@ static int check_model(const opts* o)
         if (!needs_session(&rows[i]))
             continue;
         vkh2o_kvcache_desc kd;
+        vkh2o_kvcache_plan pl;
         fill_kv(o, &mc, &rows[i], &kd);
         vkh2o_kvcache_desc_from_mla(&mc.attn, &kd);
         kd.max_tokens = o->ctx;
+        if (vkh2o_kvcache_desc_resolve(&kd, NULL, &pl, &err) == VKH2O_OK && rows[i].requant_arg &&
+            (pl.slots[1] != 0) + (pl.slots[2] != 0) + (pl.slots[3] != 0) < 2) {
+            fprintf(stderr, TOOL ": --requant: the cache has %s integer tier: every demotion is from FP16, so the source "
+                            "is the same (give --kv tiered with two integer tiers or more)\n",
+                    pl.slots[1] || pl.slots[2] || pl.slots[3] ? "one" : "no");
+            return 2;
+        }
         if (vkh2o_kvcache_desc_resolve(&kd, NULL, NULL, &err) != VKH2O_OK) {
             if (o->byte_sweep)
                 fprintf(stderr, TOOL ": --byte-sweep at --ctx %u: row %s at %.4g%% of the bytes: %s\n", o->ctx, rows[i].policy->name,
@@ -867,6 +903,7 @@ static void fill_kv(const opts* o, const vkh2o_model_config* mc, const row* r, v
     memcpy(kd->tier_tokens, r->kv_tiers, sizeof kd->tier_tokens);
     memcpy(kd->group_size, r->kv_groups, sizeof kd->group_size);
     kd->tier_mask = r->kv_mask;
+    kd->requant_source = r->requant;
     if (r->policy->full)
         return;
     kd->n_sink = r->n_sink;
@@ -983,6 +1020,19 @@ static int run_windows(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const 
             } else {
                 for (uint32_t i = 0; i + 1 < o->ctx; i++)
                     nats -= lp[i];
+            }
+        }
+        if (!rc && !recall && s && out->requant_arg && w + 1 == windows) {   /* what the cache holds at the end */
+            out->held_bytes = out->shadow_bytes = 0;
+            for (uint32_t l = 0; l < vkh2o_model_get_config(m)->attn.num_layers && !rc; l++) {
+                vkh2o_kvcache_stats st;
+                if (vkh2o_model_session_read_kv_stats(s, l, &st) != VKH2O_OK) {
+                    fprintf(stderr, TOOL ": cache statistics of layer %u: %s\n", l, vkh2o_last_error(ctx));
+                    rc = 1;
+                    break;
+                }
+                out->held_bytes += st.bytes_used;
+                out->shadow_bytes += st.shadow_bytes;
             }
         }
         cli_progress_update(&prog, w + 1);
@@ -1309,6 +1359,9 @@ static bool write_outputs(const opts* o, const row* rows, uint32_t n)
                     o->ctx, r->kv_quant);
             if (r->kv && r->kv_bytes > 0)   /* the one KV cache's capacity: a fraction of the FP16 cache's bytes */
                 fprintf(fj, "\"kv_capacity\": %.6g, ", r->kv_bytes);
+            if (r->requant_arg)   /* the requantisation source and what the cache held at the end of the text */
+                fprintf(fj, "\"requant\": \"%s\", \"held_bytes\": %llu, \"shadow_bytes\": %llu, ", r->requant_arg,
+                        (unsigned long long)r->held_bytes, (unsigned long long)r->shadow_bytes);
             json_num(fj, "bits_per_byte", r->bits, "%.6f");
             fprintf(fj, ", ");
             json_num(fj, "ppl", isnan(r->bits) ? NAN : pow(2.0, r->bits), "%.6f");
@@ -1369,6 +1422,8 @@ static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
             memcpy(r.kv_tiers, o->kv_tiers, sizeof r.kv_tiers);
             memcpy(r.kv_groups, o->kv_groups, sizeof r.kv_groups);
             r.kv_mask = o->kv_mask;
+            r.requant_arg = o->requant_arg;
+            r.requant = o->requant;
         }
         if (!o->policy->full && o->kv && o->kv_bytes > 0) {
             r.n_sink = o->n_sink;
@@ -1681,6 +1736,10 @@ int main(int argc, char** argv)
             if (r->kv_groups[1] || r->kv_groups[2] || r->kv_groups[3]) {
                 size_t l = strlen(r->kv_name);
                 snprintf(r->kv_name + l, sizeof r->kv_name - l, ",g%u/%u/%u", r->kv_groups[1], r->kv_groups[2], r->kv_groups[3]);
+            }
+            if (r->requant_arg) {
+                size_t l = strlen(r->kv_name);
+                snprintf(r->kv_name + l, sizeof r->kv_name - l, ",requant-%s", r->requant_arg);
             }
             r->kv_quant = r->kv_name;
         }

@@ -35,7 +35,8 @@
  *        for the sum and mean modes, by decay for the decayed mode, by 0 for TOVA);
  *     4. makes room for the next token: when T0 has no free slot, its middle token (neither one
  *        of the first n_sink positions nor of the last n_recent) with the lowest key moves down
- *        to the next tier in use, requantised on the device from the values it has now; when
+ *        to the next tier in use, requantised on the device from the values it has now (or,
+ *        with the measurement mode requant_source FROM_ORIGINAL, from its top-tier row); when
  *        that tier is full too, its lowest-keyed middle token moves down first, and so on;
  *        the lowest tier's lowest-keyed middle token is evicted. No other row moves.
  *   Tiers by bytes (TIERED with capacity_bytes and no tier_tokens): the byte capacity, not the
@@ -143,6 +144,12 @@ typedef enum vkh2o_kv_tier {
     VKH2O_TIER_COUNT = 4,
 } vkh2o_kv_tier;
 
+/* Where a demotion's new codes come from (a measurement mode; desc.requant_source). */
+typedef enum vkh2o_requant_source {
+    VKH2O_REQUANT_FROM_TIER = 0,      /* the default: from the values the token's tier holds now */
+    VKH2O_REQUANT_FROM_ORIGINAL = 1,  /* from the token's top-tier row, kept in a shadow store */
+} vkh2o_requant_source;
+
 /* At what precision tokens past the sinks and recents are kept. */
 typedef enum vkh2o_kv_precision {
     VKH2O_PRECISION_FP16 = 0,     /* every token FP16 */
@@ -186,6 +193,18 @@ typedef enum vkh2o_kv_precision {
  *                    whole c_kv, EXPANDED each head's k_nope, k_pe and V), INT2 32. At most
  *                    kv_lora_rank (LATENT) or the longest of nope, rope and v (EXPANDED), or the
  *                    whole row (one group).
+ *   requant_source   FROM_TIER (the default): a token moving down a tier is requantised from
+ *                    the values its tier holds (INT4 from INT8 codes, ...). FROM_ORIGINAL is a
+ *                    measurement mode, to weigh what requantising from the tier costs: every
+ *                    token below the top tier keeps its top-tier row (FP16, or F32 with storage
+ *                    F32) in a shadow store on the device, and each demotion (and a prefill's
+ *                    placement in a lower tier) quantises from it, so a token's INTb codes are
+ *                    always those of a direct quantisation of its original row. The shadow is
+ *                    NOT counted against the capacity: the tiers hold the same tokens as under
+ *                    FROM_TIER and only the quantisation source differs. Its bytes are reported
+ *                    apart (vkh2o_kvcache_plan.shadow_bytes allocated, vkh2o_kvcache_stats.
+ *                    shadow_bytes held) and are not in plan_bytes or bytes_used. Refused
+ *                    (INVALID_ARGUMENT) when the cache has no integer tier. Both layouts.
  */
 typedef struct vkh2o_kvcache_desc {
     uint32_t num_layers;
@@ -207,6 +226,7 @@ typedef struct vkh2o_kvcache_desc {
     vkh2o_kv_layout layout;
     vkh2o_dtype storage;
     bool check_finite;          /* count non-finite inputs and scores (stats.nonfinite*); off: no cost */
+    vkh2o_requant_source requant_source;   /* measurement mode (above); FROM_TIER by default */
 } vkh2o_kvcache_desc;
 
 /* What a desc resolves to: the slots of each tier's pool per layer (0: tier not used; T0's
@@ -221,6 +241,8 @@ typedef struct vkh2o_kvcache_plan {
     bool selects;                          /* scores, selection and demotion are recorded */
     bool by_bytes;                         /* tiers by bytes: capacity_bytes decides, not the pools */
     uint64_t budget_bytes;                 /* by_bytes: the held tokens + one FP16 token fit in it */
+    uint64_t shadow_bytes;                 /* FROM_ORIGINAL: device bytes per layer of the shadow store
+                                              (a top-tier row per lower-tier slot; outside the capacity) */
 } vkh2o_kvcache_plan;
 
 /* Fills num_heads, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim and scale (the
@@ -229,7 +251,8 @@ VKH2O_API void vkh2o_kvcache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kv
 /* Validates desc (no device) and writes the defaults into *out and the pools into *plan (either
  * may be NULL). Results: OK; INVALID_ARGUMENT (zero or oversized shapes, unknown enum, a group
  * size above the row, decay outside (0, 1), tier_tokens without TIERED, both capacities, a
- * storage other than F16 / F32, EXPANDED without qk_nope_head_dim or v_head_dim);
+ * storage other than F16 / F32, EXPANDED without qk_nope_head_dim or v_head_dim, requant_source
+ * unknown or FROM_ORIGINAL without an integer tier);
  * BUDGET (a capacity too small for the sinks and recents at the top tier plus one middle
  * token and the append slot, a capacity above max_tokens, sinks + recents above max_tokens).
  * err names the field and gives the figure and the limit. */
@@ -240,7 +263,8 @@ VKH2O_API vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc
  * EXPANDED num_heads x (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)). */
 VKH2O_API uint32_t vkh2o_kvcache_token_bytes(const vkh2o_kvcache_desc* desc, vkh2o_kv_tier tier);
 VKH2O_API uint32_t vkh2o_kvcache_row_numbers(const vkh2o_kvcache_desc* desc);
-/* Device bytes of one layer's slots under a plan: sum over tiers of slots x token_bytes. */
+/* Device bytes of one layer's slots under a plan: sum over tiers of slots x token_bytes (the
+ * FROM_ORIGINAL shadow store is apart: plan.shadow_bytes). */
 VKH2O_API uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* plan);
 /* Middle tokens per tier after a prefill of n tokens (the rest of the n - sinks - recents middle
  * tokens are evicted): under pools the free slots of each pool, by bytes what the capacity
@@ -332,6 +356,8 @@ typedef struct vkh2o_kvcache_stats {
     uint32_t evicted;                          /* tokens evicted (prefill and steps) */
     uint32_t overflow;                         /* steps refused past max_tokens */
     uint64_t bytes_used;                       /* held tokens x their tier's token bytes */
+    uint64_t shadow_bytes;                     /* FROM_ORIGINAL: the shadow rows of the held tokens below
+                                                  the top tier (not in bytes_used; else 0) */
     /* with desc.check_finite (else 0): steps (and prefill tokens) that saw a non-finite number,
      * the first one's position (lowest, for a prefill) and what it was (vkh2o_kv_nonfinite bits) */
     uint32_t nonfinite;

@@ -32,5 +32,10 @@ KVC_DEFINE_DEQ(deq, rows)
 uint g_st() { return p.layer * ST_WORDS; }
 uint g_slot0() { return p.layer * total_slots(); }
 uint g_rows0() { return p.layer * layer_words(); }
+// SHADOW: first word of the top-tier row (tier 0's format) kept for slot g of a lower tier
+uint g_shadow(uint g)
+{
+    return SHADOW + (p.layer * (total_slots() - SLOTS0) + (g - SLOTS0)) * tier_row_words(0u);
+}
 
 #endif

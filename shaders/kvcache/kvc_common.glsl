@@ -31,6 +31,8 @@ layout(constant_id = 19) const uint SV = 0;        // EXPANDED: v_head_dim (0 fo
 layout(constant_id = 20) const uint F32TOP = 0;    // 1: the top tier's rows are f32 (storage F32)
 // (21: kvc_append's MAXTOK)
 layout(constant_id = 22) const uint CHECKFIN = 0;  // 1: count non-finite inputs and scores
+layout(constant_id = 23) const uint SHADOW = 0;    // FROM_ORIGINAL: first word of the shadow store in rows
+                                                   // (after every layer's rows; 0: off; kvc_select, kvc_prefill)
 
 const uint WG = gl_WorkGroupSize.x;
 const uint W = WROW;

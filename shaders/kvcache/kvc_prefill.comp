@@ -10,7 +10,9 @@
  * its own row in its tier's format (rows [in_ckv | in_kpe]: LATENT ckv [n][SA] and kpe [n][R],
  * EXPANDED k [n][H][SA + R] and v [n][H][SV]; scores from out_f = the mass),
  * and invocation 0 the layer's state. With CHECKFIN a token whose row or mass holds a NaN or Inf
- * is counted (ST_NF_COUNT, ST_NF_FIRST: the lowest such position, by atomics).
+ * is counted (ST_NF_COUNT, ST_NF_FIRST: the lowest such position, by atomics). SHADOW
+ * (requant_source FROM_ORIGINAL): a token placed below the top tier also writes its top-tier row
+ * to its slot's shadow.
  * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
@@ -93,7 +95,19 @@ void main()
         }
         return;
     }
-    // quantised from the row as the top tier holds it (fp16-rounded, or f32), as a demotion would
+    // quantised from the row as the top tier holds it (fp16-rounded, or f32), as a demotion would;
+    // SHADOW keeps that row for the token's later demotions
+    if (SHADOW != 0u) {
+        const uint sb = g_shadow(slot);
+        for (uint w = 0u; w < tier_data_words(0u); w++) {
+            if (F32TOP != 0u) {
+                rows[sb + w] = floatBitsToUint(in_row(i, w));
+                continue;
+            }
+            const uint e = 2u * w;
+            rows[sb + w] = f32_to_f16_rne(in_row(i, e)) | (e + 1u < W ? f32_to_f16_rne(in_row(i, e + 1u)) << 16 : 0u);
+        }
+    }
     const uint b = tier_bits(tier), ng = tier_groups(tier), dw = tier_data_words(tier), per = 32u / b;
     for (uint gi = 0u; gi < ng; gi++) {
         uvec2 r = group_range(tier, gi);

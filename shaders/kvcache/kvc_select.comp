@@ -11,6 +11,8 @@
  * the lowest-keyed middle token of the highest tier that has one (and a tier below it) moves
  * down one tier into that tier's lowest free slot; when every middle token is in the lowest
  * tier, its lowest-keyed one is evicted. Each move frees bytes, so the loop ends.
+ * SHADOW (requant_source FROM_ORIGINAL): a move quantises from the token's top-tier row (its
+ * shadow below the top tier) and carries the shadow to the new slot.
  * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
@@ -62,18 +64,26 @@ uint pick(uint k, bool want_empty, uint cur)
 }
 
 // row of slot `from` (tier kf) into slot `to` (tier kt < 4, below kf), requantised from the
-// values kf holds; position and score move. The group words first (one invocation per group),
-// then the data words (one per word: a word may hold numbers of two groups).
+// values kf holds (SHADOW: from the token's top-tier row: kf's own row at the top tier, else its
+// shadow, which moves with it); position and score move. The group words first (one invocation
+// per group), then the data words (one per word: a word may hold numbers of two groups).
 void move_row(uint from, uint kf, uint to, uint kt)
 {
     const uint tid = gl_LocalInvocationID.x;
-    const uint r0 = g_rows0(), fb = r0 + slot_base(from), tb = r0 + slot_base(to);
+    const uint r0 = g_rows0(), tb = r0 + slot_base(to);
+    const bool orig = SHADOW != 0u && kf != 0u;
+    const uint fb = orig ? g_shadow(from) : r0 + slot_base(from);
+    const uint ks = orig ? 0u : kf;   // the source's format (the shadow is a top-tier row)
     const uint b = tier_bits(kt), ng = tier_groups(kt), dw = tier_data_words(kt), per = 32u / b;
+    if (SHADOW != 0u) {
+        const uint sb = g_shadow(to);
+        for (uint w = tid; w < tier_data_words(0u); w += WG) rows[sb + w] = rows[fb + w];
+    }
     for (uint gi = tid; gi < ng; gi += WG) {
         uvec2 r = group_range(kt, gi);
-        float lo = deq(kf, fb, r.x), hi = lo;
+        float lo = deq(ks, fb, r.x), hi = lo;
         for (uint e = r.x + 1u; e < r.x + r.y; e++) {
-            float x = deq(kf, fb, e);
+            float x = deq(ks, fb, e);
             lo = min(lo, x);
             hi = max(hi, x);
         }
@@ -85,7 +95,7 @@ void move_row(uint from, uint kf, uint to, uint kt)
         uint word = 0u;
         for (uint i = 0u; i < per; i++) {
             uint e = w * per + i;
-            if (e < W) word |= quant_code(deq(kf, fb, e), rows[tb + dw + group_of(kt, e)], b) << (i * b);
+            if (e < W) word |= quant_code(deq(ks, fb, e), rows[tb + dw + group_of(kt, e)], b) << (i * b);
         }
         rows[tb + w] = word;
     }

@@ -415,8 +415,19 @@ vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kv
     if ((uint64_t)d.n_sink + d.n_recent >= d.max_tokens)
         return vkh2o_error_set(err, VKH2O_ERROR_BUDGET, "kvcache: %u sinks + %u recents leave nothing of max_tokens %u", d.n_sink,
                                d.n_recent, d.max_tokens);
+    if ((unsigned)d.requant_source > VKH2O_REQUANT_FROM_ORIGINAL)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: unknown requant_source %d", (int)d.requant_source);
     vkh2o_kvcache_plan pl;
     VKH2O_CHECK(plan_pools(&d, &pl, err));
+    if (d.requant_source == VKH2O_REQUANT_FROM_ORIGINAL) {
+        const uint32_t lower = pl.slots[1] + pl.slots[2] + pl.slots[3];
+        if (!lower)
+            return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                                   "kvcache: requant_source from-original needs an integer tier, and precision %s with "
+                                   "tier_mask 0x%x has none",
+                                   precision_names[d.precision], d.tier_mask);
+        pl.shadow_bytes = (uint64_t)lower * 4u * row_words(&d, 0);
+    }
     if (out)
         *out = d;
     if (plan)
@@ -468,9 +479,10 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
         lw += (uint64_t)pl.slots[k] * c->row_words[k];
     }
     c->layer_words = lw > UINT32_MAX ? UINT32_MAX : (uint32_t)lw;
-    const uint64_t L = d.num_layers;
+    const uint64_t L = d.num_layers, sw = pl.shadow_bytes / 4;
+    c->shadow_words = sw > UINT32_MAX ? UINT32_MAX : (uint32_t)sw;
     if ((r = make_buffer(ctx, 4 * L * KVC_ST_WORDS, &c->state)) != VKH2O_OK ||
-        (r = make_buffer(ctx, 4 * L * lw, &c->rows)) != VKH2O_OK ||
+        (r = make_buffer(ctx, 4 * L * (lw + sw), &c->rows)) != VKH2O_OK ||
         (r = make_buffer(ctx, 4 * L * S, &c->pos)) != VKH2O_OK || (r = make_buffer(ctx, 4 * L * S, &c->scores)) != VKH2O_OK ||
         (r = make_buffer(ctx, 4ull * H * S, &c->scratch)) != VKH2O_OK ||
         (r = make_buffer(ctx, 4ull * H * c->ow, &c->dummy)) != VKH2O_OK ||
@@ -499,6 +511,7 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     s[KVC_SPEC_BUDGET] = pl.by_bytes ? (uint32_t)(d.capacity_bytes < UINT32_MAX ? d.capacity_bytes : UINT32_MAX) : 0u;
     s[KVC_SPEC_MAXTOK] = d.max_tokens;
     s[KVC_SPEC_CHECKFIN] = d.check_finite ? 1u : 0u;
+    s[KVC_SPEC_SHADOW] = sw ? (uint32_t)(L * lw) : 0u;   /* the buffer's size check keeps it below 2^32 */
     *out = c;
     return VKH2O_OK;
 }
@@ -566,16 +579,20 @@ static vkh2o_result check_range(vkh2o_kvcache* c, const char* what, const vkh2o_
 static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, const char* name, const vkh2o_binding* b,
                              const struct kvc_push* pc, uint32_t gx, uint32_t gy)
 {
-    /* MAXTOK is kvc_append's, CHECKFIN that of kvc_append, kvc_softmax and kvc_prefill: the other
-     * kernels see 0 there, so caches that differ only in those share their pipelines */
-    const bool append = !strcmp(name, "kvc_append");
-    const bool checkfin = append || !strcmp(name, "kvc_softmax") || !strcmp(name, "kvc_prefill");
+    /* MAXTOK is kvc_append's, CHECKFIN that of kvc_append, kvc_softmax and kvc_prefill, SHADOW
+     * that of kvc_select and kvc_prefill: the other kernels see 0 there, so caches that differ
+     * only in those share their pipelines */
+    const bool append = !strcmp(name, "kvc_append"), prefill = !strcmp(name, "kvc_prefill");
+    const bool checkfin = append || !strcmp(name, "kvc_softmax") || prefill;
+    const bool shadow = prefill || !strcmp(name, "kvc_select");
     uint32_t spec[KVC_SPEC_ALL];
     memcpy(spec, c->spec, sizeof spec);
     if (!append)
         spec[KVC_SPEC_MAXTOK] = 0;
     if (!checkfin)
         spec[KVC_SPEC_CHECKFIN] = 0;
+    if (!shadow)
+        spec[KVC_SPEC_SHADOW] = 0;
     vkh2o_kernel* k;
     VKH2O_CHECK(vkh2o_kernel_get(c->ctx, name, 9, spec, KVC_SPEC_ALL, &k));
     VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, k, b, 9, pc, sizeof *pc, gx, gy, 1));
@@ -739,6 +756,8 @@ vkh2o_result vkh2o_kvcache_read_stats(vkh2o_kvcache* c, uint32_t layer, vkh2o_kv
         out->demoted[k] = st[KVC_ST_DEMOTED + k];
         out->len += st[KVC_ST_COUNT + k];
         out->bytes_used += (uint64_t)st[KVC_ST_COUNT + k] * c->plan.token_bytes[k];
+        if (k > 0 && c->shadow_words)
+            out->shadow_bytes += (uint64_t)st[KVC_ST_COUNT + k] * 4u * c->row_words[0];
     }
     out->evicted = st[KVC_ST_EVICTED];
     out->overflow = st[KVC_ST_OVERFLOW];

@@ -25,7 +25,9 @@ enum kvc_spec {
     KVC_SPEC_COUNT = 21,
     KVC_SPEC_MAXTOK = 21,    /* kvc_append only */
     KVC_SPEC_CHECKFIN = 22,  /* 1: desc.check_finite (kvc_append, kvc_softmax, kvc_prefill) */
-    KVC_SPEC_ALL = 23,
+    KVC_SPEC_SHADOW = 23,    /* FROM_ORIGINAL: first word of the shadow store in rows (0: off;
+                                kvc_select, kvc_prefill) */
+    KVC_SPEC_ALL = 24,
 };
 
 /* state words per layer (kvc_common.glsl ST_*) */
@@ -66,10 +68,12 @@ struct vkh2o_kvcache {
     uint32_t row_words[VKH2O_TIER_COUNT];
     uint32_t data_words[VKH2O_TIER_COUNT];
     uint32_t layer_words;          /* rows of one layer */
+    uint32_t shadow_words;         /* FROM_ORIGINAL: shadow words of one layer (else 0): a top-tier
+                                      row per slot of the lower tiers, after every layer's rows */
     uint32_t qw, ow;               /* query and output numbers per head (LATENT W and kv_lora_rank,
                                       EXPANDED nope + rope and v_head_dim) */
     vkh2o_buffer* state;           /* u32 [layers][KVC_ST_WORDS] */
-    vkh2o_buffer* rows;            /* u32 [layers][layer_words] */
+    vkh2o_buffer* rows;            /* u32 [layers][layer_words], then [layers][shadow_words] */
     vkh2o_buffer* pos;             /* u32 [layers][total_slots] */
     vkh2o_buffer* scores;          /* f32 [layers][total_slots] */
     vkh2o_buffer* scratch;         /* f32 [heads][total_slots] */

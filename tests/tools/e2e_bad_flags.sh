@@ -378,6 +378,14 @@ case_ vkh2o-eval --tiers "${E[@]}" --policy h2o --kv int4 --bytes 25% --tiers 1,
 case_ vkh2o-eval --tiers "${E[@]}" --tiers 1,2,0,0                          # needs --kv
 case_ vkh2o-eval --kv "${E[@]}" --kv int4 --kv-quant balanced
 for f in --sweep "--policy h2o" "--budget 8" "--kv int4" --bench; do case_ vkh2o-eval --byte-sweep "${E[@]}" --byte-sweep $f; done
+# --requant tier|original: a measurement mode of --kv tiered with two integer tiers or more
+choice vkh2o-eval --requant original "${E[@]}" --policy h2o --kv tiered --bytes 25%
+case_ vkh2o-eval --requant "${E[@]}" --requant original                                        # needs --kv tiered
+case_ vkh2o-eval --requant "${E[@]}" --policy h2o --kv int4 --bytes 25% --requant original     # one integer tier
+case_ vkh2o-eval --requant "${E[@]}" --policy h2o --kv tiered --bytes 25% --tier-set int8 --requant original
+case_ vkh2o-eval --requant "${E[@]}" --policy h2o --kv tiered --budget 100 --tiers 1,0,0,0 --requant tier
+case_ vkh2o-eval --requant "${E[@]}" --byte-sweep --requant original
+case_ vkh2o-eval --requant "${E[@]}" --bench --requant tier
 for v in "" x 0.5,2 -0.1 0.5,,1; do case_ vkh2o-eval --depths "${E[@]}" --passkey --depths "$v"; done
 case_ vkh2o-eval --depths "${E[@]}" --passkey --depths
 case_ vkh2o-eval --depths "${E[@]}" --passkey --depths 0.5 --depths 0.5

@@ -5,6 +5,7 @@
 # 1e-4 relative; h2o with a budget larger than the context matches the full cache; a recurring
 # passage costs the model clearly fewer bits the second time (--recall: it copies); the
 # quantisation ladders (--kv-quant) on the one cache keep their fractions of the tokens and bytes;
+# --requant original holds the same bytes as tier and reports its shadow apart;
 # every policy and ladder of the sweep gives a finite perplexity and writes CSV / JSON / SVG; the
 # passkey harness finds planted keys with the full cache on a short context; --budget F% keeps
 # the whole cache within F % of the context; bad flags (a policy's flag without the policy, a
@@ -55,6 +56,26 @@ kvt=$(json_get "$TMP/kvt.json" "d[0]['bits_per_byte']")
 "$PY" -c "import sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if 0.95*w <= g <= 1.1*w else 1)" "$kvt" "$got" \
     || fail "--kv tiered at 25% gives $kvt bits/byte, the full cache $got"
 echo "one KV cache (ctx 128): full $kvf, tiered at 25 % of the bytes $kvt bits/byte"
+# --requant: tiers by bytes at 25 % requantising from the tier (the cache's default) or from the
+# original FP16 row (a shadow store outside the capacity): the same bytes held at the end of a
+# window (the tiers' counts follow from the bytes), the shadow reported for the original only
+# (FP16 rows of 160 bytes), both close to the full cache
+for src in tier original; do
+    "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --policy h2o --kv tiered --bytes 25% --requant $src \
+        --json "$TMP/rq-$src.json" --quiet > /dev/null
+done
+json_get "$TMP/rq-tier.json" "d[0]['requant'] == 'tier' and d[0]['shadow_bytes'] == 0 and d[0]['kv_quant'] == 'kv-tiered-bytes:16/8/4,requant-tier' and 0 < d[0]['held_bytes'] <= d[0]['cache_bytes']" \
+    | grep -qx True || fail "--requant tier: $(cat "$TMP/rq-tier.json")"
+json_get "$TMP/rq-original.json" "d[0]['requant'] == 'original' and d[0]['shadow_bytes'] > 0 and d[0]['shadow_bytes'] % 160 == 0 and d[0]['kv_quant'] == 'kv-tiered-bytes:16/8/4,requant-original'" \
+    | grep -qx True || fail "--requant original: $(cat "$TMP/rq-original.json")"
+[ "$(json_get "$TMP/rq-tier.json" "d[0]['held_bytes']")" = "$(json_get "$TMP/rq-original.json" "d[0]['held_bytes']")" ] \
+    || fail "--requant: the bytes held differ between the sources: $(cat "$TMP/rq-tier.json" "$TMP/rq-original.json")"
+for src in tier original; do
+    q=$(json_get "$TMP/rq-$src.json" "d[0]['bits_per_byte']")
+    "$PY" -c "import sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if 0.95*w <= g <= 1.1*w else 1)" "$q" "$got" \
+        || fail "--requant $src at 25% gives $q bits/byte, the full cache $got"
+done
+echo "requantisation source (ctx 128, 25 %): from the tier $(json_get "$TMP/rq-tier.json" "d[0]['bits_per_byte']"), from the original $(json_get "$TMP/rq-original.json" "d[0]['bits_per_byte']") bits/byte, shadow $(json_get "$TMP/rq-original.json" "d[0]['shadow_bytes']") bytes"
 
 # ---- the quantisation ladders on the one cache (ctx 128: 108 middle tokens): balanced keeps every
 # token in 25 / 50 / 25 % FP16 / INT8 / INT4 pools (its bytes: the pools' slots x the bytes per token
