@@ -89,6 +89,13 @@ static void rope_spec(const vkh2o_rope_args* a, uint32_t spec[ROPE_SPEC_COUNT])
     spec[ROPE_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
 }
 
+vkh2o_result vkh2o_rmsnorm_resolve(vkh2o_context* ctx, const vkh2o_rmsnorm_args* a)
+{
+    uint32_t spec[RMSNORM_SPEC_COUNT];
+    rmsnorm_spec(ctx, a, spec);
+    return vkh2o_kernel_slot_resolve(ctx, a->slot, k_rmsnorm, 6, 0, spec, RMSNORM_SPEC_COUNT);
+}
+
 vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rmsnorm_args* a,
                                vkh2o_binding x, vkh2o_binding w, vkh2o_binding table,
                                vkh2o_binding y, vkh2o_binding pe, vkh2o_binding bc)
@@ -747,13 +754,11 @@ static vkh2o_result layer_resolve(vkh2o_mla_layer* L)
         if (s != VKH2O_MM_Q_A || st->q_lora)
             VKH2O_CHECK(mm_record(L, VK_NULL_HANDLE, (vkh2o_mla_mm_site)s,
                                   proj_call(L, (vkh2o_mla_mm_site)s, 1, rows(L->dec_hidden, st->hidden), L->dec_hidden)));
-    uint32_t spec[RMSNORM_SPEC_COUNT], rspec[ROPE_SPEC_COUNT];
-    if (st->q_lora) {
-        rmsnorm_spec(ctx, &(vkh2o_rmsnorm_args){ 0 }, spec);
-        VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &L->k_norm_q, k_rmsnorm, 6, 0, spec, RMSNORM_SPEC_COUNT));
-    }
-    rmsnorm_spec(ctx, &(vkh2o_rmsnorm_args){ .rope = st->rope, .interleave = st->interleave }, spec);
-    VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &L->k_norm_kv, k_rmsnorm, 6, 0, spec, RMSNORM_SPEC_COUNT));
+    uint32_t rspec[ROPE_SPEC_COUNT];
+    if (st->q_lora)
+        VKH2O_CHECK(vkh2o_rmsnorm_resolve(ctx, &(vkh2o_rmsnorm_args){ .slot = &L->k_norm_q }));
+    VKH2O_CHECK(vkh2o_rmsnorm_resolve(ctx, &(vkh2o_rmsnorm_args){ .rope = st->rope, .interleave = st->interleave,
+                                                                  .slot = &L->k_norm_kv }));
     rope_spec(&(vkh2o_rope_args){ .rope = st->rope, .interleave = st->interleave }, rspec);
     VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &L->k_rope, k_rope, 2, 0, rspec, ROPE_SPEC_COUNT));
     return vkh2o_mla_decode_resolve(L);

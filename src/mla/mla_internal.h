@@ -43,6 +43,8 @@ typedef struct vkh2o_rmsnorm_args {
 vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rmsnorm_args* a,
                                vkh2o_binding x, vkh2o_binding w, vkh2o_binding table,
                                vkh2o_binding y, vkh2o_binding pe, vkh2o_binding bc);
+/* The kernel vkh2o_cmd_rmsnorm records for a (its rope and interleave) into a->slot. */
+vkh2o_result vkh2o_rmsnorm_resolve(vkh2o_context* ctx, const vkh2o_rmsnorm_args* a);
 
 /* ---- RoPE in place : shaders/mla/rope.comp ----
  * x[s * tok_stride + h * head_stride + offset + 0 .. rope-1] rotated for position pos0 + s,
