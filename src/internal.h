@@ -103,6 +103,8 @@ struct vkh2o_context {
 
     vkh2o_kernel* kernels;        /* cache of pipelines by (shader, bindings, spec constants) */
     vkh2o_kernel* kernel_hash[256];   /* the same, by a hash of that key (pipeline.c) */
+    uint64_t kernel_lookups;      /* kernels found by name (vkh2o_kernel_get*): tests, vkh2o-bench */
+    uint32_t kernel_gen;          /* bumped when the cache is emptied: slots made before are stale */
     /* descriptor arenas for devices without push descriptors (pipeline.c) */
     desc_pool_node* desc_pools;   /* the one-shot command buffer's */
     desc_pool_node* batch_pools;  /* the open batch of recordings into callers' command buffers */
@@ -233,6 +235,28 @@ vkh2o_result vkh2o_kernel_get_texel(vkh2o_context* ctx, const char* shader, uint
 vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, const uint32_t* code, size_t code_size,
                                     uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec,
                                     vkh2o_kernel** out);
+/* A kernel an object resolved once (at its create) and records by handle: recording through
+ * vkh2o_kernel_slot_get does no hashing and no name compare. A slot is stale once the context's
+ * kernel cache is emptied (vkh2o_kernels_destroy: tests' fault sweeps); the next use then looks
+ * the kernel up again. An all-zero slot is empty. */
+typedef struct vkh2o_kernel_slot {
+    vkh2o_kernel* k;
+    const char* shader;           /* the name the slot was resolved with (compared as a pointer) */
+    uint32_t gen;                 /* ctx->kernel_gen then */
+} vkh2o_kernel_slot;
+/* Looks the kernel up by name (vkh2o_kernel_get_texel) into *slot. */
+vkh2o_result vkh2o_kernel_slot_resolve(vkh2o_context* ctx, vkh2o_kernel_slot* slot, const char* shader, uint32_t nbindings,
+                                       uint32_t texel_mask, const uint32_t* spec, uint32_t nspec);
+/* The kernel for this key: the slot's when it holds exactly this key (the same shader pointer,
+ * bindings and spec constants: a compare of at most 24 words), else a lookup by name, kept in
+ * the slot when `refill` or when the slot is empty or stale (call sites whose key changes
+ * between calls pass false for the slot their create resolved, so that other calls do not evict
+ * it). slot may be NULL (a lookup). */
+vkh2o_result vkh2o_kernel_slot_get(vkh2o_context* ctx, vkh2o_kernel_slot* slot, bool refill, const char* shader,
+                                   uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec,
+                                   vkh2o_kernel** out);
+/* Kernels looked up by name in ctx so far (every vkh2o_kernel_get* call, hit or miss). */
+uint64_t vkh2o_kernel_lookups(const vkh2o_context* ctx);
 /* Records bind + push + dispatch. Descriptors are pushed (VK_KHR_push_descriptor) or, without
  * it, allocated from the context's arenas: the one-shot buffer's (reset at its submit_wait), or
  * for a caller's buffer the open batch's (kept until vkh2o_context_retire of its mark). */

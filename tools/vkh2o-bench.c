@@ -18,7 +18,8 @@
  * create, FP8 weights through the checkpoint loader, the one KV cache of vkh2o/kvcache.h: create,
  * prefill, step, vkh2o_cmd_mla_decode) and use the hook only for the GPU timestamps around
  * what they record (vkh2o_begin / vkh2o_timestamp / vkh2o_submit_wait) and the forward's FLOP
- * count (vkh2o_mla_forward_flops).
+ * count (vkh2o_mla_forward_flops); --decode's host rows also use the context's Vulkan table (a
+ * command pool of their own to record into) and vkh2o_kernel_lookups.
  */
 #include "cli.h"
 #include "internal.h"
@@ -38,6 +39,7 @@
 
 #define TOOL "vkh2o-bench"
 #define BENCH_MAX_ROWS 256
+#define RECORD_REPS 200      /* --decode: recordings of a step whose host time is the median */
 
 typedef struct bench_row {
     char name[192];          /* contains "matmul" or "forward" */
@@ -61,6 +63,9 @@ typedef struct bench_row {
     char param[64];          /* dtype or policy */
     double bytes_min;        /* the minimum of those bytes (weights once, held rows once, one new row) */
     char stages[384];        /* the bytes by stage of a cache step */
+    double record_us;        /* --decode: host microseconds to record the row's step (median), 0 = none */
+    uint32_t dispatches;     /* --decode: dispatches one recording of the step makes */
+    uint32_t lookups;        /* --decode: kernel lookups by name one recording makes (0: all handles) */
 } bench_row;
 
 typedef struct bench_env {
@@ -658,6 +663,56 @@ static vkh2o_result time_once(bench_env* env, record_work fn, void* user, double
     return r;
 }
 
+/* The host side of recording: the median over `reps` recordings of fn into a command buffer of
+ * the bench's own (pool reset, begun, fn timed alone, ended; never submitted, its descriptor
+ * sets retired at once), with the dispatches and the kernel lookups by name of one recording. */
+static vkh2o_result record_host(bench_env* env, record_work fn, void* user, uint32_t reps, bench_row* row)
+{
+    vkh2o_context* ctx = env->ctx;
+    VkCommandPool pool = VK_NULL_HANDLE;
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    const VkCommandPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .queueFamilyIndex = ctx->queue_family };
+    if (ctx->vk.vkCreateCommandPool(ctx->device, &pci, ctx->alloc, &pool) != VK_SUCCESS)
+        return vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "bench: vkCreateCommandPool for the recording times");
+    const VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = pool,
+                                             .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
+    double* t = calloc(reps, sizeof *t);
+    vkh2o_result r = t ? VKH2O_OK : vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: recording times");
+    if (r == VKH2O_OK && ctx->vk.vkAllocateCommandBuffers(ctx->device, &ai, &cb) != VK_SUCCESS)
+        r = vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "bench: vkAllocateCommandBuffers for the recording times");
+    uint64_t disp = 0, look = 0;
+    for (uint32_t i = 0; i < reps && r == VKH2O_OK; i++) {
+        const VkCommandBufferBeginInfo bi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                              .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT };
+        ctx->vk.vkResetCommandPool(ctx->device, pool, 0);
+        if (ctx->vk.vkBeginCommandBuffer(cb, &bi) != VK_SUCCESS) {
+            r = vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "bench: vkBeginCommandBuffer for the recording times");
+            break;
+        }
+        uint64_t d0 = 0;
+        for (uint32_t k = 0; k < vkh2o_shader_count(); k++) d0 += vkh2o_context_get_kernel_dispatches(ctx, k);
+        const uint64_t l0 = vkh2o_kernel_lookups(ctx);
+        const double w0 = cli_now();
+        r = fn(cb, user);
+        t[i] = (cli_now() - w0) * 1e6;
+        look = vkh2o_kernel_lookups(ctx) - l0;
+        disp = 0;
+        for (uint32_t k = 0; k < vkh2o_shader_count(); k++) disp += vkh2o_context_get_kernel_dispatches(ctx, k);
+        disp -= d0;
+        ctx->vk.vkEndCommandBuffer(cb);
+        /* never submitted: its descriptor sets (devices without push descriptors) are free at once */
+        vkh2o_context_retire(ctx, vkh2o_context_mark(ctx));
+    }
+    if (r == VKH2O_OK && row) {
+        row->record_us = cli_median(t, reps);
+        row->dispatches = (uint32_t)disp;
+        row->lookups = (uint32_t)look;
+    }
+    free(t);
+    ctx->vk.vkDestroyCommandPool(ctx->device, pool, ctx->alloc);
+    return r;
+}
+
 typedef struct decode_work {
     vkh2o_mla_layer* layer;
     vkh2o_kvcache* kv;
@@ -900,6 +955,10 @@ static vkh2o_result bench_decode(bench_env* env)
                              env->cache_len);
             }
             fill_stage_bytes(env, row, C[k], (double)vkh2o_mla_layer_get_weight_bytes(L[k]));
+            /* the host side beside it: recording the same step (not run) */
+            note(env, "%s: decode step recordings\n", label);
+            decode_work rw = dw[k];
+            r = record_host(env, rec_decode, &rw, RECORD_REPS, row);
         }
         if (r == VKH2O_OK) {
             char name[192];
@@ -913,6 +972,7 @@ static vkh2o_result bench_decode(bench_env* env)
                 snprintf(row->param, sizeof row->param, "cache step");
             }
             fill_stage_bytes(env, row, C[2], 0.0);
+            if (r == VKH2O_OK) r = record_host(env, rec_step, &sw, RECORD_REPS, row);
         }
         free(t);
     }
@@ -1460,6 +1520,8 @@ static void print_text(const bench_env* env)
         if (r->share != 0 && r->group && !strcmp(r->group, "policy")) printf("  the policy %.0f%% of the step", 100.0 * r->share);
         else if (r->share > 0) printf("  attention %.0f%%", 100.0 * r->share);
         if (r->reason[0]) printf("  (%s)", r->reason);
+        if (r->record_us > 0)
+            printf("  host %.1f us to record (%u dispatches, %u kernel lookups)", r->record_us, r->dispatches, r->lookups);
         if (r->stages[0]) printf("  [%s]", r->stages);
         printf("\n");
     }
@@ -1486,6 +1548,11 @@ static int print_json(const bench_env* env)
             if (r->bytes > 0) cJSON_AddNumberToObject(o, "bytes", r->bytes);
             if (r->bytes_min > 0) cJSON_AddNumberToObject(o, "bytes_min", r->bytes_min);
             if (r->stages[0]) cJSON_AddStringToObject(o, "stages", r->stages);
+            if (r->record_us > 0) {
+                cJSON_AddNumberToObject(o, "record_us", r->record_us);
+                cJSON_AddNumberToObject(o, "dispatches", r->dispatches);
+                cJSON_AddNumberToObject(o, "kernel_lookups", r->lookups);
+            }
             if (r->read_fraction > 0) cJSON_AddNumberToObject(o, "read_fraction", r->read_fraction);
             if (r->share != 0 && !strcmp(r->group, "policy")) cJSON_AddNumberToObject(o, "policy_share", r->share);
             else if (r->share > 0) cJSON_AddNumberToObject(o, "attention_share", r->share);
@@ -1526,8 +1593,9 @@ static void usage(FILE* f)
                "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu, gbps,\n"
                "                ratio_vs_storage; the rows of the modes below also group, status, reason,\n"
                "                size, layers, param, bytes, bytes_min, stages, read_fraction,\n"
-               "                attention_share, policy_share, ratio_vs_fp16; median_ms is null in a row\n"
-               "                whose status is \"refused\" or \"skipped\")\n"
+               "                attention_share, policy_share, ratio_vs_fp16, record_us, dispatches,\n"
+               "                kernel_lookups; median_ms is null in a row whose status is \"refused\"\n"
+               "                or \"skipped\")\n"
                "  --quick       small shapes and a small layer, S=16 (seconds on a CPU device; for tests)\n"
                "  --read        also measure the read bandwidth of storage vs texel buffers (rows named\n"
                "                \"read ...\")\n"
@@ -1538,7 +1606,10 @@ static void usage(FILE* f)
                "                evicts one token), and the cache step alone; each row's bytes read and\n"
                "                written by stage (stages) beside the minimum (bytes_min: weights once, held\n"
                "                rows once, one new row), and the fraction of the texel read bandwidth timed\n"
-               "                in the same rounds (group \"decode\")\n"
+               "                in the same rounds (group \"decode\"); beside each step's device time, the\n"
+               "                host's: the median microseconds of 200 recordings of the same step into a\n"
+               "                command buffer that is never submitted (record_us), with the dispatches\n"
+               "                and the kernel lookups by name of one recording (dispatches, kernel_lookups)\n"
                "  --policy-cost the cache step of every eviction policy / score mode (h2o sum, mean, decay,\n"
                "                tova, streaming, random) at its cap, side by side with the full cache of the\n"
                "                same length (no capacity: no score and no selection work); policy_share: the\n"

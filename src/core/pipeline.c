@@ -27,8 +27,10 @@ struct vkh2o_kernel {
 _Static_assert(sizeof shader_registry / sizeof shader_registry[0] <= VKH2O_MAX_SHADERS + 1,
                "more embedded shaders than vkh2o_context.dispatches counts: raise VKH2O_MAX_SHADERS");
 
-/* FNV-1a over the lookup key. Recording a dispatch finds its kernel by this hash and one string
- * compare, instead of comparing names along the registry and the list of every kernel made. */
+/* FNV-1a over the lookup key. A lookup by name finds its kernel by this hash and one string
+ * compare, instead of comparing names along the registry and the list of every kernel made.
+ * The objects that record (MLA layer, KV cache) do these lookups when they are created and keep
+ * the handles in slots (vkh2o_kernel_slot), so recording their decode step does none. */
 static uint32_t kernel_key_hash(const char* name, uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec)
 {
     uint32_t h = 2166136261u;
@@ -64,6 +66,15 @@ static int find_shader(const char* name)
     return -1;
 }
 
+/* The embedded shader whose SPIR-V is `code`, or -1 (a test's own). */
+static int shader_registry_index(const uint32_t* code)
+{
+    for (uint32_t i = 0; i < vkh2o_shader_count(); i++)
+        if (shader_registry[i].code == code)
+            return (int)i;
+    return -1;
+}
+
 static void kernel_free(vkh2o_context* ctx, vkh2o_kernel* k)
 {
     if (k->pipeline)
@@ -84,6 +95,7 @@ void vkh2o_kernels_destroy(vkh2o_context* ctx)
     }
     ctx->kernels = NULL;
     memset(ctx->kernel_hash, 0, sizeof ctx->kernel_hash);
+    ctx->kernel_gen++;   /* every slot holding one of them is stale */
 }
 
 vkh2o_result vkh2o_kernel_get(vkh2o_context* ctx, const char* shader, uint32_t nbindings,
@@ -100,6 +112,7 @@ static VkDescriptorType binding_type(uint32_t texel_mask, uint32_t i)
 vkh2o_result vkh2o_kernel_get_texel(vkh2o_context* ctx, const char* shader, uint32_t nbindings, uint32_t texel_mask,
                                     const uint32_t* spec, uint32_t nspec, vkh2o_kernel** out)
 {
+    ctx->kernel_lookups++;
     /* a kernel made before needs no registry search (nbindings and nspec are checked on a miss) */
     if (nbindings <= VKH2O_MAX_BINDINGS && nspec <= MAX_SPEC && !ctx->lost) {
         vkh2o_kernel* k = kernel_find(ctx, kernel_key_hash(shader, nbindings, texel_mask, spec, nspec), shader, nbindings,
@@ -123,6 +136,8 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
                                     vkh2o_kernel** out)
 {
     *out = NULL;
+    if (shader_registry_index(code) < 0)
+        ctx->kernel_lookups++;   /* a test's own SPIR-V; embedded shaders counted in vkh2o_kernel_get_texel */
     VKH2O_CHECK(vkh2o_check_lost(ctx, "pipeline creation"));
     if (nbindings > VKH2O_MAX_BINDINGS || nspec > MAX_SPEC)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s': %u bindings / %u spec constants is too many",
@@ -137,10 +152,7 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     if (!k)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     k->name = shader;
-    k->shader_index = -1;
-    for (uint32_t i = 0; i < vkh2o_shader_count(); i++)
-        if (shader_registry[i].code == code)
-            k->shader_index = (int)i;
+    k->shader_index = shader_registry_index(code);
     k->nbindings = nbindings;
     k->nspec = nspec;
     k->texel_mask = texel_mask;
@@ -197,6 +209,36 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
     ctx->kernel_hash[h & 255u] = k;
     *out = k;
     return VKH2O_OK;
+}
+
+uint64_t vkh2o_kernel_lookups(const vkh2o_context* ctx) { return ctx ? ctx->kernel_lookups : 0; }
+
+vkh2o_result vkh2o_kernel_slot_resolve(vkh2o_context* ctx, vkh2o_kernel_slot* slot, const char* shader, uint32_t nbindings,
+                                       uint32_t texel_mask, const uint32_t* spec, uint32_t nspec)
+{
+    vkh2o_kernel* k = NULL;
+    VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, shader, nbindings, texel_mask, spec, nspec, &k));
+    *slot = (vkh2o_kernel_slot){ .k = k, .shader = shader, .gen = ctx->kernel_gen };
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_kernel_slot_get(vkh2o_context* ctx, vkh2o_kernel_slot* slot, bool refill, const char* shader,
+                                   uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec,
+                                   vkh2o_kernel** out)
+{
+    const vkh2o_kernel* k = slot ? slot->k : NULL;
+    if (k && slot->gen == ctx->kernel_gen && slot->shader == shader && k->nbindings == nbindings &&
+        k->texel_mask == texel_mask && k->nspec == nspec && (nspec == 0 || !memcmp(k->spec, spec, nspec * sizeof *spec))) {
+        *out = slot->k;
+        return VKH2O_OK;
+    }
+    /* an empty or stale slot is filled whatever `refill` says: it holds nothing to keep */
+    if (slot && (refill || !slot->k || slot->gen != ctx->kernel_gen)) {
+        VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, slot, shader, nbindings, texel_mask, spec, nspec));
+        *out = slot->k;
+        return VKH2O_OK;
+    }
+    return vkh2o_kernel_get_texel(ctx, shader, nbindings, texel_mask, spec, nspec, out);
 }
 
 /* Descriptor sets without push descriptors come from two arenas of pools:

@@ -443,6 +443,8 @@ static vkh2o_result make_buffer(vkh2o_context* ctx, uint64_t bytes, vkh2o_buffer
     return vkh2o_buffer_create(ctx, bytes < 16 ? 16 : bytes, out);
 }
 
+static vkh2o_result kvc_kernels(vkh2o_kvcache* c);
+
 vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* desc, vkh2o_kvcache** out)
 {
     if (out)
@@ -512,6 +514,10 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     s[KVC_SPEC_MAXTOK] = d.max_tokens;
     s[KVC_SPEC_CHECKFIN] = d.check_finite ? 1u : 0u;
     s[KVC_SPEC_SHADOW] = sw ? (uint32_t)(L * lw) : 0u;   /* the buffer's size check keeps it below 2^32 */
+    if ((r = kvc_kernels(c)) != VKH2O_OK) {
+        vkh2o_kvcache_destroy(c);
+        return r;
+    }
     *out = c;
     return VKH2O_OK;
 }
@@ -576,25 +582,44 @@ static vkh2o_result check_range(vkh2o_kvcache* c, const char* what, const vkh2o_
     return vkh2o_check_floats(c->ctx, "kvcache", what, b, off, floats);
 }
 
-static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, const char* name, const vkh2o_binding* b,
+static const char* const kvc_kernel_names[KVC_K_COUNT] = { "kvc_append", "kvc_logits", "kvc_softmax", "kvc_pv", "kvc_select",
+                                                            "kvc_prefill" };
+
+/* The spec constants of kernel i: the cache's, with MAXTOK only kvc_append's, CHECKFIN only that
+ * of kvc_append, kvc_softmax and kvc_prefill, and SHADOW only that of kvc_select and kvc_prefill
+ * (the other kernels see 0 there, so caches that differ only in those share their pipelines). */
+static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, uint32_t spec[KVC_SPEC_ALL])
+{
+    memcpy(spec, c->spec, sizeof c->spec);
+    if (i != KVC_K_APPEND)
+        spec[KVC_SPEC_MAXTOK] = 0;
+    if (i != KVC_K_APPEND && i != KVC_K_SOFTMAX && i != KVC_K_PREFILL)
+        spec[KVC_SPEC_CHECKFIN] = 0;
+    if (i != KVC_K_SELECT && i != KVC_K_PREFILL)
+        spec[KVC_SPEC_SHADOW] = 0;
+}
+
+/* Every kernel the cache records, looked up once (vkh2o_kvcache_create). */
+static vkh2o_result kvc_kernels(vkh2o_kvcache* c)
+{
+    for (int i = 0; i < KVC_K_COUNT; i++) {
+        if (i == KVC_K_SELECT && !c->plan.selects)
+            continue;
+        uint32_t spec[KVC_SPEC_ALL];
+        kvc_kernel_spec(c, (enum kvc_kernel)i, spec);
+        VKH2O_CHECK(vkh2o_kernel_slot_resolve(c->ctx, &c->kern[i], kvc_kernel_names[i], 9, 0, spec, KVC_SPEC_ALL));
+    }
+    return VKH2O_OK;
+}
+
+static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, enum kvc_kernel i, const vkh2o_binding* b,
                              const struct kvc_push* pc, uint32_t gx, uint32_t gy)
 {
-    /* MAXTOK is kvc_append's, CHECKFIN that of kvc_append, kvc_softmax and kvc_prefill, SHADOW
-     * that of kvc_select and kvc_prefill: the other kernels see 0 there, so caches that differ
-     * only in those share their pipelines */
-    const bool append = !strcmp(name, "kvc_append"), prefill = !strcmp(name, "kvc_prefill");
-    const bool checkfin = append || !strcmp(name, "kvc_softmax") || prefill;
-    const bool shadow = prefill || !strcmp(name, "kvc_select");
     uint32_t spec[KVC_SPEC_ALL];
-    memcpy(spec, c->spec, sizeof spec);
-    if (!append)
-        spec[KVC_SPEC_MAXTOK] = 0;
-    if (!checkfin)
-        spec[KVC_SPEC_CHECKFIN] = 0;
-    if (!shadow)
-        spec[KVC_SPEC_SHADOW] = 0;
+    kvc_kernel_spec(c, i, spec);
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_get(c->ctx, name, 9, spec, KVC_SPEC_ALL, &k));
+    /* the handle of the create; a lookup again only after the context's kernel cache was emptied */
+    VKH2O_CHECK(vkh2o_kernel_slot_get(c->ctx, &c->kern[i], true, kvc_kernel_names[i], 9, 0, spec, KVC_SPEC_ALL, &k));
     VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, k, b, 9, pc, sizeof *pc, gx, gy, 1));
     vkh2o_barrier(c->ctx, cb);
     return VKH2O_OK;
@@ -651,12 +676,12 @@ vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const 
                            .kpe_off = (uint32_t)(off_b / 4), .out_off = s->out ? (uint32_t)(s->out_offset / 4) : 0,
                            .scale = d->scale, .keep = keep_factor(d), .seed = d->seed, .flags = s->out ? 1u : 0u };
     const uint32_t S = c->plan.total_slots;
-    VKH2O_CHECK(dispatch(c, cb, "kvc_append", b, &pc, 1, 1));
-    VKH2O_CHECK(dispatch(c, cb, "kvc_logits", b, &pc, vkh2o_div_up(S, KVC_WG), vkh2o_div_up(H, KVC_HG)));
-    VKH2O_CHECK(dispatch(c, cb, "kvc_softmax", b, &pc, 1, 1));
-    VKH2O_CHECK(dispatch(c, cb, "kvc_pv", b, &pc, vkh2o_div_up(vkh2o_div_up(H, KVC_HG) * c->ow, KVC_WG), 1));
+    VKH2O_CHECK(dispatch(c, cb, KVC_K_APPEND, b, &pc, 1, 1));
+    VKH2O_CHECK(dispatch(c, cb, KVC_K_LOGITS, b, &pc, vkh2o_div_up(S, KVC_WG), vkh2o_div_up(H, KVC_HG)));
+    VKH2O_CHECK(dispatch(c, cb, KVC_K_SOFTMAX, b, &pc, 1, 1));
+    VKH2O_CHECK(dispatch(c, cb, KVC_K_PV, b, &pc, vkh2o_div_up(vkh2o_div_up(H, KVC_HG) * c->ow, KVC_WG), 1));
     if (c->plan.selects)
-        VKH2O_CHECK(dispatch(c, cb, "kvc_select", b, &pc, 1, 1));
+        VKH2O_CHECK(dispatch(c, cb, KVC_K_SELECT, b, &pc, 1, 1));
     return VKH2O_OK;
 }
 
@@ -728,7 +753,7 @@ vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, con
                            .out_off = c->plan.selects ? (uint32_t)(p->mass_offset / 4) : 0, .scale = d->scale,
                            .keep = keep_factor(d), .seed = d->seed, .n = p->n };
     vkh2o_kvcache_plan_counts(d, &c->plan, p->n, pc.middle);
-    return dispatch(c, cb, "kvc_prefill", b, &pc, vkh2o_div_up(p->n, KVC_WG), 1);
+    return dispatch(c, cb, KVC_K_PREFILL, b, &pc, vkh2o_div_up(p->n, KVC_WG), 1);
 }
 
 static vkh2o_result rec_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, const void* arg)

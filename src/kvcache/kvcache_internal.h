@@ -61,6 +61,10 @@ struct kvc_push {
 };
 _Static_assert(sizeof(struct kvc_push) <= VKH2O_PUSH_MAX, "kvc push constants");
 
+/* The cache's kernels, resolved to handles when it is created: the step's (select only when
+ * the plan selects) and the prefill's. */
+enum kvc_kernel { KVC_K_APPEND, KVC_K_LOGITS, KVC_K_SOFTMAX, KVC_K_PV, KVC_K_SELECT, KVC_K_PREFILL, KVC_K_COUNT };
+
 struct vkh2o_kvcache {
     vkh2o_context* ctx;
     vkh2o_kvcache_desc d;          /* resolved */
@@ -79,6 +83,7 @@ struct vkh2o_kvcache {
     vkh2o_buffer* scratch;         /* f32 [heads][total_slots] */
     vkh2o_buffer* dummy;           /* bound where a call has no buffer of its own (out, mass) */
     uint32_t spec[KVC_SPEC_ALL];
+    vkh2o_kernel_slot kern[KVC_K_COUNT];   /* resolved at create (kvcache.c kvc_kernels) */
 };
 
 /* A row's shape (kvc_common.glsl): NAB segments [A (sa) | B (sb)], then NAB segments V (sv); w

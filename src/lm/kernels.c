@@ -33,8 +33,27 @@ static uint32_t groups_x(const vkh2o_context* ctx, uint32_t cols, uint32_t wg)
     return g < cap ? g : cap;
 }
 
+static const char k_embed[] = "embed", k_swiglu[] = "swiglu", k_logprob[] = "logprob", k_axpby[] = "axpby";
+
+static uint32_t embed_dt(vkh2o_dtype dt)
+{
+    return dt == VKH2O_DTYPE_F32 ? 1u : dt == VKH2O_DTYPE_F16 ? 2u : dt == VKH2O_DTYPE_BF16 ? 3u : 0u;
+}
+
+vkh2o_result vkh2o_lm_kernels_resolve(vkh2o_context* ctx, const vkh2o_dev_weight* table, vkh2o_lm_kernels* k)
+{
+    const uint32_t es[EMBED_SPEC_COUNT] = { [EMBED_SPEC_WG] = elem_wg(ctx), [EMBED_SPEC_DT] = embed_dt(table->dtype) };
+    VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &k->embed, k_embed, 3, 0, es, EMBED_SPEC_COUNT));
+    const uint32_t wg[1] = { elem_wg(ctx) };
+    VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &k->swiglu, k_swiglu, 3, 0, wg, 1));
+    VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &k->axpby, k_axpby, 2, 0, wg, 1));
+    const uint32_t ls[LOGPROB_SPEC_COUNT] = { [LOGPROB_SPEC_WG] = vkh2o_cpu_shapes(ctx) ? 64u : 256u, [LOGPROB_SPEC_TGT] = 1,
+                                              [LOGPROB_SPEC_FULL] = 0 };
+    return vkh2o_kernel_slot_resolve(ctx, &k->logprob, k_logprob, 4, 0, ls, LOGPROB_SPEC_COUNT);
+}
+
 vkh2o_result vkh2o_cmd_embed(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* table,
-                             vkh2o_binding ids, uint32_t n, vkh2o_binding out, uint32_t out_stride)
+                             vkh2o_binding ids, uint32_t n, vkh2o_binding out, uint32_t out_stride, vkh2o_kernel_slot* slot)
 {
     if (!table || !table->nchunks || n == 0 || out_stride < table->cols)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "embed: bad arguments (tokens %u, out stride %u, cols %u)", n,
@@ -42,13 +61,12 @@ vkh2o_result vkh2o_cmd_embed(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o
     if (n > ctx->caps.max_workgroup_count[1])
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "embed: %u tokens exceed the device's %u workgroups along y", n,
                           ctx->caps.max_workgroup_count[1]);
-    uint32_t dt = table->dtype == VKH2O_DTYPE_F32 ? 1u : table->dtype == VKH2O_DTYPE_F16 ? 2u
-                : table->dtype == VKH2O_DTYPE_BF16 ? 3u : 0u;
+    uint32_t dt = embed_dt(table->dtype);
     if (!dt)
         return vkh2o_fail(ctx, VKH2O_ERROR_DTYPE, "embed: table dtype %s is not F32/F16/BF16", vkh2o_dtype_name(table->dtype));
     uint32_t spec[EMBED_SPEC_COUNT] = { [EMBED_SPEC_WG] = elem_wg(ctx), [EMBED_SPEC_DT] = dt };
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "embed", 3, spec, EMBED_SPEC_COUNT, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, slot, true, k_embed, 3, 0, spec, EMBED_SPEC_COUNT, &k));
     for (uint32_t c = 0; c < table->nchunks; c++) {
         uint32_t first = c * table->rows_per_chunk;
         uint32_t count = table->rows - first < table->rows_per_chunk ? table->rows - first : table->rows_per_chunk;
@@ -60,7 +78,7 @@ vkh2o_result vkh2o_cmd_embed(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o
 }
 
 vkh2o_result vkh2o_cmd_swiglu(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_swiglu_args* a,
-                              vkh2o_binding g, vkh2o_binding u, vkh2o_binding y)
+                              vkh2o_binding g, vkh2o_binding u, vkh2o_binding y, vkh2o_kernel_slot* slot)
 {
     if (!a || a->rows == 0 || a->cols == 0)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "swiglu: empty shape");
@@ -72,13 +90,13 @@ vkh2o_result vkh2o_cmd_swiglu(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "swiglu: %u rows exceed the device's workgroup limit", a->rows);
     uint32_t spec[1] = { elem_wg(ctx) };
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "swiglu", 3, spec, 1, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, slot, true, k_swiglu, 3, 0, spec, 1, &k));
     vkh2o_binding b[3] = { g, u, y };
     return vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, groups_x(ctx, a->cols, spec[0]), a->rows, 1);
 }
 
 vkh2o_result vkh2o_cmd_logprob(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_logprob_args* a,
-                               vkh2o_binding x, vkh2o_binding tgt, vkh2o_binding lp, vkh2o_binding full)
+                               vkh2o_binding x, vkh2o_binding tgt, vkh2o_binding lp, vkh2o_binding full, vkh2o_kernel_slot* slot)
 {
     if (!a || a->rows == 0 || a->vocab == 0 || (!a->targets && !a->full))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "logprob: empty shape or nothing to write");
@@ -91,20 +109,20 @@ vkh2o_result vkh2o_cmd_logprob(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
     uint32_t spec[LOGPROB_SPEC_COUNT] = { [LOGPROB_SPEC_WG] = vkh2o_cpu_shapes(ctx) ? 64u : 256u,
                                           [LOGPROB_SPEC_TGT] = a->targets, [LOGPROB_SPEC_FULL] = a->full };
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "logprob", 4, spec, LOGPROB_SPEC_COUNT, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, slot, true, k_logprob, 4, 0, spec, LOGPROB_SPEC_COUNT, &k));
     vkh2o_binding b[4] = { x, tgt, lp, full };
     return vkh2o_dispatch(ctx, cb, k, b, 4, &pc, sizeof pc, a->rows, 1, 1);
 }
 
 vkh2o_result vkh2o_cmd_axpby(vkh2o_context* ctx, VkCommandBuffer cb, uint32_t n, float a, vkh2o_binding x,
-                             float b, vkh2o_binding y)
+                             float b, vkh2o_binding y, vkh2o_kernel_slot* slot)
 {
     if (n == 0)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "axpby: n is 0");
     uint32_t wg = elem_wg(ctx);
     uint32_t spec[1] = { wg };
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "axpby", 2, spec, 1, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, slot, true, k_axpby, 2, 0, spec, 1, &k));
     struct axpby_push pc = { n, a, b };
     vkh2o_binding bb[2] = { x, y };
     uint32_t groups = vkh2o_div_up(n, wg * (vkh2o_cpu_shapes(ctx) ? 16u : 1u));

@@ -73,6 +73,31 @@ void vkh2o_rope_table_fill(const float* inv_freq, uint32_t rope, float attention
  * Kernel recorders
  * ---------------------------------------------------------------------------------------- */
 
+static const char k_rmsnorm[] = "rmsnorm", k_rope[] = "rope";   /* one pointer for slot and recording */
+
+static void rmsnorm_spec(const vkh2o_context* ctx, const vkh2o_rmsnorm_args* a, uint32_t spec[RMSNORM_SPEC_COUNT])
+{
+    spec[RMSNORM_SPEC_WG] = vkh2o_cpu_shapes(ctx) ? 64 : 128;
+    spec[RMSNORM_SPEC_ROPE] = a->rope;
+    spec[RMSNORM_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
+    spec[RMSNORM_SPEC_POSBUF] = a->rope && a->pos_buf ? 1 : 0;
+}
+
+static void rope_spec(const vkh2o_rope_args* a, uint32_t spec[ROPE_SPEC_COUNT])
+{
+    spec[ROPE_SPEC_WG] = 64;
+    spec[ROPE_SPEC_ROPE] = a->rope;
+    spec[ROPE_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
+    spec[ROPE_SPEC_POSBUF] = a->pos_buf ? 1 : 0;
+}
+
+vkh2o_result vkh2o_rmsnorm_resolve(vkh2o_context* ctx, const vkh2o_rmsnorm_args* a)
+{
+    uint32_t spec[RMSNORM_SPEC_COUNT];
+    rmsnorm_spec(ctx, a, spec);
+    return vkh2o_kernel_slot_resolve(ctx, a->slot, k_rmsnorm, 7, 0, spec, RMSNORM_SPEC_COUNT);
+}
+
 vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rmsnorm_args* a,
                                vkh2o_binding x, vkh2o_binding w, vkh2o_binding table,
                                vkh2o_binding y, vkh2o_binding pe, vkh2o_binding bc)
@@ -89,12 +114,9 @@ vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rmsnorm: position word %u outside its buffer of %llu bytes",
                           a->pos_word, (unsigned long long)a->pos_buf->size);
     uint32_t spec[RMSNORM_SPEC_COUNT];
-    spec[RMSNORM_SPEC_WG] = vkh2o_cpu_shapes(ctx) ? 64 : 128;
-    spec[RMSNORM_SPEC_ROPE] = a->rope;
-    spec[RMSNORM_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
-    spec[RMSNORM_SPEC_POSBUF] = dev_pos ? 1 : 0;
+    rmsnorm_spec(ctx, a, spec);
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "rmsnorm", 7, spec, RMSNORM_SPEC_COUNT, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, a->slot, true, k_rmsnorm, 7, 0, spec, RMSNORM_SPEC_COUNT, &k));
     struct rmsnorm_push pc = { a->rows, a->n, a->x_stride, a->y_stride, a->eps, a->pos0, a->pe_stride,
                                a->rope ? a->bc_heads : 0, a->bc_tok_stride, a->bc_head_stride, a->bc_offset,
                                dev_pos ? a->pos_word : 0 };
@@ -113,12 +135,9 @@ vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rope: position word %u outside its buffer of %llu bytes",
                           a->pos_word, (unsigned long long)a->pos_buf->size);
     uint32_t spec[ROPE_SPEC_COUNT];
-    spec[ROPE_SPEC_WG] = 64;
-    spec[ROPE_SPEC_ROPE] = a->rope;
-    spec[ROPE_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
-    spec[ROPE_SPEC_POSBUF] = a->pos_buf ? 1 : 0;
+    rope_spec(a, spec);
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "rope", 3, spec, ROPE_SPEC_COUNT, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, a->slot, true, k_rope, 3, 0, spec, ROPE_SPEC_COUNT, &k));
     struct rope_push pc = { a->tokens, a->heads, a->tok_stride, a->head_stride, a->offset, a->pos0,
                             a->pos_buf ? a->pos_word : 0 };
     vkh2o_binding b[3] = { table, x, a->pos_buf ? vkh2o_bind(a->pos_buf) : table };   /* table: unused */
@@ -358,6 +377,11 @@ struct vkh2o_mla_layer {
     vkh2o_buffer *dec_q, *dec_o, *dec_mass, *dec_hidden, *dec_out;
     uint32_t max_obs;        /* observation windows (decode.c): P [H][W][S], pooled scores [S] */
     vkh2o_buffer *obs_p, *obs_mass, *obs_score;
+    /* kernels as handles: the matmuls' for one token (the decode step; resolved at create, kept)
+     * and for more (filled at first use), the norms' and RoPE's (resolved at create) */
+    vkh2o_kernel_slot mm_one[VKH2O_MM_COUNT], mm_many[VKH2O_MM_COUNT];
+    vkh2o_kernel_slot k_norm_q, k_norm_kv, k_rope;
+    vkh2o_kernel_slot k_norm_kv_dev, k_rope_dev;   /* the same with the position from the cache (VKH2O_POSITION_FROM_CACHE) */
 };
 
 static vkh2o_result alloc_f32(vkh2o_context* ctx, uint64_t floats, vkh2o_buffer** out)
@@ -406,6 +430,8 @@ static vkh2o_result check_weight(vkh2o_context* ctx, const vkh2o_tensor_view* v,
                           name, vkh2o_dtype_name(v->dtype));
     return VKH2O_OK;
 }
+
+static vkh2o_result layer_resolve(vkh2o_mla_layer* L);
 
 vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* cfg, const vkh2o_mla_host_weights* hw,
                                     const vkh2o_mla_layer_desc* desc, vkh2o_mla_layer** out)
@@ -549,6 +575,9 @@ vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* 
             free(tab);
         }
     }
+    /* the one-token decode step's kernels as handles, so that recording it looks none up */
+    if (r == VKH2O_OK)
+        r = layer_resolve(L);
     if (r != VKH2O_OK) {
         vkh2o_mla_layer_destroy(L);
         return r;
@@ -648,18 +677,119 @@ static vkh2o_buffer* own_buffer(const vkh2o_mla_layer* L, vkh2o_binding b)
     return NULL;
 }
 
-/* x_buf: the buffer x binds when known, so CPU devices may read X as texels (matmul.c) */
-static vkh2o_result matmul(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_weight w, vkh2o_binding x,
-                           vkh2o_buffer* x_buf, vkh2o_binding y, vkh2o_matmul_args a)
+void vkh2o_mla_layer_mm_slot(vkh2o_mla_layer* L, vkh2o_mla_mm_site site, vkh2o_matmul_args* a)
 {
-    a.path = L->matmul_path;
-    a.x_buffer = x_buf;
-    return vkh2o_cmd_matmul(L->ctx, cb, &L->w[w], x, y, &a);
+    a->slot = a->M == 1 ? &L->mm_one[site] : &L->mm_many[site];
+    a->slot_fixed = a->M == 1;
+}
+
+/* One matmul of the projections: its weight, X (x_buf: the buffer X binds when known, so that
+ * CPU devices may read X as texels, matmul.c), Y and shape. */
+typedef struct mm_call {
+    vkh2o_mla_weight w;
+    vkh2o_binding x, y;
+    vkh2o_buffer* x_buf;
+    vkh2o_matmul_args a;
+} mm_call;
+
+/* The matmul of site over S tokens; hidden (and its buffer when known) is the down projections'
+ * input. o_proj's X and Y here are the state's o and the decode scratch (its callers give theirs). */
+static mm_call proj_call(const vkh2o_mla_layer* L, vkh2o_mla_mm_site site, uint32_t S, vkh2o_binding hidden,
+                         vkh2o_buffer* hidden_buf)
+{
+    const vkh2o_mla_state* st = &L->st;
+    const uint32_t H = st->heads, nope = st->nope, rope = st->rope, dv = st->v_dim, qk = nope + rope, lq = st->q_lora,
+                   lkv = st->kv_lora, D = st->hidden;
+    mm_call c = { .x = hidden, .x_buf = hidden_buf };
+    switch (site) {
+    case VKH2O_MM_Q_A:
+        c.w = VKH2O_W_Q_A_PROJ;
+        c.y = rows(L->qa, (uint64_t)S * lq);
+        c.a = (vkh2o_matmul_args){ .M = S, .N = lq, .K = D };
+        break;
+    case VKH2O_MM_KV_A:
+        c.w = VKH2O_W_KV_A_PROJ;
+        c.y = rows(L->ckv_full, (uint64_t)S * (lkv + rope));
+        c.a = (vkh2o_matmul_args){ .M = S, .N = lkv + rope, .K = D };
+        break;
+    case VKH2O_MM_Q_B:
+        /* q_b_proj of the normed q_a, or q_proj of hidden without a q LoRA */
+        c.y = rows(st->q, (uint64_t)S * H * qk);
+        c.w = lq ? VKH2O_W_Q_B_PROJ : VKH2O_W_Q_PROJ;
+        c.a = (vkh2o_matmul_args){ .M = S, .N = H * qk, .K = lq ? lq : D };
+        if (lq) {
+            c.x = rows(L->qa_n, (uint64_t)S * lq);
+            c.x_buf = L->qa_n;
+        }
+        break;
+    case VKH2O_MM_KV_B_K:
+    case VKH2O_MM_KV_B_V: {
+        /* kv_b_proj rows are [k_nope | v] per head: K's nope part and V are two head-batched matmuls */
+        const bool v = site == VKH2O_MM_KV_B_V;
+        c.w = VKH2O_W_KV_B_PROJ;
+        c.x = rows(st->ckv, (uint64_t)S * lkv);
+        c.x_buf = st->ckv;
+        c.y = v ? rows(st->v, (uint64_t)S * H * dv) : rows(st->k, (uint64_t)S * H * qk);
+        c.a = (vkh2o_matmul_args){ .M = S, .N = v ? dv : nope, .K = lkv, .batch = H, .y_stride = H * (v ? dv : qk),
+                                   .y_batch_stride = v ? dv : qk, .w_batch_stride = (nope + dv) * lkv,
+                                   .w_row_offset = v ? nope : 0 };
+        break;
+    }
+    default:   /* VKH2O_MM_O_PROJ */
+        c.w = VKH2O_W_O_PROJ;
+        c.x = rows(st->o, (uint64_t)S * H * dv);
+        c.x_buf = st->o;
+        c.y = rows(L->dec_out, (uint64_t)S * D);
+        c.a = (vkh2o_matmul_args){ .M = S, .N = D, .K = H * dv };
+        break;
+    }
+    return c;
+}
+
+/* Records the call through the site's slot, or with cb VK_NULL_HANDLE resolves its kernel. */
+static vkh2o_result mm_record(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_mm_site site, mm_call c)
+{
+    c.a.path = L->matmul_path;
+    c.a.x_buffer = c.x_buf;
+    vkh2o_mla_layer_mm_slot(L, site, &c.a);
+    if (cb == VK_NULL_HANDLE)
+        return vkh2o_matmul_resolve(L->ctx, &L->w[c.w], c.x, c.y, &c.a);
+    return vkh2o_cmd_matmul(L->ctx, cb, &L->w[c.w], c.x, c.y, &c.a);
+}
+
+/* The kernels of the one-token decode step into the layer's slots (create; set_matmul_path). */
+static vkh2o_result layer_resolve(vkh2o_mla_layer* L)
+{
+    vkh2o_context* ctx = L->ctx;
+    const vkh2o_mla_state* st = &L->st;
+    for (int s = VKH2O_MM_Q_A; s <= VKH2O_MM_O_PROJ; s++)
+        if (s != VKH2O_MM_Q_A || st->q_lora)
+            VKH2O_CHECK(mm_record(L, VK_NULL_HANDLE, (vkh2o_mla_mm_site)s,
+                                  proj_call(L, (vkh2o_mla_mm_site)s, 1, rows(L->dec_hidden, st->hidden), L->dec_hidden)));
+    uint32_t rspec[ROPE_SPEC_COUNT];
+    if (st->q_lora)
+        VKH2O_CHECK(vkh2o_rmsnorm_resolve(ctx, &(vkh2o_rmsnorm_args){ .slot = &L->k_norm_q }));
+    VKH2O_CHECK(vkh2o_rmsnorm_resolve(ctx, &(vkh2o_rmsnorm_args){ .rope = st->rope, .interleave = st->interleave,
+                                                                  .slot = &L->k_norm_kv }));
+    rope_spec(&(vkh2o_rope_args){ .rope = st->rope, .interleave = st->interleave }, rspec);
+    VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &L->k_rope, k_rope, 3, 0, rspec, ROPE_SPEC_COUNT));
+    /* the position-from-the-cache variants (any buffer: only its presence picks the variant) */
+    const vkh2o_buffer* any = L->dec_hidden;
+    VKH2O_CHECK(vkh2o_rmsnorm_resolve(ctx, &(vkh2o_rmsnorm_args){ .rope = st->rope, .interleave = st->interleave,
+                                                                  .pos_buf = any, .slot = &L->k_norm_kv_dev }));
+    rope_spec(&(vkh2o_rope_args){ .rope = st->rope, .interleave = st->interleave, .pos_buf = any }, rspec);
+    VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &L->k_rope_dev, k_rope, 3, 0, rspec, ROPE_SPEC_COUNT));
+    return vkh2o_mla_decode_resolve(L);
 }
 
 void vkh2o_mla_layer_set_matmul_path(vkh2o_mla_layer* L, uint32_t path)
 {
-    if (L) L->matmul_path = path;
+    if (!L || L->matmul_path == path)
+        return;
+    L->matmul_path = path;
+    /* the one-token slots again for this path (a failure here is the first recording's to report) */
+    memset(L->mm_one, 0, sizeof L->mm_one);
+    (void)layer_resolve(L);
 }
 
 void vkh2o_mla_layer_set_attn_texel(vkh2o_mla_layer* L, bool texel)
@@ -674,25 +804,23 @@ static vkh2o_result project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_bindin
     VKH2O_CHECK(check_seq(L, S, pos0));
     vkh2o_context* ctx = L->ctx;
     const vkh2o_mla_state* st = &L->st;
-    const uint32_t H = st->heads, nope = st->nope, rope = st->rope, dv = st->v_dim, qk = nope + rope,
-                   lq = st->q_lora, lkv = st->kv_lora, D = st->hidden;
+    const uint32_t H = st->heads, nope = st->nope, rope = st->rope, qk = nope + rope, lq = st->q_lora, lkv = st->kv_lora,
+                   D = st->hidden;
     if (!binding_holds(hidden, (uint64_t)S * D))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "mla forward: hidden holds less than %u x %u floats", S, D);
-    vkh2o_binding q = rows(st->q, (uint64_t)S * H * qk), k = rows(st->k, (uint64_t)S * H * qk),
-                  v = rows(st->v, (uint64_t)S * H * dv), ckv_full = rows(L->ckv_full, (uint64_t)S * (lkv + rope)),
+    vkh2o_binding q = rows(st->q, (uint64_t)S * H * qk), k = rows(st->k, (uint64_t)S * H * qk), ckv_full = rows(L->ckv_full, (uint64_t)S * (lkv + rope)),
                   ckv = rows(st->ckv, (uint64_t)S * lkv), kpe = rows(st->kpe, (uint64_t)S * rope),
                   tab = vkh2o_bind(st->rope_table);
 
     /* stage 1: the two down projections of hidden */
     if (lq)
-        VKH2O_CHECK(matmul(L, cb, VKH2O_W_Q_A_PROJ, hidden, hidden_buf, rows(L->qa, (uint64_t)S * lq),
-                           (vkh2o_matmul_args){ .M = S, .N = lq, .K = D }));
-    VKH2O_CHECK(matmul(L, cb, VKH2O_W_KV_A_PROJ, hidden, hidden_buf, ckv_full, (vkh2o_matmul_args){ .M = S, .N = lkv + rope, .K = D }));
+        VKH2O_CHECK(mm_record(L, cb, VKH2O_MM_Q_A, proj_call(L, VKH2O_MM_Q_A, S, hidden, hidden_buf)));
+    VKH2O_CHECK(mm_record(L, cb, VKH2O_MM_KV_A, proj_call(L, VKH2O_MM_KV_A, S, hidden, hidden_buf)));
     vkh2o_barrier(ctx, cb);
 
     /* stage 2: norms; kv's also ropes k_pe and broadcasts it into the rope part of every head of K */
     if (lq) {
-        vkh2o_rmsnorm_args na = { .rows = S, .n = lq, .x_stride = lq, .y_stride = lq, .eps = 1e-6f };
+        vkh2o_rmsnorm_args na = { .rows = S, .n = lq, .x_stride = lq, .y_stride = lq, .eps = 1e-6f, .slot = &L->k_norm_q };
         vkh2o_binding qa_n = rows(L->qa_n, (uint64_t)S * lq);
         VKH2O_CHECK(vkh2o_cmd_rmsnorm(ctx, cb, &na, rows(L->qa, (uint64_t)S * lq), vkh2o_weight_binding(&L->w[VKH2O_W_Q_A_LAYERNORM], 0),
                                       tab, qa_n, qa_n, qa_n));
@@ -700,31 +828,21 @@ static vkh2o_result project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_bindin
     vkh2o_rmsnorm_args ka = { .rows = S, .n = lkv, .x_stride = lkv + rope, .y_stride = lkv, .eps = 1e-6f, .rope = rope,
                               .interleave = st->interleave, .pos0 = pos0, .pe_stride = rope, .bc_heads = H,
                               .bc_tok_stride = H * qk, .bc_head_stride = qk, .bc_offset = nope,
-                              .pos_buf = pos_buf, .pos_word = pos_word };
+                              .pos_buf = pos_buf, .pos_word = pos_word, .slot = pos_buf ? &L->k_norm_kv_dev : &L->k_norm_kv };
     VKH2O_CHECK(vkh2o_cmd_rmsnorm(ctx, cb, &ka, ckv_full, vkh2o_weight_binding(&L->w[VKH2O_W_KV_A_LAYERNORM], 0), tab,
                                   ckv, kpe, k));
     vkh2o_barrier(ctx, cb);
 
-    /* stage 3: up projections straight into the [S, H, .] layouts. kv_b_proj rows are
-     * [k_nope | v] per head, so K's nope part and V are two head-batched matmuls. */
-    if (lq)
-        VKH2O_CHECK(matmul(L, cb, VKH2O_W_Q_B_PROJ, rows(L->qa_n, (uint64_t)S * lq), L->qa_n, q,
-                           (vkh2o_matmul_args){ .M = S, .N = H * qk, .K = lq }));
-    else
-        VKH2O_CHECK(matmul(L, cb, VKH2O_W_Q_PROJ, hidden, hidden_buf, q, (vkh2o_matmul_args){ .M = S, .N = H * qk, .K = D }));
-    VKH2O_CHECK(matmul(L, cb, VKH2O_W_KV_B_PROJ, ckv, st->ckv, k,
-                       (vkh2o_matmul_args){ .M = S, .N = nope, .K = lkv, .batch = H, .y_stride = H * qk,
-                                            .y_batch_stride = qk, .w_batch_stride = (nope + dv) * lkv }));
-    VKH2O_CHECK(matmul(L, cb, VKH2O_W_KV_B_PROJ, ckv, st->ckv, v,
-                       (vkh2o_matmul_args){ .M = S, .N = dv, .K = lkv, .batch = H, .y_stride = H * dv,
-                                            .y_batch_stride = dv, .w_batch_stride = (nope + dv) * lkv,
-                                            .w_row_offset = nope }));
+    /* stage 3: up projections straight into the [S, H, .] layouts */
+    VKH2O_CHECK(mm_record(L, cb, VKH2O_MM_Q_B, proj_call(L, VKH2O_MM_Q_B, S, hidden, hidden_buf)));
+    VKH2O_CHECK(mm_record(L, cb, VKH2O_MM_KV_B_K, proj_call(L, VKH2O_MM_KV_B_K, S, hidden, hidden_buf)));
+    VKH2O_CHECK(mm_record(L, cb, VKH2O_MM_KV_B_V, proj_call(L, VKH2O_MM_KV_B_V, S, hidden, hidden_buf)));
     vkh2o_barrier(ctx, cb);
 
     /* stage 4: RoPE of q_pe in place */
     vkh2o_rope_args ra = { .tokens = S, .heads = H, .tok_stride = H * qk, .head_stride = qk, .offset = nope,
                            .pos0 = pos0, .rope = rope, .interleave = st->interleave, .pos_buf = pos_buf,
-                           .pos_word = pos_word };
+                           .pos_word = pos_word, .slot = pos_buf ? &L->k_rope_dev : &L->k_rope };
     VKH2O_CHECK(vkh2o_cmd_rope(ctx, cb, &ra, tab, q));
     vkh2o_barrier(ctx, cb);
     return VKH2O_OK;
@@ -749,9 +867,11 @@ vkh2o_result vkh2o_cmd_mla_o_proj(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_
 {
     if (!L || !cb || S == 0)
         return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_mla_o_proj: bad argument");
-    const vkh2o_mla_state* st = &L->st;
-    return matmul(L, cb, VKH2O_W_O_PROJ, o, own_buffer(L, o), out,
-                  (vkh2o_matmul_args){ .M = S, .N = st->hidden, .K = st->heads * st->v_dim });
+    mm_call c = proj_call(L, VKH2O_MM_O_PROJ, S, o, NULL);
+    c.x = o;
+    c.x_buf = own_buffer(L, o);
+    c.y = out;
+    return mm_record(L, cb, VKH2O_MM_O_PROJ, c);
 }
 
 /* ts: 5 timestamp slots (start, after projections, after attention, after mass, end) or NULL */

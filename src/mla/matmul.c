@@ -338,11 +338,10 @@ static bool binding_fits(vkh2o_binding b, uint32_t batch, uint32_t batch_stride,
     return last * sizeof(float) <= b.range;
 }
 
-vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* w,
-                              vkh2o_binding x, vkh2o_binding y, const vkh2o_matmul_args* a)
+/* vkh2o_cmd_matmul (cb given) or vkh2o_matmul_resolve (cb VK_NULL_HANDLE: the kernel into a->slot, nothing recorded) */
+static vkh2o_result matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* w, vkh2o_binding x, vkh2o_binding y,
+                           const vkh2o_matmul_args* a)
 {
-    if (!ctx || !w || !a || cb == VK_NULL_HANDLE)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: NULL argument");
     if (w->nchunks == 0 || w->nchunks > VKH2O_WEIGHT_MAX_CHUNKS)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: weight not uploaded");
     const uint32_t M = a->M, N = a->N, K = a->K, batch = a->batch ? a->batch : 1;
@@ -427,11 +426,11 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
     if (gy > caps->max_workgroup_count[1] || batch > caps->max_workgroup_count[2])
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "vkh2o_cmd_matmul: M=%u batch=%u exceed the dispatch limits",
                           M, batch);
+    const uint32_t nb = texel ? MATMUL_TEXEL_BINDINGS : 3, mask = texel ? MATMUL_TEXEL_MASK : 0;
+    if (cb == VK_NULL_HANDLE)
+        return vkh2o_kernel_slot_resolve(ctx, a->slot, pl.shader, nb, mask, pl.spec, pl.nspec);
     vkh2o_kernel* k = NULL;
-    if (texel)
-        VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, pl.shader, MATMUL_TEXEL_BINDINGS, MATMUL_TEXEL_MASK, pl.spec, pl.nspec, &k));
-    else
-        VKH2O_CHECK(vkh2o_kernel_get(ctx, pl.shader, 3, pl.spec, pl.nspec, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, a->slot, !a->slot_fixed, pl.shader, nb, mask, pl.spec, pl.nspec, &k));
 
     struct matmul_push pc = {
         .M = M, .N = N, .K = K, .x_stride = xs, .y_stride = ys,
@@ -481,4 +480,20 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
         }
     }
     return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* w,
+                              vkh2o_binding x, vkh2o_binding y, const vkh2o_matmul_args* a)
+{
+    if (!ctx || !w || !a || cb == VK_NULL_HANDLE)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: NULL argument");
+    return matmul(ctx, cb, w, x, y, a);
+}
+
+vkh2o_result vkh2o_matmul_resolve(vkh2o_context* ctx, const vkh2o_dev_weight* w, vkh2o_binding x, vkh2o_binding y,
+                                  const vkh2o_matmul_args* a)
+{
+    if (!ctx || !w || !a || !a->slot)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_matmul_resolve: NULL argument");
+    return matmul(ctx, VK_NULL_HANDLE, w, x, y, a);
 }

@@ -84,6 +84,12 @@ typedef struct vkh2o_matmul_args {
     /* Optional: the buffer x binds. With it the texel path reads X through a texel view of the
      * buffer (needs x.offset a multiple of 256); without it X is read as a storage buffer. */
     vkh2o_buffer* x_buffer;
+    /* Optional: the caller's slot for this call site (vkh2o_kernel_slot_get). The call uses its
+     * kernel when the slot holds the one this call needs; else it looks the kernel up by name
+     * and keeps it in the slot unless slot_fixed (a slot vkh2o_matmul_resolve filled at an
+     * object's create for one shape, which other shapes must not evict). */
+    vkh2o_kernel_slot* slot;
+    bool slot_fixed;
 } vkh2o_matmul_args;
 /*
  * Records Y = alpha X W^T (+Y). X, Y fp32 bindings (offsets/ranges as given). Handles chunked
@@ -103,5 +109,10 @@ typedef struct vkh2o_matmul_args {
  */
 vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* w,
                               vkh2o_binding x, vkh2o_binding y, const vkh2o_matmul_args* a);
+/* The same checks and kernel choice as vkh2o_cmd_matmul with these arguments, recording
+ * nothing: the kernel is looked up into a->slot (required), so that a later vkh2o_cmd_matmul
+ * with the same arguments and slot records without a lookup. */
+vkh2o_result vkh2o_matmul_resolve(vkh2o_context* ctx, const vkh2o_dev_weight* w, vkh2o_binding x, vkh2o_binding y,
+                                  const vkh2o_matmul_args* a);
 
 #endif

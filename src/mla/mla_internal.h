@@ -44,10 +44,13 @@ typedef struct vkh2o_rmsnorm_args {
     uint32_t bc_heads, bc_tok_stride, bc_head_stride, bc_offset;
     const vkh2o_buffer* pos_buf;   /* NULL: positions pos0 + r */
     uint32_t pos_word;
+    vkh2o_kernel_slot* slot;  /* the caller's resolved kernel (vkh2o_kernel_slot_get, refilled); NULL: a lookup */
 } vkh2o_rmsnorm_args;
 vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rmsnorm_args* a,
                                vkh2o_binding x, vkh2o_binding w, vkh2o_binding table,
                                vkh2o_binding y, vkh2o_binding pe, vkh2o_binding bc);
+/* The kernel vkh2o_cmd_rmsnorm records for a (its rope and interleave) into a->slot. */
+vkh2o_result vkh2o_rmsnorm_resolve(vkh2o_context* ctx, const vkh2o_rmsnorm_args* a);
 
 /* ---- RoPE in place : shaders/mla/rope.comp ----
  * x[s * tok_stride + h * head_stride + offset + 0 .. rope-1] rotated for position pos0 + s,
@@ -58,6 +61,7 @@ typedef struct vkh2o_rope_args {
     bool interleave;
     const vkh2o_buffer* pos_buf;   /* NULL: positions pos0 + s */
     uint32_t pos_word;
+    vkh2o_kernel_slot* slot;  /* the caller's resolved kernel (vkh2o_kernel_slot_get, refilled); NULL: a lookup */
 } vkh2o_rope_args;
 vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rope_args* a,
                             vkh2o_binding table, vkh2o_binding x);
@@ -188,6 +192,19 @@ typedef struct vkh2o_mla_decode_bufs {
 } vkh2o_mla_decode_bufs;
 vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(const vkh2o_mla_layer* layer);
 vkh2o_context* vkh2o_mla_layer_context(const vkh2o_mla_layer* layer);
+/* The layer's matmul call sites. Each has two kernel slots: one token's (the decode step's),
+ * resolved when the layer is created and never evicted, and longer inputs' (the forward, a
+ * multi-token decode: their kernel depends on the token count), filled at their first recording. */
+typedef enum vkh2o_mla_mm_site {
+    VKH2O_MM_Q_A, VKH2O_MM_KV_A, VKH2O_MM_Q_B, VKH2O_MM_KV_B_K, VKH2O_MM_KV_B_V, VKH2O_MM_O_PROJ,
+    VKH2O_MM_ABSORB, VKH2O_MM_W_UV,   /* decode.c: the query absorption and W_uv through kv_b_proj */
+    VKH2O_MM_COUNT
+} vkh2o_mla_mm_site;
+/* Sets a->slot and a->slot_fixed for site over a->M tokens. */
+void vkh2o_mla_layer_mm_slot(vkh2o_mla_layer* layer, vkh2o_mla_mm_site site, vkh2o_matmul_args* a);
+/* decode.c: the kernels of the decode step's absorption and W_uv for one token into their
+ * slots (vkh2o_mla_layer_create). */
+vkh2o_result vkh2o_mla_decode_resolve(vkh2o_mla_layer* layer);
 /* The buffers of the host conveniences (hidden, out: [S, hidden]), grown on demand. */
 vkh2o_result vkh2o_mla_layer_host_io(vkh2o_mla_layer* layer, uint32_t S, vkh2o_buffer** hidden, vkh2o_buffer** out);
 

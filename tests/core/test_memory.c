@@ -4,9 +4,11 @@
  *     vkAllocateMemory; a large buffer gets an allocation of its own; every block goes with its
  *     last buffer;
  *   - the vkAllocateMemory calls of one Kimi K2.6 attention layer (BF16 weights, decode scratch)
- *     plus its vkh2o_kvcache, and of 61 layers and a 61-layer cache of the small Kimi-shaped test
- *     layer (a 61-layer Kimi model's worth of weights, ~12 GB, does not fit lavapipe's 2 GiB
- *     heap), stated next to the buffers they hold (one vkAllocateMemory each before). */
+ *     plus its vkh2o_kvcache (measured: 30 buffers in 7 calls on lavapipe), of 61 layers and a
+ *     61-layer cache of the small Kimi-shaped test layer (measured), and of a 61-layer Kimi model
+ *     (a model's worth of weights, ~12 GB, does not fit lavapipe's 2 GiB heap: computed from
+ *     three measured Kimi layers and a measured 61-layer Kimi cache, test_kimi_model), stated next
+ *     to the buffers they hold (one vkAllocateMemory each before). */
 #include "vkh2o_test.h"
 #include "ref_mla.h"
 
@@ -112,6 +114,25 @@ static uint64_t shared_used(const vkh2o_context* ctx)
     return n;
 }
 
+/* Random BF16 Kimi K2.6 weights, made once for the two tests that need them (~100 M elements). */
+static ref_mla_weights kimi_w;
+static bool kimi_made;
+static const ref_mla_weights* kimi_weights(const vkh2o_mla_config* cfg)
+{
+    if (!kimi_made)
+        assert_int_equal(ref_mla_random_weights(cfg, VKH2O_DTYPE_BF16, 7, &kimi_w), 0);
+    kimi_made = true;
+    return &kimi_w;
+}
+
+static int teardown(void** state)
+{
+    if (kimi_made)
+        ref_mla_weights_free(&kimi_w);
+    kimi_made = false;
+    return vt_group_teardown(state);
+}
+
 /* One Kimi K2.6 attention layer (BF16, decode scratch for 1024 tokens) and its FP16 one-layer cache. */
 static void test_kimi_layer(void** state)
 {
@@ -119,11 +140,10 @@ static void test_kimi_layer(void** state)
     vkh2o_context* ctx = vt_ctx();
     vkh2o_mla_config cfg;
     vkh2o_mla_config_kimi_k26(&cfg);
-    ref_mla_weights w;
-    assert_int_equal(ref_mla_random_weights(&cfg, VKH2O_DTYPE_BF16, 7, &w), 0);
+    const ref_mla_weights* w = kimi_weights(&cfg);
     vkh2o_error err = { 0 };
     vkh2o_mla_host_weights* hw = NULL;
-    if (vkh2o_mla_host_weights_wrap(&cfg, w.views, &hw, &err) != VKH2O_OK)
+    if (vkh2o_mla_host_weights_wrap(&cfg, w->views, &hw, &err) != VKH2O_OK)
         fail_msg("wrap: %s", err.message);
     const uint32_t buffers0 = vkh2o_context_get_memory_stats(ctx).device_allocations;
     const uint32_t calls0 = vkh2o_mem_allocate_calls(ctx);
@@ -152,7 +172,6 @@ static void test_kimi_layer(void** state)
     vkh2o_kvcache_destroy(c);
     vkh2o_mla_layer_destroy(layer);
     vkh2o_mla_host_weights_destroy(hw);
-    ref_mla_weights_free(&w);
     assert_int_equal(vkh2o_mem_allocate_calls(ctx) - calls0, n.calls);
     vt_check_validation();
 }
@@ -203,12 +222,86 @@ static void test_model_layers(void** state)
     vt_check_validation();
 }
 
+/* A 61-layer Kimi K2.6 model's attention layers do not fit lavapipe's 2 GiB heap (~200 MB of BF16
+ * weights each): measured here are a 61-layer Kimi cache (1024 tokens, FP16) and the first three
+ * Kimi layers (BF16, scratch for 256 tokens) one by one, each the same (its large buffers' own
+ * allocations, its smaller buffers' bytes in the shared blocks); the 61-layer figure is computed
+ * from that step. Lavapipe (64 MiB blocks): the cache 6 buffers in 2 calls; a layer 24 buffers, 2
+ * of them own allocations, 94 MB in shared blocks (3 or 4 calls); 61 layers + the cache: 1,470
+ * buffers (one vkAllocateMemory each before suballocation) in 2 + 122 + 86..172 = 210..296 calls. */
+static void test_kimi_model(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    enum { L = 61, MEASURED = 3 };
+    vkh2o_mla_config cfg;
+    vkh2o_mla_config_kimi_k26(&cfg);
+    const ref_mla_weights* w = kimi_weights(&cfg);
+    vkh2o_error err = { 0 };
+    vkh2o_mla_host_weights* hw = NULL;
+    if (vkh2o_mla_host_weights_wrap(&cfg, w->views, &hw, &err) != VKH2O_OK)
+        fail_msg("wrap: %s", err.message);
+    const uint32_t buffers0 = vkh2o_context_get_memory_stats(ctx).device_allocations;
+    const uint32_t calls0 = vkh2o_mem_allocate_calls(ctx);
+    vkh2o_kvcache_desc d = { 0 };
+    vkh2o_kvcache_desc_from_mla(&cfg, &d);
+    d.num_layers = L;
+    d.max_tokens = 1024;
+    vkh2o_kvcache* c = NULL;
+    if (vkh2o_kvcache_create(ctx, &d, &c) != VKH2O_OK)
+        fail_msg("kvcache: %s", vkh2o_last_error(ctx));
+    const counted kc = count_since(ctx, buffers0, calls0);
+    vkh2o_mla_layer* layer[MEASURED];
+    counted step[MEASURED];
+    uint32_t own[MEASURED];
+    uint64_t small[MEASURED];
+    for (int i = 0; i < MEASURED; i++) {
+        const uint32_t b0 = vkh2o_context_get_memory_stats(ctx).device_allocations, c0 = vkh2o_mem_allocate_calls(ctx);
+        const uint32_t own0 = count_since(ctx, 0, 0).own;
+        const uint64_t small0 = shared_used(ctx);
+        if (vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = 256, .max_decode_tokens = 1 },
+                                   &layer[i]) != VKH2O_OK)
+            fail_msg("layer %d: %s", i, vkh2o_last_error(ctx));
+        step[i] = count_since(ctx, b0, c0);
+        own[i] = step[i].own - own0;
+        small[i] = shared_used(ctx) - small0;
+        printf("#   Kimi layer %d: %u buffers, %u vkAllocateMemory calls (%u own, %llu bytes in shared blocks)\n", i,
+               step[i].buffers, step[i].calls, own[i], (unsigned long long)small[i]);
+    }
+    const counted all = count_since(ctx, buffers0, calls0);
+    assert_int_equal(all.calls, kc.calls + step[0].calls + step[1].calls + step[2].calls);
+    /* every layer the same: its large buffers' own allocations, its smaller ones' bytes in the
+     * shared blocks (a new block only when the last is full) */
+    for (int i = 1; i < MEASURED; i++) {
+        assert_int_equal(step[i].buffers, step[0].buffers);
+        assert_int_equal(own[i], own[0]);
+        assert_true(small[i] == small[0]);
+        assert_true(step[i].calls >= own[i] && step[i].calls <= own[i] + 2);
+    }
+    /* computed for the model: the cache's, each layer's own, and the shared blocks for all the
+     * layers' smaller bytes (first fit of buffers at most half a block: at most 2 x bytes / block + 1) */
+    const uint64_t block = all.block ? all.block : 1, bytes = (uint64_t)L * small[0];
+    const uint32_t blocks_min = (uint32_t)((bytes + block - 1) / block), blocks_max = (uint32_t)(2 * bytes / block + 1);
+    const uint32_t model_buffers = kc.buffers + L * step[0].buffers;
+    printf("# a %d-layer Kimi cache + %d Kimi K2.6 layers: measured %u buffers in %u vkAllocateMemory calls (the cache %u in "
+           "%u); computed for %d layers: %u buffers in %u..%u calls (%u own + %u..%u blocks of %llu bytes)\n",
+           L, MEASURED, all.buffers, all.calls, kc.buffers, kc.calls, L, model_buffers, kc.calls + L * own[0] + blocks_min,
+           kc.calls + L * own[0] + blocks_max, kc.calls + L * own[0], blocks_min, blocks_max, (unsigned long long)block);
+    assert_true((kc.calls + L * own[0] + blocks_max) * 4 <= model_buffers);
+    for (int i = 0; i < MEASURED; i++)
+        vkh2o_mla_layer_destroy(layer[i]);
+    vkh2o_kvcache_destroy(c);
+    vkh2o_mla_host_weights_destroy(hw);
+    vt_check_validation();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranges),
         cmocka_unit_test(test_kimi_layer),
         cmocka_unit_test(test_model_layers),
+        cmocka_unit_test(test_kimi_model),
     };
-    return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
+    return cmocka_run_group_tests(tests, NULL, teardown);
 }

@@ -59,7 +59,7 @@ static void embed_case(vkh2o_dtype dt, uint32_t vocab, uint32_t cols, uint32_t n
     VkCommandBuffer cb;
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
     assert_int_equal(vkh2o_cmd_embed(ctx, cb, &w, vkh2o_bind_range(bid, 0, n * 4), n,
-                                     vkh2o_bind_range(bout, 0, (VkDeviceSize)n * os * 4), os), VKH2O_OK);
+                                     vkh2o_bind_range(bout, 0, (VkDeviceSize)n * os * 4), os, NULL), VKH2O_OK);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
     float* got = malloc((size_t)n * os * 4);
     assert_non_null(got);
@@ -122,7 +122,7 @@ static void swiglu_case(uint32_t rows, uint32_t cols, bool packed, vt_rng* rng)
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
     assert_int_equal(vkh2o_cmd_swiglu(ctx, cb, &a, vkh2o_bind_range(bg, 0, ng * 4),
                                       packed ? vkh2o_bind_range(bg, cols * 4, ng * 4 - cols * 4) : vkh2o_bind_range(bu, 0, nu * 4),
-                                      vkh2o_bind_range(by, 0, ny * 4)), VKH2O_OK);
+                                      vkh2o_bind_range(by, 0, ny * 4), NULL), VKH2O_OK);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
     vt_download_f32(by, got, ny);
     vt_check_guard(by, ny * 4);
@@ -191,7 +191,7 @@ static void logprob_case(uint32_t rows, uint32_t vocab, bool targets, bool full,
     VkCommandBuffer cb;
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
     assert_int_equal(vkh2o_cmd_logprob(ctx, cb, &a, vkh2o_bind_range(bx, 0, nx * 4), vkh2o_bind_range(bt, 0, rows * 4),
-                                       vkh2o_bind_range(blp, 0, rows * 4), vkh2o_bind_range(bf, 0, nf * 4)), VKH2O_OK);
+                                       vkh2o_bind_range(blp, 0, rows * 4), vkh2o_bind_range(bf, 0, nf * 4), NULL), VKH2O_OK);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
     vt_download_f32(blp, glp, rows);
     vt_download_f32(bf, gf, nf);
@@ -249,14 +249,14 @@ static void test_bad_args(void** state)
     VkCommandBuffer cb;
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
     vkh2o_logprob_args none = { .rows = 1, .vocab = 4 };
-    assert_int_equal(vkh2o_cmd_logprob(ctx, cb, &none, x, x, x, x), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cmd_logprob(ctx, cb, &none, x, x, x, x, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_logprob_args narrow = { .rows = 1, .vocab = 4, .x_stride = 3, .targets = true };
-    assert_int_equal(vkh2o_cmd_logprob(ctx, cb, &narrow, x, x, x, x), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cmd_logprob(ctx, cb, &narrow, x, x, x, x, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_swiglu_args s = { .rows = 0, .cols = 4 };
-    assert_int_equal(vkh2o_cmd_swiglu(ctx, cb, &s, x, x, x), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_cmd_axpby(ctx, cb, 0, 1.0f, x, 1.0f, x), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cmd_swiglu(ctx, cb, &s, x, x, x, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cmd_axpby(ctx, cb, 0, 1.0f, x, 1.0f, x, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_dev_weight empty = { 0 };
-    assert_int_equal(vkh2o_cmd_embed(ctx, cb, &empty, x, 1, x, 4), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_cmd_embed(ctx, cb, &empty, x, 1, x, 4, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
     vkh2o_buffer_destroy(b);
     vt_check_validation();

@@ -377,7 +377,16 @@ static void test_session_full(void** state)
     /* prefill P, then decode the rest */
     assert_int_equal(vkh2o_model_session_reset(s), VKH2O_OK);
     assert_int_equal(vkh2o_run_model_prefill(s, tok, P, dec, NULL), VKH2O_OK);
-    assert_int_equal(vkh2o_run_model_decode(s, tok + P, N - P, dec + P * V, NULL), VKH2O_OK);
+    /* one token: the model, its layers and their caches resolved every kernel of the step to a
+     * handle when they were made, so recording it looks none up by name (after a prefill and a
+     * multi-token decode that recorded other shapes through the same call sites) */
+    const uint64_t l0 = vkh2o_kernel_lookups(x.m->ctx);
+    assert_int_equal(vkh2o_run_model_decode(s, tok + P, 1, dec + P * V, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_kernel_lookups(x.m->ctx) - l0, 0);
+    assert_int_equal(vkh2o_run_model_decode(s, tok + P + 1, N - P - 2, dec + (P + 1) * V, NULL), VKH2O_OK);
+    const uint64_t l1 = vkh2o_kernel_lookups(x.m->ctx);
+    assert_int_equal(vkh2o_run_model_decode(s, tok + N - 1, 1, dec + (N - 1) * V, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_kernel_lookups(x.m->ctx) - l1, 0);
     vt_assert_nmse("prefill + decode vs forward", dec, fw, N * V, 1e-6);
     assert_int_equal(cache_len(s, 1), N);
     /* a prefill on a non-empty session, and decoding past max_tokens, are refused */

@@ -31,7 +31,12 @@
  *
  * A decode step's inputs alone (vkh2o_cmd/run_mla_decode_inputs: rows and queries, both layouts)
  * and vkh2o_mla_layer_get_attn_output: check_inputs below. One decode recorded once with
- * VKH2O_POSITION_FROM_CACHE and submitted again and again: test_replay below. */
+ * VKH2O_POSITION_FROM_CACHE and submitted again and again: test_replay below.
+ *
+ * The host side of a step (test_no_lookups): the layer and the cache resolve their kernels to
+ * handles when they are created, so recording a one-token decode step looks no kernel up by
+ * name (vkh2o_kernel_lookups), before and after a forward or a multi-token step has recorded
+ * other shapes through the same call sites; and the dispatches of one step, stated. */
 #include "vkh2o_test.h"
 #include "mla_internal.h"
 #include "ref_decode.h"
@@ -682,6 +687,103 @@ static void test_replay(void** state)
     vt_check_validation();
 }
 
+static uint64_t dispatches(const vkh2o_context* ctx)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < vkh2o_shader_count(); i++)
+        n += vkh2o_context_get_kernel_dispatches(ctx, i);
+    return n;
+}
+
+/* Records (and runs) one decode step of n tokens; returns the kernel lookups it made and, in
+ * *disp, its dispatches. */
+static uint64_t step_lookups(fixture* f, vkh2o_kvcache* c, vkh2o_buffer* hb, vkh2o_buffer* ob, uint32_t n, uint32_t pos,
+                             uint64_t* disp)
+{
+    vkh2o_context* ctx = vt_ctx();
+    const uint64_t l0 = vkh2o_kernel_lookups(ctx), d0 = dispatches(ctx);
+    VkCommandBuffer cb;
+    assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+    vkh2o_result r = vkh2o_cmd_mla_decode(f->layer, cb, c, &(vkh2o_mla_decode){ .hidden = hb, .out = ob, .n_tokens = n, .position = pos });
+    const uint64_t l1 = vkh2o_kernel_lookups(ctx), d1 = dispatches(ctx);
+    vkh2o_result r2 = vkh2o_submit_wait(ctx, cb);
+    if (r != VKH2O_OK || r2 != VKH2O_OK)
+        fail_msg("decode of %u tokens at %u: %s", n, pos, vkh2o_last_error(ctx));
+    if (disp)
+        *disp = d1 - d0;
+    return l1 - l0;
+}
+
+static void test_no_lookups(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    fixture f;
+    fixture_seeded(&f, &rng, "decode no lookups");
+    const uint32_t D = f.cfg.hidden_size;
+    float* h = malloc(4ull * PROMPT * D);
+    vt_fill_normal(&rng, h, (size_t)PROMPT * D, 1.0f);
+    vkh2o_buffer* hb = vt_buffer(4ull * 4 * D);
+    vkh2o_buffer* ob = vt_buffer(4ull * 4 * D);
+    assert_int_equal(vkh2o_buffer_upload(hb, 0, h, 4ull * 4 * D), VKH2O_OK);
+    static const vkh2o_kv_layout layouts[2] = { VKH2O_LAYOUT_LATENT, VKH2O_LAYOUT_EXPANDED };
+    for (int li = 0; li < 2; li++) {
+        vkh2o_kvcache_desc kd = { .layout = layouts[li], .max_tokens = 64, .capacity_tokens = 8, .n_sink = 1, .n_recent = 2 };
+        vkh2o_kvcache_desc_from_mla(&f.cfg, &kd);
+        const uint64_t before_create = vkh2o_kernel_lookups(ctx);
+        vkh2o_kvcache* c = NULL;
+        assert_int_equal(vkh2o_kvcache_create(ctx, &kd, &c), VKH2O_OK);
+        /* the cache looked its kernels up when it was made: append, logits, softmax, P.V, select, prefill */
+        assert_int_equal(vkh2o_kernel_lookups(ctx) - before_create, 6);
+        if (vkh2o_run_mla_prefill(f.layer, c, 0, h, PROMPT, NULL) != VKH2O_OK)
+            fail_msg("prefill: %s", vkh2o_last_error(ctx));
+        uint32_t pos = PROMPT;
+        uint64_t disp = 0;
+        /* one token: no lookup, and the dispatches of a step: the projections' 8 (q_a, kv_a, two
+         * norms, q_b, kv_b twice, RoPE), the cache step's 5 (append, logits, softmax, P.V, select)
+         * and o_proj, plus the absorption and W_uv for the latent layout */
+        const uint64_t want_disp = layouts[li] == VKH2O_LAYOUT_LATENT ? 16 : 14;
+        assert_int_equal(step_lookups(&f, c, hb, ob, 1, pos++, &disp), 0);
+        printf("#   %s layout: one-token decode step: 0 kernel lookups, %llu dispatches\n",
+               layouts[li] == VKH2O_LAYOUT_LATENT ? "latent" : "expanded", (unsigned long long)disp);
+        assert_int_equal(disp, want_disp);
+        /* the position from the cache: its own resolved variants, no lookup either */
+        assert_int_equal(step_lookups(&f, c, hb, ob, 1, VKH2O_POSITION_FROM_CACHE, &disp), 0);
+        assert_int_equal(disp, want_disp);
+        pos++;
+        /* a multi-token step records other matmul kernels (their slots fill at first use) ... */
+        const uint64_t multi = step_lookups(&f, c, hb, ob, 3, pos, NULL);
+        pos += 3;
+        assert_true(multi > 0);
+        assert_int_equal(step_lookups(&f, c, hb, ob, 3, pos, NULL), 0);
+        pos += 3;
+        /* ... and a forward too; neither evicts the one-token step's handles */
+        float* out = malloc(4ull * PROMPT * D);
+        assert_int_equal(vkh2o_run_mla_forward(f.layer, h, PROMPT, 0, out, NULL, NULL), VKH2O_OK);
+        free(out);
+        assert_int_equal(step_lookups(&f, c, hb, ob, 1, pos++, &disp), 0);
+        assert_int_equal(disp, want_disp);
+        vkh2o_kvcache_destroy(c);
+    }
+    /* an emptied kernel cache (fault sweeps) leaves the handles stale: looked up again once */
+    vkh2o_kvcache_desc kd = { .max_tokens = 64, .capacity_tokens = 8, .n_sink = 1, .n_recent = 2 };
+    vkh2o_kvcache_desc_from_mla(&f.cfg, &kd);
+    vkh2o_kvcache* c = NULL;
+    assert_int_equal(vkh2o_kvcache_create(ctx, &kd, &c), VKH2O_OK);
+    assert_int_equal(vkh2o_run_mla_prefill(f.layer, c, 0, h, PROMPT, NULL), VKH2O_OK);
+    vkh2o_kernels_destroy(ctx);
+    assert_true(step_lookups(&f, c, hb, ob, 1, PROMPT, NULL) > 0);
+    assert_int_equal(step_lookups(&f, c, hb, ob, 1, PROMPT + 1, NULL), 0);
+    vkh2o_kvcache_destroy(c);
+    vkh2o_buffer_destroy(hb);
+    vkh2o_buffer_destroy(ob);
+    free(h);
+    fixture_free(&f);
+    vt_check_validation();
+}
+
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -690,6 +792,7 @@ int main(void)
         cmocka_unit_test(test_inputs),
         cmocka_unit_test(test_kvcache),
         cmocka_unit_test(test_replay),
+        cmocka_unit_test(test_no_lookups),
     };
     return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
 }

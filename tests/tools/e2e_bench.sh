@@ -41,7 +41,8 @@ if "$bench" --quick --topk 5000 > "$tmp/topk.txt" 2>&1; then fail "--topk accept
 
 # --decode, --policy-cost, --kv-decode, --scaling (--quick): well-formed JSON with every group's rows, each row
 # "ok" with a positive median or "refused" / "skipped" with a reason and a null median; the plot
-# is an SVG. Timings are not checked.
+# is an SVG; the decode rows carry the host's recording time of their step (record_us), its dispatches
+# (16 for the layer, 5 for the cache step) and 0 kernel lookups by name. Timings are not checked.
 "$bench" --quick --runs 1 --decode --policy-cost --kv-decode --cache-len 256 --scaling --scaling-max 64 --json \
     --plot "$tmp/scaling.svg" > "$tmp/modes.json" 2> "$tmp/modes.err" || { cat "$tmp/modes.err" >&2; fail "vkh2o-bench modes exited $?"; }
 cpu=0
@@ -82,6 +83,11 @@ for r in dec:
         bad("decode row without bytes / read_fraction: %s" % r["name"])
     if not (0 < r.get("bytes_min", 0) <= r["bytes"] and "minimum" in r.get("stages", "")):
         bad("decode row without its stages and minimum (%r of %r): %s" % (r.get("bytes_min"), r["bytes"], r["name"]))
+    # the host side beside the device time: recording by handles, the stated dispatches of a step
+    want_disp = 5 if r.get("param") == "cache step" else 16
+    if not (r.get("record_us", 0) > 0 and r.get("dispatches") == want_disp and r.get("kernel_lookups") == 0):
+        bad("decode row without its host recording time, %d dispatches and 0 kernel lookups (%r, %r, %r): %s"
+            % (want_disp, r.get("record_us"), r.get("dispatches"), r.get("kernel_lookups"), r["name"]))
 pol = [r.get("param") for r in groups["policy"] if r["status"] == "ok"]
 for p in ("none", "h2o sum", "h2o mean", "h2o decay", "tova", "streaming", "random"):
     if p not in pol:
