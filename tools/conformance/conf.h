@@ -85,8 +85,12 @@ double conf_nmse(const float* got, const float* ref, size_t n);
 void conf_set_failure(const conf_env* env, conf_result* r, vkh2o_result res, const char* what);
 /* Sets the verdict of error against bound (NaN fails). */
 void conf_judge(conf_result* r, const char* metric, double error, double bound);
-/* A buffer of bytes filled with a poison word (NULL and r set on failure). */
+/* A buffer of bytes and CONF_GUARD_BYTES of guard words after them, all filled with the poison
+ * word (NULL and r set on failure). */
 vkh2o_buffer* conf_buffer(const conf_env* env, conf_result* r, uint64_t bytes);
+/* Whether the guard words after an output's bytes are untouched; false with r set (FAIL, or
+ * ERROR when the download failed) when not. */
+bool conf_guard_intact(const conf_env* env, conf_result* r, vkh2o_buffer* b, uint64_t bytes);
 vkh2o_buffer* conf_upload(const conf_env* env, conf_result* r, const void* data, uint64_t bytes);
 /* The test hook: when env->poison, corrupt one element of a downloaded float output. */
 void conf_poison_f32(const conf_env* env, float* x, size_t n);
@@ -97,5 +101,6 @@ uint64_t conf_dispatches(const vkh2o_context* ctx);
 double conf_median(double* t, uint32_t n);
 
 #define CONF_POISON_WORD 0x7fc0dead
+#define CONF_GUARD_BYTES 64u
 
 #endif
