@@ -310,6 +310,7 @@ int main(int argc, char** argv)
     conf_register_core(&reg);
     conf_register_mla(&reg);
     conf_register_kvcache(&reg);
+    conf_register_kvcache_prefill(&reg);
     conf_register_lm(&reg);
     for (int p = 0; p < np; p++) {
         bool any = false;

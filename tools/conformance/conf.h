@@ -1,9 +1,9 @@
 /* vkh2o-conformance: the registry of conformance cases over every kernel the library ships.
  *
- * A family (conf_core.c, conf_mla.c, conf_kvcache.c, conf_lm.c) adds its cases to the registry:
- * each a hierarchical name (<concept>.<op>.<shapes>.<variant>.<size>), its parameters, the
- * embedded kernels it must dispatch, its metric and bound, and a run function that drives the
- * kernels through the public API (include/vkh2o.h), compares with the CPU reference (ref/) and,
+ * A family (conf_core.c, conf_mla.c, conf_kvcache.c, conf_kvcache_prefill.c, conf_lm.c) adds its
+ * cases to the registry: each a hierarchical name (<concept>.<op>.<shapes>.<variant>.<size>), its
+ * parameters, the embedded kernels it must dispatch, its metric and bound, and a run function
+ * that drives the kernels through the public API (include/vkh2o.h), compares with the CPU reference (ref/) and,
  * in perf mode, times repeated runs with GPU timestamps. The driver (vkh2o-conformance.c) checks
  * that exactly the declared kernels ran, so the coverage of the shader tree is measured, not
  * claimed. */
@@ -69,6 +69,7 @@ conf_case* conf_add(conf_registry* reg, conf_run_fn run, uint32_t shapes, const 
 void conf_register_core(conf_registry* reg);
 void conf_register_mla(conf_registry* reg);
 void conf_register_kvcache(conf_registry* reg);
+void conf_register_kvcache_prefill(conf_registry* reg);
 void conf_register_lm(conf_registry* reg);
 
 /* ---- helpers for the families ---- */
