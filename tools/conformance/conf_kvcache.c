@@ -231,7 +231,9 @@ static void run_kv(const conf_env* env, const conf_case* c, conf_result* r)
         uint32_t by[4] = { 0 };
         uint64_t bytes = 0;
         for (uint32_t i = 0; i < s.len; i++) {
-            by[s.tier[i] & 3]++;
+            if (s.tier[i] >= VKH2O_TIER_COUNT)
+                FAIL("stats", "step %u: token %u is in tier %u", st, s.pos[i], s.tier[i]);
+            by[s.tier[i]]++;
             bytes += vkh2o_kvcache_token_bytes(rd, (vkh2o_kv_tier)s.tier[i]);
         }
         if (stats.position != P + st + 1 || stats.len != s.len || s.len > pl->kept_tokens || stats.bytes_used != bytes ||
