@@ -151,17 +151,18 @@ case "$cmd" in
         export ASAN_OPTIONS="detect_leaks=${VKH2O_DETECT_LEAKS:-1}:abort_on_error=1:allocator_may_return_null=1:verify_asan_link_order=0"
         export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
         (cd "${BUILD_DIR:-build-asan}" && LD_PRELOAD=$local_preload VKH2O_REQUIRE_DEVICE=1 \
-            ctest --output-on-failure -j "$JOBS" --timeout 1200 -E '^e2e_')
-        (cd "${BUILD_DIR:-build-asan}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 -R '^e2e_') ;;
+            ctest --output-on-failure -j "$JOBS" --timeout 1200 -E '^(e2e_|conf\.)')
+        (cd "${BUILD_DIR:-build-asan}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 -R '^(e2e_|conf\.)') ;;
     test-sync)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # test_syncval first proves the variable switches the checks on (a known hazard is
         # reported); then the layer, its decode, the KV cache (steps, prefills and their
-        # selection, a recording replayed, batched steps), the demo, and short validate / quant
+        # selection, a recording replayed, batched steps; the registry's layer forward and cache
+        # steps, conf.mla.forward and conf.kvcache.step), the demo, and short validate / quant
         # runs, with no message allowed
         export VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
         (cd "${BUILD_DIR:-build}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 \
-            -R '^(test_syncval|test_mla|test_decode|test_demo|test_kvcache|test_kvcache_select|test_kvcache_steps)$')
+            -R '^(test_syncval|test_mla|test_decode|test_demo|test_kvcache|conf\.kvcache\.prefill|test_kvcache_steps|conf\.mla\.forward|conf\.kvcache\.step)$')
         bash tests/tools/soak.sh "${BUILD_DIR:-build}" 2000 48 3 400 ;;
     test-vendor)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
@@ -175,7 +176,7 @@ case "$cmd" in
         VK_LAYER_MESSAGE_ID_FILTER=$(grep -v '^#' tests/core/bestpractices.filter | grep . | paste -sd:)
         export VK_LAYER_MESSAGE_ID_FILTER
         (cd "${BUILD_DIR:-build}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 \
-            -R '^(test_vendorchecks|test_decode|test_kvcache|test_kvcache_select|test_model|test_memory)$') ;;
+            -R '^(test_vendorchecks|test_decode|test_kvcache|conf\.kvcache\.prefill|test_model|test_memory|conf\.kvcache\.step|conf\.lm\.forward)$') ;;
     test-baseline)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # Push descriptors, 16-bit and 8-bit storage and float16 off (VKH2O_CONTEXT_BASELINE_ONLY):
@@ -185,7 +186,7 @@ case "$cmd" in
         # and test_model run).
         (cd "${BUILD_DIR:-build}" && VKH2O_TEST_BASELINE=1 VKH2O_GPU_SHAPES=1 VKH2O_REQUIRE_DEVICE=1 \
             ctest --output-on-failure -j "$JOBS" --timeout 1200 \
-            -R '^(test_recording|test_kvcache|test_kvcache_select|test_kvcache_steps|test_lm_kernels|test_model|test_attention|test_decode|test_obs_window|test_rmsnorm|test_rope|test_demo|test_memory)$') ;;
+            -R '^(test_recording|test_kvcache|conf\.kvcache\.prefill|test_kvcache_steps|test_lm_kernels|test_model|test_attention|test_decode|test_obs_window|test_rmsnorm|test_rope|test_demo|test_memory|conf\.kvcache\.step|conf\.lm\.forward)$') ;;
     memcheck)
         EXTRA_PACKAGES=(valgrind); deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # CPU-only suites: no Vulkan driver in the process, so every report is ours

@@ -30,7 +30,7 @@ static void usage(FILE* f)
 {
     fprintf(f,
             "usage: " TOOL " [--list] [-o PATTERN[,...]] [--device N] [--mode test|perf|support]\n"
-            "       [--shapes cpu|gpu|all] [--seed N] [--json FILE] [--csv FILE] [--quiet]\n"
+            "       [--shapes cpu|gpu|all] [--baseline] [--seed N] [--json FILE] [--csv FILE] [--quiet]\n"
             "Runs the conformance cases of every kernel vkh2o ships on a Vulkan device, each against its\n"
             "CPU reference with a stated bound: PASS, FAIL, or NOT_SUPPORTED (the device lacks a feature;\n"
             "not a failure). Case names are <concept>.<op>.<shapes>.<variant>.<size>, e.g.\n"
@@ -48,6 +48,9 @@ static void usage(FILE* f)
             "                    device), gpu (shared-memory tiles; on a CPU device through\n"
             "                    VKH2O_CONTEXT_GPU_SHAPES), all (default). The cpu shapes are\n"
             "                    NOT_SUPPORTED on a GPU.\n"
+            "  --baseline        run without push descriptors and the optional 16-bit / 8-bit\n"
+            "                    storage and float16 features, as a device lacking them would\n"
+            "                    (VKH2O_CONTEXT_BASELINE_ONLY)\n"
             "  --seed N          seed of the random inputs (default 1)\n"
             "  --json FILE       write every case's result as JSON (written whole at the end)\n"
             "  --csv FILE        the same as CSV\n"
@@ -230,7 +233,7 @@ static void write_csv(FILE* f, bool perf, const run_row* rows, uint32_t n)
 
 int main(int argc, char** argv)
 {
-    bool list = false, quiet = false;
+    bool list = false, quiet = false, baseline = false;
     const char *mode = "test", *shapes_arg = "all", *json = NULL, *csv = NULL;
     uint32_t device = 0;
     bool device_given = false;
@@ -248,6 +251,8 @@ int main(int argc, char** argv)
             list = true;
         } else if (!strcmp(a, "--quiet")) {
             quiet = true;
+        } else if (!strcmp(a, "--baseline")) {
+            baseline = true;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--mode") || !strcmp(a, "--shapes") || !strcmp(a, "--json") ||
                    !strcmp(a, "--csv") || !strcmp(a, "--device") || !strcmp(a, "--seed")) {
             if (!has_value) {
@@ -305,6 +310,7 @@ int main(int argc, char** argv)
     conf_register_core(&reg);
     conf_register_mla(&reg);
     conf_register_kvcache(&reg);
+    conf_register_kvcache_prefill(&reg);
     conf_register_lm(&reg);
     for (int p = 0; p < np; p++) {
         bool any = false;
@@ -378,7 +384,8 @@ int main(int argc, char** argv)
             any = any || rows[i].c->shapes == sh;
         if (!any) continue;
         vkh2o_context* ctx = NULL;
-        const uint32_t flags = sh == CONF_SHAPES_GPU ? VKH2O_CONTEXT_GPU_SHAPES : 0;
+        const uint32_t flags = (sh == CONF_SHAPES_GPU ? VKH2O_CONTEXT_GPU_SHAPES : 0) |
+                               (baseline ? VKH2O_CONTEXT_BASELINE_ONLY : 0);
         if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = device_given ? VKH2O_DEVICE_INDEX(device) : 0,
                                                               .flags = flags, .log = cli_log, .user_data = TOOL },
                                &ctx) != VKH2O_OK) {

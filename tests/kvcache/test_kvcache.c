@@ -1,11 +1,13 @@
 /* The one KV cache (include/vkh2o/kvcache.h): desc resolution and byte figures without a device;
- * then on the device, against ref/ref_kvcache.c, step by step: the attention output, every held
- * token's tier (exact, near ties aside), each demoted row within its tier's bound, untouched rows
- * unchanged, the scores; prefills (exact tiers); and a step recorded once and submitted again and
- * again, bit-identical to steps recorded one by one. Both layouts (LATENT, EXPANDED at odd head
- * counts and dims), fp16 and f32 top tiers. Shapes are no multiple of the workgroup. */
+ * then on the device its contracts beyond one step against the reference: a step recorded once
+ * and submitted again and again, bit-identical to steps recorded one by one (over the shapes of
+ * the conformance registry, tools/conformance/conf_kvcache_defs.h), overflow, several layers,
+ * allocation failures. The step-by-step conformance against ref/ref_kvcache.c (output, tiers,
+ * rows, scores, stats over every precision, policy and layout) is the registry's kvcache.step
+ * (vkh2o-conformance; ctest conf.kvcache.step). */
 #include "vkh2o_test.h"
 #include "kvcache_internal.h"
+#include "conf_kvcache_defs.h"
 #include "ref_kvcache.h"
 #include "ref_mla.h"
 
@@ -201,13 +203,6 @@ static void test_resolve(void** state)
 
 /* ---- the device against the reference ---- */
 
-typedef struct kcase {
-    const char* name;
-    uint32_t H, kvl, rope, max_tokens, prefill, steps;
-    vkh2o_kvcache_desc d;    /* policy, precision, layout and storage fields (EXPANDED: nope and v too); the
-                                rest of the shape is filled in */
-} kcase;
-
 /* the row's two inputs of a step or prefill: LATENT ckv and kpe, EXPANDED k and v */
 static bool is_expanded(const vkh2o_kvcache* c) { return vkh2o_kvcache_get_desc(c)->layout == VKH2O_LAYOUT_EXPANDED; }
 static void step_inputs(vkh2o_kvcache_step* s, const vkh2o_kvcache* c, const vkh2o_buffer* a, uint64_t ao, const vkh2o_buffer* b,
@@ -260,276 +255,6 @@ static void snap_free(snap* s)
     free(s->rows);
 }
 
-static void sync_ref(ref_kvc* r, const snap* s, uint32_t next_pos)
-{
-    uint32_t* t = malloc(s->len * 4 + 4);
-    for (uint32_t i = 0; i < s->len; i++)
-        t[i] = s->tier[i];
-    ref_kvc_set(r, s->len, s->pos, t, s->score, s->rows, next_pos);
-    free(t);
-}
-
-/* the device's held tokens (sorted by position) against the reference's: same positions and
- * tiers; rows equal where the token kept its tier, within the tier's bound where it moved; scores */
-static bool same_tiers(const snap* s, const ref_kvc* r)
-{
-    if (s->len != r->n)
-        return false;
-    for (uint32_t i = 0; i < s->len; i++) {
-        const ref_kvc_token* t = ref_kvc_find(r, s->pos[i]);
-        if (!t || t->tier != s->tier[i])
-            return false;
-    }
-    return true;
-}
-
-static void run_case(const kcase* kc, uint64_t seed)
-{
-    vkh2o_context* ctx = vt_ctx();
-    vt_rng rng;
-    vt_rng_seed(&rng, seed);
-    vkh2o_kvcache_desc d = kc->d;
-    d.num_heads = kc->H;
-    d.kv_lora_rank = kc->kvl;
-    d.qk_rope_head_dim = kc->rope;
-    d.max_tokens = kc->max_tokens;
-    d.scale = 0.25f;
-    vkh2o_kvcache* c;
-    assert_int_equal(vkh2o_kvcache_create(ctx, &d, &c), VKH2O_OK);
-    const vkh2o_kvcache_plan* pl = vkh2o_kvcache_get_plan(c);
-    ref_kvc_config rc = ref_kvc_config_of(c, 0);
-    /* row numbers, of the first input (ckv / k), per head of the query and output */
-    const uint32_t H = kc->H, W = ref_kvc_row(&rc), WA = ref_kvc_first(&rc), WB = W - WA, QW = ref_kvc_qw(&rc), OW = ref_kvc_ow(&rc);
-    assert_int_equal(W, vkh2o_kvcache_row_numbers(vkh2o_kvcache_get_desc(c)));
-    if (rc.expanded)
-        printf("%s: expanded, H %u nope %u rope %u v %u", kc->name, kc->H, rc.nope, kc->rope, rc.vdim);
-    else
-        printf("%s: H %u kvl %u rope %u", kc->name, kc->H, kc->kvl, kc->rope);
-    printf("%s, slots %u/%u/%u/%u, prefill %u, %u steps\n", rc.f32 ? ", f32 top tier" : "", pl->slots[0], pl->slots[1],
-           pl->slots[2], pl->slots[3], kc->prefill, kc->steps);
-    ref_kvc ref;
-    ref_kvc_init(&ref, &rc);
-
-    /* prefill: rows and a mass with distinct values */
-    const uint32_t P = kc->prefill;
-    float* pa = malloc(sizeof(float) * P * WA);
-    float* pb = malloc(sizeof(float) * P * WB);
-    float* pmass = malloc(sizeof(float) * P);
-    float* x = malloc(sizeof(float) * W);
-    vt_fill_normal(&rng, pa, (size_t)P * WA, 1.0f);
-    vt_fill_normal(&rng, pb, (size_t)P * WB, 1.0f);
-    for (uint32_t i = 0; i < P; i++)
-        pmass[i] = 0.5f + vt_uniform(&rng) * 4.0f;
-    vkh2o_buffer* bpa = vt_upload_f32(pa, (size_t)P * WA);
-    vkh2o_buffer* bpb = vt_upload_f32(pb, (size_t)P * WB);
-    vkh2o_buffer* bmass = vt_upload_f32(pmass, P);
-    vkh2o_kvcache_prefill kp = { .n = P, .mass = bmass };
-    prefill_inputs(&kp, c, bpa, 0, bpb, 0);
-    assert_int_equal(vkh2o_run_kvcache_prefill(c, &kp), VKH2O_OK);
-    ref_kvc_prefill(&ref, P, pa, pb, pmass);
-    snap s = { 0 };
-    snap_read(c, &s);
-    assert_true(same_tiers(&s, &ref));
-    for (uint32_t i = 0; i < s.len; i++) {
-        const ref_kvc_token* t = ref_kvc_find(&ref, s.pos[i]);
-        memcpy(x, pa + (size_t)s.pos[i] * WA, WA * 4);
-        memcpy(x + WA, pb + (size_t)s.pos[i] * WB, WB * 4);
-        for (uint32_t e = 0; e < W; e++)
-            assert_true(fabs(s.rows[(size_t)i * W + e] - t->row[e]) <= 2 * ref_kvc_bound(&rc, t->tier, x, e));
-        if (rc.f32 && t->tier == 0)   /* an f32 top tier holds the input exactly */
-            assert_memory_equal(s.rows + (size_t)i * W, x, 4ull * W);
-    }
-    vkh2o_buffer_destroy(bpa);
-    vkh2o_buffer_destroy(bpb);
-    vkh2o_buffer_destroy(bmass);
-
-    /* steps, the reference synced from the device before each */
-    float* q = malloc(sizeof(float) * H * QW);
-    float* ra = malloc(sizeof(float) * WA);
-    float* rb = malloc(sizeof(float) * WB);
-    float* out = malloc(sizeof(float) * H * OW);
-    double* rout = malloc(sizeof(double) * H * OW);
-    float* routf = malloc(sizeof(float) * H * OW);
-    vkh2o_buffer* bq = vt_buffer(sizeof(float) * H * QW);
-    vkh2o_buffer* ba = vt_buffer(sizeof(float) * WA);
-    vkh2o_buffer* bb = vt_buffer(sizeof(float) * WB);
-    vkh2o_buffer* bo = vt_buffer(sizeof(float) * H * OW);
-    uint32_t near = 0, moved_rows = 0;
-    double worst = 0.0;
-    snap before = { 0 };
-    const uint32_t steps = kc->steps;
-    for (uint32_t st = 0; st < steps; st++) {
-        vt_fill_normal(&rng, q, (size_t)H * QW, 0.6f);
-        vt_fill_normal(&rng, ra, WA, 1.0f);
-        vt_fill_normal(&rng, rb, WB, 1.0f);
-        assert_int_equal(vkh2o_buffer_upload(bq, 0, q, 4ull * H * QW), VKH2O_OK);
-        assert_int_equal(vkh2o_buffer_upload(ba, 0, ra, 4ull * WA), VKH2O_OK);
-        assert_int_equal(vkh2o_buffer_upload(bb, 0, rb, 4ull * WB), VKH2O_OK);
-        vt_poison(bo);
-        snap_read(c, &before);
-        sync_ref(&ref, &before, P + st);
-        vkh2o_kvcache_step ks = { .q = bq, .out = bo };
-        step_inputs(&ks, c, ba, 0, bb, 0);
-        assert_int_equal(vkh2o_run_kvcache_step(c, &ks), VKH2O_OK);
-        ref_kvc_step(&ref, q, ra, rb, rout);
-        vt_download_f32(bo, out, (size_t)H * OW);
-        vt_check_guard(bo, sizeof(float) * H * OW);
-        for (uint32_t i = 0; i < H * OW; i++)
-            routf[i] = (float)rout[i];
-        double e = vt_nmse_f(out, routf, (size_t)H * OW);
-        worst = e > worst ? e : worst;
-        assert_true(e < 1e-9);
-        snap_read(c, &s);
-        vkh2o_kvcache_stats stats;
-        assert_int_equal(vkh2o_kvcache_read_stats(c, 0, &stats), VKH2O_OK);
-        assert_int_equal(stats.position, P + st + 1);
-        assert_int_equal(stats.len, s.len);
-        assert_true(s.len <= pl->kept_tokens);
-        uint32_t by[4] = { 0 };
-        uint64_t bytes = 0;
-        for (uint32_t i = 0; i < s.len; i++) {
-            by[s.tier[i]]++;
-            bytes += vkh2o_kvcache_token_bytes(vkh2o_kvcache_get_desc(c), (vkh2o_kv_tier)s.tier[i]);
-        }
-        for (int k = 0; k < 4; k++)
-            assert_int_equal(by[k], stats.by_tier[k]);
-        assert_int_equal(stats.bytes_used, bytes);
-        if (pl->by_bytes)
-            assert_true(stats.bytes_used + pl->token_bytes[0] <= pl->budget_bytes);
-        if (!same_tiers(&s, &ref)) {
-            /* allowed only where the reference decided between near-equal keys */
-            assert_true(ref.gap < 1e-4);
-            near++;
-            continue;
-        }
-        for (uint32_t i = 0; i < s.len; i++) {
-            const ref_kvc_token* t = ref_kvc_find(&ref, s.pos[i]);
-            const float* dev = s.rows + (size_t)i * W;
-            assert_true(fabs(s.score[i] - t->score) <= 1e-4 * (fabs(t->score) + 1e-3));
-            /* the token's row before the step (or the new token's top-tier row) */
-            const float* old = NULL;
-            for (uint32_t j = 0; j < before.len; j++)
-                if (before.pos[j] == s.pos[i]) {
-                    old = before.rows + (size_t)j * W;
-                    if (before.tier[j] != s.tier[i]) {
-                        moved_rows++;
-                        for (uint32_t y = 0; y < W; y++)
-                            assert_true(fabs(dev[y] - t->row[y]) <= ref_kvc_bound(&rc, s.tier[i], old, y));
-                    } else {
-                        assert_memory_equal(dev, old, W * 4);
-                    }
-                }
-            if (!old)
-                assert_memory_equal(dev, t->row, W * 4);
-        }
-    }
-    printf("  worst output nmse %.2e, %u rows demoted and checked, %u near-tie steps\n", worst, moved_rows, near);
-    assert_true(near * 10 <= steps);
-    ref_kvc_free(&ref);
-    snap_free(&s);
-    snap_free(&before);
-    free(pa);
-    free(pb);
-    free(pmass);
-    free(x);
-    free(q);
-    free(ra);
-    free(rb);
-    free(out);
-    free(rout);
-    free(routf);
-    vkh2o_buffer_destroy(bq);
-    vkh2o_buffer_destroy(ba);
-    vkh2o_buffer_destroy(bb);
-    vkh2o_buffer_destroy(bo);
-    vkh2o_kvcache_destroy(c);
-    vt_check_validation();
-}
-
-#define FIRST_FULL 21
-#define H2O(mode) .policy = VKH2O_POLICY_H2O, .score_mode = (mode)
-static const kcase cases[] = {
-    { "full fp16", 3, 30, 6, 60, 7, 40, { 0 } },
-    { "fp16 h2o sum, 20 tokens", 3, 30, 6, 90, 9, 60, { .n_sink = 2, .n_recent = 5, .capacity_tokens = 20, H2O(VKH2O_SCORE_SUM) } },
-    { "int8 h2o mean, 24 tokens", 5, 50, 14, 90, 30, 50,
-      { .n_sink = 3, .n_recent = 4, .capacity_tokens = 24, .precision = VKH2O_PRECISION_INT8, H2O(VKH2O_SCORE_MEAN) } },
-    { "int4 decayed, bytes", 3, 30, 6, 90, 12, 60,
-      { .n_sink = 1, .n_recent = 6, .capacity_bytes = 1500, .precision = VKH2O_PRECISION_INT4, H2O(VKH2O_SCORE_DECAY), .decay = 0.8f } },
-    { "int2 tova, groups of 8", 3, 30, 6, 90, 5, 60,
-      { .n_sink = 2, .n_recent = 3, .capacity_tokens = 25, .precision = VKH2O_PRECISION_INT2, H2O(VKH2O_SCORE_TOVA),
-        .group_size = { 0, 0, 0, 8 } } },
-    { "tiered sum", 3, 30, 6, 100, 20, 70,
-      { .n_sink = 2, .n_recent = 4, .capacity_tokens = 30, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 2, 6, 5, 0 },
-        .group_size = { 0, 15, 0, 10 } } },
-    { "tiered, model shape, no capacity", 4, 64, 16, 80, 10, 50,
-      { .n_sink = 2, .n_recent = 4, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 3, 8, 0, 0 } } },
-    { "tiered streaming", 3, 30, 6, 90, 9, 40,
-      { .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 1, 4, 4, 0 },
-        .policy = VKH2O_POLICY_STREAMING } },
-    { "tiered mean, 11 heads (two head groups)", 11, 40, 8, 70, 15, 30,
-      { .n_sink = 3, .n_recent = 4, .capacity_tokens = 26, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 2, 5, 0, 0 },
-        H2O(VKH2O_SCORE_MEAN) } },
-    { "int4 whole-row groups, int8 groups of 7", 3, 30, 6, 90, 9, 40,
-      { .n_sink = 2, .n_recent = 3, .capacity_tokens = 24, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 1, 5, 0, 0 },
-        .group_size = { 0, 7, 36, 0 } } },
-    { "tiered by bytes, fp16 > int8 > int4", 3, 30, 6, 120, 20, 90,
-      { .n_sink = 2, .n_recent = 4, .capacity_bytes = 2600, .precision = VKH2O_PRECISION_TIERED } },
-    { "tiered by bytes to int2, decayed, 11 heads", 11, 40, 8, 100, 40, 50,
-      { .n_sink = 3, .n_recent = 5, .capacity_bytes = 3000, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0xf,
-        H2O(VKH2O_SCORE_DECAY), .group_size = { 0, 0, 48, 16 } } },
-    { "tiered by bytes, fp16 > int4, prefill over the budget", 3, 30, 6, 120, 80, 30,
-      { .n_sink = 1, .n_recent = 3, .capacity_bytes = 1800, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0x5 } },
-    { "int4 random", 3, 30, 6, 90, 9, 40,
-      { .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_INT4, .policy = VKH2O_POLICY_RANDOM,
-        .seed = 7 } },
-    /* f32 top tier, latent */
-    { "f32 top, tiered by bytes, decayed", 3, 30, 6, 100, 20, 60,
-      { .n_sink = 2, .n_recent = 4, .capacity_bytes = 3600, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0xf,
-        H2O(VKH2O_SCORE_DECAY), .storage = VKH2O_DTYPE_F32 } },
-    /* expanded: per head K = [k_nope | k_pe], V; heads 3 and 5, nope / rope / v 12 / 4 / 10 and 24 / 8 / 20 */
-#define EXP12 .layout = VKH2O_LAYOUT_EXPANDED, .qk_nope_head_dim = 12, .v_head_dim = 10
-#define EXP12V11 .layout = VKH2O_LAYOUT_EXPANDED, .qk_nope_head_dim = 12, .v_head_dim = 11   /* an odd row */
-#define EXP24 .layout = VKH2O_LAYOUT_EXPANDED, .qk_nope_head_dim = 24, .v_head_dim = 20
-    { "expanded full fp16, odd row", 3, 0, 4, 60, 7, 30, { EXP12V11 } },
-    { "expanded int8 h2o mean, 5 heads", 5, 0, 4, 90, 30, 40,
-      { EXP12, .n_sink = 3, .n_recent = 4, .capacity_tokens = 24, .precision = VKH2O_PRECISION_INT8, H2O(VKH2O_SCORE_MEAN) } },
-    { "expanded tiered sum, groups of 5 / - / 8", 3, 0, 8, 100, 20, 50,
-      { EXP24, .n_sink = 2, .n_recent = 4, .capacity_tokens = 30, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 2, 6, 5, 0 },
-        .group_size = { 0, 5, 0, 8 } } },
-    { "expanded tiered by bytes to int2, tova, 5 heads, odd row", 5, 0, 4, 100, 30, 50,
-      { EXP12V11, .n_sink = 3, .n_recent = 5, .capacity_bytes = 5000, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0xf,
-        H2O(VKH2O_SCORE_TOVA) } },
-    { "expanded f32 top, int4 decayed, bytes", 3, 0, 4, 90, 12, 50,
-      { EXP12, .n_sink = 1, .n_recent = 6, .capacity_bytes = 7000, .precision = VKH2O_PRECISION_INT4, H2O(VKH2O_SCORE_DECAY),
-        .decay = 0.8f, .storage = VKH2O_DTYPE_F32 } },
-    { "expanded int2 streaming, whole-row groups", 3, 0, 8, 90, 9, 30,
-      { EXP24, .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_INT2,
-        .policy = VKH2O_POLICY_STREAMING, .group_size = { 0, 0, 0, 156 } } },
-    /* the full run (cases from FIRST_FULL on): more of the grid */
-    { "expanded int4 random, 5 heads", 5, 0, 8, 90, 9, 40,
-      { EXP24, .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_INT4, .policy = VKH2O_POLICY_RANDOM,
-        .seed = 3 } },
-    { "expanded tiered sum, f32 top, 11 heads", 11, 0, 4, 70, 15, 40,
-      { EXP12, .n_sink = 3, .n_recent = 4, .capacity_tokens = 26, .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 2, 5, 0, 0 },
-        .storage = VKH2O_DTYPE_F32 } },
-    { "expanded tiered by bytes, fp16 > int4, prefill over the budget", 3, 0, 8, 120, 80, 40,
-      { EXP24, .n_sink = 1, .n_recent = 3, .capacity_bytes = 6000, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0x5,
-        H2O(VKH2O_SCORE_MEAN) } },
-    { "expanded int8 h2o sum, f32 top, groups of 3", 5, 0, 4, 90, 20, 50,
-      { EXP12, .n_sink = 2, .n_recent = 5, .capacity_tokens = 20, .precision = VKH2O_PRECISION_INT8, .group_size = { 0, 3, 0, 0 },
-        .storage = VKH2O_DTYPE_F32 } },
-    { "f32 top, full cache", 3, 30, 6, 60, 7, 30, { .storage = VKH2O_DTYPE_F32 } },
-};
-
-static void test_steps(void** state)
-{
-    (void)state;
-    uint64_t seed = vt_seed("kvcache steps");
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        if (i < FIRST_FULL || vt_full())
-            run_case(&cases[i], seed + i);
-}
-
 /* one step recorded once and submitted n times against n steps recorded one by one */
 static void test_record_once(void** state)
 {
@@ -537,9 +262,17 @@ static void test_record_once(void** state)
     vkh2o_context* ctx = vt_ctx();
     vt_rng rng;
     vt_rng_seed(&rng, vt_seed("kvcache record once"));
-    const uint32_t idx[] = { 0, 1, 3, 5, 7, 8, 9, 10, 11, 12, 14, 15, 16, 17, 18, 19, 20 };
-    for (size_t ci = 0; ci < sizeof idx / sizeof idx[0]; ci++) {
-        const kcase* kc = &cases[idx[ci]];
+    /* shapes of the conformance registry's table (tools/conformance/conf_kvcache_defs.h) */
+    static const char* const names[] = { "fp16.full", "fp16.h2o_sum", "int4.decay_bytes", "tiered.sum",
+                                         "tiered.streaming", "tiered.mean_11heads", "tiered.int4_row_int8_g7",
+                                         "tiered.bytes", "tiered.bytes_int2", "tiered.bytes_over", "f32.tiered_bytes_decay",
+                                         "exp.fp16.full_odd", "exp.int8.h2o_mean", "exp.tiered.sum_g5_8",
+                                         "exp.tiered.bytes_int2_tova_odd", "exp.f32.int4_decay_bytes", "exp.int2.streaming_row" };
+    for (size_t ci = 0; ci < sizeof names / sizeof names[0]; ci++) {
+        const conf_kv_def* kc = NULL;
+        for (size_t i = 0; i < sizeof conf_kv_defs / sizeof conf_kv_defs[0]; i++)
+            if (!strcmp(conf_kv_defs[i].name, names[ci])) kc = &conf_kv_defs[i];
+        if (!kc) fail_msg("no shape %s in conf_kvcache_defs.h", names[ci]);
         vkh2o_kvcache_desc d = kc->d;
         d.num_heads = kc->H;
         d.kv_lora_rank = kc->kvl;
@@ -1003,7 +736,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_overflow),
-        cmocka_unit_test(test_steps),
         cmocka_unit_test(test_record_once),
         cmocka_unit_test(test_layers),
         cmocka_unit_test(test_layer_expanded),

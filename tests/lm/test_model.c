@@ -1,7 +1,9 @@
 /* The whole model (include/vkh2o/lm.h): a random tiny DeepSeek-V3 model written as an HF
  * directory (config.json + model.safetensors with the DeepseekV3ForCausalLM names), loaded by
- * vkh2o_model_create, and its GPU forward against ref_lm_forward (double per stage); the bad
- * inputs of loading (MoE config, missing tensor, wrong shape, bad token).
+ * vkh2o_model_create: the forward's contracts (its conformance against ref_lm_forward is the
+ * registry's lm.forward, vkh2o-conformance), decoding sessions against the references, the
+ * committed model, and the bad inputs of loading (MoE config, missing tensor, wrong shape, bad
+ * token).
  *
  * Bounds: every stage is an fp32 GPU kernel within its own conformance bound (nmse <= ~1e-10 for
  * the projections and attention at these sizes); through 2 layers and the head the logits are
@@ -147,20 +149,11 @@ static void write_weights(const char* dir, const tiny* t, const char* skip, cons
     assert_int_equal(vkh2o_safetensors_write(path, w, n, NULL, &e), VKH2O_OK);
 }
 
-static void ref_forward(const tiny* t, const uint32_t* tok, uint32_t n, float* logits)
-{
-    ref_lm_layer L[2];
-    vkh2o_mla_host_weights* hw[2];
-    for (int l = 0; l < 2; l++) {
-        vkh2o_error e = { 0 };
-        assert_int_equal(vkh2o_mla_host_weights_wrap(&t->cfg.attn, t->attn[l].views, &hw[l], &e), VKH2O_OK);
-        L[l] = (ref_lm_layer){ hw[l], t->input_ln[l], t->post_ln[l], t->gate[l], t->up[l], t->down[l] };
-    }
-    assert_int_equal(ref_lm_forward(&t->cfg, t->embed, L, t->norm, t->head, tok, n, logits), 0);
-    for (int l = 0; l < 2; l++)
-        vkh2o_mla_host_weights_destroy(hw[l]);
-}
-
+/* The model's contracts around a forward (its conformance against ref_lm_forward, from 1 token to
+ * 64, with its own lm_head and tied, is the registry's lm.forward, vkh2o-conformance): the config
+ * read back from the directory, every logit and next-token log-probability written (the outputs
+ * poisoned before) and finite, and a second forward on the same scratch giving the same bits (no
+ * state leaks between windows). */
 static void forward_case(bool tied, uint32_t n)
 {
     vkh2o_context* ctx = vt_ctx();
@@ -181,35 +174,26 @@ static void forward_case(bool tied, uint32_t n)
     assert_int_equal(c->max_position_embeddings, 4096);
     uint32_t* tok = malloc(n * 4);
     float* got = malloc((size_t)n * 67 * 4);
-    float* ref = malloc((size_t)n * 67 * 4);
     float* lp = malloc(n * 4);
-    assert_true(tok && got && ref && lp);
+    float* again = malloc((size_t)n * 67 * 4);
+    assert_true(tok && got && lp && again);
     for (uint32_t i = 0; i < n; i++)
         tok[i] = i == 0 ? 66 : vt_u32_below(&rng, 67);
     for (size_t i = 0; i < (size_t)n * 67; i++)
         memcpy(&got[i], &(uint32_t){ VT_POISON }, 4);
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(&lp[i], &(uint32_t){ VT_POISON }, 4);
     assert_int_equal(vkh2o_run_model_forward(m, tok, n, got, lp), VKH2O_OK);
-    ref_forward(&t, tok, n, ref);
-    vt_assert_nmse(tied ? "logits (tied)" : "logits", got, ref, (size_t)n * 67, 1e-8);
-    double* rlp = malloc(n * sizeof(double));
-    assert_non_null(rlp);
-    if (n > 1)
-        ref_log_softmax(n - 1, 67, ref, 67, tok + 1, rlp, NULL, 0, NULL);
-    double worst = 0.0;
-    for (uint32_t i = 0; i + 1 < n; i++) {
-        assert_false(isnan(lp[i]));
-        double e = fabs(lp[i] - rlp[i]);
-        worst = e > worst ? e : worst;
-    }
-    printf("  model forward n %u%s: worst next-token log-probability error %.2e (bound 1e-3)\n", n, tied ? " tied" : "", worst);
-    assert_true(worst <= 1e-3);
-    /* a second forward on the same scratch gives the same bits (no state leaks between windows) */
-    float* again = malloc((size_t)n * 67 * 4);
-    assert_non_null(again);
+    for (size_t i = 0; i < (size_t)n * 67; i++)
+        assert_true(isfinite(got[i]));
+    for (uint32_t i = 0; i + 1 < n; i++)
+        assert_true(isfinite(lp[i]) && lp[i] <= 0.0f);
     assert_int_equal(vkh2o_run_model_forward(m, tok, n, again, NULL), VKH2O_OK);
     assert_memory_equal(again, got, (size_t)n * 67 * 4);
+    printf("  model forward n %u%s: config read back, logits finite, a second forward the same bits\n", n,
+           tied ? " tied" : "");
     vkh2o_model_destroy(m);
-    free(tok); free(got); free(ref); free(lp); free(rlp); free(again);
+    free(tok); free(got); free(lp); free(again);
     tiny_free(&t);
     vt_scratch_remove();
     vt_check_validation();
@@ -218,9 +202,8 @@ static void forward_case(bool tied, uint32_t n)
 static void test_forward(void** state)
 {
     (void)state;
-    forward_case(false, 1);
     forward_case(false, 29);
-    forward_case(true, 64);
+    forward_case(true, 29);
 }
 
 static void expect_create(const char* dir, vkh2o_result want, const char* needle)

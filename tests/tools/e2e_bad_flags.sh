@@ -309,7 +309,7 @@ case_ vkh2o-conformance -o --shapes cpu -o no.such.op
 case_ vkh2o-conformance -o --shapes cpu -o 'core.probe,*nothing*'
 output vkh2o-conformance --json "" --csv "${C[@]}"
 output vkh2o-conformance --csv "" --json "${C[@]}"
-for f in --list --quiet; do case_ vkh2o-conformance $f "${C[@]}" $f $f; done
+for f in --list --quiet --baseline; do case_ vkh2o-conformance $f "${C[@]}" $f $f; done
 common vkh2o-conformance "${C[@]}"
 
 # ---- vkh2o-mkshard ----

@@ -7,7 +7,8 @@
 set -euo pipefail
 if [ "${VKH2O_GPU_SHAPES:-0}" = 1 ]; then
     # its cases assume the CPU shapes a CPU device chooses; the GPU-shape run of the registry is
-    # e2e_conformance_registry's (skipped, not passed: ctest's SKIP_RETURN_CODE)
+    # the conf.<op> tests' (tests/tools/conformance_op.sh); this one is skipped, not passed
+    # (ctest's SKIP_RETURN_CODE)
     echo "e2e_conformance: skipped under VKH2O_GPU_SHAPES=1 (the tool's own test needs the CPU shapes)"
     exit 77
 fi

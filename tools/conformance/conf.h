@@ -1,9 +1,9 @@
 /* vkh2o-conformance: the registry of conformance cases over every kernel the library ships.
  *
- * A family (conf_core.c, conf_mla.c, conf_kvcache.c, conf_lm.c) adds its cases to the registry:
- * each a hierarchical name (<concept>.<op>.<shapes>.<variant>.<size>), its parameters, the
- * embedded kernels it must dispatch, its metric and bound, and a run function that drives the
- * kernels through the public API (include/vkh2o.h), compares with the CPU reference (ref/) and,
+ * A family (conf_core.c, conf_mla.c, conf_kvcache.c, conf_kvcache_prefill.c, conf_lm.c) adds its
+ * cases to the registry: each a hierarchical name (<concept>.<op>.<shapes>.<variant>.<size>), its
+ * parameters, the embedded kernels it must dispatch, its metric and bound, and a run function
+ * that drives the kernels through the public API (include/vkh2o.h), compares with the CPU reference (ref/) and,
  * in perf mode, times repeated runs with GPU timestamps. The driver (vkh2o-conformance.c) checks
  * that exactly the declared kernels ran, so the coverage of the shader tree is measured, not
  * claimed. */
@@ -69,6 +69,7 @@ conf_case* conf_add(conf_registry* reg, conf_run_fn run, uint32_t shapes, const 
 void conf_register_core(conf_registry* reg);
 void conf_register_mla(conf_registry* reg);
 void conf_register_kvcache(conf_registry* reg);
+void conf_register_kvcache_prefill(conf_registry* reg);
 void conf_register_lm(conf_registry* reg);
 
 /* ---- helpers for the families ---- */
@@ -85,8 +86,12 @@ double conf_nmse(const float* got, const float* ref, size_t n);
 void conf_set_failure(const conf_env* env, conf_result* r, vkh2o_result res, const char* what);
 /* Sets the verdict of error against bound (NaN fails). */
 void conf_judge(conf_result* r, const char* metric, double error, double bound);
-/* A buffer of bytes filled with a poison word (NULL and r set on failure). */
+/* A buffer of bytes and CONF_GUARD_BYTES of guard words after them, all filled with the poison
+ * word (NULL and r set on failure). */
 vkh2o_buffer* conf_buffer(const conf_env* env, conf_result* r, uint64_t bytes);
+/* Whether the guard words after an output's bytes are untouched; false with r set (FAIL, or
+ * ERROR when the download failed) when not. */
+bool conf_guard_intact(const conf_env* env, conf_result* r, vkh2o_buffer* b, uint64_t bytes);
 vkh2o_buffer* conf_upload(const conf_env* env, conf_result* r, const void* data, uint64_t bytes);
 /* The test hook: when env->poison, corrupt one element of a downloaded float output. */
 void conf_poison_f32(const conf_env* env, float* x, size_t n);
@@ -97,5 +102,6 @@ uint64_t conf_dispatches(const vkh2o_context* ctx);
 double conf_median(double* t, uint32_t n);
 
 #define CONF_POISON_WORD 0x7fc0dead
+#define CONF_GUARD_BYTES 64u
 
 #endif

@@ -63,6 +63,7 @@ static void run_probe(const conf_env* env, const conf_case* c, conf_result* r)
                 conf_set_failure(env, r, d, "vkh2o_buffer_download");
                 goto done;
             }
+            if (!conf_guard_intact(env, r, bo, (uint64_t)n_inv * 4)) goto done;
         }
     }
     if (fma) {

@@ -1,61 +1,31 @@
 /* vkh2o-conformance, the KV-cache family: the one cache (vkh2o_kvcache) prefilled and stepped
  * through the public calls (vkh2o_run_kvcache_prefill / _step: kvc_prefill, kvc_append,
- * kvc_logits, kvc_softmax, kvc_pv, kvc_select) against ref/ref_kvcache.c, at every precision
- * (FP16, INT8, INT4, INT2, tiers by tokens and by bytes) and policy (H2O sum, mean, decayed,
- * TOVA, streaming, random).
+ * kvc_logits, kvc_softmax, kvc_pv, kvc_select) against ref/ref_kvcache.c, over the shapes of
+ * conf_kvcache_defs.h: every precision (FP16, INT8, INT4, INT2, tiers by tokens and by bytes)
+ * and policy (H2O sum, mean, decayed, TOVA, streaming, random), both layouts (LATENT, EXPANDED
+ * at odd head counts and dims), fp16 and f32 top tiers.
  *
- * Bounds: each step's attention output nmse <= 1e-9 against the double reference (fp32
- * softmax and P.V over at most ~100 dequantised rows); the kept set exact after every step:
- * the same positions in the same tiers (the reference is synced from the device before each
- * step, so one decision is judged at a time). A step whose reference decided between two keys
- * closer than 1e-4 relative may differ (rounding decides such a pair); more than a tenth of the
- * steps so is a failure, as is any other difference. */
+ * Checks and bounds, against the double reference synced from the device before each step (so
+ * one decision is judged at a time):
+ *   - the prefill: the same positions in the same tiers; each row within twice its tier's
+ *     quantisation bound of the input (ref_kvc_bound), an f32 top tier's rows exactly the input;
+ *   - each step's attention output: nmse <= 1e-9 (fp32 softmax and P.V over at most ~100
+ *     dequantised rows), the output poisoned before and the guard words after it untouched;
+ *   - the stats: position, length, per-tier counts and bytes agree with the snapshot, a byte
+ *     budget is kept;
+ *   - the kept set after each step: the same positions in the same tiers; then every score within
+ *     1e-4 relative, a row that kept its tier bit-identical, a demoted row within its new tier's
+ *     bound, the new token's row exactly the reference's. A step whose reference decided between
+ *     two keys closer than 1e-4 relative may keep another set (rounding decides such a pair); more
+ *     than a tenth of the steps so is a failure, as is any other difference. */
 #include "conf.h"
+#include "conf_kvcache_defs.h"
 #include "ref_kvcache.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct kv_def {
-    const char* name;
-    uint32_t H, kvl, rope, prefill, steps;
-    vkh2o_kvcache_desc d;
-} kv_def;
-
-#define H2O(mode) .policy = VKH2O_POLICY_H2O, .score_mode = (mode)
-static const kv_def defs[] = {
-    { "fp16.full", 3, 30, 6, 7, 24, { 0 } },
-    { "fp16.h2o_sum", 3, 30, 6, 9, 30, { .n_sink = 2, .n_recent = 5, .capacity_tokens = 20, H2O(VKH2O_SCORE_SUM) } },
-    { "int8.h2o_mean", 5, 50, 14, 30, 30,
-      { .n_sink = 3, .n_recent = 4, .capacity_tokens = 24, .precision = VKH2O_PRECISION_INT8, H2O(VKH2O_SCORE_MEAN) } },
-    { "int4.decay_bytes", 3, 30, 6, 12, 30,
-      { .n_sink = 1, .n_recent = 6, .capacity_bytes = 1500, .precision = VKH2O_PRECISION_INT4, H2O(VKH2O_SCORE_DECAY),
-        .decay = 0.8f } },
-    { "int2.tova_g8", 3, 30, 6, 5, 30,
-      { .n_sink = 2, .n_recent = 3, .capacity_tokens = 25, .precision = VKH2O_PRECISION_INT2, H2O(VKH2O_SCORE_TOVA),
-        .group_size = { 0, 0, 0, 8 } } },
-    { "tiered.sum", 3, 30, 6, 20, 30,
-      { .n_sink = 2, .n_recent = 4, .capacity_tokens = 30, .precision = VKH2O_PRECISION_TIERED,
-        .tier_tokens = { 2, 6, 5, 0 }, .group_size = { 0, 15, 0, 10 } } },
-    { "tiered.streaming", 3, 30, 6, 9, 24,
-      { .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_TIERED,
-        .tier_tokens = { 1, 4, 4, 0 }, .policy = VKH2O_POLICY_STREAMING } },
-    { "tiered.mean_11heads", 11, 40, 8, 15, 20,
-      { .n_sink = 3, .n_recent = 4, .capacity_tokens = 26, .precision = VKH2O_PRECISION_TIERED,
-        .tier_tokens = { 2, 5, 0, 0 }, H2O(VKH2O_SCORE_MEAN) } },
-    { "tiered.bytes_int2", 11, 40, 8, 40, 24,
-      { .n_sink = 3, .n_recent = 5, .capacity_bytes = 3000, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0xf,
-        H2O(VKH2O_SCORE_DECAY), .group_size = { 0, 0, 48, 16 } } },
-    { "int4.random", 3, 30, 6, 9, 24,
-      { .n_sink = 2, .n_recent = 3, .capacity_tokens = 18, .precision = VKH2O_PRECISION_INT4,
-        .policy = VKH2O_POLICY_RANDOM, .seed = 7 } },
-    /* the Kimi K2 row (kv_lora 512, rope 64) with 64 heads, tiers by score */
-    { "tiered.kimi", 64, 512, 64, 48, 8,
-      { .n_sink = 4, .n_recent = 8, .capacity_tokens = 40, .precision = VKH2O_PRECISION_TIERED,
-        .tier_tokens = { 8, 8, 8, 0 } } },
-};
 
 enum { P_DEF };
 
@@ -66,6 +36,23 @@ typedef struct snap {
     uint8_t* tier;
     float* rows;
 } snap;
+
+static bool snap_alloc(snap* s, uint32_t slots, uint32_t W)
+{
+    s->pos = calloc(slots, 4);
+    s->score = calloc(slots, 4);
+    s->tier = calloc(slots, 1);
+    s->rows = calloc((size_t)slots * W, 4);
+    return s->pos && s->score && s->tier && s->rows;
+}
+
+static void snap_free(snap* s)
+{
+    free(s->pos);
+    free(s->score);
+    free(s->tier);
+    free(s->rows);
+}
 
 static vkh2o_result snap_read(vkh2o_kvcache* c, snap* s)
 {
@@ -85,33 +72,52 @@ static bool same_kept(const snap* s, const ref_kvc* r)
     return true;
 }
 
+/* a step's or prefill's two row inputs: LATENT ckv and kpe, EXPANDED k and v */
+static void step_inputs(vkh2o_kvcache_step* s, bool expanded, const vkh2o_buffer* a, const vkh2o_buffer* b)
+{
+    if (expanded) s->k = a, s->v = b;
+    else s->ckv = a, s->kpe = b;
+}
+
+static void prefill_inputs(vkh2o_kvcache_prefill* p, bool expanded, const vkh2o_buffer* a, const vkh2o_buffer* b)
+{
+    if (expanded) p->k = a, p->v = b;
+    else p->ckv = a, p->kpe = b;
+}
+
+static vkh2o_kvcache_desc def_desc(const conf_kv_def* k, uint32_t max_tokens)
+{
+    vkh2o_kvcache_desc d = k->d;
+    d.num_heads = k->H;
+    d.kv_lora_rank = k->kvl;
+    d.qk_rope_head_dim = k->rope;
+    d.max_tokens = max_tokens;
+    d.scale = 0.25f;
+    return d;
+}
+
+#define FAIL(metric, ...)                                   \
+    do {                                                    \
+        snprintf(r->note, sizeof r->note, __VA_ARGS__);     \
+        conf_judge(r, metric, 1, 0);                        \
+        goto done;                                          \
+    } while (0)
+
 static void run_kv(const conf_env* env, const conf_case* c, conf_result* r)
 {
-    const kv_def* k = &defs[c->p[P_DEF]];
-    const uint32_t H = k->H, KVL = k->kvl, R = k->rope, W = KVL + R, P = k->prefill;
-    const uint32_t steps = k->steps, extra = env->perf ? 1 + env->perf_runs : 0;
-    vkh2o_kvcache_desc d = k->d;
-    d.num_heads = H;
-    d.kv_lora_rank = KVL;
-    d.qk_rope_head_dim = R;
-    d.max_tokens = P + steps + extra + 1;
-    d.scale = 0.25f;
+    const conf_kv_def* k = &conf_kv_defs[c->p[P_DEF]];
+    const uint32_t H = k->H, P = k->prefill, steps = k->steps, extra = env->perf ? 1 + env->perf_runs : 0;
+    const uint32_t need = P + steps + extra + 1;
+    vkh2o_kvcache_desc d = def_desc(k, k->max_tokens > need ? k->max_tokens : need);
     vkh2o_kvcache* kc = NULL;
-    vkh2o_buffer *bckv = NULL, *bkpe = NULL, *bmass = NULL, *bq = NULL, *bc = NULL, *bk = NULL, *bo = NULL;
-    snap s = { 0 };
+    vkh2o_buffer *bpa = NULL, *bpb = NULL, *bmass = NULL, *bq = NULL, *ba = NULL, *bb = NULL, *bo = NULL;
+    snap s = { 0 }, before = { 0 };
     ref_kvc ref;
     bool ref_made = false;
     conf_rng rng;
     conf_rng_seed(&rng, env->seed, c->name);
-    float* pckv = malloc(sizeof(float) * P * KVL);
-    float* pkpe = malloc(sizeof(float) * P * R);
-    float* pmass = malloc(sizeof(float) * P);
-    float* q = malloc(sizeof(float) * H * W);
-    float* ckv = malloc(sizeof(float) * KVL);
-    float* kpe = malloc(sizeof(float) * R);
-    float* out = malloc(sizeof(float) * H * KVL);
-    double* rout = malloc(sizeof(double) * H * KVL);
-    float* routf = malloc(sizeof(float) * H * KVL);
+    float *pa = NULL, *pb = NULL, *pmass = NULL, *x = NULL, *q = NULL, *ra = NULL, *rb = NULL, *out = NULL, *routf = NULL;
+    double* rout = NULL;
     uint32_t* tiers32 = NULL;
     vkh2o_result res = vkh2o_kvcache_create(env->ctx, &d, &kc);
     if (res != VKH2O_OK) {
@@ -119,91 +125,159 @@ static void run_kv(const conf_env* env, const conf_case* c, conf_result* r)
         goto done;
     }
     const vkh2o_kvcache_plan* pl = vkh2o_kvcache_get_plan(kc);
+    const vkh2o_kvcache_desc* rd = vkh2o_kvcache_get_desc(kc);
+    const ref_kvc_config rc = ref_kvc_config_of(kc, 0);
+    const bool expanded = rc.expanded;
+    /* row numbers: the whole row, its first input (ckv / k), per head of the query and output */
+    const uint32_t W = ref_kvc_row(&rc), WA = ref_kvc_first(&rc), WB = W - WA, QW = ref_kvc_qw(&rc), OW = ref_kvc_ow(&rc);
     const uint32_t S = pl->total_slots;
-    s.pos = calloc(S, 4);
-    s.score = calloc(S, 4);
-    s.tier = calloc(S, 1);
-    s.rows = calloc((size_t)S * W, 4);
+    if (W != vkh2o_kvcache_row_numbers(rd))
+        FAIL("row", "the reference's row has %u numbers, the cache's %u", W, vkh2o_kvcache_row_numbers(rd));
+    pa = malloc(sizeof(float) * P * WA);
+    pb = malloc(sizeof(float) * P * WB);
+    pmass = malloc(sizeof(float) * P);
+    x = malloc(sizeof(float) * W);
+    q = malloc(sizeof(float) * H * QW);
+    ra = malloc(sizeof(float) * WA);
+    rb = malloc(sizeof(float) * WB);
+    out = malloc(sizeof(float) * H * OW);
+    rout = malloc(sizeof(double) * H * OW);
+    routf = malloc(sizeof(float) * H * OW);
     tiers32 = calloc(S + 1, 4);
-    if (!pckv || !pkpe || !pmass || !q || !ckv || !kpe || !out || !rout || !routf || !s.pos || !s.score || !s.tier ||
-        !s.rows || !tiers32) {
+    if (!pa || !pb || !pmass || !x || !q || !ra || !rb || !out || !rout || !routf || !tiers32 || !snap_alloc(&s, S, W) ||
+        !snap_alloc(&before, S, W)) {
         r->status = CONF_ERROR;
         snprintf(r->note, sizeof r->note, "out of host memory");
         goto done;
     }
-    const ref_kvc_config rc = ref_kvc_config_of(kc, 0);
     ref_kvc_init(&ref, &rc);
     ref_made = true;
-    conf_fill_normal(&rng, pckv, (size_t)P * KVL, 1.0f);
-    conf_fill_normal(&rng, pkpe, (size_t)P * R, 1.0f);
+
+    /* the prefill: rows and a mass with distinct values */
+    conf_fill_normal(&rng, pa, (size_t)P * WA, 1.0f);
+    conf_fill_normal(&rng, pb, (size_t)P * WB, 1.0f);
     for (uint32_t i = 0; i < P; i++)
         pmass[i] = 0.5f + conf_uniform(&rng) * 4.0f;
-    if (!(bckv = conf_upload(env, r, pckv, 4ull * P * KVL)) || !(bkpe = conf_upload(env, r, pkpe, 4ull * P * R)) ||
-        !(bmass = conf_upload(env, r, pmass, 4ull * P)) || !(bq = conf_buffer(env, r, 4ull * H * W)) ||
-        !(bc = conf_buffer(env, r, 4ull * KVL)) || !(bk = conf_buffer(env, r, 4ull * R)) ||
-        !(bo = conf_buffer(env, r, 4ull * H * KVL)))
+    if (!(bpa = conf_upload(env, r, pa, 4ull * P * WA)) || !(bpb = conf_upload(env, r, pb, 4ull * P * WB)) ||
+        !(bmass = conf_upload(env, r, pmass, 4ull * P)) || !(bq = conf_buffer(env, r, 4ull * H * QW)) ||
+        !(ba = conf_buffer(env, r, 4ull * WA)) || !(bb = conf_buffer(env, r, 4ull * WB)) ||
+        !(bo = conf_buffer(env, r, 4ull * H * OW)))
         goto done;
-    res = vkh2o_run_kvcache_prefill(kc, &(vkh2o_kvcache_prefill){ .n = P, .ckv = bckv, .kpe = bkpe, .mass = bmass });
-    if (res != VKH2O_OK) {
+    vkh2o_kvcache_prefill kp = { .n = P, .mass = bmass };
+    prefill_inputs(&kp, expanded, bpa, bpb);
+    if ((res = vkh2o_run_kvcache_prefill(kc, &kp)) != VKH2O_OK) {
         conf_set_failure(env, r, res, "vkh2o_run_kvcache_prefill");
         goto done;
     }
-    ref_kvc_prefill(&ref, P, pckv, pkpe, pmass);
+    ref_kvc_prefill(&ref, P, pa, pb, pmass);
     if ((res = snap_read(kc, &s)) != VKH2O_OK) {
         conf_set_failure(env, r, res, "vkh2o_kvcache_read_snapshot");
         goto done;
     }
-    if (!same_kept(&s, &ref)) {
-        snprintf(r->note, sizeof r->note, "prefill: the kept set differs from the reference's (%u tokens held, %u expected)",
-                 s.len, ref.n);
-        conf_judge(r, "kept-set", 1, 0);
-        goto done;
+    if (!same_kept(&s, &ref))
+        FAIL("kept-set", "prefill: the kept set differs from the reference's (%u tokens held, %u expected)", s.len, ref.n);
+    for (uint32_t i = 0; i < s.len; i++) {
+        const ref_kvc_token* t = ref_kvc_find(&ref, s.pos[i]);
+        memcpy(x, pa + (size_t)s.pos[i] * WA, WA * 4);
+        memcpy(x + WA, pb + (size_t)s.pos[i] * WB, WB * 4);
+        for (uint32_t e = 0; e < W; e++)
+            if (!(fabs(s.rows[(size_t)i * W + e] - t->row[e]) <= 2 * ref_kvc_bound(&rc, t->tier, x, e)))
+                FAIL("row-bound", "prefill: token %u (tier %u) number %u is %.6g, the reference %.6g", s.pos[i], t->tier, e,
+                     s.rows[(size_t)i * W + e], t->row[e]);
+        if (rc.f32 && t->tier == 0 && memcmp(s.rows + (size_t)i * W, x, 4ull * W))
+            FAIL("row-exact", "prefill: token %u's f32 top-tier row is not the input", s.pos[i]);
     }
+
+    /* the steps */
     double worst = 0.0;
-    uint32_t near = 0, diff = 0;
-    const vkh2o_kvcache_step ks = { .q = bq, .ckv = bc, .kpe = bk, .out = bo };
+    uint32_t near = 0, moved = 0;
+    vkh2o_kvcache_step ks = { .q = bq, .out = bo };
+    step_inputs(&ks, expanded, ba, bb);
     for (uint32_t st = 0; st < steps; st++) {
-        conf_fill_normal(&rng, q, (size_t)H * W, 0.6f);
-        conf_fill_normal(&rng, ckv, KVL, 1.0f);
-        conf_fill_normal(&rng, kpe, R, 1.0f);
-        if ((res = vkh2o_buffer_upload(bq, 0, q, 4ull * H * W)) != VKH2O_OK ||
-            (res = vkh2o_buffer_upload(bc, 0, ckv, 4ull * KVL)) != VKH2O_OK ||
-            (res = vkh2o_buffer_upload(bk, 0, kpe, 4ull * R)) != VKH2O_OK ||
-            (res = vkh2o_buffer_fill(bo, 0, 4ull * H * KVL, CONF_POISON_WORD)) != VKH2O_OK ||
-            (res = snap_read(kc, &s)) != VKH2O_OK) {
+        conf_fill_normal(&rng, q, (size_t)H * QW, 0.6f);
+        conf_fill_normal(&rng, ra, WA, 1.0f);
+        conf_fill_normal(&rng, rb, WB, 1.0f);
+        if ((res = vkh2o_buffer_upload(bq, 0, q, 4ull * H * QW)) != VKH2O_OK ||
+            (res = vkh2o_buffer_upload(ba, 0, ra, 4ull * WA)) != VKH2O_OK ||
+            (res = vkh2o_buffer_upload(bb, 0, rb, 4ull * WB)) != VKH2O_OK ||
+            (res = vkh2o_buffer_fill(bo, 0, vkh2o_buffer_get_size(bo), CONF_POISON_WORD)) != VKH2O_OK ||
+            (res = snap_read(kc, &before)) != VKH2O_OK) {
             conf_set_failure(env, r, res, "the step's inputs");
             goto done;
         }
-        for (uint32_t i = 0; i < s.len; i++)
-            tiers32[i] = s.tier[i];
-        ref_kvc_set(&ref, s.len, s.pos, tiers32, s.score, s.rows, P + st);
+        for (uint32_t i = 0; i < before.len; i++)
+            tiers32[i] = before.tier[i];
+        ref_kvc_set(&ref, before.len, before.pos, tiers32, before.score, before.rows, P + st);
         if ((res = vkh2o_run_kvcache_step(kc, &ks)) != VKH2O_OK) {
             conf_set_failure(env, r, res, "vkh2o_run_kvcache_step");
             goto done;
         }
-        ref_kvc_step(&ref, q, ckv, kpe, rout);
-        if ((res = vkh2o_buffer_download(bo, 0, out, 4ull * H * KVL)) != VKH2O_OK ||
-            (res = snap_read(kc, &s)) != VKH2O_OK) {
+        ref_kvc_step(&ref, q, ra, rb, rout);
+        if ((res = vkh2o_buffer_download(bo, 0, out, 4ull * H * OW)) != VKH2O_OK || (res = snap_read(kc, &s)) != VKH2O_OK) {
             conf_set_failure(env, r, res, "reading the step back");
             goto done;
         }
-        for (uint32_t i = 0; i < H * KVL; i++)
+        if (!conf_guard_intact(env, r, bo, 4ull * H * OW)) goto done;
+        for (uint32_t i = 0; i < H * OW; i++)
             routf[i] = (float)rout[i];
-        if (st == steps - 1) conf_poison_f32(env, out, (size_t)H * KVL);
-        const double e = conf_nmse(out, routf, (size_t)H * KVL);
+        if (st == steps - 1) conf_poison_f32(env, out, (size_t)H * OW);
+        const double e = conf_nmse(out, routf, (size_t)H * OW);
         worst = e > worst || e != e ? e : worst;
+        vkh2o_kvcache_stats stats;
+        if ((res = vkh2o_kvcache_read_stats(kc, 0, &stats)) != VKH2O_OK) {
+            conf_set_failure(env, r, res, "vkh2o_kvcache_read_stats");
+            goto done;
+        }
+        uint32_t by[4] = { 0 };
+        uint64_t bytes = 0;
+        for (uint32_t i = 0; i < s.len; i++) {
+            if (s.tier[i] >= VKH2O_TIER_COUNT)
+                FAIL("stats", "step %u: token %u is in tier %u", st, s.pos[i], s.tier[i]);
+            by[s.tier[i]]++;
+            bytes += vkh2o_kvcache_token_bytes(rd, (vkh2o_kv_tier)s.tier[i]);
+        }
+        if (stats.position != P + st + 1 || stats.len != s.len || s.len > pl->kept_tokens || stats.bytes_used != bytes ||
+            memcmp(by, stats.by_tier, sizeof by) || (pl->by_bytes && stats.bytes_used + pl->token_bytes[0] > pl->budget_bytes))
+            FAIL("stats", "step %u: stats position %u len %u bytes %llu, the snapshot %u tokens of %llu bytes (%u kept at most)",
+                 st, stats.position, stats.len, (unsigned long long)stats.bytes_used, s.len, (unsigned long long)bytes,
+                 pl->kept_tokens);
         if (!same_kept(&s, &ref)) {
-            if (ref.gap < 1e-4) near++;
-            else diff++;
+            if (!(ref.gap < 1e-4))
+                FAIL("kept-set", "step %u: the kept set differs from the reference's (%u tokens held, %u expected)", st, s.len,
+                     ref.n);
+            near++;
+            continue;
+        }
+        for (uint32_t i = 0; i < s.len; i++) {
+            const ref_kvc_token* t = ref_kvc_find(&ref, s.pos[i]);
+            const float* dev = s.rows + (size_t)i * W;
+            if (!(fabs(s.score[i] - t->score) <= 1e-4 * (fabs(t->score) + 1e-3)))
+                FAIL("score", "step %u: token %u's score %.7g, the reference %.7g", st, s.pos[i], s.score[i], t->score);
+            /* the token's row before the step (or the new token's top-tier row) */
+            const float* old = NULL;
+            for (uint32_t j = 0; j < before.len && !old; j++) {
+                if (before.pos[j] != s.pos[i]) continue;
+                old = before.rows + (size_t)j * W;
+                if (before.tier[j] != s.tier[i]) {
+                    moved++;
+                    for (uint32_t y = 0; y < W; y++)
+                        if (!(fabs(dev[y] - t->row[y]) <= ref_kvc_bound(&rc, s.tier[i], old, y)))
+                            FAIL("row-bound", "step %u: token %u demoted to tier %u: number %u is %.6g, the reference %.6g",
+                                 st, s.pos[i], s.tier[i], y, dev[y], t->row[y]);
+                } else if (memcmp(dev, old, 4ull * W)) {
+                    FAIL("row-exact", "step %u: token %u kept tier %u but its row changed", st, s.pos[i], s.tier[i]);
+                }
+            }
+            if (!old && memcmp(dev, t->row, 4ull * W))
+                FAIL("row-exact", "step %u: the new token %u's row differs from the reference's", st, s.pos[i]);
         }
     }
-    if (diff || near * 10 > steps) {
-        snprintf(r->note, sizeof r->note, "kept set differs from the reference after %u steps (%u more at near ties)", diff,
-                 near);
-        conf_judge(r, "kept-set", diff + near, 0);
-    } else {
-        conf_judge(r, "nmse", worst, 1e-9);
-    }
+    if (near * 10 > steps)
+        FAIL("kept-set", "the kept set differs from the reference at %u of %u steps, each at a near tie (at most a tenth)",
+             near, steps);
+    conf_judge(r, "nmse", worst, 1e-9);
+    if (r->status == CONF_PASS)
+        snprintf(r->note, sizeof r->note, "%u rows demoted and checked, %u near-tie steps", moved, near);
     if (env->perf && r->status == CONF_PASS) {
         double t[64];
         for (uint32_t run = 0; run < extra; run++) {
@@ -219,31 +293,30 @@ static void run_kv(const conf_env* env, const conf_case* c, conf_result* r)
         r->ms = env->caps->timestamps ? conf_median(t, extra - 1) : -1.0;
         vkh2o_kvcache_stats stats;
         if (vkh2o_kvcache_read_stats(kc, 0, &stats) == VKH2O_OK) {
-            r->bytes = (double)stats.bytes_used + 4.0 * H * (W + KVL);
-            r->flops = 2.0 * H * stats.len * (W + KVL);
+            r->bytes = (double)stats.bytes_used + 4.0 * H * (QW + OW);
+            r->flops = 2.0 * H * stats.len * (QW + OW);
         }
     }
 done:
     if (ref_made) ref_kvc_free(&ref);
     vkh2o_kvcache_destroy(kc);
-    vkh2o_buffer_destroy(bckv);
-    vkh2o_buffer_destroy(bkpe);
+    vkh2o_buffer_destroy(bpa);
+    vkh2o_buffer_destroy(bpb);
     vkh2o_buffer_destroy(bmass);
     vkh2o_buffer_destroy(bq);
-    vkh2o_buffer_destroy(bc);
-    vkh2o_buffer_destroy(bk);
+    vkh2o_buffer_destroy(ba);
+    vkh2o_buffer_destroy(bb);
     vkh2o_buffer_destroy(bo);
-    free(s.pos);
-    free(s.score);
-    free(s.tier);
-    free(s.rows);
+    snap_free(&s);
+    snap_free(&before);
     free(tiers32);
-    free(pckv);
-    free(pkpe);
+    free(pa);
+    free(pb);
     free(pmass);
+    free(x);
     free(q);
-    free(ckv);
-    free(kpe);
+    free(ra);
+    free(rb);
     free(out);
     free(rout);
     free(routf);
@@ -252,17 +325,27 @@ done:
 void conf_register_kvcache(conf_registry* reg)
 {
     for (uint32_t sh = CONF_SHAPES_CPU; sh <= CONF_SHAPES_GPU; sh++)
-        for (size_t i = 0; i < sizeof defs / sizeof *defs; i++) {
-            const kv_def* k = &defs[i];
-            const bool full = k->d.capacity_tokens == 0 && k->d.capacity_bytes == 0 && k->d.precision == VKH2O_PRECISION_FP16;
+        for (size_t i = 0; i < sizeof conf_kv_defs / sizeof *conf_kv_defs; i++) {
+            const conf_kv_def* k = &conf_kv_defs[i];
+            /* the declared kernels and the name's row from the resolved desc: a cache that
+             * selects (any eviction or demotion) dispatches kvc_select too */
+            const vkh2o_kvcache_desc d = def_desc(k, k->max_tokens);
+            vkh2o_kvcache_desc rd = d;
+            vkh2o_kvcache_plan pl = { .selects = true };
+            vkh2o_error err;
+            if (vkh2o_kvcache_desc_resolve(&d, &rd, &pl, &err) != VKH2O_OK) {   /* vkh2o_kvcache_create fails the run */
+                rd = d;
+                pl.selects = true;
+            }
             conf_case* c = conf_add(reg, run_kv, sh,
-                                    full ? "kvc_prefill,kvc_append,kvc_logits,kvc_softmax,kvc_pv"
-                                         : "kvc_prefill,kvc_append,kvc_logits,kvc_softmax,kvc_pv,kvc_select",
+                                    pl.selects ? "kvc_prefill,kvc_append,kvc_logits,kvc_softmax,kvc_pv,kvc_select"
+                                               : "kvc_prefill,kvc_append,kvc_logits,kvc_softmax,kvc_pv",
                                     "kvcache.step.%s.%s.h%u_r%u_p%u", sh == CONF_SHAPES_CPU ? "cpu" : "gpu", k->name, k->H,
-                                    k->kvl + k->rope, k->prefill);
+                                    vkh2o_kvcache_row_numbers(&rd), k->prefill);
             if (!c) return;
             c->p[P_DEF] = (int32_t)i;
-            snprintf(c->params, sizeof c->params, "%u heads, rows of %u + %u, prefill %u then %u steps", k->H, k->kvl,
-                     k->rope, k->prefill, k->steps);
+            snprintf(c->params, sizeof c->params, "%u heads, %s rows of %u numbers%s, prefill %u then %u steps", k->H,
+                     rd.layout == VKH2O_LAYOUT_EXPANDED ? "expanded" : "latent", vkh2o_kvcache_row_numbers(&rd),
+                     rd.storage == VKH2O_DTYPE_F32 ? " (f32 top tier)" : "", k->prefill, k->steps);
         }
 }

@@ -2,7 +2,8 @@
  * directory (config.json + model.safetensors) into a temporary folder and loaded with
  * vkh2o_model_create, so that the model's own kernels run through the public calls:
  *   lm.forward   vkh2o_run_model_forward (embed, the decoder layers with axpby residuals and the
- *                swiglu MLP, lm_head, logprob) against ref_lm_forward and ref_log_softmax;
+ *                swiglu MLP, lm_head, logprob) against ref_lm_forward and ref_log_softmax, from
+ *                1 token to the model's 64, with its own lm_head and tied to the embedding;
  *   lm.session   a session on the one KV cache whose prefill scores the prompt through the
  *                observation window (obs_window.comp) over the whole prompt with no pooling,
  *                which keeps what the prompt's whole attention mass keeps, then H2O decoding:
@@ -20,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { P_KIND, P_N, P_PROMPT };
+enum { P_KIND, P_N, P_PROMPT, P_TIED };
 enum { K_FORWARD, K_SESSION };
 enum { D_ = 48, I_ = 37, V_ = 67, LAYERS = 2 };
 
@@ -43,9 +44,9 @@ static float* rnd(conf_rng* rng, size_t n, float scale, float offset)
 
 static void tiny_free(tiny* t)
 {
+    if (t->head != t->embed) free(t->head);
     free(t->embed);
     free(t->norm);
-    free(t->head);
     for (int l = 0; l < LAYERS; l++) {
         ref_mla_weights_free(&t->attn[l]);
         free(t->input_ln[l]);
@@ -65,7 +66,7 @@ static void tiny_free(tiny* t)
 }
 
 /* Makes the weights and writes the directory; 0 or -1 (note set). */
-static int tiny_make(tiny* t, conf_rng* rng, conf_result* r)
+static int tiny_make(tiny* t, conf_rng* rng, bool tied, conf_result* r)
 {
     memset(t, 0, sizeof *t);
     vkh2o_mla_config* a = &t->cfg.attn;
@@ -85,8 +86,9 @@ static int tiny_make(tiny* t, conf_rng* rng, conf_result* r)
     t->cfg.vocab_size = V_;
     t->cfg.intermediate_size = I_;
     t->cfg.first_k_dense_replace = LAYERS;
+    t->cfg.tie_word_embeddings = tied;
     bool ok = (t->embed = rnd(rng, (size_t)V_ * D_, 1.0f, 0.0f)) && (t->norm = rnd(rng, D_, 0.1f, 1.0f)) &&
-              (t->head = rnd(rng, (size_t)V_ * D_, 0.3f, 0.0f));
+              (t->head = tied ? t->embed : rnd(rng, (size_t)V_ * D_, 0.3f, 0.0f));
     for (int l = 0; ok && l < LAYERS; l++) {
         ok = ref_mla_random_weights(a, VKH2O_DTYPE_F32, conf_u64(rng), &t->attn[l]) == 0 &&
              (t->input_ln[l] = rnd(rng, D_, 0.1f, 1.0f)) && (t->post_ln[l] = rnd(rng, D_, 0.1f, 1.0f)) &&
@@ -116,9 +118,9 @@ static int tiny_make(tiny* t, conf_rng* rng, conf_result* r)
                "\"hidden_size\": %u, \"intermediate_size\": %u, \"num_hidden_layers\": %u, \"num_attention_heads\": %u, "
                "\"q_lora_rank\": %u, \"kv_lora_rank\": %u, \"qk_nope_head_dim\": %u, \"qk_rope_head_dim\": %u, "
                "\"v_head_dim\": %u, \"rope_theta\": 10000.0, \"rope_scaling\": null, \"rms_norm_eps\": 1e-06, "
-               "\"max_position_embeddings\": 4096, \"tie_word_embeddings\": false}\n",
+               "\"max_position_embeddings\": 4096, \"tie_word_embeddings\": %s}\n",
             V_, D_, I_, LAYERS, a->num_heads, a->q_lora_rank, a->kv_lora_rank, a->qk_nope_head_dim, a->qk_rope_head_dim,
-            a->v_head_dim);
+            a->v_head_dim, tied ? "true" : "false");
     if (fclose(f) != 0) {
         snprintf(r->note, sizeof r->note, "cannot write %.400s", path);
         return -1;
@@ -136,7 +138,7 @@ static int tiny_make(tiny* t, conf_rng* rng, conf_result* r)
     } while (0)
     ADD(t->embed, V_, D_, "model.embed_tokens.weight");
     ADD(t->norm, D_, 0, "model.norm.weight");
-    ADD(t->head, V_, D_, "lm_head.weight");
+    if (!tied) ADD(t->head, V_, D_, "lm_head.weight");
     for (int l = 0; l < LAYERS; l++) {
         for (int k = 0; k < VKH2O_W_COUNT; k++) {
             const vkh2o_tensor_view* v = &t->attn[l].views[k];
@@ -177,13 +179,13 @@ static void run_lm(const conf_env* env, const conf_case* c, conf_result* r)
     float* ref = malloc((size_t)N * V_ * 4);
     float* lp = malloc(N * 4);
     double* rlp = malloc(N * sizeof(double));
-    if (tiny_make(&t, &rng, r) != 0 || !tok || !got || !ref || !lp || !rlp) {
+    if (tiny_make(&t, &rng, c->p[P_TIED] != 0, r) != 0 || !tok || !got || !ref || !lp || !rlp) {
         r->status = CONF_ERROR;
         if (!r->note[0]) snprintf(r->note, sizeof r->note, "out of host memory");
         goto done;
     }
-    for (uint32_t i = 0; i < N; i++)
-        tok[i] = (uint32_t)(conf_u64(&rng) % V_);
+    for (uint32_t i = 0; i < N; i++)   /* the first token the vocabulary's last row */
+        tok[i] = i == 0 ? V_ - 1 : (uint32_t)(conf_u64(&rng) % V_);
     for (size_t i = 0; i < (size_t)N * V_; i++)
         memcpy(&got[i], &(uint32_t){ CONF_POISON_WORD }, 4);
     vkh2o_result res = vkh2o_model_create(env->ctx, t.dir, &(vkh2o_model_desc){ .max_seq_len = 64, .max_obs_window = 64 }, &m);
@@ -296,15 +298,18 @@ void conf_register_lm(conf_registry* reg)
         /* v_head_dim 9 is no multiple of 4: the attention reads storage buffers in both shapes */
         const char* mm = sh == CONF_SHAPES_CPU ? "matmul_texel,attn_lse,attn_pv" : "matmul_tiled,attn_lse,attn_pv";
         char k[256];
-        static const uint32_t ns[] = { 1, 13, 40 };
+        /* n up to the model's max_seq_len (64), the last with the head tied to the embedding */
+        static const uint32_t ns[] = { 1, 13, 29, 40, 64 };
         for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+            const bool tied = ns[i] == 64;
             snprintf(k, sizeof k, "embed,rmsnorm,rope,axpby,swiglu%s,%s", ns[i] > 1 ? ",logprob" : "", mm);
-            conf_case* c = conf_add(reg, run_lm, sh, k, "lm.forward.%s.f32.n%u_v67_l2", name, ns[i]);
+            conf_case* c = conf_add(reg, run_lm, sh, k, "lm.forward.%s.f32.n%u_v67_l2%s", name, ns[i], tied ? "_tied" : "");
             if (!c) return;
             c->p[P_KIND] = K_FORWARD;
             c->p[P_N] = (int32_t)ns[i];
-            snprintf(c->params, sizeof c->params, "%u tokens, a 2-layer model: hidden 48, 3 heads, MLP 37, vocab 67, f32",
-                     ns[i]);
+            c->p[P_TIED] = tied;
+            snprintf(c->params, sizeof c->params, "%u tokens, a 2-layer model: hidden 48, 3 heads, MLP 37, vocab 67, f32%s",
+                     ns[i], tied ? ", lm_head tied to the embedding" : "");
         }
         snprintf(k, sizeof k, "embed,rmsnorm,rope,attn_reduce,axpby,swiglu,obs_window,kvc_prefill,kvc_append,kvc_logits,"
                               "kvc_softmax,kvc_pv,kvc_select,%s", mm);

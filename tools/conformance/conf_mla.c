@@ -5,7 +5,9 @@
  * matmul.comp, attn_*.comp), the GPU shapes with shared-memory tiles (the automatic choice on a
  * GPU) and with texel reads. The variants are forced through the environment switches the
  * library reads (VKH2O_MATMUL_PATH, VKH2O_ATTN_TEXEL). Weights BF16, F16, F32, and F8_E4M3 with
- * 128 x 128 block scales (written as a checkpoint and loaded: FP8 has no host-wrap form).
+ * 128 x 128 block scales (written as a checkpoint and loaded: FP8 has no host-wrap form);
+ * with and without q LoRA, RoPE interleaved (even pos0) and half-split (odd pos0), pos0 up to
+ * 123457, S from 1 to 100, and the Kimi K2 layer.
  *
  * The layer decode at the cache's device position (mla.decode.*.from_cache) has its own block
  * below, register_decode_from_cache.
@@ -434,7 +436,8 @@ void conf_register_mla(conf_registry* reg)
 {
     static const struct { vkh2o_dtype dt; uint32_t S, pos0, q_lora; } small[] = {
         { VKH2O_DTYPE_BF16, 17, 5, 24 }, { VKH2O_DTYPE_BF16, 1, 0, 24 }, { VKH2O_DTYPE_F16, 33, 1000, 24 },
-        { VKH2O_DTYPE_F32, 23, 77, 0 }, { VKH2O_DTYPE_F8_E4M3, 17, 9, 24 },
+        { VKH2O_DTYPE_F32, 23, 77, 0 }, { VKH2O_DTYPE_F8_E4M3, 17, 9, 24 }, { VKH2O_DTYPE_F16, 3, 1, 40 },
+        { VKH2O_DTYPE_BF16, 6, 123457, 0 }, { VKH2O_DTYPE_F32, 100, 3, 40 },
     };
     static const struct { int v; uint32_t shapes; const char* name; } variants[] = {
         { V_AUTO_CPU, CONF_SHAPES_CPU, "cpu.texel" }, { V_STORAGE, CONF_SHAPES_CPU, "cpu.storage" },
@@ -444,7 +447,8 @@ void conf_register_mla(conf_registry* reg)
         for (size_t i = 0; i < sizeof small / sizeof *small; i++) {
             conf_case* c = conf_add(reg, run_forward, variants[v].shapes, kernels_of(variants[v].v),
                                     "mla.forward.%s.%s.s%u_p%u_h200%s", variants[v].name, dt_name(small[i].dt),
-                                    small[i].S, small[i].pos0, small[i].q_lora ? "" : "_noqlora");
+                                    small[i].S, small[i].pos0,
+                                    small[i].q_lora == 0 ? "_noqlora" : small[i].q_lora == 24 ? "" : "_qlora40");
             if (!c) return;
             c->p[P_DTYPE] = small[i].dt;
             c->p[P_S] = (int32_t)small[i].S;
@@ -453,10 +457,11 @@ void conf_register_mla(conf_registry* reg)
             c->p[P_VARIANT] = variants[v].v;
             c->support = forward_support;
             snprintf(c->params, sizeof c->params, "S %u from position %u, hidden 200, 3 heads, q_lora %u, kv_lora 24, "
-                     "%s weights", small[i].S, small[i].pos0, small[i].q_lora, vkh2o_dtype_name(small[i].dt));
+                     "%s weights, %s RoPE", small[i].S, small[i].pos0, small[i].q_lora, vkh2o_dtype_name(small[i].dt),
+                     small[i].pos0 % 2 == 0 ? "interleaved" : "half-split");
         }
-        /* the Kimi K2 layer (hidden 7168, 64 heads) in BF16, S = 5: the automatic variants only */
-        if (variants[v].v == V_AUTO_CPU || variants[v].v == V_AUTO_GPU) {
+        /* the Kimi K2 layer (hidden 7168, 64 heads) in BF16, S = 5, in every variant */
+        {
             conf_case* c = conf_add(reg, run_forward, variants[v].shapes, kernels_of(variants[v].v),
                                     "mla.forward.%s.bf16.s5_p3_kimi", variants[v].name);
             if (!c) return;

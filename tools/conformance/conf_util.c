@@ -97,7 +97,7 @@ void conf_judge(conf_result* r, const char* metric, double error, double bound)
 vkh2o_buffer* conf_buffer(const conf_env* env, conf_result* r, uint64_t bytes)
 {
     vkh2o_buffer* b = NULL;
-    vkh2o_result res = vkh2o_buffer_create(env->ctx, bytes ? bytes : 4, &b);
+    vkh2o_result res = vkh2o_buffer_create(env->ctx, (bytes ? bytes : 4) + CONF_GUARD_BYTES, &b);
     if (res == VKH2O_OK) res = vkh2o_buffer_fill(b, 0, vkh2o_buffer_get_size(b), CONF_POISON_WORD);
     if (res != VKH2O_OK) {
         vkh2o_buffer_destroy(b);
@@ -118,6 +118,24 @@ vkh2o_buffer* conf_upload(const conf_env* env, conf_result* r, const void* data,
         return NULL;
     }
     return b;
+}
+
+bool conf_guard_intact(const conf_env* env, conf_result* r, vkh2o_buffer* b, uint64_t bytes)
+{
+    uint32_t g[CONF_GUARD_BYTES / 4];
+    vkh2o_result res = vkh2o_buffer_download(b, bytes, g, sizeof g);
+    if (res != VKH2O_OK) {
+        conf_set_failure(env, r, res, "vkh2o_buffer_download (the guard words)");
+        return false;
+    }
+    for (uint32_t i = 0; i < CONF_GUARD_BYTES / 4; i++)
+        if (g[i] != CONF_POISON_WORD) {
+            snprintf(r->note, sizeof r->note, "a write past the output's %llu bytes (guard word %u is 0x%08x)",
+                     (unsigned long long)bytes, i, g[i]);
+            conf_judge(r, "guard", 1, 0);
+            return false;
+        }
+    return true;
 }
 
 void conf_poison_f32(const conf_env* env, float* x, size_t n)
