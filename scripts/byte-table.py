@@ -19,7 +19,10 @@ def main():
     for f in sys.argv[1:]:
         rows += json.load(open(f))
     full = [r for r in rows if r["policy"] == "full" and r["kv_quant"] == "none"][0]
-    fp16 = float(full["cache_bytes"])   # the full cache: FP16 latent rows, every position, every layer
+    # the base of the capacities: the full FP16 cache's bytes (2 bytes per latent number, every
+    # position, every layer; vkh2o-eval writes it on the forward's row as fp16_bytes; files from
+    # before it have the same figure as the forward's cache_bytes)
+    fp16 = float(full.get("fp16_bytes", full["cache_bytes"]))
     fr = full.get("recall_second_bits")
 
     def val(v, fmt):

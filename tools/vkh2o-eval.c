@@ -1331,7 +1331,9 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
     return plot_svg(f, panels, np);
 }
 
-static bool write_outputs(const opts* o, const row* rows, uint32_t n)
+/* write_outputs: fp16_bytes is the full FP16 cache's bytes (2 bytes per number of the latent
+ * row, every position of --ctx, every layer): the base of --bytes F%, written on the forward's row. */
+static bool write_outputs(const opts* o, const row* rows, uint32_t n, uint64_t fp16_bytes)
 {
     outset os;
     outset_init(&os, TOOL);
@@ -1357,6 +1359,8 @@ static bool write_outputs(const opts* o, const row* rows, uint32_t n)
                         "\"cache_bytes\": %llu, \"ctx\": %u, \"kv_quant\": \"%s\", ",
                     r->policy->name, r->budget, r->n_sink, r->n_recent, r->cache_tokens, (unsigned long long)r->cache_bytes,
                     o->ctx, r->kv_quant);
+            if (r->policy->full && !r->kv)   /* the base every --bytes F% is a fraction of */
+                fprintf(fj, "\"fp16_bytes\": %llu, ", (unsigned long long)fp16_bytes);
             if (r->kv && r->kv_bytes > 0)   /* the one KV cache's capacity: a fraction of the FP16 cache's bytes */
                 fprintf(fj, "\"kv_capacity\": %.6g, ", r->kv_bytes);
             if (r->requant_arg)   /* the requantisation source and what the cache held at the end of the text */
@@ -1761,7 +1765,8 @@ int main(int argc, char** argv)
         rc = validation_check(ctx);
     if (!rc) {
         print_rows(&o, rows, nrows);
-        if (!write_outputs(&o, rows, nrows))
+        const vkh2o_mla_config* ac = &vkh2o_model_get_config(m)->attn;
+        if (!write_outputs(&o, rows, nrows, 2ull * (ac->kv_lora_rank + ac->qk_rope_head_dim) * o.ctx * ac->num_layers))
             rc = 1;
     }
     vkh2o_model_destroy(m);
