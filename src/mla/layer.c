@@ -294,6 +294,19 @@ static struct attn_push attn_push_of(const vkh2o_attn_tuning* t, const vkh2o_att
     return pc;
 }
 
+static const char k_attn_lse[] = "attn_lse", k_attn_lse_texel[] = "attn_lse_texel", k_attn_pv[] = "attn_pv",
+                  k_attn_pv_texel[] = "attn_pv_texel", k_attn_reduce[] = "attn_reduce";
+
+/* A pass's kernel: from the call site's slot when it has one (refilled when the key changes),
+ * else looked up by name. */
+static vkh2o_result attn_kernel(vkh2o_context* ctx, vkh2o_kernel_slot* slot, const char* shader, uint32_t nbindings,
+                                uint32_t texel_mask, const uint32_t* spec, uint32_t nspec, vkh2o_kernel** out)
+{
+    if (slot)
+        return vkh2o_kernel_slot_get(ctx, slot, true, shader, nbindings, texel_mask, spec, nspec, out);
+    return vkh2o_kernel_get_texel(ctx, shader, nbindings, texel_mask, spec, nspec, out);
+}
+
 vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_attn_tuning* t,
                                  const vkh2o_attn_args* a, const vkh2o_attn_bufs* b)
 {
@@ -310,10 +323,8 @@ vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const v
     lspec[LSE_SPEC_RQ] = t->rq;
     lspec[LSE_SPEC_RK] = t->rk;
     vkh2o_kernel* klse;
-    if (texel)
-        VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, "attn_lse_texel", 3, 0x3u, lspec, LSE_SPEC_COUNT, &klse));
-    else
-        VKH2O_CHECK(vkh2o_kernel_get(ctx, "attn_lse", 3, lspec, LSE_SPEC_COUNT, &klse));
+    VKH2O_CHECK(attn_kernel(ctx, b->slots ? &b->slots->lse : NULL, texel ? k_attn_lse_texel : k_attn_lse, 3,
+                            texel ? 0x3u : 0u, lspec, LSE_SPEC_COUNT, &klse));
     vkh2o_binding lb[3] = { in[0], in[1], b->lse };
     VKH2O_CHECK(vkh2o_dispatch(ctx, cb, klse, lb, 3, &pc, sizeof pc, vkh2o_div_up(a->H * nqb, t->local), 1, 1));
     vkh2o_barrier(ctx, cb);
@@ -327,10 +338,8 @@ vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const v
     pspec[PV_SPEC_HG] = vkh2o_attn_hg(t, a->T, a->D, a->DV);
     pspec[PV_SPEC_PROBS] = b->probs.buffer ? 1 : 0;
     vkh2o_kernel* kpv;
-    if (texel)
-        VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, "attn_pv_texel", 7, 0x7u, pspec, PV_SPEC_COUNT, &kpv));
-    else
-        VKH2O_CHECK(vkh2o_kernel_get(ctx, "attn_pv", 7, pspec, PV_SPEC_COUNT, &kpv));
+    VKH2O_CHECK(attn_kernel(ctx, b->slots ? &b->slots->pv : NULL, texel ? k_attn_pv_texel : k_attn_pv, 7,
+                            texel ? 0x7u : 0u, pspec, PV_SPEC_COUNT, &kpv));
     vkh2o_binding pb[7] = { in[0], in[1], in[2], b->lse, b->o, b->part, b->probs.buffer ? b->probs : b->part };
     return vkh2o_dispatch(ctx, cb, kpv, pb, 7, &pc, sizeof pc, vkh2o_div_up(pc.n_hg * nqb, t->local), 1, 1);
 }
@@ -345,7 +354,7 @@ vkh2o_result vkh2o_cmd_attention_mass(vkh2o_context* ctx, VkCommandBuffer cb, co
     spec[REDUCE_SPEC_WG] = t->local;
     spec[REDUCE_SPEC_RQ] = t->rq;
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_get(ctx, "attn_reduce", 2, spec, REDUCE_SPEC_COUNT, &k));
+    VKH2O_CHECK(attn_kernel(ctx, b->slots ? &b->slots->reduce : NULL, k_attn_reduce, 2, 0, spec, REDUCE_SPEC_COUNT, &k));
     struct attn_reduce_push pc = { a->S, a->T, a->causal_off, vkh2o_div_up(a->H, vkh2o_attn_hg(t, a->T, a->D, a->DV)),
                                    a->accumulate_scores ? 1u : 0u };
     vkh2o_binding bb[2] = { b->part, b->scores };
@@ -382,6 +391,8 @@ struct vkh2o_mla_layer {
     vkh2o_kernel_slot mm_one[VKH2O_MM_COUNT], mm_many[VKH2O_MM_COUNT];
     vkh2o_kernel_slot k_norm_q, k_norm_kv, k_rope;
     vkh2o_kernel_slot k_norm_kv_dev, k_rope_dev;   /* the same with the position from the cache (VKH2O_POSITION_FROM_CACHE) */
+    vkh2o_attn_slots k_attn;        /* the forward's attention passes (filled at the first forward) */
+    vkh2o_kernel_slot k_obs[3];     /* the prefill's observation-window phases (filled at first use) */
 };
 
 static vkh2o_result alloc_f32(vkh2o_context* ctx, uint64_t floats, vkh2o_buffer** out)
@@ -612,7 +623,9 @@ vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(const vkh2o_mla_layer* L)
                                     .obs_p = L->obs_p, .obs_mass = L->obs_mass, .obs_score = L->obs_score,
                                     .max_obs = L->max_obs,
                                     .hidden = L->dec_hidden, .out = L->dec_out,
-                                    .max_decode = L->max_decode };
+                                    .max_decode = L->max_decode,
+                                    /* the slots are the layer's own scratch, as the buffers are */
+                                    .obs_slots = ((vkh2o_mla_layer*)L)->k_obs };
 }
 
 uint64_t vkh2o_mla_layer_get_weight_bytes(const vkh2o_mla_layer* L)
@@ -921,7 +934,7 @@ static vkh2o_result record_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const
                           .v = rows(st->v, (uint64_t)S * H * dv), .o = rows(st->o, (uint64_t)S * H * dv),
                           .lse = rows(L->lse, (uint64_t)H * S),
                           .part = rows(L->part, vkh2o_attn_part_floats(&st->tuning, S, S, H, qk, dv)),
-                          .q_buffer = st->q, .k_buffer = st->k, .v_buffer = st->v };
+                          .q_buffer = st->q, .k_buffer = st->k, .v_buffer = st->v, .slots = &L->k_attn };
     if (io->scores)
         b.scores = vkh2o_bind_range(io->scores, io->scores_offset, (uint64_t)S * sizeof(float));
     if (io->probs)

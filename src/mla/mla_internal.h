@@ -108,6 +108,13 @@ typedef struct vkh2o_attn_args {
     bool accumulate_scores;
 } vkh2o_attn_args;
 
+/* The attention passes' kernel slots of one call site (vkh2o_kernel_slot_get): filled at the
+ * first recording and refilled only when the shape's kernel changes (storage or texel reads,
+ * another T's head grouping), so recording the same shape again looks nothing up by name. */
+typedef struct vkh2o_attn_slots {
+    vkh2o_kernel_slot lse, pv, reduce;
+} vkh2o_attn_slots;
+
 typedef struct vkh2o_attn_bufs {
     vkh2o_binding q, k, v, o, lse, part;
     vkh2o_binding scores;     /* .buffer VK_NULL_HANDLE: vkh2o_cmd_attention_mass not used */
@@ -118,6 +125,7 @@ typedef struct vkh2o_attn_bufs {
      * v_hs multiples of 4 and the binding offsets multiples of 256 bytes, and the views fit the
      * device's texel limit; otherwise they fall back to storage reads. */
     vkh2o_buffer *q_buffer, *k_buffer, *v_buffer;
+    vkh2o_attn_slots* slots;  /* optional: the caller's kernel slots; NULL: lookups by name */
 } vkh2o_attn_bufs;
 
 uint64_t vkh2o_attn_part_floats(const vkh2o_attn_tuning* t, uint32_t S, uint32_t T, uint32_t H, uint32_t D, uint32_t DV);
@@ -189,6 +197,7 @@ typedef struct vkh2o_mla_decode_bufs {
     uint32_t max_decode;
     vkh2o_buffer *obs_p, *obs_mass, *obs_score;   /* observation-window scratch (max_obs > 0) */
     uint32_t max_obs;
+    vkh2o_kernel_slot* obs_slots;   /* [3] the observation window's phases: filled at first use */
 } vkh2o_mla_decode_bufs;
 vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(const vkh2o_mla_layer* layer);
 vkh2o_context* vkh2o_mla_layer_context(const vkh2o_mla_layer* layer);

@@ -280,7 +280,7 @@ static void test_errors(void** state)
     vkh2o_binding s = vkh2o_bind_range(small, 0, 64), g = vkh2o_bind_range(big, 0, 1 << 16);
     vkh2o_attn_args a = { .S = 4, .T = 4, .H = 2, .D = 8, .DV = 8, .scale = 1.0f, .q_ts = 16, .q_hs = 8, .k_ts = 16,
                           .k_hs = 8, .v_ts = 16, .v_hs = 8, .o_ts = 16, .o_hs = 8 };
-    vkh2o_attn_bufs b = { g, g, g, g, g, g, g, { 0 }, NULL, NULL, NULL };
+    vkh2o_attn_bufs b = { g, g, g, g, g, g, g, { 0 }, NULL, NULL, NULL, NULL };
     b.q = s;   /* 16 floats for 4 x 2 x 8 */
     assert_int_equal(vkh2o_cmd_attention(ctx, VK_NULL_HANDLE, &t, &a, &b), VKH2O_ERROR_INVALID_ARGUMENT);
     b.q = g;

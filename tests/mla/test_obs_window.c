@@ -12,6 +12,7 @@
  * position, recents, in order). Inputs whose reference has two different scores closer than
  * 1e-4 relative at the selection boundary are redrawn (the order of such a pair is rounding). */
 #include "vkh2o_test.h"
+#include "internal.h"
 #include "ref_mla.h"
 
 #include <math.h>
@@ -139,6 +140,15 @@ static void run_case(vkh2o_kv_layout layout, uint32_t W, vkh2o_obs_pool pool, ui
                       layout == VKH2O_LAYOUT_LATENT ? "latent" : "expanded", W,
                       pool == VKH2O_POOL_MAX ? "max" : pool == VKH2O_POOL_AVG ? "avg" : "none", K, nk, worst, margin);
         assert_true(worst <= 1.0);
+        /* the same prefill recorded again: the forward's attention passes and the window's three
+         * phases come from the layer's kernel slots, filled by the first recording */
+        const uint64_t l0 = vkh2o_kernel_lookups(ctx);
+        assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_OK);
+        assert_int_equal(vkh2o_cmd_mla_prefill(L, cb, c, &p), VKH2O_OK);
+        const uint64_t looked = vkh2o_kernel_lookups(ctx) - l0;
+        assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
+        if (looked != 0)
+            fail_msg("a second recording of the same prefill looked %llu kernels up by name", (unsigned long long)looked);
         vkh2o_buffer_destroy(hb);
         vkh2o_buffer_destroy(ob);
         vkh2o_kvcache_destroy(c);
