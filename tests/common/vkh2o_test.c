@@ -293,3 +293,31 @@ vkh2o_result vt_kernel_get(vkh2o_context* ctx, const char* shader, uint32_t nbin
                                           test_shader_registry[i].size, nbindings, 0, spec, nspec, out);
     return vkh2o_kernel_get(ctx, shader, nbindings, spec, nspec, out);
 }
+
+void vt_snap_read(vkh2o_kvcache* c, uint32_t layer, vt_snap* s)
+{
+    const uint32_t S = vkh2o_kvcache_get_plan(c)->total_slots;
+    const uint32_t W = vkh2o_kvcache_row_numbers(vkh2o_kvcache_get_desc(c));
+    if (!s->pos) {
+        s->pos = calloc(S, 4);
+        s->score = calloc(S, 4);
+        s->tier = calloc(S, 1);
+        s->rows = calloc((size_t)S * W, 4);
+        assert_true(s->pos && s->score && s->tier && s->rows);
+    }
+    memset(s->pos, 0xa5, 4ull * S);
+    memset(s->tier, 0xa5, S);
+    vkh2o_kvcache_snapshot k = { .positions = s->pos, .scores = s->score, .tiers = s->tier, .rows = s->rows };
+    if (vkh2o_kvcache_read_snapshot(c, layer, &k) != VKH2O_OK)
+        fail_msg("reading layer %u's snapshot: %s", layer, vkh2o_last_error(vt_ctx()));
+    s->len = k.len;
+}
+
+void vt_snap_free(vt_snap* s)
+{
+    free(s->pos);
+    free(s->score);
+    free(s->tier);
+    free(s->rows);
+    *s = (vt_snap){ 0 };
+}

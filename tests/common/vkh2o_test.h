@@ -96,4 +96,19 @@ void vt_scratch_remove(void);
 int vt_scratch_setup(void** state);
 int vt_scratch_teardown(void** state);
 
+/* ---- one layer's held tokens of a KV cache (vkh2o_kvcache_read_snapshot) ----
+ * vt_snap_read allocates the arrays for every slot at its first call on s (zero s first) and
+ * reuses them after; positions and tiers are poisoned before each read, so a snapshot must write
+ * every entry it reports. Rows are vkh2o_kvcache_row_numbers numbers each (either layout). */
+typedef struct vt_snap {
+    uint32_t len;
+    uint32_t* pos;
+    float* score;
+    uint8_t* tier;
+    float* rows;
+} vt_snap;
+struct vkh2o_kvcache;
+void vt_snap_read(struct vkh2o_kvcache* c, uint32_t layer, vt_snap* s);
+void vt_snap_free(vt_snap* s);
+
 #endif

@@ -224,36 +224,7 @@ static void prefill_inputs(vkh2o_kvcache_prefill* p, const vkh2o_kvcache* c, con
     }
 }
 
-typedef struct snap {
-    uint32_t len;
-    uint32_t* pos;
-    float* score;
-    uint8_t* tier;
-    float* rows;
-} snap;
-
-static void snap_read(vkh2o_kvcache* c, snap* s)
-{
-    const uint32_t S = vkh2o_kvcache_get_plan(c)->total_slots;
-    const uint32_t W = vkh2o_kvcache_row_numbers(vkh2o_kvcache_get_desc(c));
-    if (!s->pos) {
-        s->pos = calloc(S, 4);
-        s->score = calloc(S, 4);
-        s->tier = calloc(S, 1);
-        s->rows = calloc((size_t)S * W, 4);
-    }
-    vkh2o_kvcache_snapshot k = { .positions = s->pos, .scores = s->score, .tiers = s->tier, .rows = s->rows };
-    assert_int_equal(vkh2o_kvcache_read_snapshot(c, 0, &k), VKH2O_OK);
-    s->len = k.len;
-}
-
-static void snap_free(snap* s)
-{
-    free(s->pos);
-    free(s->score);
-    free(s->tier);
-    free(s->rows);
-}
+typedef vt_snap snap;   /* tests/common: vt_snap_read, vt_snap_free */
 
 /* one step recorded once and submitted n times against n steps recorded one by one */
 static void test_record_once(void** state)
@@ -322,8 +293,8 @@ static void test_record_once(void** state)
         for (uint32_t i = 0; i < N; i++)
             assert_int_equal(vkh2o_run_kvcache_step(b, &sb), VKH2O_OK);
         snap x = { 0 }, y = { 0 };
-        snap_read(a, &x);
-        snap_read(b, &y);
+        vt_snap_read(a, 0, &x);
+        vt_snap_read(b, 0, &y);
         assert_int_equal(x.len, y.len);
         assert_memory_equal(x.pos, y.pos, 4ull * x.len);
         assert_memory_equal(x.score, y.score, 4ull * x.len);
@@ -340,8 +311,8 @@ static void test_record_once(void** state)
         printf("%s: %u submissions of one recording = %u recordings (%u tokens held)\n", kc->name, N, N, x.len);
         free(fa);
         free(fb);
-        snap_free(&x);
-        snap_free(&y);
+        vt_snap_free(&x);
+        vt_snap_free(&y);
         ctx->vk.vkDestroyFence(ctx->device, fence, NULL);
         ctx->vk.vkDestroyCommandPool(ctx->device, pool, NULL);
         assert_int_equal(vkh2o_context_retire(ctx, mark), VKH2O_OK);
@@ -460,19 +431,15 @@ static void layers_case(bool expanded)
     }
     for (uint32_t li = 0; li < 2; li++) {
         snap x = { 0 }, y = { 0 };
-        uint32_t S = vkh2o_kvcache_get_plan(multi)->total_slots;
-        x.pos = calloc(S, 4), x.score = calloc(S, 4), x.tier = calloc(S, 1), x.rows = calloc((size_t)S * W, 4);
-        vkh2o_kvcache_snapshot k = { .positions = x.pos, .scores = x.score, .tiers = x.tier, .rows = x.rows };
-        assert_int_equal(vkh2o_kvcache_read_snapshot(multi, li ? 2 : 0, &k), VKH2O_OK);
-        x.len = k.len;
-        snap_read(one[li], &y);
+        vt_snap_read(multi, li ? 2 : 0, &x);
+        vt_snap_read(one[li], 0, &y);
         assert_int_equal(x.len, y.len);
         assert_memory_equal(x.pos, y.pos, 4ull * x.len);
         assert_memory_equal(x.score, y.score, 4ull * x.len);
         assert_memory_equal(x.tier, y.tier, x.len);
         assert_memory_equal(x.rows, y.rows, 4ull * W * x.len);
-        snap_free(&x);
-        snap_free(&y);
+        vt_snap_free(&x);
+        vt_snap_free(&y);
     }
     vkh2o_kvcache_stats st;
     assert_int_equal(vkh2o_kvcache_read_stats(multi, 1, &st), VKH2O_OK);
@@ -684,14 +651,14 @@ static void layer_pair(const layer_pair_case* lc, uint64_t seed)
         pos += n;
         /* the same tokens held */
         snap x = { 0 }, y = { 0 };
-        snap_read(c[0], &x);
-        snap_read(c[1], &y);
+        vt_snap_read(c[0], 0, &x);
+        vt_snap_read(c[1], 0, &y);
         assert_int_equal(x.len, y.len);
         assert_memory_equal(x.pos, y.pos, 4ull * x.len);
         for (uint32_t j = 0; j < x.len; j++)
             assert_true(fabsf(x.score[j] - y.score[j]) <= 1e-3f * (fabsf(x.score[j]) + 1e-3f));
-        snap_free(&x);
-        snap_free(&y);
+        vt_snap_free(&x);
+        vt_snap_free(&y);
     }
     vkh2o_kvcache_stats st;
     assert_int_equal(vkh2o_kvcache_read_stats(c[1], 0, &st), VKH2O_OK);

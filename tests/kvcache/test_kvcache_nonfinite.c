@@ -45,39 +45,7 @@ static const ncase cases[] = {
       { .n_sink = 2, .n_recent = 4, .capacity_bytes = 2600, .precision = VKH2O_PRECISION_TIERED, H2O(VKH2O_SCORE_TOVA) } },
 };
 
-typedef struct snap {
-    uint32_t len;
-    uint32_t* pos;
-    float* score;
-    uint8_t* tier;
-    float* rows;
-} snap;
-
-static void snap_read(vkh2o_kvcache* c, snap* s)
-{
-    const uint32_t S = vkh2o_kvcache_get_plan(c)->total_slots;
-    const uint32_t W = vkh2o_kvcache_get_desc(c)->kv_lora_rank + vkh2o_kvcache_get_desc(c)->qk_rope_head_dim;
-    if (!s->pos) {
-        s->pos = calloc(S, 4);
-        s->score = calloc(S, 4);
-        s->tier = calloc(S, 1);
-        s->rows = calloc((size_t)S * W, 4);
-    }
-    /* poisoned before each read: a snapshot must write every entry it reports */
-    memset(s->pos, 0xa5, 4ull * S);
-    memset(s->tier, 0xa5, S);
-    vkh2o_kvcache_snapshot k = { .positions = s->pos, .scores = s->score, .tiers = s->tier, .rows = s->rows };
-    assert_int_equal(vkh2o_kvcache_read_snapshot(c, 0, &k), VKH2O_OK);
-    s->len = k.len;
-}
-
-static void snap_free(snap* s)
-{
-    free(s->pos);
-    free(s->score);
-    free(s->tier);
-    free(s->rows);
-}
+typedef vt_snap snap;   /* tests/common: vt_snap_read, vt_snap_free */
 
 /* the slot invariants after a prefill of / a step to `position` tokens */
 static void check_invariants(vkh2o_kvcache* c, const snap* s, uint32_t position, const char* when)
@@ -200,7 +168,7 @@ static void run_case(const ncase* nc, uint64_t seed)
         ref_kvc_free(&ref);   /* a prefill replaces the contents: a fresh reference */
         ref_kvc_init(&ref, &rc);
         ref_kvc_prefill(&ref, P, pckv, pkpe, pmass);
-        snap_read(c, &s);
+        vt_snap_read(c, 0, &s);
         check_invariants(c, &s, P, "prefill");
         if (!same_kept(&s, &ref))
             fail_msg("%s: prefill %d: kept set differs from the reference", nc->name, rep);
@@ -254,12 +222,12 @@ static void run_case(const ncase* nc, uint64_t seed)
         assert_int_equal(vkh2o_buffer_upload(bq, 0, q, 4ull * H * W), VKH2O_OK);
         assert_int_equal(vkh2o_buffer_upload(bc, 0, ckv, 4ull * KVL), VKH2O_OK);
         assert_int_equal(vkh2o_buffer_upload(bk, 0, kpe, 4ull * R), VKH2O_OK);
-        snap_read(c, &s);
+        vt_snap_read(c, 0, &s);
         sync_ref(&ref, &s, P + st);
         vkh2o_kvcache_step ks = { .q = bq, .ckv = bc, .kpe = bk, .out = bo };
         assert_int_equal(vkh2o_run_kvcache_step(c, &ks), VKH2O_OK);
         ref_kvc_step(&ref, q, ckv, kpe, rout);
-        snap_read(c, &s);
+        vt_snap_read(c, 0, &s);
         char when[96];
         snprintf(when, sizeof when, "%s: step %u (input kind %d)", nc->name, st, (int)kind);
         check_invariants(c, &s, P + st + 1, when);
@@ -289,7 +257,7 @@ static void run_case(const ncase* nc, uint64_t seed)
     assert_int_equal(stt.nonfinite, 0);   /* check_finite off: nothing counted */
     assert_int_equal(stt.nonfinite_what, 0);
     ref_kvc_free(&ref);
-    snap_free(&s);
+    vt_snap_free(&s);
     free(pckv);
     free(pkpe);
     free(pmass);

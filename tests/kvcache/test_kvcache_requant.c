@@ -107,36 +107,7 @@ typedef struct rcase {
 
 static bool is_expanded(const vkh2o_kvcache* c) { return vkh2o_kvcache_get_desc(c)->layout == VKH2O_LAYOUT_EXPANDED; }
 
-typedef struct snap {
-    uint32_t len;
-    uint32_t* pos;
-    float* score;
-    uint8_t* tier;
-    float* rows;
-} snap;
-
-static void snap_read(vkh2o_kvcache* c, snap* s)
-{
-    const uint32_t S = vkh2o_kvcache_get_plan(c)->total_slots;
-    const uint32_t W = vkh2o_kvcache_row_numbers(vkh2o_kvcache_get_desc(c));
-    if (!s->pos) {
-        s->pos = calloc(S, 4);
-        s->score = calloc(S, 4);
-        s->tier = calloc(S, 1);
-        s->rows = calloc((size_t)S * W, 4);
-    }
-    vkh2o_kvcache_snapshot k = { .positions = s->pos, .scores = s->score, .tiers = s->tier, .rows = s->rows };
-    assert_int_equal(vkh2o_kvcache_read_snapshot(c, 0, &k), VKH2O_OK);
-    s->len = k.len;
-}
-
-static void snap_free(snap* s)
-{
-    free(s->pos);
-    free(s->score);
-    free(s->tier);
-    free(s->rows);
-}
+typedef vt_snap snap;   /* tests/common: vt_snap_read, vt_snap_free */
 
 /* the reference from the device's state; each token's original row from the inputs of its position
  * (in [pos][W]), as the top tier holds it */
@@ -216,7 +187,7 @@ static void run_case(const rcase* rc_, vkh2o_requant_source mode, uint64_t seed)
     assert_int_equal(vkh2o_run_kvcache_prefill(c, &kp), VKH2O_OK);
     ref_kvc_prefill(&ref, P, pa, pb, pmass);
     snap s = { 0 }, before = { 0 };
-    snap_read(c, &s);
+    vt_snap_read(c, 0, &s);
     assert_true(same_tiers(&s, &ref));
     vkh2o_buffer_destroy(bpa);
     vkh2o_buffer_destroy(bpb);
@@ -240,7 +211,7 @@ static void run_case(const rcase* rc_, vkh2o_requant_source mode, uint64_t seed)
         assert_int_equal(vkh2o_buffer_upload(ba, 0, x, 4ull * WA), VKH2O_OK);
         assert_int_equal(vkh2o_buffer_upload(bb, 0, x + WA, 4ull * WB), VKH2O_OK);
         vt_poison(bo);
-        snap_read(c, &before);
+        vt_snap_read(c, 0, &before);
         sync_ref(&ref, &before, P + st, in);
         vkh2o_kvcache_step ks = { .q = bq, .out = bo };
         if (is_expanded(c))
@@ -256,7 +227,7 @@ static void run_case(const rcase* rc_, vkh2o_requant_source mode, uint64_t seed)
         double e = vt_nmse_f(out, routf, (size_t)H * OW);
         worst = e > worst ? e : worst;
         assert_true(e < 1e-9);
-        snap_read(c, &s);
+        vt_snap_read(c, 0, &s);
         vkh2o_kvcache_stats stats;
         assert_int_equal(vkh2o_kvcache_read_stats(c, 0, &stats), VKH2O_OK);
         assert_int_equal(stats.len, s.len);
@@ -315,8 +286,8 @@ static void run_case(const rcase* rc_, vkh2o_requant_source mode, uint64_t seed)
     if (pl->slots[2] || pl->slots[3])
         assert_true(moved[1] > 0);   /* two-step demotions were checked */
     ref_kvc_free(&ref);
-    snap_free(&s);
-    snap_free(&before);
+    vt_snap_free(&s);
+    vt_snap_free(&before);
     free(in);
     free(pa);
     free(pb);

@@ -530,37 +530,20 @@ static void test_kvcache(void** state)
 
 /* ---- one recorded decode step submitted again and again (VKH2O_POSITION_FROM_CACHE) ---- */
 
-/* A layer's held tokens, everything the snapshot gives. */
-typedef struct held {
-    vkh2o_kvcache_snapshot s;
-    uint32_t w;
-} held;
-
-static void held_read(vkh2o_kvcache* c, held* h)
+/* A layer's held tokens, everything the snapshot gives, compared bit for bit. */
+static void held_same(vkh2o_kvcache* ca, vkh2o_kvcache* cb, const char* when)
 {
-    const uint32_t S = vkh2o_kvcache_get_plan(c)->total_slots;
-    h->w = vkh2o_kvcache_row_numbers(vkh2o_kvcache_get_desc(c));
-    h->s = (vkh2o_kvcache_snapshot){ .positions = malloc(4ull * S), .scores = malloc(4ull * S), .tiers = malloc(S),
-                                     .rows = malloc(4ull * S * h->w) };
-    assert_true(h->s.positions && h->s.scores && h->s.tiers && h->s.rows);
-    assert_int_equal(vkh2o_kvcache_read_snapshot(c, 0, &h->s), VKH2O_OK);
-}
-
-static void held_same(const held* a, const held* b, const char* when)
-{
-    if (a->s.len != b->s.len)
-        fail_msg("%s: %u tokens held against %u", when, a->s.len, b->s.len);
-    if (memcmp(a->s.positions, b->s.positions, 4ull * a->s.len) || memcmp(a->s.scores, b->s.scores, 4ull * a->s.len) ||
-        memcmp(a->s.tiers, b->s.tiers, a->s.len) || memcmp(a->s.rows, b->s.rows, 4ull * a->s.len * a->w))
+    vt_snap a = { 0 }, b = { 0 };
+    vt_snap_read(ca, 0, &a);
+    vt_snap_read(cb, 0, &b);
+    const uint32_t w = vkh2o_kvcache_row_numbers(vkh2o_kvcache_get_desc(ca));
+    if (a.len != b.len)
+        fail_msg("%s: %u tokens held against %u", when, a.len, b.len);
+    if (memcmp(a.pos, b.pos, 4ull * a.len) || memcmp(a.score, b.score, 4ull * a.len) || memcmp(a.tier, b.tier, a.len) ||
+        memcmp(a.rows, b.rows, 4ull * a.len * w))
         fail_msg("%s: the snapshots differ (positions, scores, tiers or rows)", when);
-}
-
-static void held_free(held* h)
-{
-    free(h->s.positions);
-    free(h->s.scores);
-    free(h->s.tiers);
-    free(h->s.rows);
+    vt_snap_free(&a);
+    vt_snap_free(&b);
 }
 
 typedef struct replay_case {
@@ -636,12 +619,7 @@ static void run_replay(fixture* f, const replay_case* rc, vt_rng* rng)
             fail_msg("run decode at %u: %s", t, vkh2o_last_error(ctx));
         char when[96];
         snprintf(when, sizeof when, "%s: submission %u (tokens %u..%u)", rc->name, i, t, t + per - 1);
-        held x, y;
-        held_read(a, &x);
-        held_read(b, &y);
-        held_same(&x, &y, when);
-        held_free(&x);
-        held_free(&y);
+        held_same(a, b, when);
         vkh2o_kvcache_stats sa, sb;
         assert_int_equal(vkh2o_kvcache_read_stats(a, 0, &sa), VKH2O_OK);
         assert_int_equal(vkh2o_kvcache_read_stats(b, 0, &sb), VKH2O_OK);
