@@ -22,7 +22,8 @@
  * layer's prefill over seeded-normal tokens (rows and attention mass) and decode steps through
  * vkh2o_run_mla_prefill / vkh2o_run_mla_decode, the error then on the layer's output.
  * --kivi: a host-side measurement on the FP16 cache's rows: the one cache's grouping along the
- * row against KIVI's per-channel grouping over blocks of tokens, at equal metadata.
+ * row against KIVI's per-channel grouping over blocks of tokens, at equal metadata, and the
+ * cache's scale-and-zero quantiser against a scale-only (symmetric) one along the row.
  * --bench: the cache's decode step at a long cache, FP16 against the --bench-configs, one cache
  * per configuration, the steps alternating, medians of wall time (submit and wait).
  */
@@ -112,7 +113,8 @@ static void usage(FILE* f)
             "  --kivi             also a host-side measurement on the FP16 cache's rows: the one cache's\n"
             "                     grouping along the row against KIVI's per-channel grouping over blocks of\n"
             "                     tokens (the same numbers per group of c_kv, so the same metadata), INT8,\n"
-            "                     INT4, INT2 in groups of 32, 64, 128\n"
+            "                     INT4, INT2 in groups of 32, 64, 128; and the scale-only (symmetric)\n"
+            "                     quantiser along the row (one fp16 scale per group, no zero)\n"
             "  --weights FILE|DIR a real MLA layer of a safetensors checkpoint: the layer's prefill over\n"
             "                     seeded-normal tokens, then --decode steps; the error is on the layer's output\n"
             "  --config FILE      HF config.json (default: config.json beside the weights, else Kimi K2.6)\n"
@@ -864,6 +866,45 @@ static void quant_group(const float* x, size_t stride, uint32_t n, uint32_t bits
     }
 }
 
+/* The scale-only (symmetric) alternative on the same group: scale = fp16(max |x| / (2^(b-1) - 1)),
+ * q = clamp(round(x / scale), -(2^(b-1) - 1), 2^(b-1) - 1), one fp16 per group instead of two;
+ * the squared error of q scale against x added to *e2. */
+static void quant_group_sym(const float* x, size_t stride, uint32_t n, uint32_t bits, double* e2)
+{
+    float amax = 0.0f;
+    for (uint32_t i = 0; i < n; i++)
+        amax = fabsf(x[i * stride]) > amax ? fabsf(x[i * stride]) : amax;
+    const float top = (float)((1u << (bits - 1)) - 1);
+    const float scale = fp16_round(amax / top);
+    for (uint32_t i = 0; i < n; i++) {
+        const float v = x[i * stride];
+        float q = scale > 0 ? nearbyintf(v / scale) : 0.0f;
+        q = q < -top ? -top : q > top ? top : q;
+        const double dv = (double)(q * scale) - v;
+        *e2 += dv * dv;
+    }
+}
+
+/* rows [n][W]: NMSE of c_kv and of k_pe with the scale-only quantiser along the row, grouped as
+ * the one cache groups (c_kv in groups of g, k_pe in groups of min(g, R)). */
+static void sym_nmse(const float* rows, uint32_t n, uint32_t L, uint32_t R, uint32_t bits, uint32_t g, double* nmse_c,
+                     double* nmse_k)
+{
+    const uint32_t W = L + R, gk = g < R ? g : R;
+    double e[2] = { 0, 0 }, s2[2] = { 0, 0 };
+    for (size_t i = 0; i < (size_t)n * W; i++)
+        s2[i % W >= L] += (double)rows[i] * rows[i];
+    for (uint32_t t = 0; t < n; t++) {
+        const float* r = rows + (size_t)t * W;
+        for (uint32_t c = 0; c < L; c += g)
+            quant_group_sym(r + c, 1, L - c < g ? L - c : g, bits, &e[0]);
+        for (uint32_t c = 0; c < R; c += gk)
+            quant_group_sym(r + L + c, 1, R - c < gk ? R - c : gk, bits, &e[1]);
+    }
+    *nmse_c = s2[0] > 0 ? e[0] / s2[0] : e[0];
+    *nmse_k = s2[1] > 0 ? e[1] / s2[1] : e[1];
+}
+
 /* rows [n][W] (c_kv L then k_pe): NMSE of c_kv and of k_pe quantised with b bits in groups of g,
  * along the row (per token: c_kv in groups of g, k_pe in groups of min(g, R), as the one cache)
  * or per channel over blocks of g consecutive tokens (KIVI's keys). */
@@ -899,9 +940,11 @@ static void report_kivi(const runner* R)
            "(fp16 scale and zero per group of g numbers), grouped along the row per token (the one cache: c_kv in\n"
            "groups of g, k_pe in groups of min(g, %u)) or per channel over blocks of g tokens (KIVI's keys); both\n"
            "keep one scale/zero word per g numbers of c_kv (k_pe per token: per min(g, %u)). NMSE of c_kv and of\n"
-           "k_pe against the unquantised rows:\n",
+           "k_pe against the unquantised rows; and the scale-only (symmetric) quantiser per token, one fp16\n"
+           "scale per group and no zero (half the metadata):\n",
            R->nrows, d->R, d->R);
-    printf("  %-4s %5s %14s %14s %14s %14s\n", "bits", "g", "c_kv per-token", "c_kv per-chan", "k_pe per-token", "k_pe per-chan");
+    printf("  %-4s %5s %14s %14s %14s %14s %14s %14s\n", "bits", "g", "c_kv per-token", "c_kv per-chan", "k_pe per-token",
+           "k_pe per-chan", "c_kv sym", "k_pe sym");
     const uint32_t bits[3] = { 8, 4, 2 }, gs[3] = { 32, 64, 128 };
     for (int b = 0; b < 3; b++)
         for (int j = 0; j < 3; j++) {
@@ -910,7 +953,9 @@ static void report_kivi(const runner* R)
             double tc, tk, cc, ck;
             kivi_nmse(R->rows, R->nrows, d->L, d->R, bits[b], gs[j], false, &tc, &tk);
             kivi_nmse(R->rows, R->nrows, d->L, d->R, bits[b], gs[j], true, &cc, &ck);
-            printf("  %-4u %5u %14.3e %14.3e %14.3e %14.3e\n", bits[b], gs[j], tc, cc, tk, ck);
+            double sc, sk;
+            sym_nmse(R->rows, R->nrows, d->L, d->R, bits[b], gs[j], &sc, &sk);
+            printf("  %-4u %5u %14.3e %14.3e %14.3e %14.3e %14.3e %14.3e\n", bits[b], gs[j], tc, cc, tk, ck, sc, sk);
         }
 }
 
