@@ -885,32 +885,18 @@ static void quant_group_sym(const float* x, size_t stride, uint32_t n, uint32_t 
     }
 }
 
-/* rows [n][W]: NMSE of c_kv and of k_pe with the scale-only quantiser along the row, grouped as
- * the one cache groups (c_kv in groups of g, k_pe in groups of min(g, R)). */
-static void sym_nmse(const float* rows, uint32_t n, uint32_t L, uint32_t R, uint32_t bits, uint32_t g, double* nmse_c,
-                     double* nmse_k)
-{
-    const uint32_t W = L + R, gk = g < R ? g : R;
-    double e[2] = { 0, 0 }, s2[2] = { 0, 0 };
-    for (size_t i = 0; i < (size_t)n * W; i++)
-        s2[i % W >= L] += (double)rows[i] * rows[i];
-    for (uint32_t t = 0; t < n; t++) {
-        const float* r = rows + (size_t)t * W;
-        for (uint32_t c = 0; c < L; c += g)
-            quant_group_sym(r + c, 1, L - c < g ? L - c : g, bits, &e[0]);
-        for (uint32_t c = 0; c < R; c += gk)
-            quant_group_sym(r + L + c, 1, R - c < gk ? R - c : gk, bits, &e[1]);
-    }
-    *nmse_c = s2[0] > 0 ? e[0] / s2[0] : e[0];
-    *nmse_k = s2[1] > 0 ? e[1] / s2[1] : e[1];
-}
+enum kivi_grouping { PER_TOKEN, PER_CHANNEL, PER_TOKEN_SCALE_ONLY };
 
 /* rows [n][W] (c_kv L then k_pe): NMSE of c_kv and of k_pe quantised with b bits in groups of g,
- * along the row (per token: c_kv in groups of g, k_pe in groups of min(g, R), as the one cache)
- * or per channel over blocks of g consecutive tokens (KIVI's keys). */
-static void kivi_nmse(const float* rows, uint32_t n, uint32_t L, uint32_t R, uint32_t bits, uint32_t g, bool per_channel,
-                      double* nmse_c, double* nmse_k)
+ * along the row (per token: c_kv in groups of g, k_pe in groups of min(g, R), as the one cache;
+ * with the cache's scale and zero, or scale only) or per channel over blocks of g consecutive
+ * tokens (KIVI's keys). */
+static void kivi_nmse(const float* rows, uint32_t n, uint32_t L, uint32_t R, uint32_t bits, uint32_t g,
+                      enum kivi_grouping grouping, double* nmse_c, double* nmse_k)
 {
+    const bool per_channel = grouping == PER_CHANNEL;
+    void (*quant)(const float*, size_t, uint32_t, uint32_t, double*) =
+        grouping == PER_TOKEN_SCALE_ONLY ? quant_group_sym : quant_group;
     const uint32_t W = L + R;
     double e[2] = { 0, 0 }, s[2] = { 0, 0 };
     for (size_t i = 0; i < (size_t)n * W; i++)
@@ -918,15 +904,15 @@ static void kivi_nmse(const float* rows, uint32_t n, uint32_t L, uint32_t R, uin
     if (per_channel) {
         for (uint32_t t0 = 0; t0 < n; t0 += g)
             for (uint32_t c = 0; c < W; c++)
-                quant_group(rows + (size_t)t0 * W + c, W, n - t0 < g ? n - t0 : g, bits, &e[c >= L]);
+                quant(rows + (size_t)t0 * W + c, W, n - t0 < g ? n - t0 : g, bits, &e[c >= L]);
     } else {
         const uint32_t gk = g < R ? g : R;
         for (uint32_t t = 0; t < n; t++) {
             const float* r = rows + (size_t)t * W;
             for (uint32_t c = 0; c < L; c += g)
-                quant_group(r + c, 1, L - c < g ? L - c : g, bits, &e[0]);
+                quant(r + c, 1, L - c < g ? L - c : g, bits, &e[0]);
             for (uint32_t c = 0; c < R; c += gk)
-                quant_group(r + L + c, 1, R - c < gk ? R - c : gk, bits, &e[1]);
+                quant(r + L + c, 1, R - c < gk ? R - c : gk, bits, &e[1]);
         }
     }
     *nmse_c = s[0] > 0 ? e[0] / s[0] : e[0];
@@ -951,10 +937,10 @@ static void report_kivi(const runner* R)
             if (gs[j] > d->L || gs[j] > R->nrows)   /* a group no longer than c_kv and the rows */
                 continue;
             double tc, tk, cc, ck;
-            kivi_nmse(R->rows, R->nrows, d->L, d->R, bits[b], gs[j], false, &tc, &tk);
-            kivi_nmse(R->rows, R->nrows, d->L, d->R, bits[b], gs[j], true, &cc, &ck);
             double sc, sk;
-            sym_nmse(R->rows, R->nrows, d->L, d->R, bits[b], gs[j], &sc, &sk);
+            kivi_nmse(R->rows, R->nrows, d->L, d->R, bits[b], gs[j], PER_TOKEN, &tc, &tk);
+            kivi_nmse(R->rows, R->nrows, d->L, d->R, bits[b], gs[j], PER_CHANNEL, &cc, &ck);
+            kivi_nmse(R->rows, R->nrows, d->L, d->R, bits[b], gs[j], PER_TOKEN_SCALE_ONLY, &sc, &sk);
             printf("  %-4u %5u %14.3e %14.3e %14.3e %14.3e %14.3e %14.3e\n", bits[b], gs[j], tc, cc, tk, ck, sc, sk);
         }
 }
