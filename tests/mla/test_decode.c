@@ -730,10 +730,14 @@ static void test_no_lookups(void** state)
         assert_int_equal(step_lookups(&f, c, hb, ob, 1, VKH2O_POSITION_FROM_CACHE, &disp), 0);
         assert_int_equal(disp, want_disp);
         pos++;
-        /* a multi-token step records other matmul kernels (their slots fill at first use) ... */
+        /* a multi-token step records other matmul kernels (their slots fill at first use) ... On
+         * the CPU shapes 3 tokens get other matmul kernels than the prompt's (so the slots refill:
+         * lookups); the GPU shapes (VKH2O_GPU_SHAPES=1) give 3 tokens the prompt's kernels, already
+         * in the slots (none) */
         const uint64_t multi = step_lookups(&f, c, hb, ob, 3, pos, NULL);
         pos += 3;
-        assert_true(multi > 0);
+        if (vkh2o_cpu_shapes(ctx))
+            assert_true(multi > 0);
         assert_int_equal(step_lookups(&f, c, hb, ob, 3, pos, NULL), 0);
         pos += 3;
         /* ... and a forward too; neither evicts the one-token step's handles */

@@ -1,7 +1,11 @@
 /* vkh2o-demo --prefill P end to end: the test's own hidden states (--input) go through the demo,
  * whose --out attn_output and CSV must equal the double decode reference (ref/ref_decode.c:
  * prefill of P tokens, then one decode step per token with eviction to the cap) run here on
- * the same weights: every token's output (nmse <= 1e-8: fp16 cache rows, f32 arithmetic; the
+ * the same weights: every token's output (the prompt's, the forward's in f32: nmse <= 1e-8; the
+ * decoded ones read fp16 cache rows that the device rounds from its f32 projections and the
+ * reference from double, so an element can land one fp16 ulp (2^-11) apart: nmse <= 5e-7, as
+ * test_decode (one such step of a row: 2.4e-7); 1e-13 to 2e-9 is typical, 1.6e-8 was seen with
+ * VKH2O_GPU_SHAPES=1 and VKH2O_TEST_SEED=1796319718843134984, where the former 1e-8 failed; the
  * demo's own --check max error <= 2e-3 of the largest output, two fp16 ulps), the
  * final cache's kept set exactly, the kept tokens' scores (relative 1e-3: they sum attention
  * probabilities over every step, each computed from fp16 cache rows that the device rounds from
@@ -129,10 +133,10 @@ static void check_prefill(shard* sh, vt_rng* rng, uint32_t S, uint32_t P, uint32
     vkh2o_tensor_view o;
     assert_int_equal(vkh2o_safetensors_find(st, "attn_output", &o, &err), VKH2O_OK);
     assert_int_equal(o.shape[0], S);
-    vt_assert_nmse("attn_output, all tokens", o.data, want, (size_t)S * D, 1e-8);
+    vt_assert_nmse("attn_output, prompt tokens", o.data, want, (size_t)P * D, 1e-8);
     if (S > P)
         vt_assert_nmse("attn_output, decoded tokens", (const float*)o.data + (size_t)P * D, want + (size_t)P * D,
-                       (size_t)(S - P) * D, 1e-8);
+                       (size_t)(S - P) * D, 5e-7);
     vkh2o_safetensors_destroy(st);
 
     /* the CSV describes the final cache */
