@@ -166,6 +166,18 @@ const ref_kvc_token* ref_kvc_find(const ref_kvc* r, uint32_t pos)
     return NULL;
 }
 
+bool ref_kvc_holds(const ref_kvc* r, uint32_t n, const uint32_t* pos, const uint8_t* tier)
+{
+    if (n != r->n)
+        return false;
+    for (uint32_t i = 0; i < n; i++) {
+        const ref_kvc_token* t = ref_kvc_find(r, pos[i]);
+        if (!t || t->tier != tier[i])
+            return false;
+    }
+    return true;
+}
+
 static uint32_t count_tier(const ref_kvc* r, uint32_t k)
 {
     uint32_t n = 0;

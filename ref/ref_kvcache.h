@@ -76,6 +76,9 @@ void ref_kvc_step(ref_kvc* r, const float* q, const float* in_a, const float* in
 void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* in_a, const float* in_b, const float* mass);
 /* The token at position pos, or NULL. */
 const ref_kvc_token* ref_kvc_find(const ref_kvc* r, uint32_t pos);
+/* Whether the reference holds exactly these n tokens (positions pos[i], any order) at tiers
+ * tier[i]: a device's kept set and tiers compared as sets. */
+bool ref_kvc_holds(const ref_kvc* r, uint32_t n, const uint32_t* pos, const uint8_t* tier);
 
 /* The reference's config for layer `layer` of a device cache (vkh2o.h's vkh2o_kvcache: its
  * resolved desc and plan), so that tests drive the reference with exactly the device's choices.

@@ -62,16 +62,6 @@ static vkh2o_result snap_read(vkh2o_kvcache* c, snap* s)
     return r;
 }
 
-static bool same_kept(const snap* s, const ref_kvc* r)
-{
-    if (s->len != r->n) return false;
-    for (uint32_t i = 0; i < s->len; i++) {
-        const ref_kvc_token* t = ref_kvc_find(r, s->pos[i]);
-        if (!t || t->tier != s->tier[i]) return false;
-    }
-    return true;
-}
-
 /* a step's or prefill's two row inputs: LATENT ckv and kpe, EXPANDED k and v */
 static void step_inputs(vkh2o_kvcache_step* s, bool expanded, const vkh2o_buffer* a, const vkh2o_buffer* b)
 {
@@ -174,7 +164,7 @@ static void run_kv(const conf_env* env, const conf_case* c, conf_result* r)
         conf_set_failure(env, r, res, "vkh2o_kvcache_read_snapshot");
         goto done;
     }
-    if (!same_kept(&s, &ref))
+    if (!ref_kvc_holds(&ref, s.len, s.pos, s.tier))
         FAIL("kept-set", "prefill: the kept set differs from the reference's (%u tokens held, %u expected)", s.len, ref.n);
     for (uint32_t i = 0; i < s.len; i++) {
         const ref_kvc_token* t = ref_kvc_find(&ref, s.pos[i]);
@@ -241,7 +231,7 @@ static void run_kv(const conf_env* env, const conf_case* c, conf_result* r)
             FAIL("stats", "step %u: stats position %u len %u bytes %llu, the snapshot %u tokens of %llu bytes (%u kept at most)",
                  st, stats.position, stats.len, (unsigned long long)stats.bytes_used, s.len, (unsigned long long)bytes,
                  pl->kept_tokens);
-        if (!same_kept(&s, &ref)) {
+        if (!ref_kvc_holds(&ref, s.len, s.pos, s.tier)) {
             if (!(ref.gap < 1e-4))
                 FAIL("kept-set", "step %u: the kept set differs from the reference's (%u tokens held, %u expected)", st, s.len,
                      ref.n);
