@@ -321,3 +321,17 @@ void vt_snap_free(vt_snap* s)
     free(s->rows);
     *s = (vt_snap){ 0 };
 }
+
+VkCommandBuffer vt_own_cb(VkCommandPool* pool)
+{
+    vkh2o_context* ctx = vt_ctx();
+    VkCommandPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .queueFamilyIndex = ctx->queue_family };
+    assert_int_equal(ctx->vk.vkCreateCommandPool(ctx->device, &pci, NULL, pool), VK_SUCCESS);
+    VkCommandBufferAllocateInfo cai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = *pool,
+                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
+    VkCommandBuffer cb;
+    assert_int_equal(ctx->vk.vkAllocateCommandBuffers(ctx->device, &cai, &cb), VK_SUCCESS);
+    VkCommandBufferBeginInfo bi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO };
+    assert_int_equal(ctx->vk.vkBeginCommandBuffer(cb, &bi), VK_SUCCESS);
+    return cb;
+}

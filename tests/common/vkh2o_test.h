@@ -96,6 +96,12 @@ void vt_scratch_remove(void);
 int vt_scratch_setup(void** state);
 int vt_scratch_teardown(void** state);
 
+/* ---- a command buffer the test owns (not the context's: it may be submitted again and again) ----
+ * vt_own_cb creates a command pool on vt_ctx()'s queue family into *pool, allocates one primary
+ * command buffer from it and begins it; the test ends it, submits it as it likes and destroys
+ * the pool (vkDestroyCommandPool, which frees the buffer). */
+VkCommandBuffer vt_own_cb(VkCommandPool* pool);
+
 /* ---- one layer's held tokens of a KV cache (vkh2o_kvcache_read_snapshot) ----
  * vt_snap_read allocates the arrays for every slot at its first call on s (zero s first) and
  * reuses them after; positions and tiers are poisoned before each read, so a snapshot must write

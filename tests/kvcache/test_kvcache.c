@@ -269,14 +269,7 @@ static void test_record_once(void** state)
         sb.out = ob;
         /* a: one recording in the test's own command buffer, submitted N times */
         VkCommandPool pool;
-        VkCommandPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .queueFamilyIndex = ctx->queue_family };
-        assert_int_equal(ctx->vk.vkCreateCommandPool(ctx->device, &pci, NULL, &pool), VK_SUCCESS);
-        VkCommandBufferAllocateInfo cai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = pool,
-                                            .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
-        VkCommandBuffer cb;
-        assert_int_equal(ctx->vk.vkAllocateCommandBuffers(ctx->device, &cai, &cb), VK_SUCCESS);
-        VkCommandBufferBeginInfo bi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO };
-        assert_int_equal(ctx->vk.vkBeginCommandBuffer(cb, &bi), VK_SUCCESS);
+        VkCommandBuffer cb = vt_own_cb(&pool);
         assert_int_equal(vkh2o_cmd_kvcache_step(a, cb, &sa), VKH2O_OK);
         assert_int_equal(ctx->vk.vkEndCommandBuffer(cb), VK_SUCCESS);
         uint64_t mark = vkh2o_context_mark(ctx);

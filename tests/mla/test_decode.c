@@ -587,14 +587,7 @@ static void run_replay(fixture* f, const replay_case* rc, vt_rng* rng)
     vkh2o_buffer* hb = vt_buffer(off_h + bytes);
     vkh2o_buffer* ob = vt_buffer(off_o + bytes);
     VkCommandPool pool;
-    VkCommandPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .queueFamilyIndex = ctx->queue_family };
-    assert_int_equal(ctx->vk.vkCreateCommandPool(ctx->device, &pci, NULL, &pool), VK_SUCCESS);
-    VkCommandBufferAllocateInfo cai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = pool,
-                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
-    VkCommandBuffer cb;
-    assert_int_equal(ctx->vk.vkAllocateCommandBuffers(ctx->device, &cai, &cb), VK_SUCCESS);
-    VkCommandBufferBeginInfo bi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO };
-    assert_int_equal(ctx->vk.vkBeginCommandBuffer(cb, &bi), VK_SUCCESS);
+    VkCommandBuffer cb = vt_own_cb(&pool);
     vkh2o_mla_decode d = { .hidden = hb, .hidden_offset = off_h, .out = ob, .out_offset = off_o, .n_tokens = per,
                            .position = VKH2O_POSITION_FROM_CACHE };
     if (vkh2o_cmd_mla_decode(f->layer, cb, a, &d) != VKH2O_OK)
