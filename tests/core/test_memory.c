@@ -117,12 +117,18 @@ static uint64_t shared_used(const vkh2o_context* ctx)
 /* Random BF16 Kimi K2.6 weights, made once for the two tests that need them (~100 M elements). */
 static ref_mla_weights kimi_w;
 static bool kimi_made;
-static const ref_mla_weights* kimi_weights(const vkh2o_mla_config* cfg)
+/* Kimi K2.6's config into *cfg and host weights wrapping its random BF16 weights (made once) */
+static vkh2o_mla_host_weights* kimi_host_weights(vkh2o_mla_config* cfg)
 {
+    vkh2o_mla_config_kimi_k26(cfg);
     if (!kimi_made)
         assert_int_equal(ref_mla_random_weights(cfg, VKH2O_DTYPE_BF16, 7, &kimi_w), 0);
     kimi_made = true;
-    return &kimi_w;
+    vkh2o_error err = { 0 };
+    vkh2o_mla_host_weights* hw = NULL;
+    if (vkh2o_mla_host_weights_wrap(cfg, kimi_w.views, &hw, &err) != VKH2O_OK)
+        fail_msg("wrap: %s", err.message);
+    return hw;
 }
 
 static int teardown(void** state)
@@ -139,12 +145,7 @@ static void test_kimi_layer(void** state)
     (void)state;
     vkh2o_context* ctx = vt_ctx();
     vkh2o_mla_config cfg;
-    vkh2o_mla_config_kimi_k26(&cfg);
-    const ref_mla_weights* w = kimi_weights(&cfg);
-    vkh2o_error err = { 0 };
-    vkh2o_mla_host_weights* hw = NULL;
-    if (vkh2o_mla_host_weights_wrap(&cfg, w->views, &hw, &err) != VKH2O_OK)
-        fail_msg("wrap: %s", err.message);
+    vkh2o_mla_host_weights* hw = kimi_host_weights(&cfg);
     const uint32_t buffers0 = vkh2o_context_get_memory_stats(ctx).device_allocations;
     const uint32_t calls0 = vkh2o_mem_allocate_calls(ctx);
     vkh2o_mla_layer* layer = NULL;
@@ -235,12 +236,7 @@ static void test_kimi_model(void** state)
     vkh2o_context* ctx = vt_ctx();
     enum { L = 61, MEASURED = 3 };
     vkh2o_mla_config cfg;
-    vkh2o_mla_config_kimi_k26(&cfg);
-    const ref_mla_weights* w = kimi_weights(&cfg);
-    vkh2o_error err = { 0 };
-    vkh2o_mla_host_weights* hw = NULL;
-    if (vkh2o_mla_host_weights_wrap(&cfg, w->views, &hw, &err) != VKH2O_OK)
-        fail_msg("wrap: %s", err.message);
+    vkh2o_mla_host_weights* hw = kimi_host_weights(&cfg);
     const uint32_t buffers0 = vkh2o_context_get_memory_stats(ctx).device_allocations;
     const uint32_t calls0 = vkh2o_mem_allocate_calls(ctx);
     vkh2o_kvcache_desc d = { 0 };
