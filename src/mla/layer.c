@@ -617,15 +617,14 @@ uint32_t vkh2o_mla_layer_get_max_decode_tokens(const vkh2o_mla_layer* L) { retur
 const vkh2o_mla_config* vkh2o_mla_layer_get_config(const vkh2o_mla_layer* L) { return L ? &L->cfg : NULL; }
 vkh2o_context* vkh2o_mla_layer_context(const vkh2o_mla_layer* L) { return L->ctx; }
 
-vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(const vkh2o_mla_layer* L)
+vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(vkh2o_mla_layer* L)
 {
     return (vkh2o_mla_decode_bufs){ .q = L->dec_q, .o = L->dec_o, .mass = L->dec_mass, .rows = L->ckv_full,
                                     .obs_p = L->obs_p, .obs_mass = L->obs_mass, .obs_score = L->obs_score,
                                     .max_obs = L->max_obs,
                                     .hidden = L->dec_hidden, .out = L->dec_out,
                                     .max_decode = L->max_decode,
-                                    /* the slots are the layer's own scratch, as the buffers are */
-                                    .obs_slots = ((vkh2o_mla_layer*)L)->k_obs };
+                                    .obs_slots = L->k_obs };
 }
 
 uint64_t vkh2o_mla_layer_get_weight_bytes(const vkh2o_mla_layer* L)

@@ -199,7 +199,7 @@ typedef struct vkh2o_mla_decode_bufs {
     uint32_t max_obs;
     vkh2o_kernel_slot* obs_slots;   /* [3] the observation window's phases: filled at first use */
 } vkh2o_mla_decode_bufs;
-vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(const vkh2o_mla_layer* layer);
+vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(vkh2o_mla_layer* layer);   /* non-const: its kernel slots */
 vkh2o_context* vkh2o_mla_layer_context(const vkh2o_mla_layer* layer);
 /* The layer's matmul call sites. Each has two kernel slots: one token's (the decode step's),
  * resolved when the layer is created and never evicted, and longer inputs' (the forward, a
