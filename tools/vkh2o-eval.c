@@ -797,6 +797,13 @@ static unsigned char* read_file(const char* path, size_t* len)
  * within the positions it was made for. Returns 0 or the exit status (2: --ctx too long). */
 static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows);
 static void fill_kv(const opts* o, const vkh2o_model_config* mc, const row* r, vkh2o_kvcache_desc* kd);
+
+/* One layer's full FP16 cache over ctx positions: 2 bytes per number of the latent row, every
+ * position (the base of --bytes F%, per layer). */
+static uint64_t fp16_layer_bytes(const vkh2o_mla_config* a, uint32_t ctx)
+{
+    return 2ull * (a->kv_lora_rank + a->qk_rope_head_dim) * ctx;
+}
 static bool needs_session(const row* r);
 
 static int check_model(const opts* o)
@@ -912,8 +919,8 @@ static void fill_kv(const opts* o, const vkh2o_model_config* mc, const row* r, v
     kd->score_mode = r->policy->mode;
     if (r->policy->mode == VKH2O_SCORE_DECAY)
         kd->decay = (float)o->decay;
-    if (r->kv_bytes > 0)   /* the full FP16 cache: 2 bytes per number of the latent row, every position */
-        kd->capacity_bytes = (uint64_t)(r->kv_bytes * 2.0 * (mc->attn.kv_lora_rank + mc->attn.qk_rope_head_dim) * o->ctx);
+    if (r->kv_bytes > 0)
+        kd->capacity_bytes = (uint64_t)(r->kv_bytes * (double)fp16_layer_bytes(&mc->attn, o->ctx));
     else   /* a budget above the window keeps the window: no sequence is longer than --ctx */
         kd->capacity_tokens = (uint32_t)((uint64_t)r->n_sink + r->budget + r->n_recent < o->ctx
                                          ? r->n_sink + r->budget + r->n_recent : o->ctx);
@@ -1766,7 +1773,7 @@ int main(int argc, char** argv)
     if (!rc) {
         print_rows(&o, rows, nrows);
         const vkh2o_mla_config* ac = &vkh2o_model_get_config(m)->attn;
-        if (!write_outputs(&o, rows, nrows, 2ull * (ac->kv_lora_rank + ac->qk_rope_head_dim) * o.ctx * ac->num_layers))
+        if (!write_outputs(&o, rows, nrows, fp16_layer_bytes(ac, o.ctx) * ac->num_layers))
             rc = 1;
     }
     vkh2o_model_destroy(m);
