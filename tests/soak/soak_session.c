@@ -30,6 +30,8 @@
 #include <malloc.h>
 #endif
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,7 @@ typedef struct soak_opts {
     vkh2o_evict_policy policy;
     uint64_t rss_slack_kib, heap_slack;
     bool validation, quiet, progress;
+    bool race_probe;   /* --tsan-race-probe: see race_probe() */
 } soak_opts;
 
 typedef struct checkpoint {
@@ -278,6 +281,28 @@ done:
     free(logits);
 }
 
+/* --tsan-race-probe (tests/soak/tsan.sh): a deliberate data race, so that the ThreadSanitizer run
+ * proves it still reports one with its options and suppressions (tests/tsan.supp). The first
+ * thread to arrive writes probe_counter and raises probe_written; the others wait for the flag and
+ * write it too. The flag is relaxed, which orders nothing for TSan, so the writes race. It runs
+ * before the thread's context exists, so no thread can wait on one that failed. Unsynchronised on
+ * purpose: never used outside that check. */
+static long probe_counter;
+static atomic_uint probe_arrivals;
+static atomic_int probe_written;
+
+static void race_probe(void)
+{
+    if (atomic_fetch_add_explicit(&probe_arrivals, 1, memory_order_relaxed) == 0) {
+        probe_counter++;
+        atomic_store_explicit(&probe_written, 1, memory_order_relaxed);
+    } else {
+        while (!atomic_load_explicit(&probe_written, memory_order_relaxed))
+            sched_yield();
+        probe_counter++;
+    }
+}
+
 /* One context and model; the run, then (when asked) its replay. */
 static void run_one(soak_run* r, soak_run* replay)
 {
@@ -288,6 +313,8 @@ static void run_one(soak_run* r, soak_run* replay)
     vkh2o_context_desc cd = { .flags = o->validation ? VKH2O_CONTEXT_VALIDATION : 0 };
     if (o->threads > 1)
         cd.log = log_quiet;   /* the threads' own reports say what failed */
+    if (o->race_probe)
+        race_probe();
     vkh2o_result res = vkh2o_context_create(&cd, &ctx);
     if (res != VKH2O_OK)
         FAIL(r, 2, "context: %s", vkh2o_result_string(res));
@@ -328,13 +355,15 @@ static void usage(FILE* f)
             "                    [--precision fp16|int8|int4|int2|tiered] [--policy h2o|streaming|random]\n"
             "                    [--checkpoint-every K] [--replay N] [--threads T] [--rss-slack KIB]\n"
             "                    [--heap-slack BYTES]\n"
-            "                    [--validation] [--quiet]\n"
+            "                    [--validation] [--quiet] [--tsan-race-probe]\n"
             "A model session generating N tokens (argmax fed back) under a kvcache of C tokens: memory\n"
             "flat after the warm point (2 x C steps), the cache at its cap, the logits at every K-th\n"
             "step identical to a replay of the first --replay steps (default all). --threads T: T\n"
             "contexts and sessions at once, compared with each other. Defaults: models/tiny-mla,\n"
             "20000 steps, cap 64, 4 sinks, 8 recents, int4, h2o, K = steps / 10, RSS slack 4096 KiB,\n"
-            "heap slack (C heap in use, glibc) 65536 bytes.\n");
+            "heap slack (C heap in use, glibc) 65536 bytes.\n"
+            "--tsan-race-probe (with --threads 2 or more): the threads write one counter with no\n"
+            "synchronisation, a deliberate race that a ThreadSanitizer build must report.\n");
 }
 
 static bool parse_u32(const char* s, uint32_t* out)
@@ -365,6 +394,9 @@ int main(int argc, char** argv)
             continue;
         } else if (!strcmp(a, "--quiet")) {
             o.quiet = true;
+            continue;
+        } else if (!strcmp(a, "--tsan-race-probe")) {
+            o.race_probe = true;
             continue;
         }
         if (!v) {
