@@ -201,13 +201,16 @@ static int value_cmp(double a, double b)
 }
 
 /* index of the victim of tier k: the middle token of lowest value (ties: the higher position);
- * records the relative gap to the runner-up (finite values only) */
-static int victim(ref_kvc* r, uint32_t k, uint32_t cur)
+ * with evict, one older than the protected window (n_protect) when there is one; records the
+ * relative gap to the runner-up (finite values only) */
+static int victim_of(ref_kvc* r, uint32_t k, uint32_t cur, bool skip_protected)
 {
     int best = -1, second = -1;
     for (uint32_t i = 0; i < r->n; i++) {
         const ref_kvc_token* t = &r->tok[i];
         if (t->tier != k || t->pos < r->c.n_sink || t->pos + r->c.n_recent > cur)
+            continue;
+        if (skip_protected && (uint64_t)t->pos + r->c.n_protect > cur)
             continue;
         double v = value_of(r, t, cur);
         int cb = best < 0 ? -1 : value_cmp(v, value_of(r, &r->tok[best], cur));
@@ -226,6 +229,16 @@ static int victim(ref_kvc* r, uint32_t k, uint32_t cur)
             r->gap = g;
     }
     return best;
+}
+
+static uint32_t next_tier(const ref_kvc* r, uint32_t k);
+
+static int victim(ref_kvc* r, uint32_t k, uint32_t cur)
+{
+    if (next_tier(r, k) != 4 || r->c.n_protect <= r->c.n_recent)
+        return victim_of(r, k, cur, false);
+    int v = victim_of(r, k, cur, true);
+    return v >= 0 ? v : victim_of(r, k, cur, false);
 }
 
 static uint32_t next_tier(const ref_kvc* r, uint32_t k)
@@ -419,6 +432,10 @@ void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* in_a, const float* in_
         for (uint32_t b = a; b > 0; b--) {
             uint32_t i = order[b - 1], j = order[b];
             int cv = value_cmp(val[j], val[i]);
+            /* the protected window's middle tokens rank above the others */
+            const bool pi = (uint64_t)i + c->n_protect > cur, pj = (uint64_t)j + c->n_protect > cur;
+            if (pi != pj)
+                cv = pj ? 1 : -1;
             if (cv > 0 || (cv == 0 && j < i)) {
                 order[b - 1] = j;
                 order[b] = i;
@@ -507,7 +524,7 @@ ref_kvc_config ref_kvc_config_from(const vkh2o_kvcache_desc* d, const vkh2o_kvca
     ref_kvc_config rc = { .heads = d->num_heads, .kvl = d->kv_lora_rank, .rope = d->qk_rope_head_dim, .scale = d->scale,
                           .expanded = d->layout == VKH2O_LAYOUT_EXPANDED, .nope = d->qk_nope_head_dim, .vdim = d->v_head_dim,
                           .f32 = d->storage == VKH2O_DTYPE_F32,
-                          .n_sink = d->n_sink, .n_recent = d->n_recent, .policy = d->policy, .mode = d->score_mode,
+                          .n_sink = d->n_sink, .n_recent = d->n_recent, .n_protect = d->n_protect, .policy = d->policy, .mode = d->score_mode,
                           .seed = d->seed, .layer = layer, .keep = keep, .selects = p->selects, .by_bytes = p->by_bytes,
                           .budget = p->budget_bytes,
                           .from_original = d->requant_source == VKH2O_REQUANT_FROM_ORIGINAL };

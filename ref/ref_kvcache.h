@@ -23,6 +23,7 @@ typedef struct ref_kvc_config {
     bool f32;                         /* the top tier holds f32 rows (else fp16) */
     float scale;
     uint32_t n_sink, n_recent;
+    uint32_t n_protect;               /* eviction skips the last n_protect positions while it can */
     uint32_t policy, mode, seed, layer;
     float keep;                       /* a score's factor before the mass: 1, decay or 0 */
     uint32_t slots[4];                /* per tier (the plan's) */

@@ -93,6 +93,7 @@ typedef struct opts {
     const char* budget_arg;   /* "P%" as given (for messages) */
     bool ctx_given;
     uint32_t n_sink, n_recent;
+    uint32_t n_protect;       /* --n-protect: the cache's protected window (0: off) */
     double decay;
     uint32_t obs_window, pool_size;
     vkh2o_obs_pool pool;
@@ -160,6 +161,7 @@ static void usage(FILE* f)
     fprintf(f,
             "usage: vkh2o-eval --weights DIR [--text FILE] [--ctx N] [--windows K]\n"
             "                  [--policy P] [--budget B | --budget F%%] [--n-sink S] [--n-recent R] [--decay F]\n"
+            "                  [--n-protect N]\n"
             "                  [--obs-window W] [--pool max|avg|none] [--pool-size K]\n"
             "                  [--kv P [--bytes F%%] [--tiers A,B,C,D] [--tier-set T,..] [--kv-groups A,B,C]\n"
             "                  [--requant tier|original]]\n"
@@ -195,6 +197,12 @@ static void usage(FILE* f)
             "  --n-sink S      first tokens always kept (default 4)\n"
             "  --n-recent R    last tokens always kept (default 16)\n"
             "  --decay F       h2o-decay's factor, in (0, 1) (default 0.9)\n"
+            "  --n-protect N   a protected window: of the middle tokens, those among the last N positions are\n"
+            "                  evicted only when no older one is left (they still move down the tiers like the\n"
+            "                  others); above --n-recent; one evicting policy only (not with --sweep, --bench,\n"
+            "                  --kv-quant); off by default. With --kv tiered --tier-set int4 --bytes 25%%,\n"
+            "                  --n-sink 1 --n-recent 8, 96 keeps streamed passkeys and a passage that recurs\n"
+            "                  soon (docs/QUALITY.md)\n"
             "  --obs-window W, --pool max|avg|none, --pool-size K   snapkv's window (default 32), pooling\n"
             "                  (max) and odd kernel size (default 15: these models read bytes, and SnapKV's\n"
             "                  7, meant for subword tokens, spans too little of a word; on models/tiny-mla\n"
@@ -321,6 +329,7 @@ static int parse(int argc, char** argv, opts* o)
     /* repeats are refused before parse (cli_no_repeats); these say which flags were given, for the
      * checks of what applies to the run */
     bool seen_policy = false, seen_budget = false, seen_sink = false, seen_recent = false, seen_decay = false;
+    bool seen_protect = false;
     bool seen_obs = false, seen_pool = false, seen_pool_size = false, seen_trials = false;
     bool seen_depths = false;
     for (int i = 1; i < argc; i++) {
@@ -357,6 +366,10 @@ static int parse(int argc, char** argv, opts* o)
             if (r < 0)
                 return 2;
             seen_recent = true;
+        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--n-protect", 1, 1u << 20, &o->n_protect)) != 0) {
+            if (r < 0)
+                return 2;
+            seen_protect = true;
         } else if (!strcmp(a, "--route-every")) {
             fprintf(stderr, TOOL ": --route-every was retired with the quantised block cache: the one cache demotes and "
                             "evicts on the device at every step, so there is no routing interval (see --help)\n");
@@ -702,6 +715,20 @@ static int parse(int argc, char** argv, opts* o)
                 seen_obs ? "--obs-window" : seen_pool ? "--pool" : "--pool-size", pname);
         return 2;
     }
+    if (seen_protect) {
+        /* one evicting run: the sweeps' rows and the ladders have their own windows */
+        const char* why = every ? (o->sweep ? "--sweep" : "--bench") : o->ladder ? "--kv-quant" : o->policy->full ? "--policy full" : NULL;
+        if (why) {
+            fprintf(stderr, TOOL ": --n-protect does not apply to %s: it is the protected window of one evicting policy's "
+                            "cache (--policy other than full)\n", why);
+            return 2;
+        }
+        if (o->n_protect <= kept_recents(o)) {
+            fprintf(stderr, TOOL ": --n-protect %u must be above the recents (%u): the recents are never evicted already\n",
+                    o->n_protect, kept_recents(o));
+            return 2;
+        }
+    }
     if ((seen_sink || seen_recent) && !every && o->policy->full &&
         (!o->ladder || o->ladder->prec == VKH2O_PRECISION_FP16)) {
         if (o->ladder)
@@ -915,6 +942,7 @@ static void fill_kv(const opts* o, const vkh2o_model_config* mc, const row* r, v
         return;
     kd->n_sink = r->n_sink;
     kd->n_recent = r->n_recent;
+    kd->n_protect = o->n_protect;   /* refused with the sweeps, ladders and the full cache */
     kd->policy = r->policy->policy;
     kd->score_mode = r->policy->mode;
     if (r->policy->mode == VKH2O_SCORE_DECAY)
@@ -1368,6 +1396,8 @@ static bool write_outputs(const opts* o, const row* rows, uint32_t n, uint64_t f
                     o->ctx, r->kv_quant);
             if (r->policy->full && !r->kv)   /* the base every --bytes F% is a fraction of */
                 fprintf(fj, "\"fp16_bytes\": %llu, ", (unsigned long long)fp16_bytes);
+            if (o->n_protect && !r->policy->full)   /* --n-protect: the evicting row's protected window */
+                fprintf(fj, "\"n_protect\": %u, ", o->n_protect);
             if (r->kv && r->kv_bytes > 0)   /* the one KV cache's capacity: a fraction of the FP16 cache's bytes */
                 fprintf(fj, "\"kv_capacity\": %.6g, ", r->kv_bytes);
             if (r->requant_arg)   /* the requantisation source and what the cache held at the end of the text */

@@ -173,6 +173,18 @@ typedef enum vkh2o_kv_precision {
  *                    in it (vkh2o_kvcache_bytes <= capacity_bytes); the tokens follow from the
  *                    precision. Give one of capacity_tokens and capacity_bytes.
  *   n_sink, n_recent 0: the first / last positions every policy keeps at the top tier
+ *   n_protect        0 (off): a protected window of the last n_protect positions (above
+ *                    n_recent) that are never evicted while an older middle token can go, but
+ *                    move down the tiers by their keys like every middle token (so they cost
+ *                    lower-tier bytes, not FP16 ones). A decode step's eviction takes the
+ *                    lowest-keyed middle token older than the window (only when there is none,
+ *                    the lowest-keyed one inside it); a prefill ranks the window's middle tokens
+ *                    above the other middle tokens (kept first, in the highest tiers with room).
+ *                    It keeps a token that was read just before it is asked for (a key at the
+ *                    end of a long prompt, a passage that recurs soon) although few queries have
+ *                    raised its score yet. Needs a cache that evicts (a capacity); refused when
+ *                    not above n_recent, or when n_sink + n_protect reach the tokens a layer
+ *                    holds (plan.kept_tokens).
  *   layout           LATENT (DEFAULT); EXPANDED needs qk_nope_head_dim and v_head_dim too
  *   storage          the top tier's rows (sinks, recents, T0's middle tokens): F16 (0 = the
  *                    default) or F32; the integer tiers are the same either way
@@ -227,6 +239,7 @@ typedef struct vkh2o_kvcache_desc {
     vkh2o_dtype storage;
     bool check_finite;          /* count non-finite inputs and scores (stats.nonfinite*); off: no cost */
     vkh2o_requant_source requant_source;   /* measurement mode (above); FROM_TIER by default */
+    uint32_t n_protect;         /* the last n_protect positions are never evicted (above); 0: off */
 } vkh2o_kvcache_desc;
 
 /* What a desc resolves to: the slots of each tier's pool per layer (0: tier not used; T0's
@@ -252,9 +265,11 @@ VKH2O_API void vkh2o_kvcache_desc_from_mla(const vkh2o_mla_config* cfg, vkh2o_kv
  * may be NULL). Results: OK; INVALID_ARGUMENT (zero or oversized shapes, unknown enum, a group
  * size above the row, decay outside (0, 1), tier_tokens without TIERED, both capacities, a
  * storage other than F16 / F32, EXPANDED without qk_nope_head_dim or v_head_dim, requant_source
- * unknown or FROM_ORIGINAL without an integer tier);
+ * unknown or FROM_ORIGINAL without an integer tier, n_protect without a capacity, not above
+ * n_recent or from 2^24);
  * BUDGET (a capacity too small for the sinks and recents at the top tier plus one middle
- * token and the append slot, a capacity above max_tokens, sinks + recents above max_tokens).
+ * token and the append slot, a capacity above max_tokens, sinks + recents above max_tokens,
+ * sinks + n_protect reaching the tokens a layer holds).
  * err names the field and gives the figure and the limit. */
 VKH2O_API vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kvcache_desc* out,
                                                   vkh2o_kvcache_plan* plan, vkh2o_error* err);

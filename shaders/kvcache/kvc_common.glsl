@@ -21,7 +21,7 @@ layout(constant_id = 9) const uint GS2 = 64;
 layout(constant_id = 10) const uint GS3 = 32;
 layout(constant_id = 11) const uint NSINK = 0;
 layout(constant_id = 12) const uint NRECENT = 0;
-layout(constant_id = 13) const uint POLMODE = 0;   // policy | score mode << 4
+layout(constant_id = 13) const uint POLMODE = 0;   // policy | score mode << 4 | n_protect << 8
 layout(constant_id = 14) const uint SELECTS = 0;   // 1: scores and selection are kept
 layout(constant_id = 15) const uint WROW = 80;     // numbers per row: LATENT SA + R, EXPANDED H (SA + R + SV)
 layout(constant_id = 16) const uint BYBYTES = 0;   // 1: tiers by bytes (BUDGET decides, not the pools)
@@ -45,7 +45,8 @@ const uint WA = EXP != 0u ? KW : SA;    // the row's first input (ckv / k) numbe
 const uint QW = EXP != 0u ? DK : W;     // query numbers per head (the row numbers a head's logits read)
 const uint OW = EXP != 0u ? SV : SA;    // output numbers per head (P . c_kv, P . V_h)
 const uint POLICY = POLMODE & 15u;
-const uint MODE = POLMODE >> 4;
+const uint MODE = (POLMODE >> 4) & 15u;
+const uint NPROTECT = POLMODE >> 8;   // the last NPROTECT positions are never evicted (kvc_select, kvc_prefill)
 const uint EMPTY = 0xffffffffu;
 const float NEG = -3.0e38;
 

@@ -3,7 +3,8 @@
  * Prefill of one layer with p.n prompt tokens at positions 0 .. n-1 (the layer's slots emptied
  * before by the host's fill). One invocation per token: sinks and recents take the top tier's
  * first slots in position order; a middle token's rank among the middle tokens by key (larger
- * first, ties to the lower position; cur = n - 1) places it in the top tier (the first
+ * first, ties to the lower position; cur = n - 1; with NPROTECT the middle tokens of the last
+ * NPROTECT positions rank above every other middle token) places it in the top tier (the first
  * p.middle[0] ranks), then in each lower tier in use, p.middle[k] ranks each (the host's
  * vkh2o_kvcache_plan_counts: the pools' free slots, or what the byte capacity holds); a rank
  * beyond them is evicted. Without SELECTS token i takes top-tier slot i. Each invocation writes
@@ -62,9 +63,15 @@ void main()
         slot = min(i, NSINK) + (i > rs ? i - rs : 0u);
     } else {
         const uint key = select_key(POLICY, MODE, score, i, cur, p.seed, p.layer);
+        const bool prot = i + NPROTECT > cur;
         uint r = 0u;
         for (uint j = 0u; j < n; j++) {
             if (j == i || is_top(j, n)) continue;
+            const bool pj = j + NPROTECT > cur;
+            if (pj != prot) {
+                if (pj) r++;
+                continue;
+            }
             uint kj = select_key(POLICY, MODE, out_f[p.out_off + j], j, cur, p.seed, p.layer);
             if (kj > key || (kj == key && j < i)) r++;
         }

@@ -7,6 +7,8 @@
  * dequantised, requantised into the next tier's format and written to the slot the tier below
  * freed (or to its lowest free slot), with its position and score; the top tier's victim leaves
  * the slot the next append takes. Middle: position >= NSINK and position + NRECENT <= cur.
+ * Eviction (the victim of the lowest tier in use) skips the middle tokens of the last NPROTECT
+ * positions while an older middle token is there (n_protect; demotion does not).
  * Tiers by bytes (BYBYTES): while the held tokens and one more FP16 token exceed BUDGET bytes,
  * the lowest-keyed middle token of the highest tier that has one (and a tier below it) moves
  * down one tier into that tier's lowest free slot; when every middle token is in the lowest
@@ -26,9 +28,10 @@ shared uint sh_chain[4];     // victim slot per tier of the chain (EMPTY: not in
 shared uint sh_dest;         // free slot of the tier below the chain's last victim, or EMPTY: evict
 shared uint sh_last;         // the chain's last tier
 
-// the slot of tier k whose (key, position) is lowest among its middle tokens (want_empty:
-// the lowest free slot instead); EMPTY when there is none
-uint pick(uint k, bool want_empty, uint cur)
+// the slot of tier k whose (key, position) is lowest among its middle tokens (evict: those
+// older than the protected window only; want_empty: the lowest free slot instead); EMPTY when
+// there is none
+uint pick(uint k, bool want_empty, uint cur, bool evict)
 {
     const uint tid = gl_LocalInvocationID.x;
     const uint f = tier_first(k), n = tier_slots(k), s0 = g_slot0();
@@ -40,6 +43,7 @@ uint pick(uint k, bool want_empty, uint cur)
             continue;
         }
         if (pos == EMPTY || pos < NSINK || pos + NRECENT > cur) continue;
+        if (evict && pos + NPROTECT > cur) continue;
         uint key = select_key(POLICY, MODE, scores[s0 + g], pos, cur, p.seed, p.layer);
         if (bs == EMPTY || key < bk || (key == bk && pos > bp)) { bk = key; bs = g; bp = pos; }
     }
@@ -131,7 +135,8 @@ void by_bytes(uint cur)
         for (uint k = 0u; k < 4u && moved == 0u; k++) {
             if (tier_slots(k) == 0u || state[st + ST_COUNT + k] == 0u) continue;
             const uint nk = next_tier(k);
-            const uint v = pick(k, false, cur);
+            uint v = pick(k, false, cur, nk == 4u);
+            if (v == EMPTY && nk == 4u && NPROTECT > NRECENT) v = pick(k, false, cur, false);
             if (v == EMPTY) continue;
             if (nk == 4u) {
                 if (tid == 0u) {
@@ -140,7 +145,7 @@ void by_bytes(uint cur)
                     state[st + ST_EVICTED] += 1u;
                 }
             } else {
-                const uint d = pick(nk, true, cur);
+                const uint d = pick(nk, true, cur, false);
                 if (d == EMPTY) continue;     // (pools are sized so that this does not happen)
                 move_row(v, k, d, nk);
             }
@@ -171,14 +176,16 @@ void main()
     // the chain, top down: stop at a tier with a free slot
     uint k = 0u;
     while (k < 4u && state[st + ST_COUNT + k] >= tier_slots(k)) {
-        uint v = pick(k, false, cur);
+        const bool ev = next_tier(k) == 4u;
+        uint v = pick(k, false, cur, ev);
+        if (v == EMPTY && ev && NPROTECT > NRECENT) v = pick(k, false, cur, false);
         if (v == EMPTY) break;             // only sinks and recents: nothing may move (resolve prevents it)
         if (tid == 0u) { sh_chain[k] = v; sh_last = k; }
         barrier();
         uint nk = next_tier(k);
         if (nk == 4u) break;               // the lowest tier: its victim is evicted
         if (state[st + ST_COUNT + nk] < tier_slots(nk)) {
-            uint d = pick(nk, true, cur);
+            uint d = pick(nk, true, cur, false);
             if (tid == 0u) sh_dest = d;
             barrier();
             break;

@@ -419,6 +419,25 @@ vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kv
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: unknown requant_source %d", (int)d.requant_source);
     vkh2o_kvcache_plan pl;
     VKH2O_CHECK(plan_pools(&d, &pl, err));
+    if (d.n_protect) {
+        if (!pl.selects)
+            return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                                   "kvcache: n_protect %u needs a cache that evicts (capacity_tokens or capacity_bytes); the full "
+                                   "cache keeps every token",
+                                   d.n_protect);
+        if (d.n_protect <= d.n_recent)
+            return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT,
+                                   "kvcache: n_protect %u is not above n_recent %u (the recents are never evicted already)",
+                                   d.n_protect, d.n_recent);
+        if (d.n_protect >= (1u << 24))
+            return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: n_protect %u above the limit %u", d.n_protect,
+                                   (1u << 24) - 1);
+        if ((uint64_t)d.n_sink + d.n_protect >= pl.kept_tokens)
+            return vkh2o_error_set(err, VKH2O_ERROR_BUDGET,
+                                   "kvcache: %u sinks + n_protect %u reach the %u tokens a layer holds (plan kept_tokens): no "
+                                   "older middle token would be left to evict",
+                                   d.n_sink, d.n_protect, pl.kept_tokens);
+    }
     if (d.requant_source == VKH2O_REQUANT_FROM_ORIGINAL) {
         const uint32_t lower = pl.slots[1] + pl.slots[2] + pl.slots[3];
         if (!lower)
@@ -503,7 +522,7 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
         s[KVC_SPEC_GS + k - 1] = d.group_size[k];
     s[KVC_SPEC_NSINK] = d.n_sink;
     s[KVC_SPEC_NRECENT] = d.n_recent;
-    s[KVC_SPEC_POLMODE] = (uint32_t)d.policy | ((uint32_t)d.score_mode << 4);
+    s[KVC_SPEC_POLMODE] = (uint32_t)d.policy | ((uint32_t)d.score_mode << 4) | (d.n_protect << 8);   /* n_protect < 2^24 */
     s[KVC_SPEC_SELECTS] = pl.selects ? 1u : 0u;
     s[KVC_SPEC_WROW] = shp.w;
     s[KVC_SPEC_EXP] = expanded ? 1u : 0u;

@@ -90,6 +90,25 @@ static void test_resolve(void** state)
     e = d;
     e.capacity_tokens = 30;
     assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_BUDGET);
+    /* n_protect: only with a capacity, above n_recent, below the tokens held after the sinks */
+    e = d;
+    e.n_protect = 200;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_OK);
+    e.n_protect = 16;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "n_protect 16 is not above n_recent 16"));
+    e.n_protect = 996;   /* 4 sinks + 996 reach the 1000 tokens held */
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_BUDGET);
+    assert_non_null(strstr(err.message, "reach the 1000 tokens"));
+    e.n_protect = 995;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_OK);
+    e.n_protect = 1u << 24;   /* the spec word's 24 bits */
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "above the limit 16777215"));
+    e = base_desc(64, 512, 64, 4096);   /* the full cache */
+    e.n_protect = 32;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "n_protect 32 needs a cache that evicts"));
     e = base_desc(4, 63, 16, 100);   /* odd row */
     assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
     e = base_desc(4, 64, 16, 0);

@@ -356,6 +356,14 @@ case_ vkh2o-eval --budget "${E[@]}" --passkey --ctx 128 --policy snapkv --budget
 for v in "" abc 0 1 -0.5 1.5 nan inf; do case_ vkh2o-eval --decay "${E[@]}" --policy h2o-decay --budget 8 --decay "$v"; done
 case_ vkh2o-eval --decay "${E[@]}" --policy h2o-decay --budget 8 --decay
 case_ vkh2o-eval --decay "${E[@]}" --policy h2o-decay --budget 8 --decay 0.5 --decay 0.5
+num vkh2o-eval --n-protect 1 1048576 "${E[@]}" --policy h2o --budget 8 --n-recent 0
+case_ vkh2o-eval --n-protect "${E[@]}" --policy h2o --budget 8 --n-protect 16        # not above the 16 recents
+case_ vkh2o-eval --n-protect "${E[@]}" --policy snapkv --budget 8 --n-protect 20     # snapkv keeps its 32-token window as recents
+case_ vkh2o-eval --n-protect "${E[@]}" --n-protect 40                                # the full cache evicts nothing
+case_ vkh2o-eval --n-protect "${E[@]}" --sweep --n-protect 40
+case_ vkh2o-eval --n-protect "${E[@]}" --bench --n-protect 40
+case_ vkh2o-eval --n-protect "${E[@]}" --kv-quant balanced --n-protect 40
+case_ vkh2o-eval --n-protect "${E[@]}" --policy h2o --budget 8 --n-protect 40 --n-protect 40
 choice vkh2o-eval --policy h2o "${E[@]}" --budget 8
 choice vkh2o-eval --kv-quant balanced "${E[@]}"
 case_ vkh2o-eval --kv-quant "${E[@]}" --policy h2o --budget 8 --kv-quant balanced

@@ -1,7 +1,8 @@
 /* The KV-cache shapes of the conformance registry (kvcache.step, conf_kvcache.c), one table:
  * every precision (FP16, INT8, INT4, INT2, tiers by tokens and by bytes, up to INT2), policy (H2O
  * sum, mean, decayed, TOVA; streaming; random), both layouts (LATENT rows, EXPANDED per-head K
- * and V at odd head counts and dims), fp16 and f32 top tiers, and the Kimi K2 row. Shapes are
+ * and V at odd head counts and dims), fp16 and f32 top tiers, a protected window, and the Kimi
+ * K2 row. Shapes are
  * no multiple of the workgroup. tests/kvcache/test_kvcache.c reads the same table for its
  * recording contract (one recording submitted again and again), by name. */
 #ifndef VKH2O_CONF_KVCACHE_DEFS_H
@@ -88,6 +89,17 @@ static const conf_kv_def conf_kv_defs[] = {
     { "exp.f32.int8_sum_g3", 5, 0, 4, 90, 20, 50,
       { CONF_EXP12, .n_sink = 2, .n_recent = 5, .capacity_tokens = 20, .precision = VKH2O_PRECISION_INT8,
         .group_size = { 0, 3, 0, 0 }, .storage = VKH2O_DTYPE_F32 } },
+    /* a protected window (n_protect): eviction skips its middle tokens while an older one is
+     * there; demotion does not. Pools (one precision, tiers by tokens) and tiers by bytes */
+    { "int4.h2o_sum_protect", 3, 30, 6, 90, 9, 60,
+      { .n_sink = 2, .n_recent = 4, .n_protect = 12, .capacity_tokens = 24, .precision = VKH2O_PRECISION_INT4,
+        CONF_H2O(VKH2O_SCORE_SUM) } },
+    { "tiered.bytes_protect", 5, 26, 6, 100, 30, 60,
+      { .n_sink = 1, .n_recent = 3, .n_protect = 20, .capacity_bytes = 2600, .precision = VKH2O_PRECISION_TIERED,
+        .tier_mask = 0x5 } },
+    { "exp.tiered_tova_protect", 3, 0, 4, 80, 11, 50,
+      { CONF_EXP12, .n_sink = 2, .n_recent = 3, .n_protect = 9, .capacity_tokens = 22, .precision = VKH2O_PRECISION_TIERED,
+        .tier_tokens = { 2, 4, 0, 0 }, CONF_H2O(VKH2O_SCORE_TOVA) } },
     /* the Kimi K2 row (kv_lora 512, rope 64) with 64 heads, tiers by score */
     { "tiered.kimi", 64, 512, 64, 60, 48, 8,
       { .n_sink = 4, .n_recent = 8, .capacity_tokens = 40, .precision = VKH2O_PRECISION_TIERED,

@@ -3,7 +3,8 @@
  * vkh2o_run_kvcache_prefill), against ref/ref_keep.c, over prompt lengths around and far from
  * the workgroup, capacities from one middle token to all but one, and attention masses made to
  * tie: uniform, a few distinct values, all equal, ascending, descending, zeros with a few spikes,
- * and a range of 60 decades; H2O sum and mean, and streaming.
+ * and a range of 60 decades; H2O sum and mean, and streaming; with a protected window (n_protect:
+ * its middle tokens rank first).
  *
  * Exact: the kept set (as a set: the snapshot is sorted by position), every kept token's score
  * its mass bit for bit (the prefill copies it), and the stats' length, position and evicted
@@ -19,7 +20,7 @@
 #include <string.h>
 
 enum { KVL = 6, ROPE = 2 };
-enum { P_N, P_CAP, P_SINK, P_RECENT, P_DIST, P_POLICY, P_MODE };
+enum { P_N, P_CAP, P_SINK, P_RECENT, P_DIST, P_POLICY, P_MODE, P_PROTECT };
 
 typedef enum dist { D_UNIFORM, D_FEW, D_EQUAL, D_ASC, D_DESC, D_SPIKES, D_WIDE, D_COUNT } dist;
 static const char* const dist_name[D_COUNT] = { "uniform", "few", "equal", "ascending", "descending", "spikes", "wide" };
@@ -44,7 +45,8 @@ static void run_prefill(const conf_env* env, const conf_case* c, conf_result* r)
     const vkh2o_score_mode mode = (vkh2o_score_mode)c->p[P_MODE];
     const vkh2o_kvcache_desc d = { .num_heads = 1, .kv_lora_rank = KVL, .qk_rope_head_dim = ROPE, .max_tokens = n,
                                    .capacity_tokens = cap, .n_sink = (uint32_t)c->p[P_SINK],
-                                   .n_recent = (uint32_t)c->p[P_RECENT], .policy = policy, .score_mode = mode };
+                                   .n_recent = (uint32_t)c->p[P_RECENT], .policy = policy, .score_mode = mode,
+                                   .n_protect = (uint32_t)c->p[P_PROTECT] };
     conf_rng rng;
     conf_rng_seed(&rng, env->seed, c->name);
     vkh2o_kvcache* kc = NULL;
@@ -85,7 +87,7 @@ static void run_prefill(const conf_env* env, const conf_case* c, conf_result* r)
     const uint32_t slots = vkh2o_kvcache_get_plan(kc)->total_slots;
     pos = malloc(4ull * slots);
     sc = malloc(4ull * slots);
-    const uint32_t nk = ref_prefill_keep(mass, n, cap, d.n_sink, d.n_recent, policy, mode, keep);
+    const uint32_t nk = ref_prefill_keep(mass, n, cap, d.n_sink, d.n_recent, d.n_protect, policy, mode, keep);
     if (!pos || !sc || nk == UINT32_MAX) {
         r->status = CONF_ERROR;
         snprintf(r->note, sizeof r->note, "out of host memory");
@@ -129,13 +131,16 @@ done:
     free(sc);
 }
 
-static void add(conf_registry* reg, uint32_t sh, uint32_t n, uint32_t cap, uint32_t sink, uint32_t recent, dist d,
-                vkh2o_evict_policy policy, vkh2o_score_mode mode)
+static conf_case* add_p(conf_registry* reg, uint32_t sh, uint32_t n, uint32_t cap, uint32_t sink, uint32_t recent,
+                        uint32_t protect, dist d, vkh2o_evict_policy policy, vkh2o_score_mode mode)
 {
     const char* pol = policy == VKH2O_POLICY_STREAMING ? "streaming" : mode == VKH2O_SCORE_MEAN ? "mean" : "sum";
-    conf_case* c = conf_add(reg, run_prefill, sh, "kvc_prefill", "kvcache.prefill.%s.%s.%s.n%u_c%u_s%u_r%u",
-                            sh == CONF_SHAPES_CPU ? "cpu" : "gpu", pol, dist_name[d], n, cap, sink, recent);
-    if (!c) return;
+    char pr[24] = "";
+    if (protect) snprintf(pr, sizeof pr, "_p%u", protect);
+    conf_case* c = conf_add(reg, run_prefill, sh, "kvc_prefill", "kvcache.prefill.%s.%s.%s.n%u_c%u_s%u_r%u%s",
+                            sh == CONF_SHAPES_CPU ? "cpu" : "gpu", pol, dist_name[d], n, cap, sink, recent, pr);
+    if (!c) return NULL;
+    c->p[P_PROTECT] = (int32_t)protect;
     c->p[P_N] = (int32_t)n;
     c->p[P_CAP] = (int32_t)cap;
     c->p[P_SINK] = (int32_t)sink;
@@ -143,8 +148,16 @@ static void add(conf_registry* reg, uint32_t sh, uint32_t n, uint32_t cap, uint3
     c->p[P_DIST] = d;
     c->p[P_POLICY] = policy;
     c->p[P_MODE] = mode;
-    snprintf(c->params, sizeof c->params, "%u prompt tokens into %u (%u sinks, %u recents), %s masses, %s", n, cap, sink,
-             recent, dist_name[d], policy == VKH2O_POLICY_STREAMING ? "streaming" : mode == VKH2O_SCORE_MEAN ? "H2O mean" : "H2O sum");
+    snprintf(c->params, sizeof c->params, "%u prompt tokens into %u (%u sinks, %u recents, %u protected), %s masses, %s", n,
+             cap, sink, recent, protect, dist_name[d],
+             policy == VKH2O_POLICY_STREAMING ? "streaming" : mode == VKH2O_SCORE_MEAN ? "H2O mean" : "H2O sum");
+    return c;
+}
+
+static void add(conf_registry* reg, uint32_t sh, uint32_t n, uint32_t cap, uint32_t sink, uint32_t recent, dist d,
+                vkh2o_evict_policy policy, vkh2o_score_mode mode)
+{
+    add_p(reg, sh, n, cap, sink, recent, 0, d, policy, mode);
 }
 
 void conf_register_kvcache_prefill(conf_registry* reg)
@@ -172,6 +185,14 @@ void conf_register_kvcache_prefill(conf_registry* reg)
             add(reg, sh, ns[i], ns[i] / 4 + 5, 2, 2, D_UNIFORM, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN);
             add(reg, sh, ns[i], ns[i] / 4 + 5, 2, 2, D_FEW, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN);
         }
+        /* a protected window (its middle tokens kept before the older ones, which fill the rest
+         * by key): small, and taking all but one of the middle room against descending masses
+         * (the window holds the lowest keys; resolve keeps sinks + window below the capacity) */
+        add_p(reg, sh, 7, 5, 1, 2, 3, D_UNIFORM, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM);
+        add_p(reg, sh, 100, 40, 4, 16, 30, D_UNIFORM, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM);
+        add_p(reg, sh, 257, 60, 4, 16, 55, D_DESC, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM);
+        add_p(reg, sh, 1501, 300, 4, 16, 250, D_FEW, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM);
+        add_p(reg, sh, 256, 69, 2, 2, 40, D_UNIFORM, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN);
         /* long prompts: many candidates of few values, and all equal (GPU shapes only, above) */
         if (sh == CONF_SHAPES_GPU) {
             add(reg, sh, 20000, 4096, 4, 64, D_UNIFORM, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM);
