@@ -115,6 +115,12 @@ echo "recurring passage (full cache, ctx 256): first $r1, recurrence $r2 bits/by
 json_get "$TMP/pct.json" "d[0]['cache_tokens'] == 4 and (d[0]['n_sink'], d[0]['budget'], d[0]['n_recent']) == (1, 1, 2)" \
     | grep -qx True || fail "--budget 25% of --ctx 16: $(cat "$TMP/pct.json")"
 
+# ---- --n-protect: the protected window reaches the session's cache (JSON says it) ----
+"$TOOL" --weights "$MODEL" --text "$HELD" --ctx 64 --windows 1 --policy h2o --budget 50% --n-sink 1 --n-recent 2 \
+    --n-protect 12 --json "$TMP/prot.json" --quiet > /dev/null || fail "--n-protect 12 at --ctx 64 --budget 50%"
+json_get "$TMP/prot.json" "[r.get('n_protect') for r in d] == [12] and 0 < d[0]['bits_per_byte'] < 8" \
+    | grep -qx True || fail "--n-protect 12: $(cat "$TMP/prot.json")"
+
 # ---- the sweep: every policy finite, every output written (a policy's flags apply to a sweep,
 # which has rows of every policy; these are their defaults, so the figures do not change); in the full run (VKH2O_TEST_FULL=1)
 # also every policy's passkey and recurring-passage figures (the default run has them for the full
