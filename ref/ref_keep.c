@@ -6,17 +6,15 @@
 #include <stdlib.h>
 
 typedef struct ranked {
-    bool prot;     /* in the protected window (the last n_protect positions) */
     double key;
     uint32_t pos;
 } ranked;
 
-/* the protected window first, then larger keys first, ties to the lower position; doubles hold
- * every f32 and position exactly, so comparing them compares the device's keys */
+/* larger keys first, ties to the lower position; doubles hold every f32 and position exactly,
+ * so comparing them compares the device's keys */
 static int by_key(const void* a, const void* b)
 {
     const ranked *x = a, *y = b;
-    if (x->prot != y->prot) return x->prot ? -1 : 1;
     if (x->key != y->key) return x->key > y->key ? -1 : 1;
     return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
@@ -32,7 +30,7 @@ static double key_of(vkh2o_evict_policy policy, vkh2o_score_mode mode, float mas
 }
 
 uint32_t ref_prefill_keep(const float* mass, uint32_t n, uint32_t capacity, uint32_t n_sink, uint32_t n_recent,
-                          uint32_t n_protect, vkh2o_evict_policy policy, vkh2o_score_mode mode, uint32_t* keep)
+                          vkh2o_evict_policy policy, vkh2o_score_mode mode, uint32_t* keep)
 {
     bool* in = calloc(n ? n : 1, 1);
     ranked* mid = malloc(sizeof *mid * (n ? n : 1));
@@ -47,7 +45,7 @@ uint32_t ref_prefill_keep(const float* mass, uint32_t n, uint32_t capacity, uint
             in[i] = true;
             top++;
         } else {
-            mid[m++] = (ranked){ (uint64_t)i + n_protect >= n, key_of(policy, mode, mass[i], i, n), i };
+            mid[m++] = (ranked){ key_of(policy, mode, mass[i], i, n), i };
         }
     }
     qsort(mid, m, sizeof *mid, by_key);

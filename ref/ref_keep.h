@@ -1,9 +1,7 @@
 /* The prefill's kept set of the one KV cache (shaders/kvcache/kvc_prefill.comp through
  * vkh2o_run_kvcache_prefill on an FP16 cache with a token capacity), written from the policy's
  * definition: the first n_sink and the last n_recent prompt tokens are kept; of the middle
- * tokens, the largest keys fill what the capacity leaves, ties to the lower position, except
- * that the middle tokens of the last n_protect positions (the protected window) come before
- * every other middle token. The key:
+ * tokens, the largest keys fill what the capacity leaves, ties to the lower position. The key:
  * H2O sum, the token's attention mass; H2O mean, mass / (n - position) (the queries that saw
  * it, one IEEE fp32 division as the device does it); streaming, the position. */
 #ifndef REF_KEEP_H
@@ -14,5 +12,5 @@
 
 /* The kept positions, ascending, into keep[0..return); UINT32_MAX when out of host memory. */
 uint32_t ref_prefill_keep(const float* mass, uint32_t n, uint32_t capacity, uint32_t n_sink, uint32_t n_recent,
-                          uint32_t n_protect, vkh2o_evict_policy policy, vkh2o_score_mode mode, uint32_t* keep);
+                          vkh2o_evict_policy policy, vkh2o_score_mode mode, uint32_t* keep);
 #endif

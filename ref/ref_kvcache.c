@@ -432,10 +432,6 @@ void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* in_a, const float* in_
         for (uint32_t b = a; b > 0; b--) {
             uint32_t i = order[b - 1], j = order[b];
             int cv = value_cmp(val[j], val[i]);
-            /* the protected window's middle tokens rank above the others */
-            const bool pi = (uint64_t)i + c->n_protect > cur, pj = (uint64_t)j + c->n_protect > cur;
-            if (pi != pj)
-                cv = pj ? 1 : -1;
             if (cv > 0 || (cv == 0 && j < i)) {
                 order[b - 1] = j;
                 order[b] = i;

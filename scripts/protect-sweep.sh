@@ -18,6 +18,7 @@ SET="--windows 16 --recall-windows 8 --trials 10 --stream-trials 3"
 BASE=(--weights "$ROOT/models/tiny-mla" --text "$ROOT/models/tiny-mla/eval.txt" --ctx 512 --recall --passkey --stream --quiet)
 KV="--kv tiered --bytes 25% --tier-set int4 --n-sink 1 --n-recent 8"
 CONFIGS=(
+    "h2o-p64|--policy h2o $KV --n-protect 64"
     "h2o-p96|--policy h2o $KV --n-protect 96"
     "h2o-p112|--policy h2o $KV --n-protect 112"
     "h2o-mean-p96|--policy h2o-mean $KV --n-protect 96"

@@ -178,8 +178,8 @@ typedef enum vkh2o_kv_precision {
  *                    move down the tiers by their keys like every middle token (so they cost
  *                    lower-tier bytes, not FP16 ones). A decode step's eviction takes the
  *                    lowest-keyed middle token older than the window (only when there is none,
- *                    the lowest-keyed one inside it); a prefill ranks the window's middle tokens
- *                    above the other middle tokens (kept first, in the highest tiers with room).
+ *                    the lowest-keyed one inside it). A prefill ranks by key alone: it does not
+ *                    apply the window (measured: applying it there lost compressed passkeys).
  *                    It keeps a token that was read just before it is asked for (a key at the
  *                    end of a long prompt, a passage that recurs soon) although few queries have
  *                    raised its score yet. Needs a cache that evicts (a capacity); refused when

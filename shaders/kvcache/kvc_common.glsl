@@ -46,7 +46,7 @@ const uint QW = EXP != 0u ? DK : W;     // query numbers per head (the row numbe
 const uint OW = EXP != 0u ? SV : SA;    // output numbers per head (P . c_kv, P . V_h)
 const uint POLICY = POLMODE & 15u;
 const uint MODE = (POLMODE >> 4) & 15u;
-const uint NPROTECT = POLMODE >> 8;   // the last NPROTECT positions are never evicted (kvc_select, kvc_prefill)
+const uint NPROTECT = POLMODE >> 8;   // a step's eviction skips the last NPROTECT positions while it can (kvc_select)
 const uint EMPTY = 0xffffffffu;
 const float NEG = -3.0e38;
 

@@ -3,14 +3,13 @@
  * Prefill of one layer with p.n prompt tokens at positions 0 .. n-1 (the layer's slots emptied
  * before by the host's fill). One invocation per token: sinks and recents take the top tier's
  * first slots in position order; a middle token's rank among the middle tokens by key (larger
- * first, ties to the lower position; cur = n - 1; with NPROTECT the middle tokens of the last
- * NPROTECT positions rank above every other middle token) places it in the top tier (the first
+ * first, ties to the lower position; cur = n - 1) places it in the top tier (the first
  * p.middle[0] ranks), then in each lower tier in use, p.middle[k] ranks each (the host's
  * vkh2o_kvcache_plan_counts: the pools' free slots, or what the byte capacity holds); a rank
- * beyond them is evicted. Without SELECTS token i takes top-tier slot i. Each invocation writes
- * its own row in its tier's format (rows [in_ckv | in_kpe]: LATENT ckv [n][SA] and kpe [n][R],
- * EXPANDED k [n][H][SA + R] and v [n][H][SV]; scores from out_f = the mass),
- * and invocation 0 the layer's state. With CHECKFIN a token whose row or mass holds a NaN or Inf
+ * beyond them is evicted (n_protect, a decode step's rule, does not apply). Without SELECTS
+ * token i takes top-tier slot i. Each invocation writes its own row in its tier's format (rows
+ * [in_ckv | in_kpe]: LATENT ckv [n][SA] and kpe [n][R], EXPANDED k [n][H][SA + R] and v
+ * [n][H][SV]; scores from out_f = the mass), and invocation 0 the layer's state. With CHECKFIN a token whose row or mass holds a NaN or Inf
  * is counted (ST_NF_COUNT, ST_NF_FIRST: the lowest such position, by atomics). SHADOW
  * (requant_source FROM_ORIGINAL): a token placed below the top tier also writes its top-tier row
  * to its slot's shadow.
@@ -63,15 +62,9 @@ void main()
         slot = min(i, NSINK) + (i > rs ? i - rs : 0u);
     } else {
         const uint key = select_key(POLICY, MODE, score, i, cur, p.seed, p.layer);
-        const bool prot = i + NPROTECT > cur;
         uint r = 0u;
         for (uint j = 0u; j < n; j++) {
             if (j == i || is_top(j, n)) continue;
-            const bool pj = j + NPROTECT > cur;
-            if (pj != prot) {
-                if (pj) r++;
-                continue;
-            }
             uint kj = select_key(POLICY, MODE, out_f[p.out_off + j], j, cur, p.seed, p.layer);
             if (kj > key || (kj == key && j < i)) r++;
         }

@@ -3,8 +3,8 @@
  * vkh2o_run_kvcache_prefill), against ref/ref_keep.c, over prompt lengths around and far from
  * the workgroup, capacities from one middle token to all but one, and attention masses made to
  * tie: uniform, a few distinct values, all equal, ascending, descending, zeros with a few spikes,
- * and a range of 60 decades; H2O sum and mean, and streaming; with a protected window (n_protect:
- * its middle tokens rank first).
+ * and a range of 60 decades; H2O sum and mean, and streaming; with a protected window
+ * (n_protect), which a prefill does not apply: the kept set is the same as without it.
  *
  * Exact: the kept set (as a set: the snapshot is sorted by position), every kept token's score
  * its mass bit for bit (the prefill copies it), and the stats' length, position and evicted
@@ -87,7 +87,7 @@ static void run_prefill(const conf_env* env, const conf_case* c, conf_result* r)
     const uint32_t slots = vkh2o_kvcache_get_plan(kc)->total_slots;
     pos = malloc(4ull * slots);
     sc = malloc(4ull * slots);
-    const uint32_t nk = ref_prefill_keep(mass, n, cap, d.n_sink, d.n_recent, d.n_protect, policy, mode, keep);
+    const uint32_t nk = ref_prefill_keep(mass, n, cap, d.n_sink, d.n_recent, policy, mode, keep);
     if (!pos || !sc || nk == UINT32_MAX) {
         r->status = CONF_ERROR;
         snprintf(r->note, sizeof r->note, "out of host memory");
@@ -185,9 +185,9 @@ void conf_register_kvcache_prefill(conf_registry* reg)
             add(reg, sh, ns[i], ns[i] / 4 + 5, 2, 2, D_UNIFORM, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN);
             add(reg, sh, ns[i], ns[i] / 4 + 5, 2, 2, D_FEW, VKH2O_POLICY_H2O, VKH2O_SCORE_MEAN);
         }
-        /* a protected window (its middle tokens kept before the older ones, which fill the rest
-         * by key): small, and taking all but one of the middle room against descending masses
-         * (the window holds the lowest keys; resolve keeps sinks + window below the capacity) */
+        /* a protected window: a decode step's rule, which the prefill does not apply (the kept
+         * set by key alone), small and taking all but one of the middle room, the window holding
+         * the lowest keys (descending masses) */
         add_p(reg, sh, 7, 5, 1, 2, 3, D_UNIFORM, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM);
         add_p(reg, sh, 100, 40, 4, 16, 30, D_UNIFORM, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM);
         add_p(reg, sh, 257, 60, 4, 16, 55, D_DESC, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM);
