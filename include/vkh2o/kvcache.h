@@ -30,7 +30,9 @@
  *   in position order: attention does not depend on it. A decode step
  *     1. appends the new token at the top tier, into the free T0 slot of lowest index;
  *     2. attends with the query over every occupied slot of every tier in one pass (logits,
- *        softmax, P . row), dequantising each row as it is read;
+ *        softmax, P . row), dequantising each row as it is read; each tier's live range (1 +
+ *        its highest occupied slot, kept on the device: free slots are taken lowest first, so
+ *        occupied ones gather at the bottom) bounds what the step reads, not the pool's size;
  *     3. adds the attention mass (summed over heads) to every slot's score (scaled first by 1
  *        for the sum and mean modes, by decay for the decayed mode, by 0 for TOVA);
  *     4. makes room for the next token: when T0 has no free slot, its middle token (neither one
@@ -46,7 +48,8 @@
  *   use (tier_mask) its lowest-keyed one is evicted. Tokens stay at T0 until the bytes force
  *   them down. Each tier's pool is sized for the most tokens the capacity could hold in it, so
  *   the device memory (vkh2o_kvcache_plan_bytes) is about the tiers in use times the capacity,
- *   of which at most the capacity is held (vkh2o_kvcache_stats.bytes_used).
+ *   of which at most the capacity is held (vkh2o_kvcache_stats.bytes_used); a step reads only
+ *   the tiers' live ranges (step 2), not every slot of every pool.
  *   Keys (larger stays; equal keys: the lower position stays): H2O sum / decayed / TOVA: the
  *   score; mean: score / (cur - position + 1); streaming: the position; random: a hash of
  *   (seed, layer, cur, position). Sinks and recents stay at the top tier.
@@ -378,6 +381,9 @@ typedef struct vkh2o_kvcache_stats {
     uint32_t nonfinite;
     uint32_t nonfinite_position;
     uint32_t nonfinite_what;
+    /* slots a step reads per tier: the tier's live range, 1 + its highest occupied slot (at least
+     * by_tier, at most plan.slots; free slots are taken lowest first, so it stays near by_tier) */
+    uint32_t live[VKH2O_TIER_COUNT];
 } vkh2o_kvcache_stats;
 /* What was non-finite at vkh2o_kvcache_stats.nonfinite_position (bits). */
 typedef enum vkh2o_kv_nonfinite {

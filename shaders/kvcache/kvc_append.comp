@@ -1,7 +1,8 @@
 #version 450
 /*
  * Stage 1 of a decode step (one workgroup): the new token takes the free FP16 slot of lowest
- * index in the layer's top tier, with its position (the layer's counter), score 0 and its row
+ * index in the layer's top tier (at most its live range's end, ST_EXT, which it raises past the
+ * slot), with its position (the layer's counter), score 0 and its row
  * (LATENT [ckv | kpe], EXPANDED [k | v]) rounded to fp16 (f32 with F32TOP). A step at max_tokens
  * positions is refused on the device: the overflow count goes up and ST_SKIP tells the later
  * stages to do nothing. With CHECKFIN a step whose q or row inputs (LATENT c_kv / k_pe, EXPANDED
@@ -25,7 +26,8 @@ void main()
     const uint st = g_st(), s0 = g_slot0();
     const uint pos = state[st + ST_POS];
     uint best = EMPTY;
-    for (uint g = tid; g < SLOTS0; g += WG)
+    const uint scan = min(SLOTS0, tier_ext(0u) + 1u);   // every slot from the live range's end is free
+    for (uint g = tid; g < scan; g += WG)
         if (positions[s0 + g] == EMPTY) { best = g; break; }
     sh_slot[tid] = best;
     if (CHECKFIN == 1u) {
@@ -49,6 +51,7 @@ void main()
         } else {
             positions[s0 + b] = pos;
             scores[s0 + b] = 0.0;
+            state[st + ST_EXT] = max(state[st + ST_EXT], b + 1u);
             state[st + ST_POS] = pos + 1u;
             state[st + ST_CUR] = pos;
             state[st + ST_COUNT] += 1u;

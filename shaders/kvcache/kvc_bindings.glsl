@@ -29,6 +29,22 @@ layout(push_constant) uniform Push {
 
 KVC_DEFINE_DEQ(deq, rows)
 
+// the live range of tier k in this layer (ST_EXT)
+uint tier_ext(uint k) { return min(state[p.layer * ST_WORDS + ST_EXT + k], tier_slots(k)); }
+uvec4 live_ext() { return uvec4(tier_ext(0u), tier_ext(1u), tier_ext(2u), tier_ext(3u)); }
+// the i-th live slot (tier by tier, each tier's live range in order) for i < the sum of e
+uint live_slot(uint i, uvec4 e)
+{
+    uint f = 0u;
+    for (uint k = 0u; k < 4u; k++) {
+        if (i < e[k]) return f + i;
+        i -= e[k];
+        f += tier_slots(k);
+    }
+    return EMPTY;
+}
+
+
 uint g_st() { return p.layer * ST_WORDS; }
 uint g_slot0() { return p.layer * total_slots(); }
 uint g_rows0() { return p.layer * layer_words(); }

@@ -51,7 +51,7 @@ const uint EMPTY = 0xffffffffu;
 const float NEG = -3.0e38;
 
 // state words per layer
-const uint ST_WORDS = 16u;
+const uint ST_WORDS = 20u;
 const uint ST_POS = 0u;       // tokens seen: the next token's position
 const uint ST_COUNT = 1u;     // + tier: tokens held
 const uint ST_DEMOTED = 5u;   // + tier: tokens moved down out of the tier
@@ -62,6 +62,10 @@ const uint ST_CUR = 12u;      // position of the latest token
 const uint ST_NF_COUNT = 13u; // CHECKFIN: steps / prefill tokens that saw a non-finite number
 const uint ST_NF_FIRST = 14u; // ~(position << 4 | what) of the first one (0: none; atomicMax keeps the lowest)
 const uint ST_NF_LAST = 15u;  // position + 1 of the last step counted (0: none)
+const uint ST_EXT = 16u;      // + tier: the tier's live range, 1 + its highest occupied slot (0: none);
+                              // every slot of the tier at or past it is empty. kvc_append and
+                              // kvc_prefill raise it, kvc_select recomputes it; kvc_logits,
+                              // kvc_softmax and kvc_pv read only the live ranges
 // what (vkh2o_kv_nonfinite)
 const uint NF_Q = 1u;
 const uint NF_CKV = 2u;

@@ -3,7 +3,8 @@
  * Stage 2a of a decode step: the logits of the query over every slot of every tier, each row
  * dequantised as it is read: sc[h * STOT + g] = scale * q[h] . row(g) (LATENT: the whole row;
  * EXPANDED: head h's K segment), NEG for an empty slot. One invocation per (slot, group of HG
- * heads): LATENT dequantises each element once for the HG heads. Dispatch (ceil(STOT / WG), ceil(H / HG)). Spec constants and bindings:
+ * heads): LATENT dequantises each element once for the HG heads. A slot past its tier's live
+ * range (ST_EXT) is empty: NEG without reading its position. Dispatch (ceil(STOT / WG), ceil(H / HG)). Spec constants and bindings:
  * kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
@@ -21,9 +22,10 @@ void main()
     const uint nh = min(HG, H - h0);
     float acc[HG];
     [[unroll]] for (uint j = 0u; j < HG; j++) acc[j] = 0.0;
-    const bool held = positions[g_slot0() + g] != EMPTY;
+    const uint k = slot_tier(g);
+    const bool held = g - tier_first(k) < tier_ext(k) && positions[g_slot0() + g] != EMPTY;
     if (held) {
-        const uint k = slot_tier(g), base = g_rows0() + slot_base(g);
+        const uint base = g_rows0() + slot_base(g);
         if (EXP == 0u) {
             for (uint e = 0u; e < W; e++) {
                 const float x = deq(k, base, e);

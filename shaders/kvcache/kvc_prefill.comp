@@ -37,9 +37,11 @@ void main()
         state[st + ST_CUR] = cur;
         state[st + ST_SKIP] = 0u;
         state[st + ST_COUNT] = c0;
+        state[st + ST_EXT] = c0;   // placement fills each tier's first slots: its live range is its count
         for (uint k = 1u; k < 4u; k++) {
             uint c = min(p.middle[k], left);
             state[st + ST_COUNT + k] = c;
+            state[st + ST_EXT + k] = c;
             left -= c;
         }
         state[st + ST_EVICTED] += left;

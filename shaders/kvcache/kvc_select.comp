@@ -13,6 +13,7 @@
  * the lowest-keyed middle token of the highest tier that has one (and a tier below it) moves
  * down one tier into that tier's lowest free slot; when every middle token is in the lowest
  * tier, its lowest-keyed one is evicted. Each move frees bytes, so the loop ends.
+ * Last, each tier's live range (ST_EXT: 1 + its highest occupied slot) from its slots.
  * SHADOW (requant_source FROM_ORIGINAL): a move quantises from the token's top-tier row (its
  * shadow below the top tier) and carries the shadow to the new slot.
  * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
@@ -157,11 +158,29 @@ void by_bytes(uint cur)
     }
 }
 
-void main()
+// each tier's live range (ST_EXT) from its slots as this step leaves them
+shared uint sh_ext[4];
+void update_ext()
+{
+    const uint tid = gl_LocalInvocationID.x, s0 = g_slot0();
+    if (tid < 4u) sh_ext[tid] = 0u;
+    memoryBarrierBuffer();
+    barrier();
+    for (uint k = 0u; k < 4u; k++) {
+        const uint f = tier_first(k), n = tier_slots(k);
+        uint hi = 0u;
+        for (uint j = tid; j < n; j += WG)
+            if (positions[s0 + f + j] != EMPTY) hi = j + 1u;
+        if (hi != 0u) atomicMax(sh_ext[k], hi);
+    }
+    barrier();
+    if (tid < 4u) state[g_st() + ST_EXT + tid] = sh_ext[tid];
+}
+
+void make_room()
 {
     const uint tid = gl_LocalInvocationID.x;
     const uint st = g_st();
-    if (state[st + ST_SKIP] != 0u) return;
     const uint cur = state[st + ST_CUR];
     if (BYBYTES == 1u) {
         by_bytes(cur);
@@ -222,4 +241,11 @@ void main()
             dest = sh_chain[kk];
         }
     }
+}
+
+void main()
+{
+    if (state[g_st() + ST_SKIP] != 0u) return;
+    make_room();
+    update_ext();
 }

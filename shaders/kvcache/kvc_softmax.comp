@@ -2,7 +2,7 @@
 /*
  * Stage 2b of a decode step (one workgroup): per head the softmax of the logits over the slots
  * (max, sum of exponentials, then P = exp(l - max) / sum written over the logits; empty slots
- * get 0), and with SELECTS the attention mass of each occupied slot (sum over heads of P) added
+ * get 0; only the tiers' live ranges, ST_EXT, are read or written), and with SELECTS the attention mass of each occupied slot (sum over heads of P) added
  * to its score after the score is scaled by keep. With CHECKFIN a non-finite weight or new score
  * counts the step (once, with kvc_append's count; ST_NF_*). Spec constants and bindings:
  * kvc_common.glsl, kvc_bindings.glsl.
@@ -19,10 +19,12 @@ void main()
     const uint tid = gl_LocalInvocationID.x;
     if (state[g_st() + ST_SKIP] != 0u) return;
     const uint STOT = total_slots(), s0 = g_slot0();
+    const uvec4 e = live_ext();
+    const uint L = e.x + e.y + e.z + e.w;   // the live slots (past them every slot is empty)
     for (uint h = 0u; h < H; h++) {
         const uint b = h * STOT;
         float m = NEG;
-        for (uint g = tid; g < STOT; g += WG) m = max(m, sc[b + g]);
+        for (uint i = tid; i < L; i += WG) m = max(m, sc[b + live_slot(i, e)]);
         red[tid] = m;
         barrier();
         for (uint s = WG / 2u; s > 0u; s >>= 1u) {
@@ -32,10 +34,11 @@ void main()
         m = red[0];
         barrier();
         float z = 0.0;
-        for (uint g = tid; g < STOT; g += WG) {
-            float e = positions[s0 + g] == EMPTY ? 0.0 : exp(sc[b + g] - m);
-            sc[b + g] = e;
-            z += e;
+        for (uint i = tid; i < L; i += WG) {
+            const uint g = live_slot(i, e);
+            float x = positions[s0 + g] == EMPTY ? 0.0 : exp(sc[b + g] - m);
+            sc[b + g] = x;
+            z += x;
         }
         red[tid] = z;
         barrier();
@@ -45,13 +48,14 @@ void main()
         }
         const float iz = 1.0 / red[0];
         barrier();
-        for (uint g = tid; g < STOT; g += WG) sc[b + g] *= iz;
+        for (uint i = tid; i < L; i += WG) sc[b + live_slot(i, e)] *= iz;
     }
     if (CHECKFIN == 1u && tid == 0u) sh_nf = 0u;
     if (SELECTS == 1u) {
         memoryBarrierBuffer();
         barrier();
-        for (uint g = tid; g < STOT; g += WG) {
+        for (uint i = tid; i < L; i += WG) {
+            const uint g = live_slot(i, e);
             if (positions[s0 + g] == EMPTY) continue;
             float mass = 0.0;
             for (uint h = 0u; h < H; h++) mass += sc[h * STOT + g];
@@ -64,7 +68,8 @@ void main()
     memoryBarrierBuffer();
     barrier();
     // the weights (the full cache keeps no scores; a NaN weight there is what a NaN score is)
-    for (uint g = tid; g < STOT; g += WG) {
+    for (uint i = tid; i < L; i += WG) {
+        const uint g = live_slot(i, e);
         if (positions[s0 + g] == EMPTY) continue;
         for (uint h = 0u; h < H; h++)
             if (non_finite(sc[h * STOT + g])) atomicOr(sh_nf, NF_SCORE);

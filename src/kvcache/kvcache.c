@@ -797,6 +797,7 @@ vkh2o_result vkh2o_kvcache_read_stats(vkh2o_kvcache* c, uint32_t layer, vkh2o_kv
     out->position = st[KVC_ST_POS];
     for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
         out->by_tier[k] = st[KVC_ST_COUNT + k];
+        out->live[k] = st[KVC_ST_EXT + k] < c->plan.slots[k] ? st[KVC_ST_EXT + k] : c->plan.slots[k];
         out->demoted[k] = st[KVC_ST_DEMOTED + k];
         out->len += st[KVC_ST_COUNT + k];
         out->bytes_used += (uint64_t)st[KVC_ST_COUNT + k] * c->plan.token_bytes[k];

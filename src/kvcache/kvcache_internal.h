@@ -42,7 +42,8 @@ enum {
     KVC_ST_NF_COUNT = 13,    /* check_finite: steps / prefill tokens with a non-finite number */
     KVC_ST_NF_FIRST = 14,    /* ~(position << 4 | what) of the first (0: none) */
     KVC_ST_NF_LAST = 15,     /* position + 1 of the last step counted (0: none) */
-    KVC_ST_WORDS = 16,
+    KVC_ST_EXT = 16,         /* + tier: 1 + the highest occupied slot of the tier (its live range) */
+    KVC_ST_WORDS = 20,
 };
 
 #define KVC_EMPTY 0xffffffffu

@@ -378,6 +378,105 @@ static void test_overflow(void** state)
     vt_check_validation();
 }
 
+/* Each tier's live range (ST_EXT, what a step's attention reads) is exactly 1 + its highest
+ * occupied slot after every prefill and step, and stats.live says the same: the full cache, pools
+ * of INT4 by a token capacity, and tiers by bytes (whose pools are sized for the whole capacity
+ * each, so the live ranges, not the pools, bound a step once the cache is full). */
+static void live_case(vkh2o_kvcache_desc d, uint32_t prefill, uint32_t steps, const char* what)
+{
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed(what));
+    vkh2o_kvcache* c;
+    assert_int_equal(vkh2o_kvcache_create(ctx, &d, &c), VKH2O_OK);
+    const vkh2o_kvcache_plan* pl = vkh2o_kvcache_get_plan(c);
+    const uint32_t H = d.num_heads, W = d.kv_lora_rank + d.qk_rope_head_dim, S = pl->total_slots;
+    float* rows = malloc(sizeof(float) * prefill * W);
+    float* q = malloc(sizeof(float) * H * W);
+    float* mass = malloc(sizeof(float) * prefill);
+    uint32_t* pos = malloc(4ull * S);
+    assert_non_null(rows);
+    assert_non_null(q);
+    assert_non_null(mass);
+    assert_non_null(pos);
+    vt_fill_normal(&rng, rows, (size_t)prefill * W, 1.0f);
+    for (uint32_t i = 0; i < prefill; i++) mass[i] = vt_uniform(&rng) * 2.0f;
+    vkh2o_buffer* br = vt_upload_f32(rows, (size_t)prefill * W);
+    vkh2o_buffer* bm = vt_upload_f32(mass, prefill);
+    vkh2o_kvcache_prefill pf = { .n = prefill, .mass = bm };
+    prefill_inputs(&pf, c, br, 0, br, 4ull * prefill * d.kv_lora_rank);
+    assert_int_equal(vkh2o_run_kvcache_prefill(c, &pf), VKH2O_OK);
+    vkh2o_buffer_destroy(br);
+    uint32_t shrunk = 0, live_sum = 0, held = 0;
+    for (uint32_t t = 0; t <= steps; t++) {
+        if (t > 0) {
+            vt_fill_normal(&rng, q, (size_t)H * W, 0.7f);
+            vt_fill_normal(&rng, rows, W, 1.0f);
+            vkh2o_buffer* bq = vt_upload_f32(q, (size_t)H * W);
+            vkh2o_buffer* bs = vt_upload_f32(rows, W);
+            vkh2o_kvcache_step s = { .q = bq };
+            step_inputs(&s, c, bs, 0, bs, 4ull * d.kv_lora_rank);
+            assert_int_equal(vkh2o_run_kvcache_step(c, &s), VKH2O_OK);
+            vkh2o_buffer_destroy(bq);
+            vkh2o_buffer_destroy(bs);
+        }
+        uint32_t st[KVC_ST_WORDS];
+        assert_int_equal(vkh2o_buffer_download(c->state, 0, st, sizeof st), VKH2O_OK);
+        assert_int_equal(vkh2o_buffer_download(c->pos, 0, pos, 4ull * S), VKH2O_OK);
+        vkh2o_kvcache_stats ks;
+        assert_int_equal(vkh2o_kvcache_read_stats(c, 0, &ks), VKH2O_OK);
+        uint32_t f = 0;
+        live_sum = 0;
+        for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
+            uint32_t hi = 0;
+            for (uint32_t j = 0; j < pl->slots[k]; j++)
+                if (pos[f + j] != KVC_EMPTY) hi = j + 1;
+            if (st[KVC_ST_EXT + k] != hi)
+                fail_msg("%s, %s %u: tier %u's live range %u, its highest occupied slot + 1 is %u", what,
+                         t ? "step" : "prefill", t, k, st[KVC_ST_EXT + k], hi);
+            assert_int_equal(ks.live[k], hi);
+            assert_true(ks.live[k] >= ks.by_tier[k]);
+            live_sum += hi;
+            f += pl->slots[k];
+        }
+        shrunk += live_sum < S - 1;
+        held = ks.len;
+    }
+    printf("%s: %u slots; after %u steps %u live, %u held; the live ranges below the pools after %u of %u\n", what, S,
+           steps, live_sum, held, shrunk, steps + 1);
+    fflush(stdout);
+    if (pl->by_bytes) {   /* each pool is sized for the whole capacity; a step reads about the held tokens */
+        assert_true(4 * live_sum <= 5 * held);
+        assert_true(live_sum < S - pl->slots[0] / 2);
+    }
+    free(rows);
+    free(q);
+    free(mass);
+    free(pos);
+    vkh2o_buffer_destroy(bm);
+    vkh2o_kvcache_destroy(c);
+    vt_check_validation();
+}
+
+static void test_live_ranges(void** state)
+{
+    (void)state;
+    vkh2o_kvcache_desc d = base_desc(2, 30, 6, 300);
+    live_case(d, 20, 60, "live ranges, the full cache");
+    d.n_sink = 2;
+    d.n_recent = 5;
+    d.precision = VKH2O_PRECISION_INT4;
+    d.capacity_tokens = 40;
+    live_case(d, 20, 120, "live ranges, int4 pools");
+    d.capacity_tokens = 0;
+    d.precision = VKH2O_PRECISION_TIERED;
+    d.capacity_bytes = 3000;
+    live_case(d, 30, 200, "live ranges, tiers by bytes");
+    d.tier_mask = 0x5;   /* FP16 and INT4 */
+    d.n_protect = 20;
+    live_case(d, 30, 200, "live ranges, tiers by bytes to int4, a protected window");
+}
+
 /* A cache of three layers: steps and prefills of layers 0 and 2 leave layer 1 empty and give each
  * layer what a one-layer cache given the same inputs holds, bit for bit. LATENT rows of 30 + 6, or
  * EXPANDED 3 x (12 + 4 + 10) with an f32 top tier. */
@@ -715,6 +814,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_overflow),
+        cmocka_unit_test(test_live_ranges),
         cmocka_unit_test(test_record_once),
         cmocka_unit_test(test_layers),
         cmocka_unit_test(test_layer_expanded),
