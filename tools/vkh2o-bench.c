@@ -771,25 +771,33 @@ static void step_inputs_free(step_work* w)
 }
 
 /* Bytes one step of one layer moves, by stage (reads + writes, modelled on the kernels' access
- * pattern from the cache's plan), and the minimum: `weights` (the layer's weights as stored; 0
- * for the cache step alone) once, every held row once, one new row written. */
-static void kv_step_bytes(const vkh2o_kvcache* kv, double weights, char* out, size_t cap, double* total, double* minimum)
+ * pattern from the cache's plan and, once it has run, its layer 0's live ranges: a step reads
+ * each tier's live range, not its whole pool), and the minimum: `weights` (the layer's weights
+ * as stored; 0 for the cache step alone) once, every held row once, one new row written. */
+static void kv_step_bytes(vkh2o_kvcache* kv, double weights, char* out, size_t cap, double* total, double* minimum)
 {
     const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(kv);
     const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(kv);
-    const double H = d->num_heads, S = p->total_slots, W = d->kv_lora_rank + d->qk_rope_head_dim;
+    vkh2o_kvcache_stats st;
+    const bool have = vkh2o_kvcache_read_stats(kv, 0, &st) == VKH2O_OK;
+    const double H = d->num_heads, W = d->kv_lora_rank + d->qk_rope_head_dim;
     const double hg = ceil(H / 8.0);
-    double rows = 0.0, held = 0.0;
+    double rows = 0.0, held = 0.0, S = 0.0;
     for (int k = 0; k < VKH2O_TIER_COUNT; k++) {
-        rows += (double)p->slots[k] * (p->token_bytes[k] - 8);
+        const double live = have ? (double)st.live[k] : (double)p->slots[k];
+        rows += live * (p->token_bytes[k] - 8);
+        S += live;
         held += (double)(k == 0 && p->slots[0] ? p->slots[0] - 1 : p->slots[k]) * p->token_bytes[k];
     }
+    if (have)
+        held = (double)st.bytes_used;
     const double q = 4.0 * H * W;
     const double append = 4.0 * S + 2.0 * W + 8.0 + 4.0 * W;                 /* free-slot scan, the row in and out */
     const double logits = hg * rows + 4.0 * S + hg * q + 4.0 * H * S;        /* rows per head group, logits out */
     const double softmax = 4.0 * H * S * 5.0 + 4.0 * S * 3.0;                /* 3 reads + 2 writes of P, scores */
     const double pv = hg * rows + 4.0 * H * S + 4.0 * H * d->kv_lora_rank;
-    const double select = p->selects ? 12.0 * S + 4.0 * 2.0 * W * 4.0 : 0.0; /* keys, at most 4 rows moved */
+    /* keys over every slot of the pools, at most 4 rows moved, then the live ranges' scan */
+    const double select = p->selects ? 16.0 * p->total_slots + 4.0 * 2.0 * W * 4.0 : 0.0;
     *total = weights + append + logits + softmax + pv + select;
     *minimum = weights + held + 2.0 * W;
     snprintf(out, cap,
@@ -856,7 +864,7 @@ static void probe_free(probe_work* w)
 }
 
 /* A row's bytes by stage (the step's model, kv_step_bytes) and the minimum beside them. */
-static void fill_stage_bytes(bench_env* env, bench_row* row, const vkh2o_kvcache* kv, double weights)
+static void fill_stage_bytes(bench_env* env, bench_row* row, vkh2o_kvcache* kv, double weights)
 {
     if (!row) return;
     double total, minimum;
