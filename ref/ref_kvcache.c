@@ -231,22 +231,21 @@ static int victim_of(ref_kvc* r, uint32_t k, uint32_t cur, bool skip_protected)
     return best;
 }
 
-static uint32_t next_tier(const ref_kvc* r, uint32_t k);
-
-static int victim(ref_kvc* r, uint32_t k, uint32_t cur)
-{
-    if (next_tier(r, k) != 4 || r->c.n_protect <= r->c.n_recent)
-        return victim_of(r, k, cur, false);
-    int v = victim_of(r, k, cur, true);
-    return v >= 0 ? v : victim_of(r, k, cur, false);
-}
-
 static uint32_t next_tier(const ref_kvc* r, uint32_t k)
 {
     for (uint32_t j = k + 1; j < 4; j++)
         if (r->c.slots[j])
             return j;
     return 4;
+}
+
+/* the victim of tier k; the lowest tier's (evicted) is older than the protected window while one is */
+static int victim(ref_kvc* r, uint32_t k, uint32_t cur)
+{
+    if (next_tier(r, k) != 4 || r->c.n_protect <= r->c.n_recent)
+        return victim_of(r, k, cur, false);
+    int v = victim_of(r, k, cur, true);
+    return v >= 0 ? v : victim_of(r, k, cur, false);
 }
 
 static void make_room(ref_kvc* r, uint32_t cur)

@@ -782,15 +782,14 @@ static void kv_step_bytes(vkh2o_kvcache* kv, double weights, char* out, size_t c
     const bool have = vkh2o_kvcache_read_stats(kv, 0, &st) == VKH2O_OK;
     const double H = d->num_heads, W = d->kv_lora_rank + d->qk_rope_head_dim;
     const double hg = ceil(H / 8.0);
-    double rows = 0.0, held = 0.0, S = 0.0;
+    double rows = 0.0, held = have ? (double)st.bytes_used : 0.0, S = 0.0;
     for (int k = 0; k < VKH2O_TIER_COUNT; k++) {
         const double live = have ? (double)st.live[k] : (double)p->slots[k];
         rows += live * (p->token_bytes[k] - 8);
         S += live;
-        held += (double)(k == 0 && p->slots[0] ? p->slots[0] - 1 : p->slots[k]) * p->token_bytes[k];
+        if (!have)   /* before it has run: every slot of the plan held (the append slot free) */
+            held += (double)(k == 0 && p->slots[0] ? p->slots[0] - 1 : p->slots[k]) * p->token_bytes[k];
     }
-    if (have)
-        held = (double)st.bytes_used;
     const double q = 4.0 * H * W;
     const double append = 4.0 * S + 2.0 * W + 8.0 + 4.0 * W;                 /* free-slot scan, the row in and out */
     const double logits = hg * rows + 4.0 * S + hg * q + 4.0 * H * S;        /* rows per head group, logits out */

@@ -44,7 +44,6 @@ uint live_slot(uint i, uvec4 e)
     return EMPTY;
 }
 
-
 uint g_st() { return p.layer * ST_WORDS; }
 uint g_slot0() { return p.layer * total_slots(); }
 uint g_rows0() { return p.layer * layer_words(); }

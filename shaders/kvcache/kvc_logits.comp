@@ -4,8 +4,8 @@
  * dequantised as it is read: sc[h * STOT + g] = scale * q[h] . row(g) (LATENT: the whole row;
  * EXPANDED: head h's K segment), NEG for an empty slot. One invocation per (slot, group of HG
  * heads): LATENT dequantises each element once for the HG heads. A slot past its tier's live
- * range (ST_EXT) is empty: NEG without reading its position. Dispatch (ceil(STOT / WG), ceil(H / HG)). Spec constants and bindings:
- * kvc_common.glsl, kvc_bindings.glsl.
+ * range (ST_EXT) is empty: NEG without reading its position. Dispatch (ceil(STOT / WG),
+ * ceil(H / HG)). Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require

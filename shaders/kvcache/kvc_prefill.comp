@@ -9,10 +9,10 @@
  * beyond them is evicted (n_protect, a decode step's rule, does not apply). Without SELECTS
  * token i takes top-tier slot i. Each invocation writes its own row in its tier's format (rows
  * [in_ckv | in_kpe]: LATENT ckv [n][SA] and kpe [n][R], EXPANDED k [n][H][SA + R] and v
- * [n][H][SV]; scores from out_f = the mass), and invocation 0 the layer's state. With CHECKFIN a token whose row or mass holds a NaN or Inf
- * is counted (ST_NF_COUNT, ST_NF_FIRST: the lowest such position, by atomics). SHADOW
- * (requant_source FROM_ORIGINAL): a token placed below the top tier also writes its top-tier row
- * to its slot's shadow.
+ * [n][H][SV]; scores from out_f = the mass), and invocation 0 the layer's state. With CHECKFIN
+ * a token whose row or mass holds a NaN or Inf is counted (ST_NF_COUNT, ST_NF_FIRST: the lowest
+ * such position, by atomics). SHADOW (requant_source FROM_ORIGINAL): a token placed below the
+ * top tier also writes its top-tier row to its slot's shadow.
  * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
