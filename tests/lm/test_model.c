@@ -385,7 +385,14 @@ static void test_session_full(void** state)
 }
 
 /* A capacity larger than the context keeps every token: the full cache's logits (the same FP16
- * rows; this cache records its score and selection work, which never evicts). */
+ * rows; this cache records its score and selection work, which never evicts). Not bit-identical:
+ * a selecting cache's prefill lays the rows out sinks and recents first, then middle tokens by
+ * key, so a decode step's fp32 softmax and P.V sums run in another slot order (~1e-7 relative),
+ * and now and then that flips the FP16 rounding of one number of a later row (2^-11 relative),
+ * which every later token reads. Over 40 seeds nmse was 4e-14 .. 1.3e-10 (the CI failure of seed
+ * 1796335150370174295); the bound is the file's logit bound, 1e-8. Evicting costs far more: at
+ * capacity 30 (three tokens evicted) nmse was 1.2e-4 .. 1.3e-3 over 5 seeds; cache_len below
+ * checks that no token was. */
 static void test_session_big_budget(void** state)
 {
     (void)state;
@@ -405,7 +412,7 @@ static void test_session_big_budget(void** state)
     assert_int_equal(vkh2o_run_model_decode(full, tok + 9, N - 9, a + 9 * V, NULL), VKH2O_OK);
     assert_int_equal(vkh2o_run_model_prefill(big, tok, 9, b, NULL), VKH2O_OK);
     assert_int_equal(vkh2o_run_model_decode(big, tok + 9, N - 9, b + 9 * V, NULL), VKH2O_OK);
-    vt_assert_nmse("h2o capacity 40 > 33 tokens vs the full cache", b, a, N * V, 1e-10);
+    vt_assert_nmse("h2o capacity 40 > 33 tokens vs the full cache", b, a, N * V, 1e-8);
     for (uint32_t l = 0; l < 2; l++) {
         assert_false(vkh2o_kvcache_get_plan(vkh2o_model_session_kvcache(full, l))->selects);
         assert_true(vkh2o_kvcache_get_plan(vkh2o_model_session_kvcache(big, l))->selects);
