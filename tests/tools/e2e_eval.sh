@@ -207,9 +207,10 @@ bad "--pool-size does not apply to --policy tova" --weights "$MODEL" --text "$HE
 bad "--n-sink does not apply to --policy full" --weights "$MODEL" --text "$HELD" --n-sink 2
 bad "it takes no --kv-quant" --weights "$MODEL" --text "$HELD" --bench --kv-quant balanced
 # a context that cannot be created says why: the result and the library's message (the library's
-# fault hook fails vkCreateInstance, its second injection point)
+# fault hook fails vkCreateInstance, its second injection point; without the validation layer,
+# whose set-up adds injection points before it, whatever the caller's environment says)
 set +e
-VKH2O_FAULT_AT=2 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 16 --windows 1 --json "$TMP/bad.json" --quiet > /dev/null 2> "$TMP/bad.err"; rc=$?
+env -u VKH2O_VALIDATION VKH2O_FAULT_AT=2 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 16 --windows 1 --json "$TMP/bad.json" --quiet > /dev/null 2> "$TMP/bad.err"; rc=$?
 set -e
 [ $rc = 1 ] && grep -v '^vkh2o-fault: ' "$TMP/bad.err" | tail -1 \
     | grep -qF "cannot create the Vulkan context: VKH2O_ERROR_OUT_OF_HOST_MEMORY: vkCreateInstance: VK_ERROR_OUT_OF_HOST_MEMORY" \
@@ -221,7 +222,7 @@ set -e
 # a context that cannot be made (out of memory at the first allocation, the fault hook) is named
 # for what happened, with the library's message, not as a missing device
 set +e
-VKH2O_FAULT_AT=1 "$TOOL" --weights "$MODEL" --text "$HELD" --json "$TMP/bad.json" --quiet > /dev/null 2> "$TMP/bad.err"; rc=$?
+env -u VKH2O_VALIDATION VKH2O_FAULT_AT=1 "$TOOL" --weights "$MODEL" --text "$HELD" --json "$TMP/bad.json" --quiet > /dev/null 2> "$TMP/bad.err"; rc=$?
 set -e
 last=$(tail -n 1 "$TMP/bad.err")
 [ $rc = 1 ] && [ ! -e "$TMP/bad.json" ] && echo "$last" | grep -q "cannot create the Vulkan context: VKH2O_ERROR_OUT_OF_HOST_MEMORY: out of host memory" \
