@@ -16,12 +16,16 @@ TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 SET="--windows 16 --recall-windows 8 --trials 10 --stream-trials 3"
 BASE=(--weights "$ROOT/models/tiny-mla" --text "$ROOT/models/tiny-mla/eval.txt" --ctx 512 --recall --passkey --stream --quiet)
-KV="--kv tiered --bytes 25% --tier-set int4 --n-sink 1 --n-recent 8"
+KV0="--kv tiered --bytes 25% --tier-set int4 --n-sink 1"
+KV="$KV0 --n-recent 8"
 CONFIGS=(
     "h2o-p64|--policy h2o $KV --n-protect 64"
     "h2o-p96|--policy h2o $KV --n-protect 96"
     "h2o-p112|--policy h2o $KV --n-protect 112"
     "h2o-mean-p96|--policy h2o-mean $KV --n-protect 96"
+    "h2o-p96-wholerow|--policy h2o $KV --n-protect 96 --kv-groups 0,80,0"
+    "h2o-p96-r4|--policy h2o $KV0 --n-recent 4 --n-protect 96"
+    "h2o-mean-p96-r4|--policy h2o-mean $KV0 --n-recent 4 --n-protect 96"
 )
 [ $FULL = 1 ] && CONFIGS=("full|--policy full" "h2o|--policy h2o $KV" "${CONFIGS[@]}")
 i=0
