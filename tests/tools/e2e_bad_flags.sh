@@ -13,17 +13,54 @@
 # Cases that need an unprivileged user (unreadable input, unwritable directory) run as nobody
 # through setpriv when the test runs as root, and are skipped (and counted) when that is not
 # possible. The per-tool counts are printed at the end.
+# The inputs and outputs live in a scratch folder that nobody can reach (a temporary folder,
+# mode 755, files 644), not in the build tree: a clone under a folder other users cannot enter
+# (a home directory of mode 750 or 700) would otherwise refuse nobody the inputs themselves; the
+# tools nobody runs are copied there too. Without such a folder those cases are skipped.
 set -uo pipefail
+umask 022
 bin=${1:-${VKH2O_BUILD_DIR:-.}}
 bin=$(cd "$bin" && pwd)
 SRC=${VKH2O_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-T=$(mktemp -d "$bin/e2e_bad_flags.XXXXXX")
-chmod 755 "$T"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# unprivileged runs: as nobody when root (root reads and writes through any mode bits)
+ASUSER=()
+unpriv=1
+why="the unprivileged cases need setpriv (running as root)"
+if [ "$(id -u)" = 0 ]; then
+    if command -v setpriv > /dev/null && setpriv --reuid=65534 --regid=65534 --clear-groups true 2> /dev/null; then
+        ASUSER=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+    else
+        unpriv=0
+    fi
+fi
+# the scratch folder: the first temporary folder nobody can enter, else the build tree
+T=
+for d in ${TMPDIR:+"$TMPDIR"} /tmp /var/tmp /dev/shm; do
+    T=$(mktemp -d "$d/e2e_bad_flags.XXXXXX" 2> /dev/null) || { T=; continue; }
+    chmod 755 "$T"
+    [ ${#ASUSER[@]} = 0 ] || "${ASUSER[@]}" test -x "$T" || { rmdir "$T"; T=; continue; }
+    break
+done
+if [ -z "$T" ]; then
+    T=$(mktemp -d "$bin/e2e_bad_flags.XXXXXX") || fail "no scratch folder"
+    chmod 755 "$T"
+    if [ ${#ASUSER[@]} -gt 0 ] && ! "${ASUSER[@]}" test -x "$T"; then
+        unpriv=0
+        why="no temporary folder nobody can enter, and nobody cannot reach the build tree $bin"
+    fi
+fi
 trap 'chmod -R u+rwx "$T" 2>/dev/null; rm -rf "$T"' EXIT
 IN=$T/in
 OUT=$T/out
 mkdir -p "$IN" "$OUT"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# the tools nobody runs, from the scratch folder (with the shared library of a shared build)
+UBIN=$T/bin
+mkdir "$UBIN"
+cp "$bin"/libvkh2o.so* "$UBIN/" 2> /dev/null
+[ ${#ASUSER[@]} = 0 ] || { chmod 777 "$OUT"; ASUSER+=(env "LD_LIBRARY_PATH=$UBIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"); }
+[ $unpriv = 1 ] || echo "e2e_bad_flags: the unprivileged cases are skipped: $why"
 
 # ---- inputs ----
 "$bin/vkh2o-mkshard" --out "$IN/tiny.safetensors" --preset tiny --quiet || fail "mkshard of the input shard"
@@ -44,17 +81,6 @@ chmod 000 "$IN/noread"
 NOFILE=$IN/does-not-exist
 NODIR=$OUT/no-such-dir/x
 
-# unprivileged runs: as nobody when root (root reads and writes through any mode bits)
-ASUSER=()
-unpriv=1
-if [ "$(id -u)" = 0 ]; then
-    if command -v setpriv > /dev/null && setpriv --reuid=65534 --regid=65534 --clear-groups true 2> /dev/null; then
-        ASUSER=(setpriv --reuid=65534 --regid=65534 --clear-groups)
-        chmod 777 "$OUT"
-    else
-        unpriv=0
-    fi
-fi
 
 sums() { find "$IN" -type f -perm -u=r ! -name noread -exec md5sum {} + | sort; }
 BEFORE=$(sums)
@@ -64,7 +90,7 @@ declare -A COUNT SKIP
 case_() {
     local tool=$1 flag=$2
     shift 2
-    local runner=()
+    local runner=() exe=$bin/$tool
     if [ "${1:-}" = --user ]; then
         shift
         if [ $unpriv = 0 ]; then
@@ -72,9 +98,13 @@ case_() {
             return
         fi
         runner=("${ASUSER[@]}")
+        if [ ${#ASUSER[@]} -gt 0 ]; then
+            exe=$UBIN/$tool
+            [ -e "$exe" ] || cp "$bin/$tool" "$exe" || fail "copy of $tool"
+        fi
     fi
     local rc=0
-    (cd "$OUT" && VKH2O_CACHE_DIR="$T/cache" timeout 120 "${runner[@]}" "$bin/$tool" "$@" > "$T/stdout" 2> "$T/stderr") || rc=$?
+    (cd "$OUT" && VKH2O_CACHE_DIR="$T/cache" timeout 120 "${runner[@]}" "$exe" "$@" > "$T/stdout" 2> "$T/stderr") || rc=$?
     local what="$tool $*"
     [ $rc -ne 0 ] || fail "$what: exit 0"
     [ $rc -ne 124 ] || fail "$what: timed out"
@@ -434,12 +464,12 @@ common vkh2o-eval "${E[@]}"
 
 total=0
 for t in vkh2o-demo vkh2o-validate vkh2o-quant vkh2o-bench vkh2o-info vkh2o-conformance vkh2o-mkshard vkh2o-eval; do
-    echo "e2e_bad_flags: $t: ${COUNT[$t]:-0} cases refused correctly${SKIP[$t]:+, ${SKIP[$t]} skipped (no unprivileged user)}"
+    echo "e2e_bad_flags: $t: ${COUNT[$t]:-0} cases refused correctly${SKIP[$t]:+, ${SKIP[$t]} skipped (no unprivileged run)}"
     total=$((total + ${COUNT[$t]:-0}))
 done
 # the rest passed, but not every case ran: reported as skipped (ctest's SKIP_RETURN_CODE)
 if [ $unpriv = 0 ]; then
-    echo "SKIP: e2e_bad_flags: $total cases ok; the unprivileged cases need setpriv (running as root)"
+    echo "SKIP: e2e_bad_flags: $total cases ok; $why"
     exit 77
 fi
 echo "e2e_bad_flags: ok ($total cases)"
