@@ -168,7 +168,7 @@ case "$cmd" in
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # Best practices plus the NVIDIA- and AMD-specific checks (VK_LAYER_ENABLES, ':'-separated
         # for this layer version); the message IDs in tests/core/bestpractices.filter are dropped
-        # by the layer (each justified in docs/HACKING.md), every other warning fails. test_vendorchecks
+        # by the layer (each justified in docs/ROBUSTNESS.md), every other warning fails. test_vendorchecks
         # first proves the checks are on and that the filter drops those IDs only. The suites: the
         # decode path on the one cache (test_decode, test_kvcache), a model session (test_model),
         # the buffers' memory blocks (test_memory).

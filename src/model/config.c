@@ -20,7 +20,7 @@
 
 /* The published text-model configs, one source for the library, vkh2o-mkshard and the demo.
  * Every preset shares the DeepSeek-V3 MLA shapes except num_heads; what differs is noted.
- * Sources (see docs/HACKING.md, "Presets"): the models' config.json on Hugging Face as
+ * Sources (see docs/MODELS.md, "Presets"): the models' config.json on Hugging Face as
  * transcribed by vLLM's Kimi-K2.5 kernels and tests, NVIDIA's Megatron configs and the model
  * cards. max_position_embeddings is not stored: each preset's equals
  * original_max_position_embeddings x factor (262144, 131072, 262144, 163840). */

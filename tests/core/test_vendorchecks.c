@@ -1,7 +1,7 @@
 /* The validation layer's best-practices checks, with the NVIDIA- and AMD-specific sets, are live
  * when asked for through the environment the way `scripts/vkh2o.sh test-vendor` asks
  * (VK_LAYER_ENABLES), and its filter (VK_LAYER_MESSAGE_ID_FILTER, the IDs listed in
- * tests/core/bestpractices.filter and justified in docs/HACKING.md) removes those IDs and no
+ * tests/core/bestpractices.filter and justified in docs/ROBUSTNESS.md) removes those IDs and no
  * others: without the filter a generic, two NVIDIA-only and an AMD-only message are reported;
  * with it the two listed ones (NVIDIA's, AMD's) are not and the two others still are. Without this the vendor step could pass by
  * checking nothing (a layer version that ignores the variables) or by filtering too much. */

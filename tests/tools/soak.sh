@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Soak: long runs that must leave memory where it was (scripts/vkh2o.sh soak; CI runs the
-# defaults, docs/HACKING.md the long local form).
+# defaults, docs/ROBUSTNESS.md the long local form).
 #   soak.sh <build-dir> [validate-steps (20000)] [quant-decode-steps (256)] [quant-passes (3)]
 #           [session-steps (20000)]
 # 1. vkh2o-validate for N steps with the validation layer on: the seed's four PASS lines (the
