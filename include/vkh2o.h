@@ -282,7 +282,7 @@ VKH2O_API VkDevice vkh2o_context_get_device(const vkh2o_context* ctx);
 VKH2O_API uint32_t vkh2o_context_get_flags(const vkh2o_context* ctx);
 
 /* The compute shaders embedded in the library (listings, vkh2o-info --shaders): their count and
- * the name of the i-th ("topk", ...; NULL for i >= count). No context needed; thread-safe. */
+ * the name of the i-th ("rmsnorm", ...; NULL for i >= count). No context needed; thread-safe. */
 VKH2O_API uint32_t vkh2o_kernel_count(void);
 VKH2O_API const char* vkh2o_kernel_name(uint32_t i);
 /* How many dispatches of the i-th embedded kernel (vkh2o_kernel_name(i)) this context has
