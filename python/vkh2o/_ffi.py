@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 
 import cffi
 
@@ -133,10 +134,26 @@ def find_library():
         "`bash scripts/vkh2o.sh python` from the vkh2o source tree (or point VKH2O_LIBRARY at a libvkh2o.so)")
 
 
+def _warn_if_stale(path, inc):
+    """The structs come from the headers: a library built before a header changed would read and
+    write them with its old layout. Warn when a header is newer than the library."""
+    try:
+        lib_t = os.path.getmtime(os.path.realpath(path))
+        hdrs = [os.path.join(inc, "vkh2o.h")] + [os.path.join(inc, "vkh2o", f) for f in os.listdir(os.path.join(inc, "vkh2o"))]
+        newer = [h for h in hdrs if os.path.getmtime(h) > lib_t]
+    except OSError:
+        return
+    if newer:
+        warnings.warn("vkh2o: %s is older than %s: rebuild it (`bash scripts/vkh2o.sh python`), or structs may "
+                      "disagree with the headers" % (path, ", ".join(os.path.basename(h) for h in newer)),
+                      RuntimeWarning, stacklevel=3)
+
+
 def load():
     """(ffi, lib, macros, library path)."""
     path = find_library()
     inc = include_dir(path)
+    _warn_if_stale(path, inc)
     src, macros = generate_cdef(inc)
     ffi = cffi.FFI()
     ffi.cdef(src)

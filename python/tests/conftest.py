@@ -1,0 +1,69 @@
+"""Shared fixtures. Every context the tests make has the Khronos validation layer on (as the C
+suites' tests/common does) and must end with no validation message; without a device the tests
+skip, or fail under VKH2O_REQUIRE_DEVICE=1 (what `scripts/vkh2o.sh test` sets)."""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.environ.get("VKH2O_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(SRC, "python"))
+
+import vkh2o  # noqa: E402
+
+MODEL = os.path.join(SRC, "models", "tiny-mla")
+EVAL_TEXT = os.path.join(MODEL, "eval.txt")
+
+
+def build_dir():
+    """The CMake build folder the tools are in (ctest sets VKH2O_BUILD_DIR)."""
+    return os.environ.get("VKH2O_BUILD_DIR") or os.path.join(SRC, "build")
+
+
+def _require():
+    return os.environ.get("VKH2O_REQUIRE_DEVICE", "") not in ("", "0")
+
+
+_made = []
+
+
+def new_context(**kw):
+    """A validated context; its validation messages are checked at the end of the session."""
+    kw.setdefault("validation", True)
+    try:
+        c = vkh2o.Context(**kw)
+    except vkh2o.NoDeviceError as e:
+        if _require():
+            pytest.fail("no usable Vulkan device (%s) and VKH2O_REQUIRE_DEVICE=1" % e)
+        pytest.skip("no Vulkan device: %s" % e)
+    _made.append(c)
+    return c
+
+
+def check_validation(c):
+    if not c.closed:
+        assert c.validation_messages == 0, "validation-layer messages: %s" % c.messages
+
+
+@pytest.fixture(scope="session")
+def ctx():
+    c = new_context()
+    yield c
+    check_validation(c)
+    c.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_validation_messages():
+    """After each test, every live validated context has had no validation message."""
+    yield
+    for c in _made:
+        check_validation(c)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(ctx):
+    """The committed model as vkh2o-eval opens it for --ctx 128."""
+    import vkh2o.eval as ev
+    return ev.load_model(ctx, MODEL, ctx_len=128)
