@@ -20,10 +20,9 @@ CASES = {
                    "--passkey", "--stream", "--trials", "2", "--depths", "0.3,0.9"],
                   dict(policy="h2o", kv="tiered", bytes_frac=0.25, recall=True, recall_windows=1,
                        passkey_test=True, stream=True, trials=2, depths=(0.3, 0.9))),
-    # a token budget and a ladder
+    # a token budget under another score
     "tova-budget": (["--policy", "tova", "--budget", "25%", "--n-sink", "2"],
                     dict(policy="tova", budget_frac=0.25, n_sink=2)),
-    "balanced": (["--kv-quant", "balanced"], dict(ladder="balanced")),
 }
 FORMATS = {"passkey_acc": "%.4f", "passkey_stream_acc": "%.4f", "passkey_by_depth": "%.4f",
            "passkey_stream_by_depth": "%.4f", "kv_capacity": "%.6g"}
