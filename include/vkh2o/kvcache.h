@@ -243,6 +243,9 @@ typedef struct vkh2o_kvcache_desc {
     bool check_finite;          /* count non-finite inputs and scores (stats.nonfinite*); off: no cost */
     vkh2o_requant_source requant_source;   /* measurement mode (above); FROM_TIER by default */
     uint32_t n_protect;         /* the last n_protect positions are never evicted (above); 0: off */
+    uint32_t attention_splits;  /* a step's attention splits over the held tokens (1..64); 0: the
+                                   default (plan.splits). More splits: more workgroups at once, and
+                                   a workspace of splits x num_heads x (out numbers + 2) floats */
 } vkh2o_kvcache_desc;
 
 /* What a desc resolves to: the slots of each tier's pool per layer (0: tier not used; T0's
@@ -259,6 +262,15 @@ typedef struct vkh2o_kvcache_plan {
     uint64_t budget_bytes;                 /* by_bytes: the held tokens + one FP16 token fit in it */
     uint64_t shadow_bytes;                 /* FROM_ORIGINAL: device bytes per layer of the shadow store
                                               (a top-tier row per lower-tier slot; outside the capacity) */
+    /* the device memory (Memory, above) */
+    uint32_t chunk_bytes;                  /* the arena's unit: a power of two that holds a top-tier token */
+    uint32_t chunks;                       /* per layer */
+    uint64_t arena_bytes;                  /* per layer: chunks x chunk_bytes */
+    uint64_t table_bytes;                  /* per layer: state words, and by bytes the chunk tables and free stack */
+    uint32_t splits;                       /* a step's attention splits (desc.attention_splits or the default) */
+    uint32_t score_groups;                 /* workgroups of a step's score pass (0: the cache does not select) */
+    uint64_t workspace_bytes;              /* per cache: the step's partials and candidate lists */
+    uint64_t device_bytes;                 /* the whole cache as created: every buffer it allocates */
 } vkh2o_kvcache_plan;
 
 /* Fills num_heads, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim and scale (the
@@ -281,8 +293,8 @@ VKH2O_API vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc
  * EXPANDED num_heads x (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)). */
 VKH2O_API uint32_t vkh2o_kvcache_token_bytes(const vkh2o_kvcache_desc* desc, vkh2o_kv_tier tier);
 VKH2O_API uint32_t vkh2o_kvcache_row_numbers(const vkh2o_kvcache_desc* desc);
-/* Device bytes of one layer's slots under a plan: sum over tiers of slots x token_bytes (the
- * FROM_ORIGINAL shadow store is apart: plan.shadow_bytes). */
+/* Device bytes of one layer under a plan: arena_bytes + table_bytes (the cache's workspace and
+ * the FROM_ORIGINAL shadow store are apart; plan.device_bytes is the whole cache). */
 VKH2O_API uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* plan);
 /* Middle tokens per tier after a prefill of n tokens (the rest of the n - sinks - recents middle
  * tokens are evicted): under pools the free slots of each pool, by bytes what the capacity
@@ -381,9 +393,11 @@ typedef struct vkh2o_kvcache_stats {
     uint32_t nonfinite;
     uint32_t nonfinite_position;
     uint32_t nonfinite_what;
-    /* slots a step reads per tier: the tier's live range, 1 + its highest occupied slot (at least
-     * by_tier, at most plan.slots; free slots are taken lowest first, so it stays near by_tier) */
+    /* slots a step reads per tier: the tier's live range (tiers are dense: its count) */
     uint32_t live[VKH2O_TIER_COUNT];
+    uint32_t chunks_used;                      /* arena chunks in use (tiers by bytes: mapped; else every one) */
+    uint32_t chunk_faults;                     /* tiers by bytes: chunks asked for with none free (0 by the plan) */
+    uint32_t scans;                            /* selections that scanned a whole tier (candidate lists ran out) */
 } vkh2o_kvcache_stats;
 /* What was non-finite at vkh2o_kvcache_stats.nonfinite_position (bits). */
 typedef enum vkh2o_kv_nonfinite {

@@ -1,16 +1,17 @@
 // Bindings and push constants shared by every kvc_*.comp (struct kvc_push in
-// src/kvcache/kvcache_internal.h mirrors the block).
+// src/kvcache/kvcache_internal.h mirrors the block), and what they read through them: a token's
+// words in the arena, the held tokens in order, a token's logits, the victim order.
 #ifndef KVC_BINDINGS_GLSL
 #define KVC_BINDINGS_GLSL
 
-layout(set = 0, binding = 0) buffer State { uint state[]; };
 #ifndef KVC_ROWS_QUAL
 #define KVC_ROWS_QUAL
 #endif
-layout(set = 0, binding = 1) KVC_ROWS_QUAL buffer Rows { uint rows[]; };
-layout(set = 0, binding = 2) buffer Pos { uint positions[]; };
-layout(set = 0, binding = 3) buffer Scores { float scores[]; };
-layout(set = 0, binding = 4) buffer Scratch { float sc[]; };
+layout(set = 0, binding = 0) KVC_ROWS_QUAL buffer State { uint state[]; };
+layout(set = 0, binding = 1) KVC_ROWS_QUAL buffer Arena { uint rows[]; };   // [layer][NCHUNK][CW]
+layout(set = 0, binding = 2) KVC_ROWS_QUAL buffer Tabs { uint tabs[]; };                  // DYN: [layer][tab_words()]
+layout(set = 0, binding = 3) KVC_ROWS_QUAL buffer Shadow { uint shadow[]; };  // SHADOW: [layer][lower slots][top-tier row]
+layout(set = 0, binding = 4) KVC_ROWS_QUAL buffer Work { uint work[]; };                  // the step's partials and candidates
 layout(set = 0, binding = 5) readonly buffer InQ { float in_q[]; };
 layout(set = 0, binding = 6) readonly buffer InCkv { float in_ckv[]; };   // LATENT ckv, EXPANDED k
 layout(set = 0, binding = 7) readonly buffer InKpe { float in_kpe[]; };   // LATENT kpe, EXPANDED v
@@ -28,29 +29,67 @@ layout(push_constant) uniform Push {
 } p;
 
 KVC_DEFINE_DEQ(deq, rows)
-
-// the live range of tier k in this layer (ST_EXT)
-uint tier_ext(uint k) { return min(state[p.layer * ST_WORDS + ST_EXT + k], tier_slots(k)); }
-uvec4 live_ext() { return uvec4(tier_ext(0u), tier_ext(1u), tier_ext(2u), tier_ext(3u)); }
-// the i-th live slot (tier by tier, each tier's live range in order) for i < the sum of e
-uint live_slot(uint i, uvec4 e)
-{
-    uint f = 0u;
-    for (uint k = 0u; k < 4u; k++) {
-        if (i < e[k]) return f + i;
-        i -= e[k];
-        f += tier_slots(k);
-    }
-    return EMPTY;
-}
+KVC_DEFINE_DEQ(deq_shadow, shadow)
 
 uint g_st() { return p.layer * ST_WORDS; }
-uint g_slot0() { return p.layer * total_slots(); }
-uint g_rows0() { return p.layer * layer_words(); }
-// SHADOW: first word of the top-tier row (tier 0's format) kept for slot g of a lower tier
-uint g_shadow(uint g)
+uint arena0() { return p.layer * NCHUNK * CW; }
+uint tab0() { return p.layer * tab_words(); }
+// the physical chunk of tier k's virtual chunk c
+uint chunk_of(uint k, uint c) { return DYN != 0u ? tabs[tab0() + tab_off(k) + c] : tab_off(k) + c; }
+Tok tok_at(uint k, uint t)
 {
-    return SHADOW + (p.layer * (total_slots() - SLOTS0) + (g - SLOTS0)) * tier_row_words(0u);
+    const uint v = t * tier_tw(k), o = v & (CW - 1u), c = v >> CS;
+    Tok r;
+    r.a = arena0() + (chunk_of(k, c) << CS) + o;
+    r.n = CW - o;
+    r.b = r.n < tier_tw(k) ? arena0() + (chunk_of(k, c + 1u) << CS) : 0u;
+    return r;
 }
+uint tok_pos(uint k, Tok r) { return rows[tok_w(r, tier_row_words(k))]; }
+float tok_score(uint k, Tok r) { return uintBitsToFloat(rows[tok_w(r, tier_row_words(k) + 1u)]); }
+// SHADOW: the top-tier row kept for slot t of lower tier k
+uint shadow_base(uint k, uint t)
+{
+    uint o = 0u;
+    for (uint j = 1u; j < k; j++) o += tier_slots(j);
+    const uint lower = tier_slots(1u) + tier_slots(2u) + tier_slots(3u);
+    return (p.layer * lower + o + t) * tier_row_words(0u);
+}
+
+// tokens held per tier (kvc_attend, kvc_combine: the step's new token counted at the top tier)
+uvec4 held_counts(bool with_new)
+{
+    const uint st = g_st();
+    return uvec4(state[st + ST_COUNT] + (with_new ? 1u : 0u), state[st + ST_COUNT + 1u], state[st + ST_COUNT + 2u],
+                 state[st + ST_COUNT + 3u]);
+}
+// the j-th held token, tier by tier: (tier, slot)
+uvec2 locate(uint j, uvec4 c)
+{
+    uint k = 0u;
+    while (k < 3u && j >= c[k]) { j -= c[k]; k++; }
+    return uvec2(k, j);
+}
+
+// Victim order of tier k's middle tokens: a before b when a goes first. In the tier whose victims
+// are evicted, tokens of the protected window (the last NPROTECT positions) go after every older
+// one; then the lower key; equal keys: the higher position.
+bool protected_pos(uint k, uint pos, uint cur) { return NPROTECT > NRECENT && k == evict_tier() && pos + NPROTECT > cur; }
+bool goes_before(uint k, uint ka, uint pa, uint kb, uint pb, uint cur)
+{
+    const bool xa = protected_pos(k, pa, cur), xb = protected_pos(k, pb, cur);
+    if (xa != xb) return xb;
+    return ka < kb || (ka == kb && pa > pb);
+}
+bool is_middle(uint pos, uint cur) { return pos >= NSINK && pos + NRECENT <= cur; }
+
+// candidate lists (kvc_combine writes, kvc_select reads): per score workgroup and tier, the
+// tier's middle tokens it saw, then its KC first victims (key, position, slot; slot EMPTY: none)
+const uint KC = 4u;
+const uint CAND_WORDS = 1u + 3u * KC;
+uint cand0() { return NSPLIT * H * (OW + 2u); }
+uint cand_base(uint w, uint k) { return cand0() + (w * 4u + k) * CAND_WORDS; }
+// the partials of split s, head h: max, sum, then OW numbers of P . V
+uint part_base(uint s, uint h) { return (s * H + h) * (OW + 2u); }
 
 #endif

@@ -29,10 +29,16 @@ layout(constant_id = 17) const uint BUDGET = 0;    // tiers by bytes: the capaci
 layout(constant_id = 18) const uint EXP = 0;       // 1: the EXPANDED layout
 layout(constant_id = 19) const uint SV = 0;        // EXPANDED: v_head_dim (0 for LATENT)
 layout(constant_id = 20) const uint F32TOP = 0;    // 1: the top tier's rows are f32 (storage F32)
-// (21: kvc_append's MAXTOK)
 layout(constant_id = 22) const uint CHECKFIN = 0;  // 1: count non-finite inputs and scores
-layout(constant_id = 23) const uint SHADOW = 0;    // FROM_ORIGINAL: first word of the shadow store in rows
-                                                   // (after every layer's rows; 0: off; kvc_select, kvc_prefill)
+layout(constant_id = 21) const uint MAXTOK = 512;  // max_tokens: a step at this position is refused
+layout(constant_id = 23) const uint SHADOW = 0;    // FROM_ORIGINAL: 1, a top-tier row per lower-tier slot in the
+                                                   // shadow buffer (kvc_select, kvc_prefill)
+layout(constant_id = 24) const uint CS = 9;        // log2 of a chunk's words (a chunk holds a top-tier token)
+layout(constant_id = 25) const uint DYN = 0;       // 1: tiers by bytes, chunks mapped on demand from a free stack;
+                                                   // 0: each tier's chunks fixed, in tier order
+layout(constant_id = 26) const uint NCHUNK = 1;    // chunks per layer
+layout(constant_id = 27) const uint NSPLIT = 1;    // kvc_attend: splits of the held tokens
+layout(constant_id = 28) const uint NMW = 1;       // kvc_combine: workgroups of the score pass
 
 const uint WG = gl_WorkGroupSize.x;
 const uint W = WROW;
@@ -51,7 +57,7 @@ const uint EMPTY = 0xffffffffu;
 const float NEG = -3.0e38;
 
 // state words per layer
-const uint ST_WORDS = 20u;
+const uint ST_WORDS = 28u;
 const uint ST_POS = 0u;       // tokens seen: the next token's position
 const uint ST_COUNT = 1u;     // + tier: tokens held
 const uint ST_DEMOTED = 5u;   // + tier: tokens moved down out of the tier
@@ -62,10 +68,12 @@ const uint ST_CUR = 12u;      // position of the latest token
 const uint ST_NF_COUNT = 13u; // CHECKFIN: steps / prefill tokens that saw a non-finite number
 const uint ST_NF_FIRST = 14u; // ~(position << 4 | what) of the first one (0: none; atomicMax keeps the lowest)
 const uint ST_NF_LAST = 15u;  // position + 1 of the last step counted (0: none)
-const uint ST_EXT = 16u;      // + tier: the tier's live range, 1 + its highest occupied slot (0: none);
-                              // every slot of the tier at or past it is empty. kvc_append and
-                              // kvc_prefill raise it, kvc_select recomputes it; kvc_logits,
-                              // kvc_softmax and kvc_pv read only the live ranges
+const uint ST_EXT = 16u;      // + tier: the tier's live range (its count: tiers are dense)
+const uint ST_MAPPED = 20u;   // + tier (DYN): chunks mapped to the tier, its first virtual chunks
+const uint ST_FREE = 24u;     // DYN: chunks on the free stack
+const uint ST_FAULT = 25u;    // DYN: chunks asked for while the free stack was empty (never, by the plan)
+const uint ST_NF_STEP = 26u;  // CHECKFIN: what kvc_attend and kvc_combine saw non-finite this step
+const uint ST_SCANS = 27u;    // selections that scanned a whole tier (candidate lists ran out)
 // what (vkh2o_kv_nonfinite)
 const uint NF_Q = 1u;
 const uint NF_CKV = 2u;
@@ -99,31 +107,6 @@ uint tier_groups(uint k)
 uint tier_row_words(uint k) { return tier_data_words(k) + tier_groups(k); }
 // bytes a held token of tier k counts: its row, position and score
 uint tier_token_bytes(uint k) { return 4u * tier_row_words(k) + 8u; }
-uint total_slots() { return SLOTS0 + SLOTS1 + SLOTS2 + SLOTS3; }
-uint layer_words()
-{
-    return SLOTS0 * tier_row_words(0u) + SLOTS1 * tier_row_words(1u) + SLOTS2 * tier_row_words(2u) + SLOTS3 * tier_row_words(3u);
-}
-// first slot of tier k (slots are numbered across the tiers of a layer)
-uint tier_first(uint k)
-{
-    uint s = 0u;
-    for (uint j = 0u; j < k; j++) s += tier_slots(j);
-    return s;
-}
-uint slot_tier(uint g)
-{
-    uint k = 0u, s = SLOTS0;
-    while (k < 3u && g >= s) { k++; s += tier_slots(k); }
-    return k;
-}
-// first word of slot g's row within its layer's rows
-uint slot_base(uint g)
-{
-    uint k = slot_tier(g), b = 0u, f = 0u;
-    for (uint j = 0u; j < k; j++) { b += tier_slots(j) * tier_row_words(j); f += tier_slots(j); }
-    return b + (g - f) * tier_row_words(k);
-}
 // the next tier in use below k (4: none)
 uint next_tier(uint k)
 {
@@ -176,17 +159,45 @@ uint quant_code(float x, uint gw, uint b)
     return uint(clamp(roundEven((x - sz.y) / sz.x), 0.0, float((1u << b) - 1u)));
 }
 
+// The arena. Each tier's tokens are dense: slots [0, count) of the tier, a token's words (row,
+// position, score) at the tier's virtual words [t * tw, (t + 1) * tw). Virtual chunks of CW words
+// map to the layer's physical chunks: fixed (DYN 0, tier k's chunks after those of the tiers
+// above it) or through the layer's chunk table (DYN 1). A chunk holds a top-tier token, so a
+// token spans at most two chunks.
+const uint CW = 1u << CS;
+uint tier_tw(uint k) { return tier_row_words(k) + 2u; }
+uint tier_vchunks(uint k) { return (tier_slots(k) * tier_tw(k) + CW - 1u) >> CS; }
+uint tab_off(uint k)
+{
+    uint o = 0u;
+    for (uint j = 0u; j < k; j++) o += tier_vchunks(j);
+    return o;
+}
+uint tab_words() { return tab_off(4u) + NCHUNK; }   // the chunk tables, then the free stack
+// a token's words: [0, n) from word a, the rest from word b
+struct Tok { uint a; uint n; uint b; };
+Tok tok_direct(uint base) { Tok r; r.a = base; r.n = 0xffffffffu; r.b = 0u; return r; }
+uint tok_w(Tok r, uint w) { return w < r.n ? r.a + w : r.b + (w - r.n); }
+// the lowest tier in use: its victims are evicted (n_protect applies there)
+uint evict_tier()
+{
+    uint e = 0u;
+    for (uint k = 0u; k < 4u; k++)
+        if (tier_slots(k) > 0u) e = k;
+    return e;
+}
+
 #define KVC_DEFINE_DEQ(NAME, ROWS)                                                            \
-    float NAME(uint k, uint base, uint e)                                                     \
+    float NAME(uint k, Tok r, uint e)                                                         \
     {                                                                                         \
         if (k == 0u) {                                                                        \
-            if (F32TOP != 0u) return uintBitsToFloat(ROWS[base + e]);                         \
-            vec2 h = unpackHalf2x16(ROWS[base + (e >> 1)]);                                   \
+            if (F32TOP != 0u) return uintBitsToFloat(ROWS[tok_w(r, e)]);                      \
+            vec2 h = unpackHalf2x16(ROWS[tok_w(r, e >> 1)]);                                  \
             return (e & 1u) != 0u ? h.y : h.x;                                                \
         }                                                                                     \
         uint b = tier_bits(k), per = 32u / b;                                                 \
-        uint q = (ROWS[base + e / per] >> ((e % per) * b)) & ((1u << b) - 1u);                \
-        vec2 sz = unpackHalf2x16(ROWS[base + tier_data_words(k) + group_of(k, e)]);           \
+        uint q = (ROWS[tok_w(r, e / per)] >> ((e % per) * b)) & ((1u << b) - 1u);             \
+        vec2 sz = unpackHalf2x16(ROWS[tok_w(r, tier_data_words(k) + group_of(k, e))]);        \
         return sz.y + float(q) * sz.x;                                                        \
     }
 

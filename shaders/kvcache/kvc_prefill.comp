@@ -1,12 +1,12 @@
 #version 450
 /*
- * Prefill of one layer with p.n prompt tokens at positions 0 .. n-1 (the layer's slots emptied
- * before by the host's fill). One invocation per token: sinks and recents take the top tier's
- * first slots in position order; a middle token's rank among the middle tokens by key (larger
+ * Prefill of one layer with p.n prompt tokens at positions 0 .. n-1 (the layer's state emptied
+ * and, with DYN, its chunk tables laid out for the counts by the host before). One invocation
+ * per token: sinks and recents take the top tier's first slots in position order; a middle token's rank among the middle tokens by key (larger
  * first, ties to the lower position; cur = n - 1) places it in the top tier (the first
  * p.middle[0] ranks), then in each lower tier in use, p.middle[k] ranks each (the host's
- * vkh2o_kvcache_plan_counts: the pools' free slots, or what the byte capacity holds); a rank
- * beyond them is evicted (n_protect, a decode step's rule, does not apply). Without SELECTS
+ * vkh2o_kvcache_plan_counts: the pools' free slots, or what the byte capacity holds), each tier's
+ * first slots (the tiers are dense); a rank beyond them is evicted (n_protect, a decode step's rule, does not apply). Without SELECTS
  * token i takes top-tier slot i. Each invocation writes its own row in its tier's format (rows
  * [in_ckv | in_kpe]: LATENT ckv [n][SA] and kpe [n][R], EXPANDED k [n][H][SA + R] and v
  * [n][H][SV]; scores from out_f = the mass), and invocation 0 the layer's state. With CHECKFIN
@@ -25,7 +25,7 @@ float in_row(uint i, uint e) { return e < WA ? in_ckv[p.ckv_off + i * WA + e] : 
 void main()
 {
     const uint i = gl_GlobalInvocationID.x, n = p.n;
-    const uint st = g_st(), s0 = g_slot0(), cur = n - 1u;
+    const uint st = g_st(), cur = n - 1u;
     // top tokens: [0, min(NSINK, n)) and [max(NSINK, n - NRECENT), n)
     const uint rs = max(NSINK, n > NRECENT ? n - NRECENT : 0u);
     const uint ntop = min(NSINK, n) + (n > rs ? n - rs : 0u);
@@ -35,7 +35,6 @@ void main()
         uint left = SELECTS == 1u ? nmid - min(room0, nmid) : 0u;
         state[st + ST_POS] = n;
         state[st + ST_CUR] = cur;
-        state[st + ST_SKIP] = 0u;
         state[st + ST_COUNT] = c0;
         state[st + ST_EXT] = c0;   // placement fills each tier's first slots: its live range is its count
         for (uint k = 1u; k < 4u; k++) {
@@ -57,7 +56,7 @@ void main()
             atomicMax(state[st + ST_NF_FIRST], ~((i << 4) | nf));
         }
     }
-    uint tier = 0u, slot;
+    uint tier = 0u, slot;   // the tier's dense slot
     if (SELECTS == 0u) {
         slot = i;
     } else if (is_top(i, n)) {
@@ -80,34 +79,34 @@ void main()
                 r -= p.middle[k];
             }
             if (tier == 4u) return;             // evicted
-            slot = tier_first(tier) + r;
+            slot = r;
         }
     }
-    positions[s0 + slot] = i;
-    scores[s0 + slot] = score;
-    const uint base = g_rows0() + slot_base(slot);
+    const Tok base = tok_at(tier, slot);
+    rows[tok_w(base, tier_row_words(tier))] = i;
+    rows[tok_w(base, tier_row_words(tier) + 1u)] = floatBitsToUint(score);
     if (tier == 0u) {
         for (uint w = 0u; w < tier_data_words(0u); w++) {
             if (F32TOP != 0u) {
-                rows[base + w] = floatBitsToUint(in_row(i, w));
+                rows[tok_w(base, w)] = floatBitsToUint(in_row(i, w));
                 continue;
             }
             const uint e = 2u * w;
-            rows[base + w] = f32_to_f16_rne(in_row(i, e)) | (e + 1u < W ? f32_to_f16_rne(in_row(i, e + 1u)) << 16 : 0u);
+            rows[tok_w(base, w)] = f32_to_f16_rne(in_row(i, e)) | (e + 1u < W ? f32_to_f16_rne(in_row(i, e + 1u)) << 16 : 0u);
         }
         return;
     }
     // quantised from the row as the top tier holds it (fp16-rounded, or f32), as a demotion would;
     // SHADOW keeps that row for the token's later demotions
     if (SHADOW != 0u) {
-        const uint sb = g_shadow(slot);
+        const uint sb = shadow_base(tier, slot);
         for (uint w = 0u; w < tier_data_words(0u); w++) {
             if (F32TOP != 0u) {
-                rows[sb + w] = floatBitsToUint(in_row(i, w));
+                shadow[sb + w] = floatBitsToUint(in_row(i, w));
                 continue;
             }
             const uint e = 2u * w;
-            rows[sb + w] = f32_to_f16_rne(in_row(i, e)) | (e + 1u < W ? f32_to_f16_rne(in_row(i, e + 1u)) << 16 : 0u);
+            shadow[sb + w] = f32_to_f16_rne(in_row(i, e)) | (e + 1u < W ? f32_to_f16_rne(in_row(i, e + 1u)) << 16 : 0u);
         }
     }
     const uint b = tier_bits(tier), ng = tier_groups(tier), dw = tier_data_words(tier), per = 32u / b;
@@ -119,14 +118,14 @@ void main()
             lo = min(lo, x);
             hi = max(hi, x);
         }
-        rows[base + dw + gi] = group_word(lo, hi, b);
+        rows[tok_w(base, dw + gi)] = group_word(lo, hi, b);
     }
     for (uint w = 0u; w < dw; w++) {
         uint word = 0u;
         for (uint j = 0u; j < per; j++) {
             uint e = w * per + j;
-            if (e < W) word |= quant_code(top_round(in_row(i, e)), rows[base + dw + group_of(tier, e)], b) << (j * b);
+            if (e < W) word |= quant_code(top_round(in_row(i, e)), rows[tok_w(base, dw + group_of(tier, e))], b) << (j * b);
         }
-        rows[base + w] = word;
+        rows[tok_w(base, w)] = word;
     }
 }

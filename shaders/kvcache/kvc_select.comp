@@ -1,251 +1,358 @@
 #version 450
 /*
- * Stage 4 of a decode step (one workgroup, recorded only with SELECTS): make room for the next
- * token. While a tier has no free slot (the top tier from the first), the middle token of that
- * tier with the lowest key (ties: the higher position goes) is its victim; the victim of the
- * lowest tier in use is evicted. Then, from the bottom of that chain up, each victim is
- * dequantised, requantised into the next tier's format and written to the slot the tier below
- * freed (or to its lowest free slot), with its position and score; the top tier's victim leaves
- * the slot the next append takes. Middle: position >= NSINK and position + NRECENT <= cur.
- * Eviction (the victim of the lowest tier in use) skips the middle tokens of the last NPROTECT
- * positions while an older middle token is there (n_protect; demotion does not).
- * Tiers by bytes (BYBYTES): while the held tokens and one more FP16 token exceed BUDGET bytes,
- * the lowest-keyed middle token of the highest tier that has one (and a tier below it) moves
- * down one tier into that tier's lowest free slot; when every middle token is in the lowest
- * tier, its lowest-keyed one is evicted. Each move frees bytes, so the loop ends.
- * Last, each tier's live range (ST_EXT: 1 + its highest occupied slot) from its slots.
- * SHADOW (requant_source FROM_ORIGINAL): a move quantises from the token's top-tier row (its
- * shadow below the top tier) and carries the shadow to the new slot.
+ * Stage 3 of a decode step (one small workgroup): the step's bookkeeping and, with SELECTS, room
+ * for the next token. Counts the appended token (kvc_attend wrote it at the top tier's slot
+ * `count`), folds the step's non-finite flags into the statistics, then:
+ *   pools: while a tier is full (the top tier from the first), its first victim (victim order:
+ *     kvc_bindings.glsl goes_before) is chained to the tier below; the chain's last victim is
+ *     evicted or moves into a tier with room; then, bottom up, each victim moves down into the
+ *     tier below, requantised on the device from the values its tier holds (SHADOW: from its
+ *     top-tier row, which moves with it);
+ *   tiers by bytes (BYBYTES): while the held tokens and one more top-tier token exceed BUDGET
+ *     bytes, the first victim of the highest tier that has a middle token moves down one tier;
+ *     in the lowest tier in use it is evicted.
+ * Victims come from kvc_combine's candidate lists (each score workgroup's KC first victims per
+ * tier) merged on demand, and from the tokens moved into a tier this step; only when a tier has
+ * given KC victims from the lists, or its moved-in list is full, is the tier scanned whole
+ * (ST_SCANS counts those scans). A token leaving a tier leaves no hole: the tier's last token
+ * moves into its slot. With DYN the tiers' chunk tables follow their counts: a tier takes a chunk
+ * from the free stack when it grows into one and gives it back when it empties it, and the top
+ * tier always has the next append's slot mapped.
  * Spec constants and bindings: kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
-#define KVC_ROWS_QUAL coherent   // move_row reads back the group words other invocations wrote
+#define KVC_ROWS_QUAL coherent   // one workgroup reads back what its other invocations wrote
 #include "kvc_common.glsl"
 #include "kvc_bindings.glsl"
 
-shared uint sh_key[WG];
-shared uint sh_slot[WG];
-shared uint sh_chain[4];     // victim slot per tier of the chain (EMPTY: not in the chain)
-shared uint sh_dest;         // free slot of the tier below the chain's last victim, or EMPTY: evict
-shared uint sh_last;         // the chain's last tier
+const uint SCAN = 0xfffffffeu;
+const uint NINS = 16u;
 
-// the slot of tier k whose (key, position) is lowest among its middle tokens (evict: those
-// older than the protected window only; want_empty: the lowest free slot instead); EMPTY when
-// there is none
-uint pick(uint k, bool want_empty, uint cur, bool evict)
+shared uint sh_head[4u * NMW];     // next entry of each list, per tier
+shared uint sh_cons[4];            // list entries taken, per tier
+shared uint sh_scan[4];            // 1: the tier's victims come from scans
+shared uint sh_ins[4u * NINS * 3u];  // tokens moved into the tier this step: key, position, slot
+shared uint sh_nins[4];
+shared uint sh_v;
+shared uint sh_key[WG], sh_slot[WG], sh_pos[WG];
+shared uint sh_chain[4];
+shared uint sh_last, sh_room;
+
+uint count_of(uint k) { return state[g_st() + ST_COUNT + k]; }
+
+// DYN: chunks tier k needs for n tokens (the top tier: and the next append's slot)
+uint need(uint k, uint n) { return min(((n + (k == 0u ? 1u : 0u)) * tier_tw(k) + CW - 1u) >> CS, tier_vchunks(k)); }
+void ensure(uint k, uint n)
 {
-    const uint tid = gl_LocalInvocationID.x;
-    const uint f = tier_first(k), n = tier_slots(k), s0 = g_slot0();
-    uint bk = EMPTY, bs = EMPTY, bp = 0u;
-    for (uint j = tid; j < n; j += WG) {
-        const uint g = f + j, pos = positions[s0 + g];
-        if (want_empty) {
-            if (pos == EMPTY && bs == EMPTY) bs = g;
-            continue;
+    const uint st = g_st();
+    uint m = state[st + ST_MAPPED + k];
+    const uint nd = need(k, n);
+    while (m < nd) {
+        uint f = state[st + ST_FREE];
+        if (f == 0u) { state[st + ST_FAULT] += 1u; break; }
+        f--;
+        tabs[tab0() + tab_off(k) + m] = tabs[tab0() + tab_off(4u) + f];
+        state[st + ST_FREE] = f;
+        m++;
+    }
+    state[st + ST_MAPPED + k] = m;
+}
+void shrink(uint k, uint n)
+{
+    const uint st = g_st();
+    uint m = state[st + ST_MAPPED + k];
+    const uint nd = need(k, n);
+    while (m > nd) {
+        m--;
+        const uint f = state[st + ST_FREE];
+        tabs[tab0() + tab_off(4u) + f] = tabs[tab0() + tab_off(k) + m];
+        state[st + ST_FREE] = f + 1u;
+    }
+    state[st + ST_MAPPED + k] = m;
+}
+
+void sync()
+{
+    memoryBarrierBuffer();
+    memoryBarrierShared();
+    barrier();
+}
+
+// invocation 0: tier k's first victim from the lists and the moved-in tokens; SCAN when the lists
+// cannot tell; EMPTY when the tier has no middle token
+uint list_pick(uint k, uint cur)
+{
+    if (sh_scan[k] != 0u) return SCAN;
+    uint bk = 0u, bp = 0u, bs = EMPTY, bw = EMPTY, bi = EMPTY;
+    for (uint w = 0u; w < NMW; w++) {
+        const uint h = sh_head[k * NMW + w];
+        if (h >= KC) continue;
+        const uint b = cand_base(w, k) + 1u + h * 3u;
+        if (work[b + 2u] == EMPTY) continue;
+        if (bs == EMPTY || goes_before(k, work[b], work[b + 1u], bk, bp, cur)) {
+            bk = work[b]; bp = work[b + 1u]; bs = work[b + 2u]; bw = w; bi = EMPTY;
         }
-        if (pos == EMPTY || pos < NSINK || pos + NRECENT > cur) continue;
-        if (evict && pos + NPROTECT > cur) continue;
-        uint key = select_key(POLICY, MODE, scores[s0 + g], pos, cur, p.seed, p.layer);
-        if (bs == EMPTY || key < bk || (key == bk && pos > bp)) { bk = key; bs = g; bp = pos; }
+    }
+    for (uint i = 0u; i < sh_nins[k]; i++) {
+        const uint b = (k * NINS + i) * 3u;
+        if (bs == EMPTY || goes_before(k, sh_ins[b], sh_ins[b + 1u], bk, bp, cur)) {
+            bk = sh_ins[b]; bp = sh_ins[b + 1u]; bs = sh_ins[b + 2u]; bw = EMPTY; bi = i;
+        }
+    }
+    if (bs == EMPTY) {
+        // the lists are out: every middle token of the tier was in them unless a part had more
+        uint total = 0u;
+        for (uint w = 0u; w < NMW; w++) total += work[cand_base(w, k)];
+        if (sh_cons[k] < total) { sh_scan[k] = 1u; return SCAN; }
+        return EMPTY;
+    }
+    if (bw != EMPTY) {
+        // the first KC list entries taken are the tier's KC first victims; past them, scan
+        if (sh_cons[k] >= KC) { sh_scan[k] = 1u; return SCAN; }
+        sh_cons[k] += 1u;
+        sh_head[k * NMW + bw] += 1u;
+    } else {
+        const uint last = (k * NINS + sh_nins[k] - 1u) * 3u, b = (k * NINS + bi) * 3u;
+        for (uint w = 0u; w < 3u; w++) sh_ins[b + w] = sh_ins[last + w];
+        sh_nins[k] -= 1u;
+    }
+    return bs;
+}
+
+// every invocation: tier k's first victim by a scan of its tokens (EMPTY: none)
+uint scan_pick(uint k, uint cur)
+{
+    const uint tid = gl_LocalInvocationID.x, n = count_of(k);
+    uint bk = 0u, bs = EMPTY, bp = 0u;
+    for (uint t = tid; t < n; t += WG) {
+        const Tok r = tok_at(k, t);
+        const uint pos = tok_pos(k, r);
+        if (!is_middle(pos, cur)) continue;
+        const uint key = select_key(POLICY, MODE, tok_score(k, r), pos, cur, p.seed, p.layer);
+        if (bs == EMPTY || goes_before(k, key, pos, bk, bp, cur)) { bk = key; bs = t; bp = pos; }
     }
     sh_key[tid] = bk;
     sh_slot[tid] = bs;
-    barrier();
+    sh_pos[tid] = bp;
+    sync();
     if (tid == 0u) {
-        uint ck = EMPTY, cs = EMPTY, cp = 0u;
+        uint ck = 0u, cs = EMPTY, cp = 0u;
         for (uint i = 0u; i < WG; i++) {
-            uint s = sh_slot[i];
-            if (s == EMPTY) continue;
-            if (want_empty) { cs = min(cs, s); continue; }
-            uint pos = positions[s0 + s];
-            if (cs == EMPTY || sh_key[i] < ck || (sh_key[i] == ck && pos > cp)) { ck = sh_key[i]; cs = s; cp = pos; }
+            if (sh_slot[i] == EMPTY) continue;
+            if (cs == EMPTY || goes_before(k, sh_key[i], sh_pos[i], ck, cp, cur)) { ck = sh_key[i]; cs = sh_slot[i]; cp = sh_pos[i]; }
         }
-        sh_slot[0] = cs;
+        sh_v = cs;
+        state[g_st() + ST_SCANS] += 1u;
     }
-    barrier();
-    uint r = sh_slot[0];
-    barrier();
-    return r;
+    sync();
+    return sh_v;
 }
 
-// row of slot `from` (tier kf) into slot `to` (tier kt < 4, below kf), requantised from the
-// values kf holds (SHADOW: from the token's top-tier row: kf's own row at the top tier, else its
-// shadow, which moves with it); position and score move. The group words first (one invocation
-// per group), then the data words (one per word: a word may hold numbers of two groups).
-void move_row(uint from, uint kf, uint to, uint kt)
+uint victim(uint k, uint cur)
 {
-    const uint tid = gl_LocalInvocationID.x;
-    const uint r0 = g_rows0(), tb = r0 + slot_base(to);
-    const bool orig = SHADOW != 0u && kf != 0u;
-    const uint fb = orig ? g_shadow(from) : r0 + slot_base(from);
-    const uint ks = orig ? 0u : kf;   // the source's format (the shadow is a top-tier row)
+    sync();
+    if (gl_LocalInvocationID.x == 0u) sh_v = list_pick(k, cur);
+    sync();
+    const uint v = sh_v;
+    return v == SCAN ? scan_pick(k, cur) : v;
+}
+
+// slot v of tier k leaves: the tier's last token moves into it (its shadow too), and the lists
+// follow it
+void remove_slot(uint k, uint v)
+{
+    const uint tid = gl_LocalInvocationID.x, n = count_of(k), last = n - 1u;
+    if (v != last) {
+        const Tok src = tok_at(k, last), dst = tok_at(k, v);
+        for (uint w = tid; w < tier_tw(k); w += WG) rows[tok_w(dst, w)] = rows[tok_w(src, w)];
+        if (SHADOW != 0u && k != 0u) {
+            const uint sb = shadow_base(k, last), db = shadow_base(k, v);
+            for (uint w = tid; w < tier_row_words(0u); w += WG) shadow[db + w] = shadow[sb + w];
+        }
+        if (tid == 0u) {
+            for (uint w = 0u; w < NMW; w++)
+                for (uint h = 0u; h < KC; h++) {
+                    const uint b = cand_base(w, k) + 1u + h * 3u + 2u;
+                    if (work[b] == last) work[b] = v;
+                }
+            for (uint i = 0u; i < sh_nins[k]; i++)
+                if (sh_ins[(k * NINS + i) * 3u + 2u] == last) sh_ins[(k * NINS + i) * 3u + 2u] = v;
+        }
+    }
+    sync();
+    if (tid == 0u) {
+        state[g_st() + ST_COUNT + k] = last;
+        if (DYN != 0u) shrink(k, last);
+    }
+    sync();
+}
+
+void evict(uint k, uint v)
+{
+    remove_slot(k, v);
+    if (gl_LocalInvocationID.x == 0u) state[g_st() + ST_EVICTED] += 1u;
+}
+
+// the source's number e: tier kf's row at slot v, or (SHADOW, below the top tier) its shadow
+float src_x(uint kf, uint v, Tok r, uint e)
+{
+    if (SHADOW != 0u && kf != 0u) return deq_shadow(0u, tok_direct(shadow_base(kf, v)), e);
+    return deq(kf, r, e);
+}
+
+// the token at slot v of tier kf moves down to tier kt, requantised, at kt's end
+void move_down(uint kf, uint v, uint kt, uint cur)
+{
+    const uint tid = gl_LocalInvocationID.x, t = count_of(kt);
+    if (tid == 0u && DYN != 0u) ensure(kt, t + 1u);
+    sync();
+    const Tok src = tok_at(kf, v), dst = tok_at(kt, t);
     const uint b = tier_bits(kt), ng = tier_groups(kt), dw = tier_data_words(kt), per = 32u / b;
     if (SHADOW != 0u) {
-        const uint sb = g_shadow(to);
-        for (uint w = tid; w < tier_data_words(0u); w += WG) rows[sb + w] = rows[fb + w];
+        const uint db = shadow_base(kt, t);
+        if (kf == 0u)
+            for (uint w = tid; w < tier_data_words(0u); w += WG) shadow[db + w] = rows[tok_w(src, w)];
+        else
+            for (uint w = tid; w < tier_data_words(0u); w += WG) shadow[db + w] = shadow[shadow_base(kf, v) + w];
     }
     for (uint gi = tid; gi < ng; gi += WG) {
-        uvec2 r = group_range(kt, gi);
-        float lo = deq(ks, fb, r.x), hi = lo;
+        const uvec2 r = group_range(kt, gi);
+        float lo = src_x(kf, v, src, r.x), hi = lo;
         for (uint e = r.x + 1u; e < r.x + r.y; e++) {
-            float x = deq(ks, fb, e);
+            const float x = src_x(kf, v, src, e);
             lo = min(lo, x);
             hi = max(hi, x);
         }
-        rows[tb + dw + gi] = group_word(lo, hi, b);
+        rows[tok_w(dst, dw + gi)] = group_word(lo, hi, b);
     }
-    memoryBarrierBuffer();
-    barrier();
+    sync();
     for (uint w = tid; w < dw; w += WG) {
         uint word = 0u;
         for (uint i = 0u; i < per; i++) {
-            uint e = w * per + i;
-            if (e < W) word |= quant_code(deq(ks, fb, e), rows[tb + dw + group_of(kt, e)], b) << (i * b);
+            const uint e = w * per + i;
+            if (e < W) word |= quant_code(src_x(kf, v, src, e), rows[tok_w(dst, dw + group_of(kt, e))], b) << (i * b);
         }
-        rows[tb + w] = word;
+        rows[tok_w(dst, w)] = word;
     }
     if (tid == 0u) {
-        const uint s0 = g_slot0(), st = g_st();
-        positions[s0 + to] = positions[s0 + from];
-        scores[s0 + to] = scores[s0 + from];
-        positions[s0 + from] = EMPTY;
-        state[st + ST_COUNT + kf] -= 1u;
-        state[st + ST_COUNT + kt] += 1u;
+        const uint st = g_st(), pos = tok_pos(kf, src), sc = rows[tok_w(src, tier_row_words(kf) + 1u)];
+        rows[tok_w(dst, tier_row_words(kt))] = pos;
+        rows[tok_w(dst, tier_row_words(kt) + 1u)] = sc;
+        state[st + ST_COUNT + kt] = t + 1u;
         state[st + ST_DEMOTED + kf] += 1u;
+        if (sh_nins[kt] < NINS) {
+            const uint ib = (kt * NINS + sh_nins[kt]) * 3u;
+            sh_ins[ib] = select_key(POLICY, MODE, uintBitsToFloat(sc), pos, cur, p.seed, p.layer);
+            sh_ins[ib + 1u] = pos;
+            sh_ins[ib + 2u] = t;
+            sh_nins[kt] += 1u;
+        } else {
+            sh_scan[kt] = 1u;
+        }
     }
-    memoryBarrierBuffer();
-    barrier();
+    sync();
+    remove_slot(kf, v);
 }
 
 uint held_bytes()
 {
-    const uint st = g_st();
     uint b = 0u;
-    for (uint k = 0u; k < 4u; k++) b += state[st + ST_COUNT + k] * tier_token_bytes(k);
+    for (uint k = 0u; k < 4u; k++) b += count_of(k) * tier_token_bytes(k);
     return b;
 }
 
 void by_bytes(uint cur)
 {
-    const uint tid = gl_LocalInvocationID.x;
-    const uint st = g_st();
-    // each pass moves one token down or evicts one: at most every held token once per tier
-    for (uint it = 0u; it < 4u * total_slots(); it++) {
+    const uint bound = 4u * (SLOTS0 + SLOTS1 + SLOTS2 + SLOTS3);
+    for (uint it = 0u; it < bound; it++) {
+        sync();
         if (held_bytes() + tier_token_bytes(0u) <= BUDGET) break;
-        uint moved = 0u;
-        for (uint k = 0u; k < 4u && moved == 0u; k++) {
-            if (tier_slots(k) == 0u || state[st + ST_COUNT + k] == 0u) continue;
+        bool moved = false;
+        for (uint k = 0u; k < 4u; k++) {
+            if (tier_slots(k) == 0u || count_of(k) == 0u) continue;
             const uint nk = next_tier(k);
-            uint v = pick(k, false, cur, nk == 4u);
-            if (v == EMPTY && nk == 4u && NPROTECT > NRECENT) v = pick(k, false, cur, false);
+            if (nk != 4u && count_of(nk) >= tier_slots(nk)) continue;
+            const uint v = victim(k, cur);
             if (v == EMPTY) continue;
-            if (nk == 4u) {
-                if (tid == 0u) {
-                    positions[g_slot0() + v] = EMPTY;
-                    state[st + ST_COUNT + k] -= 1u;
-                    state[st + ST_EVICTED] += 1u;
-                }
-            } else {
-                const uint d = pick(nk, true, cur, false);
-                if (d == EMPTY) continue;     // (pools are sized so that this does not happen)
-                move_row(v, k, d, nk);
-            }
-            moved = 1u;
+            if (nk == 4u) evict(k, v);
+            else move_down(k, v, nk, cur);
+            moved = true;
+            break;
         }
-        memoryBarrierBuffer();
-        barrier();
-        if (moved == 0u) break;
+        if (!moved) break;
     }
 }
 
-// each tier's live range (ST_EXT) from its slots as this step leaves them
-shared uint sh_ext[4];
-void update_ext()
-{
-    const uint tid = gl_LocalInvocationID.x, s0 = g_slot0();
-    if (tid < 4u) sh_ext[tid] = 0u;
-    memoryBarrierBuffer();
-    barrier();
-    for (uint k = 0u; k < 4u; k++) {
-        const uint f = tier_first(k), n = tier_slots(k);
-        uint hi = 0u;
-        for (uint j = tid; j < n; j += WG)
-            if (positions[s0 + f + j] != EMPTY) hi = j + 1u;
-        if (hi != 0u) atomicMax(sh_ext[k], hi);
-    }
-    barrier();
-    if (tid < 4u) state[g_st() + ST_EXT + tid] = sh_ext[tid];
-}
-
-void make_room()
+void pools(uint cur)
 {
     const uint tid = gl_LocalInvocationID.x;
-    const uint st = g_st();
-    const uint cur = state[st + ST_CUR];
-    if (BYBYTES == 1u) {
-        by_bytes(cur);
-        return;
-    }
     if (tid == 0u) {
         for (uint k = 0u; k < 4u; k++) sh_chain[k] = EMPTY;
-        sh_dest = EMPTY;
         sh_last = 4u;
+        sh_room = 0u;
     }
-    barrier();
-    // the chain, top down: stop at a tier with a free slot
+    sync();
+    // the chain, top down: stop at a tier with room
     uint k = 0u;
-    while (k < 4u && state[st + ST_COUNT + k] >= tier_slots(k)) {
-        const bool ev = next_tier(k) == 4u;
-        uint v = pick(k, false, cur, ev);
-        if (v == EMPTY && ev && NPROTECT > NRECENT) v = pick(k, false, cur, false);
+    while (k < 4u && count_of(k) >= tier_slots(k)) {
+        const uint v = victim(k, cur);
         if (v == EMPTY) break;             // only sinks and recents: nothing may move (resolve prevents it)
         if (tid == 0u) { sh_chain[k] = v; sh_last = k; }
-        barrier();
-        uint nk = next_tier(k);
+        const uint nk = next_tier(k);
         if (nk == 4u) break;               // the lowest tier: its victim is evicted
-        if (state[st + ST_COUNT + nk] < tier_slots(nk)) {
-            uint d = pick(nk, true, cur, false);
-            if (tid == 0u) sh_dest = d;
-            barrier();
+        if (count_of(nk) < tier_slots(nk)) {
+            if (tid == 0u) sh_room = 1u;
             break;
         }
         k = nk;
     }
-    barrier();
+    sync();
     const uint last = sh_last;
     if (last == 4u) return;
-    // bottom up
-    uint dest = sh_dest;
-    if (next_tier(last) == 4u || dest == EMPTY) {
-        // the last victim is evicted: its slot is the destination of the victim above
-        const uint v = sh_chain[last];
-        if (tid == 0u) {
-            positions[g_slot0() + v] = EMPTY;
-            state[st + ST_COUNT + last] -= 1u;
-            state[st + ST_EVICTED] += 1u;
-        }
-        memoryBarrierBuffer();
-        barrier();
-        dest = v;
-        for (int j = int(last) - 1; j >= 0; j--) {
-            uint kk = uint(j);
-            if (sh_chain[kk] == EMPTY) continue;
-            move_row(sh_chain[kk], kk, dest, slot_tier(dest));
-            dest = sh_chain[kk];
-        }
-    } else {
-        for (int j = int(last); j >= 0; j--) {
-            uint kk = uint(j);
-            if (sh_chain[kk] == EMPTY) continue;
-            move_row(sh_chain[kk], kk, dest, slot_tier(dest));
-            dest = sh_chain[kk];
-        }
+    int from = int(last);
+    if (next_tier(last) == 4u || sh_room == 0u) {
+        evict(last, sh_chain[last]);
+        from = int(last) - 1;
+    }
+    for (int j = from; j >= 0; j--) {
+        const uint kk = uint(j);
+        sync();
+        if (sh_chain[kk] == EMPTY) continue;
+        move_down(kk, sh_chain[kk], next_tier(kk), cur);
     }
 }
 
 void main()
 {
-    if (state[g_st() + ST_SKIP] != 0u) return;
-    make_room();
-    update_ext();
+    const uint tid = gl_LocalInvocationID.x, st = g_st();
+    const uint pos = state[st + ST_POS];
+    sync();
+    if (pos >= MAXTOK) {
+        if (tid == 0u) state[st + ST_OVERFLOW] += 1u;
+        return;
+    }
+    if (tid == 0u) {
+        state[st + ST_COUNT] += 1u;
+        state[st + ST_CUR] = pos;
+        const uint nf = state[st + ST_NF_STEP];
+        if (CHECKFIN == 1u && nf != 0u) {
+            state[st + ST_NF_COUNT] += 1u;
+            state[st + ST_NF_LAST] = pos + 1u;
+            if (state[st + ST_NF_FIRST] == 0u) state[st + ST_NF_FIRST] = ~((pos << 4) | nf);
+        }
+        state[st + ST_NF_STEP] = 0u;
+    }
+    if (SELECTS == 1u) {
+        for (uint i = tid; i < 4u * NMW; i += WG) sh_head[i] = 0u;
+        if (tid < 4u) { sh_cons[tid] = 0u; sh_scan[tid] = 0u; sh_nins[tid] = 0u; }
+        sync();
+        if (BYBYTES == 1u) by_bytes(pos);
+        else pools(pos);
+    }
+    sync();
+    if (tid == 0u) {
+        if (DYN != 0u) ensure(0u, count_of(0u));
+        for (uint k = 0u; k < 4u; k++) state[st + ST_EXT + k] = count_of(k);
+        state[st + ST_POS] = pos + 1u;
+    }
 }

@@ -91,13 +91,7 @@ uint32_t vkh2o_kvcache_token_bytes(const vkh2o_kvcache_desc* d, vkh2o_kv_tier ti
 
 uint32_t vkh2o_kvcache_row_numbers(const vkh2o_kvcache_desc* d) { return d ? vkh2o_kvcache_shape(d).w : 0; }
 
-uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* p)
-{
-    uint64_t b = 0;
-    for (uint32_t k = 0; p && k < VKH2O_TIER_COUNT; k++)
-        b += (uint64_t)p->slots[k] * p->token_bytes[k];
-    return b;
-}
+uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* p) { return p ? p->arena_bytes + p->table_bytes : 0; }
 
 uint32_t vkh2o_kvcache_group_of(const vkh2o_kvcache_desc* d, uint32_t k, uint32_t e)
 {
@@ -145,7 +139,7 @@ static vkh2o_result plan_pools(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* 
         for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
             if (!(d->tier_mask & (1u << k)))
                 continue;
-            uint64_t n = d->capacity_bytes / pl->token_bytes[k] + 1;
+            uint64_t n = d->capacity_bytes / pl->token_bytes[k] + 2;   /* virtual: the arena holds the budget */
             pl->slots[k] = (uint32_t)(n < (uint64_t)d->max_tokens + 1 ? n : (uint64_t)d->max_tokens + 1);
             last = k;
         }
@@ -251,6 +245,69 @@ static vkh2o_result plan_pools(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* 
         pl->kept_tokens = top + m[0] + m[1] + m[2] + m[3];
     }
     return VKH2O_OK;
+}
+
+/* log2 of the chunk's words: the smallest power of two (at least 16 words) holding a top-tier
+ * token (row, position, score), so that a token spans at most two chunks */
+static uint32_t chunk_shift(const vkh2o_kvcache_desc* d)
+{
+    const uint32_t tw0 = row_words(d, 0) + 2;
+    uint32_t cs = 4;
+    while ((1u << cs) < tw0)
+        cs++;
+    return cs;
+}
+
+static uint64_t tier_vchunks(const vkh2o_kvcache_desc* d, const vkh2o_kvcache_plan* pl, uint32_t k, uint32_t cs)
+{
+    return ((uint64_t)pl->slots[k] * (row_words(d, k) + 2) + (1ull << cs) - 1) >> cs;
+}
+
+/* The arena of a layer and the step's workspace. Pools and the full cache: each tier's slots in
+ * chunks of their own. Tiers by bytes: chunks for the budget, the next top-tier token and a
+ * demotion's new token in flight (2 top-tier tokens), and a part-filled chunk per tier in use;
+ * the tiers take chunks as they grow, so the arena is about the budget whatever the tiers hold. */
+static void plan_arena(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* pl)
+{
+    const uint32_t cs = chunk_shift(d);
+    const uint64_t cw = 1ull << cs;
+    uint64_t vch = 0, tiers = 0;
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
+        vch += tier_vchunks(d, pl, k, cs);
+        tiers += pl->slots[k] > 0;
+    }
+    uint64_t chunks = vch, tab = 0;
+    if (pl->by_bytes) {
+        const uint64_t dyn = (pl->budget_bytes + 2ull * pl->token_bytes[0] + 4 * cw - 1) / (4 * cw) + tiers;
+        chunks = dyn < vch ? dyn : vch;
+        tab = vch + chunks;
+    }
+    pl->chunk_bytes = (uint32_t)(4 * cw);
+    pl->chunks = chunks > UINT32_MAX ? UINT32_MAX : (uint32_t)chunks;
+    pl->arena_bytes = chunks * 4 * cw;
+    pl->table_bytes = 4 * (tab + KVC_ST_WORDS);
+    const kvc_shape shp = vkh2o_kvcache_shape(d);
+    const uint32_t H = d->num_heads, ow = d->layout == VKH2O_LAYOUT_EXPANDED ? shp.sv : shp.sa;
+    const uint32_t nhg = vkh2o_div_up(H, KVC_HG), ndg = vkh2o_div_up(ow, KVC_WG * KVC_DPI);
+    uint32_t splits = d->attention_splits;
+    if (!splits) {
+        /* about 16 workgroups of the attention, no more splits than blocks of held tokens */
+        splits = vkh2o_div_up(16, nhg * ndg);
+        const uint32_t blocks = vkh2o_div_up(pl->total_slots, KVC_WG);
+        if (splits > blocks)
+            splits = blocks;
+        if (!splits)
+            splits = 1;
+    }
+    pl->splits = splits;
+    pl->score_groups = 0;
+    if (pl->selects) {
+        uint32_t g = vkh2o_div_up(pl->total_slots, 4 * KVC_WG);
+        pl->score_groups = g < 1 ? 1 : g > 64 ? 64 : g;
+    }
+    pl->workspace_bytes = 4ull * ((uint64_t)splits * H * (ow + 2) + (uint64_t)pl->score_groups * 4 * (1 + 3 * KVC_KC));
+    const uint64_t L = d->num_layers;
+    pl->device_bytes = L * (pl->arena_bytes + pl->table_bytes + pl->shadow_bytes) + pl->workspace_bytes + 16;
 }
 
 /* sinks and recents among the first n positions: [0, min(n_sink, n)) and [max(n_sink, n - n_recent), n) */
@@ -447,6 +504,9 @@ vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kv
                                    precision_names[d.precision], d.tier_mask);
         pl.shadow_bytes = (uint64_t)lower * 4u * row_words(&d, 0);
     }
+    if (d.attention_splits > 64)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: attention_splits %u above 64", d.attention_splits);
+    plan_arena(&d, &pl);
     if (out)
         *out = d;
     if (plan)
@@ -454,12 +514,12 @@ vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kv
     return VKH2O_OK;
 }
 
-static vkh2o_result make_buffer(vkh2o_context* ctx, uint64_t bytes, vkh2o_buffer** out)
+static vkh2o_result make_buffer(vkh2o_context* ctx, const char* what, uint64_t bytes, vkh2o_buffer** out)
 {
     if (bytes > ctx->caps.max_storage_buffer_range)
-        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "kvcache: a buffer of %llu bytes exceeds maxStorageBufferRange %llu",
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "kvcache: the %s of %llu bytes exceeds maxStorageBufferRange %llu", what,
                           (unsigned long long)bytes, (unsigned long long)ctx->caps.max_storage_buffer_range);
-    return vkh2o_buffer_create(ctx, bytes < 16 ? 16 : bytes, out);
+    return vkh2o_buffer_create(ctx, bytes, out);
 }
 
 static vkh2o_result kvc_kernels(vkh2o_kvcache* c);
@@ -478,11 +538,10 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     if (r != VKH2O_OK)
         return vkh2o_fail(ctx, r, "%s", e.message);
     const uint32_t S = pl.total_slots, H = d.num_heads;
-    /* llvmpipe ends an invocation's loops after 65535 iterations: the one-workgroup softmax walks
-     * every slot three times per head */
-    if (vkh2o_is_cpu_device(ctx) && (uint64_t)H * 3 * vkh2o_div_up(S, KVC_WG) + (uint64_t)S > 60000)
-        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
-                          "kvcache: %u heads x %u slots exceed the loop limit of this CPU device's step", H, S);
+    /* llvmpipe ends an invocation's loops after 65535 iterations: a scan of a tier walks its slots
+     * in steps of a workgroup */
+    if (vkh2o_is_cpu_device(ctx) && vkh2o_div_up(S, KVC_WG) > 60000)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "kvcache: %u slots exceed the loop limit of this CPU device's step", S);
     vkh2o_kvcache* c = vkh2o_calloc(ctx, 1, sizeof *c);
     if (!c)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache: out of host memory");
@@ -493,21 +552,26 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     const bool expanded = d.layout == VKH2O_LAYOUT_EXPANDED;
     c->qw = expanded ? shp.sa + shp.sb : shp.w;
     c->ow = expanded ? shp.sv : shp.sa;
-    uint64_t lw = 0;
+    c->cs = chunk_shift(&d);
+    uint32_t vch = 0;
     for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
         c->row_words[k] = row_words(&d, k);
         c->data_words[k] = data_words(&d, k);
-        lw += (uint64_t)pl.slots[k] * c->row_words[k];
+        c->tw[k] = c->row_words[k] + 2;
+        c->vchunks[k] = (uint32_t)tier_vchunks(&d, &pl, k, c->cs);
+        vch += c->vchunks[k];
     }
-    c->layer_words = lw > UINT32_MAX ? UINT32_MAX : (uint32_t)lw;
-    const uint64_t L = d.num_layers, sw = pl.shadow_bytes / 4;
-    c->shadow_words = sw > UINT32_MAX ? UINT32_MAX : (uint32_t)sw;
-    if ((r = make_buffer(ctx, 4 * L * KVC_ST_WORDS, &c->state)) != VKH2O_OK ||
-        (r = make_buffer(ctx, 4 * L * (lw + sw), &c->rows)) != VKH2O_OK ||
-        (r = make_buffer(ctx, 4 * L * S, &c->pos)) != VKH2O_OK || (r = make_buffer(ctx, 4 * L * S, &c->scores)) != VKH2O_OK ||
-        (r = make_buffer(ctx, 4ull * H * S, &c->scratch)) != VKH2O_OK ||
-        (r = make_buffer(ctx, 4ull * H * c->ow, &c->dummy)) != VKH2O_OK ||
-        (r = vkh2o_run_kvcache_reset(c)) != VKH2O_OK) {
+    c->tab_words = pl.by_bytes ? vch + pl.chunks : 0;
+    c->ncw = vkh2o_div_up(H * c->ow, KVC_WG);
+    c->ndg = vkh2o_div_up(c->ow, KVC_WG * KVC_DPI);
+    const uint64_t L = d.num_layers;
+    /* every buffer is counted in plan.device_bytes: what the device gives is what the plan says */
+    if ((r = make_buffer(ctx, "state", 4 * L * KVC_ST_WORDS, &c->state)) != VKH2O_OK ||
+        (r = make_buffer(ctx, "arena", L * pl.arena_bytes, &c->arena)) != VKH2O_OK ||
+        (c->tab_words && (r = make_buffer(ctx, "chunk tables", 4 * L * c->tab_words, &c->tabs)) != VKH2O_OK) ||
+        (pl.shadow_bytes && (r = make_buffer(ctx, "shadow store", L * pl.shadow_bytes, &c->shadow)) != VKH2O_OK) ||
+        (r = make_buffer(ctx, "workspace", pl.workspace_bytes, &c->work)) != VKH2O_OK ||
+        (r = make_buffer(ctx, "placeholder", 16, &c->dummy)) != VKH2O_OK) {
         vkh2o_kvcache_destroy(c);
         return r;
     }
@@ -532,8 +596,13 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     s[KVC_SPEC_BUDGET] = pl.by_bytes ? (uint32_t)(d.capacity_bytes < UINT32_MAX ? d.capacity_bytes : UINT32_MAX) : 0u;
     s[KVC_SPEC_MAXTOK] = d.max_tokens;
     s[KVC_SPEC_CHECKFIN] = d.check_finite ? 1u : 0u;
-    s[KVC_SPEC_SHADOW] = sw ? (uint32_t)(L * lw) : 0u;   /* the buffer's size check keeps it below 2^32 */
-    if ((r = kvc_kernels(c)) != VKH2O_OK) {
+    s[KVC_SPEC_SHADOW] = pl.shadow_bytes ? 1u : 0u;
+    s[KVC_SPEC_CS] = c->cs;
+    s[KVC_SPEC_DYN] = pl.by_bytes ? 1u : 0u;
+    s[KVC_SPEC_NCHUNK] = pl.chunks;
+    s[KVC_SPEC_NSPLIT] = pl.splits;
+    s[KVC_SPEC_NMW] = pl.score_groups ? pl.score_groups : 1;
+    if ((r = kvc_kernels(c)) != VKH2O_OK || (r = vkh2o_run_kvcache_reset(c)) != VKH2O_OK) {
         vkh2o_kvcache_destroy(c);
         return r;
     }
@@ -546,10 +615,10 @@ void vkh2o_kvcache_destroy(vkh2o_kvcache* c)
     if (!c)
         return;
     vkh2o_buffer_destroy(c->state);
-    vkh2o_buffer_destroy(c->rows);
-    vkh2o_buffer_destroy(c->pos);
-    vkh2o_buffer_destroy(c->scores);
-    vkh2o_buffer_destroy(c->scratch);
+    vkh2o_buffer_destroy(c->arena);
+    vkh2o_buffer_destroy(c->tabs);
+    vkh2o_buffer_destroy(c->shadow);
+    vkh2o_buffer_destroy(c->work);
     vkh2o_buffer_destroy(c->dummy);
     free(c);
 }
@@ -562,13 +631,54 @@ static void fill(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_buffer* b, ui
     c->ctx->vk.vkCmdFillBuffer(cb, b->buffer, off, bytes, word);
 }
 
+static void update(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_buffer* b, uint64_t off, const uint32_t* words, uint64_t n)
+{
+    /* vkCmdUpdateBuffer takes at most 65536 bytes a call */
+    for (uint64_t i = 0; i < n; i += 16384) {
+        const uint64_t m = n - i < 16384 ? n - i : 16384;
+        c->ctx->vk.vkCmdUpdateBuffer(cb, b->buffer, off + 4 * i, 4 * m, words + i);
+    }
+}
+
+/* Tiers by bytes: records a layer's chunk tables for count[k] tokens per tier (each tier's first
+ * chunks in tier order, the top tier's covering the next append's slot too, the rest on the free
+ * stack) and the state words that describe them. The state's other words are the caller's. */
+static vkh2o_result lay_out(vkh2o_kvcache* c, VkCommandBuffer cb, uint32_t layer, const uint32_t count[VKH2O_TIER_COUNT])
+{
+    if (!c->plan.by_bytes)
+        return VKH2O_OK;
+    uint32_t* t = vkh2o_malloc(c->ctx, 4ull * c->tab_words);
+    if (!t)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache: out of host memory");
+    uint32_t mapped[VKH2O_TIER_COUNT], next = 0, off = 0;
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
+        const uint64_t need = (((uint64_t)count[k] + (k == 0)) * c->tw[k] + (1u << c->cs) - 1) >> c->cs;
+        mapped[k] = need < c->vchunks[k] ? (uint32_t)need : c->vchunks[k];
+        if (!c->plan.slots[k])
+            mapped[k] = 0;
+        for (uint32_t i = 0; i < c->vchunks[k]; i++)
+            t[off + i] = i < mapped[k] ? next++ : 0;
+        off += c->vchunks[k];
+    }
+    const uint32_t nfree = next <= c->plan.chunks ? c->plan.chunks - next : 0;
+    for (uint32_t i = 0; i < c->plan.chunks; i++)
+        t[off + i] = i < nfree ? c->plan.chunks - 1 - i : 0;
+    update(c, cb, c->tabs, 4ull * layer * c->tab_words, t, c->tab_words);
+    free(t);
+    const uint32_t st[5] = { mapped[0], mapped[1], mapped[2], mapped[3], nfree };
+    update(c, cb, c->state, 4ull * (layer * KVC_ST_WORDS + KVC_ST_MAPPED), st, 5);
+    return VKH2O_OK;
+}
+
 vkh2o_result vkh2o_cmd_kvcache_reset(vkh2o_kvcache* c, VkCommandBuffer cb)
 {
     if (!c || !cb)
         return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_kvcache_reset: NULL argument");
     fill(c, cb, c->state, 0, VK_WHOLE_SIZE, 0);
-    fill(c, cb, c->pos, 0, VK_WHOLE_SIZE, KVC_EMPTY);
-    fill(c, cb, c->scores, 0, VK_WHOLE_SIZE, 0);
+    vkh2o_barrier(c->ctx, cb);
+    const uint32_t none[VKH2O_TIER_COUNT] = { 0 };
+    for (uint32_t l = 0; l < c->d.num_layers; l++)
+        VKH2O_CHECK(lay_out(c, cb, l, none));
     vkh2o_barrier(c->ctx, cb);
     return VKH2O_OK;
 }
@@ -601,19 +711,13 @@ static vkh2o_result check_range(vkh2o_kvcache* c, const char* what, const vkh2o_
     return vkh2o_check_floats(c->ctx, "kvcache", what, b, off, floats);
 }
 
-static const char* const kvc_kernel_names[KVC_K_COUNT] = { "kvc_append", "kvc_logits", "kvc_softmax", "kvc_pv", "kvc_select",
-                                                            "kvc_prefill" };
+static const char* const kvc_kernel_names[KVC_K_COUNT] = { "kvc_attend", "kvc_combine", "kvc_select", "kvc_prefill" };
 
-/* The spec constants of kernel i: the cache's, with MAXTOK only kvc_append's, CHECKFIN only that
- * of kvc_append, kvc_softmax and kvc_prefill, and SHADOW only that of kvc_select and kvc_prefill
- * (the other kernels see 0 there, so caches that differ only in those share their pipelines). */
+/* The spec constants of kernel i: the cache's, with SHADOW only that of kvc_select and
+ * kvc_prefill (the others see 0 there, so caches that differ only in it share their pipelines). */
 static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, uint32_t spec[KVC_SPEC_ALL])
 {
     memcpy(spec, c->spec, sizeof c->spec);
-    if (i != KVC_K_APPEND)
-        spec[KVC_SPEC_MAXTOK] = 0;
-    if (i != KVC_K_APPEND && i != KVC_K_SOFTMAX && i != KVC_K_PREFILL)
-        spec[KVC_SPEC_CHECKFIN] = 0;
     if (i != KVC_K_SELECT && i != KVC_K_PREFILL)
         spec[KVC_SPEC_SHADOW] = 0;
 }
@@ -622,8 +726,6 @@ static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, uint32_t 
 static vkh2o_result kvc_kernels(vkh2o_kvcache* c)
 {
     for (int i = 0; i < KVC_K_COUNT; i++) {
-        if (i == KVC_K_SELECT && !c->plan.selects)
-            continue;
         uint32_t spec[KVC_SPEC_ALL];
         kvc_kernel_spec(c, (enum kvc_kernel)i, spec);
         VKH2O_CHECK(vkh2o_kernel_slot_resolve(c->ctx, &c->kern[i], kvc_kernel_names[i], 9, 0, spec, KVC_SPEC_ALL));
@@ -632,27 +734,27 @@ static vkh2o_result kvc_kernels(vkh2o_kvcache* c)
 }
 
 static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, enum kvc_kernel i, const vkh2o_binding* b,
-                             const struct kvc_push* pc, uint32_t gx, uint32_t gy)
+                             const struct kvc_push* pc, uint32_t gx, uint32_t gy, uint32_t gz)
 {
     uint32_t spec[KVC_SPEC_ALL];
     kvc_kernel_spec(c, i, spec);
     vkh2o_kernel* k;
     /* the handle of the create; a lookup again only after the context's kernel cache was emptied */
     VKH2O_CHECK(vkh2o_kernel_slot_get(c->ctx, &c->kern[i], true, kvc_kernel_names[i], 9, 0, spec, KVC_SPEC_ALL, &k));
-    VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, k, b, 9, pc, sizeof *pc, gx, gy, 1));
+    VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, k, b, 9, pc, sizeof *pc, gx, gy, gz));
     vkh2o_barrier(c->ctx, cb);
     return VKH2O_OK;
 }
 
-/* the cache's own buffers, then the inputs (NULL: the dummy) */
+/* the cache's own buffers, then the inputs (NULL: the placeholder) */
 static void bindings(vkh2o_kvcache* c, vkh2o_binding b[9], const vkh2o_buffer* q, const vkh2o_buffer* ckv,
                      const vkh2o_buffer* kpe, const vkh2o_buffer* out)
 {
     b[0] = vkh2o_bind(c->state);
-    b[1] = vkh2o_bind(c->rows);
-    b[2] = vkh2o_bind(c->pos);
-    b[3] = vkh2o_bind(c->scores);
-    b[4] = vkh2o_bind(c->scratch);
+    b[1] = vkh2o_bind(c->arena);
+    b[2] = vkh2o_bind(c->tabs ? c->tabs : c->dummy);
+    b[3] = vkh2o_bind(c->shadow ? c->shadow : c->dummy);
+    b[4] = vkh2o_bind(c->work);
     b[5] = vkh2o_bind(q ? q : c->dummy);
     b[6] = vkh2o_bind(ckv ? ckv : c->dummy);
     b[7] = vkh2o_bind(kpe ? kpe : c->dummy);
@@ -694,13 +796,11 @@ vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const 
     struct kvc_push pc = { .layer = s->layer, .q_off = (uint32_t)(s->q_offset / 4), .ckv_off = (uint32_t)(off_a / 4),
                            .kpe_off = (uint32_t)(off_b / 4), .out_off = s->out ? (uint32_t)(s->out_offset / 4) : 0,
                            .scale = d->scale, .keep = keep_factor(d), .seed = d->seed, .flags = s->out ? 1u : 0u };
-    const uint32_t S = c->plan.total_slots;
-    VKH2O_CHECK(dispatch(c, cb, KVC_K_APPEND, b, &pc, 1, 1));
-    VKH2O_CHECK(dispatch(c, cb, KVC_K_LOGITS, b, &pc, vkh2o_div_up(S, KVC_WG), vkh2o_div_up(H, KVC_HG)));
-    VKH2O_CHECK(dispatch(c, cb, KVC_K_SOFTMAX, b, &pc, 1, 1));
-    VKH2O_CHECK(dispatch(c, cb, KVC_K_PV, b, &pc, vkh2o_div_up(vkh2o_div_up(H, KVC_HG) * c->ow, KVC_WG), 1));
-    if (c->plan.selects)
-        VKH2O_CHECK(dispatch(c, cb, KVC_K_SELECT, b, &pc, 1, 1));
+    /* three dispatches: the split attention with the append, the combine with the scores and the
+     * candidate victims, the selection */
+    VKH2O_CHECK(dispatch(c, cb, KVC_K_ATTEND, b, &pc, c->plan.splits, vkh2o_div_up(H, KVC_HG), c->ndg));
+    VKH2O_CHECK(dispatch(c, cb, KVC_K_COMBINE, b, &pc, c->ncw + c->plan.score_groups, 1, 1));
+    VKH2O_CHECK(dispatch(c, cb, KVC_K_SELECT, b, &pc, 1, 1, 1));
     return VKH2O_OK;
 }
 
@@ -762,17 +862,23 @@ vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, con
     }
     if (c->plan.selects)
         VKH2O_CHECK(check_range(c, "mass", p->mass, p->mass_offset, p->n));
-    const uint64_t S = c->plan.total_slots;
-    fill(c, cb, c->pos, 4 * S * p->layer, 4 * S, KVC_EMPTY);
-    fill(c, cb, c->state, 4ull * KVC_ST_WORDS * p->layer, 4ull * KVC_ST_WORDS, 0);
-    vkh2o_barrier(c->ctx, cb);
-    vkh2o_binding b[9];
-    bindings(c, b, NULL, in_a, in_b, c->plan.selects ? p->mass : NULL);
     struct kvc_push pc = { .layer = p->layer, .ckv_off = (uint32_t)(off_a / 4), .kpe_off = (uint32_t)(off_b / 4),
                            .out_off = c->plan.selects ? (uint32_t)(p->mass_offset / 4) : 0, .scale = d->scale,
                            .keep = keep_factor(d), .seed = d->seed, .n = p->n };
     vkh2o_kvcache_plan_counts(d, &c->plan, p->n, pc.middle);
-    return dispatch(c, cb, KVC_K_PREFILL, b, &pc, vkh2o_div_up(p->n, KVC_WG), 1);
+    /* the counts the kernel leaves (kvc_prefill.comp), for the chunk tables */
+    uint32_t count[VKH2O_TIER_COUNT];
+    const uint32_t ntop = top_tokens(d, p->n);
+    count[0] = c->plan.selects ? ntop + pc.middle[0] : p->n;
+    for (uint32_t k = 1; k < VKH2O_TIER_COUNT; k++)
+        count[k] = c->plan.selects ? pc.middle[k] : 0;
+    fill(c, cb, c->state, 4ull * KVC_ST_WORDS * p->layer, 4ull * KVC_ST_WORDS, 0);
+    vkh2o_barrier(c->ctx, cb);
+    VKH2O_CHECK(lay_out(c, cb, p->layer, count));
+    vkh2o_barrier(c->ctx, cb);
+    vkh2o_binding b[9];
+    bindings(c, b, NULL, in_a, in_b, c->plan.selects ? p->mass : NULL);
+    return dispatch(c, cb, KVC_K_PREFILL, b, &pc, vkh2o_div_up(p->n, KVC_WG), 1, 1);
 }
 
 static vkh2o_result rec_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, const void* arg)
@@ -787,6 +893,65 @@ vkh2o_result vkh2o_run_kvcache_prefill(vkh2o_kvcache* c, const vkh2o_kvcache_pre
     return run_recorded(c, rec_prefill, p);
 }
 
+void vkh2o_kvcache_copy_free(kvc_layer_copy* l)
+{
+    for (uint32_t k = 0; l && k < VKH2O_TIER_COUNT; k++) {
+        free(l->tok[k]);
+        free(l->shadow[k]);
+        l->tok[k] = l->shadow[k] = NULL;
+    }
+}
+
+vkh2o_result vkh2o_kvcache_copy_layer(vkh2o_kvcache* c, uint32_t layer, kvc_layer_copy* out)
+{
+    memset(out, 0, sizeof *out);
+    VKH2O_CHECK(vkh2o_buffer_download(c->state, 4ull * KVC_ST_WORDS * layer, out->st, sizeof out->st));
+    const uint64_t cw = 1ull << c->cs, aw = (uint64_t)c->plan.chunks * cw;
+    /* each allocation only after the one before succeeded: a failure stays the last thing the
+     * context recorded, so the error names it */
+    uint32_t* arena = vkh2o_malloc(c->ctx, 4 * aw);
+    uint32_t* tab = arena && c->tab_words ? vkh2o_malloc(c->ctx, 4ull * c->tab_words) : NULL;
+    vkh2o_result r = arena && (tab || !c->tab_words) ? VKH2O_OK
+                                                     : vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache: out of host memory");
+    if (r == VKH2O_OK)
+        r = vkh2o_buffer_download(c->arena, 4 * aw * layer, arena, 4 * aw);
+    if (r == VKH2O_OK && tab)
+        r = vkh2o_buffer_download(c->tabs, 4ull * c->tab_words * layer, tab, 4ull * c->tab_words);
+    uint32_t toff = 0;
+    for (uint32_t k = 0; r == VKH2O_OK && k < VKH2O_TIER_COUNT; k++) {
+        uint32_t n = out->st[KVC_ST_COUNT + k];
+        if (n > c->plan.slots[k])
+            n = c->plan.slots[k];
+        out->count[k] = n;
+        out->tok[k] = vkh2o_malloc(c->ctx, 4ull * c->tw[k] * (n ? n : 1));
+        if (!out->tok[k]) {
+            r = vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache: out of host memory");
+            break;
+        }
+        for (uint64_t w = 0; w < (uint64_t)n * c->tw[k]; w++) {
+            const uint64_t vc = w >> c->cs;
+            const uint64_t pc = tab ? tab[toff + vc] : toff + vc;
+            out->tok[k][w] = pc < c->plan.chunks ? arena[(pc << c->cs) + (w & (cw - 1))] : 0;
+        }
+        toff += c->vchunks[k];
+        if (k > 0 && c->shadow && n) {
+            uint32_t first = 0;
+            for (uint32_t j = 1; j < k; j++)
+                first += c->plan.slots[j];
+            const uint64_t lower = c->plan.slots[1] + c->plan.slots[2] + c->plan.slots[3];
+            out->shadow[k] = vkh2o_malloc(c->ctx, 4ull * c->row_words[0] * n);
+            r = out->shadow[k] ? vkh2o_buffer_download(c->shadow, 4ull * c->row_words[0] * (layer * lower + first), out->shadow[k],
+                                                       4ull * c->row_words[0] * n)
+                               : vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache: out of host memory");
+        }
+    }
+    free(arena);
+    free(tab);
+    if (r != VKH2O_OK)
+        vkh2o_kvcache_copy_free(out);
+    return r;
+}
+
 vkh2o_result vkh2o_kvcache_read_stats(vkh2o_kvcache* c, uint32_t layer, vkh2o_kvcache_stats* out)
 {
     if (!c || !out || layer >= c->d.num_layers)
@@ -797,13 +962,18 @@ vkh2o_result vkh2o_kvcache_read_stats(vkh2o_kvcache* c, uint32_t layer, vkh2o_kv
     out->position = st[KVC_ST_POS];
     for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
         out->by_tier[k] = st[KVC_ST_COUNT + k];
-        out->live[k] = st[KVC_ST_EXT + k] < c->plan.slots[k] ? st[KVC_ST_EXT + k] : c->plan.slots[k];
+        out->live[k] = st[KVC_ST_COUNT + k];
         out->demoted[k] = st[KVC_ST_DEMOTED + k];
         out->len += st[KVC_ST_COUNT + k];
         out->bytes_used += (uint64_t)st[KVC_ST_COUNT + k] * c->plan.token_bytes[k];
-        if (k > 0 && c->shadow_words)
+        if (k > 0 && c->shadow)
             out->shadow_bytes += (uint64_t)st[KVC_ST_COUNT + k] * 4u * c->row_words[0];
+        out->chunks_used += c->plan.by_bytes ? st[KVC_ST_MAPPED + k] : 0;
     }
+    if (!c->plan.by_bytes)
+        out->chunks_used = c->plan.chunks;
+    out->chunk_faults = st[KVC_ST_FAULT];
+    out->scans = st[KVC_ST_SCANS];
     out->evicted = st[KVC_ST_EVICTED];
     out->overflow = st[KVC_ST_OVERFLOW];
     out->nonfinite = st[KVC_ST_NF_COUNT];
@@ -830,7 +1000,7 @@ float vkh2o_kvcache_deq(const vkh2o_kvcache* c, uint32_t k, const uint32_t* w, u
     return zero + (float)q * scale;
 }
 
-typedef struct snap_item { uint32_t pos, slot; } snap_item;
+typedef struct snap_item { uint32_t pos, tier, slot; } snap_item;
 static int cmp_item(const void* a, const void* b)
 {
     uint32_t x = ((const snap_item*)a)->pos, y = ((const snap_item*)b)->pos;
@@ -842,45 +1012,33 @@ vkh2o_result vkh2o_kvcache_read_snapshot(vkh2o_kvcache* c, uint32_t layer, vkh2o
     if (!c || !snap || layer >= c->d.num_layers)
         return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_kvcache_read_snapshot: bad layer or NULL argument");
     const uint32_t S = c->plan.total_slots, W = vkh2o_kvcache_shape(&c->d).w;
-    /* each allocation only after the one before succeeded: a failure stays the last thing the
-     * context recorded, so the error names it */
-    uint32_t* pos = vkh2o_malloc(c->ctx, 4ull * S);
-    float* sc = pos ? vkh2o_malloc(c->ctx, 4ull * S) : NULL;
-    uint32_t* rows = sc ? vkh2o_malloc(c->ctx, 4ull * c->layer_words) : NULL;
-    snap_item* items = rows ? vkh2o_malloc(c->ctx, sizeof *items * S) : NULL;
-    vkh2o_result r = pos && sc && rows && items ? VKH2O_OK
-                                                : vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache snapshot: out of host memory");
-    if (r == VKH2O_OK && (r = vkh2o_buffer_download(c->pos, 4ull * S * layer, pos, 4ull * S)) == VKH2O_OK &&
-        (r = vkh2o_buffer_download(c->scores, 4ull * S * layer, sc, 4ull * S)) == VKH2O_OK &&
-        (r = vkh2o_buffer_download(c->rows, 4ull * c->layer_words * layer, rows, 4ull * c->layer_words)) == VKH2O_OK) {
-        uint32_t n = 0;
-        for (uint32_t g = 0; g < S; g++)
-            if (pos[g] != KVC_EMPTY)
-                items[n++] = (snap_item){ pos[g], g };
-        qsort(items, n, sizeof *items, cmp_item);
-        snap->len = n;
-        for (uint32_t i = 0; i < n; i++) {
-            uint32_t g = items[i].slot, k = 0, first = 0, base = 0;
-            while (g >= first + c->plan.slots[k]) {
-                first += c->plan.slots[k];
-                base += c->plan.slots[k] * c->row_words[k];
-                k++;
-            }
-            base += (g - first) * c->row_words[k];
-            if (snap->positions)
-                snap->positions[i] = items[i].pos;
-            if (snap->scores)
-                snap->scores[i] = sc[g];
-            if (snap->tiers)
-                snap->tiers[i] = (uint8_t)k;
-            if (snap->rows)
-                for (uint32_t e = 0; e < W; e++)
-                    snap->rows[(size_t)i * W + e] = vkh2o_kvcache_deq(c, k, rows + base, e);
-        }
+    kvc_layer_copy lc;
+    VKH2O_CHECK(vkh2o_kvcache_copy_layer(c, layer, &lc));
+    snap_item* items = vkh2o_malloc(c->ctx, sizeof *items * S);
+    if (!items) {
+        vkh2o_kvcache_copy_free(&lc);
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache snapshot: out of host memory");
     }
-    free(pos);
-    free(sc);
-    free(rows);
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
+        for (uint32_t t = 0; t < lc.count[k] && n < S; t++)
+            items[n++] = (snap_item){ lc.tok[k][(size_t)t * c->tw[k] + c->row_words[k]], k, t };
+    qsort(items, n, sizeof *items, cmp_item);
+    snap->len = n;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t k = items[i].tier;
+        const uint32_t* w = lc.tok[k] + (size_t)items[i].slot * c->tw[k];
+        if (snap->positions)
+            snap->positions[i] = items[i].pos;
+        if (snap->scores)
+            memcpy(&snap->scores[i], &w[c->row_words[k] + 1], 4);
+        if (snap->tiers)
+            snap->tiers[i] = (uint8_t)k;
+        if (snap->rows)
+            for (uint32_t e = 0; e < W; e++)
+                snap->rows[(size_t)i * W + e] = vkh2o_kvcache_deq(c, k, w, e);
+    }
     free(items);
-    return r;
+    vkh2o_kvcache_copy_free(&lc);
+    return VKH2O_OK;
 }

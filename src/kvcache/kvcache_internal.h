@@ -22,12 +22,15 @@ enum kvc_spec {
     KVC_SPEC_EXP = 18,       /* 1: the EXPANDED layout */
     KVC_SPEC_SV = 19,        /* EXPANDED: v_head_dim */
     KVC_SPEC_F32 = 20,       /* 1: the top tier's rows are f32 */
-    KVC_SPEC_COUNT = 21,
-    KVC_SPEC_MAXTOK = 21,    /* kvc_append only */
-    KVC_SPEC_CHECKFIN = 22,  /* 1: desc.check_finite (kvc_append, kvc_softmax, kvc_prefill) */
-    KVC_SPEC_SHADOW = 23,    /* FROM_ORIGINAL: first word of the shadow store in rows (0: off;
-                                kvc_select, kvc_prefill) */
-    KVC_SPEC_ALL = 24,
+    KVC_SPEC_MAXTOK = 21,    /* max_tokens */
+    KVC_SPEC_CHECKFIN = 22,  /* 1: desc.check_finite */
+    KVC_SPEC_SHADOW = 23,    /* 1: requant_source FROM_ORIGINAL (kvc_select, kvc_prefill) */
+    KVC_SPEC_CS = 24,        /* log2 of a chunk's words */
+    KVC_SPEC_DYN = 25,       /* 1: chunk tables (tiers by bytes) */
+    KVC_SPEC_NCHUNK = 26,    /* chunks per layer */
+    KVC_SPEC_NSPLIT = 27,    /* kvc_attend's splits */
+    KVC_SPEC_NMW = 28,       /* kvc_combine's score workgroups */
+    KVC_SPEC_ALL = 29,
 };
 
 /* state words per layer (kvc_common.glsl ST_*) */
@@ -37,18 +40,24 @@ enum {
     KVC_ST_DEMOTED = 5,      /* + tier */
     KVC_ST_EVICTED = 9,
     KVC_ST_OVERFLOW = 10,
-    KVC_ST_SKIP = 11,
     KVC_ST_CUR = 12,
     KVC_ST_NF_COUNT = 13,    /* check_finite: steps / prefill tokens with a non-finite number */
     KVC_ST_NF_FIRST = 14,    /* ~(position << 4 | what) of the first (0: none) */
     KVC_ST_NF_LAST = 15,     /* position + 1 of the last step counted (0: none) */
-    KVC_ST_EXT = 16,         /* + tier: 1 + the highest occupied slot of the tier (its live range) */
-    KVC_ST_WORDS = 20,
+    KVC_ST_EXT = 16,         /* + tier: the tier's live range (its count: tiers are dense) */
+    KVC_ST_MAPPED = 20,      /* + tier (tiers by bytes): chunks mapped to the tier */
+    KVC_ST_FREE = 24,        /* tiers by bytes: chunks on the free stack */
+    KVC_ST_FAULT = 25,       /* tiers by bytes: chunks asked for with the free stack empty */
+    KVC_ST_NF_STEP = 26,     /* check_finite: this step's flags, until kvc_select folds them */
+    KVC_ST_SCANS = 27,       /* selections that scanned a whole tier */
+    KVC_ST_WORDS = 28,
 };
 
 #define KVC_EMPTY 0xffffffffu
 #define KVC_WG 64u
-#define KVC_HG 8u    /* heads per invocation of kvc_logits and kvc_pv (their HG) */
+#define KVC_HG 8u    /* heads per pass over a row (kvc_attn.glsl HG) */
+#define KVC_DPI 8u   /* kvc_attend: output numbers per invocation (its DPI) */
+#define KVC_KC 4u    /* candidate victims per score workgroup and tier (kvc_bindings.glsl KC) */
 
 struct kvc_push {
     uint32_t layer;
@@ -62,9 +71,9 @@ struct kvc_push {
 };
 _Static_assert(sizeof(struct kvc_push) <= VKH2O_PUSH_MAX, "kvc push constants");
 
-/* The cache's kernels, resolved to handles when it is created: the step's (select only when
- * the plan selects) and the prefill's. */
-enum kvc_kernel { KVC_K_APPEND, KVC_K_LOGITS, KVC_K_SOFTMAX, KVC_K_PV, KVC_K_SELECT, KVC_K_PREFILL, KVC_K_COUNT };
+/* The cache's kernels, resolved to handles when it is created: the step's three and the
+ * prefill's. */
+enum kvc_kernel { KVC_K_ATTEND, KVC_K_COMBINE, KVC_K_SELECT, KVC_K_PREFILL, KVC_K_COUNT };
 
 struct vkh2o_kvcache {
     vkh2o_context* ctx;
@@ -72,16 +81,19 @@ struct vkh2o_kvcache {
     vkh2o_kvcache_plan plan;
     uint32_t row_words[VKH2O_TIER_COUNT];
     uint32_t data_words[VKH2O_TIER_COUNT];
-    uint32_t layer_words;          /* rows of one layer */
-    uint32_t shadow_words;         /* FROM_ORIGINAL: shadow words of one layer (else 0): a top-tier
-                                      row per slot of the lower tiers, after every layer's rows */
+    uint32_t tw[VKH2O_TIER_COUNT]; /* token words: row, position, score */
+    uint32_t cs;                   /* log2 of a chunk's words */
+    uint32_t vchunks[VKH2O_TIER_COUNT];   /* each tier's virtual chunks (its slots' words) */
+    uint32_t tab_words;            /* tiers by bytes: chunk tables + free stack per layer (else 0) */
+    uint32_t ncw;                  /* kvc_combine's combine workgroups */
+    uint32_t ndg;                  /* kvc_attend's output groups */
     uint32_t qw, ow;               /* query and output numbers per head (LATENT W and kv_lora_rank,
                                       EXPANDED nope + rope and v_head_dim) */
     vkh2o_buffer* state;           /* u32 [layers][KVC_ST_WORDS] */
-    vkh2o_buffer* rows;            /* u32 [layers][layer_words], then [layers][shadow_words] */
-    vkh2o_buffer* pos;             /* u32 [layers][total_slots] */
-    vkh2o_buffer* scores;          /* f32 [layers][total_slots] */
-    vkh2o_buffer* scratch;         /* f32 [heads][total_slots] */
+    vkh2o_buffer* arena;           /* u32 [layers][chunks][chunk words] */
+    vkh2o_buffer* tabs;            /* u32 [layers][tab_words] (tiers by bytes; else the dummy) */
+    vkh2o_buffer* shadow;          /* u32 [layers][lower slots][top-tier row words] (FROM_ORIGINAL; else the dummy) */
+    vkh2o_buffer* work;            /* the step's partials and candidate lists, shared by the layers */
     vkh2o_buffer* dummy;           /* bound where a call has no buffer of its own (out, mass) */
     uint32_t spec[KVC_SPEC_ALL];
     vkh2o_kernel_slot kern[KVC_K_COUNT];   /* resolved at create (kvcache.c kvc_kernels) */
@@ -94,6 +106,17 @@ typedef struct kvc_shape {
 } kvc_shape;
 kvc_shape vkh2o_kvcache_shape(const vkh2o_kvcache_desc* d);
 
+/* A layer as the host reads it back (snapshots, statistics, tests): its state words and, per
+ * tier, its count[k] tokens in slot order, tw[k] words each (row, position, score), and with
+ * FROM_ORIGINAL each lower-tier token's shadow (a top-tier row). Blocking. */
+typedef struct kvc_layer_copy {
+    uint32_t st[KVC_ST_WORDS];
+    uint32_t count[VKH2O_TIER_COUNT];
+    uint32_t* tok[VKH2O_TIER_COUNT];
+    uint32_t* shadow[VKH2O_TIER_COUNT];
+} kvc_layer_copy;
+vkh2o_result vkh2o_kvcache_copy_layer(vkh2o_kvcache* c, uint32_t layer, kvc_layer_copy* out);
+void vkh2o_kvcache_copy_free(kvc_layer_copy* l);
 /* Host mirror of the row format (snapshots, tests): element e of a row of tier k at words w. */
 float vkh2o_kvcache_deq(const vkh2o_kvcache* c, uint32_t tier, const uint32_t* w, uint32_t e);
 /* The quantisation group of element e of a tier-k row, and [first, first + count) of group gi. */

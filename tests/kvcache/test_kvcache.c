@@ -50,7 +50,8 @@ static void test_resolve(void** state)
     assert_int_equal(vkh2o_kvcache_desc_resolve(&d, &r, &p, &err), VKH2O_OK);
     assert_int_equal(p.slots[0], 22);
     assert_int_equal(p.slots[2], (1000000 - 22 * 1160) / 304);
-    assert_true(vkh2o_kvcache_plan_bytes(&p) <= d.capacity_bytes);
+    /* the arena: each pool in chunks of its own, at most one part-filled chunk per tier */
+    assert_true(vkh2o_kvcache_plan_bytes(&p) <= d.capacity_bytes + 2ull * p.chunk_bytes + p.table_bytes);
     /* too small for the sinks and recents: BUDGET with the figure */
     d.capacity_bytes = 22 * 1160;
     assert_int_equal(vkh2o_kvcache_desc_resolve(&d, &r, &p, &err), VKH2O_ERROR_BUDGET);
@@ -113,7 +114,7 @@ static void test_resolve(void** state)
     assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
     e = base_desc(4, 64, 16, 0);
     assert_int_equal(vkh2o_kvcache_desc_resolve(&e, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
-    /* tiers by bytes: capacity_bytes alone; pools sized for what the bytes could hold per tier */
+    /* tiers by bytes: capacity_bytes alone; each tier's virtual slots what the bytes could hold in it (+ 1 moving in) */
     vkh2o_kvcache_desc b = base_desc(64, 512, 64, 4096);
     b.n_sink = 4;
     b.n_recent = 16;
@@ -122,8 +123,8 @@ static void test_resolve(void** state)
     assert_int_equal(vkh2o_kvcache_desc_resolve(&b, &r, &p, &err), VKH2O_OK);
     assert_true(p.by_bytes && p.selects);
     assert_int_equal(r.tier_mask, 0x7u);
-    assert_int_equal(p.slots[0], 1000000 / 1160 + 1);
-    assert_int_equal(p.slots[2], 1000000 / 304 + 1);
+    assert_int_equal(p.slots[0], 1000000 / 1160 + 2);
+    assert_int_equal(p.slots[2], 1000000 / 304 + 2);
     assert_int_equal(p.slots[3], 0);
     uint32_t m[4];
     vkh2o_kvcache_plan_counts(&r, &p, 4096, m);
@@ -181,7 +182,7 @@ static void test_resolve(void** state)
     assert_int_equal(vkh2o_kvcache_desc_resolve(&x, &r, &p, &err), VKH2O_OK);
     assert_int_equal(p.slots[0], 22);
     assert_int_equal(p.slots[2], (10000000 - 22 * 40968) / 11016);
-    assert_true(vkh2o_kvcache_plan_bytes(&p) <= x.capacity_bytes);
+    assert_true(vkh2o_kvcache_plan_bytes(&p) <= x.capacity_bytes + 2ull * p.chunk_bytes + p.table_bytes);
     /* groups: up to the longest segment (128), or the whole row */
     vkh2o_kvcache_desc y = x;
     y.group_size[2] = 129;
@@ -378,10 +379,12 @@ static void test_overflow(void** state)
     vt_check_validation();
 }
 
-/* Each tier's live range (ST_EXT, what a step's attention reads) is exactly 1 + its highest
- * occupied slot after every prefill and step, and stats.live says the same: the full cache, pools
- * of INT4 by a token capacity, and tiers by bytes (whose pools are sized for the whole capacity
- * each, so the live ranges, not the pools, bound a step once the cache is full). */
+/* The arena's bookkeeping after every prefill and step: each tier is dense (its count of
+ * tokens with distinct positions, the live range a step reads is the count, stats.live says the
+ * same), and under tiers by bytes every chunk is either mapped to exactly the chunks a tier's
+ * tokens need (the top tier's and the next append's) or on the free stack, none twice, none
+ * asked for while none was free: the full cache, pools of INT4 by a token capacity, and tiers
+ * by bytes. */
 static void live_case(vkh2o_kvcache_desc d, uint32_t prefill, uint32_t steps, const char* what)
 {
     vkh2o_context* ctx = vt_ctx();
@@ -394,7 +397,7 @@ static void live_case(vkh2o_kvcache_desc d, uint32_t prefill, uint32_t steps, co
     float* rows = malloc(sizeof(float) * prefill * W);
     float* q = malloc(sizeof(float) * H * W);
     float* mass = malloc(sizeof(float) * prefill);
-    uint32_t* pos = malloc(4ull * S);
+    uint32_t* pos = malloc(4ull * (S + 1));
     assert_non_null(rows);
     assert_non_null(q);
     assert_non_null(mass);
@@ -420,35 +423,64 @@ static void live_case(vkh2o_kvcache_desc d, uint32_t prefill, uint32_t steps, co
             vkh2o_buffer_destroy(bq);
             vkh2o_buffer_destroy(bs);
         }
-        uint32_t st[KVC_ST_WORDS];
-        assert_int_equal(vkh2o_buffer_download(c->state, 0, st, sizeof st), VKH2O_OK);
-        assert_int_equal(vkh2o_buffer_download(c->pos, 0, pos, 4ull * S), VKH2O_OK);
+        kvc_layer_copy lc;
+        assert_int_equal(vkh2o_kvcache_copy_layer(c, 0, &lc), VKH2O_OK);
         vkh2o_kvcache_stats ks;
         assert_int_equal(vkh2o_kvcache_read_stats(c, 0, &ks), VKH2O_OK);
-        uint32_t f = 0;
         live_sum = 0;
+        uint32_t n = 0, mapped = 0;
         for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
-            uint32_t hi = 0;
-            for (uint32_t j = 0; j < pl->slots[k]; j++)
-                if (pos[f + j] != KVC_EMPTY) hi = j + 1;
-            if (st[KVC_ST_EXT + k] != hi)
-                fail_msg("%s, %s %u: tier %u's live range %u, its highest occupied slot + 1 is %u", what,
-                         t ? "step" : "prefill", t, k, st[KVC_ST_EXT + k], hi);
-            assert_int_equal(ks.live[k], hi);
-            assert_true(ks.live[k] >= ks.by_tier[k]);
-            live_sum += hi;
-            f += pl->slots[k];
+            if (lc.st[KVC_ST_EXT + k] != lc.count[k] || ks.live[k] != ks.by_tier[k] || ks.by_tier[k] != lc.count[k])
+                fail_msg("%s, %s %u: tier %u's live range %u, stats %u / %u, count %u", what, t ? "step" : "prefill", t, k,
+                         lc.st[KVC_ST_EXT + k], ks.live[k], ks.by_tier[k], lc.count[k]);
+            for (uint32_t j = 0; j < lc.count[k]; j++)
+                pos[n++] = lc.tok[k][(size_t)j * c->tw[k] + c->row_words[k]];
+            live_sum += lc.count[k];
+            if (pl->by_bytes) {
+                const uint64_t need = (((uint64_t)lc.count[k] + (k == 0)) * c->tw[k] + (1u << c->cs) - 1) >> c->cs;
+                if (pl->slots[k] && lc.st[KVC_ST_MAPPED + k] != need)
+                    fail_msg("%s, %s %u: tier %u maps %u chunks for %u tokens, needs %llu", what, t ? "step" : "prefill", t, k,
+                             lc.st[KVC_ST_MAPPED + k], lc.count[k], (unsigned long long)need);
+                mapped += lc.st[KVC_ST_MAPPED + k];
+            }
         }
-        shrunk += live_sum < S - 1;
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t j = i + 1; j < n; j++)
+                if (pos[i] == pos[j])
+                    fail_msg("%s, %s %u: position %u held twice", what, t ? "step" : "prefill", t, pos[i]);
+        if (pl->by_bytes) {
+            assert_int_equal(lc.st[KVC_ST_FAULT], 0);
+            assert_int_equal(mapped + lc.st[KVC_ST_FREE], pl->chunks);
+            assert_int_equal(ks.chunks_used, mapped);
+            /* every chunk once: the tables' mapped entries and the free stack */
+            uint32_t* tab = malloc(4ull * c->tab_words);
+            char* seen = calloc(pl->chunks, 1);
+            assert_non_null(tab);
+            assert_non_null(seen);
+            assert_int_equal(vkh2o_buffer_download(c->tabs, 0, tab, 4ull * c->tab_words), VKH2O_OK);
+            uint32_t off = 0;
+            for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
+                for (uint32_t i = 0; i < lc.st[KVC_ST_MAPPED + k]; i++) {
+                    assert_true(tab[off + i] < pl->chunks && !seen[tab[off + i]]);
+                    seen[tab[off + i]] = 1;
+                }
+                off += c->vchunks[k];
+            }
+            for (uint32_t i = 0; i < lc.st[KVC_ST_FREE]; i++) {
+                assert_true(tab[off + i] < pl->chunks && !seen[tab[off + i]]);
+                seen[tab[off + i]] = 1;
+            }
+            free(tab);
+            free(seen);
+        }
+        vkh2o_kvcache_copy_free(&lc);
+        shrunk += live_sum < S - 1;   /* (a count for the log) */
         held = ks.len;
     }
-    printf("%s: %u slots; after %u steps %u live, %u held; the live ranges below the pools after %u of %u\n", what, S,
-           steps, live_sum, held, shrunk, steps + 1);
+    printf("%s: %u slots; after %u steps %u live, %u held; %u chunks of %u bytes\n", what, S, steps, live_sum, held,
+           pl->chunks, pl->chunk_bytes);
     fflush(stdout);
-    if (pl->by_bytes) {   /* each pool is sized for the whole capacity; a step reads about the held tokens */
-        assert_true(4 * live_sum <= 5 * held);
-        assert_true(live_sum < S - pl->slots[0] / 2);
-    }
+    assert_int_equal(live_sum, held);
     free(rows);
     free(q);
     free(mass);

@@ -399,47 +399,35 @@ static uint32_t two_step(const vkh2o_kvcache_desc* base, vkh2o_requant_source mo
     assert_int_equal(vkh2o_kvcache_read_stats(c, 0, &stats), VKH2O_OK);
     assert_true(stats.demoted[1] >= 4);   /* tokens went FP16 -> INT8 -> INT4 */
     assert_true(stats.by_tier[2] >= 4);
-    /* the raw slots of layer 0: positions, rows, and the shadow after every layer's rows */
-    const uint32_t S = pl->total_slots;
-    uint32_t* pos = malloc(4ull * S);
-    uint32_t* rows = malloc(4ull * c->layer_words);
+    /* the raw tokens of layer 0 (rows, positions) and their shadows */
+    kvc_layer_copy lc;
+    assert_int_equal(vkh2o_kvcache_copy_layer(c, 0, &lc), VKH2O_OK);
     uint32_t* want = malloc(4ull * c->row_words[2]);
     float* orig = malloc(sizeof(float) * W);
-    assert_int_equal(vkh2o_buffer_download(c->pos, 0, pos, 4ull * S), VKH2O_OK);
-    assert_int_equal(vkh2o_buffer_download(c->rows, 0, rows, 4ull * c->layer_words), VKH2O_OK);
-    uint32_t* shadow = NULL;
-    if (mode == VKH2O_REQUANT_FROM_ORIGINAL) {
-        assert_int_equal(c->shadow_words, (S - pl->slots[0]) * c->row_words[0]);
-        shadow = malloc(4ull * c->shadow_words);
-        assert_int_equal(vkh2o_buffer_download(c->rows, 4ull * c->layer_words * c->d.num_layers, shadow, 4ull * c->shadow_words),
-                         VKH2O_OK);
-    } else {
-        assert_int_equal(c->shadow_words, 0);
-    }
-    const uint32_t first2 = pl->slots[0] + pl->slots[1];
-    const uint32_t base2 = pl->slots[0] * c->row_words[0] + pl->slots[1] * c->row_words[1];
+    if (mode == VKH2O_REQUANT_FROM_ORIGINAL)
+        assert_int_equal(pl->shadow_bytes, 4ull * (pl->slots[1] + pl->slots[2] + pl->slots[3]) * c->row_words[0]);
+    else
+        assert_int_equal(pl->shadow_bytes, 0);
     uint32_t differ = 0;
     *n_int4 = 0;
-    for (uint32_t g = first2; g < first2 + pl->slots[2]; g++) {
-        if (pos[g] == KVC_EMPTY)
-            continue;
-        const float* x = in + (size_t)pos[g] * W;
+    for (uint32_t g = 0; g < lc.count[2]; g++) {
+        const uint32_t* tok = lc.tok[2] + (size_t)g * c->tw[2];
+        const float* x = in + (size_t)tok[c->row_words[2]] * W;
         for (uint32_t e = 0; e < W; e++)   /* the original row as the fp16 top tier holds it */
             orig[e] = vkh2o_f16_to_f32(vkh2o_f32_to_f16(x[e]));
         direct_words(c, 2, orig, want);
         (*n_int4)++;
-        differ += memcmp(rows + base2 + (g - first2) * c->row_words[2], want, 4ull * c->row_words[2]) != 0;
-        if (shadow) {   /* the shadow holds the original fp16 row */
-            const uint32_t* sh = shadow + (size_t)(g - pl->slots[0]) * c->row_words[0];
+        differ += memcmp(tok, want, 4ull * c->row_words[2]) != 0;
+        if (lc.shadow[2]) {   /* the shadow holds the original fp16 row */
+            const uint32_t* sh = lc.shadow[2] + (size_t)g * c->row_words[0];
             for (uint32_t e = 0; e < W; e++)
                 assert_int_equal((sh[e >> 1] >> (16 * (e & 1))) & 0xffffu, vkh2o_f32_to_f16(x[e]));
         }
     }
-    free(pos);
-    free(rows);
+    assert_true(mode != VKH2O_REQUANT_FROM_ORIGINAL || lc.shadow[2] || !lc.count[2]);
+    vkh2o_kvcache_copy_free(&lc);
     free(want);
     free(orig);
-    free(shadow);
     free(in);
     free(q);
     vkh2o_buffer_destroy(bq);
