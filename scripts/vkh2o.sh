@@ -27,6 +27,8 @@
 #                                        (tests/tools/fault_sweep.sh) and of a model session
 #                                        (test_model_faults, whole)
 #   scripts/vkh2o.sh deps | build        just the packages / just the build
+#   scripts/vkh2o.sh python              the build, then `import vkh2o` for /usr/bin/python3: the
+#                                        package in python/ linked into site-packages (docs/PYTHON.md)
 # On a machine with a GPU: bash scripts/gpu-check.sh OUTDIR builds, then runs vkh2o-conformance
 # (every kernel against its CPU reference, then timed against the device's roofline) and the
 # decode benchmark, leaving OUTDIR/summary.md and the JSON (under 8 minutes on a discrete GPU).
@@ -38,7 +40,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(cmake ninja-build gcc pkg-config python3 libvulkan-dev glslang-tools libcmocka-dev
-          mesa-vulkan-drivers vulkan-validationlayers libcjson-dev)
+          mesa-vulkan-drivers vulkan-validationlayers libcjson-dev
+          python3-cffi python3-numpy python3-pytest python3-matplotlib)   # the Python package (python/)
 EXTRA_PACKAGES=()   # per command: clang for fuzz, valgrind for memcheck
 JOBS=${JOBS:-$(nproc)}
 FUZZ_TARGETS=(safetensors index config fp8 model)
@@ -118,11 +121,32 @@ fuzz() {
     return $rc
 }
 
+# install_python <build dir>: the package in python/ where /usr/bin/python3 finds it (a vkh2o.pth in
+# its site-packages, or the user's when not root), bound to this build's shared library (recorded
+# in python/vkh2o/_libpath.txt; VKH2O_LIBRARY overrides it at run time). Offline: nothing is fetched.
+install_python() {
+    local dir lib site
+    dir=$(cd "$1" && pwd)
+    for lib in "$dir/libvkh2o.so" "$dir/embed/libvkh2o.so" ""; do [ -z "$lib" ] || [ -f "$lib" ] && break; done
+    [ -n "$lib" ] || { echo "vkh2o: no libvkh2o.so in $dir (configure with -DBUILD_SHARED_LIBS=ON or with the tests on)" >&2; return 1; }
+    echo "$lib" > python/vkh2o/_libpath.txt
+    if [ "$(id -u)" -eq 0 ]; then
+        site=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+    else
+        site=$(/usr/bin/python3 -m site --user-site)
+    fi
+    mkdir -p "$site"
+    echo "$PWD/python" > "$site/vkh2o.pth"
+    (cd / && /usr/bin/python3 -c 'import vkh2o; print("vkh2o: import vkh2o works (%s, headers %s)" % (vkh2o.LIBRARY_PATH, vkh2o._ffi.include_dir()))')
+    echo "vkh2o: $site/vkh2o.pth -> $PWD/python; the tests: /usr/bin/python3 -m pytest python/tests"
+}
+
 cmd=${1:-help}
 [ $# -gt 0 ] && shift
 case "$cmd" in
     deps) deps ;;
     build) deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release ;;
+    python) deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release; install_python "${BUILD_DIR:-build}" ;;
     demo)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         "${BUILD_DIR:-build}/vkh2o-demo" "$@" ;;
@@ -209,5 +233,5 @@ case "$cmd" in
         (cd "${BUILD_DIR:-build}" && VKH2O_FAULT_SWEEP=1 VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure --timeout 1800 \
             -R '^test_model_faults$') ;;
     fuzz-corpus) build_fuzz; "${BUILD_DIR:-build-fuzz}/vkh2o-fuzz-corpus" tests/fuzz/corpus ;;
-    *) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
+    *) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
 esac
