@@ -123,7 +123,8 @@ fuzz() {
 
 # install_python <build dir>: the package in python/ where /usr/bin/python3 finds it (a vkh2o.pth in
 # its site-packages, or the user's when not root), bound to this build's shared library (recorded
-# in python/vkh2o/_libpath.txt; VKH2O_LIBRARY overrides it at run time). Offline: nothing is fetched.
+# in python/vkh2o/_libpath.txt; VKH2O_LIBRARY and VKH2O_INCLUDE_DIR override the library and the
+# headers at run time). Offline: nothing is fetched.
 install_python() {
     local dir lib site
     dir=$(cd "$1" && pwd)
