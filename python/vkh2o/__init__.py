@@ -200,8 +200,6 @@ def _set_fields(cd, kw, what):
                 setattr(cd, k, _enum_value(ft, v, k))
             elif ft.kind == "array":
                 arr = getattr(cd, k)
-                if k == "tier_mask":
-                    pass
                 if isinstance(v, dict):
                     seq = [0] * ft.length
                     for tn, x in v.items():
@@ -233,7 +231,7 @@ def _set_fields(cd, kw, what):
         except OverflowError:
             raise ValueError("%s: %r is out of range for %s" % (k, v, ft.cname)) from None
         except TypeError as e:
-            if str(e).startswith(k + ":") or "unknown field" in str(e):
+            if str(e).startswith(k):
                 raise
             raise TypeError("%s: %r is not a valid %s (%s)" % (k, v, ft.cname, e)) from None
 
