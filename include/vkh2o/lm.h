@@ -162,10 +162,8 @@ VKH2O_API vkh2o_result vkh2o_model_session_read_cache_len(vkh2o_model_session* s
  * values"). Results: OK, INVALID_ARGUMENT (layer, NULL), VULKAN. */
 VKH2O_API vkh2o_result vkh2o_model_session_read_kv_stats(vkh2o_model_session* s, uint32_t layer,
                                                         vkh2o_kvcache_stats* out);
-/* Device bytes of every layer's cache summed over the layers: every slot of every tier with its
- * scales, position and score (vkh2o_kvcache_plan_bytes; the full cache: max_tokens + 1 FP16
- * slots), or with tiers by bytes the capacity the held tokens stay within (its pools allocate
- * more). */
+/* Device bytes of every layer's cache summed over the layers: every buffer each cache allocates
+ * (vkh2o_kvcache_plan.device_bytes: its arena, tables, workspace and state). */
 VKH2O_API uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session* s);
 
 /*

@@ -7,7 +7,8 @@
  * max folded into the running max, the weights exp(l - max) and their sum, and the weighted
  * rows (one invocation per output number, each row number dequantised once for the heads).
  * Writes each head's max, sum and unnormalised P . V to the workspace (part_base); kvc_combine
- * combines the splits. The new token is read from the inputs, rounded as the top tier stores it,
+ * combines the splits. With one split the output is final here: out = P . V / sum (p.flags & 1),
+ * and only the max and sum go to the workspace (for the score pass). The new token is read from the inputs, rounded as the top tier stores it,
  * while workgroup (0, 0, 0) appends it: its row, position and score 0 into the top tier's slot
  * `count` (kvc_select counts it). With CHECKFIN the inputs and any NaN or +Inf logit are flagged
  * (ST_NF_STEP). A step at max_tokens positions does nothing (kvc_select counts the overflow).
@@ -130,14 +131,25 @@ void main()
         }
         barrier();
     }
-    if (CHECKFIN == 1u && nf != 0u) atomicOr(state[g_st() + ST_NF_STEP], nf);
     if (dg == 0u && tid < nh) {
         work[part_base(s, h0 + tid)] = floatBitsToUint(sh_m[tid]);
         work[part_base(s, h0 + tid) + 1u] = floatBitsToUint(sh_z[tid]);
+        // one split: the head's weights are non-finite when the sum is (a NaN or +Inf logit) or 0
+        if (NSPLIT == 1u && (non_finite(sh_z[tid]) || !(sh_z[tid] > 0.0))) nf |= NF_SCORE;
     }
+    if (CHECKFIN == 1u && nf != 0u) atomicOr(state[g_st() + ST_NF_STEP], nf);
+    if (NSPLIT == 1u && (p.flags & 1u) == 0u) return;
+    float iz[HG];
+    [[unroll]] for (uint h = 0u; h < HG; h++) iz[h] = h < nh ? 1.0 / sh_z[h] : 0.0;
     [[unroll]] for (uint u = 0u; u < DPI; u++) {
         const uint d = (dg * DPI + u) * WG + tid;
         if (d >= OW) break;
-        for (uint h = 0u; h < nh; h++) work[part_base(s, h0 + h) + 2u + d] = floatBitsToUint(o[u][h]);
+        if (NSPLIT == 1u) {
+            [[unroll]] for (uint h = 0u; h < HG; h++)
+                if (h < nh) out_f[p.out_off + (h0 + h) * OW + d] = o[u][h] * iz[h];
+        } else {
+            [[unroll]] for (uint h = 0u; h < HG; h++)
+                if (h < nh) work[part_base(s, h0 + h) + 2u + d] = floatBitsToUint(o[u][h]);
+        }
     }
 }

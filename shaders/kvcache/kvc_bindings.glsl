@@ -87,9 +87,11 @@ bool is_middle(uint pos, uint cur) { return pos >= NSINK && pos + NRECENT <= cur
 // tier's middle tokens it saw, then its KC first victims (key, position, slot; slot EMPTY: none)
 const uint KC = 4u;
 const uint CAND_WORDS = 1u + 3u * KC;
-uint cand0() { return NSPLIT * H * (OW + 2u); }
+// a split's words per head: max and sum, then (more than one split) OW numbers of P . V
+const uint PW = NSPLIT == 1u ? 2u : OW + 2u;
+uint cand0() { return NSPLIT * H * PW; }
 uint cand_base(uint w, uint k) { return cand0() + (w * 4u + k) * CAND_WORDS; }
-// the partials of split s, head h: max, sum, then OW numbers of P . V
-uint part_base(uint s, uint h) { return (s * H + h) * (OW + 2u); }
+// the partials of split s, head h
+uint part_base(uint s, uint h) { return (s * H + h) * PW; }
 
 #endif

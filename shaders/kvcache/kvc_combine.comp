@@ -10,7 +10,8 @@
  * order: kvc_bindings.glsl goes_before) with the number of middle tokens the part holds in the
  * tier: kvc_select merges these lists instead of scanning every token. With CHECKFIN a
  * non-finite weight or score is flagged (ST_NF_STEP).
- * Dispatch (NCW + NMW) with NCW = ceil(H * OW / WG). Spec constants and bindings:
+ * Dispatch (NCW + NMW) with NCW = ceil(H * OW / WG), or 0 with one split (kvc_attend's output is
+ * final). Spec constants and bindings:
  * kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
@@ -19,7 +20,7 @@
 #include "kvc_bindings.glsl"
 #include "kvc_attn.glsl"
 
-const uint NCW = (H * OW + WG - 1u) / WG;
+const uint NCW = NSPLIT == 1u ? 0u : (H * OW + WG - 1u) / WG;   // one split: kvc_attend wrote the output
 
 shared float sh_M[H], sh_iZ[H];
 shared uvec4 sh_c[WG];         // key, position, slot, tier (EMPTY tier: not a middle token)
@@ -30,7 +31,7 @@ float part(uint s, uint h, uint i) { return uintBitsToFloat(work[part_base(s, h)
 
 void combine(uint i)
 {
-    if (i >= H * OW || (p.flags & 1u) == 0u) return;
+    if (i >= H * OW) return;
     const uint h = i / OW, d = i - h * OW;
     float M = NEG;
     for (uint s = 0u; s < NSPLIT; s++) M = max(M, part(s, h, 0u));
@@ -40,7 +41,10 @@ void combine(uint i)
         z += f * part(s, h, 1u);
         o += f * part(s, h, 2u + d);
     }
-    out_f[p.out_off + h * OW + d] = o / z;
+    // the head's weights exp(l - M) / z are non-finite when z is (a NaN or +Inf logit) or 0 (every
+    // logit -Inf)
+    if (CHECKFIN == 1u && d == 0u && (non_finite(z) || !(z > 0.0))) atomicOr(state[g_st() + ST_NF_STEP], NF_SCORE);
+    if ((p.flags & 1u) != 0u) out_f[p.out_off + h * OW + d] = o / z;
 }
 
 // tier k's part of the workgroup's list gets the block's candidate c if it goes before its last

@@ -291,9 +291,11 @@ static void plan_arena(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* pl)
     const uint32_t nhg = vkh2o_div_up(H, KVC_HG), ndg = vkh2o_div_up(ow, KVC_WG * KVC_DPI);
     uint32_t splits = d->attention_splits;
     if (!splits) {
-        /* about 16 workgroups of the attention, no more splits than blocks of held tokens */
-        splits = vkh2o_div_up(16, nhg * ndg);
-        const uint32_t blocks = vkh2o_div_up(pl->total_slots, KVC_WG);
+        /* about 8 workgroups of the attention (a model with 64 heads has them from its heads: one
+         * split, whose output is final, with no partial outputs), each split at least two blocks
+         * of held tokens */
+        splits = vkh2o_div_up(8, nhg * ndg);
+        const uint32_t blocks = vkh2o_div_up(pl->total_slots, 2 * KVC_WG);
         if (splits > blocks)
             splits = blocks;
         if (!splits)
@@ -305,7 +307,7 @@ static void plan_arena(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* pl)
         uint32_t g = vkh2o_div_up(pl->total_slots, 4 * KVC_WG);
         pl->score_groups = g < 1 ? 1 : g > 64 ? 64 : g;
     }
-    pl->workspace_bytes = 4ull * ((uint64_t)splits * H * (ow + 2) + (uint64_t)pl->score_groups * 4 * (1 + 3 * KVC_KC));
+    pl->workspace_bytes = 4ull * ((uint64_t)splits * H * (splits == 1 ? 2 : ow + 2) + (uint64_t)pl->score_groups * 4 * (1 + 3 * KVC_KC));
     const uint64_t L = d->num_layers;
     pl->device_bytes = L * (pl->arena_bytes + pl->table_bytes + pl->shadow_bytes) + pl->workspace_bytes + 16;
 }
@@ -562,7 +564,7 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
         vch += c->vchunks[k];
     }
     c->tab_words = pl.by_bytes ? vch + pl.chunks : 0;
-    c->ncw = vkh2o_div_up(H * c->ow, KVC_WG);
+    c->ncw = pl.splits == 1 ? 0 : vkh2o_div_up(H * c->ow, KVC_WG);
     c->ndg = vkh2o_div_up(c->ow, KVC_WG * KVC_DPI);
     const uint64_t L = d.num_layers;
     /* every buffer is counted in plan.device_bytes: what the device gives is what the plan says */
@@ -796,10 +798,11 @@ vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const 
     struct kvc_push pc = { .layer = s->layer, .q_off = (uint32_t)(s->q_offset / 4), .ckv_off = (uint32_t)(off_a / 4),
                            .kpe_off = (uint32_t)(off_b / 4), .out_off = s->out ? (uint32_t)(s->out_offset / 4) : 0,
                            .scale = d->scale, .keep = keep_factor(d), .seed = d->seed, .flags = s->out ? 1u : 0u };
-    /* three dispatches: the split attention with the append, the combine with the scores and the
-     * candidate victims, the selection */
+    /* at most three dispatches: the split attention with the append, the combine with the scores
+     * and the candidate victims, the selection */
     VKH2O_CHECK(dispatch(c, cb, KVC_K_ATTEND, b, &pc, c->plan.splits, vkh2o_div_up(H, KVC_HG), c->ndg));
-    VKH2O_CHECK(dispatch(c, cb, KVC_K_COMBINE, b, &pc, c->ncw + c->plan.score_groups, 1, 1));
+    if (c->ncw + c->plan.score_groups)   /* (the full cache with one split has nothing to combine) */
+        VKH2O_CHECK(dispatch(c, cb, KVC_K_COMBINE, b, &pc, c->ncw + c->plan.score_groups, 1, 1));
     VKH2O_CHECK(dispatch(c, cb, KVC_K_SELECT, b, &pc, 1, 1, 1));
     return VKH2O_OK;
 }

@@ -175,8 +175,7 @@ uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session* s)
         return 0;
     uint64_t bytes = 0;
     for (uint32_t l = 0; l < s->m->cfg.attn.num_layers; l++) {
-        const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(s->kv[l]);
-        bytes += p->by_bytes ? p->budget_bytes : vkh2o_kvcache_plan_bytes(p);
+        bytes += vkh2o_kvcache_get_plan(s->kv[l])->device_bytes;
     }
     return bytes;
 }

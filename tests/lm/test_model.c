@@ -310,6 +310,17 @@ static vkh2o_model_session* session(vkh2o_model* m, const vkh2o_model_cache_desc
     return s;
 }
 
+/* The plan of one layer's cache of a session of m (max_tokens: the session's) under kv. */
+static vkh2o_kvcache_plan layer_plan(vkh2o_model* m, vkh2o_kvcache_desc kv, uint32_t max_tokens)
+{
+    vkh2o_kvcache_desc_from_mla(&vkh2o_model_get_config(m)->attn, &kv);
+    kv.num_layers = 1;
+    kv.max_tokens = max_tokens;
+    vkh2o_kvcache_plan pl;
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&kv, NULL, &pl, NULL), VKH2O_OK);
+    return pl;
+}
+
 /* Tokens the session's cache holds at `layer` (the read must succeed). */
 static uint32_t cache_len(vkh2o_model_session* s, uint32_t layer)
 {
@@ -375,9 +386,12 @@ static void test_session_full(void** state)
     /* a prefill on a non-empty session, and decoding past max_tokens, are refused */
     assert_int_equal(vkh2o_run_model_prefill(s, tok, 2, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_run_model_decode(s, tok, 9, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
-    /* its bytes: max_tokens + 1 FP16 slots per layer (the header's row format: 30 numbers in 15
-     * words, with the slot's position and score 68 bytes) */
-    assert_int_equal(vkh2o_model_session_get_cache_bytes(s), 2ull * (48 + 1) * 68);
+    /* its bytes: every buffer of each layer's cache; the arena holds max_tokens + 1 FP16 slots
+     * (the header's row format: 30 numbers in 15 words, with the slot's position and score 68
+     * bytes) in chunks, at most one part-filled */
+    const vkh2o_kvcache_plan fp = layer_plan(x.m, (vkh2o_kvcache_desc){ 0 }, 48);
+    assert_int_equal(vkh2o_model_session_get_cache_bytes(s), 2 * fp.device_bytes);
+    assert_true(fp.arena_bytes >= (48 + 1) * 68 && fp.arena_bytes < (48 + 1) * 68 + fp.chunk_bytes);
     vkh2o_model_session_destroy(s);
     free(fw); free(dec); free(lp); free(lpf);
     unload_tiny(&x);
@@ -649,9 +663,12 @@ static void test_session_ladders(void** state)
         vkh2o_model_session* s = session(x.m, &d);
         const uint64_t bytes = vkh2o_model_session_get_cache_bytes(s);
         const uint64_t expect = 2 * (slots[0] * TB[0] + slots[1] * TB[1] + slots[2] * TB[2]);
-        printf("  %s: %llu bytes (full cache %llu)\n", lad[k].name, (unsigned long long)bytes,
-               (unsigned long long)(2ull * (N + 1) * TB[0]));
-        assert_int_equal(bytes, expect);
+        const vkh2o_kvcache_plan lp_ = layer_plan(x.m, d.kv, N);
+        printf("  %s: %llu device bytes, the pools' %llu (full cache %llu)\n", lad[k].name, (unsigned long long)bytes,
+               (unsigned long long)expect, (unsigned long long)(2ull * (N + 1) * TB[0]));
+        assert_int_equal(bytes, 2 * lp_.device_bytes);
+        /* each pool in chunks of its own: at most one part-filled chunk per tier */
+        assert_true(2 * lp_.arena_bytes >= expect && 2 * lp_.arena_bytes < expect + 2ull * 3 * lp_.chunk_bytes);
         assert_int_equal(vkh2o_run_model_decode(s, tok, N, got, lp), VKH2O_OK);
         vt_assert_finite(lad[k].name, lp, N - 1);
         for (uint32_t l = 0; l < 2; l++) {
@@ -702,7 +719,9 @@ static void test_session_kvcache(void** state)
     vkh2o_model_session* k = session(x.m, &td);
     assert_int_equal(vkh2o_run_model_decode(k, tok, N, b, lp), VKH2O_OK);
     vt_assert_finite("kvcache tiered", lp, N - 1);
-    assert_true(vkh2o_model_session_get_cache_bytes(k) <= 2 * cap);
+    const vkh2o_kvcache_plan kp = layer_plan(x.m, td.kv, 48);
+    assert_true(kp.arena_bytes <= cap + 3ull * kp.chunk_bytes);
+    assert_int_equal(vkh2o_model_session_get_cache_bytes(k), 2 * kp.device_bytes);
     uint32_t held = cache_len(k, 1);
     printf("  kvcache tiered at %llu bytes per layer: %u tokens held of %d\n", (unsigned long long)cap, held, N);
     assert_int_equal(held, NS + NR + 2 + 4 + 10);
