@@ -1,0 +1,212 @@
+/* The KV cache's device memory, through the public API: what vkh2o_kvcache_create takes (the
+ * context's memory statistics before and after) is plan.device_bytes, and a cache given a
+ * fraction of the FP16 bytes takes that fraction of the full cache's memory within the stated
+ * slack, at the Kimi K2.6 shape and at the committed model's; and a long run under tiers by
+ * bytes keeps its held bytes within the capacity and its arena within the plan, whatever the
+ * demotions and evictions leave behind. */
+#include "vkh2o_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct shape {
+    const char* name;
+    uint32_t layers, heads, kv_lora_rank, rope, max_tokens;
+} shape;
+
+static const shape shapes[] = {
+    { "kimi k2.6 latent", 4, 64, 512, 64, 4096 },
+    { "tiny-mla", 2, 4, 64, 16, 512 },
+};
+
+static vkh2o_kvcache_desc base(const shape* s)
+{
+    return (vkh2o_kvcache_desc){ .num_layers = s->layers, .num_heads = s->heads, .kv_lora_rank = s->kv_lora_rank,
+                                 .qk_rope_head_dim = s->rope, .max_tokens = s->max_tokens, .n_sink = 4, .n_recent = 16 };
+}
+
+/* creates the cache, returns the device bytes it took (the context's statistics) and its plan */
+static uint64_t taken(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* pl)
+{
+    vkh2o_context* ctx = vt_ctx();
+    const uint64_t before = vkh2o_context_get_memory_stats(ctx).device_bytes;
+    vkh2o_kvcache* c = NULL;
+    if (vkh2o_kvcache_create(ctx, d, &c) != VKH2O_OK)
+        fail_msg("create: %s", vkh2o_last_error(ctx));
+    const uint64_t after = vkh2o_context_get_memory_stats(ctx).device_bytes;
+    *pl = *vkh2o_kvcache_get_plan(c);
+    vkh2o_kvcache_destroy(c);
+    assert_int_equal(vkh2o_context_get_memory_stats(ctx).device_bytes, before);
+    return after - before;
+}
+
+static uint32_t tiers_in_use(const vkh2o_kvcache_plan* pl)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
+        n += pl->slots[k] > 0;
+    return n;
+}
+
+/* The stated slack of a layer's arena and tables over what the plan holds (vkh2o/kvcache.h
+ * "Memory"): the tables, a part-filled chunk per tier in use, and under tiers by bytes one more
+ * chunk and two top-tier tokens (the next append and a demotion in flight). */
+static uint64_t slack(const vkh2o_kvcache_plan* pl)
+{
+    uint64_t s = pl->table_bytes + (uint64_t)tiers_in_use(pl) * pl->chunk_bytes;
+    if (pl->by_bytes)
+        s += pl->chunk_bytes + 2ull * pl->token_bytes[0];
+    return s;
+}
+
+/* what a layer was asked to hold: the byte capacity (tiers by bytes), else its pools' slots */
+static uint64_t asked(const vkh2o_kvcache_plan* pl)
+{
+    if (pl->by_bytes)
+        return pl->budget_bytes;
+    uint64_t b = 0;
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
+        b += (uint64_t)pl->slots[k] * pl->token_bytes[k];
+    return b;
+}
+
+static void test_device_bytes(void** state)
+{
+    (void)state;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const shape* sh = &shapes[si];
+        vkh2o_kvcache_desc full = base(sh);
+        full.n_sink = full.n_recent = 0;
+        vkh2o_kvcache_plan fp;
+        const uint64_t full_bytes = taken(&full, &fp);
+        assert_int_equal(full_bytes, fp.device_bytes);
+        /* the FP16 bytes of every position */
+        const uint64_t fp16 = (uint64_t)sh->max_tokens * fp.token_bytes[0];
+        printf("%s, %u layers x %u tokens: the full cache takes %llu device bytes (%llu per layer in the arena, "
+               "chunks of %u bytes; workspace %llu)\n",
+               sh->name, sh->layers, sh->max_tokens, (unsigned long long)full_bytes, (unsigned long long)fp.arena_bytes,
+               fp.chunk_bytes, (unsigned long long)fp.workspace_bytes);
+        assert_true(fp.arena_bytes >= ((uint64_t)sh->max_tokens + 1) * fp.token_bytes[0]);
+        assert_true(fp.arena_bytes < ((uint64_t)sh->max_tokens + 1) * fp.token_bytes[0] + fp.chunk_bytes);
+        struct cfg {
+            const char* name;
+            vkh2o_kv_precision prec;
+            uint32_t mask;
+            double frac;          /* capacity_bytes as a fraction of the FP16 bytes; < 0: capacity_tokens */
+        } cfgs[] = {
+            { "tiers by bytes fp16 > int8 > int4, 25 %", VKH2O_PRECISION_TIERED, 0x7, 0.25 },
+            { "tiers by bytes fp16 > int4, 25 %", VKH2O_PRECISION_TIERED, 0x5, 0.25 },
+            { "tiers by bytes, 12.5 %", VKH2O_PRECISION_TIERED, 0x7, 0.125 },
+            { "tiers by bytes, 50 %", VKH2O_PRECISION_TIERED, 0x7, 0.5 },
+            { "tiers by bytes with int2, 25 %", VKH2O_PRECISION_TIERED, 0xf, 0.25 },
+            { "uniform int4, 25 %", VKH2O_PRECISION_INT4, 0, 0.25 },
+            { "uniform int8, 25 % of the tokens", VKH2O_PRECISION_INT8, 0, -0.25 },
+            { "fp16 h2o, 25 % of the tokens", VKH2O_PRECISION_FP16, 0, -0.25 },
+        };
+        for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+            vkh2o_kvcache_desc d = base(sh);
+            d.precision = cfgs[i].prec;
+            d.tier_mask = cfgs[i].mask;
+            if (cfgs[i].frac > 0)
+                d.capacity_bytes = (uint64_t)(cfgs[i].frac * (double)fp16);
+            else
+                d.capacity_tokens = (uint32_t)(-cfgs[i].frac * sh->max_tokens);
+            vkh2o_kvcache_plan pl;
+            const uint64_t got = taken(&d, &pl);
+            assert_int_equal(got, pl.device_bytes);
+            const uint64_t layer = vkh2o_kvcache_plan_bytes(&pl);
+            const double ratio = (double)got / (double)full_bytes;
+            printf("  %-38s asked %.4f of the fp16 bytes, takes %.4f of the full cache's device memory "
+                   "(arena + tables %llu per layer, asked %llu + slack %llu; workspace %llu)\n",
+                   cfgs[i].name, (double)asked(&pl) / (double)fp16, ratio, (unsigned long long)layer,
+                   (unsigned long long)asked(&pl), (unsigned long long)slack(&pl), (unsigned long long)pl.workspace_bytes);
+            if (layer > asked(&pl) + slack(&pl))
+                fail_msg("%s, %s: %llu bytes per layer above asked %llu + slack %llu", sh->name, cfgs[i].name,
+                         (unsigned long long)layer, (unsigned long long)asked(&pl), (unsigned long long)slack(&pl));
+            /* the headline: at the Kimi shape a byte capacity costs what it asks, within 1 % of
+             * the full cache (workspace and tables included) */
+            if (si == 0 && cfgs[i].frac > 0 && cfgs[i].prec == VKH2O_PRECISION_TIERED)
+                assert_true(ratio <= cfgs[i].frac * (double)fp16 * sh->layers / (double)full_bytes + 0.01);
+        }
+    }
+    vt_check_validation();
+}
+
+/* A long run of tiers by bytes on a cache that is full from the start: every step appends an FP16
+ * token and demotes or evicts until the next one fits. The held bytes stay within the capacity,
+ * the arena never asks for a chunk it does not have, and what its chunks hold beyond the held
+ * tokens (fragmentation: each tier's part-filled last chunk, the next append's slot) stays inside
+ * the stated slack. 100,000 steps in the full run. */
+static void test_long_run(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    vt_rng rng;
+    vt_rng_seed(&rng, vt_seed("kvcache long run"));
+    const uint32_t steps = vt_full() ? 100000 : 4000, H = 4, KV = 64, R = 16, W = KV + R;
+    vkh2o_kvcache_desc d = { .num_heads = H, .kv_lora_rank = KV, .qk_rope_head_dim = R, .max_tokens = steps + 64,
+                             .n_sink = 2, .n_recent = 8, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0xf,
+                             .capacity_bytes = 96 * 168 };
+    vkh2o_kvcache* c = NULL;
+    if (vkh2o_kvcache_create(ctx, &d, &c) != VKH2O_OK)
+        fail_msg("create: %s", vkh2o_last_error(ctx));
+    const vkh2o_kvcache_plan* pl = vkh2o_kvcache_get_plan(c);
+    /* 64 token variants, each q and row, stepped through in batches of one submission */
+    enum { VARIANTS = 64, BATCH = 500 };
+    float* in = malloc(sizeof(float) * VARIANTS * (H * W + W));
+    assert_non_null(in);
+    vt_fill_normal(&rng, in, (size_t)VARIANTS * (H * W + W), 1.0f);
+    vkh2o_buffer* b = vt_upload_f32(in, (size_t)VARIANTS * (H * W + W));
+    vkh2o_kvcache_step* s = calloc(BATCH, sizeof *s);
+    assert_non_null(s);
+    uint32_t done = 0, worst_chunks = 0, checks = 0;
+    uint64_t worst_waste = 0, worst_held = 0;
+    while (done < steps) {
+        const uint32_t n = steps - done < BATCH ? steps - done : BATCH;
+        for (uint32_t i = 0; i < n; i++) {
+            const uint64_t v = vt_u32_below(&rng, VARIANTS), o = 4ull * v * (H * W + W);
+            s[i] = (vkh2o_kvcache_step){ .q = b, .q_offset = o, .ckv = b, .ckv_offset = o + 4ull * H * W, .kpe = b,
+                                         .kpe_offset = o + 4ull * (H * W + KV) };
+        }
+        assert_int_equal(vkh2o_run_kvcache_steps(c, s, n), VKH2O_OK);
+        done += n;
+        vkh2o_kvcache_stats st;
+        assert_int_equal(vkh2o_kvcache_read_stats(c, 0, &st), VKH2O_OK);
+        assert_int_equal(st.position, done);
+        assert_int_equal(st.chunk_faults, 0);
+        assert_true(st.bytes_used + pl->token_bytes[0] <= pl->budget_bytes);
+        assert_true(st.chunks_used <= pl->chunks);
+        const uint64_t inuse = (uint64_t)st.chunks_used * pl->chunk_bytes;
+        const uint64_t waste = inuse > st.bytes_used ? inuse - st.bytes_used : 0;
+        if (waste > slack(pl))
+            fail_msg("after %u steps: %u chunks (%llu bytes) hold %llu bytes: %llu beyond them, above the slack %llu", done,
+                     st.chunks_used, (unsigned long long)inuse, (unsigned long long)st.bytes_used, (unsigned long long)waste,
+                     (unsigned long long)slack(pl));
+        worst_waste = waste > worst_waste ? waste : worst_waste;
+        worst_chunks = st.chunks_used > worst_chunks ? st.chunks_used : worst_chunks;
+        worst_held = st.bytes_used > worst_held ? st.bytes_used : worst_held;
+        checks++;
+        if (done == steps)
+            printf("tiers by bytes, %llu bytes: %u steps, %u held (fp16 %u int8 %u int4 %u int2 %u), %u evicted, %u whole-tier "
+                   "scans; at most %u of %u chunks of %u bytes in use, %llu bytes held, %llu in chunks beyond them (slack %llu), "
+                   "over %u checks\n",
+                   (unsigned long long)pl->budget_bytes, done, st.len, st.by_tier[0], st.by_tier[1], st.by_tier[2], st.by_tier[3],
+                   st.evicted, st.scans, worst_chunks, pl->chunks, pl->chunk_bytes, (unsigned long long)worst_held,
+                   (unsigned long long)worst_waste, (unsigned long long)slack(pl), checks);
+    }
+    free(in);
+    free(s);
+    vkh2o_buffer_destroy(b);
+    vkh2o_kvcache_destroy(c);
+    vt_check_validation();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_device_bytes),
+        cmocka_unit_test(test_long_run),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
