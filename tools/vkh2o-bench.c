@@ -771,38 +771,36 @@ static void step_inputs_free(step_work* w)
 }
 
 /* Bytes one step of one layer moves, by stage (reads + writes, modelled on the kernels' access
- * pattern from the cache's plan and, once it has run, its layer 0's live ranges: a step reads
- * each tier's live range, not its whole pool), and the minimum: `weights` (the layer's weights
- * as stored; 0 for the cache step alone) once, every held row once, one new row written. */
+ * pattern from the cache's plan and, once it has run, its layer 0's counts), and the minimum:
+ * `weights` (the layer's weights as stored; 0 for the cache step alone) once, every held row
+ * once, one new row written. kvc_attend reads each held row once per head group for the logits
+ * and again for P . V (its c_kv part); the score pass of kvc_combine (a selecting cache) reads it
+ * once more per head group to recompute the logits; kvc_select moves a few rows. */
 static void kv_step_bytes(vkh2o_kvcache* kv, double weights, char* out, size_t cap, double* total, double* minimum)
 {
     const vkh2o_kvcache_desc* d = vkh2o_kvcache_get_desc(kv);
     const vkh2o_kvcache_plan* p = vkh2o_kvcache_get_plan(kv);
     vkh2o_kvcache_stats st;
-    const bool have = vkh2o_kvcache_read_stats(kv, 0, &st) == VKH2O_OK;
-    const double H = d->num_heads, W = d->kv_lora_rank + d->qk_rope_head_dim;
+    const bool have = vkh2o_kvcache_read_stats(kv, 0, &st) == VKH2O_OK && st.len > 0;
+    const double H = d->num_heads, W = d->kv_lora_rank + d->qk_rope_head_dim, OW = d->kv_lora_rank;
     const double hg = ceil(H / 8.0);
-    double rows = 0.0, held = have ? (double)st.bytes_used : 0.0, S = 0.0;
+    double rows = 0.0, held = 0.0, S = 0.0;
     for (int k = 0; k < VKH2O_TIER_COUNT; k++) {
-        const double live = have ? (double)st.live[k] : (double)p->slots[k];
-        rows += live * (p->token_bytes[k] - 8);
-        S += live;
-        if (!have)   /* before it has run: every slot of the plan held (the append slot free) */
-            held += (double)(k == 0 && p->slots[0] ? p->slots[0] - 1 : p->slots[k]) * p->token_bytes[k];
+        const double n = have ? (double)st.by_tier[k] : (double)(k == 0 && p->slots[0] ? p->slots[0] - 1 : p->slots[k]);
+        rows += n * (p->token_bytes[k] - 8);
+        held += n * p->token_bytes[k];
+        S += n;
     }
-    const double q = 4.0 * H * W;
-    const double append = 4.0 * S + 2.0 * W + 8.0 + 4.0 * W;                 /* free-slot scan, the row in and out */
-    const double logits = hg * rows + 4.0 * S + hg * q + 4.0 * H * S;        /* rows per head group, logits out */
-    const double softmax = 4.0 * H * S * 5.0 + 4.0 * S * 3.0;                /* 3 reads + 2 writes of P, scores */
-    const double pv = hg * rows + 4.0 * H * S + 4.0 * H * d->kv_lora_rank;
-    /* keys over every slot of the pools, at most 4 rows moved, then the live ranges' scan */
-    const double select = p->selects ? 16.0 * p->total_slots + 4.0 * 2.0 * W * 4.0 : 0.0;
-    *total = weights + append + logits + softmax + pv + select;
+    const double q = 4.0 * H * W, part = 4.0 * p->splits * H * (p->splits == 1 ? 2.0 : OW + 2.0);
+    const double attend = hg * rows * (1.0 + OW / W) + hg * q + 2.0 * W + part + (p->splits == 1 ? 4.0 * H * OW : 0.0);
+    const double combine = (p->splits > 1 ? part + 4.0 * H * OW : 0.0) + (p->selects ? hg * rows + hg * q + 8.0 * S : 0.0);
+    const double select = p->selects ? 4.0 * 2.0 * W * 4.0 + p->workspace_bytes : 64.0;
+    *total = weights + attend + combine + select;
     *minimum = weights + held + 2.0 * W;
     snprintf(out, cap,
-             "weights %.1f MB; append %.1f kB; logits %.2f MB; softmax+scores %.2f MB; P.rows %.2f MB; select+demote %.1f kB; "
+             "weights %.1f MB; attend (+ append) %.2f MB; combine + scores %.2f MB; select + demote %.1f kB; %u splits; "
              "minimum (weights, held rows once, one new row) %.2f MB",
-             weights / 1e6, append / 1e3, logits / 1e6, softmax / 1e6, pv / 1e6, select / 1e3, *minimum / 1e6);
+             weights / 1e6, attend / 1e6, combine / 1e6, select / 1e3, p->splits, *minimum / 1e6);
 }
 /* Multiply-adds x 2 of one decode step: the projections (M = 1), the absorption and W_uv
  * through kv_b_proj, and the attention over len tokens (logits over kv_lora + rope, P.V over

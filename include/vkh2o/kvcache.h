@@ -24,37 +24,59 @@
  * (vkh2o_cmd_mla_decode) replays whole, projections included, each submission the next token.
  *
  * Slots, not order
- *   Per layer the cache has slot pools, one per tier T0 (FP16, or f32 with storage F32), T1
- *   (INT8), T2 (INT4), T3 (INT2) in use, each a fixed number of slots sized at create. A slot holds one token's row in its
- *   tier's format, the token's position and its policy score (f32). The rows are never kept
- *   in position order: attention does not depend on it. A decode step
- *     1. appends the new token at the top tier, into the free T0 slot of lowest index;
- *     2. attends with the query over every occupied slot of every tier in one pass (logits,
- *        softmax, P . row), dequantising each row as it is read; each tier's live range (1 +
- *        its highest occupied slot, kept on the device: free slots are taken lowest first, so
- *        occupied ones gather at the bottom) bounds what the step reads, not the pool's size;
- *     3. adds the attention mass (summed over heads) to every slot's score (scaled first by 1
- *        for the sum and mean modes, by decay for the decayed mode, by 0 for TOVA);
- *     4. makes room for the next token: when T0 has no free slot, its middle token (neither one
- *        of the first n_sink positions nor of the last n_recent) with the lowest key moves down
- *        to the next tier in use, requantised on the device from the values it has now (or,
- *        with the measurement mode requant_source FROM_ORIGINAL, from its top-tier row); when
- *        that tier is full too, its lowest-keyed middle token moves down first, and so on;
- *        the lowest tier's lowest-keyed middle token is evicted. No other row moves.
- *   Tiers by bytes (TIERED with capacity_bytes and no tier_tokens): the byte capacity, not the
- *   pools, decides. While the held tokens and room for the next one exceed it, the lowest-keyed
- *   middle token of the highest tier that has one moves down one tier (every middle token
- *   drops one tier before any drops two), and once every middle token is in the lowest tier in
- *   use (tier_mask) its lowest-keyed one is evicted. Tokens stay at T0 until the bytes force
- *   them down. Each tier's pool is sized for the most tokens the capacity could hold in it, so
- *   the device memory (vkh2o_kvcache_plan_bytes) is about the tiers in use times the capacity,
- *   of which at most the capacity is held (vkh2o_kvcache_stats.bytes_used); a step reads only
- *   the tiers' live ranges (step 2), not every slot of every pool.
+ *   Per layer each tier in use, T0 (FP16, or f32 with storage F32), T1 (INT8), T2 (INT4), T3
+ *   (INT2), holds its tokens in dense slots [0, count): a slot holds one token's row in its
+ *   tier's format, the token's position and its policy score (f32). The rows are never kept in
+ *   position order: attention does not depend on it. A decode step
+ *     1. appends the new token at the top tier, in T0's slot `count`;
+ *     2. attends with the query over every held token of every tier (logits, softmax, P . row),
+ *        dequantising each row as it is read;
+ *     3. adds the attention mass (summed over heads) to every held token's score (scaled first
+ *        by 1 for the sum and mean modes, by decay for the decayed mode, by 0 for TOVA);
+ *     4. makes room for the next token: when T0 is full, its middle token (neither one of the
+ *        first n_sink positions nor of the last n_recent) with the lowest key moves down to the
+ *        next tier in use, requantised on the device from the values it has now (or, with the
+ *        measurement mode requant_source FROM_ORIGINAL, from its top-tier row); when that tier
+ *        is full too, its lowest-keyed middle token moves down first, and so on; the lowest
+ *        tier's lowest-keyed middle token is evicted. A token leaving a tier leaves no hole: the
+ *        tier's last token moves into its slot.
+ *   Tiers by bytes (TIERED with capacity_bytes and no tier_tokens): the byte capacity decides.
+ *   While the held tokens and room for the next one exceed it, the lowest-keyed middle token of
+ *   the highest tier that has one moves down one tier (every middle token drops one tier before
+ *   any drops two), and once every middle token is in the lowest tier in use (tier_mask) its
+ *   lowest-keyed one is evicted. Tokens stay at T0 until the bytes force them down.
  *   Keys (larger stays; equal keys: the lower position stays): H2O sum / decayed / TOVA: the
  *   score; mean: score / (cur - position + 1); streaming: the position; random: a hash of
  *   (seed, layer, cur, position). Sinks and recents stay at the top tier.
  *   With no capacity (capacity_tokens = capacity_bytes = 0) and FP16 the cache is the full
  *   cache: steps record the append and the attention only, no score and no selection work.
+ *
+ * Memory
+ *   Per layer one arena of chunks (plan.chunk_bytes: the smallest power of two of at least 64
+ *   bytes that holds a T0 token) holds every tier's tokens: tier k's slot t at its words
+ *   [t x token words, + token words), its chunks mapped in order. With pools (and the full
+ *   cache) each tier's slots have chunks of their own; with tiers by bytes a tier takes a chunk
+ *   from the layer's free stack when it grows into one and gives it back when it empties it
+ *   (on the device), so the arena is the budget whatever the tiers hold. Per layer the arena and
+ *   tables (vkh2o_kvcache_plan_bytes) stay within what the layer holds plus a stated slack:
+ *     asked   tiers by bytes: capacity_bytes; else the pools' slots x their token_bytes
+ *     slack   table_bytes (state words; by bytes the chunk tables and free stack, 4 bytes per
+ *             chunk of each tier's slots and of the arena) + one part-filled chunk per tier in
+ *             use, and by bytes one more chunk and two T0 tokens (the next append, and a
+ *             demoted token written before its old slot is freed)
+ *   Beside the layers the cache has one workspace (plan.workspace_bytes): the step's per-split
+ *   attention partials (splits x num_heads x 2 floats with one split, x (out numbers + 2) with
+ *   more) and the candidate victims of the score pass. plan.device_bytes is every buffer the
+ *   cache allocates; vkh2o_context_get_memory_stats grows by exactly that. Kimi K2.6 latent (4
+ *   layers x 4,096 tokens): 25 % of the FP16 bytes as tiers by bytes takes 25.5 % of the full
+ *   cache's device memory, 12.5 % 12.8 % (tests/kvcache/test_kvcache_memory.c prints the table).
+ *
+ * The step's kernels: at most three dispatches per layer. kvc_attend splits the held tokens
+ * (plan.splits, flash-decoding: per split and group of heads the running max, sum and
+ * unnormalised P . row), appending the new token as it goes; kvc_combine combines the splits
+ * and, when the cache selects, recomputes each token's logits to add its mass to its score and
+ * keeps, per part of the tokens, each tier's first victims; kvc_select (one small workgroup)
+ * merges those lists to demote and evict, and scans a whole tier only when they run out.
  *
  * Everything the device decides stays on the device: the next position, the tier counts, the
  * free slot, the scores. A vkh2o_cmd_kvcache_* call only records, with dispatch sizes fixed by
@@ -172,9 +194,8 @@ typedef enum vkh2o_kv_precision {
  *   capacity_tokens  tokens kept per layer (sinks + middle + recents); with capacity_bytes
  *                    also 0: every token (no eviction). With a capacity below max_tokens the
  *                    policy evicts.
- *   capacity_bytes   per layer: the slots of every tier (rows, scales, position and score) fit
- *                    in it (vkh2o_kvcache_bytes <= capacity_bytes); the tokens follow from the
- *                    precision. Give one of capacity_tokens and capacity_bytes.
+ *   capacity_bytes   per layer: the held tokens of every tier (rows, scales, position and
+ *                    score) fit in it; the tokens follow from the precision. Give one of capacity_tokens and capacity_bytes.
  *   n_sink, n_recent 0: the first / last positions every policy keeps at the top tier
  *   n_protect        0 (off): a protected window of the last n_protect positions (above
  *                    n_recent) that are never evicted while an older middle token can go, but

@@ -1,6 +1,6 @@
 /* vkh2o-conformance, the KV-cache family: the one cache (vkh2o_kvcache) prefilled and stepped
- * through the public calls (vkh2o_run_kvcache_prefill / _step: kvc_prefill, kvc_append,
- * kvc_logits, kvc_softmax, kvc_pv, kvc_select) against ref/ref_kvcache.c, over the shapes of
+ * through the public calls (vkh2o_run_kvcache_prefill / _step: kvc_prefill, kvc_attend,
+ * kvc_combine, kvc_select) against ref/ref_kvcache.c, over the shapes of
  * conf_kvcache_defs.h: every precision (FP16, INT8, INT4, INT2, tiers by tokens and by bytes)
  * and policy (H2O sum, mean, decayed, TOVA, streaming, random), both layouts (LATENT, EXPANDED
  * at odd head counts and dims), fp16 and f32 top tiers.
@@ -318,7 +318,8 @@ void conf_register_kvcache(conf_registry* reg)
         for (size_t i = 0; i < sizeof conf_kv_defs / sizeof *conf_kv_defs; i++) {
             const conf_kv_def* k = &conf_kv_defs[i];
             /* the declared kernels and the name's row from the resolved desc: a cache that
-             * selects (any eviction or demotion) dispatches kvc_select too */
+             * selects (any eviction or demotion), or splits its attention, dispatches kvc_combine
+             * too */
             const vkh2o_kvcache_desc d = def_desc(k, k->max_tokens);
             vkh2o_kvcache_desc rd = d;
             vkh2o_kvcache_plan pl = { .selects = true };
@@ -328,8 +329,8 @@ void conf_register_kvcache(conf_registry* reg)
                 pl.selects = true;
             }
             conf_case* c = conf_add(reg, run_kv, sh,
-                                    pl.selects ? "kvc_prefill,kvc_append,kvc_logits,kvc_softmax,kvc_pv,kvc_select"
-                                               : "kvc_prefill,kvc_append,kvc_logits,kvc_softmax,kvc_pv",
+                                    pl.selects || pl.splits > 1 ? "kvc_prefill,kvc_attend,kvc_combine,kvc_select"
+                                                                : "kvc_prefill,kvc_attend,kvc_select",
                                     "kvcache.step.%s.%s.h%u_r%u_p%u", sh == CONF_SHAPES_CPU ? "cpu" : "gpu", k->name, k->H,
                                     vkh2o_kvcache_row_numbers(&rd), k->prefill);
             if (!c) return;

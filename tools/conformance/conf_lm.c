@@ -311,8 +311,8 @@ void conf_register_lm(conf_registry* reg)
             snprintf(c->params, sizeof c->params, "%u tokens, a 2-layer model: hidden 48, 3 heads, MLP 37, vocab 67, f32%s",
                      ns[i], tied ? ", lm_head tied to the embedding" : "");
         }
-        snprintf(k, sizeof k, "embed,rmsnorm,rope,attn_reduce,axpby,swiglu,obs_window,kvc_prefill,kvc_append,kvc_logits,"
-                              "kvc_softmax,kvc_pv,kvc_select,%s", mm);
+        snprintf(k, sizeof k, "embed,rmsnorm,rope,attn_reduce,axpby,swiglu,obs_window,kvc_prefill,kvc_attend,"
+                              "kvc_combine,kvc_select,%s", mm);
         conf_case* c = conf_add(reg, run_lm, sh, k, "lm.session.%s.obs_window.p16_n28_cap11", name);
         if (!c) return;
         c->p[P_KIND] = K_SESSION;

@@ -415,7 +415,7 @@ static void register_decode_from_cache(conf_registry* reg)
     for (size_t v = 0; v < sizeof variants / sizeof *variants; v++)
         for (int latent = 1; latent >= 0; latent--) {
             char kernels[256];
-            snprintf(kernels, sizeof kernels, "%s,kvc_prefill,kvc_append,kvc_logits,kvc_softmax,kvc_pv,kvc_select",
+            snprintf(kernels, sizeof kernels, "%s,kvc_prefill,kvc_attend,kvc_combine,kvc_select",
                      kernels_of(variants[v].v));
             conf_case* c = conf_add(reg, run_decode_from_cache, variants[v].shapes, kernels,
                                     "mla.decode.%s.%s.from_cache.p%u_n6_h200", variants[v].name,
