@@ -83,6 +83,12 @@ void sync()
 uint list_pick(uint k, uint cur)
 {
     if (sh_scan[k] != 0u) return SCAN;
+    // While fewer than KC list entries were taken, every original token of the tier not yet
+    // taken goes after the head of its part's list, so the first of the heads and the moved-in
+    // tokens is the tier's first victim. Past KC (with originals left unseen), scan.
+    uint total = 0u;
+    for (uint w = 0u; w < NMW; w++) total += work[cand_base(w, k)];
+    if (sh_cons[k] >= KC && sh_cons[k] < total) { sh_scan[k] = 1u; return SCAN; }
     uint bk = 0u, bp = 0u, bs = EMPTY, bw = EMPTY, bi = EMPTY;
     for (uint w = 0u; w < NMW; w++) {
         const uint h = sh_head[k * NMW + w];
@@ -100,15 +106,11 @@ uint list_pick(uint k, uint cur)
         }
     }
     if (bs == EMPTY) {
-        // the lists are out: every middle token of the tier was in them unless a part had more
-        uint total = 0u;
-        for (uint w = 0u; w < NMW; w++) total += work[cand_base(w, k)];
+        // no head and nothing moved in: no middle token, unless a part had more than its list
         if (sh_cons[k] < total) { sh_scan[k] = 1u; return SCAN; }
         return EMPTY;
     }
     if (bw != EMPTY) {
-        // the first KC list entries taken are the tier's KC first victims; past them, scan
-        if (sh_cons[k] >= KC) { sh_scan[k] = 1u; return SCAN; }
         sh_cons[k] += 1u;
         sh_head[k * NMW + bw] += 1u;
     } else {
