@@ -593,6 +593,7 @@ static vkh2o_result make_layer(bench_env* env, const vkh2o_mla_config* cfg, vkh2
  * `fill` random tokens (rows and a positive mass). */
 typedef struct kv_spec {
     uint32_t layers, fill, cap, ns, nr, max_tokens;
+    double bytes_frac;    /* > 0: tiers by bytes, capacity_bytes this fraction of cap FP16 tokens */
     vkh2o_evict_policy pol;
     vkh2o_score_mode mode;
     vkh2o_kv_precision prec;
@@ -605,7 +606,10 @@ static vkh2o_result make_kv(bench_env* env, const vkh2o_mla_config* cfg, const k
                              .n_sink = s->ns, .n_recent = s->nr, .policy = s->pol, .score_mode = s->mode,
                              .precision = s->prec };
     vkh2o_kvcache_desc_from_mla(cfg, &d);
-    if (s->prec == VKH2O_PRECISION_TIERED) {
+    if (s->bytes_frac > 0) {
+        d.capacity_tokens = 0;
+        d.capacity_bytes = (uint64_t)(s->bytes_frac * (double)s->cap * vkh2o_kvcache_token_bytes(&d, VKH2O_TIER_FP16));
+    } else if (s->prec == VKH2O_PRECISION_TIERED) {
         d.tier_tokens[0] = 1;
         d.tier_tokens[1] = s->cap / 4;
     }
@@ -1000,8 +1004,9 @@ static vkh2o_result bench_kv_decode(bench_env* env)
     const char* label;
     bench_config(env, &cfg, &label);
     const uint32_t len = env->cache_len;
-    enum { NKV = 5 };
-    static const char* names[NKV] = { "fp16", "int8", "int4", "int2", "tiered fp16>int8>int4" };
+    enum { NKV = 7 };
+    static const char* names[NKV] = { "fp16", "int8", "int4", "int2", "tiered fp16>int8>int4",
+                                      "tiers by bytes fp16>int8>int4 at 25 %", "the full cache (no eviction)" };
     vkh2o_mla_layer* L = NULL;
     vkh2o_kvcache* kv[NKV] = { NULL };
     vkh2o_buffer *hb = NULL, *ob = NULL;
@@ -1018,8 +1023,11 @@ static vkh2o_result bench_kv_decode(bench_env* env)
     }
     for (int k = 0; r == VKH2O_OK && k < NKV; k++) {
         kv_spec ks = { .layers = 1, .fill = len, .cap = len, .max_tokens = len + env->runs + 4,
-                       .prec = k < 4 ? (vkh2o_kv_precision)k : VKH2O_PRECISION_TIERED };
+                       .prec = k < 4 ? (vkh2o_kv_precision)k : k == 6 ? VKH2O_PRECISION_FP16 : VKH2O_PRECISION_TIERED,
+                       .bytes_frac = k == 5 ? 0.25 : 0.0 };
         kept_split(len, &ks.ns, &(uint32_t){ 0 }, &ks.nr);
+        if (k == 6)   /* no capacity: every token, no score or selection work */
+            ks.cap = ks.ns = ks.nr = 0;
         r = make_kv(env, &cfg, &ks, &kv[k]);
     }
     if (r != VKH2O_OK && refusal(r)) {
@@ -1620,7 +1628,8 @@ static void usage(FILE* f)
                "                same length (no capacity: no score and no selection work); policy_share: the\n"
                "                difference's share of the step (group \"policy\")\n"
                "  --kv-decode   the decode step at each precision of the kvcache, FP16, INT8, INT4, INT2 and\n"
-               "                FP16 > INT8 > INT4 tiers, at its cap of --cache-len tokens, side by side\n"
+               "                FP16 > INT8 > INT4 tiers, at its cap of --cache-len tokens, tiers by bytes at\n"
+               "                25 %% of that many FP16 tokens, and the full cache of them, side by side\n"
                "                (ratio_vs_fp16: speed against the FP16 row), with bytes by stage and the\n"
                "                minimum (group \"kv-decode\")\n"
                "  --cache-len N kept tokens of --decode, --policy-cost and --kv-decode (default 4096); a length the\n"

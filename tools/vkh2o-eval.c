@@ -130,7 +130,7 @@ typedef struct row {
     const policy_def* policy;
     uint32_t n_sink, budget, n_recent;   /* budget 0: the full cache */
     uint32_t cache_tokens;    /* cap (the context for the full cache) */
-    uint64_t cache_bytes;     /* device bytes of the rows at the cap */
+    uint64_t cache_bytes;     /* device bytes of the caches (every buffer: vkh2o_model_session_get_cache_bytes) */
     const char* kv_quant;     /* "none" (FP16, no quantisation), or kv_name */
     const ladder_def* ladder; /* a --kv-quant ladder (then kv is set), or NULL */
     bool kv;                  /* a precision or capacity of the one cache was named (kv_prec, kv_bytes,

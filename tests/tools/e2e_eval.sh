@@ -43,14 +43,15 @@ big=$(json_get "$TMP/big.json" "d[0]['bits_per_byte']")
     || fail "h2o with budget 200 > ctx 128 gives $big bits/byte, the full cache $got"
 
 # ---- the one KV cache (--kv): its full cache is the forward's perplexity (FP16 rows); a tiered
-# cache at 25 % of the FP16 bytes holds at most those bytes and costs the model little ----
+# cache at 25 % of the FP16 bytes takes those bytes on the device (with the arena's slack and the
+# step's workspace: under 768 bytes a layer at this shape) and costs the model little ----
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --kv fp16 --json "$TMP/kvf.json" --quiet > /dev/null
 kvf=$(json_get "$TMP/kvf.json" "d[0]['bits_per_byte']")
 "$PY" -c "import sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(g-w)<=1e-3*w else 1)" "$kvf" "$got" \
     || fail "--kv fp16 full cache gives $kvf bits/byte, the forward $got"
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --policy h2o --kv tiered --tiers 1,8,0,0 --bytes 25% \
     --json "$TMP/kvt.json" --quiet > /dev/null
-json_get "$TMP/kvt.json" "d[0]['cache_bytes'] <= 2 * 0.25 * 128 * 160 and d[0]['kv_quant'] == 'kv-tiered:1/8/0/0'" \
+json_get "$TMP/kvt.json" "d[0]['cache_bytes'] <= 2 * (0.25 * 128 * 160 + 768) and d[0]['kv_quant'] == 'kv-tiered:1/8/0/0'" \
     | grep -qx True || fail "--kv tiered at 25%: $(cat "$TMP/kvt.json")"
 kvt=$(json_get "$TMP/kvt.json" "d[0]['bits_per_byte']")
 "$PY" -c "import sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if 0.95*w <= g <= 1.1*w else 1)" "$kvt" "$got" \
@@ -78,12 +79,13 @@ done
 echo "requantisation source (ctx 128, 25 %): from the tier $(json_get "$TMP/rq-tier.json" "d[0]['bits_per_byte']"), from the original $(json_get "$TMP/rq-original.json" "d[0]['bits_per_byte']") bits/byte, shadow $(json_get "$TMP/rq-original.json" "d[0]['shadow_bytes']") bytes"
 
 # ---- the quantisation ladders on the one cache (ctx 128: 108 middle tokens): balanced keeps every
-# token in 25 / 50 / 25 % FP16 / INT8 / INT4 pools (its bytes: the pools' slots x the bytes per token
-# of the 80-number rows, FP16 168, INT8 96, INT4 56 with positions and scores, per layer x 2
-# layers); aggressive keeps 4 + 16 + 86 tokens; both cost the model under 1 % ----
+# token in 25 / 50 / 25 % FP16 / INT8 / INT4 pools (its device bytes: the pools' slots x the bytes
+# per token of the 80-number rows, FP16 168, INT8 96, INT4 56 with positions and scores, per
+# layer x 2 layers, plus each layer's arena slack and step workspace, under 3,000 bytes a layer
+# at this shape); aggressive keeps 4 + 16 + 86 tokens; both cost the model under 1 % ----
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --kv-quant balanced --json "$TMP/qb.json" --quiet > /dev/null
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --kv-quant aggressive --json "$TMP/qa.json" --quiet > /dev/null
-json_get "$TMP/qb.json" "d[0]['kv_quant'] == 'kv-balanced' and d[0]['cache_tokens'] == 128 and d[0]['cache_bytes'] == 2 * ((20 + 1 + 27) * 168 + 54 * 96 + 27 * 56)" \
+json_get "$TMP/qb.json" "d[0]['kv_quant'] == 'kv-balanced' and d[0]['cache_tokens'] == 128 and 0 <= d[0]['cache_bytes'] - 2 * ((20 + 1 + 27) * 168 + 54 * 96 + 27 * 56) <= 2 * 3000" \
     | grep -qx True || fail "--kv-quant balanced: $(cat "$TMP/qb.json")"
 json_get "$TMP/qa.json" "d[0]['kv_quant'] == 'kv-aggressive' and d[0]['cache_tokens'] == 106" \
     | grep -qx True || fail "--kv-quant aggressive: $(cat "$TMP/qa.json")"
