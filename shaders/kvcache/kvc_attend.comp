@@ -2,8 +2,8 @@
 /*
  * Stage 1 of a decode step (flash-decoding): workgroup (s, g, d) attends with heads
  * [g * HG, + HG) over split s of the held tokens (the tiers' dense slots in tier order, the new
- * token last at the top tier), for output numbers [d * WG * DPI, + WG * DPI): per block of WG
- * tokens the logits (one invocation per token, its row read once for the heads), the block's
+ * token last), for output numbers [d * WG * DPI, + WG * DPI): per block of at most WG tokens of
+ * one tier (the tier is uniform in a block: no divergent dequantisation) the logits (one invocation per token, its row read once for the heads), the block's
  * max folded into the running max, the weights exp(l - max) and their sum, and the weighted
  * rows (one invocation per output number, each row number dequantised once for the heads).
  * Writes each head's max, sum and unnormalised P . V to the workspace (part_base); kvc_combine
@@ -24,8 +24,10 @@
 const uint DPI = 8u;   // output numbers per invocation (KVC_DPI)
 
 shared float sh_p[WG * HG];
-shared uvec4 sh_tok[WG];   // tier (| 16: the new token), Tok a, n, b
 shared float sh_m[HG], sh_z[HG], sh_alpha[HG];
+
+float o[DPI][HG];   // this invocation's unnormalised P . V: output numbers (dg * DPI + u) * WG + tid
+uint nf = 0u;
 
 void append(uint pos, uint c0)
 {
@@ -54,72 +56,53 @@ void append(uint pos, uint c0)
     }
 }
 
-void main()
+// a block of nb <= WG tokens of tier k from slot t0 (isnew: the step's new token, from the inputs)
+void block(uint k, uint t0, uint nb, bool isnew, uint h0, uint nh, uint dg)
 {
-    const uint tid = gl_LocalInvocationID.x, s = gl_WorkGroupID.x, h0 = gl_WorkGroupID.y * HG, dg = gl_WorkGroupID.z;
-    const uint pos = state[g_st() + ST_POS];
-    if (pos >= MAXTOK) return;
-    const uint nh = min(HG, H - h0);
-    const uvec4 cnt = held_counts(true);
-    const uint c0 = cnt.x - 1u, L = cnt.x + cnt.y + cnt.z + cnt.w;
-    if (s == 0u && gl_WorkGroupID.y == 0u && dg == 0u) append(pos, c0);
-    const uint lo = s * L / NSPLIT, hi = (s + 1u) * L / NSPLIT;
-    float o[DPI][HG];
-    [[unroll]] for (uint i = 0u; i < DPI; i++)
-        [[unroll]] for (uint j = 0u; j < HG; j++) o[i][j] = 0.0;
-    if (tid < HG) { sh_m[tid] = NEG; sh_z[tid] = 0.0; }
-    uint nf = 0u;
-    for (uint blk = lo; blk < hi; blk += WG) {
-        // the block's logits, one token per invocation
-        const uint j = blk + tid;
-        float l[HG];
-        [[unroll]] for (uint h = 0u; h < HG; h++) l[h] = NEG;
-        if (j < hi) {
-            const uvec2 kt = locate(j, cnt);
-            const bool isnew = kt.x == 0u && kt.y == c0;
-            Tok r = tok_direct(0u);
-            if (!isnew) r = tok_at(kt.x, kt.y);
-            sh_tok[tid] = uvec4(kt.x | (isnew ? 16u : 0u), r.a, r.n, r.b);
-            logits(kt.x, r, isnew, h0, nh, l);
-            if (CHECKFIN == 1u)
-                for (uint h = 0u; h < nh; h++)
-                    if (non_finite(l[h]) && floatBitsToUint(l[h]) != 0xff800000u) nf |= NF_SCORE;
-        }
-        [[unroll]] for (uint h = 0u; h < HG; h++) sh_p[tid * HG + h] = l[h];
-        barrier();
-        // per head: the running max, the weights, their sum
-        const uint nb = min(WG, hi - blk);
-        if (tid < nh) {
-            float bm = NEG;
-            for (uint i = 0u; i < nb; i++) bm = max(bm, sh_p[i * HG + tid]);
-            const float mo = sh_m[tid], mn = max(mo, bm), a = exp(mo - mn);
-            float zs = 0.0;
-            for (uint i = 0u; i < nb; i++) {
-                const float x = exp(sh_p[i * HG + tid] - mn);
-                sh_p[i * HG + tid] = x;
-                zs += x;
-            }
-            sh_m[tid] = mn;
-            sh_z[tid] = sh_z[tid] * a + zs;
-            sh_alpha[tid] = a;
-        }
-        barrier();
-        // the weighted rows, one output number per invocation and DPI pass
-        float alpha[HG];
-        [[unroll]] for (uint h = 0u; h < HG; h++) alpha[h] = h < nh ? sh_alpha[h] : 0.0;
-        [[unroll]] for (uint i = 0u; i < DPI; i++)
-            [[unroll]] for (uint h = 0u; h < HG; h++) o[i][h] *= alpha[h];
+    const uint tid = gl_LocalInvocationID.x;
+    // the logits, one token per invocation
+    float l[HG];
+    [[unroll]] for (uint h = 0u; h < HG; h++) l[h] = NEG;
+    if (tid < nb) {
+        Tok r = tok_direct(0u);
+        if (!isnew) r = tok_at(k, t0 + tid);
+        logits(k, r, isnew, h0, nh, l);
+        if (CHECKFIN == 1u)
+            [[unroll]] for (uint h = 0u; h < HG; h++)
+                if (h < nh && non_finite(l[h]) && floatBitsToUint(l[h]) != 0xff800000u) nf |= NF_SCORE;
+    }
+    [[unroll]] for (uint h = 0u; h < HG; h++) sh_p[tid * HG + h] = l[h];
+    barrier();
+    // per head: the running max, the weights, their sum
+    if (tid < nh) {
+        float bm = NEG;
+        for (uint i = 0u; i < nb; i++) bm = max(bm, sh_p[i * HG + tid]);
+        const float mo = sh_m[tid], mn = max(mo, bm), a = exp(mo - mn);
+        float zs = 0.0;
         for (uint i = 0u; i < nb; i++) {
-            const uvec4 tk = sh_tok[i];
-            const uint k = tk.x & 15u;
-            const bool isnew = tk.x >= 16u;
-            Tok r;
-            r.a = tk.y; r.n = tk.z; r.b = tk.w;
-            float pw[HG];
-            [[unroll]] for (uint h = 0u; h < HG; h++) pw[h] = h < nh ? sh_p[i * HG + h] : 0.0;
-            [[unroll]] for (uint u = 0u; u < DPI; u++) {
-                const uint d = (dg * DPI + u) * WG + tid;
-                if (d >= OW) break;
+            const float x = exp(sh_p[i * HG + tid] - mn);
+            sh_p[i * HG + tid] = x;
+            zs += x;
+        }
+        sh_m[tid] = mn;
+        sh_z[tid] = sh_z[tid] * a + zs;
+        sh_alpha[tid] = a;
+    }
+    barrier();
+    // the weighted rows, one output number per invocation and DPI pass (guards, not breaks: the
+    // loops unroll, so o stays in registers)
+    float alpha[HG];
+    [[unroll]] for (uint h = 0u; h < HG; h++) alpha[h] = h < nh ? sh_alpha[h] : 0.0;
+    [[unroll]] for (uint u = 0u; u < DPI; u++)
+        [[unroll]] for (uint h = 0u; h < HG; h++) o[u][h] *= alpha[h];
+    for (uint i = 0u; i < nb; i++) {
+        Tok r = tok_direct(0u);
+        if (!isnew) r = tok_at(k, t0 + i);
+        float pw[HG];
+        [[unroll]] for (uint h = 0u; h < HG; h++) pw[h] = h < nh ? sh_p[i * HG + h] : 0.0;
+        [[unroll]] for (uint u = 0u; u < DPI; u++) {
+            const uint d = (dg * DPI + u) * WG + tid;
+            if (d < OW) {
                 if (EXP == 0u) {
                     const float x = row_x(k, r, isnew, d);
                     [[unroll]] for (uint h = 0u; h < HG; h++) o[u][h] += pw[h] * x;
@@ -129,8 +112,31 @@ void main()
                 }
             }
         }
-        barrier();
     }
+    barrier();
+}
+
+void main()
+{
+    const uint tid = gl_LocalInvocationID.x, s = gl_WorkGroupID.x, h0 = gl_WorkGroupID.y * HG, dg = gl_WorkGroupID.z;
+    const uint pos = state[g_st() + ST_POS];
+    if (pos >= MAXTOK) return;
+    const uint nh = min(HG, H - h0);
+    const uvec4 cnt = held_counts(false);
+    const uint c0 = cnt.x, L = cnt.x + cnt.y + cnt.z + cnt.w + 1u;
+    if (s == 0u && gl_WorkGroupID.y == 0u && dg == 0u) append(pos, c0);
+    // split s: [lo, hi) of the held tokens in tier order, the new token last (index L - 1)
+    const uint lo = s * L / NSPLIT, hi = (s + 1u) * L / NSPLIT;
+    [[unroll]] for (uint u = 0u; u < DPI; u++)
+        [[unroll]] for (uint h = 0u; h < HG; h++) o[u][h] = 0.0;
+    if (tid < HG) { sh_m[tid] = NEG; sh_z[tid] = 0.0; }
+    uint off = 0u;
+    for (uint k = 0u; k < 4u; k++) {
+        const uint a = max(lo, off), b = min(hi, off + cnt[k]);
+        for (uint t = a; t < b; t += WG) block(k, t - off, min(WG, b - t), false, h0, nh, dg);
+        off += cnt[k];
+    }
+    if (hi == L) block(0u, c0, 1u, true, h0, nh, dg);
     if (dg == 0u && tid < nh) {
         work[part_base(s, h0 + tid)] = floatBitsToUint(sh_m[tid]);
         work[part_base(s, h0 + tid) + 1u] = floatBitsToUint(sh_z[tid]);
@@ -143,7 +149,7 @@ void main()
     [[unroll]] for (uint h = 0u; h < HG; h++) iz[h] = h < nh ? 1.0 / sh_z[h] : 0.0;
     [[unroll]] for (uint u = 0u; u < DPI; u++) {
         const uint d = (dg * DPI + u) * WG + tid;
-        if (d >= OW) break;
+        if (d >= OW) continue;
         if (NSPLIT == 1u) {
             [[unroll]] for (uint h = 0u; h < HG; h++)
                 if (h < nh) out_f[p.out_off + (h0 + h) * OW + d] = o[u][h] * iz[h];

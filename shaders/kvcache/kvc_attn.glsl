@@ -23,11 +23,12 @@ void logits(uint k, Tok r, bool isnew, uint h0, uint nh, out float acc[HG])
         }
     } else {
         [[unroll]] for (uint j = 0u; j < HG; j++) {
-            if (j >= nh) break;
-            const uint qb = p.q_off + (h0 + j) * DK, kb = (h0 + j) * DK;
-            float a = 0.0;
-            for (uint e = 0u; e < DK; e++) a += in_q[qb + e] * row_x(k, r, isnew, kb + e);
-            acc[j] = a;
+            if (j < nh) {
+                const uint qb = p.q_off + (h0 + j) * DK, kb = (h0 + j) * DK;
+                float a = 0.0;
+                for (uint e = 0u; e < DK; e++) a += in_q[qb + e] * row_x(k, r, isnew, kb + e);
+                acc[j] = a;
+            }
         }
     }
     [[unroll]] for (uint j = 0u; j < HG; j++) acc[j] *= p.scale;

@@ -66,6 +66,48 @@ void insert(uint k, uvec4 c, uint cur)
     sh_top[(k * KC + at) * 3u + 2u] = c.z;
 }
 
+uint nf = 0u;
+
+// the score of tokens [t0, t0 + nb) of tier k (nb <= WG), and the middle ones into tier k's list
+void score_block(uint k, uint t0, uint nb, uint cur)
+{
+    const uint tid = gl_LocalInvocationID.x;
+    uvec4 c = uvec4(0u, 0u, 0u, EMPTY);
+    if (tid < nb) {
+        const Tok r = tok_at(k, t0 + tid);
+        float mass = 0.0;
+        for (uint h0 = 0u; h0 < H; h0 += HG) {
+            const uint nh = min(HG, H - h0);
+            float l[HG];
+            logits(k, r, false, h0, nh, l);
+            [[unroll]] for (uint h = 0u; h < HG; h++) {
+                if (h < nh) {
+                    const float pw = exp(l[h] - sh_M[h0 + h]) * sh_iZ[h0 + h];
+                    if (CHECKFIN == 1u && non_finite(pw)) nf |= NF_SCORE;
+                    mass += pw;
+                }
+            }
+        }
+        const uint sw = tok_w(r, tier_row_words(k) + 1u);
+        const float v = p.keep * uintBitsToFloat(rows[sw]) + mass;
+        rows[sw] = floatBitsToUint(v);
+        if (CHECKFIN == 1u && non_finite(v)) nf |= NF_SCORE;
+        const uint tp = tok_pos(k, r);
+        if (is_middle(tp, cur)) c = uvec4(select_key(POLICY, MODE, v, tp, cur, p.seed, p.layer), tp, t0 + tid, k);
+    }
+    sh_c[tid] = c;
+    barrier();
+    if (tid == 0u) {
+        for (uint i = 0u; i < nb; i++) {
+            const uvec4 ci = sh_c[i];
+            if (ci.w == EMPTY) continue;
+            sh_nmid[k] += 1u;
+            insert(k, ci, cur);
+        }
+    }
+    barrier();
+}
+
 void scores_pass(uint w)
 {
     const uint tid = gl_LocalInvocationID.x, st = g_st();
@@ -84,44 +126,12 @@ void scores_pass(uint w)
     const uvec4 cnt = held_counts(true);
     const uint L = cnt.x + cnt.y + cnt.z + cnt.w;
     const uint lo = w * L / NMW, hi = (w + 1u) * L / NMW;
-    uint nf = 0u;
-    for (uint blk = lo; blk < hi; blk += WG) {
-        const uint j = blk + tid;
-        uvec4 c = uvec4(0u, 0u, 0u, EMPTY);
-        if (j < hi) {
-            const uvec2 kt = locate(j, cnt);
-            const Tok r = tok_at(kt.x, kt.y);
-            float mass = 0.0;
-            for (uint h0 = 0u; h0 < H; h0 += HG) {
-                const uint nh = min(HG, H - h0);
-                float l[HG];
-                logits(kt.x, r, false, h0, nh, l);
-                [[unroll]] for (uint h = 0u; h < HG; h++) {
-                    if (h >= nh) break;
-                    const float pw = exp(l[h] - sh_M[h0 + h]) * sh_iZ[h0 + h];
-                    if (CHECKFIN == 1u && non_finite(pw)) nf |= NF_SCORE;
-                    mass += pw;
-                }
-            }
-            const uint sw = tok_w(r, tier_row_words(kt.x) + 1u);
-            const float v = p.keep * uintBitsToFloat(rows[sw]) + mass;
-            rows[sw] = floatBitsToUint(v);
-            if (CHECKFIN == 1u && non_finite(v)) nf |= NF_SCORE;
-            const uint tp = tok_pos(kt.x, r);
-            if (is_middle(tp, cur)) c = uvec4(select_key(POLICY, MODE, v, tp, cur, p.seed, p.layer), tp, kt.y, kt.x);
-        }
-        sh_c[tid] = c;
-        barrier();
-        if (tid < 4u) {
-            const uint nb = min(WG, hi - blk);
-            for (uint i = 0u; i < nb; i++) {
-                const uvec4 ci = sh_c[i];
-                if (ci.w != tid) continue;
-                sh_nmid[tid] += 1u;
-                insert(tid, ci, cur);
-            }
-        }
-        barrier();
+    // tier by tier, in blocks of at most WG tokens of one tier (uniform dequantisation)
+    uint off = 0u;
+    for (uint k = 0u; k < 4u; k++) {
+        const uint a = max(lo, off), b = min(hi, off + cnt[k]);
+        for (uint t = a; t < b; t += WG) score_block(k, t - off, min(WG, b - t), cur);
+        off += cnt[k];
     }
     if (CHECKFIN == 1u && nf != 0u) atomicOr(state[st + ST_NF_STEP], nf);
     if (tid < 4u) {

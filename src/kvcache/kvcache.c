@@ -304,7 +304,7 @@ static void plan_arena(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* pl)
     pl->splits = splits;
     pl->score_groups = 0;
     if (pl->selects) {
-        uint32_t g = vkh2o_div_up(pl->total_slots, 4 * KVC_WG);
+        uint32_t g = vkh2o_div_up(pl->total_slots, KVC_WG);   /* a block of tokens each (the score pass recomputes the logits) */
         pl->score_groups = g < 1 ? 1 : g > 64 ? 64 : g;
     }
     pl->workspace_bytes = 4ull * ((uint64_t)splits * H * (splits == 1 ? 2 : ow + 2) + (uint64_t)pl->score_groups * 4 * (1 + 3 * KVC_KC));
