@@ -81,11 +81,11 @@ echo "requantisation source (ctx 128, 25 %): from the tier $(json_get "$TMP/rq-t
 # ---- the quantisation ladders on the one cache (ctx 128: 108 middle tokens): balanced keeps every
 # token in 25 / 50 / 25 % FP16 / INT8 / INT4 pools (its device bytes: the pools' slots x the bytes
 # per token of the 80-number rows, FP16 168, INT8 96, INT4 56 with positions and scores, per
-# layer x 2 layers, plus each layer's arena slack and step workspace, under 3,000 bytes a layer
+# layer x 2 layers, plus each layer's arena slack and step workspace, under 4,000 bytes a layer
 # at this shape); aggressive keeps 4 + 16 + 86 tokens; both cost the model under 1 % ----
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --kv-quant balanced --json "$TMP/qb.json" --quiet > /dev/null
 "$TOOL" --weights "$MODEL" --text "$HELD" --ctx 128 --windows 4 --kv-quant aggressive --json "$TMP/qa.json" --quiet > /dev/null
-json_get "$TMP/qb.json" "d[0]['kv_quant'] == 'kv-balanced' and d[0]['cache_tokens'] == 128 and 0 <= d[0]['cache_bytes'] - 2 * ((20 + 1 + 27) * 168 + 54 * 96 + 27 * 56) <= 2 * 3000" \
+json_get "$TMP/qb.json" "d[0]['kv_quant'] == 'kv-balanced' and d[0]['cache_tokens'] == 128 and 0 <= d[0]['cache_bytes'] - 2 * ((20 + 1 + 27) * 168 + 54 * 96 + 27 * 56) <= 2 * 4000" \
     | grep -qx True || fail "--kv-quant balanced: $(cat "$TMP/qb.json")"
 json_get "$TMP/qa.json" "d[0]['kv_quant'] == 'kv-aggressive' and d[0]['cache_tokens'] == 106" \
     | grep -qx True || fail "--kv-quant aggressive: $(cat "$TMP/qa.json")"
