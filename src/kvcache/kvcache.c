@@ -295,7 +295,7 @@ static void plan_arena(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* pl)
          * split, whose output is final, with no partial outputs), each split at least two blocks
          * of held tokens */
         splits = vkh2o_div_up(8, nhg * ndg);
-        const uint32_t blocks = vkh2o_div_up(pl->total_slots, 2 * KVC_WG);
+        const uint32_t blocks = vkh2o_div_up(pl->kept_tokens + 1, 2 * KVC_WG);
         if (splits > blocks)
             splits = blocks;
         if (!splits)
@@ -304,7 +304,7 @@ static void plan_arena(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* pl)
     pl->splits = splits;
     pl->score_groups = 0;
     if (pl->selects) {
-        uint32_t g = vkh2o_div_up(pl->total_slots, KVC_WG);   /* a block of tokens each (the score pass recomputes the logits) */
+        uint32_t g = vkh2o_div_up(pl->kept_tokens + 1, KVC_WG);   /* a block of the held tokens each (the score pass recomputes the logits) */
         pl->score_groups = g < 1 ? 1 : g > 64 ? 64 : g;
     }
     pl->workspace_bytes = 4ull * ((uint64_t)splits * H * (splits == 1 ? 2 : ow + 2) + (uint64_t)pl->score_groups * 4 * (1 + 3 * KVC_KC));
