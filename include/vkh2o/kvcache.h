@@ -67,9 +67,8 @@
  *   Beside the layers the cache has one workspace (plan.workspace_bytes): the step's per-split
  *   attention partials (splits x num_heads x 2 floats with one split, x (out numbers + 2) with
  *   more) and the candidate victims of the score pass. plan.device_bytes is every buffer the
- *   cache allocates; vkh2o_context_get_memory_stats grows by exactly that. Kimi K2.6 latent (4
- *   layers x 4,096 tokens): 25 % of the FP16 bytes as tiers by bytes takes 25.5 % of the full
- *   cache's device memory, 12.5 % 12.8 % (tests/kvcache/test_kvcache_memory.c prints the table).
+ *   cache allocates; vkh2o_context_get_memory_stats grows by exactly that (measured per
+ *   configuration in docs/PERFORMANCE.md, section 0).
  *
  * The step's kernels: at most three dispatches per layer. kvc_attend splits the held tokens
  * (plan.splits, flash-decoding: per split and group of heads the running max, sum and
