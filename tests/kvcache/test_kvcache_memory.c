@@ -158,13 +158,13 @@ static void test_long_run(void** state)
     const uint32_t steps = vt_full() ? 100000 : 3000, H = 4, KV = 64, R = 16, W = KV + R;
     vkh2o_kvcache_desc d = { .num_heads = H, .kv_lora_rank = KV, .qk_rope_head_dim = R, .max_tokens = steps + 64,
                              .n_sink = 2, .n_recent = 8, .precision = VKH2O_PRECISION_TIERED, .tier_mask = 0xf,
-                             .capacity_bytes = 96 * 168 };
+                             .capacity_bytes = 48 * 168 };
     vkh2o_kvcache* c = NULL;
     if (vkh2o_kvcache_create(ctx, &d, &c) != VKH2O_OK)
         fail_msg("create: %s", vkh2o_last_error(ctx));
     const vkh2o_kvcache_plan* pl = vkh2o_kvcache_get_plan(c);
     /* 64 token variants, each q and row, stepped through in batches of one submission */
-    enum { VARIANTS = 64, BATCH = 500 };
+    enum { VARIANTS = 64, BATCH = 1000 };
     float* in = malloc(sizeof(float) * VARIANTS * (H * W + W));
     assert_non_null(in);
     vt_fill_normal(&rng, in, (size_t)VARIANTS * (H * W + W), 1.0f);
