@@ -268,9 +268,11 @@ typedef struct vkh2o_kvcache_desc {
                                    a workspace of splits x num_heads x (out numbers + 2) floats */
 } vkh2o_kvcache_desc;
 
-/* What a desc resolves to: the slots of each tier's pool per layer (0: tier not used; T0's
- * include the sinks, the recents and the one slot an append takes), the bytes per token of
- * each tier, and whether the cache ever selects (false for the full FP16 cache). */
+/* What a desc resolves to: the slots each tier may hold per layer (0: tier not used; T0's
+ * include the sinks, the recents and the one slot an append takes; with tiers by bytes a tier's
+ * slots are virtual, what the capacity could hold in it, and take no memory until used), the
+ * bytes per token of each tier, whether the cache ever selects (false for the full FP16 cache),
+ * and its device memory (Memory, above). */
 typedef struct vkh2o_kvcache_plan {
     uint32_t slots[VKH2O_TIER_COUNT];
     uint32_t token_bytes[VKH2O_TIER_COUNT];

@@ -630,7 +630,7 @@ class KVCache(_Owned):
 
     @property
     def plan_bytes(self):
-        """Device bytes of one layer's slots (vkh2o_kvcache_plan_bytes)."""
+        """Device bytes of one layer: its arena and tables (vkh2o_kvcache_plan_bytes)."""
         return lib.vkh2o_kvcache_plan_bytes(lib.vkh2o_kvcache_get_plan(self._ptr))
 
     def token_bytes(self, tier):
