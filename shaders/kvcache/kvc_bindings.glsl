@@ -56,21 +56,13 @@ uint shadow_base(uint k, uint t)
     return (p.layer * lower + o + t) * tier_row_words(0u);
 }
 
-// tokens held per tier (kvc_attend, kvc_combine: the step's new token counted at the top tier)
+// tokens held per tier (with_new: the step's new token counted at the top tier, kvc_combine)
 uvec4 held_counts(bool with_new)
 {
     const uint st = g_st();
     return uvec4(state[st + ST_COUNT] + (with_new ? 1u : 0u), state[st + ST_COUNT + 1u], state[st + ST_COUNT + 2u],
                  state[st + ST_COUNT + 3u]);
 }
-// the j-th held token, tier by tier: (tier, slot)
-uvec2 locate(uint j, uvec4 c)
-{
-    uint k = 0u;
-    while (k < 3u && j >= c[k]) { j -= c[k]; k++; }
-    return uvec2(k, j);
-}
-
 // Victim order of tier k's middle tokens: a before b when a goes first. In the tier whose victims
 // are evicted, tokens of the protected window (the last NPROTECT positions) go after every older
 // one; then the lower key; equal keys: the higher position.

@@ -29,18 +29,24 @@ shared uint sh_nmid[4];
 
 float part(uint s, uint h, uint i) { return uintBitsToFloat(work[part_base(s, h) + i]); }
 
+// head h over the splits: the max M and the sum z of exp(l - M)
+vec2 head_norm(uint h)
+{
+    float M = NEG;
+    for (uint s = 0u; s < NSPLIT; s++) M = max(M, part(s, h, 0u));
+    float z = 0.0;
+    for (uint s = 0u; s < NSPLIT; s++) z += exp(part(s, h, 0u) - M) * part(s, h, 1u);
+    return vec2(M, z);
+}
+
 void combine(uint i)
 {
     if (i >= H * OW) return;
     const uint h = i / OW, d = i - h * OW;
-    float M = NEG;
-    for (uint s = 0u; s < NSPLIT; s++) M = max(M, part(s, h, 0u));
-    float z = 0.0, o = 0.0;
-    for (uint s = 0u; s < NSPLIT; s++) {
-        const float f = exp(part(s, h, 0u) - M);
-        z += f * part(s, h, 1u);
-        o += f * part(s, h, 2u + d);
-    }
+    const vec2 mz = head_norm(h);
+    const float M = mz.x, z = mz.y;
+    float o = 0.0;
+    for (uint s = 0u; s < NSPLIT; s++) o += exp(part(s, h, 0u) - M) * part(s, h, 2u + d);
     // the head's weights exp(l - M) / z are non-finite when z is (a NaN or +Inf logit) or 0 (every
     // logit -Inf)
     if (CHECKFIN == 1u && d == 0u && (non_finite(z) || !(z > 0.0))) atomicOr(state[g_st() + ST_NF_STEP], NF_SCORE);
@@ -113,12 +119,9 @@ void scores_pass(uint w)
     const uint tid = gl_LocalInvocationID.x, st = g_st();
     const uint cur = state[st + ST_POS];
     for (uint h = tid; h < H; h += WG) {
-        float M = NEG;
-        for (uint s = 0u; s < NSPLIT; s++) M = max(M, part(s, h, 0u));
-        float z = 0.0;
-        for (uint s = 0u; s < NSPLIT; s++) z += exp(part(s, h, 0u) - M) * part(s, h, 1u);
-        sh_M[h] = M;
-        sh_iZ[h] = 1.0 / z;
+        const vec2 mz = head_norm(h);
+        sh_M[h] = mz.x;
+        sh_iZ[h] = 1.0 / mz.y;
     }
     for (uint i = tid; i < 4u * KC; i += WG) sh_top[i * 3u + 2u] = EMPTY;
     if (tid < 4u) sh_nmid[tid] = 0u;

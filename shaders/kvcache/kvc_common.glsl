@@ -63,7 +63,6 @@ const uint ST_COUNT = 1u;     // + tier: tokens held
 const uint ST_DEMOTED = 5u;   // + tier: tokens moved down out of the tier
 const uint ST_EVICTED = 9u;
 const uint ST_OVERFLOW = 10u;
-const uint ST_SKIP = 11u;     // 1: this step was refused (past max_tokens); later stages do nothing
 const uint ST_CUR = 12u;      // position of the latest token
 const uint ST_NF_COUNT = 13u; // CHECKFIN: steps / prefill tokens that saw a non-finite number
 const uint ST_NF_FIRST = 14u; // ~(position << 4 | what) of the first one (0: none; atomicMax keeps the lowest)

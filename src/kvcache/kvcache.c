@@ -655,9 +655,7 @@ static vkh2o_result lay_out(vkh2o_kvcache* c, VkCommandBuffer cb, uint32_t layer
     uint32_t mapped[VKH2O_TIER_COUNT], next = 0, off = 0;
     for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++) {
         const uint64_t need = (((uint64_t)count[k] + (k == 0)) * c->tw[k] + (1u << c->cs) - 1) >> c->cs;
-        mapped[k] = need < c->vchunks[k] ? (uint32_t)need : c->vchunks[k];
-        if (!c->plan.slots[k])
-            mapped[k] = 0;
+        mapped[k] = need < c->vchunks[k] ? (uint32_t)need : c->vchunks[k];   /* (0 for a tier not in use) */
         for (uint32_t i = 0; i < c->vchunks[k]; i++)
             t[off + i] = i < mapped[k] ? next++ : 0;
         off += c->vchunks[k];
@@ -971,7 +969,8 @@ vkh2o_result vkh2o_kvcache_read_stats(vkh2o_kvcache* c, uint32_t layer, vkh2o_kv
         out->bytes_used += (uint64_t)st[KVC_ST_COUNT + k] * c->plan.token_bytes[k];
         if (k > 0 && c->shadow)
             out->shadow_bytes += (uint64_t)st[KVC_ST_COUNT + k] * 4u * c->row_words[0];
-        out->chunks_used += c->plan.by_bytes ? st[KVC_ST_MAPPED + k] : 0;
+        if (c->plan.by_bytes)
+            out->chunks_used += st[KVC_ST_MAPPED + k];
     }
     if (!c->plan.by_bytes)
         out->chunks_used = c->plan.chunks;
