@@ -875,10 +875,12 @@ static void report(const demo_run* dm)
                    dm->cr.prefill_ms);
         }
         printf("  load + upload  %9.3f ms\n", dm->t_load * 1e3);
-        printf("KV cache (%s, vkh2o_kvcache): %llu bytes for all %u tokens at fp16, %llu held (%.1f%%)\n",
+        printf("KV cache (%s, vkh2o_kvcache): %llu bytes for all %u tokens at fp16, %llu held (%.1f%%); %llu device "
+               "bytes taken (arena, tables, workspace)\n",
                dm->o.layout == VKH2O_LAYOUT_LATENT ? "latent: c_kv + k_pe per token" : "expanded: per-head K and V",
                (unsigned long long)dm->cr.bytes_before, dm->S, (unsigned long long)dm->cr.bytes_after,
-               dm->cr.bytes_before ? 100.0 * dm->cr.bytes_after / dm->cr.bytes_before : 0.0);
+               dm->cr.bytes_before ? 100.0 * dm->cr.bytes_after / dm->cr.bytes_before : 0.0,
+               (unsigned long long)dm->cr.device_bytes);
         printf("  held per tier:");
         for (uint32_t t = 0; t < VKH2O_TIER_COUNT; t++)
             if (dm->cr.by_tier[t] || t == 0)

@@ -108,6 +108,7 @@ int demo_cache_finish(vkh2o_context* ctx, vkh2o_kvcache* c, uint32_t S, const de
     }
     res->bytes_before = (uint64_t)S * res->token_bytes[VKH2O_TIER_FP16];
     res->bytes_after = stats.bytes_used;
+    res->device_bytes = plan->device_bytes;
     return 0;
 }
 

@@ -29,6 +29,7 @@ typedef struct demo_cache_result {
     double decode_ms;                      /* --prefill: median decode token, wall clock */
     uint64_t bytes_before;                 /* S tokens, every one at the top tier (FP16) */
     uint64_t bytes_after;                  /* the held tokens at their tiers (stats.bytes_used) */
+    uint64_t device_bytes;                 /* what the cache took on the device (plan.device_bytes) */
     uint32_t by_tier[VKH2O_TIER_COUNT];    /* held tokens per tier */
     uint32_t token_bytes[VKH2O_TIER_COUNT];
     uint32_t* kept_pos;                    /* the held positions, ascending (malloc'ed; free it) */
