@@ -232,6 +232,7 @@ typedef struct vkh2o_device_caps {
     VkPhysicalDeviceType device_type;
     uint32_t subgroup_size;
     bool subgroup_arithmetic;      /* subgroupAdd etc. in compute */
+    bool subgroup_ballot;          /* subgroupBroadcast etc. in compute (the KV cache step needs it) */
     bool shader_float16;           /* shaderFloat16 arithmetic */
     bool storage_16bit;            /* storageBuffer16BitAccess */
     bool storage_8bit;             /* storageBuffer8BitAccess */

@@ -17,16 +17,17 @@
  */
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_ballot : require
 #include "kvc_common.glsl"
 #include "kvc_bindings.glsl"
 #include "kvc_attn.glsl"
 
-const uint DPI = 8u;   // output numbers per invocation (KVC_DPI)
+const uint DPI = 8u;   // consecutive output numbers per invocation (KVC_DPI; row8 reads 8)
 
-shared float sh_p[WG * HG];
+shared vec4 sh_p[WG * HG / 4u];   // token i's logits, then weights, of head h: sh_p[i * HG / 4 + h / 4][h % 4]
 shared float sh_m[HG], sh_z[HG], sh_alpha[HG];
 
-float o[DPI][HG];   // this invocation's unnormalised P . V: output numbers (dg * DPI + u) * WG + tid
+float o[DPI][HG];   // this invocation's unnormalised P . V: output numbers (dg * WG + tid) * DPI + u
 uint nf = 0u;
 
 void append(uint pos, uint c0)
@@ -71,17 +72,17 @@ void block(uint k, uint t0, uint nb, bool isnew, uint h0, uint nh, uint dg)
             [[unroll]] for (uint h = 0u; h < HG; h++)
                 if (h < nh && non_finite(l[h]) && floatBitsToUint(l[h]) != 0xff800000u) nf |= NF_SCORE;
     }
-    [[unroll]] for (uint h = 0u; h < HG; h++) sh_p[tid * HG + h] = l[h];
+    [[unroll]] for (uint j = 0u; j < HG / 4u; j++) sh_p[tid * (HG / 4u) + j] = vec4(l[4u * j], l[4u * j + 1u], l[4u * j + 2u], l[4u * j + 3u]);
     barrier();
     // per head: the running max, the weights, their sum
     if (tid < nh) {
         float bm = NEG;
-        for (uint i = 0u; i < nb; i++) bm = max(bm, sh_p[i * HG + tid]);
+        for (uint i = 0u; i < nb; i++) bm = max(bm, sh_p[i * (HG / 4u) + tid / 4u][tid & 3u]);
         const float mo = sh_m[tid], mn = max(mo, bm), a = exp(mo - mn);
         float zs = 0.0;
         for (uint i = 0u; i < nb; i++) {
-            const float x = exp(sh_p[i * HG + tid] - mn);
-            sh_p[i * HG + tid] = x;
+            const float x = exp(sh_p[i * (HG / 4u) + tid / 4u][tid & 3u] - mn);
+            sh_p[i * (HG / 4u) + tid / 4u][tid & 3u] = x;
             zs += x;
         }
         sh_m[tid] = mn;
@@ -89,26 +90,52 @@ void block(uint k, uint t0, uint nb, bool isnew, uint h0, uint nh, uint dg)
         sh_alpha[tid] = a;
     }
     barrier();
-    // the weighted rows, one output number per invocation and DPI pass (guards, not breaks: the
-    // loops unroll, so o stays in registers)
+    // the weighted rows: DPI consecutive output numbers per invocation, read 8 at a time where
+    // row8 can (guards, not breaks: the loops unroll, so o stays in registers)
     float alpha[HG];
     [[unroll]] for (uint h = 0u; h < HG; h++) alpha[h] = h < nh ? sh_alpha[h] : 0.0;
     [[unroll]] for (uint u = 0u; u < DPI; u++)
         [[unroll]] for (uint h = 0u; h < HG; h++) o[u][h] *= alpha[h];
+    const uint d0 = (dg * WG + tid) * DPI;
     for (uint i = 0u; i < nb; i++) {
         Tok r = tok_direct(0u);
         if (!isnew) r = tok_at(k, t0 + i);
         float pw[HG];
-        [[unroll]] for (uint h = 0u; h < HG; h++) pw[h] = h < nh ? sh_p[i * HG + h] : 0.0;
-        [[unroll]] for (uint u = 0u; u < DPI; u++) {
-            const uint d = (dg * DPI + u) * WG + tid;
-            if (d < OW) {
-                if (EXP == 0u) {
-                    const float x = row_x(k, r, isnew, d);
-                    [[unroll]] for (uint h = 0u; h < HG; h++) o[u][h] += pw[h] * x;
-                } else {
-                    [[unroll]] for (uint h = 0u; h < HG; h++)
-                        if (h < nh) o[u][h] += pw[h] * row_x(k, r, isnew, KW + (h0 + h) * SV + d);
+        if (gl_SubgroupSize >= HG) {
+            // one shared read per invocation, then each head's weight from the subgroup's lane
+            // that read it (a shared read at an address that is the same for all lanes is still one
+            // per lane on a CPU device)
+            const uint hl = gl_SubgroupInvocationID % HG;
+            const float mine = sh_p[i * (HG / 4u) + hl / 4u][hl & 3u];
+            [[unroll]] for (uint h = 0u; h < HG; h++) pw[h] = subgroupBroadcast(mine, h);
+        } else {
+            [[unroll]] for (uint j = 0u; j < HG / 4u; j++) {
+                const vec4 w = sh_p[i * (HG / 4u) + j];
+                pw[4u * j] = w.x; pw[4u * j + 1u] = w.y; pw[4u * j + 2u] = w.z; pw[4u * j + 3u] = w.w;
+            }
+        }
+        [[unroll]] for (uint h = 0u; h < HG; h++) pw[h] = h < nh ? pw[h] : 0.0;
+        if (d0 >= OW) continue;
+        if (EXP == 0u) {
+            float x[DPI];
+            if (d0 + DPI <= OW && row8_ok(k, d0)) {
+                row8(k, r, isnew, d0, x);
+            } else {
+                [[unroll]] for (uint u = 0u; u < DPI; u++) x[u] = d0 + u < OW ? row_x(k, r, isnew, d0 + u) : 0.0;
+            }
+            [[unroll]] for (uint u = 0u; u < DPI; u++)
+                [[unroll]] for (uint h = 0u; h < HG; h++) o[u][h] += pw[h] * x[u];
+        } else {
+            [[unroll]] for (uint h = 0u; h < HG; h++) {
+                if (h < nh) {
+                    const uint vb = KW + (h0 + h) * SV + d0;
+                    float x[DPI];
+                    if (d0 + DPI <= OW && row8_ok(k, vb)) {
+                        row8(k, r, isnew, vb, x);
+                    } else {
+                        [[unroll]] for (uint u = 0u; u < DPI; u++) x[u] = d0 + u < OW ? row_x(k, r, isnew, vb + u) : 0.0;
+                    }
+                    [[unroll]] for (uint u = 0u; u < DPI; u++) o[u][h] += pw[h] * x[u];
                 }
             }
         }
@@ -148,7 +175,7 @@ void main()
     float iz[HG];
     [[unroll]] for (uint h = 0u; h < HG; h++) iz[h] = h < nh ? 1.0 / sh_z[h] : 0.0;
     [[unroll]] for (uint u = 0u; u < DPI; u++) {
-        const uint d = (dg * DPI + u) * WG + tid;
+        const uint d = (dg * WG + tid) * DPI + u;
         if (d >= OW) continue;
         if (NSPLIT == 1u) {
             [[unroll]] for (uint h = 0u; h < HG; h++)

@@ -1,5 +1,13 @@
-// A token's logits for a group of heads (kvc_attend, kvc_combine: the same loop, so the score
-// pass recomputes exactly the logits the attention used). After kvc_bindings.glsl.
+// What kvc_attend and kvc_combine read of a token: its row numbers (through the arena's texels
+// with TEX & 1, 8 at a time where the row's format allows), the query (through texels with
+// TEX & 2) and a token's logits for a group of heads: the same loop in both, so the score pass
+// recomputes exactly the logits the attention used. After kvc_bindings.glsl.
+//
+// Why texels: on a CPU device a storage-buffer read at an address that differs between
+// invocations is one load per lane behind a branch, and so is one at a loop-dependent address
+// (only constant addresses are read once); a texel fetch is one gather of 16 bytes per lane.
+// Neither kernel writes a row it reads this way (kvc_attend appends the new token, which it reads
+// from the inputs), so the texel reads see the previous dispatches' writes only.
 #ifndef KVC_ATTN_GLSL
 #define KVC_ATTN_GLSL
 
@@ -8,25 +16,135 @@ const uint HG = 8u;   // heads per pass over a row (KVC_HG)
 // the step's new token, element e, as the top tier stores it (kvc_attend reads it from the
 // inputs while its workgroup writes it to the arena)
 float new_x(uint e) { return top_round(e < WA ? in_ckv[p.ckv_off + e] : in_kpe[p.kpe_off + e - WA]); }
-float row_x(uint k, Tok r, bool isnew, uint e) { return isnew ? new_x(e) : deq(k, r, e); }
+
+// arena word a
+uint arena_word(uint a) { return (TEX & 1u) != 0u ? texelFetch(arena_t, int(a >> 2))[a & 3u] : rows[a]; }
+// words [w, w + 4) of token r (a token's words are contiguous but for one chunk boundary, which
+// is on a texel boundary: the four come from the texels of the first and the last word)
+uvec4 tok_words4(Tok r, uint w)
+{
+    const uint a0 = tok_w(r, w), a3 = tok_w(r, w + 3u);
+    if ((TEX & 1u) == 0u) return uvec4(rows[a0], rows[tok_w(r, w + 1u)], rows[tok_w(r, w + 2u)], rows[a3]);
+    const uvec4 A = texelFetch(arena_t, int(a0 >> 2)), B = texelFetch(arena_t, int(a3 >> 2));
+    const uint al = a0 & 3u;
+    if (al == 0u) return A;
+    if (al == 1u) return uvec4(A.y, A.z, A.w, B.x);
+    if (al == 2u) return uvec4(A.z, A.w, B.x, B.y);
+    return uvec4(A.w, B.x, B.y, B.z);
+}
+// number e of a held tier-k row
+float deq_x(uint k, Tok r, uint e)
+{
+    if (k == 0u) {
+        if (F32TOP != 0u) return uintBitsToFloat(arena_word(tok_w(r, e)));
+        vec2 h = unpackHalf2x16(arena_word(tok_w(r, e >> 1)));
+        return (e & 1u) != 0u ? h.y : h.x;
+    }
+    uint b = tier_bits(k), per = 32u / b;
+    uint q = (arena_word(tok_w(r, e / per)) >> ((e % per) * b)) & ((1u << b) - 1u);
+    vec2 sz = unpackHalf2x16(arena_word(tok_w(r, tier_data_words(k) + group_of(k, e))));
+    return sz.y + float(q) * sz.x;
+}
+float row_x(uint k, Tok r, bool isnew, uint e) { return isnew ? new_x(e) : deq_x(k, r, e); }
+
+// Numbers [e0, e0 + 8) of a tier-k row in one read: the top tier's from an even e0 (fp16: four
+// words; f32: eight), an integer tier's when e0 is a multiple of 8 and every segment and group of
+// the row starts on a multiple of 8 (the eight share one group word).
+bool tier_groups8(uint k)
+{
+    if (tier_whole(k)) return true;
+    return SA % 8u == 0u && R % 8u == 0u && SV % 8u == 0u && tier_gsa(k) % 8u == 0u && tier_gr(k) % 8u == 0u &&
+           (SV == 0u || tier_gsv(k) % 8u == 0u);
+}
+bool row8_ok(uint k, uint e0)
+{
+    if (k == 0u) return F32TOP != 0u || (e0 & 1u) == 0u;
+    return (e0 & 7u) == 0u && tier_groups8(k);
+}
+void row8(uint k, Tok r, bool isnew, uint e0, out float v[8])
+{
+    if (isnew) {
+        [[unroll]] for (uint i = 0u; i < 8u; i++) v[i] = new_x(e0 + i);
+        return;
+    }
+    if (k == 0u) {
+        if (F32TOP != 0u) {
+            const uvec4 a = tok_words4(r, e0), b = tok_words4(r, e0 + 4u);
+            v[0] = uintBitsToFloat(a.x); v[1] = uintBitsToFloat(a.y); v[2] = uintBitsToFloat(a.z); v[3] = uintBitsToFloat(a.w);
+            v[4] = uintBitsToFloat(b.x); v[5] = uintBitsToFloat(b.y); v[6] = uintBitsToFloat(b.z); v[7] = uintBitsToFloat(b.w);
+            return;
+        }
+        const uvec4 w = tok_words4(r, e0 >> 1);
+        const vec2 a = unpackHalf2x16(w.x), b = unpackHalf2x16(w.y), c = unpackHalf2x16(w.z), d = unpackHalf2x16(w.w);
+        v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y; v[4] = c.x; v[5] = c.y; v[6] = d.x; v[7] = d.y;
+        return;
+    }
+    const uint b = tier_bits(k), per = 32u / b, m = (1u << b) - 1u;
+    const vec2 sz = unpackHalf2x16(arena_word(tok_w(r, tier_data_words(k) + group_of(k, e0))));
+    if (b == 8u) {
+        const uvec4 w = tok_words4(r, e0 >> 2);
+        [[unroll]] for (uint i = 0u; i < 4u; i++) {
+            v[i] = sz.y + float((w.x >> (8u * i)) & m) * sz.x;
+            v[4u + i] = sz.y + float((w.y >> (8u * i)) & m) * sz.x;
+        }
+    } else {
+        const uint x = arena_word(tok_w(r, e0 / per)) >> ((e0 % per) * b);
+        [[unroll]] for (uint i = 0u; i < 8u; i++) v[i] = sz.y + float((x >> (b * i)) & m) * sz.x;
+    }
+}
+
+// query number i of the step (from p.q_off), and four from i (a multiple of 4, with QW % 4 == 0)
+float q_at(uint i)
+{
+    if ((TEX & 2u) != 0u) { const uint f = p.q_toff + i; return uintBitsToFloat(texelFetch(q_t, int(f >> 2))[f & 3u]); }
+    return in_q[p.q_off + i];
+}
+vec4 q4_at(uint i)
+{
+    if ((TEX & 2u) != 0u) return uintBitsToFloat(texelFetch(q_t, int((p.q_toff + i) >> 2)));
+    return vec4(in_q[p.q_off + i], in_q[p.q_off + i + 1u], in_q[p.q_off + i + 2u], in_q[p.q_off + i + 3u]);
+}
+
+// the query read four numbers at a time (storage: any; texels: whole texels)
+bool q8_ok() { return (TEX & 2u) == 0u || QW % 4u == 0u; }
 
 // scale * q[h] . K(token, h) for h in [h0, h0 + nh), nh <= HG (LATENT: K is the whole row, read
-// once for the group; EXPANDED: head h's K segment)
+// once for the group; EXPANDED: head h's K segment). Eight numbers at a time where row8 can
+// (their products summed in pairs, then into the head's sum), the rest one by one.
 void logits(uint k, Tok r, bool isnew, uint h0, uint nh, out float acc[HG])
 {
     [[unroll]] for (uint j = 0u; j < HG; j++) acc[j] = 0.0;
     if (EXP == 0u) {
-        for (uint e = 0u; e < W; e++) {
+        uint e = 0u;
+        if (q8_ok() && row8_ok(k, 0u))
+            for (; e + 8u <= W; e += 8u) {
+                float v[8];
+                row8(k, r, isnew, e, v);
+                const vec4 x0 = vec4(v[0], v[1], v[2], v[3]), x1 = vec4(v[4], v[5], v[6], v[7]);
+                [[unroll]] for (uint j = 0u; j < HG; j++)
+                    if (j < nh) {
+                        const uint qi = (h0 + j) * W + e;
+                        acc[j] += dot(q4_at(qi), x0) + dot(q4_at(qi + 4u), x1);
+                    }
+            }
+        for (; e < W; e++) {
             const float x = row_x(k, r, isnew, e);
             [[unroll]] for (uint j = 0u; j < HG; j++)
-                if (j < nh) acc[j] += in_q[p.q_off + (h0 + j) * W + e] * x;
+                if (j < nh) acc[j] += q_at((h0 + j) * W + e) * x;
         }
     } else {
         [[unroll]] for (uint j = 0u; j < HG; j++) {
             if (j < nh) {
-                const uint qb = p.q_off + (h0 + j) * DK, kb = (h0 + j) * DK;
+                const uint qb = (h0 + j) * DK, kb = (h0 + j) * DK;
                 float a = 0.0;
-                for (uint e = 0u; e < DK; e++) a += in_q[qb + e] * row_x(k, r, isnew, kb + e);
+                uint e = 0u;
+                if (q8_ok() && row8_ok(k, kb))
+                    for (; e + 8u <= DK; e += 8u) {
+                        float v[8];
+                        row8(k, r, isnew, kb + e, v);
+                        a += dot(q4_at(qb + e), vec4(v[0], v[1], v[2], v[3])) + dot(q4_at(qb + e + 4u), vec4(v[4], v[5], v[6], v[7]));
+                    }
+                for (; e < DK; e++) a += q_at(qb + e) * row_x(k, r, isnew, kb + e);
                 acc[j] = a;
             }
         }

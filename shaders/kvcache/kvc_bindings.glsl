@@ -16,6 +16,10 @@ layout(set = 0, binding = 5) readonly buffer InQ { float in_q[]; };
 layout(set = 0, binding = 6) readonly buffer InCkv { float in_ckv[]; };   // LATENT ckv, EXPANDED k
 layout(set = 0, binding = 7) readonly buffer InKpe { float in_kpe[]; };   // LATENT kpe, EXPANDED v
 layout(set = 0, binding = 8) buffer Out { float out_f[]; };
+// TEX: the arena as 16-byte texels (only kvc_attend and kvc_combine read it, and only rows that
+// no invocation of theirs writes), the query from float p.q_toff of its view
+layout(set = 0, binding = 9) uniform usamplerBuffer arena_t;
+layout(set = 0, binding = 10) uniform usamplerBuffer q_t;
 
 layout(push_constant) uniform Push {
     uint layer;
@@ -26,6 +30,7 @@ layout(push_constant) uniform Push {
     uint n;            // prefill: prompt tokens
     uint flags;        // 1: write out
     uint middle[4];    // prefill: middle tokens per tier
+    uint q_toff;       // TEX & 2: q_off's float in q_t (a multiple of 4)
 } p;
 
 KVC_DEFINE_DEQ(deq, rows)

@@ -39,6 +39,8 @@ layout(constant_id = 25) const uint DYN = 0;       // 1: tiers by bytes, chunks 
 layout(constant_id = 26) const uint NCHUNK = 1;    // chunks per layer
 layout(constant_id = 27) const uint NSPLIT = 1;    // kvc_attend: splits of the held tokens
 layout(constant_id = 28) const uint NMW = 1;       // kvc_combine: workgroups of the score pass
+layout(constant_id = 29) const uint TEX = 0;       // kvc_attend, kvc_combine: 1 the arena's rows read through texels
+                                                   // (binding 9), | 2 the query too (binding 10)
 
 const uint WG = gl_WorkGroupSize.x;
 const uint W = WROW;

@@ -124,6 +124,7 @@ static bool query_caps(vkh2o_context* ctx, const vkh2o_instance_table* vki, VkPh
     c->subgroup_size = sub.subgroupSize ? sub.subgroupSize : 1;
     c->subgroup_arithmetic = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                              (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+    c->subgroup_ballot = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sub.supportedOperations & VK_SUBGROUP_FEATURE_BALLOT_BIT);
     c->max_storage_buffer_range = p->limits.maxStorageBufferRange;
     c->max_shared_memory = p->limits.maxComputeSharedMemorySize;
     c->max_workgroup_invocations = p->limits.maxComputeWorkGroupInvocations;

@@ -604,6 +604,7 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     s[KVC_SPEC_NCHUNK] = pl.chunks;
     s[KVC_SPEC_NSPLIT] = pl.splits;
     s[KVC_SPEC_NMW] = pl.score_groups ? pl.score_groups : 1;
+    c->arena_tex = L * pl.arena_bytes / 16u <= ctx->caps.max_texel_buffer_elements;
     if ((r = kvc_kernels(c)) != VKH2O_OK || (r = vkh2o_run_kvcache_reset(c)) != VKH2O_OK) {
         vkh2o_kvcache_destroy(c);
         return r;
@@ -714,41 +715,69 @@ static vkh2o_result check_range(vkh2o_kvcache* c, const char* what, const vkh2o_
 static const char* const kvc_kernel_names[KVC_K_COUNT] = { "kvc_attend", "kvc_combine", "kvc_select", "kvc_prefill" };
 
 /* The spec constants of kernel i: the cache's, with SHADOW only that of kvc_select and
- * kvc_prefill (the others see 0 there, so caches that differ only in it share their pipelines). */
-static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, uint32_t spec[KVC_SPEC_ALL])
+ * kvc_prefill and TEX only that of kvc_attend and kvc_combine (the others see 0 there, so caches
+ * that differ only in them share their pipelines); qtex: the step's query through texels. */
+static bool reads_tex(enum kvc_kernel i) { return i == KVC_K_ATTEND || i == KVC_K_COMBINE; }
+static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, bool qtex, uint32_t spec[KVC_SPEC_ALL])
 {
     memcpy(spec, c->spec, sizeof c->spec);
     if (i != KVC_K_SELECT && i != KVC_K_PREFILL)
         spec[KVC_SPEC_SHADOW] = 0;
+    spec[KVC_SPEC_TEX] = reads_tex(i) ? (c->arena_tex ? 1u : 0u) | (qtex ? 2u : 0u) : 0u;
 }
 
-/* Every kernel the cache records, looked up once (vkh2o_kvcache_create). */
+/* Every kernel the cache records, looked up once (vkh2o_kvcache_create); the step's with the
+ * query through texels (a query of the library's own buffers on a 16-byte boundary). */
 static vkh2o_result kvc_kernels(vkh2o_kvcache* c)
 {
     for (int i = 0; i < KVC_K_COUNT; i++) {
         uint32_t spec[KVC_SPEC_ALL];
-        kvc_kernel_spec(c, (enum kvc_kernel)i, spec);
-        VKH2O_CHECK(vkh2o_kernel_slot_resolve(c->ctx, &c->kern[i], kvc_kernel_names[i], 9, 0, spec, KVC_SPEC_ALL));
+        kvc_kernel_spec(c, (enum kvc_kernel)i, true, spec);
+        VKH2O_CHECK(vkh2o_kernel_slot_resolve(c->ctx, &c->kern[i], kvc_kernel_names[i], KVC_BINDINGS, KVC_TEXEL_MASK, spec,
+                                              KVC_SPEC_ALL));
     }
     return VKH2O_OK;
 }
 
-static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, enum kvc_kernel i, const vkh2o_binding* b,
+static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, enum kvc_kernel i, const vkh2o_binding* b, bool qtex,
                              const struct kvc_push* pc, uint32_t gx, uint32_t gy, uint32_t gz)
 {
     uint32_t spec[KVC_SPEC_ALL];
-    kvc_kernel_spec(c, i, spec);
+    kvc_kernel_spec(c, i, qtex, spec);
+    vkh2o_kernel_slot* slot = reads_tex(i) && !qtex ? &c->kern_qs[i] : &c->kern[i];
     vkh2o_kernel* k;
-    /* the handle of the create; a lookup again only after the context's kernel cache was emptied */
-    VKH2O_CHECK(vkh2o_kernel_slot_get(c->ctx, &c->kern[i], true, kvc_kernel_names[i], 9, 0, spec, KVC_SPEC_ALL, &k));
-    VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, k, b, 9, pc, sizeof *pc, gx, gy, gz));
+    /* the handle of the create (kern_qs: of the first use); a lookup again only after the
+     * context's kernel cache was emptied */
+    VKH2O_CHECK(vkh2o_kernel_slot_get(c->ctx, slot, true, kvc_kernel_names[i], KVC_BINDINGS, KVC_TEXEL_MASK, spec, KVC_SPEC_ALL, &k));
+    VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, k, b, KVC_BINDINGS, pc, sizeof *pc, gx, gy, gz));
     vkh2o_barrier(c->ctx, cb);
     return VKH2O_OK;
 }
 
-/* the cache's own buffers, then the inputs (NULL: the placeholder) */
-static void bindings(vkh2o_kvcache* c, vkh2o_binding b[9], const vkh2o_buffer* q, const vkh2o_buffer* ckv,
-                     const vkh2o_buffer* kpe, const vkh2o_buffer* out)
+/* A texel view of the query from q_off: the library's own buffer (an app's VkBuffer may lack the
+ * usage), q_off and the row on 16-byte boundaries, the view from the 256-byte boundary below
+ * q_off within the device's texel limit. *toff: q_off's float in the view. */
+static bool query_texels(const vkh2o_kvcache* c, const vkh2o_buffer* q, uint64_t q_off, uint64_t floats, uint64_t* base,
+                         uint64_t* range, uint32_t* toff)
+{
+    if (!q || !q->memory || q_off % 16u || c->qw % 4u)
+        return false;
+    *base = q_off & ~(uint64_t)255;
+    const uint64_t max = (uint64_t)c->ctx->caps.max_texel_buffer_elements * 16u;
+    uint64_t n = (q->size - *base) & ~(uint64_t)15;
+    if (n > max)
+        n = max;
+    if (q_off + 4u * floats > *base + n)
+        return false;
+    *range = n;
+    *toff = (uint32_t)((q_off - *base) / 4u);
+    return true;
+}
+
+/* the cache's own buffers, then the inputs (NULL: the placeholder), then the texel views (the
+ * arena's when it has one, the query's when qtex; else the placeholder's) */
+static vkh2o_result bindings(vkh2o_kvcache* c, vkh2o_binding b[KVC_BINDINGS], const vkh2o_buffer* q, const vkh2o_buffer* ckv,
+                             const vkh2o_buffer* kpe, const vkh2o_buffer* out, bool qtex, uint64_t q_base, uint64_t q_range)
 {
     b[0] = vkh2o_bind(c->state);
     b[1] = vkh2o_bind(c->arena);
@@ -759,6 +788,17 @@ static void bindings(vkh2o_kvcache* c, vkh2o_binding b[9], const vkh2o_buffer* q
     b[6] = vkh2o_bind(ckv ? ckv : c->dummy);
     b[7] = vkh2o_bind(kpe ? kpe : c->dummy);
     b[8] = vkh2o_bind(out ? out : c->dummy);
+    const VkFormat f = VK_FORMAT_R32G32B32A32_UINT;
+    if (c->arena_tex)
+        VKH2O_CHECK(vkh2o_bind_texel(c->arena, f, 0, vkh2o_buffer_get_size(c->arena), &b[9]));
+    else
+        VKH2O_CHECK(vkh2o_bind_texel(c->dummy, f, 0, 16, &b[9]));
+    /* (a view is state the buffer keeps: the query's is made once per 256-byte base) */
+    if (qtex)
+        VKH2O_CHECK(vkh2o_bind_texel((vkh2o_buffer*)q, f, q_base, q_range, &b[10]));
+    else
+        VKH2O_CHECK(vkh2o_bind_texel(c->dummy, f, 0, 16, &b[10]));
+    return VKH2O_OK;
 }
 
 static float keep_factor(const vkh2o_kvcache_desc* d)
@@ -791,17 +831,21 @@ vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const 
     }
     if (s->out)
         VKH2O_CHECK(check_range(c, "out", s->out, s->out_offset, (uint64_t)H * c->ow));
-    vkh2o_binding b[9];
-    bindings(c, b, s->q, in_a, in_b, s->out);
+    uint64_t q_base = 0, q_range = 0;
+    uint32_t q_toff = 0;
+    const bool qtex = query_texels(c, s->q, s->q_offset, (uint64_t)H * c->qw, &q_base, &q_range, &q_toff);
+    vkh2o_binding b[KVC_BINDINGS];
+    VKH2O_CHECK(bindings(c, b, s->q, in_a, in_b, s->out, qtex, q_base, q_range));
     struct kvc_push pc = { .layer = s->layer, .q_off = (uint32_t)(s->q_offset / 4), .ckv_off = (uint32_t)(off_a / 4),
                            .kpe_off = (uint32_t)(off_b / 4), .out_off = s->out ? (uint32_t)(s->out_offset / 4) : 0,
-                           .scale = d->scale, .keep = keep_factor(d), .seed = d->seed, .flags = s->out ? 1u : 0u };
+                           .scale = d->scale, .keep = keep_factor(d), .seed = d->seed, .flags = s->out ? 1u : 0u,
+                           .q_toff = q_toff };
     /* at most three dispatches: the split attention with the append, the combine with the scores
      * and the candidate victims, the selection */
-    VKH2O_CHECK(dispatch(c, cb, KVC_K_ATTEND, b, &pc, c->plan.splits, vkh2o_div_up(H, KVC_HG), c->ndg));
+    VKH2O_CHECK(dispatch(c, cb, KVC_K_ATTEND, b, qtex, &pc, c->plan.splits, vkh2o_div_up(H, KVC_HG), c->ndg));
     if (c->ncw + c->plan.score_groups)   /* (the full cache with one split has nothing to combine) */
-        VKH2O_CHECK(dispatch(c, cb, KVC_K_COMBINE, b, &pc, c->ncw + c->plan.score_groups, 1, 1));
-    VKH2O_CHECK(dispatch(c, cb, KVC_K_SELECT, b, &pc, 1, 1, 1));
+        VKH2O_CHECK(dispatch(c, cb, KVC_K_COMBINE, b, qtex, &pc, c->ncw + c->plan.score_groups, 1, 1));
+    VKH2O_CHECK(dispatch(c, cb, KVC_K_SELECT, b, qtex, &pc, 1, 1, 1));
     return VKH2O_OK;
 }
 
@@ -877,9 +921,9 @@ vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, con
     vkh2o_barrier(c->ctx, cb);
     VKH2O_CHECK(lay_out(c, cb, p->layer, count));
     vkh2o_barrier(c->ctx, cb);
-    vkh2o_binding b[9];
-    bindings(c, b, NULL, in_a, in_b, c->plan.selects ? p->mass : NULL);
-    return dispatch(c, cb, KVC_K_PREFILL, b, &pc, vkh2o_div_up(p->n, KVC_WG), 1, 1);
+    vkh2o_binding b[KVC_BINDINGS];
+    VKH2O_CHECK(bindings(c, b, NULL, in_a, in_b, c->plan.selects ? p->mass : NULL, false, 0, 0));
+    return dispatch(c, cb, KVC_K_PREFILL, b, false, &pc, vkh2o_div_up(p->n, KVC_WG), 1, 1);
 }
 
 static vkh2o_result rec_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, const void* arg)

@@ -30,7 +30,8 @@ enum kvc_spec {
     KVC_SPEC_NCHUNK = 26,    /* chunks per layer */
     KVC_SPEC_NSPLIT = 27,    /* kvc_attend's splits */
     KVC_SPEC_NMW = 28,       /* kvc_combine's score workgroups */
-    KVC_SPEC_ALL = 29,
+    KVC_SPEC_TEX = 29,       /* kvc_attend, kvc_combine: 1 arena rows through texels, | 2 the query too */
+    KVC_SPEC_ALL = 30,
 };
 
 /* state words per layer (kvc_common.glsl ST_*) */
@@ -68,6 +69,7 @@ struct kvc_push {
     uint32_t n;
     uint32_t flags;
     uint32_t middle[4];      /* prefill: middle tokens per tier (vkh2o_kvcache_plan_counts) */
+    uint32_t q_toff;         /* KVC_TEX_Q: q_off's float in the query's texel view */
 };
 _Static_assert(sizeof(struct kvc_push) <= VKH2O_PUSH_MAX, "kvc push constants");
 
@@ -96,8 +98,18 @@ struct vkh2o_kvcache {
     vkh2o_buffer* work;            /* the step's partials and candidate lists, shared by the layers */
     vkh2o_buffer* dummy;           /* bound where a call has no buffer of its own (out, mass) */
     uint32_t spec[KVC_SPEC_ALL];
-    vkh2o_kernel_slot kern[KVC_K_COUNT];   /* resolved at create (kvcache.c kvc_kernels) */
+    bool arena_tex;                /* the arena fits one texel view: kvc_attend and kvc_combine read
+                                      rows through it (spec KVC_SPEC_TEX) */
+    vkh2o_kernel_slot kern[KVC_K_COUNT];   /* resolved at create (kvcache.c kvc_kernels); kvc_attend's
+                                              and kvc_combine's with the query through texels */
+    vkh2o_kernel_slot kern_qs[2];  /* kvc_attend and kvc_combine with the query a storage buffer (a
+                                      query an app's VkBuffer, or off a 16-byte boundary): on first use */
 };
+
+/* bindings of every kvc_*.comp: 9 storage buffers, then 2 uniform texel buffers (the arena's and
+ * the query's views, KVC_SPEC_TEX) */
+#define KVC_BINDINGS 11u
+#define KVC_TEXEL_MASK ((1u << 9) | (1u << 10))
 
 /* A row's shape (kvc_common.glsl): NAB segments [A (sa) | B (sb)], then NAB segments V (sv); w
  * numbers. LATENT: [c_kv | k_pe] (nab 1, sv 0); EXPANDED: [K_0 .. K_(H-1) | V_0 .. V_(H-1)]. */
