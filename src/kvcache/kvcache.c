@@ -544,6 +544,11 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
      * in steps of a workgroup */
     if (vkh2o_is_cpu_device(ctx) && vkh2o_div_up(S, KVC_WG) > 60000)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "kvcache: %u slots exceed the loop limit of this CPU device's step", S);
+    /* kvc_attend broadcasts the heads' weights within subgroups (every target device has ballot
+     * operations in compute; a device without them is refused here, not at the first dispatch) */
+    if (!ctx->caps.subgroup_ballot)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "kvcache: the device's compute subgroups lack ballot operations (VK_SUBGROUP_FEATURE_BALLOT_BIT)");
     vkh2o_kvcache* c = vkh2o_calloc(ctx, 1, sizeof *c);
     if (!c)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache: out of host memory");
@@ -604,7 +609,9 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     s[KVC_SPEC_NCHUNK] = pl.chunks;
     s[KVC_SPEC_NSPLIT] = pl.splits;
     s[KVC_SPEC_NMW] = pl.score_groups ? pl.score_groups : 1;
-    c->arena_tex = L * pl.arena_bytes / 16u <= ctx->caps.max_texel_buffer_elements;
+    /* texel reads where the arena fits one view; VKH2O_CONTEXT_BASELINE_ONLY keeps the storage
+     * reads (how the suites test them) */
+    c->arena_tex = !(ctx->flags & VKH2O_CONTEXT_BASELINE_ONLY) && L * pl.arena_bytes / 16u <= ctx->caps.max_texel_buffer_elements;
     if ((r = kvc_kernels(c)) != VKH2O_OK || (r = vkh2o_run_kvcache_reset(c)) != VKH2O_OK) {
         vkh2o_kvcache_destroy(c);
         return r;
@@ -760,7 +767,7 @@ static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, enum kvc_kern
 static bool query_texels(const vkh2o_kvcache* c, const vkh2o_buffer* q, uint64_t q_off, uint64_t floats, uint64_t* base,
                          uint64_t* range, uint32_t* toff)
 {
-    if (!q || !q->memory || q_off % 16u || c->qw % 4u)
+    if (!q || !q->memory || q_off % 16u || c->qw % 4u || (c->ctx->flags & VKH2O_CONTEXT_BASELINE_ONLY))
         return false;
     *base = q_off & ~(uint64_t)255;
     const uint64_t max = (uint64_t)c->ctx->caps.max_texel_buffer_elements * 16u;
