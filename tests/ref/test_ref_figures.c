@@ -1,9 +1,12 @@
 /* The reference's own figures against the library's: the rotary frequencies, attention factor
  * and softmax scale of a config (ref_mla_rope_params / ref_mla_softmax_scale, from the HF
- * DeepSeek-V3 definitions, against vkh2o_mla_rope_params / vkh2o_mla_softmax_scale), so that
- * the references share no maths with what they check. CPU only. */
+ * DeepSeek-V3 definitions, against vkh2o_mla_rope_params / vkh2o_mla_softmax_scale), and the
+ * KV cache's plan (ref_kvc_plan_of, from include/vkh2o/kvcache.h, against
+ * vkh2o_kvcache_desc_resolve's plan), so that the references share no maths with what they check.
+ * CPU only. */
 #include "vkh2o_test.h"
 
+#include "ref_kvcache.h"
 #include "ref_mla.h"
 
 #include <math.h>
@@ -89,10 +92,126 @@ static void test_rope_and_scale(void** state)
     check_rope("vt_small_mla_config", &c);
 }
 
+/* ---- the cache's plan ---- */
+
+static uint32_t g_planned, g_refused;
+
+static void check_plan(const char* what, const vkh2o_kvcache_desc* given)
+{
+    vkh2o_kvcache_desc r;
+    vkh2o_kvcache_plan pl;
+    if (vkh2o_kvcache_desc_resolve(given, &r, &pl, NULL) != VKH2O_OK) {
+        g_refused++;
+        return;
+    }
+    g_planned++;
+    const ref_kvc_plan rp = ref_kvc_plan_of(&r);
+    bool same = pl.selects == rp.selects && pl.by_bytes == rp.by_bytes && pl.budget_bytes == rp.budget &&
+                pl.kept_tokens == rp.kept_tokens;
+    for (int k = 0; k < 4; k++)
+        same = same && pl.token_bytes[k] == rp.token_bytes[k] && pl.slots[k] == rp.slots[k];
+    uint32_t m[4], rm[4];
+    const uint32_t n = r.max_tokens / 2 + 1;
+    vkh2o_kvcache_plan_counts(&r, &pl, n, m);
+    ref_kvc_plan_counts(&r, &rp, n, rm);
+    same = same && !memcmp(m, rm, sizeof m);
+    if (!same)
+        fail_msg("%s (layout %d, storage %d, precision %d, capacity %u tokens / %llu bytes, sink %u recent %u, max %u, "
+                 "tier_tokens %u %u %u %u, mask 0x%x, groups %u %u %u):\n"
+                 "  library   slots %u %u %u %u  token_bytes %u %u %u %u  kept %u  selects %d by_bytes %d budget %llu  "
+                 "prefill(%u) %u %u %u %u\n"
+                 "  reference slots %u %u %u %u  token_bytes %u %u %u %u  kept %u  selects %d by_bytes %d budget %llu  "
+                 "prefill(%u) %u %u %u %u",
+                 what, (int)r.layout, (int)r.storage, (int)r.precision, r.capacity_tokens,
+                 (unsigned long long)r.capacity_bytes, r.n_sink, r.n_recent, r.max_tokens, r.tier_tokens[0],
+                 r.tier_tokens[1], r.tier_tokens[2], r.tier_tokens[3], r.tier_mask, r.group_size[1], r.group_size[2],
+                 r.group_size[3], pl.slots[0], pl.slots[1], pl.slots[2], pl.slots[3], pl.token_bytes[0],
+                 pl.token_bytes[1], pl.token_bytes[2], pl.token_bytes[3], pl.kept_tokens, pl.selects, pl.by_bytes,
+                 (unsigned long long)pl.budget_bytes, n, m[0], m[1], m[2], m[3], rp.slots[0], rp.slots[1],
+                 rp.slots[2], rp.slots[3], rp.token_bytes[0], rp.token_bytes[1], rp.token_bytes[2], rp.token_bytes[3],
+                 rp.kept_tokens, rp.selects, rp.by_bytes, (unsigned long long)rp.budget, n, rm[0], rm[1], rm[2], rm[3]);
+}
+
+static void test_plan(void** state)
+{
+    (void)state;
+    /* shapes: Kimi K2.6's, and small odd ones, in both layouts */
+    static const struct { const char* name; uint32_t heads, kvl, rope, nope, v; vkh2o_kv_layout layout; } shapes[] = {
+        { "kimi latent", 64, 512, 64, 128, 128, VKH2O_LAYOUT_LATENT },
+        { "kimi expanded", 64, 512, 64, 128, 128, VKH2O_LAYOUT_EXPANDED },
+        { "small latent", 3, 20, 8, 16, 12, VKH2O_LAYOUT_LATENT },
+        { "small expanded", 3, 20, 8, 16, 12, VKH2O_LAYOUT_EXPANDED },
+        { "odd expanded", 5, 0, 6, 7, 9, VKH2O_LAYOUT_EXPANDED },
+        { "tiny-mla latent", 4, 64, 16, 32, 32, VKH2O_LAYOUT_LATENT },
+    };
+    static const vkh2o_kv_precision precisions[] = { VKH2O_PRECISION_FP16, VKH2O_PRECISION_INT8, VKH2O_PRECISION_INT4,
+                                                     VKH2O_PRECISION_INT2, VKH2O_PRECISION_TIERED };
+    static const uint32_t tier_tokens[][4] = { { 0, 0, 0, 0 }, { 8, 16, 0, 0 }, { 0, 4, 4, 0 }, { 4, 8, 8, 8 },
+                                               { 2, 0, 6, 0 }, { 3, 0, 0, 0 } };
+    static const uint32_t masks[] = { 0, 0x3, 0x5, 0x9, 0xf };
+    static const uint32_t max_tokens[] = { 64, 1000, 4096 };
+    static const uint32_t sink_recent[][2] = { { 0, 0 }, { 4, 8 }, { 1, 30 } };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int storage = 0; storage < 2; storage++)
+            for (size_t p = 0; p < sizeof precisions / sizeof precisions[0]; p++)
+                for (size_t mt = 0; mt < sizeof max_tokens / sizeof max_tokens[0]; mt++)
+                    for (size_t sr = 0; sr < sizeof sink_recent / sizeof sink_recent[0]; sr++)
+                        for (int groups = 0; groups < 3; groups++) {
+                            vkh2o_kvcache_desc d = { .num_layers = 2, .num_heads = shapes[s].heads,
+                                                     .kv_lora_rank = shapes[s].kvl, .qk_rope_head_dim = shapes[s].rope,
+                                                     .qk_nope_head_dim = shapes[s].nope, .v_head_dim = shapes[s].v,
+                                                     .layout = shapes[s].layout, .max_tokens = max_tokens[mt],
+                                                     .n_sink = sink_recent[sr][0], .n_recent = sink_recent[sr][1],
+                                                     .precision = precisions[p],
+                                                     .storage = storage ? VKH2O_DTYPE_F32 : VKH2O_DTYPE_F16 };
+                            if (groups == 1)   /* small groups, INT8 at 4, INT4 at 6, INT2 at 2 */
+                                d.group_size[1] = 4, d.group_size[2] = 6, d.group_size[3] = 2;
+                            if (groups == 2) {  /* the whole row, one group */
+                                vkh2o_kvcache_desc r;
+                                vkh2o_kvcache_desc tmp = d;
+                                tmp.precision = VKH2O_PRECISION_FP16;
+                                if (vkh2o_kvcache_desc_resolve(&tmp, &r, NULL, NULL) == VKH2O_OK)
+                                    d.group_size[1] = d.group_size[2] = d.group_size[3] = vkh2o_kvcache_row_numbers(&r);
+                            }
+                            const uint32_t tb0 = 4 * (shapes[s].layout == VKH2O_LAYOUT_EXPANDED
+                                                          ? shapes[s].heads * (shapes[s].nope + shapes[s].rope + shapes[s].v)
+                                                          : shapes[s].kvl + shapes[s].rope);
+                            const uint32_t caps[] = { 0, 16, 40, max_tokens[mt] / 2, max_tokens[mt] };
+                            for (size_t ct = 0; ct < sizeof caps / sizeof caps[0]; ct++) {
+                                for (size_t tt = 0; tt < sizeof tier_tokens / sizeof tier_tokens[0]; tt++) {
+                                    if (tt && precisions[p] != VKH2O_PRECISION_TIERED)
+                                        break;
+                                    vkh2o_kvcache_desc x = d;
+                                    memcpy(x.tier_tokens, tier_tokens[tt], sizeof x.tier_tokens);
+                                    x.capacity_tokens = caps[ct];
+                                    check_plan(shapes[s].name, &x);
+                                    /* the same capacity in bytes (about caps FP16-sized tokens),
+                                     * and for TIERED without tier_tokens, tiers by bytes over masks */
+                                    x.capacity_tokens = 0;
+                                    x.capacity_bytes = (uint64_t)caps[ct] * tb0 + 100;
+                                    if (!caps[ct])
+                                        continue;
+                                    if (precisions[p] == VKH2O_PRECISION_TIERED && !tt) {
+                                        for (size_t mk = 0; mk < sizeof masks / sizeof masks[0]; mk++) {
+                                            x.tier_mask = masks[mk];
+                                            check_plan(shapes[s].name, &x);
+                                        }
+                                    } else {
+                                        check_plan(shapes[s].name, &x);
+                                    }
+                                }
+                            }
+                        }
+    printf("# %u descs planned alike by the library and the reference (%u refused by resolve, skipped)\n", g_planned,
+           g_refused);
+    assert_true(g_planned > 1000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rope_and_scale),
+        cmocka_unit_test(test_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
