@@ -185,24 +185,6 @@ static vkh2o_result upload_hidden(vkh2o_mla_layer* L, const char* what, const fl
     return vkh2o_buffer_upload(*hb, 0, hidden, 4ull * n * vkh2o_mla_layer_state(L)->hidden);
 }
 
-/* Host round trip of a recorder over n rows: upload, record, submit, wait, download. */
-typedef vkh2o_result (*record_fn)(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d);
-
-static vkh2o_result run_rows(vkh2o_mla_layer* L, const float* hidden, uint32_t n, float* out, vkh2o_mla_decode* d,
-                             record_fn fn, void* obj)
-{
-    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
-    vkh2o_buffer *hb, *ob;
-    VKH2O_CHECK(upload_hidden(L, "mla decode", hidden, n, vkh2o_mla_layer_get_max_decode_tokens(L), &hb, &ob));
-    d->hidden = hb;
-    d->out = ob;
-    d->n_tokens = n;
-    VkCommandBuffer cb;
-    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
-    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, fn(L, cb, obj, d)));
-    return out ? vkh2o_buffer_download(ob, 0, out, 4ull * n * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
-}
-
 /* The forward of a prompt with its attention mass into the layer's scratch. */
 static vkh2o_result prompt_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_prefill* p)
 {
@@ -258,24 +240,6 @@ static vkh2o_result record_obs_window(vkh2o_mla_layer* L, VkCommandBuffer cb, co
         vkh2o_barrier(ctx, cb);
     }
     return VKH2O_OK;
-}
-
-/* Host round trip of a prompt: upload, record (fn), submit, wait, download out. */
-typedef vkh2o_result (*prefill_fn)(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p);
-
-static vkh2o_result run_prompt(vkh2o_mla_layer* L, const float* hidden, uint32_t S, float* out, vkh2o_mla_prefill* p,
-                               prefill_fn fn, void* obj)
-{
-    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
-    vkh2o_buffer *hb, *ob;
-    VKH2O_CHECK(upload_hidden(L, "mla prefill", hidden, S, vkh2o_mla_layer_get_max_seq_len(L), &hb, &ob));
-    p->hidden = hb;
-    p->out = ob;
-    p->seq_len = S;
-    VkCommandBuffer cb;
-    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
-    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, fn(L, cb, obj, p)));
-    return out ? vkh2o_buffer_download(ob, 0, out, 4ull * S * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
 }
 
 /* The latent cache rows [c_kv | k_pe] of n projected tokens into the layer's row scratch. */
@@ -445,18 +409,19 @@ vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_
     return output_rows(L, cb, d, n);
 }
 
-static vkh2o_result rec_decode_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d)
-{
-    return vkh2o_cmd_mla_decode(L, cb, (vkh2o_kvcache*)obj, d);
-}
-
 vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden, uint32_t n,
                                      uint32_t position, float* out)
 {
     if (!L || !c)
         return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode: NULL argument");
-    vkh2o_mla_decode d = { .position = position, .layer = cache_layer };
-    return run_rows(L, hidden, n, out, &d, rec_decode_kv, c);
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    vkh2o_buffer *hb, *ob;
+    VKH2O_CHECK(upload_hidden(L, "mla decode", hidden, n, vkh2o_mla_layer_get_max_decode_tokens(L), &hb, &ob));
+    const vkh2o_mla_decode d = { .hidden = hb, .out = ob, .n_tokens = n, .position = position, .layer = cache_layer };
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
+    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, vkh2o_cmd_mla_decode(L, cb, c, &d)));
+    return out ? vkh2o_buffer_download(ob, 0, out, 4ull * n * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
 }
 
 vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_kvcache* c, const vkh2o_mla_prefill* p)
@@ -480,17 +445,18 @@ vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o
     return vkh2o_cmd_kvcache_prefill(c, cb, &kp);
 }
 
-static vkh2o_result rec_prefill_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p)
-{
-    return vkh2o_cmd_mla_prefill(L, cb, (vkh2o_kvcache*)obj, p);
-}
-
 vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden,
                                       uint32_t seq_len, float* out)
 {
     if (!L || !c)
         return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_prefill: NULL argument");
     VKH2O_CHECK(check_kvcache(L, c, cache_layer));
-    vkh2o_mla_prefill p = { .layer = cache_layer };
-    return run_prompt(L, hidden, seq_len, out, &p, rec_prefill_kv, c);
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    vkh2o_buffer *hb, *ob;
+    VKH2O_CHECK(upload_hidden(L, "mla prefill", hidden, seq_len, vkh2o_mla_layer_get_max_seq_len(L), &hb, &ob));
+    const vkh2o_mla_prefill p = { .hidden = hb, .out = ob, .seq_len = seq_len, .layer = cache_layer };
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
+    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, vkh2o_cmd_mla_prefill(L, cb, c, &p)));
+    return out ? vkh2o_buffer_download(ob, 0, out, 4ull * seq_len * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
 }
