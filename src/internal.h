@@ -266,8 +266,6 @@ vkh2o_result vkh2o_dispatch(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_kernel
                             uint32_t gx, uint32_t gy, uint32_t gz);
 /* Compute/transfer writes before -> compute/transfer reads and writes after. */
 void vkh2o_barrier(vkh2o_context* ctx, VkCommandBuffer cb);
-/* Kept for callers; the arena of a dispatch's descriptor set is chosen from its cb. */
-void vkh2o_note_foreign_cb(vkh2o_context* ctx, VkCommandBuffer cb);
 /* Descriptor pools alive in ctx (all arenas; tests of vkh2o_context_mark/retire). */
 uint32_t vkh2o_arena_pool_count(const vkh2o_context* ctx);
 /* Objects in ctx's retired list (tests of the timeout path). */
