@@ -296,6 +296,8 @@ uint32_t vkh2o_timestamp(vkh2o_context* ctx, VkCommandBuffer cb);
 double vkh2o_timestamp_ms(const vkh2o_context* ctx, uint32_t a, uint32_t b);
 
 /* ---- dtype helpers (dtype.c) ---- */
+/* Safetensors spelling ("BF16") -> dtype; VKH2O_DTYPE_UNKNOWN when not one of ours. */
+vkh2o_dtype vkh2o_dtype_from_name(const char* name);
 float vkh2o_bf16_to_f32(uint16_t h);
 uint16_t vkh2o_f32_to_bf16(float f);          /* round to nearest even; NaN stays NaN */
 float vkh2o_f16_to_f32(uint16_t h);
