@@ -85,54 +85,6 @@ static vkh2o_result project_rows(vkh2o_mla_layer* L, VkCommandBuffer cb, const v
     return project_hidden(L, cb, d->hidden, d->hidden_offset, n, d->position, pos_buf, pos_word);
 }
 
-/* The matmul args of the query absorption (site VKH2O_MM_ABSORB) or W_uv (VKH2O_MM_W_UV) of n
- * tokens, with the site's kernel slot. */
-static vkh2o_matmul_args decode_mm_args(vkh2o_mla_layer* L, vkh2o_mla_mm_site site, uint32_t n)
-{
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    const uint32_t H = st->heads, nope = st->nope, rope = st->rope, dv = st->v_dim, kvl = st->kv_lora, qk = nope + rope;
-    vkh2o_matmul_args a;
-    if (site == VKH2O_MM_ABSORB)   /* q_abs [n, H, kvl + rope]: q_nope[h] . W_uk[h] */
-        a = (vkh2o_matmul_args){ .M = n, .N = kvl, .K = nope, .batch = H, .x_stride = H * qk, .x_batch_stride = qk,
-                                 .y_stride = H * (kvl + rope), .y_batch_stride = kvl + rope,
-                                 .w_batch_stride = (nope + dv) * kvl, .w_transposed = true };
-    else   /* o [n, H, v] = o_lat [n, H, kvl] . W_uv[h]^T */
-        a = (vkh2o_matmul_args){ .M = n, .N = dv, .K = kvl, .batch = H, .x_stride = H * kvl, .x_batch_stride = kvl,
-                                 .y_stride = H * dv, .y_batch_stride = dv, .w_batch_stride = (nope + dv) * kvl,
-                                 .w_row_offset = nope, .x_buffer = vkh2o_mla_layer_decode_bufs(L).o };
-    vkh2o_mla_layer_mm_slot(L, site, &a);
-    return a;
-}
-
-/* X and Y of those: the state's roped q into the absorbed queries; the latent outputs into o. */
-static void decode_mm_xy(vkh2o_mla_layer* L, vkh2o_mla_mm_site site, vkh2o_binding* x, vkh2o_binding* y)
-{
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
-    *x = vkh2o_bind(site == VKH2O_MM_ABSORB ? st->q : db.o);
-    *y = vkh2o_bind(site == VKH2O_MM_ABSORB ? db.q : st->o);
-}
-
-vkh2o_result vkh2o_mla_decode_resolve(vkh2o_mla_layer* L)
-{
-    const vkh2o_mla_mm_site sites[2] = { VKH2O_MM_ABSORB, VKH2O_MM_W_UV };
-    for (int i = 0; i < 2; i++) {
-        vkh2o_binding x, y;
-        decode_mm_xy(L, sites[i], &x, &y);
-        const vkh2o_matmul_args a = decode_mm_args(L, sites[i], 1);
-        VKH2O_CHECK(vkh2o_matmul_resolve(vkh2o_mla_layer_context(L), vkh2o_mla_layer_weight(L, VKH2O_W_KV_B_PROJ), x, y, &a));
-    }
-    return VKH2O_OK;
-}
-
-static vkh2o_result decode_mm(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_mm_site site, uint32_t n)
-{
-    vkh2o_binding x, y;
-    decode_mm_xy(L, site, &x, &y);
-    const vkh2o_matmul_args a = decode_mm_args(L, site, n);
-    return vkh2o_cmd_matmul(vkh2o_mla_layer_context(L), cb, vkh2o_mla_layer_weight(L, VKH2O_W_KV_B_PROJ), x, y, &a);
-}
-
 /* q_abs [n, H, kvl + rope] = [q_nope[h] . W_uk[h] | q_pe[h]] from the state's roped q. */
 static vkh2o_result absorb_query(vkh2o_mla_layer* L, VkCommandBuffer cb, uint32_t n)
 {
@@ -141,7 +93,7 @@ static vkh2o_result absorb_query(vkh2o_mla_layer* L, VkCommandBuffer cb, uint32_
     vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
     const uint32_t H = st->heads, nope = st->nope, rope = st->rope, kvl = st->kv_lora, qk = nope + rope;
     const uint32_t qw = kvl + rope;
-    VKH2O_CHECK(decode_mm(L, cb, VKH2O_MM_ABSORB, n));
+    VKH2O_CHECK(vkh2o_cmd_mla_decode_mm(L, cb, VKH2O_MM_ABSORB, n));
     /* the copy writes other bytes of db.q than the matmul, but the matmul's binding covers the
      * whole buffer, so without a barrier the two writes are a hazard to synchronisation validation */
     vkh2o_barrier(ctx, cb);
@@ -153,7 +105,7 @@ static vkh2o_result absorb_query(vkh2o_mla_layer* L, VkCommandBuffer cb, uint32_
 /* o [n, H, v] = o_lat [n, H, kvl] . W_uv[h]^T */
 static vkh2o_result apply_w_uv(vkh2o_mla_layer* L, VkCommandBuffer cb, uint32_t n)
 {
-    VKH2O_CHECK(decode_mm(L, cb, VKH2O_MM_W_UV, n));
+    VKH2O_CHECK(vkh2o_cmd_mla_decode_mm(L, cb, VKH2O_MM_W_UV, n));
     vkh2o_barrier(vkh2o_mla_layer_context(L), cb);
     return VKH2O_OK;
 }
