@@ -188,7 +188,7 @@ int ref_decode_step(ref_decode* r, const float* hidden, uint32_t pos, float* out
         memcpy(k, r->a, sizeof *k * (size_t)n * H * qk);
         memcpy(v, r->b, sizeof *v * (size_t)n * H * dv);
     }
-    ref_attn_expanded(H, qk, dv, n, p.q, k, v, vkh2o_mla_softmax_scale(c), o, mass);
+    ref_attn_expanded(H, qk, dv, n, p.q, k, v, ref_mla_softmax_scale(c), o, mass);
     for (uint32_t t = 0; t < n; t++)
         r->score[t] += mass[t];
     evict(r);

@@ -505,28 +505,178 @@ void ref_kvc_prefill(ref_kvc* r, uint32_t n, const float* in_a, const float* in_
     free(tier);
 }
 
-ref_kvc_config ref_kvc_config_of(const vkh2o_kvcache* c, uint32_t layer)
+/* ---- the plan (ref_kvcache.h), from the header's contract ---- */
+
+/* sinks and recents among positions [0, n): [0, n_sink) and [max(n_sink, n - n_recent), n) */
+static uint32_t top_of(const vkh2o_kvcache_desc* d, uint32_t n)
 {
-    return ref_kvc_config_from(vkh2o_kvcache_get_desc(c), vkh2o_kvcache_get_plan(c), layer);
+    uint32_t held = 0;
+    for (uint32_t p = 0; p < n; p++)
+        held += p < d->n_sink || p + d->n_recent >= n;
+    return held;
 }
 
-ref_kvc_config ref_kvc_config_from(const vkh2o_kvcache_desc* d, const vkh2o_kvcache_plan* p, uint32_t layer)
+/* a row's 32-bit words at a tier: its data words (F32 one a number, FP16 two, INTb 32 / b), then
+ * one word per quantisation group */
+static uint32_t row_words_of(const ref_kvc_config* c, uint32_t tier)
+{
+    const uint32_t W = ref_kvc_row(c);
+    if (tier == 0)
+        return c->f32 ? W : (W + 1) / 2;
+    const uint32_t bits = 16u >> tier;
+    uint32_t* first = malloc(sizeof(uint32_t) * W);
+    uint32_t* count = malloc(sizeof(uint32_t) * W);
+    const uint32_t ng = first && count ? row_groups(c, tier, first, count) : 0;
+    free(first);
+    free(count);
+    return (uint32_t)(((uint64_t)W * bits + 31) / 32) + ng;
+}
+
+void ref_kvc_plan_counts(const vkh2o_kvcache_desc* d, const ref_kvc_plan* p, uint32_t n, uint32_t middle[4])
+{
+    const uint32_t nmid = n - top_of(d, n);
+    memset(middle, 0, 4 * sizeof *middle);
+    if (!p->selects) {
+        middle[0] = nmid;
+        return;
+    }
+    if (!p->by_bytes) {   /* T0's free slots (one is the append's), then each pool in turn */
+        uint32_t left = nmid;
+        for (uint32_t k = 0; k < 4; k++) {
+            const uint32_t room = k ? p->slots[k] : p->slots[0] - 1 - (n - nmid);
+            middle[k] = left < room ? left : room;
+            left -= middle[k];
+        }
+        return;
+    }
+    /* every token at FP16; while the held bytes and one more FP16 token exceed the budget, a
+     * middle token of the highest tier that has one moves one tier down (out of the lowest) */
+    middle[0] = nmid;
+    uint64_t held = (uint64_t)n * p->token_bytes[0];
+    while (held + p->token_bytes[0] > p->budget) {
+        uint32_t k = 0;
+        while (k < 4 && !(p->slots[k] && middle[k]))
+            k++;
+        if (k == 4)
+            break;
+        uint32_t below = k + 1;
+        while (below < 4 && !p->slots[below])
+            below++;
+        middle[k]--;
+        held -= p->token_bytes[k];
+        if (below < 4) {
+            middle[below]++;
+            held += p->token_bytes[below];
+        }
+    }
+}
+
+ref_kvc_plan ref_kvc_plan_of(const vkh2o_kvcache_desc* d)
+{
+    ref_kvc_plan p = { 0 };
+    const ref_kvc_config shape = { .heads = d->num_heads, .kvl = d->kv_lora_rank, .rope = d->qk_rope_head_dim,
+                                   .expanded = d->layout == VKH2O_LAYOUT_EXPANDED, .nope = d->qk_nope_head_dim,
+                                   .vdim = d->v_head_dim, .f32 = d->storage == VKH2O_DTYPE_F32,
+                                   .group_size = { 0, d->group_size[1], d->group_size[2], d->group_size[3] } };
+    for (uint32_t k = 0; k < 4; k++)
+        p.token_bytes[k] = 4 * row_words_of(&shape, k) + 8;   /* the row, the position and the score */
+    const uint32_t top = d->n_sink + d->n_recent, max = d->max_tokens;
+    const bool capped = d->capacity_tokens || d->capacity_bytes;
+    bool pools_given = false;
+    for (uint32_t k = 0; k < 4; k++)
+        pools_given |= d->tier_tokens[k] != 0;
+
+    if (d->precision == VKH2O_PRECISION_FP16 && !capped) {
+        /* the full cache: every position and the append's slot at T0, nothing selected */
+        p.slots[0] = max + 1;
+    } else if (d->precision == VKH2O_PRECISION_TIERED && d->capacity_bytes && !pools_given) {
+        /* tiers by bytes: each tier in use (tier_mask) has the slots the budget could fill with it,
+         * plus the two tokens in flight (the next append, a demoted token before its old slot is
+         * freed), at most every position and the append; T0 at least the sinks, recents and those two */
+        p.selects = p.by_bytes = true;
+        p.budget = d->capacity_bytes;
+        for (uint32_t k = 0; k < 4; k++)
+            if (d->tier_mask & (1u << k)) {
+                const uint64_t n = d->capacity_bytes / p.token_bytes[k] + 2;
+                p.slots[k] = n < (uint64_t)max + 1 ? (uint32_t)n : max + 1;
+            }
+        if (p.slots[0] < top + 2)
+            p.slots[0] = top + 2;
+    } else {
+        /* pools: T0 holds the sinks, the recents, the append's slot and its middle tokens (1 unless
+         * TIERED gives tier_tokens[0]: the token just out of the recent window waits there); the
+         * tiers with a count hold that many; the fill tier (INTb's tier, TIERED the one after the
+         * last count, FP16 T0 itself) takes what the capacity leaves */
+        p.selects = true;
+        uint32_t fill;
+        p.slots[0] = top + 1 + 1;
+        if (d->precision == VKH2O_PRECISION_TIERED) {
+            uint32_t last = 0;
+            for (uint32_t k = 0; k < 4; k++)
+                if (d->tier_tokens[k]) {
+                    p.slots[k] = k ? d->tier_tokens[k] : top + 1 + d->tier_tokens[0];
+                    last = k;
+                }
+            fill = last + 1;
+        } else {
+            fill = (uint32_t)d->precision;   /* FP16 0, INT8 1, INT4 2, INT2 3 */
+        }
+        if (fill < 4) {
+            uint64_t left;
+            if (d->capacity_bytes) {
+                uint64_t others = 0;
+                for (uint32_t k = 0; k < 4 && fill; k++)
+                    others += k == fill ? 0 : (uint64_t)p.slots[k] * p.token_bytes[k];
+                left = d->capacity_bytes > others ? (d->capacity_bytes - others) / p.token_bytes[fill] : 0;
+                const uint64_t most = fill ? max : (uint64_t)max + 1;
+                left = left < most ? left : most;
+            } else if (d->capacity_tokens) {
+                uint64_t kept = p.slots[0] - 1;   /* all but the append's slot */
+                for (uint32_t k = 1; k < 4; k++)
+                    kept += p.slots[k];
+                left = !fill ? (uint64_t)d->capacity_tokens + 1
+                             : d->capacity_tokens > kept ? d->capacity_tokens - kept : 0;
+            } else {
+                left = max;   /* no capacity: the fill tier has room for every position */
+            }
+            p.slots[fill] = (uint32_t)left;
+        }
+    }
+    uint32_t total = 0;
+    for (uint32_t k = 0; k < 4; k++)
+        total += p.slots[k];
+    p.kept_tokens = total - 1;   /* every slot but the append's */
+    if (p.by_bytes) {           /* what a prefill of max_tokens leaves: the budget decides */
+        uint32_t m[4];
+        ref_kvc_plan_counts(d, &p, max, m);
+        p.kept_tokens = top + m[0] + m[1] + m[2] + m[3];
+    }
+    return p;
+}
+
+ref_kvc_config ref_kvc_config_of(const vkh2o_kvcache* c, uint32_t layer)
+{
+    return ref_kvc_config_from(vkh2o_kvcache_get_desc(c), layer);
+}
+
+ref_kvc_config ref_kvc_config_from(const vkh2o_kvcache_desc* d, uint32_t layer)
 {
     const float keep = d->policy != VKH2O_POLICY_H2O            ? 1.0f
                        : d->score_mode == VKH2O_SCORE_DECAY ? d->decay
                        : d->score_mode == VKH2O_SCORE_TOVA  ? 0.0f
                                                             : 1.0f;
+    const ref_kvc_plan p = ref_kvc_plan_of(d);
     ref_kvc_config rc = { .heads = d->num_heads, .kvl = d->kv_lora_rank, .rope = d->qk_rope_head_dim, .scale = d->scale,
                           .expanded = d->layout == VKH2O_LAYOUT_EXPANDED, .nope = d->qk_nope_head_dim, .vdim = d->v_head_dim,
                           .f32 = d->storage == VKH2O_DTYPE_F32,
                           .n_sink = d->n_sink, .n_recent = d->n_recent, .n_protect = d->n_protect, .policy = d->policy, .mode = d->score_mode,
-                          .seed = d->seed, .layer = layer, .keep = keep, .selects = p->selects, .by_bytes = p->by_bytes,
-                          .budget = p->budget_bytes,
+                          .seed = d->seed, .layer = layer, .keep = keep, .selects = p.selects, .by_bytes = p.by_bytes,
+                          .budget = p.budget,
                           .from_original = d->requant_source == VKH2O_REQUANT_FROM_ORIGINAL };
     for (int k = 0; k < 4; k++) {
-        rc.slots[k] = p->slots[k];
+        rc.slots[k] = p.slots[k];
         rc.group_size[k] = d->group_size[k];
-        rc.token_bytes[k] = p->token_bytes[k];
+        rc.token_bytes[k] = p.token_bytes[k];
     }
     return rc;
 }

@@ -82,14 +82,37 @@ const ref_kvc_token* ref_kvc_find(const ref_kvc* r, uint32_t pos);
 bool ref_kvc_holds(const ref_kvc* r, uint32_t n, const uint32_t* pos, const uint8_t* tier);
 
 /* The reference's config for layer `layer` of a device cache (vkh2o.h's vkh2o_kvcache: its
- * resolved desc and plan), so that tests drive the reference with exactly the device's choices.
+ * resolved desc), so that tests drive the reference with exactly the device's choices; the
+ * slots, token bytes and budget are the reference's own (ref_kvc_plan_of), not the library's plan.
  * The score's factor before the mass: decay (SCORE_DECAY), 0 (TOVA), 1 otherwise and for the
  * streaming and random policies. */
 struct vkh2o_kvcache;
-ref_kvc_config ref_kvc_config_of(const struct vkh2o_kvcache* c, uint32_t layer);
-/* The same from a resolved desc and plan (vkh2o_kvcache_desc_resolve), before any cache exists. */
 struct vkh2o_kvcache_desc;
-struct vkh2o_kvcache_plan;
-ref_kvc_config ref_kvc_config_from(const struct vkh2o_kvcache_desc* d, const struct vkh2o_kvcache_plan* p, uint32_t layer);
+ref_kvc_config ref_kvc_config_of(const struct vkh2o_kvcache* c, uint32_t layer);
+/* The same from a resolved desc (vkh2o_kvcache_desc_resolve), before any cache exists. */
+ref_kvc_config ref_kvc_config_from(const struct vkh2o_kvcache_desc* resolved, uint32_t layer);
+
+/*
+ * What a resolved desc plans, computed here from include/vkh2o/kvcache.h (Row formats, the
+ * desc's precision, tier_tokens and capacities, tiers by bytes), apart from the library's
+ * plan_pools, which tests/ref/test_ref_figures.c checks against it (vkh2o_kvcache_plan's
+ * fields of the same names; budget is its budget_bytes):
+ *   token_bytes  per tier: 4 x (data words + one word per quantisation group) + 8 (position and
+ *                score); data words: F32 one per number, FP16 two numbers a word, INTb 32 / b
+ *   slots        per tier (0: not used); T0's include the sinks, the recents and the append's slot
+ *   kept_tokens  what a layer holds once full: every slot but the append's; by bytes, the
+ *                sinks, recents and middle tokens a prefill of max_tokens keeps
+ *   selects      false for the full FP16 cache only; by_bytes and budget: tiers by bytes
+ */
+typedef struct ref_kvc_plan {
+    uint32_t token_bytes[4];
+    uint32_t slots[4];
+    uint32_t kept_tokens;
+    bool selects, by_bytes;
+    uint64_t budget;
+} ref_kvc_plan;
+ref_kvc_plan ref_kvc_plan_of(const struct vkh2o_kvcache_desc* resolved);
+/* Middle tokens per tier after a prefill of n tokens (vkh2o_kvcache_plan_counts' contract). */
+void ref_kvc_plan_counts(const struct vkh2o_kvcache_desc* resolved, const ref_kvc_plan* p, uint32_t n, uint32_t middle[4]);
 
 #endif

@@ -20,6 +20,67 @@ void ref_rmsnorm(const float* x, size_t rows, size_t n, size_t x_stride, const f
     }
 }
 
+/* ---- the rotary frequencies and the softmax scale (ref_mla.h) ---- */
+
+/* YaRN's magnitude correction, get_mscale(scale, m) */
+static double get_mscale(double scale, double m)
+{
+    if (scale <= 1.0)
+        return 1.0;
+    return 0.1 * m * log(scale) + 1.0;
+}
+
+/* the rotary dimension whose frequency turns `rotations` times over the original context */
+static double correction_dim(double rotations, double dim, double theta, double context)
+{
+    const double pi = 3.14159265358979323846;
+    return dim * log(context / (rotations * 2.0 * pi)) / (2.0 * log(theta));
+}
+
+void ref_mla_rope_params(const vkh2o_mla_config* cfg, double* inv_freq, double* attention_factor)
+{
+    const double d = cfg->qk_rope_head_dim, theta = cfg->rope_theta;
+    const uint32_t pairs = cfg->qk_rope_head_dim / 2;
+    const bool yarn = cfg->rope_scaling == VKH2O_ROPE_YARN;
+    double low = 0.0, high = 0.0;
+    if (yarn) {
+        const double L = cfg->original_max_position_embeddings;
+        low = fmax(floor(correction_dim(cfg->beta_fast, d, theta, L)), 0.0);
+        high = fmin(ceil(correction_dim(cfg->beta_slow, d, theta, L)), d - 1.0);
+        if (low == high)
+            high += 0.001;
+    }
+    for (uint32_t i = 0; i < pairs; i++) {
+        const double extrapolated = 1.0 / pow(theta, 2.0 * i / d);   /* the trained frequency */
+        if (!yarn) {
+            inv_freq[i] = extrapolated;
+            continue;
+        }
+        const double interpolated = extrapolated / cfg->yarn_factor;
+        const double ramp = fmin(fmax(((double)i - low) / (high - low), 0.0), 1.0);
+        inv_freq[i] = ramp * interpolated + (1.0 - ramp) * extrapolated;
+    }
+    if (!attention_factor)
+        return;
+    *attention_factor = 1.0;
+    if (yarn) {
+        const double s = cfg->yarn_factor;
+        *attention_factor = cfg->mscale != 0.0f && cfg->mscale_all_dim != 0.0f
+                                ? get_mscale(s, cfg->mscale) / get_mscale(s, cfg->mscale_all_dim)
+                                : get_mscale(s, 1.0);
+    }
+}
+
+double ref_mla_softmax_scale(const vkh2o_mla_config* cfg)
+{
+    double scale = 1.0 / sqrt((double)cfg->qk_nope_head_dim + cfg->qk_rope_head_dim);
+    if (cfg->rope_scaling == VKH2O_ROPE_YARN && cfg->mscale_all_dim != 0.0f) {
+        const double m = get_mscale(cfg->yarn_factor, cfg->mscale_all_dim);
+        scale *= m * m;
+    }
+    return scale;
+}
+
 /* The HF formula on doubles: de-interleave (optionally), then x*cos + rotate_half(x)*sin. */
 static void rope_d(const double* x, uint32_t rope, bool interleave, uint32_t pos, const float* inv_freq,
                    double attention_factor, double* y)
@@ -159,10 +220,13 @@ int ref_mla_forward(const vkh2o_mla_config* cfg, const vkh2o_mla_host_weights* h
     float* vf = malloc(S * H * dv * sizeof *vf);
     float* of = malloc(S * H * dv * sizeof *of);
     float inv_freq[512];
-    float af = 1.0f;
+    double inv_freq_d[512], af = 1.0;
     if (!x || !qa || !q || !ckv || !ckv_n || !kv || !o || !y || !qf || !kf || !vf || !of || rope / 2 > 512)
         goto done;
-    vkh2o_mla_rope_params(cfg, inv_freq, &af);
+    /* HF keeps inv_freq as a float32 buffer; the angles are taken in double from it */
+    ref_mla_rope_params(cfg, inv_freq_d, &af);
+    for (size_t i = 0; i < rope / 2; i++)
+        inv_freq[i] = (float)inv_freq_d[i];
     for (size_t i = 0; i < S * D; i++)
         x[i] = hidden[i];
 
@@ -217,7 +281,7 @@ int ref_mla_forward(const vkh2o_mla_config* cfg, const vkh2o_mla_host_weights* h
     /* The attention runs on the float-rounded q, k, v above: that rounding (~6e-8 relative)
      * is far below every bound the tests assert. */
     ref_attn_args a = { .S = S, .T = S, .H = (uint32_t)H, .D = (uint32_t)qk, .DV = (uint32_t)dv, .causal_off = 0,
-                        .scale = vkh2o_mla_softmax_scale(cfg),
+                        .scale = ref_mla_softmax_scale(cfg),
                         .q_ts = (uint32_t)(H * qk), .q_hs = (uint32_t)qk, .k_ts = (uint32_t)(H * qk), .k_hs = (uint32_t)qk,
                         .v_ts = (uint32_t)(H * dv), .v_hs = (uint32_t)dv, .o_ts = (uint32_t)(H * dv), .o_hs = (uint32_t)dv };
     ref_attention(&a, qf, kf, vf, of, mass, probs);

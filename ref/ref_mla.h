@@ -25,6 +25,27 @@ void ref_rmsnorm(const float* x, size_t rows, size_t n, size_t x_stride, const f
 void ref_rope(const float* x, uint32_t rope, bool interleave, uint32_t pos, const float* inv_freq,
               double attention_factor, float* y);
 
+/*
+ * The rotary and softmax figures of a config, computed here from the Hugging Face DeepSeek-V3
+ * definitions (transformers' _compute_yarn_parameters and DeepseekV3Attention) in double, so
+ * that the library's vkh2o_mla_rope_params / vkh2o_mla_softmax_scale have something to be
+ * checked against (tests/ref/test_ref_figures.c):
+ *   plain RoPE     inv_freq[i] = theta^(-2i / d), d = qk_rope_head_dim, i < d/2; factor 1
+ *   YaRN (factor s, original context L, beta_fast, beta_slow, mscale, mscale_all_dim)
+ *     the dimension at which a frequency turns r times over L: d ln(L / (2 pi r)) / (2 ln theta);
+ *     low = max(floor(that for r = beta_fast), 0), high = min(ceil(that for r = beta_slow), d - 1)
+ *     (high + 0.001 when equal); ramp[i] = clamp((i - low) / (high - low), 0, 1);
+ *     inv_freq[i] = ramp[i] x theta^(-2i/d) / s + (1 - ramp[i]) x theta^(-2i/d)
+ *     get_mscale(s, m) = 1 when s <= 1, else 0.1 m ln(s) + 1;
+ *     attention factor = get_mscale(s, mscale) / get_mscale(s, mscale_all_dim) when both are
+ *     non-zero, else get_mscale(s, 1)
+ *   softmax scale  qk_head_dim^-0.5, times get_mscale(s, mscale_all_dim)^2 with YaRN and a
+ *                  non-zero mscale_all_dim
+ * inv_freq has qk_rope_head_dim / 2 entries; attention_factor may be NULL.
+ */
+void ref_mla_rope_params(const vkh2o_mla_config* cfg, double* inv_freq, double* attention_factor);
+double ref_mla_softmax_scale(const vkh2o_mla_config* cfg);
+
 /* Softmax attention with strided layouts (floats):
  *   q[i * q_ts + h * q_hs + d], k[j * k_ts + h * k_hs + d] (d < D), v[j * v_ts + h * v_hs + e],
  *   o[i * o_ts + h * o_hs + e] (e < DV); query i sees key j iff j <= i + causal_off, j < T. */

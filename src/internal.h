@@ -266,8 +266,6 @@ vkh2o_result vkh2o_dispatch(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_kernel
                             uint32_t gx, uint32_t gy, uint32_t gz);
 /* Compute/transfer writes before -> compute/transfer reads and writes after. */
 void vkh2o_barrier(vkh2o_context* ctx, VkCommandBuffer cb);
-/* Kept for callers; the arena of a dispatch's descriptor set is chosen from its cb. */
-void vkh2o_note_foreign_cb(vkh2o_context* ctx, VkCommandBuffer cb);
 /* Descriptor pools alive in ctx (all arenas; tests of vkh2o_context_mark/retire). */
 uint32_t vkh2o_arena_pool_count(const vkh2o_context* ctx);
 /* Objects in ctx's retired list (tests of the timeout path). */
@@ -298,6 +296,8 @@ uint32_t vkh2o_timestamp(vkh2o_context* ctx, VkCommandBuffer cb);
 double vkh2o_timestamp_ms(const vkh2o_context* ctx, uint32_t a, uint32_t b);
 
 /* ---- dtype helpers (dtype.c) ---- */
+/* Safetensors spelling ("BF16") -> dtype; VKH2O_DTYPE_UNKNOWN when not one of ours. */
+vkh2o_dtype vkh2o_dtype_from_name(const char* name);
 float vkh2o_bf16_to_f32(uint16_t h);
 uint16_t vkh2o_f32_to_bf16(float f);          /* round to nearest even; NaN stays NaN */
 float vkh2o_f16_to_f32(uint16_t h);

@@ -604,7 +604,7 @@ static int make_desc(run* R)
     }
     R->cap = o->n_sink + o->budget + o->n_recent;
     const vkh2o_kvcache_desc* r = &R->desc;
-    R->rc = ref_kvc_config_from(r, &R->plan, 0);
+    R->rc = ref_kvc_config_from(r, 0);
     R->W = vkh2o_kvcache_row_numbers(r);
     R->WA = ref_kvc_first(&R->rc);
     R->QW = ref_kvc_qw(&R->rc);

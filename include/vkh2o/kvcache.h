@@ -444,29 +444,6 @@ typedef struct vkh2o_kvcache_snapshot {
 } vkh2o_kvcache_snapshot;
 VKH2O_API vkh2o_result vkh2o_kvcache_read_snapshot(vkh2o_kvcache* c, uint32_t layer, vkh2o_kvcache_snapshot* snap);
 
-/* Decode step of an MLA layer against a kvcache (vkh2o/mla.h "Decode" with this cache): the
- * projections, LATENT the query absorbed on the device, one cache step per token (d->layer is
- * the cache layer; d->position feeds RoPE and must equal the cache layer's position, which the
- * caller tracks, or is VKH2O_POSITION_FROM_CACHE: that position read on the device when the
- * work runs, so the recording may be submitted again for the next token), W_uv and o_proj;
- * EXPANDED the steps take the projections' per-head q, K (k_nope through kv_b_proj) and V and
- * give the output before o_proj directly (no W_uk / W_uv). d->n_tokens tokens in one
- * recording. Never submits. vkh2o_run_mla_decode: the same on the context's queue, waited for
- * (position as d->position, VKH2O_POSITION_FROM_CACHE included). Results: as
- * vkh2o_cmd_mla_decode, INVALID_ARGUMENT when the cache's shape or scale is not the layer's. */
-VKH2O_API vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
-                                               const vkh2o_mla_decode* d);
-VKH2O_API vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,
-                                               const float* hidden, uint32_t n, uint32_t position, float* out);
-/* Prefill of a kvcache layer through the layer's forward (vkh2o_cmd_mla_prefill with this
- * cache): the prompt's rows and its attention mass (or, with p->obs_window, the observation
- * window's pooled scores) into vkh2o_cmd_kvcache_prefill (LATENT c_kv and k_pe, EXPANDED the
- * forward's per-head K and V rows). */
-VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_kvcache* c,
-                                                const vkh2o_mla_prefill* p);
-VKH2O_API vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* layer, vkh2o_kvcache* c, uint32_t cache_layer,
-                                                const float* hidden, uint32_t seq_len, float* out);
-
 #ifdef __cplusplus
 }
 #endif

@@ -167,8 +167,8 @@ VKH2O_API vkh2o_result vkh2o_run_mla_forward(vkh2o_mla_layer* layer, const float
  * Past the cache's max_tokens the cache refuses the step on the device (its stats.overflow);
  * a position at or past 2^24 (only a refused step's) ropes to NaN, never to a wrapped angle.
  *
- * The cache (vkh2o_kvcache, vkh2o/kvcache.h: vkh2o_cmd_mla_decode and vkh2o_run_mla_decode are
- * declared there): both layouts. Its heads and dims must be the layer's (vkh2o_kvcache_desc_from_mla
+ * The cache (vkh2o_kvcache, vkh2o/kvcache.h; vkh2o_cmd_mla_decode and vkh2o_run_mla_decode
+ * below): both layouts. Its heads and dims must be the layer's (vkh2o_kvcache_desc_from_mla
  * fills them, and its scale with the layer's softmax scale, which a decode requires). The latent
  * layout absorbs the query through the layer's (16-bit) kv_b_proj on the device and applies
  * W_uv after the attention.
@@ -185,6 +185,9 @@ VKH2O_API vkh2o_result vkh2o_run_mla_forward(vkh2o_mla_layer* layer, const float
  * holds on the device when the step runs (the position its append gives the token), not a
  * number fixed at recording; tokens i of a chunk at that + i. */
 #define VKH2O_POSITION_FROM_CACHE 0xffffffffu
+/* The cache a decode and a prefill run against: vkh2o_kvcache (vkh2o/kvcache.h, which vkh2o.h
+ * includes after this header). */
+struct vkh2o_kvcache;
 typedef struct vkh2o_mla_decode {
     vkh2o_buffer* hidden;  uint64_t hidden_offset;
     vkh2o_buffer* out;     uint64_t out_offset;
@@ -193,6 +196,21 @@ typedef struct vkh2o_mla_decode {
                               must be at lower positions. VKH2O_POSITION_FROM_CACHE: the cache's */
     uint32_t layer;        /* which of the cache's num_layers layers (0 for a one-layer cache) */
 } vkh2o_mla_decode;
+
+/* The decode against cache c: the projections, LATENT the query absorbed on the device, one
+ * cache step per token (d->layer is the cache layer; d->position feeds RoPE and must equal the
+ * cache layer's position, which the caller tracks, or is VKH2O_POSITION_FROM_CACHE: that
+ * position read on the device when the work runs, so the recording may be submitted again for
+ * the next token), W_uv and o_proj; EXPANDED the steps take the projections' per-head q, K
+ * (k_nope through kv_b_proj) and V and give the output before o_proj directly (no W_uk /
+ * W_uv). d->n_tokens tokens in one recording. Never submits. vkh2o_run_mla_decode: the same on
+ * the context's queue, waited for (position as d->position, VKH2O_POSITION_FROM_CACHE
+ * included), hidden and out [n, hidden_size] host arrays (out may be NULL). Results: those
+ * above. */
+VKH2O_API vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* layer, VkCommandBuffer cb, struct vkh2o_kvcache* c,
+                                            const vkh2o_mla_decode* d);
+VKH2O_API vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* layer, struct vkh2o_kvcache* c, uint32_t cache_layer,
+                                            const float* hidden, uint32_t n, uint32_t position, float* out);
 
 /* The rows a cache of `layout` stores for the tokens of the layer's last forward (recorded or
  * run), as vkh2o_cmd_kvcache_prefill takes them: in the layer's scratch on the device, f32, row s
@@ -270,8 +288,7 @@ VKH2O_API vkh2o_result vkh2o_run_mla_decode_inputs(vkh2o_mla_layer* layer, const
  * of 256), then the cache is set to the prompt: its rows (latent: c_kv normed, k_pe roped;
  * expanded: K, V per head) with scores = the prompt's attention mass (summed over heads and
  * queries), placed by the cache's policy and precision (vkh2o_cmd_kvcache_prefill; seq_len at
- * most the cache's max_tokens). vkh2o_cmd_mla_prefill and vkh2o_run_mla_prefill are declared in
- * vkh2o/kvcache.h. Results: as vkh2o_cmd_mla_forward and vkh2o_cmd_kvcache_prefill.
+ * most the cache's max_tokens). Results: as vkh2o_cmd_mla_forward and vkh2o_cmd_kvcache_prefill.
  */
 /* Pooling of observation-window scores over neighbouring positions. */
 typedef enum vkh2o_obs_pool {
@@ -294,6 +311,16 @@ typedef struct vkh2o_mla_prefill {
     vkh2o_obs_pool pool;
     uint32_t pool_size;
 } vkh2o_mla_prefill;
+
+/* The prefill of cache c's layer p->layer through the layer's forward: the prompt's rows and
+ * its attention mass (or, with p->obs_window, the observation window's pooled scores) into
+ * vkh2o_cmd_kvcache_prefill (LATENT c_kv and k_pe, EXPANDED the forward's per-head K and V
+ * rows). Never submits. vkh2o_run_mla_prefill: the same on the context's queue, waited for,
+ * hidden and out [seq_len, hidden_size] host arrays (out may be NULL). */
+VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* layer, VkCommandBuffer cb, struct vkh2o_kvcache* c,
+                                             const vkh2o_mla_prefill* p);
+VKH2O_API vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* layer, struct vkh2o_kvcache* c, uint32_t cache_layer,
+                                             const float* hidden, uint32_t seq_len, float* out);
 
 #ifdef __cplusplus
 }

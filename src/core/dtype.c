@@ -1,8 +1,45 @@
-/* Scalar conversions between fp32 and the checkpoint / storage formats. */
+/* The dtypes: names (the safetensors spellings) and element sizes, and the scalar conversions
+ * between fp32 and the checkpoint / storage formats. */
 #include "internal.h"
 
 #include <math.h>
 #include <string.h>
+
+static const struct {
+    const char* name;
+    vkh2o_dtype dtype;
+    size_t size;
+} dtype_table[] = {
+    { "F64", VKH2O_DTYPE_F64, 8 },   { "F32", VKH2O_DTYPE_F32, 4 },   { "F16", VKH2O_DTYPE_F16, 2 },
+    { "BF16", VKH2O_DTYPE_BF16, 2 }, { "F8_E4M3", VKH2O_DTYPE_F8_E4M3, 1 },
+    { "I64", VKH2O_DTYPE_I64, 8 },   { "I32", VKH2O_DTYPE_I32, 4 },   { "I16", VKH2O_DTYPE_I16, 2 },
+    { "I8", VKH2O_DTYPE_I8, 1 },     { "U8", VKH2O_DTYPE_U8, 1 },     { "BOOL", VKH2O_DTYPE_BOOL, 1 },
+};
+#define DTYPE_COUNT (sizeof dtype_table / sizeof dtype_table[0])
+
+const char* vkh2o_dtype_name(vkh2o_dtype dt)
+{
+    for (size_t i = 0; i < DTYPE_COUNT; i++)
+        if (dtype_table[i].dtype == dt)
+            return dtype_table[i].name;
+    return "?";
+}
+
+size_t vkh2o_dtype_size(vkh2o_dtype dt)
+{
+    for (size_t i = 0; i < DTYPE_COUNT; i++)
+        if (dtype_table[i].dtype == dt)
+            return dtype_table[i].size;
+    return 0;
+}
+
+vkh2o_dtype vkh2o_dtype_from_name(const char* name)
+{
+    for (size_t i = 0; name && i < DTYPE_COUNT; i++)
+        if (!strcmp(dtype_table[i].name, name))
+            return dtype_table[i].dtype;
+    return VKH2O_DTYPE_UNKNOWN;
+}
 
 static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }

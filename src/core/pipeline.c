@@ -288,12 +288,6 @@ void vkh2o_arena_abandon(vkh2o_context* ctx)
     }
 }
 
-void vkh2o_note_foreign_cb(vkh2o_context* ctx, VkCommandBuffer cb)
-{
-    (void)ctx;
-    (void)cb;   /* the arena is chosen per dispatch from cb */
-}
-
 uint64_t vkh2o_context_mark(vkh2o_context* ctx)
 {
     if (!ctx)

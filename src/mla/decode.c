@@ -85,54 +85,6 @@ static vkh2o_result project_rows(vkh2o_mla_layer* L, VkCommandBuffer cb, const v
     return project_hidden(L, cb, d->hidden, d->hidden_offset, n, d->position, pos_buf, pos_word);
 }
 
-/* The matmul args of the query absorption (site VKH2O_MM_ABSORB) or W_uv (VKH2O_MM_W_UV) of n
- * tokens, with the site's kernel slot. */
-static vkh2o_matmul_args decode_mm_args(vkh2o_mla_layer* L, vkh2o_mla_mm_site site, uint32_t n)
-{
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    const uint32_t H = st->heads, nope = st->nope, rope = st->rope, dv = st->v_dim, kvl = st->kv_lora, qk = nope + rope;
-    vkh2o_matmul_args a;
-    if (site == VKH2O_MM_ABSORB)   /* q_abs [n, H, kvl + rope]: q_nope[h] . W_uk[h] */
-        a = (vkh2o_matmul_args){ .M = n, .N = kvl, .K = nope, .batch = H, .x_stride = H * qk, .x_batch_stride = qk,
-                                 .y_stride = H * (kvl + rope), .y_batch_stride = kvl + rope,
-                                 .w_batch_stride = (nope + dv) * kvl, .w_transposed = true };
-    else   /* o [n, H, v] = o_lat [n, H, kvl] . W_uv[h]^T */
-        a = (vkh2o_matmul_args){ .M = n, .N = dv, .K = kvl, .batch = H, .x_stride = H * kvl, .x_batch_stride = kvl,
-                                 .y_stride = H * dv, .y_batch_stride = dv, .w_batch_stride = (nope + dv) * kvl,
-                                 .w_row_offset = nope, .x_buffer = vkh2o_mla_layer_decode_bufs(L).o };
-    vkh2o_mla_layer_mm_slot(L, site, &a);
-    return a;
-}
-
-/* X and Y of those: the state's roped q into the absorbed queries; the latent outputs into o. */
-static void decode_mm_xy(vkh2o_mla_layer* L, vkh2o_mla_mm_site site, vkh2o_binding* x, vkh2o_binding* y)
-{
-    const vkh2o_mla_state* st = vkh2o_mla_layer_state(L);
-    vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
-    *x = vkh2o_bind(site == VKH2O_MM_ABSORB ? st->q : db.o);
-    *y = vkh2o_bind(site == VKH2O_MM_ABSORB ? db.q : st->o);
-}
-
-vkh2o_result vkh2o_mla_decode_resolve(vkh2o_mla_layer* L)
-{
-    const vkh2o_mla_mm_site sites[2] = { VKH2O_MM_ABSORB, VKH2O_MM_W_UV };
-    for (int i = 0; i < 2; i++) {
-        vkh2o_binding x, y;
-        decode_mm_xy(L, sites[i], &x, &y);
-        const vkh2o_matmul_args a = decode_mm_args(L, sites[i], 1);
-        VKH2O_CHECK(vkh2o_matmul_resolve(vkh2o_mla_layer_context(L), vkh2o_mla_layer_weight(L, VKH2O_W_KV_B_PROJ), x, y, &a));
-    }
-    return VKH2O_OK;
-}
-
-static vkh2o_result decode_mm(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_mm_site site, uint32_t n)
-{
-    vkh2o_binding x, y;
-    decode_mm_xy(L, site, &x, &y);
-    const vkh2o_matmul_args a = decode_mm_args(L, site, n);
-    return vkh2o_cmd_matmul(vkh2o_mla_layer_context(L), cb, vkh2o_mla_layer_weight(L, VKH2O_W_KV_B_PROJ), x, y, &a);
-}
-
 /* q_abs [n, H, kvl + rope] = [q_nope[h] . W_uk[h] | q_pe[h]] from the state's roped q. */
 static vkh2o_result absorb_query(vkh2o_mla_layer* L, VkCommandBuffer cb, uint32_t n)
 {
@@ -141,7 +93,7 @@ static vkh2o_result absorb_query(vkh2o_mla_layer* L, VkCommandBuffer cb, uint32_
     vkh2o_mla_decode_bufs db = vkh2o_mla_layer_decode_bufs(L);
     const uint32_t H = st->heads, nope = st->nope, rope = st->rope, kvl = st->kv_lora, qk = nope + rope;
     const uint32_t qw = kvl + rope;
-    VKH2O_CHECK(decode_mm(L, cb, VKH2O_MM_ABSORB, n));
+    VKH2O_CHECK(vkh2o_cmd_mla_decode_mm(L, cb, VKH2O_MM_ABSORB, n));
     /* the copy writes other bytes of db.q than the matmul, but the matmul's binding covers the
      * whole buffer, so without a barrier the two writes are a hazard to synchronisation validation */
     vkh2o_barrier(ctx, cb);
@@ -153,7 +105,7 @@ static vkh2o_result absorb_query(vkh2o_mla_layer* L, VkCommandBuffer cb, uint32_
 /* o [n, H, v] = o_lat [n, H, kvl] . W_uv[h]^T */
 static vkh2o_result apply_w_uv(vkh2o_mla_layer* L, VkCommandBuffer cb, uint32_t n)
 {
-    VKH2O_CHECK(decode_mm(L, cb, VKH2O_MM_W_UV, n));
+    VKH2O_CHECK(vkh2o_cmd_mla_decode_mm(L, cb, VKH2O_MM_W_UV, n));
     vkh2o_barrier(vkh2o_mla_layer_context(L), cb);
     return VKH2O_OK;
 }
@@ -183,24 +135,6 @@ static vkh2o_result upload_hidden(vkh2o_mla_layer* L, const char* what, const fl
                           "%s: no hidden rows, or %u tokens outside 1..%u", what, n, max);
     VKH2O_CHECK(vkh2o_mla_layer_host_io(L, n, hb, ob));
     return vkh2o_buffer_upload(*hb, 0, hidden, 4ull * n * vkh2o_mla_layer_state(L)->hidden);
-}
-
-/* Host round trip of a recorder over n rows: upload, record, submit, wait, download. */
-typedef vkh2o_result (*record_fn)(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d);
-
-static vkh2o_result run_rows(vkh2o_mla_layer* L, const float* hidden, uint32_t n, float* out, vkh2o_mla_decode* d,
-                             record_fn fn, void* obj)
-{
-    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
-    vkh2o_buffer *hb, *ob;
-    VKH2O_CHECK(upload_hidden(L, "mla decode", hidden, n, vkh2o_mla_layer_get_max_decode_tokens(L), &hb, &ob));
-    d->hidden = hb;
-    d->out = ob;
-    d->n_tokens = n;
-    VkCommandBuffer cb;
-    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
-    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, fn(L, cb, obj, d)));
-    return out ? vkh2o_buffer_download(ob, 0, out, 4ull * n * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
 }
 
 /* The forward of a prompt with its attention mass into the layer's scratch. */
@@ -258,24 +192,6 @@ static vkh2o_result record_obs_window(vkh2o_mla_layer* L, VkCommandBuffer cb, co
         vkh2o_barrier(ctx, cb);
     }
     return VKH2O_OK;
-}
-
-/* Host round trip of a prompt: upload, record (fn), submit, wait, download out. */
-typedef vkh2o_result (*prefill_fn)(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p);
-
-static vkh2o_result run_prompt(vkh2o_mla_layer* L, const float* hidden, uint32_t S, float* out, vkh2o_mla_prefill* p,
-                               prefill_fn fn, void* obj)
-{
-    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
-    vkh2o_buffer *hb, *ob;
-    VKH2O_CHECK(upload_hidden(L, "mla prefill", hidden, S, vkh2o_mla_layer_get_max_seq_len(L), &hb, &ob));
-    p->hidden = hb;
-    p->out = ob;
-    p->seq_len = S;
-    VkCommandBuffer cb;
-    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
-    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, fn(L, cb, obj, p)));
-    return out ? vkh2o_buffer_download(ob, 0, out, 4ull * S * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
 }
 
 /* The latent cache rows [c_kv | k_pe] of n projected tokens into the layer's row scratch. */
@@ -445,18 +361,19 @@ vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_
     return output_rows(L, cb, d, n);
 }
 
-static vkh2o_result rec_decode_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_decode* d)
-{
-    return vkh2o_cmd_mla_decode(L, cb, (vkh2o_kvcache*)obj, d);
-}
-
 vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden, uint32_t n,
                                      uint32_t position, float* out)
 {
     if (!L || !c)
         return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode: NULL argument");
-    vkh2o_mla_decode d = { .position = position, .layer = cache_layer };
-    return run_rows(L, hidden, n, out, &d, rec_decode_kv, c);
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    vkh2o_buffer *hb, *ob;
+    VKH2O_CHECK(upload_hidden(L, "mla decode", hidden, n, vkh2o_mla_layer_get_max_decode_tokens(L), &hb, &ob));
+    const vkh2o_mla_decode d = { .hidden = hb, .out = ob, .n_tokens = n, .position = position, .layer = cache_layer };
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
+    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, vkh2o_cmd_mla_decode(L, cb, c, &d)));
+    return out ? vkh2o_buffer_download(ob, 0, out, 4ull * n * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
 }
 
 vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_kvcache* c, const vkh2o_mla_prefill* p)
@@ -480,17 +397,18 @@ vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o
     return vkh2o_cmd_kvcache_prefill(c, cb, &kp);
 }
 
-static vkh2o_result rec_prefill_kv(vkh2o_mla_layer* L, VkCommandBuffer cb, void* obj, const vkh2o_mla_prefill* p)
-{
-    return vkh2o_cmd_mla_prefill(L, cb, (vkh2o_kvcache*)obj, p);
-}
-
 vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden,
                                       uint32_t seq_len, float* out)
 {
     if (!L || !c)
         return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_prefill: NULL argument");
     VKH2O_CHECK(check_kvcache(L, c, cache_layer));
-    vkh2o_mla_prefill p = { .layer = cache_layer };
-    return run_prompt(L, hidden, seq_len, out, &p, rec_prefill_kv, c);
+    vkh2o_context* ctx = vkh2o_mla_layer_context(L);
+    vkh2o_buffer *hb, *ob;
+    VKH2O_CHECK(upload_hidden(L, "mla prefill", hidden, seq_len, vkh2o_mla_layer_get_max_seq_len(L), &hb, &ob));
+    const vkh2o_mla_prefill p = { .hidden = hb, .out = ob, .seq_len = seq_len, .layer = cache_layer };
+    VkCommandBuffer cb;
+    VKH2O_CHECK(vkh2o_begin(ctx, &cb));
+    VKH2O_CHECK(vkh2o_submit_wait_recorded(ctx, cb, vkh2o_cmd_mla_prefill(L, cb, c, &p)));
+    return out ? vkh2o_buffer_download(ob, 0, out, 4ull * seq_len * vkh2o_mla_layer_state(L)->hidden) : VKH2O_OK;
 }

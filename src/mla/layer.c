@@ -689,7 +689,8 @@ static vkh2o_buffer* own_buffer(const vkh2o_mla_layer* L, vkh2o_binding b)
     return NULL;
 }
 
-void vkh2o_mla_layer_mm_slot(vkh2o_mla_layer* L, vkh2o_mla_mm_site site, vkh2o_matmul_args* a)
+/* a->slot and a->slot_fixed for site over a->M tokens */
+static void mm_slot(vkh2o_mla_layer* L, vkh2o_mla_mm_site site, vkh2o_matmul_args* a)
 {
     a->slot = a->M == 1 ? &L->mm_one[site] : &L->mm_many[site];
     a->slot_fixed = a->M == 1;
@@ -763,10 +764,41 @@ static vkh2o_result mm_record(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_
 {
     c.a.path = L->matmul_path;
     c.a.x_buffer = c.x_buf;
-    vkh2o_mla_layer_mm_slot(L, site, &c.a);
+    mm_slot(L, site, &c.a);
     if (cb == VK_NULL_HANDLE)
         return vkh2o_matmul_resolve(L->ctx, &L->w[c.w], c.x, c.y, &c.a);
     return vkh2o_cmd_matmul(L->ctx, cb, &L->w[c.w], c.x, c.y, &c.a);
+}
+
+/* The decode step's matmuls through kv_b_proj over n tokens, on the automatic matmul path: the
+ * query absorption (VKH2O_MM_ABSORB: the state's roped q into the scratch's q_abs [n, H, kvl +
+ * rope], q_nope[h] . W_uk[h]) or W_uv (VKH2O_MM_W_UV: the scratch's latent outputs o_lat
+ * [n, H, kvl] into the state's o [n, H, v], o_lat[h] . W_uv[h]^T). Recorded, or with cb
+ * VK_NULL_HANDLE its kernel resolved into the site's slot. */
+static vkh2o_result decode_mm(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_mm_site site, uint32_t n)
+{
+    const vkh2o_mla_state* st = &L->st;
+    const uint32_t H = st->heads, nope = st->nope, rope = st->rope, dv = st->v_dim, kvl = st->kv_lora, qk = nope + rope;
+    const bool absorb = site == VKH2O_MM_ABSORB;
+    vkh2o_matmul_args a;
+    if (absorb)
+        a = (vkh2o_matmul_args){ .M = n, .N = kvl, .K = nope, .batch = H, .x_stride = H * qk, .x_batch_stride = qk,
+                                 .y_stride = H * (kvl + rope), .y_batch_stride = kvl + rope,
+                                 .w_batch_stride = (nope + dv) * kvl, .w_transposed = true };
+    else
+        a = (vkh2o_matmul_args){ .M = n, .N = dv, .K = kvl, .batch = H, .x_stride = H * kvl, .x_batch_stride = kvl,
+                                 .y_stride = H * dv, .y_batch_stride = dv, .w_batch_stride = (nope + dv) * kvl,
+                                 .w_row_offset = nope, .x_buffer = L->dec_o };
+    mm_slot(L, site, &a);
+    const vkh2o_binding x = vkh2o_bind(absorb ? st->q : L->dec_o), y = vkh2o_bind(absorb ? L->dec_q : st->o);
+    if (cb == VK_NULL_HANDLE)
+        return vkh2o_matmul_resolve(L->ctx, &L->w[VKH2O_W_KV_B_PROJ], x, y, &a);
+    return vkh2o_cmd_matmul(L->ctx, cb, &L->w[VKH2O_W_KV_B_PROJ], x, y, &a);
+}
+
+vkh2o_result vkh2o_cmd_mla_decode_mm(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_mm_site site, uint32_t n)
+{
+    return decode_mm(L, cb, site, n);
 }
 
 /* The kernels of the one-token decode step into the layer's slots (create; set_matmul_path). */
@@ -791,7 +823,8 @@ static vkh2o_result layer_resolve(vkh2o_mla_layer* L)
                                                                   .pos_buf = any, .slot = &L->k_norm_kv_dev }));
     rope_spec(&(vkh2o_rope_args){ .rope = st->rope, .interleave = st->interleave, .pos_buf = any }, rspec);
     VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &L->k_rope_dev, k_rope, 3, 0, rspec, ROPE_SPEC_COUNT));
-    return vkh2o_mla_decode_resolve(L);
+    VKH2O_CHECK(decode_mm(L, VK_NULL_HANDLE, VKH2O_MM_ABSORB, 1));
+    return decode_mm(L, VK_NULL_HANDLE, VKH2O_MM_W_UV, 1);
 }
 
 void vkh2o_mla_layer_set_matmul_path(vkh2o_mla_layer* L, uint32_t path)

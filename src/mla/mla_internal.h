@@ -206,14 +206,15 @@ vkh2o_context* vkh2o_mla_layer_context(const vkh2o_mla_layer* layer);
  * multi-token decode: their kernel depends on the token count), filled at their first recording. */
 typedef enum vkh2o_mla_mm_site {
     VKH2O_MM_Q_A, VKH2O_MM_KV_A, VKH2O_MM_Q_B, VKH2O_MM_KV_B_K, VKH2O_MM_KV_B_V, VKH2O_MM_O_PROJ,
-    VKH2O_MM_ABSORB, VKH2O_MM_W_UV,   /* decode.c: the query absorption and W_uv through kv_b_proj */
+    VKH2O_MM_ABSORB, VKH2O_MM_W_UV,   /* the decode step's query absorption and W_uv through kv_b_proj */
     VKH2O_MM_COUNT
 } vkh2o_mla_mm_site;
-/* Sets a->slot and a->slot_fixed for site over a->M tokens. */
-void vkh2o_mla_layer_mm_slot(vkh2o_mla_layer* layer, vkh2o_mla_mm_site site, vkh2o_matmul_args* a);
-/* decode.c: the kernels of the decode step's absorption and W_uv for one token into their
- * slots (vkh2o_mla_layer_create). */
-vkh2o_result vkh2o_mla_decode_resolve(vkh2o_mla_layer* layer);
+/* Records the decode step's VKH2O_MM_ABSORB (the state's roped q [n, H, nope + rope] into the
+ * decode scratch's q [n, H, kv_lora + rope]: q_nope[h] . W_uk[h]; the rope part is not written)
+ * or VKH2O_MM_W_UV (the scratch's o [n, H, kv_lora] into the state's o [n, H, v]: . W_uv[h]^T)
+ * over n tokens (at most max_decode_tokens), through the site's kernel slots (the one-token
+ * kernels resolved when the layer is created). No barriers. Results: as vkh2o_cmd_matmul. */
+vkh2o_result vkh2o_cmd_mla_decode_mm(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_mla_mm_site site, uint32_t n);
 /* The buffers of the host conveniences (hidden, out: [S, hidden]), grown on demand. */
 vkh2o_result vkh2o_mla_layer_host_io(vkh2o_mla_layer* layer, uint32_t S, vkh2o_buffer** hidden, vkh2o_buffer** out);
 

@@ -4,9 +4,6 @@
 
 #include "internal.h"
 
-/* Safetensors spelling ("BF16") -> dtype; VKH2O_DTYPE_UNKNOWN when not one of ours. */
-vkh2o_dtype vkh2o_dtype_from_name(const char* name);
-
 /* Writes "[a, b, c]" into buf (always NUL-terminated); returns buf. */
 const char* vkh2o_shape_str(char* buf, size_t size, uint32_t ndim, const uint64_t* shape);
 

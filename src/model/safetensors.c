@@ -22,42 +22,6 @@
 #define ST_MAX_HEADER (100ull * 1024 * 1024)
 #define ST_MAX_JSON_INT 9007199254740992.0   /* 2^53: larger integers are not exact in JSON doubles */
 
-static const struct {
-    const char* name;
-    vkh2o_dtype dtype;
-    size_t size;
-} dtype_table[] = {
-    { "F64", VKH2O_DTYPE_F64, 8 },   { "F32", VKH2O_DTYPE_F32, 4 },   { "F16", VKH2O_DTYPE_F16, 2 },
-    { "BF16", VKH2O_DTYPE_BF16, 2 }, { "F8_E4M3", VKH2O_DTYPE_F8_E4M3, 1 },
-    { "I64", VKH2O_DTYPE_I64, 8 },   { "I32", VKH2O_DTYPE_I32, 4 },   { "I16", VKH2O_DTYPE_I16, 2 },
-    { "I8", VKH2O_DTYPE_I8, 1 },     { "U8", VKH2O_DTYPE_U8, 1 },     { "BOOL", VKH2O_DTYPE_BOOL, 1 },
-};
-#define DTYPE_COUNT (sizeof dtype_table / sizeof dtype_table[0])
-
-const char* vkh2o_dtype_name(vkh2o_dtype dt)
-{
-    for (size_t i = 0; i < DTYPE_COUNT; i++)
-        if (dtype_table[i].dtype == dt)
-            return dtype_table[i].name;
-    return "?";
-}
-
-size_t vkh2o_dtype_size(vkh2o_dtype dt)
-{
-    for (size_t i = 0; i < DTYPE_COUNT; i++)
-        if (dtype_table[i].dtype == dt)
-            return dtype_table[i].size;
-    return 0;
-}
-
-vkh2o_dtype vkh2o_dtype_from_name(const char* name)
-{
-    for (size_t i = 0; name && i < DTYPE_COUNT; i++)
-        if (!strcmp(dtype_table[i].name, name))
-            return dtype_table[i].dtype;
-    return VKH2O_DTYPE_UNKNOWN;
-}
-
 const char* vkh2o_shape_str(char* buf, size_t size, uint32_t ndim, const uint64_t* shape)
 {
     size_t n = 0;
