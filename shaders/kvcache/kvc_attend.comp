@@ -118,7 +118,8 @@ void block(uint k, uint t0, uint nb, bool isnew, uint h0, uint nh, uint dg)
         if (d0 >= OW) continue;
         if (EXP == 0u) {
             float x[DPI];
-            if (d0 + DPI <= OW && row8_ok(k, d0)) {
+            // (a condition the same for every invocation: d0 is a multiple of 8)
+            if (OW % DPI == 0u && row8_ok(k, 0u)) {
                 row8(k, r, isnew, d0, x);
             } else {
                 [[unroll]] for (uint u = 0u; u < DPI; u++) x[u] = d0 + u < OW ? row_x(k, r, isnew, d0 + u) : 0.0;
@@ -130,7 +131,7 @@ void block(uint k, uint t0, uint nb, bool isnew, uint h0, uint nh, uint dg)
                 if (h < nh) {
                     const uint vb = KW + (h0 + h) * SV + d0;
                     float x[DPI];
-                    if (d0 + DPI <= OW && row8_ok(k, vb)) {
+                    if (OW % DPI == 0u && row8_ok(k, KW + (h0 + h) * SV)) {
                         row8(k, r, isnew, vb, x);
                     } else {
                         [[unroll]] for (uint u = 0u; u < DPI; u++) x[u] = d0 + u < OW ? row_x(k, r, isnew, vb + u) : 0.0;

@@ -26,11 +26,12 @@ uvec4 tok_words4(Tok r, uint w)
     const uint a0 = tok_w(r, w), a3 = tok_w(r, w + 3u);
     if ((TEX & 1u) == 0u) return uvec4(rows[a0], rows[tok_w(r, w + 1u)], rows[tok_w(r, w + 2u)], rows[a3]);
     const uvec4 A = texelFetch(arena_t, int(a0 >> 2)), B = texelFetch(arena_t, int(a3 >> 2));
+    // (selects, not branches: the alignment differs between the lanes' tokens)
     const uint al = a0 & 3u;
-    if (al == 0u) return A;
-    if (al == 1u) return uvec4(A.y, A.z, A.w, B.x);
-    if (al == 2u) return uvec4(A.z, A.w, B.x, B.y);
-    return uvec4(A.w, B.x, B.y, B.z);
+    return uvec4(al == 0u ? A.x : (al == 1u ? A.y : (al == 2u ? A.z : A.w)),
+                 al == 0u ? A.y : (al == 1u ? A.z : (al == 2u ? A.w : B.x)),
+                 al == 0u ? A.z : (al == 1u ? A.w : (al == 2u ? B.x : B.y)),
+                 al == 0u ? A.w : (al == 1u ? B.x : (al == 2u ? B.y : B.z)));
 }
 // number e of a held tier-k row
 float deq_x(uint k, Tok r, uint e)
