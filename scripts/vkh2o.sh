@@ -66,7 +66,7 @@ build() {   # build <dir> [cmake args...]
     cmake --build "$dir" -j "$JOBS"
 }
 
-run_tests() {   # run_tests <dir>
+run_tests() {   # run_tests <dir> [ctest arguments]
     # The harness turns a missing device into a failure (no silent skips) and runs every GPU
     # test with the Khronos validation layer on; any validation warning or error fails.
     # Compiling pipelines (LLVM, on lavapipe) is most of a first run's time: Mesa's shader disk
@@ -77,7 +77,8 @@ run_tests() {   # run_tests <dir>
                                                   [ -w "${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}" ]; }; then
         cache=(MESA_SHADER_CACHE_DIR="$(cd "$1" && pwd)/mesa-shader-cache")
     fi
-    (cd "$1" && env "${cache[@]}" VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200)
+    local dir=$1; shift
+    (cd "$dir" && env "${cache[@]}" VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 "$@")
 }
 
 build_fuzz() {
@@ -159,7 +160,10 @@ case "$cmd" in
         VKH2O_TEST_FULL=1 run_tests "${BUILD_DIR:-build}" ;;
     test-gpu-shapes)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
-        VKH2O_GPU_SHAPES=1 run_tests "${BUILD_DIR:-build}" ;;
+        # (less the suites whose work does not depend on the kernel shapes or that run the
+        # library's kernels again through a tool: flags, docs, the README example, the quality
+        # sweeps and the Python package)
+        VKH2O_GPU_SHAPES=1 run_tests "${BUILD_DIR:-build}" -E '^(e2e_bad_flags|docs_check|readme_example|e2e_quant|e2e_eval|python)$' ;;
     test-sanitize)
         deps; build "${BUILD_DIR:-build-asan}" -DCMAKE_BUILD_TYPE=Debug -DVKH2O_SANITIZE=ON -DVKH2O_BUILD_TOOLS=ON
         # Leak checks on. The Vulkan loader unloads the driver (lavapipe) when an instance is
@@ -175,9 +179,15 @@ case "$cmd" in
         export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
         export ASAN_OPTIONS="detect_leaks=${VKH2O_DETECT_LEAKS:-1}:abort_on_error=1:allocator_may_return_null=1:verify_asan_link_order=0"
         export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-        (cd "${BUILD_DIR:-build-asan}" && LD_PRELOAD=$local_preload VKH2O_REQUIRE_DEVICE=1 \
-            ctest --output-on-failure -j "$JOBS" --timeout 1200 -E '^(e2e_|conf\.)')
-        (cd "${BUILD_DIR:-build-asan}" && VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure -j "$JOBS" --timeout 1200 -R '^(e2e_|conf\.)') ;;
+        # The default run's grids (the whole ones ran in the plain build), and the two
+        # allocation-failure sweeps at about 40 and 12 points (test_faults, test_model_faults):
+        # each point compiles every kernel again, through the sanitizer's allocator (the plain
+        # build's faults step sweeps every point).
+        local_asan() { (cd "${BUILD_DIR:-build-asan}" && LD_PRELOAD=$local_preload VKH2O_REQUIRE_DEVICE=1 VKH2O_TEST_FULL=0 \
+            ctest --output-on-failure -j "$JOBS" --timeout 1800 "$@"); }
+        VKH2O_FAULT_RUNS=40 local_asan -E '^(e2e_.*|conf\..*|test_model_faults)$'
+        VKH2O_FAULT_RUNS=12 local_asan -R '^test_model_faults$'
+        (cd "${BUILD_DIR:-build-asan}" && VKH2O_REQUIRE_DEVICE=1 VKH2O_TEST_FULL=0 ctest --output-on-failure -j "$JOBS" --timeout 1200 -R '^(e2e_|conf\.)') ;;
     test-sync)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # test_syncval first proves the variable switches the checks on (a known hazard is
