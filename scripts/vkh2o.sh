@@ -23,9 +23,9 @@
 #                                        memory flat, no validation message, replay identical
 #   scripts/vkh2o.sh test-tsan [S]       4 threads, each its own context and model session, S
 #                                        decode steps (300) at once under ThreadSanitizer (build-tsan/)
-#   scripts/vkh2o.sh faults              every injection point of one small run of each tool
+#   scripts/vkh2o.sh faults              about 48 injection points of one small run of each tool
 #                                        (tests/tools/fault_sweep.sh) and of a model session
-#                                        (test_model_faults, whole)
+#                                        (test_model_faults); FAULT_STRIDE=1 VKH2O_FAULT_SWEEP=1: all
 #   scripts/vkh2o.sh deps | build        just the packages / just the build
 #   scripts/vkh2o.sh python              the build, then `import vkh2o` for /usr/bin/python3: the
 #                                        package in python/ linked into site-packages (docs/PYTHON.md)
@@ -182,7 +182,7 @@ case "$cmd" in
         # The default run's grids (the whole ones ran in the plain build), and the two
         # allocation-failure sweeps at about 40 and 12 points (test_faults, test_model_faults):
         # each point compiles every kernel again, through the sanitizer's allocator (the plain
-        # build's faults step sweeps every point).
+        # build's faults step sweeps about 48 of each).
         local_asan() { (cd "${BUILD_DIR:-build-asan}" && LD_PRELOAD=$local_preload VKH2O_REQUIRE_DEVICE=1 VKH2O_TEST_FULL=0 \
             ctest --output-on-failure -j "$JOBS" --timeout 1800 "$@"); }
         VKH2O_FAULT_RUNS=40 local_asan -E '^(e2e_.*|conf\..*|test_model_faults)$'
@@ -240,9 +240,15 @@ case "$cmd" in
         bash tests/soak/tsan.sh "${BUILD_DIR:-build-tsan}" "${1:-300}" ;;
     faults)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
-        FAULT_JOBS=$JOBS bash tests/tools/fault_sweep.sh "${BUILD_DIR:-build}"
-        (cd "${BUILD_DIR:-build}" && VKH2O_FAULT_SWEEP=1 VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure --timeout 1800 \
-            -R '^test_model_faults$') ;;
+        # About 48 points of each tool's run and of the model session, at a stride whose phase
+        # changes from run to run (printed; FAULT_PHASE=P repeats it): every point of them all
+        # is ~1,400 tool runs and ~600 sessions, most of an hour here, each point compiling its
+        # kernels again. Every point: FAULT_STRIDE=1 VKH2O_FAULT_SWEEP=1 bash scripts/vkh2o.sh faults.
+        phase=${FAULT_PHASE:-$RANDOM}
+        echo "faults: FAULT_PHASE=$phase"
+        FAULT_JOBS=$JOBS FAULT_RUNS=${FAULT_RUNS:-48} FAULT_PHASE=$phase bash tests/tools/fault_sweep.sh "${BUILD_DIR:-build}"
+        (cd "${BUILD_DIR:-build}" && VKH2O_FAULT_SWEEP=${VKH2O_FAULT_SWEEP:-0} VKH2O_FAULT_RUNS=${VKH2O_FAULT_RUNS:-48} \
+            VKH2O_REQUIRE_DEVICE=1 ctest --output-on-failure --timeout 1800 -R '^test_model_faults$') ;;
     fuzz-corpus) build_fuzz; "${BUILD_DIR:-build-fuzz}/vkh2o-fuzz-corpus" tests/fuzz/corpus ;;
     *) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] || exit 2 ;;
 esac

@@ -4,6 +4,7 @@
 #   bash tests/tools/fault_sweep.sh [BUILD_DIR]          # every point of every tool in TOOLS
 #   FAULT_TOOLS="eval quant" FAULT_STRIDE=5 bash tests/tools/fault_sweep.sh build
 #   FAULT_RUNS=8 bash tests/tools/fault_sweep.sh build    # 8 points per tool (e2e_faults.sh)
+#   FAULT_RUNS=48 FAULT_PHASE=17 bash tests/tools/fault_sweep.sh build   # the stride from point 1 + 17 mod S
 #   FAULT_TOOLS=bench FAULT_POINTS="15 64" bash tests/tools/fault_sweep.sh build   # those points
 #
 # The library's fault hook (src/core/fault.c) counts the injection points of a context (every
@@ -180,7 +181,7 @@ for name in $WANT; do
     else STRIDE=$(( (T + FAULT_RUNS - 3) / (FAULT_RUNS > 2 ? FAULT_RUNS - 1 : 1) )); fi
     [ "$STRIDE" -ge 1 ] || STRIDE=1
     if [ -n "${FAULT_POINTS:-}" ]; then tr ' ' '\n' <<<"$FAULT_POINTS" | grep . >"$WORK/$name.points"
-    else { seq 1 "$STRIDE" "$T"; echo "$T"; } | sort -nu >"$WORK/$name.points"; fi
+    else { echo 1; seq $((1 + ${FAULT_PHASE:-0} % STRIDE)) "$STRIDE" "$T"; echo "$T"; } | sort -nu >"$WORK/$name.points"; fi
     # a point whose check itself died prints no verdict: counted as failed below
     xargs -P "$JOBS" -I{} bash "$0" --point "$BUILD" "$IN" "$WORK" "$SRC" "$TIMEOUT" "$name" {} \
         <"$WORK/$name.points" >"$WORK/$name.results" || true
@@ -191,7 +192,7 @@ for name in $WANT; do
     failed=$(( swept - $(grep -c '^ok ' "$WORK/$name.results" || true) ))
     grep -v '^ok ' "$WORK/$name.results" | sed "s/^/vkh2o-$name: /" || true
     did_without=$(awk '/^ok exit0/ { printf "%s%s", n++ ? ", " : ": ", $4 }' "$WORK/$name.results")
-    line="vkh2o-$name: $T points (host $H, vulkan $V), stride $STRIDE: $swept swept, $((swept - failed)) survived ($exit0 of them exit 0 with the same outputs$did_without), $(($(date +%s) - t0)) s"
+    line="vkh2o-$name: $T points (host $H, vulkan $V), stride $STRIDE phase ${FAULT_PHASE:-0}: $swept swept, $((swept - failed)) survived ($exit0 of them exit 0 with the same outputs$did_without), $(($(date +%s) - t0)) s"
     echo "$line"
     summary+=("$line")
     bad=$((bad + failed))
