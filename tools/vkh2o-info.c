@@ -22,7 +22,8 @@ static void print_caps(const vkh2o_device_caps* c)
     printf("    driver                  %s %s\n", c->driver_name, c->driver_info);
     printf("    Vulkan                  %u.%u.%u\n", VK_API_VERSION_MAJOR(c->api_version), VK_API_VERSION_MINOR(c->api_version),
            VK_API_VERSION_PATCH(c->api_version));
-    printf("    subgroup size           %u (arithmetic %s)\n", c->subgroup_size, c->subgroup_arithmetic ? "yes" : "no");
+    printf("    subgroup size           %u (arithmetic %s, ballot %s)\n", c->subgroup_size, c->subgroup_arithmetic ? "yes" : "no",
+           c->subgroup_ballot ? "yes" : "no");
     printf("    shaderFloat16           %s\n", c->shader_float16 ? "yes" : "no");
     printf("    16-bit / 8-bit storage  %s / %s\n", c->storage_16bit ? "yes" : "no", c->storage_8bit ? "yes" : "no");
     printf("    push descriptors        %s\n", c->push_descriptor ? "yes" : "no");
