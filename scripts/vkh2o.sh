@@ -185,7 +185,11 @@ case "$cmd" in
         # build's faults step sweeps about 48 of each).
         local_asan() { (cd "${BUILD_DIR:-build-asan}" && LD_PRELOAD=$local_preload VKH2O_REQUIRE_DEVICE=1 VKH2O_TEST_FULL=0 \
             ctest --output-on-failure -j "$JOBS" --timeout 1800 "$@"); }
-        VKH2O_FAULT_RUNS=40 local_asan -E '^(e2e_.*|conf\..*|test_model_faults)$'
+        # test_kvcache and test_model build dozens of caches and sessions, each compiling its
+        # kernels, which under the sanitizer's allocator takes 10-15 minutes apiece; their host
+        # paths run here through the cache's other suites, test_decode, test_session_finite and
+        # the model session sweep.
+        VKH2O_FAULT_RUNS=40 local_asan -E '^(e2e_.*|conf\..*|test_model_faults|test_kvcache|test_model)$'
         VKH2O_FAULT_RUNS=12 local_asan -R '^test_model_faults$'
         # The tools under ASan: their fault sweep (leak checks on every error path), the small
         # suites and the conformance cases of the step; the long tool suites (quality sweeps,
