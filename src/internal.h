@@ -58,7 +58,8 @@ typedef struct desc_pool_node {
 typedef struct retired_node {
     VkFence fence;
     VkQueryPool query_pool;
-    struct vkh2o_buffer* buffer;
+    void (*destroy)(void* object);   /* the retired object's destructor (a buffer: buffer.c), or NULL */
+    void* object;
     struct retired_node* next;
 } retired_node;
 
@@ -189,6 +190,10 @@ vkh2o_result vkh2o_check_lost(vkh2o_context* ctx, const char* what);
 /* Hands b to ctx's retired list (destroyed once the queue is idle): for a buffer that work
  * which timed out may still use. */
 void vkh2o_buffer_retire(vkh2o_buffer* b);
+/* destroy(object) once the context's queue is idle (at the next wait-idle or at destroy); out of
+ * host memory for the record: at once. The context knows no object type: buffer.c retires its
+ * buffers through it, so context.c never calls into buffer.c. */
+void vkh2o_retire(vkh2o_context* ctx, void (*destroy)(void* object), void* object);
 const char* vkh2o_vk_result_string(VkResult vr);
 /* Fills err (may be NULL) and returns r. */
 vkh2o_result vkh2o_error_set(vkh2o_error* err, vkh2o_result r, const char* fmt, ...) VKH2O_PRINTF(3, 4);

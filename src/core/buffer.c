@@ -122,6 +122,15 @@ void vkh2o_buffer_destroy(vkh2o_buffer* b)
     free(b);
 }
 
+static void destroy_object(void* b) { vkh2o_buffer_destroy(b); }
+
+/* a buffer a submission may still be reading: destroyed when the context's queue is idle */
+void vkh2o_buffer_retire(vkh2o_buffer* b)
+{
+    if (b)
+        vkh2o_retire(b->ctx, destroy_object, b);
+}
+
 vkh2o_memory_stats vkh2o_context_get_memory_stats(const vkh2o_context* ctx)
 {
     return ctx ? ctx->mem_stats : (vkh2o_memory_stats){ 0 };

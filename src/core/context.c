@@ -628,23 +628,19 @@ VkDevice vkh2o_context_get_device(const vkh2o_context* ctx) { return ctx->device
 
 bool vkh2o_context_is_lost(const vkh2o_context* ctx) { return ctx && ctx->lost; }
 
-static vkh2o_result retire_push(vkh2o_context* ctx, VkFence fence, VkQueryPool qp, vkh2o_buffer* buf)
+void vkh2o_retire(vkh2o_context* ctx, void (*destroy)(void* object), void* object)
 {
+    if (!ctx || !destroy || !object)
+        return;
     retired_node* n = vkh2o_calloc(ctx, 1, sizeof *n);
-    if (!n)
-        return VKH2O_ERROR_OUT_OF_HOST_MEMORY;
-    n->fence = fence;
-    n->query_pool = qp;
-    n->buffer = buf;
+    if (!n) {
+        destroy(object);   /* out of host memory: nothing better left to do */
+        return;
+    }
+    n->destroy = destroy;
+    n->object = object;
     n->next = ctx->retired;
     ctx->retired = n;
-    return VKH2O_OK;
-}
-
-void vkh2o_buffer_retire(vkh2o_buffer* b)
-{
-    if (b && retire_push(b->ctx, VK_NULL_HANDLE, VK_NULL_HANDLE, b) != VKH2O_OK)
-        vkh2o_buffer_destroy(b);   /* out of host memory: nothing better left to do */
 }
 
 /* Only once the queue is idle (or the device lost). */
@@ -657,7 +653,8 @@ static void retired_destroy(vkh2o_context* ctx)
             ctx->vk.vkDestroyFence(ctx->device, n->fence, ctx->alloc);
         if (n->query_pool)
             ctx->vk.vkDestroyQueryPool(ctx->device, n->query_pool, ctx->alloc);
-        vkh2o_buffer_destroy(n->buffer);
+        if (n->destroy)
+            n->destroy(n->object);
         free(n);
     }
     while (ctx->dead_pools) {
@@ -707,7 +704,8 @@ static void oneshot_abandon(vkh2o_context* ctx)
     ctx->retire_spare = NULL;
     n->fence = ctx->fence;
     n->query_pool = ctx->ts_pool;
-    n->buffer = NULL;
+    n->destroy = NULL;
+    n->object = NULL;
     n->next = ctx->retired;
     ctx->retired = n;
     ctx->fence = VK_NULL_HANDLE;
