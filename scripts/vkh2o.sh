@@ -180,7 +180,7 @@ case "$cmd" in
         export ASAN_OPTIONS="detect_leaks=${VKH2O_DETECT_LEAKS:-1}:abort_on_error=1:allocator_may_return_null=1:verify_asan_link_order=0"
         export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
         # The default run's grids (the whole ones ran in the plain build), and the two
-        # allocation-failure sweeps at about 40 and 12 points (test_faults, test_model_faults):
+        # allocation-failure sweeps at about 24 and 12 points (test_faults, test_model_faults):
         # each point compiles every kernel again, through the sanitizer's allocator (the plain
         # build's faults step sweeps about 48 of each).
         local_asan() { (cd "${BUILD_DIR:-build-asan}" && LD_PRELOAD=$local_preload VKH2O_REQUIRE_DEVICE=1 VKH2O_TEST_FULL=0 \
@@ -189,7 +189,7 @@ case "$cmd" in
         # kernels, which under the sanitizer's allocator takes 10-15 minutes apiece; their host
         # paths run here through the cache's other suites, test_decode, test_session_finite and
         # the model session sweep.
-        VKH2O_FAULT_RUNS=40 local_asan -E '^(e2e_.*|conf\..*|test_model_faults|test_kvcache|test_model)$'
+        VKH2O_FAULT_RUNS=24 local_asan -E '^(e2e_.*|conf\..*|test_model_faults|test_kvcache|test_model)$'
         VKH2O_FAULT_RUNS=12 local_asan -R '^test_model_faults$'
         # The tools under ASan: their fault sweep (leak checks on every error path), the small
         # suites and the conformance cases of the step; the long tool suites (quality sweeps,
