@@ -19,7 +19,7 @@ case "$lib" in *.so*) rpath=("-Wl,-rpath,$(dirname "$lib")") ;; esac
 "$cc" -std=c11 -Wall -Wextra -Werror -I"$src/include" "$work/example.c" -o "$work/example" "$lib" "${rpath[@]}" "$@" \
     2> "$work/cc.log" || { cat "$work/cc.log" >&2; fail "it does not compile"; }
 rc=0
-(cd "$src" && VKH2O_VALIDATION=1 ASAN_OPTIONS=detect_leaks=0 timeout 300 "$work/example") > "$work/stdout" 2> "$work/stderr" || rc=$?
+(cd "$src" && VKH2O_VALIDATION=1 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" timeout 300 "$work/example") > "$work/stdout" 2> "$work/stderr" || rc=$?
 cat "$work/stdout"
 if [ $rc -ne 0 ] && grep -q 'no Vulkan 1.2 device' "$work/stdout" && [ "${VKH2O_REQUIRE_DEVICE:-0}" != 1 ]; then
     echo "SKIP: readme_example: compiled; no Vulkan 1.2 device to run it on"
