@@ -157,7 +157,14 @@ case "$cmd" in
         run_tests "${BUILD_DIR:-build}" ;;
     test-full)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
-        VKH2O_TEST_FULL=1 run_tests "${BUILD_DIR:-build}" ;;
+        # FULL_ONLY=1 (CI, after `test`): less the suites that have no full run, which would
+        # repeat `test` exactly (the tool suites that do not read VKH2O_TEST_FULL, Python, the
+        # README example, the docs check, the symbol and embedding checks)
+        if [ "${FULL_ONLY:-0}" = 1 ]; then
+            VKH2O_TEST_FULL=1 run_tests "${BUILD_DIR:-build}" -E '^(e2e_quant|e2e_validate|e2e_bench|e2e_kimi_layout|e2e_public_api|e2e_mkshard|e2e_conformance|e2e_conformance_coverage|e2e_eval_text|python|readme_example|docs_check|symbols|embed_app_static|embed_app_shared)$'
+        else
+            VKH2O_TEST_FULL=1 run_tests "${BUILD_DIR:-build}"
+        fi ;;
     test-gpu-shapes)
         deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # (less the suites whose work does not depend on the kernel shapes or that run the
@@ -180,7 +187,7 @@ case "$cmd" in
         export ASAN_OPTIONS="detect_leaks=${VKH2O_DETECT_LEAKS:-1}:abort_on_error=1:allocator_may_return_null=1:verify_asan_link_order=0"
         export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
         # The default run's grids (the whole ones ran in the plain build), and the two
-        # allocation-failure sweeps at about 24 and 12 points (test_faults, test_model_faults):
+        # allocation-failure sweeps at about 24 and 8 points (test_faults, test_model_faults):
         # each point compiles every kernel again, through the sanitizer's allocator (the plain
         # build's faults step sweeps about 48 of each).
         local_asan() { (cd "${BUILD_DIR:-build-asan}" && LD_PRELOAD=$local_preload VKH2O_REQUIRE_DEVICE=1 VKH2O_TEST_FULL=0 \
@@ -190,7 +197,7 @@ case "$cmd" in
         # paths run here through the cache's other suites, test_decode, test_session_finite and
         # the model session sweep.
         VKH2O_FAULT_RUNS=24 local_asan -E '^(e2e_.*|conf\..*|test_model_faults|test_kvcache|test_model)$'
-        VKH2O_FAULT_RUNS=12 local_asan -R '^test_model_faults$'
+        VKH2O_FAULT_RUNS=8 local_asan -R '^test_model_faults$'
         # The tools under ASan: their fault sweep (leak checks on every error path), the small
         # suites and the conformance cases of the step; the long tool suites (quality sweeps,
         # flags, bench, the Kimi layout, the prefill and forward grids) ran in the plain build
