@@ -611,6 +611,7 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     s[KVC_SPEC_NMW] = pl.score_groups ? pl.score_groups : 1;
     /* texel reads where the arena fits one view; VKH2O_CONTEXT_BASELINE_ONLY keeps the storage
      * reads (how the suites test them) */
+    c->qtex_default = !(ctx->flags & VKH2O_CONTEXT_BASELINE_ONLY);
     c->arena_tex = !(ctx->flags & VKH2O_CONTEXT_BASELINE_ONLY) && L * pl.arena_bytes / 16u <= ctx->caps.max_texel_buffer_elements;
     if ((r = kvc_kernels(c)) != VKH2O_OK || (r = vkh2o_run_kvcache_reset(c)) != VKH2O_OK) {
         vkh2o_kvcache_destroy(c);
@@ -734,12 +735,13 @@ static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, bool qtex
 }
 
 /* Every kernel the cache records, looked up once (vkh2o_kvcache_create); the step's with the
- * query through texels (a query of the library's own buffers on a 16-byte boundary). */
+ * query read as most steps will (through texels: a query of the library's own buffers on a
+ * 16-byte boundary; storage reads under VKH2O_CONTEXT_BASELINE_ONLY). */
 static vkh2o_result kvc_kernels(vkh2o_kvcache* c)
 {
     for (int i = 0; i < KVC_K_COUNT; i++) {
         uint32_t spec[KVC_SPEC_ALL];
-        kvc_kernel_spec(c, (enum kvc_kernel)i, true, spec);
+        kvc_kernel_spec(c, (enum kvc_kernel)i, c->qtex_default, spec);
         VKH2O_CHECK(vkh2o_kernel_slot_resolve(c->ctx, &c->kern[i], kvc_kernel_names[i], KVC_BINDINGS, KVC_TEXEL_MASK, spec,
                                               KVC_SPEC_ALL));
     }
@@ -751,7 +753,7 @@ static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, enum kvc_kern
 {
     uint32_t spec[KVC_SPEC_ALL];
     kvc_kernel_spec(c, i, qtex, spec);
-    vkh2o_kernel_slot* slot = reads_tex(i) && !qtex ? &c->kern_qs[i] : &c->kern[i];
+    vkh2o_kernel_slot* slot = reads_tex(i) && qtex != c->qtex_default ? &c->kern_qs[i] : &c->kern[i];
     vkh2o_kernel* k;
     /* the handle of the create (kern_qs: of the first use); a lookup again only after the
      * context's kernel cache was emptied */

@@ -102,8 +102,10 @@ struct vkh2o_kvcache {
                                       rows through it (spec KVC_SPEC_TEX) */
     vkh2o_kernel_slot kern[KVC_K_COUNT];   /* resolved at create (kvcache.c kvc_kernels); kvc_attend's
                                               and kvc_combine's with the query through texels */
-    vkh2o_kernel_slot kern_qs[2];  /* kvc_attend and kvc_combine with the query a storage buffer (a
-                                      query an app's VkBuffer, or off a 16-byte boundary): on first use */
+    bool qtex_default;             /* the query read through texels in kern[] (not under
+                                      VKH2O_CONTEXT_BASELINE_ONLY, which never does) */
+    vkh2o_kernel_slot kern_qs[2];  /* kvc_attend and kvc_combine reading the query the other way
+                                      (e.g. an app's VkBuffer, or off a 16-byte boundary): on first use */
 };
 
 /* bindings of every kvc_*.comp: 9 storage buffers, then 2 uniform texel buffers (the arena's and
