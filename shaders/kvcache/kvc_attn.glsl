@@ -33,19 +33,8 @@ uvec4 tok_words4(Tok r, uint w)
                  al == 0u ? A.z : (al == 1u ? A.w : (al == 2u ? B.x : B.y)),
                  al == 0u ? A.w : (al == 1u ? B.x : (al == 2u ? B.y : B.z)));
 }
-// number e of a held tier-k row
-float deq_x(uint k, Tok r, uint e)
-{
-    if (k == 0u) {
-        if (F32TOP != 0u) return uintBitsToFloat(arena_word(tok_w(r, e)));
-        vec2 h = unpackHalf2x16(arena_word(tok_w(r, e >> 1)));
-        return (e & 1u) != 0u ? h.y : h.x;
-    }
-    uint b = tier_bits(k), per = 32u / b;
-    uint q = (arena_word(tok_w(r, e / per)) >> ((e % per) * b)) & ((1u << b) - 1u);
-    vec2 sz = unpackHalf2x16(arena_word(tok_w(r, tier_data_words(k) + group_of(k, e))));
-    return sz.y + float(q) * sz.x;
-}
+// number e of a held tier-k row (through arena_word)
+KVC_DEFINE_DEQ(deq_x, arena_word)
 float row_x(uint k, Tok r, bool isnew, uint e) { return isnew ? new_x(e) : deq_x(k, r, e); }
 
 // Numbers [e0, e0 + 8) of a tier-k row in one read: the top tier's from an even e0 (fp16: four

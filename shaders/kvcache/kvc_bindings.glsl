@@ -33,8 +33,10 @@ layout(push_constant) uniform Push {
     uint q_toff;       // TEX & 2: q_off's float in q_t (a multiple of 4)
 } p;
 
-KVC_DEFINE_DEQ(deq, rows)
-KVC_DEFINE_DEQ(deq_shadow, shadow)
+uint rows_word(uint a) { return rows[a]; }
+uint shadow_word(uint a) { return shadow[a]; }
+KVC_DEFINE_DEQ(deq, rows_word)
+KVC_DEFINE_DEQ(deq_shadow, shadow_word)
 
 uint g_st() { return p.layer * ST_WORDS; }
 uint arena0() { return p.layer * NCHUNK * CW; }

@@ -188,17 +188,17 @@ uint evict_tier()
     return e;
 }
 
-#define KVC_DEFINE_DEQ(NAME, ROWS)                                                            \
+#define KVC_DEFINE_DEQ(NAME, WORD)                                                            \
     float NAME(uint k, Tok r, uint e)                                                         \
     {                                                                                         \
         if (k == 0u) {                                                                        \
-            if (F32TOP != 0u) return uintBitsToFloat(ROWS[tok_w(r, e)]);                      \
-            vec2 h = unpackHalf2x16(ROWS[tok_w(r, e >> 1)]);                                  \
+            if (F32TOP != 0u) return uintBitsToFloat(WORD(tok_w(r, e)));                      \
+            vec2 h = unpackHalf2x16(WORD(tok_w(r, e >> 1)));                                  \
             return (e & 1u) != 0u ? h.y : h.x;                                                \
         }                                                                                     \
         uint b = tier_bits(k), per = 32u / b;                                                 \
-        uint q = (ROWS[tok_w(r, e / per)] >> ((e % per) * b)) & ((1u << b) - 1u);             \
-        vec2 sz = unpackHalf2x16(ROWS[tok_w(r, tier_data_words(k) + group_of(k, e))]);        \
+        uint q = (WORD(tok_w(r, e / per)) >> ((e % per) * b)) & ((1u << b) - 1u);             \
+        vec2 sz = unpackHalf2x16(WORD(tok_w(r, tier_data_words(k) + group_of(k, e))));        \
         return sz.y + float(q) * sz.x;                                                        \
     }
 

@@ -612,7 +612,7 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     /* texel reads where the arena fits one view; VKH2O_CONTEXT_BASELINE_ONLY keeps the storage
      * reads (how the suites test them) */
     c->qtex_default = !(ctx->flags & VKH2O_CONTEXT_BASELINE_ONLY);
-    c->arena_tex = !(ctx->flags & VKH2O_CONTEXT_BASELINE_ONLY) && L * pl.arena_bytes / 16u <= ctx->caps.max_texel_buffer_elements;
+    c->arena_tex = c->qtex_default && L * pl.arena_bytes / 16u <= ctx->caps.max_texel_buffer_elements;
     if ((r = kvc_kernels(c)) != VKH2O_OK || (r = vkh2o_run_kvcache_reset(c)) != VKH2O_OK) {
         vkh2o_kvcache_destroy(c);
         return r;
@@ -769,7 +769,7 @@ static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, enum kvc_kern
 static bool query_texels(const vkh2o_kvcache* c, const vkh2o_buffer* q, uint64_t q_off, uint64_t floats, uint64_t* base,
                          uint64_t* range, uint32_t* toff)
 {
-    if (!q || !q->memory || q_off % 16u || c->qw % 4u || (c->ctx->flags & VKH2O_CONTEXT_BASELINE_ONLY))
+    if (!c->qtex_default || !q || !q->memory || q_off % 16u || c->qw % 4u)
         return false;
     *base = q_off & ~(uint64_t)255;
     const uint64_t max = (uint64_t)c->ctx->caps.max_texel_buffer_elements * 16u;
