@@ -490,6 +490,7 @@ class _DeviceBuffers:
         self.ctx, self.parent, self.bufs = ctx, parent, {}
 
     def get(self, name, nbytes):
+        self.parent.get()   # a closed owner: ClosedError before a buffer is made that nothing would release
         nbytes = max(int(nbytes), 4)
         h = self.bufs.get(name)
         if h is not None and h.ptr is not None and lib.vkh2o_buffer_get_size(h.ptr) >= nbytes:
