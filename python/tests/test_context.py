@@ -181,6 +181,35 @@ def test_a_missing_library_says_how_to_build_it():
     assert last.startswith("ImportError: vkh2o:") and "scripts/vkh2o.sh python" in last, p.stderr
 
 
+def test_a_library_found_nowhere_says_how_to_build_it(tmp_path):
+    """The package copied away from the source tree, with no _libpath.txt and no VKH2O_LIBRARY."""
+    import shutil
+    pkg = tmp_path / "vkh2o"
+    pkg.mkdir()
+    for f in ("__init__.py", "_ffi.py", "eval.py"):
+        shutil.copy(os.path.join(SRC, "python", "vkh2o", f), pkg / f)
+    env = {k: v for k, v in os.environ.items() if k != "VKH2O_LIBRARY"}
+    env.update(PYTHONPATH=str(tmp_path), VKH2O_INCLUDE_DIR=os.path.join(SRC, "include"), LD_LIBRARY_PATH="")
+    p = subprocess.run([sys.executable, "-c", "import vkh2o"], capture_output=True, text=True, env=env,
+                       cwd=str(tmp_path))
+    if p.returncode == 0:
+        pytest.skip("a libvkh2o.so is installed system-wide (ctypes.util.find_library found it)")
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: vkh2o: the shared library libvkh2o.so was not found"), p.stderr
+    assert "bash scripts/vkh2o.sh python" in last and "VKH2O_LIBRARY" in last
+    assert "cffi" not in p.stderr   # one message, no traceback into the binding
+
+
+def test_a_library_that_does_not_load_says_how_to_rebuild_it(tmp_path):
+    bad = tmp_path / "libvkh2o.so"
+    bad.write_text("not a shared library\n")
+    p = _import_in_subprocess({"VKH2O_LIBRARY": str(bad)})
+    assert p.returncode != 0
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: vkh2o: %s could not be loaded" % bad), p.stderr
+    assert "scripts/vkh2o.sh python" in last
+
+
 def test_missing_headers_say_where_they_were_looked_for():
     p = _import_in_subprocess({"VKH2O_INCLUDE_DIR": "/nonexistent", "VKH2O_LIBRARY": vkh2o.LIBRARY_PATH})
     # the source tree's include/ is the fallback: it still imports
