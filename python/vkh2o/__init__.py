@@ -249,7 +249,7 @@ def _floats(name, a, shape):
     float64, never a reinterpretation. ValueError naming the argument otherwise."""
     arr = np.asarray(a)
     if arr.dtype.kind != "f":
-        raise ValueError("%s: expected a float32 or float16 array, got dtype %s" % (name, arr.dtype))
+        raise ValueError("%s: expected a float array (float32, float16 or float64), got dtype %s" % (name, arr.dtype))
     if arr.ndim != len(shape) or any(s is not None and s != g for s, g in zip(shape, arr.shape)):
         raise ValueError("%s: expected shape %s, got %s" % (name, _shape_str(shape), tuple(arr.shape)))
     if not arr.flags.c_contiguous:
