@@ -765,7 +765,8 @@ class KVCache(_Owned):
 
 class MLALayer(_Owned):
     """One MLA attention layer's weights on the device (vkh2o_mla_layer), read from a safetensors
-    checkpoint: one .safetensors file, a sharded index, or a model directory. config: None (the
+    checkpoint: one .safetensors file (a shard holding the layer), a sharded index
+    (model.safetensors.index.json, or the directory holding it), or a model directory. config: None (the
     config.json in the directory or beside the file, else Kimi K2.6), a preset name, a path to a
     config.json, or a dict of vkh2o_mla_config fields (on top of the config.json / default).
     max_seq_len, max_decode_tokens, max_obs_window: vkh2o_mla_layer_desc's."""
@@ -782,6 +783,9 @@ class MLALayer(_Owned):
             js = os.path.join(path, "config.json") if os.path.isdir(path) else \
                 os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
             cfg = mla_config(dict(config) if config else None, json=js if os.path.isfile(js) else None)
+        # a sharded index: its directory (vkh2o_checkpoint_open reads the index there)
+        if os.path.basename(path) == "model.safetensors.index.json" and os.path.isfile(path):
+            path = os.path.dirname(os.path.abspath(path))
         # a model directory: its index, else model.safetensors (as vkh2o_model_create reads it), else
         # its one .safetensors file (vkh2o_checkpoint_open)
         if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "model.safetensors.index.json")) and \
