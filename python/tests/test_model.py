@@ -86,6 +86,10 @@ def test_session_errors(tiny_model):
             s.prefill([1, 2, 300])
         with pytest.raises(ValueError, match="tokens: expected integer token ids, got dtype float64"):
             s.prefill(np.array([1.0, 2.0]))
+        with pytest.raises(ValueError, match=r"tokens: expected shape \(n,\), got \(2, 2\)"):
+            s.prefill(np.ones((2, 2), np.int32))
+        with pytest.raises(ValueError, match="tokens: no tokens"):
+            s.decode([])
         with pytest.raises(ValueError, match="got a str"):
             s.prefill("text")
         s.prefill(b"abc")

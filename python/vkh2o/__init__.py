@@ -267,12 +267,12 @@ def _tokens(name, a, vocab=None):
         arr = np.asarray(a)
     if arr.ndim == 0:
         arr = arr.reshape(1)
+    if arr.size == 0:   # before the dtype: np.asarray([]) is float64
+        raise ValueError("%s: no tokens" % name)
     if arr.dtype.kind not in "iu":
         raise ValueError("%s: expected integer token ids, got dtype %s" % (name, arr.dtype))
     if arr.ndim != 1:
         raise ValueError("%s: expected shape (n,), got %s" % (name, tuple(arr.shape)))
-    if arr.size == 0:
-        raise ValueError("%s: no tokens" % name)
     if vocab is not None and (arr.min() < 0 or arr.max() >= vocab):
         bad = arr[(arr < 0) | (arr >= vocab)][0]
         raise ValueError("%s: token %d is outside the vocabulary [0, %d)" % (name, bad, vocab))
