@@ -90,6 +90,44 @@ def test_a_cache_outlives_del_ctx():
     ctx.close()
 
 
+def test_a_session_outlives_del_model_and_del_ctx(tiny_model):
+    c = new_context()
+    model = vkh2o.Model(c, tiny_model.path, max_seq_len=64)
+    s = model.session(capacity_tokens=16, n_sink=2, n_recent=4)
+    del model, c
+    gc.collect()
+    logits = s.prefill(b"The sky is blue.")
+    assert logits.shape == (16, 256) and s.decode(int(logits[-1].argmax())).shape == (256,)
+    ctx = s.model.context
+    assert ctx.validation_messages == 0
+    del s
+    gc.collect()
+    assert ctx.memory_stats["device_bytes"] == 0   # the session and its model went with it
+    ctx.close()
+
+
+def test_a_closed_cache_raises_and_makes_nothing(ctx):
+    rng = np.random.default_rng(4)
+    before = ctx.memory_stats
+    cache = small_cache(ctx, capacity_tokens=16, n_sink=2, n_recent=4)
+    cache.prefill(ckv=rng.standard_normal((4, 16)), kpe=rng.standard_normal((4, 8)), mass=rng.random(4))
+    cache.close()
+    assert ctx.memory_stats["device_bytes"] == before["device_bytes"]
+    calls = (lambda: cache.prefill(ckv=np.zeros((2, 16)), kpe=np.zeros((2, 8)), mass=np.ones(2)),
+             lambda: cache.step(np.zeros((2, 24)), ckv=np.zeros(16), kpe=np.zeros(8)),
+             lambda: cache.steps(np.zeros((3, 2, 24)), ckv=np.zeros((3, 16)), kpe=np.zeros((3, 8))),
+             cache.snapshot, cache.stats, cache.reset, lambda: cache.plan_bytes, lambda: cache.token_bytes("int8"))
+    for call in calls:
+        with pytest.raises(vkh2o.ClosedError, match="KVCache is closed"):
+            call()
+    # no device buffer was made for the refused calls
+    assert ctx.memory_stats["device_bytes"] == before["device_bytes"]
+    assert ctx.memory_stats["device_allocations"] == before["device_allocations"]
+    with pytest.raises(vkh2o.ClosedError):
+        with cache:
+            pass
+
+
 def test_closing_the_context_closes_what_came_from_it(tiny_model):
     c = new_context()
     model = vkh2o.Model(c, tiny_model.path, max_seq_len=64)
@@ -141,6 +179,35 @@ def test_a_missing_library_says_how_to_build_it():
     assert p.returncode != 0
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: vkh2o:") and "scripts/vkh2o.sh python" in last, p.stderr
+
+
+def test_a_library_found_nowhere_says_how_to_build_it(tmp_path):
+    """The package copied away from the source tree, with no _libpath.txt and no VKH2O_LIBRARY."""
+    import shutil
+    pkg = tmp_path / "vkh2o"
+    pkg.mkdir()
+    for f in ("__init__.py", "_ffi.py", "eval.py"):
+        shutil.copy(os.path.join(SRC, "python", "vkh2o", f), pkg / f)
+    env = {k: v for k, v in os.environ.items() if k != "VKH2O_LIBRARY"}
+    env.update(PYTHONPATH=str(tmp_path), VKH2O_INCLUDE_DIR=os.path.join(SRC, "include"), LD_LIBRARY_PATH="")
+    p = subprocess.run([sys.executable, "-c", "import vkh2o"], capture_output=True, text=True, env=env,
+                       cwd=str(tmp_path))
+    if p.returncode == 0:
+        pytest.skip("a libvkh2o.so is installed system-wide (ctypes.util.find_library found it)")
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: vkh2o: the shared library libvkh2o.so was not found"), p.stderr
+    assert "bash scripts/vkh2o.sh python" in last and "VKH2O_LIBRARY" in last
+    assert "cffi" not in p.stderr   # one message, no traceback into the binding
+
+
+def test_a_library_that_does_not_load_says_how_to_rebuild_it(tmp_path):
+    bad = tmp_path / "libvkh2o.so"
+    bad.write_text("not a shared library\n")
+    p = _import_in_subprocess({"VKH2O_LIBRARY": str(bad)})
+    assert p.returncode != 0
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: vkh2o: %s could not be loaded" % bad), p.stderr
+    assert "scripts/vkh2o.sh python" in last
 
 
 def test_missing_headers_say_where_they_were_looked_for():

@@ -100,3 +100,68 @@ def test_safetensors_reader():
     st.close()
     with pytest.raises(vkh2o.ClosedError):
         st.keys()
+
+
+def _write_safetensors(path, tensors):
+    """tensors: [(name, dtype, shape, raw bytes)] into a safetensors file (header padded to 8 bytes)."""
+    import json
+    import struct
+    header, off = {}, 0
+    for name, dt, shape, raw in tensors:
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(t[3] for t in tensors))
+
+
+def _read_safetensors(path):
+    import json
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    header.pop("__metadata__", None)
+    return [(k, v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()]
+
+
+def test_one_shard_a_sharded_index_and_a_directory_load_the_same_layer(ctx, layer, tmp_path):
+    """The committed checkpoint split into two shards (layer 1's tensors alone in the second) with a
+    model.safetensors.index.json: the layer from the directory, from the index and from the one
+    shard file holding it (config.json found beside it) equals the layer from the committed model."""
+    import json
+    import shutil
+    tensors = _read_safetensors(MODEL + "/model.safetensors")
+    shards = {"model-00001-of-00002.safetensors": [t for t in tensors if not t[0].startswith("model.layers.1.")],
+              "model-00002-of-00002.safetensors": [t for t in tensors if t[0].startswith("model.layers.1.")]}
+    for name, ts in shards.items():
+        _write_safetensors(tmp_path / name, ts)
+    with open(tmp_path / "model.safetensors.index.json", "w") as f:
+        json.dump({"metadata": {}, "weight_map": {t[0]: name for name, ts in shards.items() for t in ts}}, f)
+    shutil.copy(MODEL + "/config.json", tmp_path / "config.json")
+    hidden = np.random.default_rng(4).standard_normal((10, 128)).astype(np.float32)
+    want, want_mass = layer.forward(hidden)
+    for src in (tmp_path, tmp_path / "model.safetensors.index.json", tmp_path / "model-00002-of-00002.safetensors"):
+        with vkh2o.MLALayer(ctx, src, layer=1, max_seq_len=64) as other:
+            assert other.config == layer.config
+            out, mass = other.forward(hidden)
+            np.testing.assert_array_equal(out, want)
+            np.testing.assert_array_equal(mass, want_mass)
+    with pytest.raises(vkh2o.MissingTensorError, match="layers.0"):   # layer 0 is not in that shard
+        vkh2o.MLALayer(ctx, tmp_path / "model-00002-of-00002.safetensors", layer=0)
+
+
+def test_a_closed_layer_raises(ctx):
+    lay = vkh2o.MLALayer(ctx, MODEL, layer=0, max_seq_len=16)
+    cache = lay.kvcache(max_tokens=16)
+    lay.close()
+    assert lay.closed and not cache.closed   # the cache has its own shape; it does not need the layer
+    with pytest.raises(vkh2o.ClosedError):
+        lay.forward(np.zeros((2, 128), np.float32))
+    with pytest.raises(vkh2o.ClosedError):
+        lay.decode(cache, np.zeros(128, np.float32))
+    with pytest.raises(vkh2o.ClosedError):
+        lay.softmax_scale
+    cache.close()

@@ -50,6 +50,32 @@ def test_capped_session_holds_its_capacity(tiny_model):
         assert s.desc["kv"]["capacity_tokens"] == 24 and s.desc["schedule"] == "uniform"
 
 
+def test_session_takes_the_cache_as_a_dict(tiny_model):
+    """session(cache={...}) with the model cache desc's and the cache desc's fields by name (the
+    nested kv= dict too) equals the same fields as keyword arguments."""
+    cache = dict(capacity_bytes=6000, n_sink=2, n_recent=6, precision="tiered", policy="h2o", obs_window=4)
+    with tiny_model.session(cache=cache) as a, tiny_model.session(**cache) as b, \
+            tiny_model.session(cache={"obs_window": 4, "kv": {k: v for k, v in cache.items() if k != "obs_window"}}) as c:
+        assert a.desc == b.desc == c.desc
+        assert a.desc["obs_window"] == 4 and a.desc["kv"]["capacity_bytes"] == 6000
+        assert a.desc["kv"]["precision"] == "tiered"
+        la, lb = a.prefill(TEXT[:40]), b.prefill(TEXT[:40])
+        np.testing.assert_array_equal(la, lb)
+        np.testing.assert_array_equal(a.decode(int(TEXT[40])), b.decode(int(TEXT[40])))
+        assert a.kv_stats(1) == b.kv_stats(1) and a.kv_stats(1)["bytes_used"] <= 6000
+
+
+def test_a_closed_session_raises(tiny_model):
+    s = tiny_model.session()
+    s.prefill(b"abc")
+    s.close()
+    for call in (lambda: s.decode(1), lambda: s.prefill(b"x"), lambda: s.position, s.reset, s.kv_stats,
+                 lambda: s.cache_bytes):
+        with pytest.raises(vkh2o.ClosedError, match="Session is closed"):
+            call()
+    assert not tiny_model.closed   # closing a session leaves its model
+
+
 def test_session_errors(tiny_model):
     with pytest.raises(vkh2o.BudgetError, match="capacity"):
         tiny_model.session(capacity_tokens=5, n_sink=4, n_recent=8)
@@ -60,6 +86,10 @@ def test_session_errors(tiny_model):
             s.prefill([1, 2, 300])
         with pytest.raises(ValueError, match="tokens: expected integer token ids, got dtype float64"):
             s.prefill(np.array([1.0, 2.0]))
+        with pytest.raises(ValueError, match=r"tokens: expected shape \(n,\), got \(2, 2\)"):
+            s.prefill(np.ones((2, 2), np.int32))
+        with pytest.raises(ValueError, match="tokens: no tokens"):
+            s.decode([])
         with pytest.raises(ValueError, match="got a str"):
             s.prefill("text")
         s.prefill(b"abc")

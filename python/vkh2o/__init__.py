@@ -249,7 +249,7 @@ def _floats(name, a, shape):
     float64, never a reinterpretation. ValueError naming the argument otherwise."""
     arr = np.asarray(a)
     if arr.dtype.kind != "f":
-        raise ValueError("%s: expected a float32 or float16 array, got dtype %s" % (name, arr.dtype))
+        raise ValueError("%s: expected a float array (float32, float16 or float64), got dtype %s" % (name, arr.dtype))
     if arr.ndim != len(shape) or any(s is not None and s != g for s, g in zip(shape, arr.shape)):
         raise ValueError("%s: expected shape %s, got %s" % (name, _shape_str(shape), tuple(arr.shape)))
     if not arr.flags.c_contiguous:
@@ -267,12 +267,12 @@ def _tokens(name, a, vocab=None):
         arr = np.asarray(a)
     if arr.ndim == 0:
         arr = arr.reshape(1)
+    if arr.size == 0:   # before the dtype: np.asarray([]) is float64
+        raise ValueError("%s: no tokens" % name)
     if arr.dtype.kind not in "iu":
         raise ValueError("%s: expected integer token ids, got dtype %s" % (name, arr.dtype))
     if arr.ndim != 1:
         raise ValueError("%s: expected shape (n,), got %s" % (name, tuple(arr.shape)))
-    if arr.size == 0:
-        raise ValueError("%s: no tokens" % name)
     if vocab is not None and (arr.min() < 0 or arr.max() >= vocab):
         bad = arr[(arr < 0) | (arr >= vocab)][0]
         raise ValueError("%s: token %d is outside the vocabulary [0, %d)" % (name, bad, vocab))
@@ -490,6 +490,7 @@ class _DeviceBuffers:
         self.ctx, self.parent, self.bufs = ctx, parent, {}
 
     def get(self, name, nbytes):
+        self.parent.get()   # a closed owner: ClosedError before a buffer is made that nothing would release
         nbytes = max(int(nbytes), 4)
         h = self.bufs.get(name)
         if h is not None and h.ptr is not None and lib.vkh2o_buffer_get_size(h.ptr) >= nbytes:
@@ -764,7 +765,8 @@ class KVCache(_Owned):
 
 class MLALayer(_Owned):
     """One MLA attention layer's weights on the device (vkh2o_mla_layer), read from a safetensors
-    checkpoint: one .safetensors file, a sharded index, or a model directory. config: None (the
+    checkpoint: one .safetensors file (a shard holding the layer), a sharded index
+    (model.safetensors.index.json, or the directory holding it), or a model directory. config: None (the
     config.json in the directory or beside the file, else Kimi K2.6), a preset name, a path to a
     config.json, or a dict of vkh2o_mla_config fields (on top of the config.json / default).
     max_seq_len, max_decode_tokens, max_obs_window: vkh2o_mla_layer_desc's."""
@@ -781,6 +783,9 @@ class MLALayer(_Owned):
             js = os.path.join(path, "config.json") if os.path.isdir(path) else \
                 os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
             cfg = mla_config(dict(config) if config else None, json=js if os.path.isfile(js) else None)
+        # a sharded index: its directory (vkh2o_checkpoint_open reads the index there)
+        if os.path.basename(path) == "model.safetensors.index.json" and os.path.isfile(path):
+            path = os.path.dirname(os.path.abspath(path))
         # a model directory: its index, else model.safetensors (as vkh2o_model_create reads it), else
         # its one .safetensors file (vkh2o_checkpoint_open)
         if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "model.safetensors.index.json")) and \
