@@ -248,6 +248,30 @@ typedef struct vkh2o_device_caps {
     bool unified_memory;           /* device-local memory is host-visible (CPU, iGPU, ReBAR) */
 } vkh2o_device_caps;
 
+/* The device profile: what the context chose for its device once, at create, from the device's
+ * limits (vkh2o_device_caps), its flags and the environment overrides (docs/LIBRARY.md, "The
+ * device profile", has the table): the kernels' shapes and limits every object's plan reads.
+ * vkh2o-info prints it. */
+typedef struct vkh2o_device_profile {
+    bool cpu_shapes;                 /* kernel shapes for a CPU device (few wide invocations,
+                                        register blocking, texel reads), not a GPU's */
+    uint32_t loop_budget;            /* loop iterations one invocation may run (0: no limit; CPU
+                                        devices: llvmpipe leaves loops after 65535) */
+    uint32_t elementwise_workgroup;  /* embed, swiglu, axpby */
+    uint32_t elementwise_groups_max; /* their workgroups along a row, at most */
+    uint32_t axpby_per_invocation;
+    uint32_t logprob_workgroup;
+    uint32_t rmsnorm_workgroup;
+    uint32_t matmul_tiled_workgroup; /* the shared-memory tiled matmul (GPU shapes) */
+    uint32_t attn_local, attn_rq, attn_rk, attn_hg;   /* attention: workgroup, queries per
+                                        invocation, keys per score tile, heads per P.V invocation */
+    bool attn_texel;                 /* attention reads q, k, v through texel views */
+    uint32_t matmul_path;            /* 0: each matmul's choice; 1 register, 2 tiled, 3 texel: forced */
+    uint64_t max_binding_bytes;      /* a weight chunk's bytes at most (0: the device's limit) */
+    uint32_t max_shared_bytes;       /* the most shared memory a kernel takes under this profile */
+    uint32_t max_invocations;        /* the largest workgroup a kernel takes under this profile */
+} vkh2o_device_profile;
+
 /* Creates a context. Results: OK, NO_DEVICE (no loader, no driver, no Vulkan 1.2 device),
  * VULKAN (also: the loader lacks an entry point vkh2o needs), INVALID_ARGUMENT (partial
  * adoption, device_select out of range, extension count without names), OUT_OF_HOST_MEMORY,
@@ -259,6 +283,8 @@ VKH2O_API vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2
  * context must have been destroyed before. Accepts NULL. */
 VKH2O_API void vkh2o_context_destroy(vkh2o_context* ctx);
 VKH2O_API const vkh2o_device_caps* vkh2o_context_get_caps(const vkh2o_context* ctx);
+/* The context's device profile (valid as long as the context). */
+VKH2O_API const vkh2o_device_profile* vkh2o_context_get_profile(const vkh2o_context* ctx);
 /* The last failure's message on this context ("" if none). Valid until the next call. */
 VKH2O_API const char* vkh2o_last_error(const vkh2o_context* ctx);
 /* Number of validation-layer WARNING/ERROR messages seen so far (0 without validation). */

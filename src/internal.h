@@ -63,6 +63,47 @@ typedef struct retired_node {
     struct retired_node* next;
 } retired_node;
 
+
+typedef struct vkh2o_attn_tuning {
+    uint32_t local;   /* workgroup size of the three passes */
+    uint32_t rq;      /* queries per invocation */
+    uint32_t rk;      /* keys per score tile */
+    uint32_t hg;      /* heads per invocation of the P.V pass (partials = ceil(H/hg) per block) */
+    /* Most loop iterations one invocation may run (0: no limit). llvmpipe (lavapipe) silently
+     * leaves every loop of an invocation once 65535 iterations have run in total
+     * (LP_MAX_TGSI_LOOP_ITERATIONS), so on CPU devices the P.V pass takes fewer heads per
+     * invocation for long rows (vkh2o_attn_hg) and a shape that cannot fit is refused. */
+    uint32_t loop_budget;
+    /* 1: passes 1 and 2 read q, k and v as uniform texel buffers (shaders/mla/attn_lse_texel.comp,
+     * attn_pv_texel.comp; four floats per fetch, which llvmpipe gathers vectorised) when the
+     * buffers are known and the layout allows (vkh2o_attn_bufs); otherwise, and with 0, as
+     * storage buffers. Both give the same bits. */
+    uint32_t texel;
+} vkh2o_attn_tuning;
+
+/* Which kernel vkh2o_cmd_matmul uses. AUTO: register blocking with texel-buffer reads on CPU
+ * devices (storage reads when a chunk exceeds the texel limit), shared-memory tiles on GPUs;
+ * the others force one (tests run all on any device). */
+typedef enum vkh2o_matmul_path {
+    VKH2O_MATMUL_PATH_AUTO = 0,
+    VKH2O_MATMUL_PATH_REGISTER = 1,   /* shaders/mla/matmul.comp: storage-buffer reads */
+    VKH2O_MATMUL_PATH_TILED = 2,      /* shaders/mla/matmul_tiled.comp */
+    VKH2O_MATMUL_PATH_TEXEL = 3,      /* shaders/mla/matmul_texel.comp: register blocking, W (and X
+                                         when x_buffer allows) read as uniform texel buffers */
+    VKH2O_MATMUL_PATH_COUNT
+} vkh2o_matmul_path;
+
+/* The device profile (vkh2o_device_profile, src/core/profile.c): every device-dependent choice
+ * of a kernel shape or limit, made once at context create from the device's limits, the
+ * context's flags and the environment overrides (read there only). Recorders read it; none asks
+ * the device type. */typedef const char* (*vkh2o_env_fn)(const char* name);
+/* The profile for a device with caps under flags; env reads the overrides (NULL: none). Pure: a
+ * test makes profiles for published limits. */
+void vkh2o_profile_make(const vkh2o_device_caps* caps, uint32_t flags, vkh2o_env_fn env, vkh2o_device_profile* out);
+/* Whether a device with caps runs every kernel under profile p: NULL, or what does not fit, with
+ * the limit (context create refuses such a device). */
+const char* vkh2o_profile_misfit(const vkh2o_device_caps* caps, const vkh2o_device_profile* p, char* why, size_t cap);
+
 struct vkh2o_context {
     VkInstance instance;
     VkPhysicalDevice phys;
@@ -89,6 +130,7 @@ struct vkh2o_context {
     } mem;
     uint32_t flags;
     vkh2o_device_caps caps;
+    vkh2o_device_profile profile; /* made at create (vkh2o_profile_make) */
     VkPhysicalDeviceMemoryProperties mem_props;
 
     VkCommandPool cmd_pool;
@@ -127,19 +169,6 @@ struct vkh2o_context {
     char last_error[2048];
     uint64_t oom_mark;            /* vkh2o_fail: when last_error became an out-of-memory failure */
 };
-
-/* The device is a CPU (lavapipe): its loop limit applies (safeguards, budgets). */
-static inline bool vkh2o_is_cpu_device(const vkh2o_context* ctx)
-{
-    return ctx->caps.device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
-}
-/* Kernel shapes for a CPU device (few wide-register invocations, texel reads) rather than a
- * GPU's (wide workgroups, small tiles, storage reads); VKH2O_CONTEXT_GPU_SHAPES forces the GPU
- * ones on a CPU device. */
-static inline bool vkh2o_cpu_shapes(const vkh2o_context* ctx)
-{
-    return vkh2o_is_cpu_device(ctx) && !(ctx->flags & VKH2O_CONTEXT_GPU_SHAPES);
-}
 
 typedef struct buffer_view_node {
     VkBufferView view;

@@ -386,9 +386,9 @@ int main(int argc, char** argv)
         vkh2o_context* ctx = NULL;
         const uint32_t flags = (sh == CONF_SHAPES_GPU ? VKH2O_CONTEXT_GPU_SHAPES : 0) |
                                (baseline ? VKH2O_CONTEXT_BASELINE_ONLY : 0);
-        if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = device_given ? VKH2O_DEVICE_INDEX(device) : 0,
-                                                              .flags = flags, .log = cli_log, .user_data = TOOL },
-                               &ctx) != VKH2O_OK) {
+        const vkh2o_context_desc cdesc = { .device_select = device_given ? VKH2O_DEVICE_INDEX(device) : 0, .flags = flags,
+                                           .log = cli_log, .user_data = TOOL };
+        if (cli_context_create(TOOL, &cdesc, &ctx) != VKH2O_OK) {
             status = 1;
             break;
         }
@@ -413,7 +413,7 @@ int main(int argc, char** argv)
                         vkh2o_result_string(r), vkh2o_last_error(ctx));
             }
         }
-        const conf_env env0 = { .ctx = ctx, .caps = caps, .shapes = sh, .seed = seed, .perf = perf, .perf_runs = PERF_RUNS };
+        const conf_env env0 = { .ctx = ctx, .desc = cdesc, .caps = caps, .shapes = sh, .seed = seed, .perf = perf, .perf_runs = PERF_RUNS };
         uint64_t* before = calloc(vkh2o_kernel_count() + 1, sizeof *before);
         for (uint32_t i = 0; i < nsel; i++) {
             run_row* w = &rows[i];
@@ -437,8 +437,13 @@ int main(int argc, char** argv)
                     before[k] = vkh2o_context_get_kernel_dispatches(ctx, k);
                 const uint32_t msgs = vkh2o_context_get_validation_messages(ctx);
                 w->c->run(&env, w->c, &w->r);
-                dispatched_set(ctx, before, w->dispatched, sizeof w->dispatched);
-                const uint32_t vmsgs = vkh2o_context_get_validation_messages(ctx) - msgs;
+                const vkh2o_context* used = w->r.own_ctx ? w->r.own_ctx : ctx;
+                if (w->r.own_ctx)   /* made by the case: every count is its own */
+                    memset(before, 0, vkh2o_kernel_count() * sizeof *before);
+                dispatched_set(used, before, w->dispatched, sizeof w->dispatched);
+                const uint32_t vmsgs = vkh2o_context_get_validation_messages(used) - (w->r.own_ctx ? 0 : msgs);
+                vkh2o_context_destroy(w->r.own_ctx);
+                w->r.own_ctx = NULL;
                 if ((w->r.status == CONF_PASS || w->r.status == CONF_FAIL) && !same_set(w->dispatched, w->c->kernels)) {
                     w->r.status = CONF_FAIL;
                     snprintf(w->r.note, sizeof w->r.note, "dispatched {%s}, the case declares {%s}", w->dispatched,

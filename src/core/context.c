@@ -355,6 +355,8 @@ static vkh2o_result create_device(vkh2o_context* ctx)
     return VKH2O_OK;
 }
 
+static const char* env_get(const char* name) { return getenv(name); }
+
 static vkh2o_result init_common(vkh2o_context* ctx)
 {
     char why[256];
@@ -362,6 +364,10 @@ static vkh2o_result init_common(vkh2o_context* ctx)
         return vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "%s", why);
     if (ctx->caps.push_descriptor && !ctx->vk.vkCmdPushDescriptorSetKHR)
         ctx->caps.push_descriptor = false;
+    vkh2o_profile_make(&ctx->caps, ctx->flags, env_get, &ctx->profile);
+    char misfit[256];
+    if (vkh2o_profile_misfit(&ctx->caps, &ctx->profile, misfit, sizeof misfit))
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "device %s: %s", ctx->caps.device_name, misfit);
     if (!ctx->queue)
         ctx->vk.vkGetDeviceQueue(ctx->device, ctx->queue_family, 0, &ctx->queue);
     VkCommandPoolCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
@@ -613,6 +619,7 @@ void vkh2o_context_destroy(vkh2o_context* ctx)
 }
 
 const vkh2o_device_caps* vkh2o_context_get_caps(const vkh2o_context* ctx) { return &ctx->caps; }
+const vkh2o_device_profile* vkh2o_context_get_profile(const vkh2o_context* ctx) { return &ctx->profile; }
 uint32_t vkh2o_context_get_validation_messages(const vkh2o_context* ctx) { return ctx ? ctx->validation_messages : 0; }
 
 double vkh2o_context_get_device_ms(const vkh2o_context* ctx)

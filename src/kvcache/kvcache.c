@@ -542,7 +542,7 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     const uint32_t S = pl.total_slots, H = d.num_heads;
     /* llvmpipe ends an invocation's loops after 65535 iterations: a scan of a tier walks its slots
      * in steps of a workgroup */
-    if (vkh2o_is_cpu_device(ctx) && vkh2o_div_up(S, KVC_WG) > 60000)
+    if (ctx->profile.loop_budget && vkh2o_div_up(S, KVC_WG) > ctx->profile.loop_budget)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "kvcache: %u slots exceed the loop limit of this CPU device's step", S);
     /* kvc_attend broadcasts the heads' weights within subgroups (every target device has ballot
      * operations in compute; a device without them is refused here, not at the first dispatch) */

@@ -22,14 +22,14 @@ _Static_assert(sizeof(struct axpby_push) <= VKH2O_PUSH_MAX, "axpby push constant
 enum { EMBED_SPEC_WG = 0, EMBED_SPEC_DT, EMBED_SPEC_COUNT };
 enum { LOGPROB_SPEC_WG = 0, LOGPROB_SPEC_TGT, LOGPROB_SPEC_FULL, LOGPROB_SPEC_COUNT };
 
-/* Columns per workgroup along x: CPU devices want few wide invocations, GPUs many. */
-static uint32_t elem_wg(const vkh2o_context* ctx) { return vkh2o_cpu_shapes(ctx) ? 64u : 256u; }
+/* Columns per workgroup along x (the device profile's) */
+static uint32_t elem_wg(const vkh2o_context* ctx) { return ctx->profile.elementwise_workgroup; }
 
 static uint32_t groups_x(const vkh2o_context* ctx, uint32_t cols, uint32_t wg)
 {
     /* a CPU device runs best with one workgroup covering a row in a few iterations */
     uint32_t g = vkh2o_div_up(cols, wg);
-    uint32_t cap = vkh2o_cpu_shapes(ctx) ? 4u : 1024u;
+    uint32_t cap = ctx->profile.elementwise_groups_max;
     return g < cap ? g : cap;
 }
 
@@ -47,7 +47,7 @@ vkh2o_result vkh2o_lm_kernels_resolve(vkh2o_context* ctx, const vkh2o_dev_weight
     const uint32_t wg[1] = { elem_wg(ctx) };
     VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &k->swiglu, k_swiglu, 3, 0, wg, 1));
     VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &k->axpby, k_axpby, 2, 0, wg, 1));
-    const uint32_t ls[LOGPROB_SPEC_COUNT] = { [LOGPROB_SPEC_WG] = vkh2o_cpu_shapes(ctx) ? 64u : 256u, [LOGPROB_SPEC_TGT] = 1,
+    const uint32_t ls[LOGPROB_SPEC_COUNT] = { [LOGPROB_SPEC_WG] = ctx->profile.logprob_workgroup, [LOGPROB_SPEC_TGT] = 1,
                                               [LOGPROB_SPEC_FULL] = 0 };
     return vkh2o_kernel_slot_resolve(ctx, &k->logprob, k_logprob, 4, 0, ls, LOGPROB_SPEC_COUNT);
 }
@@ -106,7 +106,7 @@ vkh2o_result vkh2o_cmd_logprob(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "logprob: a row stride is below the vocabulary (%u)", a->vocab);
     if (a->rows > ctx->caps.max_workgroup_count[0])
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "logprob: %u rows exceed the device's workgroup limit", a->rows);
-    uint32_t spec[LOGPROB_SPEC_COUNT] = { [LOGPROB_SPEC_WG] = vkh2o_cpu_shapes(ctx) ? 64u : 256u,
+    uint32_t spec[LOGPROB_SPEC_COUNT] = { [LOGPROB_SPEC_WG] = ctx->profile.logprob_workgroup,
                                           [LOGPROB_SPEC_TGT] = a->targets, [LOGPROB_SPEC_FULL] = a->full };
     vkh2o_kernel* k;
     VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, slot, true, k_logprob, 4, 0, spec, LOGPROB_SPEC_COUNT, &k));
@@ -125,7 +125,7 @@ vkh2o_result vkh2o_cmd_axpby(vkh2o_context* ctx, VkCommandBuffer cb, uint32_t n,
     VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, slot, true, k_axpby, 2, 0, spec, 1, &k));
     struct axpby_push pc = { n, a, b };
     vkh2o_binding bb[2] = { x, y };
-    uint32_t groups = vkh2o_div_up(n, wg * (vkh2o_cpu_shapes(ctx) ? 16u : 1u));
+    uint32_t groups = vkh2o_div_up(n, wg * ctx->profile.axpby_per_invocation);
     if (groups > 65535u)
         groups = 65535u;
     return vkh2o_dispatch(ctx, cb, k, bb, 2, &pc, sizeof pc, groups, 1, 1);

@@ -42,15 +42,6 @@ enum { LSE_SPEC_WG, LSE_SPEC_D, LSE_SPEC_RQ, LSE_SPEC_RK, LSE_SPEC_COUNT };
 enum { PV_SPEC_WG, PV_SPEC_D, PV_SPEC_RQ, PV_SPEC_RK, PV_SPEC_DV, PV_SPEC_HG, PV_SPEC_PROBS, PV_SPEC_COUNT };
 enum { REDUCE_SPEC_WG, REDUCE_SPEC_RQ, REDUCE_SPEC_COUNT };
 
-/* llvmpipe ends all loops of an invocation after 65535 iterations in total; keep a margin for
- * the few loops outside the key tiles. */
-#define CPU_LOOP_BUDGET 60000u
-
-static bool is_cpu(const vkh2o_context* ctx)
-{
-    return vkh2o_context_get_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
-}
-
 /* ------------------------------------------------------------------------------------------
  * RoPE table
  * ---------------------------------------------------------------------------------------- */
@@ -77,7 +68,7 @@ static const char k_rmsnorm[] = "rmsnorm", k_rope[] = "rope";   /* one pointer f
 
 static void rmsnorm_spec(const vkh2o_context* ctx, const vkh2o_rmsnorm_args* a, uint32_t spec[RMSNORM_SPEC_COUNT])
 {
-    spec[RMSNORM_SPEC_WG] = vkh2o_cpu_shapes(ctx) ? 64 : 128;
+    spec[RMSNORM_SPEC_WG] = ctx->profile.rmsnorm_workgroup;
     spec[RMSNORM_SPEC_ROPE] = a->rope;
     spec[RMSNORM_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
     spec[RMSNORM_SPEC_POSBUF] = a->rope && a->pos_buf ? 1 : 0;
@@ -146,23 +137,8 @@ vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_
 
 vkh2o_attn_tuning vkh2o_attn_tuning_default(const vkh2o_context* ctx)
 {
-    /* CPU (lavapipe): one SIMD lane per (head, 8 queries), 8x8 score tiles in registers (each
-     * loaded q/k element feeds 8 FMAs; 8x8 measured 1.6x faster than 4x8 and than 16x8 at the
-     * Kimi shape, S = 256), and 8 heads per P.V invocation to keep the partial-mass buffer
-     * small. Elsewhere: one query per invocation so the P.V accumulator (DV floats) stays in
-     * registers. */
-    const uint32_t budget = is_cpu(ctx) ? CPU_LOOP_BUDGET : 0;
-    const uint32_t texel = vkh2o_cpu_shapes(ctx) ? 1 : 0;
-    vkh2o_attn_tuning t = vkh2o_cpu_shapes(ctx) ? (vkh2o_attn_tuning){ 32, 8, 8, 8, budget, texel }
-                                                : (vkh2o_attn_tuning){ 64, 1, 8, 8, budget, texel };
-    const char* env = getenv("VKH2O_ATTN_TUNING");
-    unsigned l, q, k, h;
-    if (env && sscanf(env, "%u,%u,%u,%u", &l, &q, &k, &h) == 4 && l && q && k && h && l <= 1024 && q <= 16 && k <= 64)
-        t = (vkh2o_attn_tuning){ l, q, k, h, budget, texel };
-    const char* tex = getenv("VKH2O_ATTN_TEXEL");
-    if (tex && (tex[0] == '0' || tex[0] == '1') && tex[1] == '\0')
-        t.texel = (uint32_t)(tex[0] - '0');
-    return t;
+    const vkh2o_device_profile* p = &ctx->profile;
+    return (vkh2o_attn_tuning){ p->attn_local, p->attn_rq, p->attn_rk, p->attn_hg, p->loop_budget, p->attn_texel ? 1u : 0u };
 }
 
 /* Loop iterations one key tile costs an invocation: the score loop over D and the P.V loop over

@@ -46,10 +46,6 @@ struct matmul_push {
 };
 _Static_assert(sizeof(struct matmul_push) <= VKH2O_PUSH_MAX, "matmul push constants too large");
 
-/* llvmpipe (lavapipe) silently ends every loop of an invocation after 65535 iterations in
- * total (docs/HACKING.md); on CPU devices one dispatch stays below this many. */
-#define CPU_LOOP_BUDGET 60000u
-
 /* Host bytes converted per upload call: bounds the temporary copy for padded rows. */
 #define UPLOAD_SLAB_BYTES (16u << 20)
 
@@ -70,28 +66,6 @@ static uint64_t chunk_bytes(const vkh2o_dev_weight* w, uint32_t first, uint32_t 
     if (w->dtype != VKH2O_DTYPE_F8_E4M3) return rows;
     /* whole 16-byte texels: the texel path views the whole chunk */
     return (rows + (uint64_t)chunk_scale_rows(first, n) * w->scale_cols * 4u + 15u) & ~(uint64_t)15;
-}
-
-static uint64_t env_binding_limit(void)
-{
-    const char* s = getenv("VKH2O_MAX_BINDING_BYTES");
-    if (!s || !*s) return 0;
-    char* end = NULL;
-    unsigned long long v = strtoull(s, &end, 0);
-    return (end && *end == '\0') ? (uint64_t)v : 0;
-}
-
-/* VKH2O_MATMUL_PATH=register|tiled|texel forces the kernel the automatic choice would pick,
- * so that a conformance run (vkh2o-conformance) reaches every variant through the public
- * calls on any device; anything else keeps the automatic choice. */
-static uint32_t env_matmul_path(void)
-{
-    const char* s = getenv("VKH2O_MATMUL_PATH");
-    if (!s) return VKH2O_MATMUL_PATH_AUTO;
-    if (!strcmp(s, "register")) return VKH2O_MATMUL_PATH_REGISTER;
-    if (!strcmp(s, "tiled")) return VKH2O_MATMUL_PATH_TILED;
-    if (!strcmp(s, "texel")) return VKH2O_MATMUL_PATH_TEXEL;
-    return VKH2O_MATMUL_PATH_AUTO;
 }
 
 void vkh2o_weight_free(vkh2o_dev_weight* w)
@@ -230,7 +204,7 @@ vkh2o_result vkh2o_weight_upload_limit(vkh2o_context* ctx, const vkh2o_tensor_vi
 
 vkh2o_result vkh2o_weight_upload(vkh2o_context* ctx, const vkh2o_tensor_view* v, vkh2o_dev_weight* out)
 {
-    return upload_impl(ctx, v, NULL, env_binding_limit(), out);
+    return upload_impl(ctx, v, NULL, ctx ? ctx->profile.max_binding_bytes : 0, out);
 }
 
 vkh2o_result vkh2o_weight_upload_fp8(vkh2o_context* ctx, const vkh2o_tensor_view* v, const vkh2o_tensor_view* scale,
@@ -240,7 +214,7 @@ vkh2o_result vkh2o_weight_upload_fp8(vkh2o_context* ctx, const vkh2o_tensor_view
         if (out) memset(out, 0, sizeof *out);
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_weight_upload_fp8: NULL scale");
     }
-    return upload_impl(ctx, v, scale, max_binding_bytes ? max_binding_bytes : env_binding_limit(), out);
+    return upload_impl(ctx, v, scale, max_binding_bytes ? max_binding_bytes : ctx ? ctx->profile.max_binding_bytes : 0, out);
 }
 
 uint64_t vkh2o_weight_get_device_bytes(const vkh2o_dev_weight* w)
@@ -287,7 +261,7 @@ typedef struct matmul_plan {
  * uvec4 weight load feeds TM x 8 FMAs and each broadcast X load TN; for decode-sized M the
  * block height shrinks to M so no work is wasted. GPUs: shared-memory tiles of 64 x 64 (16 x 64 for
  * small M) with 4 x 4 (1 x 4) outputs per invocation. */
-static void plan_matmul(const vkh2o_device_caps* caps, uint32_t M, uint32_t path, matmul_plan* pl)
+static void plan_matmul(const vkh2o_device_profile* prof, uint32_t M, uint32_t path, matmul_plan* pl)
 {
     memset(pl, 0, sizeof *pl);
     if (path == VKH2O_MATMUL_PATH_REGISTER || path == VKH2O_MATMUL_PATH_TEXEL) {
@@ -310,9 +284,9 @@ static void plan_matmul(const vkh2o_device_caps* caps, uint32_t M, uint32_t path
         pl->block_n = tn * wg;
         /* untransposed: one iteration per uvec4 (4 or 8 k) plus a tail < 8; transposed: one
          * per k. Counted conservatively as one per 4 k + 8 (inner loops are unrolled). */
-        pl->max_k = CPU_LOOP_BUDGET;
+        pl->max_k = prof->loop_budget;
     } else {
-        const uint32_t wg = caps->max_workgroup_invocations >= 256 ? 256 : 128;
+        const uint32_t wg = prof->matmul_tiled_workgroup;
         const uint32_t wg_m = wg == 256 ? 16 : 8;
         const uint32_t tm = M <= wg_m ? 1 : 4, tn = 4;
         pl->shader = "matmul_tiled";
@@ -325,9 +299,8 @@ static void plan_matmul(const vkh2o_device_caps* caps, uint32_t M, uint32_t path
         pl->block_m = wg_m * tm;
         pl->block_n = (wg / wg_m) * tn;
         /* per BK-deep tile: the X and W staging loops (<= 4 each) and the BK-step product */
-        pl->max_k = CPU_LOOP_BUDGET / 32u * 16u;
+        pl->max_k = prof->loop_budget / 32u * 16u;
     }
-    if (caps->device_type != VK_PHYSICAL_DEVICE_TYPE_CPU) pl->max_k = 0;
 }
 
 static bool binding_fits(vkh2o_binding b, uint32_t batch, uint32_t batch_stride, uint32_t rows,
@@ -381,9 +354,9 @@ static vkh2o_result matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_d
         chunks_fit_texels = chunks_fit_texels && vkh2o_buffer_get_size(w->chunk[c]) / 16u <= caps->max_texel_buffer_elements;
     uint32_t path = a->path;
     if (path == VKH2O_MATMUL_PATH_AUTO)
-        path = env_matmul_path();
+        path = ctx->profile.matmul_path;
     if (path == VKH2O_MATMUL_PATH_AUTO) {
-        if (!vkh2o_cpu_shapes(ctx)) path = VKH2O_MATMUL_PATH_TILED;
+        if (!ctx->profile.cpu_shapes) path = VKH2O_MATMUL_PATH_TILED;
         else path = chunks_fit_texels ? VKH2O_MATMUL_PATH_TEXEL : VKH2O_MATMUL_PATH_REGISTER;
     }
     if (path == VKH2O_MATMUL_PATH_TEXEL && !chunks_fit_texels)
@@ -391,7 +364,7 @@ static vkh2o_result matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_d
                           "vkh2o_cmd_matmul: a weight chunk exceeds the device's %u texels per texel buffer",
                           caps->max_texel_buffer_elements);
     matmul_plan pl;
-    plan_matmul(caps, M, path, &pl);
+    plan_matmul(&ctx->profile, M, path, &pl);
     pl.spec[MATMUL_SPEC_WDTYPE] = w->dtype == VKH2O_DTYPE_F32    ? 0
                                   : w->dtype == VKH2O_DTYPE_BF16 ? 1
                                   : w->dtype == VKH2O_DTYPE_F16  ? 2

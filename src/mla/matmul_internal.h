@@ -59,17 +59,7 @@ static inline vkh2o_binding vkh2o_weight_binding(const vkh2o_dev_weight* w, uint
     return vkh2o_bind(w->chunk[c]);
 }
 
-/* Which kernel vkh2o_cmd_matmul uses. AUTO: register blocking with texel-buffer reads on CPU
- * devices (storage reads when a chunk exceeds the texel limit), shared-memory tiles on GPUs;
- * the others force one (tests run all on any device). */
-typedef enum vkh2o_matmul_path {
-    VKH2O_MATMUL_PATH_AUTO = 0,
-    VKH2O_MATMUL_PATH_REGISTER = 1,   /* shaders/mla/matmul.comp: storage-buffer reads */
-    VKH2O_MATMUL_PATH_TILED = 2,      /* shaders/mla/matmul_tiled.comp */
-    VKH2O_MATMUL_PATH_TEXEL = 3,      /* shaders/mla/matmul_texel.comp: register blocking, W (and X
-                                         when x_buffer allows) read as uniform texel buffers */
-    VKH2O_MATMUL_PATH_COUNT
-} vkh2o_matmul_path;
+/* vkh2o_matmul_path: internal.h (the device profile holds a forced path) */
 
 typedef struct vkh2o_matmul_args {
     uint32_t M, N, K;          /* Y[M,N] = X[M,K] . W^T  (W is [N,K]) */

@@ -76,28 +76,12 @@ vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_
  * Outputs: o (written), scores[j] = sum_h sum_i P[h, i, j] (T floats; written, or added when
  * accumulate_scores), probs[(h * S + i) * T + j] (optional, masked entries 0).
  * Scratch: lse (H * S floats), part (vkh2o_attn_part_floats floats). */
-typedef struct vkh2o_attn_tuning {
-    uint32_t local;   /* workgroup size of the three passes */
-    uint32_t rq;      /* queries per invocation */
-    uint32_t rk;      /* keys per score tile */
-    uint32_t hg;      /* heads per invocation of the P.V pass (partials = ceil(H/hg) per block) */
-    /* Most loop iterations one invocation may run (0: no limit). llvmpipe (lavapipe) silently
-     * leaves every loop of an invocation once 65535 iterations have run in total
-     * (LP_MAX_TGSI_LOOP_ITERATIONS), so on CPU devices the P.V pass takes fewer heads per
-     * invocation for long rows (vkh2o_attn_hg) and a shape that cannot fit is refused. */
-    uint32_t loop_budget;
-    /* 1: passes 1 and 2 read q, k and v as uniform texel buffers (shaders/mla/attn_lse_texel.comp,
-     * attn_pv_texel.comp; four floats per fetch, which llvmpipe gathers vectorised) when the
-     * buffers are known and the layout allows (vkh2o_attn_bufs); otherwise, and with 0, as
-     * storage buffers. Both give the same bits. */
-    uint32_t texel;
-} vkh2o_attn_tuning;
+/* vkh2o_attn_tuning: internal.h (the device profile holds the default) */
 /* Heads per P.V invocation in effect for T keys of width D / DV: t->hg, lowered to stay within
  * t->loop_budget. */
 uint32_t vkh2o_attn_hg(const vkh2o_attn_tuning* t, uint32_t T, uint32_t D, uint32_t DV);
-/* Per device type: register blocking (and texel reads) on CPU devices, small tiles elsewhere.
- * Environment VKH2O_ATTN_TUNING="local,rq,rk,hg" and VKH2O_ATTN_TEXEL=0/1 override
- * (benchmarks). */
+/* The device profile's (ctx->profile, attn_*): register blocking and texel reads in the CPU shapes,
+ * small tiles elsewhere; VKH2O_ATTN_TUNING and VKH2O_ATTN_TEXEL override (src/core/profile.c). */
 vkh2o_attn_tuning vkh2o_attn_tuning_default(const vkh2o_context* ctx);
 
 typedef struct vkh2o_attn_args {

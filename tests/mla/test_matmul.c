@@ -409,15 +409,16 @@ static void test_chunked(void** state)
         t.accumulate = true;
         assert_true(run_case(&rng, dtypes[d], K + 5, N, &t, (uint64_t)6 * npad * es) > 1);
 
-        /* the environment override used by vkh2o_weight_upload */
-        char lim[32];
-        snprintf(lim, sizeof lim, "%llu", (unsigned long long)(8 * kpad * es));
-        setenv("VKH2O_MAX_BINDING_BYTES", lim, 1);
+        /* the device profile's binding limit (VKH2O_MAX_BINDING_BYTES, read at context create:
+         * test_profile), which vkh2o_weight_upload uses */
+        vkh2o_context* pc = vt_ctx();
+        const uint64_t keep = pc->profile.max_binding_bytes;
+        pc->profile.max_binding_bytes = 8 * kpad * es;
         void* wh = make_weight(&rng, dtypes[d], N, K);
         vkh2o_tensor_view v = view_2d("env.weight", dtypes[d], wh, N, K);
         vkh2o_dev_weight w;
-        assert_int_equal(vkh2o_weight_upload(vt_ctx(), &v, &w), VKH2O_OK);
-        unsetenv("VKH2O_MAX_BINDING_BYTES");
+        assert_int_equal(vkh2o_weight_upload(pc, &v, &w), VKH2O_OK);
+        pc->profile.max_binding_bytes = keep;
         assert_int_equal(w.nchunks, 9);
         assert_int_equal(w.rows_per_chunk, 8);
         assert_int_equal(w.rows, N);

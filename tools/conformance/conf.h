@@ -22,6 +22,7 @@ typedef enum conf_status { CONF_PASS = 0, CONF_FAIL, CONF_NOT_SUPPORTED, CONF_ER
 
 typedef struct conf_env {
     vkh2o_context* ctx;
+    vkh2o_context_desc desc;    /* what ctx was made with (a case that needs a context of its own) */
     const vkh2o_device_caps* caps;
     uint32_t shapes;            /* the context's kernel shapes (CONF_SHAPES_CPU or _GPU) */
     uint64_t seed;
@@ -38,6 +39,9 @@ typedef struct conf_result {
     double ms;                  /* median device ms of the timed runs (perf), negative: none */
     double bytes, flops;        /* moved / computed per run (perf) */
     double dispatches;          /* kernel dispatches per timed run (perf) */
+    vkh2o_context* own_ctx;     /* a context the case made for itself (a variant the device profile
+                                   reads from the environment at create): the tool reads its
+                                   dispatches and validation messages, then destroys it */
 } conf_result;
 
 struct conf_case;

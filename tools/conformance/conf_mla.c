@@ -45,17 +45,27 @@ static vkh2o_mla_config case_config(const conf_case* c)
     return cfg;
 }
 
-/* the environment switches of a variant, set around the layer's life */
-static void variant_env(int v, bool set)
+/* A variant's context: the storage and texel variants force the matmul path and the attention's
+ * reads through the environment, which the device profile reads when a context is created, so
+ * they run on a context of their own made with it set (the same device and flags; handed to the
+ * tool in r->own_ctx); the automatic variants on the registry's. NULL: the context could not be
+ * made (the note says why). */
+static vkh2o_context* variant_ctx(const conf_env* env, int v, conf_result* r)
 {
-    const char* mm = v == V_STORAGE ? "register" : v == V_TEXEL ? "texel" : NULL;
-    const char* at = v == V_STORAGE ? "0" : v == V_TEXEL ? "1" : NULL;
-    if (set && mm) setenv("VKH2O_MATMUL_PATH", mm, 1);
-    if (set && at) setenv("VKH2O_ATTN_TEXEL", at, 1);
-    if (!set) {
-        unsetenv("VKH2O_MATMUL_PATH");
-        unsetenv("VKH2O_ATTN_TEXEL");
+    if (v != V_STORAGE && v != V_TEXEL)
+        return env->ctx;
+    setenv("VKH2O_MATMUL_PATH", v == V_STORAGE ? "register" : "texel", 1);
+    setenv("VKH2O_ATTN_TEXEL", v == V_STORAGE ? "0" : "1", 1);
+    vkh2o_context* ctx = NULL;
+    const vkh2o_result res = vkh2o_context_create(&env->desc, &ctx);
+    unsetenv("VKH2O_MATMUL_PATH");
+    unsetenv("VKH2O_ATTN_TEXEL");
+    if (res != VKH2O_OK) {
+        r->status = CONF_ERROR;
+        snprintf(r->note, sizeof r->note, "the variant's context: %s", vkh2o_result_string(res));
+        return NULL;
     }
+    return ctx;
 }
 
 static bool is_projection(vkh2o_mla_weight k)
@@ -161,7 +171,13 @@ static void run_forward(const conf_env* env, const conf_case* c, conf_result* r)
     float* ref = malloc((size_t)S * D * 4);
     float* sc = malloc((size_t)S * 4);
     float* sref = malloc((size_t)S * 4);
-    variant_env(c->p[P_VARIANT], true);
+    vkh2o_context* const reg_ctx = env->ctx;
+    vkh2o_context* vctx = variant_ctx(env, c->p[P_VARIANT], r);
+    conf_env venv = *env;
+    venv.ctx = vctx;
+    env = &venv;   /* the case's context from here on */
+    if (!vctx)
+        goto done;
     if (!hidden || !out || !ref || !sc || !sref) {
         r->status = CONF_ERROR;
         snprintf(r->note, sizeof r->note, "out of host memory");
@@ -228,10 +244,11 @@ static void run_forward(const conf_env* env, const conf_case* c, conf_result* r)
         r->flops = 2.0 * (double)vkh2o_mla_param_count(&cfg) * S + 2.0 * H * S * (S + 1) / 2.0 * (qk + dv);
     }
 done:
-    variant_env(0, false);
     vkh2o_mla_layer_destroy(L);
     vkh2o_mla_host_weights_destroy(hw);
     vkh2o_checkpoint_destroy(ck);
+    if (vctx != reg_ctx)
+        r->own_ctx = vctx;   /* the tool reads its counts, then destroys it */
     if (dir[0]) {
         char p[600];
         snprintf(p, sizeof p, "%s/layer.safetensors", dir);
@@ -320,7 +337,13 @@ static void run_decode_from_cache(const conf_env* env, const conf_case* c, conf_
     float* out = malloc((size_t)total * D * 4);
     float* want = malloc((size_t)total * D * 4);
     uint32_t* pos = NULL;
-    variant_env(c->p[P_VARIANT], true);
+    vkh2o_context* const reg_ctx = env->ctx;
+    vkh2o_context* vctx = variant_ctx(env, c->p[P_VARIANT], r);
+    conf_env venv = *env;
+    venv.ctx = vctx;
+    env = &venv;   /* the case's context from here on */
+    if (!vctx)
+        goto done;
     vkh2o_result res;
     if (!hidden || !out || !want) {
         r->status = CONF_ERROR;
@@ -395,10 +418,11 @@ static void run_decode_from_cache(const conf_env* env, const conf_case* c, conf_
         conf_judge(r, "nmse", e_out, 5e-7);
     }
 done:
-    variant_env(0, false);
     if (ref_ok) ref_decode_free(&ref);
     vkh2o_kvcache_destroy(kc);
     vkh2o_mla_layer_destroy(L);
+    if (vctx != reg_ctx)
+        r->own_ctx = vctx;   /* the tool reads its counts, then destroys it */
     vkh2o_mla_host_weights_destroy(hw);
     ref_mla_weights_free(&w);
     free(hidden);
