@@ -1592,132 +1592,89 @@ static int print_json(const bench_env* env)
     return 0;
 }
 
-static void usage(FILE* f)
-{
-    fprintf(f, "usage: " TOOL " [--device N] [--seq-len S] [--runs R] [--json] [--quick] [--read]\n"
-               "                   [--decode] [--policy-cost] [--kv-decode] [--cache-len N] [--scaling]\n"
-               "                   [--scaling-max N] [--plot FILE.svg] [--help]\n"
-               "Times vkh2o kernels on a Vulkan device (median of R runs after a warm-up, GPU\n"
-               "timestamps when the device has them, else wall time) and the same work on the CPU.\n"
-               "  --device N    use physical device N (default: the automatic choice, env VKH2O_DEVICE)\n"
-               "  --seq-len S   tokens of the prefill matmul and the layer forward (default 256)\n"
-               "  --runs R      timed runs per measurement (default 5)\n"
-               "  --json        print a JSON array, one object per measurement\n"
-               "                (name, device, median_ms, gflops, runs, timing, speedup_vs_cpu, gbps,\n"
-               "                ratio_vs_storage; the rows of the modes below also group, status, reason,\n"
-               "                size, layers, param, bytes, bytes_min, stages, read_fraction,\n"
-               "                attention_share, policy_share, ratio_vs_fp16, record_us, dispatches,\n"
-               "                kernel_lookups; median_ms is null in a row whose status is \"refused\"\n"
-               "                or \"skipped\")\n"
-               "  --quick       small shapes and a small layer, S=16 (seconds on a CPU device; for tests)\n"
-               "  --read        also measure the read bandwidth of storage vs texel buffers (rows named\n"
-               "                \"read ...\")\n"
-               "The modes use the one KV cache (vkh2o/kvcache.h), which evicts in place:\n"
-               "  --decode      the decode step of the Kimi K2.6 layer (random weights, BF16 and FP8 in\n"
-               "                alternating rounds) through vkh2o_cmd_mla_decode against an FP16 kvcache\n"
-               "                of --cache-len kept tokens (H2O, 4 sinks, 64 recents, at its cap: every step\n"
-               "                evicts one token), and the cache step alone; each row's bytes read and\n"
-               "                written by stage (stages) beside the minimum (bytes_min: weights once, held\n"
-               "                rows once, one new row), and the fraction of the texel read bandwidth timed\n"
-               "                in the same rounds (group \"decode\"); beside each step's device time, the\n"
-               "                host's: the median microseconds of 200 recordings of the same step into a\n"
-               "                command buffer that is never submitted (record_us), with the dispatches\n"
-               "                and the kernel lookups by name of one recording (dispatches, kernel_lookups)\n"
-               "  --policy-cost the cache step of every eviction policy / score mode (h2o sum, mean, decay,\n"
-               "                tova, streaming, random) at its cap, side by side with the full cache of the\n"
-               "                same length (no capacity: no score and no selection work); policy_share: the\n"
-               "                difference's share of the step (group \"policy\")\n"
-               "  --kv-decode   the decode step at each precision of the kvcache, FP16, INT8, INT4, INT2 and\n"
-               "                FP16 > INT8 > INT4 tiers, at its cap of --cache-len tokens, tiers by bytes at\n"
-               "                25 %% of that many FP16 tokens, and the full cache of them, side by side\n"
-               "                (ratio_vs_fp16: speed against the FP16 row), with bytes by stage and the\n"
-               "                minimum (group \"kv-decode\")\n"
-               "  --cache-len N kept tokens of --decode, --policy-cost and --kv-decode (default 4096); a length the\n"
-               "                device refuses is a refused row (--decode, --policy-cost: then the next\n"
-               "                halved length is measured)\n"
-               "  --scaling     the scaling tables: the forward at S = 256..4096, the decode step at cache\n"
-               "                lengths 512..128K, the kvcache step (H2O, all layers in one recording) at\n"
-               "                budgets 64..4096 and 1..61 layers, and the prefill selection of 32 x budget\n"
-               "                prompt tokens (once per layer); sizes the device refuses are \"refused\" rows\n"
-               "                with the reason (groups \"scaling-forward\", \"scaling-decode\",\n"
-               "                \"scaling-h2o\", \"scaling-prefill\")\n"
-               "  --scaling-max N  sizes (S, cache length, budget) above N are \"skipped\" rows (bounds the run)\n"
-               "  --plot FILE.svg  with --scaling: the tables as an SVG plot\n"
-               "Measurements: by default the q_a_proj matmul (S x 1536 x 7168, BF16) on the device and as a\n"
-               "single-thread fp32 CPU loop, its decode form (M = 1), and one Kimi K2.6 MLA layer\n"
-               "forward at S tokens (random BF16 weights) with its per-stage GPU times. Rows in [brackets]\n"
-               "time other kernel forms in the same rounds as the automatic one (ratio_vs_storage: speed\n"
-               "against the storage-read register-blocked matmul). --decode, --policy-cost, --kv-decode and\n"
-               "--scaling replace the default matmul and forward rows (and imply --read: the reference\n"
-               "bandwidth).\n");
-}
+enum { M_DECODE = 1, M_POLICY = 2, M_KV = 4, M_SCALING = 8 };
+static const char* const mode_names[] = { "--decode", "--policy-cost", "--kv-decode", "--scaling" };
 
 int main(int argc, char** argv)
 {
-    bench_env env = { .seq_len = 256, .runs = 5, .cache_len = 4096 };
+    bench_env env = { 0 };
     const char* plot = NULL;
-    uint32_t select = 0;
-    bool json = false, seq_given = false;
-    if (!cli_no_repeats(TOOL, argc, argv))
-        return 2;
-    for (int i = 1; i < argc; i++) {
-        const char* o = argv[i];
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "--device") || !strcmp(o, "--seq-len") || !strcmp(o, "--runs")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, TOOL ": %s needs a value\n", o);
-                return 2;
-            }
-            uint32_t v;
-            const bool dev = !strcmp(o, "--device"), seq = !strcmp(o, "--seq-len");
-            if (!cli_parse_u32(TOOL, o, argv[++i], dev ? 0 : 1, dev ? 63 : seq ? 65536 : 1000, &v)) return 2;
-            if (dev) select = VKH2O_DEVICE_INDEX(v);
-            else if (seq) { env.seq_len = v; seq_given = true; }
-            else env.runs = v;
-        } else if (!strcmp(o, "--cache-len")) {
-            if (cli_flag_u32(TOOL, argc, argv, &i, o, 16, 1u << 20, &env.cache_len) < 0) return 2;
-        } else if (!strcmp(o, "--scaling-max")) {
-            if (cli_flag_u32(TOOL, argc, argv, &i, o, 1, 1u << 20, &env.scaling_max) < 0) return 2;
-        } else if (!strcmp(o, "--plot")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, TOOL ": --plot needs a value\n");
-                return 2;
-            }
-            plot = argv[++i];
-        } else if (!strcmp(o, "--decode")) {
-            env.decode = true;
-        } else if (!strcmp(o, "--policy-cost")) {
-            env.policy_cost = true;
-        } else if (!strcmp(o, "--kv-decode")) {
-            env.kv_decode = true;
-        } else if (!strcmp(o, "--scaling")) {
-            env.scaling = true;
-        } else if (!strcmp(o, "--json")) {
-            json = true;
-        } else if (!strcmp(o, "--quick")) {
-            env.quick = true;
-        } else if (!strcmp(o, "--read")) {
-            env.read = true;
-        } else {
-            fprintf(stderr, TOOL ": unknown option '%s' (see --help)\n", o);
-            return 2;
-        }
-    }
-    bool seen_cache_len = false, seen_max = false;
-    for (int i = 1; i < argc; i++) {
-        seen_cache_len = seen_cache_len || !strcmp(argv[i], "--cache-len");
-        seen_max = seen_max || !strcmp(argv[i], "--scaling-max");
-    }
-    if (seen_cache_len && !env.decode && !env.policy_cost && !env.kv_decode) {
-        fprintf(stderr, TOOL ": --cache-len needs --decode, --policy-cost or --kv-decode\n");
-        return 2;
-    }
-    if ((seen_max || plot) && !env.scaling) {
-        fprintf(stderr, TOOL ": %s needs --scaling\n", plot ? "--plot" : "--scaling-max");
-        return 2;
-    }
+    uint32_t device = 0;
+    bool json = false;
+    cli_opt opts[] = {
+        { "--device", CLI_U32, &device, "N", .hi = 63,
+          .help = "use physical device N (default: the automatic choice, env VKH2O_DEVICE)" },
+        { "--seq-len", CLI_U32, &env.seq_len, "S", "256", 1, 65536,
+          .help = "tokens of the prefill matmul and the layer forward (--quick: 16)" },
+        { "--runs", CLI_U32, &env.runs, "R", "5", 1, 1000, .help = "timed runs per measurement" },
+        { "--json", CLI_BOOL, &json,
+          .help = "print a JSON array, one object per measurement\n(name, device, median_ms, gflops, runs, timing, "
+                  "speedup_vs_cpu, gbps,\nratio_vs_storage; the rows of the modes below also group, status, reason,\n"
+                  "size, layers, param, bytes, bytes_min, stages, read_fraction,\nattention_share, policy_share, "
+                  "ratio_vs_fp16, record_us, dispatches,\nkernel_lookups; median_ms is null in a row whose status is "
+                  "\"refused\"\nor \"skipped\")" },
+        { "--quick", CLI_BOOL, &env.quick,
+          .help = "small shapes and a small layer, S=16 (seconds on a CPU device; for tests)" },
+        { "--read", CLI_BOOL, &env.read,
+          .help = "also measure the read bandwidth of storage vs texel buffers (rows named\n\"read ...\")" },
+        { "--decode", CLI_BOOL, &env.decode,
+          .help = "the decode step of the Kimi K2.6 layer (random weights, BF16 and FP8 in\nalternating rounds) "
+                  "through vkh2o_cmd_mla_decode against an FP16 kvcache\nof --cache-len kept tokens (H2O, 4 sinks, 64 "
+                  "recents, at its cap: every step\nevicts one token), and the cache step alone; each row's bytes read "
+                  "and\nwritten by stage (stages) beside the minimum (bytes_min: weights once, held\nrows once, one new "
+                  "row), and the fraction of the texel read bandwidth timed\nin the same rounds (group \"decode\"); "
+                  "beside each step's device time, the\nhost's: the median microseconds of 200 recordings of the same "
+                  "step into a\ncommand buffer that is never submitted (record_us), with the dispatches\nand the kernel "
+                  "lookups by name of one recording (dispatches, kernel_lookups)" },
+        { "--policy-cost", CLI_BOOL, &env.policy_cost,
+          .help = "the cache step of every eviction policy / score mode (h2o sum, mean, decay,\ntova, streaming, "
+                  "random) at its cap, side by side with the full cache of the\nsame length (no capacity: no score and "
+                  "no selection work); policy_share: the\ndifference's share of the step (group \"policy\")" },
+        { "--kv-decode", CLI_BOOL, &env.kv_decode,
+          .help = "the decode step at each precision of the kvcache, FP16, INT8, INT4, INT2 and\nFP16 > INT8 > INT4 "
+                  "tiers, at its cap of --cache-len tokens, tiers by bytes at\n25 % of that many FP16 tokens, and the "
+                  "full cache of them, side by side\n(ratio_vs_fp16: speed against the FP16 row), with bytes by stage "
+                  "and the\nminimum (group \"kv-decode\")" },
+        { "--cache-len", CLI_U32, &env.cache_len, "N", "4096", 16, 1u << 20, .modes = M_DECODE | M_POLICY | M_KV,
+          .help = "kept tokens of --decode, --policy-cost and --kv-decode (--quick: 256); a\nlength the device "
+                  "refuses is a refused row (--decode, --policy-cost: then the\nnext halved length is measured)" },
+        { "--scaling", CLI_BOOL, &env.scaling,
+          .help = "the scaling tables: the forward at S = 256..4096, the decode step at cache\nlengths 512..128K, the "
+                  "kvcache step (H2O, all layers in one recording) at\nbudgets 64..4096 and 1..61 layers, and the "
+                  "prefill selection of 32 x budget\nprompt tokens (once per layer); sizes the device refuses are "
+                  "\"refused\" rows\nwith the reason (groups \"scaling-forward\", \"scaling-decode\",\n"
+                  "\"scaling-h2o\", \"scaling-prefill\")" },
+        { "--scaling-max", CLI_U32, &env.scaling_max, "N", .lo = 1, .hi = 1u << 20, .modes = M_SCALING,
+          .help = "sizes (S, cache length, budget) above N are \"skipped\" rows (bounds the run)" },
+        { "--plot", CLI_STR, &plot, "FILE.svg", .modes = M_SCALING, .help = "the scaling tables as an SVG plot" },
+    };
+    const cli_spec spec = {
+        TOOL,
+        "usage: " TOOL " [--device N] [--seq-len S] [--runs R] [--json] [--quick] [--read]\n"
+        "                   [--decode] [--policy-cost] [--kv-decode] [--cache-len N] [--scaling]\n"
+        "                   [--scaling-max N] [--plot FILE.svg] [--help]\n"
+        "Times vkh2o kernels on a Vulkan device (median of R runs after a warm-up, GPU\n"
+        "timestamps when the device has them, else wall time) and the same work on the CPU.\n"
+        "The modes (--decode, --policy-cost, --kv-decode, --scaling) use the one KV cache\n"
+        "(vkh2o/kvcache.h), which evicts in place.\n",
+        "Measurements: by default the q_a_proj matmul (S x 1536 x 7168, BF16) on the device and as a\n"
+        "single-thread fp32 CPU loop, its decode form (M = 1), and one Kimi K2.6 MLA layer\n"
+        "forward at S tokens (random BF16 weights) with its per-stage GPU times. Rows in [brackets]\n"
+        "time other kernel forms in the same rounds as the automatic one (ratio_vs_storage: speed\n"
+        "against the storage-read register-blocked matmul). --decode, --policy-cost, --kv-decode and\n"
+        "--scaling replace the default matmul and forward rows (and imply --read: the reference\n"
+        "bandwidth).\n",
+        opts, CLI_N(opts), mode_names,
+    };
+    int prc = cli_parse(&spec, argc, argv);
+    if (prc)
+        return prc < 0 ? 0 : prc;
+    prc = cli_check_modes(&spec, (env.decode ? M_DECODE : 0) | (env.policy_cost ? M_POLICY : 0) |
+                                     (env.kv_decode ? M_KV : 0) | (env.scaling ? M_SCALING : 0));
+    if (prc)
+        return prc;
+    const uint32_t select = cli_given(&spec, "--device") ? VKH2O_DEVICE_INDEX(device) : 0;
+    const bool seq_given = cli_given(&spec, "--seq-len"), seen_cache_len = cli_given(&spec, "--cache-len");
     if (plot) {
         const int pr = cli_check_output(TOOL, "--plot", plot, NULL, 0, NULL, NULL, 0);
         if (pr) return pr;

@@ -24,42 +24,8 @@
 
 #define TOOL "vkh2o-conformance"
 #define PERF_RUNS 5u
+_Static_assert(PERF_RUNS == 5, "--mode perf's help says 5 runs");
 #define MAX_PATTERNS 32
-
-static void usage(FILE* f)
-{
-    fprintf(f,
-            "usage: " TOOL " [--list] [-o PATTERN[,...]] [--device N] [--mode test|perf|support]\n"
-            "       [--shapes cpu|gpu|all] [--baseline] [--seed N] [--json FILE] [--csv FILE] [--quiet]\n"
-            "Runs the conformance cases of every kernel vkh2o ships on a Vulkan device, each against its\n"
-            "CPU reference with a stated bound: PASS, FAIL, or NOT_SUPPORTED (the device lacks a feature;\n"
-            "not a failure). Case names are <concept>.<op>.<shapes>.<variant>.<size>, e.g.\n"
-            "mla.forward.gpu.tiled.bf16.s17_p5_h200.\n"
-            "  --list            list the selected cases (name, kernels, parameters) and exit\n"
-            "  -o PATTERN[,...]  only cases whose op (mla.forward) or name matches a pattern\n"
-            "                    (shell wildcards: 'kvcache.*', '*.int4.*'); each must match a case\n"
-            "  --device N        run on device N (see vkh2o-info; default: the best device)\n"
-            "  --mode MODE       test (default): run and check every case; perf: also time each case\n"
-            "                    with GPU timestamps (median of %u runs after a warm-up): ms, GB/s,\n"
-            "                    GFLOP/s and the fraction of this device's roofline, max(bytes /\n"
-            "                    read bandwidth, FLOPs / FMA rate), both measured in the same run;\n"
-            "                    support: only say which cases this device can run\n"
-            "  --shapes SET      the kernels' tile shapes: cpu (register-blocked; chosen on a CPU\n"
-            "                    device), gpu (shared-memory tiles; on a CPU device through\n"
-            "                    VKH2O_CONTEXT_GPU_SHAPES), all (default). The cpu shapes are\n"
-            "                    NOT_SUPPORTED on a GPU.\n"
-            "  --baseline        run without push descriptors and the optional 16-bit / 8-bit\n"
-            "                    storage and float16 features, as a device lacking them would\n"
-            "                    (VKH2O_CONTEXT_BASELINE_ONLY)\n"
-            "  --seed N          seed of the random inputs (default 1)\n"
-            "  --json FILE       write every case's result as JSON (written whole at the end)\n"
-            "  --csv FILE        the same as CSV\n"
-            "  --quiet           print only failures and the summary; no progress\n"
-            "Every case checks that it dispatched exactly the kernels it declares (--list shows them),\n"
-            "and fails on a validation-layer message when the layer is on (VKH2O_VALIDATION=1).\n"
-            "Exit status: 0 when nothing failed, 1 when a case failed or could not run, 2 on bad usage.\n",
-            PERF_RUNS);
-}
 
 typedef struct run_row {
     const conf_case* c;
@@ -231,79 +197,85 @@ static void write_csv(FILE* f, bool perf, const run_row* rows, uint32_t n)
     }
 }
 
+typedef struct patterns {
+    char pats[MAX_PATTERNS][160];
+    int np;
+} patterns;
+
+/* -o PATTERN[,...]: appended to the patterns of earlier -o flags */
+static bool parse_patterns(const char* tool, const char* flag, const char* v, void* dst)
+{
+    patterns* p = dst;
+    const int before = p->np;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char* t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        if (p->np == MAX_PATTERNS) {
+            fprintf(stderr, "%s: %s: more than %d patterns\n", tool, flag, MAX_PATTERNS);
+            return false;
+        }
+        snprintf(p->pats[p->np++], sizeof p->pats[0], "%s", t);
+    }
+    if (p->np == before) {
+        fprintf(stderr, "%s: %s: no pattern in '%s'\n", tool, flag, v);
+        return false;
+    }
+    return true;
+}
+
 int main(int argc, char** argv)
 {
     bool list = false, quiet = false, baseline = false;
-    const char *mode = "test", *shapes_arg = "all", *json = NULL, *csv = NULL;
+    const char *json = NULL, *csv = NULL;
+    int mode = 0, shapes = 2;
     uint32_t device = 0;
-    bool device_given = false;
     uint64_t seed = 1;
-    char pats[MAX_PATTERNS][160];
-    int np = 0;
-    if (!cli_no_repeats(TOOL, argc, argv)) return 2;
-    for (int i = 1; i < argc; i++) {
-        const char* a = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--list")) {
-            list = true;
-        } else if (!strcmp(a, "--quiet")) {
-            quiet = true;
-        } else if (!strcmp(a, "--baseline")) {
-            baseline = true;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--mode") || !strcmp(a, "--shapes") || !strcmp(a, "--json") ||
-                   !strcmp(a, "--csv") || !strcmp(a, "--device") || !strcmp(a, "--seed")) {
-            if (!has_value) {
-                fprintf(stderr, TOOL ": %s needs a value\n", a);
-                return 2;
-            }
-            const char* v = argv[++i];
-            if (!strcmp(a, "-o")) {
-                char buf[4096];
-                snprintf(buf, sizeof buf, "%s", v);
-                for (char* t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-                    if (np == MAX_PATTERNS) {
-                        fprintf(stderr, TOOL ": -o: more than %d patterns\n", MAX_PATTERNS);
-                        return 2;
-                    }
-                    snprintf(pats[np++], sizeof pats[0], "%s", t);
-                }
-                if (np == 0) {
-                    fprintf(stderr, TOOL ": -o: no pattern in '%s'\n", v);
-                    return 2;
-                }
-            } else if (!strcmp(a, "--mode")) {
-                if (strcmp(v, "test") && strcmp(v, "perf") && strcmp(v, "support")) {
-                    fprintf(stderr, TOOL ": --mode: '%s' is not a mode (test, perf, support)\n", v);
-                    return 2;
-                }
-                mode = v;
-            } else if (!strcmp(a, "--shapes")) {
-                if (strcmp(v, "cpu") && strcmp(v, "gpu") && strcmp(v, "all")) {
-                    fprintf(stderr, TOOL ": --shapes: '%s' is not a shape set (cpu, gpu, all)\n", v);
-                    return 2;
-                }
-                shapes_arg = v;
-            } else if (!strcmp(a, "--json")) {
-                json = v;
-            } else if (!strcmp(a, "--csv")) {
-                csv = v;
-            } else if (!strcmp(a, "--device")) {
-                if (!cli_parse_u32(TOOL, "--device", v, 0, 63, &device)) return 2;
-                device_given = true;
-            } else if (!cli_parse_u64(TOOL, "--seed", v, 0, UINT64_MAX, &seed)) {
-                return 2;
-            }
-        } else {
-            fprintf(stderr, TOOL ": unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
-    }
-    const uint32_t shape_mask = !strcmp(shapes_arg, "cpu") ? CONF_SHAPES_CPU
-                              : !strcmp(shapes_arg, "gpu") ? CONF_SHAPES_GPU : (CONF_SHAPES_CPU | CONF_SHAPES_GPU);
-    const bool perf = !strcmp(mode, "perf"), support = !strcmp(mode, "support");
+    static patterns pp;
+    char (*pats)[160] = pp.pats;
+    cli_opt opts[] = {
+        { "--list", CLI_BOOL, &list, .help = "list the selected cases (name, kernels, parameters) and exit" },
+        { "-o", CLI_FN, &pp, "PATTERN[,...]", .fn = parse_patterns,
+          .help = "only cases whose op (mla.forward) or name matches a pattern\n(shell wildcards: 'kvcache.*', "
+                  "'*.int4.*'); each must match a case" },
+        { "--device", CLI_U32, &device, "N", .hi = 63, .help = "run on device N (see vkh2o-info; default: the best device)" },
+        { "--mode", CLI_CHOICE, &mode, "test|perf|support", "test",
+          .help = "test: run and check every case; perf: also time each case\nwith GPU timestamps (median of "
+                  "5 runs after a warm-up): ms, GB/s,\nGFLOP/s and the fraction of this device's roofline, max(bytes /"
+                  "\nread bandwidth, FLOPs / FMA rate), both measured in the same run;\nsupport: only say which cases "
+                  "this device can run" },
+        { "--shapes", CLI_CHOICE, &shapes, "cpu|gpu|all", "all",
+          .help = "the kernels' tile shapes: cpu (register-blocked; chosen on a CPU\ndevice), gpu (shared-memory "
+                  "tiles; on a CPU device through\nVKH2O_CONTEXT_GPU_SHAPES), all. The cpu shapes are\nNOT_SUPPORTED "
+                  "on a GPU." },
+        { "--baseline", CLI_BOOL, &baseline,
+          .help = "run without push descriptors and the optional 16-bit / 8-bit\nstorage and float16 features, as a "
+                  "device lacking them would\n(VKH2O_CONTEXT_BASELINE_ONLY)" },
+        { "--seed", CLI_U64, &seed, "N", "1", .hi = UINT64_MAX, .help = "seed of the random inputs" },
+        { "--json", CLI_STR, &json, "FILE", .help = "write every case's result as JSON (written whole at the end)" },
+        { "--csv", CLI_STR, &csv, "FILE", .help = "the same as CSV" },
+        { "--quiet", CLI_BOOL, &quiet, .help = "print only failures and the summary; no progress" },
+    };
+    const cli_spec spec = {
+        TOOL,
+        "usage: " TOOL " [--list] [-o PATTERN[,...]] [--device N] [--mode test|perf|support]\n"
+        "       [--shapes cpu|gpu|all] [--baseline] [--seed N] [--json FILE] [--csv FILE] [--quiet]\n"
+        "Runs the conformance cases of every kernel vkh2o ships on a Vulkan device, each against its\n"
+        "CPU reference with a stated bound: PASS, FAIL, or NOT_SUPPORTED (the device lacks a feature;\n"
+        "not a failure). Case names are <concept>.<op>.<shapes>.<variant>.<size>, e.g.\n"
+        "mla.forward.gpu.tiled.bf16.s17_p5_h200.\n",
+        "Every case checks that it dispatched exactly the kernels it declares (--list shows them),\n"
+        "and fails on a validation-layer message when the layer is on (VKH2O_VALIDATION=1).\n"
+        "Exit status: 0 when nothing failed, 1 when a case failed or could not run, 2 on bad usage.\n",
+        opts, CLI_N(opts), NULL,
+    };
+    const int prc = cli_parse(&spec, argc, argv);
+    if (prc)
+        return prc < 0 ? 0 : prc;
+    const bool device_given = cli_given(&spec, "--device");
+    const int np = pp.np;
+    const uint32_t shape_mask = shapes == 0 ? CONF_SHAPES_CPU : shapes == 1 ? CONF_SHAPES_GPU
+                                                                           : (CONF_SHAPES_CPU | CONF_SHAPES_GPU);
+    const bool perf = mode == 1, support = mode == 2;
     g_support_mode = support;
 
     conf_registry reg = { 0 };
@@ -333,7 +305,7 @@ int main(int argc, char** argv)
     for (uint32_t i = 0; i < reg.n; i++)
         if ((reg.cases[i].shapes & shape_mask) && matches(&reg.cases[i], pats, np)) rows[nsel++].c = &reg.cases[i];
     if (nsel == 0) {
-        fprintf(stderr, TOOL ": no case matches the patterns with --shapes %s\n", shapes_arg);
+        fprintf(stderr, TOOL ": no case matches the patterns with --shapes %s\n", (const char*[]){ "cpu", "gpu", "all" }[shapes]);
         free(rows);
         free(reg.cases);
         return 2;
@@ -503,7 +475,7 @@ int main(int argc, char** argv)
         bool ok = true;
         if (json) {
             FILE* f = outset_open(&os, json);
-            if (f) write_json(f, have_caps ? &caps_copy : NULL, mode, seed, have_roof ? &roof : NULL, rows, nsel, counts);
+            if (f) write_json(f, have_caps ? &caps_copy : NULL, (const char*[]){ "test", "perf", "support" }[mode], seed, have_roof ? &roof : NULL, rows, nsel, counts);
             else ok = false;
         }
         if (csv) {

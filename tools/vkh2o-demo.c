@@ -47,145 +47,95 @@ typedef struct opts {
     vkh2o_kv_precision kv;
 } opts;
 
-static void usage(FILE* f)
+/* --kv P: a precision of one tier (tiers by score need a byte budget: no demo flag) */
+static bool parse_kv(const char* tool, const char* flag, const char* v, void* dst)
 {
-    char presets[256] = "";
-    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i); i++)
-        snprintf(presets + strlen(presets), sizeof presets - strlen(presets), "%s%s", i ? ", " : "",
-                 vkh2o_mla_config_preset_name(i));
-    fprintf(f,
-        "usage: vkh2o-demo [--weights FILE|DIR] [options]\n"
-        "The Kimi K2.6 layer-0 H2O eviction demo: one causal forward of an MLA layer over S tokens\n"
-        "on the GPU, each token's attention mass (summed over heads and queries), the H2O kept set\n"
-        "(n_sink first + budget heaviest middle + n_recent last tokens) and the KV cache (vkh2o_kvcache)\n"
-        "prefilled with the rows and their mass, which keeps that set; the kept set is read back from it.\n"
-        "\n"
-        "  --weights FILE|DIR  a .safetensors shard, or a checkpoint directory with\n"
-        "                      model.safetensors.index.json. Without it, a synthetic Kimi-shaped bf16\n"
-        "                      shard is made once with vkh2o-mkshard in the cache directory and reused.\n"
-        "  --config FILE       HF config.json (default: config.json beside the weights if present)\n"
-        "  --preset NAME       the published config to start from: keys config.json lacks keep its\n"
-        "                      values, and without a config.json it is the whole config (said on\n"
-        "                      stderr). %s; default %s, the built-in default\n"
-        "  --layer L           model.layers.L (default 0)\n"
-        "  --seq-len S         tokens (default 256; taken from --input when given)\n"
-        "  --budget N          heavy-hitter slots in the middle (default 64)\n"
-        "  --n-sink N          first tokens always kept (default 4)\n"
-        "  --n-recent N        last tokens always kept (default 32)\n"
-        "  --seed N            seed of the standard-normal synthetic input (default 0)\n"
-        "  --input FILE        read tensor 'hidden_states' (F32 [seq, hidden]) from a safetensors file\n"
-        "  --normed-input      apply the layer's input_layernorm first (decoder order)\n"
-        "  --layout L          KV cache layout: expanded (per head K/V, HF DynamicCache's; the default) or\n"
-        "                      latent (c_kv + k_pe per token, shared by the heads)\n"
-        "  --kv P              precision of the middle tokens in the cache: fp16 (default), int8, int4 or int2\n"
-        "                      (the sinks, the recents and one middle token stay fp16; the report gives the\n"
-        "                      tokens and bytes per tier). The default mode's kept set does not depend on it;\n"
-        "                      with --prefill a token leaving the fp16 slots moves to the integer tier and a\n"
-        "                      step evicts that tier's lowest score (vkh2o/kvcache.h)\n"
-        "  --prefill P         decode mode: the first P tokens are a prefill through the layer into the cache\n"
-        "                      (vkh2o_run_mla_prefill; cap n_sink + budget + n_recent, evicted once to the\n"
-        "                      cap if P exceeds it), then tokens P..S-1 are decoded one at a time\n"
-        "                      (vkh2o_run_mla_decode):\n"
-        "                      each is appended, attends to every cached token including itself, adds its\n"
-        "                      attention mass to every cached token's score, and the cache is evicted back\n"
-        "                      to the cap. attn_output then holds each token's output given the cache it\n"
-        "                      saw; the scores are each token's accumulated score when last in the cache;\n"
-        "                      kept/category describe the final cache. 1 <= P <= S. The forward runs and\n"
-        "                      their timings cover the P prompt tokens\n"
-        "  --device N          Vulkan device index (default: the best one; see vkh2o-info)\n"
-        "  --runs N            timed forward runs after a short warm-up; the median is reported.\n"
-        "                      Default: 5 when a forward takes under 0.5 s, else 1\n"
-        "  --csv FILE          one row per token: token_idx,attention_score,kept,category\n"
-        "  --json FILE         the summary as JSON\n"
-        "  --out FILE          safetensors with attn_output (F32 [seq, hidden]) and attention_score (F32 [seq])\n"
-        "  --plot FILE         SVG of score against token index, coloured by category\n"
-        "  --check             also run the CPU reference (double) and compare; kept sets as sets (with\n"
-        "                      --prefill: against an fp16 cache, so --kv fp16 only)\n"
-        "  --cache-dir DIR     where the synthetic shard lives (default $VKH2O_CACHE_DIR,\n"
-        "                      $XDG_CACHE_HOME/vkh2o or ~/.cache/vkh2o)\n"
-        "  --quiet             only errors and the final result line\n"
-        "  --help              this text\n"
-        "Every path is checked before any work; output files are written to temporary names and\n"
-        "renamed together at the end, so a run that fails leaves none of them. A flag given twice,\n"
-        "a sequence under 2 tokens or a --budget above it is refused. Exit status: 0 done, 1 failed,\n"
-        "2 bad usage.\n",
-        presets, vkh2o_mla_config_preset_name(0));
+    if (!vkh2o_kv_precision_parse(v, dst) || *(vkh2o_kv_precision*)dst == VKH2O_PRECISION_TIERED) {
+        fprintf(stderr, "%s: %s: '%s' is not fp16, int8, int4 or int2\n", tool, flag, v);
+        return false;
+    }
+    return true;
 }
 
 static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
 {
-    *o = (opts){ .seq_len = 256, .budget = 64, .n_sink = 4, .n_recent = 32, .runs = 0, .layout = VKH2O_LAYOUT_EXPANDED,
-                 .kv = VKH2O_PRECISION_FP16 };
-    *exit_code = 2;
-    for (int i = 1; i < argc; i++) {
-        const char* a = argv[i];
-        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
-#define STR_OPT(name, field) else if (!strcmp(a, name)) { if (!v) { goto missing; } o->field = v; i++; }
-#define U32_OPT(name, field, lo, hi) else if (!strcmp(a, name)) { if (!v) { goto missing; } \
-            if (!cli_parse_u32(TOOL, name, v, lo, hi, &o->field)) { return false; } i++; }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            *exit_code = 0;
-            return false;
-        }
-        STR_OPT("--weights", weights)
-        STR_OPT("--config", config)
-        STR_OPT("--preset", preset)
-        STR_OPT("--input", input)
-        STR_OPT("--csv", csv)
-        STR_OPT("--json", json)
-        STR_OPT("--out", out)
-        STR_OPT("--plot", plot)
-        STR_OPT("--cache-dir", cache_dir)
-        U32_OPT("--layer", layer, 0, 100000)
-        U32_OPT("--budget", budget, 0, 1u << 24)
-        U32_OPT("--n-sink", n_sink, 0, 1u << 24)
-        U32_OPT("--n-recent", n_recent, 0, 1u << 24)
-        U32_OPT("--runs", runs, 1, 1000)
-        else if (!strcmp(a, "--seq-len")) {
-            if (!v) goto missing;
-            if (!cli_parse_u32(TOOL, a, v, 1, 1u << 20, &o->seq_len)) return false;
-            o->seq_len_given = true;
-            i++;
-        } else if (!strcmp(a, "--prefill")) {
-            if (!v) goto missing;
-            if (!cli_parse_u32(TOOL, a, v, 1, 1u << 20, &o->prefill)) return false;
-            o->prefill_given = true;
-            i++;
-        } else if (!strcmp(a, "--device")) {
-            if (!v) goto missing;
-            if (!cli_parse_u32(TOOL, a, v, 0, 63, &o->device)) return false;
-            o->device_given = true;
-            i++;
-        } else if (!strcmp(a, "--seed")) {
-            if (!v) goto missing;
-            if (!cli_parse_u64(TOOL, a, v, 0, UINT64_MAX, &o->seed)) return false;
-            i++;
-        } else if (!strcmp(a, "--layout")) {
-            if (!v) goto missing;
-            if (!strcmp(v, "expanded")) o->layout = VKH2O_LAYOUT_EXPANDED;
-            else if (!strcmp(v, "latent")) o->layout = VKH2O_LAYOUT_LATENT;
-            else { fprintf(stderr, "%s: --layout: '%s' is not expanded or latent\n", TOOL, v); return false; }
-            i++;
-        } else if (!strcmp(a, "--kv")) {
-            if (!v) goto missing;
-            if (!vkh2o_kv_precision_parse(v, &o->kv) || o->kv == VKH2O_PRECISION_TIERED) {
-                fprintf(stderr, "%s: --kv: '%s' is not fp16, int8, int4 or int2\n", TOOL, v);
-                return false;
-            }
-            i++;
-        } else if (!strcmp(a, "--normed-input")) o->normed_input = true;
-        else if (!strcmp(a, "--check")) o->check = true;
-        else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) o->quiet = true;
-        else {
-            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", TOOL, a);
-            return false;
-        }
-        continue;
-    missing:
-        fprintf(stderr, "%s: %s needs a value\n", TOOL, a);
+    *o = (opts){ .layout = VKH2O_LAYOUT_EXPANDED, .kv = VKH2O_PRECISION_FP16 };
+    int layout = 0;
+    cli_opt opt[] = {
+        { "--weights", CLI_STR, &o->weights, "FILE|DIR",
+          .help = "a .safetensors shard, or a checkpoint directory with\nmodel.safetensors.index.json. Without it, a "
+                  "synthetic Kimi-shaped bf16\nshard is made once with vkh2o-mkshard in the cache directory and reused." },
+        { "--config", CLI_STR, &o->config, "FILE", .help = "HF config.json (default: config.json beside the weights if present)" },
+        { "--preset", CLI_STR, &o->preset, "NAME",
+          .help = "the published config to start from: keys config.json lacks keep its\nvalues, and without a "
+                  "config.json it is the whole config (said on\nstderr). %s; default the first, the built-in default" },
+        { "--layer", CLI_U32, &o->layer, "L", "0", 0, 100000, .help = "model.layers.L" },
+        { "--seq-len", CLI_U32, &o->seq_len, "S", "256", 1, 1u << 20, .help = "tokens (taken from --input when given)" },
+        { "--budget", CLI_U32, &o->budget, "N", "64", 0, 1u << 24, .help = "heavy-hitter slots in the middle" },
+        { "--n-sink", CLI_U32, &o->n_sink, "N", "4", 0, 1u << 24, .help = "first tokens always kept" },
+        { "--n-recent", CLI_U32, &o->n_recent, "N", "32", 0, 1u << 24, .help = "last tokens always kept" },
+        { "--seed", CLI_U64, &o->seed, "N", "0", 0, UINT64_MAX, .help = "seed of the standard-normal synthetic input" },
+        { "--input", CLI_STR, &o->input, "FILE",
+          .help = "read tensor 'hidden_states' (F32 [seq, hidden]) from a safetensors file" },
+        { "--normed-input", CLI_BOOL, &o->normed_input, .help = "apply the layer's input_layernorm first (decoder order)" },
+        { "--layout", CLI_CHOICE, &layout, "expanded|latent", "expanded",
+          .help = "KV cache layout: expanded (per head K/V, HF DynamicCache's) or\nlatent (c_kv + k_pe per token, "
+                  "shared by the heads)" },
+        { "--kv", CLI_FN, &o->kv, "P", "fp16", .fn = parse_kv,
+          .help = "precision of the middle tokens in the cache: fp16, int8, int4 or int2\n(the sinks, the recents and "
+                  "one middle token stay fp16; the report gives the\ntokens and bytes per tier). The default mode's kept "
+                  "set does not depend on it;\nwith --prefill a token leaving the fp16 slots moves to the integer tier "
+                  "and a\nstep evicts that tier's lowest score (vkh2o/kvcache.h)" },
+        { "--prefill", CLI_U32, &o->prefill, "P", .lo = 1, .hi = 1u << 20,
+          .help = "decode mode: the first P tokens are a prefill through the layer into the cache\n"
+                  "(vkh2o_run_mla_prefill; cap n_sink + budget + n_recent, evicted once to the\ncap if P exceeds it), "
+                  "then tokens P..S-1 are decoded one at a time\n(vkh2o_run_mla_decode):\neach is appended, attends to "
+                  "every cached token including itself, adds its\nattention mass to every cached token's score, and the "
+                  "cache is evicted back\nto the cap. attn_output then holds each token's output given the cache it\n"
+                  "saw; the scores are each token's accumulated score when last in the cache;\nkept/category describe "
+                  "the final cache. 1 <= P <= S. The forward runs and\ntheir timings cover the P prompt tokens" },
+        { "--device", CLI_U32, &o->device, "N", .hi = 63, .help = "Vulkan device index (default: the best one; see vkh2o-info)" },
+        { "--runs", CLI_U32, &o->runs, "N", .lo = 1, .hi = 1000,
+          .help = "timed forward runs after a short warm-up; the median is reported.\nDefault: 5 when a forward takes "
+                  "under 0.5 s, else 1" },
+        { "--csv", CLI_STR, &o->csv, "FILE", .help = "one row per token: token_idx,attention_score,kept,category" },
+        { "--json", CLI_STR, &o->json, "FILE", .help = "the summary as JSON" },
+        { "--out", CLI_STR, &o->out, "FILE",
+          .help = "safetensors with attn_output (F32 [seq, hidden]) and attention_score (F32 [seq])" },
+        { "--plot", CLI_STR, &o->plot, "FILE", .help = "SVG of score against token index, coloured by category" },
+        { "--check", CLI_BOOL, &o->check,
+          .help = "also run the CPU reference (double) and compare; kept sets as sets (with\n--prefill: against an "
+                  "fp16 cache, so --kv fp16 only)" },
+        { "--cache-dir", CLI_STR, &o->cache_dir, "DIR",
+          .help = "where the synthetic shard lives (default $VKH2O_CACHE_DIR,\n$XDG_CACHE_HOME/vkh2o or ~/.cache/vkh2o)" },
+        { "--quiet", CLI_BOOL, &o->quiet, .help = "only errors and the final result line" },
+        { "-q", CLI_BOOL, &o->quiet, .help = "the same as --quiet" },
+    };
+    const cli_spec spec = {
+        TOOL,
+        "usage: vkh2o-demo [--weights FILE|DIR] [options]\n"
+        "The Kimi K2.6 layer-0 H2O eviction demo: one causal forward of an MLA layer over S tokens\n"
+        "on the GPU, each token's attention mass (summed over heads and queries), the H2O kept set\n"
+        "(n_sink first + budget heaviest middle + n_recent last tokens) and the KV cache (vkh2o_kvcache)\n"
+        "prefilled with the rows and their mass, which keeps that set; the kept set is read back from it.\n\n",
+        "Every path is checked before any work; output files are written to temporary names and\n"
+        "renamed together at the end, so a run that fails leaves none of them. A flag given twice,\n"
+        "a sequence under 2 tokens or a --budget above it is refused. Exit status: 0 done, 1 failed,\n"
+        "2 bad usage.\n",
+        opt, CLI_N(opt), NULL,
+    };
+    char presets[256] = "";
+    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i); i++)
+        snprintf(presets + strlen(presets), sizeof presets - strlen(presets), "%s%s", i ? ", " : "",
+                 vkh2o_mla_config_preset_name(i));
+    const int prc = cli_parse_extra(&spec, argc, argv, presets);
+    *exit_code = prc < 0 ? 0 : 2;
+    if (prc)
         return false;
-    }
+    o->layout = layout ? VKH2O_LAYOUT_LATENT : VKH2O_LAYOUT_EXPANDED;
+    o->seq_len_given = cli_given(&spec, "--seq-len");
+    o->prefill_given = cli_given(&spec, "--prefill");
+    o->device_given = cli_given(&spec, "--device");
     if (o->check && o->prefill_given && o->kv != VKH2O_PRECISION_FP16) {
         fprintf(stderr, "%s: --check with --prefill compares against a reference whose cache is fp16: it takes --kv fp16, "
                 "not --kv %s\n", TOOL, vkh2o_kv_precision_name(o->kv));
@@ -1025,7 +975,7 @@ int main(int argc, char** argv)
     dm->out_err = dm->score_err = -1;
     dm->kept_agree = true;
     int rc = 2;
-    if (cli_no_repeats(TOOL, argc, argv) && parse_args(argc, argv, &dm->o, &rc) && (rc = check_paths(&dm->o)) == 0 &&
+    if (parse_args(argc, argv, &dm->o, &rc) && (rc = check_paths(&dm->o)) == 0 &&
         (rc = cli_check_device(TOOL, argc, argv, dm->o.device) ? 0 : 2) == 0 && (rc = load_config(dm)) == 0 &&
         (rc = load(dm)) == 0 && (rc = run_forward(dm)) == 0 && (rc = run_h2o(dm)) == 0 && (rc = run_check(dm)) == 0) {
         report(dm);

@@ -156,135 +156,10 @@ typedef struct row {
     double recall_first_d[3], recall_second_d[3];   /* by depth of the first occurrence: early, middle, late */
 } row;
 
-static void usage(FILE* f)
+static bool parse_depths(const char* tool, const char* flag, const char* s, void* dst)
 {
-    fprintf(f,
-            "usage: vkh2o-eval --weights DIR [--text FILE] [--ctx N] [--windows K]\n"
-            "                  [--policy P] [--budget B | --budget F%%] [--n-sink S] [--n-recent R] [--decay F]\n"
-            "                  [--n-protect N]\n"
-            "                  [--obs-window W] [--pool max|avg|none] [--pool-size K]\n"
-            "                  [--kv P [--bytes F%%] [--tiers A,B,C,D] [--tier-set T,..] [--kv-groups A,B,C]\n"
-            "                  [--requant tier|original]]\n"
-            "                  [--kv-quant Q] [--sweep | --byte-sweep] [--bench [--bench-steps N]]\n"
-            "                  [--passkey [--stream [--stream-trials T]] [--trials T] [--depths D1,D2,...]] [--seed S]\n"
-            "                  [--recall [--recall-windows K]]\n"
-            "                  [--csv FILE] [--json FILE] [--plot FILE.svg] [--quiet] [--help]\n"
-            "Runs a byte-level DeepSeek-V3-architecture model (an HF directory: config.json + safetensors,\n"
-            "vocab 256) on the default Vulkan device with every layer's KV cache under a policy, and reports:\n"
-            "(every policy runs on the one cache, vkh2o_kvcache: latent rows, FP16 unless --kv or --kv-quant\n"
-            "names a precision; the full cache's perplexity is a plain causal forward)\n"
-            "  perplexity  over FILE in non-overlapping windows of N bytes: in each window the first byte is\n"
-            "              context only, every later byte is decoded one at a time with the policy acting\n"
-            "              after each step, and byte t+1 is predicted from the output at byte t (so the full\n"
-            "              cache is a plain causal forward per window); bits and perplexity per byte\n"
-            "  passkey     a 5-digit key planted at each depth (fraction of the filler before it) in filler\n"
-            "              text of N bytes in all, asked for at the end; exact match of the greedy 5-byte\n"
-            "              continuation, T trials per depth. The prompt goes in as a prefill that the policy\n"
-            "              compresses once at its end; with --stream also token by token with eviction\n"
-            "              after every step (both are reported)\n"
-            "  recall      (--recall) a recurring passage: in each of the first K windows of FILE the\n"
-            "              N/8 bytes from byte N/16 recur as the window's last N/8 bytes; the window is\n"
-            "              decoded as for perplexity, and the bits/byte of the passage's first occurrence\n"
-            "              and of its recurrence are reported (a model that copies from its context pays\n"
-            "              far less the second time, if the policy kept the first)\n"
-            "Policies (--policy, default full):\n");
-    for (size_t i = 0; i < NPOLICIES; i++)   /* the table itself: a new policy cannot miss its line */
-        fprintf(f, "  %-11s %s\n", POLICIES[i].name, POLICIES[i].help);
-    fprintf(f,
-            "  --budget B      heavy hitters per layer (tokens), or F%% of the context for the whole cache\n"
-            "                  (sinks + heavy hitters + recents <= F%% of --ctx, rounded down; refused when\n"
-            "                  the sinks and recents leave no room for one); required unless --policy full\n"
-            "  --n-sink S      first tokens always kept (default 4)\n"
-            "  --n-recent R    last tokens always kept (default 16)\n"
-            "  --decay F       h2o-decay's factor, in (0, 1) (default 0.9)\n"
-            "  --n-protect N   a protected window: of the middle tokens, those among the last N positions are\n"
-            "                  evicted only when no older one is left (they still move down the tiers like the\n"
-            "                  others); above --n-recent; one evicting policy only (not with --sweep, --bench,\n"
-            "                  --kv-quant); decode steps only (a prefill ranks by key); off by default.\n"
-            "                  Measured (docs/QUALITY.md): 96 keeps a passage that recurs soon and streamed\n"
-            "                  passkeys, at a cost in perplexity\n"
-            "  --obs-window W, --pool max|avg|none, --pool-size K   snapkv's window (default 32), pooling\n"
-            "                  (max) and odd kernel size (default 15: these models read bytes, and SnapKV's\n"
-            "                  7, meant for subword tokens, spans too little of a word; on models/tiny-mla\n"
-            "                  it finds 0.15 of the passkeys at 25%%, 15 finds 0.90)\n"
-            "  --kv-quant Q    a quantisation ladder on the one cache, with --policy full only: of the middle\n"
-            "                  tokens (the window less --n-sink and --n-recent, which stay FP16), ranked by\n"
-            "                  summed attention (h2o), fp16 keeps every token FP16; conservative 50%% FP16 /\n"
-            "                  50%% INT8; balanced 25%% / 50%% / 25%% INT4; aggressive 10%% / 30%% / 40%% and the\n"
-            "                  coldest 20%% evicted (tiers by score: --kv tiered pools of those sizes); uniform-int8,\n"
-            "                  uniform-int4 every middle token at that precision (--kv int8 / int4). The tiered\n"
-            "                  ladders need %u middle tokens or more\n"
-            "  --kv P          the one KV cache (vkh2o/kvcache.h) at precision P: fp16, int8, int4, int2 (the\n"
-            "                  middle tokens; sinks and recents stay FP16) or tiered (--tiers); the --policy\n"
-            "                  decides which tokens stay, and with a capacity the lowest-scored middle token\n"
-            "                  moves down a tier, FP16 -> INT8 -> INT4 -> INT2, the lowest tier's is evicted\n"
-            "  --bytes F%%      its capacity: F%% of the full FP16 cache's bytes (2 bytes per latent number,\n"
-            "                  every position); slots, scales, positions and scores all count; needs an\n"
-            "                  eviction --policy (or give --budget: a capacity in tokens)\n"
-            "  --tiers A,B,C,D --kv tiered: middle tokens kept at FP16, INT8, INT4, INT2; a 0 after the last\n"
-            "                  count takes what the capacity leaves (1,32,0,0: 1 FP16, 32 INT8, the rest INT4)\n"
-            "                  --kv tiered with --bytes and no --tiers: tiers by bytes, every token FP16 until\n"
-            "                  the capacity forces the lowest-scored middle token of the highest tier down\n"
-            "  --tier-set T,..  tiers by bytes: the lower tiers in use (default int8,int4; e.g. int8,int4,int2)\n"
-            "  --kv-groups A,B,C  c_kv numbers per quantisation group of INT8, INT4, INT2 (0: the defaults,\n"
-            "                  the whole c_kv for INT8 / INT4 and 32 for INT2; k_pe is grouped on its own)\n"
-            "  --requant tier|original  a measurement mode of --kv tiered with two integer tiers or more: a\n"
-            "                  token moving down is requantised from its tier's codes (tier, the cache's\n"
-            "                  default) or from its FP16 row (original), which the cache then keeps in a\n"
-            "                  shadow store outside the capacity (same tiers, same tokens); the rows and the\n"
-            "                  JSON name the source, and the JSON gives held_bytes and shadow_bytes (all\n"
-            "                  layers, at the end of the last perplexity window; docs/QUALITY.md)\n"
-            "  --byte-sweep    the one KV cache at 50, 25, 18.75 and 12.5%% of the FP16 cache's bytes: eviction\n"
-            "                  only (FP16; h2o, h2o-mean, h2o-decay, tova, streaming, random), uniform INT8 /\n"
-            "                  INT4 / INT2 evicting to fit (h2o), tiers 1,A,0,0 and 1,A,B,0 (h2o; A = F x ctx / 4\n"
-            "                  INT8 and B = F x ctx / 2 INT4 tokens at capacity F: 32 and 64 at 25%% of 512),\n"
-            "                  tiers by bytes to INT4 and to INT2 (h2o);\n"
-            "                  plus the full cache (forward, and through the kvcache)\n"
-            "  A policy's flags (--n-sink, --n-recent, --decay, --obs-window, --pool, --pool-size) are\n"
-            "                  refused when no row of the run uses them, as is a flag given twice\n"
-            "  Retired with the quantised block cache: --route-every (the one cache demotes\n"
-            "                  and evicts on the device at every step, so there is no routing interval) and\n"
-            "                  block selectors (score, Quest, random: which blocks a step reads; read-time\n"
-            "                  sparsity saves no memory, and it was the only user of block metadata)\n"
-            "  --sweep         the grid: full, every policy at caches of 12.5%%, 25%% and 50%% of the context\n"
-            "                  (recents at most a quarter of the cache), and every --kv-quant ladder; implies\n"
-            "                  --stream; --ctx at least --n-sink + --n-recent + %u (the ladders)\n"
-            "  --weights DIR   the model directory (or its .safetensors with config.json beside it)\n"
-            "  --text FILE     held-out text for perplexity (bytes as tokens)\n"
-            "  --ctx N         window / prompt length in bytes (default 512; 2 .. the model's\n"
-            "                  max_position_embeddings; --sweep: at least 8)\n"
-            "  --windows K     at most K windows of --text (default: all)\n"
-            "  --passkey       run the passkey test (--trials, default 10; --depths, default 0,0.2,...,1;\n"
-            "                  --stream: also streamed; these three need --passkey)\n"
-            "  --stream-trials T  trials per depth of the streamed passkey test (default: --trials); the\n"
-            "                  streamed prompt costs a decode step per byte, the compressed one a prefill\n"
-            "  --seed S        keys of the passkey test (default 1)\n"
-            "  --recall        run the recurring-passage test (needs --text and --ctx >= 64): a passage of\n"
-            "                  ctx/8 bytes recurs at the window's end, its first occurrence early, in the\n"
-            "                  middle and late in the window (each window decoded once per depth); the\n"
-            "                  figures are the mean over the depths, the JSON has each (recall_by_depth)\n"
-            "  --recall-windows K  windows of the recurring-passage test (default 8)\n"
-            "  --bench         decode speed instead: for every policy at 25%% of the context and the full cache,\n"
-            "                  tokens per second of single-token decode steps (the prompt prefilled, then\n"
-            "                  --bench-steps N steps after 4 untimed ones, default 64, policies interleaved), and the\n"
-            "                  eviction share: (evicting step - non-evicting step at the same length) / evicting step;\n"
-            "                  --json FILE writes them (policy, cache_tokens, ctx, steps, tokens_per_s, vs_full,\n"
-            "                  eviction_share)\n"
-            "  --csv FILE, --json FILE   also write the rows (policy, budget, n_sink, n_recent, cache_tokens,\n"
-            "                  cache_bytes, ctx, kv_quant, bits_per_byte, ppl, passkey_acc, passkey_stream_acc,\n"
-            "                  recall_first_bits, recall_second_bits)\n"
-            "  --plot FILE.svg perplexity and passkey accuracy against cache size (one line per policy),\n"
-            "                  perplexity against cache bytes (eviction vs quantisation at equal bytes) and,\n"
-            "                  with --recall, the recurrence's bits/byte against cache size\n"
-            "                  (outputs are written only when the whole run succeeds)\n"
-            "  --quiet         no progress line (it is shown only on a terminal anyway)\n"
-            "At least one of --text and --passkey is needed. The library's warnings and errors go to stderr;\n"
-            "with VKH2O_VALIDATION=1 the Khronos validation layer is on, and any message of it fails the run.\n",
-            LADDER_MIN_MIDDLE, LADDER_MIN_MIDDLE);
-}
-
-static bool parse_depths(const char* s, opts* o)
-{
+    (void)tool, (void)flag;
+    opts* o = dst;
     o->ndepths = 0;
     const char* p = s;
     while (*p) {
@@ -318,253 +193,330 @@ static uint32_t kept_recents(const opts* o)
     return o->policy->obs && o->n_recent < o->obs_window ? o->obs_window : o->n_recent;
 }
 
-/* 0 ok, 1 --help, 2 bad usage (message printed) */
+/* the values that are more than a number or a name, each parsed into opts (dst) */
+static bool parse_text(const char* tool, const char* flag, const char* v, void* dst)
+{
+    if (!*v) {
+        fprintf(stderr, "%s: %s needs a value\n", tool, flag);
+        return false;
+    }
+    *(const char**)dst = v;
+    return true;
+}
+
+static bool parse_named(const char* tool, const char* flag, const char* what, const char* v, const char* const* names,
+                        size_t n, size_t stride, const void** out)
+{
+    for (size_t k = 0; k < n; k++)
+        if (!strcmp(v, *(const char* const*)((const char*)names + k * stride))) {
+            *out = (const char*)names + k * stride;
+            return true;
+        }
+    fprintf(stderr, "%s: %s: unknown %s '%s' (", tool, flag, what, v);
+    for (size_t k = 0; k < n; k++)
+        fprintf(stderr, "%s%s", k ? ", " : "", *(const char* const*)((const char*)names + k * stride));
+    fprintf(stderr, ")\n");
+    return false;
+}
+
+static bool parse_policy(const char* tool, const char* flag, const char* v, void* dst)
+{
+    return parse_named(tool, flag, "policy", v, &POLICIES[0].name, NPOLICIES, sizeof POLICIES[0], (const void**)dst);
+}
+
+static bool parse_ladder(const char* tool, const char* flag, const char* v, void* dst)
+{
+    opts* o = dst;
+    o->kv_quant = v;
+    return parse_named(tool, flag, "ladder", v, &LADDERS[0].name, NLADDERS, sizeof LADDERS[0], (const void**)&o->ladder);
+}
+
+static bool parse_kv(const char* tool, const char* flag, const char* v, void* dst)
+{
+    opts* o = dst;
+    if (!vkh2o_kv_precision_parse(v, &o->kv_prec)) {
+        fprintf(stderr, "%s: %s: '%s' is not one of fp16, int8, int4, int2, tiered\n", tool, flag, v);
+        return false;
+    }
+    o->kv = v;
+    return true;
+}
+
+/* "F%": a percentage in [0.001, 100] as a fraction */
+static bool parse_percent(const char* tool, const char* flag, const char* v, double* frac)
+{
+    const size_t n = strlen(v);
+    char num[64];
+    if (n < 2 || n >= sizeof num || v[n - 1] != '%') {
+        fprintf(stderr, "%s: %s needs a percentage, e.g. 25%%\n", tool, flag);
+        return false;
+    }
+    snprintf(num, sizeof num, "%.*s", (int)(n - 1), v);
+    if (!cli_parse_f64(tool, flag, num, 0.001, 100.0, frac))
+        return false;
+    *frac /= 100.0;
+    return true;
+}
+
+static bool parse_bytes(const char* tool, const char* flag, const char* v, void* dst)
+{
+    return parse_percent(tool, flag, v, dst);
+}
+
+/* --budget N (heavy hitters) or F% (of the context, for the whole cache) */
+static bool parse_budget(const char* tool, const char* flag, const char* v, void* dst)
+{
+    opts* o = dst;
+    const size_t n = strlen(v);
+    if (n > 1 && v[n - 1] == '%') {
+        o->budget_arg = v;
+        return parse_percent(tool, flag, v, &o->budget_frac);
+    }
+    return cli_parse_u32(tool, flag, v, 1, 1u << 20, &o->budget);
+}
+
+/* n comma-separated counts, each at most max, into out[0..n) */
+static bool parse_counts(const char* v, uint32_t n, uint32_t max, uint32_t* out)
+{
+    const char* p = v;
+    for (uint32_t k = 0; k < n; k++) {
+        char* end;
+        if (*p < '0' || *p > '9')
+            return false;
+        errno = 0;
+        const unsigned long x = strtoul(p, &end, 10);
+        if (errno || x > max || (k + 1 < n ? *end != ',' : *end != 0))
+            return false;
+        out[k] = (uint32_t)x;
+        p = end + 1;
+    }
+    return true;
+}
+
+static bool parse_tiers(const char* tool, const char* flag, const char* v, void* dst)
+{
+    if (parse_counts(v, 4, 1u << 20, dst))
+        return true;
+    fprintf(stderr, "%s: %s needs four token counts A,B,C,D (FP16, INT8, INT4, INT2 middle tokens)\n", tool, flag);
+    return false;
+}
+
+static bool parse_groups(const char* tool, const char* flag, const char* v, void* dst)
+{
+    if (parse_counts(v, 3, 4096, (uint32_t*)dst + 1))
+        return true;
+    fprintf(stderr, "%s: %s needs three group sizes A,B,C (c_kv numbers per group of INT8, INT4, INT2; 0: the "
+                    "default)\n", tool, flag);
+    return false;
+}
+
+static bool parse_tier_set(const char* tool, const char* flag, const char* v, void* dst)
+{
+    uint32_t* mask = dst;
+    char buf[64];
+    *mask = 1u;
+    if (strlen(v) < sizeof buf) {
+        strcpy(buf, v);
+        for (char* t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+            uint32_t bit = !strcmp(t, "int8") ? 2u : !strcmp(t, "int4") ? 4u : !strcmp(t, "int2") ? 8u : 0u;
+            if (!bit || (*mask & bit)) {
+                fprintf(stderr, "%s: %s: '%s' is not int8, int4 or int2 (each once)\n", tool, flag, t);
+                return false;
+            }
+            *mask |= bit;
+        }
+    }
+    if (*mask == 1u) {
+        fprintf(stderr, "%s: %s needs the lower tiers in use, e.g. int8,int4 (FP16 is always in)\n", tool, flag);
+        return false;
+    }
+    return true;
+}
+
+static bool parse_pool_size(const char* tool, const char* flag, const char* v, void* dst)
+{
+    if (!cli_parse_u32(tool, flag, v, 1, 255, dst))
+        return false;
+    if (!(*(uint32_t*)dst & 1u)) {
+        fprintf(stderr, "%s: %s: %u is not odd\n", tool, flag, *(uint32_t*)dst);
+        return false;
+    }
+    return true;
+}
+
+/* 0 ok, -1 --help (printed), 2 bad usage (message printed) */
 static int parse(int argc, char** argv, opts* o)
 {
     /* pool size 15: SnapKV's 7 is for subword tokens; a byte is a fraction of one, and with 7 the
      * committed byte model keeps a 5-digit key's first digits only (passkey 0.15 at 25 %, 0.90 with
      * 15; docs/QUALITY.md). Every model this tool reads is byte-level (vocab 256). */
-    *o = (opts){ .ctx = 512, .trials = 10, .seed = 1, .ndepths = 6, .depths = { 0.0, 0.2, 0.4, 0.6, 0.8, 1.0 },
-                 .policy = &POLICIES[0], .n_sink = 4, .n_recent = 16, .obs_window = 32, .pool_size = 15 };
-    /* repeats are refused before parse (cli_no_repeats); these say which flags were given, for the
-     * checks of what applies to the run */
-    bool seen_policy = false, seen_budget = false, seen_sink = false, seen_recent = false, seen_decay = false;
-    bool seen_protect = false;
-    bool seen_obs = false, seen_pool = false, seen_pool_size = false, seen_trials = false;
-    bool seen_depths = false;
-    for (int i = 1; i < argc; i++) {
-        const char* a = argv[i];
-        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
-        int r;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
-            return 1;
-        if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--ctx", 2, 1u << 20, &o->ctx)) != 0) {
-            if (r < 0)
-                return 2;
-            o->ctx_given = true;
-        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--windows", 1, UINT32_MAX, &o->max_windows)) != 0) {
-            if (r < 0)
-                return 2;
-        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--trials", 1, 100000, &o->trials)) != 0) {
-            if (r < 0)
-                return 2;
-            seen_trials = true;
-        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--recall-windows", 1, 100000, &o->recall_windows)) != 0) {
-            if (r < 0)
-                return 2;
-        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--stream-trials", 1, 100000, &o->stream_trials)) != 0) {
-            if (r < 0)
-                return 2;
-        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--seed", 0, UINT32_MAX, &o->seed)) != 0) {
-            if (r < 0)
-                return 2;
-        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--n-sink", 0, 1u << 20, &o->n_sink)) != 0) {
-            if (r < 0)
-                return 2;
-            seen_sink = true;
-        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--n-recent", 0, 1u << 20, &o->n_recent)) != 0) {
-            if (r < 0)
-                return 2;
-            seen_recent = true;
-        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--n-protect", 1, 1u << 20, &o->n_protect)) != 0) {
-            if (r < 0)
-                return 2;
-            seen_protect = true;
-        } else if (!strcmp(a, "--route-every")) {
-            fprintf(stderr, TOOL ": --route-every was retired with the quantised block cache: the one cache demotes and "
-                            "evicts on the device at every step, so there is no routing interval (see --help)\n");
-            return 2;
-        } else if (!strcmp(a, "--kv-quant")) {
-            if (!v) {
-                fprintf(stderr, TOOL ": --kv-quant needs a value\n");
-                return 2;
-            }
-            for (size_t k = 0; k < NLADDERS; k++)
-                if (!strcmp(v, LADDERS[k].name))
-                    o->ladder = &LADDERS[k];
-            if (!o->ladder) {
-                fprintf(stderr, TOOL ": --kv-quant: unknown ladder '%s' (", v);
-                for (size_t k = 0; k < NLADDERS; k++)
-                    fprintf(stderr, "%s%s", k ? ", " : "", LADDERS[k].name);
-                fprintf(stderr, ")\n");
-                return 2;
-            }
-            o->kv_quant = v;
-            i++;
-        } else if (!strcmp(a, "--kv")) {
-            if (!v || !vkh2o_kv_precision_parse(v, &o->kv_prec)) {
-                fprintf(stderr, TOOL ": --kv: '%s' is not one of fp16, int8, int4, int2, tiered\n", v ? v : "");
-                return 2;
-            }
-            o->kv = v;
-            i++;
-        } else if (!strcmp(a, "--bytes")) {
-            size_t vl = v ? strlen(v) : 0;
-            char num[64];
-            if (!v || vl < 2 || vl >= sizeof num || v[vl - 1] != '%') {
-                fprintf(stderr, TOOL ": --bytes needs a percentage of the full FP16 cache's bytes, e.g. 25%%\n");
-                return 2;
-            }
-            memcpy(num, v, vl - 1);
-            num[vl - 1] = 0;
-            if (!cli_parse_f64(TOOL, "--bytes", num, 0.001, 100.0, &o->kv_bytes))
-                return 2;
-            o->kv_bytes /= 100.0;
-            i++;
-        } else if (!strcmp(a, "--tiers")) {
-            unsigned t[4];
-            char tail;
-            if (!v || sscanf(v, "%u,%u,%u,%u%c", &t[0], &t[1], &t[2], &t[3], &tail) != 4 || t[0] > (1u << 20) ||
-                t[1] > (1u << 20) || t[2] > (1u << 20) || t[3] > (1u << 20)) {
-                fprintf(stderr, TOOL ": --tiers needs four token counts A,B,C,D (FP16, INT8, INT4, INT2 middle tokens)\n");
-                return 2;
-            }
-            for (int k = 0; k < 4; k++)
-                o->kv_tiers[k] = t[k];
-            i++;
-        } else if (!strcmp(a, "--kv-groups")) {
-            unsigned t[3];
-            char tail;
-            if (!v || sscanf(v, "%u,%u,%u%c", &t[0], &t[1], &t[2], &tail) != 3 || t[0] > 4096 || t[1] > 4096 || t[2] > 4096) {
-                fprintf(stderr, TOOL ": --kv-groups needs three group sizes A,B,C (c_kv numbers per group of INT8, INT4, "
-                                "INT2; 0: the default)\n");
-                return 2;
-            }
-            for (int k = 0; k < 3; k++)
-                o->kv_groups[k + 1] = t[k];
-            i++;
-        } else if (!strcmp(a, "--tier-set")) {
-            char buf[64];
-            if (!v || strlen(v) >= sizeof buf) {
-                fprintf(stderr, TOOL ": --tier-set needs the lower tiers in use, e.g. int8,int4 (FP16 is always in)\n");
-                return 2;
-            }
-            strcpy(buf, v);
-            o->kv_mask = 1u;
-            for (char* t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-                uint32_t bit = !strcmp(t, "int8") ? 2u : !strcmp(t, "int4") ? 4u : !strcmp(t, "int2") ? 8u : 0u;
-                if (!bit || (o->kv_mask & bit)) {
-                    fprintf(stderr, TOOL ": --tier-set: '%s' is not int8, int4 or int2 (each once)\n", t);
-                    return 2;
-                }
-                o->kv_mask |= bit;
-            }
-            if (o->kv_mask == 1u) {
-                fprintf(stderr, TOOL ": --tier-set needs the lower tiers in use, e.g. int8,int4 (FP16 is always in)\n");
-                return 2;
-            }
-            i++;
-        } else if (!strcmp(a, "--requant")) {
-            if (!v || (strcmp(v, "tier") && strcmp(v, "original"))) {
-                fprintf(stderr, TOOL ": --requant: '%s' is not tier or original\n", v ? v : "");
-                return 2;
-            }
-            o->requant_arg = v;
-            o->requant = !strcmp(v, "original") ? VKH2O_REQUANT_FROM_ORIGINAL : VKH2O_REQUANT_FROM_TIER;
-            i++;
-        } else if (!strcmp(a, "--byte-sweep")) {
-            o->byte_sweep = true;
-        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--obs-window", 1, 4096, &o->obs_window)) != 0) {
-            if (r < 0)
-                return 2;
-            seen_obs = true;
-        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--pool-size", 1, 255, &o->pool_size)) != 0) {
-            if (r < 0)
-                return 2;
-            seen_pool_size = true;
-            if (!(o->pool_size & 1u)) {
-                fprintf(stderr, TOOL ": --pool-size: %u is not odd\n", o->pool_size);
-                return 2;
-            }
-        } else if (!strcmp(a, "--pool")) {
-            if (!v || (strcmp(v, "max") && strcmp(v, "avg") && strcmp(v, "none"))) {
-                fprintf(stderr, TOOL ": --pool: '%s' is not max, avg or none\n", v ? v : "");
-                return 2;
-            }
-            o->pool = !strcmp(v, "max") ? VKH2O_POOL_MAX : !strcmp(v, "avg") ? VKH2O_POOL_AVG : VKH2O_POOL_NONE;
-            seen_pool = true;
-            i++;
-        } else if (!strcmp(a, "--decay")) {
-            if (!v) {
-                fprintf(stderr, TOOL ": --decay needs a value\n");
-                return 2;
-            }
-            if (!cli_parse_f64(TOOL, "--decay", v, 1e-6, 0.999999, &o->decay))
-                return 2;
-            seen_decay = true;
-            i++;
-        } else if (!strcmp(a, "--policy")) {
-            if (!v) {
-                fprintf(stderr, TOOL ": --policy needs a value\n");
-                return 2;
-            }
-            seen_policy = true;
-            o->policy = NULL;
-            for (size_t k = 0; k < NPOLICIES; k++)
-                if (!strcmp(v, POLICIES[k].name))
-                    o->policy = &POLICIES[k];
-            if (!o->policy) {
-                fprintf(stderr, TOOL ": --policy: unknown policy '%s' (", v);
-                for (size_t k = 0; k < NPOLICIES; k++)
-                    fprintf(stderr, "%s%s", k ? ", " : "", POLICIES[k].name);
-                fprintf(stderr, ")\n");
-                return 2;
-            }
-            i++;
-        } else if (!strcmp(a, "--budget")) {
-            if (!v) {
-                fprintf(stderr, TOOL ": --budget needs a value\n");
-                return 2;
-            }
-            seen_budget = true;
-            size_t L = strlen(v);
-            if (L > 1 && v[L - 1] == '%') {
-                char num[64];
-                snprintf(num, sizeof num, "%.*s", (int)(L - 1), v);
-                double f;
-                if (!cli_parse_f64(TOOL, "--budget", num, 0.001, 100.0, &f))
-                    return 2;
-                o->budget_frac = f / 100.0;
-                o->budget_arg = v;
-            } else if (!cli_parse_u32(TOOL, "--budget", v, 1, 1u << 20, &o->budget)) {
-                return 2;
-            }
-            i++;
-        } else if ((r = cli_flag_u32(TOOL, argc, argv, &i, "--bench-steps", 1, 100000, &o->bench_steps)) != 0) {
-            if (r < 0)
-                return 2;
-        } else if (!strcmp(a, "--bench")) {
-            o->bench = true;
-        } else if (!strcmp(a, "--passkey")) {
-            o->passkey = true;
-        } else if (!strcmp(a, "--recall")) {
-            o->recall = true;
-        } else if (!strcmp(a, "--stream")) {
-            o->stream = true;
-        } else if (!strcmp(a, "--sweep")) {
-            o->sweep = true;
-        } else if (!strcmp(a, "--quiet")) {
-            o->quiet = true;
-        } else if (!strcmp(a, "--weights") || !strcmp(a, "--text") || !strcmp(a, "--csv") || !strcmp(a, "--json") ||
-                   !strcmp(a, "--plot") || !strcmp(a, "--depths")) {
-            if (!v || !*v) {
-                fprintf(stderr, TOOL ": %s needs a value\n", a);
-                return 2;
-            }
-            const char** dst = !strcmp(a, "--weights") ? &o->weights : !strcmp(a, "--text") ? &o->text
-                             : !strcmp(a, "--csv") ? &o->csv : !strcmp(a, "--json") ? &o->json
-                             : !strcmp(a, "--plot") ? &o->plot : NULL;
-            if (dst)
-                *dst = v;
-            else if (!parse_depths(v, o))
-                return 2;
-            seen_depths = seen_depths || !dst;
-            i++;
-        } else {
-            fprintf(stderr, TOOL ": unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
+    *o = (opts){ .ndepths = 6, .depths = { 0.0, 0.2, 0.4, 0.6, 0.8, 1.0 }, .policy = &POLICIES[0] };
+    int pool = 0, requant = 0;
+    cli_opt opt[] = {
+        { "--weights", CLI_FN, &o->weights, "DIR", .fn = parse_text,
+          .help = "the model directory (or its .safetensors with config.json beside it)" },
+        { "--text", CLI_FN, &o->text, "FILE", .fn = parse_text, .help = "held-out text for perplexity (bytes as tokens)" },
+        { "--ctx", CLI_U32, &o->ctx, "N", "512", 2, 1u << 20,
+          .help = "window / prompt length in bytes (2 .. the model's\nmax_position_embeddings; --sweep: at least 8)" },
+        { "--windows", CLI_U32, &o->max_windows, "K", .lo = 1, .hi = UINT32_MAX, .help = "at most K windows of --text (default: all)" },
+        { "--policy", CLI_FN, &o->policy, "P", .fn = parse_policy, .help = "the eviction policy (below; default full)" },
+        { "--budget", CLI_FN, o, "B|F%", .fn = parse_budget,
+          .help = "heavy hitters per layer (tokens), or F% of the context for the whole cache\n(sinks + heavy hitters + "
+                  "recents <= F% of --ctx, rounded down; refused when\nthe sinks and recents leave no room for one); "
+                  "required unless --policy full" },
+        { "--n-sink", CLI_U32, &o->n_sink, "S", "4", 0, 1u << 20, .help = "first tokens always kept" },
+        { "--n-recent", CLI_U32, &o->n_recent, "R", "16", 0, 1u << 20, .help = "last tokens always kept" },
+        { "--decay", CLI_F64, &o->decay, "F", .flo = 1e-6, .fhi = 0.999999,
+          .help = "h2o-decay's factor, in (0, 1) (default 0.9, the cache's)" },
+        { "--n-protect", CLI_U32, &o->n_protect, "N", .lo = 1, .hi = 1u << 20,
+          .help = "a protected window: of the middle tokens, those among the last N positions are\nevicted only when no "
+                  "older one is left (they still move down the tiers like the\nothers); above --n-recent; one evicting "
+                  "policy only (not with --sweep, --bench,\n--kv-quant); decode steps only (a prefill ranks by key); off "
+                  "by default.\nMeasured (docs/QUALITY.md): 96 keeps a passage that recurs soon and streamed\npasskeys, "
+                  "at a cost in perplexity" },
+        { "--obs-window", CLI_U32, &o->obs_window, "W", "32", 1, 4096, .help = "snapkv's observation window" },
+        { "--pool", CLI_CHOICE, &pool, "max|avg|none", "max", .help = "snapkv's pooling of the window's scores" },
+        { "--pool-size", CLI_FN, &o->pool_size, "K", "15", .fn = parse_pool_size,
+          .help = "snapkv's odd kernel size (15: these models read bytes, and SnapKV's\n7, meant for subword tokens, "
+                  "spans too little of a word; on models/tiny-mla\nit finds 0.15 of the passkeys at 25%, 15 finds 0.90)" },
+        { "--kv-quant", CLI_FN, o, "Q", .fn = parse_ladder,
+          .help = "a quantisation ladder on the one cache, with --policy full only: of the middle\ntokens (the window "
+                  "less --n-sink and --n-recent, which stay FP16), ranked by\nsummed attention (h2o), fp16 keeps every "
+                  "token FP16; conservative 50% FP16 /\n50% INT8; balanced 25% / 50% / 25% INT4; aggressive 10% / 30% / "
+                  "40% and the\ncoldest 20% evicted (tiers by score: --kv tiered pools of those sizes); uniform-int8,\n"
+                  "uniform-int4 every middle token at that precision (--kv int8 / int4). The tiered\nladders need 10 "
+                  "middle tokens or more" },
+        { "--kv", CLI_FN, o, "P", .fn = parse_kv,
+          .help = "the one KV cache (vkh2o/kvcache.h) at precision P: fp16, int8, int4, int2 (the\nmiddle tokens; sinks "
+                  "and recents stay FP16) or tiered (--tiers); the --policy\ndecides which tokens stay, and with a "
+                  "capacity the lowest-scored middle token\nmoves down a tier, FP16 -> INT8 -> INT4 -> INT2, the lowest "
+                  "tier's is evicted" },
+        { "--bytes", CLI_FN, &o->kv_bytes, "F%", .fn = parse_bytes,
+          .help = "its capacity: F% of the full FP16 cache's bytes (2 bytes per latent number,\nevery position); slots, "
+                  "scales, positions and scores all count; needs an\neviction --policy (or give --budget: a capacity in "
+                  "tokens)" },
+        { "--tiers", CLI_FN, o->kv_tiers, "A,B,C,D", .fn = parse_tiers,
+          .help = "--kv tiered: middle tokens kept at FP16, INT8, INT4, INT2; a 0 after the last\ncount takes what the "
+                  "capacity leaves (1,32,0,0: 1 FP16, 32 INT8, the rest INT4)\n--kv tiered with --bytes and no --tiers: "
+                  "tiers by bytes, every token FP16 until\nthe capacity forces the lowest-scored middle token of the "
+                  "highest tier down" },
+        { "--tier-set", CLI_FN, &o->kv_mask, "T,..", .fn = parse_tier_set,
+          .help = "tiers by bytes: the lower tiers in use (default int8,int4; e.g. int8,int4,int2)" },
+        { "--kv-groups", CLI_FN, o->kv_groups, "A,B,C", .fn = parse_groups,
+          .help = "c_kv numbers per quantisation group of INT8, INT4, INT2 (0: the defaults,\nthe whole c_kv for INT8 / "
+                  "INT4 and 32 for INT2; k_pe is grouped on its own)" },
+        { "--requant", CLI_CHOICE, &requant, "tier|original",
+          .help = "a measurement mode of --kv tiered with two integer tiers or more: a\ntoken moving down is requantised "
+                  "from its tier's codes (tier, the cache's\ndefault) or from its FP16 row (original), which the cache "
+                  "then keeps in a\nshadow store outside the capacity (same tiers, same tokens); the rows and the\nJSON "
+                  "name the source, and the JSON gives held_bytes and shadow_bytes (all\nlayers, at the end of the last "
+                  "perplexity window; docs/QUALITY.md)" },
+        { "--byte-sweep", CLI_BOOL, &o->byte_sweep,
+          .help = "the one KV cache at 50, 25, 18.75 and 12.5% of the FP16 cache's bytes: eviction\nonly (FP16; h2o, "
+                  "h2o-mean, h2o-decay, tova, streaming, random), uniform INT8 /\nINT4 / INT2 evicting to fit (h2o), "
+                  "tiers 1,A,0,0 and 1,A,B,0 (h2o; A = F x ctx / 4\nINT8 and B = F x ctx / 2 INT4 tokens at capacity F: "
+                  "32 and 64 at 25% of 512),\ntiers by bytes to INT4 and to INT2 (h2o);\nplus the full cache (forward, "
+                  "and through the kvcache)" },
+        { "--sweep", CLI_BOOL, &o->sweep,
+          .help = "the grid: full, every policy at caches of 12.5%, 25% and 50% of the context\n(recents at most a "
+                  "quarter of the cache), and every --kv-quant ladder; implies\n--stream; --ctx at least --n-sink + "
+                  "--n-recent + 10 (the ladders)" },
+        { "--passkey", CLI_BOOL, &o->passkey, .help = "run the passkey test" },
+        { "--trials", CLI_U32, &o->trials, "T", "10", 1, 100000, .help = "trials per depth of the passkey test" },
+        { "--depths", CLI_FN, o, "D1,D2,...", "0,0.2,0.4,0.6,0.8,1", .fn = parse_depths,
+          .help = "the passkey's depths, fractions of the filler before it" },
+        { "--stream", CLI_BOOL, &o->stream, .help = "the passkey test also streamed (--trials, --depths and --stream need --passkey)" },
+        { "--stream-trials", CLI_U32, &o->stream_trials, "T", .lo = 1, .hi = 100000,
+          .help = "trials per depth of the streamed passkey test (default: --trials); the\nstreamed prompt costs a "
+                  "decode step per byte, the compressed one a prefill" },
+        { "--seed", CLI_U32, &o->seed, "S", "1", 0, UINT32_MAX, .help = "keys of the passkey test" },
+        { "--recall", CLI_BOOL, &o->recall,
+          .help = "run the recurring-passage test (needs --text and --ctx >= 64): a passage of\nctx/8 bytes recurs at "
+                  "the window's end, its first occurrence early, in the\nmiddle and late in the window (each window "
+                  "decoded once per depth); the\nfigures are the mean over the depths, the JSON has each "
+                  "(recall_by_depth)" },
+        { "--recall-windows", CLI_U32, &o->recall_windows, "K", .lo = 1, .hi = 100000,
+          .help = "windows of the recurring-passage test (default 8)" },
+        { "--bench", CLI_BOOL, &o->bench,
+          .help = "decode speed instead: for every policy at 25% of the context and the full cache,\ntokens per second "
+                  "of single-token decode steps (the prompt prefilled, then\n--bench-steps N steps after 4 untimed ones, "
+                  "policies interleaved), and the\neviction share: (evicting step - non-evicting step at the same "
+                  "length) / evicting step;\n--json FILE writes them (policy, cache_tokens, ctx, steps, tokens_per_s, "
+                  "vs_full,\neviction_share)" },
+        { "--bench-steps", CLI_U32, &o->bench_steps, "N", .lo = 1, .hi = 100000, .help = "timed steps of --bench (default 64)" },
+        { "--csv", CLI_FN, &o->csv, "FILE", .fn = parse_text,
+          .help = "also write the rows (policy, budget, n_sink, n_recent, cache_tokens,\ncache_bytes, ctx, kv_quant, "
+                  "bits_per_byte, ppl, passkey_acc, passkey_stream_acc,\nrecall_first_bits, recall_second_bits)" },
+        { "--json", CLI_FN, &o->json, "FILE", .fn = parse_text, .help = "the same rows as JSON" },
+        { "--plot", CLI_FN, &o->plot, "FILE.svg", .fn = parse_text,
+          .help = "perplexity and passkey accuracy against cache size (one line per policy),\nperplexity against cache "
+                  "bytes (eviction vs quantisation at equal bytes) and,\nwith --recall, the recurrence's bits/byte "
+                  "against cache size\n(outputs are written only when the whole run succeeds)" },
+        { "--quiet", CLI_BOOL, &o->quiet, .help = "no progress line (it is shown only on a terminal anyway)" },
+        { "--route-every", CLI_RETIRED,
+          .help = "was retired with the quantised block cache: the one cache demotes and evicts on the device at "
+                  "every step, so there is no routing interval (see --help)" },
+    };
+    _Static_assert(LADDER_MIN_MIDDLE == 10u, "the --help text says 10 middle tokens");
+    const cli_spec spec = {
+        TOOL,
+        "usage: vkh2o-eval --weights DIR [--text FILE] [--ctx N] [--windows K]\n"
+        "                  [--policy P] [--budget B | --budget F%] [--n-sink S] [--n-recent R] [--decay F]\n"
+        "                  [--n-protect N]\n"
+        "                  [--obs-window W] [--pool max|avg|none] [--pool-size K]\n"
+        "                  [--kv P [--bytes F%] [--tiers A,B,C,D] [--tier-set T,..] [--kv-groups A,B,C]\n"
+        "                  [--requant tier|original]]\n"
+        "                  [--kv-quant Q] [--sweep | --byte-sweep] [--bench [--bench-steps N]]\n"
+        "                  [--passkey [--stream [--stream-trials T]] [--trials T] [--depths D1,D2,...]] [--seed S]\n"
+        "                  [--recall [--recall-windows K]]\n"
+        "                  [--csv FILE] [--json FILE] [--plot FILE.svg] [--quiet] [--help]\n"
+        "Runs a byte-level DeepSeek-V3-architecture model (an HF directory: config.json + safetensors,\n"
+        "vocab 256) on the default Vulkan device with every layer's KV cache under a policy, and reports:\n"
+        "(every policy runs on the one cache, vkh2o_kvcache: latent rows, FP16 unless --kv or --kv-quant\n"
+        "names a precision; the full cache's perplexity is a plain causal forward)\n"
+        "  perplexity  over FILE in non-overlapping windows of N bytes: in each window the first byte is\n"
+        "              context only, every later byte is decoded one at a time with the policy acting\n"
+        "              after each step, and byte t+1 is predicted from the output at byte t (so the full\n"
+        "              cache is a plain causal forward per window); bits and perplexity per byte\n"
+        "  passkey     a 5-digit key planted at each depth (fraction of the filler before it) in filler\n"
+        "              text of N bytes in all, asked for at the end; exact match of the greedy 5-byte\n"
+        "              continuation, T trials per depth. The prompt goes in as a prefill that the policy\n"
+        "              compresses once at its end; with --stream also token by token with eviction\n"
+        "              after every step (both are reported)\n"
+        "  recall      (--recall) a recurring passage: in each of the first K windows of FILE the\n"
+        "              N/8 bytes from byte N/16 recur as the window's last N/8 bytes; the window is\n"
+        "              decoded as for perplexity, and the bits/byte of the passage's first occurrence\n"
+        "              and of its recurrence are reported (a model that copies from its context pays\n"
+        "              far less the second time, if the policy kept the first)\n"
+        "Policies (--policy, default full):\n%s",
+        "A policy's flags (--n-sink, --n-recent, --decay, --obs-window, --pool, --pool-size) are\n"
+        "refused when no row of the run uses them, as is a flag given twice. Retired with the quantised\n"
+        "block cache: --route-every (the one cache demotes and evicts on the device at every step, so\n"
+        "there is no routing interval) and block selectors (score, Quest, random: which blocks a step\n"
+        "reads; read-time sparsity saves no memory, and it was the only user of block metadata).\n"
+        "At least one of --text and --passkey is needed. The library's warnings and errors go to stderr;\n"
+        "with VKH2O_VALIDATION=1 the Khronos validation layer is on, and any message of it fails the run.\n",
+        opt, CLI_N(opt), NULL,
+    };
+    char policies[2048] = "";
+    for (size_t i = 0; i < NPOLICIES; i++)   /* the table itself: a new policy cannot miss its line */
+        snprintf(policies + strlen(policies), sizeof policies - strlen(policies), "  %-11s %s\n", POLICIES[i].name,
+                 POLICIES[i].help);
+    const int rc = cli_parse_extra(&spec, argc, argv, policies);
+    if (rc)
+        return rc;
+    o->pool = (vkh2o_obs_pool[]){ VKH2O_POOL_MAX, VKH2O_POOL_AVG, VKH2O_POOL_NONE }[pool];
+    if (cli_given(&spec, "--requant")) {
+        o->requant_arg = requant ? "original" : "tier";
+        o->requant = requant ? VKH2O_REQUANT_FROM_ORIGINAL : VKH2O_REQUANT_FROM_TIER;
     }
+    o->ctx_given = cli_given(&spec, "--ctx");
+    const bool seen_policy = cli_given(&spec, "--policy"), seen_budget = cli_given(&spec, "--budget");
+    const bool seen_sink = cli_given(&spec, "--n-sink"), seen_recent = cli_given(&spec, "--n-recent");
+    const bool seen_decay = cli_given(&spec, "--decay"), seen_protect = cli_given(&spec, "--n-protect");
+    const bool seen_obs = cli_given(&spec, "--obs-window"), seen_pool = cli_given(&spec, "--pool");
+    const bool seen_pool_size = cli_given(&spec, "--pool-size"), seen_trials = cli_given(&spec, "--trials");
+    const bool seen_depths = cli_given(&spec, "--depths");
     if (!o->weights) {
         fprintf(stderr, TOOL ": --weights DIR is required\n");
         return 2;
@@ -1709,15 +1661,9 @@ static int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const un
 int main(int argc, char** argv)
 {
     opts o;
-    if (!cli_no_repeats(TOOL, argc, argv))
-        return 2;
     int pr = parse(argc, argv, &o);
-    if (pr == 1) {
-        usage(stdout);
-        return 0;
-    }
     if (pr)
-        return 2;
+        return pr < 0 ? 0 : 2;
     int prc = check_paths(&o);
     if (!prc)
         prc = check_model(&o);

@@ -35,45 +35,28 @@ static void print_caps(const vkh2o_device_caps* c)
     printf("    timestamps              %s (%.3g ns/tick)\n", c->timestamps ? "yes" : "no", c->timestamp_period_ns);
 }
 
-static void usage(FILE* f)
-{
-    fprintf(f, "usage: vkh2o-info [--device N] [--validation] [--shaders] [--help]\n"
-               "Lists the Vulkan 1.2 devices vkh2o sees and the one it chooses by default\n"
-               "(discrete > integrated > virtual > CPU; environment VKH2O_DEVICE=N overrides),\n"
-               "then creates a context on it and prints what it enabled.\n"
-               "  --device N     create the context on device N instead\n"
-               "  --validation   enable the Khronos validation layer\n"
-               "  --shaders      also list the embedded compute shaders\n");
-}
-
 int main(int argc, char** argv)
 {
-    uint32_t select = 0, flags = 0;
-    bool shaders = false;
-    if (!cli_no_repeats("vkh2o-info", argc, argv))
-        return 2;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--device")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "vkh2o-info: --device needs a value\n");
-                return 2;
-            }
-            uint32_t d;
-            if (!cli_parse_u32("vkh2o-info", "--device", argv[++i], 0, 63, &d))
-                return 2;
-            select = VKH2O_DEVICE_INDEX(d);
-        } else if (!strcmp(argv[i], "--validation")) {
-            flags |= VKH2O_CONTEXT_VALIDATION;
-        } else if (!strcmp(argv[i], "--shaders")) {
-            shaders = true;
-        } else {
-            fprintf(stderr, "vkh2o-info: unknown option '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
-    }
+    uint32_t device = 0;
+    bool validation = false, shaders = false;
+    cli_opt opts[] = {
+        { "--device", CLI_U32, &device, "N", .hi = 63, .help = "create the context on device N instead" },
+        { "--validation", CLI_BOOL, &validation, .help = "enable the Khronos validation layer" },
+        { "--shaders", CLI_BOOL, &shaders, .help = "also list the embedded compute shaders" },
+    };
+    const cli_spec spec = {
+        "vkh2o-info",
+        "usage: vkh2o-info [--device N] [--validation] [--shaders] [--help]\n"
+        "Lists the Vulkan 1.2 devices vkh2o sees and the one it chooses by default\n"
+        "(discrete > integrated > virtual > CPU; environment VKH2O_DEVICE=N overrides),\n"
+        "then creates a context on it and prints what it enabled.\n",
+        NULL, opts, CLI_N(opts), NULL,
+    };
+    const int prc = cli_parse(&spec, argc, argv);
+    if (prc)
+        return prc < 0 ? 0 : prc;
+    const uint32_t select = spec.opts[0].given ? VKH2O_DEVICE_INDEX(device) : 0;
+    const uint32_t flags = validation ? VKH2O_CONTEXT_VALIDATION : 0;
     if (!cli_check_device("vkh2o-info", argc, argv, select ? select - 1 : 0))
         return 2;
     vkh2o_device_caps list[16];

@@ -24,7 +24,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,55 +230,6 @@ typedef struct opts {
     bool embedding, sharded, quiet, force, no_q_lora, verify;
     uint32_t stats;
 } opts;
-
-static void usage(FILE* f)
-{
-    char presets[256] = "";
-    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i); i++)
-        snprintf(presets + strlen(presets), sizeof presets - strlen(presets), "%s%s", i ? ", " : "",
-                 vkh2o_mla_config_preset_name(i));
-    fprintf(f,
-            "usage: " TOOL " --out PATH [options]\n"
-            "Writes synthetic MLA attention layers (HF DeepseekV3 names and shapes) to a safetensors\n"
-            "file, plus config.json beside it. Deterministic for a seed.\n"
-            "\n"
-            "  --out PATH          output .safetensors file (with --sharded: a new directory)\n"
-            "  --preset NAME       a published config, shapes and values: %s\n"
-            "                      (kimi = kimi-k2.6); or a test shape with the values of --model:\n"
-            "                      small (200 hidden, 4 heads, q_lora 96, kv_lora 72, nope 32, rope 16, v 24),\n"
-            "                      tiny (64 hidden, 2 heads, q_lora 24, kv_lora 16, nope 8, rope 8, v 8);\n"
-            "                      default small\n"
-            "  --model NAME        the published config whose RoPE, YaRN and rms_norm_eps values small\n"
-            "                      and tiny take (default %s, the built-in default)\n"
-            "  --layout NAME       deepseek-v3 (default): model.layers.N.* and a flat DeepseekV3 config;\n"
-            "                      kimi-k2.6: language_model.model.layers.N.*, vision_tower.* and\n"
-            "                      mm_projector.* tensors (zeros), a KimiK25ForConditionalGeneration\n"
-            "                      config with the text model under text_config and Kimi K2.6's\n"
-            "                      compressed-tensors INT4 quantization_config (self_attn in ignore;\n"
-            "                      with --dtype fp8 an fp8 block one instead);\n"
-            "                      kimi-k2.6-short: the same with language_model.layers.N.*\n"
-            "  --dtype T           bf16 (default), f16, f32, or fp8 (F8_E4M3 with 128x128 block\n"
-            "                      weight_scale_inv tensors, DeepSeek style; norms stay BF16)\n"
-            "  --layers N          number of layers (default 1)\n"
-            "  --seed N            generator seed (default 1)\n"
-            "  --no-q-lora         a plain q_proj instead of q_a_proj/q_a_layernorm/q_b_proj\n"
-            "  --embedding         also write model.embed_tokens.weight [163840, hidden] (zeros, BF16)\n"
-            "                      first in the file, to show a layer load reads only its own bytes\n"
-            "  --sharded           write a directory: two shards + model.safetensors.index.json\n"
-            "  --config-out FILE   where to write config.json (default: beside the output)\n"
-            "  --force             overwrite existing outputs\n"
-            "  --verify            reopen the output and check every element of every layer\n"
-            "  --stats S           run layer 0 (CPU double reference) on S random unit-variance\n"
-            "                      tokens and print the attention-mass spread (H2O's scores)\n"
-            "  --quiet             no progress and no summary\n"
-            "  --help              this text\n"
-            "\n"
-            "Values: projections N(0,1)/sqrt(in); the logit-forming parts (q_b/q_proj, k_nope rows of\n"
-            "kv_b_proj, k_pe rows of kv_a_proj_with_mqa) scaled by g = sqrt(%.1f / (softmax_scale *\n"
-            "sqrt(qk_head_dim))) so attention logits have a spread of about %.1f; norms 1 + 0.1 N(0,1).\n"
-            "Exit status: 0 done, 1 failed, 2 bad usage or output exists.\n",
-            presets, vkh2o_mla_config_preset_name(0), LOGIT_STD, LOGIT_STD);
-}
 
 static bool exists(const char* p)
 {
@@ -519,105 +469,93 @@ static int stats(const opts* o, const char* ck_path, const vkh2o_mla_config* c)
     return rc;
 }
 
+/* --preset NAME: a published config (kimi: the first) or a test shape */
+static bool parse_preset(const char* tool, const char* flag, const char* v, void* dst)
+{
+    opts* o = dst;
+    o->preset = !strcmp(v, "kimi") ? vkh2o_mla_config_preset_name(0) : v;
+    o->shape = NULL;
+    for (size_t i = 0; i < sizeof test_shapes / sizeof test_shapes[0]; i++)
+        if (!strcmp(v, test_shapes[i].name))
+            o->shape = &test_shapes[i];
+    vkh2o_mla_config tmp;
+    if (!o->shape && vkh2o_mla_config_preset(o->preset, &tmp, NULL) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s: '%s' is neither a published config nor small or tiny (see --help)\n", tool, flag, v);
+        return false;
+    }
+    return true;
+}
+
+static bool parse_model(const char* tool, const char* flag, const char* v, void* dst)
+{
+    vkh2o_mla_config tmp;
+    vkh2o_error me = { 0 };
+    if (vkh2o_mla_config_preset(v, &tmp, &me) != VKH2O_OK) {
+        fprintf(stderr, "%s: %s: %s\n", tool, flag, me.message);
+        return false;
+    }
+    *(const char**)dst = v;
+    return true;
+}
+
 int main(int argc, char** argv)
 {
-    opts o = { .preset = "small", .shape = &test_shapes[0], .lay = &layouts[0], .dtype = VKH2O_DTYPE_BF16,
-               .layers = 1, .seed = 1 };
+    opts o = { .preset = "small", .shape = &test_shapes[0] };
     const char* model_opt = NULL;
-    enum { O_PRESET = 256, O_DTYPE, O_LAYERS, O_SEED, O_EMB, O_SHARDED, O_CFG, O_QUIET, O_FORCE, O_NOQ, O_VERIFY,
-           O_STATS, O_HELP, O_OUT, O_MODEL, O_LAYOUT };
-    static const struct option lo[] = {
-        { "out", required_argument, 0, O_OUT },         { "preset", required_argument, 0, O_PRESET },
-        { "dtype", required_argument, 0, O_DTYPE },     { "layers", required_argument, 0, O_LAYERS },
-        { "seed", required_argument, 0, O_SEED },       { "embedding", no_argument, 0, O_EMB },
-        { "sharded", no_argument, 0, O_SHARDED },       { "config-out", required_argument, 0, O_CFG },
-        { "quiet", no_argument, 0, O_QUIET },           { "force", no_argument, 0, O_FORCE },
-        { "no-q-lora", no_argument, 0, O_NOQ },         { "verify", no_argument, 0, O_VERIFY },
-        { "stats", required_argument, 0, O_STATS },     { "help", no_argument, 0, O_HELP },
-        { "model", required_argument, 0, O_MODEL },     { "layout", required_argument, 0, O_LAYOUT },
-        { 0, 0, 0, 0 },
+    int lay = 0, dtype = 0;
+    cli_opt opt[] = {
+        { "--out", CLI_STR, &o.out, "PATH", .help = "output .safetensors file (with --sharded: a new directory)" },
+        { "--preset", CLI_FN, &o, "NAME", .fn = parse_preset,
+          .help = "a published config, shapes and values: %s\n(kimi = kimi-k2.6); or a test shape with the values "
+                  "of --model:\nsmall (200 hidden, 4 heads, q_lora 96, kv_lora 72, nope 32, rope 16, v 24),\ntiny "
+                  "(64 hidden, 2 heads, q_lora 24, kv_lora 16, nope 8, rope 8, v 8);\ndefault small" },
+        { "--model", CLI_FN, &model_opt, "NAME", .fn = parse_model,
+          .help = "the published config whose RoPE, YaRN and rms_norm_eps values small\nand tiny take (default the "
+                  "first listed, the built-in default)" },
+        { "--layout", CLI_CHOICE, &lay, "deepseek-v3|kimi-k2.6|kimi-k2.6-short",
+          .help = "deepseek-v3 (default): model.layers.N.* and a flat DeepseekV3 config;\nkimi-k2.6: "
+                  "language_model.model.layers.N.*, vision_tower.* and\nmm_projector.* tensors (zeros), a "
+                  "KimiK25ForConditionalGeneration\nconfig with the text model under text_config and Kimi K2.6's\n"
+                  "compressed-tensors INT4 quantization_config (self_attn in ignore;\nwith --dtype fp8 an fp8 block one "
+                  "instead);\nkimi-k2.6-short: the same with language_model.layers.N.*" },
+        { "--dtype", CLI_CHOICE, &dtype, "bf16|f16|f32|fp8", "bf16",
+          .help = "F8_E4M3 for fp8, with 128x128 block weight_scale_inv tensors,\nDeepSeek style; norms stay BF16" },
+        { "--layers", CLI_U32, &o.layers, "N", "1", 1, 1000, .help = "number of layers" },
+        { "--seed", CLI_U64, &o.seed, "N", "1", 0, UINT64_MAX, .help = "generator seed" },
+        { "--no-q-lora", CLI_BOOL, &o.no_q_lora, .help = "a plain q_proj instead of q_a_proj/q_a_layernorm/q_b_proj" },
+        { "--embedding", CLI_BOOL, &o.embedding,
+          .help = "also write model.embed_tokens.weight [163840, hidden] (zeros, BF16)\nfirst in the file, to show a "
+                  "layer load reads only its own bytes" },
+        { "--sharded", CLI_BOOL, &o.sharded, .help = "write a directory: two shards + model.safetensors.index.json" },
+        { "--config-out", CLI_STR, &o.config_out, "FILE", .help = "where to write config.json (default: beside the output)" },
+        { "--force", CLI_BOOL, &o.force, .help = "overwrite existing outputs" },
+        { "--verify", CLI_BOOL, &o.verify, .help = "reopen the output and check every element of every layer" },
+        { "--stats", CLI_U32, &o.stats, "S", .lo = 1, .hi = 65536,
+          .help = "run layer 0 (CPU double reference) on S random unit-variance\ntokens and print the attention-mass "
+                  "spread (H2O's scores)" },
+        { "--quiet", CLI_BOOL, &o.quiet, .help = "no progress and no summary" },
     };
-    opterr = 0;
-    if (!cli_no_repeats(TOOL, argc, argv))
-        return 2;
-    for (int ch; (ch = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
-        switch (ch) {
-        case O_OUT: o.out = optarg; break;
-        case O_PRESET: {
-            o.preset = !strcmp(optarg, "kimi") ? vkh2o_mla_config_preset_name(0) : optarg;
-            o.shape = NULL;
-            for (size_t i = 0; i < sizeof test_shapes / sizeof test_shapes[0]; i++)
-                if (!strcmp(optarg, test_shapes[i].name))
-                    o.shape = &test_shapes[i];
-            vkh2o_mla_config tmp;
-            if (!o.shape && vkh2o_mla_config_preset(o.preset, &tmp, NULL) != VKH2O_OK) {
-                fprintf(stderr, TOOL ": --preset: '%s' is neither a published config nor small or tiny "
-                        "(see --help)\n", optarg);
-                return 2;
-            }
-            break;
-        }
-        case O_MODEL: {
-            vkh2o_mla_config tmp;
-            vkh2o_error me = { 0 };
-            if (vkh2o_mla_config_preset(optarg, &tmp, &me) != VKH2O_OK) {
-                fprintf(stderr, TOOL ": --model: %s\n", me.message);
-                return 2;
-            }
-            model_opt = optarg;
-            break;
-        }
-        case O_LAYOUT:
-            o.lay = NULL;
-            for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
-                if (!strcmp(optarg, layouts[i].name))
-                    o.lay = &layouts[i];
-            if (!o.lay) {
-                fprintf(stderr, TOOL ": --layout: '%s' is not one of deepseek-v3, kimi-k2.6, kimi-k2.6-short\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case O_DTYPE:
-            if (!strcmp(optarg, "bf16")) o.dtype = VKH2O_DTYPE_BF16;
-            else if (!strcmp(optarg, "f16")) o.dtype = VKH2O_DTYPE_F16;
-            else if (!strcmp(optarg, "f32")) o.dtype = VKH2O_DTYPE_F32;
-            else if (!strcmp(optarg, "fp8")) o.dtype = VKH2O_DTYPE_F8_E4M3;
-            else {
-                fprintf(stderr, TOOL ": --dtype: '%s' is not one of bf16, f16, f32, fp8\n", optarg);
-                return 2;
-            }
-            break;
-        case O_LAYERS:
-            if (!cli_parse_u32(TOOL, "--layers", optarg, 1, 1000, &o.layers))
-                return 2;
-            break;
-        case O_SEED:
-            if (!cli_parse_u64(TOOL, "--seed", optarg, 0, UINT64_MAX, &o.seed))
-                return 2;
-            break;
-        case O_STATS:
-            if (!cli_parse_u32(TOOL, "--stats", optarg, 1, 65536, &o.stats))
-                return 2;
-            break;
-        case O_EMB: o.embedding = true; break;
-        case O_SHARDED: o.sharded = true; break;
-        case O_CFG: o.config_out = optarg; break;
-        case O_QUIET: o.quiet = true; break;
-        case O_FORCE: o.force = true; break;
-        case O_NOQ: o.no_q_lora = true; break;
-        case O_VERIFY: o.verify = true; break;
-        case O_HELP: usage(stdout); return 0;
-        default:
-            fprintf(stderr, TOOL ": %s: %s (run '" TOOL " --help')\n",
-                    optopt ? "option needs a value or is unknown" : "unknown option", argv[optind - 1]);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, TOOL ": unexpected argument '%s' (run '" TOOL " --help')\n", argv[optind]);
-        return 2;
-    }
+    _Static_assert(LOGIT_STD == 2.5, "the --help text says 2.5");
+    const cli_spec spec = {
+        TOOL,
+        "usage: " TOOL " --out PATH [options]\n"
+        "Writes synthetic MLA attention layers (HF DeepseekV3 names and shapes) to a safetensors\n"
+        "file, plus config.json beside it. Deterministic for a seed.\n\n",
+        "\nValues: projections N(0,1)/sqrt(in); the logit-forming parts (q_b/q_proj, k_nope rows of\n"
+        "kv_b_proj, k_pe rows of kv_a_proj_with_mqa) scaled by g = sqrt(2.5 / (softmax_scale *\n"
+        "sqrt(qk_head_dim))) so attention logits have a spread of about 2.5; norms 1 + 0.1 N(0,1).\n"
+        "Exit status: 0 done, 1 failed, 2 bad usage or output exists.\n",
+        opt, CLI_N(opt), NULL,
+    };
+    char presets[256] = "";
+    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i); i++)
+        snprintf(presets + strlen(presets), sizeof presets - strlen(presets), "%s%s", i ? ", " : "",
+                 vkh2o_mla_config_preset_name(i));
+    const int prc = cli_parse_extra(&spec, argc, argv, presets);
+    if (prc)
+        return prc < 0 ? 0 : prc;
+    o.lay = &layouts[lay];
+    o.dtype = (const vkh2o_dtype[]){ VKH2O_DTYPE_BF16, VKH2O_DTYPE_F16, VKH2O_DTYPE_F32, VKH2O_DTYPE_F8_E4M3 }[dtype];
     if (!o.out || !o.out[0]) {
         fprintf(stderr, TOOL ": --out PATH is required (run '" TOOL " --help')\n");
         return 2;

@@ -61,7 +61,7 @@ typedef struct opts {
     double budgets[MAX_BUDGETS];
     vkh2o_score_mode score_mode;
     double decay;
-    bool quiet, bench, kivi, heads_set;
+    bool quiet, bench, kivi, heads_set, group_given;
     uint32_t n_bench;                   /* --bench-configs after fp16 */
     char bench_names[MAX_CFG][32];
     const char *csv, *json, *weights, *config;
@@ -69,92 +69,21 @@ typedef struct opts {
 
 static const char* const score_modes[4] = { "sum", "mean", "decay", "tova" };
 
-/* Flags of the retired quantised cache's ladder, refused with the reason. */
-static const struct { const char* flag; const char* why; } retired[] = {
-    { "--block", "the one cache keeps per-token slots: there are no blocks" },
-    { "--layout", "the table measures the latent rows (c_kv + k_pe) the one cache holds" },
-    { "--budget", "the block selectors (score, quest, random) chose blocks to read, not what to keep: the one cache reads "
-                  "every token it holds (see --byte-budgets for a memory budget)" },
-    { "--route-every", "the one cache demotes on the device at every step" },
-    { "--bench-read", "the one cache has one read path" },
-    { "--bench-policies", "renamed --bench-configs" },
-    { "--profile", "the one cache's step has no per-pass timings in the public API" },
-};
-
-static void usage(FILE* f)
+static bool parse_groups(const char* tool, const char* flag, const char* v, void* dst)
 {
-    fprintf(f,
-            "usage: " TOOL " [options]\n"
-            "The one KV cache (vkh2o/kvcache.h): bytes against attention error per cache configuration, on\n"
-            "random data of Kimi's latent shape (default) or a real MLA layer (--weights), or --bench.\n"
-            "Rows: uniform fp16 (the full cache, the reference), int8, int4, int2 (sinks and recents FP16);\n"
-            "the retired quantised cache's ladders as tiered pools from their fractions of the middle tokens:\n"
-            "conservative 50%% FP16 / 50%% INT8, balanced 25/50/25%% FP16/INT8/INT4, aggressive 10/30/40%% +\n"
-            "20%% evicted; tiers by bytes at each --byte-budgets percent of the FP16 bytes (FP16/INT8/INT4,\n"
-            "and +int2 with INT2 too). Tiers follow the score: the prompt's attention mass, then the steps'.\n"
-            "  --tokens N         prompt tokens of the random data (default 4096; at most %u)\n"
-            "  --decode D         decode steps after the prompt, each appending its token (default 16)\n"
-            "  --heads H          query heads of the random data and --bench (default 64; --bench: 64 and 1)\n"
-            "  --sinks N          first positions kept at FP16 (default 16)\n"
-            "  --recents N        last positions kept at FP16 (default 32)\n"
-            "  --group G          numbers per quantisation group of c_kv for every integer tier, or per tier:\n"
-            "                     int8=G,int4=G,int2=G (default: the cache's, INT8 and INT4 the whole c_kv,\n"
-            "                     INT2 32; k_pe is its own group; kv_lora_rank + rope: one group per row)\n"
-            "  --byte-budgets L   comma-separated percents of the FP16 cache's bytes for the tiers-by-bytes rows\n"
-            "                     (default 50,25,12.5)\n"
-            "  --score-mode M     sum | mean | decay | tova: how the steps' attention mass becomes the score that\n"
-            "                     ranks tokens for the tiers (default sum, H2O)\n"
-            "  --decay F          the decay mode's factor, in (0, 1) (default 0.9)\n"
-            "  --seed S           data seed (default 1)\n"
-            "  --device N         Vulkan device index (see vkh2o-info)\n"
-            "  --csv FILE         the table as CSV (--csv and --json are written together at the end, and\n"
-            "                     not at all when the run fails)\n"
-            "  --json FILE        the table as a JSON array, one object per row\n"
-            "  --kivi             also a host-side measurement on the FP16 cache's rows: the one cache's\n"
-            "                     grouping along the row against KIVI's per-channel grouping over blocks of\n"
-            "                     tokens (the same numbers per group of c_kv, so the same metadata), INT8,\n"
-            "                     INT4, INT2 in groups of 32, 64, 128; and the scale-only (symmetric)\n"
-            "                     quantiser along the row (one fp16 scale per group, no zero)\n"
-            "  --weights FILE|DIR a real MLA layer of a safetensors checkpoint: the layer's prefill over\n"
-            "                     seeded-normal tokens, then --decode steps; the error is on the layer's output\n"
-            "  --config FILE      HF config.json (default: config.json beside the weights, else Kimi K2.6)\n"
-            "  --layer L          model.layers.L (default 0)\n"
-            "  --seq-len S        prompt tokens with --weights (default 512)\n"
-            "  --passes N         measure the table N times (a soak): from the third pass on every run must\n"
-            "                     end with the device memory it ended with in the second\n"
-            "  --bench            the cache's decode step at --bench-tokens held tokens, fp16 against the\n"
-            "                     --bench-configs, one cache each, steps alternating; median wall time of\n"
-            "                     vkh2o_run_kvcache_step (record, submit, wait) and the bytes it reads\n"
-            "  --bench-tokens N   prompt tokens of --bench (default 8192; 64 to %u). On a CPU device the one\n"
-            "                     cache's step refuses heads x slots beyond the loop limit (64 heads: about\n"
-            "                     14,000 slots; balanced's pools hold about 1.75x the tokens, tiers by bytes up\n"
-            "                     to 3.5x): 8192 runs every row there; 32768 suits a GPU\n"
-            "  --bench-configs L  comma-separated rows of the table --bench times against fp16 (default\n"
-            "                     int8,int4,int2,balanced,bytes-25%%)\n"
-            "  --reps N           timed steps per --bench configuration (default 5; the median is shown)\n"
-            "  --quiet            only the table (and the memory lines of --passes)\n"
-            "  --help\n"
-            "Retired with the quantised block cache: --block and its per-channel (KIVI) key\n"
-            "grouping (the one cache has per-token slots and groups along the row; --kivi measures the\n"
-            "alternative on the host), the block selectors and --budget (read-time block sparsity, not a\n"
-            "memory policy: the one cache attends to every token it holds), --route-every (the one cache\n"
-            "demotes on the device at every step), --layout, --bench-read, --profile.\n",
-            MAX_TOKENS, MAX_TOKENS);
-}
-
-static int parse_groups(const char* v, opts* o)
-{
+    (void)tool, (void)flag;
+    opts* o = dst;
     char buf[128];
     if (!*v || strlen(v) >= sizeof buf) {
         fprintf(stderr, TOOL ": --group: '%s' is not a group size or int8=G,int4=G,int2=G\n", v);
-        return -1;
+        return false;
     }
     if (!strchr(v, '=')) {
         uint32_t g;
         if (!cli_parse_u32(TOOL, "--group", v, 1, 1024, &g))
-            return -1;
+            return false;
         o->group[1] = o->group[2] = o->group[3] = g;
-        return 0;
+        return true;
     }
     strcpy(buf, v);
     bool seen[VKH2O_TIER_COUNT] = { false };
@@ -169,162 +98,178 @@ static int parse_groups(const char* v, opts* o)
         }
         if (k < 0) {
             fprintf(stderr, TOOL ": --group: '%s' is not int8=G, int4=G or int2=G\n", t);
-            return -1;
+            return false;
         }
         if (seen[k]) {
             fprintf(stderr, TOOL ": --group: %s is given twice\n", t);
-            return -1;
+            return false;
         }
         seen[k] = true;
         if (!cli_parse_u32(TOOL, "--group", eq + 1, 1, 1024, &o->group[k]))
-            return -1;
+            return false;
     }
-    return 0;
+    return true;
 }
 
-static int parse_budgets(const char* v, opts* o)
+static bool parse_budgets(const char* tool, const char* flag, const char* v, void* dst)
 {
+    (void)tool, (void)flag;
+    opts* o = dst;
     char buf[128];
     if (!*v || strlen(v) >= sizeof buf) {
         fprintf(stderr, TOOL ": --byte-budgets: '%s' is not a list of percents\n", v);
-        return -1;
+        return false;
     }
     strcpy(buf, v);
     o->n_budgets = 0;
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (o->n_budgets == MAX_BUDGETS) {
             fprintf(stderr, TOOL ": --byte-budgets: more than %d percents\n", MAX_BUDGETS);
-            return -1;
+            return false;
         }
         double p;
         if (!cli_parse_f64(TOOL, "--byte-budgets", t, 0.1, 100.0, &p))
-            return -1;
+            return false;
         for (uint32_t i = 0; i < o->n_budgets; i++)
             if (o->budgets[i] == p) {
                 fprintf(stderr, TOOL ": --byte-budgets: %g is listed twice\n", p);
-                return -1;
+                return false;
             }
         o->budgets[o->n_budgets++] = p;
     }
-    return 0;
+    return true;
 }
 
-static int parse_bench_configs(const char* v, opts* o)
+static bool parse_bench_configs(const char* tool, const char* flag, const char* v, void* dst)
 {
+    (void)tool, (void)flag;
+    opts* o = dst;
     char buf[512];
     if (!*v || strlen(v) >= sizeof buf) {
         fprintf(stderr, TOOL ": --bench-configs: '%s' is not a list of configurations\n", v);
-        return -1;
+        return false;
     }
     strcpy(buf, v);
     o->n_bench = 0;
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (o->n_bench == MAX_CFG || strlen(t) >= sizeof o->bench_names[0]) {
             fprintf(stderr, TOOL ": --bench-configs: '%s' is too long a list or name\n", t);
-            return -1;
+            return false;
         }
         for (uint32_t i = 0; i < o->n_bench; i++)
             if (!strcmp(o->bench_names[i], t)) {
                 fprintf(stderr, TOOL ": --bench-configs: '%s' is listed twice\n", t);
-                return -1;
+                return false;
             }
         strcpy(o->bench_names[o->n_bench++], t);
     }
-    return 0;
+    return true;
 }
 
-/* Which flags the command line named (for the flags that do not apply to a run). */
-static bool has_flag(int argc, char** argv, const char* flag)
-{
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], flag))
-            return true;
-    return false;
-}
+enum { M_RANDOM = 1, M_WEIGHTS = 2, M_BENCH = 4, M_TABLE = 8, M_NOTW = 16, M_DECAY = 32 };
 
+/* Parses argv into o and refuses the flags that do not apply to the run; returns 0, 2 or -1 (--help). */
 static int parse(int argc, char** argv, opts* o)
 {
-    *o = (opts){ .tokens = 4096, .decode = 16, .heads = 64, .seed = 1, .sinks = 16, .recents = 32, .bench_tokens = 8192,
-                 .reps = 5, .seq_len = 512, .passes = 1, .decay = 0.9, .n_budgets = 3, .budgets = { 50, 25, 12.5 } };
-    parse_bench_configs("int8,int4,int2,balanced,bytes-25%", o);
-    for (int i = 1; i < argc; i++) {
-        const char* a = argv[i];
-        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
-        for (size_t k = 0; k < sizeof retired / sizeof retired[0]; k++)
-            if (!strcmp(a, retired[k].flag)) {
-                fprintf(stderr, TOOL ": %s is retired: %s\n", a, retired[k].why);
-                return 2;
-            }
-#define U32(flag, field, lo, hi)                                                                                               \
-    {                                                                                                                          \
-        int r_ = cli_flag_u32(TOOL, argc, argv, &i, flag, lo, hi, &o->field);                                                \
-        if (r_ < 0)                                                                                                            \
-            return 2;                                                                                                          \
-        if (r_)                                                                                                                \
-            continue;                                                                                                          \
-    }
-        U32("--tokens", tokens, 2, MAX_TOKENS)
-        U32("--decode", decode, 1, 4096)
-        U32("--heads", heads, 1, 1024)
-        U32("--sinks", sinks, 0, MAX_TOKENS)
-        U32("--recents", recents, 0, MAX_TOKENS)
-        U32("--seed", seed, 0, UINT32_MAX)
-        U32("--device", device, 0, 63)
-        U32("--bench-tokens", bench_tokens, 64, MAX_TOKENS)
-        U32("--reps", reps, 1, 1000)
-        U32("--layer", layer, 0, 100000)
-        U32("--seq-len", seq_len, 2, MAX_TOKENS)
-        U32("--passes", passes, 1, 100000)
-#undef U32
-        if (!strcmp(a, "--score-mode")) {
-            int m = -1;
-            for (int k = 0; v && k < 4; k++)
-                if (!strcmp(v, score_modes[k]))
-                    m = k;
-            if (m < 0) {
-                fprintf(stderr, TOOL ": --score-mode: '%s' is not one of sum mean decay tova\n", v ? v : "");
-                return 2;
-            }
-            o->score_mode = (vkh2o_score_mode)m;
-            i++;
-        } else if (!strcmp(a, "--decay")) {
-            if (!v) { fprintf(stderr, TOOL ": --decay needs a value\n"); return 2; }
-            if (!cli_parse_f64(TOOL, a, v, 1e-6, 0.999999, &o->decay)) return 2;
-            i++;
-        } else if (!strcmp(a, "--group")) {
-            if (!v) { fprintf(stderr, TOOL ": --group needs a value\n"); return 2; }
-            if (parse_groups(v, o)) return 2;
-            i++;
-        } else if (!strcmp(a, "--byte-budgets")) {
-            if (!v) { fprintf(stderr, TOOL ": --byte-budgets needs a value\n"); return 2; }
-            if (parse_budgets(v, o)) return 2;
-            i++;
-        } else if (!strcmp(a, "--bench-configs")) {
-            if (!v) { fprintf(stderr, TOOL ": --bench-configs needs a value\n"); return 2; }
-            if (parse_bench_configs(v, o)) return 2;
-            i++;
-        } else if (!strcmp(a, "--csv") || !strcmp(a, "--json") || !strcmp(a, "--weights") || !strcmp(a, "--config")) {
-            if (!v) { fprintf(stderr, TOOL ": %s needs a value\n", a); return 2; }
-            if (!strcmp(a, "--csv")) o->csv = v;
-            else if (!strcmp(a, "--json")) o->json = v;
-            else if (!strcmp(a, "--config")) o->config = v;
-            else o->weights = v;
-            i++;
-        } else if (!strcmp(a, "--bench")) {
-            o->bench = true;
-        } else if (!strcmp(a, "--kivi")) {
-            o->kivi = true;
-        } else if (!strcmp(a, "--quiet")) {
-            o->quiet = true;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            exit(0);
-        } else {
-            fprintf(stderr, TOOL ": unknown option or missing value: '%s' (see --help)\n", a);
-            return 2;
-        }
-    }
-    return 0;
+    *o = (opts){ 0 };
+    int mode = 0;
+    cli_opt opt[] = {
+        { "--tokens", CLI_U32, &o->tokens, "N", "4096", 2, MAX_TOKENS, .modes = M_RANDOM,
+          .help = "prompt tokens of the random data (at most 65536)",
+          .na = "is the random data's prompt (--seq-len with --weights, --bench-tokens with --bench)" },
+        { "--decode", CLI_U32, &o->decode, "D", "16", 1, 4096, .modes = M_TABLE,
+          .help = "decode steps after the prompt, each appending its token",
+          .na = "is the table's steps (--reps for --bench)" },
+        { "--heads", CLI_U32, &o->heads, "H", "64", 1, 1024, .modes = M_NOTW,
+          .help = "query heads of the random data and --bench (--bench: 64 and 1)",
+          .na = "is the random data's (--weights: the layer's config)" },
+        { "--sinks", CLI_U32, &o->sinks, "N", "16", 0, MAX_TOKENS, .help = "first positions kept at FP16" },
+        { "--recents", CLI_U32, &o->recents, "N", "32", 0, MAX_TOKENS, .help = "last positions kept at FP16" },
+        { "--group", CLI_FN, o, "G", .fn = parse_groups,
+          .help = "numbers per quantisation group of c_kv for every integer tier, or per tier:\nint8=G,int4=G,int2=G "
+                  "(default: the cache's, INT8 and INT4 the whole c_kv,\nINT2 32; k_pe is its own group; kv_lora_rank + "
+                  "rope: one group per row)" },
+        { "--byte-budgets", CLI_FN, o, "L", "50,25,12.5", .fn = parse_budgets,
+          .help = "comma-separated percents of the FP16 cache's bytes for the tiers-by-bytes rows" },
+        { "--score-mode", CLI_CHOICE, &mode, "sum|mean|decay|tova", "sum",
+          .help = "how the steps' attention mass becomes the score that ranks tokens\nfor the tiers (sum: H2O)" },
+        { "--decay", CLI_F64, &o->decay, "F", "0.9", .flo = 1e-6, .fhi = 0.999999, .modes = M_DECAY,
+          .help = "the decay mode's factor, in (0, 1)", .na = "is the factor of --score-mode decay" },
+        { "--seed", CLI_U32, &o->seed, "S", "1", 0, UINT32_MAX, .help = "data seed" },
+        { "--device", CLI_U32, &o->device, "N", .hi = 63, .help = "Vulkan device index (see vkh2o-info)" },
+        { "--csv", CLI_STR, &o->csv, "FILE", .modes = M_TABLE,
+          .help = "the table as CSV (--csv and --json are written together at the end, and\nnot at all when the run "
+                  "fails)", .na = "writes the table; --bench prints its timings only" },
+        { "--json", CLI_STR, &o->json, "FILE", .modes = M_TABLE, .help = "the table as a JSON array, one object per row",
+          .na = "writes the table; --bench prints its timings only" },
+        { "--kivi", CLI_BOOL, &o->kivi, .modes = M_TABLE,
+          .help = "also a host-side measurement on the FP16 cache's rows: the one cache's\ngrouping along the row "
+                  "against KIVI's per-channel grouping over blocks of\ntokens (the same numbers per group of c_kv, so the "
+                  "same metadata), INT8,\nINT4, INT2 in groups of 32, 64, 128; and the scale-only (symmetric)\nquantiser "
+                  "along the row (one fp16 scale per group, no zero)", .na = "measures the table's rows, not --bench's" },
+        { "--weights", CLI_STR, &o->weights, "FILE|DIR", .modes = M_TABLE,
+          .help = "a real MLA layer of a safetensors checkpoint: the layer's prefill over\nseeded-normal tokens, then "
+                  "--decode steps; the error is on the layer's output",
+          .na = "builds the table from a layer; --bench times random rows" },
+        { "--config", CLI_STR, &o->config, "FILE", .modes = M_WEIGHTS,
+          .help = "HF config.json (default: config.json beside the weights, else Kimi K2.6)", .na = "is the config of --weights" },
+        { "--layer", CLI_U32, &o->layer, "L", "0", 0, 100000, .modes = M_WEIGHTS, .help = "model.layers.L",
+          .na = "names the layer of --weights" },
+        { "--seq-len", CLI_U32, &o->seq_len, "S", "512", 2, MAX_TOKENS, .modes = M_WEIGHTS, .help = "prompt tokens with --weights",
+          .na = "is the prompt of --weights (--tokens for random data)" },
+        { "--passes", CLI_U32, &o->passes, "N", "1", 1, 100000, .modes = M_TABLE,
+          .help = "measure the table N times (a soak): from the third pass on every run must\nend with the device "
+                  "memory it ended with in the second", .na = "repeats the table, not --bench" },
+        { "--bench", CLI_BOOL, &o->bench,
+          .help = "the cache's decode step at --bench-tokens held tokens, fp16 against the\n--bench-configs, one cache "
+                  "each, steps alternating; median wall time of\nvkh2o_run_kvcache_step (record, submit, wait) and the "
+                  "bytes it reads" },
+        { "--bench-tokens", CLI_U32, &o->bench_tokens, "N", "8192", 64, MAX_TOKENS, .modes = M_BENCH,
+          .help = "prompt tokens of --bench (64 to 65536). On a CPU device the one\ncache's step refuses heads x slots "
+                  "beyond the loop limit (64 heads: about\n14,000 slots; balanced's pools hold about 1.75x the tokens, "
+                  "tiers by bytes up\nto 3.5x): 8192 runs every row there; 32768 suits a GPU", .na = "is the prompt of --bench" },
+        { "--bench-configs", CLI_FN, o, "L", "int8,int4,int2,balanced,bytes-25%", .modes = M_BENCH, .fn = parse_bench_configs,
+          .help = "comma-separated rows of the table --bench times against fp16", .na = "lists what --bench times" },
+        { "--reps", CLI_U32, &o->reps, "N", "5", 1, 1000, .modes = M_BENCH,
+          .help = "timed steps per --bench configuration (the median is shown)", .na = "is the timed steps of --bench" },
+        { "--quiet", CLI_BOOL, &o->quiet, .help = "only the table (and the memory lines of --passes)" },
+        { "--block", CLI_RETIRED, .help = "is retired: the one cache keeps per-token slots: there are no blocks" },
+        { "--layout", CLI_RETIRED, .help = "is retired: the table measures the latent rows (c_kv + k_pe) the one cache holds" },
+        { "--budget", CLI_RETIRED,
+          .help = "is retired: the block selectors (score, quest, random) chose blocks to read, not what to keep: the one cache "
+                  "reads every token it holds (see --byte-budgets for a memory budget)" },
+        { "--route-every", CLI_RETIRED, .help = "is retired: the one cache demotes on the device at every step" },
+        { "--bench-read", CLI_RETIRED, .help = "is retired: the one cache has one read path" },
+        { "--bench-policies", CLI_RETIRED, .help = "is retired: renamed --bench-configs" },
+        { "--profile", CLI_RETIRED, .help = "is retired: the one cache's step has no per-pass timings in the public API" },
+    };
+    _Static_assert(MAX_TOKENS == 65536u, "the --help text says 65536");
+    const cli_spec spec = {
+        TOOL,
+        "usage: " TOOL " [options]\n"
+        "The one KV cache (vkh2o/kvcache.h): bytes against attention error per cache configuration, on\n"
+        "random data of Kimi's latent shape (default) or a real MLA layer (--weights), or --bench.\n"
+        "Rows: uniform fp16 (the full cache, the reference), int8, int4, int2 (sinks and recents FP16);\n"
+        "the retired quantised cache's ladders as tiered pools from their fractions of the middle tokens:\n"
+        "conservative 50% FP16 / 50% INT8, balanced 25/50/25% FP16/INT8/INT4, aggressive 10/30/40% +\n"
+        "20% evicted; tiers by bytes at each --byte-budgets percent of the FP16 bytes (FP16/INT8/INT4,\n"
+        "and +int2 with INT2 too). Tiers follow the score: the prompt's attention mass, then the steps'.\n",
+        "Retired with the quantised block cache: --block and its per-channel (KIVI) key\n"
+        "grouping (the one cache has per-token slots and groups along the row; --kivi measures the\n"
+        "alternative on the host), the block selectors and --budget (read-time block sparsity, not a\n"
+        "memory policy: the one cache attends to every token it holds), --route-every (the one cache\n"
+        "demotes on the device at every step), --layout, --bench-read, --profile.\n",
+        opt, CLI_N(opt), NULL,
+    };
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc)
+        return rc;
+    o->score_mode = (vkh2o_score_mode)mode;
+    o->heads_set = cli_given(&spec, "--heads");
+    o->group_given = cli_given(&spec, "--group");
+    const bool w = o->weights != NULL, b = o->bench;
+    return cli_check_modes(&spec, (!w && !b ? M_RANDOM : 0) | (w ? M_WEIGHTS : 0) | (b ? M_BENCH : M_TABLE) |
+                                      (!w ? M_NOTW : 0) | (o->score_mode == VKH2O_SCORE_DECAY ? M_DECAY : 0));
 }
 
 /* ---------------------------------------------------------------- configurations */
@@ -1046,18 +991,8 @@ static int check_paths(const opts* o)
     return 0;
 }
 
-/* A flag given that the run does not use: refused with the reason. */
-static bool refuse_if(int argc, char** argv, const char* flag, bool bad, const char* why)
-{
-    if (bad && has_flag(argc, argv, flag)) {
-        fprintf(stderr, TOOL ": %s %s\n", flag, why);
-        return true;
-    }
-    return false;
-}
-
 /*
- * What parse cannot see alone: the flags that do not apply, the paths, the device, the shape
+ * What parse cannot see alone: the paths, the device, the shape
  * (Kimi K2.6's, or the layer's config.json) and every configuration's desc resolved for the run.
  * Fills cfg, the base desc and the configurations. Returns 0 or the exit status.
  */
@@ -1065,22 +1000,6 @@ static int check_args(const opts* o, int argc, char** argv, vkh2o_mla_config* cf
                       int* ns, cfgspec* bench_specs, int* nb)
 {
     const bool w = o->weights != NULL, b = o->bench;
-    if (refuse_if(argc, argv, "--tokens", w || b, "is the random data's prompt (--seq-len with --weights, --bench-tokens with --bench)") ||
-        refuse_if(argc, argv, "--seq-len", !w, "is the prompt of --weights (--tokens for random data)") ||
-        refuse_if(argc, argv, "--config", !w, "is the config of --weights") ||
-        refuse_if(argc, argv, "--layer", !w, "names the layer of --weights") ||
-        refuse_if(argc, argv, "--heads", w, "is the random data's (--weights: the layer's config)") ||
-        refuse_if(argc, argv, "--bench-tokens", !b, "is the prompt of --bench") ||
-        refuse_if(argc, argv, "--bench-configs", !b, "lists what --bench times") ||
-        refuse_if(argc, argv, "--reps", !b, "is the timed steps of --bench") ||
-        refuse_if(argc, argv, "--decode", b, "is the table's steps (--reps for --bench)") ||
-        refuse_if(argc, argv, "--passes", b, "repeats the table, not --bench") ||
-        refuse_if(argc, argv, "--kivi", b, "measures the table's rows, not --bench's") ||
-        refuse_if(argc, argv, "--csv", b, "writes the table; --bench prints its timings only") ||
-        refuse_if(argc, argv, "--json", b, "writes the table; --bench prints its timings only") ||
-        refuse_if(argc, argv, "--weights", b, "builds the table from a layer; --bench times random rows") ||
-        refuse_if(argc, argv, "--decay", o->score_mode != VKH2O_SCORE_DECAY, "is the factor of --score-mode decay"))
-        return 2;
     int rc;
     if ((rc = check_paths(o)) != 0)
         return rc;
@@ -1145,7 +1064,7 @@ static int check_args(const opts* o, int argc, char** argv, vkh2o_mla_config* cf
         vkh2o_result r = vkh2o_kvcache_desc_resolve(&d, NULL, NULL, &err);
         if (r != VKH2O_OK) {
             const bool shape = r == VKH2O_ERROR_INVALID_ARGUMENT;   /* groups or the row's shape; else a budget */
-            const char* flag = shape ? (has_flag(argc, argv, "--group") ? "--group" : w ? "--weights" : "--heads")
+            const char* flag = shape ? (o->group_given ? "--group" : w ? "--weights" : "--heads")
                                : list[i].kind == CK_BYTES ? "--byte-budgets" : "--sinks/--recents";
             fprintf(stderr, TOOL ": %s: configuration %s: %s\n", flag, list[i].name, err.message);
             return 2;
@@ -1171,12 +1090,9 @@ static int write_outputs(const opts* o, const row* rows, int n)
 int main(int argc, char** argv)
 {
     opts o;
-    if (!cli_no_repeats(TOOL, argc, argv))
-        return 2;
     int rc = parse(argc, argv, &o);
     if (rc)
-        return rc;
-    o.heads_set = has_flag(argc, argv, "--heads");
+        return rc < 0 ? 0 : rc;
     vkh2o_mla_config cfg;
     vkh2o_kvcache_desc base;
     static cfgspec specs[MAX_CFG], bench_specs[MAX_CFG];

@@ -43,171 +43,118 @@ typedef struct opts {
     bool check, quiet, memory, no_output, validation, batch_given;
 } opts;
 
-static void usage(FILE* f)
+/* --budgets a,b,...: 1 to 32 budgets, each an integer in [1, 2^30], no empty item */
+static bool parse_budgets(const char* tool, const char* flag, const char* v, void* dst)
 {
-    fprintf(f,
-            "usage: " TOOL " [options]\n"
-            "Runs N simulated generation steps of the KV cache (vkh2o_kvcache) on the GPU, one token\n"
-            "per layer and step, and checks the seed's four properties. Step inputs (the query and\n"
-            "the new row: c_kv and k_pe, or per-head K and V) come from a host PRNG seeded by --seed.\n"
-            "Exit status 0 when all pass.\n"
-            "  --steps N          steps (1000; at least 2, and at least --budget)\n"
-            "  --budget N         middle (heavy-hitter) tokens kept per layer (64)\n"
-            "  --n-sink N         attention sinks kept (4)\n"
-            "  --n-recent N       recent tokens kept (16)\n"
-            "  --layers N         layers (4)\n"
-            "  --heads N          heads (4)\n"
-            "  --qk-dim N         q/k head dim, nope + rope (192): rope is 64 when qk > 64, else qk / 2;\n"
-            "                     the softmax scale is qk^-0.5\n"
-            "  --kv-lora N        kv_lora_rank, the c_kv part of a latent row (512)\n"
-            "  --v-dim N          v head dim of the expanded layout (128)\n"
-            "  --layout L         latent | expanded (latent): one row [c_kv | k_pe] shared by the heads,\n"
-            "                     the query absorbed; or per head K = [k_nope | k_pe] and V\n"
-            "  --storage S        fp16 | fp32 (fp16): the top tier's rows (sinks, recents, FP16 tokens)\n"
-            "  --policy P         h2o | streaming | random (h2o)\n"
-            "  --score-mode M     sum | mean | decay | tova (sum): the accumulated mass; it divided by the\n"
-            "                     queries that could see the token; score <- 0.9 score + mass each step;\n"
-            "                     or the current query's mass only (TOVA)\n"
-            "  --kv P             fp16 | int8 | int4 | int2 | tiered (fp16): the precision of the middle\n"
-            "                     tokens (sinks and recents stay FP16); tiered: budget/4 FP16, budget/4\n"
-            "                     INT8 and the rest INT4, the lowest-scored moving down first\n"
-            "  --seed N           step inputs and random-policy seed (0)\n"
-            "  --batch N          steps per batch (1-1000, default 50): the inputs of N steps in one\n"
-            "                     buffer, the N steps of every layer recorded and submitted once\n"
-            "                     (vkh2o_run_kvcache_steps); the properties are checked after every\n"
-            "                     batch (--batch 1: after every step). --check and --out-csv check\n"
-            "                     every step (batches of one)\n"
-            "  --out-csv FILE     per-step CSV: step, size per layer, events so far, evicted, wall time\n"
-            "                     (kept only when every check passes)\n"
-            "  --device N         Vulkan device index (see vkh2o-info)\n"
-            "  --check            compare the cache with the CPU reference after every step: the held\n"
-            "                     tokens as a set, their tiers and scores, the attention output (slow)\n"
-            "  --no-output        the steps write no attention output (the scores still come from the\n"
-            "                     attention); --check then compares no output\n"
-            "  --validation       enable the Khronos validation layer\n"
-            "  --quiet            no progress lines\n"
-            "  --memory           print the memory table instead (with --model kimi|deepseek-v3,\n"
-            "                     --context N (32768), --budgets a,b,... (64,4096), --n-sink, --n-recent)\n"
-            "  --help\n");
-}
-
-static bool parse_choice(const char* flag, const char* s, const char* const* names, int n, int* out)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(s, names[i])) {
-            *out = i;
-            return true;
+    char list[256];
+    if (strlen(v) >= sizeof list) {
+        fprintf(stderr, "%s: %s: list too long\n", tool, flag);
+        return false;
+    }
+    strcpy(list, v);
+    int count = 0;
+    for (char *p = list, *q; p; p = q) {
+        q = strchr(p, ',');
+        if (q)
+            *q++ = 0;
+        uint32_t b;
+        if (!cli_parse_u32(tool, flag, p, 1, 1u << 30, &b))
+            return false;
+        if (++count > 32) {
+            fprintf(stderr, "%s: %s: more than 32 budgets\n", tool, flag);
+            return false;
         }
-    fprintf(stderr, TOOL ": %s: '%s' is not one of", flag, s);
-    for (int i = 0; i < n; i++)
-        fprintf(stderr, " %s", names[i]);
-    fprintf(stderr, "\n");
-    return false;
+    }
+    strcpy(dst, v);
+    return true;
 }
 
+enum { M_LATENT = 1, M_EXPANDED = 2, M_MEMORY = 4 };
+static const char* const mode_names[] = { "--layout latent", "--layout expanded", "--memory" };
+
+/* Parses argv into o and refuses what the flags alone can tell; returns 0, 2 or -1 (--help). */
 static int parse_args(int argc, char** argv, opts* o)
 {
-    *o = (opts){ .steps = 1000, .budget = 64, .n_sink = 4, .n_recent = 16, .layers = 4, .heads = 4, .qk_dim = 192,
-                 .kv_lora = 512, .v_dim = 128, .model = "kimi", .context = 32768, .batch = PROGRESS };
-    strcpy(o->budgets, "64,4096");
-    static const char* const policies[] = { "h2o", "streaming", "random" };
-    static const char* const modes[] = { "sum", "mean", "decay", "tova" };
-    static const char* const kvs[] = { "fp16", "int8", "int4", "int2", "tiered" };
-    for (int i = 1; i < argc; i++) {
-        const char* a = argv[i];
-        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
-        int c;
-#define U32(flag, field, lo, hi)                                                            \
-    {                                                                                       \
-        int r_ = cli_flag_u32(TOOL, argc, argv, &i, flag, lo, hi, &o->field);              \
-        if (r_ < 0) return 2;                                                               \
-        if (r_) continue;                                                                   \
+    *o = (opts){ 0 };
+    int layout = 0, storage = 0, policy = 0, mode = 0, kv = 0, model = 0;
+    static const char* const models[] = { "kimi", "deepseek-v3" };
+    cli_opt opt[] = {
+        { "--steps", CLI_U32, &o->steps, "N", "1000", 2, 100000000, .help = "steps (at least --budget)" },
+        { "--budget", CLI_U32, &o->budget, "N", "64", 0, 1u << 24, .help = "middle (heavy-hitter) tokens kept per layer" },
+        { "--n-sink", CLI_U32, &o->n_sink, "N", "4", 0, 1u << 24, .help = "attention sinks kept" },
+        { "--n-recent", CLI_U32, &o->n_recent, "N", "16", 0, 1u << 24, .help = "recent tokens kept" },
+        { "--layers", CLI_U32, &o->layers, "N", "4", 1, 4096, .help = "layers" },
+        { "--heads", CLI_U32, &o->heads, "N", "4", 1, 512, .help = "heads" },
+        { "--qk-dim", CLI_U32, &o->qk_dim, "N", "192", 2, 4096,
+          .help = "q/k head dim, nope + rope: rope is 64 when qk > 64, else qk / 2;\nthe softmax scale is qk^-0.5" },
+        { "--kv-lora", CLI_U32, &o->kv_lora, "N", "512", 1, 8192, .modes = M_LATENT | M_MEMORY,
+          .help = "kv_lora_rank, the c_kv part of a latent row" },
+        { "--v-dim", CLI_U32, &o->v_dim, "N", "128", 1, 4096, .modes = M_EXPANDED | M_MEMORY,
+          .help = "v head dim of the expanded layout" },
+        { "--layout", CLI_CHOICE, &layout, "latent|expanded", "latent",
+          .help = "one row [c_kv | k_pe] shared by the heads, the query absorbed;\nor per head K = [k_nope | k_pe] "
+                  "and V" },
+        { "--storage", CLI_CHOICE, &storage, "fp16|fp32", "fp16",
+          .help = "the top tier's rows (sinks, recents, FP16 tokens)" },
+        { "--policy", CLI_CHOICE, &policy, "h2o|streaming|random", "h2o", .help = "the eviction policy" },
+        { "--score-mode", CLI_CHOICE, &mode, "sum|mean|decay|tova", "sum",
+          .help = "the accumulated mass; it divided by the queries that could see\nthe token; score <- 0.9 score + "
+                  "mass each step; or the current\nquery's mass only (TOVA)" },
+        { "--kv", CLI_CHOICE, &kv, "fp16|int8|int4|int2|tiered", "fp16",
+          .help = "the precision of the middle tokens (sinks and recents stay FP16);\ntiered: budget/4 FP16, budget/4 "
+                  "INT8 and the rest INT4, the\nlowest-scored moving down first" },
+        { "--seed", CLI_U32, &o->seed, "N", "0", 0, UINT32_MAX, .help = "step inputs and random-policy seed" },
+        { "--batch", CLI_U32, &o->batch, "N", "50", 1, 1000,
+          .help = "steps per batch: the inputs of N steps in one buffer, the N steps\nof every layer recorded and "
+                  "submitted once (vkh2o_run_kvcache_steps);\nthe properties are checked after every batch (--batch 1: "
+                  "after\nevery step). --check and --out-csv check every step (batches of one)" },
+        { "--out-csv", CLI_STR, &o->csv, "FILE",
+          .help = "per-step CSV: step, size per layer, events so far, evicted, wall\ntime (kept only when every check "
+                  "passes)" },
+        { "--device", CLI_U32, &o->device, "N", .hi = 63, .help = "Vulkan device index (see vkh2o-info)" },
+        { "--check", CLI_BOOL, &o->check,
+          .help = "compare the cache with the CPU reference after every step: the held\ntokens as a set, their tiers "
+                  "and scores, the attention output (slow)" },
+        { "--no-output", CLI_BOOL, &o->no_output,
+          .help = "the steps write no attention output (the scores still come from the\nattention); --check then "
+                  "compares no output" },
+        { "--validation", CLI_BOOL, &o->validation, .help = "enable the Khronos validation layer" },
+        { "--quiet", CLI_BOOL, &o->quiet, .help = "no progress lines" },
+        { "--memory", CLI_BOOL, &o->memory,
+          .help = "print the memory table instead (with --model, --context, --budgets,\n--n-sink, --n-recent)" },
+        { "--model", CLI_CHOICE, &model, "kimi|deepseek-v3", "kimi", .help = "the model of --memory's table" },
+        { "--context", CLI_U32, &o->context, "N", "32768", 1, 1u << 30, .help = "the context of --memory's table" },
+        { "--budgets", CLI_FN, o->budgets, "a,b,...", "64,4096", .fn = parse_budgets,
+          .help = "the budgets of --memory's table" },
+    };
+    const cli_spec spec = {
+        TOOL,
+        "usage: " TOOL " [options]\n"
+        "Runs N simulated generation steps of the KV cache (vkh2o_kvcache) on the GPU, one token\n"
+        "per layer and step, and checks the seed's four properties. Step inputs (the query and\n"
+        "the new row: c_kv and k_pe, or per-head K and V) come from a host PRNG seeded by --seed.\n"
+        "Exit status 0 when all pass.\n",
+        NULL, opt, CLI_N(opt), mode_names,
+    };
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc)
+        return rc;
+    o->expanded = layout == 1;
+    o->f32 = storage == 1;
+    o->policy = (vkh2o_evict_policy)policy;
+    o->mode = (vkh2o_score_mode)mode;
+    o->kv = (vkh2o_kv_precision)kv;
+    o->model = models[model];
+    o->batch_given = cli_given(&spec, "--batch");
+    if (!cli_check_device(TOOL, argc, argv, o->device))
+        return 2;
+    if (o->memory)
+        return 0;
+    if (o->budget > o->steps) {
+        fprintf(stderr, TOOL ": --budget %u: more heavy hitters than the %u tokens of --steps\n", o->budget, o->steps);
+        return 2;
     }
-        U32("--steps", steps, 2, 100000000)
-        U32("--budget", budget, 0, 1u << 24)
-        U32("--n-sink", n_sink, 0, 1u << 24)
-        U32("--n-recent", n_recent, 0, 1u << 24)
-        U32("--layers", layers, 1, 4096)
-        U32("--heads", heads, 1, 512)
-        U32("--qk-dim", qk_dim, 2, 4096)
-        U32("--kv-lora", kv_lora, 1, 8192)
-        U32("--v-dim", v_dim, 1, 4096)
-        U32("--seed", seed, 0, UINT32_MAX)
-        U32("--device", device, 0, 63)
-        U32("--context", context, 1, 1u << 30)
-        U32("--batch", batch, 1, 1000)
-#undef U32
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            exit(0);
-        } else if (!strcmp(a, "--check")) {
-            o->check = true;
-        } else if (!strcmp(a, "--quiet")) {
-            o->quiet = true;
-        } else if (!strcmp(a, "--memory")) {
-            o->memory = true;
-        } else if (!strcmp(a, "--no-output")) {
-            o->no_output = true;
-        } else if (!strcmp(a, "--validation")) {
-            o->validation = true;
-        } else if (v && (!strcmp(a, "--layout") || !strcmp(a, "--storage"))) {
-            static const char* const layouts[] = { "latent", "expanded" };
-            static const char* const storages[] = { "fp16", "fp32" };
-            const bool lay = !strcmp(a, "--layout");
-            if (!parse_choice(a, v, lay ? layouts : storages, 2, &c))
-                return 2;
-            if (lay) o->expanded = c == 1;
-            else o->f32 = c == 1;
-            i++;
-        } else if (v && (!strcmp(a, "--policy") || !strcmp(a, "--score-mode") || !strcmp(a, "--kv"))) {
-            const bool pol = !strcmp(a, "--policy"), mode = !strcmp(a, "--score-mode");
-            if (!parse_choice(a, v, pol ? policies : mode ? modes : kvs, pol ? 3 : mode ? 4 : 5, &c))
-                return 2;
-            if (pol) o->policy = (vkh2o_evict_policy)c;
-            else if (mode) o->mode = (vkh2o_score_mode)c;
-            else o->kv = (vkh2o_kv_precision)c;
-            i++;
-        } else if (v && !strcmp(a, "--out-csv")) {
-            o->csv = v;
-            i++;
-        } else if (v && !strcmp(a, "--model")) {
-            if (strcmp(v, "kimi") && strcmp(v, "deepseek-v3")) {
-                fprintf(stderr, TOOL ": --model: '%s' is not one of kimi deepseek-v3\n", v);
-                return 2;
-            }
-            o->model = v;
-            i++;
-        } else if (v && !strcmp(a, "--budgets")) {
-            if (strlen(v) >= sizeof o->budgets) {
-                fprintf(stderr, TOOL ": --budgets: list too long\n");
-                return 2;
-            }
-            /* 1 to 32 budgets, each an integer in [1, 2^30], no empty item */
-            char list[256];
-            strcpy(list, v);
-            int count = 0;
-            for (char *p = list, *q; p; p = q) {
-                q = strchr(p, ',');
-                if (q)
-                    *q++ = 0;
-                uint32_t b;
-                if (!cli_parse_u32(TOOL, "--budgets", p, 1, 1u << 30, &b))
-                    return 2;
-                if (++count > 32) {
-                    fprintf(stderr, TOOL ": --budgets: more than 32 budgets\n");
-                    return 2;
-                }
-            }
-            strcpy(o->budgets, v);
-            i++;
-        } else {
-            fprintf(stderr, TOOL ": unknown option or missing value: '%s' (see --help)\n", a);
-            return 2;
-        }
-    }
-    for (int i = 1; i < argc; i++)
-        o->batch_given |= !strcmp(argv[i], "--batch");
-    return 0;
+    return cli_check_modes(&spec, o->expanded ? M_EXPANDED : M_LATENT);
 }
 
 /* ---- --memory ---- */
@@ -546,23 +493,12 @@ static int fail_vk(run* r, vkh2o_result res, const char* what)
 
 /* ---- the phases of a run: check, build, step, report ---- */
 
-/* What parse_args cannot see alone: the device, the budget against the steps, the output path.
- * Returns 0 or the exit status. */
-static int check_args(const opts* o, int argc, char** argv)
+/* What the run needs beyond the flags: a budget, batches of one where every step is checked,
+ * the output path. Returns 0 or the exit status. */
+static int check_args(const opts* o)
 {
-    if (!cli_check_device(TOOL, argc, argv, o->device))
-        return 2;
     if (o->memory)
         return 0;
-    if (o->budget > o->steps) {
-        fprintf(stderr, TOOL ": --budget %u: more heavy hitters than the %u tokens of --steps\n", o->budget, o->steps);
-        return 2;
-    }
-    for (int i = 1; i < argc; i++)
-        if ((!strcmp(argv[i], "--v-dim") && !o->expanded) || (!strcmp(argv[i], "--kv-lora") && o->expanded)) {
-            fprintf(stderr, TOOL ": %s: only with --layout %s\n", argv[i], o->expanded ? "latent" : "expanded");
-            return 2;
-        }
     if (o->budget == 0) {
         fprintf(stderr, TOOL ": --budget 0: the budget is 0; at least one middle token must be kept\n");
         return 2;
@@ -877,13 +813,11 @@ int main(int argc, char** argv)
 {
     run R;
     memset(&R, 0, sizeof R);
-    if (!cli_no_repeats(TOOL, argc, argv))
-        return 2;
     int rc = parse_args(argc, argv, &R.o);
     if (rc == 0)
-        rc = check_args(&R.o, argc, argv);
+        rc = check_args(&R.o);
     if (rc != 0)
-        return rc;
+        return rc < 0 ? 0 : rc;
     if (R.o.memory)
         return memory_table(&R.o);
     /* the CSV is written as the steps run, into its temporary, renamed only when the run passes */

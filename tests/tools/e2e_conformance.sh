@@ -121,8 +121,8 @@ check_bad() {
 }
 check_bad "'mla.nosuchop' matches no op or case" -o mla.nosuchop --json "$tmp/keep.json"
 check_bad "'zzz\*' matches no op or case" -o 'core.probe,zzz*' --json "$tmp/keep.json"
-check_bad "'bogus' is not a mode" --mode bogus --json "$tmp/keep.json"
-check_bad "'tpu' is not a shape set" --shapes tpu
+check_bad "'bogus' is not one of" --mode bogus --json "$tmp/keep.json"
+check_bad "'tpu' is not one of" --shapes tpu
 check_bad "--device 63: the Vulkan loader lists" --device 63 -o core.probe --json "$tmp/keep.json"
 check_bad "unknown option" --frobnicate
 check_bad "needs a value" -o

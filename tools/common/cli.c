@@ -23,20 +23,6 @@ bool cli_parse_u64(const char* tool, const char* flag, const char* s, uint64_t l
     return true;
 }
 
-int cli_flag_u32(const char* tool, int argc, char** argv, int* i, const char* flag, uint32_t lo, uint32_t hi, uint32_t* out)
-{
-    if (strcmp(argv[*i], flag))
-        return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "%s: %s needs a value\n", tool, flag);
-        return -1;
-    }
-    if (!cli_parse_u32(tool, flag, argv[*i + 1], lo, hi, out))
-        return -1;
-    ++*i;
-    return 1;
-}
-
 bool cli_no_repeats(const char* tool, int argc, char** argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -228,4 +214,174 @@ void cli_config_path(const char* weights, const char* config, char* out, size_t 
         snprintf(out, cap, "%s/config.json", dirname(tmp));
     if (stat(out, &st) != 0)
         out[0] = 0;
+}
+
+/* the value s of o into its destination; false (message printed) when it is not one */
+static bool set_value(const char* tool, const cli_opt* o, const char* v)
+{
+    switch (o->kind) {
+    case CLI_BOOL: *(bool*)o->dst = true; return true;
+    case CLI_U32: return cli_parse_u32(tool, o->name, v, (uint32_t)o->lo, (uint32_t)o->hi, (uint32_t*)o->dst);
+    case CLI_U64: return cli_parse_u64(tool, o->name, v, o->lo, o->hi, (uint64_t*)o->dst);
+    case CLI_F64: return cli_parse_f64(tool, o->name, v, o->flo, o->fhi, (double*)o->dst);
+    case CLI_STR: *(const char**)o->dst = v; return true;
+    case CLI_FN: return o->fn(tool, o->name, v, o->dst);
+    case CLI_RETIRED: return false;
+    case CLI_CHOICE: {
+        const char* c = o->arg;
+        const size_t n = strlen(v);
+        for (int k = 0; c; k++) {
+            const char* bar = strchr(c, '|');
+            const size_t len = bar ? (size_t)(bar - c) : strlen(c);
+            if (len == n && !strncmp(c, v, n)) {
+                *(int*)o->dst = k;
+                return true;
+            }
+            c = bar ? bar + 1 : NULL;
+        }
+        fprintf(stderr, "%s: %s: '%s' is not one of ", tool, o->name, v);
+        for (const char* p = o->arg; *p; p++)
+            fputs(*p == '|' ? ", " : (char[2]){ *p, 0 }, stderr);
+        fputc('\n', stderr);
+        return false;
+    }
+    }
+    return false;
+}
+
+cli_opt* cli_find(const cli_spec* s, const char* name)
+{
+    for (uint32_t k = 0; k < s->n; k++)
+        if (!strcmp(s->opts[k].name, name))
+            return &s->opts[k];
+    return NULL;
+}
+
+bool cli_given(const cli_spec* s, const char* name)
+{
+    const cli_opt* o = cli_find(s, name);
+    return o && o->given;
+}
+
+int cli_parse(const cli_spec* s, int argc, char** argv)
+{
+    return cli_parse_extra(s, argc, argv, NULL);
+}
+
+int cli_parse_extra(const cli_spec* s, int argc, char** argv, const char* extra)
+{
+    for (uint32_t k = 0; k < s->n; k++) {
+        s->opts[k].given = false;
+        if (s->opts[k].def && s->opts[k].kind != CLI_BOOL && !set_value(s->tool, &s->opts[k], s->opts[k].def))
+            return 2;   /* a table's own default: a programmer's error, said like any other */
+    }
+    if (!cli_no_repeats(s->tool, argc, argv))
+        return 2;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            cli_usage(s, stdout, extra);
+            return -1;
+        }
+        cli_opt* o = cli_find(s, a);
+        if (!o) {
+            fprintf(stderr, a[0] == '-' ? "%s: unknown option '%s' (see --help)\n"
+                                        : "%s: unexpected argument '%s' (see --help)\n", s->tool, a);
+            return 2;
+        }
+        if (o->kind == CLI_RETIRED) {
+            fprintf(stderr, "%s: %s %s\n", s->tool, a, o->help);
+            return 2;
+        }
+        if (o->kind != CLI_BOOL && i + 1 >= argc) {
+            fprintf(stderr, "%s: %s needs a value\n", s->tool, a);
+            return 2;
+        }
+        if (!set_value(s->tool, o, o->kind == CLI_BOOL ? NULL : argv[++i]))
+            return 2;
+        o->given = true;
+    }
+    return 0;
+}
+
+/* text with every "%s" replaced by extra, and each '\n' before more text followed by indent */
+static void print_text(FILE* f, const char* text, const char* extra, int indent)
+{
+    for (const char* p = text; p && *p; p++) {
+        if (p[0] == '%' && p[1] == 's') {
+            fputs(extra ? extra : "", f);
+            p++;
+        } else if (*p == '\n' && indent && p[1]) {
+            fprintf(f, "\n  %-*s ", indent - 3, "");
+        } else {
+            fputc(*p, f);
+        }
+    }
+}
+
+void cli_usage(const cli_spec* s, FILE* f, const char* extra)
+{
+    int col = 0;
+    for (uint32_t k = 0; k < s->n; k++) {
+        const cli_opt* o = &s->opts[k];
+        if (o->kind == CLI_RETIRED)
+            continue;
+        const int w = (int)strlen(o->name) + (o->arg ? 1 + (int)strlen(o->arg) : 0);
+        if (w > col && w <= 22)
+            col = w;
+    }
+    print_text(f, s->head, extra, 0);
+    for (uint32_t k = 0; k < s->n; k++) {
+        const cli_opt* o = &s->opts[k];
+        if (o->kind == CLI_RETIRED)
+            continue;
+        char left[128];
+        snprintf(left, sizeof left, "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+        if ((int)strlen(left) > col)
+            fprintf(f, "  %s\n  %-*s ", left, col, "");
+        else
+            fprintf(f, "  %-*s ", col, left);
+        print_text(f, o->help, extra, col + 3);
+        if (o->def && o->kind != CLI_BOOL)
+            fprintf(f, " (default %s)", o->def);
+        fputc('\n', f);
+    }
+    fprintf(f, "  %-*s this text\n", col, "--help");
+    print_text(f, s->tail, extra, 0);
+}
+
+int cli_check_modes(const cli_spec* s, uint32_t active)
+{
+    for (uint32_t k = 0; k < s->n; k++) {
+        const cli_opt* o = &s->opts[k];
+        if (!o->given || !o->modes || (o->modes & active))
+            continue;
+        if (o->na) {
+            fprintf(stderr, "%s: %s %s\n", s->tool, o->name, o->na);
+            return 2;
+        }
+        char names[512] = "";
+        uint32_t count = 0, total = 0;
+        for (uint32_t b = 0; b < 32; b++)
+            total += (o->modes >> b) & 1u;
+        for (uint32_t b = 0; b < 32; b++) {
+            if (!((o->modes >> b) & 1u))
+                continue;
+            const size_t len = strlen(names);
+            snprintf(names + len, sizeof names - len, "%s%s", count == 0 ? "" : count + 1 == total ? " or " : ", ",
+                     s->mode_names ? s->mode_names[b] : "?");
+            count++;
+        }
+        fprintf(stderr, "%s: %s applies only with %s\n", s->tool, o->name, names);
+        return 2;
+    }
+    return 0;
+}
+
+int cli_refuse(const cli_spec* s, const char* flag, bool bad, const char* why)
+{
+    if (!bad || !cli_given(s, flag))
+        return 0;
+    fprintf(stderr, "%s: %s %s\n", s->tool, flag, why);
+    return 2;
 }

@@ -11,13 +11,65 @@
 bool cli_parse_u64(const char* tool, const char* flag, const char* s, uint64_t lo, uint64_t hi, uint64_t* out);
 bool cli_parse_u32(const char* tool, const char* flag, const char* s, uint32_t lo, uint32_t hi, uint32_t* out);
 bool cli_parse_f64(const char* tool, const char* flag, const char* s, double lo, double hi, double* out);
-/* A "--flag N" option at argv[*i]: 0 when argv[*i] is not flag; 1 when it is and argv[*i + 1]
- * parsed into *out (then *i is advanced past the value); -1 when the value is missing or not an
- * integer in [lo, hi] (the message is printed). */
-int cli_flag_u32(const char* tool, int argc, char** argv, int* i, const char* flag, uint32_t lo, uint32_t hi, uint32_t* out);
+/* The declarative flag table every tool parses its command line with: one entry per flag (name,
+ * type, default, range, the modes it applies to, help). cli_parse reads argv into the entries'
+ * destinations, refusing with one line on stderr (naming the flag) a flag given twice, an unknown
+ * flag or stray argument, a missing value, a number outside its range and a choice not listed;
+ * cli_usage prints --help from the same table; cli_check_modes refuses a given flag that does not
+ * apply to the run's modes. */
+typedef enum cli_kind {
+    CLI_BOOL,     /* no value: *(bool*)dst = true */
+    CLI_U32,      /* uint32_t in [lo, hi] */
+    CLI_U64,      /* uint64_t in [lo, hi] */
+    CLI_F64,      /* double in [flo, fhi] */
+    CLI_STR,      /* const char* (the argv string itself) */
+    CLI_CHOICE,   /* int: the index of the value among arg's "a|b|c" */
+    CLI_FN,       /* fn(tool, name, value, dst) parses the value (prints its message on failure) */
+    CLI_RETIRED,  /* a retired flag: refused as "<name> <help>" (help: "is retired: why"); not in --help */
+} cli_kind;
+typedef bool (*cli_value_fn)(const char* tool, const char* flag, const char* value, void* dst);
+typedef struct cli_opt {
+    const char* name;     /* "--seq-len" (or a short "-o") */
+    cli_kind kind;
+    void* dst;
+    const char* arg;      /* the value's name in --help ("N", "FILE"); CLI_CHOICE: "a|b|c" */
+    const char* def;      /* the default, parsed into dst before argv and shown in --help; NULL: none */
+    uint64_t lo, hi;      /* CLI_U32 / CLI_U64 range */
+    double flo, fhi;      /* CLI_F64 range */
+    uint32_t modes;       /* the modes (bits of the tool's own mask) it applies to; 0: all */
+    const char* help;     /* help text; '\n' starts an indented continuation line */
+    const char* na;       /* why it does not apply outside its modes ("<name> <na>"; NULL: "applies only with ...") */
+    cli_value_fn fn;      /* CLI_FN */
+    bool given;           /* set by cli_parse */
+} cli_opt;
+typedef struct cli_spec {
+    const char* tool;
+    const char* head;                /* --help before the flags: the usage line and what the tool does */
+    const char* tail;                /* --help after the flags (NULL: none) */
+    cli_opt* opts;
+    uint32_t n;
+    const char* const* mode_names;   /* mode bit i's name in refusals ("--decode") */
+} cli_spec;
+#define CLI_N(a) ((uint32_t)(sizeof(a) / sizeof((a)[0])))
+/* Parses argv by s: 0 when it parsed; 2 (a line printed) on bad usage; -1 after printing --help
+ * (-h, --help) to stdout, so that main returns `rc < 0 ? 0 : rc`. */
+int cli_parse(const cli_spec* s, int argc, char** argv);
+/* The same, with extra for --help's %s (see cli_usage). */
+int cli_parse_extra(const cli_spec* s, int argc, char** argv, const char* extra);
+/* --help from the table: head, one line per flag (name, value, help, "(default D)"), tail. Every
+ * %s in the head, the tail and the help lines is replaced by extra (NULL: ""). */
+void cli_usage(const cli_spec* s, FILE* f, const char* extra);
+/* The entry named name (NULL when the table has none). */
+cli_opt* cli_find(const cli_spec* s, const char* name);
+bool cli_given(const cli_spec* s, const char* name);
+/* Refuses the first given flag whose modes exclude every bit of active: "<tool>: <flag> applies
+ * only with <its modes' names>"; returns 2 then, else 0. */
+int cli_check_modes(const cli_spec* s, uint32_t active);
+/* Refuses flag when given and bad: "<tool>: <flag> <why>"; returns 2 then, else 0. */
+int cli_refuse(const cli_spec* s, const char* flag, bool bad, const char* why);
 
 /* Refuses a flag given twice (any argument starting with "--" that an earlier one equals):
- * prints "<tool>: <flag> given twice" and returns false. Call before parsing. */
+ * prints "<tool>: <flag> given twice" and returns false (cli_parse calls it first). */
 bool cli_no_repeats(const char* tool, int argc, char** argv);
 
 /* Progress on a terminal: "label  123/1000  456.7/s  ETA 0:02" redrawn in place on stderr,
