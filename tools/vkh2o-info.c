@@ -79,10 +79,28 @@ int main(int argc, char** argv)
     printf("  enabled: shaderFloat16 %s, 16-bit storage %s, 8-bit storage %s, push descriptors %s, timestamps %s\n",
            c->shader_float16 ? "yes" : "no", c->storage_16bit ? "yes" : "no", c->storage_8bit ? "yes" : "no",
            c->push_descriptor ? "yes" : "no", c->timestamps ? "yes" : "no");
-    const bool cpu = c->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    printf("  kernel tiles: %s\n", !cpu ? "shared-memory tiles (GPU)"
-                                : vkh2o_context_get_flags(ctx) & VKH2O_CONTEXT_GPU_SHAPES ? "GPU shapes on a CPU device (VKH2O_GPU_SHAPES)"
-                                                                                           : "register-blocked (CPU device)");
+    /* the device profile: what the library chose for this device at create */
+    const vkh2o_device_profile* p = vkh2o_context_get_profile(ctx);
+    static const char* const paths[] = { "each matmul's choice", "register (forced)", "tiled (forced)", "texel (forced)" };
+    printf("  profile: %s kernel shapes%s\n",
+           p->cpu_shapes ? "CPU (register-blocked, texel reads)" : "GPU (wide workgroups, shared-memory tiles)",
+           !p->cpu_shapes && c->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU ? " on a CPU device (VKH2O_GPU_SHAPES)" : "");
+    if (p->loop_budget)
+        printf("    loop budget             %u iterations per invocation\n", p->loop_budget);
+    else
+        printf("    loop budget             none\n");
+    printf("    element-wise            workgroup %u, at most %u workgroups a row, axpby %u per invocation\n",
+           p->elementwise_workgroup, p->elementwise_groups_max, p->axpby_per_invocation);
+    printf("    rmsnorm / logprob       workgroups %u / %u\n", p->rmsnorm_workgroup, p->logprob_workgroup);
+    printf("    matmul                  %s; tiled workgroup %u\n", paths[p->matmul_path < 4 ? p->matmul_path : 0],
+           p->matmul_tiled_workgroup);
+    printf("    attention               workgroup %u, %u queries x %u keys a tile, %u heads per P.V, %s reads\n",
+           p->attn_local, p->attn_rq, p->attn_rk, p->attn_hg, p->attn_texel ? "texel" : "storage");
+    if (p->max_binding_bytes)
+        printf("    weight chunk            at most %llu bytes (VKH2O_MAX_BINDING_BYTES)\n",
+               (unsigned long long)p->max_binding_bytes);
+    printf("    fits                    workgroups <= %u of %u invocations, shared memory <= %u of %u bytes\n",
+           p->max_invocations, c->max_workgroup_invocations, p->max_shared_bytes, c->max_shared_memory);
     if (shaders) {
         printf("embedded shaders (%u):", vkh2o_kernel_count());
         for (uint32_t i = 0; i < vkh2o_kernel_count(); i++)
