@@ -1,0 +1,160 @@
+/* vkh2o-eval --bench: the decode speed of each policy against the full cache. */
+#include "eval.h"
+#include "cli.h"
+#include "outfile.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bench_row {
+    const policy_def* policy;
+    uint32_t cap;
+    vkh2o_model_session* s;       /* the policy's session */
+    vkh2o_model_session* ref;     /* the full cache, prefilled to the policy's cache length */
+    double t, t_ref;              /* seconds over the timed steps */
+    char name[48];                /* the policy's name, or the one KV cache's row ("kv-int4 25%") */
+} bench_row;
+
+/* --bench's rows on the one KV cache at 25 % of the full FP16 cache's bytes (the full cache row is
+ * the one KV cache without a capacity already) */
+#define KV_BENCH_ROWS 3
+
+int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned char* text, size_t len)
+{
+    const uint32_t cap = (uint32_t)lround(0.25 * o->ctx);
+    const uint32_t steps = o->bench_steps, warm = 4;   /* untimed steps first: pipelines compile on first use */
+    if (len < (size_t)o->ctx || cap + steps + warm > o->ctx) {
+        fprintf(stderr, TOOL ": --bench needs a text of at least --ctx + --bench-steps bytes and --bench-steps <= 3/4 --ctx\n");
+        return 1;
+    }
+    bench_row rows[NPOLICIES + KV_BENCH_ROWS];
+    uint32_t n = 0;
+    int rc = 0;
+    uint32_t* tok = malloc((size_t)o->ctx * sizeof *tok);
+    if (!tok)
+        return 1;
+    for (uint32_t i = 0; i < o->ctx; i++)
+        tok[i] = text[i];
+    /* every policy session: prefill ctx - steps tokens (evicted to the cap), then steps decode steps,
+     * each an evicting step at length cap + 1; its full-cache twin holds cap tokens (prefilled) and
+     * decodes the same steps without evicting, at lengths cap + 1 .. cap + steps */
+    for (size_t k = 0; k < NPOLICIES + KV_BENCH_ROWS && !rc; k++) {
+        bench_row* b = &rows[n];
+        memset(b, 0, sizeof *b);
+        const size_t kv = k >= NPOLICIES ? k - NPOLICIES + 2 : 0;   /* 2: fp16 h2o, 3: int4, 4: tiers by bytes */
+        b->policy = kv ? &POLICIES[kv == 1 ? 0 : 1] : &POLICIES[k];
+        row r = { .policy = b->policy };
+        if (kv) {
+            static const char* const names[] = { "", "kv full", "kv-fp16 25%", "kv-int4 25%", "kv-tiered 25%" };
+            snprintf(b->name, sizeof b->name, "%s", names[kv]);
+            r.kv = true;
+            r.kv_prec = kv == 3 ? VKH2O_PRECISION_INT4 : kv == 4 ? VKH2O_PRECISION_TIERED : VKH2O_PRECISION_FP16;
+            r.kv_bytes = kv == 1 ? 0.0 : 0.25;
+            r.n_sink = o->n_sink;
+            r.n_recent = o->n_recent;
+        } else {
+            snprintf(b->name, sizeof b->name, "%s", b->policy->name);
+        }
+        if (!kv && !b->policy->full) {
+            r.n_sink = o->n_sink < cap / 4 ? o->n_sink : cap / 4;
+            r.n_recent = o->n_recent < cap / 4 ? o->n_recent : cap / 4;
+            r.budget = cap - r.n_sink - r.n_recent;
+        }
+        b->cap = b->policy->full ? o->ctx : cap;
+        if (kv > 1) {   /* the tokens its plan keeps once full */
+            vkh2o_kvcache_desc kd;
+            vkh2o_kvcache_plan pl;
+            fill_kv(o, vkh2o_model_get_config(m), &r, &kd);
+            vkh2o_kvcache_desc_from_mla(&vkh2o_model_get_config(m)->attn, &kd);
+            kd.max_tokens = o->ctx;
+            b->cap = vkh2o_kvcache_desc_resolve(&kd, NULL, &pl, NULL) == VKH2O_OK ? pl.kept_tokens : 0;
+        }
+        /* the twin: a cache of about the same capacity that never evicts while it is timed (the
+         * rows at a byte capacity have none: their share is not measured) */
+        row twin = { .policy = &POLICIES[1], .budget = cap + warm + steps };
+        if ((rc = open_session(ctx, m, o, &r, &b->s)) != 0 ||
+            (!kv && !b->policy->full && (rc = open_session(ctx, m, o, &twin, &b->ref)) != 0))
+            break;
+        uint32_t pre = o->ctx - steps - warm;
+        if (vkh2o_run_model_prefill(b->s, tok, pre, NULL, NULL) != VKH2O_OK ||
+            vkh2o_run_model_decode(b->s, tok + pre, warm, NULL, NULL) != VKH2O_OK ||
+            (b->ref && (vkh2o_run_model_prefill(b->ref, tok, cap - warm, NULL, NULL) != VKH2O_OK ||
+                        vkh2o_run_model_decode(b->ref, tok + cap - warm, warm, NULL, NULL) != VKH2O_OK))) {
+            fprintf(stderr, TOOL ": bench prefill (%s): %s\n", b->name, vkh2o_last_error(ctx));
+            rc = 1;
+        }
+        n++;
+    }
+    cli_progress prog;
+    cli_progress_begin(&prog, "bench steps", steps, o->quiet);
+    for (uint32_t st = 0; st < steps && !rc; st++) {
+        for (uint32_t k = 0; k < n && !rc; k++) {
+            bench_row* b = &rows[k];
+            uint32_t t_next = text[o->ctx - steps + st];
+            double t0 = cli_now();
+            if (vkh2o_run_model_decode(b->s, &t_next, 1, NULL, NULL) != VKH2O_OK)
+                rc = 1;
+            double t1 = cli_now();
+            b->t += t1 - t0;
+            if (!rc && b->ref) {
+                if (vkh2o_run_model_decode(b->ref, &t_next, 1, NULL, NULL) != VKH2O_OK)
+                    rc = 1;
+                b->t_ref += cli_now() - t1;
+            }
+            if (rc)
+                fprintf(stderr, TOOL ": bench step (%s): %s\n", b->name, vkh2o_last_error(ctx));
+        }
+        cli_progress_update(&prog, st + 1);
+    }
+    cli_progress_end(&prog);
+    if (!rc)
+        rc = validation_check(ctx);
+    if (!rc) {
+        double full_tps = 0;
+        for (uint32_t k = 0; k < n; k++)
+            if (rows[k].policy->full && !full_tps)
+                full_tps = steps / rows[k].t;
+        printf("decode speed: %u single-token steps per policy, interleaved (wall time per step, submit + wait)\n", steps);
+        printf("%-14s %8s %12s %10s %16s\n", "policy", "cache", "tokens/s", "vs full", "eviction share");
+        for (uint32_t k = 0; k < n; k++) {
+            const bench_row* b = &rows[k];
+            double tps = steps / b->t;
+            printf("%-14s %8u %12.1f %9.2fx ", b->name, b->cap, tps, full_tps > 0 ? tps / full_tps : 0.0);
+            if (b->ref)
+                printf("%15.1f%%\n", 100.0 * (b->t - b->t_ref) / b->t);
+            else
+                printf("%16s\n", "-");
+        }
+        printf("(eviction share: the step's extra time over a step of a cache holding as many tokens with room to\n"
+               " spare, which appends, attends, scores and selects the same way but finds nothing to evict; the one\n"
+               " cache evicts in place (the new token takes the evicted token's slot), so this difference is what\n"
+               " choosing and freeing that slot costs; small or negative values are within the run-to-run noise)\n");
+        if (o->json) {   /* one object per policy, written only when the whole run succeeded */
+            outset os;
+            outset_init(&os, TOOL);
+            FILE* fj = outset_open(&os, o->json);
+            if (fj) {
+                fprintf(fj, "[\n");
+                for (uint32_t k = 0; k < n; k++) {
+                    const bench_row* b = &rows[k];
+                    fprintf(fj, "  {\"policy\": \"%s\", \"cache_tokens\": %u, \"ctx\": %u, \"steps\": %u, "
+                                "\"tokens_per_s\": %.3f, \"vs_full\": %.4f, ",
+                            b->name, b->cap, o->ctx, steps, steps / b->t, full_tps > 0 ? steps / b->t / full_tps : 0.0);
+                    json_num(fj, "eviction_share", b->ref ? (b->t - b->t_ref) / b->t : NAN, "%.4f");
+                    fprintf(fj, "}%s\n", k + 1 < n ? "," : "");
+                }
+                fprintf(fj, "]\n");
+            }
+            if (!outset_commit(&os, fj != NULL))
+                rc = 1;
+        }
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        vkh2o_model_session_destroy(rows[k].s);
+        vkh2o_model_session_destroy(rows[k].ref);
+    }
+    free(tok);
+    return rc;
+}
