@@ -4,12 +4,12 @@
  * are read), runs one causal forward over S synthetic tokens, reduces each token's attention
  * mass over heads and queries, prefills the one KV cache (vkh2o_kvcache) of the chosen layout and
  * precision with the rows and that mass, reads the H2O kept set (sinks + heavy hitters + recent)
- * back from it, then reports (tools/common/demo_h2o.c). With --prefill P the first P tokens are
+ * back from it, then reports (tools/demo/demo_h2o.c). With --prefill P the first P tokens are
  * a prefill through the layer into the cache and the rest are decoded one at a time through the
- * public layer calls (tools/common/demo_decode.c).
+ * public layer calls (tools/demo/demo_decode.c).
  */
 #include "cli.h"
-#include "demo_h2o.h"
+#include "demo.h"
 #include "outfile.h"
 #include "ref_decode.h"
 #include "ref_mla.h"
@@ -18,15 +18,11 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-extern char** environ;
 
 #define TOOL "vkh2o-demo"
 
@@ -148,89 +144,6 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
     return true;
 }
 
-/* ---------- the synthetic shard ---------- */
-
-static int mkdir_p(const char* path)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char* p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-static bool file_exists(const char* p)
-{
-    struct stat st;
-    return stat(p, &st) == 0;
-}
-
-/* Makes (once) a synthetic Kimi-shaped shard with the vkh2o-mkshard beside this program. */
-static bool synthetic_shard(const opts* o, char* path, size_t cap)
-{
-    char dir[4096];
-    const char* env;
-    if (o->cache_dir)
-        snprintf(dir, sizeof dir, "%s", o->cache_dir);
-    else if ((env = getenv("VKH2O_CACHE_DIR")) && *env)
-        snprintf(dir, sizeof dir, "%s", env);
-    else if ((env = getenv("XDG_CACHE_HOME")) && *env)
-        snprintf(dir, sizeof dir, "%s/vkh2o", env);
-    else if ((env = getenv("HOME")) && *env)
-        snprintf(dir, sizeof dir, "%s/.cache/vkh2o", env);
-    else
-        snprintf(dir, sizeof dir, "/tmp/vkh2o-cache");
-    size_t dl = strlen(dir);
-    if (dl + 64 >= cap) {
-        fprintf(stderr, "%s: cache directory path too long\n", TOOL);
-        return false;
-    }
-    /* named for the preset its config.json carries (an older cache held other values) */
-    strcat(dir, "/kimi-k2.6-synthetic-bf16");
-    snprintf(path, cap, "%s/model-00001-of-000064.safetensors", dir);
-    if (file_exists(path)) {
-        if (!o->quiet)
-            printf("weights:       SYNTHETIC Kimi-shaped bf16 shard (vkh2o-mkshard, cached): %s\n", path);
-        return true;
-    }
-    if (mkdir_p(dir) != 0) {
-        fprintf(stderr, "%s: cannot create the cache directory %s: %s\n", TOOL, dir, strerror(errno));
-        return false;
-    }
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
-    if (n <= 0) {
-        fprintf(stderr, "%s: cannot locate vkh2o-mkshard (readlink /proc/self/exe failed)\n", TOOL);
-        return false;
-    }
-    exe[n] = 0;
-    char* slash = strrchr(exe, '/');
-    snprintf(slash ? slash + 1 : exe, sizeof exe - (size_t)(slash ? slash + 1 - exe : 0), "vkh2o-mkshard");
-    if (!o->quiet)
-        printf("weights:       none given: making a SYNTHETIC Kimi-shaped bf16 shard once with %s\n"
-               "               in %s (random weights, real tensor names and shapes; not real Kimi weights)\n", exe, dir);
-    fflush(stdout);
-    char* argv[] = { exe, "--out", path, "--preset", "kimi", "--dtype", "bf16", "--seed", "0",
-                     o->quiet ? "--quiet" : NULL, NULL };
-    pid_t pid;
-    int rc = posix_spawn(&pid, exe, NULL, NULL, argv, environ);
-    if (rc != 0) {
-        fprintf(stderr, "%s: cannot run %s: %s\n", TOOL, exe, strerror(rc));
-        return false;
-    }
-    int status = 0;
-    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "%s: %s failed (status %d)\n", TOOL, exe, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-        return false;
-    }
-    return file_exists(path);
-}
-
 /* ---------- input ---------- */
 
 static float* load_input(const opts* o, const vkh2o_mla_config* cfg, uint32_t* S)
@@ -305,128 +218,6 @@ static bool input_layernorm(float* x, uint32_t S, uint32_t D, const vkh2o_tensor
     }
     free(wf);
     return true;
-}
-
-/* ---------- statistics ---------- */
-
-static int cmp_desc(const void* a, const void* b)
-{
-    float x = *(const float*)a, y = *(const float*)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-static const char* layout_name(vkh2o_kv_layout l)
-{
-    return l == VKH2O_LAYOUT_EXPANDED ? "expanded" : "latent";
-}
-
-static const char* cat_name(demo_category c)
-{
-    switch (c) {
-    case DEMO_SINK: return "sink";
-    case DEMO_RECENT: return "recent";
-    case DEMO_HEAVY: return "heavy";
-    default: return "evicted";
-    }
-}
-
-typedef struct stats {
-    double min, max, mean, std;
-    uint32_t n_sink, n_heavy, n_recent, n_evicted, middle;
-    double heavy_mean, evicted_mean, ratio;
-    float top[10];
-    uint32_t ntop;
-    float cutoff;   /* score of the lightest heavy hitter kept */
-} stats;
-
-static void compute_stats(const float* score, const demo_category* cat, uint32_t S, stats* st)
-{
-    memset(st, 0, sizeof *st);
-    st->min = INFINITY;
-    st->max = -INFINITY;
-    double sum = 0, hs = 0, es = 0;
-    for (uint32_t i = 0; i < S; i++) {
-        sum += score[i];
-        if (score[i] < st->min) st->min = score[i];
-        if (score[i] > st->max) st->max = score[i];
-    }
-    st->mean = sum / S;
-    double var = 0;
-    for (uint32_t i = 0; i < S; i++)
-        var += (score[i] - st->mean) * (score[i] - st->mean);
-    st->std = S > 1 ? sqrt(var / (S - 1)) : 0;   /* unbiased, as torch.std */
-    float* heavy = malloc(S * sizeof *heavy);
-    uint32_t nh = 0;
-    st->cutoff = INFINITY;
-    for (uint32_t i = 0; i < S; i++) {
-        switch (cat[i]) {
-        case DEMO_SINK: st->n_sink++; break;
-        case DEMO_RECENT: st->n_recent++; break;
-        case DEMO_HEAVY:
-            st->n_heavy++;
-            hs += score[i];
-            if (heavy) heavy[nh++] = score[i];
-            if (score[i] < st->cutoff) st->cutoff = score[i];
-            break;
-        default: st->n_evicted++; es += score[i]; break;
-        }
-    }
-    st->middle = S - st->n_sink - st->n_recent;
-    st->heavy_mean = st->n_heavy ? hs / st->n_heavy : 0;
-    st->evicted_mean = st->n_evicted ? es / st->n_evicted : 0;
-    st->ratio = st->evicted_mean > 0 ? st->heavy_mean / st->evicted_mean : 0;
-    if (heavy) {
-        qsort(heavy, nh, sizeof *heavy, cmp_desc);
-        st->ntop = nh < 10 ? nh : 10;
-        memcpy(st->top, heavy, st->ntop * sizeof *heavy);
-        free(heavy);
-    }
-}
-
-/* ---------- outputs ---------- */
-
-static void write_csv(FILE* f, const float* score, const demo_category* cat, uint32_t S)
-{
-    fprintf(f, "token_idx,attention_score,kept,category\n");
-    for (uint32_t i = 0; i < S; i++)
-        fprintf(f, "%u,%.6f,%s,%s\n", i, score[i], cat[i] == DEMO_EVICTED ? "False" : "True", cat_name(cat[i]));
-}
-
-static void write_svg(FILE* f, const float* score, const demo_category* cat, uint32_t S, const stats* st, const opts* o)
-{
-    const double W = 960, H = 420, L = 70, R = 20, T = 40, B = 50;
-    double ymax = st->max > 0 ? st->max * 1.05 : 1;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">Attention mass per token (sum over heads and queries), H2O: %u sink + %u heavy + %u recent kept of %u</text>\n",
-            L, st->n_sink, st->n_heavy, st->n_recent, S);
-    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, H - B, W - R, H - B);
-    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, T, L, H - B);
-    for (int k = 0; k <= 4; k++) {
-        double v = ymax * k / 4, y = H - B - (H - B - T) * k / 4;
-        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.1f</text>\n", L - 6, y + 4, v);
-        fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, W - R, y);
-    }
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">token index (0..%u)</text>\n", (L + W - R) / 2, H - 12, S - 1);
-    const char* colour[4] = { "#1f77b4", "#2ca02c", "#d62728", "#bbbbbb" };   /* sink recent heavy evicted */
-    double bw = (W - L - R) / S;
-    for (uint32_t i = 0; i < S; i++) {
-        double h = (H - B - T) * (score[i] / ymax);
-        fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>%u: %.3f %s</title></rect>\n",
-                L + i * bw, H - B - h, bw > 1.5 ? bw - 0.5 : bw, h, colour[cat[i]], i, score[i], cat_name(cat[i]));
-    }
-    if (isfinite(st->cutoff) && st->n_evicted) {
-        double y = H - B - (H - B - T) * (st->cutoff / ymax);
-        fprintf(f, "<line x1=\"%.0f\" y1=\"%.2f\" x2=\"%.0f\" y2=\"%.2f\" stroke=\"#d62728\" stroke-dasharray=\"6,4\"/>\n", L, y, W - R, y);
-        fprintf(f, "<text x=\"%.0f\" y=\"%.2f\" text-anchor=\"end\" fill=\"#d62728\">budget %u cut-off %.2f</text>\n", W - R - 4, y - 4,
-                o->budget, st->cutoff);
-    }
-    const char* names[4] = { "sink", "recent", "heavy", "evicted" };
-    for (int c = 0; c < 4; c++) {
-        fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"12\" height=\"12\" fill=\"%s\"/>", W - R - 330 + 85 * c, T - 2.0, colour[c]);
-        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", W - R - 314 + 85 * c, T + 9.0, names[c]);
-    }
-    fprintf(f, "</svg>\n");
 }
 
 /* ---------- checks before any work ---------- */
@@ -505,7 +296,7 @@ static int check_kv(const demo_run* dm, uint32_t S)
 static int load_config(demo_run* dm)
 {
     if (!dm->o.weights) {
-        if (!synthetic_shard(&dm->o, dm->synth, sizeof dm->synth))
+        if (!synthetic_shard(dm->o.cache_dir, dm->o.quiet, dm->synth, sizeof dm->synth))
             return 1;
         dm->o.weights = dm->synth;
         dm->synthetic = true;
@@ -857,7 +648,7 @@ static int write_outputs(demo_run* dm)
     if (dm->o.csv && (f = outset_open(&files, dm->o.csv)))
         write_csv(f, dm->score, dm->cat, dm->S);
     if (dm->o.plot && (f = outset_open(&files, dm->o.plot)))
-        write_svg(f, dm->score, dm->cat, dm->S, &dm->st, &dm->o);
+        write_svg(f, dm->score, dm->cat, dm->S, &dm->st, dm->o.budget);
     const char* out_tmp = dm->o.out ? outset_reserve(&files, dm->o.out) : NULL;
     if (out_tmp) {
         vkh2o_tensor_write tw[2] = {

@@ -49,7 +49,7 @@ void demo_h2o_select_cpu(const float* score, uint32_t S, uint32_t n_sink, uint32
 int demo_h2o_run(vkh2o_context* ctx, vkh2o_mla_layer* layer, const vkh2o_mla_config* cfg, const float* score, uint32_t S,
                  const demo_kv* kv, demo_category* cat, demo_cache_result* res);
 
-/* --prefill P (tools/common/demo_decode.c, public API only): the first P tokens of hidden
+/* --prefill P (tools/demo/demo_decode.c, public API only): the first P tokens of hidden
  * [S, hidden] as a prefill through the layer into a cache of kv (vkh2o_run_mla_prefill),
  * then tokens P..S-1 decoded one at a time (vkh2o_run_mla_decode). out [S, hidden]: every
  * token's attention-layer output given the cache it saw; score [S]: each token's accumulated
