@@ -17,11 +17,11 @@
  *      vkh2o_mla_config_kimi_k26(&cfg) or vkh2o_mla_config_from_json(...)
  *      vkh2o_mla_host_weights_load(ck, &cfg, layer, 0, &hw, &err)
  *   3. vkh2o_mla_layer_create(ctx, &cfg, hw, &desc, &layer)        -- uploads the weights
- *   4. vkh2o_run_mla_forward(layer, hidden, seq_len, pos0, out, scores, &timings)
+ *   4. vkh2o_host_mla_forward(layer, hidden, seq_len, pos0, out, scores, &timings)
  *      (or vkh2o_cmd_mla_forward to record into your own command buffer)
  *   5. decode against a cache: vkh2o_kvcache_desc_from_mla + vkh2o_kvcache_create
- *      (vkh2o/kvcache.h); then vkh2o_run_mla_prefill(layer, cache, 0, prompt, P, out) and per
- *      new token vkh2o_run_mla_decode(layer, cache, 0, hidden, 1, position, out) -- or the
+ *      (vkh2o/kvcache.h); then vkh2o_host_mla_prefill(layer, cache, 0, prompt, P, out) and per
+ *      new token vkh2o_host_mla_decode(layer, cache, 0, hidden, 1, position, out) -- or the
  *      recording vkh2o_cmd_mla_prefill / vkh2o_cmd_mla_decode.
  *      An app's own VkBuffer becomes a vkh2o_buffer with vkh2o_buffer_wrap.
  *   6. destroy in reverse order; every destroy accepts NULL.
@@ -32,8 +32,10 @@
  *   - vkh2o_last_error(ctx) is a detailed message (file, tensor, VkResult) for the last
  *     failure on that context. File-level calls that need no device take a vkh2o_error*.
  *   - vkh2o_cmd_* record into a caller's command buffer and never submit; vkh2o_run_*
- *     submit on the context's queue and wait. After recording a frame of vkh2o_cmd_* calls,
- *     vkh2o_context_mark it; once its fence has signalled, vkh2o_context_retire it.
+ *     submit on the context's queue and wait, on device buffers; vkh2o_host_* do the same with
+ *     host arrays in and out (upload, submit, wait, download). After recording a frame of
+ *     vkh2o_cmd_* calls, vkh2o_context_mark it; once its fence has signalled,
+ *     vkh2o_context_retire it.
  *   - Every desc struct is valid all-zero: 0 means "use the default" (listed above each desc).
  *
  * Threads and the queue
@@ -49,7 +51,7 @@
  *   - Host objects without a context (vkh2o_safetensors, vkh2o_checkpoint, host weights,
  *     configs) say their own rule in vkh2o/model.h. vkh2o_result_string is thread-safe.
  *   - What submits. These calls submit to the context's queue and wait for that submission:
- *     every vkh2o_run_*; vkh2o_buffer_fill, and vkh2o_buffer_upload / _download when the memory
+ *     every vkh2o_run_* and vkh2o_host_*; vkh2o_buffer_fill, and vkh2o_buffer_upload / _download when the memory
  *     is not host-visible; the creates and reads that initialise or fetch device data
  *     (vkh2o_mla_layer_create, vkh2o_kvcache_create / _read_*); vkh2o_context_wait_idle and vkh2o_context_destroy
  *     (vkQueueWaitIdle). vkh2o_cmd_* only record into the app's command buffer: they never
@@ -317,8 +319,8 @@ VKH2O_API const char* vkh2o_kernel_name(uint32_t i);
  * them before and after a call to know which kernels the call ran. 0 for a NULL context or
  * i >= vkh2o_kernel_count(). Same thread rules as the context. */
 VKH2O_API uint64_t vkh2o_context_get_kernel_dispatches(const vkh2o_context* ctx, uint32_t i);
-/* Device milliseconds of every submission the context made itself so far (each vkh2o_run_*
- * call and blocking buffer copy, timed by GPU timestamps at its start and end): the difference
+/* Device milliseconds of every submission the context made itself so far (each vkh2o_run_* and
+ * vkh2o_host_* call and blocking buffer copy, timed by GPU timestamps at its start and end): the difference
  * around a call is that call's device time. Negative when the device has no timestamps. Work
  * recorded into the app's command buffers is not counted. */
 VKH2O_API double vkh2o_context_get_device_ms(const vkh2o_context* ctx);
@@ -352,7 +354,8 @@ typedef struct vkh2o_probe {
 VKH2O_API vkh2o_result vkh2o_run_probe(vkh2o_context* ctx, const vkh2o_probe* p, double* device_ms);
 
 /* True once any call on this context saw VK_ERROR_DEVICE_LOST. From then on every call that
- * would touch the device (buffer creation and copies, pipelines, vkh2o_cmd_*, vkh2o_run_*)
+ * would touch the device (buffer creation and copies, pipelines, vkh2o_cmd_*, vkh2o_run_*,
+ * vkh2o_host_*)
  * returns VKH2O_ERROR_DEVICE_LOST without calling Vulkan; only the destroys still work. */
 VKH2O_API bool vkh2o_context_is_lost(const vkh2o_context* ctx);
 
@@ -378,7 +381,8 @@ VKH2O_API vkh2o_result vkh2o_context_wait_idle(vkh2o_context* ctx);
  * the number of pools stays bounded by the frames in flight, however many frames are
  * recorded. A batch never retired keeps its pools until vkh2o_context_destroy. With push
  * descriptors nothing is allocated per dispatch and both calls are cheap no-ops; calling them
- * anyway keeps an app correct on every device. vkh2o_run_* do not need them (they wait).
+ * anyway keeps an app correct on every device. vkh2o_run_* and vkh2o_host_* do not need them
+ * (they wait).
  * Retiring a batch whose command buffers may still execute is undefined behaviour (the
  * validation layer reports it). vkh2o_context_mark of a NULL context returns 0.
  * Results of retire: OK, INVALID_ARGUMENT (m was not returned by vkh2o_context_mark yet).

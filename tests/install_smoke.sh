@@ -54,10 +54,10 @@ static int decode_demo(void) {
   float* hidden = fill(12 * D, 1.0f);
   float* out = calloc(12 * D, sizeof *out);
   rc = 12;
-  if (vkh2o_run_mla_prefill(layer, cache, 0, hidden, 8, out) == VKH2O_OK) {
+  if (vkh2o_host_mla_prefill(layer, cache, 0, hidden, 8, out) == VKH2O_OK) {
     rc = 0;
     for (uint32_t t = 8; t < 12 && rc == 0; t++)   /* append, attend, score, evict */
-      if (vkh2o_run_mla_decode(layer, cache, 0, hidden + t * D, 1, t, out + t * D) != VKH2O_OK) rc = 13;
+      if (vkh2o_host_mla_decode(layer, cache, 0, hidden + t * D, 1, t, out + t * D) != VKH2O_OK) rc = 13;
     for (uint64_t i = 0; i < 12 * D && rc == 0; i++) if (!isfinite(out[i])) rc = 14;
     vkh2o_kvcache_stats st;
     if (rc == 0 && (vkh2o_kvcache_read_stats(cache, 0, &st) != VKH2O_OK || st.len != 6 || st.position != 12)) rc = 15;

@@ -3,7 +3,7 @@
  * the device's own read bandwidth.
  *
  * A client of the public API like the other tools: every measurement is a vkh2o_run_* call (the
- * layer forward with its per-stage GPU times, vkh2o_run_mla_decode, vkh2o_run_kvcache_steps,
+ * layer forward with its per-stage GPU times, vkh2o_host_mla_decode, vkh2o_run_kvcache_steps,
  * vkh2o_run_kvcache_prefill, vkh2o_run_probe), timed by the change in
  * vkh2o_context_get_device_ms around it, or wall time on a device without timestamps. The
  * kernels and the forward in each kernel form (storage, texel and tiled matmuls) are timed
@@ -62,7 +62,7 @@ static vkh2o_result bench_forward(bench_env* env)
         note(env, i ? "%s: run\n" : "%s: warm-up\n", name);
         vkh2o_mla_timings tm;
         const double w0 = cli_now();
-        r = vkh2o_run_mla_forward(layer, hidden, S, 0, out, NULL, &tm);
+        r = vkh2o_host_mla_forward(layer, hidden, S, 0, out, NULL, &tm);
         const double wall = (cli_now() - w0) * 1e3;
         if (tm.total_ms < 0.0) ts = false;
         if (r == VKH2O_OK && i > 0) {

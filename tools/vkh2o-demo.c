@@ -84,8 +84,8 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
                   "and a\nstep evicts that tier's lowest score (vkh2o/kvcache.h)" },
         { "--prefill", CLI_U32, &o->prefill, "P", .lo = 1, .hi = 1u << 20,
           .help = "decode mode: the first P tokens are a prefill through the layer into the cache\n"
-                  "(vkh2o_run_mla_prefill; cap n_sink + budget + n_recent, evicted once to the\ncap if P exceeds it), "
-                  "then tokens P..S-1 are decoded one at a time\n(vkh2o_run_mla_decode):\neach is appended, attends to "
+                  "(vkh2o_host_mla_prefill; cap n_sink + budget + n_recent, evicted once to the\ncap if P exceeds it), "
+                  "then tokens P..S-1 are decoded one at a time\n(vkh2o_host_mla_decode):\neach is appended, attends to "
                   "every cached token including itself, adds its\nattention mass to every cached token's score, and the "
                   "cache is evicted back\nto the cap. attn_output then holds each token's output given the cache it\n"
                   "saw; the scores are each token's accumulated score when last in the cache;\nkept/category describe "
@@ -442,7 +442,7 @@ static int run_forward(demo_run* dm)
         vkh2o_mla_timings tm;
         uint32_t s_run = run == 0 && dm->P > 64 ? 64 : dm->P;
         double t0 = cli_now();
-        if (vkh2o_run_mla_forward(dm->layer, dm->hidden, s_run, 0, dm->out, dm->score, &tm) != VKH2O_OK) {
+        if (vkh2o_host_mla_forward(dm->layer, dm->hidden, s_run, 0, dm->out, dm->score, &tm) != VKH2O_OK) {
             cli_progress_end(&prog);
             fprintf(stderr, "%s: forward failed: %s\n", TOOL, vkh2o_last_error(dm->ctx));
             free(t_fwd); free(t_proj); free(t_attn); free(t_mass); free(t_oproj);

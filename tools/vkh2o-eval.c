@@ -231,9 +231,9 @@ int open_session(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const row* r
 static vkh2o_result window_logprobs(vkh2o_model* m, vkh2o_model_session* s, const uint32_t* tok, uint32_t n, float* lp)
 {
     if (!s)
-        return vkh2o_run_model_forward(m, tok, n, NULL, lp);
+        return vkh2o_host_model_forward(m, tok, n, NULL, lp);
     vkh2o_result r = vkh2o_model_session_reset(s);
-    return r == VKH2O_OK ? vkh2o_run_model_decode(s, tok, n, NULL, lp) : r;
+    return r == VKH2O_OK ? vkh2o_host_model_decode(s, tok, n, NULL, lp) : r;
 }
 
 /* Perplexity (recall false): the text's non-overlapping windows of ctx bytes (at most
@@ -387,7 +387,7 @@ static vkh2o_result answer(vkh2o_model* m, vkh2o_model_session* s, bool stream, 
     vkh2o_result r;
     if (!s) {   /* the full cache: each step is a causal forward of everything so far */
         for (int k = 0; k < 5; k++) {
-            if ((r = vkh2o_run_model_forward(m, tok, (uint32_t)n, logits, NULL)) != VKH2O_OK)
+            if ((r = vkh2o_host_model_forward(m, tok, (uint32_t)n, logits, NULL)) != VKH2O_OK)
                 return r;
             uint32_t next = argmax(logits + (n - 1) * V, V);
             got[k] = (char)next;
@@ -397,7 +397,7 @@ static vkh2o_result answer(vkh2o_model* m, vkh2o_model_session* s, bool stream, 
     }
     if ((r = vkh2o_model_session_reset(s)) != VKH2O_OK)
         return r;
-    r = stream ? vkh2o_run_model_decode(s, tok, (uint32_t)n, logits, NULL) : vkh2o_run_model_prefill(s, tok, (uint32_t)n, logits, NULL);
+    r = stream ? vkh2o_host_model_decode(s, tok, (uint32_t)n, logits, NULL) : vkh2o_host_model_prefill(s, tok, (uint32_t)n, logits, NULL);
     if (r != VKH2O_OK)
         return r;
     uint32_t next = argmax(logits + (n - 1) * V, V);
@@ -405,7 +405,7 @@ static vkh2o_result answer(vkh2o_model* m, vkh2o_model_session* s, bool stream, 
         got[k] = (char)next;
         if (k == 4)
             break;
-        if ((r = vkh2o_run_model_decode(s, &next, 1, logits, NULL)) != VKH2O_OK)
+        if ((r = vkh2o_host_model_decode(s, &next, 1, logits, NULL)) != VKH2O_OK)
             return r;
         next = argmax(logits, V);
     }

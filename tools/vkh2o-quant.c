@@ -20,7 +20,7 @@
  * salience, the prompt mass from simulated past queries, then --decode steps that append their
  * row and attend (vkh2o_run_kvcache_prefill / _step); or a real MLA layer (--weights): the
  * layer's prefill over seeded-normal tokens (rows and attention mass) and decode steps through
- * vkh2o_run_mla_prefill / vkh2o_run_mla_decode, the error then on the layer's output.
+ * vkh2o_host_mla_prefill / vkh2o_host_mla_decode, the error then on the layer's output.
  * --kivi: a host-side measurement on the FP16 cache's rows: the one cache's grouping along the
  * row against KIVI's per-channel grouping over blocks of tokens, at equal metadata, and the
  * cache's scale-and-zero quantiser against a scale-only (symmetric) one along the row.
@@ -325,10 +325,10 @@ static int run_cache(runner* R, const vkh2o_kvcache_desc* desc, float* out, row*
         return -1;
     int rc = -1;
     if (d->layer) {
-        if (check(R->ctx, vkh2o_run_mla_prefill(d->layer, c, 0, d->hidden, d->T0, NULL), "layer prefill"))
+        if (check(R->ctx, vkh2o_host_mla_prefill(d->layer, c, 0, d->hidden, d->T0, NULL), "layer prefill"))
             goto done;
         for (uint32_t i = 0; i < d->D; i++)
-            if (check(R->ctx, vkh2o_run_mla_decode(d->layer, c, 0, d->hidden + (size_t)(d->T0 + i) * d->cfg.hidden_size, 1,
+            if (check(R->ctx, vkh2o_host_mla_decode(d->layer, c, 0, d->hidden + (size_t)(d->T0 + i) * d->cfg.hidden_size, 1,
                                                       d->T0 + i, out + (size_t)i * d->out_n),
                       "layer decode step"))
                 goto done;

@@ -76,7 +76,7 @@ VKH2O_API uint64_t vkh2o_model_get_weight_bytes(const vkh2o_model* m);
  * next_logprobs[i] = log p(tokens[i + 1] | tokens[0 .. i]). Results: OK, INVALID_ARGUMENT
  * (n 0 or above max_seq_len, a token id >= vocab_size), OUT_OF_DEVICE_MEMORY, TIMEOUT, VULKAN.
  */
-VKH2O_API vkh2o_result vkh2o_run_model_forward(vkh2o_model* m, const uint32_t* tokens, uint32_t n, float* logits,
+VKH2O_API vkh2o_result vkh2o_host_model_forward(vkh2o_model* m, const uint32_t* tokens, uint32_t n, float* logits,
                                                float* next_logprobs);
 
 /* ------------------------------------------------------------------------------------------
@@ -168,7 +168,7 @@ VKH2O_API uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session
 
 /*
  * Prefill an empty session with tokens[0 .. n) (n <= max_tokens and <= the model's
- * max_seq_len). logits [n, vocab] and next_logprobs [n - 1] as vkh2o_run_model_forward (any
+ * max_seq_len). logits [n, vocab] and next_logprobs [n - 1] as vkh2o_host_model_forward (any
  * may be NULL): the prompt's own predictions see the whole prompt (a causal forward).
  * Decode n tokens at the session's position (teacher-forced): logits [n, vocab] (row i: the
  * prediction after token i, given the cache it saw) and next_logprobs [n - 1]
@@ -176,9 +176,9 @@ VKH2O_API uint64_t vkh2o_model_session_get_cache_bytes(const vkh2o_model_session
  * Results: OK, INVALID_ARGUMENT (n 0, too many tokens, a token >= vocab, prefill of a non-empty
  * session), plus what the layers' prefill/decode return; TIMEOUT, VULKAN, DEVICE_LOST.
  */
-VKH2O_API vkh2o_result vkh2o_run_model_prefill(vkh2o_model_session* s, const uint32_t* tokens, uint32_t n,
+VKH2O_API vkh2o_result vkh2o_host_model_prefill(vkh2o_model_session* s, const uint32_t* tokens, uint32_t n,
                                                float* logits, float* next_logprobs);
-VKH2O_API vkh2o_result vkh2o_run_model_decode(vkh2o_model_session* s, const uint32_t* tokens, uint32_t n,
+VKH2O_API vkh2o_result vkh2o_host_model_decode(vkh2o_model_session* s, const uint32_t* tokens, uint32_t n,
                                               float* logits, float* next_logprobs);
 
 #ifdef __cplusplus

@@ -124,7 +124,7 @@ typedef struct vkh2o_mla_io {
  */
 VKH2O_API vkh2o_result vkh2o_cmd_mla_forward(vkh2o_mla_layer* layer, VkCommandBuffer cb, const vkh2o_mla_io* io);
 
-/* GPU time of the stages of vkh2o_run_mla_forward in milliseconds (negative: no timestamps). */
+/* GPU time of the stages of vkh2o_host_mla_forward in milliseconds (negative: no timestamps). */
 typedef struct vkh2o_mla_timings {
     double project_ms;     /* q/kv projections, norms, RoPE */
     double attention_ms;   /* log-sum-exp and P.V passes */
@@ -141,7 +141,7 @@ typedef struct vkh2o_mla_timings {
  * Results: as vkh2o_cmd_mla_forward (INVALID_ARGUMENT for NULL hidden/out), plus
  * OUT_OF_DEVICE_MEMORY, TIMEOUT, VULKAN.
  */
-VKH2O_API vkh2o_result vkh2o_run_mla_forward(vkh2o_mla_layer* layer, const float* hidden, uint32_t seq_len,
+VKH2O_API vkh2o_result vkh2o_host_mla_forward(vkh2o_mla_layer* layer, const float* hidden, uint32_t seq_len,
                                              uint32_t pos0, float* out, float* scores,
                                              vkh2o_mla_timings* timings);
 
@@ -167,7 +167,7 @@ VKH2O_API vkh2o_result vkh2o_run_mla_forward(vkh2o_mla_layer* layer, const float
  * Past the cache's max_tokens the cache refuses the step on the device (its stats.overflow);
  * a position at or past 2^24 (only a refused step's) ropes to NaN, never to a wrapped angle.
  *
- * The cache (vkh2o_kvcache, vkh2o/kvcache.h; vkh2o_cmd_mla_decode and vkh2o_run_mla_decode
+ * The cache (vkh2o_kvcache, vkh2o/kvcache.h; vkh2o_cmd_mla_decode and vkh2o_host_mla_decode
  * below): both layouts. Its heads and dims must be the layer's (vkh2o_kvcache_desc_from_mla
  * fills them, and its scale with the layer's softmax scale, which a decode requires). The latent
  * layout absorbs the query through the layer's (16-bit) kv_b_proj on the device and applies
@@ -203,13 +203,13 @@ typedef struct vkh2o_mla_decode {
  * position read on the device when the work runs, so the recording may be submitted again for
  * the next token), W_uv and o_proj; EXPANDED the steps take the projections' per-head q, K
  * (k_nope through kv_b_proj) and V and give the output before o_proj directly (no W_uk /
- * W_uv). d->n_tokens tokens in one recording. Never submits. vkh2o_run_mla_decode: the same on
+ * W_uv). d->n_tokens tokens in one recording. Never submits. vkh2o_host_mla_decode: the same on
  * the context's queue, waited for (position as d->position, VKH2O_POSITION_FROM_CACHE
  * included), hidden and out [n, hidden_size] host arrays (out may be NULL). Results: those
  * above. */
 VKH2O_API vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* layer, VkCommandBuffer cb, struct vkh2o_kvcache* c,
                                             const vkh2o_mla_decode* d);
-VKH2O_API vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* layer, struct vkh2o_kvcache* c, uint32_t cache_layer,
+VKH2O_API vkh2o_result vkh2o_host_mla_decode(vkh2o_mla_layer* layer, struct vkh2o_kvcache* c, uint32_t cache_layer,
                                             const float* hidden, uint32_t n, uint32_t position, float* out);
 
 /* The rows a cache of `layout` stores for the tokens of the layer's last forward (recorded or
@@ -278,7 +278,7 @@ VKH2O_API vkh2o_result vkh2o_cmd_mla_decode_inputs(vkh2o_mla_layer* layer, VkCom
  * host arrays of the sizes above (each may be NULL; values is ignored for LATENT). Submits on
  * the context's queue and waits. Results: as the cmd_ form (INVALID_ARGUMENT for NULL hidden or
  * n = 0), plus TIMEOUT, VULKAN, OUT_OF_DEVICE_MEMORY. */
-VKH2O_API vkh2o_result vkh2o_run_mla_decode_inputs(vkh2o_mla_layer* layer, const float* hidden, uint32_t n,
+VKH2O_API vkh2o_result vkh2o_host_mla_decode_inputs(vkh2o_mla_layer* layer, const float* hidden, uint32_t n,
                                                    uint32_t position, vkh2o_kv_layout layout, float* rows, float* values,
                                                    float* query);
 
@@ -315,11 +315,11 @@ typedef struct vkh2o_mla_prefill {
 /* The prefill of cache c's layer p->layer through the layer's forward: the prompt's rows and
  * its attention mass (or, with p->obs_window, the observation window's pooled scores) into
  * vkh2o_cmd_kvcache_prefill (LATENT c_kv and k_pe, EXPANDED the forward's per-head K and V
- * rows). Never submits. vkh2o_run_mla_prefill: the same on the context's queue, waited for,
+ * rows). Never submits. vkh2o_host_mla_prefill: the same on the context's queue, waited for,
  * hidden and out [seq_len, hidden_size] host arrays (out may be NULL). */
 VKH2O_API vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* layer, VkCommandBuffer cb, struct vkh2o_kvcache* c,
                                              const vkh2o_mla_prefill* p);
-VKH2O_API vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* layer, struct vkh2o_kvcache* c, uint32_t cache_layer,
+VKH2O_API vkh2o_result vkh2o_host_mla_prefill(vkh2o_mla_layer* layer, struct vkh2o_kvcache* c, uint32_t cache_layer,
                                              const float* hidden, uint32_t seq_len, float* out);
 
 #ifdef __cplusplus

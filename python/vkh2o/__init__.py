@@ -835,7 +835,7 @@ class MLALayer(_Owned):
         S = h.shape[0]
         out = np.empty_like(h)
         mass = np.empty(S, dtype=np.float32)
-        self._ctx._call(lib.vkh2o_run_mla_forward, self._h.get(), _fptr(h), S, operator.index(pos0), _out(out),
+        self._ctx._call(lib.vkh2o_host_mla_forward, self._h.get(), _fptr(h), S, operator.index(pos0), _out(out),
                         _out(mass), ffi.NULL)
         return out, mass
 
@@ -848,17 +848,17 @@ class MLALayer(_Owned):
 
     def prefill(self, cache, hidden, cache_layer=0):
         """The forward over a prompt hidden [P, hidden_size] at positions 0..P-1, its rows and attention
-        mass into the cache's layer (vkh2o_run_mla_prefill). Returns out [P, hidden_size]."""
+        mass into the cache's layer (vkh2o_host_mla_prefill). Returns out [P, hidden_size]."""
         c = self._check_cache(cache)
         h = _floats("hidden", hidden, (None, self.hidden_size))
         out = np.empty_like(h)
-        self._ctx._call(lib.vkh2o_run_mla_prefill, self._h.get(), c, operator.index(cache_layer), _fptr(h),
+        self._ctx._call(lib.vkh2o_host_mla_prefill, self._h.get(), c, operator.index(cache_layer), _fptr(h),
                         h.shape[0], _out(out))
         return out
 
     def decode(self, cache, hidden, position=None, cache_layer=0):
         """Decodes n tokens hidden [n, hidden_size] (or one, [hidden_size]) against the cache: append,
-        attend, score, demote / evict, per token (vkh2o_run_mla_decode, in chunks of
+        attend, score, demote / evict, per token (vkh2o_host_mla_decode, in chunks of
         max_decode_tokens). position: the first token's (RoPE); None: the cache's own counter."""
         c = self._check_cache(cache)
         h = np.asarray(hidden)
@@ -869,13 +869,13 @@ class MLALayer(_Owned):
         while k < h.shape[0]:
             n = min(self.max_decode_tokens, h.shape[0] - k)
             pos = POSITION_FROM_CACHE if position is None else operator.index(position) + k
-            self._ctx._call(lib.vkh2o_run_mla_decode, self._h.get(), c, operator.index(cache_layer),
+            self._ctx._call(lib.vkh2o_host_mla_decode, self._h.get(), c, operator.index(cache_layer),
                             _fptr(h[k:k + n]), n, pos, _out(out[k:k + n]))
             k += n
         return out[0] if one else out
 
     def decode_inputs(self, hidden, position, layout="latent"):
-        """A decode step's inputs without a cache (vkh2o_run_mla_decode_inputs) for n tokens at
+        """A decode step's inputs without a cache (vkh2o_host_mla_decode_inputs) for n tokens at
         positions position..: LATENT (rows [n, kv_lora + rope], None, query [n, heads, kv_lora +
         rope]); EXPANDED (rows [n, heads, nope + rope], values [n, heads, v], query [n, heads,
         nope + rope]) -- what KVCache.step takes."""
@@ -891,7 +891,7 @@ class MLALayer(_Owned):
             rows = np.empty((n, c["kv_lora_rank"] + c["qk_rope_head_dim"]), np.float32)
             values = None
             query = np.empty((n, H, c["kv_lora_rank"] + c["qk_rope_head_dim"]), np.float32)
-        self._ctx._call(lib.vkh2o_run_mla_decode_inputs, self._h.get(), _fptr(h), n, operator.index(position), lay,
+        self._ctx._call(lib.vkh2o_host_mla_decode_inputs, self._h.get(), _fptr(h), n, operator.index(position), lay,
                         _out(rows), _out(values) if values is not None else ffi.NULL, _out(query))
         return rows, values, query
 
@@ -934,7 +934,7 @@ class Model(_Owned):
         n = len(t)
         lg = np.empty((n, self.vocab_size), np.float32) if logits else None
         lp = np.empty(max(n - 1, 1), np.float32)
-        self._ctx._call(lib.vkh2o_run_model_forward, self._h.get(), ffi.from_buffer("uint32_t[]", t), n,
+        self._ctx._call(lib.vkh2o_host_model_forward, self._h.get(), ffi.from_buffer("uint32_t[]", t), n,
                         _out(lg) if logits else ffi.NULL, _out(lp) if n > 1 else ffi.NULL)
         return lg, lp[:n - 1]
 
@@ -1009,13 +1009,13 @@ class Session(_Owned):
     def prefill(self, tokens, logits=True, logprobs=False):
         """Prefills the empty session with a prompt (ints or bytes): logits [n, vocab]; with
         logprobs=True (logits or None, next_logprobs [n - 1])."""
-        return self._run(lib.vkh2o_run_model_prefill, tokens, logits, logprobs)
+        return self._run(lib.vkh2o_host_model_prefill, tokens, logits, logprobs)
 
     def decode(self, tokens, logits=True, logprobs=False):
         """Decodes tokens one step each (teacher-forced; one submission): logits [n, vocab], or [vocab]
         for a single int token; with logprobs=True (logits or None, next_logprobs [n - 1])."""
         single = isinstance(tokens, (int, np.integer))
-        r = self._run(lib.vkh2o_run_model_decode, tokens, logits, logprobs)
+        r = self._run(lib.vkh2o_host_model_decode, tokens, logits, logprobs)
         if single and logits and not logprobs:
             return r[0]
         return r

@@ -515,7 +515,7 @@ vkh2o_result vkh2o_model_run(vkh2o_model* m, const char* what, const uint32_t* t
     return download_outputs(m, n, n_lp, logits, lps);
 }
 
-vkh2o_result vkh2o_run_model_forward(vkh2o_model* m, const uint32_t* tokens, uint32_t n, float* logits,
+vkh2o_result vkh2o_host_model_forward(vkh2o_model* m, const uint32_t* tokens, uint32_t n, float* logits,
                                      float* next_logprobs)
 {
     return vkh2o_model_run(m, "model forward", tokens, n, tokens + 1, next_logprobs && n > 1 ? n - 1 : 0, logits,

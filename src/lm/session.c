@@ -188,7 +188,7 @@ static vkh2o_result check_room(vkh2o_model_session* s, const char* what, uint32_
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_run_model_prefill(vkh2o_model_session* s, const uint32_t* tokens, uint32_t n, float* logits,
+vkh2o_result vkh2o_host_model_prefill(vkh2o_model_session* s, const uint32_t* tokens, uint32_t n, float* logits,
                                      float* next_logprobs)
 {
     if (!s)
@@ -205,7 +205,7 @@ vkh2o_result vkh2o_run_model_prefill(vkh2o_model_session* s, const uint32_t* tok
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_run_model_decode(vkh2o_model_session* s, const uint32_t* tokens, uint32_t n, float* logits,
+vkh2o_result vkh2o_host_model_decode(vkh2o_model_session* s, const uint32_t* tokens, uint32_t n, float* logits,
                                     float* next_logprobs)
 {
     if (!s)

@@ -275,11 +275,11 @@ vkh2o_result vkh2o_cmd_mla_decode_inputs(vkh2o_mla_layer* L, VkCommandBuffer cb,
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_run_mla_decode_inputs(vkh2o_mla_layer* L, const float* hidden, uint32_t n, uint32_t position,
+vkh2o_result vkh2o_host_mla_decode_inputs(vkh2o_mla_layer* L, const float* hidden, uint32_t n, uint32_t position,
                                          vkh2o_kv_layout layout, float* rows, float* values, float* query)
 {
     if (!L)
-        return vkh2o_fail(NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode_inputs: NULL layer");
+        return vkh2o_fail(NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_host_mla_decode_inputs: NULL layer");
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
     inputs_src src;
     VKH2O_CHECK(inputs_source(L, layout, &src));
@@ -361,11 +361,11 @@ vkh2o_result vkh2o_cmd_mla_decode(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_
     return output_rows(L, cb, d, n);
 }
 
-vkh2o_result vkh2o_run_mla_decode(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden, uint32_t n,
+vkh2o_result vkh2o_host_mla_decode(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden, uint32_t n,
                                      uint32_t position, float* out)
 {
     if (!L || !c)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_decode: NULL argument");
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_host_mla_decode: NULL argument");
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
     vkh2o_buffer *hb, *ob;
     VKH2O_CHECK(upload_hidden(L, "mla decode", hidden, n, vkh2o_mla_layer_get_max_decode_tokens(L), &hb, &ob));
@@ -397,11 +397,11 @@ vkh2o_result vkh2o_cmd_mla_prefill(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o
     return vkh2o_cmd_kvcache_prefill(c, cb, &kp);
 }
 
-vkh2o_result vkh2o_run_mla_prefill(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden,
+vkh2o_result vkh2o_host_mla_prefill(vkh2o_mla_layer* L, vkh2o_kvcache* c, uint32_t cache_layer, const float* hidden,
                                       uint32_t seq_len, float* out)
 {
     if (!L || !c)
-        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_prefill: NULL argument");
+        return vkh2o_fail(L ? vkh2o_mla_layer_context(L) : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_host_mla_prefill: NULL argument");
     VKH2O_CHECK(check_kvcache(L, c, cache_layer));
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
     vkh2o_buffer *hb, *ob;

@@ -352,7 +352,7 @@ struct vkh2o_mla_layer {
     vkh2o_buffer* ckv_full;  /* [S, kv_lora + rope] kv_a_proj_with_mqa output */
     vkh2o_buffer* lse;       /* [H, S] */
     vkh2o_buffer* part;      /* partial attention mass */
-    /* host round trips of vkh2o_run_mla_forward, grown on demand */
+    /* host round trips of vkh2o_host_mla_forward, grown on demand */
     vkh2o_buffer *io_hidden, *io_out, *io_scores;
     uint32_t io_rows;
     uint32_t matmul_path;    /* vkh2o_matmul_path of the projections (0: automatic) */
@@ -993,11 +993,11 @@ vkh2o_result vkh2o_mla_layer_host_io(vkh2o_mla_layer* L, uint32_t S, vkh2o_buffe
     return VKH2O_OK;
 }
 
-vkh2o_result vkh2o_run_mla_forward(vkh2o_mla_layer* L, const float* hidden, uint32_t S, uint32_t pos0, float* out,
+vkh2o_result vkh2o_host_mla_forward(vkh2o_mla_layer* L, const float* hidden, uint32_t S, uint32_t pos0, float* out,
                                    float* scores, vkh2o_mla_timings* t)
 {
     if (!L || !hidden || !out)
-        return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_run_mla_forward: NULL argument");
+        return vkh2o_fail(L ? L->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_host_mla_forward: NULL argument");
     VKH2O_CHECK(check_seq(L, S, pos0));
     vkh2o_context* ctx = L->ctx;
     VKH2O_CHECK(ensure_io(L, S));

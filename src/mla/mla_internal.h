@@ -217,7 +217,7 @@ void vkh2o_mla_layer_set_attn_texel(vkh2o_mla_layer* layer, bool texel);
  *   ref_mla_weights w; ref_mla_random_weights(&cfg, VKH2O_DTYPE_BF16, seed, &w);   (~200 MB)
  *   vkh2o_mla_host_weights* hw; vkh2o_mla_host_weights_wrap(&cfg, w.views, &hw, &err);
  *   vkh2o_mla_layer_create(ctx, &cfg, hw, &(vkh2o_mla_layer_desc){ .max_seq_len = S }, &layer);
- *   vkh2o_run_mla_forward(layer, hidden, S, 0, out, scores, &timings);   (per-stage GPU ms)
+ *   vkh2o_host_mla_forward(layer, hidden, S, 0, out, scores, &timings);   (per-stage GPU ms)
  *   vkh2o_mla_layer_destroy(layer); vkh2o_mla_host_weights_destroy(hw); ref_mla_weights_free(&w);
  *
  * Work of one forward (multiply-adds x 2): vkh2o_mla_forward_flops(). Environment

@@ -369,7 +369,7 @@ int main(void)
     vkh2o_mla_layer* l_own = NULL;
     CHECK_OK(own, vkh2o_mla_layer_create(own, &t.cfg, t.hw, NULL, &l_own));
     float out_own[S * 32], scores_own[S];
-    CHECK_OK(own, vkh2o_run_mla_forward(l_own, t.hidden, S, 0, out_own, scores_own, NULL));
+    CHECK_OK(own, vkh2o_host_mla_forward(l_own, t.hidden, S, 0, out_own, scores_own, NULL));
     app_own_work(&a, 0x22222222u);   /* during */
     CHECK_VK(vkEnumerateInstanceVersion(&version));
 
@@ -389,7 +389,7 @@ int main(void)
     vkh2o_mla_layer* l_ad = NULL;
     CHECK_OK(adopted, vkh2o_mla_layer_create(adopted, &t.cfg, t.hw, NULL, &l_ad));
     float out_ad[S * 32], scores_ad[S];
-    CHECK_OK(adopted, vkh2o_run_mla_forward(l_ad, t.hidden, S, 0, out_ad, scores_ad, NULL));
+    CHECK_OK(adopted, vkh2o_host_mla_forward(l_ad, t.hidden, S, 0, out_ad, scores_ad, NULL));
     app_own_work(&a, 0x33333333u);
     double e_out = nmse(out_ad, out_own, S * 32), e_sc = nmse(scores_ad, scores_own, S);
     printf("embed_app: adopted vs own context: nmse out %.2e, scores %.2e\n", e_out, e_sc);

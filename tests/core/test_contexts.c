@@ -138,7 +138,7 @@ static void* thread_main(void* arg)
         r = vkh2o_mla_layer_create(ctx, j->cfg, j->hw, NULL, &layer);
     pthread_barrier_wait(j->start);   /* both contexts exist: the forwards overlap */
     for (uint32_t i = 0; i < j->reps && r == VKH2O_OK; i++)
-        r = vkh2o_run_mla_forward(layer, j->hidden, j->S, 0, j->out, j->scores, NULL);
+        r = vkh2o_host_mla_forward(layer, j->hidden, j->S, 0, j->out, j->scores, NULL);
     if (r != VKH2O_OK)
         snprintf(j->error, sizeof j->error, "%s: %s", vkh2o_result_string(r), ctx ? vkh2o_last_error(ctx) : "(no context)");
     j->messages = vkh2o_context_get_validation_messages(ctx);

@@ -198,12 +198,12 @@ static void test_device_lost(void** state)
     vkh2o_mla_layer* layer = NULL;
     assert_int_equal(vkh2o_mla_layer_create(ctx, &cfg, hw, NULL, &layer), VKH2O_OK);
     float hidden[2 * 16] = { 0.5f }, out[2 * 16];
-    assert_int_equal(vkh2o_run_mla_forward(layer, hidden, 2, 0, out, NULL, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_mla_forward(layer, hidden, 2, 0, out, NULL, NULL), VKH2O_OK);
     vkh2o_buffer* b;
     assert_int_equal(vkh2o_buffer_create(ctx, 256, &b), VKH2O_OK);
 
     ctx->test_wait_result = VK_ERROR_DEVICE_LOST;
-    assert_int_equal(vkh2o_run_mla_forward(layer, hidden, 2, 0, out, NULL, NULL), VKH2O_ERROR_DEVICE_LOST);
+    assert_int_equal(vkh2o_host_mla_forward(layer, hidden, 2, 0, out, NULL, NULL), VKH2O_ERROR_DEVICE_LOST);
     assert_true(vkh2o_context_is_lost(ctx));
     printf("#   message: %s\n", vkh2o_last_error(ctx));
     assert_non_null(strstr(vkh2o_last_error(ctx), "VK_ERROR_DEVICE_LOST"));
@@ -217,7 +217,7 @@ static void test_device_lost(void** state)
     assert_int_equal(vkh2o_buffer_upload(b, 0, bytes, 16), VKH2O_ERROR_DEVICE_LOST);
     assert_int_equal(vkh2o_buffer_download(b, 0, bytes, 16), VKH2O_ERROR_DEVICE_LOST);
     assert_int_equal(vkh2o_buffer_fill(b, 0, 16, 0), VKH2O_ERROR_DEVICE_LOST);
-    assert_int_equal(vkh2o_run_mla_forward(layer, hidden, 2, 0, out, NULL, NULL), VKH2O_ERROR_DEVICE_LOST);
+    assert_int_equal(vkh2o_host_mla_forward(layer, hidden, 2, 0, out, NULL, NULL), VKH2O_ERROR_DEVICE_LOST);
     VkCommandBuffer cb;
     assert_int_equal(vkh2o_begin(ctx, &cb), VKH2O_ERROR_DEVICE_LOST);
     vkh2o_kernel* k;

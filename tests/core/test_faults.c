@@ -96,7 +96,7 @@ static vkh2o_result run(vkh2o_context* ctx, const scenario* s, outputs* o)
         assert_null(layer);
         return r;
     }
-    r = vkh2o_run_mla_forward(layer, s->hidden, S_PREFILL, 0, o->fwd, NULL, NULL);
+    r = vkh2o_host_mla_forward(layer, s->hidden, S_PREFILL, 0, o->fwd, NULL, NULL);
     if (r == VKH2O_OK) {
         vkh2o_kvcache_desc d = { .max_tokens = S_DECODE, .capacity_tokens = 2, .n_sink = 1 };
         vkh2o_kvcache_desc_from_mla(&s->cfg, &d);
@@ -107,7 +107,7 @@ static vkh2o_result run(vkh2o_context* ctx, const scenario* s, outputs* o)
         cache = NULL;
     }
     for (uint32_t t = 0; r == VKH2O_OK && t < S_DECODE; t++)
-        r = vkh2o_run_mla_decode(layer, cache, 0, s->hidden + (size_t)(S_PREFILL + t) * HID, 1, t, o->dec + (size_t)t * HID);
+        r = vkh2o_host_mla_decode(layer, cache, 0, s->hidden + (size_t)(S_PREFILL + t) * HID, 1, t, o->dec + (size_t)t * HID);
     if (r == VKH2O_OK) {
         r = vkh2o_buffer_create(ctx, sizeof o->bytes, &b);
         if (r != VKH2O_OK)

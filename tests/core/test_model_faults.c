@@ -69,9 +69,9 @@ static vkh2o_result run(vkh2o_context* ctx, const char* dir, logits* o)
     if (r != VKH2O_OK)
         assert_null(s);
     else
-        r = vkh2o_run_model_prefill(s, tokens, PREFILL, o->prefill, NULL);
+        r = vkh2o_host_model_prefill(s, tokens, PREFILL, o->prefill, NULL);
     for (int t = 0; r == VKH2O_OK && t < DECODE; t++)
-        r = vkh2o_run_model_decode(s, tokens + PREFILL + t, 1, o->decode + (size_t)t * VOCAB, NULL);
+        r = vkh2o_host_model_decode(s, tokens + PREFILL + t, 1, o->decode + (size_t)t * VOCAB, NULL);
     if (r != VKH2O_OK && s == (vkh2o_model_session*)1)
         s = NULL;
     vkh2o_model_session_destroy(s);

@@ -5,7 +5,7 @@
  *     descriptor set per dispatch) then vkh2o_context_mark; before re-recording a slot the app
  *     waits for its fence and retires that slot's mark. The context's descriptor pool count must
  *     stay at most the bound below on every frame (a count, not a timing); the last frame's
- *     output must have the bits of vkh2o_run_mla_forward on the same context. Then 2,000 frames
+ *     output must have the bits of vkh2o_host_mla_forward on the same context. Then 2,000 frames
  *     without retiring show the growth the API exists for (pools grow with the frames), and one
  *     mark + retire after the queue is idle takes them all back for reuse.
  *   test_desc_features: the adopted device reports the features and extensions the app says it
@@ -141,7 +141,7 @@ static void test_frames(void** state)
     vt_rng_seed(&rng, seed + 1);
     float hidden[3 * 16], want[3 * 16], got[3 * 16];
     vt_fill_normal(&rng, hidden, S * D, 1.0f);
-    assert_int_equal(vkh2o_run_mla_forward(layer, hidden, S, 0, want, NULL, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_mla_forward(layer, hidden, S, 0, want, NULL, NULL), VKH2O_OK);
     uint32_t pools_after_run = vkh2o_arena_pool_count(ctx);   /* the one-shot arena's */
 
     vkh2o_buffer *bh, *bo[IN_FLIGHT];

@@ -785,7 +785,7 @@ static void layer_pair(const layer_pair_case* lc, uint64_t seed)
     float* out[2] = { malloc(4ull * P * hid), malloc(4ull * P * hid) };
     vt_fill_normal(&rng, hidden, (size_t)P * hid, 1.0f);
     for (int i = 0; i < 2; i++)
-        assert_int_equal(vkh2o_run_mla_prefill(layer, c[i], 0, hidden, P, out[i]), VKH2O_OK);
+        assert_int_equal(vkh2o_host_mla_prefill(layer, c[i], 0, hidden, P, out[i]), VKH2O_OK);
     assert_memory_equal(out[0], out[1], 4ull * P * hid);   /* the forward does not depend on the cache */
     uint32_t pos = P;
     double worst = 0.0;
@@ -793,7 +793,7 @@ static void layer_pair(const layer_pair_case* lc, uint64_t seed)
         const uint32_t n = chunks[k];
         vt_fill_normal(&rng, hidden, (size_t)n * hid, 1.0f);
         for (int i = 0; i < 2; i++)
-            assert_int_equal(vkh2o_run_mla_decode(layer, c[i], 0, hidden, n, pos, out[i]), VKH2O_OK);
+            assert_int_equal(vkh2o_host_mla_decode(layer, c[i], 0, hidden, n, pos, out[i]), VKH2O_OK);
         vt_assert_finite("expanded decode", out[1], (size_t)n * hid);
         const double e = vt_nmse_f(out[1], out[0], (size_t)n * hid);
         worst = e > worst ? e : worst;
@@ -822,7 +822,7 @@ static void layer_pair(const layer_pair_case* lc, uint64_t seed)
     bad.v_head_dim = 10;
     vkh2o_kvcache* cb;
     assert_int_equal(vkh2o_kvcache_create(ctx, &bad, &cb), VKH2O_OK);
-    assert_int_equal(vkh2o_run_mla_decode(layer, cb, 0, hidden, 1, 0, out[1]), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_decode(layer, cb, 0, hidden, 1, 0, out[1]), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_non_null(strstr(vkh2o_last_error(ctx), "v_head_dim 10"));
     vkh2o_kvcache_destroy(cb);
     for (int i = 0; i < 2; i++) {

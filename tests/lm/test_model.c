@@ -183,12 +183,12 @@ static void forward_case(bool tied, uint32_t n)
         memcpy(&got[i], &(uint32_t){ VT_POISON }, 4);
     for (uint32_t i = 0; i < n; i++)
         memcpy(&lp[i], &(uint32_t){ VT_POISON }, 4);
-    assert_int_equal(vkh2o_run_model_forward(m, tok, n, got, lp), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_forward(m, tok, n, got, lp), VKH2O_OK);
     for (size_t i = 0; i < (size_t)n * 67; i++)
         assert_true(isfinite(got[i]));
     for (uint32_t i = 0; i + 1 < n; i++)
         assert_true(isfinite(lp[i]) && lp[i] <= 0.0f);
-    assert_int_equal(vkh2o_run_model_forward(m, tok, n, again, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_forward(m, tok, n, again, NULL), VKH2O_OK);
     assert_memory_equal(again, got, (size_t)n * 67 * 4);
     printf("  model forward n %u%s: config read back, logits finite, a second forward the same bits\n", n,
            tied ? " tied" : "");
@@ -257,11 +257,11 @@ static void test_bad_input(void** state)
     vkh2o_model* m = NULL;
     assert_int_equal(vkh2o_model_create(vt_ctx(), dir, &(vkh2o_model_desc){ .max_seq_len = 8 }, &m), VKH2O_OK);
     uint32_t tok[9] = { 1, 2, 67, 3, 4, 5, 6, 7, 8 };
-    assert_int_equal(vkh2o_run_model_forward(m, tok, 3, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_model_forward(m, tok, 3, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     tok[2] = 3;
-    assert_int_equal(vkh2o_run_model_forward(m, tok, 9, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_model_forward(m, tok, 0, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_model_forward(m, tok, 8, NULL, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_forward(m, tok, 9, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_model_forward(m, tok, 0, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_model_forward(m, tok, 8, NULL, NULL), VKH2O_OK);
     vkh2o_model_destroy(m);
     tiny_free(&t);
     vt_scratch_remove();
@@ -348,7 +348,7 @@ static void test_session_full(void** state)
     float* lp = malloc(N * 4);
     float* lpf = malloc(N * 4);
     assert_true(fw && dec && lp && lpf);
-    assert_int_equal(vkh2o_run_model_forward(x.m, tok, N, fw, lpf), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_forward(x.m, tok, N, fw, lpf), VKH2O_OK);
     vkh2o_model_session* s = session(x.m, &(vkh2o_model_cache_desc){ 0 });
     for (uint32_t l = 0; l < 2; l++) {   /* the full cache: no score, selection or demotion work */
         const vkh2o_kvcache* kv = vkh2o_model_session_kvcache(s, l);
@@ -356,7 +356,7 @@ static void test_session_full(void** state)
         assert_false(vkh2o_kvcache_get_plan(kv)->selects);
         assert_int_equal(vkh2o_kvcache_get_desc(kv)->precision, VKH2O_PRECISION_FP16);
     }
-    assert_int_equal(vkh2o_run_model_decode(s, tok, N, dec, lp), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_decode(s, tok, N, dec, lp), VKH2O_OK);
     assert_int_equal(vkh2o_model_session_get_position(s), N);
     vt_assert_nmse("decode (full cache) vs forward", dec, fw, N * V, 1e-6);
     /* a log-softmax moves by at most twice the largest logit change (its gradient rows have an
@@ -370,22 +370,22 @@ static void test_session_full(void** state)
     assert_true(dlp <= 2.0 * dlogit + 1e-5);
     /* prefill P, then decode the rest */
     assert_int_equal(vkh2o_model_session_reset(s), VKH2O_OK);
-    assert_int_equal(vkh2o_run_model_prefill(s, tok, P, dec, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_prefill(s, tok, P, dec, NULL), VKH2O_OK);
     /* one token: the model, its layers and their caches resolved every kernel of the step to a
      * handle when they were made, so recording it looks none up by name (after a prefill and a
      * multi-token decode that recorded other shapes through the same call sites) */
     const uint64_t l0 = vkh2o_kernel_lookups(x.m->ctx);
-    assert_int_equal(vkh2o_run_model_decode(s, tok + P, 1, dec + P * V, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_decode(s, tok + P, 1, dec + P * V, NULL), VKH2O_OK);
     assert_int_equal(vkh2o_kernel_lookups(x.m->ctx) - l0, 0);
-    assert_int_equal(vkh2o_run_model_decode(s, tok + P + 1, N - P - 2, dec + (P + 1) * V, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_decode(s, tok + P + 1, N - P - 2, dec + (P + 1) * V, NULL), VKH2O_OK);
     const uint64_t l1 = vkh2o_kernel_lookups(x.m->ctx);
-    assert_int_equal(vkh2o_run_model_decode(s, tok + N - 1, 1, dec + (N - 1) * V, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_decode(s, tok + N - 1, 1, dec + (N - 1) * V, NULL), VKH2O_OK);
     assert_int_equal(vkh2o_kernel_lookups(x.m->ctx) - l1, 0);
     vt_assert_nmse("prefill + decode vs forward", dec, fw, N * V, 1e-6);
     assert_int_equal(cache_len(s, 1), N);
     /* a prefill on a non-empty session, and decoding past max_tokens, are refused */
-    assert_int_equal(vkh2o_run_model_prefill(s, tok, 2, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_model_decode(s, tok, 9, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_model_prefill(s, tok, 2, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_model_decode(s, tok, 9, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     /* its bytes: every buffer of each layer's cache; the arena holds max_tokens + 1 FP16 slots
      * (the header's row format: 30 numbers in 15 words, with the slot's position and score 68
      * bytes) in chunks, at most one part-filled */
@@ -422,10 +422,10 @@ static void test_session_big_budget(void** state)
     vkh2o_model_session* full = session(x.m, NULL);
     vkh2o_model_session* big = session(x.m, &(vkh2o_model_cache_desc){ .kv = { .capacity_tokens = 40, .n_sink = 2,
                                                                                   .n_recent = 4 } });
-    assert_int_equal(vkh2o_run_model_prefill(full, tok, 9, a, NULL), VKH2O_OK);
-    assert_int_equal(vkh2o_run_model_decode(full, tok + 9, N - 9, a + 9 * V, NULL), VKH2O_OK);
-    assert_int_equal(vkh2o_run_model_prefill(big, tok, 9, b, NULL), VKH2O_OK);
-    assert_int_equal(vkh2o_run_model_decode(big, tok + 9, N - 9, b + 9 * V, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_prefill(full, tok, 9, a, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_decode(full, tok + 9, N - 9, a + 9 * V, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_prefill(big, tok, 9, b, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_decode(big, tok + 9, N - 9, b + 9 * V, NULL), VKH2O_OK);
     vt_assert_nmse("h2o capacity 40 > 33 tokens vs the full cache", b, a, N * V, 1e-8);
     for (uint32_t l = 0; l < 2; l++) {
         assert_false(vkh2o_kvcache_get_plan(vkh2o_model_session_kvcache(full, l))->selects);
@@ -463,10 +463,10 @@ static void test_session_evict(void** state)
     {
         vkh2o_model_cache_desc d = { .kv = { .capacity_tokens = CAP, .n_sink = NS, .n_recent = NR } };
         vkh2o_model_session* s = session(x.m, &d);
-        assert_int_equal(vkh2o_run_model_prefill(s, tok, P, got, NULL), VKH2O_OK);
+        assert_int_equal(vkh2o_host_model_prefill(s, tok, P, got, NULL), VKH2O_OK);
         assert_int_equal(cache_len(s, 0), CAP);
         for (int i = P; i < N; i++)
-            assert_int_equal(vkh2o_run_model_decode(s, &tok[i], 1, got + (size_t)i * V, NULL), VKH2O_OK);
+            assert_int_equal(vkh2o_host_model_decode(s, &tok[i], 1, got + (size_t)i * V, NULL), VKH2O_OK);
         assert_int_equal(cache_len(s, 0), CAP);
         assert_int_equal(cache_len(s, 1), CAP);
         ref_lm_session r;
@@ -493,7 +493,7 @@ static void test_session_evict(void** state)
         vkh2o_model_session* s = session(x.m, &(vkh2o_model_cache_desc){ .kv = { .capacity_tokens = CAP, .n_sink = NS,
                                                                                     .n_recent = NR, .policy = pol[k].p,
                                                                                     .score_mode = pol[k].m, .seed = 5 } });
-        assert_int_equal(vkh2o_run_model_decode(s, tok, N, got, lp), VKH2O_OK);
+        assert_int_equal(vkh2o_host_model_decode(s, tok, N, got, lp), VKH2O_OK);
         assert_int_equal(cache_len(s, 1), CAP);
         vt_assert_finite(pol[k].name, lp, N - 1);
         vkh2o_model_session_destroy(s);
@@ -521,7 +521,7 @@ static void test_session_evict(void** state)
                                                                         .schedule = VKH2O_BUDGET_PYRAMID });
     assert_int_equal(vkh2o_kvcache_get_desc(vkh2o_model_session_kvcache(ps, 0))->capacity_tokens, NS + 12 + NR);
     assert_int_equal(vkh2o_kvcache_get_desc(vkh2o_model_session_kvcache(ps, 1))->capacity_tokens, NS + 4 + NR);
-    assert_int_equal(vkh2o_run_model_decode(ps, tok, N, NULL, lp), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_decode(ps, tok, N, NULL, lp), VKH2O_OK);
     vt_assert_finite("pyramid", lp, N - 1);
     assert_int_equal(cache_len(ps, 0), NS + 12 + NR);
     assert_int_equal(cache_len(ps, 1), NS + 4 + NR);
@@ -534,15 +534,15 @@ static void test_session_evict(void** state)
     const vkh2o_kvcache_desc okv = { .capacity_tokens = NS + B + 4, .n_sink = NS, .n_recent = 4 };
     vkh2o_model_session* os = session(mo, &(vkh2o_model_cache_desc){ .kv = okv, .obs_window = 4, .pool = VKH2O_POOL_MAX,
                                                                        .pool_size = 3 });
-    assert_int_equal(vkh2o_run_model_prefill(os, tok, 20, NULL, lp), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_prefill(os, tok, 20, NULL, lp), VKH2O_OK);
     vt_assert_finite("snapkv prefill", lp, 19);
     assert_int_equal(cache_len(os, 0), NS + B + 4);
-    assert_int_equal(vkh2o_run_model_decode(os, tok + 20, N - 20, NULL, lp), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_decode(os, tok + 20, N - 20, NULL, lp), VKH2O_OK);
     vt_assert_finite("snapkv decode", lp, N - 21);
     vkh2o_model_session_destroy(os);
     /* a window above the model's max_obs_window is refused at the prefill */
     os = session(mo, &(vkh2o_model_cache_desc){ .kv = okv, .obs_window = 9 });
-    assert_int_equal(vkh2o_run_model_prefill(os, tok, 20, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_model_prefill(os, tok, 20, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_model_session_destroy(os);
     vkh2o_model_destroy(mo);
     free(lp);
@@ -577,12 +577,12 @@ static void test_session_chunked(void** state)
         vkh2o_model_session* s = session(x.m, &descs[k]);
         for (int i = 0; i < N * V; i++)
             a[i] = b[i] = NAN;
-        assert_int_equal(vkh2o_run_model_prefill(s, tok, P, a, NULL), VKH2O_OK);
-        assert_int_equal(vkh2o_run_model_decode(s, tok + P, N - P, a + P * V, NULL), VKH2O_OK);
+        assert_int_equal(vkh2o_host_model_prefill(s, tok, P, a, NULL), VKH2O_OK);
+        assert_int_equal(vkh2o_host_model_decode(s, tok + P, N - P, a + P * V, NULL), VKH2O_OK);
         assert_int_equal(vkh2o_model_session_reset(s), VKH2O_OK);
-        assert_int_equal(vkh2o_run_model_prefill(s, tok, P, b, NULL), VKH2O_OK);
+        assert_int_equal(vkh2o_host_model_prefill(s, tok, P, b, NULL), VKH2O_OK);
         for (int i = P; i < N; i++)
-            assert_int_equal(vkh2o_run_model_decode(s, &tok[i], 1, b + (size_t)i * V, NULL), VKH2O_OK);
+            assert_int_equal(vkh2o_host_model_decode(s, &tok[i], 1, b + (size_t)i * V, NULL), VKH2O_OK);
         vt_assert_finite("chunked decode", a, N * V);
         assert_memory_equal(a, b, (size_t)N * V * 4);
         vkh2o_model_session_destroy(s);
@@ -619,7 +619,7 @@ static void test_session_ladders(void** state)
     float* got = malloc(N * V * 4);
     float* lp = malloc(N * 4);
     assert_true(fw && got && lp);
-    assert_int_equal(vkh2o_run_model_forward(x.m, tok, N, fw, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_forward(x.m, tok, N, fw, NULL), VKH2O_OK);
     const uint32_t TB[3] = { 68, 48, 32 };
     const struct {
         const char* name;
@@ -669,7 +669,7 @@ static void test_session_ladders(void** state)
         assert_int_equal(bytes, 2 * lp_.device_bytes);
         /* each pool in chunks of its own: at most one part-filled chunk per tier */
         assert_true(2 * lp_.arena_bytes >= expect && 2 * lp_.arena_bytes < expect + 2ull * 3 * lp_.chunk_bytes);
-        assert_int_equal(vkh2o_run_model_decode(s, tok, N, got, lp), VKH2O_OK);
+        assert_int_equal(vkh2o_host_model_decode(s, tok, N, got, lp), VKH2O_OK);
         vt_assert_finite(lad[k].name, lp, N - 1);
         for (uint32_t l = 0; l < 2; l++) {
             vkh2o_kvcache_stats st;
@@ -717,7 +717,7 @@ static void test_session_kvcache(void** state)
     vkh2o_model_cache_desc td = { .kv = { .capacity_bytes = cap, .n_sink = NS, .n_recent = NR,
                                           .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 2, 4, 0, 0 } } };
     vkh2o_model_session* k = session(x.m, &td);
-    assert_int_equal(vkh2o_run_model_decode(k, tok, N, b, lp), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_decode(k, tok, N, b, lp), VKH2O_OK);
     vt_assert_finite("kvcache tiered", lp, N - 1);
     const vkh2o_kvcache_plan kp = layer_plan(x.m, td.kv, 48);
     assert_true(kp.arena_bytes <= cap + 3ull * kp.chunk_bytes);
@@ -799,7 +799,7 @@ static void test_committed_model(void** state)
     float* lp = malloc(n * 4);
     assert_true(got && want && lp);
     memcpy(want, lg.data, (size_t)n * V * 4);
-    assert_int_equal(vkh2o_run_model_forward(m, tok, n, got, lp), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_forward(m, tok, n, got, lp), VKH2O_OK);
     vt_assert_nmse("committed model: logits vs the PyTorch forward", got, want, (size_t)n * V, 1e-9);
     double worst = 0.0;
     for (uint32_t i = 0; i + 1 < n; i++) {

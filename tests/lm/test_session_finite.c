@@ -88,10 +88,10 @@ static void run(vkh2o_model* m, bool check, run_out* o)
     assert_int_equal(vkh2o_model_session_create(m, &d, &s), VKH2O_OK);
     const uint32_t prompt[6] = { 'H', 'e', 'l', 'l', 'o', ' ' };
     float pl[6 * 256];
-    assert_int_equal(vkh2o_run_model_prefill(s, prompt, 6, pl, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_model_prefill(s, prompt, 6, pl, NULL), VKH2O_OK);
     uint32_t tok = 'w';
     for (int i = 0; i < 4; i++) {
-        assert_int_equal(vkh2o_run_model_decode(s, &tok, 1, o->logits[i], NULL), VKH2O_OK);
+        assert_int_equal(vkh2o_host_model_decode(s, &tok, 1, o->logits[i], NULL), VKH2O_OK);
         tok = (uint32_t)(i * 37 + 11) % 256;   /* a fixed stream: the logits may be NaN */
     }
     for (uint32_t l = 0; l < 2; l++) {

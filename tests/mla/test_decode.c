@@ -1,4 +1,4 @@
-/* The public decode API (vkh2o_cmd/run_mla_prefill and _decode with the one KV cache,
+/* The public decode API (vkh2o_cmd/host_mla_prefill and _decode with the one KV cache,
  * include/vkh2o/kvcache.h): a
  * prefill of S prompt tokens through the layer into the one KV cache, then decode tokens one at a
  * time and in chunks, against the double reference ref/ref_decode.c (projections by
@@ -8,7 +8,7 @@
  * Shapes: an odd config (3 heads, hidden 200, kv_lora 24, nope 16, rope 8, v 12: no size a
  * multiple of a workgroup), S = 13 prompt tokens over a capacity of 2 + 5 + 3 = 10 (the prefill
  * evicts), 11 decode tokens in chunks of 1, 3, 1, 2, 4 (eviction after every token), through
- * vkh2o_run_mla_decode (the first chunk) and vkh2o_cmd_mla_decode with hidden/out at odd
+ * vkh2o_host_mla_decode (the first chunk) and vkh2o_cmd_mla_decode with hidden/out at odd
  * offsets in poisoned, guarded buffers.
  *
  * Checked after the prefill and after every chunk: the kept positions exactly (as a set: the
@@ -29,7 +29,7 @@
  * cache's order-keeping decode and the quantised block cache's twins — are replaced by these and
  * by tests/kvcache, which checks every precision and tier against ref/ref_kvcache.)
  *
- * A decode step's inputs alone (vkh2o_cmd/run_mla_decode_inputs: rows and queries, both layouts)
+ * A decode step's inputs alone (vkh2o_cmd/host_mla_decode_inputs: rows and queries, both layouts)
  * and vkh2o_mla_layer_get_attn_output: check_inputs below. One decode recorded once with
  * VKH2O_POSITION_FROM_CACHE and submitted again and again: test_replay below.
  *
@@ -104,17 +104,17 @@ static void test_errors(void** state)
     vkh2o_kvcache* c = NULL;
     assert_int_equal(vkh2o_kvcache_create(ctx, &cd, &c), VKH2O_OK);
     /* more tokens than max_decode_tokens, none, NULLs, a cache layer beyond the cache's */
-    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 5, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 0, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_decode(f.layer, NULL, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 1, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_decode(f.layer, c, 0, h, 5, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_decode(f.layer, c, 0, h, 0, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_decode(f.layer, NULL, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_decode(f.layer, c, 1, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
     /* an explicit position whose chunk reaches 2^24; the cache's position without a cache */
-    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 2, (1u << 24) - 1, h), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, h, 1, VKH2O_POSITION_FROM_CACHE, VKH2O_LAYOUT_LATENT, h, NULL, NULL),
+    assert_int_equal(vkh2o_host_mla_decode(f.layer, c, 0, h, 2, (1u << 24) - 1, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_decode_inputs(f.layer, h, 1, VKH2O_POSITION_FROM_CACHE, VKH2O_LAYOUT_LATENT, h, NULL, NULL),
                      VKH2O_ERROR_INVALID_ARGUMENT);
     assert_non_null(strstr(vkh2o_last_error(ctx), "VKH2O_POSITION_FROM_CACHE"));
     /* a prompt beyond the cache's max_tokens */
-    assert_int_equal(vkh2o_run_mla_prefill(f.layer, c, 0, h, 9, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_prefill(f.layer, c, 0, h, 9, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     /* too small buffers, misaligned offsets */
     vkh2o_buffer* small = vt_buffer(4ull * D);
     VkCommandBuffer cb;
@@ -134,13 +134,13 @@ static void test_errors(void** state)
     vkh2o_kvcache_desc bad = cd;
     bad.qk_rope_head_dim += 2;
     assert_int_equal(vkh2o_kvcache_create(ctx, &bad, &c), VKH2O_OK);
-    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_decode(f.layer, c, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_non_null(strstr(vkh2o_last_error(ctx), "shape"));
     vkh2o_kvcache_destroy(c);
     bad = cd;
     bad.scale = 0;
     assert_int_equal(vkh2o_kvcache_create(ctx, &bad, &c), VKH2O_OK);
-    assert_int_equal(vkh2o_run_mla_decode(f.layer, c, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_decode(f.layer, c, 0, h, 1, 0, h), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_non_null(strstr(vkh2o_last_error(ctx), "scale"));
     vkh2o_kvcache_destroy(c);
     vkh2o_buffer_destroy(small);
@@ -177,7 +177,7 @@ static void test_buffer_wrap(void** state)
 /* ---- a decode step's inputs alone ---- */
 
 /* One layout's vkh2o_cmd_mla_decode_inputs (odd offsets into poisoned, guarded buffers) and
- * vkh2o_run_mla_decode_inputs for n tokens at position p0, against ref_mla_forward's parts of
+ * vkh2o_host_mla_decode_inputs for n tokens at position p0, against ref_mla_forward's parts of
  * the same tokens (the projections are per token, so the forward's causal attention does not
  * matter). The latent query is checked against its definition, q_nope[h] . W_uk[h] in double
  * from the reference's roped q, and by what it is for: its logits against the latent rows equal
@@ -227,7 +227,7 @@ static void check_inputs(fixture* f, vkh2o_kv_layout layout, vt_rng* rng)
     }
 
     /* the attention output of a forward over the tokens */
-    assert_int_equal(vkh2o_run_mla_forward(f->layer, hidden, n, p0, out, NULL, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_mla_forward(f->layer, hidden, n, p0, out, NULL, NULL), VKH2O_OK);
     vkh2o_buffer* ao = NULL;
     assert_int_equal(vkh2o_mla_layer_get_attn_output(f->layer, &ao), VKH2O_OK);
     float* got_o = malloc(4ull * n * H * dv);
@@ -297,7 +297,7 @@ static void check_inputs(fixture* f, vkh2o_kv_layout layout, vt_rng* rng)
     for (int i = 0; i < 3; i++)
         for (uint64_t j = 0; j < n * width[i]; j++)
             dst[i][j] = NAN;
-    assert_int_equal(vkh2o_run_mla_decode_inputs(f->layer, hidden, n, p0, layout, got_r, lat ? NULL : got_v, got_q), VKH2O_OK);
+    assert_int_equal(vkh2o_host_mla_decode_inputs(f->layer, hidden, n, p0, layout, got_r, lat ? NULL : got_v, got_q), VKH2O_OK);
     vt_assert_nmse("run rows", got_r, want_r, (size_t)n * rw, 1e-9);
     vt_assert_nmse("run query", got_q, want_q, (size_t)n * qw, 1e-9);
     if (!lat)
@@ -345,17 +345,17 @@ static void test_inputs(void** state)
         assert_int_equal(vkh2o_cmd_mla_decode_inputs(f.layer, cb, &bad[i]), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_cmd_mla_decode_inputs(f.layer, cb, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_submit_wait(ctx, cb), VKH2O_OK);
-    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, h, 0, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
+    assert_int_equal(vkh2o_host_mla_decode_inputs(f.layer, h, 0, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
                      VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, NULL, 1, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
+    assert_int_equal(vkh2o_host_mla_decode_inputs(f.layer, NULL, 1, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
                      VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, h, 5, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
+    assert_int_equal(vkh2o_host_mla_decode_inputs(f.layer, h, 5, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
                      VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, h, 1, (1u << 24) - 1, VKH2O_LAYOUT_EXPANDED, NULL, NULL, q),
+    assert_int_equal(vkh2o_host_mla_decode_inputs(f.layer, h, 1, (1u << 24) - 1, VKH2O_LAYOUT_EXPANDED, NULL, NULL, q),
                      VKH2O_OK);   /* the last position RoPE takes */
-    assert_int_equal(vkh2o_run_mla_decode_inputs(f.layer, h, 2, (1u << 24) - 1, VKH2O_LAYOUT_EXPANDED, NULL, NULL, q),
+    assert_int_equal(vkh2o_host_mla_decode_inputs(f.layer, h, 2, (1u << 24) - 1, VKH2O_LAYOUT_EXPANDED, NULL, NULL, q),
                      VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_decode_inputs(NULL, h, 1, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
+    assert_int_equal(vkh2o_host_mla_decode_inputs(NULL, h, 1, 0, VKH2O_LAYOUT_LATENT, NULL, NULL, q),
                      VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_buffer* o = NULL;
     assert_int_equal(vkh2o_mla_layer_get_attn_output(NULL, &o), VKH2O_ERROR_INVALID_ARGUMENT);
@@ -411,8 +411,8 @@ static void compare_kvcache(vkh2o_kvcache* c, const ref_decode* ref, const bound
 
 /* The layer's prefill and decode against the one cache (FP16, H2O with summed scores, a capacity
  * of N_SINK + BUDGET + N_RECENT tokens, so the prefill evicts and every decode token evicts one),
- * against the reference with fp16 rows: vkh2o_run_mla_prefill, then the decode chunks through
- * vkh2o_run_mla_decode (the first) and vkh2o_cmd_mla_decode with hidden/out at odd offsets
+ * against the reference with fp16 rows: vkh2o_host_mla_prefill, then the decode chunks through
+ * vkh2o_host_mla_decode (the first) and vkh2o_cmd_mla_decode with hidden/out at odd offsets
  * in poisoned, guarded buffers. Bounds: the F16 storage's (the same rows, rounding). */
 static void run_kvcache(fixture* f0, vkh2o_kv_layout layout, vkh2o_dtype storage, vt_rng* rng_in)
 {
@@ -441,7 +441,7 @@ static void run_kvcache(fixture* f0, vkh2o_kv_layout layout, vkh2o_dtype storage
         got[i] = NAN;
 
     assert_int_equal(ref_decode_prefill(&ref, hidden, PROMPT, want), 0);
-    if (vkh2o_run_mla_prefill(f.layer, c, 0, hidden, PROMPT, got) != VKH2O_OK)
+    if (vkh2o_host_mla_prefill(f.layer, c, 0, hidden, PROMPT, got) != VKH2O_OK)
         fail_msg("prefill: %s", vkh2o_last_error(ctx));
     vt_assert_nmse("kvcache prefill out", got, want, (size_t)PROMPT * D, 1e-9);
     double worst = 0;
@@ -457,7 +457,7 @@ static void run_kvcache(fixture* f0, vkh2o_kv_layout layout, vkh2o_dtype storage
         for (uint32_t i = 0; i < n; i++)
             assert_int_equal(ref_decode_step(&ref, hidden + (size_t)(t + i) * D, t + i, want + (size_t)(t + i) * D), 0);
         if (ci == 0) {
-            if (vkh2o_run_mla_decode(f.layer, c, 0, hidden + (size_t)t * D, n, t, g) != VKH2O_OK)
+            if (vkh2o_host_mla_decode(f.layer, c, 0, hidden + (size_t)t * D, n, t, g) != VKH2O_OK)
                 fail_msg("run decode: %s", vkh2o_last_error(ctx));
         } else {
             vt_poison(ob);
@@ -555,7 +555,7 @@ typedef struct replay_case {
 
 /* Cache a: one vkh2o_cmd_mla_decode of `per` tokens with VKH2O_POSITION_FROM_CACHE, recorded once
  * into the test's own command buffer and submitted N times (new hidden rows uploaded between the
- * submissions); cache b: the same rows through N vkh2o_run_mla_decode calls at explicit positions.
+ * submissions); cache b: the same rows through N vkh2o_host_mla_decode calls at explicit positions.
  * Both after the same prefill. Outputs and snapshots must agree bit for bit after every
  * submission: a recording that kept its recorded position would rope every later token wrongly.
  * One more submission than max_tokens allows is refused on the device by both, which stay equal. */
@@ -579,8 +579,8 @@ static void run_replay(fixture* f, const replay_case* rc, vt_rng* rng)
     float* gb = malloc(4 * rows);
     assert_true(hidden && ga && gb);
     vt_fill_normal(rng, hidden, rows, 1.0f);
-    if (vkh2o_run_mla_prefill(f->layer, a, 0, hidden, PROMPT, ga) != VKH2O_OK ||
-        vkh2o_run_mla_prefill(f->layer, b, 0, hidden, PROMPT, gb) != VKH2O_OK)
+    if (vkh2o_host_mla_prefill(f->layer, a, 0, hidden, PROMPT, ga) != VKH2O_OK ||
+        vkh2o_host_mla_prefill(f->layer, b, 0, hidden, PROMPT, gb) != VKH2O_OK)
         fail_msg("prefill: %s", vkh2o_last_error(ctx));
 
     const uint64_t off_h = 4 * 5, off_o = 4 * 11, bytes = 4ull * per * D;
@@ -608,7 +608,7 @@ static void run_replay(fixture* f, const replay_case* rc, vt_rng* rng)
         assert_int_equal(ctx->vk.vkWaitForFences(ctx->device, 1, &fence, VK_TRUE, UINT64_MAX), VK_SUCCESS);
         assert_int_equal(ctx->vk.vkResetFences(ctx->device, 1, &fence), VK_SUCCESS);
         assert_int_equal(vkh2o_buffer_download(ob, off_o, ga + (size_t)t * D, bytes), VKH2O_OK);
-        if (vkh2o_run_mla_decode(f->layer, b, 0, h, per, t, gb + (size_t)t * D) != VKH2O_OK)
+        if (vkh2o_host_mla_decode(f->layer, b, 0, h, per, t, gb + (size_t)t * D) != VKH2O_OK)
             fail_msg("run decode at %u: %s", t, vkh2o_last_error(ctx));
         char when[96];
         snprintf(when, sizeof when, "%s: submission %u (tokens %u..%u)", rc->name, i, t, t + per - 1);
@@ -707,7 +707,7 @@ static void test_no_lookups(void** state)
         assert_int_equal(vkh2o_kvcache_create(ctx, &kd, &c), VKH2O_OK);
         /* the cache looked its kernels up when it was made: attend, combine, select, prefill */
         assert_int_equal(vkh2o_kernel_lookups(ctx) - before_create, 4);
-        if (vkh2o_run_mla_prefill(f.layer, c, 0, h, PROMPT, NULL) != VKH2O_OK)
+        if (vkh2o_host_mla_prefill(f.layer, c, 0, h, PROMPT, NULL) != VKH2O_OK)
             fail_msg("prefill: %s", vkh2o_last_error(ctx));
         uint32_t pos = PROMPT;
         uint64_t disp = 0;
@@ -735,7 +735,7 @@ static void test_no_lookups(void** state)
         pos += 3;
         /* ... and a forward too; neither evicts the one-token step's handles */
         float* out = malloc(4ull * PROMPT * D);
-        assert_int_equal(vkh2o_run_mla_forward(f.layer, h, PROMPT, 0, out, NULL, NULL), VKH2O_OK);
+        assert_int_equal(vkh2o_host_mla_forward(f.layer, h, PROMPT, 0, out, NULL, NULL), VKH2O_OK);
         free(out);
         assert_int_equal(step_lookups(&f, c, hb, ob, 1, pos++, &disp), 0);
         assert_int_equal(disp, want_disp);
@@ -746,7 +746,7 @@ static void test_no_lookups(void** state)
     vkh2o_kvcache_desc_from_mla(&f.cfg, &kd);
     vkh2o_kvcache* c = NULL;
     assert_int_equal(vkh2o_kvcache_create(ctx, &kd, &c), VKH2O_OK);
-    assert_int_equal(vkh2o_run_mla_prefill(f.layer, c, 0, h, PROMPT, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_mla_prefill(f.layer, c, 0, h, PROMPT, NULL), VKH2O_OK);
     vkh2o_kernels_destroy(ctx);
     assert_true(step_lookups(&f, c, hb, ob, 1, PROMPT, NULL) > 0);
     assert_int_equal(step_lookups(&f, c, hb, ob, 1, PROMPT + 1, NULL), 0);

@@ -1,4 +1,4 @@
-/* The MLA layer's contracts beyond its conformance (vkh2o_mla_layer_create / vkh2o_run_mla_forward
+/* The MLA layer's contracts beyond its conformance (vkh2o_mla_layer_create / vkh2o_host_mla_forward
  * / vkh2o_cmd_mla_forward): create's refusals and defaults; on two small odd configs the state
  * the cache reads (q, and the cache rows of both layouts through vkh2o_mla_layer_get_kv_rows)
  * against ref_mla_forward's intermediates, a second forward giving the same bits, the attention
@@ -79,7 +79,7 @@ static void check_sum(const float* scores, uint32_t S, uint32_t H)
     assert_true(fabs(sum - (double)H * S) <= 1e-4 * H * S);
 }
 
-/* vkh2o_run_mla_forward twice (bitwise equal) against the reference; also the state buffers. */
+/* vkh2o_host_mla_forward twice (bitwise equal) against the reference; also the state buffers. */
 static void run_layer(const vkh2o_mla_config* cfg, vkh2o_dtype dt, uint32_t S, uint32_t pos0, vt_rng* rng,
                       double out_bound, double score_bound)
 {
@@ -104,7 +104,7 @@ static void run_layer(const vkh2o_mla_config* cfg, vkh2o_dtype dt, uint32_t S, u
     assert_int_equal(ref_mla_forward(cfg, f.hw, hidden, S, pos0, ref, sref, NULL, &parts), 0);
 
     vkh2o_mla_timings t;
-    assert_int_equal(vkh2o_run_mla_forward(f.layer, hidden, S, pos0, out, sc, &t), VKH2O_OK);
+    assert_int_equal(vkh2o_host_mla_forward(f.layer, hidden, S, pos0, out, sc, &t), VKH2O_OK);
     if (vkh2o_context_get_caps(vt_ctx())->timestamps) {
         assert_true(t.total_ms >= 0.0 && t.project_ms >= 0.0 && t.attention_ms >= 0.0 && t.o_proj_ms >= 0.0);
         printf("#   GPU ms: project %.2f attention %.2f mass %.2f o_proj %.2f total %.2f\n", t.project_ms, t.attention_ms,
@@ -143,7 +143,7 @@ static void run_layer(const vkh2o_mla_config* cfg, vkh2o_dtype dt, uint32_t S, u
     }
 
     /* same bits on a second run */
-    assert_int_equal(vkh2o_run_mla_forward(f.layer, hidden, S, pos0, out2, sc2, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_host_mla_forward(f.layer, hidden, S, pos0, out2, sc2, NULL), VKH2O_OK);
     assert_memory_equal(out, out2, (size_t)S * D * 4);
     assert_memory_equal(sc, sc2, S * 4);
 
@@ -151,7 +151,7 @@ static void run_layer(const vkh2o_mla_config* cfg, vkh2o_dtype dt, uint32_t S, u
      * (the layer's q/k/v rows allow texels: head dims multiples of 4) */
     for (int texel = 0; texel < 2; texel++) {
         vkh2o_mla_layer_set_attn_texel(f.layer, texel != 0);
-        assert_int_equal(vkh2o_run_mla_forward(f.layer, hidden, S, pos0, out2, sc2, NULL), VKH2O_OK);
+        assert_int_equal(vkh2o_host_mla_forward(f.layer, hidden, S, pos0, out2, sc2, NULL), VKH2O_OK);
         assert_memory_equal(out, out2, (size_t)S * D * 4);
         assert_memory_equal(sc, sc2, S * 4);
     }
@@ -165,7 +165,7 @@ static void run_layer(const vkh2o_mla_config* cfg, vkh2o_dtype dt, uint32_t S, u
         paths_out[path] = malloc((size_t)S * D * 4);
         assert_non_null(paths_out[path]);
         vkh2o_mla_layer_set_matmul_path(f.layer, path);
-        assert_int_equal(vkh2o_run_mla_forward(f.layer, hidden, S, pos0, paths_out[path], sc2, NULL), VKH2O_OK);
+        assert_int_equal(vkh2o_host_mla_forward(f.layer, hidden, S, pos0, paths_out[path], sc2, NULL), VKH2O_OK);
         char pl[160];
         snprintf(pl, sizeof pl, "%s, matmul path %u", label, path);
         vt_assert_nmse(pl, paths_out[path], ref, (size_t)S * D, out_bound);
@@ -321,11 +321,11 @@ static void test_create_errors(void** state)
     assert_null(vkh2o_mla_layer_weight(L, VKH2O_W_Q_PROJ));
     assert_int_equal(vkh2o_mla_layer_weight(L, VKH2O_W_KV_B_PROJ)->dtype, VKH2O_DTYPE_BF16);   /* kept 16-bit */
     float x[200] = { 0 }, y[200];
-    assert_int_equal(vkh2o_run_mla_forward(L, NULL, 1, 0, y, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_forward(L, x, 1, 0, NULL, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_forward(L, x, 0, 0, y, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_forward(L, x, 4097, 0, y, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_int_equal(vkh2o_run_mla_forward(NULL, x, 1, 0, y, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_forward(L, NULL, 1, 0, y, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_forward(L, x, 1, 0, NULL, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_forward(L, x, 0, 0, y, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_forward(L, x, 4097, 0, y, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_host_mla_forward(NULL, x, 1, 0, y, NULL, NULL), VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_mla_layer_destroy(L);
     vkh2o_mla_layer_destroy(NULL);
 

@@ -177,7 +177,7 @@ static void run_session(soak_run* r, vkh2o_context* ctx, vkh2o_model* m, uint32_
         FAIL(r, 2, "kvcache desc: %s", e.message);
     if (NL > 2)
         FAIL(r, 2, "the soak reads at most 2 layers' lengths; the model has %u", NL);
-    if ((res = vkh2o_run_model_prefill(s, prompt, P, logits, NULL)) != VKH2O_OK)
+    if ((res = vkh2o_host_model_prefill(s, prompt, P, logits, NULL)) != VKH2O_OK)
         FAIL(r, 2, "prefill: %s: %s", vkh2o_result_string(res), vkh2o_last_error(ctx));
     uint32_t tok = argmax(logits + (size_t)(P - 1) * V, V);
     r->rss_start = rss_kib();
@@ -191,7 +191,7 @@ static void run_session(soak_run* r, vkh2o_context* ctx, vkh2o_model* m, uint32_
             tok = tokens[i - 1];
         else if (tokens)
             tokens[i - 1] = tok;
-        if ((res = vkh2o_run_model_decode(s, &tok, 1, logits, NULL)) != VKH2O_OK)
+        if ((res = vkh2o_host_model_decode(s, &tok, 1, logits, NULL)) != VKH2O_OK)
             FAIL(r, 2, "decode step %u: %s: %s", i, vkh2o_result_string(res), vkh2o_last_error(ctx));
         uint32_t next = argmax(logits, V);
         if (i % o->every && (ref || i != steps)) {

@@ -11,7 +11,7 @@
  * probabilities over every step, each computed from fp16 cache rows that the device rounds from
  * f32 and the reference from double, so an element can land one fp16 ulp apart and move a
  * token's logits; 2.6e-4 was seen over 24 seeds, 1e-4 failed about one seed in twelve)
- * and the categories. The demo runs on the one KV cache (vkh2o_kvcache, vkh2o_run_mla_prefill /
+ * and the categories. The demo runs on the one KV cache (vkh2o_kvcache, vkh2o_host_mla_prefill /
  * _decode_kv), whose slots are in no order: the kept sets are compared as sets. Cases: a prompt
  * longer than the cap (the prefill evicts), a shorter one, P = S (no decode token), each in both
  * layouts; --check agrees; --kv int8 holds the middle tokens but one at int8 and stays near the

@@ -109,7 +109,7 @@ void kept_split(uint32_t len, uint32_t* n_sink, uint32_t* budget, uint32_t* n_re
 /* True for the results a device or the library gives when it refuses a size. */
 bool refusal(vkh2o_result r);
 
-/* One decode token through a layer against its cache (vkh2o_run_mla_decode at the position the
+/* One decode token through a layer against its cache (vkh2o_host_mla_decode at the position the
  * caller tracks, advanced by each run). */
 typedef struct decode_work {
     vkh2o_mla_layer* layer;

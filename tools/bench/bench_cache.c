@@ -193,7 +193,7 @@ void kept_split(uint32_t len, uint32_t* n_sink, uint32_t* budget, uint32_t* n_re
 vkh2o_result run_decode(void* user)
 {
     decode_work* w = user;
-    return vkh2o_run_mla_decode(w->layer, w->kv, 0, w->hidden, 1, w->pos++, NULL);
+    return vkh2o_host_mla_decode(w->layer, w->kv, 0, w->hidden, 1, w->pos++, NULL);
 }
 
 vkh2o_result run_step(void* user)

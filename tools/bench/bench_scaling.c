@@ -110,7 +110,7 @@ static vkh2o_result scaling_forward(bench_env* env, const vkh2o_mla_config* cfg,
             note(env, "%s\n", name);
             vkh2o_mla_timings tm;
             const double w0 = cli_now();
-            r = vkh2o_run_mla_forward(L, hidden, S[i], 0, out, NULL, &tm);
+            r = vkh2o_host_mla_forward(L, hidden, S[i], 0, out, NULL, &tm);
             const double wall = (cli_now() - w0) * 1e3;
             if (tm.total_ms < 0.0) ts = false;
             if (run && r == VKH2O_OK) {

@@ -1,7 +1,7 @@
 /* vkh2o-conformance, the whole-model family: a random tiny DeepSeek-V3 model written as an HF
  * directory (config.json + model.safetensors) into a temporary folder and loaded with
  * vkh2o_model_create, so that the model's own kernels run through the public calls:
- *   lm.forward   vkh2o_run_model_forward (embed, the decoder layers with axpby residuals and the
+ *   lm.forward   vkh2o_host_model_forward (embed, the decoder layers with axpby residuals and the
  *                swiglu MLP, lm_head, logprob) against ref_lm_forward and ref_log_softmax, from
  *                1 token to the model's 64, with its own lm_head and tied to the embedding;
  *   lm.session   a session on the one KV cache whose prefill scores the prompt through the
@@ -209,8 +209,8 @@ static void run_lm(const conf_env* env, const conf_case* c, conf_result* r)
         for (uint32_t run = 0; run < runs; run++) {
             const double t0 = vkh2o_context_get_device_ms(env->ctx);
             const uint64_t d0 = conf_dispatches(env->ctx);
-            if ((res = vkh2o_run_model_forward(m, tok, N, got, lp)) != VKH2O_OK) {
-                conf_set_failure(env, r, res, "vkh2o_run_model_forward");
+            if ((res = vkh2o_host_model_forward(m, tok, N, got, lp)) != VKH2O_OK) {
+                conf_set_failure(env, r, res, "vkh2o_host_model_forward");
                 goto done;
             }
             if (run) times[run - 1] = vkh2o_context_get_device_ms(env->ctx) - t0;
@@ -244,15 +244,15 @@ static void run_lm(const conf_env* env, const conf_case* c, conf_result* r)
         }
         const double t0 = vkh2o_context_get_device_ms(env->ctx);
         const uint64_t d0 = conf_dispatches(env->ctx);
-        if ((res = vkh2o_run_model_prefill(s, tok, P, got, NULL)) != VKH2O_OK) {
-            conf_set_failure(env, r, res, "vkh2o_run_model_prefill");
+        if ((res = vkh2o_host_model_prefill(s, tok, P, got, NULL)) != VKH2O_OK) {
+            conf_set_failure(env, r, res, "vkh2o_host_model_prefill");
             goto done;
         }
         const double t1 = vkh2o_context_get_device_ms(env->ctx);
         r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
         for (uint32_t i = P; i < N; i++)
-            if ((res = vkh2o_run_model_decode(s, &tok[i], 1, got + (size_t)i * V_, NULL)) != VKH2O_OK) {
-                conf_set_failure(env, r, res, "vkh2o_run_model_decode");
+            if ((res = vkh2o_host_model_decode(s, &tok[i], 1, got + (size_t)i * V_, NULL)) != VKH2O_OK) {
+                conf_set_failure(env, r, res, "vkh2o_host_model_decode");
                 goto done;
             }
         times[0] = t1 - t0;

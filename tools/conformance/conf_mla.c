@@ -1,4 +1,4 @@
-/* vkh2o-conformance, the MLA family: the whole layer forward (vkh2o_run_mla_forward: the
+/* vkh2o-conformance, the MLA family: the whole layer forward (vkh2o_host_mla_forward: the
  * projections' matmul, rmsnorm, rope, the three attention passes) against ref_mla_forward, with
  * random weights in each dtype, in every kernel variant a device can get: the CPU shapes with
  * texel reads (the automatic choice on a CPU device) and with storage reads (register-blocked
@@ -215,10 +215,10 @@ static void run_forward(const conf_env* env, const conf_case* c, conf_result* r)
     for (uint32_t run = 0; run < runs; run++) {
         vkh2o_mla_timings tm;
         const uint64_t d0 = conf_dispatches(env->ctx);
-        res = vkh2o_run_mla_forward(L, hidden, S, pos0, out, sc, &tm);
+        res = vkh2o_host_mla_forward(L, hidden, S, pos0, out, sc, &tm);
         r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
         if (res != VKH2O_OK) {
-            conf_set_failure(env, r, res, "vkh2o_run_mla_forward");
+            conf_set_failure(env, r, res, "vkh2o_host_mla_forward");
             goto done;
         }
         if (run) t[run - 1] = tm.total_ms;
@@ -301,9 +301,9 @@ static const char* kernels_of(int v)
 }
 
 /* ---- the layer decode at the cache's position (VKH2O_POSITION_FROM_CACHE) ----
- * A prompt of 13 tokens through vkh2o_run_mla_prefill into an FP16 H2O cache of 2 sinks + 5 +
+ * A prompt of 13 tokens through vkh2o_host_mla_prefill into an FP16 H2O cache of 2 sinks + 5 +
  * 3 recents (the prefill evicts, every step evicts), then 6 tokens in calls of 1, 2, 1, 2 through
- * vkh2o_run_mla_decode with position VKH2O_POSITION_FROM_CACHE: rmsnorm and rope take the base
+ * vkh2o_host_mla_decode with position VKH2O_POSITION_FROM_CACHE: rmsnorm and rope take the base
  * position from the cache's device counter (a recording replays at the cache's position).
  * Against ref_decode (positions counted on the host, fp16 rows), both layouts, BF16 weights at
  * the small config, in the automatic kernel variant of the shapes. Bounds (tests/mla/test_decode.c,
@@ -377,15 +377,15 @@ static void run_decode_from_cache(const conf_env* env, const conf_case* c, conf_
     for (size_t i = 0; i < (size_t)total * D; i++)
         memcpy(&out[i], &(uint32_t){ CONF_POISON_WORD }, 4);
     const uint64_t d0 = conf_dispatches(env->ctx);
-    if ((res = vkh2o_run_mla_prefill(L, kc, 0, hidden, DEC_PROMPT, NULL)) != VKH2O_OK) {
-        conf_set_failure(env, r, res, "vkh2o_run_mla_prefill");
+    if ((res = vkh2o_host_mla_prefill(L, kc, 0, hidden, DEC_PROMPT, NULL)) != VKH2O_OK) {
+        conf_set_failure(env, r, res, "vkh2o_host_mla_prefill");
         goto done;
     }
     uint32_t t = DEC_PROMPT;
     for (size_t i = 0; i < sizeof calls / sizeof *calls; t += calls[i++]) {
-        res = vkh2o_run_mla_decode(L, kc, 0, hidden + (size_t)t * D, calls[i], VKH2O_POSITION_FROM_CACHE, out + (size_t)t * D);
+        res = vkh2o_host_mla_decode(L, kc, 0, hidden + (size_t)t * D, calls[i], VKH2O_POSITION_FROM_CACHE, out + (size_t)t * D);
         if (res != VKH2O_OK) {
-            conf_set_failure(env, r, res, "vkh2o_run_mla_decode");
+            conf_set_failure(env, r, res, "vkh2o_host_mla_decode");
             goto done;
         }
     }

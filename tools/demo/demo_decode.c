@@ -1,6 +1,6 @@
 /* vkh2o-demo --prefill P: a prompt prefill through the layer into the one KV cache, then one
  * decode step per remaining token, through the public layer calls of include/vkh2o/kvcache.h
- * (vkh2o_run_mla_prefill, vkh2o_run_mla_decode). */
+ * (vkh2o_host_mla_prefill, vkh2o_host_mla_decode). */
 #include "demo_h2o.h"
 #include "cli.h"
 
@@ -58,7 +58,7 @@ int demo_decode_run(vkh2o_context* ctx, vkh2o_mla_layer* layer, const vkh2o_mla_
     for (uint32_t i = P; i < S; i++)
         score[i] = 0.0f;
     double t0 = cli_now();
-    if (vkh2o_run_mla_prefill(layer, c, 0, hidden, P, out) != VKH2O_OK)
+    if (vkh2o_host_mla_prefill(layer, c, 0, hidden, P, out) != VKH2O_OK)
         FAIL("prefill of %u tokens failed: %s", P, vkh2o_last_error(ctx));
     res->prefill_ms = (cli_now() - t0) * 1e3;
     /* a prompt token the prefill evicts keeps the prompt mass the caller put in score */
@@ -69,7 +69,7 @@ int demo_decode_run(vkh2o_context* ctx, vkh2o_mla_layer* layer, const vkh2o_mla_
     for (uint32_t t = P; t < S; t++) {
         double w0 = cli_now();
         /* the position feeds RoPE and is the cache's own counter: t tokens seen so far */
-        if (vkh2o_run_mla_decode(layer, c, 0, hidden + (size_t)t * D, 1, t, out + (size_t)t * D) != VKH2O_OK) {
+        if (vkh2o_host_mla_decode(layer, c, 0, hidden + (size_t)t * D, 1, t, out + (size_t)t * D) != VKH2O_OK) {
             cli_progress_end(&prog);
             FAIL("decode of token %u failed: %s", t, vkh2o_last_error(ctx));
         }

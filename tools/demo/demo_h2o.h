@@ -50,8 +50,8 @@ int demo_h2o_run(vkh2o_context* ctx, vkh2o_mla_layer* layer, const vkh2o_mla_con
                  const demo_kv* kv, demo_category* cat, demo_cache_result* res);
 
 /* --prefill P (tools/demo/demo_decode.c, public API only): the first P tokens of hidden
- * [S, hidden] as a prefill through the layer into a cache of kv (vkh2o_run_mla_prefill),
- * then tokens P..S-1 decoded one at a time (vkh2o_run_mla_decode). out [S, hidden]: every
+ * [S, hidden] as a prefill through the layer into a cache of kv (vkh2o_host_mla_prefill),
+ * then tokens P..S-1 decoded one at a time (vkh2o_host_mla_decode). out [S, hidden]: every
  * token's attention-layer output given the cache it saw; score [S]: each token's accumulated
  * score when last seen in the cache (the final score for the tokens kept); score [0, P) must
  * hold the prompt's attention mass on entry (what a prompt token the prefill evicts keeps);

@@ -78,10 +78,10 @@ int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned 
             (!kv && !b->policy->full && (rc = open_session(ctx, m, o, &twin, &b->ref)) != 0))
             break;
         uint32_t pre = o->ctx - steps - warm;
-        if (vkh2o_run_model_prefill(b->s, tok, pre, NULL, NULL) != VKH2O_OK ||
-            vkh2o_run_model_decode(b->s, tok + pre, warm, NULL, NULL) != VKH2O_OK ||
-            (b->ref && (vkh2o_run_model_prefill(b->ref, tok, cap - warm, NULL, NULL) != VKH2O_OK ||
-                        vkh2o_run_model_decode(b->ref, tok + cap - warm, warm, NULL, NULL) != VKH2O_OK))) {
+        if (vkh2o_host_model_prefill(b->s, tok, pre, NULL, NULL) != VKH2O_OK ||
+            vkh2o_host_model_decode(b->s, tok + pre, warm, NULL, NULL) != VKH2O_OK ||
+            (b->ref && (vkh2o_host_model_prefill(b->ref, tok, cap - warm, NULL, NULL) != VKH2O_OK ||
+                        vkh2o_host_model_decode(b->ref, tok + cap - warm, warm, NULL, NULL) != VKH2O_OK))) {
             fprintf(stderr, TOOL ": bench prefill (%s): %s\n", b->name, vkh2o_last_error(ctx));
             rc = 1;
         }
@@ -94,12 +94,12 @@ int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned 
             bench_row* b = &rows[k];
             uint32_t t_next = text[o->ctx - steps + st];
             double t0 = cli_now();
-            if (vkh2o_run_model_decode(b->s, &t_next, 1, NULL, NULL) != VKH2O_OK)
+            if (vkh2o_host_model_decode(b->s, &t_next, 1, NULL, NULL) != VKH2O_OK)
                 rc = 1;
             double t1 = cli_now();
             b->t += t1 - t0;
             if (!rc && b->ref) {
-                if (vkh2o_run_model_decode(b->ref, &t_next, 1, NULL, NULL) != VKH2O_OK)
+                if (vkh2o_host_model_decode(b->ref, &t_next, 1, NULL, NULL) != VKH2O_OK)
                     rc = 1;
                 b->t_ref += cli_now() - t1;
             }
