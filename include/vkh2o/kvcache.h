@@ -14,7 +14,8 @@
  *   EXPANDED  HF DynamicCache's per-head K and V: the row is [K_0 .. K_(H-1) | V_0 .. V_(H-1)]
  *             with K_h = [k_nope_h (qk_nope_head_dim) | k_pe (qk_rope_head_dim)] and V_h
  *             (v_head_dim); head h's logits read K_h, its P . V reads V_h. H (nope + rope + v)
- *             numbers per token (at most 60000); odd counts are allowed. The query is not
+ *             numbers per token (at most 2^20; a CPU device takes at most its loop budget,
+ *             vkh2o_device_profile); odd counts are allowed. The query is not
  *             absorbed and the output is the attention output per head.
  * Retired with the older caches: mock steps (tools generate their inputs on the host), the
  * block cache's routing batches (this cache demotes on the device at every step) and its block

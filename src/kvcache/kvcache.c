@@ -109,7 +109,9 @@ uint32_t vkh2o_kvcache_group_of(const vkh2o_kvcache_desc* d, uint32_t k, uint32_
 }
 
 #define KVC_MAX_ROW 2048u
-#define KVC_MAX_ROW_EXPANDED 60000u   /* a prefill invocation walks its row in one loop (CPU devices end loops at 65535) */
+#define KVC_MAX_ROW_EXPANDED (1u << 20)   /* numbers per token: a token's words stay far inside 32-bit offsets;
+                                             a device with a loop budget (the profile's) takes
+                                             fewer, as a prefill invocation walks its row in one loop */
 #define KVC_MAX_HEADS 1024u
 
 /* The middle tokens T0 keeps (at least 1: the token that just left the recent window waits
@@ -549,6 +551,12 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     if (!ctx->caps.subgroup_ballot)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                           "kvcache: the device's compute subgroups lack ballot operations (VK_SUBGROUP_FEATURE_BALLOT_BIT)");
+    const uint64_t row = vkh2o_kvcache_shape(&d).w;
+    if (ctx->profile.loop_budget && row > ctx->profile.loop_budget)
+        return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
+                          "kvcache: %llu numbers per token exceed the loop budget of this CPU device (%u iterations an "
+                          "invocation): a prefill invocation walks its row in one loop",
+                          (unsigned long long)row, ctx->profile.loop_budget);
     vkh2o_kvcache* c = vkh2o_calloc(ctx, 1, sizeof *c);
     if (!c)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache: out of host memory");

@@ -1,8 +1,9 @@
 /* The device profile (src/core/profile.c): made from the published limits of the GPUs vkh2o
  * targets (as data: no such device is here), every kernel's workgroup and shared memory fit
  * each; the CPU device's shapes and loop budget; the environment overrides; a device whose
- * limits no profile fits is refused with the limit named; and the context's own profile is the
- * one its caps and environment make. */
+ * limits no profile fits is refused with the limit named; the context's own profile is the one
+ * its caps and environment make; and the KV cache's row limit is the profile's loop budget, not
+ * the desc's. */
 #include "vkh2o_test.h"
 
 #include <stdio.h>
@@ -174,6 +175,24 @@ static void test_context(void** state)
     vkh2o_profile_make(vkh2o_context_get_caps(ctx), vkh2o_context_get_flags(ctx), real_env, &want);
     assert_memory_equal(got, &want, sizeof want);
     assert_int_equal(got->loop_budget != 0, vkh2o_context_get_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU);
+    /* a limit of the device, not of the desc: an expanded row of 512 x (64 + 32 + 64) = 81,920
+     * numbers resolves on any device and is refused at create where a loop budget is below it,
+     * the budget named */
+    const vkh2o_kvcache_desc big = { .layout = VKH2O_LAYOUT_EXPANDED, .num_heads = 512, .qk_nope_head_dim = 64,
+                                     .qk_rope_head_dim = 32, .v_head_dim = 64, .max_tokens = 8 };
+    vkh2o_kvcache_desc resolved;
+    vkh2o_error err = { 0 };
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&big, &resolved, NULL, &err), VKH2O_OK);
+    vkh2o_kvcache* c = NULL;
+    const vkh2o_result r = vkh2o_kvcache_create(ctx, &big, &c);
+    if (got->loop_budget && got->loop_budget < 81920) {
+        assert_int_equal(r, VKH2O_ERROR_UNSUPPORTED);
+        assert_null(c);
+        assert_non_null(strstr(vkh2o_last_error(ctx), "81920 numbers per token exceed the loop budget"));
+    } else {
+        assert_int_equal(r, VKH2O_OK);
+        vkh2o_kvcache_destroy(c);
+    }
 }
 
 int main(void)
