@@ -200,9 +200,15 @@ static void test_resolve(void** state)
     assert_int_equal(vkh2o_kvcache_desc_resolve(&y, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_non_null(strstr(err.message, "v_head_dim (0)"));
     y = x;
-    y.num_heads = 200;   /* 64000 numbers per token */
+    y.num_heads = 200;   /* 64000 numbers per token: a device's loop budget may refuse it at create
+                            (test_profile), the desc does not */
+    assert_int_equal(vkh2o_kvcache_desc_resolve(&y, NULL, NULL, &err), VKH2O_OK);
+    y.num_heads = 1024;
+    y.qk_nope_head_dim = 600;
+    y.qk_rope_head_dim = 64;
+    y.v_head_dim = 600;   /* 1024 x 1264 = 1294336 numbers per token: above 2^20 */
     assert_int_equal(vkh2o_kvcache_desc_resolve(&y, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
-    assert_non_null(strstr(err.message, "64000"));
+    assert_non_null(strstr(err.message, "1294336"));
     y = x;
     y.storage = VKH2O_DTYPE_BF16;
     assert_int_equal(vkh2o_kvcache_desc_resolve(&y, NULL, NULL, &err), VKH2O_ERROR_INVALID_ARGUMENT);
