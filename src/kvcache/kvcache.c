@@ -613,6 +613,10 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     s[KVC_SPEC_CHECKFIN] = d.check_finite ? 1u : 0u;
     s[KVC_SPEC_SHADOW] = pl.shadow_bytes ? 1u : 0u;
     s[KVC_SPEC_CS] = c->cs;
+    /* four heads a pass where there are at most four: eight would leave half of every P . V
+     * accumulator masked (the plan's head groups are the same: one either way) */
+    c->hg = H <= 4 ? 4u : KVC_HG;
+    s[KVC_SPEC_HG] = c->hg;
     s[KVC_SPEC_DYN] = pl.by_bytes ? 1u : 0u;
     s[KVC_SPEC_NCHUNK] = pl.chunks;
     s[KVC_SPEC_NSPLIT] = pl.splits;
@@ -859,7 +863,7 @@ vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const 
                            .q_toff = q_toff };
     /* at most three dispatches: the split attention with the append, the combine with the scores
      * and the candidate victims, the selection */
-    VKH2O_CHECK(dispatch(c, cb, KVC_K_ATTEND, b, qtex, &pc, c->plan.splits, vkh2o_div_up(H, KVC_HG), c->ndg));
+    VKH2O_CHECK(dispatch(c, cb, KVC_K_ATTEND, b, qtex, &pc, c->plan.splits, vkh2o_div_up(H, c->hg), c->ndg));
     if (c->ncw + c->plan.score_groups)   /* (the full cache with one split has nothing to combine) */
         VKH2O_CHECK(dispatch(c, cb, KVC_K_COMBINE, b, qtex, &pc, c->ncw + c->plan.score_groups, 1, 1));
     VKH2O_CHECK(dispatch(c, cb, KVC_K_SELECT, b, qtex, &pc, 1, 1, 1));

@@ -31,7 +31,8 @@ enum kvc_spec {
     KVC_SPEC_NSPLIT = 27,    /* kvc_attend's splits */
     KVC_SPEC_NMW = 28,       /* kvc_combine's score workgroups */
     KVC_SPEC_TEX = 29,       /* kvc_attend, kvc_combine: 1 arena rows through texels, | 2 the query too */
-    KVC_SPEC_ALL = 30,
+    KVC_SPEC_HG = 30,        /* kvc_attend, kvc_combine: heads per pass over a row (kvc_attn.glsl HG) */
+    KVC_SPEC_ALL = 31,
 };
 
 /* state words per layer (kvc_common.glsl ST_*) */
@@ -56,7 +57,7 @@ enum {
 
 #define KVC_EMPTY 0xffffffffu
 #define KVC_WG 64u
-#define KVC_HG 8u    /* heads per pass over a row (kvc_attn.glsl HG) */
+#define KVC_HG 8u    /* heads per pass over a row at most (kvc_attn.glsl HG: 4 for a cache of at most 4 heads) */
 #define KVC_DPI 8u   /* kvc_attend: output numbers per invocation (its DPI) */
 #define KVC_KC 4u    /* candidate victims per score workgroup and tier (kvc_bindings.glsl KC) */
 
@@ -89,6 +90,7 @@ struct vkh2o_kvcache {
     uint32_t tab_words;            /* tiers by bytes: chunk tables + free stack per layer (else 0) */
     uint32_t ncw;                  /* kvc_combine's combine workgroups */
     uint32_t ndg;                  /* kvc_attend's output groups */
+    uint32_t hg;                   /* heads per pass over a row (KVC_SPEC_HG) */
     uint32_t qw, ow;               /* query and output numbers per head (LATENT W and kv_lora_rank,
                                       EXPANDED nope + rope and v_head_dim) */
     vkh2o_buffer* state;           /* u32 [layers][KVC_ST_WORDS] */
