@@ -68,6 +68,15 @@ static vkh2o_context* variant_ctx(const conf_env* env, int v, conf_result* r)
     return ctx;
 }
 
+/* the case's environment: the registry's, or with a variant's own context (ctx NULL: it could not
+ * be made, and the note says why) */
+static conf_env case_env(const conf_env* env, int v, conf_result* r)
+{
+    conf_env e = *env;
+    e.ctx = variant_ctx(env, v, r);
+    return e;
+}
+
 static bool is_projection(vkh2o_mla_weight k)
 {
     return k == VKH2O_W_Q_A_PROJ || k == VKH2O_W_Q_B_PROJ || k == VKH2O_W_Q_PROJ || k == VKH2O_W_KV_A_PROJ ||
@@ -172,11 +181,9 @@ static void run_forward(const conf_env* env, const conf_case* c, conf_result* r)
     float* sc = malloc((size_t)S * 4);
     float* sref = malloc((size_t)S * 4);
     vkh2o_context* const reg_ctx = env->ctx;
-    vkh2o_context* vctx = variant_ctx(env, c->p[P_VARIANT], r);
-    conf_env venv = *env;
-    venv.ctx = vctx;
+    const conf_env venv = case_env(env, c->p[P_VARIANT], r);
     env = &venv;   /* the case's context from here on */
-    if (!vctx)
+    if (!env->ctx)
         goto done;
     if (!hidden || !out || !ref || !sc || !sref) {
         r->status = CONF_ERROR;
@@ -247,8 +254,8 @@ done:
     vkh2o_mla_layer_destroy(L);
     vkh2o_mla_host_weights_destroy(hw);
     vkh2o_checkpoint_destroy(ck);
-    if (vctx != reg_ctx)
-        r->own_ctx = vctx;   /* the tool reads its counts, then destroys it */
+    if (env->ctx != reg_ctx)
+        r->own_ctx = env->ctx;   /* the tool reads its counts, then destroys it */
     if (dir[0]) {
         char p[600];
         snprintf(p, sizeof p, "%s/layer.safetensors", dir);
@@ -338,11 +345,9 @@ static void run_decode_from_cache(const conf_env* env, const conf_case* c, conf_
     float* want = malloc((size_t)total * D * 4);
     uint32_t* pos = NULL;
     vkh2o_context* const reg_ctx = env->ctx;
-    vkh2o_context* vctx = variant_ctx(env, c->p[P_VARIANT], r);
-    conf_env venv = *env;
-    venv.ctx = vctx;
+    const conf_env venv = case_env(env, c->p[P_VARIANT], r);
     env = &venv;   /* the case's context from here on */
-    if (!vctx)
+    if (!env->ctx)
         goto done;
     vkh2o_result res;
     if (!hidden || !out || !want) {
@@ -421,8 +426,8 @@ done:
     if (ref_ok) ref_decode_free(&ref);
     vkh2o_kvcache_destroy(kc);
     vkh2o_mla_layer_destroy(L);
-    if (vctx != reg_ctx)
-        r->own_ctx = vctx;   /* the tool reads its counts, then destroys it */
+    if (env->ctx != reg_ctx)
+        r->own_ctx = env->ctx;   /* the tool reads its counts, then destroys it */
     vkh2o_mla_host_weights_destroy(hw);
     ref_mla_weights_free(&w);
     free(hidden);
