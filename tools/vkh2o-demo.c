@@ -120,10 +120,8 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
         "2 bad usage.\n",
         opt, CLI_N(opt), NULL,
     };
-    char presets[256] = "";
-    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i); i++)
-        snprintf(presets + strlen(presets), sizeof presets - strlen(presets), "%s%s", i ? ", " : "",
-                 vkh2o_mla_config_preset_name(i));
+    char presets[256];
+    cli_preset_names(presets, sizeof presets);
     const int prc = cli_parse_extra(&spec, argc, argv, presets);
     *exit_code = prc < 0 ? 0 : 2;
     if (prc)

@@ -547,10 +547,8 @@ int main(int argc, char** argv)
         "Exit status: 0 done, 1 failed, 2 bad usage or output exists.\n",
         opt, CLI_N(opt), NULL,
     };
-    char presets[256] = "";
-    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i); i++)
-        snprintf(presets + strlen(presets), sizeof presets - strlen(presets), "%s%s", i ? ", " : "",
-                 vkh2o_mla_config_preset_name(i));
+    char presets[256];
+    cli_preset_names(presets, sizeof presets);
     const int prc = cli_parse_extra(&spec, argc, argv, presets);
     if (prc)
         return prc < 0 ? 0 : prc;

@@ -385,3 +385,12 @@ int cli_refuse(const cli_spec* s, const char* flag, bool bad, const char* why)
     fprintf(stderr, "%s: %s %s\n", s->tool, flag, why);
     return 2;
 }
+
+void cli_preset_names(char* out, size_t cap)
+{
+    size_t len = 0;
+    if (cap)
+        out[0] = '\0';
+    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i) && len < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%s", i ? ", " : "", vkh2o_mla_config_preset_name(i));
+}
