@@ -102,25 +102,18 @@ static vkh2o_result bench_read(bench_env* env)
     for (uint32_t mode = 0; mode < 2 && r == VKH2O_OK; mode++) {
         probe_work pw;
         r = probe_make(env, kinds[mode], &pw);
-        double* t = calloc(env->runs, sizeof *t);
-        if (!t && r == VKH2O_OK) r = bench_fail(env, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: read timings");
         bool ts = env->caps->timestamps;
-        for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
-            double ms = 0.0;
-            r = time_run(env, run_probe, &pw, &ms, &ts);
-            if (run) t[run - 1] = ms;
-        }
+        double ms = 0.0;
+        if (r == VKH2O_OK) r = time_median(env, run_probe, &pw, NULL, &ms, &ts);
         if (r == VKH2O_OK && !probe_checks(&pw))   /* each invocation's sum is known */
             r = bench_fail(env, VKH2O_ERROR_VULKAN, "bench: read probe (%s) returned a wrong sum", mode ? "texel" : "storage");
         if (r == VKH2O_OK) {
             char name[96];
             snprintf(name, sizeof name, "read %llu MiB: %s", (unsigned long long)(pw.bytes >> 20), what[mode]);
-            const double ms = cli_median(t, env->runs);
             bench_row* row = bench_add(env, name, ms, 0.0, env->runs, ts ? "gpu-timestamps" : "wall");
             if (row) row->gbps = (double)pw.bytes / (ms * 1e6);
             if (row && row->gbps > env->read_gbps) env->read_gbps = row->gbps;
         }
-        free(t);
         probe_free(&pw);
     }
     return r;

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 bench_row* bench_add(bench_env* env, const char* name, double median_ms, double gflops, uint32_t runs, const char* timing)
@@ -80,6 +81,23 @@ vkh2o_result time_run(bench_env* env, run_work fn, void* user, double* ms, bool*
     const double d1 = vkh2o_context_get_device_ms(env->ctx);
     if (d0 < 0.0 || d1 < 0.0) *ts = false;
     *ms = *ts ? d1 - d0 : wall;
+    return r;
+}
+
+vkh2o_result time_median(bench_env* env, run_work fn, void* user, const char* name, double* median, bool* ts)
+{
+    double* t = calloc(env->runs, sizeof *t);
+    if (!t)
+        return bench_fail(env, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "bench: timings%s%s", name ? " of " : "", name ? name : "");
+    vkh2o_result r = VKH2O_OK;
+    for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
+        double ms = 0.0;
+        if (name) note(env, "%s\n", name);
+        r = time_run(env, fn, user, &ms, ts);
+        if (run) t[run - 1] = ms;
+    }
+    if (r == VKH2O_OK) *median = cli_median(t, env->runs);
+    free(t);
     return r;
 }
 

@@ -223,20 +223,13 @@ static vkh2o_result scaling_h2o(bench_env* env, const vkh2o_mla_config* cfg, con
             }
             step_work w = { 0 };
             r = step_inputs(env, c, Ls[li], &w);
-            double* t = calloc(env->runs, sizeof *t);
             bool ts = env->caps->timestamps;
-            if (!t && r == VKH2O_OK) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
-            for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
-                double ms = 0.0;
-                note(env, "%s\n", name);
-                r = time_run(env, run_step, &w, &ms, &ts);
-                if (run) t[run - 1] = ms;
-            }
+            double ms = 0.0;
+            if (r == VKH2O_OK) r = time_median(env, run_step, &w, name, &ms, &ts);
             if (r == VKH2O_OK) {
-                bench_row* row = row_ok(env, "scaling-h2o", name, cli_median(t, env->runs), 0.0, ts);
+                bench_row* row = row_ok(env, "scaling-h2o", name, ms, 0.0, ts);
                 if (row) { row->size = B[bi]; row->layers = Ls[li]; snprintf(row->param, sizeof row->param, "h2o sum"); }
             }
-            free(t);
             step_inputs_free(&w);
             vkh2o_kvcache_destroy(c);
         }
@@ -274,20 +267,13 @@ static vkh2o_result scaling_h2o(bench_env* env, const vkh2o_mla_config* cfg, con
             r = vkh2o_kvcache_create(ctx, &d, &w.kv);
             if (r != VKH2O_OK) { r = refused_row(env, r, "scaling-prefill", name, k, Ls[li]); continue; }
             w.layers = Ls[li];
-            double* t = calloc(env->runs, sizeof *t);
             bool ts = env->caps->timestamps;
-            if (!t) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
-            for (uint32_t run = 0; run <= env->runs && r == VKH2O_OK; run++) {
-                double ms = 0.0;
-                note(env, "%s\n", name);
-                r = time_run(env, run_prefill, &w, &ms, &ts);
-                if (run) t[run - 1] = ms;
-            }
+            double ms = 0.0;
+            r = time_median(env, run_prefill, &w, name, &ms, &ts);
             if (r == VKH2O_OK) {
-                bench_row* row = row_ok(env, "scaling-prefill", name, cli_median(t, env->runs), 0.0, ts);
+                bench_row* row = row_ok(env, "scaling-prefill", name, ms, 0.0, ts);
                 if (row) { row->size = k; row->layers = Ls[li]; snprintf(row->param, sizeof row->param, "h2o sum"); }
             }
-            free(t);
             vkh2o_kvcache_destroy(w.kv);
             w.kv = NULL;
         }
