@@ -8,17 +8,15 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kvcache/kvcache_internal.h"   /* the KV cache's kernel shapes (the same on every device) */
 
 /* llvmpipe (lavapipe) leaves every loop of an invocation once 65535 iterations have run in total
  * (LP_MAX_TGSI_LOOP_ITERATIONS); the budget keeps a margin for the loops outside a kernel's main
  * tiles */
 #define CPU_LOOP_BUDGET 60000u
 
-/* the kernels whose shapes do not come from the profile (src/kvcache, src/mla/decode.c) */
-#define KVC_WORKGROUP 64u          /* KVC_WG */
-#define KVC_HEADS_PER_PASS 8u      /* KVC_HG */
-#define KVC_HEADS_MAX 1024u        /* KVC_MAX_HEADS */
-#define KVC_SCORE_GROUPS_MAX 64u   /* KVC_MAX_NMW */
+/* the other kernels whose shapes do not come from the profile (literals at their call sites:
+ * src/mla/decode.c, src/mla/matmul.c) */
 #define OBS_WORKGROUP 64u
 #define MATMUL_REGISTER_WG 64u     /* matmul.comp / matmul_texel.comp at M > 1 */
 #define MATMUL_TILED_BK 16u
@@ -87,7 +85,7 @@ void vkh2o_profile_make(const vkh2o_device_caps* caps, uint32_t flags, vkh2o_env
     /* what the kernels take under this profile: workgroup sizes, and shared memory (the shaders'
      * declarations at their largest) */
     const uint32_t wgs[] = { p->elementwise_workgroup, p->logprob_workgroup, p->rmsnorm_workgroup, p->attn_local,
-                             MATMUL_REGISTER_WG, KVC_WORKGROUP, OBS_WORKGROUP, p->matmul_tiled_workgroup };
+                             MATMUL_REGISTER_WG, KVC_WG, OBS_WORKGROUP, p->matmul_tiled_workgroup };
     for (size_t i = 0; i < sizeof wgs / sizeof wgs[0]; i++)
         if (wgs[i] > p->max_invocations)
             p->max_invocations = wgs[i];
@@ -97,11 +95,11 @@ void vkh2o_profile_make(const vkh2o_device_caps* caps, uint32_t flags, vkh2o_env
         /* matmul_tiled.comp: xs[BK * BM] + ws[BK * BN] */
         4u * MATMUL_TILED_BK * (wg_m * MATMUL_TILED_TILE + p->matmul_tiled_workgroup / wg_m * MATMUL_TILED_TILE),
         /* kvc_attend.comp: sh_p[WG * HG] + 3 x HG */
-        4u * (KVC_WORKGROUP * KVC_HEADS_PER_PASS + 3u * KVC_HEADS_PER_PASS),
+        4u * (KVC_WG * KVC_HG + 3u * KVC_HG),
         /* kvc_combine.comp: sh_M, sh_iZ [H] + sh_c uvec4 [WG] + sh_top [4 KC 3] + sh_nmid[4] */
-        4u * (2u * KVC_HEADS_MAX + 4u * KVC_WORKGROUP + 48u + 4u),
+        4u * (2u * KVC_MAX_HEADS + 4u * KVC_WG + 4u * KVC_KC * 3u + 4u),
         /* kvc_select.comp: its lists (4 x score groups), 4 x 16 x 3 moved in, 3 x WG, and words */
-        4u * (4u * KVC_SCORE_GROUPS_MAX + 4u * 16u * 3u + 3u * KVC_WORKGROUP + 20u),
+        4u * (4u * KVC_MAX_NMW + 4u * 16u * 3u + 3u * KVC_WG + 20u),
     };
     for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++)
         if (shared[i] > p->max_shared_bytes)

@@ -112,7 +112,6 @@ uint32_t vkh2o_kvcache_group_of(const vkh2o_kvcache_desc* d, uint32_t k, uint32_
 #define KVC_MAX_ROW_EXPANDED (1u << 20)   /* numbers per token: a token's words stay far inside 32-bit offsets;
                                              a device with a loop budget (the profile's) takes
                                              fewer, as a prefill invocation walks its row in one loop */
-#define KVC_MAX_HEADS 1024u
 
 /* The middle tokens T0 keeps (at least 1: the token that just left the recent window waits
  * there for its demotion) and the lowest tier that takes what the capacity leaves (4: none). */
@@ -307,7 +306,7 @@ static void plan_arena(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* pl)
     pl->score_groups = 0;
     if (pl->selects) {
         uint32_t g = vkh2o_div_up(pl->kept_tokens + 1, KVC_WG);   /* a block of the held tokens each (the score pass recomputes the logits) */
-        pl->score_groups = g < 1 ? 1 : g > 64 ? 64 : g;
+        pl->score_groups = g < 1 ? 1 : g > KVC_MAX_NMW ? KVC_MAX_NMW : g;
     }
     pl->workspace_bytes = 4ull * ((uint64_t)splits * H * (splits == 1 ? 2 : ow + 2) + (uint64_t)pl->score_groups * 4 * (1 + 3 * KVC_KC));
     const uint64_t L = d->num_layers;
@@ -551,19 +550,18 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     if (!ctx->caps.subgroup_ballot)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                           "kvcache: the device's compute subgroups lack ballot operations (VK_SUBGROUP_FEATURE_BALLOT_BIT)");
-    const uint64_t row = vkh2o_kvcache_shape(&d).w;
-    if (ctx->profile.loop_budget && row > ctx->profile.loop_budget)
+    const kvc_shape shp = vkh2o_kvcache_shape(&d);
+    if (ctx->profile.loop_budget && shp.w > ctx->profile.loop_budget)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
-                          "kvcache: %llu numbers per token exceed the loop budget of this CPU device (%u iterations an "
+                          "kvcache: %u numbers per token exceed the loop budget of this CPU device (%u iterations an "
                           "invocation): a prefill invocation walks its row in one loop",
-                          (unsigned long long)row, ctx->profile.loop_budget);
+                          shp.w, ctx->profile.loop_budget);
     vkh2o_kvcache* c = vkh2o_calloc(ctx, 1, sizeof *c);
     if (!c)
         return vkh2o_fail(ctx, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "kvcache: out of host memory");
     c->ctx = ctx;
     c->d = d;
     c->plan = pl;
-    const kvc_shape shp = vkh2o_kvcache_shape(&d);
     const bool expanded = d.layout == VKH2O_LAYOUT_EXPANDED;
     c->qw = expanded ? shp.sa + shp.sb : shp.w;
     c->ow = expanded ? shp.sv : shp.sa;

@@ -59,6 +59,8 @@ enum {
 #define KVC_WG 64u
 #define KVC_HG 8u    /* heads per pass over a row at most (kvc_attn.glsl HG: 4 for a cache of at most 4 heads) */
 #define KVC_DPI 8u   /* kvc_attend: output numbers per invocation (its DPI) */
+#define KVC_MAX_HEADS 1024u   /* heads at most (kvc_combine keeps two floats a head in shared memory) */
+#define KVC_MAX_NMW 64u       /* score workgroups at most (kvc_select's lists, kvc_common.glsl) */
 #define KVC_KC 4u    /* candidate victims per score workgroup and tier (kvc_bindings.glsl KC) */
 
 struct kvc_push {
