@@ -223,6 +223,21 @@ static bool parse_patterns(const char* tool, const char* flag, const char* v, vo
     return true;
 }
 
+/* --shard K/N: the selected cases whose index is K mod N */
+typedef struct shard { uint32_t k, n; } shard;
+static bool parse_shard(const char* tool, const char* flag, const char* v, void* dst)
+{
+    shard* sh = dst;
+    unsigned k, n;
+    char end;
+    if (sscanf(v, "%u/%u%c", &k, &n, &end) != 2 || n < 1 || n > 1000 || k >= n) {
+        fprintf(stderr, "%s: %s: '%s' is not K/N with 0 <= K < N <= 1000\n", tool, flag, v);
+        return false;
+    }
+    *sh = (shard){ k, n };
+    return true;
+}
+
 int main(int argc, char** argv)
 {
     bool list = false, quiet = false, baseline = false;
@@ -232,6 +247,7 @@ int main(int argc, char** argv)
     uint64_t seed = 1;
     static patterns pp;
     char (*pats)[160] = pp.pats;
+    shard part = { 0, 1 };
     cli_opt opts[] = {
         { "--list", CLI_BOOL, &list, .help = "list the selected cases (name, kernels, parameters) and exit" },
         { "-o", CLI_FN, &pp, "PATTERN[,...]", .fn = parse_patterns,
@@ -250,6 +266,8 @@ int main(int argc, char** argv)
         { "--baseline", CLI_BOOL, &baseline,
           .help = "run without push descriptors and the optional 16-bit / 8-bit\nstorage and float16 features, as a "
                   "device lacking them would\n(VKH2O_CONTEXT_BASELINE_ONLY)" },
+        { "--shard", CLI_FN, &part, "K/N", .fn = parse_shard,
+          .help = "only every N-th selected case from the K-th (0 <= K < N): a\npart of the cases (the test suite's default run takes half)" },
         { "--seed", CLI_U64, &seed, "N", "1", .hi = UINT64_MAX, .help = "seed of the random inputs" },
         { "--json", CLI_STR, &json, "FILE", .help = "write every case's result as JSON (written whole at the end)" },
         { "--csv", CLI_STR, &csv, "FILE", .help = "the same as CSV" },
@@ -258,7 +276,8 @@ int main(int argc, char** argv)
     const cli_spec spec = {
         TOOL,
         "usage: " TOOL " [--list] [-o PATTERN[,...]] [--device N] [--mode test|perf|support]\n"
-        "       [--shapes cpu|gpu|all] [--baseline] [--seed N] [--json FILE] [--csv FILE] [--quiet]\n"
+        "       [--shapes cpu|gpu|all] [--baseline] [--shard K/N] [--seed N] [--json FILE] [--csv FILE]\n"
+        "       [--quiet]\n"
         "Runs the conformance cases of every kernel vkh2o ships on a Vulkan device, each against its\n"
         "CPU reference with a stated bound: PASS, FAIL, or NOT_SUPPORTED (the device lacks a feature;\n"
         "not a failure). Case names are <concept>.<op>.<shapes>.<variant>.<size>, e.g.\n"
@@ -301,11 +320,13 @@ int main(int argc, char** argv)
         free(reg.cases);
         return 1;
     }
-    uint32_t nsel = 0;
+    uint32_t nsel = 0, nmatch = 0;
     for (uint32_t i = 0; i < reg.n; i++)
-        if ((reg.cases[i].shapes & shape_mask) && matches(&reg.cases[i], pats, np)) rows[nsel++].c = &reg.cases[i];
+        if ((reg.cases[i].shapes & shape_mask) && matches(&reg.cases[i], pats, np) && nmatch++ % part.n == part.k)
+            rows[nsel++].c = &reg.cases[i];
     if (nsel == 0) {
-        fprintf(stderr, TOOL ": no case matches the patterns with --shapes %s\n", (const char*[]){ "cpu", "gpu", "all" }[shapes]);
+        fprintf(stderr, TOOL ": no case matches the patterns with --shapes %s%s\n", (const char*[]){ "cpu", "gpu", "all" }[shapes],
+                nmatch ? " in this --shard" : "");
         free(rows);
         free(reg.cases);
         return 2;

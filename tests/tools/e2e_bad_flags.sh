@@ -337,6 +337,9 @@ case_ vkh2o-conformance -o --shapes cpu -o
 case_ vkh2o-conformance -o --shapes cpu -o ""
 case_ vkh2o-conformance -o --shapes cpu -o no.such.op
 case_ vkh2o-conformance -o --shapes cpu -o 'core.probe,*nothing*'
+for v in "" 1 2/2 1/0 -1/2 a/b 1/2x 0/1001; do case_ vkh2o-conformance --shard "${C[@]}" --shard "$v"; done
+case_ vkh2o-conformance --shard "${C[@]}" --shard 0/2 --shard 1/2
+case_ vkh2o-conformance --shard -o core.probe.cpu.fma.n1_i1 --shapes cpu --shard 1/2   # one case: none in part 1
 output vkh2o-conformance --json "" --csv "${C[@]}"
 output vkh2o-conformance --csv "" --json "${C[@]}"
 for f in --list --quiet --baseline; do case_ vkh2o-conformance $f "${C[@]}" $f $f; done
