@@ -115,6 +115,10 @@ static size_t span_floats(uint32_t batch, uint32_t batch_stride, uint32_t rows, 
 /* X sits x_off floats into its buffer (the binding's offset); x_tight: the buffer ends where X
  * does (no guard slack), so a texel view of it may not cover X when its size is not a multiple
  * of 16 bytes and the texel path must read X as a storage buffer instead. */
+/* the seed of the test running (the default run's choice of kernels per case turns with it) */
+static uint64_t g_seed;
+static uint64_t seed_of(const char* test) { return g_seed = vt_seed(test); }
+
 static uint32_t run_case_x(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_t w_cols,
                            const vkh2o_matmul_args* a, uint64_t limit, uint32_t paths, uint32_t x_off, bool x_tight)
 {
@@ -187,9 +191,16 @@ static uint32_t run_case_x(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_
         { VKH2O_MATMUL_PATH_TEXEL, false, "texel W" },
         { VKH2O_MATMUL_PATH_TEXEL, true, "texel W+X" },
     };
+    /* the default run: half of the kernels a case asks for, turning with the case (every kernel
+     * compiled is most of this suite's time on a fresh machine); the full run all of them */
+    static uint64_t case_no;
+    const uint64_t this_case = case_no++;
+    uint32_t asked = 0;
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) asked += (paths & PATH_BIT(variants[vi].path)) != 0;
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
         const uint32_t path = variants[vi].path;
         if (!(paths & PATH_BIT(path))) continue;
+        if (asked > 1 && !vt_pick(g_seed, this_case + vi, 2)) continue;
         char plabel[240];
         snprintf(plabel, sizeof plabel, "%s %s", label, variants[vi].name);
         vkh2o_matmul_args pa = *a;
@@ -262,7 +273,7 @@ static void test_shapes(void** state)
 {
     (void)state;
     vt_rng rng;
-    const uint64_t seed = vt_seed("matmul_shapes");
+    const uint64_t seed = seed_of("matmul_shapes");
     vt_rng_seed(&rng, seed);
     static const uint32_t Ms[] = { 1, 3, 17, 64 }, Ns[] = { 1, 5, 33, 130 }, Ks[] = { 1, 7, 64, 129, 300 };
     for (size_t d = 0; d < 3; d++)
@@ -281,7 +292,7 @@ static void test_strides_alpha_accumulate(void** state)
 {
     (void)state;
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("matmul_strides"));
+    vt_rng_seed(&rng, seed_of("matmul_strides"));
     for (size_t d = 0; d < 3; d++) {
         for (int t = 0; t < 2; t++) {
             for (int acc = 0; acc < 2; acc++) {
@@ -306,7 +317,7 @@ static void test_batched_absorption(void** state)
 {
     (void)state;
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("matmul_batched"));
+    vt_rng_seed(&rng, seed_of("matmul_batched"));
     const uint32_t H = 5, nope = 7, vd = 6, rope = 3, lora = 33, S = 11;
     const uint32_t rows = H * (nope + vd);
     for (size_t d = 0; d < 3; d++) {
@@ -346,7 +357,7 @@ static void test_fp8(void** state)
 {
     (void)state;
     vt_rng rng;
-    const uint64_t seed = vt_seed("matmul_fp8");
+    const uint64_t seed = seed_of("matmul_fp8");
     vt_rng_seed(&rng, seed);
     const vkh2o_dtype f8 = VKH2O_DTYPE_F8_E4M3;
     /* the default run: every (M, N) with one K, turning as in test_shapes */
@@ -392,7 +403,7 @@ static void test_chunked(void** state)
 {
     (void)state;
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("matmul_chunked"));
+    vt_rng_seed(&rng, seed_of("matmul_chunked"));
     for (size_t d = 0; d < 3; d++) {
         const size_t es = vkh2o_dtype_size(dtypes[d]);
         const uint32_t M = 9, N = 70, K = 53;
@@ -438,7 +449,7 @@ static void test_x_placement(void** state)
 {
     (void)state;
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("matmul_x_placement"));
+    vt_rng_seed(&rng, seed_of("matmul_x_placement"));
     for (size_t d = 0; d < 3; d++) {
         const uint32_t paths = PATH_BIT(VKH2O_MATMUL_PATH_REGISTER) | PATH_BIT(VKH2O_MATMUL_PATH_TEXEL);
         static const uint32_t offs[] = { 64, 4 };
@@ -470,7 +481,7 @@ static void test_long_k(void** state)
 {
     (void)state;
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("matmul_long_k"));
+    vt_rng_seed(&rng, seed_of("matmul_long_k"));
     vkh2o_context* ctx = vt_ctx();
     const bool cpu = vkh2o_context_get_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     vkh2o_matmul_args t = { .M = 2, .N = 16, .K = 70000, .w_transposed = true };
@@ -509,7 +520,7 @@ static void test_kimi_q_a_proj(void** state)
 {
     (void)state;
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("matmul_kimi_q_a_proj"));
+    vt_rng_seed(&rng, seed_of("matmul_kimi_q_a_proj"));
     vkh2o_matmul_args a = { .M = 2, .N = 1536, .K = 7168 };
     run_case(&rng, VKH2O_DTYPE_BF16, 1536, 7168, &a, 0);
     vt_check_validation();
@@ -521,7 +532,7 @@ static void test_upload_layout(void** state)
     (void)state;
     vkh2o_context* ctx = vt_ctx();
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("matmul_layout"));
+    vt_rng_seed(&rng, seed_of("matmul_layout"));
     const uint32_t rows = 11, cols = 5;
     uint16_t* wh = make_weight(&rng, VKH2O_DTYPE_BF16, rows, cols);
     vkh2o_tensor_view v = view_2d("layout.weight", VKH2O_DTYPE_BF16, wh, rows, cols);
