@@ -270,14 +270,24 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
                                     uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec,
                                     vkh2o_kernel** out);
 /* A kernel an object resolved once (at its create) and records by handle: recording through
- * vkh2o_kernel_slot_get does no hashing and no name compare. A slot is stale once the context's
- * kernel cache is emptied (vkh2o_kernels_destroy: tests' fault sweeps); the next use then looks
- * the kernel up again. An all-zero slot is empty. */
+ * vkh2o_kernel_slot_read is a handle read (no hashing, no name or key compare). The slot keeps
+ * its key: it is stale once the context's kernel cache is emptied (vkh2o_kernels_destroy: tests'
+ * fault sweeps), and the next read makes the kernel again from that key. An all-zero slot is
+ * empty. */
+#define VKH2O_MAX_SPEC 32   /* spec constants a kernel may have (the KV cache's use 31) */
 typedef struct vkh2o_kernel_slot {
-    vkh2o_kernel* k;
+    vkh2o_kernel* k;              /* NULL: prepared, made at the first read */
     const char* shader;           /* the name the slot was resolved with (compared as a pointer) */
     uint32_t gen;                 /* ctx->kernel_gen then */
+    uint32_t nbindings, texel_mask, nspec;
+    uint32_t spec[VKH2O_MAX_SPEC];
 } vkh2o_kernel_slot;
+/* Keeps the key in *slot without making the kernel (a variant most objects never record: the
+ * first vkh2o_kernel_slot_read makes it). */
+vkh2o_result vkh2o_kernel_slot_prepare(vkh2o_context* ctx, vkh2o_kernel_slot* slot, const char* shader, uint32_t nbindings,
+                                       uint32_t texel_mask, const uint32_t* spec, uint32_t nspec);
+/* The slot's kernel: its handle; made from the slot's key when prepared only or stale. */
+vkh2o_result vkh2o_kernel_slot_read(vkh2o_context* ctx, vkh2o_kernel_slot* slot, vkh2o_kernel** out);
 /* Looks the kernel up by name (vkh2o_kernel_get_texel) into *slot. */
 vkh2o_result vkh2o_kernel_slot_resolve(vkh2o_context* ctx, vkh2o_kernel_slot* slot, const char* shader, uint32_t nbindings,
                                        uint32_t texel_mask, const uint32_t* spec, uint32_t nspec);

@@ -7,7 +7,7 @@
 
 #include "shader_registry.h"
 
-#define MAX_SPEC 32   /* the kvcache kernels use 29 */
+#define MAX_SPEC VKH2O_MAX_SPEC
 #define ARENA_SETS_PER_POOL 256u
 
 struct vkh2o_kernel {
@@ -213,12 +213,42 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
 
 uint64_t vkh2o_kernel_lookups(const vkh2o_context* ctx) { return ctx ? ctx->kernel_lookups : 0; }
 
+vkh2o_result vkh2o_kernel_slot_prepare(vkh2o_context* ctx, vkh2o_kernel_slot* slot, const char* shader, uint32_t nbindings,
+                                       uint32_t texel_mask, const uint32_t* spec, uint32_t nspec)
+{
+    if (nspec > MAX_SPEC)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kernel '%s': %u spec constants is too many", shader, nspec);
+    *slot = (vkh2o_kernel_slot){ .shader = shader, .gen = ctx->kernel_gen, .nbindings = nbindings, .texel_mask = texel_mask,
+                                 .nspec = nspec };
+    if (nspec)
+        memcpy(slot->spec, spec, nspec * sizeof *spec);
+    return VKH2O_OK;
+}
+
 vkh2o_result vkh2o_kernel_slot_resolve(vkh2o_context* ctx, vkh2o_kernel_slot* slot, const char* shader, uint32_t nbindings,
                                        uint32_t texel_mask, const uint32_t* spec, uint32_t nspec)
 {
     vkh2o_kernel* k = NULL;
     VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, shader, nbindings, texel_mask, spec, nspec, &k));
-    *slot = (vkh2o_kernel_slot){ .k = k, .shader = shader, .gen = ctx->kernel_gen };
+    VKH2O_CHECK(vkh2o_kernel_slot_prepare(ctx, slot, shader, nbindings, texel_mask, spec, nspec));
+    slot->k = k;
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_kernel_slot_read(vkh2o_context* ctx, vkh2o_kernel_slot* slot, vkh2o_kernel** out)
+{
+    if (slot->k && slot->gen == ctx->kernel_gen) {
+        *out = slot->k;
+        return VKH2O_OK;
+    }
+    *out = NULL;
+    if (!slot->shader)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "internal: a kernel slot read before it was resolved");
+    vkh2o_kernel* k = NULL;
+    VKH2O_CHECK(vkh2o_kernel_get_texel(ctx, slot->shader, slot->nbindings, slot->texel_mask, slot->spec, slot->nspec, &k));
+    slot->k = k;
+    slot->gen = ctx->kernel_gen;
+    *out = k;
     return VKH2O_OK;
 }
 

@@ -744,9 +744,12 @@ static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, bool qtex
     spec[KVC_SPEC_TEX] = reads_tex(i) ? (c->arena_tex ? 1u : 0u) | (qtex ? 2u : 0u) : 0u;
 }
 
-/* Every kernel the cache records, looked up once (vkh2o_kvcache_create); the step's with the
+/* Every kernel the cache records, resolved once (vkh2o_kvcache_create); the step's with the
  * query read as most steps will (through texels: a query of the library's own buffers on a
- * 16-byte boundary; storage reads under VKH2O_CONTEXT_BASELINE_ONLY). */
+ * 16-byte boundary; storage reads under VKH2O_CONTEXT_BASELINE_ONLY). kvc_attend's and
+ * kvc_combine's other query read (an app's VkBuffer, or an offset off a 16-byte boundary) is
+ * prepared: made at its first recording, as most caches never record it. Recording reads the
+ * handles (vkh2o_kernel_slot_read). */
 static vkh2o_result kvc_kernels(vkh2o_kvcache* c)
 {
     for (int i = 0; i < KVC_K_COUNT; i++) {
@@ -754,6 +757,11 @@ static vkh2o_result kvc_kernels(vkh2o_kvcache* c)
         kvc_kernel_spec(c, (enum kvc_kernel)i, c->qtex_default, spec);
         VKH2O_CHECK(vkh2o_kernel_slot_resolve(c->ctx, &c->kern[i], kvc_kernel_names[i], KVC_BINDINGS, KVC_TEXEL_MASK, spec,
                                               KVC_SPEC_ALL));
+        if (reads_tex((enum kvc_kernel)i) && c->qtex_default) {
+            kvc_kernel_spec(c, (enum kvc_kernel)i, false, spec);
+            VKH2O_CHECK(vkh2o_kernel_slot_prepare(c->ctx, &c->kern_qs[i], kvc_kernel_names[i], KVC_BINDINGS, KVC_TEXEL_MASK,
+                                                  spec, KVC_SPEC_ALL));
+        }
     }
     return VKH2O_OK;
 }
@@ -761,13 +769,8 @@ static vkh2o_result kvc_kernels(vkh2o_kvcache* c)
 static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, enum kvc_kernel i, const vkh2o_binding* b, bool qtex,
                              const struct kvc_push* pc, uint32_t gx, uint32_t gy, uint32_t gz)
 {
-    uint32_t spec[KVC_SPEC_ALL];
-    kvc_kernel_spec(c, i, qtex, spec);
-    vkh2o_kernel_slot* slot = reads_tex(i) && qtex != c->qtex_default ? &c->kern_qs[i] : &c->kern[i];
     vkh2o_kernel* k;
-    /* the handle of the create (kern_qs: of the first use); a lookup again only after the
-     * context's kernel cache was emptied */
-    VKH2O_CHECK(vkh2o_kernel_slot_get(c->ctx, slot, true, kvc_kernel_names[i], KVC_BINDINGS, KVC_TEXEL_MASK, spec, KVC_SPEC_ALL, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_read(c->ctx, reads_tex(i) && qtex != c->qtex_default ? &c->kern_qs[i] : &c->kern[i], &k));
     VKH2O_CHECK(vkh2o_dispatch(c->ctx, cb, k, b, KVC_BINDINGS, pc, sizeof *pc, gx, gy, gz));
     vkh2o_barrier(c->ctx, cb);
     return VKH2O_OK;

@@ -109,7 +109,8 @@ struct vkh2o_kvcache {
     bool qtex_default;             /* the query read through texels in kern[] (not under
                                       VKH2O_CONTEXT_BASELINE_ONLY, which never does) */
     vkh2o_kernel_slot kern_qs[2];  /* kvc_attend and kvc_combine reading the query the other way
-                                      (e.g. an app's VkBuffer, or off a 16-byte boundary): on first use */
+                                      (e.g. an app's VkBuffer, or off a 16-byte boundary): prepared
+                                      at create, made at the first step that records it */
 };
 
 /* bindings of every kvc_*.comp: 9 storage buffers, then 2 uniform texel buffers (the arena's and
