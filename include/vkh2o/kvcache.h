@@ -75,8 +75,9 @@
  * (plan.splits, flash-decoding: per split and group of heads the running max, sum and
  * unnormalised P . row), appending the new token as it goes; kvc_combine combines the splits
  * and, when the cache selects, recomputes each token's logits to add its mass to its score and
- * keeps, per part of the tokens, each tier's first victims; kvc_select (one small workgroup)
- * merges those lists to demote and evict, and scans a whole tier only when they run out.
+ * keeps, per part of the tokens, each tier's first victims; kvc_select (one small workgroup;
+ * kvc_select_bytes for tiers by bytes) merges those lists to demote and evict, and scans a whole
+ * tier only when they run out; a cache that never selects records kvc_count, the bookkeeping.
  *
  * Everything the device decides stays on the device: the next position, the tier counts, the
  * free slot, the scores. A vkh2o_cmd_kvcache_* call only records, with dispatch sizes fixed by
@@ -319,6 +320,10 @@ VKH2O_API uint32_t vkh2o_kvcache_row_numbers(const vkh2o_kvcache_desc* desc);
 /* Device bytes of one layer under a plan: arena_bytes + table_bytes (the cache's workspace and
  * the FROM_ORIGINAL shadow store are apart; plan.device_bytes is the whole cache). */
 VKH2O_API uint64_t vkh2o_kvcache_plan_bytes(const vkh2o_kvcache_plan* plan);
+/* The name of the kernel a step of this plan records third: kvc_count (a cache that never
+ * selects), kvc_select (pools) or kvc_select_bytes (tiers by bytes); as vkh2o_kernel_name
+ * lists them. */
+VKH2O_API const char* vkh2o_kvcache_select_kernel(const vkh2o_kvcache_plan* plan);
 /* Middle tokens per tier after a prefill of n tokens (the rest of the n - sinks - recents middle
  * tokens are evicted): under pools the free slots of each pool, by bytes what the capacity
  * holds once every middle token that must has moved down. */

@@ -732,6 +732,16 @@ static vkh2o_result check_range(vkh2o_kvcache* c, const char* what, const vkh2o_
 
 static const char* const kvc_kernel_names[KVC_K_COUNT] = { "kvc_attend", "kvc_combine", "kvc_select", "kvc_prefill" };
 
+/* stage 3 is built three ways (shaders/kvcache/kvc_select.glsl): each module holds one path */
+const char* vkh2o_kvcache_select_kernel(const vkh2o_kvcache_plan* p)
+{
+    return !p->selects ? "kvc_count" : p->by_bytes ? "kvc_select_bytes" : "kvc_select";
+}
+static const char* kvc_kernel_name(const vkh2o_kvcache* c, enum kvc_kernel i)
+{
+    return i == KVC_K_SELECT ? vkh2o_kvcache_select_kernel(&c->plan) : kvc_kernel_names[i];
+}
+
 /* The spec constants of kernel i: the cache's, with SHADOW only that of kvc_select and
  * kvc_prefill and TEX only that of kvc_attend and kvc_combine (the others see 0 there, so caches
  * that differ only in them share their pipelines); qtex: the step's query through texels. */
@@ -755,7 +765,7 @@ static vkh2o_result kvc_kernels(vkh2o_kvcache* c)
     for (int i = 0; i < KVC_K_COUNT; i++) {
         uint32_t spec[KVC_SPEC_ALL];
         kvc_kernel_spec(c, (enum kvc_kernel)i, c->qtex_default, spec);
-        VKH2O_CHECK(vkh2o_kernel_slot_resolve(c->ctx, &c->kern[i], kvc_kernel_names[i], KVC_BINDINGS, KVC_TEXEL_MASK, spec,
+        VKH2O_CHECK(vkh2o_kernel_slot_resolve(c->ctx, &c->kern[i], kvc_kernel_name(c, (enum kvc_kernel)i), KVC_BINDINGS, KVC_TEXEL_MASK, spec,
                                               KVC_SPEC_ALL));
         if (reads_tex((enum kvc_kernel)i) && c->qtex_default) {
             kvc_kernel_spec(c, (enum kvc_kernel)i, false, spec);

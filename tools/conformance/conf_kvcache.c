@@ -328,9 +328,10 @@ void conf_register_kvcache(conf_registry* reg)
                 rd = d;
                 pl.selects = true;
             }
-            conf_case* c = conf_add(reg, run_kv, sh,
-                                    pl.selects || pl.splits > 1 ? "kvc_prefill,kvc_attend,kvc_combine,kvc_select"
-                                                                : "kvc_prefill,kvc_attend,kvc_select",
+            char kernels[96];
+            snprintf(kernels, sizeof kernels, "kvc_prefill,kvc_attend,%s%s", pl.selects || pl.splits > 1 ? "kvc_combine," : "",
+                     vkh2o_kvcache_select_kernel(&pl));
+            conf_case* c = conf_add(reg, run_kv, sh, kernels,
                                     "kvcache.step.%s.%s.h%u_r%u_p%u", sh == CONF_SHAPES_CPU ? "cpu" : "gpu", k->name, k->H,
                                     vkh2o_kvcache_row_numbers(&rd), k->prefill);
             if (!c) return;
