@@ -765,8 +765,12 @@ static vkh2o_result kvc_kernels(vkh2o_kvcache* c)
     for (int i = 0; i < KVC_K_COUNT; i++) {
         uint32_t spec[KVC_SPEC_ALL];
         kvc_kernel_spec(c, (enum kvc_kernel)i, c->qtex_default, spec);
-        VKH2O_CHECK(vkh2o_kernel_slot_resolve(c->ctx, &c->kern[i], kvc_kernel_name(c, (enum kvc_kernel)i), KVC_BINDINGS, KVC_TEXEL_MASK, spec,
-                                              KVC_SPEC_ALL));
+        if (i == KVC_K_COMBINE && !(c->ncw + c->plan.score_groups))   /* never dispatched (a full cache, one split) */
+            VKH2O_CHECK(vkh2o_kernel_slot_prepare(c->ctx, &c->kern[i], kvc_kernel_name(c, (enum kvc_kernel)i), KVC_BINDINGS,
+                                                  KVC_TEXEL_MASK, spec, KVC_SPEC_ALL));
+        else
+            VKH2O_CHECK(vkh2o_kernel_slot_resolve(c->ctx, &c->kern[i], kvc_kernel_name(c, (enum kvc_kernel)i), KVC_BINDINGS,
+                                                  KVC_TEXEL_MASK, spec, KVC_SPEC_ALL));
         if (reads_tex((enum kvc_kernel)i) && c->qtex_default) {
             kvc_kernel_spec(c, (enum kvc_kernel)i, false, spec);
             VKH2O_CHECK(vkh2o_kernel_slot_prepare(c->ctx, &c->kern_qs[i], kvc_kernel_names[i], KVC_BINDINGS, KVC_TEXEL_MASK,
