@@ -760,17 +760,19 @@ static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, bool qtex
  * kvc_combine's other query read (an app's VkBuffer, or an offset off a 16-byte boundary) is
  * prepared: made at its first recording, as most caches never record it. Recording reads the
  * handles (vkh2o_kernel_slot_read). */
+/* kvc_combine's workgroups in a step: the combine's and the score pass's (0: not dispatched, the
+ * full cache with one split has nothing to combine) */
+static uint32_t combine_groups(const vkh2o_kvcache* c) { return c->ncw + c->plan.score_groups; }
+
 static vkh2o_result kvc_kernels(vkh2o_kvcache* c)
 {
     for (int i = 0; i < KVC_K_COUNT; i++) {
         uint32_t spec[KVC_SPEC_ALL];
         kvc_kernel_spec(c, (enum kvc_kernel)i, c->qtex_default, spec);
-        if (i == KVC_K_COMBINE && !(c->ncw + c->plan.score_groups))   /* never dispatched (a full cache, one split) */
-            VKH2O_CHECK(vkh2o_kernel_slot_prepare(c->ctx, &c->kern[i], kvc_kernel_name(c, (enum kvc_kernel)i), KVC_BINDINGS,
-                                                  KVC_TEXEL_MASK, spec, KVC_SPEC_ALL));
-        else
-            VKH2O_CHECK(vkh2o_kernel_slot_resolve(c->ctx, &c->kern[i], kvc_kernel_name(c, (enum kvc_kernel)i), KVC_BINDINGS,
-                                                  KVC_TEXEL_MASK, spec, KVC_SPEC_ALL));
+        /* a kernel the step never dispatches is only prepared */
+        const bool used = i != KVC_K_COMBINE || combine_groups(c);
+        VKH2O_CHECK((used ? vkh2o_kernel_slot_resolve : vkh2o_kernel_slot_prepare)(
+            c->ctx, &c->kern[i], kvc_kernel_name(c, (enum kvc_kernel)i), KVC_BINDINGS, KVC_TEXEL_MASK, spec, KVC_SPEC_ALL));
         if (reads_tex((enum kvc_kernel)i) && c->qtex_default) {
             kvc_kernel_spec(c, (enum kvc_kernel)i, false, spec);
             VKH2O_CHECK(vkh2o_kernel_slot_prepare(c->ctx, &c->kern_qs[i], kvc_kernel_names[i], KVC_BINDINGS, KVC_TEXEL_MASK,
@@ -879,8 +881,8 @@ vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const 
     /* at most three dispatches: the split attention with the append, the combine with the scores
      * and the candidate victims, the selection */
     VKH2O_CHECK(dispatch(c, cb, KVC_K_ATTEND, b, qtex, &pc, c->plan.splits, vkh2o_div_up(H, c->hg), c->ndg));
-    if (c->ncw + c->plan.score_groups)   /* (the full cache with one split has nothing to combine) */
-        VKH2O_CHECK(dispatch(c, cb, KVC_K_COMBINE, b, qtex, &pc, c->ncw + c->plan.score_groups, 1, 1));
+    if (combine_groups(c))
+        VKH2O_CHECK(dispatch(c, cb, KVC_K_COMBINE, b, qtex, &pc, combine_groups(c), 1, 1));
     VKH2O_CHECK(dispatch(c, cb, KVC_K_SELECT, b, qtex, &pc, 1, 1, 1));
     return VKH2O_OK;
 }

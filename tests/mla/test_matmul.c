@@ -112,13 +112,13 @@ static size_t span_floats(uint32_t batch, uint32_t batch_stride, uint32_t rows, 
 #define PATH_BIT(p) (1u << (p))
 #define ALL_PATHS (PATH_BIT(VKH2O_MATMUL_PATH_REGISTER) | PATH_BIT(VKH2O_MATMUL_PATH_TILED) | PATH_BIT(VKH2O_MATMUL_PATH_TEXEL))
 
-/* X sits x_off floats into its buffer (the binding's offset); x_tight: the buffer ends where X
- * does (no guard slack), so a texel view of it may not cover X when its size is not a multiple
- * of 16 bytes and the texel path must read X as a storage buffer instead. */
 /* the seed of the test running (the default run's choice of kernels per case turns with it) */
 static uint64_t g_seed;
 static uint64_t seed_of(const char* test) { return g_seed = vt_seed(test); }
 
+/* X sits x_off floats into its buffer (the binding's offset); x_tight: the buffer ends where X
+ * does (no guard slack), so a texel view of it may not cover X when its size is not a multiple
+ * of 16 bytes and the texel path must read X as a storage buffer instead. */
 static uint32_t run_case_x(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_t w_cols,
                            const vkh2o_matmul_args* a, uint64_t limit, uint32_t paths, uint32_t x_off, bool x_tight)
 {
