@@ -17,7 +17,11 @@
  *     token) gives bit-identical logits at every checkpoint within --replay steps;
  *   - no validation message (with --validation).
  * With --threads T, T threads each create their own context, model and session and run the same
- * generation at once; their checkpoints must be identical to each other (no replay then).
+ * generation at once; their checkpoints must be identical to each other (no replay then). Host
+ * RSS and the C heap are the process's, not a thread's: each thread takes its warm sample only
+ * once every thread is warm, and its end sample once every thread has run its steps (two gates),
+ * so one thread's pipelines and buffers, made while another is past its warm point, are not
+ * counted as the other's growth. A thread that stops early passes both gates on its way out.
  * Positions past the model's max_position_embeddings (4096 for models/tiny-mla) are beyond its
  * training length: the output is then not meaningful text, only deterministic.
  * Exit status: 0 all held, 1 a check failed, 2 usage or a library error.
@@ -61,6 +65,7 @@ typedef struct checkpoint {
 typedef struct soak_run {
     const soak_opts* o;
     uint32_t id;
+    bool passed_warm, passed_end;   /* --threads: the gates this thread has passed */
     int status;                 /* 0 ok, 1 a check failed, 2 error */
     char msg[1280];
     uint32_t n_cp;
@@ -69,6 +74,26 @@ typedef struct soak_run {
     uint32_t alloc_warm, alloc_end;
     double seconds;
 } soak_run;
+
+/* --threads: a gate every thread passes once; the first to arrive wait for the last. */
+typedef struct soak_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint32_t arrived;
+} soak_gate;
+
+static soak_gate g_warm = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+static soak_gate g_end = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+
+static void gate_pass(soak_gate* g, uint32_t threads, bool wait)
+{
+    pthread_mutex_lock(&g->mu);
+    g->arrived++;
+    pthread_cond_broadcast(&g->cv);
+    while (wait && g->arrived < threads)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
 
 static const char PROMPT[] = "The heavy hitters of a long session: ";
 
@@ -227,6 +252,12 @@ static void run_session(soak_run* r, vkh2o_context* ctx, vkh2o_model* m, uint32_
                      ref->cp[cpi].hash);
         } else if (!warm && i >= warm_step) {
             warm = true;
+            if (o->threads > 1) {   /* every thread warm, then the process's figures */
+                gate_pass(&g_warm, o->threads, true);
+                r->passed_warm = true;
+                c.rss_kib = rss_kib();
+                c.heap_bytes = heap_bytes();
+            }
             r->rss_warm = c.rss_kib;
             r->heap_warm = c.heap_bytes;
             r->dev_warm = c.device_bytes;
@@ -255,6 +286,10 @@ static void run_session(soak_run* r, vkh2o_context* ctx, vkh2o_model* m, uint32_
         FAIL(r, 1, "replay: %u steps reach no checkpoint (every %u)", steps, o->every);
     r->seconds = now_s() - t0;
     if (!ref) {
+        if (o->threads > 1) {   /* every thread done with its steps, none torn down yet */
+            gate_pass(&g_end, o->threads, true);
+            r->passed_end = true;
+        }
         vkh2o_memory_stats ms = vkh2o_context_get_memory_stats(ctx);
         r->rss_end = rss_kib();
         r->heap_end = heap_bytes();
@@ -344,7 +379,13 @@ done:
 
 static void* thread_main(void* arg)
 {
-    run_one(arg, NULL);
+    soak_run* r = arg;
+    run_one(r, NULL);
+    /* a thread that stopped early: the others must not wait for it */
+    if (!r->passed_warm)
+        gate_pass(&g_warm, r->o->threads, false);
+    if (!r->passed_end)
+        gate_pass(&g_end, r->o->threads, false);
     return NULL;
 }
 

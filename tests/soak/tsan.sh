@@ -24,7 +24,10 @@ if [ "$prc" != 66 ] || ! grep -q 'WARNING: ThreadSanitizer: data race' "$TMP/p.e
     exit 1
 fi
 rc=0
-"$BUILD/soak_session" --model "$ROOT/models/tiny-mla" --threads 4 --steps "$STEPS" --precision int4 \
+# --rss-slack 65536: under TSan the process holds ~2.4 GB (its shadow and its own metadata, which
+# grow by 1-5 MiB over these steps whatever the program does); the host memory's flatness is
+# the plain soak's check (scripts/vkh2o.sh soak, 4 MiB), here only a gross leak is caught
+"$BUILD/soak_session" --model "$ROOT/models/tiny-mla" --threads 4 --steps "$STEPS" --precision int4 --rss-slack 65536 \
     --checkpoint-every $(( STEPS / 10 > 0 ? STEPS / 10 : 1 )) --quiet > "$TMP/t.txt" 2> "$TMP/t.err" || rc=$?
 cat "$TMP/t.txt"
 if [ "$rc" != 0 ] || grep -q 'WARNING: ThreadSanitizer' "$TMP/t.err"; then
