@@ -2,7 +2,8 @@
  * vkh2o-validate: the seed's multi-step H2O validation (notebooks/02_validation_results.md),
  * on the GPU, on the one KV cache (vkh2o/kvcache.h). Every step appends one token per layer:
  * its query, c_kv and k_pe come from a host PRNG seeded by --seed, generated for a batch of
- * steps at a time into one buffer, the batch's steps (every layer) recorded with offsets into
+ * steps at a time into one buffer, the batch's steps (every layer: all of a step's layers in
+ * one vkh2o_kvcache_step, or with --layers-apart one step per layer) recorded with offsets into
  * it and submitted once. After every batch the tool checks the seed's four properties from the
  * cache's statistics and snapshots (sizes, evictions, sinks and recents kept at the top tier);
  * --check compares the held tokens (as sets: the cache evicts in place, so its slots are not in
@@ -40,7 +41,7 @@ typedef struct opts {
     const char* model;
     uint32_t context;
     char budgets[256];
-    bool check, quiet, memory, no_output, validation, batch_given;
+    bool check, quiet, memory, no_output, validation, batch_given, layers_apart;
 } opts;
 
 /* --budgets a,b,...: 1 to 32 budgets, each an integer in [1, 2^30], no empty item */
@@ -115,6 +116,10 @@ static int parse_args(int argc, char** argv, opts* o)
         { "--check", CLI_BOOL, &o->check,
           .help = "compare the cache with the CPU reference after every step: the held\ntokens as a set, their tiers "
                   "and scores, the attention output (slow)" },
+        { "--layers-apart", CLI_BOOL, &o->layers_apart,
+          .help = "record each layer's step on its own, one after another, as a model\ndecodes (default: every "
+                  "layer of a step in the same dispatches,\nvkh2o_kvcache_step.num_layers: this loop's layers' inputs "
+                  "are\nknown before the step)" },
         { "--no-output", CLI_BOOL, &o->no_output,
           .help = "the steps write no attention output (the scores still come from the\nattention); --check then "
                   "compares no output" },
@@ -523,6 +528,7 @@ static int make_desc(run* R)
         .storage = o->f32 ? VKH2O_DTYPE_F32 : VKH2O_DTYPE_F16, .scale = 1.0f / sqrtf((float)o->qk_dim), .max_tokens = o->steps,
         .capacity_tokens = o->n_sink + o->budget + o->n_recent, .n_sink = o->n_sink, .n_recent = o->n_recent,
         .policy = o->policy, .score_mode = o->mode, .seed = o->seed, .precision = o->kv,
+        .step_layers = o->layers_apart ? 1 : o->layers,
     };
     if (d.capacity_tokens >= o->steps)
         d.capacity_tokens = 0;   /* never full: the cache keeps every token */
@@ -627,11 +633,15 @@ static vkh2o_result submit_steps(run* R, uint32_t nb)
                 memcpy(k + (size_t)h * kw + R->rc.nope, k + R->rc.nope, 4ull * R->rc.rope);
         }
     TRY(vkh2o_buffer_upload(R->in, 0, R->host_in, 4ull * n));
+    /* every layer in one step, or (--layers-apart) one step per layer */
+    const uint32_t per = o->layers_apart ? 1 : o->layers;
+    uint32_t n_ks = 0;
     for (uint32_t s = 0; s < nb; s++)
-        for (uint32_t l = 0; l < o->layers; l++) {
+        for (uint32_t l = 0; l < o->layers; l += per) {
             const uint64_t off = 4ull * (uint64_t)(step_in(R, s, l) - R->host_in);
             vkh2o_kvcache_step ks = { .layer = l, .q = R->in, .q_offset = off, .out = R->out,
-                                      .out_offset = 4ull * l * H * R->OW };
+                                      .out_offset = 4ull * l * H * R->OW, .num_layers = per,
+                                      .in_stride = 4ull * R->per_step, .out_stride = 4ull * H * R->OW };
             if (o->expanded) {
                 ks.k = ks.v = R->in;
                 ks.k_offset = off + 4ull * A;
@@ -641,9 +651,9 @@ static vkh2o_result submit_steps(run* R, uint32_t nb)
                 ks.ckv_offset = off + 4ull * A;
                 ks.kpe_offset = off + 4ull * B;
             }
-            R->ks[s * o->layers + l] = ks;
+            R->ks[n_ks++] = ks;
         }
-    return vkh2o_run_kvcache_steps(R->cache, R->ks, nb * o->layers);
+    return vkh2o_run_kvcache_steps(R->cache, R->ks, n_ks);
 }
 
 /* The steps, --batch of them per batch (one with --check or --out-csv), each batch
@@ -662,8 +672,9 @@ static int run_steps(run* R)
            "n_sink=%u budget=%u n_recent=%u seed=%u\n",
            o->layers, o->heads, o->qk_dim, R->desc.qk_rope_head_dim, shape, o->f32 ? "fp32" : "fp16", vkh2o_kv_precision_name(o->kv),
            pname[o->policy], mname[o->mode], o->n_sink, o->budget, o->n_recent, o->seed);
-    printf("[B1] device: %s; one cache (evicted in place), %u step%s per batch (every layer's steps in one submission)%s\n",
+    printf("[B1] device: %s; one cache (evicted in place), %u step%s per batch (every layer's steps in one submission; %s)%s\n",
            vkh2o_context_get_caps(R->ctx)->device_name, R->batch, R->batch == 1 ? "" : "s",
+           o->layers_apart ? "each layer's step apart" : "a step's layers in the same dispatches",
            o->check ? " (--check)" : o->csv ? " (--out-csv)" : "");
     printf("[B1] running %u simulated generation steps...\n\n", o->steps);
     fflush(stdout);

@@ -67,11 +67,12 @@
  *             demoted token written before its old slot is freed)
  *   Beside the layers the cache has one workspace (plan.workspace_bytes): the step's per-split
  *   attention partials (splits x num_heads x 2 floats with one split, x (out numbers + 2) with
- *   more) and the candidate victims of the score pass. plan.device_bytes is every buffer the
+ *   more) and the candidate victims of the score pass, for each of the desc.step_layers layers a
+ *   step may take at once (one by default). plan.device_bytes is every buffer the
  *   cache allocates; vkh2o_context_get_memory_stats grows by exactly that (measured per
  *   configuration in docs/PERFORMANCE.md, section 0).
  *
- * The step's kernels: at most three dispatches per layer. kvc_attend splits the held tokens
+ * The step's kernels: at most three dispatches per step, of one layer or of several. kvc_attend splits the held tokens
  * (plan.splits, flash-decoding: per split and group of heads the running max, sum and
  * unnormalised P . row), appending the new token as it goes; kvc_combine combines the splits
  * and, when the cache selects, recomputes each token's logits to add its mass to its score and
@@ -268,6 +269,9 @@ typedef struct vkh2o_kvcache_desc {
     uint32_t attention_splits;  /* a step's attention splits over the held tokens (1..64); 0: the
                                    default (plan.splits). More splits: more workgroups at once, and
                                    a workspace of splits x num_heads x (out numbers + 2) floats */
+    uint32_t step_layers;       /* the most layers one step may take at once (vkh2o_kvcache_step.
+                                   num_layers; 0: 1, at most num_layers): the workspace is this many
+                                   layers' */
 } vkh2o_kvcache_desc;
 
 /* What a desc resolves to: the slots each tier may hold per layer (0: tier not used; T0's
@@ -293,7 +297,8 @@ typedef struct vkh2o_kvcache_plan {
     uint64_t table_bytes;                  /* per layer: state words, and by bytes the chunk tables and free stack */
     uint32_t splits;                       /* a step's attention splits (desc.attention_splits or the default) */
     uint32_t score_groups;                 /* workgroups of a step's score pass (0: the cache does not select) */
-    uint64_t workspace_bytes;              /* per cache: the step's partials and candidate lists */
+    uint64_t workspace_bytes;              /* per cache: the step's partials and candidate lists, for
+                                              desc.step_layers layers */
     uint64_t device_bytes;                 /* the whole cache as created: every buffer it allocates */
 } vkh2o_kvcache_plan;
 
@@ -368,6 +373,13 @@ VKH2O_API vkh2o_result vkh2o_run_kvcache_reset(vkh2o_kvcache* c);
  * OUT_OF_HOST_MEMORY). The buffers must outlive the command buffer's execution.
  * A step past max_tokens positions is not taken: the device counts it in the statistics'
  * overflow and leaves the cache as it was.
+ * Several layers in one step: num_layers n > 1 records layers layer .. layer + n - 1 in the same
+ * three dispatches (n times the workgroups of one layer's step, the same results bit for bit),
+ * layer layer + i reading each input at its offset + i * in_stride and writing out at
+ * out_offset + i * out_stride (strides in bytes, multiples of 4; out_stride at least one layer's
+ * output when out is given). For layers whose inputs are all known before the step (a
+ * simulation, a benchmark): a model's layers take the one before's output and step one at a
+ * time. At most desc.step_layers layers (INVALID_ARGUMENT above it); 0 or 1: the one layer.
  */
 typedef struct vkh2o_kvcache_step {
     uint32_t layer;
@@ -377,6 +389,8 @@ typedef struct vkh2o_kvcache_step {
     const vkh2o_buffer* out;  uint64_t out_offset;
     const vkh2o_buffer* k;    uint64_t k_offset;     /* EXPANDED */
     const vkh2o_buffer* v;    uint64_t v_offset;     /* EXPANDED */
+    uint32_t num_layers;                             /* 0 or 1: one layer; n: layers [layer, layer + n) */
+    uint64_t in_stride, out_stride;                  /* num_layers > 1: bytes from one layer's inputs / output to the next's */
 } vkh2o_kvcache_step;
 VKH2O_API vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const vkh2o_kvcache_step* s);
 VKH2O_API vkh2o_result vkh2o_run_kvcache_step(vkh2o_kvcache* c, const vkh2o_kvcache_step* s);

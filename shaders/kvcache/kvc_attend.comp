@@ -9,10 +9,10 @@
  * Writes each head's max, sum and unnormalised P . V to the workspace (part_base); kvc_combine
  * combines the splits. With one split the output is final here: out = P . V / sum (p.flags & 1),
  * and only the max and sum go to the workspace (for the score pass). The new token is read from the inputs, rounded as the top tier stores it,
- * while workgroup (0, 0, 0) appends it: its row, position and score 0 into the top tier's slot
+ * while each layer's first workgroup appends it: its row, position and score 0 into the top tier's slot
  * `count` (kvc_select counts it). With CHECKFIN the inputs and any NaN or +Inf logit are flagged
  * (ST_NF_STEP). A step at max_tokens positions does nothing (kvc_select counts the overflow).
- * Dispatch (NSPLIT, ceil(H / HG), ceil(OW / (WG * DPI))). Spec constants and bindings:
+ * Dispatch (NSPLIT, ceil(H / HG) x the step's layers, ceil(OW / (WG * DPI))). Spec constants and bindings:
  * kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
@@ -40,8 +40,8 @@ void append(uint pos, uint c0)
             continue;
         }
         const uint e = 2u * w;
-        const float a = e < WA ? in_ckv[p.ckv_off + e] : in_kpe[p.kpe_off + e - WA];
-        const float b = e + 1u < W ? (e + 1u < WA ? in_ckv[p.ckv_off + e + 1u] : in_kpe[p.kpe_off + e + 1u - WA]) : 0.0;
+        const float a = e < WA ? in_ckv[ckv_off() + e] : in_kpe[kpe_off() + e - WA];
+        const float b = e + 1u < W ? (e + 1u < WA ? in_ckv[ckv_off() + e + 1u] : in_kpe[kpe_off() + e + 1u - WA]) : 0.0;
         rows[tok_w(r, w)] = f32_to_f16_rne(a) | (e + 1u < W ? f32_to_f16_rne(b) << 16 : 0u);
     }
     if (tid == 0u) {
@@ -50,9 +50,9 @@ void append(uint pos, uint c0)
     }
     if (CHECKFIN == 1u) {
         uint nf = 0u;
-        for (uint e = tid; e < WA; e += WG) if (non_finite(in_ckv[p.ckv_off + e])) nf |= NF_CKV;
-        for (uint e = tid; e < W - WA; e += WG) if (non_finite(in_kpe[p.kpe_off + e])) nf |= NF_KPE;
-        for (uint e = tid; e < H * QW; e += WG) if (non_finite(in_q[p.q_off + e])) nf |= NF_Q;
+        for (uint e = tid; e < WA; e += WG) if (non_finite(in_ckv[ckv_off() + e])) nf |= NF_CKV;
+        for (uint e = tid; e < W - WA; e += WG) if (non_finite(in_kpe[kpe_off() + e])) nf |= NF_KPE;
+        for (uint e = tid; e < H * QW; e += WG) if (non_finite(in_q[q_off() + e])) nf |= NF_Q;
         if (nf != 0u) atomicOr(state[g_st() + ST_NF_STEP], nf);
     }
 }
@@ -146,13 +146,16 @@ void block(uint k, uint t0, uint nb, bool isnew, uint h0, uint nh, uint dg)
 
 void main()
 {
-    const uint tid = gl_LocalInvocationID.x, s = gl_WorkGroupID.x, h0 = gl_WorkGroupID.y * HG, dg = gl_WorkGroupID.z;
+    // y: the layer's head group, the layers one after another
+    const uint NHG = (H + HG - 1u) / HG, hgi = gl_WorkGroupID.y % NHG;
+    g_l = gl_WorkGroupID.y / NHG;
+    const uint tid = gl_LocalInvocationID.x, s = gl_WorkGroupID.x, h0 = hgi * HG, dg = gl_WorkGroupID.z;
     const uint pos = state[g_st() + ST_POS];
     if (pos >= MAXTOK) return;
     const uint nh = min(HG, H - h0);
     const uvec4 cnt = held_counts(false);
     const uint c0 = cnt.x, L = cnt.x + cnt.y + cnt.z + cnt.w + 1u;
-    if (s == 0u && gl_WorkGroupID.y == 0u && dg == 0u) append(pos, c0);
+    if (s == 0u && hgi == 0u && dg == 0u) append(pos, c0);
     // split s: [lo, hi) of the held tokens in tier order, the new token last (index L - 1)
     const uint lo = s * L / NSPLIT, hi = (s + 1u) * L / NSPLIT;
     [[unroll]] for (uint u = 0u; u < DPI; u++)
@@ -180,7 +183,7 @@ void main()
         if (d >= OW) continue;
         if (NSPLIT == 1u) {
             [[unroll]] for (uint h = 0u; h < HG; h++)
-                if (h < nh) out_f[p.out_off + (h0 + h) * OW + d] = o[u][h] * iz[h];
+                if (h < nh) out_f[out_off() + (h0 + h) * OW + d] = o[u][h] * iz[h];
         } else {
             [[unroll]] for (uint h = 0u; h < HG; h++)
                 if (h < nh) work[part_base(s, h0 + h) + 2u + d] = floatBitsToUint(o[u][h]);

@@ -16,7 +16,7 @@ layout(constant_id = 30) const uint HG = 8;   // heads per pass over a row: 8, o
 
 // the step's new token, element e, as the top tier stores it (kvc_attend reads it from the
 // inputs while its workgroup writes it to the arena)
-float new_x(uint e) { return top_round(e < WA ? in_ckv[p.ckv_off + e] : in_kpe[p.kpe_off + e - WA]); }
+float new_x(uint e) { return top_round(e < WA ? in_ckv[ckv_off() + e] : in_kpe[kpe_off() + e - WA]); }
 
 // arena word a
 uint arena_word(uint a) { return (TEX & 1u) != 0u ? texelFetch(arena_t, int(a >> 2))[a & 3u] : rows[a]; }
@@ -84,16 +84,16 @@ void row8(uint k, Tok r, bool isnew, uint e0, out float v[8])
     }
 }
 
-// query number i of the step (from p.q_off), and four from i (a multiple of 4, with QW % 4 == 0)
+// query number i of the step (from q_off()), and four from i (a multiple of 4, with QW % 4 == 0)
 float q_at(uint i)
 {
-    if ((TEX & 2u) != 0u) { const uint f = p.q_toff + i; return uintBitsToFloat(texelFetch(q_t, int(f >> 2))[f & 3u]); }
-    return in_q[p.q_off + i];
+    if ((TEX & 2u) != 0u) { const uint f = q_toff() + i; return uintBitsToFloat(texelFetch(q_t, int(f >> 2))[f & 3u]); }
+    return in_q[q_off() + i];
 }
 vec4 q4_at(uint i)
 {
-    if ((TEX & 2u) != 0u) return uintBitsToFloat(texelFetch(q_t, int((p.q_toff + i) >> 2)));
-    return vec4(in_q[p.q_off + i], in_q[p.q_off + i + 1u], in_q[p.q_off + i + 2u], in_q[p.q_off + i + 3u]);
+    if ((TEX & 2u) != 0u) return uintBitsToFloat(texelFetch(q_t, int((q_toff() + i) >> 2)));
+    return vec4(in_q[q_off() + i], in_q[q_off() + i + 1u], in_q[q_off() + i + 2u], in_q[q_off() + i + 3u]);
 }
 
 // the query read four numbers at a time (storage: any; texels: whole texels)

@@ -31,16 +31,30 @@ layout(push_constant) uniform Push {
     uint flags;        // 1: write out
     uint middle[4];    // prefill: middle tokens per tier
     uint q_toff;       // TEX & 2: q_off's float in q_t (a multiple of 4)
+    uint in_step;      // a step over several layers: floats from one layer's inputs to the next's
+    uint out_step;     // and from one layer's output to the next's
 } p;
+
+// A step may record several independent layers in the same dispatches (vkh2o_kvcache_step.
+// num_layers): the workgroup's layer is p.layer + g_l (each kernel sets g_l first, from its
+// workgroup id), its inputs p.in_step floats and its output p.out_step floats after the layer
+// before it, and its part of the workspace WORK_WORDS words after.
+uint g_l = 0u;
+uint lay() { return p.layer + g_l; }
+uint q_off() { return p.q_off + g_l * p.in_step; }
+uint q_toff() { return p.q_toff + g_l * p.in_step; }
+uint ckv_off() { return p.ckv_off + g_l * p.in_step; }
+uint kpe_off() { return p.kpe_off + g_l * p.in_step; }
+uint out_off() { return p.out_off + g_l * p.out_step; }
 
 uint rows_word(uint a) { return rows[a]; }
 uint shadow_word(uint a) { return shadow[a]; }
 KVC_DEFINE_DEQ(deq, rows_word)
 KVC_DEFINE_DEQ(deq_shadow, shadow_word)
 
-uint g_st() { return p.layer * ST_WORDS; }
-uint arena0() { return p.layer * NCHUNK * CW; }
-uint tab0() { return p.layer * tab_words(); }
+uint g_st() { return lay() * ST_WORDS; }
+uint arena0() { return lay() * NCHUNK * CW; }
+uint tab0() { return lay() * tab_words(); }
 // the physical chunk of tier k's virtual chunk c
 uint chunk_of(uint k, uint c) { return DYN != 0u ? tabs[tab0() + tab_off(k) + c] : tab_off(k) + c; }
 Tok tok_at(uint k, uint t)
@@ -60,7 +74,7 @@ uint shadow_base(uint k, uint t)
     uint o = 0u;
     for (uint j = 1u; j < k; j++) o += tier_slots(j);
     const uint lower = tier_slots(1u) + tier_slots(2u) + tier_slots(3u);
-    return (p.layer * lower + o + t) * tier_row_words(0u);
+    return (lay() * lower + o + t) * tier_row_words(0u);
 }
 
 // tokens held per tier (with_new: the step's new token counted at the top tier, kvc_combine)
@@ -88,9 +102,11 @@ const uint KC = 4u;
 const uint CAND_WORDS = 1u + 3u * KC;
 // a split's words per head: max and sum, then (more than one split) OW numbers of P . V
 const uint PW = NSPLIT == 1u ? 2u : OW + 2u;
-uint cand0() { return NSPLIT * H * PW; }
+// a layer's workspace words (vkh2o_kvcache_plan.workspace_bytes is this per step layer)
+const uint WORK_WORDS = NSPLIT * H * PW + (SELECTS != 0u ? NMW * 4u * CAND_WORDS : 0u);
+uint cand0() { return g_l * WORK_WORDS + NSPLIT * H * PW; }
 uint cand_base(uint w, uint k) { return cand0() + (w * 4u + k) * CAND_WORDS; }
 // the partials of split s, head h
-uint part_base(uint s, uint h) { return (s * H + h) * PW; }
+uint part_base(uint s, uint h) { return g_l * WORK_WORDS + (s * H + h) * PW; }
 
 #endif

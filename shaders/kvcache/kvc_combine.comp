@@ -10,7 +10,7 @@
  * order: kvc_bindings.glsl goes_before) with the number of middle tokens the part holds in the
  * tier: kvc_select merges these lists instead of scanning every token. With CHECKFIN a
  * non-finite weight or score is flagged (ST_NF_STEP).
- * Dispatch (NCW + NMW) with NCW = ceil(H * OW / WG), or 0 with one split (kvc_attend's output is
+ * Dispatch (NCW + NMW, the step's layers) with NCW = ceil(H * OW / WG), or 0 with one split (kvc_attend's output is
  * final). Spec constants and bindings:
  * kvc_common.glsl, kvc_bindings.glsl.
  */
@@ -50,7 +50,7 @@ void combine(uint i)
     // the head's weights exp(l - M) / z are non-finite when z is (a NaN or +Inf logit) or 0 (every
     // logit -Inf)
     if (CHECKFIN == 1u && d == 0u && (non_finite(z) || !(z > 0.0))) atomicOr(state[g_st() + ST_NF_STEP], NF_SCORE);
-    if ((p.flags & 1u) != 0u) out_f[p.out_off + h * OW + d] = o / z;
+    if ((p.flags & 1u) != 0u) out_f[out_off() + h * OW + d] = o / z;
 }
 
 // tier k's part of the workgroup's list gets the block's candidate c if it goes before its last
@@ -99,7 +99,7 @@ void score_block(uint k, uint t0, uint nb, uint cur)
         rows[sw] = floatBitsToUint(v);
         if (CHECKFIN == 1u && non_finite(v)) nf |= NF_SCORE;
         const uint tp = tok_pos(k, r);
-        if (is_middle(tp, cur)) c = uvec4(select_key(POLICY, MODE, v, tp, cur, p.seed, p.layer), tp, t0 + tid, k);
+        if (is_middle(tp, cur)) c = uvec4(select_key(POLICY, MODE, v, tp, cur, p.seed, lay()), tp, t0 + tid, k);
     }
     sh_c[tid] = c;
     barrier();
@@ -146,6 +146,7 @@ void scores_pass(uint w)
 
 void main()
 {
+    g_l = gl_WorkGroupID.y;
     if (state[g_st() + ST_POS] >= MAXTOK) return;
     const uint wg = gl_WorkGroupID.x;
     if (wg < NCW) {

@@ -135,7 +135,7 @@ uint scan_pick(uint k, uint cur)
         const Tok r = tok_at(k, t);
         const uint pos = tok_pos(k, r);
         if (!is_middle(pos, cur)) continue;
-        const uint key = select_key(POLICY, MODE, tok_score(k, r), pos, cur, p.seed, p.layer);
+        const uint key = select_key(POLICY, MODE, tok_score(k, r), pos, cur, p.seed, lay());
         if (bs == EMPTY || goes_before(k, key, pos, bk, bp, cur)) { bk = key; bs = t; bp = pos; }
     }
     sh_key[tid] = bk;
@@ -249,7 +249,7 @@ void move_down(uint kf, uint v, uint kt, uint cur)
         state[st + ST_DEMOTED + kf] += 1u;
         if (sh_nins[kt] < NINS) {
             const uint ib = (kt * NINS + sh_nins[kt]) * 3u;
-            sh_ins[ib] = select_key(POLICY, MODE, uintBitsToFloat(sc), pos, cur, p.seed, p.layer);
+            sh_ins[ib] = select_key(POLICY, MODE, uintBitsToFloat(sc), pos, cur, p.seed, lay());
             sh_ins[ib + 1u] = pos;
             sh_ins[ib + 2u] = t;
             sh_nins[kt] += 1u;
@@ -331,6 +331,7 @@ void pools(uint cur)
 
 void main()
 {
+    g_l = gl_WorkGroupID.y;   // (1, the step's layers)
     const uint tid = gl_LocalInvocationID.x, st = g_st();
     const uint pos = state[st + ST_POS];
     sync();

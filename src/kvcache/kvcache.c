@@ -308,7 +308,9 @@ static void plan_arena(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* pl)
         uint32_t g = vkh2o_div_up(pl->kept_tokens + 1, KVC_WG);   /* a block of the held tokens each (the score pass recomputes the logits) */
         pl->score_groups = g < 1 ? 1 : g > KVC_MAX_NMW ? KVC_MAX_NMW : g;
     }
-    pl->workspace_bytes = 4ull * ((uint64_t)splits * H * (splits == 1 ? 2 : ow + 2) + (uint64_t)pl->score_groups * 4 * (1 + 3 * KVC_KC));
+    /* per step layer (kvc_bindings.glsl WORK_WORDS) */
+    pl->workspace_bytes = (d->step_layers ? d->step_layers : 1) * 4ull *
+                          ((uint64_t)splits * H * (splits == 1 ? 2 : ow + 2) + (uint64_t)pl->score_groups * 4 * (1 + 3 * KVC_KC));
     const uint64_t L = d->num_layers;
     pl->device_bytes = L * (pl->arena_bytes + pl->table_bytes + pl->shadow_bytes) + pl->workspace_bytes + 16;
 }
@@ -509,6 +511,11 @@ vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kv
     }
     if (d.attention_splits > 64)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: attention_splits %u above 64", d.attention_splits);
+    if (d.step_layers > d.num_layers)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache: step_layers %u above num_layers %u", d.step_layers,
+                               d.num_layers);
+    if (!d.step_layers)
+        d.step_layers = 1;
     plan_arena(&d, &pl);
     if (out)
         *out = d;
@@ -852,38 +859,58 @@ vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const 
         return vkh2o_fail(c ? c->ctx : NULL, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_kvcache_step: NULL argument");
     const vkh2o_kvcache_desc* d = &c->d;
     const uint32_t H = d->num_heads;
-    if (s->layer >= d->num_layers)
-        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache step: layer %u of %u", s->layer, d->num_layers);
+    const uint32_t nl = s->num_layers ? s->num_layers : 1;
+    if (s->layer >= d->num_layers || nl > d->num_layers - s->layer)
+        return nl == 1 ? vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache step: layer %u of %u", s->layer, d->num_layers)
+                       : vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT, "kvcache step: layers %u .. %u, the cache has %u",
+                                    s->layer, s->layer + nl - 1, d->num_layers);
+    if (nl > d->step_layers)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "kvcache step: %u layers in one step, above the cache's step_layers %u (its workspace)", nl,
+                          d->step_layers);
+    /* several layers: each input and the output a stride further per layer, in floats */
+    const uint64_t ins = nl > 1 ? s->in_stride : 0, outs = nl > 1 ? s->out_stride : 0;
+    if (ins % 4 || outs % 4 || ins / 4 * (nl - 1) > UINT32_MAX || outs / 4 * (nl - 1) > UINT32_MAX)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "kvcache step: in_stride %llu and out_stride %llu must be multiples of 4 bytes within 2^32 floats "
+                          "over the step's layers", (unsigned long long)s->in_stride, (unsigned long long)s->out_stride);
+    if (s->out && nl > 1 && outs < 4ull * H * c->ow)
+        return vkh2o_fail(c->ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "kvcache step: out_stride %llu bytes is less than one layer's output (%llu): the layers' outputs "
+                          "would overlap", (unsigned long long)outs, 4ull * H * c->ow);
+    const uint64_t more = ins / 4 * (nl - 1);   /* the last layer's inputs: this many floats further */
     /* the row's two inputs: LATENT ckv and kpe, EXPANDED k and v */
     const bool expanded = d->layout == VKH2O_LAYOUT_EXPANDED;
     const vkh2o_buffer* in_a = expanded ? s->k : s->ckv;
     const vkh2o_buffer* in_b = expanded ? s->v : s->kpe;
     const uint64_t off_a = expanded ? s->k_offset : s->ckv_offset, off_b = expanded ? s->v_offset : s->kpe_offset;
-    VKH2O_CHECK(check_range(c, "q", s->q, s->q_offset, (uint64_t)H * c->qw));
+    VKH2O_CHECK(check_range(c, "q", s->q, s->q_offset, more + (uint64_t)H * c->qw));
     if (expanded) {
-        VKH2O_CHECK(check_range(c, "k", in_a, off_a, (uint64_t)H * c->qw));
-        VKH2O_CHECK(check_range(c, "v", in_b, off_b, (uint64_t)H * c->ow));
+        VKH2O_CHECK(check_range(c, "k", in_a, off_a, more + (uint64_t)H * c->qw));
+        VKH2O_CHECK(check_range(c, "v", in_b, off_b, more + (uint64_t)H * c->ow));
     } else {
-        VKH2O_CHECK(check_range(c, "ckv", in_a, off_a, d->kv_lora_rank));
-        VKH2O_CHECK(check_range(c, "kpe", in_b, off_b, d->qk_rope_head_dim));
+        VKH2O_CHECK(check_range(c, "ckv", in_a, off_a, more + d->kv_lora_rank));
+        VKH2O_CHECK(check_range(c, "kpe", in_b, off_b, more + d->qk_rope_head_dim));
     }
     if (s->out)
-        VKH2O_CHECK(check_range(c, "out", s->out, s->out_offset, (uint64_t)H * c->ow));
+        VKH2O_CHECK(check_range(c, "out", s->out, s->out_offset, outs / 4 * (nl - 1) + (uint64_t)H * c->ow));
     uint64_t q_base = 0, q_range = 0;
     uint32_t q_toff = 0;
-    const bool qtex = query_texels(c, s->q, s->q_offset, (uint64_t)H * c->qw, &q_base, &q_range, &q_toff);
+    /* (one view over every layer's query: each layer's offset is in_stride, a multiple of 16, further) */
+    const bool qtex = ins % 16 == 0 &&
+                      query_texels(c, s->q, s->q_offset, more + (uint64_t)H * c->qw, &q_base, &q_range, &q_toff);
     vkh2o_binding b[KVC_BINDINGS];
     VKH2O_CHECK(bindings(c, b, s->q, in_a, in_b, s->out, qtex, q_base, q_range));
     struct kvc_push pc = { .layer = s->layer, .q_off = (uint32_t)(s->q_offset / 4), .ckv_off = (uint32_t)(off_a / 4),
                            .kpe_off = (uint32_t)(off_b / 4), .out_off = s->out ? (uint32_t)(s->out_offset / 4) : 0,
                            .scale = d->scale, .keep = keep_factor(d), .seed = d->seed, .flags = s->out ? 1u : 0u,
-                           .q_toff = q_toff };
+                           .q_toff = q_toff, .in_step = (uint32_t)(ins / 4), .out_step = (uint32_t)(outs / 4) };
     /* at most three dispatches: the split attention with the append, the combine with the scores
-     * and the candidate victims, the selection */
-    VKH2O_CHECK(dispatch(c, cb, KVC_K_ATTEND, b, qtex, &pc, c->plan.splits, vkh2o_div_up(H, c->hg), c->ndg));
+     * and the candidate victims, the selection (y: each layer's workgroups after the one before's) */
+    VKH2O_CHECK(dispatch(c, cb, KVC_K_ATTEND, b, qtex, &pc, c->plan.splits, nl * vkh2o_div_up(H, c->hg), c->ndg));
     if (combine_groups(c))
-        VKH2O_CHECK(dispatch(c, cb, KVC_K_COMBINE, b, qtex, &pc, combine_groups(c), 1, 1));
-    VKH2O_CHECK(dispatch(c, cb, KVC_K_SELECT, b, qtex, &pc, 1, 1, 1));
+        VKH2O_CHECK(dispatch(c, cb, KVC_K_COMBINE, b, qtex, &pc, combine_groups(c), nl, 1));
+    VKH2O_CHECK(dispatch(c, cb, KVC_K_SELECT, b, qtex, &pc, 1, nl, 1));
     return VKH2O_OK;
 }
 

@@ -73,6 +73,7 @@ struct kvc_push {
     uint32_t flags;
     uint32_t middle[4];      /* prefill: middle tokens per tier (vkh2o_kvcache_plan_counts) */
     uint32_t q_toff;         /* KVC_TEX_Q: q_off's float in the query's texel view */
+    uint32_t in_step, out_step;   /* a step over several layers: floats from one layer's inputs / output to the next's */
 };
 _Static_assert(sizeof(struct kvc_push) <= VKH2O_PUSH_MAX, "kvc push constants");
 

@@ -65,6 +65,13 @@ done
 "$TOOL" --steps 100 --budget 16 --n-sink 2 --n-recent 4 --layers 2 --batch 7 --quiet > "$TMP/b.txt" || { cat "$TMP/b.txt"; fail "--batch 7"; }
 has "$TMP/b.txt" "7 steps per batch"
 has "$TMP/b.txt" "[B1] PASS: 156 eviction events"
+# a step's layers in the same dispatches (the default) or apart: both checked against the reference
+for m in "" --layers-apart; do
+    "$TOOL" --steps 40 --budget 8 --n-sink 2 --n-recent 4 --layers 3 --heads 3 --kv tiered --check $m --quiet > "$TMP/m.txt" ||
+        { cat "$TMP/m.txt"; fail "--check $m"; }
+    has "$TMP/m.txt" "PASS: --check: 40 steps x 3 layers"
+    has "$TMP/m.txt" "$([ -n "$m" ] && echo "each layer's step apart" || echo "a step's layers in the same dispatches")"
+done
 
 # ---- memory table (Kimi, 32K context) ----
 "$TOOL" --memory | tee "$TMP/mem.txt"
