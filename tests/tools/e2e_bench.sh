@@ -103,7 +103,7 @@ kvd = groups["kv-decode"]
 if any(r["status"] == "ok" for r in kvd):
     got = sorted(r.get("param") for r in kvd if r["status"] == "ok")
     if got != sorted(["fp16", "int8", "int4", "int2", "tiered fp16>int8>int4", "tiers by bytes fp16>int8>int4 at 25 %",
-                      "the full cache (no eviction)"]):
+                      "the full cache (no eviction)", "fp16 h2o keeping 25 % of the tokens"]):
         bad("kv-decode rows: %s" % got)
     for r in kvd:
         if not (r["ratio_vs_fp16"] > 0 and 0 < r["bytes_min"] <= r["bytes"]) or "ratio_vs_h2o_cache" in r:
@@ -113,6 +113,8 @@ if any(r["status"] == "ok" for r in kvd):
     q = {r["param"]: r["bytes_min"] for r in kvd}   # fewer bytes at each lower precision
     if not q["fp16"] > q["int8"] > q["int4"] > q["int2"]:
         bad("kv-decode minimum bytes not falling with the precision: %s" % q)
+    if not q["fp16 h2o keeping 25 % of the tokens"] < q["fp16"]:
+        bad("kv-decode: the cache keeping a quarter of the tokens reads no fewer bytes than the FP16 one: %s" % q)
 sizes = {(r["group"], r["size"], r.get("layers", 0)): r["status"] for g in groups.values() for r in g if g[0]["group"].startswith("scaling")}
 want = {("scaling-forward", 16, 1): "ok", ("scaling-forward", 64, 1): "ok", ("scaling-decode", 64, 1): "ok",
         ("scaling-decode", 256, 1): "skipped", ("scaling-decode", 131072, 1): "skipped",

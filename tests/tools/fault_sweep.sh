@@ -13,7 +13,8 @@
 # prints "vkh2o-fault: points host H vulkan V; ..." on stderr when the context is destroyed.
 # For each tool in the table below: one run with VKH2O_FAULT_AT=0 counts the points and gives
 # the reference outputs; then for N = 1, 1 + S, 1 + 2S, ... and the last point (S =
-# FAULT_STRIDE, default 1: every point; or FAULT_RUNS points per tool) the run with VKH2O_FAULT_AT=N must give
+# FAULT_STRIDE, default 1: every point; or FAULT_RUNS points per tool; FAULT_RUNS=1: the one point
+# 1 + FAULT_PHASE mod the tool's points) the run with VKH2O_FAULT_AT=N must give
 #   exit 0 with every compared output (after the row's filter) byte-identical to the
 #      reference's: the tool got round the failure (a timestamp pool or a debug messenger that
 #      could not be made only costs that feature), or
@@ -181,6 +182,7 @@ for name in $WANT; do
     else STRIDE=$(( (T + FAULT_RUNS - 3) / (FAULT_RUNS > 2 ? FAULT_RUNS - 1 : 1) )); fi
     [ "$STRIDE" -ge 1 ] || STRIDE=1
     if [ -n "${FAULT_POINTS:-}" ]; then tr ' ' '\n' <<<"$FAULT_POINTS" | grep . >"$WORK/$name.points"
+    elif [ "${FAULT_RUNS:-}" = 1 ] && [ -z "${FAULT_STRIDE:-}" ]; then echo $((1 + ${FAULT_PHASE:-0} % T)) >"$WORK/$name.points"
     else { echo 1; seq $((1 + ${FAULT_PHASE:-0} % STRIDE)) "$STRIDE" "$T"; echo "$T"; } | sort -nu >"$WORK/$name.points"; fi
     # a point whose check itself died prints no verdict: counted as failed below
     xargs -P "$JOBS" -I{} bash "$0" --point "$BUILD" "$IN" "$WORK" "$SRC" "$TIMEOUT" "$name" {} \

@@ -124,8 +124,10 @@ vkh2o_result bench_decode(bench_env* env)
 
 /* --kv-decode: one token through the Kimi layer (BF16 weights) against the kvcache at each
  * precision (FP16, INT8, INT4, INT2 and FP16 -> INT8 -> INT4 tiers; --cache-len tokens kept, at
- * the cap so that every step demotes or evicts), side by side in the same rounds; the ratio is
- * each row's speed against the FP16 row's; bytes by stage beside the minimum. */
+ * the cap so that every step demotes or evicts), tiers by bytes at 25 % of the FP16 bytes, the
+ * full cache, and an FP16 H2O cache that keeps a quarter of the --cache-len tokens it was given
+ * (the context compressed by tokens), side by side in the same rounds; the ratio is each row's
+ * speed against the FP16 row's; bytes by stage beside the minimum. */
 vkh2o_result bench_kv_decode(bench_env* env)
 {
     vkh2o_context* ctx = env->ctx;
@@ -133,9 +135,11 @@ vkh2o_result bench_kv_decode(bench_env* env)
     const char* label;
     bench_config(env, &cfg, &label);
     const uint32_t len = env->cache_len;
-    enum { NKV = 7 };
+    enum { NKV = 8 };
     static const char* names[NKV] = { "fp16", "int8", "int4", "int2", "tiered fp16>int8>int4",
-                                      "tiers by bytes fp16>int8>int4 at 25 %", "the full cache (no eviction)" };
+                                      "tiers by bytes fp16>int8>int4 at 25 %", "the full cache (no eviction)",
+                                      "fp16 h2o keeping 25 % of the tokens" };
+    const uint32_t quarter = len / 4 > 2 ? len / 4 : 2;
     vkh2o_mla_layer* L = NULL;
     vkh2o_kvcache* kv[NKV] = { NULL };
     note(env, "%s: kv-decode layer (BF16) with random weights\n", label);
@@ -150,6 +154,10 @@ vkh2o_result bench_kv_decode(bench_env* env)
         kept_split(len, &ks.ns, &(uint32_t){ 0 }, &ks.nr);
         if (k == 6)   /* no capacity: every token, no score or selection work */
             ks.cap = ks.ns = ks.nr = 0;
+        if (k == 7) {   /* len tokens given, a quarter kept */
+            ks.cap = quarter;
+            kept_split(quarter, &ks.ns, &(uint32_t){ 0 }, &ks.nr);
+        }
         r = make_kv(env, &cfg, &ks, &kv[k]);
     }
     if (r != VKH2O_OK && refusal(r)) {
@@ -179,7 +187,7 @@ vkh2o_result bench_kv_decode(bench_env* env)
             char name[192];
             snprintf(name, sizeof name, "kv-decode %s layer, %u tokens kept, %s", label, len, names[k]);
             const double ms = cli_median(t + (size_t)k * env->runs, env->runs);
-            bench_row* row = row_ok(env, "kv-decode", name, ms, decode_flops(&cfg, len) / (ms * 1e6), ts);
+            bench_row* row = row_ok(env, "kv-decode", name, ms, decode_flops(&cfg, k == 7 ? quarter : len) / (ms * 1e6), ts);
             if (!row) continue;
             row->size = len;
             row->ratio = base / ms;
