@@ -185,7 +185,10 @@ vkh2o_result bench_kv_decode(bench_env* env)
         const double base = r == VKH2O_OK ? cli_median(t, env->runs) : 0.0;
         for (int k = 0; r == VKH2O_OK && k < NKV; k++) {
             char name[192];
-            snprintf(name, sizeof name, "kv-decode %s layer, %u tokens kept, %s", label, len, names[k]);
+            if (k == 7)
+                snprintf(name, sizeof name, "kv-decode %s layer, %u tokens given, %u kept, %s", label, len, quarter, names[k]);
+            else
+                snprintf(name, sizeof name, "kv-decode %s layer, %u tokens kept, %s", label, len, names[k]);
             const double ms = cli_median(t + (size_t)k * env->runs, env->runs);
             bench_row* row = row_ok(env, "kv-decode", name, ms, decode_flops(&cfg, k == 7 ? quarter : len) / (ms * 1e6), ts);
             if (!row) continue;
