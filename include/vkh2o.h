@@ -319,6 +319,9 @@ VKH2O_API const char* vkh2o_kernel_name(uint32_t i);
  * them before and after a call to know which kernels the call ran. 0 for a NULL context or
  * i >= vkh2o_kernel_count(). Same thread rules as the context. */
 VKH2O_API uint64_t vkh2o_context_get_kernel_dispatches(const vkh2o_context* ctx, uint32_t i);
+/* How many pipeline barriers (each a point where the device waits for the work before it) this
+ * context has recorded so far, into its own command buffers and into callers'. 0 for NULL. */
+VKH2O_API uint64_t vkh2o_context_get_barriers(const vkh2o_context* ctx);
 /* Device milliseconds of every submission the context made itself so far (each vkh2o_run_* and
  * vkh2o_host_* call and blocking buffer copy, timed by GPU timestamps at its start and end): the difference
  * around a call is that call's device time. Negative when the device has no timestamps. Work

@@ -143,6 +143,7 @@ struct vkh2o_context {
     uint32_t ts_start;            /* the timestamp vkh2o_begin wrote (UINT32_MAX: none) */
     double device_ms;             /* summed device time of the one-shot submissions */
     uint64_t dispatches[VKH2O_MAX_SHADERS];   /* recorded dispatches per embedded shader */
+    uint64_t barriers;                         /* recorded pipeline barriers (vkh2o_barrier) */
 
     vkh2o_kernel* kernels;        /* cache of pipelines by (shader, bindings, spec constants) */
     vkh2o_kernel* kernel_hash[256];   /* the same, by a hash of that key (pipeline.c) */

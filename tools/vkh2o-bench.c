@@ -149,7 +149,7 @@ int main(int argc, char** argv)
         { "--json", CLI_BOOL, &json,
           .help = "print a JSON array, one object per measurement\n(name, device, median_ms, gflops, runs, timing, "
                   "gbps; the rows of the modes\nbelow also group, status, reason, size, layers, param, bytes, bytes_min,\n"
-                  "stages, read_fraction, attention_share, policy_share, ratio_vs_fp16,\ndispatches; median_ms is null "
+                  "stages, read_fraction, attention_share, policy_share, ratio_vs_fp16,\ndispatches, barriers; median_ms is null "
                   "in a row whose status is \"refused\" or\n\"skipped\")" },
         { "--quick", CLI_BOOL, &env.quick,
           .help = "a small layer, S=16 (seconds on a CPU device; for tests)" },
@@ -161,7 +161,7 @@ int main(int argc, char** argv)
                   "recents, at its cap: every step\nevicts one token), and the cache step alone; each row's bytes read "
                   "and\nwritten by stage (stages) beside the minimum (bytes_min: weights once, held\nrows once, one new "
                   "row), and the fraction of the texel read bandwidth timed\nin the same rounds (group \"decode\"); "
-                  "the dispatches one step makes\n(dispatches)" },
+                  "the dispatches and pipeline barriers one step records\n(dispatches, barriers)" },
         { "--policy-cost", CLI_BOOL, &env.policy_cost,
           .help = "the cache step of every eviction policy / score mode (h2o sum, mean, decay,\ntova, streaming, "
                   "random) at its cap, side by side with the full cache of the\nsame length (no capacity: no score and "

@@ -631,6 +631,7 @@ uint64_t vkh2o_context_get_kernel_dispatches(const vkh2o_context* ctx, uint32_t 
 {
     return ctx && i < vkh2o_shader_count() ? ctx->dispatches[i] : 0;
 }
+uint64_t vkh2o_context_get_barriers(const vkh2o_context* ctx) { return ctx ? ctx->barriers : 0; }
 VkDevice vkh2o_context_get_device(const vkh2o_context* ctx) { return ctx->device; }
 
 bool vkh2o_context_is_lost(const vkh2o_context* ctx) { return ctx && ctx->lost; }

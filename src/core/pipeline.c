@@ -471,6 +471,7 @@ vkh2o_result vkh2o_dispatch(vkh2o_context* ctx, VkCommandBuffer cb, vkh2o_kernel
 
 void vkh2o_barrier(vkh2o_context* ctx, VkCommandBuffer cb)
 {
+    ctx->barriers++;
     VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                            .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                            .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |

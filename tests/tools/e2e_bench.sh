@@ -88,6 +88,11 @@ for r in dec:
     want_disp = 3 if r.get("param") == "cache step" else 14
     if r.get("dispatches") != want_disp or "record_us" in r or "kernel_lookups" in r:
         bad("decode row without its %d dispatches (%r): %s" % (want_disp, r.get("dispatches"), r["name"]))
+    # and its pipeline barriers as recorded: the cache step's one after each of its dispatches,
+    # the layer's 13 (a change to either should change this on purpose)
+    want_bar = 3 if r.get("param") == "cache step" else 13
+    if r.get("barriers") != want_bar:
+        bad("decode row without its %d barriers (%r): %s" % (want_bar, r.get("barriers"), r["name"]))
 pol = [r.get("param") for r in groups["policy"] if r["status"] == "ok"]
 for p in ("none", "h2o sum", "h2o mean", "h2o decay", "tova", "streaming", "random"):
     if p not in pol:

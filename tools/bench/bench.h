@@ -39,6 +39,7 @@ typedef struct bench_row {
     double bytes_min;        /* the minimum of those bytes (weights once, held rows once, one new row) */
     char stages[384];        /* the bytes by stage of a cache step */
     uint32_t dispatches;     /* --decode: dispatches one step makes, 0 = none */
+    uint32_t barriers;       /* --decode: pipeline barriers one step records */
 } bench_row;
 
 typedef struct bench_env {

@@ -54,7 +54,7 @@ vkh2o_result bench_decode(bench_env* env)
         r = step_inputs(env, C[2], 1, &sw);
         probe_work pw = { 0 };
         if (r == VKH2O_OK) r = probe_make(env, VKH2O_PROBE_READ_TEXEL, &pw);
-        uint32_t disp[3] = { 0 };   /* the dispatches of one run of each step */
+        uint32_t disp[3] = { 0 }, bar[3] = { 0 };   /* the dispatches and barriers of one run of each step */
         double* t = calloc(4 * (size_t)env->runs, sizeof *t);
         if (!t && r == VKH2O_OK) r = VKH2O_ERROR_OUT_OF_HOST_MEMORY;
         bool ts = env->caps->timestamps;
@@ -62,11 +62,14 @@ vkh2o_result bench_decode(bench_env* env)
             note(env, run ? "%s: decode steps\n" : "%s: decode warm-up\n", label);
             for (int k = 0; k < 4 && r == VKH2O_OK; k++) {
                 double ms = 0.0;
-                const uint64_t d0 = dispatches_so_far(ctx);
+                const uint64_t d0 = dispatches_so_far(ctx), b0 = vkh2o_context_get_barriers(ctx);
                 r = k < 2    ? time_run(env, run_decode, &dw[k], &ms, &ts)
                     : k == 2 ? time_run(env, run_step, &sw, &ms, &ts)
                              : time_run(env, run_probe, &pw, &ms, &ts);
-                if (k < 3) disp[k] = (uint32_t)(dispatches_so_far(ctx) - d0);
+                if (k < 3) {
+                    disp[k] = (uint32_t)(dispatches_so_far(ctx) - d0);
+                    bar[k] = (uint32_t)(vkh2o_context_get_barriers(ctx) - b0);
+                }
                 if (run) t[(size_t)k * env->runs + run - 1] = ms;
             }
         }
@@ -97,7 +100,10 @@ vkh2o_result bench_decode(bench_env* env)
                              env->cache_len);
             }
             fill_stage_bytes(env, row, C[k], (double)vkh2o_mla_layer_get_weight_bytes(L[k]));
-            if (row) row->dispatches = disp[k];
+            if (row) {
+                row->dispatches = disp[k];
+                row->barriers = bar[k];
+            }
         }
         if (r == VKH2O_OK) {
             char name[192];
@@ -111,7 +117,10 @@ vkh2o_result bench_decode(bench_env* env)
                 snprintf(row->param, sizeof row->param, "cache step");
             }
             fill_stage_bytes(env, row, C[2], 0.0);
-            if (row) row->dispatches = disp[2];
+            if (row) {
+                row->dispatches = disp[2];
+                row->barriers = bar[2];
+            }
         }
         free(t);
     }

@@ -127,7 +127,7 @@ void print_text(const bench_env* env)
         if (r->share != 0 && r->group && !strcmp(r->group, "policy")) printf("  the policy %.0f%% of the step", 100.0 * r->share);
         else if (r->share > 0) printf("  attention %.0f%%", 100.0 * r->share);
         if (r->reason[0]) printf("  (%s)", r->reason);
-        if (r->dispatches) printf("  %u dispatches", r->dispatches);
+        if (r->dispatches) printf("  %u dispatches, %u barriers", r->dispatches, r->barriers);
         if (r->stages[0]) printf("  [%s]", r->stages);
         printf("\n");
     }
@@ -154,7 +154,10 @@ int print_json(const bench_env* env)
             if (r->bytes > 0) cJSON_AddNumberToObject(o, "bytes", r->bytes);
             if (r->bytes_min > 0) cJSON_AddNumberToObject(o, "bytes_min", r->bytes_min);
             if (r->stages[0]) cJSON_AddStringToObject(o, "stages", r->stages);
-            if (r->dispatches) cJSON_AddNumberToObject(o, "dispatches", r->dispatches);
+            if (r->dispatches) {
+                cJSON_AddNumberToObject(o, "dispatches", r->dispatches);
+                cJSON_AddNumberToObject(o, "barriers", r->barriers);
+            }
             if (r->read_fraction > 0) cJSON_AddNumberToObject(o, "read_fraction", r->read_fraction);
             if (r->share != 0 && !strcmp(r->group, "policy")) cJSON_AddNumberToObject(o, "policy_share", r->share);
             else if (r->share > 0) cJSON_AddNumberToObject(o, "attention_share", r->share);
