@@ -180,3 +180,38 @@ def test_bad_input_names_the_argument(ctx):
     with pytest.raises(vkh2o.InvalidArgumentError, match="max_tokens"):
         c.prefill(ckv=np.zeros((200, R)), kpe=np.zeros((200, P)))
     assert c.stats()["len"] == 0   # nothing happened
+
+
+@pytest.mark.parametrize("layout", ["latent", "expanded"])
+def test_step_layers_equals_one_step_per_layer(ctx, layout):
+    """Three layers in one step give the outputs, held tokens and statistics of three steps."""
+    rng = np.random.default_rng(13)
+    L = 3
+    make = latent if layout == "latent" else expanded
+    kw = dict(num_layers=L, capacity_tokens=10, n_sink=1, n_recent=2, precision="int4")
+    a, b = make(ctx, step_layers=L, **kw), make(ctx, **kw)
+    assert a.plan["workspace_bytes"] == L * b.plan["workspace_bytes"]
+    for t in range(14):
+        q = rng.standard_normal((L,) + a.q_shape).astype(np.float32)
+        if layout == "latent":
+            x, y = rng.standard_normal((L, R)), rng.standard_normal((L, P))
+            got = a.step_layers(q, ckv=x, kpe=y)
+            want = np.stack([b.step(q[l], ckv=x[l], kpe=y[l], layer=l) for l in range(L)])
+        else:
+            x = rng.standard_normal((L,) + a.q_shape)
+            y = rng.standard_normal((L,) + a.out_shape)
+            got = a.step_layers(q, k=x, v=y)
+            want = np.stack([b.step(q[l], k=x[l], v=y[l], layer=l) for l in range(L)])
+        np.testing.assert_array_equal(got, want)
+    for l in range(L):
+        assert a.stats(l) == b.stats(l)
+        sa, sb = a.snapshot(l, rows=True), b.snapshot(l, rows=True)
+        np.testing.assert_array_equal(sa.positions, sb.positions)
+        np.testing.assert_array_equal(sa.scores, sb.scores)
+        np.testing.assert_array_equal(sa.rows, sb.rows)
+    # more layers than step_layers, or past the cache's last layer: refused, nothing stepped
+    with pytest.raises(vkh2o.Error):
+        b.step_layers(q[:2], **({"ckv": x[:2], "kpe": y[:2]} if layout == "latent" else {"k": x[:2], "v": y[:2]}))
+    with pytest.raises(ValueError):
+        a.step_layers(q, first_layer=1, **({"ckv": x, "kpe": y} if layout == "latent" else {"k": x, "v": y}))
+    assert b.stats(0)["position"] == 14

@@ -715,6 +715,49 @@ class KVCache(_Owned):
         self._ctx._call(lib.vkh2o_run_kvcache_steps, self._ptr, st, n)
         return self._bufs.download(bo, out)
 
+    def step_layers(self, q, ckv=None, kpe=None, k=None, v=None, first_layer=0):
+        """One decode step of L independent layers at once, first_layer .. first_layer + L - 1, in
+        the same three dispatches (vkh2o_kvcache_step.num_layers; their inputs must all be known
+        before the step, as in a simulation: a model's layers step one at a time): q [L, heads,
+        ...] and LATENT ckv [L, kv_lora_rank], kpe [L, qk_rope_head_dim] or EXPANDED k [L, heads,
+        nope + rope], v [L, heads, v]. The cache needs step_layers >= L. Returns the outputs
+        [L, heads, ...], the same bit for bit as L calls of step()."""
+        first = self._layer(first_layer)
+        dd = self.desc
+        qa = _floats("q", q, (None,) + self.q_shape)
+        n = qa.shape[0]
+        if n == 0 or first + n > self.num_layers:
+            raise ValueError("q: %d layers from layer %d; the cache has %d" % (n, first, self.num_layers))
+        if self.layout == "latent":
+            if ckv is None or kpe is None:
+                raise ValueError("step_layers: a latent cache takes ckv and kpe")
+            ins = [("ckv", _floats("ckv", ckv, (n, dd["kv_lora_rank"]))),
+                   ("kpe", _floats("kpe", kpe, (n, dd["qk_rope_head_dim"])))]
+        else:
+            if k is None or v is None:
+                raise ValueError("step_layers: an expanded cache takes k and v")
+            ins = [("k", _floats("k", k, (n,) + self.q_shape)), ("v", _floats("v", v, (n,) + self.out_shape))]
+        # one buffer of [layer][q | first input | second input], so that one stride serves all
+        per = [qa[0].size] + [a[0].size for _, a in ins]
+        block = np.concatenate([qa.reshape(n, -1)] + [a.reshape(n, -1) for _, a in ins], axis=1)
+        if block.shape[1] % 4:   # a stride of whole 16-byte texels lets the query be read as texels
+            block = np.pad(block, ((0, 0), (0, 4 - block.shape[1] % 4)))
+        bin_ = self._bufs.upload("layers_in", np.ascontiguousarray(block, dtype=np.float32))
+        out = np.empty((n,) + self.out_shape, dtype=np.float32)
+        bo = self._bufs.get("out", out.nbytes)
+        st = ffi.new("vkh2o_kvcache_step*")
+        st.layer, st.num_layers = first, n
+        st.in_stride, st.out_stride = block[0].nbytes, out[0].nbytes
+        st.q, st.q_offset = bin_, 0
+        st.out, st.out_offset = bo, 0
+        off = per[0]
+        for (name, _), m in zip(ins, per[1:]):
+            setattr(st, name, bin_)
+            setattr(st, name + "_offset", 4 * off)
+            off += m
+        self._ctx._call(lib.vkh2o_run_kvcache_step, self._ptr, st)
+        return self._bufs.download(bo, out)
+
     def step(self, q, ckv=None, kpe=None, k=None, v=None, layer=0):
         """One decode step (append, attend, score, demote / evict): q [heads, ...], LATENT ckv
         [kv_lora_rank] and kpe [qk_rope_head_dim], EXPANDED k [heads, nope + rope] and v [heads, v].
