@@ -679,26 +679,29 @@ class KVCache(_Owned):
         p.n = n
         self._ctx._call(lib.vkh2o_run_kvcache_prefill, self._ptr, p)
 
+    def _row_inputs(self, what, n, ckv, kpe, k, v):
+        """The n new rows' two inputs of the layout, checked: [(name, float32 array)]."""
+        dd = self.desc
+        if self.layout == "latent":
+            if ckv is None or kpe is None:
+                raise ValueError("%s: a latent cache takes ckv and kpe" % what)
+            return [("ckv", _floats("ckv", ckv, (n, dd["kv_lora_rank"]))),
+                    ("kpe", _floats("kpe", kpe, (n, dd["qk_rope_head_dim"])))]
+        if k is None or v is None:
+            raise ValueError("%s: an expanded cache takes k and v" % what)
+        return [("k", _floats("k", k, (n,) + self.q_shape)), ("v", _floats("v", v, (n,) + self.out_shape))]
+
     def steps(self, q, ckv=None, kpe=None, k=None, v=None, layer=0):
         """n decode steps of one layer in one submission (each sees the one before): q [n, heads,
         ...] and LATENT ckv [n, kv_lora_rank], kpe [n, qk_rope_head_dim] or EXPANDED k [n, heads,
         nope + rope], v [n, heads, v]. Returns the attention outputs [n, heads, kv_lora_rank]
         (LATENT, before W_uv) or [n, heads, v_head_dim]."""
         layer = self._layer(layer)
-        dd = self.desc
         qa = _floats("q", q, (None,) + self.q_shape)
         n = qa.shape[0]
         if n == 0:
             raise ValueError("q: no steps")
-        if self.layout == "latent":
-            if ckv is None or kpe is None:
-                raise ValueError("step: a latent cache takes ckv and kpe")
-            ins = [("ckv", _floats("ckv", ckv, (n, dd["kv_lora_rank"]))),
-                   ("kpe", _floats("kpe", kpe, (n, dd["qk_rope_head_dim"])))]
-        else:
-            if k is None or v is None:
-                raise ValueError("step: an expanded cache takes k and v")
-            ins = [("k", _floats("k", k, (n,) + self.q_shape)), ("v", _floats("v", v, (n,) + self.out_shape))]
+        ins = self._row_inputs("step", n, ckv, kpe, k, v)
         bq = self._bufs.upload("q", qa)
         bufs = {name: self._bufs.upload(name, arr) for name, arr in ins}
         per = {name: arr[0].nbytes for name, arr in ins}
@@ -723,20 +726,11 @@ class KVCache(_Owned):
         nope + rope], v [L, heads, v]. The cache needs step_layers >= L. Returns the outputs
         [L, heads, ...], the same bit for bit as L calls of step()."""
         first = self._layer(first_layer)
-        dd = self.desc
         qa = _floats("q", q, (None,) + self.q_shape)
         n = qa.shape[0]
         if n == 0 or first + n > self.num_layers:
             raise ValueError("q: %d layers from layer %d; the cache has %d" % (n, first, self.num_layers))
-        if self.layout == "latent":
-            if ckv is None or kpe is None:
-                raise ValueError("step_layers: a latent cache takes ckv and kpe")
-            ins = [("ckv", _floats("ckv", ckv, (n, dd["kv_lora_rank"]))),
-                   ("kpe", _floats("kpe", kpe, (n, dd["qk_rope_head_dim"])))]
-        else:
-            if k is None or v is None:
-                raise ValueError("step_layers: an expanded cache takes k and v")
-            ins = [("k", _floats("k", k, (n,) + self.q_shape)), ("v", _floats("v", v, (n,) + self.out_shape))]
+        ins = self._row_inputs("step_layers", n, ckv, kpe, k, v)
         # one buffer of [layer][q | first input | second input], so that one stride serves all
         per = [qa[0].size] + [a[0].size for _, a in ins]
         block = np.concatenate([qa.reshape(n, -1)] + [a.reshape(n, -1) for _, a in ins], axis=1)
