@@ -373,8 +373,9 @@ VKH2O_API vkh2o_result vkh2o_run_kvcache_reset(vkh2o_kvcache* c);
  * OUT_OF_HOST_MEMORY). The buffers must outlive the command buffer's execution.
  * A step past max_tokens positions is not taken: the device counts it in the statistics'
  * overflow and leaves the cache as it was.
- * Several layers in one step: num_layers n > 1 records layers layer .. layer + n - 1 in the same
- * three dispatches (n times the workgroups of one layer's step, the same results bit for bit),
+ * Several layers in one step: num_layers n > 1 records layers layer .. layer + n - 1 in the
+ * dispatches of one layer's step (at most three; n times the workgroups, the same results bit
+ * for bit),
  * layer layer + i reading each input at its offset + i * in_stride and writing out at
  * out_offset + i * out_stride (strides in bytes, multiples of 4; out_stride at least one layer's
  * output when out is given). For layers whose inputs are all known before the step (a
