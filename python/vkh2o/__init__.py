@@ -720,7 +720,7 @@ class KVCache(_Owned):
 
     def step_layers(self, q, ckv=None, kpe=None, k=None, v=None, first_layer=0):
         """One decode step of L independent layers at once, first_layer .. first_layer + L - 1, in
-        the same three dispatches (vkh2o_kvcache_step.num_layers; their inputs must all be known
+        one layer's dispatches (vkh2o_kvcache_step.num_layers; their inputs must all be known
         before the step, as in a simulation: a model's layers step one at a time): q [L, heads,
         ...] and LATENT ckv [L, kv_lora_rank], kpe [L, qk_rope_head_dim] or EXPANDED k [L, heads,
         nope + rope], v [L, heads, v]. The cache needs step_layers >= L. Returns the outputs

@@ -178,11 +178,13 @@ for name in $WANT; do
     read -r T H V < <(sed -n 's/^vkh2o-fault: points host \([0-9]*\) vulkan \([0-9]*\);.*/\1 \2/p' "$WORK/$name.ref/stderr" |
         awk '{ t = $1 + $2; if (t > m) { m = t; h = $1; v = $2 } } END { print m + 0, h + 0, v + 0 }')
     [ "$T" -gt 0 ] || { cat "$WORK/$name.ref/stderr"; echo "FAIL: $name: no injection points counted"; exit 1; }
+    one=0   # FAULT_RUNS=1: the one point 1 + FAULT_PHASE mod T (the stride is then T)
     if [ -n "${FAULT_STRIDE:-}" ] || [ -z "${FAULT_RUNS:-}" ]; then STRIDE=${FAULT_STRIDE:-1}
+    elif [ "$FAULT_RUNS" = 1 ]; then STRIDE=$T; one=1
     else STRIDE=$(( (T + FAULT_RUNS - 3) / (FAULT_RUNS > 2 ? FAULT_RUNS - 1 : 1) )); fi
     [ "$STRIDE" -ge 1 ] || STRIDE=1
     if [ -n "${FAULT_POINTS:-}" ]; then tr ' ' '\n' <<<"$FAULT_POINTS" | grep . >"$WORK/$name.points"
-    elif [ "${FAULT_RUNS:-}" = 1 ] && [ -z "${FAULT_STRIDE:-}" ]; then echo $((1 + ${FAULT_PHASE:-0} % T)) >"$WORK/$name.points"
+    elif [ $one = 1 ]; then echo $((1 + ${FAULT_PHASE:-0} % T)) >"$WORK/$name.points"
     else { echo 1; seq $((1 + ${FAULT_PHASE:-0} % STRIDE)) "$STRIDE" "$T"; echo "$T"; } | sort -nu >"$WORK/$name.points"; fi
     # a point whose check itself died prints no verdict: counted as failed below
     xargs -P "$JOBS" -I{} bash "$0" --point "$BUILD" "$IN" "$WORK" "$SRC" "$TIMEOUT" "$name" {} \

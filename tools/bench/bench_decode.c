@@ -151,6 +151,7 @@ vkh2o_result bench_kv_decode(bench_env* env)
     const uint32_t quarter = len / 4 > 2 ? len / 4 : 2;
     vkh2o_mla_layer* L = NULL;
     vkh2o_kvcache* kv[NKV] = { NULL };
+    uint32_t kept[NKV];   /* the tokens each cache holds of the len given */
     note(env, "%s: kv-decode layer (BF16) with random weights\n", label);
     vkh2o_result r = make_layer(env, &cfg, VKH2O_DTYPE_BF16, 16, &L);
     float* h = malloc(4ull * cfg.hidden_size);
@@ -167,6 +168,7 @@ vkh2o_result bench_kv_decode(bench_env* env)
             ks.cap = quarter;
             kept_split(quarter, &ks.ns, &(uint32_t){ 0 }, &ks.nr);
         }
+        kept[k] = k == 7 ? quarter : len;
         r = make_kv(env, &cfg, &ks, &kv[k]);
     }
     if (r != VKH2O_OK && refusal(r)) {
@@ -194,12 +196,12 @@ vkh2o_result bench_kv_decode(bench_env* env)
         const double base = r == VKH2O_OK ? cli_median(t, env->runs) : 0.0;
         for (int k = 0; r == VKH2O_OK && k < NKV; k++) {
             char name[192];
-            if (k == 7)
-                snprintf(name, sizeof name, "kv-decode %s layer, %u tokens given, %u kept, %s", label, len, quarter, names[k]);
+            if (kept[k] != len)
+                snprintf(name, sizeof name, "kv-decode %s layer, %u tokens given, %u kept, %s", label, len, kept[k], names[k]);
             else
                 snprintf(name, sizeof name, "kv-decode %s layer, %u tokens kept, %s", label, len, names[k]);
             const double ms = cli_median(t + (size_t)k * env->runs, env->runs);
-            bench_row* row = row_ok(env, "kv-decode", name, ms, decode_flops(&cfg, k == 7 ? quarter : len) / (ms * 1e6), ts);
+            bench_row* row = row_ok(env, "kv-decode", name, ms, decode_flops(&cfg, kept[k]) / (ms * 1e6), ts);
             if (!row) continue;
             row->size = len;
             row->ratio = base / ms;
