@@ -156,13 +156,13 @@ typedef enum vkh2o_context_flags {
     /* enable VK_LAYER_KHRONOS_validation (also: environment VKH2O_VALIDATION=1); its messages
      * go to the log callback and are counted (vkh2o_context_get_validation_messages) */
     VKH2O_CONTEXT_VALIDATION = 1u << 0,
-    /* never take the faster paths that need optional features (tests of the baseline path) */
+    /* use no optional device feature or extension, even where the device has them (push
+     * descriptors, 16- and 8-bit storage, float16, the cache's texel reads): the path every
+     * Vulkan 1.2 device takes. For ruling out a driver's optional paths when chasing a wrong
+     * result, and for measuring what they buy; the results agree within the stated bounds. */
     VKH2O_CONTEXT_BASELINE_ONLY = 1u << 1,
-    /* choose the kernel shapes a GPU gets (workgroup sizes, register tiles, storage reads)
-     * even on a CPU device, to run the GPU variants on lavapipe (tests; also: environment
-     * VKH2O_GPU_SHAPES=1). The CPU device's loop-limit safeguards stay. */
-    VKH2O_CONTEXT_GPU_SHAPES = 1u << 2,
 } vkh2o_context_flags;
+/* Any other bit in vkh2o_context_desc.flags is refused (VKH2O_ERROR_INVALID_ARGUMENT). */
 
 /* Picks physical device i (0-based) in vkh2o_context_desc.device_select. */
 #define VKH2O_DEVICE_INDEX(i) ((uint32_t)(i) + 1u)
@@ -305,9 +305,7 @@ typedef struct vkh2o_memory_stats {
 VKH2O_API vkh2o_memory_stats vkh2o_context_get_memory_stats(const vkh2o_context* ctx);
 VKH2O_API VkDevice vkh2o_context_get_device(const vkh2o_context* ctx);
 /* The vkh2o_context_flags in effect: the desc's plus those the environment turned on
- * (VKH2O_VALIDATION, VKH2O_GPU_SHAPES). With VKH2O_CONTEXT_GPU_SHAPES on a CPU device
- * (vkh2o_device_caps.device_type) the kernels take the GPU shapes; without it a CPU device
- * gets the register-blocked CPU shapes. */
+ * (VKH2O_VALIDATION). Which kernel shapes the device gets is the profile's cpu_shapes. */
 VKH2O_API uint32_t vkh2o_context_get_flags(const vkh2o_context* ctx);
 
 /* The compute shaders embedded in the library (listings, vkh2o-info --shaders): their count and

@@ -95,11 +95,11 @@ typedef enum vkh2o_matmul_path {
 
 /* The device profile (vkh2o_device_profile, src/core/profile.c): every device-dependent choice
  * of a kernel shape or limit, made once at context create from the device's limits, the
- * context's flags and the environment overrides (read there only). Recorders read it; none asks
- * the device type. */typedef const char* (*vkh2o_env_fn)(const char* name);
-/* The profile for a device with caps under flags; env reads the overrides (NULL: none). Pure: a
- * test makes profiles for published limits. */
-void vkh2o_profile_make(const vkh2o_device_caps* caps, uint32_t flags, vkh2o_env_fn env, vkh2o_device_profile* out);
+ * environment overrides (read there only). Recorders read it; none asks the device type. */
+typedef const char* (*vkh2o_env_fn)(const char* name);
+/* The profile for a device with caps; env reads the overrides (NULL: none). Pure: a test makes
+ * profiles for published limits. */
+void vkh2o_profile_make(const vkh2o_device_caps* caps, vkh2o_env_fn env, vkh2o_device_profile* out);
 /* Whether a device with caps runs every kernel under profile p: NULL, or what does not fit, with
  * the limit (context create refuses such a device). */
 const char* vkh2o_profile_misfit(const vkh2o_device_caps* caps, const vkh2o_device_profile* p, char* why, size_t cap);

@@ -261,7 +261,7 @@ int main(int argc, char** argv)
                   "this device can run" },
         { "--shapes", CLI_CHOICE, &shapes, "cpu|gpu|all", "all",
           .help = "the kernels' tile shapes: cpu (register-blocked; chosen on a CPU\ndevice), gpu (shared-memory "
-                  "tiles; on a CPU device through\nVKH2O_CONTEXT_GPU_SHAPES), all. The cpu shapes are\nNOT_SUPPORTED "
+                  "tiles; on a CPU device through\nthe test switch VKH2O_GPU_SHAPES=1), all. The cpu shapes are\nNOT_SUPPORTED "
                   "on a GPU." },
         { "--baseline", CLI_BOOL, &baseline,
           .help = "run without push descriptors and the optional 16-bit / 8-bit\nstorage and float16 features, as a "
@@ -377,11 +377,13 @@ int main(int argc, char** argv)
             any = any || rows[i].c->shapes == sh;
         if (!any) continue;
         vkh2o_context* ctx = NULL;
-        const uint32_t flags = (sh == CONF_SHAPES_GPU ? VKH2O_CONTEXT_GPU_SHAPES : 0) |
-                               (baseline ? VKH2O_CONTEXT_BASELINE_ONLY : 0);
+        const uint32_t flags = baseline ? VKH2O_CONTEXT_BASELINE_ONLY : 0;
         const vkh2o_context_desc cdesc = { .device_select = device_given ? VKH2O_DEVICE_INDEX(device) : 0, .flags = flags,
                                            .log = cli_log, .user_data = TOOL };
-        if (cli_context_create(TOOL, &cdesc, &ctx) != VKH2O_OK) {
+        char* env_before = conf_gpu_shapes_begin(sh == CONF_SHAPES_GPU);
+        const vkh2o_result cr = cli_context_create(TOOL, &cdesc, &ctx);
+        conf_gpu_shapes_end(sh == CONF_SHAPES_GPU, env_before);
+        if (cr != VKH2O_OK) {
             status = 1;
             break;
         }
@@ -415,7 +417,7 @@ int main(int argc, char** argv)
             if (sh == CONF_SHAPES_CPU && !cpu_dev) {
                 w->r.status = CONF_NOT_SUPPORTED;
                 snprintf(w->r.note, sizeof w->r.note, "the CPU kernel shapes are chosen only on a CPU device");
-            } else if (sh == CONF_SHAPES_CPU && (vkh2o_context_get_flags(ctx) & VKH2O_CONTEXT_GPU_SHAPES)) {
+            } else if (sh == CONF_SHAPES_CPU && !vkh2o_context_get_profile(ctx)->cpu_shapes) {
                 /* VKH2O_GPU_SHAPES=1 in the environment forces the GPU shapes on every context */
                 w->r.status = CONF_NOT_SUPPORTED;
                 snprintf(w->r.note, sizeof w->r.note, "VKH2O_GPU_SHAPES=1 forces the GPU kernel shapes");

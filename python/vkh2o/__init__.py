@@ -370,11 +370,12 @@ def devices():
 class Context(_Owned):
     """A Vulkan device (vkh2o_context). device: None (the best one; VKH2O_DEVICE=N overrides) or
     the index of a physical device (devices()). validation: the Khronos validation layer on
-    (also VKH2O_VALIDATION=1); its messages are counted (validation_messages). log: a callable
-    (level, message) for the library's messages; by default they go to logging.getLogger("vkh2o")
-    (warnings and errors reach stderr). The last 256 messages are in .messages either way."""
+    (also VKH2O_VALIDATION=1); its messages are counted (validation_messages). baseline_only: no
+    optional device feature (VKH2O_CONTEXT_BASELINE_ONLY). log: a callable (level, message) for
+    the library's messages; by default they go to logging.getLogger("vkh2o") (warnings and
+    errors reach stderr). The last 256 messages are in .messages either way."""
 
-    def __init__(self, device=None, validation=False, gpu_shapes=False, baseline_only=False, log=None):
+    def __init__(self, device=None, validation=False, baseline_only=False, log=None):
         self.messages = []
         self._user_log = log
         msgs = self.messages
@@ -397,7 +398,6 @@ class Context(_Owned):
         if device is not None:
             desc.device_select = operator.index(device) + 1
         desc.flags = ((lib.VKH2O_CONTEXT_VALIDATION if validation else 0) |
-                      (lib.VKH2O_CONTEXT_GPU_SHAPES if gpu_shapes else 0) |
                       (lib.VKH2O_CONTEXT_BASELINE_ONLY if baseline_only else 0))
         out = ffi.new("vkh2o_context**")
         r = lib.vkh2o_context_create(desc, out)

@@ -364,7 +364,7 @@ static vkh2o_result init_common(vkh2o_context* ctx)
         return vkh2o_fail(ctx, VKH2O_ERROR_VULKAN, "%s", why);
     if (ctx->caps.push_descriptor && !ctx->vk.vkCmdPushDescriptorSetKHR)
         ctx->caps.push_descriptor = false;
-    vkh2o_profile_make(&ctx->caps, ctx->flags, env_get, &ctx->profile);
+    vkh2o_profile_make(&ctx->caps, env_get, &ctx->profile);
     char misfit[256];
     if (vkh2o_profile_misfit(&ctx->caps, &ctx->profile, misfit, sizeof misfit))
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "device %s: %s", ctx->caps.device_name, misfit);
@@ -486,12 +486,17 @@ vkh2o_result vkh2o_context_create(const vkh2o_context_desc* desc, vkh2o_context*
     }
     if (vkh2o_env_flag("VKH2O_VALIDATION"))
         ctx->flags |= VKH2O_CONTEXT_VALIDATION;
-    if (vkh2o_env_flag("VKH2O_GPU_SHAPES"))
-        ctx->flags |= VKH2O_CONTEXT_GPU_SHAPES;
     vkh2o_result r = VKH2O_OK;
     const vkh2o_instance_table* vki = &ctx->vki;
     char why[256];
 
+    const uint32_t known = VKH2O_CONTEXT_VALIDATION | VKH2O_CONTEXT_BASELINE_ONLY;
+    if (desc->flags & ~known) {
+        r = vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_context_desc.flags: unknown bits 0x%x (the flags are "
+                       "VKH2O_CONTEXT_VALIDATION and VKH2O_CONTEXT_BASELINE_ONLY; the GPU kernel shapes on a CPU device "
+                       "are the test switch VKH2O_GPU_SHAPES=1)", desc->flags & ~known);
+        goto fail;
+    }
     if (desc->device_extension_count && !desc->device_extensions) {
         r = vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "device_extension_count is %u but device_extensions is NULL",
                        desc->device_extension_count);

@@ -1,11 +1,12 @@
 /* The device profile: every choice of a kernel shape or limit that depends on the device, made
- * once when a context is created (vkh2o_profile_make), from the device's limits, the context's
- * flags and the environment overrides, which are read here and nowhere else in the library. The
+ * once when a context is created (vkh2o_profile_make), from the device's limits and the
+ * environment overrides, which are read here and nowhere else in the library. The
  * objects' plans and the recorders read ctx->profile; none of them asks the device type.
  * docs/LIBRARY.md ("The device profile") has the table. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "internal.h"
 #include "kvcache/kvcache_internal.h"   /* the KV cache's kernel shapes (the same on every device) */
@@ -24,14 +25,20 @@
 
 static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
-void vkh2o_profile_make(const vkh2o_device_caps* caps, uint32_t flags, vkh2o_env_fn env, vkh2o_device_profile* p)
+/* an environment switch: 1, true, yes or on */
+static bool env_on(vkh2o_env_fn env, const char* name)
+{
+    const char* v = env ? env(name) : NULL;
+    return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
+}
+
+void vkh2o_profile_make(const vkh2o_device_caps* caps, vkh2o_env_fn env, vkh2o_device_profile* p)
 {
     memset(p, 0, sizeof *p);
     const bool cpu = caps->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    /* VKH2O_CONTEXT_GPU_SHAPES (and VKH2O_GPU_SHAPES=1, folded into the flags at create) gives a
-     * CPU device the GPU shapes, so the suites run the GPU variants on lavapipe; its loop budget
-     * stays */
-    p->cpu_shapes = cpu && !(flags & VKH2O_CONTEXT_GPU_SHAPES);
+    /* VKH2O_GPU_SHAPES=1 (a test switch) gives a CPU device the GPU shapes, so the suites and
+     * vkh2o-conformance run the GPU variants on lavapipe; its loop budget stays */
+    p->cpu_shapes = cpu && !env_on(env, "VKH2O_GPU_SHAPES");
     p->loop_budget = cpu ? CPU_LOOP_BUDGET : 0;
     /* Vulkan guarantees 128 invocations per workgroup; the GPUs this targets have 1024 */
     const uint32_t inv = caps->max_workgroup_invocations;

@@ -315,10 +315,25 @@ static void test_texel_probe(void** state)
     vt_check_validation();
 }
 
+static char bad_desc_msg[512];
+static void bad_desc_log(vkh2o_log_level level, const char* message, void* user_data)
+{
+    (void)user_data;
+    if (level == VKH2O_LOG_ERROR)
+        snprintf(bad_desc_msg, sizeof bad_desc_msg, "%s", message);
+}
+
 static void test_bad_desc(void** state)
 {
     vt_ctx();
     vkh2o_context* ctx = (vkh2o_context*)1;
+    /* a flag bit the library does not define (the GPU shapes are a test switch of the
+     * environment, VKH2O_GPU_SHAPES=1, not a flag) */
+    bad_desc_msg[0] = '\0';
+    assert_int_equal(vkh2o_context_create(&(vkh2o_context_desc){ .flags = 1u << 2, .log = bad_desc_log }, &ctx),
+                     VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_null(ctx);
+    assert_non_null(strstr(bad_desc_msg, "unknown bits 0x4"));
     /* partial adoption */
     assert_int_equal(vkh2o_context_create(&(vkh2o_context_desc){ .device = (VkDevice)(uintptr_t)1 }, &ctx),
                      VKH2O_ERROR_INVALID_ARGUMENT);

@@ -49,7 +49,7 @@ static void test_gpus(void** state)
     for (size_t i = 0; i < sizeof k_gpus / sizeof k_gpus[0]; i++) {
         const vkh2o_device_caps c = caps_of(&k_gpus[i]);
         vkh2o_device_profile p;
-        vkh2o_profile_make(&c, 0, NULL, &p);
+        vkh2o_profile_make(&c, NULL, &p);
         char why[256];
         const char* misfit = vkh2o_profile_misfit(&c, &p, why, sizeof why);
         if (misfit)
@@ -74,11 +74,13 @@ static void test_gpus(void** state)
     /* at 128 invocations the element-wise and tiled kernels take 128, not 256 */
     const vkh2o_device_caps small = caps_of(&k_gpus[4]);
     vkh2o_device_profile p;
-    vkh2o_profile_make(&small, 0, NULL, &p);
+    vkh2o_profile_make(&small, NULL, &p);
     assert_int_equal(p.elementwise_workgroup, 128);
     assert_int_equal(p.matmul_tiled_workgroup, 128);
     assert_int_equal(p.max_invocations, 128);
 }
+
+static const char* gpu_shapes_env(const char* name) { return strcmp(name, "VKH2O_GPU_SHAPES") ? NULL : "1"; }
 
 static void test_cpu(void** state)
 {
@@ -86,7 +88,7 @@ static void test_cpu(void** state)
     const gpu_limits lvp = { "llvmpipe", VK_PHYSICAL_DEVICE_TYPE_CPU, 8, 32768, 1024, 134217728 };
     const vkh2o_device_caps c = caps_of(&lvp);
     vkh2o_device_profile p;
-    vkh2o_profile_make(&c, 0, NULL, &p);
+    vkh2o_profile_make(&c, NULL, &p);
     assert_true(p.cpu_shapes);
     assert_int_equal(p.loop_budget, 60000);
     assert_int_equal(p.elementwise_workgroup, 64);
@@ -95,8 +97,8 @@ static void test_cpu(void** state)
     assert_true(p.attn_texel);
     char why[256];
     assert_null(vkh2o_profile_misfit(&c, &p, why, sizeof why));
-    /* the GPU shapes on a CPU device keep its loop budget */
-    vkh2o_profile_make(&c, VKH2O_CONTEXT_GPU_SHAPES, NULL, &p);
+    /* the GPU shapes on a CPU device (the test switch VKH2O_GPU_SHAPES=1) keep its loop budget */
+    vkh2o_profile_make(&c, gpu_shapes_env, &p);
     assert_false(p.cpu_shapes);
     assert_int_equal(p.loop_budget, 60000);
     assert_int_equal(p.elementwise_workgroup, 256);
@@ -120,7 +122,7 @@ static void test_overrides(void** state)
     static const char* const good[] = { "VKH2O_ATTN_TUNING", "128,2,16,4", "VKH2O_ATTN_TEXEL", "1", "VKH2O_MATMUL_PATH", "texel",
                                         "VKH2O_MAX_BINDING_BYTES", "0x100000", NULL };
     g_env = good;
-    vkh2o_profile_make(&c, 0, fake_env, &p);
+    vkh2o_profile_make(&c, fake_env, &p);
     assert_int_equal(p.attn_local, 128);
     assert_int_equal(p.attn_rq, 2);
     assert_int_equal(p.attn_rk, 16);
@@ -132,7 +134,7 @@ static void test_overrides(void** state)
     static const char* const bad[] = { "VKH2O_ATTN_TUNING", "128,2,16", "VKH2O_ATTN_TEXEL", "yes", "VKH2O_MATMUL_PATH", "fast",
                                        "VKH2O_MAX_BINDING_BYTES", "1M", NULL };
     g_env = bad;
-    vkh2o_profile_make(&c, 0, fake_env, &p);
+    vkh2o_profile_make(&c, fake_env, &p);
     assert_int_equal(p.attn_local, 64);
     assert_int_equal(p.attn_rq, 1);
     assert_false(p.attn_texel);
@@ -149,7 +151,7 @@ static void test_misfit(void** state)
     g.shared = 4096;
     vkh2o_device_caps c = caps_of(&g);
     vkh2o_device_profile p;
-    vkh2o_profile_make(&c, 0, NULL, &p);
+    vkh2o_profile_make(&c, NULL, &p);
     char why[256];
     const char* m = vkh2o_profile_misfit(&c, &p, why, sizeof why);
     assert_non_null(m);
@@ -157,7 +159,7 @@ static void test_misfit(void** state)
     g = k_gpus[4];
     g.invocations = 64;
     c = caps_of(&g);
-    vkh2o_profile_make(&c, 0, NULL, &p);
+    vkh2o_profile_make(&c, NULL, &p);
     m = vkh2o_profile_misfit(&c, &p, why, sizeof why);
     assert_non_null(m);
     assert_non_null(strstr(m, "maxComputeWorkGroupInvocations is 64"));
@@ -172,7 +174,7 @@ static void test_context(void** state)
     const vkh2o_device_profile* got = vkh2o_context_get_profile(ctx);
     assert_non_null(got);
     vkh2o_device_profile want;
-    vkh2o_profile_make(vkh2o_context_get_caps(ctx), vkh2o_context_get_flags(ctx), real_env, &want);
+    vkh2o_profile_make(vkh2o_context_get_caps(ctx), real_env, &want);
     assert_memory_equal(got, &want, sizeof want);
     assert_int_equal(got->loop_budget != 0, vkh2o_context_get_caps(ctx)->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU);
     /* a limit of the device, not of the desc: an expanded row of 512 x (64 + 32 + 64) = 81,920

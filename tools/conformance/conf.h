@@ -102,6 +102,10 @@ void conf_poison_f32(const conf_env* env, float* x, size_t n);
 /* Dispatches of every embedded kernel the context recorded so far (a timed run's count is the
  * difference around it). */
 uint64_t conf_dispatches(const vkh2o_context* ctx);
+/* Sets VKH2O_GPU_SHAPES=1 (the library's test switch, read when a context is created) when on,
+ * and returns what to hand conf_gpu_shapes_end after the context is made (the value before). */
+char* conf_gpu_shapes_begin(bool on);
+void conf_gpu_shapes_end(bool on, char* before);
 /* The median of the device times t[0..n) (sorts). */
 double conf_median(double* t, uint32_t n);
 

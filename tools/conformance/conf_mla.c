@@ -47,7 +47,7 @@ static vkh2o_mla_config case_config(const conf_case* c)
 
 /* A variant's context: the storage and texel variants force the matmul path and the attention's
  * reads through the environment, which the device profile reads when a context is created, so
- * they run on a context of their own made with it set (the same device and flags; handed to the
+ * they run on a context of their own made with it set (the same device, flags and shapes; handed to the
  * tool in r->own_ctx); the automatic variants on the registry's. NULL: the context could not be
  * made (the note says why). */
 static vkh2o_context* variant_ctx(const conf_env* env, int v, conf_result* r)
@@ -56,8 +56,11 @@ static vkh2o_context* variant_ctx(const conf_env* env, int v, conf_result* r)
         return env->ctx;
     setenv("VKH2O_MATMUL_PATH", v == V_STORAGE ? "register" : "texel", 1);
     setenv("VKH2O_ATTN_TEXEL", v == V_STORAGE ? "0" : "1", 1);
+    const bool gpu = env->shapes == CONF_SHAPES_GPU;
+    char* before = conf_gpu_shapes_begin(gpu);
     vkh2o_context* ctx = NULL;
     const vkh2o_result res = vkh2o_context_create(&env->desc, &ctx);
+    conf_gpu_shapes_end(gpu, before);
     unsetenv("VKH2O_MATMUL_PATH");
     unsetenv("VKH2O_ATTN_TEXEL");
     if (res != VKH2O_OK) {

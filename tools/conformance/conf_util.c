@@ -164,3 +164,24 @@ double conf_median(double* t, uint32_t n)
     qsort(t, n, sizeof *t, cmp_double);
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
+
+char* conf_gpu_shapes_begin(bool on)
+{
+    if (!on)
+        return NULL;
+    const char* v = getenv("VKH2O_GPU_SHAPES");
+    char* before = v ? strdup(v) : NULL;
+    setenv("VKH2O_GPU_SHAPES", "1", 1);
+    return before;
+}
+
+void conf_gpu_shapes_end(bool on, char* before)
+{
+    if (!on)
+        return;
+    if (before)
+        setenv("VKH2O_GPU_SHAPES", before, 1);
+    else
+        unsetenv("VKH2O_GPU_SHAPES");
+    free(before);
+}
