@@ -19,7 +19,7 @@ def run(script, *args):
 
 def test_policy_sweep_writes_its_plot(tmp_path):
     png = tmp_path / "sweep.png"
-    out = run("policy_sweep.py", "--ctx", "64", "--windows", "1", "--fracs", "0.5,0.25", "--configs", "h2o,tiered",
+    out = run("policy_sweep.py", "--ctx", "64", "--windows", "1", "--fracs", "0.5,0.25", "--configs", "tiered",
               "--out", str(png))
     assert "h2o, tiers by bytes" in out and "full" in out
     with open(png, "rb") as f:
