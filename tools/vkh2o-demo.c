@@ -10,9 +10,11 @@
  */
 #include "cli.h"
 #include "demo.h"
+#include "json.h"
 #include "outfile.h"
 #include "ref_decode.h"
 #include "ref_mla.h"
+#include "rng.h"
 #include "vkh2o.h"
 
 #include <cjson/cJSON.h>
@@ -151,12 +153,10 @@ static float* load_input(const opts* o, const vkh2o_mla_config* cfg, uint32_t* S
         if (!x)
             return NULL;
         /* seeded standard normal (Box-Muller on splitmix64), like the seed's torch.randn */
-        uint64_t st = o->seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+        uint64_t st = o->seed * RNG_GOLDEN + 0x632be59bd9b4e019ull;
         size_t n = (size_t)*S * cfg->hidden_size;
         for (size_t i = 0; i < n; i += 2) {
-            uint64_t z1 = (st += 0x9e3779b97f4a7c15ull), z2 = (st += 0x9e3779b97f4a7c15ull);
-            z1 = (z1 ^ (z1 >> 30)) * 0xbf58476d1ce4e5b9ull; z1 = (z1 ^ (z1 >> 27)) * 0x94d049bb133111ebull; z1 ^= z1 >> 31;
-            z2 = (z2 ^ (z2 >> 30)) * 0xbf58476d1ce4e5b9ull; z2 = (z2 ^ (z2 >> 27)) * 0x94d049bb133111ebull; z2 ^= z2 >> 31;
+            const uint64_t z1 = rng_next(&st), z2 = rng_next(&st);
             double u1 = ((double)(z1 >> 11) + 0.5) / 9007199254740992.0, u2 = (double)(z2 >> 11) / 9007199254740992.0;
             double r = sqrt(-2.0 * log(u1));
             x[i] = (float)(r * cos(6.283185307179586 * u2));
@@ -224,23 +224,18 @@ static bool input_layernorm(float* x, uint32_t S, uint32_t D, const vkh2o_tensor
  * and name no input nor each other. Returns 0, or the exit status (1 file, 2 usage). */
 static int check_paths(const opts* o)
 {
+    const cli_path ins[3] = { { "--weights", o->weights, true }, { "--config", o->config, false }, { "--input", o->input, false } };
+    const cli_path outs[4] = { { "--csv", o->csv, false }, { "--json", o->json, false }, { "--out", o->out, false },
+                               { "--plot", o->plot, false } };
     int rc;
-    if ((o->weights && (rc = cli_check_input(TOOL, "--weights", o->weights, true))) ||
-        (o->config && (rc = cli_check_input(TOOL, "--config", o->config, false))) ||
-        (o->input && (rc = cli_check_input(TOOL, "--input", o->input, false))))
+    if ((rc = cli_check_paths(TOOL, ins, 3, NULL, 0)) != 0)
         return rc;
     struct stat st;
     if (o->cache_dir && (!*o->cache_dir || (stat(o->cache_dir, &st) == 0 && !S_ISDIR(st.st_mode)))) {
         fprintf(stderr, "%s: --cache-dir %s: not a directory\n", TOOL, o->cache_dir);
         return 1;
     }
-    const char* ins[3] = { o->weights, o->config, o->input };
-    const char* flags[4] = { "--csv", "--json", "--out", "--plot" };
-    const char* outs[4] = { o->csv, o->json, o->out, o->plot };
-    for (int a = 0; a < 4; a++)
-        if (outs[a] && (rc = cli_check_output(TOOL, flags[a], outs[a], ins, 3, outs, flags, a)))
-            return rc;
-    return 0;
+    return cli_check_paths(TOOL, ins, 3, outs, 4);
 }
 
 /* ---------- the phases of a run ---------- */
@@ -306,24 +301,18 @@ static int load_config(demo_run* dm)
     /* config */
     vkh2o_error err = { 0 };
     dm->preset = dm->o.preset ? dm->o.preset : vkh2o_mla_config_preset_name(0);
-    if (vkh2o_mla_config_preset(dm->preset, &dm->cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: --preset: %s\n", TOOL, err.message);
-        return 2;
-    }
+    if (vkh2o_mla_config_preset(dm->preset, &dm->cfg, &err) != VKH2O_OK)
+        return cli_fail(2, "%s: --preset: %s\n", TOOL, err.message);
     const char* preset_title = dm->preset;
     for (uint32_t i = 0; vkh2o_mla_config_preset_name(i); i++)
         if (!strcmp(dm->preset, vkh2o_mla_config_preset_name(i)))
             preset_title = vkh2o_mla_config_preset_title(i);
     cli_config_path(dm->o.weights, dm->o.config, dm->cfg_path, sizeof dm->cfg_path);
-    if (dm->cfg_path[0] && vkh2o_mla_config_from_json(dm->cfg_path, &dm->cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
-        return 1;
-    }
+    if (dm->cfg_path[0] && vkh2o_mla_config_from_json(dm->cfg_path, &dm->cfg, &err) != VKH2O_OK)
+        return cli_fail(1, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
     dm->preset_title = preset_title;
-    if (vkh2o_mla_config_validate(&dm->cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
-        return 1;
-    }
+    if (vkh2o_mla_config_validate(&dm->cfg, &err) != VKH2O_OK)
+        return cli_fail(1, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
     /* the cache the flags ask for, before any work (again once --input has given the length) */
     dm->kv = (demo_kv){ .n_sink = dm->o.n_sink, .budget = dm->o.budget, .n_recent = dm->o.n_recent, .layout = dm->o.layout,
                         .precision = dm->o.kv };
@@ -382,10 +371,8 @@ static int load(demo_run* dm)
     dm->hidden = load_input(&dm->o, &dm->cfg, &dm->S);
     if (!dm->hidden)
         return 1;
-    if (dm->o.prefill_given && dm->o.prefill > dm->S) {
-        fprintf(stderr, "%s: --prefill %u exceeds the %u tokens of the sequence\n", TOOL, dm->o.prefill, dm->S);
-        return 2;
-    }
+    if (dm->o.prefill_given && dm->o.prefill > dm->S)
+        return cli_fail(2, "%s: --prefill %u exceeds the %u tokens of the sequence\n", TOOL, dm->o.prefill, dm->S);
     /* H2O over one token selects nothing; a budget beyond the sequence is a typo */
     if (dm->S < 2 || dm->o.budget > dm->S) {
         if (dm->S < 2)
@@ -414,10 +401,8 @@ static int load(demo_run* dm)
     dm->out = malloc((size_t)dm->S * dm->cfg.hidden_size * sizeof *dm->out);
     dm->score = malloc((size_t)dm->S * sizeof *dm->score);
     dm->cat = malloc((size_t)dm->S * sizeof *dm->cat);
-    if (!dm->out || !dm->score || !dm->cat) {
-        fprintf(stderr, "%s: out of host memory\n", TOOL);
-        return 1;
-    }
+    if (!dm->out || !dm->score || !dm->cat)
+        return cli_fail(1, "%s: out of host memory\n", TOOL);
     return 0;
 }
 
@@ -537,10 +522,8 @@ static int run_check(demo_run* dm)
     } else {
         dm->ref_out = malloc((size_t)dm->S * dm->cfg.hidden_size * sizeof *dm->ref_out);
         dm->ref_score = malloc((size_t)dm->S * sizeof *dm->ref_score);
-        if (!dm->ref_out || !dm->ref_score || ref_mla_forward(&dm->cfg, dm->hw, dm->hidden, dm->S, 0, dm->ref_out, dm->ref_score, NULL, NULL) != 0) {
-            fprintf(stderr, "%s: --check: out of host memory for the reference\n", TOOL);
-            return 1;
-        }
+        if (!dm->ref_out || !dm->ref_score || ref_mla_forward(&dm->cfg, dm->hw, dm->hidden, dm->S, 0, dm->ref_out, dm->ref_score, NULL, NULL) != 0)
+            return cli_fail(1, "%s: --check: out of host memory for the reference\n", TOOL);
         double mo = 0, so = 0, me = 0, se = 0;
         for (size_t i = 0; i < (size_t)dm->S * dm->cfg.hidden_size; i++) {
             me = fmax(me, fabs((double)dm->out[i] - dm->ref_out[i]));
@@ -660,85 +643,56 @@ static int write_outputs(demo_run* dm)
         }
     }
     if (dm->o.json) {
+        const vkh2o_mla_config* c = &dm->cfg;
         cJSON* j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "device", dm->caps->device_name);
-        cJSON_AddStringToObject(j, "driver", dm->caps->driver_name);
-        cJSON_AddStringToObject(j, "weights", dm->o.weights);
+        CLI_JSON_STRS(j, { "device", dm->caps->device_name }, { "driver", dm->caps->driver_name }, { "weights", dm->o.weights });
         cJSON_AddBoolToObject(j, "synthetic_weights", dm->synthetic);
         cJSON_AddNumberToObject(j, "layer", dm->o.layer);
         cJSON* jc = cJSON_AddObjectToObject(j, "config");
-        cJSON_AddNumberToObject(jc, "num_layers", dm->cfg.num_layers);
-        cJSON_AddNumberToObject(jc, "hidden_size", dm->cfg.hidden_size);
-        cJSON_AddNumberToObject(jc, "num_heads", dm->cfg.num_heads);
-        cJSON_AddNumberToObject(jc, "qk_dim", vkh2o_mla_qk_head_dim(&dm->cfg));
-        cJSON_AddNumberToObject(jc, "v_dim", dm->cfg.v_head_dim);
-        cJSON_AddNumberToObject(jc, "kv_lora_rank", dm->cfg.kv_lora_rank);
-        cJSON_AddNumberToObject(jc, "q_lora_rank", dm->cfg.q_lora_rank);
+        CLI_JSON_NUMS(jc, { "num_layers", c->num_layers }, { "hidden_size", c->hidden_size }, { "num_heads", c->num_heads },
+                      { "qk_dim", vkh2o_mla_qk_head_dim(c) }, { "v_dim", c->v_head_dim }, { "kv_lora_rank", c->kv_lora_rank },
+                      { "q_lora_rank", c->q_lora_rank });
         cJSON_AddStringToObject(jc, "preset", dm->preset);
         if (dm->cfg_path[0])
             cJSON_AddStringToObject(jc, "config_json", dm->cfg_path);
         else
             cJSON_AddNullToObject(jc, "config_json");
-        cJSON_AddNumberToObject(jc, "yarn_factor", dm->cfg.rope_scaling == VKH2O_ROPE_YARN ? dm->cfg.yarn_factor : 1.0);
-        cJSON_AddNumberToObject(jc, "softmax_scale", vkh2o_mla_softmax_scale(&dm->cfg));
-        cJSON_AddNumberToObject(j, "layer_params", (double)vkh2o_mla_param_count(&dm->cfg));
-        cJSON_AddNumberToObject(j, "weight_device_bytes", (double)vkh2o_mla_layer_get_weight_bytes(dm->layer));
-        cJSON_AddNumberToObject(j, "seq_len", dm->S);
-        cJSON_AddNumberToObject(j, "budget", dm->o.budget);
-        cJSON_AddNumberToObject(j, "n_sink", dm->o.n_sink);
-        cJSON_AddNumberToObject(j, "n_recent", dm->o.n_recent);
-        cJSON_AddStringToObject(j, "layout", layout_name(dm->o.layout));
-        cJSON_AddStringToObject(j, "kv", vkh2o_kv_precision_name(dm->o.kv));
-        if (dm->o.prefill_given) {
-            cJSON_AddNumberToObject(j, "prefill", dm->P);
-            cJSON_AddNumberToObject(j, "decode_tokens", dm->S - dm->P);
-        }
-        cJSON* js = cJSON_AddObjectToObject(j, "score");
-        cJSON_AddNumberToObject(js, "min", dm->st.min);
-        cJSON_AddNumberToObject(js, "max", dm->st.max);
-        cJSON_AddNumberToObject(js, "mean", dm->st.mean);
-        cJSON_AddNumberToObject(js, "std", dm->st.std);
-        cJSON* jk = cJSON_AddObjectToObject(j, "kept");
-        cJSON_AddNumberToObject(jk, "total", dm->kept);
-        cJSON_AddNumberToObject(jk, "sink", dm->st.n_sink);
-        cJSON_AddNumberToObject(jk, "heavy", dm->st.n_heavy);
-        cJSON_AddNumberToObject(jk, "recent", dm->st.n_recent);
-        cJSON_AddNumberToObject(j, "evicted", dm->st.n_evicted);
-        cJSON_AddNumberToObject(j, "middle", dm->st.middle);
+        CLI_JSON_NUMS(jc, { "yarn_factor", c->rope_scaling == VKH2O_ROPE_YARN ? c->yarn_factor : 1.0 },
+                      { "softmax_scale", vkh2o_mla_softmax_scale(c) });
+        CLI_JSON_NUMS(j, { "layer_params", (double)vkh2o_mla_param_count(c) },
+                      { "weight_device_bytes", (double)vkh2o_mla_layer_get_weight_bytes(dm->layer) }, { "seq_len", dm->S },
+                      { "budget", dm->o.budget }, { "n_sink", dm->o.n_sink }, { "n_recent", dm->o.n_recent });
+        CLI_JSON_STRS(j, { "layout", layout_name(dm->o.layout) }, { "kv", vkh2o_kv_precision_name(dm->o.kv) });
+        if (dm->o.prefill_given)
+            CLI_JSON_NUMS(j, { "prefill", dm->P }, { "decode_tokens", dm->S - dm->P });
+        CLI_JSON_NUMS(cJSON_AddObjectToObject(j, "score"), { "min", dm->st.min }, { "max", dm->st.max }, { "mean", dm->st.mean },
+                      { "std", dm->st.std });
+        CLI_JSON_NUMS(cJSON_AddObjectToObject(j, "kept"), { "total", dm->kept }, { "sink", dm->st.n_sink },
+                      { "heavy", dm->st.n_heavy }, { "recent", dm->st.n_recent });
+        CLI_JSON_NUMS(j, { "evicted", dm->st.n_evicted }, { "middle", dm->st.middle });
         float top[10];
         memcpy(top, dm->st.top, sizeof top);
         cJSON_AddItemToObject(j, "top_heavy_scores", cJSON_CreateFloatArray(top, (int)dm->st.ntop));
-        cJSON_AddNumberToObject(j, "heavy_mean", dm->st.heavy_mean);
-        cJSON_AddNumberToObject(j, "evicted_mean", dm->st.evicted_mean);
-        cJSON_AddNumberToObject(j, "heavy_evicted_ratio", dm->st.ratio);
+        CLI_JSON_NUMS(j, { "heavy_mean", dm->st.heavy_mean }, { "evicted_mean", dm->st.evicted_mean },
+                      { "heavy_evicted_ratio", dm->st.ratio });
         cJSON* jt = cJSON_AddObjectToObject(j, "timings_ms");
         cJSON_AddStringToObject(jt, "clock", dm->gpu_time ? "gpu" : "wall");   /* the forward's; the cache's are wall clock */
-        cJSON_AddNumberToObject(jt, "runs", dm->timed);
-        cJSON_AddNumberToObject(jt, "forward", dm->fwd_ms);
-        cJSON_AddNumberToObject(jt, "projections", dm->proj_ms);
-        cJSON_AddNumberToObject(jt, "attention", dm->attn_ms);
-        cJSON_AddNumberToObject(jt, "o_proj", dm->oproj_ms);
-        cJSON_AddNumberToObject(jt, "score", dm->mass_ms);
-        if (dm->o.prefill_given) {
-            cJSON_AddNumberToObject(jt, "cache_prefill", dm->cr.prefill_ms);
-            cJSON_AddNumberToObject(jt, "decode_token", dm->cr.decode_ms);
-        } else {
+        CLI_JSON_NUMS(jt, { "runs", dm->timed }, { "forward", dm->fwd_ms }, { "projections", dm->proj_ms },
+                      { "attention", dm->attn_ms }, { "o_proj", dm->oproj_ms }, { "score", dm->mass_ms });
+        if (dm->o.prefill_given)
+            CLI_JSON_NUMS(jt, { "cache_prefill", dm->cr.prefill_ms }, { "decode_token", dm->cr.decode_ms });
+        else
             cJSON_AddNumberToObject(jt, "h2o_prefill", dm->cr.prefill_ms);
-        }
         cJSON_AddNumberToObject(jt, "load", dm->t_load * 1e3);
-        cJSON* jb = cJSON_AddObjectToObject(j, "kv_bytes");
-        cJSON_AddNumberToObject(jb, "before", (double)dm->cr.bytes_before);
-        cJSON_AddNumberToObject(jb, "after", (double)dm->cr.bytes_after);
+        CLI_JSON_NUMS(cJSON_AddObjectToObject(j, "kv_bytes"), { "before", (double)dm->cr.bytes_before },
+                      { "after", (double)dm->cr.bytes_after });
         cJSON* jtier = cJSON_AddObjectToObject(j, "tiers");
-        for (uint32_t t = 0; t < VKH2O_TIER_COUNT; t++) {
-            cJSON* jx = cJSON_AddObjectToObject(jtier, vkh2o_kv_tier_name((vkh2o_kv_tier)t));
-            cJSON_AddNumberToObject(jx, "tokens", dm->cr.by_tier[t]);
-            cJSON_AddNumberToObject(jx, "token_bytes", dm->cr.token_bytes[t]);
-        }
+        for (uint32_t t = 0; t < VKH2O_TIER_COUNT; t++)
+            CLI_JSON_NUMS(cJSON_AddObjectToObject(jtier, vkh2o_kv_tier_name((vkh2o_kv_tier)t)), { "tokens", dm->cr.by_tier[t] },
+                          { "token_bytes", dm->cr.token_bytes[t] });
         if (dm->o.check) {
             cJSON* jx = cJSON_AddObjectToObject(j, "check");
-            cJSON_AddNumberToObject(jx, "output_max_rel_err", dm->out_err);
-            cJSON_AddNumberToObject(jx, "score_max_rel_err", dm->score_err);
+            CLI_JSON_NUMS(jx, { "output_max_rel_err", dm->out_err }, { "score_max_rel_err", dm->score_err });
             cJSON_AddBoolToObject(jx, "kept_agree", dm->kept_agree);
             cJSON_AddNumberToObject(jx, "kept_differ", dm->kept_diff);
         }
