@@ -15,7 +15,7 @@ static bool same_file(const char* a, const char* b)
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-int cli_check_input(const char* tool, const char* flag, const char* path, bool dir_ok)
+static int cli_check_input(const char* tool, const char* flag, const char* path, bool dir_ok)
 {
     struct stat st;
     if (!*path) {

@@ -22,10 +22,6 @@ typedef struct cli_path {
     const char* path;
     bool dir_ok;
 } cli_path;
-/* An input given with flag: it must exist and be readable, and be a regular file (or, with
- * dir_ok, a directory). Returns 0 when it is; otherwise prints "<tool>: <flag> <path>: <reason>"
- * and returns the exit status: 1 (a file problem). */
-int cli_check_input(const char* tool, const char* flag, const char* path, bool dir_ok);
 /* Every path of a run, before any work: each input must exist and be readable, and be a regular
  * file (or, with dir_ok, a directory), else "<tool>: <flag> <path>: <reason>" and exit status 1;
  * then each output by cli_check_output against the inputs and the outputs before it (at most 8
