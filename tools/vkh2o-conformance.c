@@ -199,10 +199,8 @@ static bool parse_shard(const char* tool, const char* flag, const char* v, void*
     shard* sh = dst;
     unsigned k, n;
     char end;
-    if (sscanf(v, "%u/%u%c", &k, &n, &end) != 2 || n < 1 || n > 1000 || k >= n) {
-        fprintf(stderr, "%s: %s: '%s' is not K/N with 0 <= K < N <= 1000\n", tool, flag, v);
-        return false;
-    }
+    if (sscanf(v, "%u/%u%c", &k, &n, &end) != 2 || n < 1 || n > 1000 || k >= n)
+        return cli_fail(0, "%s: %s: '%s' is not K/N with 0 <= K < N <= 1000\n", tool, flag, v);
     *sh = (shard){ k, n };
     return true;
 }

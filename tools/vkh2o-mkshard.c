@@ -477,10 +477,8 @@ static bool parse_model(const char* tool, const char* flag, const char* v, void*
 {
     vkh2o_mla_config tmp;
     vkh2o_error me = { 0 };
-    if (vkh2o_mla_config_preset(v, &tmp, &me) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s: %s\n", tool, flag, me.message);
-        return false;
-    }
+    if (vkh2o_mla_config_preset(v, &tmp, &me) != VKH2O_OK)
+        return cli_fail(0, "%s: %s: %s\n", tool, flag, me.message);
     *(const char**)dst = v;
     return true;
 }
@@ -541,10 +539,8 @@ int main(int argc, char** argv)
         return prc < 0 ? 0 : prc;
     o.lay = &layouts[lay];
     o.dtype = (const vkh2o_dtype[]){ VKH2O_DTYPE_BF16, VKH2O_DTYPE_F16, VKH2O_DTYPE_F32, VKH2O_DTYPE_F8_E4M3 }[dtype];
-    if (!o.out || !o.out[0]) {
-        fprintf(stderr, TOOL ": --out PATH is required (run '" TOOL " --help')\n");
-        return 2;
-    }
+    if (!o.out || !o.out[0])
+        return cli_fail(2, TOOL ": --out PATH is required (run '" TOOL " --help')\n");
 
     if (model_opt && !o.shape)
         return cli_fail(2, TOOL ": --model applies to the test shapes (small, tiny); --preset %s has its own values\n",

@@ -503,11 +503,9 @@ static int check_args(const opts* o, int argc, char** argv, vkh2o_mla_config* cf
     const uint32_t n_final = T0 + (b ? 0 : o->decode);
     const char* tflag = w ? "--seq-len" : b ? "--bench-tokens" : "--tokens";
     const uint32_t top = o->sinks + o->recents;
-    if ((uint64_t)top + 10 > n_final) {
-        fprintf(stderr, TOOL ": %s %u: %u tokens leave fewer than 10 middle tokens past the %u sinks and %u recents "
-                        "(--sinks, --recents; the ladders take fractions of them)\n", tflag, T0, n_final, o->sinks, o->recents);
-        return 2;
-    }
+    if ((uint64_t)top + 10 > n_final)
+        return cli_fail(2, TOOL ": %s %u: %u tokens leave fewer than 10 middle tokens past the %u sinks and %u recents "
+                           "(--sinks, --recents; the ladders take fractions of them)\n", tflag, T0, n_final, o->sinks, o->recents);
     *base = (vkh2o_kvcache_desc){ .max_tokens = n_final, .n_sink = o->sinks, .n_recent = o->recents,
                                   .policy = VKH2O_POLICY_H2O, .score_mode = o->score_mode, .seed = o->seed };
     vkh2o_kvcache_desc_from_mla(cfg, base);

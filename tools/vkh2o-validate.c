@@ -141,10 +141,8 @@ static int parse_args(int argc, char** argv, opts* o)
         return 2;
     if (o->memory)
         return 0;
-    if (o->budget > o->steps) {
-        fprintf(stderr, TOOL ": --budget %u: more heavy hitters than the %u tokens of --steps\n", o->budget, o->steps);
-        return 2;
-    }
+    if (o->budget > o->steps)
+        return cli_fail(2, TOOL ": --budget %u: more heavy hitters than the %u tokens of --steps\n", o->budget, o->steps);
     return cli_check_modes(&spec, o->expanded ? M_EXPANDED : M_LATENT);
 }
 

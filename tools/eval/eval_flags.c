@@ -35,10 +35,8 @@ uint32_t kept_recents(const opts* o)
 /* the values that are more than a number or a name, each parsed into opts (dst) */
 static bool parse_text(const char* tool, const char* flag, const char* v, void* dst)
 {
-    if (!*v) {
-        fprintf(stderr, "%s: %s needs a value\n", tool, flag);
-        return false;
-    }
+    if (!*v)
+        return cli_fail(0, "%s: %s needs a value\n", tool, flag);
     *(const char**)dst = v;
     return true;
 }
@@ -73,10 +71,8 @@ static bool parse_ladder(const char* tool, const char* flag, const char* v, void
 static bool parse_kv(const char* tool, const char* flag, const char* v, void* dst)
 {
     opts* o = dst;
-    if (!vkh2o_kv_precision_parse(v, &o->kv_prec)) {
-        fprintf(stderr, "%s: %s: '%s' is not one of fp16, int8, int4, int2, tiered\n", tool, flag, v);
-        return false;
-    }
+    if (!vkh2o_kv_precision_parse(v, &o->kv_prec))
+        return cli_fail(0, "%s: %s: '%s' is not one of fp16, int8, int4, int2, tiered\n", tool, flag, v);
     o->kv = v;
     return true;
 }
@@ -86,10 +82,8 @@ static bool parse_percent(const char* tool, const char* flag, const char* v, dou
 {
     const size_t n = strlen(v);
     char num[64];
-    if (n < 2 || n >= sizeof num || v[n - 1] != '%') {
-        fprintf(stderr, "%s: %s needs a percentage, e.g. 25%%\n", tool, flag);
-        return false;
-    }
+    if (n < 2 || n >= sizeof num || v[n - 1] != '%')
+        return cli_fail(0, "%s: %s needs a percentage, e.g. 25%%\n", tool, flag);
     snprintf(num, sizeof num, "%.*s", (int)(n - 1), v);
     if (!cli_parse_f64(tool, flag, num, 0.001, 100.0, frac))
         return false;
@@ -170,10 +164,8 @@ static bool parse_pool_size(const char* tool, const char* flag, const char* v, v
 {
     if (!cli_parse_u32(tool, flag, v, 1, 255, dst))
         return false;
-    if (!(*(uint32_t*)dst & 1u)) {
-        fprintf(stderr, "%s: %s: %u is not odd\n", tool, flag, *(uint32_t*)dst);
-        return false;
-    }
+    if (!(*(uint32_t*)dst & 1u))
+        return cli_fail(0, "%s: %s: %u is not odd\n", tool, flag, *(uint32_t*)dst);
     return true;
 }
 
@@ -350,25 +342,19 @@ int parse(int argc, char** argv, opts* o)
     const bool seen_obs = cli_given(&spec, "--obs-window"), seen_pool = cli_given(&spec, "--pool");
     const bool seen_pool_size = cli_given(&spec, "--pool-size"), seen_trials = cli_given(&spec, "--trials");
     const bool seen_depths = cli_given(&spec, "--depths");
-    if (!o->weights) {
-        fprintf(stderr, TOOL ": --weights DIR is required\n");
-        return 2;
-    }
-    if (o->bench_steps && !o->bench) {
-        fprintf(stderr, TOOL ": --bench-steps needs --bench\n");
-        return 2;
-    }
+    if (!o->weights)
+        return cli_fail(2, TOOL ": --weights DIR is required\n");
+    if (o->bench_steps && !o->bench)
+        return cli_fail(2, TOOL ": --bench-steps needs --bench\n");
     if (!o->bench_steps)
         o->bench_steps = 64;
     if (o->bench) {
         const char* other = o->sweep ? "--sweep" : o->passkey ? "--passkey" : o->recall ? "--recall" : o->stream ? "--stream"
                           : seen_policy ? "--policy" : seen_budget ? "--budget" : o->kv_quant ? "--kv-quant"
                           : o->max_windows ? "--windows" : o->csv ? "--csv" : o->plot ? "--plot" : NULL;
-        if (other) {
-            fprintf(stderr, TOOL ": --bench times its own grid (every eviction policy at 25%% of the context, and the full "
-                            "cache): it takes no %s\n", other);
-            return 2;
-        }
+        if (other)
+            return cli_fail(2, TOOL ": --bench times its own grid (every eviction policy at 25%% of the context, and the full "
+                               "cache): it takes no %s\n", other);
         if (!o->text)
             return cli_fail(2, TOOL ": --bench needs --text FILE (the decoded bytes)\n");
     }
