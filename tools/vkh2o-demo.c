@@ -48,10 +48,8 @@ typedef struct opts {
 /* --kv P: a precision of one tier (tiers by score need a byte budget: no demo flag) */
 static bool parse_kv(const char* tool, const char* flag, const char* v, void* dst)
 {
-    if (!vkh2o_kv_precision_parse(v, dst) || *(vkh2o_kv_precision*)dst == VKH2O_PRECISION_TIERED) {
-        fprintf(stderr, "%s: %s: '%s' is not fp16, int8, int4 or int2\n", tool, flag, v);
-        return false;
-    }
+    if (!vkh2o_kv_precision_parse(v, dst) || *(vkh2o_kv_precision*)dst == VKH2O_PRECISION_TIERED)
+        return cli_fail(0, "%s: %s: '%s' is not fp16, int8, int4 or int2\n", tool, flag, v);
     return true;
 }
 
@@ -132,15 +130,11 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
     o->seq_len_given = cli_given(&spec, "--seq-len");
     o->prefill_given = cli_given(&spec, "--prefill");
     o->device_given = cli_given(&spec, "--device");
-    if (o->check && o->prefill_given && o->kv != VKH2O_PRECISION_FP16) {
-        fprintf(stderr, "%s: --check with --prefill compares against a reference whose cache is fp16: it takes --kv fp16, "
-                "not --kv %s\n", TOOL, vkh2o_kv_precision_name(o->kv));
-        return false;
-    }
-    if (o->budget == 0) {
-        fprintf(stderr, "%s: --budget 0 keeps no heavy hitters: that is the streaming policy, not H2O (use budget >= 1)\n", TOOL);
-        return false;
-    }
+    if (o->check && o->prefill_given && o->kv != VKH2O_PRECISION_FP16)
+        return cli_fail(0, "%s: --check with --prefill compares against a reference whose cache is fp16: it takes --kv fp16, "
+                   "not --kv %s\n", TOOL, vkh2o_kv_precision_name(o->kv));
+    if (o->budget == 0)
+        return cli_fail(0, "%s: --budget 0 keeps no heavy hitters: that is the streaming policy, not H2O (use budget >= 1)\n", TOOL);
     return true;
 }
 
@@ -231,10 +225,8 @@ static int check_paths(const opts* o)
     if ((rc = cli_check_paths(TOOL, ins, 3, NULL, 0)) != 0)
         return rc;
     struct stat st;
-    if (o->cache_dir && (!*o->cache_dir || (stat(o->cache_dir, &st) == 0 && !S_ISDIR(st.st_mode)))) {
-        fprintf(stderr, "%s: --cache-dir %s: not a directory\n", TOOL, o->cache_dir);
-        return 1;
-    }
+    if (o->cache_dir && (!*o->cache_dir || (stat(o->cache_dir, &st) == 0 && !S_ISDIR(st.st_mode))))
+        return cli_fail(1, "%s: --cache-dir %s: not a directory\n", TOOL, o->cache_dir);
     return cli_check_paths(TOOL, ins, 3, outs, 4);
 }
 
@@ -474,6 +466,17 @@ static int run_h2o(demo_run* dm)
     return 0;
 }
 
+/* max |got - ref| over max |ref| (over 1 when ref is all zero) */
+static double max_rel_err(const float* got, const float* ref, size_t n)
+{
+    double e = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        e = fmax(e, fabs((double)got[i] - ref[i]));
+        m = fmax(m, fabs((double)ref[i]));
+    }
+    return e / (m > 0 ? m : 1);
+}
+
 /* --check: the CPU reference in double and the kept set it gives. */
 static int run_check(demo_run* dm)
 {
@@ -501,11 +504,7 @@ static int run_check(demo_run* dm)
             fprintf(stderr, "%s: --check: the reference failed (out of host memory)\n", TOOL);
             return 1;
         }
-        double mo = 0, me = 0, so = 0, se = 0;
-        for (size_t i = 0; i < (size_t)S * D; i++) {
-            me = fmax(me, fabs((double)dm->out[i] - dm->ref_out[i]));
-            mo = fmax(mo, fabs((double)dm->ref_out[i]));
-        }
+        double so = 0, se = 0;
         bool* ref_kept = calloc(S, sizeof *ref_kept);
         for (uint32_t i = 0; ref_kept && i < rd.len; i++) {
             ref_kept[rd.pos[i]] = true;
@@ -516,7 +515,7 @@ static int run_check(demo_run* dm)
             dm->kept_diff += ref_kept[i] != (dm->cat[i] != DEMO_EVICTED);
         free(ref_kept);
         ref_decode_free(&rd);
-        dm->out_err = me / (mo > 0 ? mo : 1);
+        dm->out_err = max_rel_err(dm->out, dm->ref_out, (size_t)S * D);
         dm->score_err = se / (so > 0 ? so : 1);
         dm->kept_agree = dm->kept_diff == 0;
     } else {
@@ -524,17 +523,8 @@ static int run_check(demo_run* dm)
         dm->ref_score = malloc((size_t)dm->S * sizeof *dm->ref_score);
         if (!dm->ref_out || !dm->ref_score || ref_mla_forward(&dm->cfg, dm->hw, dm->hidden, dm->S, 0, dm->ref_out, dm->ref_score, NULL, NULL) != 0)
             return cli_fail(1, "%s: --check: out of host memory for the reference\n", TOOL);
-        double mo = 0, so = 0, me = 0, se = 0;
-        for (size_t i = 0; i < (size_t)dm->S * dm->cfg.hidden_size; i++) {
-            me = fmax(me, fabs((double)dm->out[i] - dm->ref_out[i]));
-            mo = fmax(mo, fabs((double)dm->ref_out[i]));
-        }
-        for (uint32_t i = 0; i < dm->S; i++) {
-            se = fmax(se, fabs((double)dm->score[i] - dm->ref_score[i]));
-            so = fmax(so, fabs((double)dm->ref_score[i]));
-        }
-        dm->out_err = me / (mo > 0 ? mo : 1);
-        dm->score_err = se / (so > 0 ? so : 1);
+        dm->out_err = max_rel_err(dm->out, dm->ref_out, (size_t)dm->S * dm->cfg.hidden_size);
+        dm->score_err = max_rel_err(dm->score, dm->ref_score, dm->S);
         demo_category* ref_cat = malloc((size_t)dm->S * sizeof *ref_cat);
         if (!ref_cat)
             return 1;
