@@ -217,8 +217,7 @@ int main(int argc, char** argv)
     if (env.decode || env.scaling || env.kv_decode) env.read = true;
     env.progress = !json && isatty(2);
 
-    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = select, .log = cli_log,
-                                                        .user_data = (void*)TOOL }, &env.ctx) != VKH2O_OK)
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = select }, &env.ctx) != VKH2O_OK)
         return 1;
     env.caps = vkh2o_context_get_caps(env.ctx);
     if (!json) printf("device: %s (%s)\n", env.caps->device_name, env.caps->driver_info);

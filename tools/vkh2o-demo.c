@@ -319,8 +319,8 @@ static int load(demo_run* dm)
     vkh2o_result r;
     int rc;
     /* device */
-    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = dm->o.device_given ? VKH2O_DEVICE_INDEX(dm->o.device) : 0,
-                                                        .log = cli_log, .user_data = TOOL }, &dm->ctx) != VKH2O_OK)
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = dm->o.device_given ? VKH2O_DEVICE_INDEX(dm->o.device) : 0 },
+                           &dm->ctx) != VKH2O_OK)
         return 1;
     dm->caps = vkh2o_context_get_caps(dm->ctx);
     if (!dm->o.quiet) {

@@ -570,7 +570,7 @@ int main(int argc, char** argv)
     /* cli_log shows the library's warnings and errors, validation-layer messages among them
      * (VKH2O_VALIDATION=1 turns the layer on); they are counted, and a run with any fails */
     vkh2o_context* ctx = NULL;
-    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .log = cli_log, .user_data = (void*)TOOL }, &ctx) != VKH2O_OK) {
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ 0 }, &ctx) != VKH2O_OK) {
         free(text);
         return 1;
     }

@@ -69,8 +69,7 @@ int main(int argc, char** argv)
         print_caps(&list[i]);
     }
     vkh2o_context* ctx;
-    if (cli_context_create("vkh2o-info", &(vkh2o_context_desc){ .device_select = select, .flags = flags,
-                                                                 .log = cli_log, .user_data = "vkh2o-info" }, &ctx) != VKH2O_OK)
+    if (cli_context_create("vkh2o-info", &(vkh2o_context_desc){ .device_select = select, .flags = flags }, &ctx) != VKH2O_OK)
         return 1;
     const vkh2o_device_caps* c = vkh2o_context_get_caps(ctx);
     printf("chosen: %s\n", c->device_name);

@@ -578,8 +578,7 @@ int main(int argc, char** argv)
     if ((rc = check_args(&o, argc, argv, &cfg, &base, specs, &ns, bench_specs, &nb)) != 0)
         return rc;
     vkh2o_context* ctx = NULL;
-    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o.device), .log = cli_log,
-                                                        .user_data = (void*)TOOL }, &ctx) != VKH2O_OK)
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o.device) }, &ctx) != VKH2O_OK)
         return 1;
     if (!o.quiet)
         printf("device: %s\n", vkh2o_context_get_caps(ctx)->device_name);

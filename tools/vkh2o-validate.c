@@ -526,8 +526,7 @@ static int setup(run* R, outset* files)
     const opts* o = &R->o;
     vkh2o_result res;
     res = cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o->device),
-                                                          .flags = o->validation ? VKH2O_CONTEXT_VALIDATION : 0,
-                                                          .log = cli_log, .user_data = TOOL }, &R->ctx);
+                                                          .flags = o->validation ? VKH2O_CONTEXT_VALIDATION : 0 }, &R->ctx);
     if (res != VKH2O_OK)
         return 1;
     if ((res = vkh2o_kvcache_create(R->ctx, &R->given, &R->cache)) != VKH2O_OK)

@@ -192,8 +192,8 @@ static void create_log_fn(vkh2o_log_level level, const char* message, void* user
 vkh2o_result cli_context_create(const char* tool, const vkh2o_context_desc* desc, vkh2o_context** out)
 {
     vkh2o_context_desc d = *desc;
-    create_log.log = desc->log;
-    create_log.user_data = desc->user_data;
+    create_log.log = desc->log ? desc->log : cli_log;
+    create_log.user_data = desc->log ? desc->user_data : (void*)tool;
     create_log.creating = true;
     create_log.last_error[0] = 0;
     d.log = create_log_fn;

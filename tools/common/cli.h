@@ -109,8 +109,8 @@ void cli_log(vkh2o_log_level level, const char* message, void* user_data);
  * result code and the library's last error message, e.g. "<tool>: cannot create the Vulkan
  * context: VKH2O_ERROR_OUT_OF_HOST_MEMORY: out of host memory: ...", or "no usable Vulkan
  * device" (NO_DEVICE, UNSUPPORTED) with a hint where no driver is installed. The desc's log
- * callback gets every message as before, except the creation's errors, which that line
- * carries. One context per process (the message is captured in static storage). */
+ * callback (none: cli_log with the tool's name) gets every message as before, except the
+ * creation's errors, which that line carries. One context per process (the message is captured in static storage). */
 vkh2o_result cli_context_create(const char* tool, const vkh2o_context_desc* desc, vkh2o_context** out);
 /* When argv has --device, its value `index` must name a device the loader lists: else prints
  * "<tool>: --device N: ..." and returns false (before a context is made, so that no second
