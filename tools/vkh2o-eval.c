@@ -52,18 +52,17 @@ static unsigned char* read_file(const char* path, size_t* len)
     return buf;
 }
 
-/* The model's config.json, read before any device work: its vocabulary must be bytes, and --ctx
- * within the positions it was made for. Returns 0 or the exit status (2: --ctx too long). */
-static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows);
-
 /* One layer's full FP16 cache over ctx positions: 2 bytes per number of the latent row, every
  * position (the base of --bytes F%, per layer). */
 static uint64_t fp16_layer_bytes(const vkh2o_mla_config* a, uint32_t ctx)
 {
     return 2ull * (a->kv_lora_rank + a->qk_rope_head_dim) * ctx;
 }
+static uint32_t make_rows(const opts* o, row* rows);
 static bool needs_session(const row* r);
 
+/* The model's config.json, read before any device work: its vocabulary must be bytes, and --ctx
+ * within the positions it was made for. Returns 0 or the exit status (2: --ctx too long). */
 static int check_model(const opts* o)
 {
     char path[4096];
@@ -85,7 +84,7 @@ static int check_model(const opts* o)
     /* every row's cache: a capacity or tiers the model's rows cannot hold are refused here, with
      * the library's figures, before a device is opened */
     static row rows[MAX_ROWS];
-    const uint32_t n = make_rows(o, NULL, rows);
+    const uint32_t n = make_rows(o, rows);
     for (uint32_t i = 0; i < n; i++) {
         if (!needs_session(&rows[i]))
             continue;
@@ -437,9 +436,8 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool s
     return rc;
 }
 
-static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
+static uint32_t make_rows(const opts* o, row* rows)
 {
-    (void)m;
     uint32_t n = 0;
     const row base = { .kv_quant = "none", .bits = NAN, .passkey_acc = NAN, .passkey_stream = NAN, .recall_first = NAN,
                        .recall_second = NAN };
@@ -591,7 +589,7 @@ int main(int argc, char** argv)
         return rc;
     }
     static row rows[MAX_ROWS];
-    uint32_t nrows = rc ? 0 : make_rows(&o, m, rows);
+    const uint32_t nrows = make_rows(&o, rows);
     for (uint32_t i = 0; i < nrows && !rc; i++) {
         row* r = &rows[i];
         r->cache_tokens = r->policy->full ? o.ctx : r->n_sink + r->budget + r->n_recent;

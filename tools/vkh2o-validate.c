@@ -268,7 +268,7 @@ typedef struct run {
     FILE* csv;
     /* property bookkeeping */
     uint32_t max_cache, over_cap, linear_bad, cap_bad, evict_bad, sink_bad, recent_bad, pos_bad;
-    uint64_t events_seen, demoted;
+    uint64_t events_seen;
     uint32_t* prev_evicted;         /* per layer, at the last check */
     char first_problem[512];
     cli_mem_sample mem0;            /* once the cache has been at its cap for a batch */
