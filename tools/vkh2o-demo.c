@@ -120,9 +120,7 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
         "2 bad usage.\n",
         opt, CLI_N(opt), NULL,
     };
-    char presets[256];
-    cli_preset_names(presets, sizeof presets);
-    const int prc = cli_parse_extra(&spec, argc, argv, presets);
+    const int prc = cli_parse_extra(&spec, argc, argv, cli_preset_names());
     *exit_code = prc < 0 ? 0 : 2;
     if (prc)
         return false;

@@ -532,9 +532,7 @@ int main(int argc, char** argv)
         "Exit status: 0 done, 1 failed, 2 bad usage or output exists.\n",
         opt, CLI_N(opt), NULL,
     };
-    char presets[256];
-    cli_preset_names(presets, sizeof presets);
-    const int prc = cli_parse_extra(&spec, argc, argv, presets);
+    const int prc = cli_parse_extra(&spec, argc, argv, cli_preset_names());
     if (prc)
         return prc < 0 ? 0 : prc;
     o.lay = &layouts[lay];

@@ -420,11 +420,11 @@ int cli_check_modes(const cli_spec* s, uint32_t active)
     return 0;
 }
 
-void cli_preset_names(char* out, size_t cap)
+const char* cli_preset_names(void)
 {
+    static char out[256];
     size_t len = 0;
-    if (cap)
-        out[0] = '\0';
-    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i) && len < cap; i++)
-        len += (size_t)snprintf(out + len, cap - len, "%s%s", i ? ", " : "", vkh2o_mla_config_preset_name(i));
+    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i) && len < sizeof out; i++)
+        len += (size_t)snprintf(out + len, sizeof out - len, "%s%s", i ? ", " : "", vkh2o_mla_config_preset_name(i));
+    return out;
 }

@@ -128,7 +128,8 @@ cli_mem_sample cli_mem_sample_take(const vkh2o_context* ctx);
  * buffers (peak <p>)"; returns whether the device bytes and buffer count are unchanged. */
 bool cli_mem_report(const char* label, const cli_mem_sample* start, const cli_mem_sample* end);
 
-/* The MLA config presets' names (vkh2o_mla_config_preset_name), comma-separated, into out. */
-void cli_preset_names(char* out, size_t cap);
+/* The MLA config presets' names (vkh2o_mla_config_preset_name), comma-separated (a static
+ * string: --help's %s in the tools that take --preset). */
+const char* cli_preset_names(void);
 
 #endif
