@@ -209,10 +209,7 @@ int main(int argc, char** argv)
         return prc;
     const uint32_t select = cli_given(&spec, "--device") ? VKH2O_DEVICE_INDEX(device) : 0;
     const bool seq_given = cli_given(&spec, "--seq-len"), seen_cache_len = cli_given(&spec, "--cache-len");
-    if (plot) {
-        const int pr = cli_check_output(TOOL, "--plot", plot, NULL, 0, NULL, NULL, 0);
-        if (pr) return pr;
-    }
+    if ((prc = cli_check_paths(TOOL, NULL, 0, &(cli_path){ "--plot", plot, false }, 1)) != 0) return prc;
     if (!cli_check_device(TOOL, argc, argv, select ? select - 1 : 0)) return 2;
     if (env.quick && !seq_given) env.seq_len = 16;
     if (env.quick && !seen_cache_len) env.cache_len = 256;
@@ -220,8 +217,7 @@ int main(int argc, char** argv)
     if (env.decode || env.scaling || env.kv_decode) env.read = true;
     env.progress = !json && isatty(2);
 
-    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = select, .log = cli_log,
-                                                        .user_data = (void*)TOOL }, &env.ctx) != VKH2O_OK)
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = select }, &env.ctx) != VKH2O_OK)
         return 1;
     env.caps = vkh2o_context_get_caps(env.ctx);
     if (!json) printf("device: %s (%s)\n", env.caps->device_name, env.caps->driver_info);

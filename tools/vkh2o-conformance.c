@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "conf.h"
 #include "conf_roofline.h"
+#include "json.h"
 #include "outfile.h"
 #include "vkh2o.h"
 
@@ -100,64 +101,40 @@ static void write_json(FILE* f, const vkh2o_device_caps* caps, const char* mode,
                        const run_row* rows, uint32_t n, const uint32_t counts[4])
 {
     cJSON* root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "tool", TOOL);
-    cJSON_AddStringToObject(root, "mode", mode);
     char seed_s[32];   /* a string: a JSON number would round seeds above 2^53 */
     snprintf(seed_s, sizeof seed_s, "%llu", (unsigned long long)seed);
-    cJSON_AddStringToObject(root, "seed", seed_s);
+    CLI_JSON_STRS(root, { "tool", TOOL }, { "mode", mode }, { "seed", seed_s });
     cJSON* dev = cJSON_AddObjectToObject(root, "device");
     if (caps) {
-        cJSON_AddStringToObject(dev, "name", caps->device_name);
-        cJSON_AddStringToObject(dev, "driver", caps->driver_name);
-        cJSON_AddStringToObject(dev, "driver_info", caps->driver_info);
-        cJSON_AddNumberToObject(dev, "vendor_id", caps->vendor_id);
-        cJSON_AddNumberToObject(dev, "device_id", caps->device_id);
-        cJSON_AddNumberToObject(dev, "subgroup_size", caps->subgroup_size);
+        CLI_JSON_STRS(dev, { "name", caps->device_name }, { "driver", caps->driver_name }, { "driver_info", caps->driver_info });
+        CLI_JSON_NUMS(dev, { "vendor_id", caps->vendor_id }, { "device_id", caps->device_id },
+                      { "subgroup_size", caps->subgroup_size });
         cJSON_AddBoolToObject(dev, "cpu", caps->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU);
     }
-    if (roof) {
-        cJSON* ro = cJSON_AddObjectToObject(root, "roofline");
-        cJSON_AddNumberToObject(ro, "read_gbps", roof->read_gbps);
-        cJSON_AddNumberToObject(ro, "read_texel_gbps", roof->read_texel_gbps);
-        cJSON_AddNumberToObject(ro, "gflops", roof->gflops);
-        cJSON_AddNumberToObject(ro, "dispatch_ms", roof->dispatch_ms);
-    }
+    if (roof)
+        CLI_JSON_NUMS(cJSON_AddObjectToObject(root, "roofline"), { "read_gbps", roof->read_gbps },
+                      { "read_texel_gbps", roof->read_texel_gbps }, { "gflops", roof->gflops }, { "dispatch_ms", roof->dispatch_ms });
     cJSON* arr = cJSON_AddArrayToObject(root, "cases");
     for (uint32_t i = 0; i < n; i++) {
         const run_row* w = &rows[i];
         cJSON* o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "name", w->c->name);
-        cJSON_AddStringToObject(o, "op", w->c->op);
-        cJSON_AddStringToObject(o, "shapes", w->c->shapes == CONF_SHAPES_CPU ? "cpu" : "gpu");
-        cJSON_AddStringToObject(o, "params", w->c->params);
-        cJSON_AddStringToObject(o, "kernels", w->c->kernels);
-        cJSON_AddStringToObject(o, "status", status_name(w->r.status));
+        CLI_JSON_STRS(o, { "name", w->c->name }, { "op", w->c->op }, { "shapes", w->c->shapes == CONF_SHAPES_CPU ? "cpu" : "gpu" },
+                      { "params", w->c->params }, { "kernels", w->c->kernels }, { "status", status_name(w->r.status) });
         if (w->r.metric) {
             cJSON_AddStringToObject(o, "metric", w->r.metric);
-            cJSON_AddNumberToObject(o, "error", w->r.error);
-            cJSON_AddNumberToObject(o, "bound", w->r.bound);
+            CLI_JSON_NUMS(o, { "error", w->r.error }, { "bound", w->r.bound });
         }
         if (w->r.note[0]) cJSON_AddStringToObject(o, "note", w->r.note);
-        if (roof && w->r.ms > 0) {
-            cJSON_AddNumberToObject(o, "ms", w->r.ms);
-            cJSON_AddNumberToObject(o, "bytes", w->r.bytes);
-            cJSON_AddNumberToObject(o, "flops", w->r.flops);
-            cJSON_AddNumberToObject(o, "dispatches", w->r.dispatches);
-            cJSON_AddNumberToObject(o, "launch_ms", w->r.dispatches * roof->dispatch_ms);
-            cJSON_AddNumberToObject(o, "gbps", w->r.bytes / (w->r.ms * 1e6));
-            cJSON_AddNumberToObject(o, "gflops", w->r.flops / (w->r.ms * 1e6));
-            if (w->bound_ms > 0) {
-                cJSON_AddNumberToObject(o, "roofline_ms", w->bound_ms);
-                cJSON_AddNumberToObject(o, "roofline_fraction", w->bound_ms / w->r.ms);
-            }
-        }
+        if (roof && w->r.ms > 0)
+            CLI_JSON_NUMS(o, { "ms", w->r.ms }, { "bytes", w->r.bytes }, { "flops", w->r.flops }, { "dispatches", w->r.dispatches },
+                          { "launch_ms", w->r.dispatches * roof->dispatch_ms }, { "gbps", w->r.bytes / (w->r.ms * 1e6) },
+                          { "gflops", w->r.flops / (w->r.ms * 1e6) });
+        if (roof && w->r.ms > 0 && w->bound_ms > 0)
+            CLI_JSON_NUMS(o, { "roofline_ms", w->bound_ms }, { "roofline_fraction", w->bound_ms / w->r.ms });
         cJSON_AddItemToArray(arr, o);
     }
-    cJSON* sum = cJSON_AddObjectToObject(root, "summary");
-    cJSON_AddNumberToObject(sum, g_support_mode ? "supported" : "pass", counts[CONF_PASS]);
-    cJSON_AddNumberToObject(sum, "fail", counts[CONF_FAIL]);
-    cJSON_AddNumberToObject(sum, "not_supported", counts[CONF_NOT_SUPPORTED]);
-    cJSON_AddNumberToObject(sum, "error", counts[CONF_ERROR]);
+    CLI_JSON_NUMS(cJSON_AddObjectToObject(root, "summary"), { g_support_mode ? "supported" : "pass", counts[CONF_PASS] },
+                  { "fail", counts[CONF_FAIL] }, { "not_supported", counts[CONF_NOT_SUPPORTED] }, { "error", counts[CONF_ERROR] });
     char* s = cJSON_Print(root);
     if (s) fprintf(f, "%s\n", s);
     free(s);
@@ -202,25 +179,17 @@ typedef struct patterns {
     int np;
 } patterns;
 
-/* -o PATTERN[,...]: appended to the patterns of earlier -o flags */
-static bool parse_patterns(const char* tool, const char* flag, const char* v, void* dst)
+static bool pattern_item(const char* tool, const char* flag, const char* t, uint32_t i, void* dst)
 {
     patterns* p = dst;
-    const int before = p->np;
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", v);
-    for (char* t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-        if (p->np == MAX_PATTERNS) {
-            fprintf(stderr, "%s: %s: more than %d patterns\n", tool, flag, MAX_PATTERNS);
-            return false;
-        }
-        snprintf(p->pats[p->np++], sizeof p->pats[0], "%s", t);
-    }
-    if (p->np == before) {
-        fprintf(stderr, "%s: %s: no pattern in '%s'\n", tool, flag, v);
-        return false;
-    }
+    snprintf(p->pats[p->np++], sizeof p->pats[0], "%s", t);
     return true;
+}
+
+/* -o PATTERN[,...]: appended to the patterns of earlier -o flags (MAX_PATTERNS in all) */
+static bool parse_patterns(const char* tool, const char* flag, const char* v, void* dst)
+{
+    return cli_list(tool, flag, v, MAX_PATTERNS - (uint32_t)((patterns*)dst)->np, pattern_item, dst, NULL);
 }
 
 /* --shard K/N: the selected cases whose index is K mod N */
@@ -230,10 +199,8 @@ static bool parse_shard(const char* tool, const char* flag, const char* v, void*
     shard* sh = dst;
     unsigned k, n;
     char end;
-    if (sscanf(v, "%u/%u%c", &k, &n, &end) != 2 || n < 1 || n > 1000 || k >= n) {
-        fprintf(stderr, "%s: %s: '%s' is not K/N with 0 <= K < N <= 1000\n", tool, flag, v);
-        return false;
-    }
+    if (sscanf(v, "%u/%u%c", &k, &n, &end) != 2 || n < 1 || n > 1000 || k >= n)
+        return cli_fail(0, "%s: %s: '%s' is not K/N with 0 <= K < N <= 1000\n", tool, flag, v);
     *sh = (shard){ k, n };
     return true;
 }
@@ -340,20 +307,8 @@ int main(int argc, char** argv)
         return 0;
     }
     /* outputs and the device are checked before any work */
-    const char* outs[2];
-    const char* out_flags[2];
-    int n_outs = 0;
-    int early = 0;   /* a refusal below: the registry is freed before the exit */
-    if (json) {
-        int rc = cli_check_output(TOOL, "--json", json, NULL, 0, outs, out_flags, n_outs);
-        if (rc) early = rc == 1 ? 2 : rc;
-        outs[n_outs] = json;
-        out_flags[n_outs++] = "--json";
-    }
-    if (!early && csv) {
-        int rc = cli_check_output(TOOL, "--csv", csv, NULL, 0, outs, out_flags, n_outs);
-        if (rc) early = rc == 1 ? 2 : rc;
-    }
+    const cli_path outs[2] = { { "--json", json, false }, { "--csv", csv, false } };
+    int early = cli_check_paths(TOOL, NULL, 0, outs, 2) ? 2 : 0;   /* a refusal: the registry is freed before the exit */
     if (!early && device_given && !cli_check_device(TOOL, argc, argv, device)) early = 2;
     if (early) {
         free(rows);

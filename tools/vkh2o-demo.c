@@ -10,9 +10,11 @@
  */
 #include "cli.h"
 #include "demo.h"
+#include "json.h"
 #include "outfile.h"
 #include "ref_decode.h"
 #include "ref_mla.h"
+#include "rng.h"
 #include "vkh2o.h"
 
 #include <cjson/cJSON.h>
@@ -46,10 +48,8 @@ typedef struct opts {
 /* --kv P: a precision of one tier (tiers by score need a byte budget: no demo flag) */
 static bool parse_kv(const char* tool, const char* flag, const char* v, void* dst)
 {
-    if (!vkh2o_kv_precision_parse(v, dst) || *(vkh2o_kv_precision*)dst == VKH2O_PRECISION_TIERED) {
-        fprintf(stderr, "%s: %s: '%s' is not fp16, int8, int4 or int2\n", tool, flag, v);
-        return false;
-    }
+    if (!vkh2o_kv_precision_parse(v, dst) || *(vkh2o_kv_precision*)dst == VKH2O_PRECISION_TIERED)
+        return cli_fail(0, "%s: %s: '%s' is not fp16, int8, int4 or int2\n", tool, flag, v);
     return true;
 }
 
@@ -120,9 +120,7 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
         "2 bad usage.\n",
         opt, CLI_N(opt), NULL,
     };
-    char presets[256];
-    cli_preset_names(presets, sizeof presets);
-    const int prc = cli_parse_extra(&spec, argc, argv, presets);
+    const int prc = cli_parse_extra(&spec, argc, argv, cli_preset_names());
     *exit_code = prc < 0 ? 0 : 2;
     if (prc)
         return false;
@@ -130,15 +128,11 @@ static bool parse_args(int argc, char** argv, opts* o, int* exit_code)
     o->seq_len_given = cli_given(&spec, "--seq-len");
     o->prefill_given = cli_given(&spec, "--prefill");
     o->device_given = cli_given(&spec, "--device");
-    if (o->check && o->prefill_given && o->kv != VKH2O_PRECISION_FP16) {
-        fprintf(stderr, "%s: --check with --prefill compares against a reference whose cache is fp16: it takes --kv fp16, "
-                "not --kv %s\n", TOOL, vkh2o_kv_precision_name(o->kv));
-        return false;
-    }
-    if (o->budget == 0) {
-        fprintf(stderr, "%s: --budget 0 keeps no heavy hitters: that is the streaming policy, not H2O (use budget >= 1)\n", TOOL);
-        return false;
-    }
+    if (o->check && o->prefill_given && o->kv != VKH2O_PRECISION_FP16)
+        return cli_fail(0, "%s: --check with --prefill compares against a reference whose cache is fp16: it takes --kv fp16, "
+                   "not --kv %s\n", TOOL, vkh2o_kv_precision_name(o->kv));
+    if (o->budget == 0)
+        return cli_fail(0, "%s: --budget 0 keeps no heavy hitters: that is the streaming policy, not H2O (use budget >= 1)\n", TOOL);
     return true;
 }
 
@@ -151,12 +145,10 @@ static float* load_input(const opts* o, const vkh2o_mla_config* cfg, uint32_t* S
         if (!x)
             return NULL;
         /* seeded standard normal (Box-Muller on splitmix64), like the seed's torch.randn */
-        uint64_t st = o->seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+        uint64_t st = o->seed * RNG_GOLDEN + 0x632be59bd9b4e019ull;
         size_t n = (size_t)*S * cfg->hidden_size;
         for (size_t i = 0; i < n; i += 2) {
-            uint64_t z1 = (st += 0x9e3779b97f4a7c15ull), z2 = (st += 0x9e3779b97f4a7c15ull);
-            z1 = (z1 ^ (z1 >> 30)) * 0xbf58476d1ce4e5b9ull; z1 = (z1 ^ (z1 >> 27)) * 0x94d049bb133111ebull; z1 ^= z1 >> 31;
-            z2 = (z2 ^ (z2 >> 30)) * 0xbf58476d1ce4e5b9ull; z2 = (z2 ^ (z2 >> 27)) * 0x94d049bb133111ebull; z2 ^= z2 >> 31;
+            const uint64_t z1 = rng_next(&st), z2 = rng_next(&st);
             double u1 = ((double)(z1 >> 11) + 0.5) / 9007199254740992.0, u2 = (double)(z2 >> 11) / 9007199254740992.0;
             double r = sqrt(-2.0 * log(u1));
             x[i] = (float)(r * cos(6.283185307179586 * u2));
@@ -224,23 +216,16 @@ static bool input_layernorm(float* x, uint32_t S, uint32_t D, const vkh2o_tensor
  * and name no input nor each other. Returns 0, or the exit status (1 file, 2 usage). */
 static int check_paths(const opts* o)
 {
+    const cli_path ins[3] = { { "--weights", o->weights, true }, { "--config", o->config, false }, { "--input", o->input, false } };
+    const cli_path outs[4] = { { "--csv", o->csv, false }, { "--json", o->json, false }, { "--out", o->out, false },
+                               { "--plot", o->plot, false } };
     int rc;
-    if ((o->weights && (rc = cli_check_input(TOOL, "--weights", o->weights, true))) ||
-        (o->config && (rc = cli_check_input(TOOL, "--config", o->config, false))) ||
-        (o->input && (rc = cli_check_input(TOOL, "--input", o->input, false))))
+    if ((rc = cli_check_paths(TOOL, ins, 3, NULL, 0)) != 0)
         return rc;
     struct stat st;
-    if (o->cache_dir && (!*o->cache_dir || (stat(o->cache_dir, &st) == 0 && !S_ISDIR(st.st_mode)))) {
-        fprintf(stderr, "%s: --cache-dir %s: not a directory\n", TOOL, o->cache_dir);
-        return 1;
-    }
-    const char* ins[3] = { o->weights, o->config, o->input };
-    const char* flags[4] = { "--csv", "--json", "--out", "--plot" };
-    const char* outs[4] = { o->csv, o->json, o->out, o->plot };
-    for (int a = 0; a < 4; a++)
-        if (outs[a] && (rc = cli_check_output(TOOL, flags[a], outs[a], ins, 3, outs, flags, a)))
-            return rc;
-    return 0;
+    if (o->cache_dir && (!*o->cache_dir || (stat(o->cache_dir, &st) == 0 && !S_ISDIR(st.st_mode))))
+        return cli_fail(1, "%s: --cache-dir %s: not a directory\n", TOOL, o->cache_dir);
+    return cli_check_paths(TOOL, ins, 3, outs, 4);
 }
 
 /* ---------- the phases of a run ---------- */
@@ -306,24 +291,18 @@ static int load_config(demo_run* dm)
     /* config */
     vkh2o_error err = { 0 };
     dm->preset = dm->o.preset ? dm->o.preset : vkh2o_mla_config_preset_name(0);
-    if (vkh2o_mla_config_preset(dm->preset, &dm->cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: --preset: %s\n", TOOL, err.message);
-        return 2;
-    }
+    if (vkh2o_mla_config_preset(dm->preset, &dm->cfg, &err) != VKH2O_OK)
+        return cli_fail(2, "%s: --preset: %s\n", TOOL, err.message);
     const char* preset_title = dm->preset;
     for (uint32_t i = 0; vkh2o_mla_config_preset_name(i); i++)
         if (!strcmp(dm->preset, vkh2o_mla_config_preset_name(i)))
             preset_title = vkh2o_mla_config_preset_title(i);
     cli_config_path(dm->o.weights, dm->o.config, dm->cfg_path, sizeof dm->cfg_path);
-    if (dm->cfg_path[0] && vkh2o_mla_config_from_json(dm->cfg_path, &dm->cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
-        return 1;
-    }
+    if (dm->cfg_path[0] && vkh2o_mla_config_from_json(dm->cfg_path, &dm->cfg, &err) != VKH2O_OK)
+        return cli_fail(1, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
     dm->preset_title = preset_title;
-    if (vkh2o_mla_config_validate(&dm->cfg, &err) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
-        return 1;
-    }
+    if (vkh2o_mla_config_validate(&dm->cfg, &err) != VKH2O_OK)
+        return cli_fail(1, "%s: %s: %s\n", TOOL, dm->o.config ? "--config" : "config.json beside --weights", err.message);
     /* the cache the flags ask for, before any work (again once --input has given the length) */
     dm->kv = (demo_kv){ .n_sink = dm->o.n_sink, .budget = dm->o.budget, .n_recent = dm->o.n_recent, .layout = dm->o.layout,
                         .precision = dm->o.kv };
@@ -338,8 +317,8 @@ static int load(demo_run* dm)
     vkh2o_result r;
     int rc;
     /* device */
-    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = dm->o.device_given ? VKH2O_DEVICE_INDEX(dm->o.device) : 0,
-                                                        .log = cli_log, .user_data = TOOL }, &dm->ctx) != VKH2O_OK)
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = dm->o.device_given ? VKH2O_DEVICE_INDEX(dm->o.device) : 0 },
+                           &dm->ctx) != VKH2O_OK)
         return 1;
     dm->caps = vkh2o_context_get_caps(dm->ctx);
     if (!dm->o.quiet) {
@@ -382,10 +361,8 @@ static int load(demo_run* dm)
     dm->hidden = load_input(&dm->o, &dm->cfg, &dm->S);
     if (!dm->hidden)
         return 1;
-    if (dm->o.prefill_given && dm->o.prefill > dm->S) {
-        fprintf(stderr, "%s: --prefill %u exceeds the %u tokens of the sequence\n", TOOL, dm->o.prefill, dm->S);
-        return 2;
-    }
+    if (dm->o.prefill_given && dm->o.prefill > dm->S)
+        return cli_fail(2, "%s: --prefill %u exceeds the %u tokens of the sequence\n", TOOL, dm->o.prefill, dm->S);
     /* H2O over one token selects nothing; a budget beyond the sequence is a typo */
     if (dm->S < 2 || dm->o.budget > dm->S) {
         if (dm->S < 2)
@@ -414,10 +391,8 @@ static int load(demo_run* dm)
     dm->out = malloc((size_t)dm->S * dm->cfg.hidden_size * sizeof *dm->out);
     dm->score = malloc((size_t)dm->S * sizeof *dm->score);
     dm->cat = malloc((size_t)dm->S * sizeof *dm->cat);
-    if (!dm->out || !dm->score || !dm->cat) {
-        fprintf(stderr, "%s: out of host memory\n", TOOL);
-        return 1;
-    }
+    if (!dm->out || !dm->score || !dm->cat)
+        return cli_fail(1, "%s: out of host memory\n", TOOL);
     return 0;
 }
 
@@ -489,6 +464,17 @@ static int run_h2o(demo_run* dm)
     return 0;
 }
 
+/* max |got - ref| over max |ref| (over 1 when ref is all zero) */
+static double max_rel_err(const float* got, const float* ref, size_t n)
+{
+    double e = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        e = fmax(e, fabs((double)got[i] - ref[i]));
+        m = fmax(m, fabs((double)ref[i]));
+    }
+    return e / (m > 0 ? m : 1);
+}
+
 /* --check: the CPU reference in double and the kept set it gives. */
 static int run_check(demo_run* dm)
 {
@@ -516,11 +502,7 @@ static int run_check(demo_run* dm)
             fprintf(stderr, "%s: --check: the reference failed (out of host memory)\n", TOOL);
             return 1;
         }
-        double mo = 0, me = 0, so = 0, se = 0;
-        for (size_t i = 0; i < (size_t)S * D; i++) {
-            me = fmax(me, fabs((double)dm->out[i] - dm->ref_out[i]));
-            mo = fmax(mo, fabs((double)dm->ref_out[i]));
-        }
+        double so = 0, se = 0;
         bool* ref_kept = calloc(S, sizeof *ref_kept);
         for (uint32_t i = 0; ref_kept && i < rd.len; i++) {
             ref_kept[rd.pos[i]] = true;
@@ -531,27 +513,16 @@ static int run_check(demo_run* dm)
             dm->kept_diff += ref_kept[i] != (dm->cat[i] != DEMO_EVICTED);
         free(ref_kept);
         ref_decode_free(&rd);
-        dm->out_err = me / (mo > 0 ? mo : 1);
+        dm->out_err = max_rel_err(dm->out, dm->ref_out, (size_t)S * D);
         dm->score_err = se / (so > 0 ? so : 1);
         dm->kept_agree = dm->kept_diff == 0;
     } else {
         dm->ref_out = malloc((size_t)dm->S * dm->cfg.hidden_size * sizeof *dm->ref_out);
         dm->ref_score = malloc((size_t)dm->S * sizeof *dm->ref_score);
-        if (!dm->ref_out || !dm->ref_score || ref_mla_forward(&dm->cfg, dm->hw, dm->hidden, dm->S, 0, dm->ref_out, dm->ref_score, NULL, NULL) != 0) {
-            fprintf(stderr, "%s: --check: out of host memory for the reference\n", TOOL);
-            return 1;
-        }
-        double mo = 0, so = 0, me = 0, se = 0;
-        for (size_t i = 0; i < (size_t)dm->S * dm->cfg.hidden_size; i++) {
-            me = fmax(me, fabs((double)dm->out[i] - dm->ref_out[i]));
-            mo = fmax(mo, fabs((double)dm->ref_out[i]));
-        }
-        for (uint32_t i = 0; i < dm->S; i++) {
-            se = fmax(se, fabs((double)dm->score[i] - dm->ref_score[i]));
-            so = fmax(so, fabs((double)dm->ref_score[i]));
-        }
-        dm->out_err = me / (mo > 0 ? mo : 1);
-        dm->score_err = se / (so > 0 ? so : 1);
+        if (!dm->ref_out || !dm->ref_score || ref_mla_forward(&dm->cfg, dm->hw, dm->hidden, dm->S, 0, dm->ref_out, dm->ref_score, NULL, NULL) != 0)
+            return cli_fail(1, "%s: --check: out of host memory for the reference\n", TOOL);
+        dm->out_err = max_rel_err(dm->out, dm->ref_out, (size_t)dm->S * dm->cfg.hidden_size);
+        dm->score_err = max_rel_err(dm->score, dm->ref_score, dm->S);
         demo_category* ref_cat = malloc((size_t)dm->S * sizeof *ref_cat);
         if (!ref_cat)
             return 1;
@@ -660,85 +631,56 @@ static int write_outputs(demo_run* dm)
         }
     }
     if (dm->o.json) {
+        const vkh2o_mla_config* c = &dm->cfg;
         cJSON* j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "device", dm->caps->device_name);
-        cJSON_AddStringToObject(j, "driver", dm->caps->driver_name);
-        cJSON_AddStringToObject(j, "weights", dm->o.weights);
+        CLI_JSON_STRS(j, { "device", dm->caps->device_name }, { "driver", dm->caps->driver_name }, { "weights", dm->o.weights });
         cJSON_AddBoolToObject(j, "synthetic_weights", dm->synthetic);
         cJSON_AddNumberToObject(j, "layer", dm->o.layer);
         cJSON* jc = cJSON_AddObjectToObject(j, "config");
-        cJSON_AddNumberToObject(jc, "num_layers", dm->cfg.num_layers);
-        cJSON_AddNumberToObject(jc, "hidden_size", dm->cfg.hidden_size);
-        cJSON_AddNumberToObject(jc, "num_heads", dm->cfg.num_heads);
-        cJSON_AddNumberToObject(jc, "qk_dim", vkh2o_mla_qk_head_dim(&dm->cfg));
-        cJSON_AddNumberToObject(jc, "v_dim", dm->cfg.v_head_dim);
-        cJSON_AddNumberToObject(jc, "kv_lora_rank", dm->cfg.kv_lora_rank);
-        cJSON_AddNumberToObject(jc, "q_lora_rank", dm->cfg.q_lora_rank);
+        CLI_JSON_NUMS(jc, { "num_layers", c->num_layers }, { "hidden_size", c->hidden_size }, { "num_heads", c->num_heads },
+                      { "qk_dim", vkh2o_mla_qk_head_dim(c) }, { "v_dim", c->v_head_dim }, { "kv_lora_rank", c->kv_lora_rank },
+                      { "q_lora_rank", c->q_lora_rank });
         cJSON_AddStringToObject(jc, "preset", dm->preset);
         if (dm->cfg_path[0])
             cJSON_AddStringToObject(jc, "config_json", dm->cfg_path);
         else
             cJSON_AddNullToObject(jc, "config_json");
-        cJSON_AddNumberToObject(jc, "yarn_factor", dm->cfg.rope_scaling == VKH2O_ROPE_YARN ? dm->cfg.yarn_factor : 1.0);
-        cJSON_AddNumberToObject(jc, "softmax_scale", vkh2o_mla_softmax_scale(&dm->cfg));
-        cJSON_AddNumberToObject(j, "layer_params", (double)vkh2o_mla_param_count(&dm->cfg));
-        cJSON_AddNumberToObject(j, "weight_device_bytes", (double)vkh2o_mla_layer_get_weight_bytes(dm->layer));
-        cJSON_AddNumberToObject(j, "seq_len", dm->S);
-        cJSON_AddNumberToObject(j, "budget", dm->o.budget);
-        cJSON_AddNumberToObject(j, "n_sink", dm->o.n_sink);
-        cJSON_AddNumberToObject(j, "n_recent", dm->o.n_recent);
-        cJSON_AddStringToObject(j, "layout", layout_name(dm->o.layout));
-        cJSON_AddStringToObject(j, "kv", vkh2o_kv_precision_name(dm->o.kv));
-        if (dm->o.prefill_given) {
-            cJSON_AddNumberToObject(j, "prefill", dm->P);
-            cJSON_AddNumberToObject(j, "decode_tokens", dm->S - dm->P);
-        }
-        cJSON* js = cJSON_AddObjectToObject(j, "score");
-        cJSON_AddNumberToObject(js, "min", dm->st.min);
-        cJSON_AddNumberToObject(js, "max", dm->st.max);
-        cJSON_AddNumberToObject(js, "mean", dm->st.mean);
-        cJSON_AddNumberToObject(js, "std", dm->st.std);
-        cJSON* jk = cJSON_AddObjectToObject(j, "kept");
-        cJSON_AddNumberToObject(jk, "total", dm->kept);
-        cJSON_AddNumberToObject(jk, "sink", dm->st.n_sink);
-        cJSON_AddNumberToObject(jk, "heavy", dm->st.n_heavy);
-        cJSON_AddNumberToObject(jk, "recent", dm->st.n_recent);
-        cJSON_AddNumberToObject(j, "evicted", dm->st.n_evicted);
-        cJSON_AddNumberToObject(j, "middle", dm->st.middle);
+        CLI_JSON_NUMS(jc, { "yarn_factor", c->rope_scaling == VKH2O_ROPE_YARN ? c->yarn_factor : 1.0 },
+                      { "softmax_scale", vkh2o_mla_softmax_scale(c) });
+        CLI_JSON_NUMS(j, { "layer_params", (double)vkh2o_mla_param_count(c) },
+                      { "weight_device_bytes", (double)vkh2o_mla_layer_get_weight_bytes(dm->layer) }, { "seq_len", dm->S },
+                      { "budget", dm->o.budget }, { "n_sink", dm->o.n_sink }, { "n_recent", dm->o.n_recent });
+        CLI_JSON_STRS(j, { "layout", layout_name(dm->o.layout) }, { "kv", vkh2o_kv_precision_name(dm->o.kv) });
+        if (dm->o.prefill_given)
+            CLI_JSON_NUMS(j, { "prefill", dm->P }, { "decode_tokens", dm->S - dm->P });
+        CLI_JSON_NUMS(cJSON_AddObjectToObject(j, "score"), { "min", dm->st.min }, { "max", dm->st.max }, { "mean", dm->st.mean },
+                      { "std", dm->st.std });
+        CLI_JSON_NUMS(cJSON_AddObjectToObject(j, "kept"), { "total", dm->kept }, { "sink", dm->st.n_sink },
+                      { "heavy", dm->st.n_heavy }, { "recent", dm->st.n_recent });
+        CLI_JSON_NUMS(j, { "evicted", dm->st.n_evicted }, { "middle", dm->st.middle });
         float top[10];
         memcpy(top, dm->st.top, sizeof top);
         cJSON_AddItemToObject(j, "top_heavy_scores", cJSON_CreateFloatArray(top, (int)dm->st.ntop));
-        cJSON_AddNumberToObject(j, "heavy_mean", dm->st.heavy_mean);
-        cJSON_AddNumberToObject(j, "evicted_mean", dm->st.evicted_mean);
-        cJSON_AddNumberToObject(j, "heavy_evicted_ratio", dm->st.ratio);
+        CLI_JSON_NUMS(j, { "heavy_mean", dm->st.heavy_mean }, { "evicted_mean", dm->st.evicted_mean },
+                      { "heavy_evicted_ratio", dm->st.ratio });
         cJSON* jt = cJSON_AddObjectToObject(j, "timings_ms");
         cJSON_AddStringToObject(jt, "clock", dm->gpu_time ? "gpu" : "wall");   /* the forward's; the cache's are wall clock */
-        cJSON_AddNumberToObject(jt, "runs", dm->timed);
-        cJSON_AddNumberToObject(jt, "forward", dm->fwd_ms);
-        cJSON_AddNumberToObject(jt, "projections", dm->proj_ms);
-        cJSON_AddNumberToObject(jt, "attention", dm->attn_ms);
-        cJSON_AddNumberToObject(jt, "o_proj", dm->oproj_ms);
-        cJSON_AddNumberToObject(jt, "score", dm->mass_ms);
-        if (dm->o.prefill_given) {
-            cJSON_AddNumberToObject(jt, "cache_prefill", dm->cr.prefill_ms);
-            cJSON_AddNumberToObject(jt, "decode_token", dm->cr.decode_ms);
-        } else {
+        CLI_JSON_NUMS(jt, { "runs", dm->timed }, { "forward", dm->fwd_ms }, { "projections", dm->proj_ms },
+                      { "attention", dm->attn_ms }, { "o_proj", dm->oproj_ms }, { "score", dm->mass_ms });
+        if (dm->o.prefill_given)
+            CLI_JSON_NUMS(jt, { "cache_prefill", dm->cr.prefill_ms }, { "decode_token", dm->cr.decode_ms });
+        else
             cJSON_AddNumberToObject(jt, "h2o_prefill", dm->cr.prefill_ms);
-        }
         cJSON_AddNumberToObject(jt, "load", dm->t_load * 1e3);
-        cJSON* jb = cJSON_AddObjectToObject(j, "kv_bytes");
-        cJSON_AddNumberToObject(jb, "before", (double)dm->cr.bytes_before);
-        cJSON_AddNumberToObject(jb, "after", (double)dm->cr.bytes_after);
+        CLI_JSON_NUMS(cJSON_AddObjectToObject(j, "kv_bytes"), { "before", (double)dm->cr.bytes_before },
+                      { "after", (double)dm->cr.bytes_after });
         cJSON* jtier = cJSON_AddObjectToObject(j, "tiers");
-        for (uint32_t t = 0; t < VKH2O_TIER_COUNT; t++) {
-            cJSON* jx = cJSON_AddObjectToObject(jtier, vkh2o_kv_tier_name((vkh2o_kv_tier)t));
-            cJSON_AddNumberToObject(jx, "tokens", dm->cr.by_tier[t]);
-            cJSON_AddNumberToObject(jx, "token_bytes", dm->cr.token_bytes[t]);
-        }
+        for (uint32_t t = 0; t < VKH2O_TIER_COUNT; t++)
+            CLI_JSON_NUMS(cJSON_AddObjectToObject(jtier, vkh2o_kv_tier_name((vkh2o_kv_tier)t)), { "tokens", dm->cr.by_tier[t] },
+                          { "token_bytes", dm->cr.token_bytes[t] });
         if (dm->o.check) {
             cJSON* jx = cJSON_AddObjectToObject(j, "check");
-            cJSON_AddNumberToObject(jx, "output_max_rel_err", dm->out_err);
-            cJSON_AddNumberToObject(jx, "score_max_rel_err", dm->score_err);
+            CLI_JSON_NUMS(jx, { "output_max_rel_err", dm->out_err }, { "score_max_rel_err", dm->score_err });
             cJSON_AddBoolToObject(jx, "kept_agree", dm->kept_agree);
             cJSON_AddNumberToObject(jx, "kept_differ", dm->kept_diff);
         }

@@ -6,6 +6,7 @@
 #include "eval.h"
 #include "cli.h"
 #include "outfile.h"
+#include "rng.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,26 +21,9 @@
  * another output. Returns 0 or the exit status. */
 static int check_paths(const opts* o)
 {
-    int rc;
-    if ((rc = cli_check_input(TOOL, "--weights", o->weights, true)) != 0)
-        return rc;
-    if (o->text && (rc = cli_check_input(TOOL, "--text", o->text, false)) != 0)
-        return rc;
-    const char* inputs[2] = { o->weights, o->text };
-    const char* outs[3] = { o->csv, o->json, o->plot };
-    const char* flags[3] = { "--csv", "--json", "--plot" };
-    const char* done[3];
-    const char* done_flags[3];
-    int nd = 0;
-    for (int k = 0; k < 3; k++) {
-        if (!outs[k])
-            continue;
-        if ((rc = cli_check_output(TOOL, flags[k], outs[k], inputs, 2, done, done_flags, nd)) != 0)
-            return rc;
-        done[nd] = outs[k];
-        done_flags[nd++] = flags[k];
-    }
-    return 0;
+    const cli_path in[2] = { { "--weights", o->weights, true }, { "--text", o->text, false } };
+    const cli_path out[3] = { { "--csv", o->csv, false }, { "--json", o->json, false }, { "--plot", o->plot, false } };
+    return cli_check_paths(TOOL, in, 2, out, 3);
 }
 
 static unsigned char* read_file(const char* path, size_t* len)
@@ -68,18 +52,17 @@ static unsigned char* read_file(const char* path, size_t* len)
     return buf;
 }
 
-/* The model's config.json, read before any device work: its vocabulary must be bytes, and --ctx
- * within the positions it was made for. Returns 0 or the exit status (2: --ctx too long). */
-static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows);
-
 /* One layer's full FP16 cache over ctx positions: 2 bytes per number of the latent row, every
  * position (the base of --bytes F%, per layer). */
 static uint64_t fp16_layer_bytes(const vkh2o_mla_config* a, uint32_t ctx)
 {
     return 2ull * (a->kv_lora_rank + a->qk_rope_head_dim) * ctx;
 }
+static uint32_t make_rows(const opts* o, row* rows);
 static bool needs_session(const row* r);
 
+/* The model's config.json, read before any device work: its vocabulary must be bytes, and --ctx
+ * within the positions it was made for. Returns 0 or the exit status (2: --ctx too long). */
 static int check_model(const opts* o)
 {
     char path[4096];
@@ -90,24 +73,18 @@ static int check_model(const opts* o)
     }
     vkh2o_model_config mc;
     vkh2o_error err = { 0 };
-    if (vkh2o_model_config_from_json(path, &mc, &err) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": --weights %s: %s\n", o->weights, err.message);
-        return 1;
-    }
-    if (mc.vocab_size != 256) {
-        fprintf(stderr, TOOL ": --weights %s: vocab_size is %u; vkh2o-eval reads bytes as tokens (vocab 256)\n", o->weights,
+    if (vkh2o_model_config_from_json(path, &mc, &err) != VKH2O_OK)
+        return cli_fail(1, TOOL ": --weights %s: %s\n", o->weights, err.message);
+    if (mc.vocab_size != 256)
+        return cli_fail(1, TOOL ": --weights %s: vocab_size is %u; vkh2o-eval reads bytes as tokens (vocab 256)\n", o->weights,
                 mc.vocab_size);
-        return 1;
-    }
-    if (mc.max_position_embeddings && o->ctx > mc.max_position_embeddings) {
-        fprintf(stderr, TOOL ": --ctx %u%s is above the model's max_position_embeddings %u (%s)\n", o->ctx,
+    if (mc.max_position_embeddings && o->ctx > mc.max_position_embeddings)
+        return cli_fail(2, TOOL ": --ctx %u%s is above the model's max_position_embeddings %u (%s)\n", o->ctx,
                 o->ctx_given ? "" : " (the default)", mc.max_position_embeddings, path);
-        return 2;
-    }
     /* every row's cache: a capacity or tiers the model's rows cannot hold are refused here, with
      * the library's figures, before a device is opened */
     static row rows[MAX_ROWS];
-    const uint32_t n = make_rows(o, NULL, rows);
+    const uint32_t n = make_rows(o, rows);
     for (uint32_t i = 0; i < n; i++) {
         if (!needs_session(&rows[i]))
             continue;
@@ -216,11 +193,9 @@ int open_session(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const row* r
         d.pool = o->pool;
         d.pool_size = o->pool_size;
     }
-    if (vkh2o_model_session_create(m, &d, out) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": policy %s%s%s (sinks %u, budget %u, recents %u): %s\n", r->policy->name, r->kv ? " " : "",
+    if (vkh2o_model_session_create(m, &d, out) != VKH2O_OK)
+        return cli_fail(1, TOOL ": policy %s%s%s (sinks %u, budget %u, recents %u): %s\n", r->policy->name, r->kv ? " " : "",
                 r->kv ? r->kv_name : "", r->n_sink, r->budget, r->n_recent, vkh2o_last_error(ctx));
-        return 1;
-    }
     return 0;
 }
 
@@ -256,10 +231,8 @@ static int run_windows(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const 
     const uint64_t max_windows = recall ? o->recall_windows : o->max_windows;
     if (max_windows && windows > max_windows)
         windows = max_windows;
-    if (windows == 0) {
-        fprintf(stderr, TOOL ": --text: %zu bytes is less than one window of --ctx %u\n", len, o->ctx);
-        return 1;
-    }
+    if (windows == 0)
+        return cli_fail(1, TOOL ": --text: %zu bytes is less than one window of --ctx %u\n", len, o->ctx);
     const uint32_t L = o->ctx / 8, b = o->ctx - L;
     vkh2o_model_session* s = NULL;
     if (needs_session(out) && open_session(ctx, m, o, out, &s))
@@ -371,14 +344,6 @@ static uint32_t argmax(const float* x, uint32_t n)
     return b;
 }
 
-static uint64_t next_rand(uint64_t* s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* One greedy answer: the prompt in (prefill compressed at its end, or streamed token by token
  * with eviction), then 5 bytes generated one at a time. */
 static vkh2o_result answer(vkh2o_model* m, vkh2o_model_session* s, bool stream, uint32_t* tok, size_t n, uint32_t V,
@@ -440,7 +405,7 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool s
         uint32_t dh = 0;
         for (uint32_t t = 0; t < trials; t++) {
             char key[6];
-            snprintf(key, sizeof key, "%05u", (unsigned)(next_rand(&rs) % 100000u));
+            snprintf(key, sizeof key, "%05u", (unsigned)(rng_next(&rs) % 100000u));
             size_t n = passkey_prompt(prompt, o->ctx, key, o->depths[d]);
             if (!n) {
                 fprintf(stderr, TOOL ": --ctx %u is too short for the passkey prompt\n", o->ctx);
@@ -471,9 +436,8 @@ static int run_passkey(vkh2o_context* ctx, vkh2o_model* m, const opts* o, bool s
     return rc;
 }
 
-static uint32_t make_rows(const opts* o, const vkh2o_model* m, row* rows)
+static uint32_t make_rows(const opts* o, row* rows)
 {
-    (void)m;
     uint32_t n = 0;
     const row base = { .kv_quant = "none", .bits = NAN, .passkey_acc = NAN, .passkey_stream = NAN, .recall_first = NAN,
                        .recall_second = NAN };
@@ -604,7 +568,7 @@ int main(int argc, char** argv)
     /* cli_log shows the library's warnings and errors, validation-layer messages among them
      * (VKH2O_VALIDATION=1 turns the layer on); they are counted, and a run with any fails */
     vkh2o_context* ctx = NULL;
-    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .log = cli_log, .user_data = (void*)TOOL }, &ctx) != VKH2O_OK) {
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ 0 }, &ctx) != VKH2O_OK) {
         free(text);
         return 1;
     }
@@ -625,7 +589,7 @@ int main(int argc, char** argv)
         return rc;
     }
     static row rows[MAX_ROWS];
-    uint32_t nrows = rc ? 0 : make_rows(&o, m, rows);
+    const uint32_t nrows = make_rows(&o, rows);
     for (uint32_t i = 0; i < nrows && !rc; i++) {
         row* r = &rows[i];
         r->cache_tokens = r->policy->full ? o.ctx : r->n_sink + r->budget + r->n_recent;

@@ -61,18 +61,15 @@ int main(int argc, char** argv)
         return 2;
     vkh2o_device_caps list[16];
     uint32_t n = 0;
-    if (vkh2o_enumerate_devices(list, 16, &n) != VKH2O_OK || n == 0) {
-        fprintf(stderr, "vkh2o-info: no Vulkan device found (is a driver installed? Debian: mesa-vulkan-drivers)\n");
-        return 1;
-    }
+    if (vkh2o_enumerate_devices(list, 16, &n) != VKH2O_OK || n == 0)
+        return cli_fail(1, "vkh2o-info: no Vulkan device found (is a driver installed? Debian: mesa-vulkan-drivers)\n");
     printf("vkh2o %d.%d.%d: %u Vulkan device%s\n", VKH2O_VERSION_MAJOR, VKH2O_VERSION_MINOR, VKH2O_VERSION_PATCH, n, n == 1 ? "" : "s");
     for (uint32_t i = 0; i < n && i < 16; i++) {
         printf("  [%u] %s\n", i, list[i].device_name);
         print_caps(&list[i]);
     }
     vkh2o_context* ctx;
-    if (cli_context_create("vkh2o-info", &(vkh2o_context_desc){ .device_select = select, .flags = flags,
-                                                                 .log = cli_log, .user_data = "vkh2o-info" }, &ctx) != VKH2O_OK)
+    if (cli_context_create("vkh2o-info", &(vkh2o_context_desc){ .device_select = select, .flags = flags }, &ctx) != VKH2O_OK)
         return 1;
     const vkh2o_device_caps* c = vkh2o_context_get_caps(ctx);
     printf("chosen: %s\n", c->device_name);

@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "outfile.h"
 #include "ref_mla.h"
+#include "rng.h"
 #include "vkh2o.h"
 
 #include <cjson/cJSON.h>
@@ -81,29 +82,15 @@ typedef struct gen_tensor {
 } gen_tensor;
 
 /* ---- counter-based normal generator ---- */
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static double normal_at(uint64_t key, uint64_t i)
 {
-    uint64_t a = mix64(key ^ mix64(2 * i)), b = mix64(key ^ mix64(2 * i + 1));
+    uint64_t a = rng_mix(key ^ rng_mix(2 * i)), b = rng_mix(key ^ rng_mix(2 * i + 1));
     double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53;   /* (0, 1] */
     double u2 = (double)(b >> 11) * 0x1.0p-53;
     return sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
 }
 
-static uint64_t name_key(uint64_t seed, const char* name)
-{
-    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
-    for (const char* p = name; *p; p++)
-        h = (h ^ (uint8_t)*p) * 1099511628211ull;
-    return mix64(seed ^ mix64(h));
-}
+static uint64_t name_key(uint64_t seed, const char* name) { return rng_mix(seed ^ rng_mix(rng_hash(name))); }
 
 /* Whether row r of the weight carries the logit gain. */
 static bool gain_row(const gen_tensor* t, uint64_t r)
@@ -490,10 +477,8 @@ static bool parse_model(const char* tool, const char* flag, const char* v, void*
 {
     vkh2o_mla_config tmp;
     vkh2o_error me = { 0 };
-    if (vkh2o_mla_config_preset(v, &tmp, &me) != VKH2O_OK) {
-        fprintf(stderr, "%s: %s: %s\n", tool, flag, me.message);
-        return false;
-    }
+    if (vkh2o_mla_config_preset(v, &tmp, &me) != VKH2O_OK)
+        return cli_fail(0, "%s: %s: %s\n", tool, flag, me.message);
     *(const char**)dst = v;
     return true;
 }
@@ -547,32 +532,24 @@ int main(int argc, char** argv)
         "Exit status: 0 done, 1 failed, 2 bad usage or output exists.\n",
         opt, CLI_N(opt), NULL,
     };
-    char presets[256];
-    cli_preset_names(presets, sizeof presets);
-    const int prc = cli_parse_extra(&spec, argc, argv, presets);
+    const int prc = cli_parse_extra(&spec, argc, argv, cli_preset_names());
     if (prc)
         return prc < 0 ? 0 : prc;
     o.lay = &layouts[lay];
     o.dtype = (const vkh2o_dtype[]){ VKH2O_DTYPE_BF16, VKH2O_DTYPE_F16, VKH2O_DTYPE_F32, VKH2O_DTYPE_F8_E4M3 }[dtype];
-    if (!o.out || !o.out[0]) {
-        fprintf(stderr, TOOL ": --out PATH is required (run '" TOOL " --help')\n");
-        return 2;
-    }
+    if (!o.out || !o.out[0])
+        return cli_fail(2, TOOL ": --out PATH is required (run '" TOOL " --help')\n");
 
-    if (model_opt && !o.shape) {
-        fprintf(stderr, TOOL ": --model applies to the test shapes (small, tiny); --preset %s has its own values\n",
+    if (model_opt && !o.shape)
+        return cli_fail(2, TOOL ": --model applies to the test shapes (small, tiny); --preset %s has its own values\n",
                 o.preset);
-        return 2;
-    }
     o.model = model_opt ? model_opt : vkh2o_mla_config_preset_name(0);
     vkh2o_mla_config cfg;
     if (make_config(&o, &cfg) != 0)
         return 2;
     vkh2o_error e = { 0 };
-    if (vkh2o_mla_config_validate(&cfg, &e) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s\n", e.message);
-        return 2;
-    }
+    if (vkh2o_mla_config_validate(&cfg, &e) != VKH2O_OK)
+        return cli_fail(2, TOOL ": %s\n", e.message);
 
     /* outputs: never replace anything without --force */
     char* dir = o.sharded ? strdup(o.out) : dir_of(o.out);
@@ -626,10 +603,8 @@ int main(int argc, char** argv)
     /* the tensor list */
     uint32_t cap = o.layers * 2 * VKH2O_W_COUNT + 3, n = 0;
     gen_tensor* ts = calloc(cap, sizeof *ts);
-    if (!ts) {
-        fprintf(stderr, TOOL ": out of memory\n");
-        return 1;
-    }
+    if (!ts)
+        return cli_fail(1, TOOL ": out of memory\n");
     if (o.embedding) {
         gen_tensor* t = &ts[n++];
         snprintf(t->name, sizeof t->name, "%s", o.lay->multimodal ? "language_model.model.embed_tokens.weight"

@@ -35,101 +35,65 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* --group: one G for every integer tier, or a list of int8=G, int4=G, int2=G (each once) */
+static bool group_item(const char* tool, const char* flag, const char* t, uint32_t i, void* dst)
+{
+    opts* o = dst;
+    const char* eq = strchr(t, '=');
+    int k = -1;
+    for (int j = 1; eq && j < VKH2O_TIER_COUNT; j++)
+        if (!strncmp(t, vkh2o_kv_tier_name((vkh2o_kv_tier)j), (size_t)(eq - t)) && !vkh2o_kv_tier_name((vkh2o_kv_tier)j)[eq - t])
+            k = j;
+    if (k < 0)
+        return cli_fail(0, "%s: %s: '%s' is not int8=G, int4=G or int2=G\n", tool, flag, t);
+    if (o->group_seen & (1u << k))
+        return cli_fail(0, "%s: %s: %.*s is given twice\n", tool, flag, (int)(eq - t), t);
+    o->group_seen |= 1u << k;
+    return cli_parse_u32(tool, flag, eq + 1, 1, 1024, &o->group[k]);
+}
 static bool parse_groups(const char* tool, const char* flag, const char* v, void* dst)
 {
-    (void)tool, (void)flag;
     opts* o = dst;
-    char buf[128];
-    if (!*v || strlen(v) >= sizeof buf) {
-        fprintf(stderr, TOOL ": --group: '%s' is not a group size or int8=G,int4=G,int2=G\n", v);
+    o->group_seen = 0;
+    if (strchr(v, '='))
+        return cli_list(tool, flag, v, VKH2O_TIER_COUNT - 1, group_item, dst, NULL);
+    if (!cli_parse_u32(tool, flag, v, 1, 1024, &o->group[1]))
         return false;
-    }
-    if (!strchr(v, '=')) {
-        uint32_t g;
-        if (!cli_parse_u32(TOOL, "--group", v, 1, 1024, &g))
-            return false;
-        o->group[1] = o->group[2] = o->group[3] = g;
-        return true;
-    }
-    strcpy(buf, v);
-    bool seen[VKH2O_TIER_COUNT] = { false };
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        char* eq = strchr(t, '=');
-        int k = -1;
-        if (eq) {
-            *eq = 0;
-            for (int j = 1; j < VKH2O_TIER_COUNT; j++)
-                if (!strcmp(t, vkh2o_kv_tier_name((vkh2o_kv_tier)j)))
-                    k = j;
-        }
-        if (k < 0) {
-            fprintf(stderr, TOOL ": --group: '%s' is not int8=G, int4=G or int2=G\n", t);
-            return false;
-        }
-        if (seen[k]) {
-            fprintf(stderr, TOOL ": --group: %s is given twice\n", t);
-            return false;
-        }
-        seen[k] = true;
-        if (!cli_parse_u32(TOOL, "--group", eq + 1, 1, 1024, &o->group[k]))
-            return false;
-    }
+    o->group[2] = o->group[3] = o->group[1];
     return true;
 }
 
+/* --byte-budgets: percents, each listed once */
+static bool budget_item(const char* tool, const char* flag, const char* t, uint32_t i, void* dst)
+{
+    opts* o = dst;
+    if (!cli_parse_f64(tool, flag, t, 0.1, 100.0, &o->budgets[i]))
+        return false;
+    for (uint32_t k = 0; k < i; k++)
+        if (o->budgets[k] == o->budgets[i])
+            return cli_fail(0, "%s: %s: %g is listed twice\n", tool, flag, o->budgets[i]);
+    return true;
+}
 static bool parse_budgets(const char* tool, const char* flag, const char* v, void* dst)
 {
-    (void)tool, (void)flag;
-    opts* o = dst;
-    char buf[128];
-    if (!*v || strlen(v) >= sizeof buf) {
-        fprintf(stderr, TOOL ": --byte-budgets: '%s' is not a list of percents\n", v);
-        return false;
-    }
-    strcpy(buf, v);
-    o->n_budgets = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (o->n_budgets == MAX_BUDGETS) {
-            fprintf(stderr, TOOL ": --byte-budgets: more than %d percents\n", MAX_BUDGETS);
-            return false;
-        }
-        double p;
-        if (!cli_parse_f64(TOOL, "--byte-budgets", t, 0.1, 100.0, &p))
-            return false;
-        for (uint32_t i = 0; i < o->n_budgets; i++)
-            if (o->budgets[i] == p) {
-                fprintf(stderr, TOOL ": --byte-budgets: %g is listed twice\n", p);
-                return false;
-            }
-        o->budgets[o->n_budgets++] = p;
-    }
-    return true;
+    return cli_list(tool, flag, v, MAX_BUDGETS, budget_item, dst, &((opts*)dst)->n_budgets);
 }
 
+/* --bench-configs: names of the table's rows, each listed once */
+static bool config_item(const char* tool, const char* flag, const char* t, uint32_t i, void* dst)
+{
+    opts* o = dst;
+    if (strlen(t) >= sizeof o->bench_names[0])
+        return cli_fail(0, "%s: %s: '%s' is too long a name\n", tool, flag, t);
+    for (uint32_t k = 0; k < i; k++)
+        if (!strcmp(o->bench_names[k], t))
+            return cli_fail(0, "%s: %s: '%s' is listed twice\n", tool, flag, t);
+    strcpy(o->bench_names[i], t);
+    return true;
+}
 static bool parse_bench_configs(const char* tool, const char* flag, const char* v, void* dst)
 {
-    (void)tool, (void)flag;
-    opts* o = dst;
-    char buf[512];
-    if (!*v || strlen(v) >= sizeof buf) {
-        fprintf(stderr, TOOL ": --bench-configs: '%s' is not a list of configurations\n", v);
-        return false;
-    }
-    strcpy(buf, v);
-    o->n_bench = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (o->n_bench == MAX_CFG || strlen(t) >= sizeof o->bench_names[0]) {
-            fprintf(stderr, TOOL ": --bench-configs: '%s' is too long a list or name\n", t);
-            return false;
-        }
-        for (uint32_t i = 0; i < o->n_bench; i++)
-            if (!strcmp(o->bench_names[i], t)) {
-                fprintf(stderr, TOOL ": --bench-configs: '%s' is listed twice\n", t);
-                return false;
-            }
-        strcpy(o->bench_names[o->n_bench++], t);
-    }
-    return true;
+    return cli_list(tool, flag, v, MAX_CFG, config_item, dst, &((opts*)dst)->n_bench);
 }
 
 enum { M_RANDOM = 1, M_WEIGHTS = 2, M_BENCH = 4, M_TABLE = 8, M_NOTW = 16, M_DECAY = 32 };
@@ -506,22 +470,6 @@ static void write_json(FILE* f, const row* rows, int n, const char* source)
 
 /* ---------------------------------------------------------------- checks and main */
 
-/* Inputs exist and are readable, outputs can be written and name no input, before any work. */
-static int check_paths(const opts* o)
-{
-    int rc;
-    if ((o->weights && (rc = cli_check_input(TOOL, "--weights", o->weights, true))) ||
-        (o->config && (rc = cli_check_input(TOOL, "--config", o->config, false))))
-        return rc;
-    const char* ins[2] = { o->weights, o->config };
-    const char* outs[2] = { o->csv, o->json };
-    const char* flags[2] = { "--csv", "--json" };
-    if ((o->csv && (rc = cli_check_output(TOOL, "--csv", o->csv, ins, 2, outs, flags, 0))) ||
-        (o->json && (rc = cli_check_output(TOOL, "--json", o->json, ins, 2, outs, flags, 1))))
-        return rc;
-    return 0;
-}
-
 /*
  * What parse cannot see alone: the paths, the device, the shape
  * (Kimi K2.6's, or the layer's config.json) and every configuration's desc resolved for the run.
@@ -531,8 +479,11 @@ static int check_args(const opts* o, int argc, char** argv, vkh2o_mla_config* cf
                       int* ns, cfgspec* bench_specs, int* nb)
 {
     const bool w = o->weights != NULL, b = o->bench;
+    /* inputs readable, outputs writable and naming no input, before any work */
+    const cli_path ins[2] = { { "--weights", o->weights, true }, { "--config", o->config, false } };
+    const cli_path outs[2] = { { "--csv", o->csv, false }, { "--json", o->json, false } };
     int rc;
-    if ((rc = check_paths(o)) != 0)
+    if ((rc = cli_check_paths(TOOL, ins, 2, outs, 2)) != 0)
         return rc;
     if (!cli_check_device(TOOL, argc, argv, o->device))
         return 2;
@@ -552,11 +503,9 @@ static int check_args(const opts* o, int argc, char** argv, vkh2o_mla_config* cf
     const uint32_t n_final = T0 + (b ? 0 : o->decode);
     const char* tflag = w ? "--seq-len" : b ? "--bench-tokens" : "--tokens";
     const uint32_t top = o->sinks + o->recents;
-    if ((uint64_t)top + 10 > n_final) {
-        fprintf(stderr, TOOL ": %s %u: %u tokens leave fewer than 10 middle tokens past the %u sinks and %u recents "
-                        "(--sinks, --recents; the ladders take fractions of them)\n", tflag, T0, n_final, o->sinks, o->recents);
-        return 2;
-    }
+    if ((uint64_t)top + 10 > n_final)
+        return cli_fail(2, TOOL ": %s %u: %u tokens leave fewer than 10 middle tokens past the %u sinks and %u recents "
+                           "(--sinks, --recents; the ladders take fractions of them)\n", tflag, T0, n_final, o->sinks, o->recents);
     *base = (vkh2o_kvcache_desc){ .max_tokens = n_final, .n_sink = o->sinks, .n_recent = o->recents,
                                   .policy = VKH2O_POLICY_H2O, .score_mode = o->score_mode, .seed = o->seed };
     vkh2o_kvcache_desc_from_mla(cfg, base);
@@ -574,11 +523,9 @@ static int check_args(const opts* o, int argc, char** argv, vkh2o_mla_config* cf
             for (int i = 0; i < *ns; i++)
                 if (!strcmp(specs[i].name, o->bench_names[j]))
                     k = i;
-            if (k < 0) {
-                fprintf(stderr, TOOL ": --bench-configs: '%s' is not a row of the table (fp16 int8 int4 int2 conservative "
-                                "balanced aggressive, bytes-P%% and bytes-P%%+int2 for each --byte-budgets P)\n", o->bench_names[j]);
-                return 2;
-            }
+            if (k < 0)
+                return cli_fail(2, TOOL ": --bench-configs: '%s' is not a row of the table (fp16 int8 int4 int2 conservative "
+                                   "balanced aggressive, bytes-P%% and bytes-P%%+int2 for each --byte-budgets P)\n", o->bench_names[j]);
             if (k > 0)
                 bench_specs[(*nb)++] = specs[k];
         }
@@ -631,8 +578,7 @@ int main(int argc, char** argv)
     if ((rc = check_args(&o, argc, argv, &cfg, &base, specs, &ns, bench_specs, &nb)) != 0)
         return rc;
     vkh2o_context* ctx = NULL;
-    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o.device), .log = cli_log,
-                                                        .user_data = (void*)TOOL }, &ctx) != VKH2O_OK)
+    if (cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o.device) }, &ctx) != VKH2O_OK)
         return 1;
     if (!o.quiet)
         printf("device: %s\n", vkh2o_context_get_caps(ctx)->device_name);

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "outfile.h"
 #include "ref_kvcache.h"
+#include "rng.h"
 #include "vkh2o.h"
 
 #include <inttypes.h>
@@ -40,34 +41,19 @@ typedef struct opts {
     const char* csv;
     const char* model;
     uint32_t context;
-    char budgets[256];
+    uint32_t budgets[32], n_budgets;
     bool check, quiet, memory, no_output, validation, batch_given, layers_apart;
 } opts;
 
-/* --budgets a,b,...: 1 to 32 budgets, each an integer in [1, 2^30], no empty item */
+static bool budget_item(const char* tool, const char* flag, const char* item, uint32_t i, void* dst)
+{
+    return cli_parse_u32(tool, flag, item, 1, 1u << 30, &((opts*)dst)->budgets[i]);
+}
+
+/* --budgets a,b,...: 1 to 32 budgets, each an integer in [1, 2^30] */
 static bool parse_budgets(const char* tool, const char* flag, const char* v, void* dst)
 {
-    char list[256];
-    if (strlen(v) >= sizeof list) {
-        fprintf(stderr, "%s: %s: list too long\n", tool, flag);
-        return false;
-    }
-    strcpy(list, v);
-    int count = 0;
-    for (char *p = list, *q; p; p = q) {
-        q = strchr(p, ',');
-        if (q)
-            *q++ = 0;
-        uint32_t b;
-        if (!cli_parse_u32(tool, flag, p, 1, 1u << 30, &b))
-            return false;
-        if (++count > 32) {
-            fprintf(stderr, "%s: %s: more than 32 budgets\n", tool, flag);
-            return false;
-        }
-    }
-    strcpy(dst, v);
-    return true;
+    return cli_list(tool, flag, v, 32, budget_item, dst, &((opts*)dst)->n_budgets);
 }
 
 enum { M_LATENT = 1, M_EXPANDED = 2, M_MEMORY = 4 };
@@ -129,7 +115,7 @@ static int parse_args(int argc, char** argv, opts* o)
           .help = "print the memory table instead (with --model, --context, --budgets,\n--n-sink, --n-recent)" },
         { "--model", CLI_CHOICE, &model, "kimi|deepseek-v3", "kimi", .help = "the model of --memory's table" },
         { "--context", CLI_U32, &o->context, "N", "32768", 1, 1u << 30, .help = "the context of --memory's table" },
-        { "--budgets", CLI_FN, o->budgets, "a,b,...", "64,4096", .fn = parse_budgets,
+        { "--budgets", CLI_FN, o, "a,b,...", "64,4096", .fn = parse_budgets,
           .help = "the budgets of --memory's table" },
     };
     const cli_spec spec = {
@@ -155,10 +141,8 @@ static int parse_args(int argc, char** argv, opts* o)
         return 2;
     if (o->memory)
         return 0;
-    if (o->budget > o->steps) {
-        fprintf(stderr, TOOL ": --budget %u: more heavy hitters than the %u tokens of --steps\n", o->budget, o->steps);
-        return 2;
-    }
+    if (o->budget > o->steps)
+        return cli_fail(2, TOOL ": --budget %u: more heavy hitters than the %u tokens of --steps\n", o->budget, o->steps);
     return cli_check_modes(&spec, o->expanded ? M_EXPANDED : M_LATENT);
 }
 
@@ -223,29 +207,20 @@ static int memory_table(const opts* o)
     for (int c = 0; c < NCOLS; c++)
         printf("---------------|");
     printf("\n");
-    struct { char label[64]; uint32_t cap; uint64_t tokens; } rows[34];
-    int nrows = 0;
-    snprintf(rows[0].label, sizeof rows[0].label, "Full cache at %u context", o->context);
-    rows[0].cap = 0;
-    rows[nrows++].tokens = o->context;
-    char list[256];
-    strcpy(list, o->budgets);
-    for (char* save = NULL, *t = strtok_r(list, ",", &save); t && nrows < 33; t = strtok_r(NULL, ",", &save)) {
-        uint32_t b;
-        if (!cli_parse_u32(TOOL, "--budgets", t, 1, 1u << 30, &b))
-            return 2;
-        uint64_t cap = (uint64_t)o->n_sink + b + o->n_recent;
-        snprintf(rows[nrows].label, sizeof rows[nrows].label, "Evicted, budget=%u (cap %" PRIu64 ")", b, cap);
-        rows[nrows].cap = cap < o->context ? (uint32_t)cap : 0;
-        rows[nrows++].tokens = cap < o->context ? cap : o->context;
-    }
-    for (int i = 0; i < nrows; i++) {
-        printf("| %-36s | %8" PRIu64 " |", rows[i].label, rows[i].tokens);
+    for (int i = -1; i < (int)o->n_budgets; i++) {   /* the full cache, then a row per budget */
+        char label[64];
+        const uint64_t cap = i < 0 ? 0 : (uint64_t)o->n_sink + o->budgets[i] + o->n_recent;
+        const uint32_t kept = cap && cap < o->context ? (uint32_t)cap : 0;   /* 0: nothing evicted */
+        if (i < 0)
+            snprintf(label, sizeof label, "Full cache at %u context", o->context);
+        else
+            snprintf(label, sizeof label, "Evicted, budget=%u (cap %" PRIu64 ")", o->budgets[i], cap);
+        printf("| %-36s | %8u |", label, kept ? kept : o->context);
         for (int c = 0; c < NCOLS; c++) {
             vkh2o_kvcache_desc d = shape;
             d.layout = MEM_COLS[c].layout;
             d.storage = MEM_COLS[c].storage;
-            const uint64_t b = held_bytes(&d, o->context, rows[i].cap, MEM_COLS[c].p);
+            const uint64_t b = held_bytes(&d, o->context, kept, MEM_COLS[c].p);
             if (b)
                 printf(" %10.3f GB |", gb(b * layers));
             else
@@ -293,7 +268,7 @@ typedef struct run {
     FILE* csv;
     /* property bookkeeping */
     uint32_t max_cache, over_cap, linear_bad, cap_bad, evict_bad, sink_bad, recent_bad, pos_bad;
-    uint64_t events_seen, demoted;
+    uint64_t events_seen;
     uint32_t* prev_evicted;         /* per layer, at the last check */
     char first_problem[512];
     cli_mem_sample mem0;            /* once the cache has been at its cap for a batch */
@@ -325,13 +300,7 @@ static void problem(run* r, const char* fmt, uint32_t step, uint32_t layer, uint
 }
 
 /* xorshift64*, uniform in [-1, 1): the step inputs, reproducible from --seed */
-static float rng_uniform(uint64_t* s)
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return (float)((double)((*s * 0x2545f4914f6cdd1dull) >> 40) * (1.0 / 8388608.0) - 1.0);
-}
+static float rng_uniform(uint64_t* s) { return (float)((double)(rng_xorshift(s) >> 40) * (1.0 / 8388608.0) - 1.0); }
 
 /* the inputs of step `s` of a batch, layer l: q [heads][QW], then the row's first input (LATENT
  * ckv [kv_lora], EXPANDED k [heads][nope + rope]) and its second (kpe [rope], v [heads][v_dim]) */
@@ -504,16 +473,12 @@ static int check_args(const opts* o)
 {
     if (o->memory)
         return 0;
-    if (o->budget == 0) {
-        fprintf(stderr, TOOL ": --budget 0: the budget is 0; at least one middle token must be kept\n");
-        return 2;
-    }
-    if (o->batch_given && o->batch > 1 && (o->check || o->csv)) {
-        fprintf(stderr, TOOL ": --batch %u: %s checks every step, in batches of one\n", o->batch,
+    if (o->budget == 0)
+        return cli_fail(2, TOOL ": --budget 0: the budget is 0; at least one middle token must be kept\n");
+    if (o->batch_given && o->batch > 1 && (o->check || o->csv))
+        return cli_fail(2, TOOL ": --batch %u: %s checks every step, in batches of one\n", o->batch,
                 o->check ? "--check" : "--out-csv");
-        return 2;
-    }
-    return o->csv ? cli_check_output(TOOL, "--out-csv", o->csv, NULL, 0, NULL, NULL, 0) : 0;
+    return cli_check_paths(TOOL, NULL, 0, &(cli_path){ "--out-csv", o->csv, false }, 1);
 }
 
 /* The cache desc of the options, validated. Returns 0 or the exit status. */
@@ -539,11 +504,9 @@ static int make_desc(run* R)
     R->given = d;
     vkh2o_error err = { 0 };
     const vkh2o_result res = vkh2o_kvcache_desc_resolve(&d, &R->desc, &R->plan, &err);
-    if (res != VKH2O_OK) {
-        fprintf(stderr, TOOL ": --budget/--n-sink/--n-recent/--layers/--heads/--qk-dim/--kv-lora/--v-dim/--kv: %s (%s)\n",
+    if (res != VKH2O_OK)
+        return cli_fail(2, TOOL ": --budget/--n-sink/--n-recent/--layers/--heads/--qk-dim/--kv-lora/--v-dim/--kv: %s (%s)\n",
                 err.message, vkh2o_result_string(res));
-        return 2;
-    }
     R->cap = o->n_sink + o->budget + o->n_recent;
     const vkh2o_kvcache_desc* r = &R->desc;
     R->rc = ref_kvc_config_from(r, 0);
@@ -563,8 +526,7 @@ static int setup(run* R, outset* files)
     const opts* o = &R->o;
     vkh2o_result res;
     res = cli_context_create(TOOL, &(vkh2o_context_desc){ .device_select = VKH2O_DEVICE_INDEX(o->device),
-                                                          .flags = o->validation ? VKH2O_CONTEXT_VALIDATION : 0,
-                                                          .log = cli_log, .user_data = TOOL }, &R->ctx);
+                                                          .flags = o->validation ? VKH2O_CONTEXT_VALIDATION : 0 }, &R->ctx);
     if (res != VKH2O_OK)
         return 1;
     if ((res = vkh2o_kvcache_create(R->ctx, &R->given, &R->cache)) != VKH2O_OK)
@@ -576,16 +538,14 @@ static int setup(run* R, outset* files)
     const uint32_t S = R->plan.total_slots;
     R->spos = malloc(4ull * S);
     R->stier = malloc(S);
-    if (!R->host_in || !R->prev_evicted || !R->ks || !R->spos || !R->stier) {
-        fprintf(stderr, TOOL ": out of host memory\n");
-        return 1;
-    }
+    if (!R->host_in || !R->prev_evicted || !R->ks || !R->spos || !R->stier)
+        return cli_fail(1, TOOL ": out of host memory\n");
     if ((res = vkh2o_buffer_create(R->ctx, in_floats * 4, &R->in)) != VKH2O_OK)
         return fail_vk(R, res, "creating the input buffer");
     if (!o->no_output &&
         (res = vkh2o_buffer_create(R->ctx, 4ull * o->layers * o->heads * R->OW, &R->out)) != VKH2O_OK)
         return fail_vk(R, res, "creating the output buffer");
-    R->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)o->seed << 17) ^ o->seed;
+    R->rng = RNG_GOLDEN ^ ((uint64_t)o->seed << 17) ^ o->seed;
     if (o->check) {
         R->ref = calloc(o->layers, sizeof *R->ref);
         R->ssc = malloc(4ull * S);
@@ -593,10 +553,8 @@ static int setup(run* R, outset* files)
         R->tier32 = malloc(4ull * S);
         R->outh = malloc(4ull * o->layers * o->heads * R->OW);
         R->rout = malloc(sizeof(double) * o->heads * R->OW);
-        if (!R->ref || !R->ssc || !R->srows || !R->tier32 || !R->outh || !R->rout) {
-            fprintf(stderr, TOOL ": out of host memory\n");
-            return 1;
-        }
+        if (!R->ref || !R->ssc || !R->srows || !R->tier32 || !R->outh || !R->rout)
+            return cli_fail(1, TOOL ": out of host memory\n");
         for (uint32_t l = 0; l < o->layers; l++) {
             ref_kvc_config rc = R->rc;
             rc.layer = l;
@@ -685,10 +643,8 @@ static int run_steps(run* R)
     vkh2o_kvcache_stats* st = R->st = calloc(L, sizeof *st);
     int rc = 0;
     vkh2o_result res;
-    if (!st) {
-        fprintf(stderr, TOOL ": out of host memory\n");
-        return 1;
-    }
+    if (!st)
+        return cli_fail(1, TOOL ": out of host memory\n");
     /* memory is sampled once the cache has been at its cap for a while (every lazily created
      * object exists by then) and again at the end: a long run must leave both where they were */
     const double t0 = cli_now();

@@ -82,8 +82,6 @@ vkh2o_result time_run(bench_env* env, run_work fn, void* user, double* ms, bool*
 /* fn once as a warm-up, then env->runs times (time_run each; a progress note of `name` before
  * each run unless NULL): the median of the timed runs into *median. Stops at the first failure. */
 vkh2o_result time_median(bench_env* env, run_work fn, void* user, const char* name, double* median, bool* ts);
-/* The dispatches the context has recorded so far, all kernels together. */
-uint64_t dispatches_so_far(const vkh2o_context* ctx);
 void print_text(const bench_env* env);
 int print_json(const bench_env* env);
 /* --plot: the scaling rows as four panels against log2 of the size. */

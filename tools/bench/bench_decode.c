@@ -62,12 +62,12 @@ vkh2o_result bench_decode(bench_env* env)
             note(env, run ? "%s: decode steps\n" : "%s: decode warm-up\n", label);
             for (int k = 0; k < 4 && r == VKH2O_OK; k++) {
                 double ms = 0.0;
-                const uint64_t d0 = dispatches_so_far(ctx), b0 = vkh2o_context_get_barriers(ctx);
+                const uint64_t d0 = cli_dispatches(ctx), b0 = vkh2o_context_get_barriers(ctx);
                 r = k < 2    ? time_run(env, run_decode, &dw[k], &ms, &ts)
                     : k == 2 ? time_run(env, run_step, &sw, &ms, &ts)
                              : time_run(env, run_probe, &pw, &ms, &ts);
                 if (k < 3) {
-                    disp[k] = (uint32_t)(dispatches_so_far(ctx) - d0);
+                    disp[k] = (uint32_t)(cli_dispatches(ctx) - d0);
                     bar[k] = (uint32_t)(vkh2o_context_get_barriers(ctx) - b0);
                 }
                 if (run) t[(size_t)k * env->runs + run - 1] = ms;

@@ -2,7 +2,9 @@
  * the scaling plot). */
 #include "bench.h"
 #include "cli.h"
+#include "json.h"
 #include "plot.h"
+#include "rng.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -58,17 +60,13 @@ void note(const bench_env* env, const char* fmt, const char* what)
     if (env->progress) fprintf(stderr, fmt, what);
 }
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_state = RNG_GOLDEN;
 float rand_normal(void)
 {
     /* xorshift64* + Box-Muller: reproducible inputs, quality is irrelevant here */
     double u[2];
-    for (int i = 0; i < 2; i++) {
-        rng_state ^= rng_state >> 12;
-        rng_state ^= rng_state << 25;
-        rng_state ^= rng_state >> 27;
-        u[i] = ((rng_state * 0x2545f4914f6cdd1dull) >> 11) * (1.0 / 9007199254740992.0);
-    }
+    for (int i = 0; i < 2; i++)
+        u[i] = (rng_xorshift(&rng_state) >> 11) * (1.0 / 9007199254740992.0);
     return (float)(sqrt(-2.0 * log(u[0] + 1e-300)) * cos(6.283185307179586 * u[1]));
 }
 
@@ -99,13 +97,6 @@ vkh2o_result time_median(bench_env* env, run_work fn, void* user, const char* na
     if (r == VKH2O_OK) *median = cli_median(t, env->runs);
     free(t);
     return r;
-}
-
-uint64_t dispatches_so_far(const vkh2o_context* ctx)
-{
-    uint64_t n = 0;
-    for (uint32_t k = 0; k < vkh2o_kernel_count(); k++) n += vkh2o_context_get_kernel_dispatches(ctx, k);
-    return n;
 }
 
 void print_text(const bench_env* env)
@@ -142,11 +133,9 @@ int print_json(const bench_env* env)
         cJSON* o = cJSON_CreateObject();
         if (!o) { cJSON_Delete(arr); return 1; }
         const bool ok = !r->status || !strcmp(r->status, "ok");
-        cJSON_AddStringToObject(o, "name", r->name);
-        cJSON_AddStringToObject(o, "device", r->device);
+        CLI_JSON_STRS(o, { "name", r->name }, { "device", r->device });
         if (r->group) {
-            cJSON_AddStringToObject(o, "group", r->group);
-            cJSON_AddStringToObject(o, "status", r->status);
+            CLI_JSON_STRS(o, { "group", r->group }, { "status", r->status });
             if (r->reason[0]) cJSON_AddStringToObject(o, "reason", r->reason);
             if (r->size > 0) cJSON_AddNumberToObject(o, "size", r->size);
             if (r->layers > 0) cJSON_AddNumberToObject(o, "layers", r->layers);
@@ -154,10 +143,7 @@ int print_json(const bench_env* env)
             if (r->bytes > 0) cJSON_AddNumberToObject(o, "bytes", r->bytes);
             if (r->bytes_min > 0) cJSON_AddNumberToObject(o, "bytes_min", r->bytes_min);
             if (r->stages[0]) cJSON_AddStringToObject(o, "stages", r->stages);
-            if (r->dispatches) {
-                cJSON_AddNumberToObject(o, "dispatches", r->dispatches);
-                cJSON_AddNumberToObject(o, "barriers", r->barriers);
-            }
+            if (r->dispatches) CLI_JSON_NUMS(o, { "dispatches", r->dispatches }, { "barriers", r->barriers });
             if (r->read_fraction > 0) cJSON_AddNumberToObject(o, "read_fraction", r->read_fraction);
             if (r->share != 0 && !strcmp(r->group, "policy")) cJSON_AddNumberToObject(o, "policy_share", r->share);
             else if (r->share > 0) cJSON_AddNumberToObject(o, "attention_share", r->share);
@@ -167,9 +153,7 @@ int print_json(const bench_env* env)
             cJSON_AddItemToArray(arr, o);
             continue;
         }
-        cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
-        cJSON_AddNumberToObject(o, "gflops", r->gflops);
-        cJSON_AddNumberToObject(o, "runs", r->runs);
+        CLI_JSON_NUMS(o, { "median_ms", r->median_ms }, { "gflops", r->gflops }, { "runs", r->runs });
         cJSON_AddStringToObject(o, "timing", r->timing);
         if (r->gbps > 0) cJSON_AddNumberToObject(o, "gbps", r->gbps);
         if (r->ratio > 0) cJSON_AddNumberToObject(o, "ratio_vs_fp16", r->ratio);

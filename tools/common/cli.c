@@ -3,13 +3,14 @@
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-bool cli_parse_u64(const char* tool, const char* flag, const char* s, uint64_t lo, uint64_t hi, uint64_t* out)
+static bool cli_parse_u64(const char* tool, const char* flag, const char* s, uint64_t lo, uint64_t hi, uint64_t* out)
 {
     char* end = NULL;
     errno = 0;
@@ -23,7 +24,40 @@ bool cli_parse_u64(const char* tool, const char* flag, const char* s, uint64_t l
     return true;
 }
 
-bool cli_no_repeats(const char* tool, int argc, char** argv)
+bool cli_list(const char* tool, const char* flag, const char* list, uint32_t max, cli_item_fn fn, void* dst, uint32_t* count)
+{
+    const char* v = list;
+    for (uint32_t i = 0;; i++) {
+        const char* end = strchr(v, ',');
+        const size_t len = end ? (size_t)(end - v) : strlen(v);
+        char item[256];
+        if (i == max)
+            return cli_fail(0, "%s: %s: '%s' has more than %u items\n", tool, flag, list, max);
+        if (len == 0 || len >= sizeof item)
+            return cli_fail(0, "%s: %s: '%s' has an %s item\n", tool, flag, list, len ? "overlong" : "empty");
+        memcpy(item, v, len);
+        item[len] = 0;
+        if (!fn(tool, flag, item, i, dst))
+            return false;
+        if (count)
+            *count = i + 1;
+        if (!end)
+            return true;
+        v = end + 1;
+    }
+}
+
+int cli_fail(int status, const char* fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+/* a flag given twice (any argument starting with "--" that an earlier one equals) */
+static bool cli_no_repeats(const char* tool, int argc, char** argv)
 {
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--", 2) != 0)
@@ -81,6 +115,14 @@ bool cli_mem_report(const char* label, const cli_mem_sample* a, const cli_mem_sa
            (unsigned long long)a->dev.device_bytes, (unsigned long long)b->dev.device_bytes, a->dev.device_allocations,
            b->dev.device_allocations, (unsigned long long)b->dev.peak_device_bytes);
     return a->dev.device_bytes == b->dev.device_bytes && a->dev.device_allocations == b->dev.device_allocations;
+}
+
+uint64_t cli_dispatches(const vkh2o_context* ctx)
+{
+    uint64_t n = 0;
+    for (uint32_t k = 0; k < vkh2o_kernel_count(); k++)
+        n += vkh2o_context_get_kernel_dispatches(ctx, k);
+    return n;
 }
 
 double cli_now(void)
@@ -150,8 +192,8 @@ static void create_log_fn(vkh2o_log_level level, const char* message, void* user
 vkh2o_result cli_context_create(const char* tool, const vkh2o_context_desc* desc, vkh2o_context** out)
 {
     vkh2o_context_desc d = *desc;
-    create_log.log = desc->log;
-    create_log.user_data = desc->user_data;
+    create_log.log = desc->log ? desc->log : cli_log;
+    create_log.user_data = desc->log ? desc->user_data : (void*)tool;
     create_log.creating = true;
     create_log.last_error[0] = 0;
     d.log = create_log_fn;
@@ -249,7 +291,7 @@ static bool set_value(const char* tool, const cli_opt* o, const char* v)
     return false;
 }
 
-cli_opt* cli_find(const cli_spec* s, const char* name)
+static cli_opt* cli_find(const cli_spec* s, const char* name)
 {
     for (uint32_t k = 0; k < s->n; k++)
         if (!strcmp(s->opts[k].name, name))
@@ -261,6 +303,52 @@ bool cli_given(const cli_spec* s, const char* name)
 {
     const cli_opt* o = cli_find(s, name);
     return o && o->given;
+}
+
+/* text with every "%s" replaced by extra, and each '\n' before more text followed by indent */
+static void print_text(FILE* f, const char* text, const char* extra, int indent)
+{
+    for (const char* p = text; p && *p; p++) {
+        if (p[0] == '%' && p[1] == 's') {
+            fputs(extra ? extra : "", f);
+            p++;
+        } else if (*p == '\n' && indent && p[1]) {
+            fprintf(f, "\n  %-*s ", indent - 3, "");
+        } else {
+            fputc(*p, f);
+        }
+    }
+}
+
+static void cli_usage(const cli_spec* s, FILE* f, const char* extra)
+{
+    int col = 0;
+    for (uint32_t k = 0; k < s->n; k++) {
+        const cli_opt* o = &s->opts[k];
+        if (o->kind == CLI_RETIRED)
+            continue;
+        const int w = (int)strlen(o->name) + (o->arg ? 1 + (int)strlen(o->arg) : 0);
+        if (w > col && w <= 22)
+            col = w;
+    }
+    print_text(f, s->head, extra, 0);
+    for (uint32_t k = 0; k < s->n; k++) {
+        const cli_opt* o = &s->opts[k];
+        if (o->kind == CLI_RETIRED)
+            continue;
+        char left[128];
+        snprintf(left, sizeof left, "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+        if ((int)strlen(left) > col)
+            fprintf(f, "  %s\n  %-*s ", left, col, "");
+        else
+            fprintf(f, "  %-*s ", col, left);
+        print_text(f, o->help, extra, col + 3);
+        if (o->def && o->kind != CLI_BOOL)
+            fprintf(f, " (default %s)", o->def);
+        fputc('\n', f);
+    }
+    fprintf(f, "  %-*s this text\n", col, "--help");
+    print_text(f, s->tail, extra, 0);
 }
 
 int cli_parse(const cli_spec* s, int argc, char** argv)
@@ -304,52 +392,6 @@ int cli_parse_extra(const cli_spec* s, int argc, char** argv, const char* extra)
     return 0;
 }
 
-/* text with every "%s" replaced by extra, and each '\n' before more text followed by indent */
-static void print_text(FILE* f, const char* text, const char* extra, int indent)
-{
-    for (const char* p = text; p && *p; p++) {
-        if (p[0] == '%' && p[1] == 's') {
-            fputs(extra ? extra : "", f);
-            p++;
-        } else if (*p == '\n' && indent && p[1]) {
-            fprintf(f, "\n  %-*s ", indent - 3, "");
-        } else {
-            fputc(*p, f);
-        }
-    }
-}
-
-void cli_usage(const cli_spec* s, FILE* f, const char* extra)
-{
-    int col = 0;
-    for (uint32_t k = 0; k < s->n; k++) {
-        const cli_opt* o = &s->opts[k];
-        if (o->kind == CLI_RETIRED)
-            continue;
-        const int w = (int)strlen(o->name) + (o->arg ? 1 + (int)strlen(o->arg) : 0);
-        if (w > col && w <= 22)
-            col = w;
-    }
-    print_text(f, s->head, extra, 0);
-    for (uint32_t k = 0; k < s->n; k++) {
-        const cli_opt* o = &s->opts[k];
-        if (o->kind == CLI_RETIRED)
-            continue;
-        char left[128];
-        snprintf(left, sizeof left, "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
-        if ((int)strlen(left) > col)
-            fprintf(f, "  %s\n  %-*s ", left, col, "");
-        else
-            fprintf(f, "  %-*s ", col, left);
-        print_text(f, o->help, extra, col + 3);
-        if (o->def && o->kind != CLI_BOOL)
-            fprintf(f, " (default %s)", o->def);
-        fputc('\n', f);
-    }
-    fprintf(f, "  %-*s this text\n", col, "--help");
-    print_text(f, s->tail, extra, 0);
-}
-
 int cli_check_modes(const cli_spec* s, uint32_t active)
 {
     for (uint32_t k = 0; k < s->n; k++) {
@@ -378,19 +420,11 @@ int cli_check_modes(const cli_spec* s, uint32_t active)
     return 0;
 }
 
-int cli_refuse(const cli_spec* s, const char* flag, bool bad, const char* why)
+const char* cli_preset_names(void)
 {
-    if (!bad || !cli_given(s, flag))
-        return 0;
-    fprintf(stderr, "%s: %s %s\n", s->tool, flag, why);
-    return 2;
-}
-
-void cli_preset_names(char* out, size_t cap)
-{
+    static char out[256];
     size_t len = 0;
-    if (cap)
-        out[0] = '\0';
-    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i) && len < cap; i++)
-        len += (size_t)snprintf(out + len, cap - len, "%s%s", i ? ", " : "", vkh2o_mla_config_preset_name(i));
+    for (uint32_t i = 0; vkh2o_mla_config_preset_name(i) && len < sizeof out; i++)
+        len += (size_t)snprintf(out + len, sizeof out - len, "%s%s", i ? ", " : "", vkh2o_mla_config_preset_name(i));
+    return out;
 }

@@ -1,6 +1,9 @@
-/* Small helpers shared by the command-line tools: strict number parsing, progress lines. */
+/* What every command-line tool shares: the declarative flag table, strict number and list
+ * parsing, one-line refusals, progress lines, the context with its log, memory samples. */
 #ifndef VKH2O_CLI_H
 #define VKH2O_CLI_H
+
+#include "vkh2o.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -8,15 +11,20 @@
 
 /* Parse a whole decimal/hex string into range [lo, hi]; on failure print
  * "<tool>: <flag>: '<s>' is not an integer in [lo, hi]" to stderr and return false. */
-bool cli_parse_u64(const char* tool, const char* flag, const char* s, uint64_t lo, uint64_t hi, uint64_t* out);
 bool cli_parse_u32(const char* tool, const char* flag, const char* s, uint32_t lo, uint32_t hi, uint32_t* out);
 bool cli_parse_f64(const char* tool, const char* flag, const char* s, double lo, double hi, double* out);
+/* A comma-separated list value: fn(tool, flag, item, i, dst) on each item in order (its own
+ * string, at most 255 bytes), the count into *count (when not NULL). False (one line printed,
+ * naming the flag) for an empty item, more than max items, or an item fn refuses (fn prints its
+ * own line). */
+typedef bool (*cli_item_fn)(const char* tool, const char* flag, const char* item, uint32_t i, void* dst);
+bool cli_list(const char* tool, const char* flag, const char* list, uint32_t max, cli_item_fn fn, void* dst, uint32_t* count);
 /* The declarative flag table every tool parses its command line with: one entry per flag (name,
  * type, default, range, the modes it applies to, help). cli_parse reads argv into the entries'
  * destinations, refusing with one line on stderr (naming the flag) a flag given twice, an unknown
  * flag or stray argument, a missing value, a number outside its range and a choice not listed;
- * cli_usage prints --help from the same table; cli_check_modes refuses a given flag that does not
- * apply to the run's modes. */
+ * --help comes from the same table; cli_check_modes refuses a given flag that does not apply to
+ * the run's modes. */
 typedef enum cli_kind {
     CLI_BOOL,     /* no value: *(bool*)dst = true */
     CLI_U32,      /* uint32_t in [lo, hi] */
@@ -54,23 +62,18 @@ typedef struct cli_spec {
 /* Parses argv by s: 0 when it parsed; 2 (a line printed) on bad usage; -1 after printing --help
  * (-h, --help) to stdout, so that main returns `rc < 0 ? 0 : rc`. */
 int cli_parse(const cli_spec* s, int argc, char** argv);
-/* The same, with extra for --help's %s (see cli_usage). */
+/* The same with extra for --help, which is the head, one line per flag (name, value, help,
+ * "(default D)") and the tail, every %s in them replaced by extra (NULL: ""). */
 int cli_parse_extra(const cli_spec* s, int argc, char** argv, const char* extra);
-/* --help from the table: head, one line per flag (name, value, help, "(default D)"), tail. Every
- * %s in the head, the tail and the help lines is replaced by extra (NULL: ""). */
-void cli_usage(const cli_spec* s, FILE* f, const char* extra);
-/* The entry named name (NULL when the table has none). */
-cli_opt* cli_find(const cli_spec* s, const char* name);
 bool cli_given(const cli_spec* s, const char* name);
 /* Refuses the first given flag whose modes exclude every bit of active: "<tool>: <flag> applies
  * only with <its modes' names>"; returns 2 then, else 0. */
 int cli_check_modes(const cli_spec* s, uint32_t active);
-/* Refuses flag when given and bad: "<tool>: <flag> <why>"; returns 2 then, else 0. */
-int cli_refuse(const cli_spec* s, const char* flag, bool bad, const char* why);
 
-/* Refuses a flag given twice (any argument starting with "--" that an earlier one equals):
- * prints "<tool>: <flag> given twice" and returns false (cli_parse calls it first). */
-bool cli_no_repeats(const char* tool, int argc, char** argv);
+/* A refusal or failure in one statement: prints fmt (the whole line, "<tool>: ...\n") to stderr
+ * and returns status: the exit status (2 bad usage, 1 failure), `return cli_fail(2, ...)`; or 0,
+ * false, in a value parser. */
+int cli_fail(int status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Progress on a terminal: "label  123/1000  456.7/s  ETA 0:02" redrawn in place on stderr,
  * only when stderr is a terminal and not quiet; silent otherwise. */
@@ -92,19 +95,22 @@ double cli_median(double* v, uint32_t n);
  * directory, or beside the file) when it exists, else "" (the Kimi K2.6 defaults). */
 void cli_config_path(const char* weights, const char* config, char* out, size_t cap);
 
+/* The dispatches the context has recorded so far, every embedded kernel together (a run's
+ * count is the difference around it). */
+uint64_t cli_dispatches(const vkh2o_context* ctx);
+
 /* Monotonic seconds. */
 double cli_now(void);
 
 /* Log callback for vkh2o contexts: WARNING/ERROR to stderr with the tool's name as prefix
  * (user_data is the tool name). */
-#include "vkh2o.h"
 void cli_log(vkh2o_log_level level, const char* message, void* user_data);
 /* vkh2o_context_create for a tool: on failure prints one line that says what failed, with the
  * result code and the library's last error message, e.g. "<tool>: cannot create the Vulkan
  * context: VKH2O_ERROR_OUT_OF_HOST_MEMORY: out of host memory: ...", or "no usable Vulkan
  * device" (NO_DEVICE, UNSUPPORTED) with a hint where no driver is installed. The desc's log
- * callback gets every message as before, except the creation's errors, which that line
- * carries. One context per process (the message is captured in static storage). */
+ * callback (none: cli_log with the tool's name) gets every message as before, except the
+ * creation's errors, which that line carries. One context per process (the message is captured in static storage). */
 vkh2o_result cli_context_create(const char* tool, const vkh2o_context_desc* desc, vkh2o_context** out);
 /* When argv has --device, its value `index` must name a device the loader lists: else prints
  * "<tool>: --device N: ..." and returns false (before a context is made, so that no second
@@ -122,7 +128,8 @@ cli_mem_sample cli_mem_sample_take(const vkh2o_context* ctx);
  * buffers (peak <p>)"; returns whether the device bytes and buffer count are unchanged. */
 bool cli_mem_report(const char* label, const cli_mem_sample* start, const cli_mem_sample* end);
 
-/* The MLA config presets' names (vkh2o_mla_config_preset_name), comma-separated, into out. */
-void cli_preset_names(char* out, size_t cap);
+/* The MLA config presets' names (vkh2o_mla_config_preset_name), comma-separated (a static
+ * string: --help's %s in the tools that take --preset). */
+const char* cli_preset_names(void);
 
 #endif

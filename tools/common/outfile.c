@@ -6,7 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-bool same_file(const char* a, const char* b)
+/* a and b name the same existing file (same device and inode) */
+static bool same_file(const char* a, const char* b)
 {
     struct stat sa, sb;
     if (!a || !b || stat(a, &sa) != 0 || stat(b, &sb) != 0)
@@ -14,7 +15,7 @@ bool same_file(const char* a, const char* b)
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-int cli_check_input(const char* tool, const char* flag, const char* path, bool dir_ok)
+static int cli_check_input(const char* tool, const char* flag, const char* path, bool dir_ok)
 {
     struct stat st;
     if (!*path) {
@@ -72,6 +73,24 @@ int cli_check_output(const char* tool, const char* flag, const char* path, const
     if (access(d, W_OK | X_OK) != 0) {
         fprintf(stderr, "%s: %s %s: cannot write in %s: %s\n", tool, flag, path, d, strerror(errno));
         return 1;
+    }
+    return 0;
+}
+
+int cli_check_paths(const char* tool, const cli_path* in, int n_in, const cli_path* out, int n_out)
+{
+    const char *ins[8], *outs[8], *flags[8];
+    int rc;
+    for (int i = 0; i < n_in && i < 8; i++) {
+        ins[i] = in[i].path;
+        if (in[i].path && (rc = cli_check_input(tool, in[i].flag, in[i].path, in[i].dir_ok)) != 0)
+            return rc;
+    }
+    for (int i = 0; i < n_out && i < 8; i++) {
+        outs[i] = out[i].path;
+        flags[i] = out[i].flag;
+        if (out[i].path && (rc = cli_check_output(tool, out[i].flag, out[i].path, ins, n_in, outs, flags, i)) != 0)
+            return rc;
     }
     return 0;
 }

@@ -7,10 +7,6 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-/* An input given with flag: it must exist and be readable, and be a regular file (or, with
- * dir_ok, a directory). Returns 0 when it is; otherwise prints "<tool>: <flag> <path>: <reason>"
- * and returns the exit status: 1 (a file problem). */
-int cli_check_input(const char* tool, const char* flag, const char* path, bool dir_ok);
 /* An output given with flag, before any work: its directory must exist and be writable, and the
  * path, if it exists, must be a regular file that is none of the n inputs (NULL entries are
  * skipped) nor an earlier output of the same run (outs, given with out_flags; n_outs of them).
@@ -19,8 +15,18 @@ int cli_check_input(const char* tool, const char* flag, const char* path, bool d
  * a file problem (no such directory, not writable, not a regular file). */
 int cli_check_output(const char* tool, const char* flag, const char* path, const char* const* inputs, int n,
                       const char* const* outs, const char* const* out_flags, int n_outs);
-/* True when a and b name the same existing file (same device and inode). */
-bool same_file(const char* a, const char* b);
+/* A path of the run with its flag (a NULL path: not given, skipped); dir_ok: an input that may
+ * be a directory. */
+typedef struct cli_path {
+    const char* flag;
+    const char* path;
+    bool dir_ok;
+} cli_path;
+/* Every path of a run, before any work: each input must exist and be readable, and be a regular
+ * file (or, with dir_ok, a directory), else "<tool>: <flag> <path>: <reason>" and exit status 1;
+ * then each output by cli_check_output against the inputs and the outputs before it (at most 8
+ * of each). Returns 0 or the first failure's exit status. */
+int cli_check_paths(const char* tool, const cli_path* in, int n_in, const cli_path* out, int n_out);
 
 #define OUTSET_MAX 8
 typedef struct outfile {

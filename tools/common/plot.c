@@ -5,7 +5,10 @@
 
 #define MAX_TICKS 16
 
-uint32_t plot_nice_ticks(double lo, double hi, uint32_t max_ticks, double* ticks, double* step_out)
+/* Round tick positions covering [lo, hi] (at most max_ticks of them, at least 2): the step is
+ * 1, 2, 2.5 or 5 times a power of ten and every tick a multiple of it. Returns the count;
+ * *step_out receives the step. */
+static uint32_t plot_nice_ticks(double lo, double hi, uint32_t max_ticks, double* ticks, double* step_out)
 {
     if (max_ticks < 2)
         max_ticks = 2;

@@ -22,10 +22,6 @@ typedef struct plot_panel {
     uint32_t nseries;
 } plot_panel;
 
-/* Round tick positions covering [lo, hi] (at most max_ticks of them, at least 2): the step is
- * 1, 2, 2.5 or 5 times a power of ten and every tick a multiple of it. Returns the count;
- * *step receives the step. */
-uint32_t plot_nice_ticks(double lo, double hi, uint32_t max_ticks, double* ticks, double* step);
 /* Writes the panels as one SVG document (a shared legend below). False on a write error. */
 bool plot_svg(FILE* f, const plot_panel* panels, uint32_t npanels);
 

@@ -10,6 +10,7 @@
 #ifndef VKH2O_CONF_H
 #define VKH2O_CONF_H
 
+#include "cli.h"
 #include "vkh2o.h"
 
 #include <stdbool.h>
@@ -99,14 +100,11 @@ bool conf_guard_intact(const conf_env* env, conf_result* r, vkh2o_buffer* b, uin
 vkh2o_buffer* conf_upload(const conf_env* env, conf_result* r, const void* data, uint64_t bytes);
 /* The test hook: when env->poison, corrupt one element of a downloaded float output. */
 void conf_poison_f32(const conf_env* env, float* x, size_t n);
-/* Dispatches of every embedded kernel the context recorded so far (a timed run's count is the
- * difference around it). */
-uint64_t conf_dispatches(const vkh2o_context* ctx);
 /* Sets VKH2O_GPU_SHAPES=1 (the library's test switch, read when a context is created) when on,
  * and returns what to hand conf_gpu_shapes_end after the context is made (the value before). */
 char* conf_gpu_shapes_begin(bool on);
 void conf_gpu_shapes_end(bool on, char* before);
-/* The median of the device times t[0..n) (sorts). */
+/* The median of the device times t[0..n) (sorts; -1 when n is 0). */
 double conf_median(double* t, uint32_t n);
 
 #define CONF_POISON_WORD 0x7fc0dead

@@ -49,9 +49,9 @@ static void run_probe(const conf_env* env, const conf_case* c, conf_result* r)
     const uint32_t runs = env->perf ? 1 + env->perf_runs : 1;
     for (uint32_t run = 0; run < runs; run++) {
         double ms;
-        const uint64_t d0 = conf_dispatches(env->ctx);
+        const uint64_t d0 = cli_dispatches(env->ctx);
         vkh2o_result res = vkh2o_run_probe(env->ctx, &p, &ms);
-        r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
+        r->dispatches = (double)(cli_dispatches(env->ctx) - d0);
         if (res != VKH2O_OK) {
             conf_set_failure(env, r, res, "vkh2o_run_probe");
             goto done;

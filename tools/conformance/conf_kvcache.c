@@ -272,13 +272,13 @@ static void run_kv(const conf_env* env, const conf_case* c, conf_result* r)
         double t[64];
         for (uint32_t run = 0; run < extra; run++) {
             const double t0 = vkh2o_context_get_device_ms(env->ctx);
-            const uint64_t d0 = conf_dispatches(env->ctx);
+            const uint64_t d0 = cli_dispatches(env->ctx);
             if ((res = vkh2o_run_kvcache_step(kc, &ks)) != VKH2O_OK) {
                 conf_set_failure(env, r, res, "vkh2o_run_kvcache_step (timed)");
                 goto done;
             }
             if (run) t[run - 1] = vkh2o_context_get_device_ms(env->ctx) - t0;
-            r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
+            r->dispatches = (double)(cli_dispatches(env->ctx) - d0);
         }
         r->ms = env->caps->timestamps ? conf_median(t, extra - 1) : -1.0;
         vkh2o_kvcache_stats stats;

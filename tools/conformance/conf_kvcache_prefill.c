@@ -72,13 +72,13 @@ static void run_prefill(const conf_env* env, const conf_case* c, conf_result* r)
         !(bmass = conf_upload(env, r, mass, 4ull * n)))
         goto done;
     const double t0 = vkh2o_context_get_device_ms(env->ctx);
-    const uint64_t d0 = conf_dispatches(env->ctx);
+    const uint64_t d0 = cli_dispatches(env->ctx);
     if ((res = vkh2o_run_kvcache_prefill(kc, &(vkh2o_kvcache_prefill){ .n = n, .ckv = bckv, .kpe = bkpe, .mass = bmass })) !=
         VKH2O_OK) {
         conf_set_failure(env, r, res, "vkh2o_run_kvcache_prefill");
         goto done;
     }
-    r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
+    r->dispatches = (double)(cli_dispatches(env->ctx) - d0);
     if (env->perf && env->caps->timestamps) {
         r->ms = vkh2o_context_get_device_ms(env->ctx) - t0;   /* one run: a second prefill would find the cache full */
         r->bytes = 4.0 * n * (KVL + ROPE + 1);

@@ -208,13 +208,13 @@ static void run_lm(const conf_env* env, const conf_case* c, conf_result* r)
     if (!session) {
         for (uint32_t run = 0; run < runs; run++) {
             const double t0 = vkh2o_context_get_device_ms(env->ctx);
-            const uint64_t d0 = conf_dispatches(env->ctx);
+            const uint64_t d0 = cli_dispatches(env->ctx);
             if ((res = vkh2o_host_model_forward(m, tok, N, got, lp)) != VKH2O_OK) {
                 conf_set_failure(env, r, res, "vkh2o_host_model_forward");
                 goto done;
             }
             if (run) times[run - 1] = vkh2o_context_get_device_ms(env->ctx) - t0;
-            r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
+            r->dispatches = (double)(cli_dispatches(env->ctx) - d0);
         }
         if (ref_lm_forward(&t.cfg, t.embed, L, t.norm, t.head, tok, N, ref) != 0) {
             r->status = CONF_ERROR;
@@ -243,13 +243,13 @@ static void run_lm(const conf_env* env, const conf_case* c, conf_result* r)
             goto done;
         }
         const double t0 = vkh2o_context_get_device_ms(env->ctx);
-        const uint64_t d0 = conf_dispatches(env->ctx);
+        const uint64_t d0 = cli_dispatches(env->ctx);
         if ((res = vkh2o_host_model_prefill(s, tok, P, got, NULL)) != VKH2O_OK) {
             conf_set_failure(env, r, res, "vkh2o_host_model_prefill");
             goto done;
         }
         const double t1 = vkh2o_context_get_device_ms(env->ctx);
-        r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
+        r->dispatches = (double)(cli_dispatches(env->ctx) - d0);
         for (uint32_t i = P; i < N; i++)
             if ((res = vkh2o_host_model_decode(s, &tok[i], 1, got + (size_t)i * V_, NULL)) != VKH2O_OK) {
                 conf_set_failure(env, r, res, "vkh2o_host_model_decode");

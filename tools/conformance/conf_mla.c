@@ -224,9 +224,9 @@ static void run_forward(const conf_env* env, const conf_case* c, conf_result* r)
     const uint32_t runs = env->perf ? 1 + env->perf_runs : 1;
     for (uint32_t run = 0; run < runs; run++) {
         vkh2o_mla_timings tm;
-        const uint64_t d0 = conf_dispatches(env->ctx);
+        const uint64_t d0 = cli_dispatches(env->ctx);
         res = vkh2o_host_mla_forward(L, hidden, S, pos0, out, sc, &tm);
-        r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
+        r->dispatches = (double)(cli_dispatches(env->ctx) - d0);
         if (res != VKH2O_OK) {
             conf_set_failure(env, r, res, "vkh2o_host_mla_forward");
             goto done;
@@ -384,7 +384,7 @@ static void run_decode_from_cache(const conf_env* env, const conf_case* c, conf_
     conf_fill_normal(&rng, hidden, (size_t)total * D, 1.0f);
     for (size_t i = 0; i < (size_t)total * D; i++)
         memcpy(&out[i], &(uint32_t){ CONF_POISON_WORD }, 4);
-    const uint64_t d0 = conf_dispatches(env->ctx);
+    const uint64_t d0 = cli_dispatches(env->ctx);
     if ((res = vkh2o_host_mla_prefill(L, kc, 0, hidden, DEC_PROMPT, NULL)) != VKH2O_OK) {
         conf_set_failure(env, r, res, "vkh2o_host_mla_prefill");
         goto done;
@@ -397,7 +397,7 @@ static void run_decode_from_cache(const conf_env* env, const conf_case* c, conf_
             goto done;
         }
     }
-    r->dispatches = (double)(conf_dispatches(env->ctx) - d0);
+    r->dispatches = (double)(cli_dispatches(env->ctx) - d0);
     bool ref_bad = ref_decode_prefill(&ref, hidden, DEC_PROMPT, NULL) != 0;
     for (uint32_t s = DEC_PROMPT; s < total && !ref_bad; s++)
         ref_bad = ref_decode_step(&ref, hidden + (size_t)s * D, s, want + (size_t)s * D) != 0;

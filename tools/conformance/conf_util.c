@@ -1,5 +1,6 @@
 /* vkh2o-conformance: the registry and the helpers its families share. */
 #include "conf.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -35,21 +36,9 @@ conf_case* conf_add(conf_registry* reg, conf_run_fn run, uint32_t shapes, const 
 
 /* splitmix64, seeded by the run's seed and the case's name (so a case draws the same inputs
  * whichever other cases run) */
-void conf_rng_seed(conf_rng* r, uint64_t seed, const char* name)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (const char* p = name; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    r->s = seed ^ h;
-}
+void conf_rng_seed(conf_rng* r, uint64_t seed, const char* name) { r->s = seed ^ rng_hash(name); }
 
-uint64_t conf_u64(conf_rng* r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+uint64_t conf_u64(conf_rng* r) { return rng_next(&r->s); }
 
 float conf_uniform(conf_rng* r) { return (float)((conf_u64(r) >> 40) * (1.0 / 16777216.0)); }
 
@@ -144,26 +133,7 @@ void conf_poison_f32(const conf_env* env, float* x, size_t n)
         x[n / 2] = x[n / 2] * 1.5f + 1.0f;
 }
 
-uint64_t conf_dispatches(const vkh2o_context* ctx)
-{
-    uint64_t n = 0;
-    for (uint32_t i = 0; i < vkh2o_kernel_count(); i++)
-        n += vkh2o_context_get_kernel_dispatches(ctx, i);
-    return n;
-}
-
-static int cmp_double(const void* a, const void* b)
-{
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
-
-double conf_median(double* t, uint32_t n)
-{
-    if (!n) return -1.0;
-    qsort(t, n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
+double conf_median(double* t, uint32_t n) { return n ? cli_median(t, n) : -1.0; }
 
 char* conf_gpu_shapes_begin(bool on)
 {

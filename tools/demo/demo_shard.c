@@ -1,5 +1,6 @@
 /* vkh2o-demo without --weights: the synthetic Kimi-shaped shard, made once with vkh2o-mkshard
  * and kept in the cache directory. */
+#include "cli.h"
 #include "demo.h"
 
 #include <errno.h>
@@ -49,10 +50,8 @@ bool synthetic_shard(const char* cache_dir, bool quiet, char* path, size_t cap)
     else
         snprintf(dir, sizeof dir, "/tmp/vkh2o-cache");
     size_t dl = strlen(dir);
-    if (dl + 64 >= cap) {
-        fprintf(stderr, "vkh2o-demo: cache directory path too long\n");
-        return false;
-    }
+    if (dl + 64 >= cap)
+        return cli_fail(0, "vkh2o-demo: cache directory path too long\n");
     /* named for the preset its config.json carries (an older cache held other values) */
     strcat(dir, "/kimi-k2.6-synthetic-bf16");
     snprintf(path, cap, "%s/model-00001-of-000064.safetensors", dir);
@@ -61,16 +60,12 @@ bool synthetic_shard(const char* cache_dir, bool quiet, char* path, size_t cap)
             printf("weights:       SYNTHETIC Kimi-shaped bf16 shard (vkh2o-mkshard, cached): %s\n", path);
         return true;
     }
-    if (mkdir_p(dir) != 0) {
-        fprintf(stderr, "vkh2o-demo: cannot create the cache directory %s: %s\n", dir, strerror(errno));
-        return false;
-    }
+    if (mkdir_p(dir) != 0)
+        return cli_fail(0, "vkh2o-demo: cannot create the cache directory %s: %s\n", dir, strerror(errno));
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
-    if (n <= 0) {
-        fprintf(stderr, "vkh2o-demo: cannot locate vkh2o-mkshard (readlink /proc/self/exe failed)\n");
-        return false;
-    }
+    if (n <= 0)
+        return cli_fail(0, "vkh2o-demo: cannot locate vkh2o-mkshard (readlink /proc/self/exe failed)\n");
     exe[n] = 0;
     char* slash = strrchr(exe, '/');
     snprintf(slash ? slash + 1 : exe, sizeof exe - (size_t)(slash ? slash + 1 - exe : 0), "vkh2o-mkshard");
@@ -82,14 +77,10 @@ bool synthetic_shard(const char* cache_dir, bool quiet, char* path, size_t cap)
                      quiet ? "--quiet" : NULL, NULL };
     pid_t pid;
     int rc = posix_spawn(&pid, exe, NULL, NULL, argv, environ);
-    if (rc != 0) {
-        fprintf(stderr, "vkh2o-demo: cannot run %s: %s\n", exe, strerror(rc));
-        return false;
-    }
+    if (rc != 0)
+        return cli_fail(0, "vkh2o-demo: cannot run %s: %s\n", exe, strerror(rc));
     int status = 0;
-    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "vkh2o-demo: %s failed (status %d)\n", exe, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-        return false;
-    }
+    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return cli_fail(0, "vkh2o-demo: %s failed (status %d)\n", exe, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     return file_exists(path);
 }

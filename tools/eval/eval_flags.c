@@ -8,28 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool parse_depths(const char* tool, const char* flag, const char* s, void* dst)
+static bool depth_item(const char* tool, const char* flag, const char* t, uint32_t i, void* dst)
 {
-    (void)tool, (void)flag;
-    opts* o = dst;
-    o->ndepths = 0;
-    const char* p = s;
-    while (*p) {
-        char* end;
-        errno = 0;
-        double d = strtod(p, &end);
-        if (end == p || errno || !(d >= 0.0 && d <= 1.0) || (*end && *end != ',') || o->ndepths == MAX_DEPTHS) {
-            fprintf(stderr, TOOL ": --depths: '%s' is not a list of at most %d fractions in [0, 1]\n", s, MAX_DEPTHS);
-            return false;
-        }
-        o->depths[o->ndepths++] = d;
-        p = *end ? end + 1 : end;
-    }
-    if (!o->ndepths) {
-        fprintf(stderr, TOOL ": --depths: empty list\n");
-        return false;
-    }
-    return true;
+    return cli_parse_f64(tool, flag, t, 0.0, 1.0, &((opts*)dst)->depths[i]);
+}
+
+/* --depths: at most MAX_DEPTHS fractions in [0, 1] */
+static bool parse_depths(const char* tool, const char* flag, const char* v, void* dst)
+{
+    return cli_list(tool, flag, v, MAX_DEPTHS, depth_item, dst, &((opts*)dst)->ndepths);
 }
 
 /* The tokens of a cache of a fraction of the context: rounded down, so that the cache is never
@@ -48,10 +35,8 @@ uint32_t kept_recents(const opts* o)
 /* the values that are more than a number or a name, each parsed into opts (dst) */
 static bool parse_text(const char* tool, const char* flag, const char* v, void* dst)
 {
-    if (!*v) {
-        fprintf(stderr, "%s: %s needs a value\n", tool, flag);
-        return false;
-    }
+    if (!*v)
+        return cli_fail(0, "%s: %s needs a value\n", tool, flag);
     *(const char**)dst = v;
     return true;
 }
@@ -86,10 +71,8 @@ static bool parse_ladder(const char* tool, const char* flag, const char* v, void
 static bool parse_kv(const char* tool, const char* flag, const char* v, void* dst)
 {
     opts* o = dst;
-    if (!vkh2o_kv_precision_parse(v, &o->kv_prec)) {
-        fprintf(stderr, "%s: %s: '%s' is not one of fp16, int8, int4, int2, tiered\n", tool, flag, v);
-        return false;
-    }
+    if (!vkh2o_kv_precision_parse(v, &o->kv_prec))
+        return cli_fail(0, "%s: %s: '%s' is not one of fp16, int8, int4, int2, tiered\n", tool, flag, v);
     o->kv = v;
     return true;
 }
@@ -99,10 +82,8 @@ static bool parse_percent(const char* tool, const char* flag, const char* v, dou
 {
     const size_t n = strlen(v);
     char num[64];
-    if (n < 2 || n >= sizeof num || v[n - 1] != '%') {
-        fprintf(stderr, "%s: %s needs a percentage, e.g. 25%%\n", tool, flag);
-        return false;
-    }
+    if (n < 2 || n >= sizeof num || v[n - 1] != '%')
+        return cli_fail(0, "%s: %s needs a percentage, e.g. 25%%\n", tool, flag);
     snprintf(num, sizeof num, "%.*s", (int)(n - 1), v);
     if (!cli_parse_f64(tool, flag, num, 0.001, 100.0, frac))
         return false;
@@ -162,37 +143,29 @@ static bool parse_groups(const char* tool, const char* flag, const char* v, void
     return false;
 }
 
-static bool parse_tier_set(const char* tool, const char* flag, const char* v, void* dst)
+static bool tier_set_item(const char* tool, const char* flag, const char* t, uint32_t i, void* dst)
 {
     uint32_t* mask = dst;
-    char buf[64];
-    *mask = 1u;
-    if (strlen(v) < sizeof buf) {
-        strcpy(buf, v);
-        for (char* t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-            uint32_t bit = !strcmp(t, "int8") ? 2u : !strcmp(t, "int4") ? 4u : !strcmp(t, "int2") ? 8u : 0u;
-            if (!bit || (*mask & bit)) {
-                fprintf(stderr, "%s: %s: '%s' is not int8, int4 or int2 (each once)\n", tool, flag, t);
-                return false;
-            }
-            *mask |= bit;
-        }
-    }
-    if (*mask == 1u) {
-        fprintf(stderr, "%s: %s needs the lower tiers in use, e.g. int8,int4 (FP16 is always in)\n", tool, flag);
-        return false;
-    }
+    const uint32_t bit = !strcmp(t, "int8") ? 2u : !strcmp(t, "int4") ? 4u : !strcmp(t, "int2") ? 8u : 0u;
+    if (!bit || (*mask & bit))
+        return cli_fail(0, "%s: %s: '%s' is not int8, int4 or int2 (each once)\n", tool, flag, t);
+    *mask |= bit;
     return true;
+}
+
+/* --tier-set: the lower tiers in use (FP16 is always in) */
+static bool parse_tier_set(const char* tool, const char* flag, const char* v, void* dst)
+{
+    *(uint32_t*)dst = 1u;
+    return cli_list(tool, flag, v, 3, tier_set_item, dst, NULL);
 }
 
 static bool parse_pool_size(const char* tool, const char* flag, const char* v, void* dst)
 {
     if (!cli_parse_u32(tool, flag, v, 1, 255, dst))
         return false;
-    if (!(*(uint32_t*)dst & 1u)) {
-        fprintf(stderr, "%s: %s: %u is not odd\n", tool, flag, *(uint32_t*)dst);
-        return false;
-    }
+    if (!(*(uint32_t*)dst & 1u))
+        return cli_fail(0, "%s: %s: %u is not odd\n", tool, flag, *(uint32_t*)dst);
     return true;
 }
 
@@ -369,70 +342,44 @@ int parse(int argc, char** argv, opts* o)
     const bool seen_obs = cli_given(&spec, "--obs-window"), seen_pool = cli_given(&spec, "--pool");
     const bool seen_pool_size = cli_given(&spec, "--pool-size"), seen_trials = cli_given(&spec, "--trials");
     const bool seen_depths = cli_given(&spec, "--depths");
-    if (!o->weights) {
-        fprintf(stderr, TOOL ": --weights DIR is required\n");
-        return 2;
-    }
-    if (o->bench_steps && !o->bench) {
-        fprintf(stderr, TOOL ": --bench-steps needs --bench\n");
-        return 2;
-    }
+    if (!o->weights)
+        return cli_fail(2, TOOL ": --weights DIR is required\n");
+    if (o->bench_steps && !o->bench)
+        return cli_fail(2, TOOL ": --bench-steps needs --bench\n");
     if (!o->bench_steps)
         o->bench_steps = 64;
     if (o->bench) {
         const char* other = o->sweep ? "--sweep" : o->passkey ? "--passkey" : o->recall ? "--recall" : o->stream ? "--stream"
                           : seen_policy ? "--policy" : seen_budget ? "--budget" : o->kv_quant ? "--kv-quant"
                           : o->max_windows ? "--windows" : o->csv ? "--csv" : o->plot ? "--plot" : NULL;
-        if (other) {
-            fprintf(stderr, TOOL ": --bench times its own grid (every eviction policy at 25%% of the context, and the full "
-                            "cache): it takes no %s\n", other);
-            return 2;
-        }
-        if (!o->text) {
-            fprintf(stderr, TOOL ": --bench needs --text FILE (the decoded bytes)\n");
-            return 2;
-        }
+        if (other)
+            return cli_fail(2, TOOL ": --bench times its own grid (every eviction policy at 25%% of the context, and the full "
+                               "cache): it takes no %s\n", other);
+        if (!o->text)
+            return cli_fail(2, TOOL ": --bench needs --text FILE (the decoded bytes)\n");
     }
-    if (!o->text && !o->passkey) {
-        fprintf(stderr, TOOL ": nothing to do: give --text FILE and/or --passkey\n");
-        return 2;
-    }
-    if (o->max_windows && !o->text) {
-        fprintf(stderr, TOOL ": --windows needs --text FILE (the windows are the file's)\n");
-        return 2;
-    }
-    if (!o->passkey && (seen_trials || seen_depths || o->stream)) {
-        fprintf(stderr, TOOL ": %s needs --passkey\n", seen_trials ? "--trials" : seen_depths ? "--depths" : "--stream");
-        return 2;
-    }
-    if (o->passkey && o->ctx < PASSKEY_MIN_CTX) {
-        fprintf(stderr, TOOL ": --passkey needs --ctx of at least %zu bytes (the key line, the question and the answer)\n",
+    if (!o->text && !o->passkey)
+        return cli_fail(2, TOOL ": nothing to do: give --text FILE and/or --passkey\n");
+    if (o->max_windows && !o->text)
+        return cli_fail(2, TOOL ": --windows needs --text FILE (the windows are the file's)\n");
+    if (!o->passkey && (seen_trials || seen_depths || o->stream))
+        return cli_fail(2, TOOL ": %s needs --passkey\n", seen_trials ? "--trials" : seen_depths ? "--depths" : "--stream");
+    if (o->passkey && o->ctx < PASSKEY_MIN_CTX)
+        return cli_fail(2, TOOL ": --passkey needs --ctx of at least %zu bytes (the key line, the question and the answer)\n",
                 PASSKEY_MIN_CTX);
-        return 2;
-    }
-    if (o->recall && !o->text) {
-        fprintf(stderr, TOOL ": --recall needs --text FILE (the passages come from it)\n");
-        return 2;
-    }
-    if (o->recall && o->ctx < 64) {
-        fprintf(stderr, TOOL ": --recall needs --ctx of at least 64 bytes (a passage is --ctx / 8)\n");
-        return 2;
-    }
-    if (o->recall_windows && !o->recall) {
-        fprintf(stderr, TOOL ": --recall-windows needs --recall\n");
-        return 2;
-    }
+    if (o->recall && !o->text)
+        return cli_fail(2, TOOL ": --recall needs --text FILE (the passages come from it)\n");
+    if (o->recall && o->ctx < 64)
+        return cli_fail(2, TOOL ": --recall needs --ctx of at least 64 bytes (a passage is --ctx / 8)\n");
+    if (o->recall_windows && !o->recall)
+        return cli_fail(2, TOOL ": --recall-windows needs --recall\n");
     if (!o->recall_windows)
         o->recall_windows = 8;
-    if (o->sweep && (seen_policy || seen_budget)) {
-        fprintf(stderr, TOOL ": --sweep runs every policy and budget; it takes no --policy or --budget\n");
-        return 2;
-    }
-    if (o->byte_sweep && (o->sweep || seen_policy || seen_budget || o->kv || o->kv_quant || o->bench)) {
-        fprintf(stderr, TOOL ": --byte-sweep runs its own grid (every policy at 50 / 25 / 18.75 / 12.5 %% of the FP16 "
-                        "cache's bytes); it takes no --sweep, --policy, --budget, --kv, --kv-quant or --bench\n");
-        return 2;
-    }
+    if (o->sweep && (seen_policy || seen_budget))
+        return cli_fail(2, TOOL ": --sweep runs every policy and budget; it takes no --policy or --budget\n");
+    if (o->byte_sweep && (o->sweep || seen_policy || seen_budget || o->kv || o->kv_quant || o->bench))
+        return cli_fail(2, TOOL ": --byte-sweep runs its own grid (every policy at 50 / 25 / 18.75 / 12.5 %% of the FP16 "
+                           "cache's bytes); it takes no --sweep, --policy, --budget, --kv, --kv-quant or --bench\n");
     if (o->byte_sweep)
         o->sweep = true;   /* the sweep's rules for the flags of its rows */
     if ((o->kv_bytes > 0 || o->kv_tiers[0] || o->kv_tiers[1] || o->kv_tiers[2] || o->kv_tiers[3] || o->kv_groups[1] ||
@@ -441,61 +388,37 @@ int parse(int argc, char** argv, opts* o)
                 o->kv_bytes > 0 ? "--bytes" : (o->kv_groups[1] || o->kv_groups[2] || o->kv_groups[3]) ? "--kv-groups" : "--tiers");
         return 2;
     }
-    if (o->kv && o->kv_quant) {
-        fprintf(stderr, TOOL ": --kv and --kv-quant both name the precision: give one (a ladder is a --kv preset)\n");
-        return 2;
-    }
+    if (o->kv && o->kv_quant)
+        return cli_fail(2, TOOL ": --kv and --kv-quant both name the precision: give one (a ladder is a --kv preset)\n");
     const bool any_tiers = o->kv_tiers[0] || o->kv_tiers[1] || o->kv_tiers[2] || o->kv_tiers[3];
-    if (o->kv && o->kv_prec != VKH2O_PRECISION_TIERED && (any_tiers || o->kv_mask)) {
-        fprintf(stderr, TOOL ": %s applies to --kv tiered only\n", any_tiers ? "--tiers" : "--tier-set");
-        return 2;
-    }
-    if (o->kv_mask && !o->kv) {
-        fprintf(stderr, TOOL ": --tier-set needs --kv tiered\n");
-        return 2;
-    }
-    if (o->kv && o->kv_prec == VKH2O_PRECISION_TIERED && any_tiers && o->kv_mask) {
-        fprintf(stderr, TOOL ": --tier-set is for tiers by bytes; --tiers A,B,C,D names the tiers itself\n");
-        return 2;
-    }
-    if (o->kv && o->kv_prec == VKH2O_PRECISION_TIERED && !any_tiers && !(o->kv_bytes > 0)) {
-        fprintf(stderr, TOOL ": --kv tiered needs --tiers A,B,C,D (token counts), or --bytes F%% (tiers by bytes)\n");
-        return 2;
-    }
-    if (o->requant_arg && (o->sweep || o->bench || !o->kv || o->kv_prec != VKH2O_PRECISION_TIERED)) {
-        fprintf(stderr, TOOL ": --requant %s\n", o->sweep || o->bench ? "runs one --kv tiered row; it takes no --sweep, "
-                                                                        "--byte-sweep or --bench"
+    if (o->kv && o->kv_prec != VKH2O_PRECISION_TIERED && (any_tiers || o->kv_mask))
+        return cli_fail(2, TOOL ": %s applies to --kv tiered only\n", any_tiers ? "--tiers" : "--tier-set");
+    if (o->kv_mask && !o->kv)
+        return cli_fail(2, TOOL ": --tier-set needs --kv tiered\n");
+    if (o->kv && o->kv_prec == VKH2O_PRECISION_TIERED && any_tiers && o->kv_mask)
+        return cli_fail(2, TOOL ": --tier-set is for tiers by bytes; --tiers A,B,C,D names the tiers itself\n");
+    if (o->kv && o->kv_prec == VKH2O_PRECISION_TIERED && !any_tiers && !(o->kv_bytes > 0))
+        return cli_fail(2, TOOL ": --kv tiered needs --tiers A,B,C,D (token counts), or --bytes F%% (tiers by bytes)\n");
+    if (o->requant_arg && (o->sweep || o->bench || !o->kv || o->kv_prec != VKH2O_PRECISION_TIERED))
+        return cli_fail(2, TOOL ": --requant %s\n", o->sweep || o->bench ? "runs one --kv tiered row; it takes no --sweep, "
+                                                                           "--byte-sweep or --bench"
                         : "needs --kv tiered (with one integer tier, or none, every demotion is from FP16 and the "
-                          "source is the same)");
-        return 2;
-    }
-    if (o->kv && o->kv_bytes > 0 && o->policy->schedule == VKH2O_BUDGET_PYRAMID) {
-        fprintf(stderr, TOOL ": --bytes does not apply to --policy %s: its schedule spreads a capacity in tokens over the "
-                        "layers (give --budget)\n", o->policy->name);
-        return 2;
-    }
-    if (o->kv && o->kv_bytes > 0 && (seen_budget || o->policy->full)) {
-        fprintf(stderr, TOOL ": --bytes %s\n", seen_budget ? "and --budget are two capacities: give one"
+                             "source is the same)");
+    if (o->kv && o->kv_bytes > 0 && o->policy->schedule == VKH2O_BUDGET_PYRAMID)
+        return cli_fail(2, TOOL ": --bytes does not apply to --policy %s: its schedule spreads a capacity in tokens over the "
+                           "layers (give --budget)\n", o->policy->name);
+    if (o->kv && o->kv_bytes > 0 && (seen_budget || o->policy->full))
+        return cli_fail(2, TOOL ": --bytes %s\n", seen_budget ? "and --budget are two capacities: give one"
                                                           : "needs an eviction policy (--policy full keeps every token)");
-        return 2;
-    }
-    if (!o->sweep && !o->policy->full && !seen_budget && !(o->kv && o->kv_bytes > 0)) {
-        fprintf(stderr, TOOL ": --policy %s needs --budget%s\n", o->policy->name, o->kv ? " or --bytes" : "");
-        return 2;
-    }
-    if (!o->sweep && o->policy->full && seen_budget) {
-        fprintf(stderr, TOOL ": --budget does not apply to --policy full\n");
-        return 2;
-    }
-    if (o->kv_quant && (o->sweep || !o->policy->full)) {
-        fprintf(stderr, TOOL ": --kv-quant goes with --policy full only (a ladder ranks by summed attention and keeps "
-                        "its own fractions of the tokens: aggressive evicts 20%%)\n");
-        return 2;
-    }
-    if (o->sweep && o->ctx < 8) {
-        fprintf(stderr, TOOL ": --sweep needs --ctx of at least 8 bytes (its smallest cache is 12.5%% of the context)\n");
-        return 2;
-    }
+    if (!o->sweep && !o->policy->full && !seen_budget && !(o->kv && o->kv_bytes > 0))
+        return cli_fail(2, TOOL ": --policy %s needs --budget%s\n", o->policy->name, o->kv ? " or --bytes" : "");
+    if (!o->sweep && o->policy->full && seen_budget)
+        return cli_fail(2, TOOL ": --budget does not apply to --policy full\n");
+    if (o->kv_quant && (o->sweep || !o->policy->full))
+        return cli_fail(2, TOOL ": --kv-quant goes with --policy full only (a ladder ranks by summed attention and keeps "
+                           "its own fractions of the tokens: aggressive evicts 20%%)\n");
+    if (o->sweep && o->ctx < 8)
+        return cli_fail(2, TOOL ": --sweep needs --ctx of at least 8 bytes (its smallest cache is 12.5%% of the context)\n");
     /* a tiered ladder (the sweep runs every ladder) needs a middle token in each of its tiers */
     if (((o->ladder && o->ladder->prec == VKH2O_PRECISION_TIERED) || (o->sweep && !o->byte_sweep)) &&
         (uint64_t)o->ctx < (uint64_t)o->n_sink + o->n_recent + LADDER_MIN_MIDDLE) {
@@ -510,28 +433,20 @@ int parse(int argc, char** argv, opts* o)
      * every quantisation policy), so for them a flag applies when some row reads it. */
     const bool every = o->sweep || o->bench;
     const char* pname = o->policy->name;
-    if (seen_decay && !every && o->policy->mode != VKH2O_SCORE_DECAY) {
-        fprintf(stderr, TOOL ": --decay does not apply to --policy %s: it is h2o-decay's factor\n", pname);
-        return 2;
-    }
-    if ((seen_obs || seen_pool || seen_pool_size) && !every && !o->policy->obs) {
-        fprintf(stderr, TOOL ": %s does not apply to --policy %s: it is snapkv's (how the prompt is scored)\n",
+    if (seen_decay && !every && o->policy->mode != VKH2O_SCORE_DECAY)
+        return cli_fail(2, TOOL ": --decay does not apply to --policy %s: it is h2o-decay's factor\n", pname);
+    if ((seen_obs || seen_pool || seen_pool_size) && !every && !o->policy->obs)
+        return cli_fail(2, TOOL ": %s does not apply to --policy %s: it is snapkv's (how the prompt is scored)\n",
                 seen_obs ? "--obs-window" : seen_pool ? "--pool" : "--pool-size", pname);
-        return 2;
-    }
     if (seen_protect) {
         /* one evicting run: the sweeps' rows and the ladders have their own windows */
         const char* why = every ? (o->sweep ? "--sweep" : "--bench") : o->ladder ? "--kv-quant" : o->policy->full ? "--policy full" : NULL;
-        if (why) {
-            fprintf(stderr, TOOL ": --n-protect does not apply to %s: it is the protected window of one evicting policy's "
-                            "cache (--policy other than full)\n", why);
-            return 2;
-        }
-        if (o->n_protect <= kept_recents(o)) {
-            fprintf(stderr, TOOL ": --n-protect %u must be above the recents (%u): the recents are never evicted already\n",
+        if (why)
+            return cli_fail(2, TOOL ": --n-protect does not apply to %s: it is the protected window of one evicting policy's "
+                               "cache (--policy other than full)\n", why);
+        if (o->n_protect <= kept_recents(o))
+            return cli_fail(2, TOOL ": --n-protect %u must be above the recents (%u): the recents are never evicted already\n",
                     o->n_protect, kept_recents(o));
-            return 2;
-        }
     }
     if ((seen_sink || seen_recent) && !every && o->policy->full &&
         (!o->ladder || o->ladder->prec == VKH2O_PRECISION_FP16)) {
@@ -562,10 +477,8 @@ int parse(int argc, char** argv, opts* o)
     }
     if (o->sweep)
         o->stream = true;
-    if (o->stream_trials && !o->stream) {
-        fprintf(stderr, TOOL ": --stream-trials needs --stream (or --sweep)\n");
-        return 2;
-    }
+    if (o->stream_trials && !o->stream)
+        return cli_fail(2, TOOL ": --stream-trials needs --stream (or --sweep)\n");
     if (!o->stream_trials)
         o->stream_trials = o->trials;
     return 0;

@@ -9,6 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* v in the format %<w>.<prec>f and a space, or "-" in that width when it was not measured (NAN) */
+static void cell(double v, int w, int prec)
+{
+    if (isnan(v))
+        printf("%*s ", w, "-");
+    else
+        printf("%*.*f ", w, prec, v);
+}
+
 void print_rows(const opts* o, const row* rows, uint32_t n)
 {
     printf("%-10s %6s %6s %6s %6s %9s %6s %-16s %10s %10s %8s %8s %8s %8s\n", "policy", "sinks", "budget", "recent", "cache",
@@ -17,22 +26,15 @@ void print_rows(const opts* o, const row* rows, uint32_t n)
         const row* r = &rows[i];
         printf("%-10s %6u %6u %6u %6u %9llu %6u %-16s ", r->policy->name, r->n_sink, r->budget, r->n_recent, r->cache_tokens,
                (unsigned long long)r->cache_bytes, o->ctx, r->kv_quant);
-        if (isnan(r->bits))
-            printf("%10s %10s ", "-", "-");
-        else
-            printf("%10.4f %10.4f ", r->bits, pow(2.0, r->bits));
-        if (isnan(r->passkey_acc))
-            printf("%8s ", "-");
-        else
-            printf("%8.3f ", r->passkey_acc);
-        if (isnan(r->passkey_stream))
-            printf("%8s ", "-");
-        else
-            printf("%8.3f ", r->passkey_stream);
+        cell(r->bits, 10, 4);
+        cell(pow(2.0, r->bits), 10, 4);
+        cell(r->passkey_acc, 8, 3);
+        cell(r->passkey_stream, 8, 3);
+        cell(r->recall_first, 8, 3);
         if (isnan(r->recall_first))
-            printf("%8s %8s\n", "-", "-");
+            printf("%8s\n", "-");
         else
-            printf("%8.3f %8.3f\n", r->recall_first, r->recall_second);
+            printf("%8.3f\n", r->recall_second);
         if (!isnan(r->recall_first)) {
             printf("           recurrence by depth (1st -> 2nd bits/byte):");
             for (int d = 0; d < 3; d++)

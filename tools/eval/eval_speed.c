@@ -25,10 +25,8 @@ int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned 
 {
     const uint32_t cap = (uint32_t)lround(0.25 * o->ctx);
     const uint32_t steps = o->bench_steps, warm = 4;   /* untimed steps first: pipelines compile on first use */
-    if (len < (size_t)o->ctx || cap + steps + warm > o->ctx) {
-        fprintf(stderr, TOOL ": --bench needs a text of at least --ctx + --bench-steps bytes and --bench-steps <= 3/4 --ctx\n");
-        return 1;
-    }
+    if (len < (size_t)o->ctx || cap + steps + warm > o->ctx)
+        return cli_fail(1, TOOL ": --bench needs a text of at least --ctx + --bench-steps bytes and --bench-steps <= 3/4 --ctx\n");
     bench_row rows[NPOLICIES + KV_BENCH_ROWS];
     uint32_t n = 0;
     int rc = 0;

@@ -32,7 +32,7 @@ typedef struct cfgspec {
 
 typedef struct opts {
     uint32_t tokens, decode, heads, seed, device, sinks, recents, bench_tokens, reps, layer, seq_len, passes;
-    uint32_t group[VKH2O_TIER_COUNT];
+    uint32_t group[VKH2O_TIER_COUNT], group_seen;   /* group_seen: the tiers --group named (bits) */
     uint32_t n_budgets;
     double budgets[MAX_BUDGETS];
     vkh2o_score_mode score_mode;

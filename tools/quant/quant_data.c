@@ -1,5 +1,6 @@
 /* vkh2o-quant: the data every cache of a run is fed. */
 #include "quant.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -7,14 +8,7 @@
 #include <string.h>
 
 static uint64_t rng_state;
-static uint64_t rnd_u64(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rnd_uniform(void) { return ((double)(rnd_u64() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static double rnd_uniform(void) { return ((double)(rng_next(&rng_state) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 static float rnd_normal(void)
 {
     double u1 = rnd_uniform(), u2 = rnd_uniform();
