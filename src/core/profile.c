@@ -58,7 +58,8 @@ void vkh2o_profile_make(const vkh2o_device_caps* caps, uint32_t flags, vkh2o_env
         /* the overrides (benchmarks, and the conformance runs that reach every variant) */
         const char* s = env("VKH2O_ATTN_TUNING");
         unsigned l, q, k, h;
-        if (s && sscanf(s, "%u,%u,%u,%u", &l, &q, &k, &h) == 4 && l && q && k && h && l <= 1024 && q <= 16 && k <= 64) {
+        if (s && sscanf(s, "%u,%u,%u,%u", &l, &q, &k, &h) == 4 && l && q && k && h && l <= 1024 && q <= 16 && k <= 64 &&
+            h <= VKH2O_ATTN_MAX_HG) {
             p->attn_local = l;
             p->attn_rq = q;
             p->attn_rk = k;

@@ -154,9 +154,7 @@ struct obs_push {
 _Static_assert(sizeof(struct obs_push) <= VKH2O_PUSH_MAX, "obs_window push constants");
 
 /* Observation-window scores (shaders/mla/obs_window.comp) of the prompt the forward left in the
- * layer's state, into the decode buffers' obs_score [S]. */
-static const char k_obs_window[] = "obs_window";   /* one pointer for the slots and their recording */
-
+ * layer's state, into the decode buffers' obs_score [S], through the layer's slots (its plan). */
 static vkh2o_result record_obs_window(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_prefill* p)
 {
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
@@ -182,9 +180,8 @@ static vkh2o_result record_obs_window(vkh2o_mla_layer* L, VkCommandBuffer cb, co
     vkh2o_binding b[5] = { vkh2o_bind(st->q), vkh2o_bind(st->k), vkh2o_bind(db.obs_p), vkh2o_bind(db.obs_mass),
                            vkh2o_bind(db.obs_score) };
     for (uint32_t phase = 0; phase < 3; phase++) {
-        uint32_t spec[3] = { 64, phase, pool };
         vkh2o_kernel* k;
-        VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, &db.obs_slots[phase], true, k_obs_window, 5, 0, spec, 3, &k));
+        VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &db.obs_slots[phase][pool], &k));
         if (phase == 0)
             VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 5, &pc, sizeof pc, W, H, 1));
         else
