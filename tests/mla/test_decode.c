@@ -36,7 +36,8 @@
  * The host side of a step (test_no_lookups): the layer and the cache plan their kernels when
  * they are created and make the decode step's then, so recording a one-token decode step looks
  * no kernel up by name (vkh2o_kernel_lookups), before and after a forward or a multi-token step
- * has recorded other shapes through the same plans; and the dispatches of one step, stated. */
+ * has recorded other shapes through the same plans, and a prefill after the first looks none
+ * up either; and the dispatches of one step, stated. */
 #include "vkh2o_test.h"
 #include "mla_internal.h"
 #include "ref_decode.h"
@@ -709,6 +710,12 @@ static void test_no_lookups(void** state)
         assert_int_equal(vkh2o_kernel_lookups(ctx) - before_create, 4);
         if (vkh2o_host_mla_prefill(f.layer, c, 0, h, PROMPT, NULL) != VKH2O_OK)
             fail_msg("prefill: %s", vkh2o_last_error(ctx));
+        /* a prefill after the first records through the kernels the first made: no lookup */
+        assert_int_equal(vkh2o_run_kvcache_reset(c), VKH2O_OK);
+        const uint64_t before_prefill = vkh2o_kernel_lookups(ctx);
+        if (vkh2o_host_mla_prefill(f.layer, c, 0, h, PROMPT, NULL) != VKH2O_OK)
+            fail_msg("second prefill: %s", vkh2o_last_error(ctx));
+        assert_int_equal(vkh2o_kernel_lookups(ctx) - before_prefill, 0);
         uint32_t pos = PROMPT;
         uint64_t disp = 0;
         /* one token: no lookup, and the dispatches of a step: the projections' 8 (q_a, kv_a, two
