@@ -28,12 +28,12 @@ enum { LOGPROB_SPEC_WG = 0, LOGPROB_SPEC_TGT, LOGPROB_SPEC_FULL, LOGPROB_SPEC_CO
 /* Columns per workgroup along x (the device profile's) */
 static uint32_t elem_wg(const vkh2o_context* ctx) { return ctx->profile.elementwise_workgroup; }
 
-static uint32_t groups_x(const vkh2o_context* ctx, uint32_t cols, uint32_t wg)
+/* workgroups along a row of cols (the plan's shape) */
+static uint32_t groups_x(const vkh2o_lm_kernels* k, uint32_t cols)
 {
     /* a CPU device runs best with one workgroup covering a row in a few iterations */
-    uint32_t g = vkh2o_div_up(cols, wg);
-    uint32_t cap = ctx->profile.elementwise_groups_max;
-    return g < cap ? g : cap;
+    uint32_t g = vkh2o_div_up(cols, k->elem_wg);
+    return g < k->elem_groups_max ? g : k->elem_groups_max;
 }
 
 static const char k_embed[] = "embed", k_swiglu[] = "swiglu", k_logprob[] = "logprob", k_axpby[] = "axpby";
@@ -47,6 +47,9 @@ vkh2o_result vkh2o_lm_kernels_plan(vkh2o_context* ctx, vkh2o_dtype table_dtype, 
 {
     memset(k, 0, sizeof *k);
     k->embed_dtype = table_dtype;
+    k->elem_wg = elem_wg(ctx);
+    k->elem_groups_max = ctx->profile.elementwise_groups_max;
+    k->axpby_per_group = elem_wg(ctx) * ctx->profile.axpby_per_invocation;
     const uint32_t dt = embed_dt(table_dtype);
     if (!dt)
         return vkh2o_fail(ctx, VKH2O_ERROR_DTYPE, "embed: table dtype %s is not F32/F16/BF16", vkh2o_dtype_name(table_dtype));
@@ -101,7 +104,7 @@ vkh2o_result vkh2o_cmd_embed(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o
         uint32_t count = table->rows - first < table->rows_per_chunk ? table->rows - first : table->rows_per_chunk;
         struct embed_push pc = { n, table->cols, table->row_stride, first, count, out_stride };
         vkh2o_binding b[3] = { ids, vkh2o_weight_binding(table, c), out };
-        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, groups_x(ctx, table->cols, elem_wg(ctx)), n, 1));
+        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, groups_x(ks, table->cols), n, 1));
     }
     return VKH2O_OK;
 }
@@ -122,7 +125,7 @@ vkh2o_result vkh2o_cmd_swiglu(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
     vkh2o_kernel* k;
     VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &ks->swiglu, &k));
     vkh2o_binding b[3] = { g, u, y };
-    return vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, groups_x(ctx, a->cols, elem_wg(ctx)), a->rows, 1);
+    return vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, groups_x(ks, a->cols), a->rows, 1);
 }
 
 vkh2o_result vkh2o_cmd_logprob(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_logprob_args* a,
@@ -149,14 +152,13 @@ vkh2o_result vkh2o_cmd_axpby(vkh2o_context* ctx, VkCommandBuffer cb, uint32_t n,
 {
     if (n == 0)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "axpby: n is 0");
-    uint32_t wg = elem_wg(ctx);
     vkh2o_lm_kernels once, *ks;
     VKH2O_CHECK(kernels_of(ctx, VKH2O_DTYPE_F32, kp, &once, &ks));
     vkh2o_kernel* k;
     VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &ks->axpby, &k));
     struct axpby_push pc = { n, a, b };
     vkh2o_binding bb[2] = { x, y };
-    uint32_t groups = vkh2o_div_up(n, wg * ctx->profile.axpby_per_invocation);
+    uint32_t groups = vkh2o_div_up(n, ks->axpby_per_group);
     if (groups > 65535u)
         groups = 65535u;
     return vkh2o_dispatch(ctx, cb, k, bb, 2, &pc, sizeof pc, groups, 1, 1);

@@ -8,12 +8,14 @@
 #include "mla_internal.h"
 
 /* The kernels of the whole-model recorders for one model, planned when it is created
- * (vkh2o_lm_kernels_plan: keys only): embed of the table's dtype, swiglu, axpby, logprob's
- * variants [targets][full] (the shader writes one or both), and the norms' rmsnorm. The
- * recorders below read their slot; given NULL kernels they make a plan for the call alone and
- * find its kernel by name (tests, which own no model). */
+ * (vkh2o_lm_kernels_plan: keys only, and the dispatch shapes from the device profile): embed of
+ * the table's dtype, swiglu, axpby, logprob's variants [targets][full] (the shader writes one or
+ * both), and the norms' rmsnorm. The recorders below read their slot; given NULL kernels they
+ * make a plan for the call alone and find its kernel by name (tests, which own no model). */
 typedef struct vkh2o_lm_kernels {
     vkh2o_dtype embed_dtype;
+    uint32_t elem_wg, elem_groups_max;   /* embed's and swiglu's workgroup and groups along a row, at most */
+    uint32_t axpby_per_group;            /* elements one axpby workgroup covers */
     vkh2o_kernel_slot embed, swiglu, axpby;
     vkh2o_kernel_slot logprob[2][2];
     vkh2o_rmsnorm_plan norm;
