@@ -98,8 +98,10 @@ typedef enum vkh2o_matmul_path {
 
 /* The device profile (vkh2o_device_profile, src/core/profile.c): every device-dependent choice
  * of a kernel shape or limit, made once at context create from the device's limits, the
- * context's flags and the environment overrides (read there only). Recorders read it; none asks
- * the device type. */typedef const char* (*vkh2o_env_fn)(const char* name);
+ * context's flags and the environment overrides (read there only). The objects read it when
+ * they plan their kernels (at create); recorders read those plans, and none asks the device
+ * type. */
+typedef const char* (*vkh2o_env_fn)(const char* name);
 /* The profile for a device with caps under flags; env reads the overrides (NULL: none). Pure: a
  * test makes profiles for published limits. */
 void vkh2o_profile_make(const vkh2o_device_caps* caps, uint32_t flags, vkh2o_env_fn env, vkh2o_device_profile* out);

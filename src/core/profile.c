@@ -1,7 +1,8 @@
 /* The device profile: every choice of a kernel shape or limit that depends on the device, made
  * once when a context is created (vkh2o_profile_make), from the device's limits, the context's
  * flags and the environment overrides, which are read here and nowhere else in the library. The
- * objects' plans and the recorders read ctx->profile; none of them asks the device type.
+ * objects read ctx->profile when they plan their kernels (at create); the recorders read those
+ * plans, and none of them asks the device type.
  * docs/LIBRARY.md ("The device profile") has the table. */
 #include <stdio.h>
 #include <stdlib.h>

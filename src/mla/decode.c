@@ -171,7 +171,9 @@ static vkh2o_result record_obs_window(vkh2o_mla_layer* L, VkCommandBuffer cb, co
     const uint32_t H = st->heads, QK = st->nope + st->rope;
     if (H > ctx->caps.max_workgroup_count[1] || W > ctx->caps.max_workgroup_count[0])
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "mla prefill: %u heads x %u window queries beyond the workgroup limits", H, W);
-    if (ctx->profile.loop_budget && (uint64_t)(S + 63) / 64 * (QK + 2) * 3 + (uint64_t)H * W > ctx->profile.loop_budget)
+    /* the layer's copy of the profile's loop budget (its attention tuning, made at create) */
+    const uint32_t budget = st->tuning.loop_budget;
+    if (budget && (uint64_t)(S + 63) / 64 * (QK + 2) * 3 + (uint64_t)H * W > budget)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                           "mla prefill: an observation window over %u tokens x %u dims exceeds the loop limit of this CPU device",
                           S, QK);
