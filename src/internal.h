@@ -80,6 +80,9 @@ typedef struct vkh2o_attn_tuning {
      * storage buffers. Both give the same bits. */
     uint32_t texel;
 } vkh2o_attn_tuning;
+/* The most heads per P.V invocation a tuning may ask for (hg; each value is a kernel variant an
+ * object's attention plan keeps a slot for). */
+#define VKH2O_ATTN_MAX_HG 16u
 
 /* Which kernel vkh2o_cmd_matmul uses. AUTO: register blocking with texel-buffer reads on CPU
  * devices (storage reads when a chunk exceeds the texel limit), shared-memory tiles on GPUs;
@@ -94,8 +97,9 @@ typedef enum vkh2o_matmul_path {
 } vkh2o_matmul_path;
 
 /* The device profile (vkh2o_device_profile, src/core/profile.c): every device-dependent choice
- * of a kernel shape or limit, made once at context create from the device's limits, the
- * environment overrides (read there only). Recorders read it; none asks the device type. */
+ * of a kernel shape or limit, made once at context create from the device's limits and the
+ * environment overrides (read there only). The objects read it when they plan their kernels (at
+ * create); recorders read those plans, and none asks the device type. */
 typedef const char* (*vkh2o_env_fn)(const char* name);
 /* The profile for a device with caps; env reads the overrides (NULL: none). Pure: a test makes
  * profiles for published limits. */
@@ -270,11 +274,12 @@ vkh2o_result vkh2o_kernel_get_texel(vkh2o_context* ctx, const char* shader, uint
 vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, const uint32_t* code, size_t code_size,
                                     uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec,
                                     vkh2o_kernel** out);
-/* A kernel an object resolved once (at its create) and records by handle: recording through
+/* A kernel an object planned once (at its create) and records by handle: recording through
  * vkh2o_kernel_slot_read is a handle read (no hashing, no name or key compare). The slot keeps
- * its key: it is stale once the context's kernel cache is emptied (vkh2o_kernels_destroy: tests'
- * fault sweeps), and the next read makes the kernel again from that key. An all-zero slot is
- * empty. */
+ * its key: a prepared slot makes its kernel at its first read, and a slot is stale once the
+ * context's kernel cache is emptied (vkh2o_kernels_destroy: tests' fault sweeps), when the next
+ * read makes the kernel again from that key. Those reads are the only lookups by name a
+ * recorder makes. An all-zero slot is empty. */
 #define VKH2O_MAX_SPEC 32   /* spec constants a kernel may have (the KV cache's use 31) */
 typedef struct vkh2o_kernel_slot {
     vkh2o_kernel* k;              /* NULL: prepared, made at the first read */
@@ -292,14 +297,6 @@ vkh2o_result vkh2o_kernel_slot_read(vkh2o_context* ctx, vkh2o_kernel_slot* slot,
 /* Looks the kernel up by name (vkh2o_kernel_get_texel) into *slot. */
 vkh2o_result vkh2o_kernel_slot_resolve(vkh2o_context* ctx, vkh2o_kernel_slot* slot, const char* shader, uint32_t nbindings,
                                        uint32_t texel_mask, const uint32_t* spec, uint32_t nspec);
-/* The kernel for this key: the slot's when it holds exactly this key (the same shader pointer,
- * bindings and spec constants: a compare of at most 24 words), else a lookup by name, kept in
- * the slot when `refill` or when the slot is empty or stale (call sites whose key changes
- * between calls pass false for the slot their create resolved, so that other calls do not evict
- * it). slot may be NULL (a lookup). */
-vkh2o_result vkh2o_kernel_slot_get(vkh2o_context* ctx, vkh2o_kernel_slot* slot, bool refill, const char* shader,
-                                   uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec,
-                                   vkh2o_kernel** out);
 /* Kernels looked up by name in ctx so far (every vkh2o_kernel_get* call, hit or miss). */
 uint64_t vkh2o_kernel_lookups(const vkh2o_context* ctx);
 /* Records bind + push + dispatch. Descriptors are pushed (VK_KHR_push_descriptor) or, without

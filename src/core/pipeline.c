@@ -29,8 +29,9 @@ _Static_assert(sizeof shader_registry / sizeof shader_registry[0] <= VKH2O_MAX_S
 
 /* FNV-1a over the lookup key. A lookup by name finds its kernel by this hash and one string
  * compare, instead of comparing names along the registry and the list of every kernel made.
- * The objects that record (MLA layer, KV cache) do these lookups when they are created and keep
- * the handles in slots (vkh2o_kernel_slot), so recording their decode step does none. */
+ * The objects that record (MLA layer, model, KV cache) plan their kernels when they are created
+ * and keep them in slots (vkh2o_kernel_slot), so recording through them does no lookup once
+ * each slot has been read. */
 static uint32_t kernel_key_hash(const char* name, uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec)
 {
     uint32_t h = 2166136261u;
@@ -250,25 +251,6 @@ vkh2o_result vkh2o_kernel_slot_read(vkh2o_context* ctx, vkh2o_kernel_slot* slot,
     slot->gen = ctx->kernel_gen;
     *out = k;
     return VKH2O_OK;
-}
-
-vkh2o_result vkh2o_kernel_slot_get(vkh2o_context* ctx, vkh2o_kernel_slot* slot, bool refill, const char* shader,
-                                   uint32_t nbindings, uint32_t texel_mask, const uint32_t* spec, uint32_t nspec,
-                                   vkh2o_kernel** out)
-{
-    const vkh2o_kernel* k = slot ? slot->k : NULL;
-    if (k && slot->gen == ctx->kernel_gen && slot->shader == shader && k->nbindings == nbindings &&
-        k->texel_mask == texel_mask && k->nspec == nspec && (nspec == 0 || !memcmp(k->spec, spec, nspec * sizeof *spec))) {
-        *out = slot->k;
-        return VKH2O_OK;
-    }
-    /* an empty or stale slot is filled whatever `refill` says: it holds nothing to keep */
-    if (slot && (refill || !slot->k || slot->gen != ctx->kernel_gen)) {
-        VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, slot, shader, nbindings, texel_mask, spec, nspec));
-        *out = slot->k;
-        return VKH2O_OK;
-    }
-    return vkh2o_kernel_get_texel(ctx, shader, nbindings, texel_mask, spec, nspec, out);
 }
 
 /* Descriptor sets without push descriptors come from two arenas of pools:

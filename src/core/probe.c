@@ -47,6 +47,8 @@ vkh2o_result vkh2o_run_probe(vkh2o_context* ctx, const vkh2o_probe* p, double* d
     uint32_t nb;
     uint32_t rpush[2] = { p->per_inv, p->n_inv };
     struct fma_push fpush = { p->n_inv, p->per_inv, p->m, p->c };
+    /* A one-shot run that no object owns (benchmarks' probes): its kernel is found by name here,
+     * once per run, not by a recorder on a model, layer or cache path. */
     if (fma) {
         const uint32_t spec[1] = { PROBE_WG };
         VKH2O_CHECK(vkh2o_kernel_get(ctx, "fma_probe", 2, spec, 1, &k));

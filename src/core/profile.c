@@ -1,7 +1,8 @@
 /* The device profile: every choice of a kernel shape or limit that depends on the device, made
  * once when a context is created (vkh2o_profile_make), from the device's limits and the
- * environment overrides, which are read here and nowhere else in the library. The
- * objects' plans and the recorders read ctx->profile; none of them asks the device type.
+ * environment overrides, which are read here and nowhere else in the library. The objects read
+ * ctx->profile when they plan their kernels (at create); the recorders read those plans, and
+ * none of them asks the device type.
  * docs/LIBRARY.md ("The device profile") has the table. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +66,8 @@ void vkh2o_profile_make(const vkh2o_device_caps* caps, vkh2o_env_fn env, vkh2o_d
         /* the overrides (benchmarks, and the conformance runs that reach every variant) */
         const char* s = env("VKH2O_ATTN_TUNING");
         unsigned l, q, k, h;
-        if (s && sscanf(s, "%u,%u,%u,%u", &l, &q, &k, &h) == 4 && l && q && k && h && l <= 1024 && q <= 16 && k <= 64) {
+        if (s && sscanf(s, "%u,%u,%u,%u", &l, &q, &k, &h) == 4 && l && q && k && h && l <= 1024 && q <= 16 && k <= 64 &&
+            h <= VKH2O_ATTN_MAX_HG) {
             p->attn_local = l;
             p->attn_rq = q;
             p->attn_rk = k;

@@ -1,5 +1,8 @@
-/* Recorders of the whole-model kernels (shaders/lm/ embed, swiglu, logprob; shaders/core/axpby). */
+/* Recorders of the whole-model kernels (shaders/lm/ embed, swiglu, logprob; shaders/core/axpby)
+ * and their plan (vkh2o_lm_kernels). */
 #include "lm_internal.h"
+
+#include <string.h>
 
 struct embed_push {
     uint32_t n_tokens, cols, row_stride, row_first, row_count, out_stride;
@@ -25,12 +28,12 @@ enum { LOGPROB_SPEC_WG = 0, LOGPROB_SPEC_TGT, LOGPROB_SPEC_FULL, LOGPROB_SPEC_CO
 /* Columns per workgroup along x (the device profile's) */
 static uint32_t elem_wg(const vkh2o_context* ctx) { return ctx->profile.elementwise_workgroup; }
 
-static uint32_t groups_x(const vkh2o_context* ctx, uint32_t cols, uint32_t wg)
+/* workgroups along a row of cols (the plan's shape) */
+static uint32_t groups_x(const vkh2o_lm_kernels* k, uint32_t cols)
 {
     /* a CPU device runs best with one workgroup covering a row in a few iterations */
-    uint32_t g = vkh2o_div_up(cols, wg);
-    uint32_t cap = ctx->profile.elementwise_groups_max;
-    return g < cap ? g : cap;
+    uint32_t g = vkh2o_div_up(cols, k->elem_wg);
+    return g < k->elem_groups_max ? g : k->elem_groups_max;
 }
 
 static const char k_embed[] = "embed", k_swiglu[] = "swiglu", k_logprob[] = "logprob", k_axpby[] = "axpby";
@@ -40,20 +43,45 @@ static uint32_t embed_dt(vkh2o_dtype dt)
     return dt == VKH2O_DTYPE_F32 ? 1u : dt == VKH2O_DTYPE_F16 ? 2u : dt == VKH2O_DTYPE_BF16 ? 3u : 0u;
 }
 
-vkh2o_result vkh2o_lm_kernels_resolve(vkh2o_context* ctx, const vkh2o_dev_weight* table, vkh2o_lm_kernels* k)
+vkh2o_result vkh2o_lm_kernels_plan(vkh2o_context* ctx, vkh2o_dtype table_dtype, vkh2o_lm_kernels* k)
 {
-    const uint32_t es[EMBED_SPEC_COUNT] = { [EMBED_SPEC_WG] = elem_wg(ctx), [EMBED_SPEC_DT] = embed_dt(table->dtype) };
-    VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &k->embed, k_embed, 3, 0, es, EMBED_SPEC_COUNT));
+    memset(k, 0, sizeof *k);
+    k->embed_dtype = table_dtype;
+    k->elem_wg = elem_wg(ctx);
+    k->elem_groups_max = ctx->profile.elementwise_groups_max;
+    k->axpby_per_group = elem_wg(ctx) * ctx->profile.axpby_per_invocation;
+    const uint32_t dt = embed_dt(table_dtype);
+    if (!dt)
+        return vkh2o_fail(ctx, VKH2O_ERROR_DTYPE, "embed: table dtype %s is not F32/F16/BF16", vkh2o_dtype_name(table_dtype));
+    const uint32_t es[EMBED_SPEC_COUNT] = { [EMBED_SPEC_WG] = elem_wg(ctx), [EMBED_SPEC_DT] = dt };
+    VKH2O_CHECK(vkh2o_kernel_slot_prepare(ctx, &k->embed, k_embed, 3, 0, es, EMBED_SPEC_COUNT));
     const uint32_t wg[1] = { elem_wg(ctx) };
-    VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &k->swiglu, k_swiglu, 3, 0, wg, 1));
-    VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &k->axpby, k_axpby, 2, 0, wg, 1));
-    const uint32_t ls[LOGPROB_SPEC_COUNT] = { [LOGPROB_SPEC_WG] = ctx->profile.logprob_workgroup, [LOGPROB_SPEC_TGT] = 1,
-                                              [LOGPROB_SPEC_FULL] = 0 };
-    return vkh2o_kernel_slot_resolve(ctx, &k->logprob, k_logprob, 4, 0, ls, LOGPROB_SPEC_COUNT);
+    VKH2O_CHECK(vkh2o_kernel_slot_prepare(ctx, &k->swiglu, k_swiglu, 3, 0, wg, 1));
+    VKH2O_CHECK(vkh2o_kernel_slot_prepare(ctx, &k->axpby, k_axpby, 2, 0, wg, 1));
+    for (uint32_t tgt = 0; tgt < 2; tgt++)
+        for (uint32_t full = 0; full < 2; full++) {
+            const uint32_t ls[LOGPROB_SPEC_COUNT] = { [LOGPROB_SPEC_WG] = ctx->profile.logprob_workgroup,
+                                                      [LOGPROB_SPEC_TGT] = tgt, [LOGPROB_SPEC_FULL] = full };
+            if (tgt || full)
+                VKH2O_CHECK(vkh2o_kernel_slot_prepare(ctx, &k->logprob[tgt][full], k_logprob, 4, 0, ls, LOGPROB_SPEC_COUNT));
+        }
+    return vkh2o_rmsnorm_plan_make(ctx, 0, false, &k->norm);
+}
+
+/* k, or for a call no model owns (tests) *once planned for it alone (its kernel found by name
+ * when read) */
+static vkh2o_result kernels_of(vkh2o_context* ctx, vkh2o_dtype dt, vkh2o_lm_kernels* k, vkh2o_lm_kernels* once,
+                               vkh2o_lm_kernels** out)
+{
+    *out = k;
+    if (k)
+        return VKH2O_OK;
+    *out = once;
+    return vkh2o_lm_kernels_plan(ctx, dt, once);
 }
 
 vkh2o_result vkh2o_cmd_embed(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* table,
-                             vkh2o_binding ids, uint32_t n, vkh2o_binding out, uint32_t out_stride, vkh2o_kernel_slot* slot)
+                             vkh2o_binding ids, uint32_t n, vkh2o_binding out, uint32_t out_stride, vkh2o_lm_kernels* kp)
 {
     if (!table || !table->nchunks || n == 0 || out_stride < table->cols)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "embed: bad arguments (tokens %u, out stride %u, cols %u)", n,
@@ -64,21 +92,25 @@ vkh2o_result vkh2o_cmd_embed(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o
     uint32_t dt = embed_dt(table->dtype);
     if (!dt)
         return vkh2o_fail(ctx, VKH2O_ERROR_DTYPE, "embed: table dtype %s is not F32/F16/BF16", vkh2o_dtype_name(table->dtype));
-    uint32_t spec[EMBED_SPEC_COUNT] = { [EMBED_SPEC_WG] = elem_wg(ctx), [EMBED_SPEC_DT] = dt };
+    vkh2o_lm_kernels once, *ks;
+    VKH2O_CHECK(kernels_of(ctx, table->dtype, kp, &once, &ks));
+    if (ks->embed_dtype != table->dtype)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "internal: the embed kernel planned for %s records a %s table",
+                          vkh2o_dtype_name(ks->embed_dtype), vkh2o_dtype_name(table->dtype));
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, slot, true, k_embed, 3, 0, spec, EMBED_SPEC_COUNT, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &ks->embed, &k));
     for (uint32_t c = 0; c < table->nchunks; c++) {
         uint32_t first = c * table->rows_per_chunk;
         uint32_t count = table->rows - first < table->rows_per_chunk ? table->rows - first : table->rows_per_chunk;
         struct embed_push pc = { n, table->cols, table->row_stride, first, count, out_stride };
         vkh2o_binding b[3] = { ids, vkh2o_weight_binding(table, c), out };
-        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, groups_x(ctx, table->cols, spec[0]), n, 1));
+        VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, groups_x(ks, table->cols), n, 1));
     }
     return VKH2O_OK;
 }
 
 vkh2o_result vkh2o_cmd_swiglu(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_swiglu_args* a,
-                              vkh2o_binding g, vkh2o_binding u, vkh2o_binding y, vkh2o_kernel_slot* slot)
+                              vkh2o_binding g, vkh2o_binding u, vkh2o_binding y, vkh2o_lm_kernels* kp)
 {
     if (!a || a->rows == 0 || a->cols == 0)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "swiglu: empty shape");
@@ -88,15 +120,16 @@ vkh2o_result vkh2o_cmd_swiglu(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "swiglu: a row stride is below %u columns", a->cols);
     if (a->rows > ctx->caps.max_workgroup_count[1])
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "swiglu: %u rows exceed the device's workgroup limit", a->rows);
-    uint32_t spec[1] = { elem_wg(ctx) };
+    vkh2o_lm_kernels once, *ks;
+    VKH2O_CHECK(kernels_of(ctx, VKH2O_DTYPE_F32, kp, &once, &ks));
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, slot, true, k_swiglu, 3, 0, spec, 1, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &ks->swiglu, &k));
     vkh2o_binding b[3] = { g, u, y };
-    return vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, groups_x(ctx, a->cols, spec[0]), a->rows, 1);
+    return vkh2o_dispatch(ctx, cb, k, b, 3, &pc, sizeof pc, groups_x(ks, a->cols), a->rows, 1);
 }
 
 vkh2o_result vkh2o_cmd_logprob(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_logprob_args* a,
-                               vkh2o_binding x, vkh2o_binding tgt, vkh2o_binding lp, vkh2o_binding full, vkh2o_kernel_slot* slot)
+                               vkh2o_binding x, vkh2o_binding tgt, vkh2o_binding lp, vkh2o_binding full, vkh2o_lm_kernels* kp)
 {
     if (!a || a->rows == 0 || a->vocab == 0 || (!a->targets && !a->full))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "logprob: empty shape or nothing to write");
@@ -106,26 +139,26 @@ vkh2o_result vkh2o_cmd_logprob(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "logprob: a row stride is below the vocabulary (%u)", a->vocab);
     if (a->rows > ctx->caps.max_workgroup_count[0])
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "logprob: %u rows exceed the device's workgroup limit", a->rows);
-    uint32_t spec[LOGPROB_SPEC_COUNT] = { [LOGPROB_SPEC_WG] = ctx->profile.logprob_workgroup,
-                                          [LOGPROB_SPEC_TGT] = a->targets, [LOGPROB_SPEC_FULL] = a->full };
+    vkh2o_lm_kernels once, *ks;
+    VKH2O_CHECK(kernels_of(ctx, VKH2O_DTYPE_F32, kp, &once, &ks));
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, slot, true, k_logprob, 4, 0, spec, LOGPROB_SPEC_COUNT, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &ks->logprob[a->targets ? 1 : 0][a->full ? 1 : 0], &k));
     vkh2o_binding b[4] = { x, tgt, lp, full };
     return vkh2o_dispatch(ctx, cb, k, b, 4, &pc, sizeof pc, a->rows, 1, 1);
 }
 
 vkh2o_result vkh2o_cmd_axpby(vkh2o_context* ctx, VkCommandBuffer cb, uint32_t n, float a, vkh2o_binding x,
-                             float b, vkh2o_binding y, vkh2o_kernel_slot* slot)
+                             float b, vkh2o_binding y, vkh2o_lm_kernels* kp)
 {
     if (n == 0)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "axpby: n is 0");
-    uint32_t wg = elem_wg(ctx);
-    uint32_t spec[1] = { wg };
+    vkh2o_lm_kernels once, *ks;
+    VKH2O_CHECK(kernels_of(ctx, VKH2O_DTYPE_F32, kp, &once, &ks));
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, slot, true, k_axpby, 2, 0, spec, 1, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &ks->axpby, &k));
     struct axpby_push pc = { n, a, b };
     vkh2o_binding bb[2] = { x, y };
-    uint32_t groups = vkh2o_div_up(n, wg * ctx->profile.axpby_per_invocation);
+    uint32_t groups = vkh2o_div_up(n, ks->axpby_per_group);
     if (groups > 65535u)
         groups = 65535u;
     return vkh2o_dispatch(ctx, cb, k, bb, 2, &pc, sizeof pc, groups, 1, 1);

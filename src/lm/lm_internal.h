@@ -5,6 +5,23 @@
 
 #include "internal.h"
 #include "matmul_internal.h"
+#include "mla_internal.h"
+
+/* The kernels of the whole-model recorders for one model, planned when it is created
+ * (vkh2o_lm_kernels_plan: keys only, and the dispatch shapes from the device profile): embed of
+ * the table's dtype, swiglu, axpby, logprob's variants [targets][full] (the shader writes one or
+ * both), and the norms' rmsnorm. The recorders below read their slot; given NULL kernels they
+ * make a plan for the call alone and find its kernel by name (tests, which own no model). */
+typedef struct vkh2o_lm_kernels {
+    vkh2o_dtype embed_dtype;
+    uint32_t elem_wg, elem_groups_max;   /* embed's and swiglu's workgroup and groups along a row, at most */
+    uint32_t axpby_per_group;            /* elements one axpby workgroup covers */
+    vkh2o_kernel_slot embed, swiglu, axpby;
+    vkh2o_kernel_slot logprob[2][2];
+    vkh2o_rmsnorm_plan norm;
+} vkh2o_lm_kernels;
+/* Results: OK, DTYPE (a table that is not F32/F16/BF16), INVALID_ARGUMENT. */
+vkh2o_result vkh2o_lm_kernels_plan(vkh2o_context* ctx, vkh2o_dtype table_dtype, vkh2o_lm_kernels* k);
 
 /* out[t * out_stride + c] = table[ids[t], c] (f32) for t < n, c < table->cols. ids: n uint32
  * token ids, each < table->rows (checked by the caller: the shader skips ids outside a chunk,
@@ -12,7 +29,7 @@
  * Results: OK, INVALID_ARGUMENT (n 0 or beyond the workgroup-count limit, out_stride < cols),
  * DTYPE (a table that is not F32/F16/BF16), kernel errors. */
 vkh2o_result vkh2o_cmd_embed(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* table,
-                             vkh2o_binding ids, uint32_t n, vkh2o_binding out, uint32_t out_stride, vkh2o_kernel_slot* slot);
+                             vkh2o_binding ids, uint32_t n, vkh2o_binding out, uint32_t out_stride, vkh2o_lm_kernels* k);
 
 typedef struct vkh2o_swiglu_args {
     uint32_t rows, cols;
@@ -20,7 +37,7 @@ typedef struct vkh2o_swiglu_args {
 } vkh2o_swiglu_args;
 /* y = silu(g) * u elementwise over rows x cols. Results: OK, INVALID_ARGUMENT, kernel errors. */
 vkh2o_result vkh2o_cmd_swiglu(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_swiglu_args* a,
-                              vkh2o_binding g, vkh2o_binding u, vkh2o_binding y, vkh2o_kernel_slot* slot);
+                              vkh2o_binding g, vkh2o_binding u, vkh2o_binding y, vkh2o_lm_kernels* k);
 
 typedef struct vkh2o_logprob_args {
     uint32_t rows, vocab;
@@ -33,27 +50,18 @@ typedef struct vkh2o_logprob_args {
  * Results: OK, INVALID_ARGUMENT (nothing to write, zero sizes), kernel errors. */
 vkh2o_result vkh2o_cmd_logprob(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_logprob_args* a,
                                vkh2o_binding x, vkh2o_binding tgt, vkh2o_binding lp, vkh2o_binding full,
-                               vkh2o_kernel_slot* slot);
+                               vkh2o_lm_kernels* k);
 
 /* y[i] = a x[i] + b y[i] for i < n (residual adds). Results: OK, INVALID_ARGUMENT, kernel errors. */
 vkh2o_result vkh2o_cmd_axpby(vkh2o_context* ctx, VkCommandBuffer cb, uint32_t n, float a, vkh2o_binding x,
-                             float b, vkh2o_binding y, vkh2o_kernel_slot* slot);
-/* (The slot argument of the four: the caller's resolved kernel, vkh2o_kernel_slot_get, refilled; NULL: a lookup.) */
-
-/* The model's kernels as handles (vkh2o_model_create): embed (of the table's dtype), swiglu,
- * axpby, logprob of targets, and the norms' rmsnorm. */
-typedef struct vkh2o_lm_kernels {
-    vkh2o_kernel_slot embed, swiglu, axpby, logprob, norm;
-} vkh2o_lm_kernels;
-/* All but norm (model.c resolves it through vkh2o_rmsnorm_resolve). */
-vkh2o_result vkh2o_lm_kernels_resolve(vkh2o_context* ctx, const vkh2o_dev_weight* table, vkh2o_lm_kernels* k);
+                             float b, vkh2o_binding y, vkh2o_lm_kernels* k);
 
 /* ---- the model object (model.c), shared with the decoding sessions (session.c) ---- */
 typedef struct lm_layer {
     vkh2o_mla_layer* attn;
     vkh2o_dev_weight input_ln, post_ln;     /* f32 [hidden] */
     vkh2o_dev_weight gate, up, down;        /* [I, D], [I, D], [D, I] */
-    vkh2o_kernel_slot one[3], many[3];      /* gate, up, down: one token's (create) and more (first use) */
+    vkh2o_matmul_plan mm[3];                /* gate, up, down (one token's kernels made at create) */
 } lm_layer;
 
 struct vkh2o_model {
@@ -66,7 +74,7 @@ struct vkh2o_model {
     /* scratch for max_seq tokens */
     vkh2o_buffer *ids, *tgt, *h, *xn, *ao, *g, *u, *m, *logits, *lp;
     vkh2o_lm_kernels k;
-    vkh2o_kernel_slot head_one, head_many;  /* lm_head's matmul */
+    vkh2o_matmul_plan head;                 /* lm_head's matmul */
 };
 
 /* The host side of loading a model directory (model.c), everything vkh2o_model_create does

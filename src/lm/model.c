@@ -252,7 +252,7 @@ fail:
     return r;
 }
 
-static vkh2o_result model_resolve(vkh2o_model* m);
+static vkh2o_result model_plan(vkh2o_model* m);
 
 vkh2o_result vkh2o_model_create(vkh2o_context* ctx, const char* dir, const vkh2o_model_desc* desc, vkh2o_model** out)
 {
@@ -318,7 +318,7 @@ vkh2o_result vkh2o_model_create(vkh2o_context* ctx, const char* dir, const vkh2o
         (r = make_buffer(m, S * D * 4, &m->xn)) != VKH2O_OK || (r = make_buffer(m, S * D * 4, &m->ao)) != VKH2O_OK ||
         (r = make_buffer(m, S * I * 4, &m->g)) != VKH2O_OK || (r = make_buffer(m, S * I * 4, &m->u)) != VKH2O_OK ||
         (r = make_buffer(m, S * I * 4, &m->m)) != VKH2O_OK || (r = make_buffer(m, S * V * 4, &m->logits)) != VKH2O_OK ||
-        (r = model_resolve(m)) != VKH2O_OK)
+        (r = model_plan(m)) != VKH2O_OK)
         goto fail_buffers;
     *out = m;
     return VKH2O_OK;
@@ -341,18 +341,17 @@ static vkh2o_result cmd_norm(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, con
 {
     uint32_t D = m->cfg.attn.hidden_size;
     vkh2o_rmsnorm_args a = { .rows = n, .n = D, .x_stride = D, .y_stride = D, .eps = m->cfg.attn.rms_norm_eps,
-                             .slot = &m->k.norm };
+                             .plan = &m->k.norm };
     vkh2o_binding bx = vkh2o_bind_range(x, 0, (VkDeviceSize)n * D * 4), by = vkh2o_bind_range(y, 0, (VkDeviceSize)n * D * 4);
     return vkh2o_cmd_rmsnorm(m->ctx, cb, &a, bx, vkh2o_weight_binding(w, 0), bx, by, by, by);
 }
 
-/* y = x w^T over n rows, through the call site's slots: one's (resolved at create, kept) for one
- * token, many's (filled at first use) for more; cb VK_NULL_HANDLE resolves instead of recording */
+/* y = x w^T over n rows, through the call site's plan; cb VK_NULL_HANDLE makes the kernel
+ * instead of recording */
 static vkh2o_result cmd_linear(vkh2o_model* m, VkCommandBuffer cb, const vkh2o_dev_weight* w, uint32_t n,
-                               vkh2o_buffer* x, vkh2o_buffer* y, vkh2o_kernel_slot* one, vkh2o_kernel_slot* many)
+                               vkh2o_buffer* x, vkh2o_buffer* y, vkh2o_matmul_plan* plan)
 {
-    vkh2o_matmul_args a = { .M = n, .N = w->rows, .K = w->cols, .x_buffer = x, .slot = n == 1 ? one : many,
-                            .slot_fixed = n == 1 };
+    vkh2o_matmul_args a = { .M = n, .N = w->rows, .K = w->cols, .x_buffer = x, .plan = plan };
     const vkh2o_binding bx = vkh2o_bind_range(x, 0, (VkDeviceSize)n * w->cols * 4),
                         by = vkh2o_bind_range(y, 0, (VkDeviceSize)n * w->rows * 4);
     if (cb == VK_NULL_HANDLE)
@@ -360,27 +359,37 @@ static vkh2o_result cmd_linear(vkh2o_model* m, VkCommandBuffer cb, const vkh2o_d
     return vkh2o_cmd_matmul(m->ctx, cb, w, bx, by, &a);
 }
 
-/* The one-token kernels of a decode step as handles (vkh2o_model_create; each layer's attention
- * resolved its own) */
-static vkh2o_result model_resolve(vkh2o_model* m)
+/* The plans of the model's kernels (vkh2o_model_create; each layer's attention made its own),
+ * with the one-token decode step's kernels made now and other variants at their first read */
+static vkh2o_result model_plan(vkh2o_model* m)
 {
-    VKH2O_CHECK(vkh2o_lm_kernels_resolve(m->ctx, &m->embed, &m->k));
-    VKH2O_CHECK(vkh2o_rmsnorm_resolve(m->ctx, &(vkh2o_rmsnorm_args){ .slot = &m->k.norm }));
+    vkh2o_context* ctx = m->ctx;
+    vkh2o_lm_kernels* k = &m->k;
+    vkh2o_kernel* made;
+    VKH2O_CHECK(vkh2o_lm_kernels_plan(ctx, m->embed.dtype, k));
+    vkh2o_kernel_slot* step[] = { &k->embed, &k->swiglu, &k->axpby, &k->logprob[1][0], &k->norm.k[0] };
+    for (size_t i = 0; i < sizeof step / sizeof step[0]; i++)
+        VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, step[i], &made));
     for (uint32_t l = 0; l < m->cfg.attn.num_layers; l++) {
         lm_layer* L = &m->layers[l];
-        VKH2O_CHECK(cmd_linear(m, VK_NULL_HANDLE, &L->gate, 1, m->xn, m->g, &L->one[0], &L->many[0]));
-        VKH2O_CHECK(cmd_linear(m, VK_NULL_HANDLE, &L->up, 1, m->xn, m->u, &L->one[1], &L->many[1]));
-        VKH2O_CHECK(cmd_linear(m, VK_NULL_HANDLE, &L->down, 1, m->m, m->ao, &L->one[2], &L->many[2]));
+        const vkh2o_dev_weight* w[3] = { &L->gate, &L->up, &L->down };
+        vkh2o_buffer* x[3] = { m->xn, m->xn, m->m };
+        vkh2o_buffer* y[3] = { m->g, m->u, m->ao };
+        for (int i = 0; i < 3; i++) {
+            VKH2O_CHECK(vkh2o_matmul_plan_make(ctx, w[i], false, VKH2O_MATMUL_PATH_AUTO, &L->mm[i]));
+            VKH2O_CHECK(cmd_linear(m, VK_NULL_HANDLE, w[i], 1, x[i], y[i], &L->mm[i]));
+        }
     }
-    return cmd_linear(m, VK_NULL_HANDLE, m->cfg.tie_word_embeddings ? &m->embed : &m->lm_head, 1, m->xn, m->logits,
-                      &m->head_one, &m->head_many);
+    const vkh2o_dev_weight* head = m->cfg.tie_word_embeddings ? &m->embed : &m->lm_head;
+    VKH2O_CHECK(vkh2o_matmul_plan_make(ctx, head, false, VKH2O_MATMUL_PATH_AUTO, &m->head));
+    return cmd_linear(m, VK_NULL_HANDLE, head, 1, m->xn, m->logits, &m->head);
 }
 
 static vkh2o_result rec_embed(vkh2o_model* m, VkCommandBuffer cb, uint32_t n)
 {
     const uint32_t D = m->cfg.attn.hidden_size;
     VKH2O_CHECK(vkh2o_cmd_embed(m->ctx, cb, &m->embed, vkh2o_bind_range(m->ids, 0, n * 4), n,
-                                vkh2o_bind_range(m->h, 0, (VkDeviceSize)n * D * 4), D, &m->k.embed));
+                                vkh2o_bind_range(m->h, 0, (VkDeviceSize)n * D * 4), D, &m->k));
     vkh2o_barrier(m->ctx, cb);
     return VKH2O_OK;
 }
@@ -420,21 +429,21 @@ static vkh2o_result rec_layer_out(vkh2o_model* m, VkCommandBuffer cb, uint32_t l
     const uint32_t D = m->cfg.attn.hidden_size, I = m->cfg.intermediate_size;
     const VkDeviceSize hd = (VkDeviceSize)n * D * 4, id = (VkDeviceSize)n * I * 4;
     VKH2O_CHECK(vkh2o_cmd_axpby(ctx, cb, n * D, 1.0f, vkh2o_bind_range(m->ao, 0, hd), 1.0f, vkh2o_bind_range(m->h, 0, hd),
-                                &m->k.axpby));
+                                &m->k));
     vkh2o_barrier(ctx, cb);
     VKH2O_CHECK(cmd_norm(m, cb, n, &L->post_ln, m->h, m->xn));
     vkh2o_barrier(ctx, cb);
-    VKH2O_CHECK(cmd_linear(m, cb, &L->gate, n, m->xn, m->g, &L->one[0], &L->many[0]));
-    VKH2O_CHECK(cmd_linear(m, cb, &L->up, n, m->xn, m->u, &L->one[1], &L->many[1]));
+    VKH2O_CHECK(cmd_linear(m, cb, &L->gate, n, m->xn, m->g, &L->mm[0]));
+    VKH2O_CHECK(cmd_linear(m, cb, &L->up, n, m->xn, m->u, &L->mm[1]));
     vkh2o_barrier(ctx, cb);
     vkh2o_swiglu_args sa = { .rows = n, .cols = I };
     VKH2O_CHECK(vkh2o_cmd_swiglu(ctx, cb, &sa, vkh2o_bind_range(m->g, 0, id), vkh2o_bind_range(m->u, 0, id),
-                                 vkh2o_bind_range(m->m, 0, id), &m->k.swiglu));
+                                 vkh2o_bind_range(m->m, 0, id), &m->k));
     vkh2o_barrier(ctx, cb);
-    VKH2O_CHECK(cmd_linear(m, cb, &L->down, n, m->m, m->ao, &L->one[2], &L->many[2]));
+    VKH2O_CHECK(cmd_linear(m, cb, &L->down, n, m->m, m->ao, &L->mm[2]));
     vkh2o_barrier(ctx, cb);
     VKH2O_CHECK(vkh2o_cmd_axpby(ctx, cb, n * D, 1.0f, vkh2o_bind_range(m->ao, 0, hd), 1.0f, vkh2o_bind_range(m->h, 0, hd),
-                                &m->k.axpby));
+                                &m->k));
     vkh2o_barrier(ctx, cb);
     return VKH2O_OK;
 }
@@ -446,14 +455,13 @@ static vkh2o_result rec_head(vkh2o_model* m, VkCommandBuffer cb, uint32_t n, uin
     const uint32_t V = m->cfg.vocab_size;
     VKH2O_CHECK(cmd_norm(m, cb, n, &m->norm, m->h, m->xn));
     vkh2o_barrier(ctx, cb);
-    VKH2O_CHECK(cmd_linear(m, cb, m->cfg.tie_word_embeddings ? &m->embed : &m->lm_head, n, m->xn, m->logits, &m->head_one,
-                           &m->head_many));
+    VKH2O_CHECK(cmd_linear(m, cb, m->cfg.tie_word_embeddings ? &m->embed : &m->lm_head, n, m->xn, m->logits, &m->head));
     vkh2o_barrier(ctx, cb);
     if (n_lp) {
         vkh2o_logprob_args la = { .rows = n_lp, .vocab = V, .targets = true };
         vkh2o_binding bl = vkh2o_bind_range(m->logits, 0, (VkDeviceSize)n * V * 4);
         VKH2O_CHECK(vkh2o_cmd_logprob(ctx, cb, &la, bl, vkh2o_bind_range(m->tgt, 0, n * 4),
-                                      vkh2o_bind_range(m->lp, 0, n * 4), bl, &m->k.logprob));
+                                      vkh2o_bind_range(m->lp, 0, n * 4), bl, &m->k));
         vkh2o_barrier(ctx, cb);
     }
     return VKH2O_OK;

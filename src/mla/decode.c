@@ -154,9 +154,7 @@ struct obs_push {
 _Static_assert(sizeof(struct obs_push) <= VKH2O_PUSH_MAX, "obs_window push constants");
 
 /* Observation-window scores (shaders/mla/obs_window.comp) of the prompt the forward left in the
- * layer's state, into the decode buffers' obs_score [S]. */
-static const char k_obs_window[] = "obs_window";   /* one pointer for the slots and their recording */
-
+ * layer's state, into the decode buffers' obs_score [S], through the layer's slots (its plan). */
 static vkh2o_result record_obs_window(vkh2o_mla_layer* L, VkCommandBuffer cb, const vkh2o_mla_prefill* p)
 {
     vkh2o_context* ctx = vkh2o_mla_layer_context(L);
@@ -173,7 +171,9 @@ static vkh2o_result record_obs_window(vkh2o_mla_layer* L, VkCommandBuffer cb, co
     const uint32_t H = st->heads, QK = st->nope + st->rope;
     if (H > ctx->caps.max_workgroup_count[1] || W > ctx->caps.max_workgroup_count[0])
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "mla prefill: %u heads x %u window queries beyond the workgroup limits", H, W);
-    if (ctx->profile.loop_budget && (uint64_t)(S + 63) / 64 * (QK + 2) * 3 + (uint64_t)H * W > ctx->profile.loop_budget)
+    /* the layer's copy of the profile's loop budget (its attention tuning, made at create) */
+    const uint32_t budget = st->tuning.loop_budget;
+    if (budget && (uint64_t)(S + 63) / 64 * (QK + 2) * 3 + (uint64_t)H * W > budget)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                           "mla prefill: an observation window over %u tokens x %u dims exceeds the loop limit of this CPU device",
                           S, QK);
@@ -182,9 +182,8 @@ static vkh2o_result record_obs_window(vkh2o_mla_layer* L, VkCommandBuffer cb, co
     vkh2o_binding b[5] = { vkh2o_bind(st->q), vkh2o_bind(st->k), vkh2o_bind(db.obs_p), vkh2o_bind(db.obs_mass),
                            vkh2o_bind(db.obs_score) };
     for (uint32_t phase = 0; phase < 3; phase++) {
-        uint32_t spec[3] = { 64, phase, pool };
         vkh2o_kernel* k;
-        VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, &db.obs_slots[phase], true, k_obs_window, 5, 0, spec, 3, &k));
+        VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &db.obs_slots[phase][pool], &k));
         if (phase == 0)
             VKH2O_CHECK(vkh2o_dispatch(ctx, cb, k, b, 5, &pc, sizeof pc, W, H, 1));
         else

@@ -64,29 +64,28 @@ void vkh2o_rope_table_fill(const float* inv_freq, uint32_t rope, float attention
  * Kernel recorders
  * ---------------------------------------------------------------------------------------- */
 
-static const char k_rmsnorm[] = "rmsnorm", k_rope[] = "rope";   /* one pointer for slot and recording */
+static const char k_rmsnorm[] = "rmsnorm", k_rope[] = "rope";
 
-static void rmsnorm_spec(const vkh2o_context* ctx, const vkh2o_rmsnorm_args* a, uint32_t spec[RMSNORM_SPEC_COUNT])
+vkh2o_result vkh2o_rmsnorm_plan_make(vkh2o_context* ctx, uint32_t rope, bool interleave, vkh2o_rmsnorm_plan* p)
 {
-    spec[RMSNORM_SPEC_WG] = ctx->profile.rmsnorm_workgroup;
-    spec[RMSNORM_SPEC_ROPE] = a->rope;
-    spec[RMSNORM_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
-    spec[RMSNORM_SPEC_POSBUF] = a->rope && a->pos_buf ? 1 : 0;
+    *p = (vkh2o_rmsnorm_plan){ .rope = rope, .interleave = interleave };
+    for (uint32_t posbuf = 0; posbuf < (rope ? 2u : 1u); posbuf++) {
+        const uint32_t spec[RMSNORM_SPEC_COUNT] = { [RMSNORM_SPEC_WG] = ctx->profile.rmsnorm_workgroup, [RMSNORM_SPEC_ROPE] = rope,
+                                                    [RMSNORM_SPEC_INTERLEAVE] = interleave ? 1 : 0, [RMSNORM_SPEC_POSBUF] = posbuf };
+        VKH2O_CHECK(vkh2o_kernel_slot_prepare(ctx, &p->k[posbuf], k_rmsnorm, 7, 0, spec, RMSNORM_SPEC_COUNT));
+    }
+    return VKH2O_OK;
 }
 
-static void rope_spec(const vkh2o_rope_args* a, uint32_t spec[ROPE_SPEC_COUNT])
+vkh2o_result vkh2o_rope_plan_make(vkh2o_context* ctx, uint32_t rope, bool interleave, vkh2o_rope_plan* p)
 {
-    spec[ROPE_SPEC_WG] = 64;
-    spec[ROPE_SPEC_ROPE] = a->rope;
-    spec[ROPE_SPEC_INTERLEAVE] = a->interleave ? 1 : 0;
-    spec[ROPE_SPEC_POSBUF] = a->pos_buf ? 1 : 0;
-}
-
-vkh2o_result vkh2o_rmsnorm_resolve(vkh2o_context* ctx, const vkh2o_rmsnorm_args* a)
-{
-    uint32_t spec[RMSNORM_SPEC_COUNT];
-    rmsnorm_spec(ctx, a, spec);
-    return vkh2o_kernel_slot_resolve(ctx, a->slot, k_rmsnorm, 7, 0, spec, RMSNORM_SPEC_COUNT);
+    *p = (vkh2o_rope_plan){ .rope = rope, .interleave = interleave };
+    for (uint32_t posbuf = 0; posbuf < 2; posbuf++) {
+        const uint32_t spec[ROPE_SPEC_COUNT] = { [ROPE_SPEC_WG] = 64, [ROPE_SPEC_ROPE] = rope,
+                                                 [ROPE_SPEC_INTERLEAVE] = interleave ? 1 : 0, [ROPE_SPEC_POSBUF] = posbuf };
+        VKH2O_CHECK(vkh2o_kernel_slot_prepare(ctx, &p->k[posbuf], k_rope, 3, 0, spec, ROPE_SPEC_COUNT));
+    }
+    return VKH2O_OK;
 }
 
 vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rmsnorm_args* a,
@@ -104,10 +103,16 @@ vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
     if (dev_pos && 4ull * a->pos_word + 4 > a->pos_buf->size)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rmsnorm: position word %u outside its buffer of %llu bytes",
                           a->pos_word, (unsigned long long)a->pos_buf->size);
-    uint32_t spec[RMSNORM_SPEC_COUNT];
-    rmsnorm_spec(ctx, a, spec);
+    vkh2o_rmsnorm_plan once, *plan = a->plan;
+    if (!plan) {   /* a call no object owns (tests): a plan for it alone, its kernel found by name */
+        VKH2O_CHECK(vkh2o_rmsnorm_plan_make(ctx, a->rope, a->interleave, &once));
+        plan = &once;
+    } else if (plan->rope != a->rope || plan->interleave != a->interleave) {
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "internal: an rmsnorm plan for rope %u%s records rope %u%s",
+                          plan->rope, plan->interleave ? " interleaved" : "", a->rope, a->interleave ? " interleaved" : "");
+    }
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, a->slot, true, k_rmsnorm, 7, 0, spec, RMSNORM_SPEC_COUNT, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &plan->k[dev_pos ? 1 : 0], &k));
     struct rmsnorm_push pc = { a->rows, a->n, a->x_stride, a->y_stride, a->eps, a->pos0, a->pe_stride,
                                a->rope ? a->bc_heads : 0, a->bc_tok_stride, a->bc_head_stride, a->bc_offset,
                                dev_pos ? a->pos_word : 0 };
@@ -125,10 +130,16 @@ vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_
     if (a->pos_buf && 4ull * a->pos_word + 4 > a->pos_buf->size)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rope: position word %u outside its buffer of %llu bytes",
                           a->pos_word, (unsigned long long)a->pos_buf->size);
-    uint32_t spec[ROPE_SPEC_COUNT];
-    rope_spec(a, spec);
+    vkh2o_rope_plan once, *plan = a->plan;
+    if (!plan) {   /* a call no object owns (tests): a plan for it alone, its kernel found by name */
+        VKH2O_CHECK(vkh2o_rope_plan_make(ctx, a->rope, a->interleave, &once));
+        plan = &once;
+    } else if (plan->rope != a->rope || plan->interleave != a->interleave) {
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "internal: a rope plan for rope %u%s records rope %u%s",
+                          plan->rope, plan->interleave ? " interleaved" : "", a->rope, a->interleave ? " interleaved" : "");
+    }
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, a->slot, true, k_rope, 3, 0, spec, ROPE_SPEC_COUNT, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &plan->k[a->pos_buf ? 1 : 0], &k));
     struct rope_push pc = { a->tokens, a->heads, a->tok_stride, a->head_stride, a->offset, a->pos0,
                             a->pos_buf ? a->pos_word : 0 };
     vkh2o_binding b[3] = { table, x, a->pos_buf ? vkh2o_bind(a->pos_buf) : table };   /* table: unused */
@@ -185,22 +196,30 @@ static uint64_t extent(uint32_t n, uint32_t ts, uint32_t H, uint32_t hs, uint32_
     return (uint64_t)(n - 1) * ts + (uint64_t)(H - 1) * hs + dim;
 }
 
-static vkh2o_result attn_check(vkh2o_context* ctx, const vkh2o_attn_tuning* t, const vkh2o_attn_args* a,
-                               const vkh2o_attn_bufs* b)
+/* The checks of a call under plan p (whose tuning and D, DV the call's must be); *hg: the heads
+ * per P.V invocation for its T. */
+static vkh2o_result attn_check(vkh2o_context* ctx, const vkh2o_attn_plan* p, const vkh2o_attn_tuning* t,
+                               const vkh2o_attn_args* a, const vkh2o_attn_bufs* b, uint32_t* hg)
 {
-    if (!t || !a || !b || a->S == 0 || a->T == 0 || a->H == 0 || a->D == 0 || a->DV == 0 || !t->local || !t->rq ||
-        !t->rk || !t->hg)
+    if (a->S == 0 || a->T == 0 || a->H == 0 || a->D == 0 || a->DV == 0)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "attention: empty shape or tuning");
-    if (t->loop_budget && (uint64_t)vkh2o_div_up(a->T, t->rk) * tile_iterations(a->D, a->DV) + 1 > t->loop_budget)
+    if (p->D != a->D || p->DV != a->DV || p->t.local != t->local || p->t.rq != t->rq || p->t.rk != t->rk ||
+        p->t.hg != t->hg || p->t.loop_budget != t->loop_budget)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "internal: an attention plan for D %u, DV %u and its tuning records D %u, DV %u or another tuning",
+                          p->D, p->DV, a->D, a->DV);
+    if (a->T > p->hg_keys[0])
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                           "attention: %u keys of width %u/%u exceed what one invocation may loop over on this device "
                           "(%u iterations; llvmpipe ends longer loops silently)", a->T, a->D, a->DV, t->loop_budget);
+    *hg = vkh2o_attn_plan_hg(p, a->T);
+    const uint64_t part = (uint64_t)vkh2o_div_up(a->H, *hg) * vkh2o_div_up(a->S, t->rq) * a->T;
     if (!binding_holds(b->q, extent(a->S, a->q_ts, a->H, a->q_hs, a->D)) ||
         !binding_holds(b->k, extent(a->T, a->k_ts, a->H, a->k_hs, a->D)) ||
         !binding_holds(b->v, extent(a->T, a->v_ts, a->H, a->v_hs, a->DV)) ||
         !binding_holds(b->o, extent(a->S, a->o_ts, a->H, a->o_hs, a->DV)) ||
         !binding_holds(b->lse, (uint64_t)a->H * a->S) ||
-        !binding_holds(b->part, vkh2o_attn_part_floats(t, a->S, a->T, a->H, a->D, a->DV)))
+        !binding_holds(b->part, part))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                           "attention: a binding is too small for S=%u T=%u H=%u D=%u DV=%u", a->S, a->T, a->H, a->D, a->DV);
     if ((b->q_buffer && b->q_buffer->buffer != b->q.buffer) || (b->k_buffer && b->k_buffer->buffer != b->k.buffer) ||
@@ -262,60 +281,92 @@ static vkh2o_result attn_inputs(vkh2o_context* ctx, const vkh2o_attn_tuning* t, 
     return VKH2O_OK;
 }
 
-static struct attn_push attn_push_of(const vkh2o_attn_tuning* t, const vkh2o_attn_args* a)
+static struct attn_push attn_push_of(const vkh2o_attn_args* a, uint32_t hg)
 {
     struct attn_push pc = { a->S, a->T, a->H, a->causal_off, a->q_ts, a->q_hs, a->k_ts, a->k_hs,
-                            a->v_ts, a->v_hs, a->o_ts, a->o_hs, a->scale,
-                            vkh2o_div_up(a->H, vkh2o_attn_hg(t, a->T, a->D, a->DV)) };
+                            a->v_ts, a->v_hs, a->o_ts, a->o_hs, a->scale, vkh2o_div_up(a->H, hg) };
     return pc;
 }
 
 static const char k_attn_lse[] = "attn_lse", k_attn_lse_texel[] = "attn_lse_texel", k_attn_pv[] = "attn_pv",
                   k_attn_pv_texel[] = "attn_pv_texel", k_attn_reduce[] = "attn_reduce";
 
-/* A pass's kernel: from the call site's slot when it has one (refilled when the key changes),
- * else looked up by name. */
-static vkh2o_result attn_kernel(vkh2o_context* ctx, vkh2o_kernel_slot* slot, const char* shader, uint32_t nbindings,
-                                uint32_t texel_mask, const uint32_t* spec, uint32_t nspec, vkh2o_kernel** out)
+vkh2o_result vkh2o_attn_plan_make(vkh2o_context* ctx, const vkh2o_attn_tuning* t, uint32_t D, uint32_t DV, vkh2o_attn_plan* p)
 {
-    if (slot)
-        return vkh2o_kernel_slot_get(ctx, slot, true, shader, nbindings, texel_mask, spec, nspec, out);
-    return vkh2o_kernel_get_texel(ctx, shader, nbindings, texel_mask, spec, nspec, out);
+    if (!t || !t->local || !t->rq || !t->rk || !t->hg || !D || !DV)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "attention: empty shape or tuning");
+    if (t->hg > VKH2O_ATTN_MAX_HG)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "attention: %u heads per P.V invocation, at most %u", t->hg,
+                          VKH2O_ATTN_MAX_HG);
+    memset(p, 0, sizeof *p);
+    p->t = *t;
+    p->t.texel = 0;
+    p->D = D;
+    p->DV = DV;
+    /* h heads fit T keys while h * (ceil(T / rk) * tile + 1) <= budget (vkh2o_attn_hg), that is
+     * while ceil(T / rk) <= (budget / h - 1) / tile */
+    const uint64_t tile = tile_iterations(D, DV);
+    for (uint32_t h = 1; h <= t->hg; h++) {
+        uint64_t keys = UINT32_MAX;
+        if (t->loop_budget) {
+            const uint64_t per = t->loop_budget / h;
+            keys = per < 1 ? 0 : (per - 1) / tile * t->rk;
+        }
+        p->hg_keys[h - 1] = keys < UINT32_MAX ? (uint32_t)keys : UINT32_MAX;
+    }
+    for (uint32_t texel = 0; texel < 2; texel++) {
+        const uint32_t lspec[LSE_SPEC_COUNT] = { [LSE_SPEC_WG] = t->local, [LSE_SPEC_D] = D, [LSE_SPEC_RQ] = t->rq,
+                                                 [LSE_SPEC_RK] = t->rk };
+        VKH2O_CHECK(vkh2o_kernel_slot_prepare(ctx, &p->lse[texel], texel ? k_attn_lse_texel : k_attn_lse, 3, texel ? 0x3u : 0u,
+                                              lspec, LSE_SPEC_COUNT));
+        for (uint32_t probs = 0; probs < 2; probs++)
+            for (uint32_t h = 1; h <= t->hg; h++) {
+                const uint32_t pspec[PV_SPEC_COUNT] = { [PV_SPEC_WG] = t->local, [PV_SPEC_D] = D, [PV_SPEC_RQ] = t->rq,
+                                                        [PV_SPEC_RK] = t->rk, [PV_SPEC_DV] = DV, [PV_SPEC_HG] = h,
+                                                        [PV_SPEC_PROBS] = probs };
+                VKH2O_CHECK(vkh2o_kernel_slot_prepare(ctx, &p->pv[texel][probs][h - 1], texel ? k_attn_pv_texel : k_attn_pv, 7,
+                                                      texel ? 0x7u : 0u, pspec, PV_SPEC_COUNT));
+            }
+    }
+    const uint32_t rspec[REDUCE_SPEC_COUNT] = { [REDUCE_SPEC_WG] = t->local, [REDUCE_SPEC_RQ] = t->rq };
+    return vkh2o_kernel_slot_prepare(ctx, &p->reduce, k_attn_reduce, 2, 0, rspec, REDUCE_SPEC_COUNT);
+}
+
+/* b's plan, or for a call no object owns (tests) *once made for it alone, its kernels found by
+ * name when read */
+static vkh2o_result attn_plan_of(vkh2o_context* ctx, const vkh2o_attn_tuning* t, const vkh2o_attn_args* a,
+                                 const vkh2o_attn_bufs* b, vkh2o_attn_plan* once, vkh2o_attn_plan** out)
+{
+    if (!t || !a || !b)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "attention: empty shape or tuning");
+    *out = b->plan;
+    if (b->plan)
+        return VKH2O_OK;
+    *out = once;
+    return vkh2o_attn_plan_make(ctx, t, a->D, a->DV, once);
 }
 
 vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_attn_tuning* t,
                                  const vkh2o_attn_args* a, const vkh2o_attn_bufs* b)
 {
-    VKH2O_CHECK(attn_check(ctx, t, a, b));
-    struct attn_push pc = attn_push_of(t, a);
+    vkh2o_attn_plan once, *p;
+    VKH2O_CHECK(attn_plan_of(ctx, t, a, b, &once, &p));
+    uint32_t hg;
+    VKH2O_CHECK(attn_check(ctx, p, t, a, b, &hg));
+    struct attn_push pc = attn_push_of(a, hg);
     uint32_t nqb = vkh2o_div_up(a->S, t->rq);
     bool texel;
     vkh2o_binding in[3];
     VKH2O_CHECK(attn_inputs(ctx, t, a, b, &texel, in));
 
-    uint32_t lspec[LSE_SPEC_COUNT];
-    lspec[LSE_SPEC_WG] = t->local;
-    lspec[LSE_SPEC_D] = a->D;
-    lspec[LSE_SPEC_RQ] = t->rq;
-    lspec[LSE_SPEC_RK] = t->rk;
     vkh2o_kernel* klse;
-    VKH2O_CHECK(attn_kernel(ctx, b->slots ? &b->slots->lse : NULL, texel ? k_attn_lse_texel : k_attn_lse, 3,
-                            texel ? 0x3u : 0u, lspec, LSE_SPEC_COUNT, &klse));
+    VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &p->lse[texel], &klse));
     vkh2o_binding lb[3] = { in[0], in[1], b->lse };
     VKH2O_CHECK(vkh2o_dispatch(ctx, cb, klse, lb, 3, &pc, sizeof pc, vkh2o_div_up(a->H * nqb, t->local), 1, 1));
     vkh2o_barrier(ctx, cb);
 
-    uint32_t pspec[PV_SPEC_COUNT];
-    pspec[PV_SPEC_WG] = t->local;
-    pspec[PV_SPEC_D] = a->D;
-    pspec[PV_SPEC_RQ] = t->rq;
-    pspec[PV_SPEC_RK] = t->rk;
-    pspec[PV_SPEC_DV] = a->DV;
-    pspec[PV_SPEC_HG] = vkh2o_attn_hg(t, a->T, a->D, a->DV);
-    pspec[PV_SPEC_PROBS] = b->probs.buffer ? 1 : 0;
     vkh2o_kernel* kpv;
-    VKH2O_CHECK(attn_kernel(ctx, b->slots ? &b->slots->pv : NULL, texel ? k_attn_pv_texel : k_attn_pv, 7,
-                            texel ? 0x7u : 0u, pspec, PV_SPEC_COUNT, &kpv));
+    VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &p->pv[texel][b->probs.buffer ? 1 : 0][hg - 1], &kpv));
     vkh2o_binding pb[7] = { in[0], in[1], in[2], b->lse, b->o, b->part, b->probs.buffer ? b->probs : b->part };
     return vkh2o_dispatch(ctx, cb, kpv, pb, 7, &pc, sizeof pc, vkh2o_div_up(pc.n_hg * nqb, t->local), 1, 1);
 }
@@ -323,16 +374,15 @@ vkh2o_result vkh2o_cmd_attention(vkh2o_context* ctx, VkCommandBuffer cb, const v
 vkh2o_result vkh2o_cmd_attention_mass(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_attn_tuning* t,
                                       const vkh2o_attn_args* a, const vkh2o_attn_bufs* b)
 {
-    VKH2O_CHECK(attn_check(ctx, t, a, b));
+    vkh2o_attn_plan once, *p;
+    VKH2O_CHECK(attn_plan_of(ctx, t, a, b, &once, &p));
+    uint32_t hg;
+    VKH2O_CHECK(attn_check(ctx, p, t, a, b, &hg));
     if (!binding_holds(b->scores, a->T))
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "attention mass: scores binding holds less than T = %u floats", a->T);
-    uint32_t spec[REDUCE_SPEC_COUNT];
-    spec[REDUCE_SPEC_WG] = t->local;
-    spec[REDUCE_SPEC_RQ] = t->rq;
     vkh2o_kernel* k;
-    VKH2O_CHECK(attn_kernel(ctx, b->slots ? &b->slots->reduce : NULL, k_attn_reduce, 2, 0, spec, REDUCE_SPEC_COUNT, &k));
-    struct attn_reduce_push pc = { a->S, a->T, a->causal_off, vkh2o_div_up(a->H, vkh2o_attn_hg(t, a->T, a->D, a->DV)),
-                                   a->accumulate_scores ? 1u : 0u };
+    VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &p->reduce, &k));
+    struct attn_reduce_push pc = { a->S, a->T, a->causal_off, vkh2o_div_up(a->H, hg), a->accumulate_scores ? 1u : 0u };
     vkh2o_binding bb[2] = { b->part, b->scores };
     return vkh2o_dispatch(ctx, cb, k, bb, 2, &pc, sizeof pc, vkh2o_div_up(a->T, t->local), 1, 1);
 }
@@ -362,13 +412,13 @@ struct vkh2o_mla_layer {
     vkh2o_buffer *dec_q, *dec_o, *dec_mass, *dec_hidden, *dec_out;
     uint32_t max_obs;        /* observation windows (decode.c): P [H][W][S], pooled scores [S] */
     vkh2o_buffer *obs_p, *obs_mass, *obs_score;
-    /* kernels as handles: the matmuls' for one token (the decode step; resolved at create, kept)
-     * and for more (filled at first use), the norms' and RoPE's (resolved at create) */
-    vkh2o_kernel_slot mm_one[VKH2O_MM_COUNT], mm_many[VKH2O_MM_COUNT];
-    vkh2o_kernel_slot k_norm_q, k_norm_kv, k_rope;
-    vkh2o_kernel_slot k_norm_kv_dev, k_rope_dev;   /* the same with the position from the cache (VKH2O_POSITION_FROM_CACHE) */
-    vkh2o_attn_slots k_attn;        /* the forward's attention passes (filled at the first forward) */
-    vkh2o_kernel_slot k_obs[3];     /* the prefill's observation-window phases (filled at first use) */
+    /* the plans of its kernels, made at create (layer_plan): every variant a recording may take
+     * has a slot, those of the one-token decode step made then, the others at their first read */
+    vkh2o_matmul_plan mm[VKH2O_MM_COUNT];
+    vkh2o_rmsnorm_plan norm_q, norm_kv;   /* [1]: positions from the cache (VKH2O_POSITION_FROM_CACHE) */
+    vkh2o_rope_plan rope;
+    vkh2o_attn_plan attn;           /* the forward's attention passes */
+    vkh2o_kernel_slot obs[3][3];    /* the prefill's observation window: [phase][pooling] */
 };
 
 static vkh2o_result alloc_f32(vkh2o_context* ctx, uint64_t floats, vkh2o_buffer** out)
@@ -418,7 +468,7 @@ static vkh2o_result check_weight(vkh2o_context* ctx, const vkh2o_tensor_view* v,
     return VKH2O_OK;
 }
 
-static vkh2o_result layer_resolve(vkh2o_mla_layer* L);
+static vkh2o_result layer_plan(vkh2o_mla_layer* L);
 
 vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* cfg, const vkh2o_mla_host_weights* hw,
                                     const vkh2o_mla_layer_desc* desc, vkh2o_mla_layer** out)
@@ -562,9 +612,10 @@ vkh2o_result vkh2o_mla_layer_create(vkh2o_context* ctx, const vkh2o_mla_config* 
             free(tab);
         }
     }
-    /* the one-token decode step's kernels as handles, so that recording it looks none up */
+    /* the kernels' plans, and the one-token decode step's kernels made, so that recording looks
+     * none up */
     if (r == VKH2O_OK)
-        r = layer_resolve(L);
+        r = layer_plan(L);
     if (r != VKH2O_OK) {
         vkh2o_mla_layer_destroy(L);
         return r;
@@ -600,7 +651,7 @@ vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(vkh2o_mla_layer* L)
                                     .max_obs = L->max_obs,
                                     .hidden = L->dec_hidden, .out = L->dec_out,
                                     .max_decode = L->max_decode,
-                                    .obs_slots = L->k_obs };
+                                    .obs_slots = L->obs };
 }
 
 uint64_t vkh2o_mla_layer_get_weight_bytes(const vkh2o_mla_layer* L)
@@ -663,13 +714,6 @@ static vkh2o_buffer* own_buffer(const vkh2o_mla_layer* L, vkh2o_binding b)
         if (own[i] && own[i]->buffer == b.buffer)
             return own[i];
     return NULL;
-}
-
-/* a->slot and a->slot_fixed for site over a->M tokens */
-static void mm_slot(vkh2o_mla_layer* L, vkh2o_mla_mm_site site, vkh2o_matmul_args* a)
-{
-    a->slot = a->M == 1 ? &L->mm_one[site] : &L->mm_many[site];
-    a->slot_fixed = a->M == 1;
 }
 
 /* One matmul of the projections: its weight, X (x_buf: the buffer X binds when known, so that
@@ -735,22 +779,22 @@ static mm_call proj_call(const vkh2o_mla_layer* L, vkh2o_mla_mm_site site, uint3
     return c;
 }
 
-/* Records the call through the site's slot, or with cb VK_NULL_HANDLE resolves its kernel. */
+/* Records the call through the site's plan, or with cb VK_NULL_HANDLE makes its kernel. */
 static vkh2o_result mm_record(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_mm_site site, mm_call c)
 {
-    c.a.path = L->matmul_path;
     c.a.x_buffer = c.x_buf;
-    mm_slot(L, site, &c.a);
+    c.a.plan = &L->mm[site];
     if (cb == VK_NULL_HANDLE)
         return vkh2o_matmul_resolve(L->ctx, &L->w[c.w], c.x, c.y, &c.a);
     return vkh2o_cmd_matmul(L->ctx, cb, &L->w[c.w], c.x, c.y, &c.a);
 }
 
-/* The decode step's matmuls through kv_b_proj over n tokens, on the automatic matmul path: the
- * query absorption (VKH2O_MM_ABSORB: the state's roped q into the scratch's q_abs [n, H, kvl +
- * rope], q_nope[h] . W_uk[h]) or W_uv (VKH2O_MM_W_UV: the scratch's latent outputs o_lat
- * [n, H, kvl] into the state's o [n, H, v], o_lat[h] . W_uv[h]^T). Recorded, or with cb
- * VK_NULL_HANDLE its kernel resolved into the site's slot. */
+/* The decode step's matmuls through kv_b_proj over n tokens, on the automatic matmul path
+ * (their plans are made so: matmul_plans): the query absorption (VKH2O_MM_ABSORB: the state's
+ * roped q into the scratch's q_abs [n, H, kvl + rope], q_nope[h] . W_uk[h]) or W_uv
+ * (VKH2O_MM_W_UV: the scratch's latent outputs o_lat [n, H, kvl] into the state's o [n, H, v],
+ * o_lat[h] . W_uv[h]^T). Recorded, or with cb VK_NULL_HANDLE its kernel made (the variant's slot
+ * of the site's plan read). */
 static vkh2o_result decode_mm(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_mm_site site, uint32_t n)
 {
     const vkh2o_mla_state* st = &L->st;
@@ -765,7 +809,7 @@ static vkh2o_result decode_mm(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_
         a = (vkh2o_matmul_args){ .M = n, .N = dv, .K = kvl, .batch = H, .x_stride = H * kvl, .x_batch_stride = kvl,
                                  .y_stride = H * dv, .y_batch_stride = dv, .w_batch_stride = (nope + dv) * kvl,
                                  .w_row_offset = nope, .x_buffer = L->dec_o };
-    mm_slot(L, site, &a);
+    a.plan = &L->mm[site];
     const vkh2o_binding x = vkh2o_bind(absorb ? st->q : L->dec_o), y = vkh2o_bind(absorb ? L->dec_q : st->o);
     if (cb == VK_NULL_HANDLE)
         return vkh2o_matmul_resolve(L->ctx, &L->w[VKH2O_W_KV_B_PROJ], x, y, &a);
@@ -777,30 +821,64 @@ vkh2o_result vkh2o_cmd_mla_decode_mm(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh
     return decode_mm(L, cb, site, n);
 }
 
-/* The kernels of the one-token decode step into the layer's slots (create; set_matmul_path). */
-static vkh2o_result layer_resolve(vkh2o_mla_layer* L)
+/* The weight each matmul site multiplies by (VKH2O_MM_ABSORB: transposed). */
+static vkh2o_mla_weight site_weight(const vkh2o_mla_layer* L, vkh2o_mla_mm_site s)
 {
-    vkh2o_context* ctx = L->ctx;
+    switch (s) {
+    case VKH2O_MM_Q_A: return VKH2O_W_Q_A_PROJ;
+    case VKH2O_MM_KV_A: return VKH2O_W_KV_A_PROJ;
+    case VKH2O_MM_Q_B: return L->st.q_lora ? VKH2O_W_Q_B_PROJ : VKH2O_W_Q_PROJ;
+    case VKH2O_MM_O_PROJ: return VKH2O_W_O_PROJ;
+    default: return VKH2O_W_KV_B_PROJ;   /* KV_B_K, KV_B_V, ABSORB, W_UV */
+    }
+}
+
+/* The matmul plans on the layer's path (the projections; the decode step's kv_b_proj matmuls on
+ * the automatic one) with their one-token kernels made (create; set_matmul_path). */
+static vkh2o_result matmul_plans(vkh2o_mla_layer* L)
+{
     const vkh2o_mla_state* st = &L->st;
+    for (int s = 0; s < VKH2O_MM_COUNT; s++) {
+        if (s == VKH2O_MM_Q_A && !st->q_lora)
+            continue;
+        const bool decode_site = s == VKH2O_MM_ABSORB || s == VKH2O_MM_W_UV;
+        VKH2O_CHECK(vkh2o_matmul_plan_make(L->ctx, &L->w[site_weight(L, (vkh2o_mla_mm_site)s)], s == VKH2O_MM_ABSORB,
+                                           decode_site ? VKH2O_MATMUL_PATH_AUTO : L->matmul_path, &L->mm[s]));
+    }
     for (int s = VKH2O_MM_Q_A; s <= VKH2O_MM_O_PROJ; s++)
         if (s != VKH2O_MM_Q_A || st->q_lora)
             VKH2O_CHECK(mm_record(L, VK_NULL_HANDLE, (vkh2o_mla_mm_site)s,
                                   proj_call(L, (vkh2o_mla_mm_site)s, 1, rows(L->dec_hidden, st->hidden), L->dec_hidden)));
-    uint32_t rspec[ROPE_SPEC_COUNT];
-    if (st->q_lora)
-        VKH2O_CHECK(vkh2o_rmsnorm_resolve(ctx, &(vkh2o_rmsnorm_args){ .slot = &L->k_norm_q }));
-    VKH2O_CHECK(vkh2o_rmsnorm_resolve(ctx, &(vkh2o_rmsnorm_args){ .rope = st->rope, .interleave = st->interleave,
-                                                                  .slot = &L->k_norm_kv }));
-    rope_spec(&(vkh2o_rope_args){ .rope = st->rope, .interleave = st->interleave }, rspec);
-    VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &L->k_rope, k_rope, 3, 0, rspec, ROPE_SPEC_COUNT));
-    /* the position-from-the-cache variants (any buffer: only its presence picks the variant) */
-    const vkh2o_buffer* any = L->dec_hidden;
-    VKH2O_CHECK(vkh2o_rmsnorm_resolve(ctx, &(vkh2o_rmsnorm_args){ .rope = st->rope, .interleave = st->interleave,
-                                                                  .pos_buf = any, .slot = &L->k_norm_kv_dev }));
-    rope_spec(&(vkh2o_rope_args){ .rope = st->rope, .interleave = st->interleave, .pos_buf = any }, rspec);
-    VKH2O_CHECK(vkh2o_kernel_slot_resolve(ctx, &L->k_rope_dev, k_rope, 3, 0, rspec, ROPE_SPEC_COUNT));
     VKH2O_CHECK(decode_mm(L, VK_NULL_HANDLE, VKH2O_MM_ABSORB, 1));
     return decode_mm(L, VK_NULL_HANDLE, VKH2O_MM_W_UV, 1);
+}
+
+/* Every kernel plan of the layer (create). The one-token decode step's kernels are made now (its
+ * matmuls, the norms and RoPE with positions given or from the cache); the forward's attention
+ * and the observation window's, and the matmuls of longer inputs, at their first recording. */
+static vkh2o_result layer_plan(vkh2o_mla_layer* L)
+{
+    vkh2o_context* ctx = L->ctx;
+    const vkh2o_mla_state* st = &L->st;
+    vkh2o_kernel* k;
+    VKH2O_CHECK(matmul_plans(L));
+    if (st->q_lora) {
+        VKH2O_CHECK(vkh2o_rmsnorm_plan_make(ctx, 0, false, &L->norm_q));
+        VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &L->norm_q.k[0], &k));
+    }
+    VKH2O_CHECK(vkh2o_rmsnorm_plan_make(ctx, st->rope, st->interleave, &L->norm_kv));
+    VKH2O_CHECK(vkh2o_rope_plan_make(ctx, st->rope, st->interleave, &L->rope));
+    for (int dev_pos = 0; dev_pos < 2; dev_pos++) {
+        VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &L->norm_kv.k[dev_pos], &k));
+        VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &L->rope.k[dev_pos], &k));
+    }
+    VKH2O_CHECK(vkh2o_attn_plan_make(ctx, &st->tuning, st->nope + st->rope, st->v_dim, &L->attn));
+    for (uint32_t phase = 0; L->max_obs && phase < 3; phase++)
+        for (uint32_t pool = 0; pool < 3; pool++) {
+            const uint32_t spec[3] = { 64, phase, pool };   /* shaders/mla/obs_window.comp: workgroup, phase, pooling */
+            VKH2O_CHECK(vkh2o_kernel_slot_prepare(ctx, &L->obs[phase][pool], "obs_window", 5, 0, spec, 3));
+        }
+    return VKH2O_OK;
 }
 
 void vkh2o_mla_layer_set_matmul_path(vkh2o_mla_layer* L, uint32_t path)
@@ -808,9 +886,9 @@ void vkh2o_mla_layer_set_matmul_path(vkh2o_mla_layer* L, uint32_t path)
     if (!L || L->matmul_path == path)
         return;
     L->matmul_path = path;
-    /* the one-token slots again for this path (a failure here is the first recording's to report) */
-    memset(L->mm_one, 0, sizeof L->mm_one);
-    (void)layer_resolve(L);
+    /* the plans again for this path (a failure here is the first recording's to report) */
+    memset(L->mm, 0, sizeof L->mm);
+    (void)matmul_plans(L);
 }
 
 void vkh2o_mla_layer_set_attn_texel(vkh2o_mla_layer* L, bool texel)
@@ -841,7 +919,7 @@ static vkh2o_result project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_bindin
 
     /* stage 2: norms; kv's also ropes k_pe and broadcasts it into the rope part of every head of K */
     if (lq) {
-        vkh2o_rmsnorm_args na = { .rows = S, .n = lq, .x_stride = lq, .y_stride = lq, .eps = 1e-6f, .slot = &L->k_norm_q };
+        vkh2o_rmsnorm_args na = { .rows = S, .n = lq, .x_stride = lq, .y_stride = lq, .eps = 1e-6f, .plan = &L->norm_q };
         vkh2o_binding qa_n = rows(L->qa_n, (uint64_t)S * lq);
         VKH2O_CHECK(vkh2o_cmd_rmsnorm(ctx, cb, &na, rows(L->qa, (uint64_t)S * lq), vkh2o_weight_binding(&L->w[VKH2O_W_Q_A_LAYERNORM], 0),
                                       tab, qa_n, qa_n, qa_n));
@@ -849,7 +927,7 @@ static vkh2o_result project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_bindin
     vkh2o_rmsnorm_args ka = { .rows = S, .n = lkv, .x_stride = lkv + rope, .y_stride = lkv, .eps = 1e-6f, .rope = rope,
                               .interleave = st->interleave, .pos0 = pos0, .pe_stride = rope, .bc_heads = H,
                               .bc_tok_stride = H * qk, .bc_head_stride = qk, .bc_offset = nope,
-                              .pos_buf = pos_buf, .pos_word = pos_word, .slot = pos_buf ? &L->k_norm_kv_dev : &L->k_norm_kv };
+                              .pos_buf = pos_buf, .pos_word = pos_word, .plan = &L->norm_kv };
     VKH2O_CHECK(vkh2o_cmd_rmsnorm(ctx, cb, &ka, ckv_full, vkh2o_weight_binding(&L->w[VKH2O_W_KV_A_LAYERNORM], 0), tab,
                                   ckv, kpe, k));
     vkh2o_barrier(ctx, cb);
@@ -863,7 +941,7 @@ static vkh2o_result project(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_bindin
     /* stage 4: RoPE of q_pe in place */
     vkh2o_rope_args ra = { .tokens = S, .heads = H, .tok_stride = H * qk, .head_stride = qk, .offset = nope,
                            .pos0 = pos0, .rope = rope, .interleave = st->interleave, .pos_buf = pos_buf,
-                           .pos_word = pos_word, .slot = pos_buf ? &L->k_rope_dev : &L->k_rope };
+                           .pos_word = pos_word, .plan = &L->rope };
     VKH2O_CHECK(vkh2o_cmd_rope(ctx, cb, &ra, tab, q));
     vkh2o_barrier(ctx, cb);
     return VKH2O_OK;
@@ -941,8 +1019,8 @@ static vkh2o_result record_forward(vkh2o_mla_layer* L, VkCommandBuffer cb, const
     vkh2o_attn_bufs b = { .q = rows(st->q, (uint64_t)S * H * qk), .k = rows(st->k, (uint64_t)S * H * qk),
                           .v = rows(st->v, (uint64_t)S * H * dv), .o = rows(st->o, (uint64_t)S * H * dv),
                           .lse = rows(L->lse, (uint64_t)H * S),
-                          .part = rows(L->part, vkh2o_attn_part_floats(&st->tuning, S, S, H, qk, dv)),
-                          .q_buffer = st->q, .k_buffer = st->k, .v_buffer = st->v, .slots = &L->k_attn };
+                          .part = vkh2o_bind(L->part),   /* sized for max_seq_len at create */
+                          .q_buffer = st->q, .k_buffer = st->k, .v_buffer = st->v, .plan = &L->attn };
     if (io->scores)
         b.scores = vkh2o_bind_range(io->scores, io->scores_offset, (uint64_t)S * sizeof(float));
     if (io->probs)

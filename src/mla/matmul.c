@@ -244,63 +244,110 @@ vkh2o_result vkh2o_weight_upload_f32(vkh2o_context* ctx, const vkh2o_tensor_view
     return r;
 }
 
-/* The kernel for one call: shader, specialisation and the block of Y one workgroup covers. */
-typedef struct matmul_plan {
+/* The kernel shape of TM class c (vkh2o_matmul_plan) on a resolved path: shader,
+ * specialisation (less the weight's dtype, transposition and X's reads) and the block of Y one
+ * workgroup covers.
+ *
+ * CPU devices (lavapipe): register blocking, no shared memory (shared tiles and barriers cost
+ * far more than registers there); many outputs per invocation so each per-invocation uvec4
+ * weight load feeds TM x 8 FMAs and each broadcast X load TN; for decode-sized M the block
+ * height shrinks to M (TM classes 1, 2, 4, 8) so no work is wasted. GPUs: shared-memory tiles of
+ * 64 x 64 (16 x 64 for M up to the workgroup's rows: class 0) with 4 x 4 (1 x 4) outputs per
+ * invocation. */
+typedef struct matmul_shape {
     const char* shader;
     uint32_t spec[MATMUL_MAX_SPEC];
     uint32_t nspec;
     uint32_t block_m, block_n;
-    bool register_blocked;      /* matmul.comp or matmul_texel.comp (spec 0-5 shared) */
-    /* CPU loop budget (0 = none): most K one dispatch may take (transposed: more K is split
-     * over dispatches; untransposed: refused), given the k-loop's iterations per element */
-    uint32_t max_k;
-} matmul_plan;
+} matmul_shape;
 
-/* CPU devices (lavapipe): register blocking, no shared memory (shared tiles and barriers
- * cost far more than registers there); many outputs per invocation so each per-invocation
- * uvec4 weight load feeds TM x 8 FMAs and each broadcast X load TN; for decode-sized M the
- * block height shrinks to M so no work is wasted. GPUs: shared-memory tiles of 64 x 64 (16 x 64 for
- * small M) with 4 x 4 (1 x 4) outputs per invocation. */
-static void plan_matmul(const vkh2o_device_profile* prof, uint32_t M, uint32_t path, matmul_plan* pl)
+static const char k_matmul[] = "matmul", k_matmul_texel[] = "matmul_texel", k_matmul_tiled[] = "matmul_tiled";
+
+static void shape_of(const vkh2o_device_profile* prof, uint32_t path, uint32_t c, matmul_shape* sh)
 {
-    memset(pl, 0, sizeof *pl);
+    memset(sh, 0, sizeof *sh);
     if (path == VKH2O_MATMUL_PATH_REGISTER || path == VKH2O_MATMUL_PATH_TEXEL) {
         /* 8 x 16 measured 25 GFLOP/s at 256 x 1536 x 7168 BF16 on lavapipe (2 cores); 16 x 16
          * is ~15% faster but takes ~4x longer (seconds) to compile per variant */
-        const uint32_t tm = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
+        const uint32_t tm = 1u << c;
         /* decode (M = 1): 16 invocations per workgroup, so that even the narrow projections
          * (kv_a_proj's 576 rows, q_a_proj's 1536) give every CPU thread workgroups: lavapipe
          * hands each thread a contiguous range of whole workgroups, and at 64 x 16 = 1024
          * columns per workgroup kv_a_proj was one workgroup on one thread */
-        const uint32_t tn = 16, wg = M <= 1 ? 16 : 64;
+        const uint32_t tn = 16, wg = c == 0 ? 16 : 64;
         const bool texel = path == VKH2O_MATMUL_PATH_TEXEL;
-        pl->shader = texel ? "matmul_texel" : "matmul";
-        pl->spec[MATMUL_SPEC_WG] = wg;
-        pl->spec[MATMUL_SPEC_TM] = tm;
-        pl->spec[MATMUL_SPEC_TN] = tn;
-        pl->nspec = texel ? MATMUL_TEXEL_SPEC_COUNT : MATMUL_SPEC_COUNT;
-        pl->register_blocked = true;
-        pl->block_m = tm;
-        pl->block_n = tn * wg;
-        /* untransposed: one iteration per uvec4 (4 or 8 k) plus a tail < 8; transposed: one
-         * per k. Counted conservatively as one per 4 k + 8 (inner loops are unrolled). */
-        pl->max_k = prof->loop_budget;
+        sh->shader = texel ? k_matmul_texel : k_matmul;
+        sh->spec[MATMUL_SPEC_WG] = wg;
+        sh->spec[MATMUL_SPEC_TM] = tm;
+        sh->spec[MATMUL_SPEC_TN] = tn;
+        sh->nspec = texel ? MATMUL_TEXEL_SPEC_COUNT : MATMUL_SPEC_COUNT;
+        sh->block_m = tm;
+        sh->block_n = tn * wg;
     } else {
         const uint32_t wg = prof->matmul_tiled_workgroup;
         const uint32_t wg_m = wg == 256 ? 16 : 8;
-        const uint32_t tm = M <= wg_m ? 1 : 4, tn = 4;
-        pl->shader = "matmul_tiled";
-        pl->spec[MATMUL_SPEC_WG] = wg;
-        pl->spec[MATMUL_SPEC_TM] = tm;
-        pl->spec[MATMUL_SPEC_TN] = tn;
-        pl->spec[MATMUL_TILED_SPEC_WG_M] = wg_m;
-        pl->spec[MATMUL_TILED_SPEC_BK] = 16;
-        pl->nspec = MATMUL_TILED_SPEC_COUNT;
-        pl->block_m = wg_m * tm;
-        pl->block_n = (wg / wg_m) * tn;
-        /* per BK-deep tile: the X and W staging loops (<= 4 each) and the BK-step product */
-        pl->max_k = prof->loop_budget / 32u * 16u;
+        const uint32_t tm = c == 0 ? 1 : 4, tn = 4;
+        sh->shader = k_matmul_tiled;
+        sh->spec[MATMUL_SPEC_WG] = wg;
+        sh->spec[MATMUL_SPEC_TM] = tm;
+        sh->spec[MATMUL_SPEC_TN] = tn;
+        sh->spec[MATMUL_TILED_SPEC_WG_M] = wg_m;
+        sh->spec[MATMUL_TILED_SPEC_BK] = 16;
+        sh->nspec = MATMUL_TILED_SPEC_COUNT;
+        sh->block_m = wg_m * tm;
+        sh->block_n = (wg / wg_m) * tn;
     }
+}
+
+vkh2o_result vkh2o_matmul_plan_make(vkh2o_context* ctx, const vkh2o_dev_weight* w, bool transposed, uint32_t path,
+                                    vkh2o_matmul_plan* p)
+{
+    if (!ctx || !w || !p)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_matmul_plan_make: NULL argument");
+    memset(p, 0, sizeof *p);
+    if (path >= VKH2O_MATMUL_PATH_COUNT)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: unknown path %u", path);
+    if (w->nchunks == 0 || w->nchunks > VKH2O_WEIGHT_MAX_CHUNKS)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: weight not uploaded");
+    const vkh2o_device_profile* prof = &ctx->profile;
+    /* the texel path views each whole chunk: every one must fit the device's texel limit */
+    bool chunks_fit_texels = true;
+    for (uint32_t c = 0; c < w->nchunks; c++)
+        chunks_fit_texels = chunks_fit_texels && vkh2o_buffer_get_size(w->chunk[c]) / 16u <= ctx->caps.max_texel_buffer_elements;
+    if (path == VKH2O_MATMUL_PATH_AUTO)
+        path = prof->matmul_path;
+    if (path == VKH2O_MATMUL_PATH_AUTO) {
+        if (!prof->cpu_shapes) path = VKH2O_MATMUL_PATH_TILED;
+        else path = chunks_fit_texels ? VKH2O_MATMUL_PATH_TEXEL : VKH2O_MATMUL_PATH_REGISTER;
+    }
+    p->path = path;
+    p->dtype = w->dtype;
+    p->transposed = transposed;
+    p->texel_refused = path == VKH2O_MATMUL_PATH_TEXEL && !chunks_fit_texels;
+    const bool tiled = path == VKH2O_MATMUL_PATH_TILED, texel = path == VKH2O_MATMUL_PATH_TEXEL;
+    p->tiled_rows = prof->matmul_tiled_workgroup == 256 ? 16 : 8;
+    /* CPU loop budget (0 = none): register blocking counts untransposed rows conservatively as
+     * one iteration per 4 k + 8 (inner loops are unrolled), transposed ones one per k; a tiled
+     * BK-deep tile runs the X and W staging loops (<= 4 each) and the BK-step product */
+    p->max_k = tiled ? prof->loop_budget / 32u * 16u : prof->loop_budget;
+    const uint32_t wdtype = w->dtype == VKH2O_DTYPE_F32 ? 0 : w->dtype == VKH2O_DTYPE_BF16 ? 1 : w->dtype == VKH2O_DTYPE_F16 ? 2 : 3;
+    const uint32_t classes = tiled ? 2 : VKH2O_MATMUL_TM_CLASSES;
+    for (uint32_t c = 0; c < classes; c++) {
+        matmul_shape sh;
+        shape_of(prof, path, c, &sh);
+        p->block_m[c] = sh.block_m;
+        p->block_n[c] = sh.block_n;
+        sh.spec[MATMUL_SPEC_WDTYPE] = wdtype;
+        sh.spec[MATMUL_SPEC_TRANSPOSED] = transposed ? 1 : 0;
+        for (uint32_t xvec = 0; xvec < (tiled ? 1u : 2u); xvec++)
+            for (uint32_t xtex = 0; xtex < (texel ? 2u : 1u); xtex++) {
+                if (!tiled) sh.spec[MATMUL_SPEC_XVEC] = xvec;
+                if (texel) sh.spec[MATMUL_TEXEL_SPEC_XTEX] = xtex;
+                VKH2O_CHECK(vkh2o_kernel_slot_prepare(ctx, &p->k[c][xvec][xtex], sh.shader, texel ? MATMUL_TEXEL_BINDINGS : 3,
+                                                      texel ? MATMUL_TEXEL_MASK : 0, sh.spec, sh.nspec));
+            }
+    }
+    return VKH2O_OK;
 }
 
 static bool binding_fits(vkh2o_binding b, uint32_t batch, uint32_t batch_stride, uint32_t rows,
@@ -311,12 +358,18 @@ static bool binding_fits(vkh2o_binding b, uint32_t batch, uint32_t batch_stride,
     return last * sizeof(float) <= b.range;
 }
 
-/* vkh2o_cmd_matmul (cb given) or vkh2o_matmul_resolve (cb VK_NULL_HANDLE: the kernel into a->slot, nothing recorded) */
+/* vkh2o_cmd_matmul (cb given) or vkh2o_matmul_resolve (cb VK_NULL_HANDLE: the variant's slot
+ * read, nothing recorded), through plan p: the variant index from M and X's binding is plain
+ * arithmetic, its kernel a slot read */
 static vkh2o_result matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* w, vkh2o_binding x, vkh2o_binding y,
-                           const vkh2o_matmul_args* a)
+                           const vkh2o_matmul_args* a, vkh2o_matmul_plan* p)
 {
     if (w->nchunks == 0 || w->nchunks > VKH2O_WEIGHT_MAX_CHUNKS)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: weight not uploaded");
+    if (p->dtype != w->dtype || p->transposed != a->w_transposed)
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
+                          "internal: a matmul plan made for a %s%s weight records a %s%s one", vkh2o_dtype_name(p->dtype),
+                          p->transposed ? " transposed" : "", vkh2o_dtype_name(w->dtype), a->w_transposed ? " transposed" : "");
     const uint32_t M = a->M, N = a->N, K = a->K, batch = a->batch ? a->batch : 1;
     if (M == 0 || N == 0 || K == 0)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: empty shape M=%u N=%u K=%u", M, N, K);
@@ -344,33 +397,15 @@ static vkh2o_result matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_d
                           "vkh2o_cmd_matmul: X or Y binding too small for M=%u N=%u K=%u batch=%u and the strides",
                           M, N, K, batch);
     const vkh2o_device_caps* caps = vkh2o_context_get_caps(ctx);
-    if (a->path >= VKH2O_MATMUL_PATH_COUNT)
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: unknown path %u", a->path);
     if (a->x_buffer && a->x_buffer->buffer != x.buffer)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: x_buffer is not the buffer X binds");
-    /* the texel path views each whole chunk: every one must fit the device's texel limit */
-    bool chunks_fit_texels = true;
-    for (uint32_t c = 0; c < w->nchunks; c++)
-        chunks_fit_texels = chunks_fit_texels && vkh2o_buffer_get_size(w->chunk[c]) / 16u <= caps->max_texel_buffer_elements;
-    uint32_t path = a->path;
-    if (path == VKH2O_MATMUL_PATH_AUTO)
-        path = ctx->profile.matmul_path;
-    if (path == VKH2O_MATMUL_PATH_AUTO) {
-        if (!ctx->profile.cpu_shapes) path = VKH2O_MATMUL_PATH_TILED;
-        else path = chunks_fit_texels ? VKH2O_MATMUL_PATH_TEXEL : VKH2O_MATMUL_PATH_REGISTER;
-    }
-    if (path == VKH2O_MATMUL_PATH_TEXEL && !chunks_fit_texels)
+    if (p->texel_refused)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                           "vkh2o_cmd_matmul: a weight chunk exceeds the device's %u texels per texel buffer",
                           caps->max_texel_buffer_elements);
-    matmul_plan pl;
-    plan_matmul(&ctx->profile, M, path, &pl);
-    pl.spec[MATMUL_SPEC_WDTYPE] = w->dtype == VKH2O_DTYPE_F32    ? 0
-                                  : w->dtype == VKH2O_DTYPE_BF16 ? 1
-                                  : w->dtype == VKH2O_DTYPE_F16  ? 2
-                                                                 : 3;
-    pl.spec[MATMUL_SPEC_TRANSPOSED] = a->w_transposed ? 1 : 0;
-    const bool texel = path == VKH2O_MATMUL_PATH_TEXEL;
+    const bool texel = p->path == VKH2O_MATMUL_PATH_TEXEL, register_blocked = p->path != VKH2O_MATMUL_PATH_TILED;
+    /* the TM class: the rows one invocation covers */
+    const uint32_t cls = register_blocked ? (M <= 1 ? 0 : M <= 2 ? 1 : M <= 4 ? 2 : 3) : (M <= p->tiled_rows ? 0 : 1);
     /* X through texels: a view of the buffer from x.offset to its end (one cached view per
      * buffer and offset, whatever M), when that covers every float read */
     vkh2o_binding x_tex = { 0 };
@@ -382,28 +417,25 @@ static vkh2o_result matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_d
         if ((need * sizeof(float) + 15u) / 16u * 16u <= range)
             VKH2O_CHECK(vkh2o_bind_texel(a->x_buffer, VK_FORMAT_R32G32B32A32_UINT, x.offset, range, &x_tex));
     }
-    if (pl.register_blocked) {
-        const uint64_t x_align = x_tex.view ? 256u : 16u;
-        pl.spec[MATMUL_SPEC_XVEC] = xs % 4 == 0 && (batch == 1 || a->x_batch_stride % 4 == 0) && x.offset % x_align == 0;
-    }
-    if (texel) pl.spec[MATMUL_TEXEL_SPEC_XTEX] = x_tex.view ? 1u : 0u;
+    const uint32_t xvec = register_blocked && xs % 4 == 0 && (batch == 1 || a->x_batch_stride % 4 == 0) &&
+                          x.offset % (x_tex.view ? 256u : 16u) == 0;
+    vkh2o_kernel_slot* slot = &p->k[cls][xvec][x_tex.view ? 1 : 0];
     /* untransposed rows hold all of K; the register kernel's loop runs K / 4 + 8 at most */
-    const uint64_t k_iters = pl.register_blocked ? (uint64_t)K / 4 + 8 : K;
-    if (pl.max_k && !a->w_transposed && k_iters > pl.max_k)
+    const uint64_t k_iters = register_blocked ? (uint64_t)K / 4 + 8 : K;
+    if (p->max_k && !a->w_transposed && k_iters > p->max_k)
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED,
                           "vkh2o_cmd_matmul: K=%u is beyond what one invocation of %s may loop over on this CPU "
-                          "device (llvmpipe ends loops after 65535 iterations)", K, pl.shader);
+                          "device (llvmpipe ends loops after 65535 iterations)", K, slot->shader);
     /* transposed: K is split into row segments of at most seg dispatches each */
-    const uint32_t seg = (pl.max_k && a->w_transposed) ? pl.max_k : UINT32_MAX;
-    const uint32_t gy = vkh2o_div_up(M, pl.block_m);
+    const uint32_t seg = (p->max_k && a->w_transposed) ? p->max_k : UINT32_MAX;
+    const uint32_t gy = vkh2o_div_up(M, p->block_m[cls]);
     if (gy > caps->max_workgroup_count[1] || batch > caps->max_workgroup_count[2])
         return vkh2o_fail(ctx, VKH2O_ERROR_UNSUPPORTED, "vkh2o_cmd_matmul: M=%u batch=%u exceed the dispatch limits",
                           M, batch);
-    const uint32_t nb = texel ? MATMUL_TEXEL_BINDINGS : 3, mask = texel ? MATMUL_TEXEL_MASK : 0;
-    if (cb == VK_NULL_HANDLE)
-        return vkh2o_kernel_slot_resolve(ctx, a->slot, pl.shader, nb, mask, pl.spec, pl.nspec);
     vkh2o_kernel* k = NULL;
-    VKH2O_CHECK(vkh2o_kernel_slot_get(ctx, a->slot, !a->slot_fixed, pl.shader, nb, mask, pl.spec, pl.nspec, &k));
+    VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, slot, &k));
+    if (cb == VK_NULL_HANDLE)
+        return VKH2O_OK;
 
     struct matmul_push pc = {
         .M = M, .N = N, .K = K, .x_stride = xs, .y_stride = ys,
@@ -439,7 +471,7 @@ static vkh2o_result matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_d
                 n_hi = hi < N ? (uint32_t)hi : N;
             }
             pc.n_base = n_lo;
-            const uint32_t gx = vkh2o_div_up(n_hi - n_lo, pl.block_n);
+            const uint32_t gx = vkh2o_div_up(n_hi - n_lo, p->block_n[cls]);
             /* transposed dispatches split K: later ones read-modify-write the same Y */
             if (dispatched && a->w_transposed) vkh2o_barrier(ctx, cb);
             vkh2o_binding b[MATMUL_TEXEL_BINDINGS] = { x, vkh2o_weight_binding(w, c), y, { 0 } };
@@ -460,13 +492,18 @@ vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2
 {
     if (!ctx || !w || !a || cb == VK_NULL_HANDLE)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_cmd_matmul: NULL argument");
-    return matmul(ctx, cb, w, x, y, a);
+    if (a->plan)
+        return matmul(ctx, cb, w, x, y, a, a->plan);
+    /* a call no object owns (tests, tools): a plan for it alone, its kernel found by name */
+    vkh2o_matmul_plan once;
+    VKH2O_CHECK(vkh2o_matmul_plan_make(ctx, w, a->w_transposed, a->path, &once));
+    return matmul(ctx, cb, w, x, y, a, &once);
 }
 
 vkh2o_result vkh2o_matmul_resolve(vkh2o_context* ctx, const vkh2o_dev_weight* w, vkh2o_binding x, vkh2o_binding y,
                                   const vkh2o_matmul_args* a)
 {
-    if (!ctx || !w || !a || !a->slot)
+    if (!ctx || !w || !a || !a->plan)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_matmul_resolve: NULL argument");
-    return matmul(ctx, VK_NULL_HANDLE, w, x, y, a);
+    return matmul(ctx, VK_NULL_HANDLE, w, x, y, a, a->plan);
 }

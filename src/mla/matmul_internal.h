@@ -61,6 +61,31 @@ static inline vkh2o_binding vkh2o_weight_binding(const vkh2o_dev_weight* w, uint
 
 /* vkh2o_matmul_path: internal.h (the device profile holds a forced path) */
 
+/* The kernels of one matmul call site, planned when its object is created: the path resolved
+ * for the weight (vkh2o_matmul_path; never AUTO) and a kernel slot for every variant a call may
+ * record, prepared (made at the first recording that reads it), so that recording reads a
+ * handle. A call's variant is plain arithmetic on its arguments: the TM class from M (the rows
+ * one invocation covers: register blocking M 1, 2, 3-4, more; tiled M up to tiled_rows, more),
+ * XVEC (register blocking: X's rows 16-byte aligned) and XTEX (the texel path: X read through a
+ * texel view of x_buffer). */
+#define VKH2O_MATMUL_TM_CLASSES 4u
+typedef struct vkh2o_matmul_plan {
+    uint32_t path;            /* REGISTER, TILED or TEXEL */
+    vkh2o_dtype dtype;        /* of the weight it was made for */
+    bool transposed;          /* w_transposed of its calls */
+    bool texel_refused;       /* the texel path forced on a weight with a chunk over the texel limit */
+    uint32_t tiled_rows;      /* tiled: M up to this is TM class 0 */
+    uint32_t max_k;           /* CPU loop budget in k iterations of one dispatch (0: none) */
+    uint32_t block_m[VKH2O_MATMUL_TM_CLASSES], block_n[VKH2O_MATMUL_TM_CLASSES];   /* Y per workgroup */
+    vkh2o_kernel_slot k[VKH2O_MATMUL_TM_CLASSES][2][2];   /* [TM class][XVEC][XTEX]; unused variants empty */
+} vkh2o_matmul_plan;
+/* Plans the matmuls of weight w (w_transposed: transposed) on `path` (vkh2o_matmul_path; AUTO:
+ * the device profile's choice for this weight). Prepares keys only: no kernel is made. Results:
+ * OK, INVALID_ARGUMENT (NULL, weight not uploaded, unknown path). A forced texel path on a
+ * weight whose chunks exceed the texel limit is refused by the recording (UNSUPPORTED). */
+vkh2o_result vkh2o_matmul_plan_make(vkh2o_context* ctx, const vkh2o_dev_weight* w, bool transposed, uint32_t path,
+                                    vkh2o_matmul_plan* p);
+
 typedef struct vkh2o_matmul_args {
     uint32_t M, N, K;          /* Y[M,N] = X[M,K] . W^T  (W is [N,K]) */
     uint32_t batch;            /* 0/1 = single; >1: z-batched, see strides (elements) */
@@ -74,12 +99,11 @@ typedef struct vkh2o_matmul_args {
     /* Optional: the buffer x binds. With it the texel path reads X through a texel view of the
      * buffer (needs x.offset a multiple of 256); without it X is read as a storage buffer. */
     vkh2o_buffer* x_buffer;
-    /* Optional: the caller's slot for this call site (vkh2o_kernel_slot_get). The call uses its
-     * kernel when the slot holds the one this call needs; else it looks the kernel up by name
-     * and keeps it in the slot unless slot_fixed (a slot vkh2o_matmul_resolve filled at an
-     * object's create for one shape, which other shapes must not evict). */
-    vkh2o_kernel_slot* slot;
-    bool slot_fixed;
+    /* Optional: the call site's plan (vkh2o_matmul_plan_make for this weight and w_transposed),
+     * whose path is used (path above is then ignored) and whose kernel slots the call reads.
+     * NULL: a plan made for this call alone, its kernel found by name (tests and tools, which
+     * own no object; the layer and the model always give theirs). */
+    vkh2o_matmul_plan* plan;
 } vkh2o_matmul_args;
 /*
  * Records Y = alpha X W^T (+Y). X, Y fp32 bindings (offsets/ranges as given). Handles chunked
@@ -100,8 +124,9 @@ typedef struct vkh2o_matmul_args {
 vkh2o_result vkh2o_cmd_matmul(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_dev_weight* w,
                               vkh2o_binding x, vkh2o_binding y, const vkh2o_matmul_args* a);
 /* The same checks and kernel choice as vkh2o_cmd_matmul with these arguments, recording
- * nothing: the kernel is looked up into a->slot (required), so that a later vkh2o_cmd_matmul
- * with the same arguments and slot records without a lookup. */
+ * nothing: the variant's slot of a->plan (required) is read, so its kernel is made now and a
+ * later vkh2o_cmd_matmul of the same shape records without a lookup (an object's create, for
+ * its decode step's fixed shapes). */
 vkh2o_result vkh2o_matmul_resolve(vkh2o_context* ctx, const vkh2o_dev_weight* w, vkh2o_binding x, vkh2o_binding y,
                                   const vkh2o_matmul_args* a);
 

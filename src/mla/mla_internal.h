@@ -44,13 +44,23 @@ typedef struct vkh2o_rmsnorm_args {
     uint32_t bc_heads, bc_tok_stride, bc_head_stride, bc_offset;
     const vkh2o_buffer* pos_buf;   /* NULL: positions pos0 + r */
     uint32_t pos_word;
-    vkh2o_kernel_slot* slot;  /* the caller's resolved kernel (vkh2o_kernel_slot_get, refilled); NULL: a lookup */
+    /* the owning object's plan (vkh2o_rmsnorm_plan_make for this rope and interleave); NULL: a
+     * plan for this call alone, its kernel found by name (tests, which own no object) */
+    struct vkh2o_rmsnorm_plan* plan;
 } vkh2o_rmsnorm_args;
 vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rmsnorm_args* a,
                                vkh2o_binding x, vkh2o_binding w, vkh2o_binding table,
                                vkh2o_binding y, vkh2o_binding pe, vkh2o_binding bc);
-/* The kernel vkh2o_cmd_rmsnorm records for a (its rope and interleave) into a->slot. */
-vkh2o_result vkh2o_rmsnorm_resolve(vkh2o_context* ctx, const vkh2o_rmsnorm_args* a);
+/* The kernels of one RMSNorm call site (its rope and interleave fixed): [0] positions pos0 + r,
+ * [1] positions from pos_buf (rope > 0 only). vkh2o_rmsnorm_plan_make prepares them (nothing is
+ * made until a slot is read: vkh2o_kernel_slot_read at create for the variants a decode step
+ * records). Results: OK, INVALID_ARGUMENT. */
+typedef struct vkh2o_rmsnorm_plan {
+    uint32_t rope;
+    bool interleave;
+    vkh2o_kernel_slot k[2];
+} vkh2o_rmsnorm_plan;
+vkh2o_result vkh2o_rmsnorm_plan_make(vkh2o_context* ctx, uint32_t rope, bool interleave, vkh2o_rmsnorm_plan* p);
 
 /* ---- RoPE in place : shaders/mla/rope.comp ----
  * x[s * tok_stride + h * head_stride + offset + 0 .. rope-1] rotated for position pos0 + s,
@@ -61,10 +71,17 @@ typedef struct vkh2o_rope_args {
     bool interleave;
     const vkh2o_buffer* pos_buf;   /* NULL: positions pos0 + s */
     uint32_t pos_word;
-    vkh2o_kernel_slot* slot;  /* the caller's resolved kernel (vkh2o_kernel_slot_get, refilled); NULL: a lookup */
+    struct vkh2o_rope_plan* plan;   /* as vkh2o_rmsnorm_args' (vkh2o_rope_plan_make); NULL: a lookup */
 } vkh2o_rope_args;
 vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rope_args* a,
                             vkh2o_binding table, vkh2o_binding x);
+/* RoPE's kernels of one call site, as vkh2o_rmsnorm_plan: [0] positions pos0 + s, [1] from pos_buf. */
+typedef struct vkh2o_rope_plan {
+    uint32_t rope;
+    bool interleave;
+    vkh2o_kernel_slot k[2];
+} vkh2o_rope_plan;
+vkh2o_result vkh2o_rope_plan_make(vkh2o_context* ctx, uint32_t rope, bool interleave, vkh2o_rope_plan* p);
 
 /* ---- attention with the attention mass : shaders/attn_lse, attn_pv, attn_reduce ----
  * S queries, T keys, H heads; query i sees key j iff j <= i + causal_off (and j < T):
@@ -92,12 +109,30 @@ typedef struct vkh2o_attn_args {
     bool accumulate_scores;
 } vkh2o_attn_args;
 
-/* The attention passes' kernel slots of one call site (vkh2o_kernel_slot_get): filled at the
- * first recording and refilled only when the shape's kernel changes (storage or texel reads,
- * another T's head grouping), so recording the same shape again looks nothing up by name. */
-typedef struct vkh2o_attn_slots {
-    vkh2o_kernel_slot lse, pv, reduce;
-} vkh2o_attn_slots;
+/* The attention passes' kernels of one call site, planned for a tuning and D, DV when its object
+ * is created (vkh2o_attn_plan_make: keys only, each made at the first recording that reads it).
+ * The heads per P.V invocation, which vkh2o_attn_hg estimates from T, come from breakpoints
+ * made here: hg_keys[h - 1] is the most keys at which h heads fit the loop budget, so a call
+ * steps down from t.hg while T exceeds the breakpoint (a few compares, no division).
+ * Results: OK, INVALID_ARGUMENT (an empty tuning or shape, hg above VKH2O_ATTN_MAX_HG). */
+typedef struct vkh2o_attn_plan {
+    vkh2o_attn_tuning t;      /* less texel: both reads are planned */
+    uint32_t D, DV;
+    uint32_t hg_keys[VKH2O_ATTN_MAX_HG];   /* UINT32_MAX: no budget; [0] is the most keys a row may have */
+    vkh2o_kernel_slot lse[2];                      /* [texel] */
+    vkh2o_kernel_slot pv[2][2][VKH2O_ATTN_MAX_HG];  /* [texel][probs][hg - 1] */
+    vkh2o_kernel_slot reduce;
+} vkh2o_attn_plan;
+vkh2o_result vkh2o_attn_plan_make(vkh2o_context* ctx, const vkh2o_attn_tuning* t, uint32_t D, uint32_t DV, vkh2o_attn_plan* p);
+/* The heads per P.V invocation for T keys under plan p (vkh2o_attn_hg's value, from the plan's
+ * breakpoints). */
+static inline uint32_t vkh2o_attn_plan_hg(const vkh2o_attn_plan* p, uint32_t T)
+{
+    uint32_t h = p->t.hg;
+    while (h > 1 && T > p->hg_keys[h - 1])
+        h--;
+    return h;
+}
 
 typedef struct vkh2o_attn_bufs {
     vkh2o_binding q, k, v, o, lse, part;
@@ -109,7 +144,9 @@ typedef struct vkh2o_attn_bufs {
      * v_hs multiples of 4 and the binding offsets multiples of 256 bytes, and the views fit the
      * device's texel limit; otherwise they fall back to storage reads. */
     vkh2o_buffer *q_buffer, *k_buffer, *v_buffer;
-    vkh2o_attn_slots* slots;  /* optional: the caller's kernel slots; NULL: lookups by name */
+    /* the owning object's plan (vkh2o_attn_plan_make for the call's tuning, D and DV); NULL: a
+     * plan for this call alone, its kernels found by name (tests, which own no object) */
+    vkh2o_attn_plan* plan;
 } vkh2o_attn_bufs;
 
 uint64_t vkh2o_attn_part_floats(const vkh2o_attn_tuning* t, uint32_t S, uint32_t T, uint32_t H, uint32_t D, uint32_t DV);
@@ -181,13 +218,14 @@ typedef struct vkh2o_mla_decode_bufs {
     uint32_t max_decode;
     vkh2o_buffer *obs_p, *obs_mass, *obs_score;   /* observation-window scratch (max_obs > 0) */
     uint32_t max_obs;
-    vkh2o_kernel_slot* obs_slots;   /* [3] the observation window's phases: filled at first use */
+    vkh2o_kernel_slot (*obs_slots)[3];   /* [phase][pooling] the observation window's, prepared at create */
 } vkh2o_mla_decode_bufs;
 vkh2o_mla_decode_bufs vkh2o_mla_layer_decode_bufs(vkh2o_mla_layer* layer);   /* non-const: its kernel slots */
 vkh2o_context* vkh2o_mla_layer_context(const vkh2o_mla_layer* layer);
-/* The layer's matmul call sites. Each has two kernel slots: one token's (the decode step's),
- * resolved when the layer is created and never evicted, and longer inputs' (the forward, a
- * multi-token decode: their kernel depends on the token count), filled at their first recording. */
+/* The layer's matmul call sites. Each has a plan (vkh2o_matmul_plan) made when the layer is
+ * created, with one token's kernels (the decode step's) made then and the other variants (the
+ * forward, a multi-token decode: their kernel depends on the token count) at their first
+ * recording. */
 typedef enum vkh2o_mla_mm_site {
     VKH2O_MM_Q_A, VKH2O_MM_KV_A, VKH2O_MM_Q_B, VKH2O_MM_KV_B_K, VKH2O_MM_KV_B_V, VKH2O_MM_O_PROJ,
     VKH2O_MM_ABSORB, VKH2O_MM_W_UV,   /* the decode step's query absorption and W_uv through kv_b_proj */
@@ -196,8 +234,8 @@ typedef enum vkh2o_mla_mm_site {
 /* Records the decode step's VKH2O_MM_ABSORB (the state's roped q [n, H, nope + rope] into the
  * decode scratch's q [n, H, kv_lora + rope]: q_nope[h] . W_uk[h]; the rope part is not written)
  * or VKH2O_MM_W_UV (the scratch's o [n, H, kv_lora] into the state's o [n, H, v]: . W_uv[h]^T)
- * over n tokens (at most max_decode_tokens), through the site's kernel slots (the one-token
- * kernels resolved when the layer is created). No barriers. Results: as vkh2o_cmd_matmul. */
+ * over n tokens (at most max_decode_tokens), through the site's plan (the one-token kernels
+ * made when the layer is created). No barriers. Results: as vkh2o_cmd_matmul. */
 vkh2o_result vkh2o_cmd_mla_decode_mm(vkh2o_mla_layer* layer, VkCommandBuffer cb, vkh2o_mla_mm_site site, uint32_t n);
 /* The buffers of the host conveniences (hidden, out: [S, hidden]), grown on demand. */
 vkh2o_result vkh2o_mla_layer_host_io(vkh2o_mla_layer* layer, uint32_t S, vkh2o_buffer** hidden, vkh2o_buffer** out);

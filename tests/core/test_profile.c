@@ -140,6 +140,12 @@ static void test_overrides(void** state)
     assert_false(p.attn_texel);
     assert_int_equal(p.matmul_path, VKH2O_MATMUL_PATH_AUTO);
     assert_int_equal(p.max_binding_bytes, 0);
+    /* more heads per P.V invocation than an attention plan keeps kernel variants for */
+    static const char* const many_heads[] = { "VKH2O_ATTN_TUNING", "128,2,16,17", NULL };
+    g_env = many_heads;
+    vkh2o_profile_make(&c, fake_env, &p);
+    assert_int_equal(p.attn_local, 64);
+    assert_int_equal(p.attn_hg, 8);
     g_env = NULL;
 }
 

@@ -371,9 +371,9 @@ static void test_session_full(void** state)
     /* prefill P, then decode the rest */
     assert_int_equal(vkh2o_model_session_reset(s), VKH2O_OK);
     assert_int_equal(vkh2o_host_model_prefill(s, tok, P, dec, NULL), VKH2O_OK);
-    /* one token: the model, its layers and their caches resolved every kernel of the step to a
-     * handle when they were made, so recording it looks none up by name (after a prefill and a
-     * multi-token decode that recorded other shapes through the same call sites) */
+    /* one token: the model, its layers and their caches planned every kernel of the step and
+     * made the step's when they were made, so recording it looks none up by name (after a
+     * prefill and a multi-token decode that recorded other shapes through the same plans) */
     const uint64_t l0 = vkh2o_kernel_lookups(x.m->ctx);
     assert_int_equal(vkh2o_host_model_decode(s, tok + P, 1, dec + P * V, NULL), VKH2O_OK);
     assert_int_equal(vkh2o_kernel_lookups(x.m->ctx) - l0, 0);
@@ -392,6 +392,11 @@ static void test_session_full(void** state)
     const vkh2o_kvcache_plan fp = layer_plan(x.m, (vkh2o_kvcache_desc){ 0 }, 48);
     assert_int_equal(vkh2o_model_session_get_cache_bytes(s), 2 * fp.device_bytes);
     assert_true(fp.arena_bytes >= (48 + 1) * 68 && fp.arena_bytes < (48 + 1) * 68 + fp.chunk_bytes);
+    /* a prefill after the first records through kernels the first made: no lookup either */
+    assert_int_equal(vkh2o_model_session_reset(s), VKH2O_OK);
+    const uint64_t l2 = vkh2o_kernel_lookups(x.m->ctx);
+    assert_int_equal(vkh2o_host_model_prefill(s, tok, P, NULL, NULL), VKH2O_OK);
+    assert_int_equal(vkh2o_kernel_lookups(x.m->ctx) - l2, 0);
     vkh2o_model_session_destroy(s);
     free(fw); free(dec); free(lp); free(lpf);
     unload_tiny(&x);

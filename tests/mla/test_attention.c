@@ -279,6 +279,47 @@ static void test_offsets_and_shared(void** state)
     vt_check_validation();
 }
 
+/* An object's attention plan (vkh2o_attn_plan_make) takes the heads per P.V invocation from
+ * breakpoints it made: the same as vkh2o_attn_hg for every T, and the same longest row, without
+ * making a kernel (a plan holds keys only). */
+static void test_plan_hg(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    const vkh2o_attn_tuning tunings[] = { vkh2o_attn_tuning_default(ctx), LOOPY, GPU, ODD, ONE,
+                                          { 32, 8, 8, 8, 60000, 0 }, { 16, 3, 5, 7, 5000, 0 }, { 8, 1, 1, 16, 777, 0 } };
+    static const uint32_t dims[][2] = { { 192, 128 }, { 576, 512 }, { 40, 24 }, { 7, 5 }, { 16, 8 } };
+    const uint64_t l0 = vkh2o_kernel_lookups(ctx);
+    vkh2o_attn_plan* p = malloc(sizeof *p);
+    assert_non_null(p);
+    uint64_t checked = 0;
+    for (size_t ti = 0; ti < sizeof tunings / sizeof tunings[0]; ti++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            const vkh2o_attn_tuning* t = &tunings[ti];
+            const uint32_t D = dims[di][0], DV = dims[di][1];
+            assert_int_equal(vkh2o_attn_plan_make(ctx, t, D, DV, p), VKH2O_OK);
+            for (uint32_t T = 1; T <= 20000; T += T < 2000 ? 1 : 7) {
+                /* the longest row: as attention's check (refused past it) */
+                const bool fits = !t->loop_budget ||
+                                  (uint64_t)((T + t->rk - 1) / t->rk) * (D / 8 + D % 8 + DV / 8 + DV % 8 + 2) + 1 <= t->loop_budget;
+                if ((T <= p->hg_keys[0]) != fits)
+                    fail_msg("tuning %zu D %u DV %u T %u: the plan's longest row is %u keys", ti, D, DV, T, p->hg_keys[0]);
+                if (vkh2o_attn_plan_hg(p, T) != vkh2o_attn_hg(t, T, D, DV))
+                    fail_msg("tuning %zu D %u DV %u T %u: the plan gives %u heads per invocation, vkh2o_attn_hg %u", ti, D, DV, T,
+                             vkh2o_attn_plan_hg(p, T), vkh2o_attn_hg(t, T, D, DV));
+                checked++;
+            }
+        }
+    printf("#   %llu (tuning, D, DV, T) agree; no kernel made\n", (unsigned long long)checked);
+    assert_int_equal(vkh2o_kernel_lookups(ctx) - l0, 0);
+    /* more heads per invocation than a plan keeps variants for */
+    vkh2o_attn_tuning big = GPU;
+    big.hg = VKH2O_ATTN_MAX_HG + 1;
+    assert_int_equal(vkh2o_attn_plan_make(ctx, &big, 16, 8, p), VKH2O_ERROR_INVALID_ARGUMENT);
+    free(p);
+    vt_check_validation();
+}
+
 static void test_errors(void** state)
 {
     (void)state;
@@ -336,6 +377,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_causal),
         cmocka_unit_test(test_offsets_and_shared),
+        cmocka_unit_test(test_plan_hg),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, vt_group_teardown);
