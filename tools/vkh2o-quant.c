@@ -79,21 +79,35 @@ static bool parse_budgets(const char* tool, const char* flag, const char* v, voi
     return cli_list(tool, flag, v, MAX_BUDGETS, budget_item, dst, &((opts*)dst)->n_budgets);
 }
 
-/* --bench-configs: names of the table's rows, each listed once */
+/* --configs, --bench-configs: names of the table's rows, each listed once */
 static bool config_item(const char* tool, const char* flag, const char* t, uint32_t i, void* dst)
 {
     opts* o = dst;
-    if (strlen(t) >= sizeof o->bench_names[0])
+    char(*names)[32] = strcmp(flag, "--configs") ? o->bench_names : o->table_names;
+    if (strlen(t) >= sizeof names[0])
         return cli_fail(0, "%s: %s: '%s' is too long a name\n", tool, flag, t);
     for (uint32_t k = 0; k < i; k++)
-        if (!strcmp(o->bench_names[k], t))
+        if (!strcmp(names[k], t))
             return cli_fail(0, "%s: %s: '%s' is listed twice\n", tool, flag, t);
-    strcpy(o->bench_names[i], t);
+    strcpy(names[i], t);
     return true;
 }
 static bool parse_bench_configs(const char* tool, const char* flag, const char* v, void* dst)
 {
     return cli_list(tool, flag, v, MAX_CFG, config_item, dst, &((opts*)dst)->n_bench);
+}
+static bool parse_configs(const char* tool, const char* flag, const char* v, void* dst)
+{
+    return cli_list(tool, flag, v, MAX_CFG, config_item, dst, &((opts*)dst)->n_table);
+}
+
+/* The index of the row named `name` in specs[0..n), or -1. */
+static int spec_index(const cfgspec* specs, int n, const char* name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(specs[i].name, name))
+            return i;
+    return -1;
 }
 
 enum { M_RANDOM = 1, M_WEIGHTS = 2, M_BENCH = 4, M_TABLE = 8, M_NOTW = 16, M_DECAY = 32 };
@@ -150,6 +164,9 @@ static int parse(int argc, char** argv, opts* o)
         { "--passes", CLI_U32, &o->passes, "N", "1", 1, 100000, .modes = M_TABLE,
           .help = "measure the table N times (a soak): from the third pass on every run must\nend with the device "
                   "memory it ended with in the second", .na = "repeats the table, not --bench" },
+        { "--configs", CLI_FN, o, "L", .modes = M_TABLE, .fn = parse_configs,
+          .help = "comma-separated rows of the table to measure besides fp16, the reference\n(default: every row)",
+          .na = "picks the table's rows (--bench-configs picks --bench's)" },
         { "--bench", CLI_BOOL, &o->bench,
           .help = "the cache's decode step at --bench-tokens held tokens, fp16 against the\n--bench-configs, one cache "
                   "each, steps alternating; median wall time of\nvkh2o_run_kvcache_step (record, submit, wait) and the "
@@ -514,21 +531,30 @@ static int check_args(const opts* o, int argc, char** argv, vkh2o_mla_config* cf
     for (int k = 1; k < VKH2O_TIER_COUNT; k++)
         base->group_size[k] = o->group[k];
     *ns = make_specs(o, specs);
-    /* --bench: fp16 and the listed rows, and only those must resolve */
+    /* --configs / --bench-configs: fp16 and the listed rows, and only those must resolve */
     *nb = 0;
+    const uint32_t n_named = b ? o->n_bench : o->n_table;
+    char(*const names)[32] = b ? (char(*)[32])o->bench_names : (char(*)[32])o->table_names;
+    for (uint32_t j = 0; j < n_named; j++)
+        if (spec_index(specs, *ns, names[j]) < 0)
+            return cli_fail(2, TOOL ": %s: '%s' is not a row of the table (fp16 int8 int4 int2 conservative balanced "
+                               "aggressive, bytes-P%% and bytes-P%%+int2 for each --byte-budgets P)\n",
+                            b ? "--bench-configs" : "--configs", names[j]);
     if (b) {
         bench_specs[(*nb)++] = specs[0];
         for (uint32_t j = 0; j < o->n_bench; j++) {
-            int k = -1;
-            for (int i = 0; i < *ns; i++)
-                if (!strcmp(specs[i].name, o->bench_names[j]))
-                    k = i;
-            if (k < 0)
-                return cli_fail(2, TOOL ": --bench-configs: '%s' is not a row of the table (fp16 int8 int4 int2 conservative "
-                                   "balanced aggressive, bytes-P%% and bytes-P%%+int2 for each --byte-budgets P)\n", o->bench_names[j]);
+            const int k = spec_index(specs, *ns, o->bench_names[j]);
             if (k > 0)
                 bench_specs[(*nb)++] = specs[k];
         }
+    } else if (o->n_table) {
+        /* the table's own order: fp16 first, then the listed rows as make_specs orders them */
+        int n = 1;
+        for (int i = 1; i < *ns; i++)
+            for (uint32_t j = 0; j < o->n_table; j++)
+                if (!strcmp(specs[i].name, o->table_names[j]))
+                    specs[n++] = specs[i];
+        *ns = n;
     }
     const cfgspec* list = b ? bench_specs : specs;
     const int n = b ? *nb : *ns;

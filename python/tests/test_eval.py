@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 import vkh2o.eval as ev
-from conftest import EVAL_TEXT, MODEL, build_dir
+from conftest import EVAL_TEXT, MODEL, build_dir, full_only
 
 CTX = 128
 CASES = {
@@ -42,7 +42,7 @@ def text():
         return f.read()
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=full_only) if c == "tova-budget" else c for c in sorted(CASES)])
 def test_python_evaluation_equals_vkh2o_eval(tiny_model, text, tmp_path, case):
     tool = os.path.join(build_dir(), "vkh2o-eval")
     if not os.path.isfile(tool):

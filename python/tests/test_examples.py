@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from conftest import SRC
+from conftest import SRC, full_only
 
 EX = os.path.join(SRC, "python", "examples")
 
@@ -17,6 +17,7 @@ def run(script, *args):
     return p.stdout
 
 
+@full_only   # (the sweep's caches compile for most of a minute on a cold lavapipe)
 def test_policy_sweep_writes_its_plot(tmp_path):
     png = tmp_path / "sweep.png"
     out = run("policy_sweep.py", "--ctx", "64", "--windows", "1", "--fracs", "0.5,0.25", "--configs", "tiered",

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import vkh2o
+from conftest import full_only
 
 H, R, P = 2, 32, 8          # heads, kv_lora_rank, qk_rope_head_dim (latent row 40)
 NOPE, V = 16, 12            # expanded
@@ -182,7 +183,7 @@ def test_bad_input_names_the_argument(ctx):
     assert c.stats()["len"] == 0   # nothing happened
 
 
-@pytest.mark.parametrize("layout", ["latent", "expanded"])
+@pytest.mark.parametrize("layout", ["latent", pytest.param("expanded", marks=full_only)])
 def test_step_layers_equals_one_step_per_layer(ctx, layout):
     """Three layers in one step give the outputs, held tokens and statistics of three steps."""
     rng = np.random.default_rng(13)

@@ -291,6 +291,10 @@ case_ vkh2o-quant --decay "${Q[@]}" --score-mode tova --decay 0.5   # not the de
 choice vkh2o-quant --bench-configs int4 "${QB[@]}"
 case_ vkh2o-quant --bench-configs "${QB[@]}" --bench-configs int4,int4
 case_ vkh2o-quant --bench-configs "${QB[@]}" --bench-configs ""
+choice vkh2o-quant --configs int4 "${Q[@]}"
+case_ vkh2o-quant --configs "${Q[@]}" --configs int4,int4
+case_ vkh2o-quant --configs "${Q[@]}" --configs ""
+case_ vkh2o-quant --configs "${QB[@]}" --configs int4                  # --bench's rows are --bench-configs
 # retired with the quantised cache: refused with the reason
 for f in --block --budget --route-every --layout --bench-read --bench-policies --profile; do case_ vkh2o-quant $f "${Q[@]}" $f 1; done
 # flags that do not apply to the run

@@ -40,6 +40,8 @@ typedef struct opts {
     bool quiet, bench, kivi, heads_set, group_given;
     uint32_t n_bench;                   /* --bench-configs after fp16 */
     char bench_names[MAX_CFG][32];
+    uint32_t n_table;                   /* --configs after fp16 (0: every row) */
+    char table_names[MAX_CFG][32];
     const char *csv, *json, *weights, *config;
 } opts;
 
