@@ -165,7 +165,7 @@ case "$cmd" in
         # repeat `test` exactly (the tool suites that do not read VKH2O_TEST_FULL, the README
         # example, the docs check, the symbol and embedding checks)
         if [ "${FULL_ONLY:-0}" = 1 ]; then
-            VKH2O_TEST_FULL=1 run_tests "${BUILD_DIR:-build}" -E '^(e2e_kimi_layout|e2e_public_api|e2e_mkshard|e2e_conformance|e2e_conformance_coverage|e2e_eval_text|readme_example|docs_check|symbols|embed_app_static|embed_app_shared)$'
+            VKH2O_TEST_FULL=1 run_tests "${BUILD_DIR:-build}" -E '^(e2e_public_api|e2e_mkshard|e2e_conformance|e2e_conformance_coverage|e2e_eval_text|readme_example|docs_check|symbols|embed_app_static|embed_app_shared)$'
         else
             VKH2O_TEST_FULL=1 run_tests "${BUILD_DIR:-build}"
         fi ;;

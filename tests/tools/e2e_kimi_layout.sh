@@ -98,9 +98,11 @@ grep -q "yarn factor 64  beta_fast 1  beta_slow 1" "$WORK/short.log" || fail "K2
 "$MK" --out "$WORK/f8.safetensors" --config-out "$WORK/f8.json" --preset small --layout kimi-k2.6 --dtype fp8 --verify --quiet \
     || fail "mkshard fp8"
 "$MK" --out "$WORK/b16.safetensors" --config-out "$WORK/b16.json" --preset small --layout kimi-k2.6 --quiet || fail "mkshard bf16"
+# (the GPU kernel shapes too in the full run; CI's test-gpu-shapes runs this whole suite in them)
 for dt in f8 b16; do
     "$DEMO" --weights "$WORK/$dt.safetensors" --config "$WORK/$dt.json" "${DARGS[@]}" > "$WORK/$dt.log" 2>&1 \
         && check_log "$dt weights" "$WORK/$dt.log" || fail "$dt demo: $(cat "$WORK/$dt.log")"
+    [ "${VKH2O_TEST_FULL:-0}" = 1 ] || continue
     VKH2O_GPU_SHAPES=1 "$DEMO" --weights "$WORK/$dt.safetensors" --config "$WORK/$dt.json" "${DARGS[@]}" > "$WORK/$dt.g.log" 2>&1 \
         && check_log "$dt weights, GPU kernel shapes" "$WORK/$dt.g.log" || fail "$dt demo (GPU shapes): $(cat "$WORK/$dt.g.log")"
 done
