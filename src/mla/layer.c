@@ -88,6 +88,23 @@ vkh2o_result vkh2o_rope_plan_make(vkh2o_context* ctx, uint32_t rope, bool interl
     return VKH2O_OK;
 }
 
+/* The kernel of an RMSNorm or RoPE call: from the owning object's plan (made for the call's rope
+ * and interleave), or from a plan made by `make` for this call alone (tests, which own no object). */
+static vkh2o_result pos_kernel(vkh2o_context* ctx, const char* op, vkh2o_pos_plan* plan, uint32_t rope, bool interleave,
+                               bool dev_pos, vkh2o_result (*make)(vkh2o_context*, uint32_t, bool, vkh2o_pos_plan*),
+                               vkh2o_kernel** k)
+{
+    vkh2o_pos_plan once;
+    if (!plan) {
+        VKH2O_CHECK(make(ctx, rope, interleave, &once));
+        plan = &once;
+    } else if (plan->rope != rope || plan->interleave != interleave) {
+        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "internal: %s plan for rope %u%s records rope %u%s", op,
+                          plan->rope, plan->interleave ? " interleaved" : "", rope, interleave ? " interleaved" : "");
+    }
+    return vkh2o_kernel_slot_read(ctx, &plan->k[dev_pos ? 1 : 0], k);
+}
+
 vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rmsnorm_args* a,
                                vkh2o_binding x, vkh2o_binding w, vkh2o_binding table,
                                vkh2o_binding y, vkh2o_binding pe, vkh2o_binding bc)
@@ -103,16 +120,8 @@ vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
     if (dev_pos && 4ull * a->pos_word + 4 > a->pos_buf->size)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rmsnorm: position word %u outside its buffer of %llu bytes",
                           a->pos_word, (unsigned long long)a->pos_buf->size);
-    vkh2o_rmsnorm_plan once, *plan = a->plan;
-    if (!plan) {   /* a call no object owns (tests): a plan for it alone, its kernel found by name */
-        VKH2O_CHECK(vkh2o_rmsnorm_plan_make(ctx, a->rope, a->interleave, &once));
-        plan = &once;
-    } else if (plan->rope != a->rope || plan->interleave != a->interleave) {
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "internal: an rmsnorm plan for rope %u%s records rope %u%s",
-                          plan->rope, plan->interleave ? " interleaved" : "", a->rope, a->interleave ? " interleaved" : "");
-    }
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &plan->k[dev_pos ? 1 : 0], &k));
+    VKH2O_CHECK(pos_kernel(ctx, "an rmsnorm", a->plan, a->rope, a->interleave, dev_pos, vkh2o_rmsnorm_plan_make, &k));
     struct rmsnorm_push pc = { a->rows, a->n, a->x_stride, a->y_stride, a->eps, a->pos0, a->pe_stride,
                                a->rope ? a->bc_heads : 0, a->bc_tok_stride, a->bc_head_stride, a->bc_offset,
                                dev_pos ? a->pos_word : 0 };
@@ -130,16 +139,8 @@ vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_
     if (a->pos_buf && 4ull * a->pos_word + 4 > a->pos_buf->size)
         return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "rope: position word %u outside its buffer of %llu bytes",
                           a->pos_word, (unsigned long long)a->pos_buf->size);
-    vkh2o_rope_plan once, *plan = a->plan;
-    if (!plan) {   /* a call no object owns (tests): a plan for it alone, its kernel found by name */
-        VKH2O_CHECK(vkh2o_rope_plan_make(ctx, a->rope, a->interleave, &once));
-        plan = &once;
-    } else if (plan->rope != a->rope || plan->interleave != a->interleave) {
-        return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT, "internal: a rope plan for rope %u%s records rope %u%s",
-                          plan->rope, plan->interleave ? " interleaved" : "", a->rope, a->interleave ? " interleaved" : "");
-    }
     vkh2o_kernel* k;
-    VKH2O_CHECK(vkh2o_kernel_slot_read(ctx, &plan->k[a->pos_buf ? 1 : 0], &k));
+    VKH2O_CHECK(pos_kernel(ctx, "a rope", a->plan, a->rope, a->interleave, a->pos_buf != NULL, vkh2o_rope_plan_make, &k));
     struct rope_push pc = { a->tokens, a->heads, a->tok_stride, a->head_stride, a->offset, a->pos0,
                             a->pos_buf ? a->pos_word : 0 };
     vkh2o_binding b[3] = { table, x, a->pos_buf ? vkh2o_bind(a->pos_buf) : table };   /* table: unused */

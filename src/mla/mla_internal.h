@@ -46,7 +46,7 @@ typedef struct vkh2o_rmsnorm_args {
     uint32_t pos_word;
     /* the owning object's plan (vkh2o_rmsnorm_plan_make for this rope and interleave); NULL: a
      * plan for this call alone, its kernel found by name (tests, which own no object) */
-    struct vkh2o_rmsnorm_plan* plan;
+    struct vkh2o_pos_plan* plan;
 } vkh2o_rmsnorm_args;
 vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rmsnorm_args* a,
                                vkh2o_binding x, vkh2o_binding w, vkh2o_binding table,
@@ -55,11 +55,12 @@ vkh2o_result vkh2o_cmd_rmsnorm(vkh2o_context* ctx, VkCommandBuffer cb, const vkh
  * [1] positions from pos_buf (rope > 0 only). vkh2o_rmsnorm_plan_make prepares them (nothing is
  * made until a slot is read: vkh2o_kernel_slot_read at create for the variants a decode step
  * records). Results: OK, INVALID_ARGUMENT. */
-typedef struct vkh2o_rmsnorm_plan {
+typedef struct vkh2o_pos_plan {   /* RMSNorm's and RoPE's alike */
     uint32_t rope;
     bool interleave;
     vkh2o_kernel_slot k[2];
-} vkh2o_rmsnorm_plan;
+} vkh2o_pos_plan;
+typedef vkh2o_pos_plan vkh2o_rmsnorm_plan;
 vkh2o_result vkh2o_rmsnorm_plan_make(vkh2o_context* ctx, uint32_t rope, bool interleave, vkh2o_rmsnorm_plan* p);
 
 /* ---- RoPE in place : shaders/mla/rope.comp ----
@@ -71,16 +72,12 @@ typedef struct vkh2o_rope_args {
     bool interleave;
     const vkh2o_buffer* pos_buf;   /* NULL: positions pos0 + s */
     uint32_t pos_word;
-    struct vkh2o_rope_plan* plan;   /* as vkh2o_rmsnorm_args' (vkh2o_rope_plan_make); NULL: a lookup */
+    struct vkh2o_pos_plan* plan;   /* as vkh2o_rmsnorm_args' (vkh2o_rope_plan_make); NULL: a lookup */
 } vkh2o_rope_args;
 vkh2o_result vkh2o_cmd_rope(vkh2o_context* ctx, VkCommandBuffer cb, const vkh2o_rope_args* a,
                             vkh2o_binding table, vkh2o_binding x);
 /* RoPE's kernels of one call site, as vkh2o_rmsnorm_plan: [0] positions pos0 + s, [1] from pos_buf. */
-typedef struct vkh2o_rope_plan {
-    uint32_t rope;
-    bool interleave;
-    vkh2o_kernel_slot k[2];
-} vkh2o_rope_plan;
+typedef vkh2o_pos_plan vkh2o_rope_plan;
 vkh2o_result vkh2o_rope_plan_make(vkh2o_context* ctx, uint32_t rope, bool interleave, vkh2o_rope_plan* p);
 
 /* ---- attention with the attention mass : shaders/attn_lse, attn_pv, attn_reduce ----
