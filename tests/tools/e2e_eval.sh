@@ -102,7 +102,7 @@ for f in "${ladders[@]}"; do
     "$PY" -c "import sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if w <= g * 1.001 and g <= 1.01 * w else 1)" "$q" "$got" \
         || fail "--kv-quant ($f) gives $q bits/byte, the full cache $got"
 done
-echo "quantisation ladders (ctx 128): balanced $(json_get "$TMP/qb.json" "d[0]['bits_per_byte']") bits/byte"
+echo "quantisation ladders (ctx 128): balanced $(json_get "$TMP/qb.json" "d[0]['bits_per_byte']")$([ -e "$TMP/qa.json" ] && echo ", aggressive $(json_get "$TMP/qa.json" "d[0]['bits_per_byte']")") bits/byte"
 
 # ---- the recurring passage: the full cache and h2o above the context agree (the full run: the
 # h2o session's decode steps are this test's longest run); the recurrence of a passage costs the
