@@ -393,7 +393,9 @@ vkh2o_result vkh2o_tensor_check_finite(const vkh2o_tensor_view* v, vkh2o_error* 
 
 /* ---- small utilities ---- */
 static inline uint32_t vkh2o_div_up(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
-/* Environment flag: "1", "true", "yes", "on" (case-insensitive). */
+/* Environment flag: "1", "true", "yes", "on" (case-insensitive). vkh2o_flag_on: whether such a
+ * value (NULL: unset) is on. */
 bool vkh2o_env_flag(const char* name);
+bool vkh2o_flag_on(const char* value);
 
 #endif

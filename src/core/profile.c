@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "internal.h"
 #include "kvcache/kvcache_internal.h"   /* the KV cache's kernel shapes (the same on every device) */
@@ -26,20 +25,13 @@
 
 static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
-/* an environment switch: 1, true, yes or on */
-static bool env_on(vkh2o_env_fn env, const char* name)
-{
-    const char* v = env ? env(name) : NULL;
-    return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
-}
-
 void vkh2o_profile_make(const vkh2o_device_caps* caps, vkh2o_env_fn env, vkh2o_device_profile* p)
 {
     memset(p, 0, sizeof *p);
     const bool cpu = caps->device_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     /* VKH2O_GPU_SHAPES=1 (a test switch) gives a CPU device the GPU shapes, so the suites and
      * vkh2o-conformance run the GPU variants on lavapipe; its loop budget stays */
-    p->cpu_shapes = cpu && !env_on(env, "VKH2O_GPU_SHAPES");
+    p->cpu_shapes = cpu && !vkh2o_flag_on(env ? env("VKH2O_GPU_SHAPES") : NULL);
     p->loop_budget = cpu ? CPU_LOOP_BUDGET : 0;
     /* Vulkan guarantees 128 invocations per workgroup; the GPUs this targets have 1024 */
     const uint32_t inv = caps->max_workgroup_invocations;

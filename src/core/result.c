@@ -136,10 +136,9 @@ const char* vkh2o_last_error(const vkh2o_context* ctx)
     return ctx ? ctx->last_error : "";
 }
 
-bool vkh2o_env_flag(const char* name)
+bool vkh2o_flag_on(const char* v)
 {
-    const char* v = getenv(name);
-    if (!v)
-        return false;
-    return !strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on");
+    return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
 }
+
+bool vkh2o_env_flag(const char* name) { return vkh2o_flag_on(getenv(name)); }
