@@ -717,6 +717,18 @@ static vkh2o_buffer* own_buffer(const vkh2o_mla_layer* L, vkh2o_binding b)
     return NULL;
 }
 
+/* The weight each matmul site multiplies by (VKH2O_MM_ABSORB: transposed). */
+static vkh2o_mla_weight site_weight(const vkh2o_mla_layer* L, vkh2o_mla_mm_site s)
+{
+    switch (s) {
+    case VKH2O_MM_Q_A: return VKH2O_W_Q_A_PROJ;
+    case VKH2O_MM_KV_A: return VKH2O_W_KV_A_PROJ;
+    case VKH2O_MM_Q_B: return L->st.q_lora ? VKH2O_W_Q_B_PROJ : VKH2O_W_Q_PROJ;
+    case VKH2O_MM_O_PROJ: return VKH2O_W_O_PROJ;
+    default: return VKH2O_W_KV_B_PROJ;   /* KV_B_K, KV_B_V, ABSORB, W_UV */
+    }
+}
+
 /* One matmul of the projections: its weight, X (x_buf: the buffer X binds when known, so that
  * CPU devices may read X as texels, matmul.c), Y and shape. */
 typedef struct mm_call {
@@ -734,22 +746,19 @@ static mm_call proj_call(const vkh2o_mla_layer* L, vkh2o_mla_mm_site site, uint3
     const vkh2o_mla_state* st = &L->st;
     const uint32_t H = st->heads, nope = st->nope, rope = st->rope, dv = st->v_dim, qk = nope + rope, lq = st->q_lora,
                    lkv = st->kv_lora, D = st->hidden;
-    mm_call c = { .x = hidden, .x_buf = hidden_buf };
+    mm_call c = { .w = site_weight(L, site), .x = hidden, .x_buf = hidden_buf };
     switch (site) {
     case VKH2O_MM_Q_A:
-        c.w = VKH2O_W_Q_A_PROJ;
         c.y = rows(L->qa, (uint64_t)S * lq);
         c.a = (vkh2o_matmul_args){ .M = S, .N = lq, .K = D };
         break;
     case VKH2O_MM_KV_A:
-        c.w = VKH2O_W_KV_A_PROJ;
         c.y = rows(L->ckv_full, (uint64_t)S * (lkv + rope));
         c.a = (vkh2o_matmul_args){ .M = S, .N = lkv + rope, .K = D };
         break;
     case VKH2O_MM_Q_B:
         /* q_b_proj of the normed q_a, or q_proj of hidden without a q LoRA */
         c.y = rows(st->q, (uint64_t)S * H * qk);
-        c.w = lq ? VKH2O_W_Q_B_PROJ : VKH2O_W_Q_PROJ;
         c.a = (vkh2o_matmul_args){ .M = S, .N = H * qk, .K = lq ? lq : D };
         if (lq) {
             c.x = rows(L->qa_n, (uint64_t)S * lq);
@@ -760,7 +769,6 @@ static mm_call proj_call(const vkh2o_mla_layer* L, vkh2o_mla_mm_site site, uint3
     case VKH2O_MM_KV_B_V: {
         /* kv_b_proj rows are [k_nope | v] per head: K's nope part and V are two head-batched matmuls */
         const bool v = site == VKH2O_MM_KV_B_V;
-        c.w = VKH2O_W_KV_B_PROJ;
         c.x = rows(st->ckv, (uint64_t)S * lkv);
         c.x_buf = st->ckv;
         c.y = v ? rows(st->v, (uint64_t)S * H * dv) : rows(st->k, (uint64_t)S * H * qk);
@@ -770,7 +778,6 @@ static mm_call proj_call(const vkh2o_mla_layer* L, vkh2o_mla_mm_site site, uint3
         break;
     }
     default:   /* VKH2O_MM_O_PROJ */
-        c.w = VKH2O_W_O_PROJ;
         c.x = rows(st->o, (uint64_t)S * H * dv);
         c.x_buf = st->o;
         c.y = rows(L->dec_out, (uint64_t)S * D);
@@ -820,18 +827,6 @@ static vkh2o_result decode_mm(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_
 vkh2o_result vkh2o_cmd_mla_decode_mm(vkh2o_mla_layer* L, VkCommandBuffer cb, vkh2o_mla_mm_site site, uint32_t n)
 {
     return decode_mm(L, cb, site, n);
-}
-
-/* The weight each matmul site multiplies by (VKH2O_MM_ABSORB: transposed). */
-static vkh2o_mla_weight site_weight(const vkh2o_mla_layer* L, vkh2o_mla_mm_site s)
-{
-    switch (s) {
-    case VKH2O_MM_Q_A: return VKH2O_W_Q_A_PROJ;
-    case VKH2O_MM_KV_A: return VKH2O_W_KV_A_PROJ;
-    case VKH2O_MM_Q_B: return L->st.q_lora ? VKH2O_W_Q_B_PROJ : VKH2O_W_Q_PROJ;
-    case VKH2O_MM_O_PROJ: return VKH2O_W_O_PROJ;
-    default: return VKH2O_W_KV_B_PROJ;   /* KV_B_K, KV_B_V, ABSORB, W_UV */
-    }
 }
 
 /* The matmul plans on the layer's path (the projections; the decode step's kv_b_proj matmuls on
