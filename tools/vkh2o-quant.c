@@ -534,7 +534,7 @@ static int check_args(const opts* o, int argc, char** argv, vkh2o_mla_config* cf
     /* --configs / --bench-configs: fp16 and the listed rows, and only those must resolve */
     *nb = 0;
     const uint32_t n_named = b ? o->n_bench : o->n_table;
-    char(*const names)[32] = b ? (char(*)[32])o->bench_names : (char(*)[32])o->table_names;
+    const char(*const names)[32] = b ? o->bench_names : o->table_names;
     for (uint32_t j = 0; j < n_named; j++)
         if (spec_index(specs, *ns, names[j]) < 0)
             return cli_fail(2, TOOL ": %s: '%s' is not a row of the table (fp16 int8 int4 int2 conservative balanced "
