@@ -494,7 +494,13 @@ static void test_session_evict(void** state)
     };
     float* lp = malloc(N * 4);
     assert_non_null(lp);
+    /* the default run: streaming and random, and one of the three H2O score modes (the sum is the
+     * reference case above), turning with the seed (each session compiles its cache's kernels);
+     * the full run every row */
+    const uint64_t pseed = vt_seed("session_evict policies");
     for (size_t k = 0; k < sizeof pol / sizeof pol[0]; k++) {
+        if (k < 3 && !vt_pick(pseed, k, 3))
+            continue;
         vkh2o_model_session* s = session(x.m, &(vkh2o_model_cache_desc){ .kv = { .capacity_tokens = CAP, .n_sink = NS,
                                                                                     .n_recent = NR, .policy = pol[k].p,
                                                                                     .score_mode = pol[k].m, .seed = 5 } });
@@ -578,7 +584,12 @@ static void test_session_chunked(void** state)
         { .kv = { .capacity_tokens = 12, .n_sink = 2, .n_recent = 3, .precision = VKH2O_PRECISION_TIERED,
                   .tier_tokens = { 2, 3, 0, 0 } } },
     };
+    /* the default run one of the two caches (FP16 H2O, tiered), turning with the seed (each
+     * compiles its kernels); the full run both */
+    const uint64_t seed = vt_seed("session_chunked caches");
     for (size_t k = 0; k < sizeof descs / sizeof descs[0]; k++) {
+        if (!vt_pick(seed, k, 2))
+            continue;
         vkh2o_model_session* s = session(x.m, &descs[k]);
         for (int i = 0; i < N * V; i++)
             a[i] = b[i] = NAN;
@@ -639,12 +650,12 @@ static void test_session_ladders(void** state)
         { "uniform-int8", VKH2O_PRECISION_INT8, 0, 0, 1.0, 1e-5 },
         { "uniform-int4", VKH2O_PRECISION_INT4, 0, 0, 1.0, 5e-3 },
     };
-    /* the default run: balanced and uniform INT4 (a tiered and a uniform cache), and one of the
-     * other three, turning with the seed (each session compiles its cache's kernels); the full
-     * run every row */
+    /* the default run: one tiered ladder of the three and one uniform cache of the two (INT8,
+     * INT4), each turning with the seed (each session compiles its cache's kernels); the full run
+     * every row */
     const uint64_t seed = vt_seed("session_ladders rows");
     for (size_t k = 0; k < sizeof lad / sizeof lad[0]; k++) {
-        if (k != 1 && k != 4 && !vt_pick(seed, k == 0 ? 0 : k == 2 ? 1 : 2, 3))
+        if (k < 3 ? !vt_pick(seed, k, 3) : !vt_pick(seed, k - 3, 2))
             continue;
         vkh2o_model_cache_desc d = { .kv = { .n_sink = NS, .n_recent = NR, .precision = lad[k].prec } };
         const uint32_t c16 = (uint32_t)(lad[k].f16 * M), c8 = (uint32_t)(lad[k].f8 * M), kept = (uint32_t)(lad[k].kept * M);
