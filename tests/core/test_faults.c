@@ -8,7 +8,7 @@
  *   test_api_sweep: a small MLA layer (create, a 2-token forward), the one KV cache (H2O, a
  *     capacity of 2, so the third step evicts) and 3 decode steps against it, a buffer round trip: counted once (every point passed, none fired), then
  *     for every N from 1 to that count (one context, its kernel cache emptied before each N; the
- *     default run takes about 8 of them, the first, the last and a stride between,
+ *     default run takes about 4 of them, the first, the last and a stride between,
  *     VKH2O_TEST_FULL=1 every one, VKH2O_FAULT_RUNS=N about N):
  *     the fault fires; the calls fail with OUT_OF_HOST_MEMORY or OUT_OF_DEVICE_MEMORY and a
  *     message saying so, hand back no object, or they succeed with the right numbers; the
@@ -213,13 +213,13 @@ static void test_api_sweep(void** state)
     assert_int_equal(vkh2o_fault_points(ctx, VKH2O_FAULT_ALL), total);
     same_outputs(&want, &got, 0);
 
-    /* the default run sweeps about 8 points spread over the whole scenario (a stride whose
+    /* the default run sweeps about 4 points spread over the whole scenario (a stride whose
      * phase follows the seed, the first and the last point always); the full run every one;
      * VKH2O_FAULT_RUNS=N about N (the sanitizer run: each point compiles every kernel again,
      * through the sanitizer's allocator) */
     const uint64_t seed = vt_seed("faults_api_sweep");
     const char* runs_env = getenv("VKH2O_FAULT_RUNS");
-    const uint64_t runs = runs_env && atoi(runs_env) > 0 ? (uint64_t)atoi(runs_env) : vt_full() ? total : 8;
+    const uint64_t runs = runs_env && atoi(runs_env) > 0 ? (uint64_t)atoi(runs_env) : vt_full() ? total : 4;
     const uint32_t stride = (uint32_t)(total / runs > 1 ? total / runs : 1);
     uint32_t failed = 0, succeeded = 0, swept = 0;
     for (uint64_t n = 1; n <= total; n++) {

@@ -653,8 +653,13 @@ static void test_replay(void** state)
         { "expanded h2o fp16", VKH2O_LAYOUT_EXPANDED, VKH2O_PRECISION_FP16, 2 },
         { "expanded tiered", VKH2O_LAYOUT_EXPANDED, VKH2O_PRECISION_TIERED, 1 },
     };
+    /* the default run: two of the four, a layout with each precision (latent h2o + expanded
+     * tiered, or latent tiered + expanded h2o: every layout, precision and token count), turning
+     * with the seed; the full run all four */
+    const uint64_t seed = vt_seed("decode replay order");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        run_replay(&f, &cases[i], &rng);
+        if (vt_full() || (i == 0 || i == 3) == (seed % 2 == 0))
+            run_replay(&f, &cases[i], &rng);
     fixture_free(&f);
     vt_check_validation();
 }

@@ -1,6 +1,6 @@
 /* Conformance of the weight matmul (shaders/mla/matmul.comp, matmul_texel.comp with X read as a
  * storage buffer and as texels, and matmul_tiled.comp: all run on every case whatever the
- * device, via vkh2o_cmd_matmul) against the
+ * device, via vkh2o_cmd_matmul; the default run one of them per case, turning) against the
  * double-accumulating reference (ref/ref_matmul.c), and device-weight upload.
  *
  * Error bound: the reference widens the same rounded BF16/F16/F32 weights exactly, so the only
@@ -191,16 +191,16 @@ static uint32_t run_case_x(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_
         { VKH2O_MATMUL_PATH_TEXEL, false, "texel W" },
         { VKH2O_MATMUL_PATH_TEXEL, true, "texel W+X" },
     };
-    /* the default run: half of the kernels a case asks for, turning with the case (every kernel
+    /* the default run: one of the kernels a case asks for, turning with the case (every kernel
      * compiled is most of this suite's time on a fresh machine); the full run all of them */
     static uint64_t case_no;
     const uint64_t this_case = case_no++;
     uint32_t asked = 0;
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) asked += (paths & PATH_BIT(variants[vi].path)) != 0;
-    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+    for (size_t vi = 0, ai = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
         const uint32_t path = variants[vi].path;
         if (!(paths & PATH_BIT(path))) continue;
-        if (asked > 1 && !vt_pick(g_seed, this_case + vi, 2)) continue;
+        if (!vt_pick(g_seed, this_case + ai++, asked)) continue;
         char plabel[240];
         snprintf(plabel, sizeof plabel, "%s %s", label, variants[vi].name);
         vkh2o_matmul_args pa = *a;
@@ -267,8 +267,9 @@ static uint32_t run_case(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_t 
 static const vkh2o_dtype dtypes[] = { VKH2O_DTYPE_F32, VKH2O_DTYPE_BF16, VKH2O_DTYPE_F16 };
 
 /* Plain Y = X W^T over odd shapes: M covers every register-block height (1, 2-4, 8). The
- * default run takes every (M, N) with one (dtype, K) each, turning with M and N so that the 16
- * (M, N) pairs meet all 15 (dtype, K) pairs; the full run every dtype and K for every (M, N). */
+ * default run takes half of the (M, N) pairs (every M with two of the N, every N with two of
+ * the M, which half turning with the seed), each with one (dtype, K), turning with M and N over
+ * the 15 (dtype, K) pairs; the full run every dtype and K for every (M, N). */
 static void test_shapes(void** state)
 {
     (void)state;
@@ -280,7 +281,7 @@ static void test_shapes(void** state)
         for (size_t i = 0; i < 4; i++)
             for (size_t j = 0; j < 4; j++)
                 for (size_t k = 0; k < 5; k++) {
-                    if (!vt_full() && (i * 4 + j + seed) % 15 != d + 3 * k) continue;
+                    if (!vt_full() && ((i * 4 + j + seed) % 15 != d + 3 * k || (i + j + seed / 15) % 2)) continue;
                     vkh2o_matmul_args a = { .M = Ms[i], .N = Ns[j], .K = Ks[k] };
                     run_case(&rng, dtypes[d], Ns[j], Ks[k], &a, 0);
                 }
@@ -293,9 +294,13 @@ static void test_strides_alpha_accumulate(void** state)
     (void)state;
     vt_rng rng;
     vt_rng_seed(&rng, seed_of("matmul_strides"));
+    /* the default run: each (transposed, accumulate) with one dtype, turning with the seed (so
+     * the four meet all three dtypes); the full run every dtype for each */
+    const uint64_t seed = g_seed;
     for (size_t d = 0; d < 3; d++) {
         for (int t = 0; t < 2; t++) {
             for (int acc = 0; acc < 2; acc++) {
+                if (!vt_full() && (seed + 2 * t + acc) % 3 != d) continue;
                 const uint32_t M = 19, N = 37, K = 45;
                 vkh2o_matmul_args a = { .M = M, .N = N, .K = K, .x_stride = K + 3, .y_stride = N + 5,
                                         .w_row_offset = 6, .w_transposed = t, .accumulate = acc,
@@ -320,11 +325,15 @@ static void test_batched_absorption(void** state)
     vt_rng_seed(&rng, seed_of("matmul_batched"));
     const uint32_t H = 5, nope = 7, vd = 6, rope = 3, lora = 33, S = 11;
     const uint32_t rows = H * (nope + vd);
+    /* the default run: each binding limit with one dtype, turning with the seed (so the three
+     * limits meet all three dtypes); the full run every dtype with every limit */
+    const uint64_t seed = g_seed;
     for (size_t d = 0; d < 3; d++) {
         const size_t es = vkh2o_dtype_size(dtypes[d]);
         const uint32_t stride = dtypes[d] == VKH2O_DTYPE_F32 ? 36 : 40;   /* rows padded to 16 bytes */
         const uint64_t limits[] = { 0, (uint64_t)5 * stride * es, (uint64_t)7 * stride * es };
         for (size_t l = 0; l < 3; l++) {
+            if (!vt_full() && (seed + l) % 3 != d) continue;
             /* q_nope [S, H, nope+rope] -> q_lat [S, H, lora] */
             vkh2o_matmul_args uk = { .M = S, .N = lora, .K = nope, .batch = H,
                                      .x_stride = H * (nope + rope), .x_batch_stride = nope + rope,
@@ -360,7 +369,7 @@ static void test_fp8(void** state)
     const uint64_t seed = seed_of("matmul_fp8");
     vt_rng_seed(&rng, seed);
     const vkh2o_dtype f8 = VKH2O_DTYPE_F8_E4M3;
-    /* the default run: every (M, N) with one K, turning as in test_shapes */
+    /* the default run: every (M, N) with one K, turning with M and N */
     static const uint32_t Ms[] = { 1, 3, 17 }, Ns[] = { 5, 130, 257 }, Ks[] = { 7, 129, 300 };
     for (size_t i = 0; i < 3; i++)
         for (size_t j = 0; j < 3; j++)
@@ -369,8 +378,11 @@ static void test_fp8(void** state)
                 vkh2o_matmul_args a = { .M = Ms[i], .N = Ns[j], .K = Ks[k] };
                 run_case(&rng, f8, Ns[j], Ks[k], &a, 0);
             }
+    /* the default run: two of the four (transposed, accumulate), one of each, turning with the
+     * seed */
     for (int t = 0; t < 2; t++)
         for (int acc = 0; acc < 2; acc++) {
+            if (!vt_pick(seed, (uint64_t)(t ^ acc), 2)) continue;
             const uint32_t M = 9, N = 137, K = 261, off = 130;
             vkh2o_matmul_args a = { .M = M, .N = N, .K = K, .x_stride = K + 3, .y_stride = N + 5, .w_row_offset = off,
                                     .w_transposed = t, .accumulate = acc, .alpha = acc ? -0.75f : 0.5f };
@@ -380,7 +392,9 @@ static void test_fp8(void** state)
     const uint32_t H = 6, nope = 29, vd = 23, lora = 200, S = 5, rows = H * (nope + vd);
     const uint64_t row_bytes = 208;   /* lora rounded up to 16 bytes */
     const uint64_t limits[] = { 0, 45 * row_bytes + 4 * 2 * 4 + 16, 100 * row_bytes + 4 * 2 * 4 + 16 };
+    /* the default run: the whole weight and one of the two chunkings, turning with the seed */
     for (size_t l = 0; l < 3; l++) {
+        if (l > 0 && !vt_pick(seed, l, 2)) continue;
         vkh2o_matmul_args uk = { .M = S, .N = lora, .K = nope, .batch = H, .x_stride = H * nope, .x_batch_stride = nope,
                                  .y_stride = H * lora, .y_batch_stride = lora, .w_batch_stride = (nope + vd) * lora,
                                  .w_transposed = true };

@@ -8,8 +8,10 @@
 # them, so the CPU-shape cases would be NOT_SUPPORTED). VKH2O_TEST_BASELINE=1 (test-baseline)
 # runs them on a context without push descriptors and the optional features (--baseline).
 # The default run takes half of the cases of an op that has at least 4 (--shard K/2, K from the
-# seed: every case compiles its own kernels, most of the time on a fresh machine); the full run
-# every case.
+# seed: every case compiles its own kernels, most of the time on a fresh machine), a quarter of
+# an op that has at least 20 (--shard K/4) plus, for each of the op's kernels that quarter would
+# leave out, the first case after it that dispatches it (so every kernel keeps a case); the full
+# run every case.
 # Usage: conformance_op.sh BUILD_DIR OP   (the test list comes from CMakeLists.txt)
 set -euo pipefail
 bin=${1:?build directory}
@@ -21,10 +23,29 @@ extra=()
 [ "${VKH2O_TEST_BASELINE:-0}" = 1 ] && extra+=(--baseline)
 seed=${VKH2O_TEST_SEED:-$(( $(date +%s%N) % 1000000000000 ))}
 part=()
+sel=$op
 what=
 if [ "${VKH2O_TEST_FULL:-0}" != 1 ]; then
-    n=$("$bin/vkh2o-conformance" -o "$op" --shapes "$shapes" --list "${extra[@]}" | tail -n 1 | cut -d' ' -f1)
-    [ "$n" -ge 4 ] && part=(--shard "$((seed % 2))/2") && what=", cases --shard $((seed % 2))/2 of $n"
+    list=$("$bin/vkh2o-conformance" -o "$op" --shapes "$shapes" --list "${extra[@]}")
+    n=$(tail -n 1 <<<"$list" | cut -d' ' -f1)
+    if [ "$n" -ge 20 ]; then
+        # case i (0-based, in list order) is in the quarter when i % 4 == k; a kernel the quarter
+        # lacks brings its first case from k on (wrapping round)
+        k=$((seed % 4))
+        names=$(awk -v k="$k" -v n="$n" '
+            /^    kernels: / { split(substr($0, 15), ks, ","); for (j in ks) { kern[i - 1, ks[j]] = 1; all[ks[j]] = 1 }; next }
+            /^[^ ]/ && NF > 1 && !/^[0-9]+ cases?$/ { name[i++] = $1 }
+            END {
+                for (c = 0; c < n; c++) if (c % 4 == k) { pick[c] = 1; for (x in all) if ((c, x) in kern) have[x] = 1 }
+                for (x in all) if (!(x in have))
+                    for (d = 0; d < n; d++) { c = (k + d) % n; if ((c, x) in kern) { pick[c] = 1; for (y in all) if ((c, y) in kern) have[y] = 1; break } }
+                sep = ""; for (c = 0; c < n; c++) if (c in pick) { printf "%s%s", sep, name[c]; sep = "," }
+            }' <<<"$list")
+        sel=$names
+        what=", cases --shard $k/4 of $n and a case for each kernel it lacks: $(tr ',' '\n' <<<"$names" | wc -l) cases"
+    elif [ "$n" -ge 4 ]; then
+        part=(--shard "$((seed % 2))/2") && what=", cases --shard $((seed % 2))/2 of $n"
+    fi
 fi
 echo "conf.$op: seed $seed (rerun with VKH2O_TEST_SEED=$seed), shapes $shapes$what"
-VKH2O_VALIDATION=1 "$bin/vkh2o-conformance" -o "$op" --shapes "$shapes" --seed "$seed" --quiet "${part[@]}" "${extra[@]}"
+VKH2O_VALIDATION=1 "$bin/vkh2o-conformance" -o "$sel" --shapes "$shapes" --seed "$seed" --quiet "${part[@]}" "${extra[@]}"
