@@ -12,4 +12,5 @@ print(" ".join(m for m in ("cffi", "numpy", "pytest", "matplotlib") if u.find_sp
 [ -z "$missing" ] || { echo "SKIP: $PY lacks $missing (apt-get install python3-cffi python3-numpy python3-pytest python3-matplotlib)"; exit 77; }
 export VKH2O_SOURCE_DIR="$SRC" PYTHONDONTWRITEBYTECODE=1
 cd "$SRC/python"
-exec "$PY" -m pytest -q -p no:cacheprovider "$SRC/python/tests" "$@"
+# (-rs: the skipped tests and why, the seed of the default run's part among them)
+exec "$PY" -m pytest -q -rs -p no:cacheprovider "$SRC/python/tests" "$@"

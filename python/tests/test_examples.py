@@ -17,7 +17,9 @@ def run(script, *args):
     return p.stdout
 
 
-@full_only   # (the sweep's caches compile for most of a minute on a cold lavapipe)
+# (the examples' caches and model sessions are their own, compiling for most of a minute each on a
+# cold lavapipe: the full run's)
+@full_only
 def test_policy_sweep_writes_its_plot(tmp_path):
     png = tmp_path / "sweep.png"
     out = run("policy_sweep.py", "--ctx", "64", "--windows", "1", "--fracs", "0.5,0.25", "--configs", "tiered",
@@ -28,6 +30,7 @@ def test_policy_sweep_writes_its_plot(tmp_path):
     assert png.stat().st_size > 10000
 
 
+@full_only
 def test_kept_tokens_prints_the_tiers():
     out = run("kept_tokens.py", "--capacity", "24", "--tiers", "4,4,0,0", "--decode", "4")
     assert "after the 125-byte prompt: 24 of 125 tokens held" in out

@@ -56,7 +56,8 @@ def test_desc_and_plan_by_name(ctx):
     assert "KVCache" in repr(c)
 
 
-@pytest.mark.parametrize("precision", ["fp16", "tiered"])
+# (tiered: the full run's; test_mla.py and test_model.py hold tiered caches in every run)
+@pytest.mark.parametrize("precision", ["fp16", pytest.param("tiered", marks=full_only)])
 def test_latent_steps_equal_a_float64_reference(ctx, precision):
     rng = np.random.default_rng(7)
     c = latent(ctx, capacity_tokens=24, n_sink=2, n_recent=4, precision=precision,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import vkh2o
-from conftest import MODEL
+from conftest import MODEL, full_only
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,8 @@ def test_forward_and_mass(layer):
     assert mass[0] > mass[-1]                            # the first key is seen by every query
 
 
-@pytest.mark.parametrize("layout", ["latent", "expanded"])
+# (the expanded layout: the full run's; test_kvcache.py steps an expanded cache in every run)
+@pytest.mark.parametrize("layout", ["latent", pytest.param("expanded", marks=full_only)])
 def test_decode_through_a_full_cache_equals_the_forward(layer, layout):
     rng = np.random.default_rng(1)
     S, Pn = 40, 12
