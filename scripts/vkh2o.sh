@@ -218,9 +218,8 @@ case "$cmd" in
         # does nothing: the driver stays mapped after the tools destroy their instances, so an
         # allocation it keeps is named and suppressed, not reported from an "<unknown module>";
         # seen on AMD EPYC machines, where lavapipe keeps 128 bytes per load).
-        local_shim="${BUILD_DIR:-build-asan}/nodlclose.so"
+        local_shim=$(cd "${BUILD_DIR:-build-asan}" && pwd)/nodlclose.so
         cc -O2 -shared -fPIC -o "$local_shim" tests/common/nodlclose.c
-        local_shim=$(cd "$(dirname "$local_shim")" && pwd)/nodlclose.so
         (cd "${BUILD_DIR:-build-asan}" && LD_PRELOAD=$local_shim VKH2O_REQUIRE_DEVICE=1 VKH2O_TEST_FULL=0 ctest --output-on-failure -j "$JOBS" --timeout 1200 \
             -R '^(e2e_|conf\.)' -E '^(e2e_quant|e2e_eval|e2e_bad_flags|e2e_bench|e2e_kimi_layout|conf\.kvcache\.prefill|conf\.mla\.forward)$') ;;
     test-sync)
