@@ -35,10 +35,11 @@ if [ "${VKH2O_TEST_FULL:-0}" != 1 ]; then
         names=$(awk -v k="$k" -v n="$n" '
             /^    kernels: / { split(substr($0, 15), ks, ","); for (j in ks) { kern[i - 1, ks[j]] = 1; all[ks[j]] = 1 }; next }
             /^[^ ]/ && NF > 1 && !/^[0-9]+ cases?$/ { name[i++] = $1 }
+            function take(c,   x) { pick[c] = 1; for (x in all) if ((c, x) in kern) have[x] = 1 }
             END {
-                for (c = 0; c < n; c++) if (c % 4 == k) { pick[c] = 1; for (x in all) if ((c, x) in kern) have[x] = 1 }
+                for (c = 0; c < n; c++) if (c % 4 == k) take(c)
                 for (x in all) if (!(x in have))
-                    for (d = 0; d < n; d++) { c = (k + d) % n; if ((c, x) in kern) { pick[c] = 1; for (y in all) if ((c, y) in kern) have[y] = 1; break } }
+                    for (d = 0; d < n; d++) { c = (k + d) % n; if ((c, x) in kern) { take(c); break } }
                 sep = ""; for (c = 0; c < n; c++) if (c in pick) { printf "%s%s", sep, name[c]; sep = "," }
             }' <<<"$list")
         sel=$names
