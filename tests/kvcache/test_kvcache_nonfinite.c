@@ -264,8 +264,12 @@ static void test_order_and_invariants(void** state)
 {
     (void)state;
     uint64_t seed = vt_seed("kvcache non-finite");
+    /* the full run every case; the default run two of the four, turning with the seed (fp16 sum
+     * and tiers by token pools, decayed; or int4 mean and tiers by bytes, tova: each case
+     * compiles its cache's kernels, and two successive seeds run all four) */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        run_case(&cases[i], seed + i);
+        if (vt_pick(seed, i, 2))
+            run_case(&cases[i], seed + i);
 }
 
 /* the u32 keys of the reference: the documented order, bit by bit */
@@ -289,8 +293,13 @@ static void test_check_finite(void** state)
     (void)state;
     vkh2o_context* ctx = vt_ctx();
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("kvcache check_finite"));
+    const uint64_t seed = vt_seed("kvcache check_finite");
+    vt_rng_seed(&rng, seed);
+    /* the full run both caches (INT8 H2O, the full cache); the default run one, turning with the
+     * seed (each compiles its cache's kernels) */
     for (int full = 0; full < 2; full++) {
+        if (!vt_pick(seed, (uint64_t)full, 2))
+            continue;
         const uint32_t H = 3, KVL = 30, R = 6, W = KVL + R, L = 2, P = 9;
         vkh2o_kvcache_desc d = { .num_heads = H, .kv_lora_rank = KVL, .qk_rope_head_dim = R, .qk_nope_head_dim = 16,
                                  .max_tokens = 100, .num_layers = L, .scale = 0.25f, .check_finite = true };
@@ -416,9 +425,13 @@ static void test_check_finite_expanded(void** state)
     (void)state;
     vkh2o_context* ctx = vt_ctx();
     vt_rng rng;
-    vt_rng_seed(&rng, vt_seed("kvcache check_finite expanded"));
+    const uint64_t seed = vt_seed("kvcache check_finite expanded");
+    vt_rng_seed(&rng, seed);
     enum { H = 3, NOPE = 10, R = 6, SV = 7, DK = NOPE + R, QW = H * DK, KW = H * DK, VW = H * SV, P = 5 };
+    /* the full run both storages; the default run one (f16 or f32 rows), turning with the seed */
     for (int f32 = 0; f32 < 2; f32++) {
+        if (!vt_pick(seed, (uint64_t)f32, 2))
+            continue;
         vkh2o_kvcache_desc d = { .num_heads = H, .kv_lora_rank = 30, .qk_rope_head_dim = R, .qk_nope_head_dim = NOPE,
                                  .v_head_dim = SV, .max_tokens = 32, .num_layers = 1, .scale = 0.25f,
                                  .layout = VKH2O_LAYOUT_EXPANDED, .storage = f32 ? VKH2O_DTYPE_F32 : VKH2O_DTYPE_F16,
