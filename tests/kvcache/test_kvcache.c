@@ -261,15 +261,16 @@ static void test_record_once(void** state)
     const uint64_t seed = vt_seed("kvcache record once");
     vt_rng_seed(&rng, seed);
     /* shapes of the conformance registry's table (tools/conformance/conf_kvcache_defs.h); the
-     * default run takes one in six of them, turning with the seed (each compiles its own kernels;
-     * the last six are the expanded ones, so one of them always runs), the full run all */
+     * default run takes one shape, of the eleven latent ones for an even seed and of the six
+     * expanded ones (the last six) for an odd one, turning with the seed (each compiles its own
+     * kernels), the full run all */
     static const char* const names[] = { "fp16.full", "fp16.h2o_sum", "int4.decay_bytes", "tiered.sum",
                                          "tiered.streaming", "tiered.mean_11heads", "tiered.int4_row_int8_g7",
                                          "tiered.bytes", "tiered.bytes_int2", "tiered.bytes_over", "f32.tiered_bytes_decay",
                                          "exp.fp16.full_odd", "exp.int8.h2o_mean", "exp.tiered.sum_g5_8",
                                          "exp.tiered.bytes_int2_tova_odd", "exp.f32.int4_decay_bytes", "exp.int2.streaming_row" };
     for (size_t ci = 0; ci < sizeof names / sizeof names[0]; ci++) {
-        if (!vt_pick(seed, ci, 6)) continue;
+        if (!vt_pick(seed, ci >= 11, 2) || !vt_pick(seed / 2, ci < 11 ? ci : ci - 11, ci < 11 ? 11 : 6)) continue;
         const conf_kv_def* kc = NULL;
         for (size_t i = 0; i < sizeof conf_kv_defs / sizeof conf_kv_defs[0]; i++)
             if (!strcmp(conf_kv_defs[i].name, names[ci])) kc = &conf_kv_defs[i];
@@ -503,19 +504,22 @@ static void live_case(vkh2o_kvcache_desc d, uint32_t prefill, uint32_t steps, co
 static void test_live_ranges(void** state)
 {
     (void)state;
+    /* the full run every case; the default run the full cache or the INT4 pools, and one of the
+     * two cases of tiers by bytes (the full cache with the protected window), turning with the
+     * seed (each compiles its cache's kernels) */
+    const uint64_t seed = vt_seed("live ranges, which cases");
     vkh2o_kvcache_desc d = base_desc(2, 30, 6, 300);
-    live_case(d, 20, 60, "live ranges, the full cache");
+    if (vt_pick(seed, 1, 2))
+        live_case(d, 20, 60, "live ranges, the full cache");
     d.n_sink = 2;
     d.n_recent = 5;
     d.precision = VKH2O_PRECISION_INT4;
     d.capacity_tokens = 40;
-    live_case(d, 20, 120, "live ranges, int4 pools");
+    if (vt_pick(seed, 0, 2))
+        live_case(d, 20, 120, "live ranges, int4 pools");
     d.capacity_tokens = 0;
     d.precision = VKH2O_PRECISION_TIERED;
     d.capacity_bytes = 3000;
-    /* the full run both cases of tiers by bytes; the default run one, turning with the seed (each
-     * compiles its cache's kernels) */
-    const uint64_t seed = vt_seed("live ranges, which tiers-by-bytes case");
     if (vt_pick(seed, 0, 2))
         live_case(d, 30, 200, "live ranges, tiers by bytes");
     d.tier_mask = 0x5;   /* FP16 and INT4 */
@@ -864,12 +868,12 @@ static void test_layer_expanded(void** state)
         { "h2o, 14 tokens, f32 rows", VKH2O_DTYPE_F32, 14, 2, 3, 1e-9 },
         { "full cache, fp16 rows", VKH2O_DTYPE_F16, 0, 0, 0, 1e-5 },
     };
-    /* the default run: h2o with f32 rows and the full cache with fp16 rows (both storages, both
-     * kinds of cache; each case compiles its two caches' kernels); the full run also the full
-     * cache with f32 rows */
+    /* the default run one of h2o with f32 rows and the full cache with fp16 rows, turning with
+     * the seed (each case compiles its two caches' kernels; two successive seeds run both
+     * storages and both kinds of cache); the full run also the full cache with f32 rows */
     uint64_t seed = vt_seed("kvcache layer expanded");
     for (size_t i = 0; i < sizeof lcs / sizeof lcs[0]; i++)
-        if (i != 0 || vt_full())
+        if (vt_full() || (i != 0 && vt_pick(seed, i, 2)))
             layer_pair(&lcs[i], seed + i);
 }
 
