@@ -743,16 +743,21 @@ static void test_session_kvcache(void** state)
     const uint64_t cap = (uint64_t)pl.slots[0] * pl.token_bytes[0] + 4ull * pl.token_bytes[1] + 11ull * pl.token_bytes[2] - 1;
     vkh2o_model_cache_desc td = { .kv = { .capacity_bytes = cap, .n_sink = NS, .n_recent = NR,
                                           .precision = VKH2O_PRECISION_TIERED, .tier_tokens = { 2, 4, 0, 0 } } };
-    vkh2o_model_session* k = session(x.m, &td);
-    assert_int_equal(vkh2o_host_model_decode(k, tok, N, b, lp), VKH2O_OK);
-    vt_assert_finite("kvcache tiered", lp, N - 1);
-    const vkh2o_kvcache_plan kp = layer_plan(x.m, td.kv, 48);
-    assert_true(kp.arena_bytes <= cap + 3ull * kp.chunk_bytes);
-    assert_int_equal(vkh2o_model_session_get_cache_bytes(k), 2 * kp.device_bytes);
-    uint32_t held = cache_len(k, 1);
-    printf("  kvcache tiered at %llu bytes per layer: %u tokens held of %d\n", (unsigned long long)cap, held, N);
-    assert_int_equal(held, NS + NR + 2 + 4 + 10);
-    vkh2o_model_session_destroy(k);
+    /* the full run always; the default run for an even seed, as test_session_chunked's FP16 H2O
+     * cache (its tiered one an odd seed; the session compiles its cache's kernels); the refusals
+     * below every run */
+    if (vt_pick(vt_seed("session_kv tiers by bytes"), 0, 2)) {
+        vkh2o_model_session* k = session(x.m, &td);
+        assert_int_equal(vkh2o_host_model_decode(k, tok, N, b, lp), VKH2O_OK);
+        vt_assert_finite("kvcache tiered", lp, N - 1);
+        const vkh2o_kvcache_plan kp = layer_plan(x.m, td.kv, 48);
+        assert_true(kp.arena_bytes <= cap + 3ull * kp.chunk_bytes);
+        assert_int_equal(vkh2o_model_session_get_cache_bytes(k), 2 * kp.device_bytes);
+        uint32_t held = cache_len(k, 1);
+        printf("  kvcache tiered at %llu bytes per layer: %u tokens held of %d\n", (unsigned long long)cap, held, N);
+        assert_int_equal(held, NS + NR + 2 + 4 + 10);
+        vkh2o_model_session_destroy(k);
+    }
     /* refusals: the session's own fields, the cache's shape, options for another policy */
     vkh2o_model* mo = NULL;
     assert_int_equal(vkh2o_model_create(vt_ctx(), vt_scratch_dir(), &(vkh2o_model_desc){ .max_seq_len = 48,
