@@ -9,9 +9,10 @@
 # runs them on a context without push descriptors and the optional features (--baseline).
 # The default run takes half of the cases of an op that has at least 4 (--shard K/2, K from the
 # seed: every case compiles its own kernels, most of the time on a fresh machine), a quarter of
-# an op that has at least 20 (--shard K/4) plus, for each of the op's kernels that quarter would
-# leave out, the first case after it that dispatches it (so every kernel keeps a case); the full
-# run every case.
+# an op that has at least 20 (--shard K/4; kvcache.step an eighth, K/8: its 30 cases reach 6
+# kernels and each case compiles its own variants of them) plus, for each of the op's kernels that
+# part would leave out, the first case after it that dispatches it (so every kernel keeps a case);
+# the full run every case.
 # Usage: conformance_op.sh BUILD_DIR OP   (the test list comes from CMakeLists.txt)
 set -euo pipefail
 bin=${1:?build directory}
@@ -29,21 +30,23 @@ if [ "${VKH2O_TEST_FULL:-0}" != 1 ]; then
     list=$("$bin/vkh2o-conformance" -o "$op" --shapes "$shapes" --list "${extra[@]}")
     n=$(tail -n 1 <<<"$list" | cut -d' ' -f1)
     if [ "$n" -ge 20 ]; then
-        # case i (0-based, in list order) is in the quarter when i % 4 == k; a kernel the quarter
+        # case i (0-based, in list order) is in the part when i % parts == k; a kernel the part
         # lacks brings its first case from k on (wrapping round)
-        k=$((seed % 4))
-        names=$(awk -v k="$k" -v n="$n" '
+        parts=4
+        [ "$op" = kvcache.step ] && parts=8
+        k=$((seed % parts))
+        names=$(awk -v k="$k" -v n="$n" -v parts="$parts" '
             /^    kernels: / { split(substr($0, 15), ks, ","); for (j in ks) { kern[i - 1, ks[j]] = 1; all[ks[j]] = 1 }; next }
             /^[^ ]/ && NF > 1 && !/^[0-9]+ cases?$/ { name[i++] = $1 }
             function take(c,   x) { pick[c] = 1; for (x in all) if ((c, x) in kern) have[x] = 1 }
             END {
-                for (c = 0; c < n; c++) if (c % 4 == k) take(c)
+                for (c = 0; c < n; c++) if (c % parts == k) take(c)
                 for (x in all) if (!(x in have))
                     for (d = 0; d < n; d++) { c = (k + d) % n; if ((c, x) in kern) { take(c); break } }
                 sep = ""; for (c = 0; c < n; c++) if (c in pick) { printf "%s%s", sep, name[c]; sep = "," }
             }' <<<"$list")
         sel=$names
-        what=", cases --shard $k/4 of $n and a case for each kernel it lacks: $(tr ',' '\n' <<<"$names" | wc -l) cases"
+        what=", cases --shard $k/$parts of $n and a case for each kernel it lacks: $(tr ',' '\n' <<<"$names" | wc -l) cases"
     elif [ "$n" -ge 4 ]; then
         part=(--shard "$((seed % 2))/2") && what=", cases --shard $((seed % 2))/2 of $n"
     fi
