@@ -267,9 +267,9 @@ static uint32_t run_case(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_t 
 static const vkh2o_dtype dtypes[] = { VKH2O_DTYPE_F32, VKH2O_DTYPE_BF16, VKH2O_DTYPE_F16 };
 
 /* Plain Y = X W^T over odd shapes: M covers every register-block height (1, 2-4, 8). The
- * default run takes half of the (M, N) pairs (every M with two of the N, every N with two of
- * the M, which half turning with the seed), each with one (dtype, K), turning with M and N over
- * the 15 (dtype, K) pairs; the full run every dtype and K for every (M, N). */
+ * default run takes four of the (M, N) pairs (every M and every N once, which N with which M
+ * turning with the seed), each with one dtype (all three every run) and one K (four of the five
+ * in a run, the fifth in the next); the full run every dtype and K for every (M, N). */
 static void test_shapes(void** state)
 {
     (void)state;
@@ -281,7 +281,8 @@ static void test_shapes(void** state)
         for (size_t i = 0; i < 4; i++)
             for (size_t j = 0; j < 4; j++)
                 for (size_t k = 0; k < 5; k++) {
-                    if (!vt_full() && ((i * 4 + j + seed) % 15 != d + 3 * k || (i + j + seed / 15) % 2)) continue;
+                    if (!vt_full() && (j != (i + seed / 2) % 4 || d != (i + seed) % 3 || k != (i + 4 * (seed % 2)) % 5))
+                        continue;
                     vkh2o_matmul_args a = { .M = Ms[i], .N = Ns[j], .K = Ks[k] };
                     run_case(&rng, dtypes[d], Ns[j], Ks[k], &a, 0);
                 }
@@ -294,13 +295,13 @@ static void test_strides_alpha_accumulate(void** state)
     (void)state;
     vt_rng rng;
     vt_rng_seed(&rng, seed_of("matmul_strides"));
-    /* the default run: each (transposed, accumulate) with one dtype, turning with the seed (so
-     * the four meet all three dtypes); the full run every dtype for each */
+    /* the default run: two of the four (transposed, accumulate), one of each, each with one
+     * dtype, turning with the seed; the full run every dtype for each */
     const uint64_t seed = g_seed;
     for (size_t d = 0; d < 3; d++) {
         for (int t = 0; t < 2; t++) {
             for (int acc = 0; acc < 2; acc++) {
-                if (!vt_full() && (seed + 2 * t + acc) % 3 != d) continue;
+                if (!vt_full() && ((seed + 2 * t + acc) % 3 != d || !vt_pick(seed, (uint64_t)(t ^ acc), 2))) continue;
                 const uint32_t M = 19, N = 37, K = 45;
                 vkh2o_matmul_args a = { .M = M, .N = N, .K = K, .x_stride = K + 3, .y_stride = N + 5,
                                         .w_row_offset = 6, .w_transposed = t, .accumulate = acc,
@@ -325,15 +326,15 @@ static void test_batched_absorption(void** state)
     vt_rng_seed(&rng, seed_of("matmul_batched"));
     const uint32_t H = 5, nope = 7, vd = 6, rope = 3, lora = 33, S = 11;
     const uint32_t rows = H * (nope + vd);
-    /* the default run: each binding limit with one dtype, turning with the seed (so the three
-     * limits meet all three dtypes); the full run every dtype with every limit */
+    /* the default run: the whole weight (even seeds) or one of the two chunkings (odd seeds),
+     * with one dtype, all turning with the seed; the full run every dtype with every limit */
     const uint64_t seed = g_seed;
     for (size_t d = 0; d < 3; d++) {
         const size_t es = vkh2o_dtype_size(dtypes[d]);
         const uint32_t stride = dtypes[d] == VKH2O_DTYPE_F32 ? 36 : 40;   /* rows padded to 16 bytes */
         const uint64_t limits[] = { 0, (uint64_t)5 * stride * es, (uint64_t)7 * stride * es };
         for (size_t l = 0; l < 3; l++) {
-            if (!vt_full() && (seed + l) % 3 != d) continue;
+            if (!vt_full() && ((seed + l) % 3 != d || l != (seed % 2 ? 1 + seed / 2 % 2 : 0))) continue;
             /* q_nope [S, H, nope+rope] -> q_lat [S, H, lora] */
             vkh2o_matmul_args uk = { .M = S, .N = lora, .K = nope, .batch = H,
                                      .x_stride = H * (nope + rope), .x_batch_stride = nope + rope,
@@ -369,12 +370,13 @@ static void test_fp8(void** state)
     const uint64_t seed = seed_of("matmul_fp8");
     vt_rng_seed(&rng, seed);
     const vkh2o_dtype f8 = VKH2O_DTYPE_F8_E4M3;
-    /* the default run: every (M, N) with one K, turning with M and N */
+    /* the default run: three (M, N, K), every M, N and K once (N and K turning with the seed);
+     * the full run all 27 */
     static const uint32_t Ms[] = { 1, 3, 17 }, Ns[] = { 5, 130, 257 }, Ks[] = { 7, 129, 300 };
     for (size_t i = 0; i < 3; i++)
         for (size_t j = 0; j < 3; j++)
             for (size_t k = 0; k < 3; k++) {
-                if (!vt_pick(seed, i + j + k, 3)) continue;
+                if (!vt_full() && (j != (i + seed) % 3 || k != (i + seed / 3) % 3)) continue;
                 vkh2o_matmul_args a = { .M = Ms[i], .N = Ns[j], .K = Ks[k] };
                 run_case(&rng, f8, Ns[j], Ks[k], &a, 0);
             }
@@ -392,9 +394,10 @@ static void test_fp8(void** state)
     const uint32_t H = 6, nope = 29, vd = 23, lora = 200, S = 5, rows = H * (nope + vd);
     const uint64_t row_bytes = 208;   /* lora rounded up to 16 bytes */
     const uint64_t limits[] = { 0, 45 * row_bytes + 4 * 2 * 4 + 16, 100 * row_bytes + 4 * 2 * 4 + 16 };
-    /* the default run: the whole weight and one of the two chunkings, turning with the seed */
+    /* the default run: one of the two chunkings, turning with the seed (the whole weight's
+     * partial blocks are the grid's above); the full run the whole weight and both */
     for (size_t l = 0; l < 3; l++) {
-        if (l > 0 && !vt_pick(seed, l, 2)) continue;
+        if (!vt_full() && (l == 0 || !vt_pick(seed, l, 2))) continue;
         vkh2o_matmul_args uk = { .M = S, .N = lora, .K = nope, .batch = H, .x_stride = H * nope, .x_batch_stride = nope,
                                  .y_stride = H * lora, .y_batch_stride = lora, .w_batch_stride = (nope + vd) * lora,
                                  .w_transposed = true };
@@ -417,22 +420,27 @@ static void test_chunked(void** state)
 {
     (void)state;
     vt_rng rng;
-    vt_rng_seed(&rng, seed_of("matmul_chunked"));
+    const uint64_t seed = seed_of("matmul_chunked");
+    vt_rng_seed(&rng, seed);
+    /* the default run: each of the four chunked cases with one dtype, turning with the seed (so
+     * they meet all three dtypes), the binding limit from the profile with every dtype; the
+     * full run every case with every dtype */
+#define CHUNKED_CASE(c) (vt_full() || (seed + (c)) % 3 == d)
     for (size_t d = 0; d < 3; d++) {
         const size_t es = vkh2o_dtype_size(dtypes[d]);
         const uint32_t M = 9, N = 70, K = 53;
         /* rows padded to 16 bytes */
         const uint32_t kpad = dtypes[d] == VKH2O_DTYPE_F32 ? 56 : 56, npad = dtypes[d] == VKH2O_DTYPE_F32 ? 72 : 72;
         vkh2o_matmul_args a = { .M = M, .N = N, .K = K };
-        assert_int_equal(run_case(&rng, dtypes[d], N, K, &a, (uint64_t)7 * kpad * es), 10);
+        if (CHUNKED_CASE(0)) assert_int_equal(run_case(&rng, dtypes[d], N, K, &a, (uint64_t)7 * kpad * es), 10);
         a.w_row_offset = 3;
         a.accumulate = true;
-        assert_true(run_case(&rng, dtypes[d], N + 8, K, &a, (uint64_t)13 * kpad * es) > 1);
+        if (CHUNKED_CASE(1)) assert_true(run_case(&rng, dtypes[d], N + 8, K, &a, (uint64_t)13 * kpad * es) > 1);
         vkh2o_matmul_args t = { .M = M, .N = N, .K = K, .w_transposed = true, .alpha = 2.0f };
-        assert_int_equal(run_case(&rng, dtypes[d], K, N, &t, (uint64_t)6 * npad * es), 9);
+        if (CHUNKED_CASE(2)) assert_int_equal(run_case(&rng, dtypes[d], K, N, &t, (uint64_t)6 * npad * es), 9);
         t.w_row_offset = 2;
         t.accumulate = true;
-        assert_true(run_case(&rng, dtypes[d], K + 5, N, &t, (uint64_t)6 * npad * es) > 1);
+        if (CHUNKED_CASE(3)) assert_true(run_case(&rng, dtypes[d], K + 5, N, &t, (uint64_t)6 * npad * es) > 1);
 
         /* the device profile's binding limit (VKH2O_MAX_BINDING_BYTES, read at context create:
          * test_profile), which vkh2o_weight_upload uses */
@@ -451,6 +459,7 @@ static void test_chunked(void** state)
         vkh2o_weight_free(&w);
         free(wh);
     }
+#undef CHUNKED_CASE
     vt_check_validation();
 }
 
@@ -463,27 +472,32 @@ static void test_x_placement(void** state)
 {
     (void)state;
     vt_rng rng;
-    vt_rng_seed(&rng, seed_of("matmul_x_placement"));
+    const uint64_t seed = seed_of("matmul_x_placement");
+    vt_rng_seed(&rng, seed);
+    /* the default run: each of the seven placements with one dtype, turning with the seed (so
+     * they meet all three dtypes); the full run every placement with every dtype */
+#define PLACEMENT(c) (vt_full() || (seed + (c)) % 3 == d)
     for (size_t d = 0; d < 3; d++) {
         const uint32_t paths = PATH_BIT(VKH2O_MATMUL_PATH_REGISTER) | PATH_BIT(VKH2O_MATMUL_PATH_TEXEL);
         static const uint32_t offs[] = { 64, 4 };
         for (size_t o = 0; o < 2; o++) {
             vkh2o_matmul_args a = { .M = 11, .N = 21, .K = 40 };
-            run_case_x(&rng, dtypes[d], 21, 40, &a, 0, paths, offs[o], false);
+            if (PLACEMENT(2 * o)) run_case_x(&rng, dtypes[d], 21, 40, &a, 0, paths, offs[o], false);
             vkh2o_matmul_args t = { .M = 5, .N = 24, .K = 13, .w_transposed = true, .x_stride = 15 };
-            run_case_x(&rng, dtypes[d], 13, 24, &t, 0, paths, offs[o], false);
+            if (PLACEMENT(2 * o + 1)) run_case_x(&rng, dtypes[d], 13, 24, &t, 0, paths, offs[o], false);
         }
         /* tight buffers: 9 x 37 floats (not a multiple of 4), 8 x 36 (a multiple) */
         vkh2o_matmul_args a = { .M = 9, .N = 19, .K = 37 };
-        run_case_x(&rng, dtypes[d], 19, 37, &a, 0, paths, 0, true);
+        if (PLACEMENT(4)) run_case_x(&rng, dtypes[d], 19, 37, &a, 0, paths, 0, true);
         a = (vkh2o_matmul_args){ .M = 8, .N = 19, .K = 36 };
-        run_case_x(&rng, dtypes[d], 19, 36, &a, 0, paths, 64, true);
+        if (PLACEMENT(5)) run_case_x(&rng, dtypes[d], 19, 36, &a, 0, paths, 64, true);
         /* batched with odd strides, chunked weight */
         const size_t es = vkh2o_dtype_size(dtypes[d]);
         vkh2o_matmul_args b = { .M = 6, .N = 9, .K = 17, .batch = 3, .x_stride = 19, .x_batch_stride = 6 * 19 + 1,
                                 .y_stride = 9, .y_batch_stride = 54, .w_batch_stride = 9 * 17 };
-        run_case_x(&rng, dtypes[d], 27, 17, &b, (uint64_t)5 * 24 * es, paths, 64, false);
+        if (PLACEMENT(6)) run_case_x(&rng, dtypes[d], 27, 17, &b, (uint64_t)5 * 24 * es, paths, 64, false);
     }
+#undef PLACEMENT
     vt_check_validation();
 }
 
