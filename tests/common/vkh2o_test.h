@@ -44,7 +44,8 @@ uint64_t vt_seed(const char* test_name);
  * The long shape grids and sweeps run whole only in the full run (environment
  * VKH2O_TEST_FULL=1: `scripts/vkh2o.sh test-full`, which CI runs). The default run (the
  * README's test command) keeps every kind of case (every dtype, layout, policy, read path, odd
- * shapes, the largest sizes a suite has) and drops part of the grid between them.
+ * shapes, the largest sizes a suite has), some only in one of any two runs in a row (turning
+ * with the seed, docs/TESTING.md names them), and drops part of the grid between them.
  * vt_full(): whether this is the full run (says which once per process).
  * vt_pick(seed, i, n): whether case i of a grid runs: always in the full run, else one case in
  * n, those with i % n == seed % n (the test's seed, so VKH2O_TEST_SEED replays the same part
