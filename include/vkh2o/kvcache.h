@@ -4,8 +4,7 @@
  * (FP16, INT8, INT4 or INT2 for every token past the sinks and recents, or tiers by score).
  * Included by vkh2o.h; do not include directly.
  *
- * It is the library's only cache (the H2O cache of vkh2o/cache.h and the quantised block cache
- * of vkh2o/kvquant.h were retired into it). Per token it holds one row, in one of two layouts
+ * It is the library's only cache. Per token it holds one row, in one of two layouts
  * (desc.layout):
  *   LATENT    (the default) the MLA latent row [c_kv after kv_a_layernorm (kv_lora_rank) | k_pe
  *             roped (qk_rope_head_dim)], shared by every head; the query is absorbed through
@@ -17,9 +16,7 @@
  *             numbers per token (at most 2^20; a CPU device takes at most its loop budget,
  *             vkh2o_device_profile); odd counts are allowed. The query is not
  *             absorbed and the output is the attention output per head.
- * Retired with the older caches: mock steps (tools generate their inputs on the host), the
- * block cache's routing batches (this cache demotes on the device at every step) and its block
- * selectors (score, Quest: read-time sparsity that saves no memory). A layer decode step's
+ * A layer decode step's
  * RoPE position is the caller's (vkh2o_mla_decode.position) or, with VKH2O_POSITION_FROM_CACHE,
  * the cache layer's next position read on the device: then a recorded layer step
  * (vkh2o_cmd_mla_decode) replays whole, projections included, each submission the next token.
@@ -205,7 +202,7 @@ typedef enum vkh2o_kv_precision {
  *                    lower-tier bytes, not FP16 ones). A decode step's eviction takes the
  *                    lowest-keyed middle token older than the window (only when there is none,
  *                    the lowest-keyed one inside it). A prefill ranks by key alone: it does not
- *                    apply the window (measured: applying it there lost compressed passkeys).
+ *                    apply the window (docs/DESIGN-NOTES.md says why).
  *                    It keeps a token that was read just before it is asked for (a key at the
  *                    end of a long prompt, a passage that recurs soon) although few queries have
  *                    raised its score yet. Needs a cache that evicts (a capacity); refused when

@@ -91,10 +91,9 @@ VKH2O_API vkh2o_result vkh2o_host_model_forward(vkh2o_model* m, const uint32_t* 
  * below).
  *
  * The session's caches are latent (the row [c_kv | k_pe], the query absorbed on the device) with
- * FP16 rows at the top tier. The expanded layout and F32 rows of the retired H2O-cache session
- * are not offered: tests/lm/test_model held them to the same bounds as the latent layout (nmse
- * 1e-8 against the forward and the CPU reference session), equal up to rounding, so in a
- * session they only cost memory (the expanded layout is a layer-level choice of vkh2o_kvcache).
+ * FP16 rows at the top tier. The expanded layout and F32 rows are not offered in a session:
+ * they give the latent layout's results up to rounding and only cost memory (the expanded
+ * layout is a layer-level choice of vkh2o_kvcache; docs/DESIGN-NOTES.md).
  * ---------------------------------------------------------------------------------------- */
 typedef struct vkh2o_model_session vkh2o_model_session;
 
