@@ -266,6 +266,13 @@ static uint32_t run_case(vt_rng* rng, vkh2o_dtype dt, uint32_t w_rows, uint32_t 
 
 static const vkh2o_dtype dtypes[] = { VKH2O_DTYPE_F32, VKH2O_DTYPE_BF16, VKH2O_DTYPE_F16 };
 
+/* Whether case c runs with dtypes[d]: in the full run with every dtype, in the default run with
+ * the one dtype (seed + c) % 3, so that successive cases (and seeds) meet all three. */
+static bool dtype_turn(uint64_t seed, uint64_t c, size_t d)
+{
+    return vt_full() || (seed + c) % 3 == d;
+}
+
 /* Plain Y = X W^T over odd shapes: M covers every register-block height (1, 2-4, 8). The
  * default run takes four of the (M, N) pairs (every M and every N once, which N with which M
  * turning with the seed), each with one dtype (all three every run) and one K (four of the five
@@ -301,7 +308,7 @@ static void test_strides_alpha_accumulate(void** state)
     for (size_t d = 0; d < 3; d++) {
         for (int t = 0; t < 2; t++) {
             for (int acc = 0; acc < 2; acc++) {
-                if (!vt_full() && ((seed + 2 * t + acc) % 3 != d || !vt_pick(seed, (uint64_t)(t ^ acc), 2))) continue;
+                if (!dtype_turn(seed, (uint64_t)(2 * t + acc), d) || !vt_pick(seed, (uint64_t)(t ^ acc), 2)) continue;
                 const uint32_t M = 19, N = 37, K = 45;
                 vkh2o_matmul_args a = { .M = M, .N = N, .K = K, .x_stride = K + 3, .y_stride = N + 5,
                                         .w_row_offset = 6, .w_transposed = t, .accumulate = acc,
@@ -334,7 +341,7 @@ static void test_batched_absorption(void** state)
         const uint32_t stride = dtypes[d] == VKH2O_DTYPE_F32 ? 36 : 40;   /* rows padded to 16 bytes */
         const uint64_t limits[] = { 0, (uint64_t)5 * stride * es, (uint64_t)7 * stride * es };
         for (size_t l = 0; l < 3; l++) {
-            if (!vt_full() && ((seed + l) % 3 != d || l != (seed % 2 ? 1 + seed / 2 % 2 : 0))) continue;
+            if (!dtype_turn(seed, l, d) || (!vt_full() && l != (seed % 2 ? 1 + seed / 2 % 2 : 0))) continue;
             /* q_nope [S, H, nope+rope] -> q_lat [S, H, lora] */
             vkh2o_matmul_args uk = { .M = S, .N = lora, .K = nope, .batch = H,
                                      .x_stride = H * (nope + rope), .x_batch_stride = nope + rope,
@@ -425,22 +432,21 @@ static void test_chunked(void** state)
     /* the default run: each of the four chunked cases with one dtype, turning with the seed (so
      * they meet all three dtypes), the binding limit from the profile with every dtype; the
      * full run every case with every dtype */
-#define CHUNKED_CASE(c) (vt_full() || (seed + (c)) % 3 == d)
     for (size_t d = 0; d < 3; d++) {
         const size_t es = vkh2o_dtype_size(dtypes[d]);
         const uint32_t M = 9, N = 70, K = 53;
         /* rows padded to 16 bytes */
         const uint32_t kpad = dtypes[d] == VKH2O_DTYPE_F32 ? 56 : 56, npad = dtypes[d] == VKH2O_DTYPE_F32 ? 72 : 72;
         vkh2o_matmul_args a = { .M = M, .N = N, .K = K };
-        if (CHUNKED_CASE(0)) assert_int_equal(run_case(&rng, dtypes[d], N, K, &a, (uint64_t)7 * kpad * es), 10);
+        if (dtype_turn(seed, 0, d)) assert_int_equal(run_case(&rng, dtypes[d], N, K, &a, (uint64_t)7 * kpad * es), 10);
         a.w_row_offset = 3;
         a.accumulate = true;
-        if (CHUNKED_CASE(1)) assert_true(run_case(&rng, dtypes[d], N + 8, K, &a, (uint64_t)13 * kpad * es) > 1);
+        if (dtype_turn(seed, 1, d)) assert_true(run_case(&rng, dtypes[d], N + 8, K, &a, (uint64_t)13 * kpad * es) > 1);
         vkh2o_matmul_args t = { .M = M, .N = N, .K = K, .w_transposed = true, .alpha = 2.0f };
-        if (CHUNKED_CASE(2)) assert_int_equal(run_case(&rng, dtypes[d], K, N, &t, (uint64_t)6 * npad * es), 9);
+        if (dtype_turn(seed, 2, d)) assert_int_equal(run_case(&rng, dtypes[d], K, N, &t, (uint64_t)6 * npad * es), 9);
         t.w_row_offset = 2;
         t.accumulate = true;
-        if (CHUNKED_CASE(3)) assert_true(run_case(&rng, dtypes[d], K + 5, N, &t, (uint64_t)6 * npad * es) > 1);
+        if (dtype_turn(seed, 3, d)) assert_true(run_case(&rng, dtypes[d], K + 5, N, &t, (uint64_t)6 * npad * es) > 1);
 
         /* the device profile's binding limit (VKH2O_MAX_BINDING_BYTES, read at context create:
          * test_profile), which vkh2o_weight_upload uses */
@@ -459,7 +465,6 @@ static void test_chunked(void** state)
         vkh2o_weight_free(&w);
         free(wh);
     }
-#undef CHUNKED_CASE
     vt_check_validation();
 }
 
@@ -476,28 +481,26 @@ static void test_x_placement(void** state)
     vt_rng_seed(&rng, seed);
     /* the default run: each of the seven placements with one dtype, turning with the seed (so
      * they meet all three dtypes); the full run every placement with every dtype */
-#define PLACEMENT(c) (vt_full() || (seed + (c)) % 3 == d)
     for (size_t d = 0; d < 3; d++) {
         const uint32_t paths = PATH_BIT(VKH2O_MATMUL_PATH_REGISTER) | PATH_BIT(VKH2O_MATMUL_PATH_TEXEL);
         static const uint32_t offs[] = { 64, 4 };
         for (size_t o = 0; o < 2; o++) {
             vkh2o_matmul_args a = { .M = 11, .N = 21, .K = 40 };
-            if (PLACEMENT(2 * o)) run_case_x(&rng, dtypes[d], 21, 40, &a, 0, paths, offs[o], false);
+            if (dtype_turn(seed, 2 * o, d)) run_case_x(&rng, dtypes[d], 21, 40, &a, 0, paths, offs[o], false);
             vkh2o_matmul_args t = { .M = 5, .N = 24, .K = 13, .w_transposed = true, .x_stride = 15 };
-            if (PLACEMENT(2 * o + 1)) run_case_x(&rng, dtypes[d], 13, 24, &t, 0, paths, offs[o], false);
+            if (dtype_turn(seed, 2 * o + 1, d)) run_case_x(&rng, dtypes[d], 13, 24, &t, 0, paths, offs[o], false);
         }
         /* tight buffers: 9 x 37 floats (not a multiple of 4), 8 x 36 (a multiple) */
         vkh2o_matmul_args a = { .M = 9, .N = 19, .K = 37 };
-        if (PLACEMENT(4)) run_case_x(&rng, dtypes[d], 19, 37, &a, 0, paths, 0, true);
+        if (dtype_turn(seed, 4, d)) run_case_x(&rng, dtypes[d], 19, 37, &a, 0, paths, 0, true);
         a = (vkh2o_matmul_args){ .M = 8, .N = 19, .K = 36 };
-        if (PLACEMENT(5)) run_case_x(&rng, dtypes[d], 19, 36, &a, 0, paths, 64, true);
+        if (dtype_turn(seed, 5, d)) run_case_x(&rng, dtypes[d], 19, 36, &a, 0, paths, 64, true);
         /* batched with odd strides, chunked weight */
         const size_t es = vkh2o_dtype_size(dtypes[d]);
         vkh2o_matmul_args b = { .M = 6, .N = 9, .K = 17, .batch = 3, .x_stride = 19, .x_batch_stride = 6 * 19 + 1,
                                 .y_stride = 9, .y_batch_stride = 54, .w_batch_stride = 9 * 17 };
-        if (PLACEMENT(6)) run_case_x(&rng, dtypes[d], 27, 17, &b, (uint64_t)5 * 24 * es, paths, 64, false);
+        if (dtype_turn(seed, 6, d)) run_case_x(&rng, dtypes[d], 27, 17, &b, (uint64_t)5 * 24 * es, paths, 64, false);
     }
-#undef PLACEMENT
     vt_check_validation();
 }
 
