@@ -151,7 +151,7 @@ void main()
     g_l = gl_WorkGroupID.y / NHG;
     const uint tid = gl_LocalInvocationID.x, s = gl_WorkGroupID.x, h0 = hgi * HG, dg = gl_WorkGroupID.z;
     const uint pos = state[g_st() + ST_POS];
-    if (pos >= MAXTOK) return;
+    if (pos >= p.max_tokens) return;
     const uint nh = min(HG, H - h0);
     const uvec4 cnt = held_counts(false);
     const uint c0 = cnt.x, L = cnt.x + cnt.y + cnt.z + cnt.w + 1u;

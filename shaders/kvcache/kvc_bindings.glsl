@@ -1,5 +1,4 @@
-// Bindings and push constants shared by every kvc_*.comp (struct kvc_push in
-// src/kvcache/kvcache_internal.h mirrors the block), and what they read through them: a token's
+// Bindings shared by every kvc_*.comp (the push constants: kvc_common.glsl), and what they read through them: a token's
 // words in the arena, the held tokens in order, a token's logits, the victim order.
 #ifndef KVC_BINDINGS_GLSL
 #define KVC_BINDINGS_GLSL
@@ -8,7 +7,7 @@
 #define KVC_ROWS_QUAL
 #endif
 layout(set = 0, binding = 0) KVC_ROWS_QUAL buffer State { uint state[]; };
-layout(set = 0, binding = 1) KVC_ROWS_QUAL buffer Arena { uint rows[]; };   // [layer][NCHUNK][CW]
+layout(set = 0, binding = 1) KVC_ROWS_QUAL buffer Arena { uint rows[]; };   // [layer][p.nchunk][CW]
 layout(set = 0, binding = 2) KVC_ROWS_QUAL buffer Tabs { uint tabs[]; };                  // DYN: [layer][tab_words()]
 layout(set = 0, binding = 3) KVC_ROWS_QUAL buffer Shadow { uint shadow[]; };  // SHADOW: [layer][lower slots][top-tier row]
 layout(set = 0, binding = 4) KVC_ROWS_QUAL buffer Work { uint work[]; };                  // the step's partials and candidates
@@ -20,20 +19,6 @@ layout(set = 0, binding = 8) buffer Out { float out_f[]; };
 // no invocation of theirs writes), the query from float p.q_toff of its view
 layout(set = 0, binding = 9) uniform usamplerBuffer arena_t;
 layout(set = 0, binding = 10) uniform usamplerBuffer q_t;
-
-layout(push_constant) uniform Push {
-    uint layer;
-    uint q_off, ckv_off, kpe_off, out_off;   // floats (EXPANDED: ckv_off is k's, kpe_off v's)
-    float scale;
-    float keep;        // a score's factor before the mass is added: 1, decay, 0 (TOVA)
-    uint seed;
-    uint n;            // prefill: prompt tokens
-    uint flags;        // 1: write out
-    uint middle[4];    // prefill: middle tokens per tier
-    uint q_toff;       // TEX & 2: q_off's float in q_t (a multiple of 4)
-    uint in_step;      // a step over several layers: floats from one layer's inputs to the next's
-    uint out_step;     // and from one layer's output to the next's
-} p;
 
 // A step may record several independent layers in the same dispatches (vkh2o_kvcache_step.
 // num_layers): the workgroup's layer is p.layer + g_l (each kernel sets g_l first, from its
@@ -53,7 +38,7 @@ KVC_DEFINE_DEQ(deq, rows_word)
 KVC_DEFINE_DEQ(deq_shadow, shadow_word)
 
 uint g_st() { return lay() * ST_WORDS; }
-uint arena0() { return lay() * NCHUNK * CW; }
+uint arena0() { return lay() * p.nchunk * CW; }
 uint tab0() { return lay() * tab_words(); }
 // the physical chunk of tier k's virtual chunk c
 uint chunk_of(uint k, uint c) { return DYN != 0u ? tabs[tab0() + tab_off(k) + c] : tab_off(k) + c; }
@@ -85,16 +70,19 @@ uvec4 held_counts(bool with_new)
                  state[st + ST_COUNT + 3u]);
 }
 // Victim order of tier k's middle tokens: a before b when a goes first. In the tier whose victims
-// are evicted, tokens of the protected window (the last NPROTECT positions) go after every older
+// are evicted, tokens of the protected window (the last p.n_protect positions) go after every older
 // one; then the lower key; equal keys: the higher position.
-bool protected_pos(uint k, uint pos, uint cur) { return NPROTECT > NRECENT && k == evict_tier() && pos + NPROTECT > cur; }
+bool protected_pos(uint k, uint pos, uint cur)
+{
+    return p.n_protect > p.n_recent && k == evict_tier() && pos + p.n_protect > cur;
+}
 bool goes_before(uint k, uint ka, uint pa, uint kb, uint pb, uint cur)
 {
     const bool xa = protected_pos(k, pa, cur), xb = protected_pos(k, pb, cur);
     if (xa != xb) return xb;
     return ka < kb || (ka == kb && pa > pb);
 }
-bool is_middle(uint pos, uint cur) { return pos >= NSINK && pos + NRECENT <= cur; }
+bool is_middle(uint pos, uint cur) { return pos >= p.n_sink && pos + p.n_recent <= cur; }
 
 // candidate lists (kvc_combine writes, kvc_select reads): per score workgroup and tier, the
 // tier's middle tokens it saw, then its KC first victims (key, position, slot; slot EMPTY: none)

@@ -147,7 +147,7 @@ void scores_pass(uint w)
 void main()
 {
     g_l = gl_WorkGroupID.y;
-    if (state[g_st() + ST_POS] >= MAXTOK) return;
+    if (state[g_st() + ST_POS] >= p.max_tokens) return;
     const uint wg = gl_WorkGroupID.x;
     if (wg < NCW) {
         combine(wg * WG + gl_LocalInvocationID.x);

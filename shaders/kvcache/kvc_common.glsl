@@ -7,40 +7,56 @@
 #include "common.glsl"       // f32_to_f16_rne, f16_round
 #include "kvc_keys.glsl"
 
-// spec ids (enum kvc_spec in src/kvcache/kvcache_internal.h)
+// spec ids (enum kvc_spec in src/kvcache/kvcache_internal.h): what shapes the code. The cache's
+// sizes (slots, sinks, recents, the byte capacity, max_tokens, chunks) are push constants, so caches
+// that differ only in them share their pipelines.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint H = 4;          // query heads
 layout(constant_id = 2) const uint SA = 64;        // LATENT: kv_lora_rank (c_kv); EXPANDED: qk_nope_head_dim
 layout(constant_id = 3) const uint R = 16;         // qk_rope_head_dim (k_pe numbers)
-layout(constant_id = 4) const uint SLOTS0 = 32;    // slots per tier (0: tier unused)
-layout(constant_id = 5) const uint SLOTS1 = 0;
-layout(constant_id = 6) const uint SLOTS2 = 0;
-layout(constant_id = 7) const uint SLOTS3 = 0;
-layout(constant_id = 8) const uint GS1 = 64;       // numbers per group, INT8 / INT4 / INT2 (capped per segment)
-layout(constant_id = 9) const uint GS2 = 64;
-layout(constant_id = 10) const uint GS3 = 32;
-layout(constant_id = 11) const uint NSINK = 0;
-layout(constant_id = 12) const uint NRECENT = 0;
-layout(constant_id = 13) const uint POLMODE = 0;   // policy | score mode << 4 | n_protect << 8
-layout(constant_id = 14) const uint SELECTS = 0;   // 1: scores and selection are kept
-layout(constant_id = 15) const uint WROW = 80;     // numbers per row: LATENT SA + R, EXPANDED H (SA + R + SV)
-layout(constant_id = 16) const uint BYBYTES = 0;   // 1: tiers by bytes (BUDGET decides, not the pools)
-layout(constant_id = 17) const uint BUDGET = 0;    // tiers by bytes: the capacity in bytes
-layout(constant_id = 18) const uint EXP = 0;       // 1: the EXPANDED layout
-layout(constant_id = 19) const uint SV = 0;        // EXPANDED: v_head_dim (0 for LATENT)
-layout(constant_id = 20) const uint F32TOP = 0;    // 1: the top tier's rows are f32 (storage F32)
-layout(constant_id = 22) const uint CHECKFIN = 0;  // 1: count non-finite inputs and scores
-layout(constant_id = 21) const uint MAXTOK = 512;  // max_tokens: a step at this position is refused
-layout(constant_id = 23) const uint SHADOW = 0;    // FROM_ORIGINAL: 1, a top-tier row per lower-tier slot in the
+layout(constant_id = 4) const uint TIERS = 1;      // bit k: tier k in use (slots > 0)
+layout(constant_id = 5) const uint GS1 = 64;       // numbers per group, INT8 / INT4 / INT2 (capped per segment)
+layout(constant_id = 6) const uint GS2 = 64;
+layout(constant_id = 7) const uint GS3 = 32;
+layout(constant_id = 8) const uint POLMODE = 0;    // policy | score mode << 4
+layout(constant_id = 9) const uint SELECTS = 0;    // 1: scores and selection are kept
+layout(constant_id = 10) const uint WROW = 80;     // numbers per row: LATENT SA + R, EXPANDED H (SA + R + SV)
+layout(constant_id = 11) const uint BYBYTES = 0;   // 1: tiers by bytes (p.budget decides, not the pools)
+layout(constant_id = 12) const uint EXP = 0;       // 1: the EXPANDED layout
+layout(constant_id = 13) const uint SV = 0;        // EXPANDED: v_head_dim (0 for LATENT)
+layout(constant_id = 14) const uint F32TOP = 0;    // 1: the top tier's rows are f32 (storage F32)
+layout(constant_id = 15) const uint CHECKFIN = 0;  // 1: count non-finite inputs and scores
+layout(constant_id = 16) const uint SHADOW = 0;    // FROM_ORIGINAL: 1, a top-tier row per lower-tier slot in the
                                                    // shadow buffer (kvc_select, kvc_prefill)
-layout(constant_id = 24) const uint CS = 9;        // log2 of a chunk's words (a chunk holds a top-tier token)
-layout(constant_id = 25) const uint DYN = 0;       // 1: tiers by bytes, chunks mapped on demand from a free stack;
+layout(constant_id = 17) const uint CS = 9;        // log2 of a chunk's words (a chunk holds a top-tier token)
+layout(constant_id = 18) const uint DYN = 0;       // 1: tiers by bytes, chunks mapped on demand from a free stack;
                                                    // 0: each tier's chunks fixed, in tier order
-layout(constant_id = 26) const uint NCHUNK = 1;    // chunks per layer
-layout(constant_id = 27) const uint NSPLIT = 1;    // kvc_attend: splits of the held tokens
-layout(constant_id = 28) const uint NMW = 1;       // kvc_combine: workgroups of the score pass
-layout(constant_id = 29) const uint TEX = 0;       // kvc_attend, kvc_combine: 1 the arena's rows read through texels
+layout(constant_id = 19) const uint NSPLIT = 1;    // kvc_attend: splits of the held tokens
+layout(constant_id = 20) const uint NMW = 1;       // kvc_combine: workgroups of the score pass
+layout(constant_id = 21) const uint TEX = 0;       // kvc_attend, kvc_combine: 1 the arena's rows read through texels
                                                    // (binding 9), | 2 the query too (binding 10)
+
+// struct kvc_push in src/kvcache/kvcache_internal.h mirrors the block: a dispatch's offsets and
+// the cache's sizes
+layout(push_constant) uniform Push {
+    uint layer;
+    uint q_off, ckv_off, kpe_off, out_off;   // floats (EXPANDED: ckv_off is k's, kpe_off v's)
+    float scale;
+    float keep;        // a score's factor before the mass is added: 1, decay, 0 (TOVA)
+    uint seed;
+    uint n;            // prefill: prompt tokens
+    uint flags;        // 1: write out
+    uint middle[4];    // prefill: middle tokens per tier
+    uint q_toff;       // TEX & 2: q_off's float in q_t (a multiple of 4)
+    uint in_step;      // a step over several layers: floats from one layer's inputs to the next's
+    uint out_step;     // and from one layer's output to the next's
+    uint slots[4];     // the cache's sizes: slots per tier (0: tier unused),
+    uint n_sink, n_recent;
+    uint n_protect;    // a step's eviction skips the last n_protect positions while it can (kvc_select)
+    uint budget;       // tiers by bytes: the capacity in bytes
+    uint max_tokens;   // a step at this position is refused
+    uint nchunk;       // chunks per layer
+} p;
 
 const uint WG = gl_WorkGroupSize.x;
 const uint W = WROW;
@@ -53,8 +69,7 @@ const uint WA = EXP != 0u ? KW : SA;    // the row's first input (ckv / k) numbe
 const uint QW = EXP != 0u ? DK : W;     // query numbers per head (the row numbers a head's logits read)
 const uint OW = EXP != 0u ? SV : SA;    // output numbers per head (P . c_kv, P . V_h)
 const uint POLICY = POLMODE & 15u;
-const uint MODE = (POLMODE >> 4) & 15u;
-const uint NPROTECT = POLMODE >> 8;   // a step's eviction skips the last NPROTECT positions while it can (kvc_select)
+const uint MODE = POLMODE >> 4;
 const uint EMPTY = 0xffffffffu;
 const float NEG = -3.0e38;
 
@@ -84,7 +99,8 @@ const uint NF_SCORE = 8u;
 // NaN or +-Inf, by the bits (no float compare a compiler may assume finite)
 bool non_finite(float x) { return (floatBitsToUint(x) & 0x7f800000u) == 0x7f800000u; }
 
-uint tier_slots(uint k) { return k == 0u ? SLOTS0 : (k == 1u ? SLOTS1 : (k == 2u ? SLOTS2 : SLOTS3)); }
+uint tier_slots(uint k) { return p.slots[k]; }
+bool tier_used(uint k) { return ((TIERS >> k) & 1u) != 0u; }
 uint tier_bits(uint k) { return 16u >> k; }
 uint tier_gs(uint k) { return k == 1u ? GS1 : (k == 2u ? GS2 : GS3); }
 uint tier_gsa(uint k) { return min(tier_gs(k), SA); }
@@ -112,7 +128,7 @@ uint tier_token_bytes(uint k) { return 4u * tier_row_words(k) + 8u; }
 uint next_tier(uint k)
 {
     for (uint j = k + 1u; j < 4u; j++)
-        if (tier_slots(j) > 0u) return j;
+        if (tier_used(j)) return j;
     return 4u;
 }
 uint group_of(uint k, uint e)
@@ -174,7 +190,7 @@ uint tab_off(uint k)
     for (uint j = 0u; j < k; j++) o += tier_vchunks(j);
     return o;
 }
-uint tab_words() { return tab_off(4u) + NCHUNK; }   // the chunk tables, then the free stack
+uint tab_words() { return tab_off(4u) + p.nchunk; }   // the chunk tables, then the free stack
 // a token's words: [0, n) from word a, the rest from word b
 struct Tok { uint a; uint n; uint b; };
 Tok tok_direct(uint base) { Tok r; r.a = base; r.n = 0xffffffffu; r.b = 0u; return r; }
@@ -184,7 +200,7 @@ uint evict_tier()
 {
     uint e = 0u;
     for (uint k = 0u; k < 4u; k++)
-        if (tier_slots(k) > 0u) e = k;
+        if (tier_used(k)) e = k;
     return e;
 }
 

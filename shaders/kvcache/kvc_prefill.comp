@@ -19,16 +19,16 @@
 #include "kvc_common.glsl"
 #include "kvc_bindings.glsl"
 
-bool is_top(uint i, uint n) { return i < NSINK || i + NRECENT >= n; }   // i + NRECENT > cur
+bool is_top(uint i, uint n) { return i < p.n_sink || i + p.n_recent >= n; }   // i + n_recent > cur
 float in_row(uint i, uint e) { return e < WA ? in_ckv[p.ckv_off + i * WA + e] : in_kpe[p.kpe_off + i * (W - WA) + e - WA]; }
 
 void main()
 {
     const uint i = gl_GlobalInvocationID.x, n = p.n;
     const uint st = g_st(), cur = n - 1u;
-    // top tokens: [0, min(NSINK, n)) and [max(NSINK, n - NRECENT), n)
-    const uint rs = max(NSINK, n > NRECENT ? n - NRECENT : 0u);
-    const uint ntop = min(NSINK, n) + (n > rs ? n - rs : 0u);
+    // top tokens: [0, min(n_sink, n)) and [max(n_sink, n - n_recent), n)
+    const uint rs = max(p.n_sink, n > p.n_recent ? n - p.n_recent : 0u);
+    const uint ntop = min(p.n_sink, n) + (n > rs ? n - rs : 0u);
     const uint room0 = p.middle[0];
     if (i == 0u) {
         uint nmid = n - ntop, c0 = SELECTS == 1u ? ntop + min(room0, nmid) : n;
@@ -60,7 +60,7 @@ void main()
     if (SELECTS == 0u) {
         slot = i;
     } else if (is_top(i, n)) {
-        slot = min(i, NSINK) + (i > rs ? i - rs : 0u);
+        slot = min(i, p.n_sink) + (i > rs ? i - rs : 0u);
     } else {
         const uint key = select_key(POLICY, MODE, score, i, cur, p.seed, p.layer);
         uint r = 0u;

@@ -7,7 +7,7 @@
  *     evicted or moves into a tier with room; then, bottom up, each victim moves down into the
  *     tier below, requantised on the device from the values its tier holds (SHADOW: from its
  *     top-tier row, which moves with it);
- *   tiers by bytes (BYBYTES): while the held tokens and one more top-tier token exceed BUDGET
+ *   tiers by bytes (BYBYTES): while the held tokens and one more top-tier token exceed p.budget
  *     bytes, the first victim of the highest tier that has a middle token moves down one tier;
  *     in the lowest tier in use it is evicted.
  * Victims come from kvc_combine's candidate lists (each score workgroup's KC first victims per
@@ -270,13 +270,13 @@ uint held_bytes()
 
 void by_bytes(uint cur)
 {
-    const uint bound = 4u * (SLOTS0 + SLOTS1 + SLOTS2 + SLOTS3);
+    const uint bound = 4u * (p.slots[0] + p.slots[1] + p.slots[2] + p.slots[3]);
     for (uint it = 0u; it < bound; it++) {
         sync();
-        if (held_bytes() + tier_token_bytes(0u) <= BUDGET) break;
+        if (held_bytes() + tier_token_bytes(0u) <= p.budget) break;
         bool moved = false;
         for (uint k = 0u; k < 4u; k++) {
-            if (tier_slots(k) == 0u || count_of(k) == 0u) continue;
+            if (!tier_used(k) || count_of(k) == 0u) continue;
             const uint nk = next_tier(k);
             if (nk != 4u && count_of(nk) >= tier_slots(nk)) continue;
             const uint v = victim(k, cur);
@@ -335,7 +335,7 @@ void main()
     const uint tid = gl_LocalInvocationID.x, st = g_st();
     const uint pos = state[st + ST_POS];
     sync();
-    if (pos >= MAXTOK) {
+    if (pos >= p.max_tokens) {
         if (tid == 0u) state[st + ST_OVERFLOW] += 1u;
         return;
     }

@@ -600,21 +600,18 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     s[KVC_SPEC_H] = H;
     s[KVC_SPEC_SA] = shp.sa;
     s[KVC_SPEC_R] = d.qk_rope_head_dim;
+    s[KVC_SPEC_TIERS] = 0;
     for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
-        s[KVC_SPEC_SLOTS + k] = pl.slots[k];
+        s[KVC_SPEC_TIERS] |= pl.slots[k] ? 1u << k : 0u;
     for (uint32_t k = 1; k < VKH2O_TIER_COUNT; k++)
         s[KVC_SPEC_GS + k - 1] = d.group_size[k];
-    s[KVC_SPEC_NSINK] = d.n_sink;
-    s[KVC_SPEC_NRECENT] = d.n_recent;
-    s[KVC_SPEC_POLMODE] = (uint32_t)d.policy | ((uint32_t)d.score_mode << 4) | (d.n_protect << 8);   /* n_protect < 2^24 */
+    s[KVC_SPEC_POLMODE] = (uint32_t)d.policy | ((uint32_t)d.score_mode << 4);
     s[KVC_SPEC_SELECTS] = pl.selects ? 1u : 0u;
     s[KVC_SPEC_WROW] = shp.w;
     s[KVC_SPEC_EXP] = expanded ? 1u : 0u;
     s[KVC_SPEC_SV] = shp.sv;
     s[KVC_SPEC_F32] = d.storage == VKH2O_DTYPE_F32 ? 1u : 0u;
     s[KVC_SPEC_BYBYTES] = pl.by_bytes ? 1u : 0u;
-    s[KVC_SPEC_BUDGET] = pl.by_bytes ? (uint32_t)(d.capacity_bytes < UINT32_MAX ? d.capacity_bytes : UINT32_MAX) : 0u;
-    s[KVC_SPEC_MAXTOK] = d.max_tokens;
     s[KVC_SPEC_CHECKFIN] = d.check_finite ? 1u : 0u;
     s[KVC_SPEC_SHADOW] = pl.shadow_bytes ? 1u : 0u;
     s[KVC_SPEC_CS] = c->cs;
@@ -623,7 +620,6 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     c->hg = H <= 4 ? 4u : KVC_HG;
     s[KVC_SPEC_HG] = c->hg;
     s[KVC_SPEC_DYN] = pl.by_bytes ? 1u : 0u;
-    s[KVC_SPEC_NCHUNK] = pl.chunks;
     s[KVC_SPEC_NSPLIT] = pl.splits;
     s[KVC_SPEC_NMW] = pl.score_groups ? pl.score_groups : 1;
     /* texel reads where the arena fits one view; VKH2O_CONTEXT_BASELINE_ONLY keeps the storage
@@ -749,9 +745,11 @@ static const char* kvc_kernel_name(const vkh2o_kvcache* c, enum kvc_kernel i)
     return i == KVC_K_SELECT ? vkh2o_kvcache_select_kernel(&c->plan) : kvc_kernel_names[i];
 }
 
-/* The spec constants of kernel i: the cache's, with SHADOW only that of kvc_select and
- * kvc_prefill and TEX only that of kvc_attend and kvc_combine (the others see 0 there, so caches
- * that differ only in them share their pipelines); qtex: the step's query through texels. */
+/* The spec constants of kernel i: the cache's, with each constant only where the kernel reads it
+ * (the others see 1 or 0 there, so caches that differ only in them share the kernel's pipeline):
+ * SHADOW in kvc_select and kvc_prefill; TEX and HG in kvc_attend and kvc_combine; the splits and
+ * score workgroups (the workspace's layout) in the step's kernels that read the workspace, which
+ * kvc_prefill and kvc_count do not. qtex: the step's query through texels. */
 static bool reads_tex(enum kvc_kernel i) { return i == KVC_K_ATTEND || i == KVC_K_COMBINE; }
 static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, bool qtex, uint32_t spec[KVC_SPEC_ALL])
 {
@@ -759,6 +757,10 @@ static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, bool qtex
     if (i != KVC_K_SELECT && i != KVC_K_PREFILL)
         spec[KVC_SPEC_SHADOW] = 0;
     spec[KVC_SPEC_TEX] = reads_tex(i) ? (c->arena_tex ? 1u : 0u) | (qtex ? 2u : 0u) : 0u;
+    if (!reads_tex(i))
+        spec[KVC_SPEC_HG] = 0;
+    if (i == KVC_K_PREFILL || (i == KVC_K_SELECT && !c->plan.selects))
+        spec[KVC_SPEC_NSPLIT] = spec[KVC_SPEC_NMW] = 1;
 }
 
 /* Every kernel the cache records, resolved once (vkh2o_kvcache_create); the step's with the
@@ -787,6 +789,21 @@ static vkh2o_result kvc_kernels(vkh2o_kvcache* c)
         }
     }
     return VKH2O_OK;
+}
+
+/* the cache's sizes in a dispatch's push constants: the same in every dispatch, so caches that
+ * differ only in them share their pipelines */
+static void kvc_push_sizes(const vkh2o_kvcache* c, struct kvc_push* pc)
+{
+    const vkh2o_kvcache_plan* pl = &c->plan;
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
+        pc->slots[k] = pl->slots[k];
+    pc->n_sink = c->d.n_sink;
+    pc->n_recent = c->d.n_recent;
+    pc->n_protect = c->d.n_protect;
+    pc->budget = pl->by_bytes ? (uint32_t)(c->d.capacity_bytes < UINT32_MAX ? c->d.capacity_bytes : UINT32_MAX) : 0u;
+    pc->max_tokens = c->d.max_tokens;
+    pc->nchunk = pl->chunks;
 }
 
 static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, enum kvc_kernel i, const vkh2o_binding* b, bool qtex,
@@ -905,6 +922,7 @@ vkh2o_result vkh2o_cmd_kvcache_step(vkh2o_kvcache* c, VkCommandBuffer cb, const 
                            .kpe_off = (uint32_t)(off_b / 4), .out_off = s->out ? (uint32_t)(s->out_offset / 4) : 0,
                            .scale = d->scale, .keep = keep_factor(d), .seed = d->seed, .flags = s->out ? 1u : 0u,
                            .q_toff = q_toff, .in_step = (uint32_t)(ins / 4), .out_step = (uint32_t)(outs / 4) };
+    kvc_push_sizes(c, &pc);
     /* at most three dispatches: the split attention with the append, the combine with the scores
      * and the candidate victims, the selection (y: each layer's workgroups after the one before's) */
     VKH2O_CHECK(dispatch(c, cb, KVC_K_ATTEND, b, qtex, &pc, c->plan.splits, nl * vkh2o_div_up(H, c->hg), c->ndg));
@@ -975,6 +993,7 @@ vkh2o_result vkh2o_cmd_kvcache_prefill(vkh2o_kvcache* c, VkCommandBuffer cb, con
     struct kvc_push pc = { .layer = p->layer, .ckv_off = (uint32_t)(off_a / 4), .kpe_off = (uint32_t)(off_b / 4),
                            .out_off = c->plan.selects ? (uint32_t)(p->mass_offset / 4) : 0, .scale = d->scale,
                            .keep = keep_factor(d), .seed = d->seed, .n = p->n };
+    kvc_push_sizes(c, &pc);
     vkh2o_kvcache_plan_counts(d, &c->plan, p->n, pc.middle);
     /* the counts the kernel leaves (kvc_prefill.comp), for the chunk tables */
     uint32_t count[VKH2O_TIER_COUNT];

@@ -5,34 +5,29 @@
 
 #include "internal.h"
 
-enum kvc_spec {
+enum kvc_spec {   /* what shapes the code; the cache's sizes are push constants (struct kvc_push) */
     KVC_SPEC_WG = 0,
     KVC_SPEC_H = 1,
     KVC_SPEC_SA = 2,         /* LATENT kv_lora_rank, EXPANDED qk_nope_head_dim */
     KVC_SPEC_R = 3,
-    KVC_SPEC_SLOTS = 4,      /* 4..7: slots per tier */
-    KVC_SPEC_GS = 8,         /* 8..10: numbers per group of INT8 / INT4 / INT2 (capped per segment) */
-    KVC_SPEC_NSINK = 11,
-    KVC_SPEC_NRECENT = 12,
-    KVC_SPEC_POLMODE = 13,   /* policy | score mode << 4 */
-    KVC_SPEC_SELECTS = 14,
-    KVC_SPEC_WROW = 15,      /* numbers per row */
-    KVC_SPEC_BYBYTES = 16,   /* 1: tiers by bytes (the capacity decides, not the pools) */
-    KVC_SPEC_BUDGET = 17,    /* tiers by bytes: the capacity in bytes */
-    KVC_SPEC_EXP = 18,       /* 1: the EXPANDED layout */
-    KVC_SPEC_SV = 19,        /* EXPANDED: v_head_dim */
-    KVC_SPEC_F32 = 20,       /* 1: the top tier's rows are f32 */
-    KVC_SPEC_MAXTOK = 21,    /* max_tokens */
-    KVC_SPEC_CHECKFIN = 22,  /* 1: desc.check_finite */
-    KVC_SPEC_SHADOW = 23,    /* 1: requant_source FROM_ORIGINAL (kvc_select, kvc_prefill) */
-    KVC_SPEC_CS = 24,        /* log2 of a chunk's words */
-    KVC_SPEC_DYN = 25,       /* 1: chunk tables (tiers by bytes) */
-    KVC_SPEC_NCHUNK = 26,    /* chunks per layer */
-    KVC_SPEC_NSPLIT = 27,    /* kvc_attend's splits */
-    KVC_SPEC_NMW = 28,       /* kvc_combine's score workgroups */
-    KVC_SPEC_TEX = 29,       /* kvc_attend, kvc_combine: 1 arena rows through texels, | 2 the query too */
-    KVC_SPEC_HG = 30,        /* kvc_attend, kvc_combine: heads per pass over a row (kvc_attn.glsl HG) */
-    KVC_SPEC_ALL = 31,
+    KVC_SPEC_TIERS = 4,      /* bit k: tier k in use */
+    KVC_SPEC_GS = 5,         /* 5..7: numbers per group of INT8 / INT4 / INT2 (capped per segment) */
+    KVC_SPEC_POLMODE = 8,    /* policy | score mode << 4 */
+    KVC_SPEC_SELECTS = 9,
+    KVC_SPEC_WROW = 10,      /* numbers per row */
+    KVC_SPEC_BYBYTES = 11,   /* 1: tiers by bytes (the capacity decides, not the pools) */
+    KVC_SPEC_EXP = 12,       /* 1: the EXPANDED layout */
+    KVC_SPEC_SV = 13,        /* EXPANDED: v_head_dim */
+    KVC_SPEC_F32 = 14,       /* 1: the top tier's rows are f32 */
+    KVC_SPEC_CHECKFIN = 15,  /* 1: desc.check_finite */
+    KVC_SPEC_SHADOW = 16,    /* 1: requant_source FROM_ORIGINAL (kvc_select, kvc_prefill) */
+    KVC_SPEC_CS = 17,        /* log2 of a chunk's words */
+    KVC_SPEC_DYN = 18,       /* 1: chunk tables (tiers by bytes) */
+    KVC_SPEC_NSPLIT = 19,    /* kvc_attend's splits */
+    KVC_SPEC_NMW = 20,       /* kvc_combine's score workgroups */
+    KVC_SPEC_TEX = 21,       /* kvc_attend, kvc_combine: 1 arena rows through texels, | 2 the query too */
+    KVC_SPEC_HG = 22,        /* kvc_attend, kvc_combine: heads per pass over a row (kvc_attn.glsl HG) */
+    KVC_SPEC_ALL = 23,
 };
 
 /* state words per layer (kvc_common.glsl ST_*) */
@@ -74,6 +69,12 @@ struct kvc_push {
     uint32_t middle[4];      /* prefill: middle tokens per tier (vkh2o_kvcache_plan_counts) */
     uint32_t q_toff;         /* KVC_TEX_Q: q_off's float in the query's texel view */
     uint32_t in_step, out_step;   /* a step over several layers: floats from one layer's inputs / output to the next's */
+    /* the cache's sizes, the same in every dispatch (kvc_push_sizes) */
+    uint32_t slots[4];
+    uint32_t n_sink, n_recent, n_protect;
+    uint32_t budget;         /* tiers by bytes: the capacity in bytes (else 0) */
+    uint32_t max_tokens;
+    uint32_t nchunk;         /* chunks per layer */
 };
 _Static_assert(sizeof(struct kvc_push) <= VKH2O_PUSH_MAX, "kvc push constants");
 
