@@ -23,7 +23,7 @@ layout(set = 0, binding = 10) uniform usamplerBuffer q_t;
 // A step may record several independent layers in the same dispatches (vkh2o_kvcache_step.
 // num_layers): the workgroup's layer is p.layer + g_l (each kernel sets g_l first, from its
 // workgroup id), its inputs p.in_step floats and its output p.out_step floats after the layer
-// before it, and its part of the workspace WORK_WORDS words after.
+// before it, and its part of the workspace p.work_words words after.
 uint g_l = 0u;
 uint lay() { return p.layer + g_l; }
 uint q_off() { return p.q_off + g_l * p.in_step; }
@@ -90,11 +90,12 @@ const uint KC = 4u;
 const uint CAND_WORDS = 1u + 3u * KC;
 // a split's words per head: max and sum, then (more than one split) OW numbers of P . V
 const uint PW = NSPLIT == 1u ? 2u : OW + 2u;
-// a layer's workspace words (vkh2o_kvcache_plan.workspace_bytes is this per step layer)
-const uint WORK_WORDS = NSPLIT * H * PW + (SELECTS != 0u ? NMW * 4u * CAND_WORDS : 0u);
-uint cand0() { return g_l * WORK_WORDS + NSPLIT * H * PW; }
+// a step layer's workspace: the splits' partials, then (SELECTS) the candidate lists, NSPLIT * H *
+// PW + NMW * 4 * CAND_WORDS words (p.work_words, vkh2o_kvcache_plan.workspace_bytes per step layer:
+// a push constant, so kvc_attend keys on neither the selection nor its workgroups)
+uint cand0() { return g_l * p.work_words + NSPLIT * H * PW; }
 uint cand_base(uint w, uint k) { return cand0() + (w * 4u + k) * CAND_WORDS; }
 // the partials of split s, head h
-uint part_base(uint s, uint h) { return g_l * WORK_WORDS + (s * H + h) * PW; }
+uint part_base(uint s, uint h) { return g_l * p.work_words + (s * H + h) * PW; }
 
 #endif

@@ -8,32 +8,31 @@
 #include "kvc_keys.glsl"
 
 // spec ids (enum kvc_spec in src/kvcache/kvcache_internal.h): what shapes the code. The cache's
-// sizes (slots, sinks, recents, the byte capacity, max_tokens, chunks) are push constants, so caches
-// that differ only in them share their pipelines.
+// sizes (slots, sinks, recents, the byte capacity, max_tokens, chunks, the workspace's layer stride)
+// are push constants, so caches that differ only in them share their pipelines.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint H = 4;          // query heads
 layout(constant_id = 2) const uint SA = 64;        // LATENT: kv_lora_rank (c_kv); EXPANDED: qk_nope_head_dim
 layout(constant_id = 3) const uint R = 16;         // qk_rope_head_dim (k_pe numbers)
-layout(constant_id = 4) const uint TIERS = 1;      // bit k: tier k in use (slots > 0)
-layout(constant_id = 5) const uint GS1 = 64;       // numbers per group, INT8 / INT4 / INT2 (capped per segment)
-layout(constant_id = 6) const uint GS2 = 64;
-layout(constant_id = 7) const uint GS3 = 32;
-layout(constant_id = 8) const uint POLMODE = 0;    // policy | score mode << 4
-layout(constant_id = 9) const uint SELECTS = 0;    // 1: scores and selection are kept
-layout(constant_id = 10) const uint WROW = 80;     // numbers per row: LATENT SA + R, EXPANDED H (SA + R + SV)
-layout(constant_id = 11) const uint BYBYTES = 0;   // 1: tiers by bytes (p.budget decides, not the pools)
-layout(constant_id = 12) const uint EXP = 0;       // 1: the EXPANDED layout
-layout(constant_id = 13) const uint SV = 0;        // EXPANDED: v_head_dim (0 for LATENT)
-layout(constant_id = 14) const uint F32TOP = 0;    // 1: the top tier's rows are f32 (storage F32)
-layout(constant_id = 15) const uint CHECKFIN = 0;  // 1: count non-finite inputs and scores
-layout(constant_id = 16) const uint SHADOW = 0;    // FROM_ORIGINAL: 1, a top-tier row per lower-tier slot in the
+layout(constant_id = 4) const uint GS1 = 64;       // numbers per group, INT8 / INT4 / INT2 (capped per segment)
+layout(constant_id = 5) const uint GS2 = 64;
+layout(constant_id = 6) const uint GS3 = 32;
+layout(constant_id = 7) const uint POLMODE = 0;    // policy | score mode << 4
+layout(constant_id = 8) const uint SELECTS = 0;    // 1: scores and selection are kept
+layout(constant_id = 9) const uint WROW = 80;     // numbers per row: LATENT SA + R, EXPANDED H (SA + R + SV)
+layout(constant_id = 10) const uint BYBYTES = 0;   // 1: tiers by bytes (p.budget decides, not the pools)
+layout(constant_id = 11) const uint EXP = 0;       // 1: the EXPANDED layout
+layout(constant_id = 12) const uint SV = 0;        // EXPANDED: v_head_dim (0 for LATENT)
+layout(constant_id = 13) const uint F32TOP = 0;    // 1: the top tier's rows are f32 (storage F32)
+layout(constant_id = 14) const uint CHECKFIN = 0;  // 1: count non-finite inputs and scores
+layout(constant_id = 15) const uint SHADOW = 0;    // FROM_ORIGINAL: 1, a top-tier row per lower-tier slot in the
                                                    // shadow buffer (kvc_select, kvc_prefill)
-layout(constant_id = 17) const uint CS = 9;        // log2 of a chunk's words (a chunk holds a top-tier token)
-layout(constant_id = 18) const uint DYN = 0;       // 1: tiers by bytes, chunks mapped on demand from a free stack;
+layout(constant_id = 16) const uint CS = 9;        // log2 of a chunk's words (a chunk holds a top-tier token)
+layout(constant_id = 17) const uint DYN = 0;       // 1: tiers by bytes, chunks mapped on demand from a free stack;
                                                    // 0: each tier's chunks fixed, in tier order
-layout(constant_id = 19) const uint NSPLIT = 1;    // kvc_attend: splits of the held tokens
-layout(constant_id = 20) const uint NMW = 1;       // kvc_combine: workgroups of the score pass
-layout(constant_id = 21) const uint TEX = 0;       // kvc_attend, kvc_combine: 1 the arena's rows read through texels
+layout(constant_id = 18) const uint NSPLIT = 1;    // kvc_attend: splits of the held tokens
+layout(constant_id = 19) const uint NMW = 1;       // kvc_combine: workgroups of the score pass
+layout(constant_id = 20) const uint TEX = 0;       // kvc_attend, kvc_combine: 1 the arena's rows read through texels
                                                    // (binding 9), | 2 the query too (binding 10)
 
 // struct kvc_push in src/kvcache/kvcache_internal.h mirrors the block: a dispatch's offsets and
@@ -56,6 +55,7 @@ layout(push_constant) uniform Push {
     uint budget;       // tiers by bytes: the capacity in bytes
     uint max_tokens;   // a step at this position is refused
     uint nchunk;       // chunks per layer
+    uint work_words;   // a step layer's workspace words (kvc_bindings.glsl part_base, cand0)
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
@@ -100,7 +100,7 @@ const uint NF_SCORE = 8u;
 bool non_finite(float x) { return (floatBitsToUint(x) & 0x7f800000u) == 0x7f800000u; }
 
 uint tier_slots(uint k) { return p.slots[k]; }
-bool tier_used(uint k) { return ((TIERS >> k) & 1u) != 0u; }
+bool tier_used(uint k) { return p.slots[k] != 0u; }
 uint tier_bits(uint k) { return 16u >> k; }
 uint tier_gs(uint k) { return k == 1u ? GS1 : (k == 2u ? GS2 : GS3); }
 uint tier_gsa(uint k) { return min(tier_gs(k), SA); }

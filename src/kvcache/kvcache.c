@@ -308,7 +308,7 @@ static void plan_arena(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* pl)
         uint32_t g = vkh2o_div_up(pl->kept_tokens + 1, KVC_WG);   /* a block of the held tokens each (the score pass recomputes the logits) */
         pl->score_groups = g < 1 ? 1 : g > KVC_MAX_NMW ? KVC_MAX_NMW : g;
     }
-    /* per step layer (kvc_bindings.glsl WORK_WORDS) */
+    /* per step layer (kvc_bindings.glsl p.work_words) */
     pl->workspace_bytes = (d->step_layers ? d->step_layers : 1) * 4ull *
                           ((uint64_t)splits * H * (splits == 1 ? 2 : ow + 2) + (uint64_t)pl->score_groups * 4 * (1 + 3 * KVC_KC));
     const uint64_t L = d->num_layers;
@@ -600,9 +600,6 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     s[KVC_SPEC_H] = H;
     s[KVC_SPEC_SA] = shp.sa;
     s[KVC_SPEC_R] = d.qk_rope_head_dim;
-    s[KVC_SPEC_TIERS] = 0;
-    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
-        s[KVC_SPEC_TIERS] |= pl.slots[k] ? 1u << k : 0u;
     for (uint32_t k = 1; k < VKH2O_TIER_COUNT; k++)
         s[KVC_SPEC_GS + k - 1] = d.group_size[k];
     s[KVC_SPEC_POLMODE] = (uint32_t)d.policy | ((uint32_t)d.score_mode << 4);
@@ -747,9 +744,9 @@ static const char* kvc_kernel_name(const vkh2o_kvcache* c, enum kvc_kernel i)
 
 /* The spec constants of kernel i: the cache's, with each constant only where the kernel reads it
  * (the others see 1 or 0 there, so caches that differ only in them share the kernel's pipeline):
- * SHADOW in kvc_select and kvc_prefill; TEX and HG in kvc_attend and kvc_combine; the splits and
- * score workgroups (the workspace's layout) in the step's kernels that read the workspace, which
- * kvc_prefill and kvc_count do not. qtex: the step's query through texels. */
+ * SHADOW in kvc_select and kvc_prefill; TEX and HG in kvc_attend and kvc_combine; BYBYTES in
+ * kvc_select; the policy, score mode, selection and score workgroups not in kvc_attend; the splits
+ * and score workgroups not in kvc_prefill and kvc_count. qtex: the step's query through texels. */
 static bool reads_tex(enum kvc_kernel i) { return i == KVC_K_ATTEND || i == KVC_K_COMBINE; }
 static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, bool qtex, uint32_t spec[KVC_SPEC_ALL])
 {
@@ -759,6 +756,12 @@ static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, bool qtex
     spec[KVC_SPEC_TEX] = reads_tex(i) ? (c->arena_tex ? 1u : 0u) | (qtex ? 2u : 0u) : 0u;
     if (!reads_tex(i))
         spec[KVC_SPEC_HG] = 0;
+    if (i != KVC_K_SELECT)
+        spec[KVC_SPEC_BYBYTES] = 0;
+    if (i == KVC_K_ATTEND) {
+        spec[KVC_SPEC_POLMODE] = spec[KVC_SPEC_SELECTS] = 0;
+        spec[KVC_SPEC_NMW] = 1;
+    }
     if (i == KVC_K_PREFILL || (i == KVC_K_SELECT && !c->plan.selects))
         spec[KVC_SPEC_NSPLIT] = spec[KVC_SPEC_NMW] = 1;
 }
@@ -804,6 +807,7 @@ static void kvc_push_sizes(const vkh2o_kvcache* c, struct kvc_push* pc)
     pc->budget = pl->by_bytes ? (uint32_t)(c->d.capacity_bytes < UINT32_MAX ? c->d.capacity_bytes : UINT32_MAX) : 0u;
     pc->max_tokens = c->d.max_tokens;
     pc->nchunk = pl->chunks;
+    pc->work_words = (uint32_t)(pl->workspace_bytes / 4u / (c->d.step_layers ? c->d.step_layers : 1u));
 }
 
 static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, enum kvc_kernel i, const vkh2o_binding* b, bool qtex,

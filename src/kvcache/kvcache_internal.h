@@ -10,24 +10,23 @@ enum kvc_spec {   /* what shapes the code; the cache's sizes are push constants 
     KVC_SPEC_H = 1,
     KVC_SPEC_SA = 2,         /* LATENT kv_lora_rank, EXPANDED qk_nope_head_dim */
     KVC_SPEC_R = 3,
-    KVC_SPEC_TIERS = 4,      /* bit k: tier k in use */
-    KVC_SPEC_GS = 5,         /* 5..7: numbers per group of INT8 / INT4 / INT2 (capped per segment) */
-    KVC_SPEC_POLMODE = 8,    /* policy | score mode << 4 */
-    KVC_SPEC_SELECTS = 9,
-    KVC_SPEC_WROW = 10,      /* numbers per row */
-    KVC_SPEC_BYBYTES = 11,   /* 1: tiers by bytes (the capacity decides, not the pools) */
-    KVC_SPEC_EXP = 12,       /* 1: the EXPANDED layout */
-    KVC_SPEC_SV = 13,        /* EXPANDED: v_head_dim */
-    KVC_SPEC_F32 = 14,       /* 1: the top tier's rows are f32 */
-    KVC_SPEC_CHECKFIN = 15,  /* 1: desc.check_finite */
-    KVC_SPEC_SHADOW = 16,    /* 1: requant_source FROM_ORIGINAL (kvc_select, kvc_prefill) */
-    KVC_SPEC_CS = 17,        /* log2 of a chunk's words */
-    KVC_SPEC_DYN = 18,       /* 1: chunk tables (tiers by bytes) */
-    KVC_SPEC_NSPLIT = 19,    /* kvc_attend's splits */
-    KVC_SPEC_NMW = 20,       /* kvc_combine's score workgroups */
-    KVC_SPEC_TEX = 21,       /* kvc_attend, kvc_combine: 1 arena rows through texels, | 2 the query too */
-    KVC_SPEC_HG = 22,        /* kvc_attend, kvc_combine: heads per pass over a row (kvc_attn.glsl HG) */
-    KVC_SPEC_ALL = 23,
+    KVC_SPEC_GS = 4,         /* 4..6: numbers per group of INT8 / INT4 / INT2 (capped per segment) */
+    KVC_SPEC_POLMODE = 7,    /* policy | score mode << 4 */
+    KVC_SPEC_SELECTS = 8,
+    KVC_SPEC_WROW = 9,       /* numbers per row */
+    KVC_SPEC_BYBYTES = 10,   /* 1: tiers by bytes (the capacity decides, not the pools) */
+    KVC_SPEC_EXP = 11,       /* 1: the EXPANDED layout */
+    KVC_SPEC_SV = 12,        /* EXPANDED: v_head_dim */
+    KVC_SPEC_F32 = 13,       /* 1: the top tier's rows are f32 */
+    KVC_SPEC_CHECKFIN = 14,  /* 1: desc.check_finite */
+    KVC_SPEC_SHADOW = 15,    /* 1: requant_source FROM_ORIGINAL (kvc_select, kvc_prefill) */
+    KVC_SPEC_CS = 16,        /* log2 of a chunk's words */
+    KVC_SPEC_DYN = 17,       /* 1: chunk tables (tiers by bytes) */
+    KVC_SPEC_NSPLIT = 18,    /* kvc_attend's splits */
+    KVC_SPEC_NMW = 19,       /* kvc_combine's score workgroups */
+    KVC_SPEC_TEX = 20,       /* kvc_attend, kvc_combine: 1 arena rows through texels, | 2 the query too */
+    KVC_SPEC_HG = 21,        /* kvc_attend, kvc_combine: heads per pass over a row (kvc_attn.glsl HG) */
+    KVC_SPEC_ALL = 22,
 };
 
 /* state words per layer (kvc_common.glsl ST_*) */
@@ -75,6 +74,7 @@ struct kvc_push {
     uint32_t budget;         /* tiers by bytes: the capacity in bytes (else 0) */
     uint32_t max_tokens;
     uint32_t nchunk;         /* chunks per layer */
+    uint32_t work_words;     /* a step layer's workspace words (plan.workspace_bytes / 4 / step layers) */
 };
 _Static_assert(sizeof(struct kvc_push) <= VKH2O_PUSH_MAX, "kvc push constants");
 
