@@ -12,7 +12,7 @@
  * while each layer's first workgroup appends it: its row, position and score 0 into the top tier's slot
  * `count` (kvc_select counts it). With CHECKFIN the inputs and any NaN or +Inf logit are flagged
  * (ST_NF_STEP). A step at max_tokens positions does nothing (kvc_select counts the overflow).
- * Dispatch (NSPLIT, ceil(H / HG) x the step's layers, ceil(OW / (WG * DPI))). Spec constants and bindings:
+ * Dispatch (p.nsplit, ceil(H / HG) x the step's layers, ceil(OW / (WG * DPI))). Spec constants and bindings:
  * kvc_common.glsl, kvc_bindings.glsl.
  */
 #extension GL_GOOGLE_include_directive : require
@@ -157,7 +157,7 @@ void main()
     const uint c0 = cnt.x, L = cnt.x + cnt.y + cnt.z + cnt.w + 1u;
     if (s == 0u && hgi == 0u && dg == 0u) append(pos, c0);
     // split s: [lo, hi) of the held tokens in tier order, the new token last (index L - 1)
-    const uint lo = s * L / NSPLIT, hi = (s + 1u) * L / NSPLIT;
+    const uint lo = s * L / p.nsplit, hi = (s + 1u) * L / p.nsplit;
     [[unroll]] for (uint u = 0u; u < DPI; u++)
         [[unroll]] for (uint h = 0u; h < HG; h++) o[u][h] = 0.0;
     if (tid < HG) { sh_m[tid] = NEG; sh_z[tid] = 0.0; }
@@ -172,16 +172,16 @@ void main()
         work[part_base(s, h0 + tid)] = floatBitsToUint(sh_m[tid]);
         work[part_base(s, h0 + tid) + 1u] = floatBitsToUint(sh_z[tid]);
         // one split: the head's weights are non-finite when the sum is (a NaN or +Inf logit) or 0
-        if (NSPLIT == 1u && (non_finite(sh_z[tid]) || !(sh_z[tid] > 0.0))) nf |= NF_SCORE;
+        if (ONESPLIT != 0u && (non_finite(sh_z[tid]) || !(sh_z[tid] > 0.0))) nf |= NF_SCORE;
     }
     if (CHECKFIN == 1u && nf != 0u) atomicOr(state[g_st() + ST_NF_STEP], nf);
-    if (NSPLIT == 1u && (p.flags & 1u) == 0u) return;
+    if (ONESPLIT != 0u && (p.flags & 1u) == 0u) return;
     float iz[HG];
     [[unroll]] for (uint h = 0u; h < HG; h++) iz[h] = h < nh ? 1.0 / sh_z[h] : 0.0;
     [[unroll]] for (uint u = 0u; u < DPI; u++) {
         const uint d = (dg * WG + tid) * DPI + u;
         if (d >= OW) continue;
-        if (NSPLIT == 1u) {
+        if (ONESPLIT != 0u) {
             [[unroll]] for (uint h = 0u; h < HG; h++)
                 if (h < nh) out_f[out_off() + (h0 + h) * OW + d] = o[u][h] * iz[h];
         } else {

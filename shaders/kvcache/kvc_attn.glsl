@@ -11,7 +11,7 @@
 #ifndef KVC_ATTN_GLSL
 #define KVC_ATTN_GLSL
 
-layout(constant_id = 21) const uint HG = 8;   // heads per pass over a row: 8, or 4 for a cache of at most 4 heads
+layout(constant_id = 20) const uint HG = 8;   // heads per pass over a row: 8, or 4 for a cache of at most 4 heads
                                                // (kvc_hg in src/kvcache/kvcache.c; a multiple of 4)
 
 // the step's new token, element e, as the top tier stores it (kvc_attend reads it from the

@@ -89,11 +89,11 @@ bool is_middle(uint pos, uint cur) { return pos >= p.n_sink && pos + p.n_recent 
 const uint KC = 4u;
 const uint CAND_WORDS = 1u + 3u * KC;
 // a split's words per head: max and sum, then (more than one split) OW numbers of P . V
-const uint PW = NSPLIT == 1u ? 2u : OW + 2u;
-// a step layer's workspace: the splits' partials, then (SELECTS) the candidate lists, NSPLIT * H *
-// PW + NMW * 4 * CAND_WORDS words (p.work_words, vkh2o_kvcache_plan.workspace_bytes per step layer:
-// a push constant, so kvc_attend keys on neither the selection nor its workgroups)
-uint cand0() { return g_l * p.work_words + NSPLIT * H * PW; }
+const uint PW = ONESPLIT != 0u ? 2u : OW + 2u;
+// a step layer's workspace: the splits' partials, then (SELECTS) the candidate lists, p.nsplit *
+// H * PW + p.nmw * 4 * CAND_WORDS words (p.work_words; vkh2o_kvcache_plan.workspace_bytes per step
+// layer)
+uint cand0() { return g_l * p.work_words + p.nsplit * H * PW; }
 uint cand_base(uint w, uint k) { return cand0() + (w * 4u + k) * CAND_WORDS; }
 // the partials of split s, head h
 uint part_base(uint s, uint h) { return g_l * p.work_words + (s * H + h) * PW; }

@@ -2,7 +2,7 @@
 /*
  * Stage 2 of a decode step. The first NCW workgroups combine kvc_attend's splits: per head the
  * max M over the splits, Z = sum of exp(m_s - M) z_s, and out[h][d] = sum of exp(m_s - M)
- * o_s[d] / Z (one invocation per output number; with p.flags & 1). With SELECTS the next NMW
+ * o_s[d] / Z (one invocation per output number; with p.flags & 1). With SELECTS the next p.nmw
  * workgroups are the score pass, each over a contiguous part of the held tokens (the new one
  * included, in the arena now): a token's logits again (kvc_attn.glsl, the same loop as the
  * attention's), its attention mass (sum over heads of exp(l - M) / Z), its score scaled by keep
@@ -10,7 +10,7 @@
  * order: kvc_bindings.glsl goes_before) with the number of middle tokens the part holds in the
  * tier: kvc_select merges these lists instead of scanning every token. With CHECKFIN a
  * non-finite weight or score is flagged (ST_NF_STEP).
- * Dispatch (NCW + NMW, the step's layers) with NCW = ceil(H * OW / WG), or 0 with one split (kvc_attend's output is
+ * Dispatch (NCW + p.nmw, the step's layers) with NCW = ceil(H * OW / WG), or 0 with one split (kvc_attend's output is
  * final). Spec constants and bindings:
  * kvc_common.glsl, kvc_bindings.glsl.
  */
@@ -20,7 +20,7 @@
 #include "kvc_bindings.glsl"
 #include "kvc_attn.glsl"
 
-const uint NCW = NSPLIT == 1u ? 0u : (H * OW + WG - 1u) / WG;   // one split: kvc_attend wrote the output
+const uint NCW = ONESPLIT != 0u ? 0u : (H * OW + WG - 1u) / WG;   // one split: kvc_attend wrote the output
 
 shared float sh_M[H], sh_iZ[H];
 shared uvec4 sh_c[WG];         // key, position, slot, tier (EMPTY tier: not a middle token)
@@ -33,9 +33,9 @@ float part(uint s, uint h, uint i) { return uintBitsToFloat(work[part_base(s, h)
 vec2 head_norm(uint h)
 {
     float M = NEG;
-    for (uint s = 0u; s < NSPLIT; s++) M = max(M, part(s, h, 0u));
+    for (uint s = 0u; s < p.nsplit; s++) M = max(M, part(s, h, 0u));
     float z = 0.0;
-    for (uint s = 0u; s < NSPLIT; s++) z += exp(part(s, h, 0u) - M) * part(s, h, 1u);
+    for (uint s = 0u; s < p.nsplit; s++) z += exp(part(s, h, 0u) - M) * part(s, h, 1u);
     return vec2(M, z);
 }
 
@@ -46,7 +46,7 @@ void combine(uint i)
     const vec2 mz = head_norm(h);
     const float M = mz.x, z = mz.y;
     float o = 0.0;
-    for (uint s = 0u; s < NSPLIT; s++) o += exp(part(s, h, 0u) - M) * part(s, h, 2u + d);
+    for (uint s = 0u; s < p.nsplit; s++) o += exp(part(s, h, 0u) - M) * part(s, h, 2u + d);
     // the head's weights exp(l - M) / z are non-finite when z is (a NaN or +Inf logit) or 0 (every
     // logit -Inf)
     if (CHECKFIN == 1u && d == 0u && (non_finite(z) || !(z > 0.0))) atomicOr(state[g_st() + ST_NF_STEP], NF_SCORE);
@@ -128,7 +128,7 @@ void scores_pass(uint w)
     barrier();
     const uvec4 cnt = held_counts(true);
     const uint L = cnt.x + cnt.y + cnt.z + cnt.w;
-    const uint lo = w * L / NMW, hi = (w + 1u) * L / NMW;
+    const uint lo = w * L / p.nmw, hi = (w + 1u) * L / p.nmw;
     // tier by tier, in blocks of at most WG tokens of one tier (uniform dequantisation)
     uint off = 0u;
     for (uint k = 0u; k < 4u; k++) {

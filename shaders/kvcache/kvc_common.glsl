@@ -8,8 +8,8 @@
 #include "kvc_keys.glsl"
 
 // spec ids (enum kvc_spec in src/kvcache/kvcache_internal.h): what shapes the code. The cache's
-// sizes (slots, sinks, recents, the byte capacity, max_tokens, chunks, the workspace's layer stride)
-// are push constants, so caches that differ only in them share their pipelines.
+// sizes (slots, sinks, recents, the byte capacity, max_tokens, chunks, the workspace's layer stride,
+// the step's splits and score workgroups) are push constants, so caches that differ only in them share their pipelines.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint H = 4;          // query heads
 layout(constant_id = 2) const uint SA = 64;        // LATENT: kv_lora_rank (c_kv); EXPANDED: qk_nope_head_dim
@@ -30,9 +30,8 @@ layout(constant_id = 15) const uint SHADOW = 0;    // FROM_ORIGINAL: 1, a top-ti
 layout(constant_id = 16) const uint CS = 9;        // log2 of a chunk's words (a chunk holds a top-tier token)
 layout(constant_id = 17) const uint DYN = 0;       // 1: tiers by bytes, chunks mapped on demand from a free stack;
                                                    // 0: each tier's chunks fixed, in tier order
-layout(constant_id = 18) const uint NSPLIT = 1;    // kvc_attend: splits of the held tokens
-layout(constant_id = 19) const uint NMW = 1;       // kvc_combine: workgroups of the score pass
-layout(constant_id = 20) const uint TEX = 0;       // kvc_attend, kvc_combine: 1 the arena's rows read through texels
+layout(constant_id = 18) const uint ONESPLIT = 1;  // 1: one split of the held tokens (p.nsplit 1): kvc_attend's output is final
+layout(constant_id = 19) const uint TEX = 0;       // kvc_attend, kvc_combine: 1 the arena's rows read through texels
                                                    // (binding 9), | 2 the query too (binding 10)
 
 // struct kvc_push in src/kvcache/kvcache_internal.h mirrors the block: a dispatch's offsets and
@@ -56,7 +55,10 @@ layout(push_constant) uniform Push {
     uint max_tokens;   // a step at this position is refused
     uint nchunk;       // chunks per layer
     uint work_words;   // a step layer's workspace words (kvc_bindings.glsl part_base, cand0)
+    uint nsplit;       // kvc_attend: splits of the held tokens
+    uint nmw;          // kvc_combine: workgroups of the score pass (at most MAX_NMW)
 } p;
+const uint MAX_NMW = 64u;   // KVC_MAX_NMW
 
 const uint WG = gl_WorkGroupSize.x;
 const uint W = WROW;

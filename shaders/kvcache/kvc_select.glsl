@@ -33,7 +33,7 @@
 const uint SCAN = 0xfffffffeu;
 const uint NINS = 16u;
 
-shared uint sh_head[4u * NMW];     // next entry of each list, per tier
+shared uint sh_head[4u * MAX_NMW];   // next entry of each list, per tier
 shared uint sh_cons[4];            // list entries taken, per tier
 shared uint sh_scan[4];            // 1: the tier's victims come from scans
 shared uint sh_ins[4u * NINS * 3u];  // tokens moved into the tier this step: key, position, slot
@@ -92,11 +92,11 @@ uint list_pick(uint k, uint cur)
     // taken goes after the head of its part's list, so the first of the heads and the moved-in
     // tokens is the tier's first victim. Past KC (with originals left unseen), scan.
     uint total = 0u;
-    for (uint w = 0u; w < NMW; w++) total += work[cand_base(w, k)];
+    for (uint w = 0u; w < p.nmw; w++) total += work[cand_base(w, k)];
     if (sh_cons[k] >= KC && sh_cons[k] < total) { sh_scan[k] = 1u; return SCAN; }
     uint bk = 0u, bp = 0u, bs = EMPTY, bw = EMPTY, bi = EMPTY;
-    for (uint w = 0u; w < NMW; w++) {
-        const uint h = sh_head[k * NMW + w];
+    for (uint w = 0u; w < p.nmw; w++) {
+        const uint h = sh_head[k * MAX_NMW + w];
         if (h >= KC) continue;
         const uint b = cand_base(w, k) + 1u + h * 3u;
         if (work[b + 2u] == EMPTY) continue;
@@ -117,7 +117,7 @@ uint list_pick(uint k, uint cur)
     }
     if (bw != EMPTY) {
         sh_cons[k] += 1u;
-        sh_head[k * NMW + bw] += 1u;
+        sh_head[k * MAX_NMW + bw] += 1u;
     } else {
         const uint last = (k * NINS + sh_nins[k] - 1u) * 3u, b = (k * NINS + bi) * 3u;
         for (uint w = 0u; w < 3u; w++) sh_ins[b + w] = sh_ins[last + w];
@@ -177,7 +177,7 @@ void remove_slot(uint k, uint v)
             for (uint w = tid; w < tier_row_words(0u); w += WG) shadow[db + w] = shadow[sb + w];
         }
         if (tid == 0u) {
-            for (uint w = 0u; w < NMW; w++)
+            for (uint w = 0u; w < p.nmw; w++)
                 for (uint h = 0u; h < KC; h++) {
                     const uint b = cand_base(w, k) + 1u + h * 3u + 2u;
                     if (work[b] == last) work[b] = v;
@@ -352,7 +352,7 @@ void main()
     }
 #if KVC_SELECT_VARIANT != 0
     if (SELECTS == 1u) {
-        for (uint i = tid; i < 4u * NMW; i += WG) sh_head[i] = 0u;
+        for (uint i = tid; i < 4u * MAX_NMW; i += WG) sh_head[i] = 0u;
         if (tid < 4u) { sh_cons[tid] = 0u; sh_scan[tid] = 0u; sh_nins[tid] = 0u; }
         sync();
 #if KVC_SELECT_VARIANT == 2

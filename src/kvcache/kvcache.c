@@ -617,8 +617,7 @@ vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* 
     c->hg = H <= 4 ? 4u : KVC_HG;
     s[KVC_SPEC_HG] = c->hg;
     s[KVC_SPEC_DYN] = pl.by_bytes ? 1u : 0u;
-    s[KVC_SPEC_NSPLIT] = pl.splits;
-    s[KVC_SPEC_NMW] = pl.score_groups ? pl.score_groups : 1;
+    s[KVC_SPEC_ONESPLIT] = pl.splits == 1 ? 1u : 0u;
     /* texel reads where the arena fits one view; VKH2O_CONTEXT_BASELINE_ONLY keeps the storage
      * reads (how the suites test them) */
     c->qtex_default = !(ctx->flags & VKH2O_CONTEXT_BASELINE_ONLY);
@@ -745,8 +744,8 @@ static const char* kvc_kernel_name(const vkh2o_kvcache* c, enum kvc_kernel i)
 /* The spec constants of kernel i: the cache's, with each constant only where the kernel reads it
  * (the others see 1 or 0 there, so caches that differ only in them share the kernel's pipeline):
  * SHADOW in kvc_select and kvc_prefill; TEX and HG in kvc_attend and kvc_combine; BYBYTES in
- * kvc_select; the policy, score mode, selection and score workgroups not in kvc_attend; the splits
- * and score workgroups not in kvc_prefill and kvc_count. qtex: the step's query through texels. */
+ * kvc_select; the policy, score mode and selection not in kvc_attend; one split or several not
+ * in kvc_prefill and kvc_count. qtex: the step's query through texels. */
 static bool reads_tex(enum kvc_kernel i) { return i == KVC_K_ATTEND || i == KVC_K_COMBINE; }
 static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, bool qtex, uint32_t spec[KVC_SPEC_ALL])
 {
@@ -758,12 +757,10 @@ static void kvc_kernel_spec(const vkh2o_kvcache* c, enum kvc_kernel i, bool qtex
         spec[KVC_SPEC_HG] = 0;
     if (i != KVC_K_SELECT)
         spec[KVC_SPEC_BYBYTES] = 0;
-    if (i == KVC_K_ATTEND) {
+    if (i == KVC_K_ATTEND)
         spec[KVC_SPEC_POLMODE] = spec[KVC_SPEC_SELECTS] = 0;
-        spec[KVC_SPEC_NMW] = 1;
-    }
     if (i == KVC_K_PREFILL || (i == KVC_K_SELECT && !c->plan.selects))
-        spec[KVC_SPEC_NSPLIT] = spec[KVC_SPEC_NMW] = 1;
+        spec[KVC_SPEC_ONESPLIT] = 1;
 }
 
 /* Every kernel the cache records, resolved once (vkh2o_kvcache_create); the step's with the
@@ -808,6 +805,8 @@ static void kvc_push_sizes(const vkh2o_kvcache* c, struct kvc_push* pc)
     pc->max_tokens = c->d.max_tokens;
     pc->nchunk = pl->chunks;
     pc->work_words = (uint32_t)(pl->workspace_bytes / 4u / (c->d.step_layers ? c->d.step_layers : 1u));
+    pc->nsplit = pl->splits;
+    pc->nmw = pl->score_groups ? pl->score_groups : 1u;
 }
 
 static vkh2o_result dispatch(vkh2o_kvcache* c, VkCommandBuffer cb, enum kvc_kernel i, const vkh2o_binding* b, bool qtex,

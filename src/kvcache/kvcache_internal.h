@@ -22,11 +22,10 @@ enum kvc_spec {   /* what shapes the code; the cache's sizes are push constants 
     KVC_SPEC_SHADOW = 15,    /* 1: requant_source FROM_ORIGINAL (kvc_select, kvc_prefill) */
     KVC_SPEC_CS = 16,        /* log2 of a chunk's words */
     KVC_SPEC_DYN = 17,       /* 1: chunk tables (tiers by bytes) */
-    KVC_SPEC_NSPLIT = 18,    /* kvc_attend's splits */
-    KVC_SPEC_NMW = 19,       /* kvc_combine's score workgroups */
-    KVC_SPEC_TEX = 20,       /* kvc_attend, kvc_combine: 1 arena rows through texels, | 2 the query too */
-    KVC_SPEC_HG = 21,        /* kvc_attend, kvc_combine: heads per pass over a row (kvc_attn.glsl HG) */
-    KVC_SPEC_ALL = 22,
+    KVC_SPEC_ONESPLIT = 18,  /* 1: one split (kvc_attend's output final) */
+    KVC_SPEC_TEX = 19,       /* kvc_attend, kvc_combine: 1 arena rows through texels, | 2 the query too */
+    KVC_SPEC_HG = 20,        /* kvc_attend, kvc_combine: heads per pass over a row (kvc_attn.glsl HG) */
+    KVC_SPEC_ALL = 21,
 };
 
 /* state words per layer (kvc_common.glsl ST_*) */
@@ -54,7 +53,7 @@ enum {
 #define KVC_HG 8u    /* heads per pass over a row at most (kvc_attn.glsl HG: 4 for a cache of at most 4 heads) */
 #define KVC_DPI 8u   /* kvc_attend: output numbers per invocation (its DPI) */
 #define KVC_MAX_HEADS 1024u   /* heads at most (kvc_combine keeps two floats a head in shared memory) */
-#define KVC_MAX_NMW 64u       /* score workgroups at most (kvc_select's lists, kvc_common.glsl) */
+#define KVC_MAX_NMW 64u       /* score workgroups at most (kvc_select's lists, kvc_common.glsl MAX_NMW) */
 #define KVC_KC 4u    /* candidate victims per score workgroup and tier (kvc_bindings.glsl KC) */
 
 struct kvc_push {
@@ -75,6 +74,8 @@ struct kvc_push {
     uint32_t max_tokens;
     uint32_t nchunk;         /* chunks per layer */
     uint32_t work_words;     /* a step layer's workspace words (plan.workspace_bytes / 4 / step layers) */
+    uint32_t nsplit;         /* plan.splits */
+    uint32_t nmw;            /* plan.score_groups (1 for a cache that never selects) */
 };
 _Static_assert(sizeof(struct kvc_push) <= VKH2O_PUSH_MAX, "kvc push constants");
 
