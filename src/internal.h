@@ -299,6 +299,8 @@ vkh2o_result vkh2o_kernel_slot_resolve(vkh2o_context* ctx, vkh2o_kernel_slot* sl
                                        uint32_t texel_mask, const uint32_t* spec, uint32_t nspec);
 /* Kernels looked up by name in ctx so far (every vkh2o_kernel_get* call, hit or miss). */
 uint64_t vkh2o_kernel_lookups(const vkh2o_context* ctx);
+/* Pipelines ctx holds (one per distinct shader, bindings and spec constants). */
+uint32_t vkh2o_kernel_pipelines(const vkh2o_context* ctx);
 /* Records bind + push + dispatch. Descriptors are pushed (VK_KHR_push_descriptor) or, without
  * it, allocated from the context's arenas: the one-shot buffer's (reset at its submit_wait), or
  * for a caller's buffer the open batch's (kept until vkh2o_context_retire of its mark). */

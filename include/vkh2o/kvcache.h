@@ -341,9 +341,11 @@ VKH2O_API bool vkh2o_kv_precision_parse(const char* name, vkh2o_kv_precision* ou
  * in vkh2o_last_error(ctx). A step reads the held rows through a texel view of the arena when it
  * fits maxTexelBufferElements, and the query through one when q is a buffer the library made and
  * q_offset a multiple of 16 (else through storage reads, the same results). The cache's kernels
- * are the context's, keyed on its shape, layout, precisions and policy, not on its sizes: caches
- * of a context that differ only in capacity, pools, sinks, recents, n_protect or max_tokens
- * share them (the first such cache compiles them). */
+ * are the context's, keyed on what shapes their code (the shape, layout, storage, group sizes,
+ * policy, score mode, check_finite, requant_source, read paths, and whether the step's held
+ * tokens take one split or several), not on sizes: caches of a context that differ only in
+ * capacity, pools, sinks, recents, n_protect or max_tokens share them, and only the first such
+ * cache compiles them. */
 VKH2O_API vkh2o_result vkh2o_kvcache_create(vkh2o_context* ctx, const vkh2o_kvcache_desc* desc, vkh2o_kvcache** out);
 VKH2O_API void vkh2o_kvcache_destroy(vkh2o_kvcache* c);
 VKH2O_API const vkh2o_kvcache_desc* vkh2o_kvcache_get_desc(const vkh2o_kvcache* c);

@@ -214,6 +214,14 @@ vkh2o_result vkh2o_kernel_get_spirv(vkh2o_context* ctx, const char* shader, cons
 
 uint64_t vkh2o_kernel_lookups(const vkh2o_context* ctx) { return ctx ? ctx->kernel_lookups : 0; }
 
+uint32_t vkh2o_kernel_pipelines(const vkh2o_context* ctx)
+{
+    uint32_t n = 0;
+    for (const vkh2o_kernel* k = ctx ? ctx->kernels : NULL; k; k = k->next)
+        n++;
+    return n;
+}
+
 vkh2o_result vkh2o_kernel_slot_prepare(vkh2o_context* ctx, vkh2o_kernel_slot* slot, const char* shader, uint32_t nbindings,
                                        uint32_t texel_mask, const uint32_t* spec, uint32_t nspec)
 {

@@ -4,8 +4,11 @@
  * fraction of the FP16 bytes takes that fraction of the full cache's memory within the stated
  * slack, at the Kimi K2.6 shape and at the committed model's; and a long run under tiers by
  * bytes keeps its held bytes within the capacity and its arena within the plan, whatever the
- * demotions and evictions leave behind. */
+ * demotions and evictions leave behind. And the kernels a cache takes: caches of one shape that
+ * differ only in sizes (capacity, pools, precision of a uniform cache, sinks, recents, n_protect,
+ * max_tokens) make no pipeline after the first, and one of another shape does. */
 #include "vkh2o_test.h"
+#include "internal.h"   /* vkh2o_kernel_pipelines */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,11 +234,92 @@ static void test_long_run(void** state)
     vt_check_validation();
 }
 
+/* creates the cache; the context's pipelines once it is made (it resolves its kernels at create) */
+static uint32_t pipelines_with(const vkh2o_kvcache_desc* d, vkh2o_kvcache_plan* pl)
+{
+    vkh2o_context* ctx = vt_ctx();
+    vkh2o_kvcache* c = NULL;
+    if (vkh2o_kvcache_create(ctx, d, &c) != VKH2O_OK)
+        fail_msg("create: %s", vkh2o_last_error(ctx));
+    const uint32_t n = vkh2o_kernel_pipelines(ctx);
+    *pl = *vkh2o_kvcache_get_plan(c);
+    vkh2o_kvcache_destroy(c);
+    return n;
+}
+
+static void test_shared_kernels(void** state)
+{
+    (void)state;
+    vkh2o_context* ctx = vt_ctx();
+    /* a shape no other case of this file uses, so its first cache must make pipelines */
+    const shape sh = { "3 heads", 2, 3, 40, 8, 512 };
+    struct cfg {
+        const char* name;
+        vkh2o_kv_precision prec;
+        uint32_t mask, cap, sink, recent, protect, max_tokens;
+        double frac;   /* tiers by bytes: capacity_bytes as a fraction of the FP16 bytes */
+    } pools[] = {
+        { "fp16 h2o, 300 tokens", VKH2O_PRECISION_FP16, 0, 300, 4, 16, 0, 512, 0 },
+        { "fp16 h2o, 200 tokens, 2 sinks, 4 recents, max 1000", VKH2O_PRECISION_FP16, 0, 200, 2, 4, 0, 1000, 0 },
+        { "uniform int4, 450 tokens, 32 recents, n_protect 40", VKH2O_PRECISION_INT4, 0, 450, 4, 32, 40, 512, 0 },
+        { "uniform int8, 256 tokens, 8 sinks, max 700", VKH2O_PRECISION_INT8, 0, 256, 8, 16, 0, 700, 0 },
+        { "tiered pools fp16 > int8 > int4, 384 tokens", VKH2O_PRECISION_TIERED, 0, 384, 4, 16, 0, 512, 0 },
+    }, bytes[] = {
+        { "tiers by bytes fp16 > int8 > int4, 25 %", VKH2O_PRECISION_TIERED, 0x7, 0, 4, 16, 0, 512, 0.25 },
+        { "tiers by bytes fp16 > int4, 40 %, 2 sinks", VKH2O_PRECISION_TIERED, 0x5, 0, 2, 16, 0, 512, 0.40 },
+        { "tiers by bytes with int2, 12.5 %, max 900", VKH2O_PRECISION_TIERED, 0xf, 0, 4, 8, 0, 900, 0.125 },
+    };
+    struct { struct cfg* c; size_t n; } groups[] = { { pools, sizeof pools / sizeof pools[0] },
+                                                    { bytes, sizeof bytes / sizeof bytes[0] } };
+    vkh2o_kvcache_desc d0 = base(&sh);
+    vkh2o_kvcache_plan pl;
+    (void)planned(&d0, &pl);
+    const uint64_t fp16 = (uint64_t)sh.max_tokens * pl.token_bytes[0];
+    for (size_t g = 0; g < 2; g++) {
+        uint32_t first = 0;
+        for (size_t i = 0; i < groups[g].n; i++) {
+            const struct cfg* c = &groups[g].c[i];
+            vkh2o_kvcache_desc d = base(&sh);
+            d.precision = c->prec;
+            d.tier_mask = c->mask;
+            d.max_tokens = c->max_tokens;
+            d.n_sink = c->sink;
+            d.n_recent = c->recent;
+            d.n_protect = c->protect;
+            if (c->frac > 0)
+                d.capacity_bytes = (uint64_t)(c->frac * (double)fp16);
+            else
+                d.capacity_tokens = c->cap;
+            if (c->prec == VKH2O_PRECISION_TIERED && c->frac <= 0)   /* pools: a quarter FP16, a quarter INT8, the rest INT4 */
+                d.tier_tokens[0] = d.tier_tokens[1] = c->cap / 4;
+            const uint32_t before = vkh2o_kernel_pipelines(ctx), n = pipelines_with(&d, &pl);
+            printf("%s: %u pipelines in the context (%+d), %u splits, %u score workgroups\n", c->name, n,
+                   (int)n - (int)before, pl.splits, pl.score_groups);
+            /* every cache here has several splits (one split or several is a constant) */
+            assert_true(pl.splits > 1);
+            if (i == 0) {
+                assert_true(n > before);   /* the group's first cache compiles its kernels */
+                first = n;
+            } else {
+                assert_int_equal(n, first);   /* and the others reuse them */
+            }
+        }
+    }
+    /* another shape (4 heads) makes its own */
+    vkh2o_kvcache_desc d = base(&sh);
+    d.num_heads = 4;
+    d.capacity_tokens = 300;
+    const uint32_t before = vkh2o_kernel_pipelines(ctx);
+    assert_true(pipelines_with(&d, &pl) > before);
+    vt_check_validation();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_bytes),
         cmocka_unit_test(test_long_run),
+        cmocka_unit_test(test_shared_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
