@@ -8,8 +8,9 @@
 #include "kvc_keys.glsl"
 
 // spec ids (enum kvc_spec in src/kvcache/kvcache_internal.h): what shapes the code. The cache's
-// sizes (slots, sinks, recents, the byte capacity, max_tokens, chunks, the workspace's layer stride,
-// the step's splits and score workgroups) are push constants, so caches that differ only in them share their pipelines.
+// sizes (slots, sinks, recents, the byte capacity, max_tokens, chunks, the workspace's layer
+// stride, the step's splits and score workgroups) are push constants, so caches that differ only
+// in them share their pipelines.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint H = 4;          // query heads
 layout(constant_id = 2) const uint SA = 64;        // LATENT: kv_lora_rank (c_kv); EXPANDED: qk_nope_head_dim
@@ -30,7 +31,7 @@ layout(constant_id = 15) const uint SHADOW = 0;    // FROM_ORIGINAL: 1, a top-ti
 layout(constant_id = 16) const uint CS = 9;        // log2 of a chunk's words (a chunk holds a top-tier token)
 layout(constant_id = 17) const uint DYN = 0;       // 1: tiers by bytes, chunks mapped on demand from a free stack;
                                                    // 0: each tier's chunks fixed, in tier order
-layout(constant_id = 18) const uint ONESPLIT = 1;  // 1: one split of the held tokens (p.nsplit 1): kvc_attend's output is final
+layout(constant_id = 18) const uint ONESPLIT = 1;  // 1: one split (p.nsplit 1): kvc_attend's output is final
 layout(constant_id = 19) const uint TEX = 0;       // kvc_attend, kvc_combine: 1 the arena's rows read through texels
                                                    // (binding 9), | 2 the query too (binding 10)
 
@@ -48,7 +49,7 @@ layout(push_constant) uniform Push {
     uint q_toff;       // TEX & 2: q_off's float in q_t (a multiple of 4)
     uint in_step;      // a step over several layers: floats from one layer's inputs to the next's
     uint out_step;     // and from one layer's output to the next's
-    uint slots[4];     // the cache's sizes: slots per tier (0: tier unused),
+    uint slots[4];     // the cache's sizes from here: slots per tier (0: tier unused)
     uint n_sink, n_recent;
     uint n_protect;    // a step's eviction skips the last n_protect positions while it can (kvc_select)
     uint budget;       // tiers by bytes: the capacity in bytes

@@ -290,7 +290,8 @@ static void test_shared_kernels(void** state)
                 d.capacity_bytes = (uint64_t)(c->frac * (double)fp16);
             else
                 d.capacity_tokens = c->cap;
-            if (c->prec == VKH2O_PRECISION_TIERED && c->frac <= 0)   /* pools: a quarter FP16, a quarter INT8, the rest INT4 */
+            /* tiered pools: a quarter FP16, a quarter INT8, the rest INT4 */
+            if (c->prec == VKH2O_PRECISION_TIERED && c->frac <= 0)
                 d.tier_tokens[0] = d.tier_tokens[1] = c->cap / 4;
             const uint32_t before = vkh2o_kernel_pipelines(ctx), n = pipelines_with(&d, &pl);
             printf("%s: %u pipelines in the context (%+d), %u splits, %u score workgroups\n", c->name, n,
