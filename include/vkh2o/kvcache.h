@@ -470,6 +470,45 @@ typedef struct vkh2o_kvcache_snapshot {
 } vkh2o_kvcache_snapshot;
 VKH2O_API vkh2o_result vkh2o_kvcache_read_snapshot(vkh2o_kvcache* c, uint32_t layer, vkh2o_kvcache_snapshot* snap);
 
+/* The invariants vkh2o_kvcache_check tests, one bit each (vkh2o_kvcache_check_result.problems).
+ * They hold after any recorded work has finished, whatever the values (Non-finite values,
+ * above), the policy, the precision and the mix of prefills, steps, refused steps and resets. */
+typedef enum vkh2o_kv_problem {
+    VKH2O_KV_PROBLEM_SIZE = 1u << 0,      /* held tokens (stats.len) not min(stats.position,
+                                             plan.kept_tokens) (by bytes: above plan.kept_tokens) */
+    VKH2O_KV_PROBLEM_EVICTED = 1u << 1,   /* stats.len + stats.evicted != stats.position: a token
+                                             neither held nor counted as evicted */
+    VKH2O_KV_PROBLEM_SINK = 1u << 2,      /* one of positions 0 .. n_sink - 1 (those seen) not held
+                                             at the top tier */
+    VKH2O_KV_PROBLEM_RECENT = 1u << 3,    /* one of the last n_recent positions seen not held at
+                                             the top tier */
+    VKH2O_KV_PROBLEM_POSITION = 1u << 4,  /* a position held twice, or one not yet seen (>= stats.position) */
+    VKH2O_KV_PROBLEM_COUNTS = 1u << 5,    /* the held tokens per tier differ from stats.by_tier */
+    VKH2O_KV_PROBLEM_BYTES = 1u << 6,     /* tiers by bytes: stats.bytes_used + one top-tier token
+                                             above plan.budget_bytes */
+} vkh2o_kv_problem;
+
+typedef struct vkh2o_kvcache_check_result {
+    uint32_t problems;           /* vkh2o_kv_problem bits; 0: every invariant holds */
+    vkh2o_kvcache_stats stats;   /* the layer's statistics the check read */
+    uint32_t len;                /* tokens in the layer's snapshot */
+    uint32_t sink, sink_held;    /* SINK: the first sink i not held at the top tier, and the position
+                                    its place in the snapshot (index i) holds (UINT32_MAX: none) */
+    uint32_t recent, recent_held; /* RECENT: the first j (0: the newest) for which position
+                                    stats.position - 1 - j is not at snapshot index len - 1 - j at
+                                    the top tier, and the position held there */
+    char message[256];           /* the first problem found, in words ("" when none) */
+} vkh2o_kvcache_check_result;
+
+/* A debug check of one layer of a cache against the invariants above: reads its statistics and
+ * its held positions and tiers (blocking, as vkh2o_kvcache_read_stats and
+ * vkh2o_kvcache_read_snapshot; the device must have finished the recorded work) and fills *out.
+ * For an app that records the cache's steps into its own command buffers (a missing barrier or
+ * a reused buffer shows as a broken invariant), and for tests. A broken invariant is a result in
+ * *out, not an error: the call returns OK. Results: OK, INVALID_ARGUMENT (NULL, layer),
+ * OUT_OF_HOST_MEMORY, VULKAN; message in vkh2o_last_error(ctx). Threads: as the cache. */
+VKH2O_API vkh2o_result vkh2o_kvcache_check(vkh2o_kvcache* c, uint32_t layer, vkh2o_kvcache_check_result* out);
+
 #ifdef __cplusplus
 }
 #endif
