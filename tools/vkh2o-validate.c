@@ -4,8 +4,8 @@
  * its query, c_kv and k_pe come from a host PRNG seeded by --seed, generated for a batch of
  * steps at a time into one buffer, the batch's steps (every layer: all of a step's layers in
  * one vkh2o_kvcache_step, or with --layers-apart one step per layer) recorded with offsets into
- * it and submitted once. After every batch the tool checks the seed's four properties from the
- * cache's statistics and snapshots (sizes, evictions, sinks and recents kept at the top tier);
+ * it and submitted once. After every batch the tool checks the seed's four properties with the
+ * cache's own check (vkh2o_kvcache_check: sizes, evictions, sinks and recents kept at the top tier);
  * --check compares the held tokens (as sets: the cache evicts in place, so its slots are not in
  * position order), their tiers, scores and the attention output with the CPU reference of the
  * cache (ref/ref_kvcache.c) after every step. --memory prints the memory table.
@@ -287,6 +287,7 @@ typedef struct run {
     double max_score_err, max_out_nmse;
     /* the end of the steps */
     vkh2o_kvcache_stats* st;       /* per layer */
+    vkh2o_kvcache_check_result* chk;   /* per layer, of the last batch */
     double secs, submit_s;
 } run;
 
@@ -309,38 +310,48 @@ static float* step_in(run* R, uint32_t s, uint32_t l)
     return R->host_in + ((size_t)s * R->o.layers + l) * R->per_step;
 }
 
-/* checks the sizes after step `step` (0-based: the cache holds step + 1 tokens until the cap)
- * against the seed's properties; `ev` is the tokens each layer evicted in the steps since the
- * last check, `nb` of them */
-static void check_sizes(run* r, uint32_t step, uint32_t nb, const vkh2o_kvcache_stats* st, double wall)
+/* checks the layers after step `step` (0-based: the cache holds step + 1 tokens until the cap)
+ * against the seed's properties, from the cache's own check (vkh2o_kvcache_check: sizes,
+ * evictions, sinks and recents at the top tier, positions) and the steps this run took; `nb`
+ * steps since the last check */
+static void check_layers(run* r, uint32_t step, uint32_t nb, const vkh2o_kvcache_check_result* k, double wall)
 {
     uint32_t L = r->o.layers, cap = r->cap;
     uint32_t evicted = 0;
     const uint32_t first = step + 1 - nb;   /* the batch's first step */
     for (uint32_t l = 0; l < L; l++) {
-        const uint32_t len = st[l].len, ev = st[l].evicted - r->prev_evicted[l];
-        r->prev_evicted[l] = st[l].evicted;
+        const vkh2o_kvcache_stats* st = &k[l].stats;
+        const uint32_t len = st->len, ev = st->evicted - r->prev_evicted[l];
+        r->prev_evicted[l] = st->evicted;
         if (len > r->max_cache)
             r->max_cache = len;
         if (len > cap)
             r->over_cap++;
-        if (st[l].position != step + 1 || st[l].overflow) {
+        if (st->position != step + 1 || st->overflow || (k[l].problems & (VKH2O_KV_PROBLEM_POSITION | VKH2O_KV_PROBLEM_COUNTS))) {
             r->pos_bad++;
-            problem(r, "the cache has seen %u tokens, expected %u", step, l, st[l].position, step + 1);
+            problem(r, "the cache has seen %u tokens, expected %u", step, l, st->position, step + 1);
         }
-        if (step + 1 <= cap && len != step + 1) {
-            r->linear_bad++;
-            problem(r, "size %u, expected %u (linear growth)", step, l, len, step + 1);
-        }
-        if (step + 1 > cap && len != cap) {
-            r->cap_bad++;
-            problem(r, "size %u, expected the cap %u", step, l, len, cap);
+        if (k[l].problems & VKH2O_KV_PROBLEM_SIZE) {
+            if (step + 1 <= cap)
+                r->linear_bad++;
+            else
+                r->cap_bad++;
+            problem(r, step + 1 <= cap ? "size %u, expected %u (linear growth)" : "size %u, expected the cap %u", step, l, len,
+                    step + 1 <= cap ? step + 1 : cap);
         }
         /* one token evicted by every step past the cap, none before */
         const uint32_t want_ev = step + 1 > cap ? step + 1 - (first > cap ? first : cap) : 0u;
-        if (ev != want_ev) {
+        if (ev != want_ev || (k[l].problems & VKH2O_KV_PROBLEM_EVICTED)) {
             r->evict_bad++;
             problem(r, "evicted %u tokens, expected %u", step, l, ev, want_ev);
+        }
+        if (k[l].problems & VKH2O_KV_PROBLEM_SINK) {
+            r->sink_bad++;
+            problem(r, "sink %u holds position %u (or not at the top tier)", step, l, k[l].sink, k[l].sink_held);
+        }
+        if (k[l].problems & VKH2O_KV_PROBLEM_RECENT) {
+            r->recent_bad++;
+            problem(r, "recent token holds position %u, expected %u at the top tier", step, l, k[l].recent_held, step - k[l].recent);
         }
         evicted += ev;
         r->events_seen += ev;
@@ -348,38 +359,9 @@ static void check_sizes(run* r, uint32_t step, uint32_t nb, const vkh2o_kvcache_
     if (r->csv) {
         fprintf(r->csv, "%u", step);
         for (uint32_t l = 0; l < L; l++)
-            fprintf(r->csv, ",%u", st[l].len);
+            fprintf(r->csv, ",%u", k[l].stats.len);
         fprintf(r->csv, ",%" PRIu64 ",%u,%.6f\n", r->events_seen, evicted, wall);
     }
-}
-
-/* sinks are positions 0..n_sink-1 and the recent window the last n_recent positions, all at the
- * top tier (FP16, or F32 with --storage fp32);
- * the snapshot is sorted by position */
-static vkh2o_result check_positions(run* r, uint32_t step)
-{
-    for (uint32_t l = 0; l < r->o.layers; l++) {
-        vkh2o_kvcache_snapshot s = { .positions = r->spos, .tiers = r->stier };
-        vkh2o_result res = vkh2o_kvcache_read_snapshot(r->cache, l, &s);
-        if (res != VKH2O_OK)
-            return res;
-        const uint32_t* pos = r->spos;
-        uint32_t ns = r->o.n_sink < s.len ? r->o.n_sink : s.len;
-        for (uint32_t i = 0; i < ns; i++)
-            if (pos[i] != i || r->stier[i] != VKH2O_TIER_FP16) {
-                r->sink_bad++;
-                problem(r, "sink %u holds position %u (or not at the top tier)", step, l, i, pos[i]);
-                break;
-            }
-        uint32_t nr = r->o.n_recent < s.len ? r->o.n_recent : s.len;
-        for (uint32_t j = 0; j < nr; j++)
-            if (pos[s.len - 1 - j] != step - j || r->stier[s.len - 1 - j] != VKH2O_TIER_FP16) {
-                r->recent_bad++;
-                problem(r, "recent token holds position %u, expected %u at the top tier", step, l, pos[s.len - 1 - j], step - j);
-                break;
-            }
-    }
-    return VKH2O_OK;
 }
 
 /* --check, before a step: the reference of each layer takes the device's state (so that f32
@@ -641,9 +623,10 @@ static int run_steps(run* R)
     cli_progress_begin(&prog, "[B1]", o->steps, o->quiet || !isatty(2));
     const uint32_t L = o->layers;
     vkh2o_kvcache_stats* st = R->st = calloc(L, sizeof *st);
+    R->chk = calloc(L, sizeof *R->chk);
     int rc = 0;
     vkh2o_result res;
-    if (!st)
+    if (!st || !R->chk)
         return cli_fail(1, TOOL ": out of host memory\n");
     /* memory is sampled once the cache has been at its cap for a while (every lazily created
      * object exists by then) and again at the end: a long run must leave both where they were */
@@ -666,17 +649,18 @@ static int run_steps(run* R)
         const double tsub = cli_now();
         res = submit_steps(R, nb);
         submit_s += cli_now() - tsub;
-        for (uint32_t l = 0; l < L && res == VKH2O_OK; l++)
-            res = vkh2o_kvcache_read_stats(R->cache, l, &st[l]);
         if (res != VKH2O_OK) {
             rc = fail_vk(R, res, "running the steps");
             break;
         }
-        check_sizes(R, last, nb, st, cli_now() - t0);
-        if ((res = check_positions(R, last)) != VKH2O_OK) {
+        for (uint32_t l = 0; l < L && res == VKH2O_OK; l++)
+            if ((res = vkh2o_kvcache_check(R->cache, l, &R->chk[l])) == VKH2O_OK)
+                st[l] = R->chk[l].stats;
+        if (res != VKH2O_OK) {
             rc = fail_vk(R, res, "reading positions");
             break;
         }
+        check_layers(R, last, nb, R->chk, cli_now() - t0);
         if (o->check && !R->check_failed && (res = check_step(R, last)) != VKH2O_OK) {
             rc = fail_vk(R, res, "reading the cache");
             break;
@@ -795,6 +779,7 @@ int main(int argc, char** argv)
     if (!outset_commit(&files, rc == 0) && rc == 0)
         rc = 1;
     free(R.st);
+    free(R.chk);
     if (R.ref)
         for (uint32_t l = 0; l < R.o.layers; l++)
             ref_kvc_free(&R.ref[l]);
