@@ -13,6 +13,7 @@
 #include "json.h"
 #include "outfile.h"
 #include "ref_decode.h"
+#include "ref_keep.h"
 #include "ref_mla.h"
 #include "rng.h"
 #include "vkh2o.h"
@@ -523,14 +524,21 @@ static int run_check(demo_run* dm)
             return cli_fail(1, "%s: --check: out of host memory for the reference\n", TOOL);
         dm->out_err = max_rel_err(dm->out, dm->ref_out, (size_t)dm->S * dm->cfg.hidden_size);
         dm->score_err = max_rel_err(dm->score, dm->ref_score, dm->S);
-        demo_category* ref_cat = malloc((size_t)dm->S * sizeof *ref_cat);
-        if (!ref_cat)
+        /* the kept set of the prefill's definition (ref/ref_keep.c) against the cache's */
+        uint32_t* keep = malloc((size_t)dm->S * sizeof *keep);
+        const uint32_t n = keep ? ref_prefill_keep(dm->ref_score, dm->S, dm->o.n_sink + dm->o.budget + dm->o.n_recent, dm->o.n_sink,
+                                                   dm->o.n_recent, VKH2O_POLICY_H2O, VKH2O_SCORE_SUM, keep) : UINT32_MAX;
+        if (n == UINT32_MAX) {
+            free(keep);
             return 1;
-        demo_h2o_select_cpu(dm->ref_score, dm->S, dm->o.n_sink, dm->o.budget, dm->o.n_recent, ref_cat);
-        for (uint32_t i = 0; i < dm->S; i++)
-            dm->kept_diff += (ref_cat[i] == DEMO_EVICTED) != (dm->cat[i] == DEMO_EVICTED);
+        }
+        for (uint32_t i = 0, j = 0; i < dm->S; i++) {   /* keep is ascending */
+            const bool ref_kept = j < n && keep[j] == i;
+            j += ref_kept;
+            dm->kept_diff += ref_kept != (dm->cat[i] != DEMO_EVICTED);
+        }
         dm->kept_agree = dm->kept_diff == 0;
-        free(ref_cat);
+        free(keep);
     }
     return 0;
 }

@@ -8,40 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_sel(const void* a, const void* b, void* ctx)
-{
-    const float* s = ctx;
-    uint32_t i = *(const uint32_t*)a, j = *(const uint32_t*)b;
-    if (s[i] != s[j])
-        return s[i] > s[j] ? -1 : 1;
-    return i < j ? -1 : i > j ? 1 : 0;
-}
-
 static int cmp_u32(const void* a, const void* b)
 {
     uint32_t x = *(const uint32_t*)a, y = *(const uint32_t*)b;
     return x < y ? -1 : x > y;
-}
-
-void demo_h2o_select_cpu(const float* score, uint32_t S, uint32_t n_sink, uint32_t budget, uint32_t n_recent,
-                         demo_category* cat)
-{
-    uint32_t begin = n_sink < S ? n_sink : S;
-    uint32_t end = S > n_recent ? S - n_recent : 0;
-    if (end < begin)
-        end = begin;
-    for (uint32_t i = 0; i < S; i++)
-        cat[i] = i < begin ? DEMO_SINK : i >= end ? DEMO_RECENT : DEMO_EVICTED;
-    uint32_t m = end - begin;
-    uint32_t* idx = malloc((m ? m : 1) * sizeof *idx);
-    if (!idx)
-        return;
-    for (uint32_t i = 0; i < m; i++)
-        idx[i] = begin + i;
-    qsort_r(idx, m, sizeof *idx, cmp_sel, (void*)score);
-    for (uint32_t i = 0; i < m && i < budget; i++)
-        cat[idx[i]] = DEMO_HEAVY;
-    free(idx);
 }
 
 vkh2o_result demo_kv_desc(const vkh2o_mla_config* cfg, const demo_kv* kv, uint32_t S, vkh2o_kvcache_desc* out,

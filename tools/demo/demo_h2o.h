@@ -1,6 +1,6 @@
 /* The cache steps of vkh2o-demo, through the one KV cache (vkh2o/kvcache.h): the kept set of the
  * default mode from the prefill attention mass (demo_h2o.c), the prefill + decode of --prefill P
- * (demo_decode.c), and the CPU selection used by --check. */
+ * (demo_decode.c). */
 #ifndef VKH2O_DEMO_H2O_H
 #define VKH2O_DEMO_H2O_H
 #include "vkh2o.h"
@@ -35,12 +35,6 @@ typedef struct demo_cache_result {
     uint32_t* kept_pos;                    /* the held positions, ascending (malloc'ed; free it) */
     uint32_t kept;
 } demo_cache_result;
-
-/* CPU: sinks = first n_sink, recent = last n_recent (not overlapping the sinks), heavy = the
- * `budget` largest scores in between (ties: lower position), the rest evicted. When the middle
- * holds at most `budget` tokens every token is kept. */
-void demo_h2o_select_cpu(const float* score, uint32_t S, uint32_t n_sink, uint32_t budget, uint32_t n_recent,
-                         demo_category* cat);
 
 /* GPU, through the public kvcache API: a cache of kv over S tokens is prefilled from the layer's
  * last forward (its rows, vkh2o_mla_layer_get_kv_rows) with the attention mass score [S] as the
