@@ -331,6 +331,11 @@ VKH2O_API const char* vkh2o_kvcache_select_kernel(const vkh2o_kvcache_plan* plan
  * holds once every middle token that must has moved down. */
 VKH2O_API void vkh2o_kvcache_plan_counts(const vkh2o_kvcache_desc* resolved, const vkh2o_kvcache_plan* plan, uint32_t n,
                                          uint32_t middle[VKH2O_TIER_COUNT]);
+/* Bytes one layer holds after a prefill of n tokens (or n steps): the sinks and recents among
+ * them at the top tier and the middle tokens of vkh2o_kvcache_plan_counts at their tiers, each at
+ * its tier's token bytes (position and score included), as vkh2o_kvcache_stats.bytes_used counts
+ * them. 0 for NULL arguments or n = 0. */
+VKH2O_API uint64_t vkh2o_kvcache_plan_held_bytes(const vkh2o_kvcache_desc* resolved, const vkh2o_kvcache_plan* plan, uint32_t n);
 VKH2O_API const char* vkh2o_kv_tier_name(vkh2o_kv_tier t);               /* "int4" */
 VKH2O_API const char* vkh2o_kv_precision_name(vkh2o_kv_precision p);     /* "tiered" */
 VKH2O_API bool vkh2o_kv_precision_parse(const char* name, vkh2o_kv_precision* out);

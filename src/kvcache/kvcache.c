@@ -364,6 +364,18 @@ void vkh2o_kvcache_plan_counts(const vkh2o_kvcache_desc* d, const vkh2o_kvcache_
     }
 }
 
+uint64_t vkh2o_kvcache_plan_held_bytes(const vkh2o_kvcache_desc* d, const vkh2o_kvcache_plan* pl, uint32_t n)
+{
+    if (!d || !pl || !n)
+        return 0;
+    uint32_t mid[VKH2O_TIER_COUNT];
+    vkh2o_kvcache_plan_counts(d, pl, n, mid);
+    uint64_t b = (uint64_t)top_tokens(d, n) * pl->token_bytes[0];
+    for (uint32_t k = 0; k < VKH2O_TIER_COUNT; k++)
+        b += (uint64_t)mid[k] * pl->token_bytes[k];
+    return b;
+}
+
 vkh2o_result vkh2o_kvcache_desc_resolve(const vkh2o_kvcache_desc* desc, vkh2o_kvcache_desc* out, vkh2o_kvcache_plan* plan,
                                         vkh2o_error* err)
 {

@@ -1,6 +1,7 @@
 /*
  * vkh2o_kvcache_check: no problem after every step of capped caches (FP16, INT4, tiered pools,
- * tiers by bytes, every policy), of the full cache, after a prefill, a refused step past
+ * tiers by bytes, every policy), of the full cache (whose held bytes after each step are
+ * vkh2o_kvcache_plan_held_bytes'), after a prefill, a refused step past
  * max_tokens and a reset; each invariant it names broken when the cache's state words are
  * overwritten (the position, the evicted count) or a sink's row is moved; NULL and a bad layer.
  */
@@ -69,6 +70,13 @@ static void run_clean(const char* what, const vkh2o_kvcache_desc* d, vt_rng* rng
         assert_int_equal(vkh2o_run_kvcache_step(c, &st), VKH2O_OK);
         for (uint32_t l = 0; l < 2; l++)
             assert_clean(c, l, what, s);
+        /* the plan's bytes after s + 1 tokens are what the cache reports holding */
+        vkh2o_kvcache_stats held;
+        assert_int_equal(vkh2o_kvcache_read_stats(c, 1, &held), VKH2O_OK);
+        if (vkh2o_kvcache_plan_held_bytes(vkh2o_kvcache_get_desc(c), vkh2o_kvcache_get_plan(c), s + 1) != held.bytes_used)
+            fail_msg("%s, step %u: vkh2o_kvcache_plan_held_bytes %llu, the cache holds %llu", what, s,
+                     (unsigned long long)vkh2o_kvcache_plan_held_bytes(vkh2o_kvcache_get_desc(c), vkh2o_kvcache_get_plan(c), s + 1),
+                     (unsigned long long)held.bytes_used);
     }
     vkh2o_kvcache_check_result k;
     assert_int_equal(vkh2o_kvcache_check(c, 1, &k), VKH2O_OK);
@@ -138,6 +146,8 @@ static void test_check_prefill(void** state)
     assert_int_equal(vkh2o_kvcache_check(c, 1, &k), VKH2O_OK);
     assert_int_equal(k.stats.len, vkh2o_kvcache_get_plan(c)->kept_tokens);
     assert_int_equal(k.stats.evicted, n - k.stats.len);
+    assert_int_equal(vkh2o_kvcache_plan_held_bytes(vkh2o_kvcache_get_desc(c), vkh2o_kvcache_get_plan(c), n), k.stats.bytes_used);
+    assert_int_equal(vkh2o_kvcache_plan_held_bytes(NULL, vkh2o_kvcache_get_plan(c), n), 0);
     assert_clean(c, 0, "the other layer, empty", 0);
     vkh2o_buffer_destroy(bc);
     vkh2o_buffer_destroy(bk);
