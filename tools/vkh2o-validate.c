@@ -151,28 +151,17 @@ static int parse_args(int argc, char** argv, opts* o)
 static double gb(uint64_t bytes) { return (double)bytes / 1e9; }
 
 /* Bytes one layer holds with `tokens` tokens seen and at most `cap` kept (0: no eviction), the
- * middle tokens at precision p: the cache's own plan (vkh2o_kvcache_plan_counts) and bytes per
- * token of each tier (position and score included). 0 when the desc is refused. */
+ * middle tokens at precision p: the cache's own plan (vkh2o_kvcache_plan_held_bytes). 0 when
+ * the desc is refused. */
 static uint64_t held_bytes(const vkh2o_kvcache_desc* shape, uint32_t tokens, uint32_t cap, vkh2o_kv_precision p)
 {
     vkh2o_kvcache_desc d = *shape, r;
     vkh2o_kvcache_plan plan;
-    if (tokens <= d.n_sink + d.n_recent) {   /* every token a sink or a recent one: the top tier */
-        d.max_tokens = d.n_sink + d.n_recent + 2;
-        return vkh2o_kvcache_desc_resolve(&d, &r, NULL, NULL) == VKH2O_OK
-                   ? (uint64_t)tokens * vkh2o_kvcache_token_bytes(&r, VKH2O_TIER_FP16) : 0;
-    }
-    d.max_tokens = tokens;
-    d.capacity_tokens = cap && cap < tokens ? cap : 0;
-    d.precision = p;
-    if (vkh2o_kvcache_desc_resolve(&d, &r, &plan, NULL) != VKH2O_OK)
-        return 0;
-    uint32_t mid[VKH2O_TIER_COUNT];
-    vkh2o_kvcache_plan_counts(&r, &plan, tokens, mid);
-    uint64_t b = (uint64_t)(r.n_sink + r.n_recent) * plan.token_bytes[0];
-    for (int k = 0; k < VKH2O_TIER_COUNT; k++)
-        b += (uint64_t)mid[k] * plan.token_bytes[k];
-    return b;
+    const bool top = tokens <= d.n_sink + d.n_recent;   /* every token a sink or a recent one: the top tier */
+    d.max_tokens = top ? d.n_sink + d.n_recent + 2 : tokens;
+    d.capacity_tokens = !top && cap && cap < tokens ? cap : 0;
+    d.precision = top ? VKH2O_PRECISION_FP16 : p;
+    return vkh2o_kvcache_desc_resolve(&d, &r, &plan, NULL) == VKH2O_OK ? vkh2o_kvcache_plan_held_bytes(&r, &plan, tokens) : 0;
 }
 
 /* the columns of the memory table: layout, top-tier storage, precision of the middle tokens */
