@@ -433,6 +433,7 @@ VKH2O_API vkh2o_result vkh2o_buffer_wrap(vkh2o_context* ctx, VkBuffer buffer, ui
 #endif
 
 #include "vkh2o/model.h"
+#include "vkh2o/synthetic.h"
 #include "vkh2o/mla.h"
 #include "vkh2o/kvcache.h"
 #include "vkh2o/lm.h"
