@@ -53,7 +53,8 @@ typedef struct vkh2o_synthetic_desc {
                                          Copied; its num_layers is replaced by num_layers below */
     const char* preset;               /* with config NULL: the preset to write (NULL = the first); with a
                                          config: only recorded (NULL = nothing recorded) */
-    const char* model;                /* recorded as the preset whose values config takes (NULL = preset) */
+    const char* model;                /* recorded with the preset as the one whose values config takes
+                                         (NULL = preset) */
     const char* generator;            /* recorded as the program that made the files (NULL = "vkh2o") */
     uint32_t num_layers;              /* 0 = 1 */
     vkh2o_synthetic_layout layout;
