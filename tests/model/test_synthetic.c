@@ -192,6 +192,18 @@ static void test_reads_back(void** state)
     no_temporaries(vt_scratch_dir());
 }
 
+typedef struct progress_seen {
+    uint64_t calls, last, total;
+    bool monotone;
+} progress_seen;
+
+static void on_progress(uint64_t done, uint64_t total, void* user)
+{
+    progress_seen* p = user;
+    p->monotone = p->monotone && done > p->last;
+    p->calls++, p->last = done, p->total = total;
+}
+
 /* The values are the header's formula: an F32 projection's element is N(0,1) x gain / sqrt(in)
  * with the stream of its name; a norm 1 + 0.1 N(0,1). */
 static void test_formula(void** state)
@@ -229,6 +241,18 @@ static void test_formula(void** state)
         seen++;
     }
     assert_int_equal(seen, 8);   /* q_a, q_a_layernorm, q_b, kv_a, kv_a_layernorm, kv_b, o, input_layernorm */
+    /* the progress reaches the weight bytes, F8_E4M3's scales included */
+    vkh2o_synthetic_destroy(s);
+    d.dtype = VKH2O_DTYPE_F8_E4M3;
+    s = make(&d);
+    progress_seen ps = { .monotone = true };
+    vkh2o_synthetic_output o = { .path = path_of("progress.safetensors"), .config_path = path_of("progress.json"),
+                                 .progress_fn = on_progress,
+                                 .progress_user = &ps };
+    vkh2o_error e = { 0 };
+    assert_int_equal(vkh2o_synthetic_write(s, &o, &e), VKH2O_OK);
+    assert_true(ps.calls >= 8 && ps.monotone);
+    assert_true(ps.last == ps.total && ps.total == vkh2o_synthetic_get_weight_bytes(s));
     vkh2o_synthetic_destroy(s);
 }
 
