@@ -25,6 +25,8 @@
  *      recording vkh2o_cmd_mla_prefill / vkh2o_cmd_mla_decode.
  *      An app's own VkBuffer becomes a vkh2o_buffer with vkh2o_buffer_wrap.
  *   6. destroy in reverse order; every destroy accepts NULL.
+ *   No weights at hand: vkh2o/synthetic.h writes a checkpoint of a config's real tensor names
+ *   and shapes with deterministic random values (vkh2o_synthetic_create + vkh2o_synthetic_write).
  *
  * Conventions
  *   - Fallible calls return vkh2o_result (VKH2O_OK = 0, failures negative) and give objects
@@ -49,7 +51,7 @@
  *     different units may. The app serialises, e.g. with a mutex per context; moving a context
  *     to another thread between calls is fine. vkh2o takes no locks of its own.
  *   - Host objects without a context (vkh2o_safetensors, vkh2o_checkpoint, host weights,
- *     configs) say their own rule in vkh2o/model.h. vkh2o_result_string is thread-safe.
+ *     configs; vkh2o_synthetic) say their own rule in vkh2o/model.h (vkh2o/synthetic.h). vkh2o_result_string is thread-safe.
  *   - What submits. These calls submit to the context's queue and wait for that submission:
  *     every vkh2o_run_* and vkh2o_host_*; vkh2o_buffer_fill, and vkh2o_buffer_upload / _download when the memory
  *     is not host-visible; the creates and reads that initialise or fetch device data
@@ -433,6 +435,7 @@ VKH2O_API vkh2o_result vkh2o_buffer_wrap(vkh2o_context* ctx, VkBuffer buffer, ui
 #endif
 
 #include "vkh2o/model.h"
+#include "vkh2o/synthetic.h"
 #include "vkh2o/mla.h"
 #include "vkh2o/kvcache.h"
 #include "vkh2o/lm.h"

@@ -259,7 +259,7 @@ case "$cmd" in
     memcheck)
         EXTRA_PACKAGES=(valgrind); deps; build "${BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=Release
         # CPU-only suites: no Vulkan driver in the process, so every report is ours
-        for t in test_config test_safetensors test_json_strict test_dtype test_weights; do
+        for t in test_config test_safetensors test_json_strict test_dtype test_weights test_synthetic; do
             (cd "${BUILD_DIR:-build}" && valgrind --tool=memcheck --error-exitcode=99 --leak-check=full \
                 --errors-for-leak-kinds=definite,indirect --track-origins=yes -q "./$t" > /dev/null) ||
                 { echo "memcheck: $t failed" >&2; exit 1; }

@@ -1,17 +1,13 @@
 /*
  * vkh2o-mkshard: writes a synthetic DeepSeek-V3 / Kimi checkpoint (MLA attention layers with
- * the real HF names and shapes, plus a config.json in HF spelling), deterministic for a seed.
+ * the real HF names and shapes, plus a config.json in HF spelling), deterministic for a seed:
+ * flags, vkh2o_synthetic_create / _write (vkh2o/synthetic.h says how the values are made, with
+ * attention logits of a spread of about 2.5 so that H2O has real heavy hitters to find), and
+ * the reports: --verify reads the files back through the library's loaders and compares every
+ * element with vkh2o_synthetic_get_value; `--stats S` measures the heavy hitters on the written
+ * layer with the CPU reference (see --help).
  * Used by tests, benchmarks and the demo when the real 600 GB checkpoint is not at hand.
  *
- * Weight values (all from a counter-based generator, so any element can be recomputed):
- *   projections   N(0, 1) x gain / sqrt(in_features)
- *   norm weights  1 + 0.1 N(0, 1)
- * gain is 1 except for the parts that form attention logits: q_b_proj (or q_proj), the k_nope
- * rows of kv_b_proj and the k_pe rows of kv_a_proj_with_mqa get g = sqrt(T / (scale sqrt(qk)))
- * with T = 2.5, so that for unit-variance hidden states q and k entries have variance g^2 and
- * the logits q.k x softmax_scale have a standard deviation of about T. That makes each
- * query's attention distribution heavy-tailed (exp(2.5 z) across keys), so H2O has real
- * heavy hitters to find; `--stats S` measures it on the written layer (see --help).
  * Measured (--preset kimi --seed 1 --stats 256, double CPU reference, 64 heads, Kimi K2.6's
  * values): attention mass per token min 0.248, max 422, mean 64, std 63.8; top-64 heavy hitters
  * of the middle average 137.5 vs 39.4 for the evicted (3.49x). The seed's real Kimi K2.6 layer 0 gave
@@ -20,22 +16,16 @@
 #include "cli.h"
 #include "outfile.h"
 #include "ref_mla.h"
-#include "rng.h"
 #include "vkh2o.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #define TOOL "vkh2o-mkshard"
-#define LOGIT_STD 2.5
-#define VOCAB 163840u
-#define FP8_BLOCK 128u
 
 /* Test shapes; the published configs (shapes and values) are the library's presets
  * (vkh2o_mla_config_preset), and these take their RoPE, YaRN and eps values from one of them. */
@@ -49,82 +39,6 @@ static const test_shape test_shapes[] = {
     { "tiny", 64, 2, 24, 16, 8, 8, 8 },               /* unit tests */
 };
 
-/* Tensor names and config.json of each --layout. */
-typedef struct layout {
-    const char* name;
-    const char* prefix;            /* of the layers */
-    vkh2o_config_layout config;
-    bool multimodal;               /* also vision_tower.* and mm_projector.* tensors */
-} layout;
-
-static const layout layouts[] = {
-    { "deepseek-v3", "model.layers", VKH2O_CONFIG_LAYOUT_DEEPSEEK_V3, false },
-    { "kimi-k2.6", "language_model.model.layers", VKH2O_CONFIG_LAYOUT_KIMI_K25, true },
-    { "kimi-k2.6-short", "language_model.layers", VKH2O_CONFIG_LAYOUT_KIMI_K25, true },
-};
-
-enum kind { K_PROJ, K_NORM, K_EMBED, K_SCALE };
-
-typedef struct gen_tensor {
-    char name[192];
-    enum kind kind;
-    vkh2o_mla_weight w;
-    vkh2o_dtype dtype;
-    uint64_t rows, cols;        /* cols = 1 for 1-D */
-    uint32_t ndim;
-    double base;                /* 1 / sqrt(in_features) */
-    double gain;                /* for rows selected by gain_rows */
-    uint64_t key;               /* generator stream */
-    const vkh2o_mla_config* cfg;
-    float* scales;              /* fp8: [ceil(rows/128), ceil(cols/128)] (owned by the K_PROJ entry) */
-    struct gen_tensor* of;      /* K_SCALE: the weight it belongs to */
-    int shard;                  /* 0 or 1 with --sharded */
-} gen_tensor;
-
-/* ---- counter-based normal generator ---- */
-static double normal_at(uint64_t key, uint64_t i)
-{
-    uint64_t a = rng_mix(key ^ rng_mix(2 * i)), b = rng_mix(key ^ rng_mix(2 * i + 1));
-    double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53;   /* (0, 1] */
-    double u2 = (double)(b >> 11) * 0x1.0p-53;
-    return sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
-}
-
-static uint64_t name_key(uint64_t seed, const char* name) { return rng_mix(seed ^ rng_mix(rng_hash(name))); }
-
-/* Whether row r of the weight carries the logit gain. */
-static bool gain_row(const gen_tensor* t, uint64_t r)
-{
-    const vkh2o_mla_config* c = t->cfg;
-    switch (t->w) {
-    case VKH2O_W_Q_B_PROJ:
-    case VKH2O_W_Q_PROJ:
-        return true;
-    case VKH2O_W_KV_A_PROJ:
-        return r >= c->kv_lora_rank;                               /* the k_pe rows */
-    case VKH2O_W_KV_B_PROJ:
-        return r % (c->qk_nope_head_dim + c->v_head_dim) < c->qk_nope_head_dim;   /* k_nope rows */
-    default:
-        return false;
-    }
-}
-
-/* The value before any rounding. */
-static float value_at(const gen_tensor* t, uint64_t i)
-{
-    double z = normal_at(t->key, i);
-    if (t->kind == K_NORM)
-        return (float)(1.0 + 0.1 * z);
-    uint64_t r = i / t->cols;
-    return (float)(z * t->base * (gain_row(t, r) ? t->gain : 1.0));
-}
-
-static float fp8_scale_at(const gen_tensor* t, uint64_t i)
-{
-    uint64_t r = i / t->cols, c = i % t->cols, sc = (t->cols + FP8_BLOCK - 1) / FP8_BLOCK;
-    return t->scales[(r / FP8_BLOCK) * sc + c / FP8_BLOCK];
-}
-
 /* v rounded to dtype dt and widened back (the public bulk conversion, one element). */
 static float round_to(vkh2o_dtype dt, float v)
 {
@@ -135,73 +49,10 @@ static float round_to(vkh2o_dtype dt, float v)
     return r;
 }
 
-/* What the file holds for element i, widened back to float (fp8: the dequantised value). */
-static float stored_at(const gen_tensor* t, uint64_t i)
+static void progress(uint64_t done, uint64_t total, void* user)
 {
-    float v = value_at(t, i);
-    switch (t->dtype) {
-    case VKH2O_DTYPE_BF16:
-    case VKH2O_DTYPE_F16: return round_to(t->dtype, v);
-    case VKH2O_DTYPE_F8_E4M3: {
-        float s = fp8_scale_at(t, i);
-        return round_to(VKH2O_DTYPE_F8_E4M3, v / s) * s;
-    }
-    default: return v;
-    }
-}
-
-/* ---- writing ---- */
-typedef struct progress_state {
-    cli_progress bar;
-    uint64_t done;
-} progress_state;
-static progress_state g_prog;
-
-static void fill(void* dst, uint64_t first, uint64_t count, void* user)
-{
-    const gen_tensor* t = user;
-    const size_t es = vkh2o_dtype_size(t->dtype);
-    float tmp[1024];
-    for (uint64_t k0 = 0; k0 < count; k0 += 1024) {
-        const uint64_t n = count - k0 < 1024 ? count - k0 : 1024;
-        for (uint64_t k = 0; k < n; k++) {
-            uint64_t i = first + k0 + k;
-            tmp[k] = t->dtype == VKH2O_DTYPE_F8_E4M3 ? value_at(t, i) / fp8_scale_at(t, i) : value_at(t, i);
-        }
-        (void)vkh2o_dtype_convert(t->dtype, (char*)dst + k0 * es, VKH2O_DTYPE_F32, tmp, n);
-    }
-    g_prog.done += count * vkh2o_dtype_size(t->dtype);
-    cli_progress_update(&g_prog.bar, g_prog.done);
-}
-
-/* DeepSeek's block quantisation: scale_inv = amax(block) / 448, so each block uses the full
- * E4M3 range. Needs one pass over the values. */
-static int compute_scales(gen_tensor* t)
-{
-    uint64_t sr = (t->rows + FP8_BLOCK - 1) / FP8_BLOCK, sc = (t->cols + FP8_BLOCK - 1) / FP8_BLOCK;
-    t->scales = calloc(sr * sc, sizeof(float));
-    if (!t->scales)
-        return -1;
-    for (uint64_t r = 0; r < t->rows; r++)
-        for (uint64_t c = 0; c < t->cols; c++) {
-            float a = fabsf(value_at(t, r * t->cols + c));
-            float* s = &t->scales[(r / FP8_BLOCK) * sc + c / FP8_BLOCK];
-            if (a > *s)
-                *s = a;
-        }
-    for (uint64_t i = 0; i < sr * sc; i++)
-        t->scales[i] = t->scales[i] > 0.0f ? t->scales[i] / 448.0f : 1.0f;
-    return 0;
-}
-
-/* The library's shape for w (cols = 1 for 1-D); false when the config has no such weight. */
-static bool shape_of(const vkh2o_mla_config* c, vkh2o_mla_weight w, uint64_t* rows, uint64_t* cols, uint32_t* nd)
-{
-    uint64_t shape[2];
-    *nd = vkh2o_mla_weight_shape(c, w, shape);
-    *rows = shape[0];
-    *cols = *nd == 2 ? shape[1] : 1;
-    return *nd != 0;
+    (void)total;
+    cli_progress_update(user, done);
 }
 
 typedef struct opts {
@@ -210,7 +61,7 @@ typedef struct opts {
     const char* preset;            /* a library preset or a test shape */
     const test_shape* shape;       /* NULL: the preset's own shapes */
     const char* model;             /* --model: the preset whose values a test shape takes */
-    const layout* lay;
+    vkh2o_synthetic_layout lay;
     vkh2o_dtype dtype;
     uint32_t layers;
     uint64_t seed;
@@ -263,55 +114,10 @@ static int make_config(const opts* o, vkh2o_mla_config* c)
     return 0;
 }
 
-/* config.json through the library's writer (the one spelling of the format). */
-static int write_config(const char* path, const opts* o, const vkh2o_mla_config* c)
-{
-    char seed[32];
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
-    const char* extra[] = { "vkh2o_generator", TOOL, "vkh2o_preset", o->preset, "vkh2o_model",
-                            o->shape ? o->model : o->preset, "vkh2o_seed", seed, NULL };
-    vkh2o_config_json_desc d = {
-        .layout = o->lay->config,
-        .quant = o->dtype == VKH2O_DTYPE_F8_E4M3 ? VKH2O_CONFIG_QUANT_FP8_BLOCK
-                 : o->lay->multimodal        ? VKH2O_CONFIG_QUANT_INT4_EXPERTS
-                                             : VKH2O_CONFIG_QUANT_NONE,
-        .torch_dtype = o->dtype == VKH2O_DTYPE_F32 ? "float32" : o->dtype == VKH2O_DTYPE_F16 ? "float16" : "bfloat16",
-        .extra = extra,
-    };
-    vkh2o_error e = { 0 };
-    if (vkh2o_mla_config_write_json(path, c, &d, &e) != VKH2O_OK) {
-        fprintf(stderr, TOOL ": %s\n", e.message);
-        return -1;
-    }
-    return 0;
-}
-
-static int write_index(const char* path, gen_tensor* ts, uint32_t n, const char* const files[2])
-{
-    cJSON* j = cJSON_CreateObject();
-    cJSON* md = cJSON_AddObjectToObject(j, "metadata");
-    double total = 0;
-    for (uint32_t i = 0; i < n; i++)
-        total += (double)(ts[i].rows * ts[i].cols * vkh2o_dtype_size(ts[i].dtype));
-    cJSON_AddNumberToObject(md, "total_size", total);
-    cJSON* wm = cJSON_AddObjectToObject(j, "weight_map");
-    for (uint32_t i = 0; i < n; i++)
-        cJSON_AddStringToObject(wm, ts[i].name, files[ts[i].shard]);
-    char* text = cJSON_Print(j);
-    cJSON_Delete(j);
-    FILE* f = text ? fopen(path, "wx") : NULL;
-    bool ok = f && fputs(text, f) >= 0;
-    ok = f && fclose(f) == 0 && ok;
-    if (!ok)
-        fprintf(stderr, TOOL ": %s: cannot write: %s\n", path, strerror(errno));
-    free(text);
-    return ok ? 0 : -1;
-}
-
 /* Reopens what was written and compares every element of every layer with the generator. */
-static int verify(const opts* o, const char* ck_path, const char* cfg_path, const vkh2o_mla_config* want,
-                  gen_tensor* ts, uint32_t n)
+static int verify(const opts* o, const char* ck_path, const char* cfg_path, const vkh2o_synthetic* syn)
 {
+    const vkh2o_mla_config* want = vkh2o_synthetic_get_config(syn);
     vkh2o_error e = { 0 };
     vkh2o_mla_config c;
     memset(&c, 0, sizeof c);
@@ -347,25 +153,23 @@ static int verify(const opts* o, const char* ck_path, const char* cfg_path, cons
             rc = -1;
             break;
         }
-        for (uint32_t i = 0; i < n && rc == 0; i++) {
-            gen_tensor* t = &ts[i];
-            char prefix[64];
-            snprintf(prefix, sizeof prefix, "%s.%u.", o->lay->prefix, L);
-            if (t->kind == K_SCALE || t->kind == K_EMBED || strncmp(t->name, prefix, strlen(prefix)) != 0)
+        for (uint32_t i = 0; i < vkh2o_synthetic_get_count(syn) && rc == 0; i++) {
+            vkh2o_synthetic_tensor t;
+            if (vkh2o_synthetic_get_tensor(syn, i, &t) != VKH2O_OK || t.scale || t.layer != (int32_t)L)
                 continue;
-            const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, t->w);
-            if (!v->data || v->numel != t->rows * t->cols) {
-                fprintf(stderr, TOOL ": verify: %s missing or misshaped\n", t->name);
+            const vkh2o_tensor_view* v = vkh2o_mla_host_weights_get_view(hw, t.weight);
+            if (!v->data || v->numel != t.shape[0] * (t.ndim == 2 ? t.shape[1] : 1)) {
+                fprintf(stderr, TOOL ": verify: %s missing or misshaped\n", t.name);
                 rc = -1;
                 break;
             }
             for (uint64_t k = 0; k < v->numel; k++) {
-                float want_v = stored_at(t, k);
-                if (v->dtype == VKH2O_DTYPE_BF16 && t->dtype == VKH2O_DTYPE_F8_E4M3)
+                float want_v = (float)vkh2o_synthetic_get_value(syn, i, k);
+                if (v->dtype == VKH2O_DTYPE_BF16 && t.dtype == VKH2O_DTYPE_F8_E4M3)
                     want_v = round_to(VKH2O_DTYPE_BF16, want_v);   /* dequantised to BF16 */
-                float got = (float)vkh2o_mla_host_weights_get_value(hw, t->w, k);   /* FP8: byte x scale */
+                float got = (float)vkh2o_mla_host_weights_get_value(hw, t.weight, k);   /* FP8: byte x scale */
                 if (!(got == want_v)) {
-                    fprintf(stderr, TOOL ": verify: %s[%llu] = %g, generator says %g\n", t->name,
+                    fprintf(stderr, TOOL ": verify: %s[%llu] = %g, generator says %g\n", t.name,
                             (unsigned long long)k, (double)got, (double)want_v);
                     rc = -1;
                     break;
@@ -407,9 +211,8 @@ static int stats(const opts* o, const char* ck_path, const vkh2o_mla_config* c)
     float* sorted = malloc((size_t)S * sizeof(float));
     int rc = -1;
     if (x && out && mass && sorted) {
-        uint64_t key = name_key(o->seed, "stats.hidden");
         for (size_t i = 0; i < (size_t)S * c->hidden_size; i++)
-            x[i] = (float)normal_at(key, i);
+            x[i] = (float)vkh2o_synthetic_normal(o->seed, "stats.hidden", i);
         double t0 = cli_now();
         if (ref_mla_forward(c, hw, x, S, 0, out, mass, NULL, NULL) == 0) {
             double sum = 0, sq = 0;
@@ -520,7 +323,7 @@ int main(int argc, char** argv)
                   "spread (H2O's scores)" },
         { "--quiet", CLI_BOOL, &o.quiet, .help = "no progress and no summary" },
     };
-    _Static_assert(LOGIT_STD == 2.5, "the --help text says 2.5");
+    _Static_assert(VKH2O_SYNTHETIC_LOGIT_STD == 2.5, "the --help text says 2.5");
     const cli_spec spec = {
         TOOL,
         "usage: " TOOL " --out PATH [options]\n"
@@ -535,7 +338,7 @@ int main(int argc, char** argv)
     const int prc = cli_parse_extra(&spec, argc, argv, cli_preset_names());
     if (prc)
         return prc < 0 ? 0 : prc;
-    o.lay = &layouts[lay];
+    o.lay = (vkh2o_synthetic_layout)lay;
     o.dtype = (const vkh2o_dtype[]){ VKH2O_DTYPE_BF16, VKH2O_DTYPE_F16, VKH2O_DTYPE_F32, VKH2O_DTYPE_F8_E4M3 }[dtype];
     if (!o.out || !o.out[0])
         return cli_fail(2, TOOL ": --out PATH is required (run '" TOOL " --help')\n");
@@ -596,141 +399,43 @@ int main(int argc, char** argv)
             free(dir);
             return 1;
         }
-        if (o.force)
-            unlink(index_path);   /* written with O_EXCL below */
     }
 
-    /* the tensor list */
-    uint32_t cap = o.layers * 2 * VKH2O_W_COUNT + 3, n = 0;
-    gen_tensor* ts = calloc(cap, sizeof *ts);
-    if (!ts)
-        return cli_fail(1, TOOL ": out of memory\n");
-    if (o.embedding) {
-        gen_tensor* t = &ts[n++];
-        snprintf(t->name, sizeof t->name, "%s", o.lay->multimodal ? "language_model.model.embed_tokens.weight"
-                                                                   : "model.embed_tokens.weight");
-        t->kind = K_EMBED;
-        t->dtype = VKH2O_DTYPE_BF16;
-        t->rows = VOCAB, t->cols = cfg.hidden_size, t->ndim = 2;
-        t->shard = 0;
+    /* the tensors (FP8: their block scales computed here), then the files */
+    const vkh2o_synthetic_desc sd = {
+        .config = &cfg, .preset = o.preset, .model = o.shape ? o.model : o.preset, .generator = TOOL,
+        .num_layers = o.layers, .layout = o.lay, .dtype = o.dtype, .seed = o.seed,
+        .embedding = o.embedding, .sharded = o.sharded,
+    };
+    vkh2o_synthetic* syn = NULL;
+    if (vkh2o_synthetic_create(&sd, &syn, &e) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": %s\n", e.message);
+        free(dir);
+        return 1;
     }
-    if (o.lay->multimodal) {
-        /* the wrapper's other towers: zeros (file holes), never read by a layer load */
-        static const char* const vnames[2] = { "vision_tower.encoder.blocks.0.wqkv.weight",
-                                                "mm_projector.proj.0.weight" };
-        for (int i = 0; i < 2; i++) {
-            gen_tensor* t = &ts[n++];
-            snprintf(t->name, sizeof t->name, "%s", vnames[i]);
-            t->kind = K_EMBED;
-            t->dtype = VKH2O_DTYPE_BF16;
-            t->rows = i == 0 ? 3456 : cfg.hidden_size, t->cols = i == 0 ? 1152 : 4608, t->ndim = 2;
-            t->shard = 1;
-        }
-    }
-    double gain = sqrt(LOGIT_STD / (vkh2o_mla_softmax_scale(&cfg) * sqrt((double)vkh2o_mla_qk_head_dim(&cfg))));
-    int rc = 0;
-    for (uint32_t L = 0; L < o.layers && rc == 0; L++) {
-        for (int w = 0; w < VKH2O_W_COUNT; w++) {
-            bool lora = cfg.q_lora_rank != 0;
-            if ((!lora && (w == VKH2O_W_Q_A_PROJ || w == VKH2O_W_Q_A_LAYERNORM || w == VKH2O_W_Q_B_PROJ)) ||
-                (lora && w == VKH2O_W_Q_PROJ))
-                continue;
-            gen_tensor* t = &ts[n++];
-            t->w = (vkh2o_mla_weight)w;
-            t->cfg = &cfg;
-            if (!shape_of(&cfg, t->w, &t->rows, &t->cols, &t->ndim)) {
-                n--;
-                continue;
-            }
-            bool norm = w == VKH2O_W_Q_A_LAYERNORM || w == VKH2O_W_KV_A_LAYERNORM || w == VKH2O_W_INPUT_LAYERNORM;
-            t->kind = norm ? K_NORM : K_PROJ;
-            t->dtype = norm && o.dtype == VKH2O_DTYPE_F8_E4M3 ? VKH2O_DTYPE_BF16 : o.dtype;
-            if (w == VKH2O_W_INPUT_LAYERNORM)
-                snprintf(t->name, sizeof t->name, "%s.%u.input_layernorm.weight", o.lay->prefix, L);
-            else
-                snprintf(t->name, sizeof t->name, "%s.%u.self_attn.%s.weight", o.lay->prefix, L,
-                         vkh2o_mla_weight_short_name(t->w));
-            t->key = name_key(o.seed, t->name);
-            t->base = 1.0 / sqrt((double)t->cols);
-            t->gain = gain;
-            bool q_side = w == VKH2O_W_Q_A_PROJ || w == VKH2O_W_Q_A_LAYERNORM || w == VKH2O_W_Q_B_PROJ ||
-                          w == VKH2O_W_Q_PROJ || w == VKH2O_W_INPUT_LAYERNORM;
-            t->shard = q_side ? 0 : 1;
-            if (t->dtype == VKH2O_DTYPE_F8_E4M3) {
-                if (compute_scales(t) != 0) {
-                    fprintf(stderr, TOOL ": out of memory\n");
-                    rc = 1;
-                    break;
-                }
-                gen_tensor* s = &ts[n++];
-                char wname[sizeof t->name];
-                memcpy(wname, t->name, sizeof wname);
-                snprintf(s->name, sizeof s->name, "%.170s_scale_inv", wname);
-                s->kind = K_SCALE;
-                s->dtype = VKH2O_DTYPE_F32;
-                s->rows = (t->rows + FP8_BLOCK - 1) / FP8_BLOCK;
-                s->cols = (t->cols + FP8_BLOCK - 1) / FP8_BLOCK;
-                s->ndim = 2;
-                s->of = t;
-                s->shard = 1;   /* with --sharded: away from its weight, as real checkpoints may be */
-            }
-        }
-    }
-
-    uint64_t total_bytes = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (ts[i].kind != K_EMBED)
-            total_bytes += ts[i].rows * ts[i].cols * vkh2o_dtype_size(ts[i].dtype);
-    cli_progress_begin(&g_prog.bar, "generating", total_bytes, o.quiet);
+    const uint64_t total_bytes = vkh2o_synthetic_get_weight_bytes(syn);
+    cli_progress bar;
+    cli_progress_begin(&bar, "generating", total_bytes, o.quiet);
     double t0 = cli_now();
-    for (int shard = 0; shard < (o.sharded ? 2 : 1) && rc == 0; shard++) {
-        vkh2o_tensor_write* wr = calloc(n, sizeof *wr);
-        uint32_t m = 0;
-        for (uint32_t i = 0; wr && i < n; i++) {
-            gen_tensor* t = &ts[i];
-            if (o.sharded && t->shard != shard)
-                continue;
-            vkh2o_tensor_write* x = &wr[m++];
-            x->name = t->name;
-            x->dtype = t->dtype;
-            x->ndim = t->ndim;
-            x->shape[0] = t->rows;
-            x->shape[1] = t->cols;
-            if (t->kind == K_SCALE)
-                x->data = t->of->scales;
-            else if (t->kind != K_EMBED)
-                x->fill_fn = fill, x->fill_user = t;
-            /* K_EMBED: data and fill_fn NULL -> zeros, written as a hole */
-        }
-        char preset_md[32], seed_md[32];
-        snprintf(preset_md, sizeof preset_md, "%s", o.preset);
-        snprintf(seed_md, sizeof seed_md, "%llu", (unsigned long long)o.seed);
-        const char* md[] = { "format", "pt", "generator", TOOL, "preset", preset_md, "seed", seed_md, NULL };
-        const char* path = o.sharded ? files_path[shard] : o.out;
-        if (!wr || vkh2o_safetensors_write(path, wr, m, md, &e) != VKH2O_OK) {
-            fprintf(stderr, TOOL ": %s\n", wr ? e.message : "out of memory");
-            rc = 1;
-        }
-        free(wr);
+    const vkh2o_synthetic_output so = { .path = o.out, .config_path = cfg_path, .overwrite = o.force,
+                                        .progress_fn = progress, .progress_user = &bar };
+    int rc = 0;
+    if (vkh2o_synthetic_write(syn, &so, &e) != VKH2O_OK) {
+        fprintf(stderr, TOOL ": %s\n", e.message);
+        rc = 1;
     }
-    cli_progress_end(&g_prog.bar);
-    if (rc == 0 && o.sharded)
-        rc = write_index(index_path, ts, n, shard_names) ? 1 : 0;
-    if (rc == 0)
-        rc = write_config(cfg_path, &o, &cfg) ? 1 : 0;
+    cli_progress_end(&bar);
     if (rc == 0 && !o.quiet)
         printf("wrote %s: %u tensor(s), %u layer(s) of preset %s%s%s, layout %s, %s, %.1f MB of weights in %.1f s; "
                "config %s\n",
-               o.out, n, o.layers, o.preset, o.shape ? " with the values of " : "", o.shape ? o.model : "",
-               o.lay->name, vkh2o_dtype_name(o.dtype), total_bytes / 1e6, cli_now() - t0, cfg_path);
+               o.out, vkh2o_synthetic_get_count(syn), o.layers, o.preset, o.shape ? " with the values of " : "",
+               o.shape ? o.model : "", vkh2o_synthetic_layout_name(o.lay), vkh2o_dtype_name(o.dtype),
+               total_bytes / 1e6, cli_now() - t0, cfg_path);
     if (rc == 0 && o.verify)
-        rc = verify(&o, o.out, cfg_path, &cfg, ts, n) ? 1 : 0;
+        rc = verify(&o, o.out, cfg_path, syn) ? 1 : 0;
     if (rc == 0 && o.stats)
         rc = stats(&o, o.out, &cfg) ? 1 : 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (ts[i].kind == K_PROJ)
-            free(ts[i].scales);
-    free(ts);
+    vkh2o_synthetic_destroy(syn);
     free(dir);
     return rc;
 }

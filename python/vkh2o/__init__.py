@@ -37,8 +37,9 @@ TIERS = ("fp16", "int8", "int4", "int2")
 
 _log = logging.getLogger("vkh2o")
 
-__all__ = ["Context", "KVCache", "MLALayer", "Model", "Session", "SafeTensors", "Snapshot", "Error", "ClosedError",
-           "resolve_kvcache", "devices", "mla_config", "TIERS", "POSITION_FROM_CACHE"]
+__all__ = ["Context", "KVCache", "MLALayer", "Model", "Session", "SafeTensors", "Snapshot", "SyntheticCheckpoint",
+           "Error", "ClosedError", "resolve_kvcache", "devices", "mla_config", "write_synthetic_checkpoint", "TIERS",
+           "POSITION_FROM_CACHE"]
 
 # ---------------------------------------------------------------------------------------------
 # errors
@@ -1115,3 +1116,147 @@ class SafeTensors(_Owned):
         if r != lib.VKH2O_OK:
             _raise(r, "%s: dtype %s cannot be converted" % (name, dt))
         return out
+
+
+# ---------------------------------------------------------------------------------------------
+# synthetic checkpoints (host only)
+
+_SYNTH_DTYPES = {"bf16": "BF16", "f16": "F16", "f32": "F32", "fp8": "F8_E4M3"}
+
+
+def _synthetic_layout(name):
+    names = []
+    for i in range(8):
+        n = lib.vkh2o_synthetic_layout_name(i)
+        if n == ffi.NULL:
+            break
+        names.append(ffi.string(n).decode())
+    if name not in names:
+        raise ValueError("layout: %r is not one of %s" % (name, ", ".join(names)))
+    return names.index(name)
+
+
+def _synthetic_dtype(name):
+    spelled = _SYNTH_DTYPES.get(name, name)
+    for v in (lib.VKH2O_DTYPE_F32, lib.VKH2O_DTYPE_F16, lib.VKH2O_DTYPE_BF16, lib.VKH2O_DTYPE_F8_E4M3):
+        if ffi.string(lib.vkh2o_dtype_name(v)).decode() == spelled:
+            return v
+    raise ValueError("dtype: %r is not one of %s (or %s)" % (name, ", ".join(_SYNTH_DTYPES),
+                                                             ", ".join(_SYNTH_DTYPES.values())))
+
+
+class SyntheticCheckpoint(_Owned):
+    """A synthetic checkpoint (vkh2o_synthetic, vkh2o/synthetic.h): MLA attention layers with the
+    real HF tensor names and shapes of a config, random values that are deterministic for a seed
+    and can each be recomputed without the files. Nothing is written until write().
+
+    preset: a published config ("kimi-k2.6" = the default, "deepseek-v3", ...); config: a dict of
+    vkh2o_mla_config fields on top of it (then the preset is only recorded in the files); layers;
+    layout "deepseek-v3", "kimi-k2.6" or "kimi-k2.6-short"; dtype "bf16", "f16", "f32" or "fp8"
+    (F8_E4M3 with 128x128 block scales); seed; embedding (a zero embed_tokens placeholder first);
+    sharded (two shards + model.safetensors.index.json in a directory); generator: the name
+    recorded as the program that made the files (default "vkh2o")."""
+
+    def __init__(self, preset=None, config=None, layers=1, layout="deepseek-v3", dtype="bf16", seed=0,
+                 embedding=False, sharded=False, generator=None):
+        d = ffi.new("vkh2o_synthetic_desc*")
+        keep = []
+        if config is not None:
+            cfg = mla_config(config, preset=preset)
+            keep.append(cfg)
+            d.config = cfg
+        if preset is not None:
+            keep.append(ffi.new("char[]", preset.encode()))
+            d.preset = keep[-1]
+        if generator is not None:
+            keep.append(ffi.new("char[]", generator.encode()))
+            d.generator = keep[-1]
+        d.num_layers = operator.index(layers)
+        if d.num_layers < 1:
+            raise ValueError("layers: %d is not >= 1" % layers)
+        d.layout = _synthetic_layout(layout)
+        d.dtype = _synthetic_dtype(dtype)
+        d.seed = operator.index(seed)
+        d.embedding = bool(embedding)
+        d.sharded = bool(sharded)
+        err = ffi.new("vkh2o_error*")
+        out = ffi.new("vkh2o_synthetic**")
+        _check_err(lib.vkh2o_synthetic_create(d, out, err), err)
+        self._own(_Handle(out[0], lib.vkh2o_synthetic_destroy, None, "SyntheticCheckpoint"))
+        self._index = {t["name"]: i for i, t in enumerate(self.tensors)}
+
+    @property
+    def config(self):
+        """The vkh2o_mla_config written, as a dict (num_layers = layers)."""
+        return struct_dict(lib.vkh2o_synthetic_get_config(self._h.get()))
+
+    @property
+    def tensors(self):
+        """Every tensor in file order: dicts of name, dtype (safetensors spelling), shape, layer
+        (-1 outside the layers), weight (the vkh2o_mla_weight, None outside the layers), scale (an
+        FP8 weight's weight_scale_inv) and shard (0, or 1 with sharded)."""
+        p = self._h.get()
+        t = ffi.new("vkh2o_synthetic_tensor*")
+        out = []
+        for i in range(lib.vkh2o_synthetic_get_count(p)):
+            if lib.vkh2o_synthetic_get_tensor(p, i, t) != lib.VKH2O_OK:
+                continue
+            w = None if t.layer < 0 else ffi.string(lib.vkh2o_mla_weight_short_name(t.weight)).decode()
+            out.append(dict(name=ffi.string(t.name).decode(), dtype=ffi.string(lib.vkh2o_dtype_name(t.dtype)).decode(),
+                            shape=tuple(t.shape[k] for k in range(t.ndim)), layer=t.layer, weight=w,
+                            scale=bool(t.scale), shard=t.shard))
+        return out
+
+    @property
+    def weight_bytes(self):
+        """Bytes of every tensor but the zero placeholders."""
+        return lib.vkh2o_synthetic_get_weight_bytes(self._h.get())
+
+    def values(self, name):
+        """Tensor `name` as the file holds it, as a float32 NumPy array of its shape (an FP8 weight
+        times its block scales: what the library's weight loader reads back)."""
+        p = self._h.get()
+        if name not in self._index:
+            raise KeyError("%s: no such tensor in this synthetic checkpoint" % name)
+        i = self._index[name]
+        t = ffi.new("vkh2o_synthetic_tensor*")
+        lib.vkh2o_synthetic_get_tensor(p, i, t)
+        out = np.empty(tuple(t.shape[k] for k in range(t.ndim)), dtype=np.float32)
+        r = lib.vkh2o_synthetic_get_values(p, i, 0, out.size, _out(out))
+        if r != lib.VKH2O_OK:
+            _raise(r, name)
+        return out
+
+    def write(self, path, config_path=None, overwrite=False):
+        """Writes the files (vkh2o_synthetic_write): path is the .safetensors file (sharded: the
+        directory, made if absent); config.json goes beside it unless config_path says where.
+        Existing outputs are refused (vkh2o.IoError naming them) unless overwrite. Returns path."""
+        import os
+        o = ffi.new("vkh2o_synthetic_output*")
+        p = ffi.new("char[]", os.fspath(path).encode())
+        c = ffi.new("char[]", os.fspath(config_path).encode()) if config_path is not None else ffi.NULL
+        o.path, o.config_path, o.overwrite = p, c, bool(overwrite)
+        err = ffi.new("vkh2o_error*")
+        _check_err(lib.vkh2o_synthetic_write(self._h.get(), o, err), err)
+        return path
+
+    def __repr__(self):
+        if self.closed:
+            return "<vkh2o.SyntheticCheckpoint closed>"
+        return "<vkh2o.SyntheticCheckpoint %d tensors, %d layer(s), %d weight bytes>" % (
+            len(self._index), self.config["num_layers"], self.weight_bytes)
+
+
+def write_synthetic_checkpoint(path, preset=None, config=None, layers=1, layout="deepseek-v3", dtype="bf16", seed=0,
+                               embedding=False, sharded=False, config_path=None, overwrite=False, generator=None):
+    """Writes a synthetic checkpoint (what vkh2o-mkshard writes) and returns its
+    SyntheticCheckpoint, whose values(name) recomputes any tensor without the files. The arguments
+    are SyntheticCheckpoint's and write()'s."""
+    s = SyntheticCheckpoint(preset=preset, config=config, layers=layers, layout=layout, dtype=dtype, seed=seed,
+                            embedding=embedding, sharded=sharded, generator=generator)
+    try:
+        s.write(path, config_path=config_path, overwrite=overwrite)
+    except BaseException:
+        s.close()
+        raise
+    return s

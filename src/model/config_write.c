@@ -104,10 +104,43 @@ static void add_quant(cJSON* j, vkh2o_config_quant q)
     }
 }
 
+vkh2o_result vkh2o_write_text_tmp(const char* path, const char* tmp, const char* text, bool newline, vkh2o_error* err)
+{
+    FILE* f = fopen(tmp, "wx");
+    bool created = f != NULL;
+    bool ok = f && fputs(text, f) >= 0 && (!newline || fputc('\n', f) != EOF);
+    ok = f && fclose(f) == 0 && ok;
+    if (ok)
+        return VKH2O_OK;
+    vkh2o_result r = vkh2o_error_set(err, VKH2O_ERROR_IO, "%s: cannot write: %s", path, strerror(errno));
+    if (created)
+        unlink(tmp);   /* only ever our own exclusively created file */
+    return r;
+}
+
 vkh2o_result vkh2o_mla_config_write_json(const char* path, const vkh2o_mla_config* cfg,
                                          const vkh2o_config_json_desc* desc, vkh2o_error* err)
 {
     if (!path || !cfg)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_config_write_json: NULL argument");
+    size_t n = strlen(path) + 32;
+    char* tmp = malloc(n);
+    if (!tmp)
+        return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
+    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    vkh2o_result r = vkh2o_mla_config_write_json_tmp(path, tmp, cfg, desc, err);
+    if (r == VKH2O_OK && rename(tmp, path) != 0) {
+        r = vkh2o_error_set(err, VKH2O_ERROR_IO, "%s: cannot write: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+    free(tmp);
+    return r;
+}
+
+vkh2o_result vkh2o_mla_config_write_json_tmp(const char* path, const char* tmp, const vkh2o_mla_config* cfg,
+                                             const vkh2o_config_json_desc* desc, vkh2o_error* err)
+{
+    if (!path || !tmp || !cfg)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_config_write_json: NULL argument");
     vkh2o_config_json_desc d = desc ? *desc : (vkh2o_config_json_desc){ 0 };
     if ((unsigned)d.layout > VKH2O_CONFIG_LAYOUT_KIMI_K25 || (unsigned)d.quant > VKH2O_CONFIG_QUANT_INT4_EXPERTS)
@@ -141,23 +174,7 @@ vkh2o_result vkh2o_mla_config_write_json(const char* path, const vkh2o_mla_confi
     cJSON_Delete(j);
     if (!text)
         return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
-    size_t n = strlen(path) + 32;
-    char* tmp = malloc(n);
-    vkh2o_result r = VKH2O_OK;
-    if (!tmp) {
-        r = vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
-    } else {
-        snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-        FILE* f = fopen(tmp, "wx");
-        bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-        ok = f && fclose(f) == 0 && ok;
-        ok = ok && rename(tmp, path) == 0;
-        if (!ok) {
-            r = vkh2o_error_set(err, VKH2O_ERROR_IO, "%s: cannot write: %s", path, strerror(errno));
-            unlink(tmp);
-        }
-        free(tmp);
-    }
+    vkh2o_result r = vkh2o_write_text_tmp(path, tmp, text, true, err);
     free(text);
     return r;
 }

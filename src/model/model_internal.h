@@ -35,4 +35,15 @@ vkh2o_result vkh2o_checkpoint_open_ctx(vkh2o_context* ctx, const char* path, vkh
 /* The context a checkpoint was opened for (NULL: none). */
 vkh2o_context* vkh2o_checkpoint_get_ctx(const vkh2o_checkpoint* ck);
 
+/* The writers' first half: the complete file written to tmp (created exclusively, so never
+ * another's file; removed again on failure), for a caller that renames several outputs into
+ * place together at the end (vkh2o_synthetic_write). Messages name path, as the public
+ * writers' do. */
+vkh2o_result vkh2o_safetensors_write_tmp(const char* path, const char* tmp, const vkh2o_tensor_write* tensors,
+                                         uint32_t count, const char* const* metadata_kv, vkh2o_error* err);
+vkh2o_result vkh2o_mla_config_write_json_tmp(const char* path, const char* tmp, const vkh2o_mla_config* cfg,
+                                             const vkh2o_config_json_desc* desc, vkh2o_error* err);
+/* text (and a newline, if asked) into tmp, likewise. */
+vkh2o_result vkh2o_write_text_tmp(const char* path, const char* tmp, const char* text, bool newline, vkh2o_error* err);
+
 #endif

@@ -605,7 +605,26 @@ static char* build_header(const vkh2o_tensor_write* t, uint32_t count, const uin
 vkh2o_result vkh2o_safetensors_write(const char* path, const vkh2o_tensor_write* tensors, uint32_t count,
                                      const char* const* metadata_kv, vkh2o_error* err)
 {
-    if (!path || !path[0] || (count > 0 && !tensors))
+    if (!path || !path[0])
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_safetensors_write: NULL path or tensors");
+    size_t tlen = strlen(path) + 32;
+    char* tmp = malloc(tlen);
+    if (!tmp)
+        return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
+    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+    vkh2o_result r = vkh2o_safetensors_write_tmp(path, tmp, tensors, count, metadata_kv, err);
+    if (r == VKH2O_OK && rename(tmp, path) != 0) {
+        r = vkh2o_error_set(err, VKH2O_ERROR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
+        unlink(tmp);
+    }
+    free(tmp);
+    return r;
+}
+
+vkh2o_result vkh2o_safetensors_write_tmp(const char* path, const char* tmp, const vkh2o_tensor_write* tensors,
+                                         uint32_t count, const char* const* metadata_kv, vkh2o_error* err)
+{
+    if (!path || !path[0] || !tmp || (count > 0 && !tensors))
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_safetensors_write: NULL path or tensors");
     for (size_t i = 0; metadata_kv && metadata_kv[i]; i += 2)
         if (!metadata_kv[i + 1])
@@ -666,17 +685,10 @@ vkh2o_result vkh2o_safetensors_write(const char* path, const vkh2o_tensor_write*
                                path, padded);
     }
 
-    size_t tlen = strlen(path) + 32;
-    char* tmp = malloc(tlen);
     size_t chunk_bytes = 4u << 20;
     uint8_t* chunk = NULL;
     int fd = -1;
     bool created = false;
-    if (!tmp) {
-        r = vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
-        goto out;
-    }
-    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         r = vkh2o_error_set(err, VKH2O_ERROR_IO, "%s: cannot create temporary file %s: %s", path, tmp, strerror(errno));
@@ -742,17 +754,12 @@ vkh2o_result vkh2o_safetensors_write(const char* path, const vkh2o_tensor_write*
         r = vkh2o_error_set(err, VKH2O_ERROR_IO, "%s: cannot close %s: %s", path, tmp, strerror(errno));
         goto out;
     }
-    if (rename(tmp, path) != 0) {
-        r = vkh2o_error_set(err, VKH2O_ERROR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-        goto out;
-    }
     created = false;
 out:
     if (fd >= 0)
         close(fd);
     if (created)
         unlink(tmp);   /* only ever our own O_EXCL-created file */
-    free(tmp);
     free(chunk);
     free(hdr);
     free(nbytes);
