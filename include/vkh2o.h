@@ -436,5 +436,6 @@ VKH2O_API vkh2o_result vkh2o_buffer_wrap(vkh2o_context* ctx, VkBuffer buffer, ui
 #include "vkh2o/mla.h"
 #include "vkh2o/kvcache.h"
 #include "vkh2o/lm.h"
+#include "vkh2o/eval.h"
 
 #endif /* VKH2O_H */
