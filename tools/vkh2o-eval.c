@@ -232,7 +232,7 @@ static row base_row(const opts* o, vkh2o_eval_policy p)
 }
 
 /* a --kv-quant ladder's row (sinks and recents as given: the ladder keeps them FP16) */
-static row ladder_row(const opts* o, const ladder_def* L)
+static row ladder_row(const opts* o, const vkh2o_eval_ladder_info* L)
 {
     row r = base_row(o, VKH2O_EVAL_FULL);
     r.ladder = L;

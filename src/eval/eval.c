@@ -185,7 +185,8 @@ vkh2o_result vkh2o_eval_desc_resolve(const vkh2o_model_config* model, const vkh2
                                      vkh2o_error* err)
 {
     if (!model || !desc || !out)
-        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "eval: NULL %s", !model ? "model config" : !desc ? "desc" : "out");
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "eval: NULL %s",
+                               !model ? "model config" : !desc ? "desc" : "out");
     memset(out, 0, sizeof *out);
     const vkh2o_eval_desc* d = desc;
     const vkh2o_eval_policy_info* P = vkh2o_eval_policy_get(d->policy);

@@ -562,8 +562,8 @@ static void test_bad_runs(void** state)
     const uint32_t short_ctx = vkh2o_eval_passkey_min_ctx() - 1;
     assert_int_equal(vkh2o_eval_passkey_run(m, &(vkh2o_eval_desc){ .ctx = short_ctx }, NULL, &pk), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_non_null(strstr(vkh2o_last_error(ctx), "passkey: ctx"));
-    assert_int_equal(vkh2o_eval_passkey_run(m, &(vkh2o_eval_desc){ .ctx = 120 }, &(vkh2o_eval_passkey_desc){ .ndepths = 17 }, &pk),
-                     VKH2O_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(vkh2o_eval_passkey_run(m, &(vkh2o_eval_desc){ .ctx = 120 }, &(vkh2o_eval_passkey_desc){ .ndepths = 17 },
+                                            &pk), VKH2O_ERROR_INVALID_ARGUMENT);
     assert_int_equal(vkh2o_eval_passkey_run(m, &(vkh2o_eval_desc){ .ctx = 120 },
                                             &(vkh2o_eval_passkey_desc){ .ndepths = 1, .depths = { 1.5 } }, &pk),
                      VKH2O_ERROR_INVALID_ARGUMENT);

@@ -16,9 +16,7 @@
 #define MAX_DEPTHS VKH2O_EVAL_MAX_DEPTHS
 #define MAX_ROWS 64
 
-/* the library's policy and ladder tables (include/vkh2o/eval.h) */
-typedef vkh2o_eval_policy_info policy_def;
-typedef vkh2o_eval_ladder_info ladder_def;
+/* the library's policy table (include/vkh2o/eval.h) */
 #define NPOLICIES VKH2O_EVAL_POLICY_COUNT
 #define POLICY(i) vkh2o_eval_policy_get((vkh2o_eval_policy)(i))
 
@@ -26,7 +24,7 @@ typedef struct opts {
     const char* weights;
     const char* text;
     uint32_t ctx;
-    const policy_def* policy;
+    const vkh2o_eval_policy_info* policy;
     uint32_t budget;          /* tokens; 0 with budget_frac */
     double budget_frac;       /* --budget P%: fraction of the context for the whole cache */
     const char* budget_arg;   /* "P%" as given (for messages) */
@@ -37,7 +35,7 @@ typedef struct opts {
     uint32_t obs_window, pool_size;
     vkh2o_obs_pool pool;
     const char* kv_quant;     /* --kv-quant: the ladder's name, NULL: none */
-    const ladder_def* ladder;
+    const vkh2o_eval_ladder_info* ladder;
     const char* kv;           /* --kv: the one KV cache at this precision, NULL: not used */
     vkh2o_kv_precision kv_prec;
     double kv_bytes;          /* --bytes P%: its byte capacity as a fraction of the full FP16 cache's */
@@ -67,8 +65,8 @@ typedef struct opts {
 
 typedef struct row {
     vkh2o_eval_desc d;        /* the configuration the library evaluates */
-    const policy_def* policy;
-    const ladder_def* ladder; /* a --kv-quant ladder, or NULL */
+    const vkh2o_eval_policy_info* policy;
+    const vkh2o_eval_ladder_info* ladder; /* a --kv-quant ladder, or NULL */
     const char* requant_arg;  /* --requant as given (then in kv_quant and the JSON), or NULL */
     /* resolved (vkh2o_eval_desc_resolve) */
     uint32_t n_sink, budget, n_recent;   /* budget 0: the full cache */

@@ -59,8 +59,8 @@ static const char* ladder_name(uint32_t k) { return vkh2o_eval_ladder_get((vkh2o
 
 static bool parse_policy(const char* tool, const char* flag, const char* v, void* dst)
 {
-    *(const policy_def**)dst = vkh2o_eval_policy_find(v);
-    return parse_named(tool, flag, "policy", v, *(const policy_def**)dst, policy_name, 0, NPOLICIES - 1);
+    *(const vkh2o_eval_policy_info**)dst = vkh2o_eval_policy_find(v);
+    return parse_named(tool, flag, "policy", v, *(const vkh2o_eval_policy_info**)dst, policy_name, 0, NPOLICIES - 1);
 }
 
 static bool parse_ladder(const char* tool, const char* flag, const char* v, void* dst)

@@ -9,7 +9,7 @@
 #include <string.h>
 
 typedef struct bench_row {
-    const policy_def* policy;
+    const vkh2o_eval_policy_info* policy;
     uint32_t cap;
     vkh2o_model_session* s;       /* the policy's session */
     vkh2o_model_session* ref;     /* the full cache, prefilled to the policy's cache length */
