@@ -8,7 +8,9 @@
  *   run by GLSL compute shaders embedded in the library as SPIR-V. The KV cache
  *   (vkh2o/kvcache.h) is one object with two choices: which tokens stay (none evicted, H2O by
  *   accumulated attention mass, TOVA, streaming, random) and at what precision (FP16, INT8,
- *   INT4, INT2, or tiers by score within a byte budget).
+ *   INT4, INT2, or tiers by score within a byte budget). A whole model (vkh2o/lm.h) decodes
+ *   under such a cache, and vkh2o/eval.h measures what a policy costs it (perplexity per byte,
+ *   recurring passages, passkey retrieval).
  *
  * Usage walkthrough
  *   1. vkh2o_context_create(&(vkh2o_context_desc){0}, &ctx)      -- own instance and device
@@ -439,5 +441,6 @@ VKH2O_API vkh2o_result vkh2o_buffer_wrap(vkh2o_context* ctx, VkBuffer buffer, ui
 #include "vkh2o/mla.h"
 #include "vkh2o/kvcache.h"
 #include "vkh2o/lm.h"
+#include "vkh2o/eval.h"
 
 #endif /* VKH2O_H */

@@ -128,6 +128,16 @@ USED_FIELDS = {
     "vkh2o_mla_layer_desc": ["flags"],
     "vkh2o_tensor_view": ["name", "dtype", "ndim", "shape", "numel", "data", "nbytes"],
     "vkh2o_error": ["message"],
+    "vkh2o_eval_policy_info": ["id", "name", "help", "full", "policy", "score_mode", "schedule", "obs"],
+    "vkh2o_eval_ladder_info": ["id", "name", "precision", "fp16", "int8", "kept"],
+    "vkh2o_eval_desc": ["ctx", "policy", "budget", "budget_frac", "n_sink", "n_recent", "n_protect", "decay",
+                        "obs_window", "pool", "pool_size", "ladder", "kv", "precision", "bytes_frac", "tier_tokens",
+                        "group_size", "tier_mask", "requant", "requant_source", "seed", "progress"],
+    "vkh2o_eval_config": ["session", "forward", "n_sink", "budget", "n_recent", "cache_tokens", "kv_name"],
+    "vkh2o_eval_perplexity": ["bytes_scored", "bits_per_byte", "held_bytes", "shadow_bytes"],
+    "vkh2o_eval_recall": ["at", "first_bits", "second_bits", "first_bits_mean", "second_bits_mean"],
+    "vkh2o_eval_passkey_desc": ["trials", "ndepths", "depths", "stream"],
+    "vkh2o_eval_passkey": ["accuracy", "by_depth"],
 }
 
 

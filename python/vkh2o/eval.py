@@ -1,11 +1,12 @@
-"""The evaluation vkh2o-eval does, over the public API from Python, with the same figures.
+"""The evaluation vkh2o-eval does, from Python: the library's calls (include/vkh2o/eval.h), so a row
+here is the tool's JSON row.
 
-vkh2o-eval (tools/vkh2o-eval.c) measures what a cache policy costs a byte-level model (vocab 256):
-perplexity per byte over a text in non-overlapping windows (each window decoded under the policy,
-teacher-forced), the bits of a recurring passage against its first occurrence (--recall), and
-passkey retrieval, compressed at the prompt's end (prefill) and streamed (--stream). The maths lives
-in the tool; this module is the same arithmetic in the same order over Session.prefill / decode and
-Model.forward, so a row here equals the tool's JSON row (tests/test_eval.py checks it).
+vkh2o-eval (tools/vkh2o-eval.c) and this module both call the library's evaluation: perplexity per
+byte over a text in non-overlapping windows (each window decoded under the policy, teacher-forced,
+vkh2o_eval_perplexity_run), the bits of a recurring passage against its first occurrence
+(vkh2o_eval_recall_run), and passkey retrieval, compressed at the prompt's end (prefill) and
+streamed (vkh2o_eval_passkey_run). This module maps keyword arguments to a vkh2o_eval_desc and the
+results to the tool's JSON fields (tests/test_eval.py checks it).
 
     import vkh2o, vkh2o.eval as ev
     with vkh2o.Context() as ctx:
@@ -20,68 +21,64 @@ h2o-pyramid, snapkv, streaming, random), budget (--budget N) or budget_frac (--b
 fraction), n_sink, n_recent, n_protect, decay, seed, kv (--kv fp16|int8|int4|int2|tiered),
 bytes_frac (--bytes P%, as a fraction), tiers (--tiers A,B,C,D), groups (--kv-groups A,B,C),
 tier_mask (--tier-set, bits), requant ("tier" | "original"), ladder (--kv-quant NAME), obs_window,
-pool, pool_size.
+pool, pool_size. A long call may take progress=f(done, total).
 """
-import math
+from . import _MACROS, _set_fields, ffi, lib, struct_dict
 
-import numpy as np
 
-from . import Model, resolve_kvcache
+def _name(p):
+    return ffi.string(p).decode()
 
-# (name, full, policy, score_mode, schedule, obs): the tool's POLICIES
-POLICIES = {
-    "full": dict(full=True),
-    "h2o": dict(),
-    "h2o-mean": dict(score_mode="mean"),
-    "h2o-decay": dict(score_mode="decay"),
-    "tova": dict(score_mode="tova"),
-    "h2o-pyramid": dict(schedule="pyramid"),
-    "snapkv": dict(obs=True),
-    "streaming": dict(policy="streaming"),
-    "random": dict(policy="random"),
-}
-# the quantisation ladders (--kv-quant): precision, cumulative fractions of the middle tokens
-LADDERS = {
-    "fp16": ("fp16", 1, 1, 1),
-    "conservative": ("tiered", 0.5, 1, 1),
-    "balanced": ("tiered", 0.25, 0.75, 1),
-    "aggressive": ("tiered", 0.1, 0.4, 0.8),
-    "uniform-int8": ("int8", 0, 0, 1),
-    "uniform-int4": ("int4", 0, 0, 1),
-}
+
+def _policy_dict(p):
+    return dict(full=bool(p.full), policy=_enum_str("vkh2o_evict_policy", p.policy),
+                score_mode=_enum_str("vkh2o_score_mode", p.score_mode),
+                schedule=_enum_str("vkh2o_budget_schedule", p.schedule), obs=bool(p.obs), help=_name(p.help))
+
+
+def _enum_str(ctype, v):
+    from . import _enum_name
+    return _enum_name(ffi.typeof(ctype), v)
+
+
+# the library's tables: name -> the policy's settings and help; ladder name -> (precision, cumulative
+# fractions FP16, INT8, kept of the middle tokens)
+POLICIES = {_name(p.name): _policy_dict(p) for p in
+            (lib.vkh2o_eval_policy_get(i) for i in range(_MACROS["VKH2O_EVAL_POLICY_COUNT"]))}
+LADDERS = {_name(q.name): (_enum_str("vkh2o_kv_precision", q.precision), q.fp16, q.int8, q.kept) for q in
+           (lib.vkh2o_eval_ladder_get(i) for i in range(1, _MACROS["VKH2O_EVAL_LADDER_COUNT"] + 1))}
 PRECISIONS = ("fp16", "int8", "int4", "int2", "tiered")
 
-FILLER = b"The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
-QUESTION = b"What is the pass key? The pass key is "
-KEY_LINE = "The pass key is %s. Remember it. %s is the pass key. "
+FILLER = ffi.string(lib.vkh2o_eval_passkey_filler())
+QUESTION = ffi.string(lib.vkh2o_eval_passkey_question())
 RECALL_DEPTHS = ("early", "middle", "late")
 DEFAULT_DEPTHS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-_M64 = (1 << 64) - 1
 
 
 def load_model(context, path, ctx_len=512, obs_window=32):
     """The model as vkh2o-eval opens it (max_seq_len = the window, max_obs_window = min(obs_window,
     the window))."""
+    from . import Model
     return Model(context, path, max_seq_len=ctx_len, max_obs_window=min(obs_window, ctx_len))
 
 
-def _frac_tokens(frac, ctx_len):
-    return int(math.floor(frac * ctx_len + 1e-9))
+def _config(model):
+    return lib.vkh2o_model_get_config(model._h.get())
 
 
 def fp16_layer_bytes(model, ctx_len):
-    """One layer's full FP16 cache over the window: 2 bytes per latent number per position."""
-    a = model.config["attn"]
-    return 2 * (a["kv_lora_rank"] + a["qk_rope_head_dim"]) * ctx_len
+    """One layer's full FP16 cache over the window: 2 bytes per latent number per position
+    (vkh2o_eval_fp16_layer_bytes)."""
+    return lib.vkh2o_eval_fp16_layer_bytes(_config(model), ctx_len)
 
 
 class Row:
-    """One configuration as vkh2o-eval's make_rows builds it (the non-sweep case), and the session
-    desc its fill_kv / open_session give it."""
+    """One configuration as vkh2o-eval's rows make it (the non-sweep case): a vkh2o_eval_desc,
+    resolved by the library (vkh2o_eval_desc_resolve) to its session desc and figures."""
 
     def __init__(self, model, ctx_len=512, policy="full", budget=0, budget_frac=0.0, n_sink=4, n_recent=16,
                  n_protect=0, decay=0.9, seed=1, kv=None, bytes_frac=0.0, tiers=(0, 0, 0, 0), groups=(0, 0, 0),
-                 tier_mask=0, requant=None, ladder=None, obs_window=32, pool="max", pool_size=15):
+                 tier_mask=0, requant=None, ladder=None, obs_window=32, pool="max", pool_size=15, progress=None):
         if policy not in POLICIES:
             raise ValueError("policy: %r is not one of %s" % (policy, ", ".join(POLICIES)))
         if kv is not None and kv not in PRECISIONS:
@@ -91,240 +88,113 @@ class Row:
         if requant not in (None, "tier", "original"):
             raise ValueError("requant: %r is not 'tier' or 'original'" % (requant,))
         p = POLICIES[policy]
-        self.model, self.ctx_len, self.policy, self.p = model, ctx_len, policy, p
-        self.full, self.obs = p.get("full", False), p.get("obs", False)
-        self.decay, self.seed, self.n_protect = decay, seed, n_protect
-        self.obs_window, self.pool, self.pool_size = obs_window, pool, pool_size
+        self.model, self.ctx_len, self.policy = model, ctx_len, policy
+        self.full, self.obs = p["full"], p["obs"]
         self.ladder, self.requant = ladder, requant
-        self.kv = False
-        self.kv_prec, self.kv_bytes = "fp16", 0.0
-        self.kv_tiers, self.kv_groups, self.kv_mask = [0, 0, 0, 0], [0, 0, 0, 0], 0
-        self.n_sink = self.n_recent = self.budget = 0
-        kept_recents = obs_window if self.obs and n_recent < obs_window else n_recent
+        self.kv = kv is not None or ladder is not None
+        f = dict(ctx=ctx_len, policy=lib.vkh2o_eval_policy_find(policy.encode()).id, seed=seed, decay=decay,
+                 obs_window=obs_window, pool=pool, pool_size=pool_size)
         if ladder is not None:
-            self.kv = True
-            if LADDERS[ladder][0] != "fp16":
-                self.n_sink, self.n_recent = n_sink, n_recent
+            f.update(ladder=lib.vkh2o_eval_ladder_find(ladder.encode()).id, n_sink=n_sink, n_recent=n_recent)
         if kv is not None:
-            self.kv = True
-            self.kv_prec, self.kv_bytes = kv, float(bytes_frac)
-            self.kv_tiers = list(tiers) + [0] * (4 - len(tiers))
-            self.kv_groups = [0] + list(groups) + [0] * (3 - len(groups))
-            self.kv_mask = tier_mask
-        if not self.full and kv is not None and bytes_frac > 0:
-            self.n_sink, self.n_recent = n_sink, kept_recents
-        elif not self.full:
-            self.n_sink, self.n_recent = n_sink, kept_recents
-            self.budget = (_frac_tokens(budget_frac, ctx_len) - self.n_sink - self.n_recent) if budget_frac > 0 \
-                else budget
-        self.kv_quant = self._kv_name() if self.kv else "none"
-
-    def _kv_name(self):
-        if self.ladder:
-            name = "kv-" + self.ladder
-        elif self.kv_prec == "tiered" and not any(self.kv_tiers):
-            m = self.kv_mask
-            name = "kv-tiered-bytes:16%s%s%s" % ("/8" if (not m or m & 2) else "", "/4" if (not m or m & 4) else "",
-                                                 "/2" if m & 8 else "")
-        elif self.kv_prec == "tiered":
-            name = "kv-tiered:%d/%d/%d/%d" % tuple(self.kv_tiers)
-        else:
-            name = "kv-" + self.kv_prec
-        if any(self.kv_groups[1:]):
-            name += ",g%d/%d/%d" % tuple(self.kv_groups[1:])
-        if self.requant:
-            name += ",requant-" + self.requant
-        return name
+            f.update(kv=True, precision=kv, bytes_frac=float(bytes_frac), tier_tokens=list(tiers),
+                     group_size=[0] + list(groups), tier_mask=tier_mask, requant=requant is not None,
+                     requant_source=requant or "tier")
+        if not self.full:
+            # snapkv keeps its observation window as recents
+            f.update(n_sink=n_sink, n_recent=obs_window if self.obs and n_recent < obs_window else n_recent,
+                     n_protect=n_protect)
+            if not (kv is not None and bytes_frac > 0):
+                f.update(budget=budget, budget_frac=float(budget_frac))
+        self.desc = ffi.new("vkh2o_eval_desc*")
+        _set_fields(self.desc, f, "vkh2o_eval_desc")
+        self._progress = None
+        if progress is not None:   # kept alive with the row
+            self._progress = ffi.callback("void(uint64_t, uint64_t, void*)", lambda d, t, u: progress(d, t))
+            self.desc.progress = self._progress
+        self.config = ffi.new("vkh2o_eval_config*")
+        err = ffi.new("vkh2o_error*")
+        from . import _check_err
+        _check_err(lib.vkh2o_eval_desc_resolve(_config(model), self.desc, self.config, err), err)
+        c = self.config
+        self.n_sink, self.budget, self.n_recent = c.n_sink, c.budget, c.n_recent
+        self.kv_quant = _name(c.kv_name)
 
     @property
     def needs_session(self):
-        return not self.full or self.kv
+        return not self.config.forward
 
     def kv_desc(self):
-        """The one cache's fields (fill_kv)."""
-        kd = dict(seed=self.seed, precision=self.kv_prec)
-        if self.ladder:
-            prec, f16, f8, kept = LADDERS[self.ladder]
-            kd["precision"] = prec
-            if prec == "fp16":
-                return kd
-            kd.update(n_sink=self.n_sink, n_recent=self.n_recent)
-            if prec != "tiered":
-                return kd
-            M = self.ctx_len - self.n_sink - self.n_recent
-            c16, c8 = int(math.floor(f16 * M + 1e-9)), int(math.floor(f8 * M + 1e-9))
-            k = int(math.floor(kept * M + 1e-9))
-            tt = [c16, c8 - c16 if c8 < k else 0, 0, 0]
-            kd.update(tier_tokens=tt, capacity_tokens=self.n_sink + self.n_recent + k)
-            return kd
-        kd.update(tier_tokens=self.kv_tiers, group_size=self.kv_groups, tier_mask=self.kv_mask,
-                  requant_source="original" if self.requant == "original" else "tier")
-        if self.full:
-            return kd
-        kd.update(n_sink=self.n_sink, n_recent=self.n_recent, n_protect=self.n_protect,
-                  policy=self.p.get("policy", "h2o"), score_mode=self.p.get("score_mode", "sum"))
-        if self.p.get("score_mode") == "decay":
-            kd["decay"] = self.decay
-        if self.kv_bytes > 0:
-            kd["capacity_bytes"] = int(self.kv_bytes * fp16_layer_bytes(self.model, self.ctx_len))
-        else:
-            kd["capacity_tokens"] = min(self.n_sink + self.budget + self.n_recent, self.ctx_len)
-        return kd
+        """The one cache's fields (vkh2o_kvcache_desc) the session gets."""
+        return struct_dict(self.config.session.kv)
 
     def session_desc(self):
-        d = dict(max_tokens=self.ctx_len, schedule=self.p.get("schedule", "uniform"), kv=self.kv_desc())
-        if self.obs:
-            d.update(obs_window=self.obs_window, pool=self.pool, pool_size=self.pool_size)
-        return d
+        """The session's desc (vkh2o_model_cache_desc) as a dict."""
+        return struct_dict(self.config.session)
 
     def session(self):
         return self.model.session(**self.session_desc())
 
     def cache_tokens(self):
-        n = self.ctx_len if self.full else self.n_sink + self.budget + self.n_recent
-        if self.kv:
-            try:
-                _, plan = resolve_kvcache(mla=self.model, max_tokens=self.ctx_len, **self.kv_desc())
-                n = min(plan["kept_tokens"], self.ctx_len)
-            except Exception:
-                pass
-        return n
+        return self.config.cache_tokens
 
-
-def _window_logprobs(model, s, tok):
-    if s is None:
-        return model.forward(tok, logits=False)[1]
-    s.reset()
-    return s.decode(tok, logits=False, logprobs=True)[1]
-
-
-def _recall_at(ctx_len, d):
-    L = ctx_len // 8
-    return ctx_len // 16 if d == 0 else (ctx_len - 2 * L) // 2 if d == 1 else ctx_len - 2 * L - ctx_len // 16
+    def _run(self, fn, *args):
+        self.model._ctx._call(fn, self.model._h.get(), *args)
 
 
 def perplexity(row, text, windows=None, recall=False, recall_windows=8, out=None):
     """Bits per byte over the text's windows (or, recall=True, the recurring passage's bits at its
-    first and second occurrence), as vkh2o-eval's run_windows. Fills and returns the dict out."""
+    first and second occurrence), vkh2o_eval_perplexity_run / vkh2o_eval_recall_run. Fills and
+    returns the dict out."""
     out = {} if out is None else out
-    ctx_len = row.ctx_len
     text = bytes(text)
-    windows_avail = len(text) // ctx_len
-    limit = recall_windows if recall else windows
-    nwin = min(windows_avail, limit) if limit else windows_avail
-    if nwin == 0:
-        raise ValueError("text: %d bytes is less than one window of %d" % (len(text), ctx_len))
-    L, b = ctx_len // 8, ctx_len - ctx_len // 8
-    s = row.session() if row.needs_session else None
-    try:
-        nats, first, second = 0.0, [0.0] * 3, [0.0] * 3
-        for w in range(nwin):
-            for d in range(3 if recall else 1):
-                a = _recall_at(ctx_len, d)
-                tok = np.frombuffer(text[w * ctx_len:(w + 1) * ctx_len], dtype=np.uint8).astype(np.uint32)
-                if recall:
-                    tok[b:b + L] = tok[a:a + L]
-                lp = _window_logprobs(row.model, s, tok).astype(np.float64).tolist()
-                if recall:
-                    for j in range(1, L):   # byte t is predicted at t - 1
-                        first[d] -= lp[a + j - 1]
-                        second[d] -= lp[b + j - 1]
-                else:
-                    for x in lp:
-                        nats -= x
-            if not recall and s is not None and row.requant and w + 1 == nwin:
-                held = shadow = 0
-                for layer in range(row.model.num_layers):
-                    st = s.kv_stats(layer)
-                    held += st["bytes_used"]
-                    shadow += st["shadow_bytes"]
-                out.update(requant=row.requant, held_bytes=held, shadow_bytes=shadow)
-    finally:
-        if s is not None:
-            s.close()
+    buf = ffi.from_buffer("uint8_t[]", text)
     if recall:
-        per = float(nwin * (L - 1)) * math.log(2.0)
-        out["recall_first_bits"] = out["recall_second_bits"] = 0.0
-        out["recall_by_depth"] = {}
-        for d in range(3):
-            f, sec = first[d] / per, second[d] / per
-            out["recall_by_depth"][RECALL_DEPTHS[d]] = {"at": _recall_at(ctx_len, d), "first_bits": f,
-                                                        "second_bits": sec}
-            out["recall_first_bits"] += f / 3.0
-            out["recall_second_bits"] += sec / 3.0
+        r = ffi.new("vkh2o_eval_recall*")
+        row._run(lib.vkh2o_eval_recall_run, row.desc, buf, len(text), recall_windows or 0, r)
+        out["recall_first_bits"], out["recall_second_bits"] = r.first_bits_mean, r.second_bits_mean
+        out["recall_by_depth"] = {RECALL_DEPTHS[d]: {"at": r.at[d], "first_bits": r.first_bits[d],
+                                                     "second_bits": r.second_bits[d]} for d in range(3)}
     else:
-        out["bytes_scored"] = nwin * (ctx_len - 1)
-        out["bits_per_byte"] = nats / float(out["bytes_scored"]) / math.log(2.0)
-        out["ppl"] = 2.0 ** out["bits_per_byte"]
+        r = ffi.new("vkh2o_eval_perplexity*")
+        row._run(lib.vkh2o_eval_perplexity_run, row.desc, buf, len(text), windows or 0, r)
+        if row.requant and row.needs_session:
+            out.update(requant=row.requant, held_bytes=r.held_bytes, shadow_bytes=r.shadow_bytes)
+        out["bytes_scored"] = r.bytes_scored
+        out["bits_per_byte"] = r.bits_per_byte
+        out["ppl"] = 2.0 ** r.bits_per_byte
     return out
 
 
-def _next_rand(state):
-    z = state[0] = (state[0] + 0x9E3779B97F4A7C15) & _M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
-
-
 def passkey_prompt(ctx_len, key, depth):
-    """The passkey prompt (length ctx_len - 5) for a 5-digit key at a depth in [0, 1], as the tool
-    and tools/train/train_tiny_mla.py write it; None when the window is too short."""
-    ks = (KEY_LINE % (key, key)).encode()
-    if ctx_len < len(ks) + len(QUESTION) + 5:
-        return None
-    n_fill = ctx_len - len(ks) - len(QUESTION) - 5
-    before = int(round(depth * n_fill))   # round half to even, as rint
-    fl = len(FILLER)
-    return bytes(FILLER[i % fl] for i in range(before)) + ks + \
-        bytes(FILLER[i % fl] for i in range(before, n_fill)) + QUESTION
-
-
-def _answer(row, s, stream, prompt):
-    model = row.model
-    tok = list(prompt)
-    got = []
-    if s is None:   # the full cache: each step a causal forward of everything so far
-        for _ in range(5):
-            lg = model.forward(tok)[0]
-            nxt = int(np.argmax(lg[-1]))
-            got.append(nxt)
-            tok.append(nxt)
-        return bytes(got)
-    s.reset()
-    lg = s.decode(tok) if stream else s.prefill(tok)
-    nxt = int(np.argmax(lg[len(tok) - 1]))
-    for k in range(5):
-        got.append(nxt)
-        if k == 4:
-            break
-        nxt = int(np.argmax(s.decode(nxt)))
-    return bytes(got)
+    """The passkey prompt (length ctx_len - 5) for a 5-digit key at a depth in [0, 1]
+    (vkh2o_eval_passkey_prompt); None when the window is too short or the key not 5 digits."""
+    buf = ffi.new("char[]", max(ctx_len, 1))
+    n = lib.vkh2o_eval_passkey_prompt(ctx_len, str(key).encode(), float(depth), buf, ctx_len)
+    return ffi.buffer(buf, n)[:] if n else None
 
 
 def passkey(row, trials=10, depths=DEFAULT_DEPTHS, stream=False, seed=None, out=None):
-    """Passkey retrieval as vkh2o-eval's run_passkey: the fraction of exact 5-byte answers over
-    trials per depth (the prompt compressed at its end, or streamed token by token)."""
+    """Passkey retrieval (vkh2o_eval_passkey_run): the fraction of exact 5-byte answers over trials
+    per depth (the prompt compressed at its end, or streamed token by token). seed: the keys' (and
+    a random policy's) seed, by default the row's."""
     out = {} if out is None else out
-    state = [row.seed if seed is None else seed]
-    s = row.session() if row.needs_session else None
-    hits, by = 0, {}
-    try:
-        for depth in depths:
-            dh = 0
-            for _ in range(trials):
-                key = "%05d" % (_next_rand(state) % 100000)
-                prompt = passkey_prompt(row.ctx_len, key, depth)
-                if prompt is None:
-                    raise ValueError("ctx_len %d is too short for the passkey prompt" % row.ctx_len)
-                dh += _answer(row, s, stream, prompt) == key.encode()
-            by["%.3g" % depth] = dh / trials
-            hits += dh
-    finally:
-        if s is not None:
-            s.close()
+    desc = row.desc
+    if seed is not None:
+        desc = ffi.new("vkh2o_eval_desc*")
+        ffi.memmove(desc, row.desc, ffi.sizeof("vkh2o_eval_desc"))
+        desc.seed = seed
+    pk = ffi.new("vkh2o_eval_passkey_desc*")
+    _set_fields(pk, dict(trials=trials, ndepths=len(depths), stream=bool(stream)), "vkh2o_eval_passkey_desc")
+    if len(depths) > len(pk.depths):
+        raise ValueError("depths: at most %d, got %d" % (len(pk.depths), len(depths)))
+    for i, d in enumerate(depths):
+        pk.depths[i] = float(d)
+    res = ffi.new("vkh2o_eval_passkey*")
+    row._run(lib.vkh2o_eval_passkey_run, desc, pk, res)
     key = "passkey_stream" if stream else "passkey"
-    out[key + "_acc"] = hits / (len(depths) * trials)
-    out[key + "_by_depth"] = by
+    out[key + "_acc"] = res.accuracy
+    out[key + "_by_depth"] = {"%.3g" % d: res.by_depth[i] for i, d in enumerate(depths)}
     return out
 
 
@@ -341,8 +211,8 @@ def evaluate(model, text=None, ctx_len=512, windows=None, recall=False, recall_w
         res["cache_bytes"] = s.cache_bytes
     if row.full and not row.kv:
         res["fp16_bytes"] = fp16_layer_bytes(model, ctx_len) * model.num_layers
-    if row.kv and row.kv_bytes > 0:
-        res["kv_capacity"] = row.kv_bytes
+    if row.kv and row.desc.bytes_frac > 0:
+        res["kv_capacity"] = row.desc.bytes_frac
     res.update(bits_per_byte=None, ppl=None, bytes_scored=0, passkey_acc=None, passkey_stream_acc=None,
                recall_first_bits=None, recall_second_bits=None)
     if text is not None and not row.obs:

@@ -41,31 +41,34 @@ static bool parse_text(const char* tool, const char* flag, const char* v, void* 
     return true;
 }
 
-static bool parse_named(const char* tool, const char* flag, const char* what, const char* v, const char* const* names,
-                        size_t n, size_t stride, const void** out)
+/* a name of the library's table (get(first) .. get(last)), or the message listing them */
+static bool parse_named(const char* tool, const char* flag, const char* what, const char* v, const void* found,
+                        const char* (*name_of)(uint32_t), uint32_t first, uint32_t last)
 {
-    for (size_t k = 0; k < n; k++)
-        if (!strcmp(v, *(const char* const*)((const char*)names + k * stride))) {
-            *out = (const char*)names + k * stride;
-            return true;
-        }
+    if (found)
+        return true;
     fprintf(stderr, "%s: %s: unknown %s '%s' (", tool, flag, what, v);
-    for (size_t k = 0; k < n; k++)
-        fprintf(stderr, "%s%s", k ? ", " : "", *(const char* const*)((const char*)names + k * stride));
+    for (uint32_t k = first; k <= last; k++)
+        fprintf(stderr, "%s%s", k > first ? ", " : "", name_of(k));
     fprintf(stderr, ")\n");
     return false;
 }
 
+static const char* policy_name(uint32_t k) { return POLICY(k)->name; }
+static const char* ladder_name(uint32_t k) { return vkh2o_eval_ladder_get((vkh2o_eval_ladder)k)->name; }
+
 static bool parse_policy(const char* tool, const char* flag, const char* v, void* dst)
 {
-    return parse_named(tool, flag, "policy", v, &POLICIES[0].name, NPOLICIES, sizeof POLICIES[0], (const void**)dst);
+    *(const vkh2o_eval_policy_info**)dst = vkh2o_eval_policy_find(v);
+    return parse_named(tool, flag, "policy", v, *(const vkh2o_eval_policy_info**)dst, policy_name, 0, NPOLICIES - 1);
 }
 
 static bool parse_ladder(const char* tool, const char* flag, const char* v, void* dst)
 {
     opts* o = dst;
     o->kv_quant = v;
-    return parse_named(tool, flag, "ladder", v, &LADDERS[0].name, NLADDERS, sizeof LADDERS[0], (const void**)&o->ladder);
+    o->ladder = vkh2o_eval_ladder_find(v);
+    return parse_named(tool, flag, "ladder", v, o->ladder, ladder_name, 1, VKH2O_EVAL_LADDER_COUNT);
 }
 
 static bool parse_kv(const char* tool, const char* flag, const char* v, void* dst)
@@ -169,13 +172,27 @@ static bool parse_pool_size(const char* tool, const char* flag, const char* v, v
     return true;
 }
 
+/* the policies' lines of --help: the name, then its help, continuation lines indented to its column */
+static void policy_lines(char* out, size_t cap)
+{
+    size_t l = 0;
+    for (uint32_t i = 0; i < NPOLICIES && l < cap; i++) {
+        const char* h = POLICY(i)->help;
+        l += (size_t)snprintf(out + l, cap - l, "  %-11s ", POLICY(i)->name);
+        for (const char* nl; l < cap && (nl = strchr(h, '\n')); h = nl + 1)
+            l += (size_t)snprintf(out + l, cap - l, "%.*s\n%14s", (int)(nl - h), h, "");
+        if (l < cap)
+            l += (size_t)snprintf(out + l, cap - l, "%s\n", h);
+    }
+}
+
 /* 0 ok, -1 --help (printed), 2 bad usage (message printed) */
 int parse(int argc, char** argv, opts* o)
 {
     /* pool size 15: SnapKV's 7 is for subword tokens; a byte is a fraction of one, and with 7 the
      * committed byte model keeps a 5-digit key's first digits only (passkey 0.15 at 25 %, 0.90 with
      * 15; docs/QUALITY.md). Every model this tool reads is byte-level (vocab 256). */
-    *o = (opts){ .ndepths = 6, .depths = { 0.0, 0.2, 0.4, 0.6, 0.8, 1.0 }, .policy = &POLICIES[0] };
+    *o = (opts){ .ndepths = 6, .depths = { 0.0, 0.2, 0.4, 0.6, 0.8, 1.0 }, .policy = POLICY(VKH2O_EVAL_FULL) };
     int pool = 0, requant = 0;
     cli_opt opt[] = {
         { "--weights", CLI_FN, &o->weights, "DIR", .fn = parse_text,
@@ -282,7 +299,7 @@ int parse(int argc, char** argv, opts* o)
           .help = "was retired with the quantised block cache: the one cache demotes and evicts on the device at "
                   "every step, so there is no routing interval (see --help)" },
     };
-    _Static_assert(LADDER_MIN_MIDDLE == 10u, "the --help text says 10 middle tokens");
+    _Static_assert(VKH2O_EVAL_LADDER_MIN_MIDDLE == 10, "the --help text says 10 middle tokens");
     const cli_spec spec = {
         TOOL,
         "usage: vkh2o-eval --weights DIR [--text FILE] [--ctx N] [--windows K]\n"
@@ -314,6 +331,7 @@ int parse(int argc, char** argv, opts* o)
         "              and of its recurrence are reported (a model that copies from its context pays\n"
         "              far less the second time, if the policy kept the first)\n"
         "Policies (--policy, default full):\n%s",
+        "snapkv compresses prompts only: its rows report passkey only (perplexity: '-').\n"
         "A policy's flags (--n-sink, --n-recent, --decay, --obs-window, --pool, --pool-size) are\n"
         "refused when no row of the run uses them, as is a flag given twice. Retired with the quantised\n"
         "block cache: --route-every (the one cache demotes and evicts on the device at every step, so\n"
@@ -324,9 +342,7 @@ int parse(int argc, char** argv, opts* o)
         opt, CLI_N(opt), NULL,
     };
     char policies[2048] = "";
-    for (size_t i = 0; i < NPOLICIES; i++)   /* the table itself: a new policy cannot miss its line */
-        snprintf(policies + strlen(policies), sizeof policies - strlen(policies), "  %-11s %s\n", POLICIES[i].name,
-                 POLICIES[i].help);
+    policy_lines(policies, sizeof policies);   /* the table itself: a new policy cannot miss its line */
     const int rc = cli_parse_extra(&spec, argc, argv, policies);
     if (rc)
         return rc;
@@ -364,9 +380,9 @@ int parse(int argc, char** argv, opts* o)
         return cli_fail(2, TOOL ": --windows needs --text FILE (the windows are the file's)\n");
     if (!o->passkey && (seen_trials || seen_depths || o->stream))
         return cli_fail(2, TOOL ": %s needs --passkey\n", seen_trials ? "--trials" : seen_depths ? "--depths" : "--stream");
-    if (o->passkey && o->ctx < PASSKEY_MIN_CTX)
-        return cli_fail(2, TOOL ": --passkey needs --ctx of at least %zu bytes (the key line, the question and the answer)\n",
-                PASSKEY_MIN_CTX);
+    if (o->passkey && o->ctx < vkh2o_eval_passkey_min_ctx())
+        return cli_fail(2, TOOL ": --passkey needs --ctx of at least %u bytes (the key line, the question and the answer)\n",
+                vkh2o_eval_passkey_min_ctx());
     if (o->recall && !o->text)
         return cli_fail(2, TOOL ": --recall needs --text FILE (the passages come from it)\n");
     if (o->recall && o->ctx < 64)
@@ -420,12 +436,12 @@ int parse(int argc, char** argv, opts* o)
     if (o->sweep && o->ctx < 8)
         return cli_fail(2, TOOL ": --sweep needs --ctx of at least 8 bytes (its smallest cache is 12.5%% of the context)\n");
     /* a tiered ladder (the sweep runs every ladder) needs a middle token in each of its tiers */
-    if (((o->ladder && o->ladder->prec == VKH2O_PRECISION_TIERED) || (o->sweep && !o->byte_sweep)) &&
-        (uint64_t)o->ctx < (uint64_t)o->n_sink + o->n_recent + LADDER_MIN_MIDDLE) {
+    if (((o->ladder && o->ladder->precision == VKH2O_PRECISION_TIERED) || (o->sweep && !o->byte_sweep)) &&
+        (uint64_t)o->ctx < (uint64_t)o->n_sink + o->n_recent + VKH2O_EVAL_LADDER_MIN_MIDDLE) {
         fprintf(stderr, TOOL ": %s%s needs --ctx of at least --n-sink %u + --n-recent %u + %u middle tokens (%llu); "
                         "--ctx is %u\n", o->ladder ? "--kv-quant " : "--sweep", o->ladder ? o->ladder->name : " (its ladders)",
-                o->n_sink, o->n_recent, LADDER_MIN_MIDDLE,
-                (unsigned long long)o->n_sink + o->n_recent + LADDER_MIN_MIDDLE, o->ctx);
+                o->n_sink, o->n_recent, VKH2O_EVAL_LADDER_MIN_MIDDLE,
+                (unsigned long long)o->n_sink + o->n_recent + VKH2O_EVAL_LADDER_MIN_MIDDLE, o->ctx);
         return 2;
     }
     /* A flag that no row of the run reads is refused rather than ignored: the run's figures would
@@ -433,7 +449,7 @@ int parse(int argc, char** argv, opts* o)
      * every quantisation policy), so for them a flag applies when some row reads it. */
     const bool every = o->sweep || o->bench;
     const char* pname = o->policy->name;
-    if (seen_decay && !every && o->policy->mode != VKH2O_SCORE_DECAY)
+    if (seen_decay && !every && o->policy->score_mode != VKH2O_SCORE_DECAY)
         return cli_fail(2, TOOL ": --decay does not apply to --policy %s: it is h2o-decay's factor\n", pname);
     if ((seen_obs || seen_pool || seen_pool_size) && !every && !o->policy->obs)
         return cli_fail(2, TOOL ": %s does not apply to --policy %s: it is snapkv's (how the prompt is scored)\n",
@@ -449,7 +465,7 @@ int parse(int argc, char** argv, opts* o)
                     o->n_protect, kept_recents(o));
     }
     if ((seen_sink || seen_recent) && !every && o->policy->full &&
-        (!o->ladder || o->ladder->prec == VKH2O_PRECISION_FP16)) {
+        (!o->ladder || o->ladder->precision == VKH2O_PRECISION_FP16)) {
         if (o->ladder)
             fprintf(stderr, TOOL ": %s does not apply to --kv-quant fp16: every token is kept at FP16\n",
                     seen_sink ? "--n-sink" : "--n-recent");

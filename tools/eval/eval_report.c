@@ -80,14 +80,14 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
     uint32_t ns = 0;
     const row* full = NULL;
     for (uint32_t i = 0; i < n; i++)
-        if (rows[i].policy->full && !rows[i].kv)
+        if (rows[i].policy->full && !ROW_KV(&rows[i]))
             full = &rows[i];
     for (size_t k = 0; k < NPOLICIES; k++) {
-        if (POLICIES[k].full)
+        if (POLICY(k)->full)
             continue;
         uint32_t c = 0;
         for (uint32_t i = 0; i < n && c < MAX_ROWS - 1; i++)
-            if (rows[i].policy == &POLICIES[k] && !rows[i].ladder) {
+            if (rows[i].policy == POLICY(k) && !rows[i].ladder) {
                 kb[ns][c] = rows[i].cache_bytes / 1024.0;
                 xs[ns][c] = 100.0 * rows[i].cache_tokens / o->ctx;
                 ppl[ns][c] = isnan(rows[i].bits) ? NAN : pow(2.0, rows[i].bits);
@@ -107,11 +107,11 @@ static bool write_plot(FILE* f, const opts* o, const row* rows, uint32_t n)
             rec[ns][c] = full->recall_second;
             c++;
         }
-        sp[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], ppl[ns] };
-        sk[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], pk[ns] };
-        sb[ns] = (plot_series){ POLICIES[k].name, c, kb[ns], ppl[ns] };
-        ss[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], pks[ns] };
-        sr[ns] = (plot_series){ POLICIES[k].name, c, xs[ns], rec[ns] };
+        sp[ns] = (plot_series){ POLICY(k)->name, c, xs[ns], ppl[ns] };
+        sk[ns] = (plot_series){ POLICY(k)->name, c, xs[ns], pk[ns] };
+        sb[ns] = (plot_series){ POLICY(k)->name, c, kb[ns], ppl[ns] };
+        ss[ns] = (plot_series){ POLICY(k)->name, c, xs[ns], pks[ns] };
+        sr[ns] = (plot_series){ POLICY(k)->name, c, xs[ns], rec[ns] };
         ns++;
     }
     /* the quantisation ladders: one series over them, by bytes */
@@ -178,12 +178,12 @@ bool write_outputs(const opts* o, const row* rows, uint32_t n, uint64_t fp16_byt
                         "\"cache_bytes\": %llu, \"ctx\": %u, \"kv_quant\": \"%s\", ",
                     r->policy->name, r->budget, r->n_sink, r->n_recent, r->cache_tokens, (unsigned long long)r->cache_bytes,
                     o->ctx, r->kv_quant);
-            if (r->policy->full && !r->kv)   /* the base every --bytes F% is a fraction of */
+            if (r->policy->full && !ROW_KV(r))   /* the base every --bytes F% is a fraction of */
                 fprintf(fj, "\"fp16_bytes\": %llu, ", (unsigned long long)fp16_bytes);
             if (o->n_protect && !r->policy->full)   /* --n-protect: the evicting row's protected window */
                 fprintf(fj, "\"n_protect\": %u, ", o->n_protect);
-            if (r->kv && r->kv_bytes > 0)   /* the one KV cache's capacity: a fraction of the FP16 cache's bytes */
-                fprintf(fj, "\"kv_capacity\": %.6g, ", r->kv_bytes);
+            if (ROW_KV(r) && r->d.bytes_frac > 0)   /* the one KV cache's capacity: a fraction of the FP16 cache's bytes */
+                fprintf(fj, "\"kv_capacity\": %.6g, ", r->d.bytes_frac);
             if (r->requant_arg)   /* the requantisation source and what the cache held at the end of the text */
                 fprintf(fj, "\"requant\": \"%s\", \"held_bytes\": %llu, \"shadow_bytes\": %llu, ", r->requant_arg,
                         (unsigned long long)r->held_bytes, (unsigned long long)r->shadow_bytes);
@@ -205,7 +205,7 @@ bool write_outputs(const opts* o, const row* rows, uint32_t n, uint64_t fp16_byt
             if (!isnan(r->recall_first)) {
                 fprintf(fj, ", \"recall_by_depth\": {");
                 for (int d = 0; d < 3; d++) {
-                    fprintf(fj, "%s\"%s\": {\"at\": %u, ", d ? ", " : "", RECALL_DEPTHS[d], recall_at(o->ctx, d));
+                    fprintf(fj, "%s\"%s\": {\"at\": %u, ", d ? ", " : "", RECALL_DEPTHS[d], r->recall_at[d]);
                     json_num(fj, "first_bits", r->recall_first_d[d], "%.6f");
                     fprintf(fj, ", ");
                     json_num(fj, "second_bits", r->recall_second_d[d], "%.6f");

@@ -9,7 +9,7 @@
 #include <string.h>
 
 typedef struct bench_row {
-    const policy_def* policy;
+    const vkh2o_eval_policy_info* policy;
     uint32_t cap;
     vkh2o_model_session* s;       /* the policy's session */
     vkh2o_model_session* ref;     /* the full cache, prefilled to the policy's cache length */
@@ -42,39 +42,41 @@ int run_bench(vkh2o_context* ctx, vkh2o_model* m, const opts* o, const unsigned 
         bench_row* b = &rows[n];
         memset(b, 0, sizeof *b);
         const size_t kv = k >= NPOLICIES ? k - NPOLICIES + 2 : 0;   /* 2: fp16 h2o, 3: int4, 4: tiers by bytes */
-        b->policy = kv ? &POLICIES[kv == 1 ? 0 : 1] : &POLICIES[k];
-        row r = { .policy = b->policy };
+        b->policy = kv ? POLICY(VKH2O_EVAL_H2O) : POLICY(k);
+        vkh2o_eval_desc d = base_desc(o);
+        d.policy = b->policy->id;
         if (kv) {
             static const char* const names[] = { "", "kv full", "kv-fp16 25%", "kv-int4 25%", "kv-tiered 25%" };
             snprintf(b->name, sizeof b->name, "%s", names[kv]);
-            r.kv = true;
-            r.kv_prec = kv == 3 ? VKH2O_PRECISION_INT4 : kv == 4 ? VKH2O_PRECISION_TIERED : VKH2O_PRECISION_FP16;
-            r.kv_bytes = kv == 1 ? 0.0 : 0.25;
-            r.n_sink = o->n_sink;
-            r.n_recent = o->n_recent;
+            d.kv = true;
+            d.precision = kv == 3 ? VKH2O_PRECISION_INT4 : kv == 4 ? VKH2O_PRECISION_TIERED : VKH2O_PRECISION_FP16;
+            d.bytes_frac = 0.25;
+            d.n_sink = o->n_sink;
+            d.n_recent = o->n_recent;
         } else {
             snprintf(b->name, sizeof b->name, "%s", b->policy->name);
         }
         if (!kv && !b->policy->full) {
-            r.n_sink = o->n_sink < cap / 4 ? o->n_sink : cap / 4;
-            r.n_recent = o->n_recent < cap / 4 ? o->n_recent : cap / 4;
-            r.budget = cap - r.n_sink - r.n_recent;
+            d.n_sink = o->n_sink < cap / 4 ? o->n_sink : cap / 4;
+            d.n_recent = o->n_recent < cap / 4 ? o->n_recent : cap / 4;
+            d.budget = cap - d.n_sink - d.n_recent;
         }
         b->cap = b->policy->full ? o->ctx : cap;
-        if (kv > 1) {   /* the tokens its plan keeps once full */
-            vkh2o_kvcache_desc kd;
-            vkh2o_kvcache_plan pl;
-            fill_kv(o, vkh2o_model_get_config(m), &r, &kd);
-            vkh2o_kvcache_desc_from_mla(&vkh2o_model_get_config(m)->attn, &kd);
-            kd.max_tokens = o->ctx;
-            b->cap = vkh2o_kvcache_desc_resolve(&kd, NULL, &pl, NULL) == VKH2O_OK ? pl.kept_tokens : 0;
+        if (kv) {   /* the tokens its plan keeps once full */
+            vkh2o_eval_config c;
+            b->cap = vkh2o_eval_desc_resolve(vkh2o_model_get_config(m), &d, &c, NULL) == VKH2O_OK ? c.plan.kept_tokens : 0;
         }
         /* the twin: a cache of about the same capacity that never evicts while it is timed (the
          * rows at a byte capacity have none: their share is not measured) */
-        row twin = { .policy = &POLICIES[1], .budget = cap + warm + steps };
-        if ((rc = open_session(ctx, m, o, &r, &b->s)) != 0 ||
-            (!kv && !b->policy->full && (rc = open_session(ctx, m, o, &twin, &b->ref)) != 0))
+        vkh2o_eval_desc twin = base_desc(o);
+        twin.policy = VKH2O_EVAL_H2O;
+        twin.budget = cap + warm + steps;
+        if (vkh2o_eval_session_create(m, &d, &b->s) != VKH2O_OK ||
+            (!kv && !b->policy->full && vkh2o_eval_session_create(m, &twin, &b->ref) != VKH2O_OK)) {
+            rc = cli_fail(1, TOOL ": %s\n", vkh2o_last_error(ctx));
+            vkh2o_model_session_destroy(b->s);
             break;
+        }
         uint32_t pre = o->ctx - steps - warm;
         if (vkh2o_host_model_prefill(b->s, tok, pre, NULL, NULL) != VKH2O_OK ||
             vkh2o_host_model_decode(b->s, tok + pre, warm, NULL, NULL) != VKH2O_OK ||
