@@ -31,6 +31,11 @@ static const char* cache_name(int i, char* name)
     return name;
 }
 
+static const char* layout_name(vkh2o_kv_layout l)
+{
+    return l == VKH2O_LAYOUT_EXPANDED ? "expanded" : "latent";
+}
+
 /* The checks no cache can make: the data against the reference's shape, every configuration's
  * desc and shape, before any device work. */
 static vkh2o_result check_inputs(vkh2o_context* ctx, const vkh2o_eval_cache_error_desc* d, const vkh2o_kvcache_desc* ref)
@@ -59,10 +64,10 @@ static vkh2o_result check_inputs(vkh2o_context* ctx, const vkh2o_eval_cache_erro
         else if (r.num_heads != rr.num_heads || r.kv_lora_rank != rr.kv_lora_rank ||
                  r.qk_rope_head_dim != rr.qk_rope_head_dim || r.layout != rr.layout)
             return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
-                              "%s: %s: its shape (heads %u, kv_lora_rank %u, rope %u, layout %d) is not the reference's "
-                              "(configuration 0's: heads %u, kv_lora_rank %u, rope %u, layout %d)", who, cache_name(i, name),
-                              r.num_heads, r.kv_lora_rank, r.qk_rope_head_dim, (int)r.layout, rr.num_heads, rr.kv_lora_rank,
-                              rr.qk_rope_head_dim, (int)rr.layout);
+                              "%s: %s: its shape (heads %u, kv_lora_rank %u, rope %u, %s) is not the reference's "
+                              "(configuration 0's: heads %u, kv_lora_rank %u, rope %u, %s)", who, cache_name(i, name),
+                              r.num_heads, r.kv_lora_rank, r.qk_rope_head_dim, layout_name(r.layout), rr.num_heads,
+                              rr.kv_lora_rank, rr.qk_rope_head_dim, layout_name(rr.layout));
     }
     if (d->layer)
         return d->hidden ? VKH2O_OK
