@@ -111,7 +111,7 @@ USED_FIELDS = {
                            "v_head_dim", "scale", "max_tokens", "capacity_tokens", "capacity_bytes", "n_sink",
                            "n_recent", "n_protect", "policy", "score_mode", "decay", "seed", "precision",
                            "tier_tokens", "group_size", "tier_mask", "layout", "requant_source"],
-    "vkh2o_kvcache_plan": ["total_slots", "kept_tokens"],
+    "vkh2o_kvcache_plan": ["total_slots", "kept_tokens", "token_bytes", "arena_bytes", "table_bytes"],
     "vkh2o_kvcache_stats": ["position", "len", "by_tier", "evicted", "bytes_used", "shadow_bytes"],
     "vkh2o_kvcache_step": ["layer", "q", "q_offset", "out", "out_offset", "ckv", "ckv_offset", "kpe", "kpe_offset",
                            "k", "k_offset", "v", "v_offset"],
@@ -138,6 +138,9 @@ USED_FIELDS = {
     "vkh2o_eval_recall": ["at", "first_bits", "second_bits", "first_bits_mean", "second_bits_mean"],
     "vkh2o_eval_passkey_desc": ["trials", "ndepths", "depths", "stream"],
     "vkh2o_eval_passkey": ["accuracy", "by_depth"],
+    "vkh2o_eval_cache_error_desc": ["configs", "n_configs", "n_prompt", "n_steps", "ckv", "kpe", "mass", "q", "out",
+                                    "layer", "hidden", "ref_rows", "ref_len", "progress"],
+    "vkh2o_eval_cache_error": ["desc", "plan", "stats", "device_bytes", "ref_bytes", "ratio", "nmse", "max_rel"],
 }
 
 
