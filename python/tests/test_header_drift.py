@@ -111,7 +111,7 @@ USED_FIELDS = {
                            "v_head_dim", "scale", "max_tokens", "capacity_tokens", "capacity_bytes", "n_sink",
                            "n_recent", "n_protect", "policy", "score_mode", "decay", "seed", "precision",
                            "tier_tokens", "group_size", "tier_mask", "layout", "requant_source"],
-    "vkh2o_kvcache_plan": ["total_slots", "kept_tokens", "token_bytes", "arena_bytes", "table_bytes"],
+    "vkh2o_kvcache_plan": ["total_slots", "kept_tokens"],
     "vkh2o_kvcache_stats": ["position", "len", "by_tier", "evicted", "bytes_used", "shadow_bytes"],
     "vkh2o_kvcache_step": ["layer", "q", "q_offset", "out", "out_offset", "ckv", "ckv_offset", "kpe", "kpe_offset",
                            "k", "k_offset", "v", "v_offset"],
