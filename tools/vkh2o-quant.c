@@ -14,8 +14,10 @@
  * (bytes_used, checked against vkh2o_kvcache_token_bytes x those counts), the ratio to the FP16
  * cache's bytes, its device memory (vkh2o_kvcache_plan_bytes), and the error of the attention
  * output of every decode step against the FP16 full cache's: NMSE over all steps and the largest
- * per-step relative L2 error. Tiers are chosen by score: the prompt's attention mass at the
- * prefill, then what every decode step adds on the device (--score-mode).
+ * per-step relative L2 error (the library's vkh2o_eval_cache_error_run measures every row; the
+ * tool makes the configurations, checks the bytes and prints). Tiers are chosen by score: the
+ * prompt's attention mass at the prefill, then what every decode step adds on the device
+ * (--score-mode).
  * Data: random rows of Kimi's latent shape (c_kv 512 + k_pe 64, 64 heads) with a heavy-tailed
  * salience, the prompt mass from simulated past queries, then --decode steps that append their
  * row and attend (vkh2o_run_kvcache_prefill / _step); or a real MLA layer (--weights): the

@@ -11,6 +11,11 @@
  * vkh2o_eval_desc_resolve turns it, for a model's config, into the decoding session's desc
  * (vkh2o_model_cache_desc) and the figures a report shows; the measuring calls run it.
  *
+ * Apart from a model: what cache configurations of the one KV cache cost in attention output
+ * against the full FP16 cache, on the caller's prompt rows and decode steps or a real layer
+ * (vkh2o_eval_cache_error_run), with the ladder and bytes descs of that cache
+ * (vkh2o_eval_ladder_kvcache_desc, vkh2o_eval_bytes_kvcache_desc).
+ *
  * Every window and prompt goes into one session, reset before each (or, for the full cache
  * without a named precision, the plain causal forward, vkh2o_host_model_forward). The calls make
  * their own session and destroy it before they return; the library prints nothing (progress:
