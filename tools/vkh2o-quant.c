@@ -14,8 +14,10 @@
  * (bytes_used, checked against vkh2o_kvcache_token_bytes x those counts), the ratio to the FP16
  * cache's bytes, its device memory (vkh2o_kvcache_plan_bytes), and the error of the attention
  * output of every decode step against the FP16 full cache's: NMSE over all steps and the largest
- * per-step relative L2 error. Tiers are chosen by score: the prompt's attention mass at the
- * prefill, then what every decode step adds on the device (--score-mode).
+ * per-step relative L2 error (the library's vkh2o_eval_cache_error_run measures every row; the
+ * tool makes the configurations, checks the bytes and prints). Tiers are chosen by score: the
+ * prompt's attention mass at the prefill, then what every decode step adds on the device
+ * (--score-mode).
  * Data: random rows of Kimi's latent shape (c_kv 512 + k_pe 64, 64 heads) with a heavy-tailed
  * salience, the prompt mass from simulated past queries, then --decode steps that append their
  * row and attend (vkh2o_run_kvcache_prefill / _step); or a real MLA layer (--weights): the
@@ -228,9 +230,11 @@ static int make_specs(const opts* o, cfgspec* s)
         s[n] = (cfgspec){ .kind = CK_UNIFORM, .prec = (vkh2o_kv_precision)p };
         snprintf(s[n++].name, sizeof s[0].name, "%s", vkh2o_kv_precision_name((vkh2o_kv_precision)p));
     }
-    s[n++] = (cfgspec){ .name = "conservative", .kind = CK_LADDER, .frac = { 0.5 } };
-    s[n++] = (cfgspec){ .name = "balanced", .kind = CK_LADDER, .frac = { 0.25, 0.5 } };
-    s[n++] = (cfgspec){ .name = "aggressive", .kind = CK_LADDER, .frac = { 0.10, 0.30, 0.40 }, .evict = true };
+    for (int l = VKH2O_EVAL_LADDER_CONSERVATIVE; l <= VKH2O_EVAL_LADDER_AGGRESSIVE; l++) {
+        s[n] = (cfgspec){ .kind = CK_LADDER, .ladder = vkh2o_eval_ladder_get((vkh2o_eval_ladder)l) };
+        snprintf(s[n].name, sizeof s[0].name, "%s", s[n].ladder->name);
+        n++;
+    }
     for (uint32_t b = 0; b < o->n_budgets; b++)
         for (int two = 0; two < 2; two++) {
             s[n] = (cfgspec){ .kind = CK_BYTES, .pct = o->budgets[b], .mask = two ? 0xfu : 0x7u };
@@ -246,31 +250,33 @@ static uint32_t frac_of(double f, uint32_t mid)
 }
 
 /* The desc of a configuration: base (shape, sinks, recents, score mode, groups) with the
- * precision choice, for a run whose cache ends with n_final tokens (fp16_bytes at FP16). */
-void fill_desc(const cfgspec* s, const vkh2o_kvcache_desc* base, uint32_t n_final, uint64_t fp16_bytes,
-                      vkh2o_kvcache_desc* d)
+ * precision choice, for a run whose cache ends with n_final tokens. */
+void fill_desc(const cfgspec* s, const vkh2o_kvcache_desc* base, uint32_t n_final, vkh2o_kvcache_desc* d)
 {
     *d = *base;
     const uint32_t mid = n_final - base->n_sink - base->n_recent;
+    const vkh2o_eval_ladder_info* L = s->ladder;
     switch (s->kind) {
     case CK_UNIFORM:
         d->precision = s->prec;
         break;
     case CK_LADDER:
-        /* a 0 after the last count takes the rest: conservative {50 %, 0} gives INT8 the rest,
-         * balanced {25 %, 50 %, 0} INT4; aggressive caps the tokens at 80 % of the middle ones,
-         * so that INT4 takes the 40 % left of the capacity and the rest is evicted */
+        /* the library's ladder table (cumulative fractions of the middle tokens), each tier's
+         * share rounded to the nearest token and at least one, where vkh2o-eval's ladders
+         * (vkh2o_eval_ladder_kvcache_desc) floor the cumulative counts: conservative gives FP16
+         * its 50 % and INT8 the rest, balanced FP16 25 % and INT8 50 % and INT4 the rest;
+         * aggressive caps the tokens at 10 + 30 + 40 % of the middle ones, so that INT4 takes
+         * its 40 % of the capacity and the rest is evicted */
         d->precision = VKH2O_PRECISION_TIERED;
-        for (int k = 0; k < 2; k++)
-            if (s->frac[k] > 0)
-                d->tier_tokens[k] = frac_of(s->frac[k], mid);
-        if (s->evict)
-            d->capacity_tokens = base->n_sink + base->n_recent + d->tier_tokens[0] + d->tier_tokens[1] + frac_of(s->frac[2], mid);
+        d->tier_tokens[0] = frac_of(L->fp16, mid);
+        if (L->int8 < L->kept)
+            d->tier_tokens[1] = frac_of(L->int8 - L->fp16, mid);
+        if (L->kept < 1)
+            d->capacity_tokens = base->n_sink + base->n_recent + d->tier_tokens[0] + d->tier_tokens[1] +
+                                 frac_of(L->kept - L->int8, mid);
         break;
-    default:
-        d->precision = VKH2O_PRECISION_TIERED;
-        d->capacity_bytes = (uint64_t)(s->pct / 100.0 * (double)fp16_bytes);
-        d->tier_mask = s->mask;
+    default:   /* a percent within (0, 100] and a mask of the table: the library refuses neither */
+        vkh2o_eval_bytes_kvcache_desc(base, n_final, s->pct / 100.0, s->mask, d, NULL);
         break;
     }
 }
@@ -296,56 +302,11 @@ static void tier_strings(const vkh2o_kvcache_desc* d, const vkh2o_kvcache_plan* 
 /* ---------------------------------------------------------------- measuring */
 
 
-/* Prefill and steps of one cache; out: [D][out_n]. Its stats, desc and plan at the end into rw
- * and, with snapshot (the first time), its rows into R->rows for --kivi. */
-static int run_cache(runner* R, const vkh2o_kvcache_desc* desc, float* out, row* rw, bool snapshot)
+/* After each cache's run, the cache still alive: --passes samples the device memory, and the
+ * progress line moves. */
+static void cache_done(uint64_t done, uint64_t total, void* user)
 {
-    data* d = &R->d;
-    vkh2o_kvcache* c = NULL;
-    if (check(R->ctx, vkh2o_kvcache_create(R->ctx, desc, &c), "kvcache"))
-        return -1;
-    int rc = -1;
-    if (d->layer) {
-        if (check(R->ctx, vkh2o_host_mla_prefill(d->layer, c, 0, d->hidden, d->T0, NULL), "layer prefill"))
-            goto done;
-        for (uint32_t i = 0; i < d->D; i++)
-            if (check(R->ctx, vkh2o_host_mla_decode(d->layer, c, 0, d->hidden + (size_t)(d->T0 + i) * d->cfg.hidden_size, 1,
-                                                      d->T0 + i, out + (size_t)i * d->out_n),
-                      "layer decode step"))
-                goto done;
-    } else {
-        if (check(R->ctx, vkh2o_run_kvcache_prefill(c, &(vkh2o_kvcache_prefill){ .n = d->T0, .ckv = d->ckv_b, .kpe = d->kpe_b,
-                                                                                  .mass = d->mass_b }),
-                  "prefill"))
-            goto done;
-        for (uint32_t i = 0; i < d->D; i++) {
-            const uint64_t t = (uint64_t)d->T0 + i;
-            vkh2o_kvcache_step s = { .q = d->q_b, .q_offset = 4ull * i * d->H * d->W, .ckv = d->ckv_b, .ckv_offset = 4 * t * d->L,
-                                     .kpe = d->kpe_b, .kpe_offset = 4 * t * d->R, .out = d->out_b,
-                                     .out_offset = 4ull * i * d->out_n };
-            if (check(R->ctx, vkh2o_run_kvcache_step(c, &s), "decode step"))
-                goto done;
-        }
-        if (check(R->ctx, vkh2o_buffer_download(d->out_b, 0, out, 4ull * d->D * d->out_n), "outputs"))
-            goto done;
-    }
-    if (check(R->ctx, vkh2o_kvcache_read_stats(c, 0, &rw->st), "stats"))
-        goto done;
-    rw->desc = *vkh2o_kvcache_get_desc(c);
-    rw->plan = *vkh2o_kvcache_get_plan(c);
-    rw->device_bytes = vkh2o_kvcache_plan_bytes(&rw->plan);
-    if (snapshot && !R->rows) {
-        R->rows = malloc(sizeof(float) * (size_t)rw->plan.total_slots * d->W);
-        if (!R->rows) {
-            fprintf(stderr, TOOL ": out of host memory for the rows of --kivi\n");
-            goto done;
-        }
-        vkh2o_kvcache_snapshot snap = { .rows = R->rows };
-        if (check(R->ctx, vkh2o_kvcache_read_snapshot(c, 0, &snap), "snapshot"))
-            goto done;
-        R->nrows = snap.len;
-    }
-    /* --passes: the device memory at the end of each run (the cache still alive) */
+    runner* R = user;
     if (R->runs < MEM_RUNS) {
         cli_mem_sample end = cli_mem_sample_take(R->ctx);
         if (R->pass == 1)
@@ -355,30 +316,7 @@ static int run_cache(runner* R, const vkh2o_kvcache_desc* desc, float* out, row*
             R->moved++;
         R->runs++;
     }
-    rc = 0;
-done:
-    vkh2o_kvcache_destroy(c);
-    return rc;
-}
-
-/* NMSE over every step and the largest per-step relative L2 error. */
-static void errors(const float* o, const float* r, uint32_t steps, size_t n, double* nmse, double* max_rel)
-{
-    double e_all = 0, r_all = 0;
-    *max_rel = 0;
-    for (uint32_t i = 0; i < steps; i++) {
-        double e = 0, r2 = 0;
-        for (size_t j = 0; j < n; j++) {
-            const double x = (double)o[i * n + j] - r[i * n + j];
-            e += x * x;
-            r2 += (double)r[i * n + j] * r[i * n + j];
-        }
-        e_all += e;
-        r_all += r2;
-        const double rel = r2 > 0 ? sqrt(e / r2) : sqrt(e);
-        *max_rel = rel > *max_rel ? rel : *max_rel;
-    }
-    *nmse = r_all > 0 ? e_all / r_all : e_all;
+    cli_progress_update(R->prog, done);
 }
 
 /* The held bytes from the reported counts: sum over tiers of by_tier x token_bytes. */
@@ -390,29 +328,37 @@ static uint64_t counted_bytes(const row* rw)
     return b;
 }
 
-/* Every row of the table: the FP16 full cache first (the reference), then each configuration. */
+/* Every row of the table (vkh2o_eval_cache_error_run: the FP16 full cache first, the
+ * reference, then each configuration), and the first time the reference's rows for --kivi. */
 static int measure(runner* R, const vkh2o_kvcache_desc* base, const cfgspec* specs, int ns, row* rows, bool quiet)
 {
     data* d = &R->d;
     const uint32_t n_final = d->T0 + d->D;
+    static vkh2o_kvcache_desc descs[MAX_CFG];
+    static vkh2o_eval_cache_error res[MAX_CFG];
+    for (int i = 0; i < ns; i++)
+        fill_desc(&specs[i], base, n_final, &descs[i]);
+    float* snap = NULL;
+    if (!R->rows && !(snap = R->rows = malloc(sizeof(float) * (size_t)n_final * d->W))) {
+        fprintf(stderr, TOOL ": out of host memory for the rows of --kivi\n");
+        return -1;
+    }
     cli_progress prog;
     cli_progress_begin(&prog, "configurations", (uint64_t)ns + 1, quiet);
     R->runs = 0;
-    vkh2o_kvcache_desc desc;
-    row ref;
-    fill_desc(&specs[0], base, n_final, 0, &desc);
-    int rc = run_cache(R, &desc, R->ref, &ref, true);
-    R->fp16_bytes = ref.st.bytes_used;
-    cli_progress_update(&prog, 1);
+    R->prog = &prog;
+    const vkh2o_eval_cache_error_desc ed = {
+        .configs = descs, .n_configs = (uint32_t)ns, .n_prompt = d->T0, .n_steps = d->D, .ckv = d->ckv_b, .kpe = d->kpe_b,
+        .mass = d->mass_b, .q = d->q_b, .out = d->out_b, .layer = d->layer, .hidden = d->hidden, .ref_rows = snap,
+        .ref_len = &R->nrows, .progress = cache_done, .progress_user_data = R,
+    };
+    int rc = check(R->ctx, vkh2o_eval_cache_error_run(R->ctx, &ed, res), "configurations");
+    R->fp16_bytes = res[0].ref_bytes;
     for (int i = 0; !rc && i < ns; i++) {
-        rows[i] = (row){ .spec = &specs[i] };
-        fill_desc(&specs[i], base, n_final, R->fp16_bytes, &desc);
-        rc = run_cache(R, &desc, R->out, &rows[i], false);
-        if (rc)
-            break;
         row* rw = &rows[i];
-        errors(R->out, R->ref, d->D, d->out_n, &rw->nmse, &rw->max_rel);
-        rw->ratio = (double)rw->st.bytes_used / (double)R->fp16_bytes;
+        *rw = (row){ .spec = &specs[i], .desc = res[i].desc, .plan = res[i].plan, .st = res[i].stats,
+                     .device_bytes = res[i].device_bytes, .ratio = res[i].ratio, .nmse = res[i].nmse,
+                     .max_rel = res[i].max_rel };
         uint32_t held = 0;
         for (int k = 0; k < VKH2O_TIER_COUNT; k++)
             held += rw->st.by_tier[k];
@@ -423,7 +369,6 @@ static int measure(runner* R, const vkh2o_kvcache_desc* base, const cfgspec* spe
                     n_final);
             rc = -1;
         }
-        cli_progress_update(&prog, (uint64_t)i + 2);
     }
     cli_progress_end(&prog);
     return rc;
@@ -558,11 +503,10 @@ static int check_args(const opts* o, int argc, char** argv, vkh2o_mla_config* cf
     }
     const cfgspec* list = b ? bench_specs : specs;
     const int n = b ? *nb : *ns;
-    const uint64_t fp16_bytes = (uint64_t)n_final * vkh2o_kvcache_token_bytes(base, VKH2O_TIER_FP16);
     for (int i = 0; i < n; i++) {
         vkh2o_kvcache_desc d;
         vkh2o_error err = { 0 };
-        fill_desc(&list[i], base, n_final, fp16_bytes, &d);
+        fill_desc(&list[i], base, n_final, &d);
         if (b)
             d.max_tokens = o->bench_tokens + o->reps + 2;
         vkh2o_result r = vkh2o_kvcache_desc_resolve(&d, NULL, NULL, &err);
@@ -625,12 +569,6 @@ int main(int argc, char** argv)
     rc = 1;
     if (o.weights ? load_weights(ctx, &o, d) : (make_random(d, o.seed, false) || upload_random(ctx, d)))
         goto done;
-    R.ref = malloc(sizeof(float) * d->D * d->out_n);
-    R.out = malloc(sizeof(float) * d->D * d->out_n);
-    if (!R.ref || !R.out) {
-        fprintf(stderr, TOOL ": out of host memory for the outputs\n");
-        goto done;
-    }
     if (!o.quiet) {
         if (o.weights)
             printf("weights: %s, layer %u: %u heads, kv_lora %u, rope %u, hidden %u; prompt %u seeded-normal tokens "
@@ -671,8 +609,6 @@ int main(int argc, char** argv)
     if (rc == 0)
         rc = write_outputs(&o, rows, ns);
 done:
-    free(R.ref);
-    free(R.out);
     free(R.rows);
     free_data(d);
     vkh2o_memory_stats left = vkh2o_context_get_memory_stats(ctx);

@@ -11,6 +11,11 @@
  * vkh2o_eval_desc_resolve turns it, for a model's config, into the decoding session's desc
  * (vkh2o_model_cache_desc) and the figures a report shows; the measuring calls run it.
  *
+ * Apart from a model: what cache configurations of the one KV cache cost in attention output
+ * against the full FP16 cache, on the caller's prompt rows and decode steps or a real layer
+ * (vkh2o_eval_cache_error_run), with the ladder and bytes descs of that cache
+ * (vkh2o_eval_ladder_kvcache_desc, vkh2o_eval_bytes_kvcache_desc).
+ *
  * Every window and prompt goes into one session, reset before each (or, for the full cache
  * without a named precision, the plain causal forward, vkh2o_host_model_forward). The calls make
  * their own session and destroy it before they return; the library prints nothing (progress:
@@ -282,6 +287,95 @@ typedef struct vkh2o_eval_passkey {
  * calls return; the message "passkey (<policy>): <reason>". out is zeroed, then filled on success. */
 VKH2O_API vkh2o_result vkh2o_eval_passkey_run(vkh2o_model* m, const vkh2o_eval_desc* desc,
                                               const vkh2o_eval_passkey_desc* pk, vkh2o_eval_passkey* out);
+
+/* ---- one cache configuration against the full FP16 cache, on the caller's data ---- */
+
+/* The one cache's desc for a ladder over n_tokens tokens, as vkh2o_eval_desc_resolve makes a
+ * session's for ctx = n_tokens: base (its shape, max_tokens, sinks, recents, policy, score mode,
+ * groups) with the ladder's precision, and for a TIERED ladder its pools of the M = n_tokens -
+ * n_sink - n_recent middle tokens (tier_tokens and capacity_tokens, the header's ladder comment).
+ * base need not be resolved; out may be base. Results: OK; INVALID_ARGUMENT (NULL base or out,
+ * NONE or an unknown ladder); BUDGET (a TIERED ladder with M below VKH2O_EVAL_LADDER_MIN_MIDDLE).
+ * err (may be NULL) names the ladder and the figures. */
+VKH2O_API vkh2o_result vkh2o_eval_ladder_kvcache_desc(vkh2o_eval_ladder ladder, const vkh2o_kvcache_desc* base,
+                                                      uint32_t n_tokens, vkh2o_kvcache_desc* out, vkh2o_error* err);
+
+/* The one cache's desc for tiers by bytes at a fraction of the full FP16 cache over n_tokens
+ * tokens: base with precision TIERED, no pools, tier_mask (0: FP16, INT8, INT4) and
+ * capacity_bytes = floor(frac x n_tokens x vkh2o_kvcache_token_bytes(base, FP16)). base need not
+ * be resolved (the shape and groups set); out may be base. Whether the bytes hold the sinks and
+ * recents is vkh2o_kvcache_desc_resolve's to say. Results: OK; INVALID_ARGUMENT (NULL base or
+ * out, frac not in (0, 1], n_tokens 0); err (may be NULL) says which. */
+VKH2O_API vkh2o_result vkh2o_eval_bytes_kvcache_desc(const vkh2o_kvcache_desc* base, uint32_t n_tokens, double frac,
+                                                     uint32_t tier_mask, vkh2o_kvcache_desc* out, vkh2o_error* err);
+
+/*
+ * What cache configurations cost in attention output against the full FP16 cache, on the
+ * caller's data (vkh2o-quant's table; rows captured from a real model will do). A reference
+ * cache, configs[0] with precision FP16 and no capacity (tier_tokens, capacity_tokens,
+ * capacity_bytes and tier_mask 0: every token kept at FP16), and then each configuration's cache
+ * in turn are created, fed the same prompt and decode steps and destroyed; each configuration's
+ * step outputs are compared with the reference's. The data, one of:
+ *   rows (layer NULL; the LATENT layout): f32 device buffers, read from byte 0, which the caller
+ *     owns and which must outlive the call:
+ *       ckv   [n_prompt + n_steps][kv_lora_rank]      c_kv rows: the prompt's, then one per step
+ *       kpe   [n_prompt + n_steps][qk_rope_head_dim]  their roped k_pe
+ *       mass  [n_prompt] the prompt's attention mass (the starting scores); NULL: none, for a
+ *             cache that never selects (vkh2o_kvcache_prefill)
+ *       q     [n_steps][num_heads][kv_lora_rank + qk_rope_head_dim] each step's absorbed query
+ *       out   [n_steps][num_heads][kv_lora_rank] scratch: each cache's step outputs in turn
+ *     the prompt through vkh2o_run_kvcache_prefill, step i through vkh2o_run_kvcache_step
+ *     (appending row n_prompt + i, attending with query i), the error on the attention output;
+ *   a layer: the MLA layer's prefill over hidden rows [0, n_prompt) (vkh2o_host_mla_prefill: its
+ *     rows and attention mass into the cache) and decode step i over row n_prompt + i at that
+ *     position (vkh2o_host_mla_decode), the error on the layer's output [hidden_size]; hidden is
+ *     a host array [n_prompt + n_steps][hidden_size]; the caches' shape must be the layer's
+ *     (vkh2o_kvcache_desc_from_mla).
+ * Every configuration has the reference's shape (num_heads, kv_lora_rank, qk_rope_head_dim,
+ * layout) and max_tokens of at least n_prompt + n_steps (a step past it would not be taken).
+ *   ref_rows  NULL, or [n_prompt + n_steps][vkh2o_kvcache_row_numbers] floats: the reference's
+ *             held rows after the last step, by position (vkh2o_kvcache_read_snapshot), its
+ *             count in *ref_len (ref_len may be NULL)
+ *   progress  NULL, or called after each cache's last step (the reference's first: done 1 of
+ *             n_configs + 1) while that cache is alive, so that the context's memory statistics
+ *             then include it
+ */
+typedef struct vkh2o_eval_cache_error_desc {
+    const vkh2o_kvcache_desc* configs;
+    uint32_t n_configs;
+    uint32_t n_prompt, n_steps;      /* each at least 1 */
+    const vkh2o_buffer *ckv, *kpe, *mass, *q, *out;
+    vkh2o_mla_layer* layer;
+    const float* hidden;
+    float* ref_rows;
+    uint32_t* ref_len;
+    vkh2o_eval_progress_fn progress;
+    void* progress_user_data;
+} vkh2o_eval_cache_error_desc;
+
+/* One configuration's row: its cache as created and after the last step, and the error. With
+ * e_i = out_i - ref_i over step i's numbers: nmse = sum_i |e_i|^2 / sum_i |ref_i|^2 and max_rel =
+ * max_i |e_i| / |ref_i| (L2 norms, double sums; a zero reference: the error's own sum and norm). */
+typedef struct vkh2o_eval_cache_error {
+    vkh2o_kvcache_desc desc;        /* resolved (vkh2o_kvcache_get_desc) */
+    vkh2o_kvcache_plan plan;
+    vkh2o_kvcache_stats stats;      /* after the last step */
+    uint64_t device_bytes;          /* vkh2o_kvcache_plan_bytes(&plan) */
+    uint64_t ref_bytes;             /* the reference's stats.bytes_used */
+    double ratio;                   /* stats.bytes_used / ref_bytes */
+    double nmse, max_rel;
+} vkh2o_eval_cache_error;
+
+/* Fills out[0 .. n_configs) (zeroed first). Blocking; the context's queue is used and waited
+ * for. Results: OK; INVALID_ARGUMENT (NULL ctx, desc or out, no configuration, n_prompt or
+ * n_steps 0, a NULL or too small buffer, hidden NULL with a layer, a configuration of another
+ * shape or too few max_tokens, rows with the EXPANDED layout); what vkh2o_kvcache_create, the
+ * prefill, the steps and the reads return. The message (vkh2o_last_error) names the cache:
+ * "cache error: reference: <reason>" or "cache error: configuration I: <reason>", the reason
+ * naming the stage ("decode step S: ...") and carrying the failed call's message. Threads: the
+ * context's (one thread at a time); the caches are the call's own. */
+VKH2O_API vkh2o_result vkh2o_eval_cache_error_run(vkh2o_context* ctx, const vkh2o_eval_cache_error_desc* desc,
+                                                  vkh2o_eval_cache_error* out);
 
 #ifdef __cplusplus
 }

@@ -138,6 +138,9 @@ USED_FIELDS = {
     "vkh2o_eval_recall": ["at", "first_bits", "second_bits", "first_bits_mean", "second_bits_mean"],
     "vkh2o_eval_passkey_desc": ["trials", "ndepths", "depths", "stream"],
     "vkh2o_eval_passkey": ["accuracy", "by_depth"],
+    "vkh2o_eval_cache_error_desc": ["configs", "n_configs", "n_prompt", "n_steps", "ckv", "kpe", "mass", "q", "out",
+                                    "layer", "hidden", "ref_rows", "ref_len", "progress"],
+    "vkh2o_eval_cache_error": ["desc", "plan", "stats", "device_bytes", "ref_bytes", "ratio", "nmse", "max_rel"],
 }
 
 

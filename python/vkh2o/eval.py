@@ -228,3 +228,138 @@ def evaluate(model, text=None, ctx_len=512, windows=None, recall=False, recall_w
 
 __all__ = ["Row", "evaluate", "perplexity", "passkey", "passkey_prompt", "load_model", "fp16_layer_bytes",
            "POLICIES", "LADDERS"]
+
+
+# ---------------------------------------------------------------------------------------------
+# one cache configuration against the full FP16 cache, on your own rows (vkh2o-quant's table)
+
+
+def ladder_desc(ladder, n_tokens, mla=None, **base):
+    """The one cache's desc (a dict of vkh2o_kvcache_desc fields) for a ladder over n_tokens tokens:
+    base with the ladder's precision and pools of the middle tokens, as vkh2o-eval's rows make it
+    (vkh2o_eval_ladder_kvcache_desc)."""
+    from . import _check_err, _kv_desc
+    if ladder not in LADDERS:
+        raise ValueError("ladder: %r is not one of %s" % (ladder, ", ".join(LADDERS)))
+    b = _kv_desc(base, mla)
+    out = ffi.new("vkh2o_kvcache_desc*")
+    err = ffi.new("vkh2o_error*")
+    _check_err(lib.vkh2o_eval_ladder_kvcache_desc(lib.vkh2o_eval_ladder_find(ladder.encode()).id, b, n_tokens, out, err),
+               err)
+    return struct_dict(out)
+
+
+def bytes_desc(frac, n_tokens, tier_mask=0, mla=None, **base):
+    """The one cache's desc for tiers by bytes at frac of the full FP16 cache over n_tokens tokens
+    (vkh2o_eval_bytes_kvcache_desc); tier_mask: bits or tier names (0: fp16, int8, int4)."""
+    from . import TIERS, _check_err, _kv_desc
+    if not isinstance(tier_mask, int):
+        tier_mask = sum(1 << TIERS.index(t) for t in tier_mask)
+    b = _kv_desc(base, mla)
+    out = ffi.new("vkh2o_kvcache_desc*")
+    err = ffi.new("vkh2o_error*")
+    _check_err(lib.vkh2o_eval_bytes_kvcache_desc(b, n_tokens, float(frac), tier_mask, out, err), err)
+    return struct_dict(out)
+
+
+# 0 in a config: the shape from the data or the layer
+_SHAPE_FIELDS = ("num_heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "scale", "max_tokens")
+
+
+def cache_error(ctx, configs, ckv=None, kpe=None, mass=None, q=None, layer=None, hidden=None, n_prompt=None,
+                mla=None, ref_rows=False, progress=None):
+    """What each cache configuration costs against the full FP16 cache on the same data
+    (vkh2o_eval_cache_error_run, the measurement of vkh2o-quant's table).
+
+    configs: a list of dicts of vkh2o_kvcache_desc fields (ladder_desc and bytes_desc make them);
+    the reference is configs[0] with precision fp16 and no capacity. Data, one of:
+      rows: ckv [n, kv_lora_rank], kpe [n, qk_rope_head_dim] (the prompt's rows, then one per
+        step), mass [n_prompt] (the prompt's attention mass; n_prompt defaults to its length), q
+        [n_steps, heads, kv_lora_rank + qk_rope_head_dim] (each step's absorbed query), n =
+        n_prompt + n_steps; the error is on the attention output. The shape fields and
+        max_tokens (n) are filled from the arrays where a config leaves them out (or from mla=).
+      layer: an MLALayer and hidden [n, hidden_size] with n_prompt; the layer's prefill, then
+        decode steps; the error is on the layer's output (the configs take the layer's shape).
+    Returns a list of dicts per config: desc, plan, stats (dicts), device_bytes, ref_bytes, ratio,
+    nmse, max_rel; with ref_rows=True, (that list, the reference's rows [n, row numbers] after the
+    last step). progress(done, total) after each cache (the reference's first)."""
+    from . import Context, MLALayer, _floats, _kv_desc
+    import numpy as np
+    if not isinstance(ctx, Context):
+        raise TypeError("ctx: expected a vkh2o.Context, got %r" % type(ctx).__name__)
+    if isinstance(configs, dict):
+        configs = [configs]
+    configs = list(configs)
+    if not configs:
+        raise ValueError("configs: no configuration")
+    bufs, arrays = [], {}
+    d = ffi.new("vkh2o_eval_cache_error_desc*")
+    if layer is not None:
+        if not isinstance(layer, MLALayer):
+            raise TypeError("layer: expected a vkh2o.MLALayer, got %r" % type(layer).__name__)
+        if n_prompt is None:
+            raise ValueError("n_prompt: needed with a layer (the prompt is hidden[:n_prompt])")
+        h = _floats("hidden", hidden, (None, layer.hidden_size))
+        n = h.shape[0]
+        shape, mla = {}, layer
+        arrays["hidden"] = h
+        d.layer, d.hidden = layer._h.get(), ffi.from_buffer("float[]", h)
+    else:
+        if ckv is None or kpe is None or q is None:
+            raise ValueError("ckv, kpe and q are needed (or a layer and hidden)")
+        c = _floats("ckv", ckv, (None, None))
+        n, L = c.shape
+        k = _floats("kpe", kpe, (n, None))
+        qq = _floats("q", q, (None, None, L + k.shape[1]))
+        m = None if mass is None else _floats("mass", mass, (None,))
+        if n_prompt is None:
+            n_prompt = n - qq.shape[0] if m is None else m.shape[0]
+        if n_prompt + qq.shape[0] != n:
+            raise ValueError("ckv: %d rows, but n_prompt %d + %d queries is %d" % (n, n_prompt, qq.shape[0],
+                                                                                    n_prompt + qq.shape[0]))
+        shape = {} if mla is not None else dict(num_heads=qq.shape[1], kv_lora_rank=L, qk_rope_head_dim=k.shape[1])
+        arrays.update(ckv=c, kpe=k, q=qq, mass=m)
+    n_steps = n - n_prompt
+    if n_prompt < 1 or n_steps < 1:
+        raise ValueError("n_prompt: %d of %d rows leaves no prompt or no step" % (n_prompt, n))
+    descs = ffi.new("vkh2o_kvcache_desc[]", len(configs))
+    for i, cfg in enumerate(configs):
+        kw = dict(shape, max_tokens=n)
+        kw.update({f: v for f, v in cfg.items() if v or f not in _SHAPE_FIELDS})
+        tmp = _kv_desc(kw, mla)
+        descs[i] = tmp[0]
+    out = ffi.new("vkh2o_eval_cache_error[]", len(configs))
+    d.configs, d.n_configs, d.n_prompt, d.n_steps = descs, len(configs), n_prompt, n_steps
+    rows = ref_len = None
+    if ref_rows:
+        rows = np.zeros((n, lib.vkh2o_kvcache_row_numbers(descs)), dtype=np.float32)
+        ref_len = ffi.new("uint32_t*")
+        d.ref_rows, d.ref_len = ffi.from_buffer("float[]", rows, require_writable=True), ref_len
+    cb = None
+    if progress is not None:
+        cb = ffi.callback("void(uint64_t, uint64_t, void*)", lambda done, total, u: progress(done, total))
+        d.progress = cb
+    try:
+        if layer is None:
+            H, L, R = descs[0].num_heads, descs[0].kv_lora_rank, descs[0].qk_rope_head_dim
+            out_b = ffi.new("vkh2o_buffer**")
+            for name in ("ckv", "kpe", "mass", "q"):
+                a = arrays[name]
+                if a is None:
+                    continue
+                b = ffi.new("vkh2o_buffer**")
+                ctx._call(lib.vkh2o_buffer_create, ctx._ptr, max(a.nbytes, 4), b)
+                bufs.append(b[0])
+                ctx._call(lib.vkh2o_buffer_upload, b[0], 0, ffi.from_buffer(a), a.nbytes)
+                setattr(d, name, b[0])
+            ctx._call(lib.vkh2o_buffer_create, ctx._ptr, max(4 * n_steps * H * L, 4), out_b)
+            bufs.append(out_b[0])
+            d.out = out_b[0]
+        ctx._call(lib.vkh2o_eval_cache_error_run, ctx._ptr, d, out)
+    finally:
+        for b in bufs:
+            lib.vkh2o_buffer_destroy(b)
+    res = [dict(desc=struct_dict(e.desc), plan=struct_dict(e.plan), stats=struct_dict(e.stats),
+                device_bytes=e.device_bytes, ref_bytes=e.ref_bytes, ratio=e.ratio, nmse=e.nmse, max_rel=e.max_rel)
+           for e in out]
+    return (res, rows[:ref_len[0]]) if ref_rows else res

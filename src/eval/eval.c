@@ -134,7 +134,7 @@ static vkh2o_result check_desc(const vkh2o_eval_desc* d, const vkh2o_eval_policy
 
 /* The one cache's desc for a ladder: its pools of the middle tokens (shape left 0). */
 static vkh2o_result ladder_kv(const vkh2o_eval_ladder_info* L, uint32_t ctx, uint32_t n_sink, uint32_t n_recent,
-                              vkh2o_kvcache_desc* kd, vkh2o_error* err)
+                              const char* what, vkh2o_kvcache_desc* kd, vkh2o_error* err)
 {
     kd->precision = L->precision;
     if (L->precision == VKH2O_PRECISION_FP16)
@@ -145,15 +145,58 @@ static vkh2o_result ladder_kv(const vkh2o_eval_ladder_info* L, uint32_t ctx, uin
         return VKH2O_OK;   /* every middle token at one precision, none evicted */
     if ((uint64_t)n_sink + n_recent + VKH2O_EVAL_LADDER_MIN_MIDDLE > ctx)
         return vkh2o_error_set(err, VKH2O_ERROR_BUDGET,
-                               "eval: ladder %s needs ctx of at least n_sink %u + n_recent %u + %u middle tokens (%llu); ctx "
-                               "is %u", L->name, n_sink, n_recent, VKH2O_EVAL_LADDER_MIN_MIDDLE,
-                               (unsigned long long)n_sink + n_recent + VKH2O_EVAL_LADDER_MIN_MIDDLE, ctx);
+                               "eval: ladder %s needs %s of at least n_sink %u + n_recent %u + %u middle tokens (%llu); %s "
+                               "is %u", L->name, what, n_sink, n_recent, VKH2O_EVAL_LADDER_MIN_MIDDLE,
+                               (unsigned long long)n_sink + n_recent + VKH2O_EVAL_LADDER_MIN_MIDDLE, what, ctx);
     const uint32_t M = ctx - n_sink - n_recent;
     const uint32_t c16 = frac_of(L->fp16, M), c8 = frac_of(L->int8, M), kept = frac_of(L->kept, M);
     kd->tier_tokens[0] = c16;
     if (c8 < kept)   /* INT8 fixed, INT4 takes the rest of the capacity; else INT8 takes it */
         kd->tier_tokens[1] = c8 - c16;
     kd->capacity_tokens = n_sink + n_recent + kept;
+    return VKH2O_OK;
+}
+
+/* base with its precision choice cleared: what the ladder and bytes descs start from */
+static vkh2o_kvcache_desc without_tiers(const vkh2o_kvcache_desc* base)
+{
+    vkh2o_kvcache_desc d = *base;
+    memset(d.tier_tokens, 0, sizeof d.tier_tokens);
+    d.capacity_tokens = 0;
+    d.capacity_bytes = 0;
+    d.tier_mask = 0;
+    return d;
+}
+
+vkh2o_result vkh2o_eval_ladder_kvcache_desc(vkh2o_eval_ladder ladder, const vkh2o_kvcache_desc* base, uint32_t n_tokens,
+                                            vkh2o_kvcache_desc* out, vkh2o_error* err)
+{
+    const vkh2o_eval_ladder_info* L = vkh2o_eval_ladder_get(ladder);
+    if (!base || !out)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "eval: ladder desc: NULL %s", !base ? "base" : "out");
+    if (!L)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "eval: ladder desc: unknown ladder %d", (int)ladder);
+    vkh2o_kvcache_desc d = without_tiers(base);
+    VKH2O_CHECK(ladder_kv(L, n_tokens, base->n_sink, base->n_recent, "n_tokens", &d, err));
+    *out = d;
+    return VKH2O_OK;
+}
+
+vkh2o_result vkh2o_eval_bytes_kvcache_desc(const vkh2o_kvcache_desc* base, uint32_t n_tokens, double frac, uint32_t tier_mask,
+                                           vkh2o_kvcache_desc* out, vkh2o_error* err)
+{
+    if (!base || !out)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "eval: bytes desc: NULL %s", !base ? "base" : "out");
+    if (!n_tokens)
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "eval: bytes desc: n_tokens is 0");
+    if (!(frac > 0 && frac <= 1))
+        return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "eval: bytes desc: frac %g is not in (0, 1]", frac);
+    const uint64_t fp16_bytes = (uint64_t)n_tokens * vkh2o_kvcache_token_bytes(base, VKH2O_TIER_FP16);
+    vkh2o_kvcache_desc d = without_tiers(base);
+    d.precision = VKH2O_PRECISION_TIERED;
+    d.capacity_bytes = (uint64_t)(frac * (double)fp16_bytes);
+    d.tier_mask = tier_mask;
+    *out = d;
     return VKH2O_OK;
 }
 
@@ -203,7 +246,7 @@ vkh2o_result vkh2o_eval_desc_resolve(const vkh2o_model_config* model, const vkh2
             out->n_sink = d->n_sink;
             out->n_recent = d->n_recent;
         }
-        VKH2O_CHECK(ladder_kv(L, ctx, out->n_sink, out->n_recent, kd, err));
+        VKH2O_CHECK(ladder_kv(L, ctx, out->n_sink, out->n_recent, "ctx", kd, err));
     } else {
         memcpy(kd->tier_tokens, d->tier_tokens, sizeof kd->tier_tokens);
         memcpy(kd->group_size, d->group_size, sizeof kd->group_size);

@@ -24,8 +24,7 @@ typedef struct cfgspec {
     char name[32];
     int kind;
     vkh2o_kv_precision prec;   /* CK_UNIFORM */
-    double frac[3];            /* CK_LADDER: FP16, INT8, INT4 fractions of the middle tokens (0: the rest) */
-    bool evict;                /* CK_LADDER: the rest of the middle tokens evicted */
+    const vkh2o_eval_ladder_info* ladder;   /* CK_LADDER: the library's table (vkh2o/eval.h) */
     double pct;                /* CK_BYTES: percent of the FP16 cache's bytes */
     uint32_t mask;             /* CK_BYTES: the tiers in use */
 } cfgspec;
@@ -56,7 +55,6 @@ typedef struct data {
     vkh2o_mla_config cfg;             /* the layer's (--weights) or Kimi K2.6 with --heads */
     vkh2o_mla_layer* layer;           /* --weights */
     float* hidden;                    /* --weights: [T0 + D][hidden_size] */
-    size_t out_n;                     /* floats of one step's output */
 } data;
 
 typedef struct row {
@@ -71,9 +69,8 @@ typedef struct row {
 typedef struct runner {
     vkh2o_context* ctx;
     data d;
-    float* ref;                     /* [D][out_n] the FP16 full cache's outputs */
-    float* out;
-    uint64_t fp16_bytes;
+    uint64_t fp16_bytes;            /* the FP16 full cache's held bytes */
+    cli_progress* prog;
     /* --passes: device memory at the end of every run of the second pass; later passes compare */
 #define MEM_RUNS (MAX_CFG + 1)
     uint32_t pass, runs, moved;
@@ -84,7 +81,7 @@ typedef struct runner {
 } runner;
 
 /* vkh2o-quant.c */
-void fill_desc(const cfgspec* s, const vkh2o_kvcache_desc* base, uint32_t n_final, uint64_t fp16_bytes, vkh2o_kvcache_desc* d);
+void fill_desc(const cfgspec* s, const vkh2o_kvcache_desc* base, uint32_t n_final, vkh2o_kvcache_desc* d);
 /* quant_data.c: the data of a run (make_random: seeded; fast: the bench's long prompts), on the
  * device (upload_random) or a real layer's (load_weights); check prints a failed call's message
  * and returns its exit status (0: ok) */

@@ -26,10 +26,9 @@ static int bench_one(vkh2o_context* ctx, const opts* o, const vkh2o_kvcache_desc
     cli_progress_begin(&prog, "bench steps", (uint64_t)np * (o->reps + 1), o->quiet);
     if (!t || make_random(&d, o->seed, true) || upload_random(ctx, &d))
         goto done;
-    const uint64_t fp16_bytes = (uint64_t)o->bench_tokens * vkh2o_kvcache_token_bytes(&base, VKH2O_TIER_FP16);
     for (int p = 0; p < np; p++) {
         vkh2o_kvcache_desc desc;
-        fill_desc(&specs[p], &base, o->bench_tokens, fp16_bytes, &desc);
+        fill_desc(&specs[p], &base, o->bench_tokens, &desc);
         char what[96];
         snprintf(what, sizeof what, "bench cache %.31s", specs[p].name);
         if (check(ctx, vkh2o_kvcache_create(ctx, &desc, &cs[p]), what) ||

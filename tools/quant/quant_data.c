@@ -138,7 +138,6 @@ int upload_random(vkh2o_context* ctx, data* d)
     if (r == VKH2O_OK) r = vkh2o_buffer_upload(d->kpe_b, 0, d->kpe, 4 * T * d->R);
     if (r == VKH2O_OK) r = vkh2o_buffer_upload(d->mass_b, 0, d->mass, 4ull * d->T0);
     if (r == VKH2O_OK) r = vkh2o_buffer_upload(d->q_b, 0, d->q, 4ull * d->D * d->H * d->W);
-    d->out_n = (size_t)d->H * d->L;
     return check(ctx, r, "random data on the device");
 }
 
@@ -189,7 +188,6 @@ int load_weights(vkh2o_context* ctx, const opts* o, data* d)
         fprintf(stderr, TOOL ": out of host memory for the hidden rows\n");
         goto done;
     }
-    d->out_n = d->cfg.hidden_size;
     rc = 0;
 done:
     vkh2o_mla_host_weights_destroy(hw);
