@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { H = 2, L = 32, R = 8, W = L + R, T0 = 40, D = 4, N = T0 + D, SINKS = 2, RECENTS = 4 };
+enum { H = 3, L = 30, R = 6, W = L + R, T0 = 40, D = 4, N = T0 + D, SINKS = 2, RECENTS = 4 };
 
 static vkh2o_kvcache_desc base_desc(void)
 {

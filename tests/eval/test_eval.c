@@ -1,7 +1,8 @@
-/* The evaluation (include/vkh2o/eval.h) on a random tiny byte-level model (vocab 256, 2 layers,
- * written as an HF directory): the policy and ladder tables, a desc resolved to its session
- * (figures and refusals, no device), the passkey prompt's layout byte by byte, and on the device
- * perplexity and the recurring passage against the host's own computation from the model's
+/* The evaluation (include/vkh2o/eval.h): the policy and ladder tables, a desc resolved to its
+ * session for a small byte-level config (figures and refusals, no device), the passkey prompt's
+ * layout byte by byte, and on the device, on the committed byte-level model (models/tiny-mla:
+ * its kernels are the ones vkh2o-eval, the Python package and the README's example use), on seeded
+ * random text, perplexity and the recurring passage against the host's own computation from the model's
  * logits, passkey accuracy against the host's own protocol, and the refusals of bad runs.
  *
  * Bounds: the library sums the device's float log-probabilities (logprob.comp) in double; the
@@ -10,7 +11,6 @@
  * 1e-4 (absolute). Through a session whose cache holds the whole window (h2o, budget above the
  * window) the rows are FP16: within 2e-2 bits per byte of the forward. */
 #include "vkh2o_test.h"
-#include "ref_mla.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,21 +18,6 @@
 #include <string.h>
 
 enum { D = 32, I = 24, V = 256, NL = 2, MAX_SEQ = 128 };
-
-typedef struct tiny {
-    vkh2o_model_config cfg;
-    ref_mla_weights attn[NL];
-    float *embed, *norm, *head, *ln[NL][2], *mlp[NL][3];
-} tiny;
-
-static float* rnd(vt_rng* rng, size_t n, float scale, float offset)
-{
-    float* p = malloc(n * sizeof(float));
-    assert_non_null(p);
-    for (size_t i = 0; i < n; i++)
-        p[i] = offset + scale * vt_normal(rng);
-    return p;
-}
 
 static void tiny_config(vkh2o_model_config* c)
 {
@@ -56,96 +41,16 @@ static void tiny_config(vkh2o_model_config* c)
     c->first_k_dense_replace = NL;
 }
 
-/* Writes config.json and model.safetensors (f32, the DeepseekV3ForCausalLM names) into dir. */
-static void tiny_write(const char* dir, uint64_t seed, tiny* t)
+/* the committed model on the device */
+static vkh2o_model* open_model(void)
 {
-    vt_rng rng;
-    vt_rng_seed(&rng, seed);
-    memset(t, 0, sizeof *t);
-    tiny_config(&t->cfg);
-    const vkh2o_mla_config* a = &t->cfg.attn;
-    t->embed = rnd(&rng, (size_t)V * D, 1.0f, 0.0f);
-    t->norm = rnd(&rng, D, 0.1f, 1.0f);
-    t->head = rnd(&rng, (size_t)V * D, 0.3f, 0.0f);
-    for (int l = 0; l < NL; l++) {
-        assert_int_equal(ref_mla_random_weights(a, VKH2O_DTYPE_F32, vt_u64(&rng), &t->attn[l]), 0);
-        t->ln[l][0] = rnd(&rng, D, 0.1f, 1.0f);
-        t->ln[l][1] = rnd(&rng, D, 0.1f, 1.0f);
-        t->mlp[l][0] = rnd(&rng, (size_t)I * D, 1.0f / sqrtf((float)D), 0.0f);
-        t->mlp[l][1] = rnd(&rng, (size_t)I * D, 1.0f / sqrtf((float)D), 0.0f);
-        t->mlp[l][2] = rnd(&rng, (size_t)D * I, 1.0f / sqrtf((float)I), 0.0f);
-    }
-    char path[1024];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE* f = fopen(path, "w");
-    assert_non_null(f);
-    fprintf(f, "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\", \"vocab_size\": %d, "
-               "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %u, "
-               "\"q_lora_rank\": %u, \"kv_lora_rank\": %u, \"qk_nope_head_dim\": %u, \"qk_rope_head_dim\": %u, "
-               "\"v_head_dim\": %u, \"rope_theta\": 10000.0, \"rope_scaling\": null, \"rms_norm_eps\": 1e-06, "
-               "\"max_position_embeddings\": 4096, \"tie_word_embeddings\": false}\n",
-            V, D, I, NL, a->num_heads, a->q_lora_rank, a->kv_lora_rank, a->qk_nope_head_dim, a->qk_rope_head_dim,
-            a->v_head_dim);
-    assert_int_equal(fclose(f), 0);
-    vkh2o_tensor_write w[64];
-    char names[64][128];
-    uint32_t n = 0;
-#define ADD(ptr, d0, d1, ...)                                                                                  \
-    do {                                                                                                        \
-        snprintf(names[n], sizeof names[n], __VA_ARGS__);                                                      \
-        w[n] = (vkh2o_tensor_write){ .name = names[n], .dtype = VKH2O_DTYPE_F32, .ndim = (d1) ? 2 : 1,          \
-                                     .shape = { (d0), (d1) }, .data = (ptr) };                                 \
-        n++;                                                                                                   \
-    } while (0)
-    ADD(t->embed, V, D, "model.embed_tokens.weight");
-    ADD(t->norm, D, 0, "model.norm.weight");
-    ADD(t->head, V, D, "lm_head.weight");
-    static const char* const mlp[3] = { "gate_proj", "up_proj", "down_proj" };
-    for (int l = 0; l < NL; l++) {
-        for (int k = 0; k < VKH2O_W_COUNT; k++) {
-            const vkh2o_tensor_view* v = &t->attn[l].views[k];
-            if (v->data)
-                ADD(v->data, v->shape[0], v->ndim > 1 ? v->shape[1] : 0, "model.layers.%d.self_attn.%s.weight", l,
-                    vkh2o_mla_weight_short_name((vkh2o_mla_weight)k));
-        }
-        ADD(t->ln[l][0], D, 0, "model.layers.%d.input_layernorm.weight", l);
-        ADD(t->ln[l][1], D, 0, "model.layers.%d.post_attention_layernorm.weight", l);
-        for (int k = 0; k < 3; k++) {
-            const uint64_t rows = k == 2 ? D : I, cols = k == 2 ? I : D;
-            ADD(t->mlp[l][k], rows, cols, "model.layers.%d.mlp.%s.weight", l, mlp[k]);
-        }
-    }
-#undef ADD
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    vkh2o_error e = { 0 };
-    assert_int_equal(vkh2o_safetensors_write(path, w, n, NULL, &e), VKH2O_OK);
-}
-
-static void tiny_free(tiny* t)
-{
-    free(t->embed);
-    free(t->norm);
-    free(t->head);
-    for (int l = 0; l < NL; l++) {
-        ref_mla_weights_free(&t->attn[l]);
-        for (int k = 0; k < 2; k++)
-            free(t->ln[l][k]);
-        for (int k = 0; k < 3; k++)
-            free(t->mlp[l][k]);
-    }
-}
-
-/* the model on the device (the weights written, then freed on the host) */
-static vkh2o_model* open_model(const char* name)
-{
-    const char* dir = vt_scratch_make(name);
-    assert_non_null(dir);
-    tiny t;
-    tiny_write(dir, vt_seed(name), &t);
-    tiny_free(&t);
+    const char* src = getenv("VKH2O_SOURCE_DIR");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/tiny-mla", src && *src ? src : ".");
     vkh2o_model* m = NULL;
     assert_int_equal(vkh2o_model_create(vt_ctx(), dir, &(vkh2o_model_desc){ .max_seq_len = MAX_SEQ, .max_obs_window = 8 }, &m),
                      VKH2O_OK);
+    assert_int_equal(vkh2o_model_get_config(m)->vocab_size, V);
     return m;
 }
 
@@ -364,7 +269,7 @@ static double host_nats(vkh2o_model* m, const uint32_t* tok, uint32_t n, float* 
 static void test_perplexity(void** state)
 {
     (void)state;
-    vkh2o_model* m = open_model("eval_ppl");
+    vkh2o_model* m = open_model();
     vt_rng rng;
     vt_rng_seed(&rng, vt_seed("eval text"));
     enum { CTX = 24, LEN = 3 * CTX + 7 };
@@ -407,7 +312,6 @@ static void test_perplexity(void** state)
     assert_true(ps.cache_bytes > 0 && ps.held_bytes > 0 && ps.shadow_bytes == 0);
     free(logits);
     vkh2o_model_destroy(m);
-    vt_scratch_remove();
     vt_check_validation();
 }
 
@@ -422,7 +326,7 @@ static void count_progress(uint64_t done, uint64_t total, void* user_data)
 static void test_recall(void** state)
 {
     (void)state;
-    vkh2o_model* m = open_model("eval_recall");
+    vkh2o_model* m = open_model();
     vt_rng rng;
     vt_rng_seed(&rng, vt_seed("eval recall"));
     enum { CTX = 64, L = CTX / 8 };
@@ -460,7 +364,6 @@ static void test_recall(void** state)
     assert_true(fabs(rc.second_bits_mean - mean2) <= 1e-4);
     free(logits);
     vkh2o_model_destroy(m);
-    vt_scratch_remove();
     vt_check_validation();
 }
 
@@ -476,7 +379,7 @@ static uint64_t splitmix(uint64_t* s)
 static void test_passkey(void** state)
 {
     (void)state;
-    vkh2o_model* m = open_model("eval_passkey");
+    vkh2o_model* m = open_model();
     const uint32_t ctx = vkh2o_eval_passkey_min_ctx() + 3;
     vkh2o_eval_passkey_desc pk = { .trials = 2, .ndepths = 2, .depths = { 0.25, 1.0 } };
     vkh2o_eval_passkey res;
@@ -525,7 +428,6 @@ static void test_passkey(void** state)
     assert_int_equal(seen[1], 1);
     free(logits);
     vkh2o_model_destroy(m);
-    vt_scratch_remove();
     vt_check_validation();
 }
 
@@ -533,7 +435,7 @@ static void test_passkey(void** state)
 static void test_bad_runs(void** state)
 {
     (void)state;
-    vkh2o_model* m = open_model("eval_bad");
+    vkh2o_model* m = open_model();
     vkh2o_context* ctx = vt_ctx();
     uint8_t text[40] = { 0 };
     vkh2o_eval_perplexity pp;
@@ -571,7 +473,6 @@ static void test_bad_runs(void** state)
     assert_int_equal(vkh2o_eval_perplexity_run(NULL, &(vkh2o_eval_desc){ 0 }, text, sizeof text, 0, &pp),
                      VKH2O_ERROR_INVALID_ARGUMENT);
     vkh2o_model_destroy(m);
-    vt_scratch_remove();
     vt_check_validation();
 }
 
@@ -587,6 +488,5 @@ int main(void)
         cmocka_unit_test(test_bad_runs),
     };
     int rc = cmocka_run_group_tests(tests, NULL, vt_group_teardown);
-    vt_scratch_remove();
     return rc;
 }
