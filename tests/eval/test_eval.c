@@ -17,28 +17,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { D = 32, I = 24, V = 256, NL = 2, MAX_SEQ = 128 };
+enum { V = 256, MAX_SEQ = 128 };
 
-static void tiny_config(vkh2o_model_config* c)
+/* the committed model's config (models/tiny-mla/config.json: 2 layers, kv_lora_rank 64, rope 16) */
+static void model_config(vkh2o_model_config* c)
 {
-    memset(c, 0, sizeof *c);
-    vkh2o_mla_config* a = &c->attn;
-    vkh2o_mla_config_kimi_k26(a);
-    a->num_layers = NL;
-    a->hidden_size = D;
-    a->num_heads = 2;
-    a->q_lora_rank = 16;
-    a->kv_lora_rank = 16;
-    a->qk_nope_head_dim = 8;
-    a->qk_rope_head_dim = 4;
-    a->v_head_dim = 8;
-    a->rope_theta = 10000.0f;
-    a->rope_scaling = VKH2O_ROPE_NONE;
-    a->rope_interleave = true;
-    a->rms_norm_eps = 1e-6f;
-    c->vocab_size = V;
-    c->intermediate_size = I;
-    c->first_k_dense_replace = NL;
+    const char* src = getenv("VKH2O_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/tiny-mla/config.json", src && *src ? src : ".");
+    vkh2o_error e = { 0 };
+    assert_int_equal(vkh2o_model_config_from_json(path, c, &e), VKH2O_OK);
+    assert_int_equal(c->vocab_size, V);
 }
 
 /* the committed model on the device */
@@ -92,7 +81,7 @@ static void test_tables(void** state)
 static vkh2o_result resolve(const vkh2o_eval_desc* d, vkh2o_eval_config* c, vkh2o_error* e)
 {
     vkh2o_model_config mc;
-    tiny_config(&mc);
+    model_config(&mc);
     memset(e, 0, sizeof *e);
     return vkh2o_eval_desc_resolve(&mc, d, c, e);
 }
@@ -140,9 +129,9 @@ static void test_resolve(void** state)
                                                  .requant_source = VKH2O_REQUANT_FROM_ORIGINAL }, &c, &e), VKH2O_OK);
     assert_string_equal(c.kv_name, "kv-tiered-bytes:16/8/4,g8/0/0,requant-original");
     vkh2o_model_config mc;
-    tiny_config(&mc);
-    assert_int_equal(vkh2o_eval_fp16_layer_bytes(&mc, 128), 2 * (16 + 4) * 128);
-    assert_int_equal(c.session.kv.capacity_bytes, 2 * (16 + 4) * 128 / 4);
+    model_config(&mc);
+    assert_int_equal(vkh2o_eval_fp16_layer_bytes(&mc, 128), 2 * (64 + 16) * 128);
+    assert_int_equal(c.session.kv.capacity_bytes, 2 * (64 + 16) * 128 / 4);
     assert_true(c.cache_tokens > 0 && c.cache_tokens < 128);
     /* snapkv: the observation window and the pooling, with their defaults */
     assert_int_equal(resolve(&(vkh2o_eval_desc){ .ctx = 128, .policy = VKH2O_EVAL_SNAPKV, .budget = 8, .n_recent = 32 }, &c, &e),
