@@ -395,6 +395,15 @@ vkh2o_result vkh2o_tensor_check_finite(const vkh2o_tensor_view* v, vkh2o_error* 
 
 /* ---- small utilities ---- */
 static inline uint32_t vkh2o_div_up(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+/* splitmix64's output function of x (its state advanced once): the library's seeded streams
+ * (synthetic checkpoints' values, eval's passkeys) are this of a counter or of a state. */
+static inline uint64_t vkh2o_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
 /* Environment flag: "1", "true", "yes", "on" (case-insensitive). vkh2o_flag_on: whether such a
  * value (NULL: unset) is on. */
 bool vkh2o_env_flag(const char* name);

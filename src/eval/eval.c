@@ -516,10 +516,9 @@ size_t vkh2o_eval_passkey_prompt(uint32_t ctx, const char* key, double depth, ch
 /* splitmix64: the next number of the stream *s */
 static uint64_t next_key(uint64_t* s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    const uint64_t z = vkh2o_mix64(*s);
+    *s += 0x9e3779b97f4a7c15ull;
+    return z;
 }
 
 static uint32_t argmax(const float* x, uint32_t n)

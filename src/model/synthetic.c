@@ -67,26 +67,18 @@ const char* vkh2o_synthetic_layout_name(vkh2o_synthetic_layout layout)
     return (unsigned)layout < sizeof layouts / sizeof *layouts ? layouts[layout].name : NULL;
 }
 
-/* ---- the generator: splitmix64's output for a counter, FNV-1a for a name ---- */
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
+/* ---- the generator: splitmix64's output for a counter (vkh2o_mix64), FNV-1a for a name ---- */
 static uint64_t name_key(uint64_t seed, const char* name)
 {
     uint64_t h = 1469598103934665603ull;
     for (const char* p = name; *p; p++)
         h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    return mix(seed ^ mix(h));
+    return vkh2o_mix64(seed ^ vkh2o_mix64(h));
 }
 
 static double normal_at(uint64_t key, uint64_t i)
 {
-    uint64_t a = mix(key ^ mix(2 * i)), b = mix(key ^ mix(2 * i + 1));
+    uint64_t a = vkh2o_mix64(key ^ vkh2o_mix64(2 * i)), b = vkh2o_mix64(key ^ vkh2o_mix64(2 * i + 1));
     double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53;   /* (0, 1] */
     double u2 = (double)(b >> 11) * 0x1.0p-53;
     return sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
