@@ -104,6 +104,15 @@ static void add_quant(cJSON* j, vkh2o_config_quant q)
     }
 }
 
+char* vkh2o_tmp_path(const char* path)
+{
+    const size_t n = strlen(path) + 32;
+    char* tmp = malloc(n);
+    if (tmp)
+        snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    return tmp;
+}
+
 vkh2o_result vkh2o_write_text_tmp(const char* path, const char* tmp, const char* text, bool newline, vkh2o_error* err)
 {
     FILE* f = fopen(tmp, "wx");
@@ -123,11 +132,9 @@ vkh2o_result vkh2o_mla_config_write_json(const char* path, const vkh2o_mla_confi
 {
     if (!path || !cfg)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_mla_config_write_json: NULL argument");
-    size_t n = strlen(path) + 32;
-    char* tmp = malloc(n);
+    char* tmp = vkh2o_tmp_path(path);
     if (!tmp)
         return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
     vkh2o_result r = vkh2o_mla_config_write_json_tmp(path, tmp, cfg, desc, err);
     if (r == VKH2O_OK && rename(tmp, path) != 0) {
         r = vkh2o_error_set(err, VKH2O_ERROR_IO, "%s: cannot write: %s", path, strerror(errno));

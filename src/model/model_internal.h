@@ -43,6 +43,8 @@ vkh2o_result vkh2o_safetensors_write_tmp(const char* path, const char* tmp, cons
                                          uint32_t count, const char* const* metadata_kv, vkh2o_error* err);
 vkh2o_result vkh2o_mla_config_write_json_tmp(const char* path, const char* tmp, const vkh2o_mla_config* cfg,
                                              const vkh2o_config_json_desc* desc, vkh2o_error* err);
+/* The temporary of an output: "<path>.tmp.<pid>" (malloc'ed; NULL when out of memory). */
+char* vkh2o_tmp_path(const char* path);
 /* text (and a newline, if asked) into tmp, likewise. */
 vkh2o_result vkh2o_write_text_tmp(const char* path, const char* tmp, const char* text, bool newline, vkh2o_error* err);
 

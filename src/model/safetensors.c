@@ -607,11 +607,9 @@ vkh2o_result vkh2o_safetensors_write(const char* path, const vkh2o_tensor_write*
 {
     if (!path || !path[0])
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "vkh2o_safetensors_write: NULL path or tensors");
-    size_t tlen = strlen(path) + 32;
-    char* tmp = malloc(tlen);
+    char* tmp = vkh2o_tmp_path(path);
     if (!tmp)
         return vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
-    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
     vkh2o_result r = vkh2o_safetensors_write_tmp(path, tmp, tensors, count, metadata_kv, err);
     if (r == VKH2O_OK && rename(tmp, path) != 0) {
         r = vkh2o_error_set(err, VKH2O_ERROR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));

@@ -551,12 +551,8 @@ vkh2o_result vkh2o_synthetic_write(const vkh2o_synthetic* syn, const vkh2o_synth
         ok = (o[no++].path = strdup(path)) != NULL;
     }
     ok = ok && (o[no++].path = out->config_path ? strdup(out->config_path) : dup_printf(dir_slash, "config.json"));
-    for (uint32_t i = 0; ok && i < no; i++) {
-        size_t n = strlen(o[i].path) + 32;
-        ok = (o[i].tmp = malloc(n)) != NULL;
-        if (ok)
-            snprintf(o[i].tmp, n, "%s.tmp.%ld", o[i].path, (long)getpid());
-    }
+    for (uint32_t i = 0; ok && i < no; i++)
+        ok = (o[i].tmp = vkh2o_tmp_path(o[i].path)) != NULL;
     vkh2o_result r = ok ? VKH2O_OK : vkh2o_error_set(err, VKH2O_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", path);
 
     /* every output checked before any work */
