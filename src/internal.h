@@ -393,6 +393,11 @@ void vkh2o_fault_report(const vkh2o_context* ctx);
  * OK otherwise, and for other dtypes (F8_E4M3 is checked with its block scales). */
 vkh2o_result vkh2o_tensor_check_finite(const vkh2o_tensor_view* v, vkh2o_error* err);
 
+/* ---- eval (eval/) ---- */
+/* base with its precision choice cleared (tier_tokens, capacity_tokens, capacity_bytes,
+ * tier_mask): what the ladder and bytes descs and the cache error's FP16 reference start from. */
+vkh2o_kvcache_desc vkh2o_eval_untiered(const vkh2o_kvcache_desc* base);
+
 /* ---- small utilities ---- */
 static inline uint32_t vkh2o_div_up(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 /* splitmix64's output function of x (its state advanced once): the library's seeded streams

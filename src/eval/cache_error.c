@@ -13,12 +13,8 @@
 /* The full FP16 cache of a configuration's shape: every token kept, none quantised. */
 static vkh2o_kvcache_desc reference_of(const vkh2o_kvcache_desc* c)
 {
-    vkh2o_kvcache_desc d = *c;
+    vkh2o_kvcache_desc d = vkh2o_eval_untiered(c);
     d.precision = VKH2O_PRECISION_FP16;
-    memset(d.tier_tokens, 0, sizeof d.tier_tokens);
-    d.capacity_tokens = 0;
-    d.capacity_bytes = 0;
-    d.tier_mask = 0;
     return d;
 }
 

@@ -157,8 +157,7 @@ static vkh2o_result ladder_kv(const vkh2o_eval_ladder_info* L, uint32_t ctx, uin
     return VKH2O_OK;
 }
 
-/* base with its precision choice cleared: what the ladder and bytes descs start from */
-static vkh2o_kvcache_desc without_tiers(const vkh2o_kvcache_desc* base)
+vkh2o_kvcache_desc vkh2o_eval_untiered(const vkh2o_kvcache_desc* base)
 {
     vkh2o_kvcache_desc d = *base;
     memset(d.tier_tokens, 0, sizeof d.tier_tokens);
@@ -176,7 +175,7 @@ vkh2o_result vkh2o_eval_ladder_kvcache_desc(vkh2o_eval_ladder ladder, const vkh2
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "eval: ladder desc: NULL %s", !base ? "base" : "out");
     if (!L)
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "eval: ladder desc: unknown ladder %d", (int)ladder);
-    vkh2o_kvcache_desc d = without_tiers(base);
+    vkh2o_kvcache_desc d = vkh2o_eval_untiered(base);
     VKH2O_CHECK(ladder_kv(L, n_tokens, base->n_sink, base->n_recent, "n_tokens", &d, err));
     *out = d;
     return VKH2O_OK;
@@ -192,7 +191,7 @@ vkh2o_result vkh2o_eval_bytes_kvcache_desc(const vkh2o_kvcache_desc* base, uint3
     if (!(frac > 0 && frac <= 1))
         return vkh2o_error_set(err, VKH2O_ERROR_INVALID_ARGUMENT, "eval: bytes desc: frac %g is not in (0, 1]", frac);
     const uint64_t fp16_bytes = (uint64_t)n_tokens * vkh2o_kvcache_token_bytes(base, VKH2O_TIER_FP16);
-    vkh2o_kvcache_desc d = without_tiers(base);
+    vkh2o_kvcache_desc d = vkh2o_eval_untiered(base);
     d.precision = VKH2O_PRECISION_TIERED;
     d.capacity_bytes = (uint64_t)(frac * (double)fp16_bytes);
     d.tier_mask = tier_mask;
