@@ -270,7 +270,7 @@ static int check_kv(const demo_run* dm, uint32_t S)
     vkh2o_error err = { 0 };
     if (demo_kv_desc(&dm->cfg, &dm->kv, S, &d, NULL, &err) == VKH2O_OK)
         return 0;
-    fprintf(stderr, "%s: --layout %s --kv %s --n-sink %u --budget %u --n-recent %u: %s\n", TOOL, layout_name(dm->o.layout),
+    fprintf(stderr, "%s: --layout %s --kv %s --n-sink %u --budget %u --n-recent %u: %s\n", TOOL, vkh2o_kv_layout_name(dm->o.layout),
             vkh2o_kv_precision_name(dm->o.kv), dm->o.n_sink, dm->o.budget, dm->o.n_recent, err.message);
     return 2;
 }
@@ -547,7 +547,7 @@ static void report(const demo_run* dm)
 {
     if (!dm->o.quiet) {
         printf("seq_len:       %u   budget: %u   n_sink: %u   n_recent: %u   layout: %s   kv: %s\n", dm->S, dm->o.budget, dm->o.n_sink,
-               dm->o.n_recent, layout_name(dm->o.layout), vkh2o_kv_precision_name(dm->o.kv));
+               dm->o.n_recent, vkh2o_kv_layout_name(dm->o.layout), vkh2o_kv_precision_name(dm->o.kv));
         if (dm->o.prefill_given)
             printf("decode mode:   prefill of %u tokens into the cache, then %u tokens decoded one at a time; the\n"
                    "               categories below describe the final cache\n", dm->P, dm->S - dm->P);
@@ -658,7 +658,7 @@ static int write_outputs(demo_run* dm)
         CLI_JSON_NUMS(j, { "layer_params", (double)vkh2o_mla_param_count(c) },
                       { "weight_device_bytes", (double)vkh2o_mla_layer_get_weight_bytes(dm->layer) }, { "seq_len", dm->S },
                       { "budget", dm->o.budget }, { "n_sink", dm->o.n_sink }, { "n_recent", dm->o.n_recent });
-        CLI_JSON_STRS(j, { "layout", layout_name(dm->o.layout) }, { "kv", vkh2o_kv_precision_name(dm->o.kv) });
+        CLI_JSON_STRS(j, { "layout", vkh2o_kv_layout_name(dm->o.layout) }, { "kv", vkh2o_kv_precision_name(dm->o.kv) });
         if (dm->o.prefill_given)
             CLI_JSON_NUMS(j, { "prefill", dm->P }, { "decode_tokens", dm->S - dm->P });
         CLI_JSON_NUMS(cJSON_AddObjectToObject(j, "score"), { "min", dm->st.min }, { "max", dm->st.max }, { "mean", dm->st.mean },

@@ -338,6 +338,7 @@ VKH2O_API void vkh2o_kvcache_plan_counts(const vkh2o_kvcache_desc* resolved, con
 VKH2O_API uint64_t vkh2o_kvcache_plan_held_bytes(const vkh2o_kvcache_desc* resolved, const vkh2o_kvcache_plan* plan, uint32_t n);
 VKH2O_API const char* vkh2o_kv_tier_name(vkh2o_kv_tier t);               /* "int4" */
 VKH2O_API const char* vkh2o_kv_precision_name(vkh2o_kv_precision p);     /* "tiered" */
+VKH2O_API const char* vkh2o_kv_layout_name(vkh2o_kv_layout l);           /* "latent" (also DEFAULT), "expanded" */
 VKH2O_API bool vkh2o_kv_precision_parse(const char* name, vkh2o_kv_precision* out);
 
 /* Creates an empty cache. Results: those of resolve, UNSUPPORTED (a buffer above the device's

@@ -27,11 +27,6 @@ static const char* cache_name(int i, char* name)
     return name;
 }
 
-static const char* layout_name(vkh2o_kv_layout l)
-{
-    return l == VKH2O_LAYOUT_EXPANDED ? "expanded" : "latent";
-}
-
 /* The checks no cache can make: the data against the reference's shape, every configuration's
  * desc and shape, before any device work. */
 static vkh2o_result check_inputs(vkh2o_context* ctx, const vkh2o_eval_cache_error_desc* d, const vkh2o_kvcache_desc* ref)
@@ -62,8 +57,8 @@ static vkh2o_result check_inputs(vkh2o_context* ctx, const vkh2o_eval_cache_erro
             return vkh2o_fail(ctx, VKH2O_ERROR_INVALID_ARGUMENT,
                               "%s: %s: its shape (heads %u, kv_lora_rank %u, rope %u, %s) is not the reference's "
                               "(configuration 0's: heads %u, kv_lora_rank %u, rope %u, %s)", who, cache_name(i, name),
-                              r.num_heads, r.kv_lora_rank, r.qk_rope_head_dim, layout_name(r.layout), rr.num_heads,
-                              rr.kv_lora_rank, rr.qk_rope_head_dim, layout_name(rr.layout));
+                              r.num_heads, r.kv_lora_rank, r.qk_rope_head_dim, vkh2o_kv_layout_name(r.layout), rr.num_heads,
+                              rr.kv_lora_rank, rr.qk_rope_head_dim, vkh2o_kv_layout_name(rr.layout));
     }
     if (d->layer)
         return d->hidden ? VKH2O_OK

@@ -15,6 +15,10 @@ const char* vkh2o_kv_precision_name(vkh2o_kv_precision p)
 {
     return (unsigned)p <= VKH2O_PRECISION_TIERED ? precision_names[p] : "?";
 }
+const char* vkh2o_kv_layout_name(vkh2o_kv_layout l)
+{
+    return l == VKH2O_LAYOUT_EXPANDED ? "expanded" : l == VKH2O_LAYOUT_LATENT || l == VKH2O_LAYOUT_DEFAULT ? "latent" : "?";
+}
 bool vkh2o_kv_precision_parse(const char* name, vkh2o_kv_precision* out)
 {
     for (uint32_t i = 0; name && i <= VKH2O_PRECISION_TIERED; i++)

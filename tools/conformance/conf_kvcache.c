@@ -337,7 +337,7 @@ void conf_register_kvcache(conf_registry* reg)
             if (!c) return;
             c->p[P_DEF] = (int32_t)i;
             snprintf(c->params, sizeof c->params, "%u heads, %s rows of %u numbers%s, prefill %u then %u steps", k->H,
-                     rd.layout == VKH2O_LAYOUT_EXPANDED ? "expanded" : "latent", vkh2o_kvcache_row_numbers(&rd),
+                     vkh2o_kv_layout_name(rd.layout), vkh2o_kvcache_row_numbers(&rd),
                      rd.storage == VKH2O_DTYPE_F32 ? " (f32 top tier)" : "", k->prefill, k->steps);
         }
 }

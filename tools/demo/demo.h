@@ -26,7 +26,6 @@ typedef struct stats {
     float cutoff;   /* score of the lightest heavy hitter kept */
 } stats;
 void compute_stats(const float* score, const demo_category* cat, uint32_t S, stats* st);
-const char* layout_name(vkh2o_kv_layout l);
 const char* cat_name(demo_category c);
 /* --csv: token,score,kept,category; --plot: the mass per token, coloured by category, with the
  * budget's cut-off. */

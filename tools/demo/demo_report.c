@@ -12,11 +12,6 @@ static int cmp_desc(const void* a, const void* b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-const char* layout_name(vkh2o_kv_layout l)
-{
-    return l == VKH2O_LAYOUT_EXPANDED ? "expanded" : "latent";
-}
-
 const char* cat_name(demo_category c)
 {
     switch (c) {
